@@ -1,0 +1,254 @@
+"""The ``agent-health`` command.
+
+Exit codes of ``run``: 0 all passed, 1 any failed, 2 usage/config/load error,
+3 errored tests only, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from agent_health import connectors, judging
+from agent_health.engine import agent_process, loader, reporters, runner, select, session
+from agent_health.engine.report import RunReport
+from agent_health.engine.reporters import terminal
+from agent_health.sdk import config as config_mod
+from agent_health.sdk import errors
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERRORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class UsageError(Exception):
+    """Bad command-line input; exit 2 with the message."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-health", description="Test and benchmark AI agents."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="discover and run tests")
+    run.add_argument("paths", nargs="*", default=["."], help="test files or directories")
+    run.add_argument("--agent", help="a name from the config's agents, or rest+http://..., ...")
+    run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
+    run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
+    run.add_argument("--repeat", type=int, default=1, help="run each test N times")
+    run.add_argument("--grep", help="only tests whose title or id matches this regex")
+    run.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="only tests with this label (repeat to require several)",
+    )
+    run.add_argument("--shard", help="run shard i of n, e.g. 1/4")
+    run.add_argument("--no-judge", action="store_true", help="skip every judge() call (neutral)")
+    run.add_argument(
+        "--reporter",
+        action="append",
+        default=[],
+        help="list, json[:PATH], junit[:PATH] (repeatable)",
+    )
+    run.add_argument("--timeout", type=float, help="per-test timeout in seconds")
+    run.add_argument(
+        "--pass-with-no-tests", action="store_true", help="exit 0 when no test is selected"
+    )
+
+    ls = sub.add_parser("list", help="discover tests without running them")
+    ls.add_argument("paths", nargs="*", default=["."])
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.add_argument("--grep")
+    ls.add_argument("--label", action="append", default=[])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(highlight=False, soft_wrap=True)
+    err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        if args.command == "list":
+            return _list(args, console, err_console)
+        return _run(args, console, err_console)
+    except (
+        UsageError,
+        errors.ConfigError,
+        errors.DefinitionError,
+        connectors.ConnectorError,
+    ) as err:
+        err_console.print(f"[red]error:[/] {err}")
+        return EXIT_USAGE
+
+
+def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
+    path = (
+        Path(args.config)
+        if getattr(args, "config", None)
+        else loader.find_config(paths[0] if paths else Path.cwd())
+    )
+    return loader.load_config(path)
+
+
+def _list(args: argparse.Namespace, console: Console, err_console: Console) -> int:
+    paths = [Path(p) for p in args.paths]
+    suite = loader.load(paths)
+    cases = select.select(suite.cases, grep=args.grep, labels=args.label)
+    for error in suite.errors:
+        err_console.print(f"[red]load error[/] {error}")
+    if args.json:
+        payload = [
+            {
+                "id": c.id,
+                "name": c.name,
+                "title": c.title,
+                "file": c.file,
+                "line": c.line,
+                "labels": list(c.labels),
+                "description": c.description,
+                "default_prompt": c.default_prompt,
+                "timeout": c.timeout,
+                "expected_outcomes": list(c.expected_outcomes),
+                "mode": c.mode,
+                "content_hash": c.content_hash,
+            }
+            for c in cases
+        ]
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        for c in cases:
+            labels = f"  [{', '.join(c.labels)}]" if c.labels else ""
+            mode = f"  ({c.mode})" if c.mode != "run" else ""
+            console.print(f"{c.id}{labels}{mode}")
+        console.print(f"{len(cases)} tests in {len(suite.files)} files")
+    return EXIT_USAGE if suite.errors else EXIT_OK
+
+
+def _run(args: argparse.Namespace, console: Console, err_console: Console) -> int:
+    if args.concurrency < 1:
+        raise UsageError("-j/--concurrency must be at least 1")
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    outputs = [reporters.parse(r) for r in args.reporter]
+    shard = select.parse_shard(args.shard) if args.shard else None
+    paths = [Path(p) for p in args.paths]
+    config = _config(args, paths)
+    suite = loader.load(paths)
+    cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
+    load_errors = [str(e) for e in suite.errors]
+    if not cases and not load_errors:
+        console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
+        return EXIT_OK if args.pass_with_no_tests else EXIT_USAGE
+    spec = config.agent(args.agent) if (args.agent or config.agents) else None
+    skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in ("", "0")
+    judge_config = config.judge_from_env()
+    list_lines = any(kind == "list" for kind, _ in outputs)
+
+    outcome, hints = asyncio.run(
+        _execute(suite, cases, config, spec, judge_config, skip_judge, args, console, list_lines)
+    )
+    report = RunReport.build(
+        outcome.results,
+        duration_ms=outcome.duration_ms,
+        repeats=args.repeat,
+        load_errors=[*load_errors, *outcome.hook_errors],
+        interrupted=outcome.interrupted,
+        not_run=outcome.not_run,
+    )
+    terminal.summary(console, report, hints=hints)
+    for kind, path in outputs:
+        if path is not None:
+            reporters.write(kind, path, report)
+            console.print(f"{kind} report: {path}")
+    return exit_code(report)
+
+
+def exit_code(report: RunReport) -> int:
+    s = report.summary
+    if s.interrupted:
+        return EXIT_INTERRUPTED
+    if s.load_errors:
+        return EXIT_USAGE
+    if s.failed:
+        return EXIT_FAILED
+    if s.errored:
+        return EXIT_ERRORED
+    return EXIT_OK
+
+
+async def _execute(
+    suite: loader.Suite,
+    cases: list[Any],
+    config: config_mod.Config,
+    spec: connectors.ConnectorSpec | None,
+    judge_config: config_mod.JudgeConfig | None,
+    skip_judge: bool,
+    args: argparse.Namespace,
+    console: Console,
+    list_lines: bool,
+) -> tuple[session.Outcome, list[str]]:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, _on_interrupt, loop, stop)
+    hints: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        caller = None
+        if spec is not None:
+            live_spec = await stack.enter_async_context(agent_process.serving(spec))
+            connector = connectors.create(live_spec, config.connectors)
+            stack.push_async_callback(connector.aclose)
+            caller = connector.run
+        backend = None
+        if not skip_judge:
+            backend = await stack.enter_async_context(judging.backend(judge_config, config))
+        env = runner.RunEnv(
+            agent_caller=caller,
+            judge_backend=backend,
+            skip_judge=skip_judge,
+            judge_hint=judging.NO_JUDGE_HINT,
+            timeout=args.timeout or config.timeout,
+        )
+        with terminal.LiveProgress(
+            console, len(cases) * args.repeat, list_lines=list_lines
+        ) as progress:
+            outcome = await session.run(
+                cases,
+                suite.hooks,
+                env,
+                concurrency=args.concurrency,
+                repeat=args.repeat,
+                listener=progress,
+                stop=stop,
+            )
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.remove_signal_handler(signal.SIGINT)
+    if backend is None and not skip_judge and _judge_was_skipped(outcome):
+        hints.append(judging.NO_JUDGE_HINT)
+    return outcome, hints
+
+
+def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    stop.set()
+    # A second Ctrl-C stops at once, as users expect.
+    loop.remove_signal_handler(signal.SIGINT)
+
+
+def _judge_was_skipped(outcome: session.Outcome) -> bool:
+    return any(s.kind == "judge" and s.passed is None for r in outcome.results for s in r.signals)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

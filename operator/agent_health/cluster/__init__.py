@@ -1,0 +1,1 @@
+"""The Kubernetes operator: CRD models, cell manifests, reconciliation and grading."""

@@ -1,0 +1,97 @@
+"""The connector seam: a Protocol, the spec that selects one, and the table of kinds.
+
+A connector is any object with ``async run(request) -> AgentReply`` and ``async aclose()``.
+Built-in kinds live in an immutable table; users add their own through
+``define_config(connectors={"kind": factory})``, which is passed to :func:`create` rather
+than mutating module state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_health.connectors import errors
+from agent_health.connectors.protocol import AgentReply, AgentRequest
+
+
+@runtime_checkable
+class Connector(Protocol):
+    """Reaches one agent."""
+
+    async def run(self, request: AgentRequest) -> AgentReply:
+        """Send one request and return the agent's whole answer."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and processes."""
+        ...
+
+
+class ConnectorSpec(BaseModel):
+    """How to reach an agent: the value of one ``agents={...}`` entry in the config."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    connector: str = "rest"
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=120.0, gt=0)
+    command: tuple[str, ...] | None = Field(
+        default=None,
+        description="Start the agent with this command before the run (like Playwright's "
+        "webServer); '{port}' is replaced by a free port, also in url and ready_url.",
+    )
+    ready_url: str | None = None
+    ready_timeout: float = Field(default=30.0, gt=0)
+    cwd: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, value: str) -> ConnectorSpec:
+        """Parse the URL forms of ``--agent``: ``rest+http://...``, ``agui+http://...``,
+        ``openai+http://...``, ``cmd:PROGRAM`` or a bare ``http://...`` (REST)."""
+        if value.startswith("cmd:"):
+            return cls(connector="subprocess", command=tuple(value[4:].split()))
+        scheme, sep, rest = value.partition("+")
+        if sep and rest.startswith(("http://", "https://")):
+            return cls(connector=scheme, url=rest)
+        if value.startswith(("http://", "https://")):
+            return cls(connector="rest", url=value)
+        raise errors.ConnectorConfigError(
+            f"cannot read agent {value!r}: use a name from the config's agents, "
+            "or rest+http://HOST/PATH, agui+http://..., openai+http://..., cmd:PROGRAM"
+        )
+
+
+ConnectorFactory = Callable[[ConnectorSpec], Connector]
+
+
+def _builtins() -> Mapping[str, ConnectorFactory]:
+    from agent_health.connectors import rest
+
+    return MappingProxyType({"rest": rest.RestConnector})
+
+
+def known(extra: Mapping[str, ConnectorFactory] | None = None) -> list[str]:
+    """Names of the connector kinds available, built-in and user-supplied."""
+    return sorted({*_builtins(), *(extra or {})})
+
+
+def create(spec: ConnectorSpec, extra: Mapping[str, ConnectorFactory] | None = None) -> Connector:
+    """Build the connector that ``spec`` names; user kinds in ``extra`` win over built-ins."""
+    table = {**_builtins(), **(extra or {})}
+    factory = table.get(spec.connector)
+    if factory is None:
+        raise errors.ConnectorConfigError(
+            f"unknown connector {spec.connector!r}; known: {', '.join(known(extra))}"
+        )
+    return factory(spec)
+
+
+def register(name: str, factory: ConnectorFactory) -> dict[str, ConnectorFactory]:
+    """A one-entry table for ``define_config(connectors=...)``: ``register("x", X)``."""
+    return {name: factory}

@@ -1,0 +1,42 @@
+"""Errors raised by connectors.
+
+::
+
+    ConnectorError                 the agent could not be reached or answered badly
+     ├── AgentUnreachable          connection refused, DNS, reset before an answer
+     ├── AgentTimeout              no complete answer within the timeout
+     ├── AgentHTTPError            the agent answered with a non-2xx status
+     ├── AgentProtocolError        the answer is not valid protocol (bad JSON, bad shape)
+     └── ConnectorConfigError      the connector spec itself is wrong (unknown kind, bad URL)
+
+Every error carries a one-line message that says which of these happened; the engine
+turns it into an ``errored`` test with that message.
+"""
+
+
+class ConnectorError(Exception):
+    """The agent could not be reached or its answer could not be used."""
+
+
+class AgentUnreachable(ConnectorError):
+    """The connection to the agent failed before any answer arrived."""
+
+
+class AgentTimeout(ConnectorError):
+    """The agent did not answer within the timeout."""
+
+
+class AgentHTTPError(ConnectorError):
+    """The agent answered with a status that is not 2xx."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AgentProtocolError(ConnectorError):
+    """The agent's answer does not follow the protocol."""
+
+
+class ConnectorConfigError(ConnectorError):
+    """The connector is configured wrongly (unknown kind, missing URL, ...)."""

@@ -1,0 +1,73 @@
+"""The wire models every connector speaks: the REST agent protocol v1 (DESIGN.md §9).
+
+Other connectors (AG-UI, OpenAI-compatible, subprocess) translate their protocol into
+these same models, so the rest of the harness sees one shape of trajectory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StepType = Literal["tool_call", "tool_result", "assistant", "thinking", "user"]
+
+
+class Step(BaseModel):
+    """One step of an agent's trajectory."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    type: StepType
+    content: str | None = None
+    tool_name: str | None = None
+    tool_args: dict[str, Any] | None = None
+    tool_output: Any = None
+    status: Literal["ok", "error"] | None = None
+    latency_ms: float | None = None
+
+
+class TokenUsage(BaseModel):
+    """Token counts reported by the agent (or summed from its LLM calls)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt: int = Field(default=0, ge=0)
+    completion: int = Field(default=0, ge=0)
+    total: int = Field(default=0, ge=0)
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.total == 0 and (self.prompt or self.completion):
+            object.__setattr__(self, "total", self.prompt + self.completion)
+
+
+class ContextItem(BaseModel):
+    """A piece of context handed to the agent with the prompt."""
+
+    model_config = ConfigDict(frozen=True)
+
+    description: str
+    value: str
+
+
+class AgentRequest(BaseModel):
+    """What ``agent.run()`` sends (the body of a REST v1 request)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt: str
+    context: tuple[ContextItem, ...] = ()
+    run_id: str
+    env: dict[str, str] = Field(default_factory=dict)
+    traceparent: str | None = Field(default=None, exclude=True)
+    timeout_s: float | None = Field(default=None, exclude=True)
+
+
+class AgentReply(BaseModel):
+    """What the agent answers (the body of a REST v1 response)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    output: str = ""
+    trajectory: tuple[Step, ...] = ()
+    token_usage: TokenUsage = Field(default_factory=TokenUsage)

@@ -1,0 +1,106 @@
+"""Resolving fixtures for one test: setup in dependency order, teardown LIFO, all errors kept.
+
+As in pytest, a generator fixture yields exactly once: its code before ``yield`` is setup,
+after it teardown; no yield, or a second one, is an error. Teardowns run last-in-first-out
+in a ``finally`` and every error they raise is collected.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from agent_health.sdk import declare, errors
+
+Teardown = Callable[[], Awaitable[None]]
+
+
+class FixtureScope:
+    """The fixtures of one running test."""
+
+    def __init__(
+        self, builtins: Mapping[str, Callable[[], Any]], defs: Mapping[str, declare.FixtureDef]
+    ) -> None:
+        self._builtins = builtins
+        self._defs = defs
+        self._values: dict[str, Any] = {}
+        self._teardowns: list[tuple[str, Teardown]] = []
+
+    async def get(self, name: str) -> Any:
+        if name in self._values:
+            return self._values[name]
+        fixture = self._defs.get(name)
+        if fixture is None:
+            make = self._builtins.get(name)
+            if make is None:
+                raise errors.DefinitionError(f"unknown fixture {name!r}")
+            value = make()
+        else:
+            kwargs = {p: await self.get(p) for p in fixture.params}
+            value = await self._setup(fixture, kwargs)
+        self._values[name] = value
+        return value
+
+    async def call(self, fn: Callable[..., Any], params: tuple[str, ...]) -> Any:
+        """Call ``fn`` with its fixtures; await it when it is a coroutine function."""
+        kwargs = {p: await self.get(p) for p in params}
+        result = fn(**kwargs)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    async def _setup(self, fixture: declare.FixtureDef, kwargs: dict[str, Any]) -> Any:
+        fn = fixture.fn
+        name = fixture.name
+        if inspect.isasyncgenfunction(fn):
+            agen = fn(**kwargs)
+            try:
+                value = await agen.__anext__()
+            except StopAsyncIteration:
+                raise errors.FixtureError(f"fixture {name!r} did not yield a value") from None
+
+            async def finish_async() -> None:
+                try:
+                    await agen.__anext__()
+                except StopAsyncIteration:
+                    return
+                await agen.aclose()
+                raise errors.FixtureError(f"fixture {name!r} yielded more than once")
+
+            self._teardowns.append((name, finish_async))
+            return value
+        if inspect.isgeneratorfunction(fn):
+            gen = fn(**kwargs)
+            try:
+                value = next(gen)
+            except StopIteration:
+                raise errors.FixtureError(f"fixture {name!r} did not yield a value") from None
+
+            async def finish_sync() -> None:
+                try:
+                    next(gen)
+                except StopIteration:
+                    return
+                gen.close()
+                raise errors.FixtureError(f"fixture {name!r} yielded more than once")
+
+            self._teardowns.append((name, finish_sync))
+            return value
+        value = fn(**kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    async def teardown(self) -> list[str]:
+        """Run every teardown, last-in-first-out; return one message per failure."""
+        failures: list[str] = []
+        while self._teardowns:
+            name, finish = self._teardowns.pop()
+            try:
+                await finish()
+            except errors.FixtureError as err:
+                failures.append(str(err))
+            except Exception as err:
+                failures.append(f"teardown of fixture {name!r} failed: {type(err).__name__}: {err}")
+        return failures

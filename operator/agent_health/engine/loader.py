@@ -1,0 +1,190 @@
+"""One loader for every test file and the config file.
+
+Importing a file only declares tests. Every file is imported with the same interpreter-wide
+``agent_health`` module, so every file binds the same SDK instance. A file that fails to
+import is reported with its file and line, and the other files still load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+
+from agent_health.sdk import config as config_mod
+from agent_health.sdk import declare, errors
+
+CONFIG_NAME = "agent-health.config.py"
+SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".venv", "venv", ".git", ".agent-health"})
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """A file that could not be loaded, and where."""
+
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Suite:
+    """Everything discovered under a root."""
+
+    root: Path
+    cases: list[declare.TestCase] = field(default_factory=list)
+    hooks: dict[str, list[declare.Hook]] = field(default_factory=dict)
+    errors: list[LoadError] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def is_test_file(path: Path) -> bool:
+    name = path.name
+    return name.endswith(".py") and (
+        name.startswith("test_") or name.endswith("_test.py") or name.endswith(".test.py")
+    )
+
+
+def find_files(paths: Sequence[Path]) -> list[Path]:
+    """Test files named by ``paths``: files as given, directories searched recursively."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            found.append(path.resolve())
+            continue
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = sorted(
+                d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
+            )
+            found.extend(
+                Path(dirpath, f).resolve() for f in sorted(filenames) if is_test_file(Path(f))
+            )
+    seen: set[Path] = set()
+    return [p for p in found if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+
+
+def suite_root(paths: Sequence[Path]) -> Path:
+    """The directory test ids are relative to: the common parent of the paths."""
+    dirs = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths]
+    return Path(os.path.commonpath(dirs)) if dirs else Path.cwd()
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import ``path`` as a uniquely named module (raises what the file raises)."""
+    name = "agent_health_suite_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    parent = str(path.parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)  # sibling helpers import as in pytest's rootdir mode
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _error_for(path: Path, err: BaseException, shown: str) -> LoadError:
+    if isinstance(err, SyntaxError) and err.filename and Path(err.filename).resolve() == path:
+        return LoadError(shown, err.lineno, f"SyntaxError: {err.msg}")
+    line = None
+    for frame in traceback.extract_tb(err.__traceback__):
+        if Path(frame.filename).resolve() == path:
+            line = frame.lineno
+    if isinstance(err, errors.AgentHealthError):
+        message = str(err)
+    else:
+        message = f"{type(err).__name__}: {err}"
+    return LoadError(shown, line, message)
+
+
+def load(paths: Sequence[Path]) -> Suite:
+    """Discover and declare every test under ``paths`` without running any."""
+    missing = [p for p in paths if not p.exists()]
+    root = suite_root([p for p in paths if p.exists()] or [Path.cwd()])
+    suite = Suite(root=root)
+    for path in missing:
+        suite.errors.append(LoadError(str(path), None, "no such file or directory"))
+    for path in find_files([p for p in paths if p.exists()]):
+        shown = _relative(path, root)
+        suite.files.append(shown)
+        with declare.collecting(str(path)) as collector:
+            try:
+                import_file(path)
+            except (Exception, SystemExit) as err:
+                suite.errors.append(_error_for(path, err, shown))
+                continue
+        hooks = collector.hooks
+        suite.hooks[shown] = hooks
+        for case in collector.cases:
+            applicable = tuple(h for h in hooks if h.applies_to(case))
+            suite.cases.append(
+                replace(case, id=f"{shown}::{case.title}", file=shown, hooks=applicable)
+            )
+    return suite
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def find_config(start: Path) -> Path | None:
+    """``agent-health.config.py`` in ``start`` or the nearest parent that has one."""
+    here = start.resolve()
+    if here.is_file():
+        here = here.parent
+    for directory in (here, *here.parents):
+        candidate = directory / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path | None) -> config_mod.Config:
+    """Import a config file and return its ``config`` (a clear error naming the file)."""
+    if path is None:
+        return config_mod.Config()
+    if not path.is_file():
+        raise errors.ConfigError(f"{path}: config file not found")
+    try:
+        module = import_file(path.resolve())
+    except (Exception, SystemExit) as err:
+        raise errors.ConfigError(str(_error_for(path.resolve(), err, str(path)))) from err
+    value = getattr(module, "config", None)
+    if not isinstance(value, config_mod.Config):
+        raise errors.ConfigError(
+            f"{path}: must define `config = define_config(...)`"
+            + (f", found {type(value).__name__}" if value is not None else "")
+        )
+    # An agent's command runs from the config's folder unless it says otherwise.
+    agents = {
+        name: spec.model_copy(update={"cwd": str(path.resolve().parent)})
+        if spec.command and spec.cwd is None
+        else spec
+        for name, spec in value.agents.items()
+    }
+    return value.model_copy(update={"source": str(path), "agents": agents})
+
+
+def only_focused(cases: Iterable[declare.TestCase]) -> list[declare.TestCase]:
+    """When any test is ``test.only``, just those; otherwise all."""
+    cases = list(cases)
+    focused = [c for c in cases if c.mode == "only"]
+    return focused or cases

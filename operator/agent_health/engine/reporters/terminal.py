@@ -1,0 +1,156 @@
+"""Live progress while tests run, and the summary at the end.
+
+On a terminal: a progress bar with counts. Elsewhere (CI logs, pipes): one plain line per
+finished test. The summary lists every test that did not pass with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agent_health.engine.report import RunReport
+from agent_health.sdk.results import TestResult
+
+MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-"}
+COLOR = {"passed": "green", "failed": "red", "errored": "yellow", "skipped": "dim"}
+TABLE_LIMIT = 50
+
+
+def _line(result: TestResult) -> str:
+    repeat = f" [repeat {result.repeat}]" if result.repeat else ""
+    extra = ""
+    if result.status == "errored" and result.error:
+        extra = f" — {result.error}"
+    elif result.status == "skipped" and result.skip_reason:
+        extra = f" — {result.skip_reason}"
+    return (
+        f"{MARK[result.status]} {result.status:<7} {result.file} › {result.title}{repeat} "
+        f"({result.duration_ms:.0f} ms){extra}"
+    )
+
+
+class LiveProgress:
+    """Prints progress as tests finish."""
+
+    def __init__(self, console: Console, total: int, *, list_lines: bool = False) -> None:
+        self.console = console
+        self.total = total
+        self.counts: Counter[str] = Counter()
+        self.live = console.is_terminal and not list_lines
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> LiveProgress:
+        if self.live:
+            self._progress = Progress(
+                TextColumn("[bold]running"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(self._counts(), total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def _counts(self) -> str:
+        return " ".join(
+            f"[{COLOR[s]}]{self.counts[s]} {s}[/]"
+            for s in ("passed", "failed", "errored", "skipped")
+            if self.counts[s]
+        )
+
+    def on_test_end(self, result: TestResult) -> None:
+        self.counts[result.status] += 1
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, description=self._counts())
+            if result.status in ("failed", "errored"):
+                self._progress.console.print(f"[{COLOR[result.status]}]{escape(_line(result))}")
+        else:
+            self.console.print(escape(_line(result)), highlight=False, soft_wrap=True)
+
+
+def summary(console: Console, report: RunReport, *, hints: list[str] | None = None) -> None:
+    """The table of results, the reasons of what did not pass, and the totals."""
+    tests = report.tests
+    shown = tests if len(tests) <= TABLE_LIMIT else [t for t in tests if t["status"] != "passed"]
+    if shown:
+        table = Table(title="agent-health results", show_lines=False)
+        for column, justify in (
+            ("status", "left"),
+            ("test", "left"),
+            ("score", "right"),
+            ("time", "right"),
+            ("tokens", "right"),
+            ("tools", "right"),
+        ):
+            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        for t in shown:
+            metrics = t["metrics"] or {}
+            title = f"{t['file']} › {t['name']}" + (f" [r{t['repeat']}]" if t["repeat"] else "")
+            table.add_row(
+                f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]",
+                escape(title),
+                "" if t["score"] is None else f"{t['score']:.2f}",
+                f"{t['duration_ms'] / 1000:.2f}s",
+                str(metrics.get("total_tokens", "")),
+                str(metrics.get("tool_calls", "")),
+            )
+        console.print(table)
+        if len(shown) < len(tests):
+            console.print(f"({len(tests) - len(shown)} passed tests not listed)")
+    for t in tests:
+        if t["status"] not in ("failed", "errored"):
+            continue
+        console.print(
+            f"\n[{COLOR[t['status']]}]{t['status'].upper()}[/] {escape(t['id'])}"
+            + (f" [repeat {t['repeat']}]" if t["repeat"] else "")
+        )
+        if t["error"]:
+            console.print(f"  error: {escape(t['error'])}", highlight=False)
+        for s in t["signals"]:
+            if s["role"] == "gate" and s["passed"] is False:
+                detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
+                where = f" ({s['location']})" if s["location"] else ""
+                console.print(f"  ✗ {escape(s['name'])}{where}: {escape(detail)}", highlight=False)
+    s = report.summary
+    for error in s.load_errors:
+        console.print(f"[red]load error[/] {escape(error)}", highlight=False)
+    for hint in hints or []:
+        console.print(f"[dim]hint: {escape(hint)}[/]")
+    parts = [
+        f"{s.passed} passed",
+        f"{s.failed} failed",
+        f"{s.errored} errored",
+        f"{s.skipped} skipped",
+    ]
+    rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}"
+    score = "n/a" if s.score is None else f"{s.score:.2f}"
+    console.print(
+        f"\n{', '.join(parts)} — pass rate {rate}, score {score}, "
+        f"{s.tokens} tokens, {s.duration_ms / 1000:.2f}s"
+    )
+    if s.repeats > 1:
+        console.print(
+            f"pass@{s.repeats} {_pct(s.pass_at_k)}, pass^{s.repeats} {_pct(s.pass_hat_k)}"
+            + (f"; flaky: {', '.join(s.flaky)}" if s.flaky else "")
+        )
+    if s.interrupted:
+        console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"

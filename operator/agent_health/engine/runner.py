@@ -1,0 +1,215 @@
+"""Running one (test, repeat): fixtures, hooks around the body, timeout, teardown, grading."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_health.connectors.errors import ConnectorError
+from agent_health.connectors.protocol import TokenUsage
+from agent_health.engine import fixtures, grading
+from agent_health.sdk import agent as agent_mod
+from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import declare, errors
+from agent_health.sdk import judges as judge_mod
+from agent_health.sdk import matchers as expect_mod
+from agent_health.sdk import traces as traces_mod
+from agent_health.sdk.results import Signal, TestResult
+from agent_health.traces import metrics
+
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class RunEnv:
+    """What every test of a run shares: how to reach the agent and the judge."""
+
+    agent_caller: ctx_mod.AgentCaller | None = None
+    judge_backend: ctx_mod.JudgeBackend | None = None
+    skip_judge: bool = False
+    judge_hint: str | None = None
+    timeout: float | None = None
+
+
+def _builtins(ctx: ctx_mod.TestContext) -> Mapping[str, Callable[[], Any]]:
+    return {
+        "agent": lambda: agent_mod.Agent(ctx),
+        "expect": lambda: expect_mod.BoundExpect(ctx),
+        "judge": lambda: judge_mod.BoundJudge(ctx),
+        "traces": lambda: traces_mod.TracesFixture(ctx),
+        "test_info": lambda: ctx.info,
+    }
+
+
+def describe_error(err: BaseException, case_file: str | None = None) -> str:
+    """One line that says what went wrong, and where when it is the user's code."""
+    if isinstance(err, (errors.AgentHealthError, ConnectorError)):
+        return str(err)
+    text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    if case_file:
+        for frame in reversed(traceback.extract_tb(err.__traceback__)):
+            if Path(frame.filename).name == Path(case_file).name:
+                return f"{text} (at {Path(frame.filename).name}:{frame.lineno})"
+    return text
+
+
+async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResult:
+    """Run one test once and return its result; never raises for the test's own failures."""
+    run_id = uuid.uuid4().hex
+    timeout = case.timeout or env.timeout or DEFAULT_TIMEOUT
+    info = ctx_mod.TestInfo(
+        id=case.id,
+        title=case.title,
+        name=case.name,
+        file=case.file,
+        labels=case.labels,
+        repeat=repeat,
+        run_id=run_id,
+        timeout=timeout,
+    )
+    started_at = time.time()
+    started = time.perf_counter()
+    if case.mode in ("skip", "fixme"):
+        return _result(
+            case,
+            repeat,
+            run_id,
+            "skipped",
+            None,
+            (),
+            None,
+            started_at,
+            0.0,
+            skip_reason=case.skip_reason,
+        )
+    ctx = ctx_mod.TestContext(
+        case=case,
+        info=info,
+        agent_caller=env.agent_caller,
+        judge_backend=env.judge_backend,
+        skip_judge=env.skip_judge,
+        judge_hint=env.judge_hint,
+    )
+    token = ctx_mod.activate(ctx)
+    scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures)
+    skip_reason: str | None = None
+    try:
+        try:
+            async with asyncio.timeout(timeout):
+                for hook in case.hooks:
+                    if hook.kind == "before_each":
+                        await _hook(scope, hook)
+                await scope.call(case.fn, case.params)
+        except TimeoutError:
+            ctx.record_error(f"timed out after {timeout:g} s")
+        except errors.TestSkipped as err:
+            skip_reason = str(err)
+        except AssertionError as err:
+            ctx.record(
+                Signal(
+                    kind="deterministic",
+                    role="gate",
+                    name="assert",
+                    passed=False,
+                    score=0.0,
+                    evidence={"message": describe_error(err, case.file)},
+                )
+            )
+        except Exception as err:
+            ctx.record_error(describe_error(err, case.file))
+        finally:
+            await _after(ctx, scope, case, timeout)
+    finally:
+        ctx_mod.deactivate(token)
+    duration = (time.perf_counter() - started) * 1000
+    status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
+    return _result(
+        case,
+        repeat,
+        run_id,
+        status,
+        "; ".join(ctx.errors) or None,
+        tuple(ctx.signals),
+        ctx,
+        started_at,
+        duration,
+        skip_reason=skip_reason,
+    )
+
+
+async def _hook(scope: fixtures.FixtureScope, hook: declare.Hook) -> None:
+    try:
+        await scope.call(hook.fn, hook.params)
+    except (AssertionError, errors.TestSkipped):
+        raise
+    except Exception as err:
+        raise errors.AgentHealthError(
+            f"{hook.kind} hook {hook.fn.__qualname__} failed: {describe_error(err)}"
+        ) from err
+
+
+async def _after(
+    ctx: ctx_mod.TestContext, scope: fixtures.FixtureScope, case: declare.TestCase, timeout: float
+) -> None:
+    """after_each hooks (innermost first), then fixture teardown; every error is kept."""
+    try:
+        async with asyncio.timeout(timeout):
+            for hook in reversed(case.hooks):
+                if hook.kind == "after_each":
+                    try:
+                        await _hook(scope, hook)
+                    except AssertionError as err:
+                        ctx.record_error(f"after_each hook failed: {err}")
+                    except Exception as err:
+                        ctx.record_error(describe_error(err))
+            for message in await scope.teardown():
+                ctx.record_error(message)
+    except TimeoutError:
+        ctx.record_error(f"teardown timed out after {timeout:g} s")
+
+
+def _result(
+    case: declare.TestCase,
+    repeat: int,
+    run_id: str,
+    status: Any,
+    error: str | None,
+    signals: tuple[Signal, ...],
+    ctx: ctx_mod.TestContext | None,
+    started_at: float,
+    duration_ms: float,
+    skip_reason: str | None = None,
+) -> TestResult:
+    run = ctx.result if ctx else None
+    return TestResult(
+        id=case.id,
+        name=case.name,
+        title=case.title,
+        file=case.file,
+        line=case.line,
+        labels=case.labels,
+        repeat=repeat,
+        status=status,
+        score=grading.score(signals, status),
+        error=error,
+        run_id=run_id,
+        prompt=ctx.prompt_sent if ctx else case.default_prompt,
+        duration_ms=duration_ms,
+        started_at=started_at,
+        signals=signals,
+        metrics=metrics.derive(run),
+        token_usage=run.token_usage if run else TokenUsage(),
+        content_hash=case.content_hash,
+        skip_reason=skip_reason,
+    )
+
+
+def errored_result(case: declare.TestCase, repeat: int, message: str) -> TestResult:
+    """A result for a test that could not run at all (a before_all failed, interrupted)."""
+    return _result(case, repeat, uuid.uuid4().hex, "errored", message, (), None, time.time(), 0.0)

@@ -1,0 +1,1 @@
+"""Ledger records and backends (DESIGN.md §6): per-cell append-only JSONL, HMAC-chained."""

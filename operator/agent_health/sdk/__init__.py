@@ -1,0 +1,42 @@
+"""What test files import. Nothing here imports the engine, the cluster or kopf."""
+
+from agent_health.connectors.protocol import Step
+from agent_health.sdk.config import Config, JudgeConfig, define_config
+from agent_health.sdk.declare import TestAPI, test
+from agent_health.sdk.errors import (
+    AgentHealthError,
+    AgentRunError,
+    ConfigError,
+    DefinitionError,
+    ExpectationFailed,
+    JudgeError,
+    JudgeFailed,
+    MatcherUsageError,
+)
+from agent_health.sdk.judges import judge
+from agent_health.sdk.matchers import expect
+from agent_health.sdk.results import RunResult, Signal, TestResult, Trajectory, Verdict
+
+__all__ = [
+    "AgentHealthError",
+    "AgentRunError",
+    "Config",
+    "ConfigError",
+    "DefinitionError",
+    "ExpectationFailed",
+    "JudgeConfig",
+    "JudgeError",
+    "JudgeFailed",
+    "MatcherUsageError",
+    "RunResult",
+    "Signal",
+    "Step",
+    "TestAPI",
+    "TestResult",
+    "Trajectory",
+    "Verdict",
+    "define_config",
+    "expect",
+    "judge",
+    "test",
+]

@@ -1,0 +1,110 @@
+"""``define_config(...)`` — the contents of ``agent-health.config.py``.
+
+Secrets never live here: the judge names the *environment variable* that holds its key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent_health.connectors.base import ConnectorSpec
+from agent_health.sdk import errors
+
+
+class JudgeConfig(BaseModel):
+    """Which model judges, and how to reach it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: Literal["openai", "anthropic", "bedrock"] = "openai"
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_concurrency: int = Field(default=8, ge=1)
+    timeout: float = Field(default=60.0, gt=0)
+    region: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Config(BaseModel):
+    """The whole config. Built with :func:`define_config`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    agents: dict[str, ConnectorSpec] = Field(default_factory=dict)
+    default_agent: str | None = None
+    judge: JudgeConfig | None = None
+    evaluators: dict[str, Callable[..., Any]] = Field(default_factory=dict)
+    insights: Callable[..., Any] | None = None
+    traces: dict[str, Any] = Field(default_factory=dict)
+    connectors: dict[str, Callable[..., Any]] = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0)
+    source: str | None = None
+
+    def agent(self, name: str | None) -> ConnectorSpec:
+        """The spec for ``--agent NAME|URL`` (or the default agent)."""
+        chosen = name or self.default_agent
+        if chosen is None:
+            if len(self.agents) == 1:
+                return next(iter(self.agents.values()))
+            raise errors.ConfigError(
+                "no agent chosen: pass --agent NAME|URL or set default_agent in "
+                "agent-health.config.py"
+                + (f" (agents: {', '.join(sorted(self.agents))})" if self.agents else "")
+            )
+        if chosen in self.agents:
+            return self.agents[chosen]
+        if "://" in chosen or chosen.startswith("cmd:"):
+            return ConnectorSpec.parse(chosen)
+        known = ", ".join(sorted(self.agents)) or "none configured"
+        raise errors.ConfigError(
+            f"unknown agent {chosen!r}; known agents: {known}; or give a URL such as "
+            "rest+http://127.0.0.1:8080/run"
+        )
+
+    def judge_from_env(self, environ: Mapping[str, str] | None = None) -> JudgeConfig | None:
+        """The judge config after the CI overrides ``AGENT_HEALTH_JUDGE_*``."""
+        env = os.environ if environ is None else environ
+        overrides = {
+            key: env[f"AGENT_HEALTH_JUDGE_{key.upper()}"]
+            for key in ("provider", "model", "base_url", "api_key_env")
+            if env.get(f"AGENT_HEALTH_JUDGE_{key.upper()}")
+        }
+        if not overrides:
+            return self.judge
+        base = self.judge.model_dump() if self.judge else {}
+        try:
+            return JudgeConfig.model_validate({**base, **overrides})
+        except ValidationError as err:
+            raise errors.ConfigError(
+                f"AGENT_HEALTH_JUDGE_* environment overrides are incomplete: {_first(err)}"
+            ) from err
+
+
+def define_config(**kwargs: Any) -> Config:
+    """Declare agents, judge, evaluators, insights and traces.
+
+    Example::
+
+        config = define_config(
+            agents={"rca": {"connector": "rest", "url": "http://127.0.0.1:8080/run"}},
+            judge={"provider": "openai", "model": "gpt-4o-mini",
+                   "api_key_env": "OPENAI_API_KEY"},
+        )
+    """
+    try:
+        return Config.model_validate(kwargs)
+    except ValidationError as err:
+        raise errors.ConfigError(f"define_config: {_first(err)}") from err
+
+
+def _first(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:3]:
+        where = ".".join(str(p) for p in e["loc"])
+        parts.append(f"{where}: {e['msg']}" if where else e["msg"])
+    return "; ".join(parts)

@@ -1,0 +1,139 @@
+"""The per-test context: where signals, the agent's result and the test's info live.
+
+Each running test has exactly one :class:`TestContext`, held in a ``contextvar`` that the
+engine sets in the test's own task. ``expect`` and ``judge`` imported at module level look
+it up, so two tests running at once can never see each other's signals.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agent_health.connectors.protocol import AgentReply, AgentRequest
+from agent_health.sdk import errors
+from agent_health.sdk.results import Role, RunResult, Signal, Verdict
+
+if TYPE_CHECKING:
+    from agent_health.sdk.declare import TestCase
+
+
+class AgentCaller(Protocol):
+    """The engine's seam for ``agent.run()``: sends one request through a connector."""
+
+    async def __call__(self, request: AgentRequest) -> AgentReply: ...
+
+
+class JudgeBackend(Protocol):
+    """The seam judge providers plug into (see ``agent_health.judging``)."""
+
+    async def __call__(self, request: JudgeRequest) -> Verdict: ...
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """Everything a judge backend needs to answer one ``judge()`` call."""
+
+    result: RunResult | None
+    text: str | None
+    criteria: str
+    role: Role
+    context: tuple[str, ...]
+    tools: tuple[str, ...]
+    evaluator: str | None
+    model: str | None
+    repeat: int
+    test_id: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TestInfo:
+    """What a body may know about itself (the ``test_info`` fixture)."""
+
+    __test__ = False
+
+    id: str
+    title: str
+    name: str
+    file: str
+    labels: tuple[str, ...]
+    repeat: int
+    run_id: str
+    timeout: float | None
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def skip(self, reason: str = "") -> None:
+        """Skip the running test from inside its body."""
+        raise errors.TestSkipped(reason or "skipped by the body")
+
+    def annotate(self, key: str, value: Any) -> None:
+        """Attach a key/value to the report of this test."""
+        self.annotations[key] = value
+
+
+@dataclass
+class TestContext:
+    """Mutable state of one running test; owned by exactly one task."""
+
+    __test__ = False
+
+    case: TestCase
+    info: TestInfo
+    agent_caller: AgentCaller | None
+    judge_backend: JudgeBackend | None
+    skip_judge: bool = False
+    judge_hint: str | None = None
+    signals: list[Signal] = field(default_factory=list)
+    result: RunResult | None = None
+    prompt_sent: str | None = None
+    errors: list[str] = field(default_factory=list)
+    on_judge_call: Callable[[JudgeRequest], Awaitable[None]] | None = None
+
+    def record(self, signal: Signal) -> Signal:
+        self.signals.append(signal)
+        return signal
+
+    def record_error(self, message: str) -> None:
+        """An error that makes the test ``errored`` without stopping the body."""
+        self.errors.append(message)
+
+
+_current: contextvars.ContextVar[TestContext] = contextvars.ContextVar("agent_health_test")
+
+
+def current(what: str) -> TestContext:
+    """The running test's context, or a clear error when called outside a test body."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise errors.AgentHealthError(
+            f"{what} was called outside a running test; call it inside a test body or hook"
+        ) from None
+
+
+def activate(ctx: TestContext) -> contextvars.Token[TestContext]:
+    return _current.set(ctx)
+
+
+def deactivate(token: contextvars.Token[TestContext]) -> None:
+    _current.reset(token)
+
+
+def caller_location(skip_package: str = "agent_health") -> str | None:
+    """``file:line`` of the first frame outside this package (where the user called us)."""
+    frame = inspect.currentframe()
+    pkg_dir = os.path.dirname(os.path.dirname(__file__))
+    try:
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if not filename.startswith(pkg_dir):
+                return f"{os.path.basename(filename)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+    finally:
+        del frame

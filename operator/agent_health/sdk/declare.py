@@ -1,0 +1,363 @@
+"""Declaring tests: the ``test`` object, fixtures by extension, hooks and groups.
+
+Importing a test file only *declares*: each ``@test(...)`` appends a :class:`TestCase` to
+the :class:`Collector` that the loader made current for that file. Nothing runs.
+
+Example::
+
+    from agent_health import test
+
+    async def workspace():
+        path = make_workspace()
+        yield path
+        remove(path)
+
+    test = test.extend(workspace=workspace)
+
+    @test("uses the workspace", labels=["smoke"])
+    async def uses_workspace(agent, expect, workspace):
+        result = await agent.run(f"list files in {workspace}")
+        expect(result).to_have_called_tool("ls")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import hashlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from agent_health.sdk import errors
+
+BUILTIN_FIXTURES = ("agent", "expect", "judge", "traces", "test_info")
+HookKind = Literal["before_each", "after_each", "before_all", "after_all"]
+Mode = Literal["run", "skip", "only", "fixme"]
+Body = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class FixtureDef:
+    """A fixture added by ``test.extend``: its function and the fixtures it asks for."""
+
+    name: str
+    fn: Callable[..., Any]
+    params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Hook:
+    kind: HookKind
+    fn: Callable[..., Any]
+    params: tuple[str, ...]
+    scope: tuple[str, ...]
+    fixtures: Mapping[str, FixtureDef]
+    file: str
+    line: int
+
+    def applies_to(self, case: TestCase) -> bool:
+        return case.describe_path[: len(self.scope)] == self.scope
+
+
+@dataclass(eq=False)
+class TestCase:
+    """One declared test. ``id`` is filled in by the loader (it knows the suite root)."""
+
+    __test__ = False
+
+    name: str
+    describe_path: tuple[str, ...]
+    fn: Body
+    params: tuple[str, ...]
+    fixtures: Mapping[str, FixtureDef]
+    file: str
+    line: int
+    labels: tuple[str, ...] = ()
+    description: str | None = None
+    timeout: float | None = None
+    default_prompt: str | None = None
+    context: tuple[Mapping[str, str], ...] | None = None
+    expected_outcomes: tuple[str, ...] = ()
+    expected_trajectory: tuple[Any, ...] = ()
+    skip_judge: bool = False
+    mode: Mode = "run"
+    skip_reason: str | None = None
+    id: str = ""
+    hooks: tuple[Hook, ...] = ()
+
+    @property
+    def title(self) -> str:
+        return " > ".join((*self.describe_path, self.name))
+
+    @functools.cached_property
+    def content_hash(self) -> str:
+        """Changes when the name, labels or body source change (for comparisons)."""
+        try:
+            source = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            source = getattr(self.fn, "__qualname__", "")
+        digest = hashlib.sha256()
+        for part in (self.title, "\x00".join(self.labels), source):
+            digest.update(part.encode())
+            digest.update(b"\x01")
+        return digest.hexdigest()[:16]
+
+
+@dataclass
+class Collector:
+    """What importing one file declared."""
+
+    file: str
+    cases: list[TestCase] = field(default_factory=list)
+    hooks: list[Hook] = field(default_factory=list)
+    describe_stack: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+
+    @property
+    def describe_path(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.describe_stack)
+
+    @property
+    def describe_labels(self) -> tuple[str, ...]:
+        return tuple(label for _, labels in self.describe_stack for label in labels)
+
+    def add(self, case: TestCase) -> None:
+        for other in self.cases:
+            if other.title == case.title:
+                raise errors.DefinitionError(
+                    f"duplicate test name {case.title!r} (lines {other.line} and {case.line}); "
+                    "test names must be unique within a file"
+                )
+        self.cases.append(case)
+
+
+_collector: contextvars.ContextVar[Collector] = contextvars.ContextVar("agent_health_collector")
+
+
+@contextlib.contextmanager
+def collecting(file: str) -> Iterator[Collector]:
+    """Make a fresh collector current while a file is imported (used by the loader)."""
+    collector = Collector(file=file)
+    token = _collector.set(collector)
+    try:
+        yield collector
+    finally:
+        _collector.reset(token)
+
+
+def _params(fn: Callable[..., Any]) -> tuple[str, ...]:
+    params = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise errors.DefinitionError(
+                f"{fn.__qualname__} takes *{p.name}; fixtures are injected by name only"
+            )
+        params.append(p.name)
+    return tuple(params)
+
+
+def _where(fn: Callable[..., Any]) -> tuple[str, int]:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return "<unknown>", 0
+    return code.co_filename, code.co_firstlineno
+
+
+def _check_params(owner: str, params: Sequence[str], fixtures: Mapping[str, FixtureDef]) -> None:
+    for name in params:
+        if name not in fixtures and name not in BUILTIN_FIXTURES:
+            available = ", ".join(sorted({*BUILTIN_FIXTURES, *fixtures}))
+            raise errors.DefinitionError(
+                f"{owner} asks for unknown fixture {name!r}; available: {available} "
+                "(add it with test.extend)"
+            )
+
+
+class Describe:
+    """``with test.describe("group"):`` — groups tests; titles nest, hooks inside apply."""
+
+    def __init__(self, name: str, labels: Sequence[str] = ()) -> None:
+        self.name = name
+        self.labels = tuple(labels)
+
+    def __enter__(self) -> Describe:
+        _require_collector("test.describe").describe_stack.append((self.name, self.labels))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _require_collector("test.describe").describe_stack.pop()
+
+
+def _require_collector(what: str) -> Collector:
+    try:
+        return _collector.get()
+    except LookupError:
+        raise errors.DefinitionError(
+            f"{what} used outside a test file being loaded; run files with `agent-health run`"
+        ) from None
+
+
+class TestAPI:
+    """The ``test`` object. Immutable: ``extend`` returns a new one."""
+
+    __test__ = False
+
+    def __init__(self, fixtures: Mapping[str, FixtureDef] | None = None) -> None:
+        self._fixtures: Mapping[str, FixtureDef] = MappingProxyType(dict(fixtures or {}))
+
+    @property
+    def fixtures(self) -> Mapping[str, FixtureDef]:
+        return self._fixtures
+
+    def __call__(
+        self,
+        name: str,
+        *,
+        labels: Sequence[str] = (),
+        description: str | None = None,
+        timeout: float | None = None,
+        default_prompt: str | None = None,
+        context: Sequence[Mapping[str, str]] | None = None,
+        expected_outcomes: Sequence[str] = (),
+        expected_trajectory: Sequence[Any] = (),
+        skip_judge: bool = False,
+    ) -> Callable[[Body], Body]:
+        """Declare a test whose body is the decorated ``async def``."""
+        return self._declare(
+            name,
+            mode="run",
+            reason=None,
+            options=dict(
+                labels=tuple(labels),
+                description=description,
+                timeout=timeout,
+                default_prompt=default_prompt,
+                context=tuple(context) if context is not None else None,
+                expected_outcomes=tuple(expected_outcomes),
+                expected_trajectory=tuple(expected_trajectory),
+                skip_judge=skip_judge,
+            ),
+        )
+
+    def skip(self, name: str, *, reason: str = "", **options: Any) -> Callable[[Body], Body]:
+        """Declare a test that is reported as skipped and never run."""
+        return self._declare(name, mode="skip", reason=reason or "marked skip", options=options)
+
+    def fixme(self, name: str, *, reason: str = "", **options: Any) -> Callable[[Body], Body]:
+        """Declare a known-broken test: skipped, and the report says fixme."""
+        return self._declare(name, mode="fixme", reason=reason or "fixme", options=options)
+
+    def only(self, name: str, **options: Any) -> Callable[[Body], Body]:
+        """Declare a focused test: when any test is ``only``, just those run."""
+        return self._declare(name, mode="only", reason=None, options=options)
+
+    def describe(self, name: str, *, labels: Sequence[str] = ()) -> Describe:
+        return Describe(name, labels)
+
+    def extend(self, **fixtures: Callable[..., Any]) -> TestAPI:
+        """A new ``test`` that also provides ``fixtures`` (name → function)."""
+        merged = dict(self._fixtures)
+        for name, fn in fixtures.items():
+            if not callable(fn):
+                raise errors.DefinitionError(f"fixture {name!r} must be a function, got {fn!r}")
+            merged[name] = FixtureDef(name=name, fn=fn, params=_params(fn))
+        for fixture in merged.values():
+            _check_params(f"fixture {fixture.name!r}", fixture.params, merged)
+        _check_cycles(merged)
+        return TestAPI(merged)
+
+    def before_each(self, fn: Body) -> Body:
+        return self._hook("before_each", fn)
+
+    def after_each(self, fn: Body) -> Body:
+        return self._hook("after_each", fn)
+
+    def before_all(self, fn: Body) -> Body:
+        return self._hook("before_all", fn)
+
+    def after_all(self, fn: Body) -> Body:
+        return self._hook("after_all", fn)
+
+    def _hook(self, kind: HookKind, fn: Body) -> Body:
+        params = _params(fn)
+        if kind.endswith("_all"):
+            # Hooks that run once per file get no per-test fixtures.
+            allowed: Mapping[str, FixtureDef] = {}
+            for name in params:
+                raise errors.DefinitionError(
+                    f"test.{kind} hook {fn.__qualname__} asks for fixture {name!r}; "
+                    "all-hooks run once per file and take no fixtures"
+                )
+        else:
+            allowed = self._fixtures
+            _check_params(f"test.{kind} hook {fn.__qualname__}", params, allowed)
+        collector = _require_collector(f"test.{kind}")
+        file, line = _where(fn)
+        collector.hooks.append(Hook(kind, fn, params, collector.describe_path, allowed, file, line))
+        return fn
+
+    def _declare(
+        self, name: str, *, mode: Mode, reason: str | None, options: Mapping[str, Any]
+    ) -> Callable[[Body], Body]:
+        if not isinstance(name, str) or not name.strip():
+            raise errors.DefinitionError(f"a test needs a non-empty name, got {name!r}")
+
+        def decorate(fn: Body) -> Body:
+            if not inspect.iscoroutinefunction(fn):
+                raise errors.DefinitionError(
+                    f"test {name!r}: the body {getattr(fn, '__qualname__', fn)!r} "
+                    "must be an `async def`"
+                )
+            params = _params(fn)
+            _check_params(f"test {name!r}", params, self._fixtures)
+            file, line = _where(fn)
+            try:
+                collector = _collector.get()
+            except LookupError:
+                return fn  # imported outside the loader: declare nothing
+            opts = dict(options)
+            opts["labels"] = (*collector.describe_labels, *tuple(opts.get("labels", ())))
+            case = TestCase(
+                name=name,
+                describe_path=collector.describe_path,
+                fn=fn,
+                params=params,
+                fixtures=self._fixtures,
+                file=file,
+                line=line,
+                mode=mode,
+                skip_reason=reason if mode in ("skip", "fixme") else None,
+                **opts,
+            )
+            collector.add(case)
+            return fn
+
+        return decorate
+
+
+def _check_cycles(fixtures: Mapping[str, FixtureDef]) -> None:
+    state: dict[str, int] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == 2 or name not in fixtures:
+            return
+        if state.get(name) == 1:
+            raise errors.DefinitionError(
+                "fixtures depend on each other in a cycle: " + " -> ".join((*chain, name))
+            )
+        state[name] = 1
+        for dep in fixtures[name].params:
+            if dep != name:
+                visit(dep, (*chain, name))
+            else:
+                raise errors.DefinitionError(f"fixture {name!r} asks for itself")
+        state[name] = 2
+
+    for fixture_name in fixtures:
+        visit(fixture_name, ())
+
+
+test = TestAPI()

@@ -1,0 +1,62 @@
+"""Errors of the test SDK.
+
+::
+
+    AgentHealthError
+     ├── DefinitionError        a test, fixture or hook is declared wrongly (found at discovery)
+     ├── FixtureError           a fixture failed its contract (no yield, two yields)
+     ├── AgentRunError          agent.run() was misused (second call, no prompt, no agent)
+     ├── MatcherUsageError      a matcher got a value it cannot check (a bug in the test)
+     ├── JudgeError             the judge could not be asked (unknown evaluator, bad arguments)
+     ├── ConfigError            the config file is wrong
+     └── TestSkipped            test_info.skip() was called in the body
+
+    AssertionError
+     └── ExpectationFailed      a hard failure the body cannot continue from
+          └── JudgeFailed       verdict.to_pass() / verdict.or_throw() on a failed verdict
+
+Errors that are not ``AssertionError`` make a test ``errored``; ``AssertionError`` (a
+plain ``assert`` too) makes it ``failed``.
+"""
+
+
+class AgentHealthError(Exception):
+    """Base of the SDK's own errors."""
+
+
+class DefinitionError(AgentHealthError):
+    """A test, fixture or hook is declared wrongly."""
+
+
+class FixtureError(AgentHealthError):
+    """A fixture broke its contract."""
+
+
+class AgentRunError(AgentHealthError):
+    """``agent.run()`` was called in a way that cannot work."""
+
+
+class MatcherUsageError(AgentHealthError, TypeError):
+    """A matcher was given a value it cannot check."""
+
+
+class JudgeError(AgentHealthError):
+    """The judge could not be asked."""
+
+
+class ConfigError(AgentHealthError):
+    """The config file is wrong."""
+
+
+class TestSkipped(AgentHealthError):
+    """Raised by ``test_info.skip(reason)`` to skip the running test."""
+
+    __test__ = False
+
+
+class ExpectationFailed(AssertionError):
+    """A check failed and the body cannot go on."""
+
+
+class JudgeFailed(ExpectationFailed):
+    """A verdict that did not pass was asserted."""

@@ -1,0 +1,187 @@
+"""Immutable results: RunResult (one agent.run), Signal (one observation), Verdict, TestResult."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
+from agent_health.sdk import errors
+
+Status = Literal["passed", "failed", "errored", "skipped"]
+SignalKind = Literal["deterministic", "judge", "metric"]
+Role = Literal["gate", "observe", "neutral"]
+
+
+class Trajectory(tuple[Step, ...]):
+    """The agent's steps, in order, with helpers for the common questions."""
+
+    def tool_calls(self, name: str | None = None) -> list[Step]:
+        """Every ``tool_call`` step, optionally only those of tool ``name``."""
+        return [s for s in self if s.type == "tool_call" and (name is None or s.tool_name == name)]
+
+    def first_tool_call(self, name: str | None = None) -> Step | None:
+        calls = self.tool_calls(name)
+        return calls[0] if calls else None
+
+    def steps_of_type(self, kind: str) -> list[Step]:
+        return [s for s in self if s.type == kind]
+
+    def tool_errors(self) -> list[Step]:
+        return [s for s in self if s.status == "error"]
+
+
+class RunResult(BaseModel):
+    """The immutable capture of one ``agent.run()``."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    run_id: str
+    prompt: str
+    context: tuple[ContextItem, ...] = ()
+    output: str = ""
+    trajectory_steps: tuple[Step, ...] = Field(default=(), alias="trajectory")
+    token_usage: TokenUsage = Field(default_factory=TokenUsage)
+    duration_ms: float = 0.0
+    raw: dict[str, Any] = Field(default_factory=dict)
+    traceparent: str | None = None
+
+    @property
+    def trajectory(self) -> Trajectory:
+        return Trajectory(self.trajectory_steps)
+
+    def tool_calls(self, name: str | None = None) -> list[Step]:
+        return self.trajectory.tool_calls(name)
+
+    def json(self) -> Any:  # type: ignore[override]
+        """The output parsed as JSON (raises a clear error when it is not JSON)."""
+        try:
+            return json.loads(self.output)
+        except ValueError as err:
+            raise errors.ExpectationFailed(
+                f"agent output is not JSON: {self.output[:120]!r}"
+            ) from err
+
+    @property
+    def traces(self) -> Any:
+        raise errors.AgentHealthError(
+            f"traces are not enabled for run {self.run_id}; configure traces={{...}} "
+            "in agent-health.config.py"
+        )
+
+
+class Signal(BaseModel):
+    """One observation recorded during a test."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: SignalKind
+    role: Role
+    name: str
+    passed: bool | None
+    score: float | None = None
+    weight: float = 1.0
+    evidence: dict[str, Any] | None = None
+    reasoning: str | None = None
+    error: str | None = None
+    location: str | None = None
+
+    def or_throw(self) -> Signal:
+        """Stop the body here when this check failed: ``expect(x).to_equal(1).or_throw()``."""
+        if self.passed is False and self.role == "gate":
+            raise errors.ExpectationFailed(f"{self.name} failed: {self.evidence}")
+        return self
+
+
+class Verdict(BaseModel):
+    """A judge's answer, handed back to the body."""
+
+    model_config = ConfigDict(frozen=True)
+
+    criteria: str
+    passed: bool | None
+    score: float | None = None
+    reasoning: str = ""
+    role: Role = "gate"
+    cached: bool = False
+    skipped: bool = False
+    errored: bool = False
+    error: str | None = None
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def to_pass(self) -> Verdict:
+        """Assert that the verdict passed (a failed test otherwise; skipped passes)."""
+        if self.errored:
+            raise errors.JudgeError(f"judge errored on {self.criteria!r}: {self.error}")
+        if self.passed is False:
+            raise errors.JudgeFailed(f"judge: {self.criteria!r} not met: {self.reasoning}")
+        return self
+
+    def or_throw(self) -> Verdict:
+        """Stop the body here unless the verdict passed (skipped lets the body go on)."""
+        return self.to_pass()
+
+
+class TestResult(BaseModel):
+    """The outcome of one (test, repeat)."""
+
+    __test__ = False
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    title: str
+    file: str
+    line: int
+    labels: tuple[str, ...] = ()
+    repeat: int = 0
+    status: Status
+    score: float | None = None
+    error: str | None = None
+    run_id: str
+    prompt: str | None = None
+    duration_ms: float = 0.0
+    started_at: float = 0.0
+    signals: tuple[Signal, ...] = ()
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    insights: dict[str, Any] | None = None
+    token_usage: TokenUsage = Field(default_factory=TokenUsage)
+    content_hash: str = ""
+    skip_reason: str | None = None
+
+    def gates(self) -> Iterator[Signal]:
+        return (s for s in self.signals if s.role == "gate")
+
+
+def evidence(expected: Any, actual: Any, **extra: Any) -> dict[str, Any]:
+    """Evidence for a deterministic signal, made JSON-safe."""
+    return {
+        "expected": _safe(expected),
+        "actual": _safe(actual),
+        **{k: _safe(v) for k, v in extra.items()},
+    }
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_safe(v) for v in value]
+    return repr(value)
+
+
+def describe_callable(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def summarize(values: Sequence[Any]) -> str:
+    return ", ".join(str(v) for v in values)

@@ -1,0 +1,40 @@
+"""Shared fixtures: the example agent as a real HTTP server on 127.0.0.1, suite helpers."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "agents"))
+
+import triage_agent  # noqa: E402
+
+
+@pytest.fixture
+async def triage_url() -> AsyncIterator[str]:
+    """The example triage agent, served on a free loopback port for this test."""
+    runners, url = await triage_agent.start()
+    try:
+        yield url
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+@pytest.fixture
+def write_suite(tmp_path: Path) -> Callable[..., Path]:
+    """Write test files (name → source) into a fresh suite folder and return it."""
+
+    def write(**files: str) -> Path:
+        for name, source in files.items():
+            path = tmp_path / name.replace("__", "/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(source))
+        return tmp_path
+
+    return write

@@ -1,0 +1,33 @@
+"""Run the real CLI in a worker thread (it owns its own event loop) and read its report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_health import cli
+
+
+@dataclass
+class Run:
+    code: int
+    report: dict[str, Any]
+
+    def by_name(self, name: str) -> dict[str, Any]:
+        matches = [t for t in self.report["tests"] if t["name"] == name]
+        assert matches, f"no test named {name!r} in {[t['name'] for t in self.report['tests']]}"
+        return matches[0]
+
+
+def run_cli_sync(suite: Path, *args: str) -> Run:
+    out = suite / ".report.json"
+    code = cli.main(["run", str(suite), "--reporter", f"json:{out}", *args])
+    report = json.loads(out.read_text()) if out.exists() else {}
+    return Run(code, report)
+
+
+async def run_cli(suite: Path, *args: str) -> Run:
+    return await asyncio.to_thread(run_cli_sync, suite, *args)
