@@ -23,7 +23,8 @@ class Run:
 
 
 def run_cli_sync(suite: Path, *args: str) -> Run:
-    out = suite / ".report.json"
+    out = (suite if suite.is_dir() else suite.parent) / ".report.json"
+    out.unlink(missing_ok=True)
     code = cli.main(["run", str(suite), "--reporter", f"json:{out}", *args])
     report = json.loads(out.read_text()) if out.exists() else {}
     return Run(code, report)

@@ -150,6 +150,7 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
     load_errors = [str(e) for e in suite.errors]
     if not cases and not load_errors:
         console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
+        _write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
         return EXIT_OK if args.pass_with_no_tests else EXIT_USAGE
     spec = config.agent(args.agent) if (args.agent or config.agents) else None
     skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in ("", "0")
@@ -168,11 +169,17 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
         not_run=outcome.not_run,
     )
     terminal.summary(console, report, hints=hints)
+    _write_reports(outputs, report, console)
+    return exit_code(report)
+
+
+def _write_reports(
+    outputs: list[tuple[str, Path | None]], report: RunReport, console: Console
+) -> None:
     for kind, path in outputs:
         if path is not None:
             reporters.write(kind, path, report)
             console.print(f"{kind} report: {path}")
-    return exit_code(report)
 
 
 def exit_code(report: RunReport) -> int:
