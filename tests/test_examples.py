@@ -35,12 +35,14 @@ def test_quickstart_passes_against_the_example_agent(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(report.read_text())
     assert data["version"] == 1
-    assert data["summary"]["passed"] == 4
+    assert data["summary"]["passed"] == 5
     assert "hint: no judge configured" in proc.stdout
     rca = next(t for t in data["tests"] if t["name"] == "payment RCA names the DB outage")
     assert rca["labels"] == ["category:RCA", "difficulty:hard"]
     assert rca["metrics"]["tool_histogram"] == {"search_logs": 1, "service_status": 1}
-    assert junit.read_text().count("<testcase ") == 4
+    assert junit.read_text().count("<testcase ") == 5
+    data_case = next(t for t in data["tests"] if t["file"] == "triage.cases.json")
+    assert data_case["labels"] == ["category:RCA", "difficulty:medium"]
 
 
 @pytest.mark.slow

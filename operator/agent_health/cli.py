@@ -129,7 +129,7 @@ def _list(args: argparse.Namespace, console: Console, err_console: Console) -> i
         for c in cases:
             labels = f"  [{', '.join(c.labels)}]" if c.labels else ""
             mode = f"  ({c.mode})" if c.mode != "run" else ""
-            console.print(f"{c.id}{labels}{mode}")
+            console.print(f"{c.id}{labels}{mode}", markup=False)
         console.print(f"{len(cases)} tests in {len(suite.files)} files")
     return EXIT_USAGE if suite.errors else EXIT_OK
 

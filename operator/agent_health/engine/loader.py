@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
+from agent_health.engine import datasuite
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import declare, errors
 
@@ -50,6 +51,8 @@ class Suite:
 
 def is_test_file(path: Path) -> bool:
     name = path.name
+    if datasuite.is_data_file(path):
+        return True
     return name.endswith(".py") and (
         name.startswith("test_") or name.endswith("_test.py") or name.endswith(".test.py")
     )
@@ -122,6 +125,17 @@ def load(paths: Sequence[Path]) -> Suite:
     for path in find_files([p for p in paths if p.exists()]):
         shown = _relative(path, root)
         suite.files.append(shown)
+        if path.suffix == ".json":
+            try:
+                declared = datasuite.load(path)
+            except errors.DefinitionError as err:
+                suite.errors.append(LoadError(shown, None, str(err)))
+                continue
+            suite.hooks[shown] = []
+            suite.cases.extend(
+                replace(case, id=f"{shown}::{case.title}", file=shown) for case in declared
+            )
+            continue
         with declare.collecting(str(path)) as collector:
             try:
                 import_file(path)

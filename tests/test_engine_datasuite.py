@@ -1,0 +1,62 @@
+"""JSON case files in the established format run as tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from helpers import run_cli, run_cli_sync
+
+CASES = [
+    {
+        "name": "payment outage",
+        "description": "RCA of the payment service",
+        "category": "RCA",
+        "difficulty": "Hard",
+        "initialPrompt": "Diagnose why the payment service is failing.",
+        "context": [{"description": "Error log", "value": "Connection refused"}],
+        "expectedOutcomes": ["names db-primary"],
+        "expectedTrajectory": [
+            {"step": 1, "description": "logs", "requiredTools": ["search_logs"]},
+            {"step": 2, "description": "status", "requiredTools": ["service_status"]},
+        ],
+    },
+    {
+        "name": "needs a tool it never calls",
+        "labels": ["custom"],
+        "initialPrompt": "Is the search service healthy?",
+        "expectedTrajectory": [{"step": 1, "description": "x", "requiredTools": ["restart_pod"]}],
+    },
+]
+
+
+async def test_cases_run_as_tests(write_suite: Any, triage_url: str) -> None:
+    suite = write_suite(**{"suite.cases.json": json.dumps(CASES)})
+    run = await run_cli(suite, "--agent", f"rest+{triage_url}")
+    payment = run.by_name("payment outage")
+    assert payment["status"] == "passed"
+    assert payment["labels"] == ["category:RCA", "difficulty:hard"]
+    assert payment["prompt"] == "Diagnose why the payment service is failing."
+    kinds = [(s["kind"], s["role"]) for s in payment["signals"]]
+    assert kinds == [("deterministic", "gate"), ("deterministic", "gate"), ("judge", "neutral")]
+    missing = run.by_name("needs a tool it never calls")
+    assert missing["status"] == "failed"
+    assert missing["labels"] == ["custom"]
+    assert run.code == 1
+
+
+def test_bad_case_names_the_case_and_field(write_suite: Any) -> None:
+    suite = write_suite(
+        **{"test_bad.json": json.dumps([{"name": "ok", "initialPrompt": "x"}, {"name": "broken"}])}
+    )
+    run = run_cli_sync(suite, "--pass-with-no-tests")
+    assert run.code == 2
+    assert run.report["summary"]["load_errors"] == [
+        "test_bad.json: case [1] 'broken': initialPrompt: Field required"
+    ]
+
+
+def test_invalid_json_names_the_line(write_suite: Any) -> None:
+    suite = write_suite(**{"x.cases.json": '[\n{"name": "a",\n'})
+    run = run_cli_sync(suite, "--pass-with-no-tests")
+    assert run.report["summary"]["load_errors"][0].startswith("x.cases.json: line 3: invalid JSON")
