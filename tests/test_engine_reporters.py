@@ -1,0 +1,141 @@
+"""Terminal progress (TTY and plain), the summary, and the JSON report shape."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+
+from agent_health.engine.report import RunReport
+from agent_health.engine.reporters import terminal
+from agent_health.sdk.results import Signal, TestResult
+from helpers import run_cli_sync
+
+
+def _result(name: str, status: Any, **kw: Any) -> TestResult:
+    return TestResult(
+        id=f"f.py::{name}",
+        name=name,
+        title=name,
+        file="f.py",
+        line=1,
+        status=status,
+        run_id="r",
+        **kw,
+    )
+
+
+RESULTS = [
+    _result("ok", "passed", score=1.0),
+    _result(
+        "bad",
+        "failed",
+        score=0.0,
+        signals=(
+            Signal(
+                kind="deterministic",
+                role="gate",
+                name="to_equal(2)",
+                passed=False,
+                evidence={"expected": 2, "actual": 1},
+                location="f.py:9",
+            ),
+        ),
+    ),
+    _result("boom", "errored", error="cannot connect to agent at http://x (is it running?)"),
+]
+
+
+def test_plain_progress_prints_one_line_per_test() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    with terminal.LiveProgress(console, 3) as progress:
+        for r in RESULTS:
+            progress.on_test_end(r)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("✓ passed  f.py › ok")
+    assert lines[1].startswith("✗ failed  f.py › bad")
+    assert lines[2].endswith("— cannot connect to agent at http://x (is it running?)")
+
+
+def test_tty_progress_shows_a_bar_and_failures() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120)
+    with terminal.LiveProgress(console, 3) as progress:
+        assert progress.live
+        for r in RESULTS:
+            progress.on_test_end(r)
+    text = out.getvalue()
+    assert "running" in text
+    assert "3/3" in text
+    assert "f.py › bad" in text  # failures are printed above the bar
+
+
+def test_summary_lists_reasons_and_totals() -> None:
+    out = io.StringIO()
+    report = RunReport.build(RESULTS, duration_ms=1234.0)
+    terminal.summary(Console(file=out, width=200), report, hints=["a hint"])
+    text = out.getvalue()
+    assert "to_equal(2) (f.py:9)" in text
+    assert '"expected": 2, "actual": 1' in text
+    assert "error: cannot connect" in text
+    assert "hint: a hint" in text
+    assert "1 passed, 1 failed, 1 errored, 0 skipped — pass rate 50%" in text
+
+
+def test_json_report_shape() -> None:
+    report = RunReport.build(RESULTS, duration_ms=10.0).model_dump(mode="json")
+    assert report["version"] == 1
+    assert list(report["summary"])[:9] == [
+        "total",
+        "passed",
+        "failed",
+        "errored",
+        "skipped",
+        "pass_rate",
+        "score",
+        "duration_ms",
+        "tokens",
+    ]
+    assert report["summary"]["pass_rate"] == 0.5
+    assert report["summary"]["score"] == 0.5  # errored has no score, never a zero
+    first = report["tests"][0]
+    for key in (
+        "id",
+        "name",
+        "file",
+        "labels",
+        "repeat",
+        "status",
+        "score",
+        "error",
+        "run_id",
+        "prompt",
+        "duration_ms",
+        "signals",
+        "metrics",
+        "insights",
+    ):
+        assert key in first
+
+
+def test_matcher_misuse_errors_the_test_with_one_line(write_suite: Any) -> None:
+    suite = write_suite(
+        **{
+            "test_misuse.py": """
+            from agent_health import test
+
+            @test("misuse")
+            async def misuse(expect):
+                expect("just a string").to_have_called_tool("search_logs")
+            """
+        }
+    )
+    run = run_cli_sync(suite)
+    entry = run.by_name("misuse")
+    assert entry["status"] == "errored"
+    assert entry["error"] == (
+        "expect(...).to_have_called_tool needs a RunResult (what agent.run() returned), got str"
+    )
+    assert run.code == 3
