@@ -5,12 +5,11 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from rich.console import Console
-
 from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
 from agent_health.sdk.results import Signal, TestResult
 from helpers import run_cli_sync
+from rich.console import Console
 
 
 def _result(name: str, status: Any, **kw: Any) -> TestResult:
