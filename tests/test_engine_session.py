@@ -210,3 +210,22 @@ def test_unknown_reporter_is_usage_error(write_suite: Any, capsys: Any) -> None:
     suite = write_suite(**{"test_flaky.py": FLAKY})
     assert cli.main(["run", str(suite), "--reporter", "html5"]) == 2
     assert "unknown reporter 'html5'" in capsys.readouterr().err
+
+
+def test_a_timeout_error_raised_by_the_body_is_not_our_timeout(write_suite: Any) -> None:
+    suite = write_suite(
+        **{
+            "test_own_timeout.py": """
+            import asyncio
+            from agent_health import test
+
+            @test("own timeout")
+            async def own():
+                await asyncio.wait_for(asyncio.Event().wait(), 0.01)
+            """
+        }
+    )
+    entry = run_cli_sync(suite).by_name("own timeout")
+    assert entry["status"] == "errored"
+    assert entry["error"].startswith("TimeoutError")
+    assert "timed out after" not in entry["error"]

@@ -100,14 +100,19 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
     scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures)
     skip_reason: str | None = None
     try:
+        deadline = asyncio.timeout(timeout)
         try:
-            async with asyncio.timeout(timeout):
+            async with deadline:
                 for hook in case.hooks:
                     if hook.kind == "before_each":
                         await _hook(scope, hook)
                 await scope.call(case.fn, case.params)
-        except TimeoutError:
-            ctx.record_error(f"timed out after {timeout:g} s")
+        except TimeoutError as err:
+            # Only our own deadline is "timed out"; a TimeoutError the body raised is its error.
+            if deadline.expired():
+                ctx.record_error(f"timed out after {timeout:g} s")
+            else:
+                ctx.record_error(describe_error(err, case.file))
         except errors.TestSkipped as err:
             skip_reason = str(err)
         except AssertionError as err:
