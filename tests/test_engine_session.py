@@ -229,3 +229,27 @@ def test_a_timeout_error_raised_by_the_body_is_not_our_timeout(write_suite: Any)
     assert entry["status"] == "errored"
     assert entry["error"].startswith("TimeoutError")
     assert "timed out after" not in entry["error"]
+
+
+def test_scores_are_weighted_and_absent_when_nothing_was_scored(write_suite: Any) -> None:
+    suite = write_suite(
+        **{
+            "test_scores.py": """
+            from agent_health import test
+
+            @test("weighted")
+            async def weighted(expect):
+                expect(1).to_equal(1, weight=3)
+                expect(1).to_equal(2)
+
+            @test("nothing scored")
+            async def nothing():
+                pass
+            """
+        }
+    )
+    run = run_cli_sync(suite)
+    assert run.by_name("weighted")["score"] == 0.75
+    assert run.by_name("weighted")["status"] == "failed"
+    assert run.by_name("nothing scored")["score"] is None
+    assert run.report["summary"]["score"] == 0.75

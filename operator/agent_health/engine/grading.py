@@ -25,7 +25,7 @@ def decide(signals: Sequence[Signal], errors: Sequence[str], skipped: bool) -> S
 
 
 def score(signals: Sequence[Signal], status: Status) -> float | None:
-    """Weighted mean of the scored signals; ``None`` when there are none or it errored."""
+    """Weighted mean of the scored signals; ``None`` when there are none, or it errored."""
     if status in ("errored", "skipped"):
         return None
     total = 0.0
@@ -36,5 +36,5 @@ def score(signals: Sequence[Signal], status: Status) -> float | None:
         total += s.score * s.weight
         weights += s.weight
     if weights == 0:
-        return 1.0 if status == "passed" else 0.0
+        return None  # nothing was scored: no number is more honest than an invented one
     return round(total / weights, 6)
