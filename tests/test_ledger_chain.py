@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from agent_health.ledger import chain, errors, filestore, records
 from hypothesis import given
 from hypothesis import strategies as st
-
-from agent_health.ledger import chain, errors, filestore, records
 
 KEY = b"k" * 32
 OTHER_KEY = b"x" * 32

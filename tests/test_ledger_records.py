@@ -6,12 +6,11 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import agent_health.ledger as ledger_pkg
 import pytest
+from agent_health.ledger import errors, records, usage
 from hypothesis import given
 from hypothesis import strategies as st
-
-import agent_health.ledger as ledger_pkg
-from agent_health.ledger import errors, records, usage
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 T1 = datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC)

@@ -21,6 +21,7 @@ This package is a leaf: it imports nothing else of agent_health, so the gateway 
 small.
 """
 
+from agent_health.ledger.audit import LedgerReport, verify_url
 from agent_health.ledger.backends import Backend, Options, from_url, schemes
 from agent_health.ledger.chain import (
     Problem,
@@ -50,7 +51,6 @@ from agent_health.ledger.records import (
     parse_line,
 )
 from agent_health.ledger.usage import TokenUsage
-from agent_health.ledger.audit import LedgerReport, verify_url
 
 __all__ = [
     "Backend",
