@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -225,6 +226,22 @@ async def test_forbidden_names_the_permission(kube: tuple[FakeKube, str]) -> Non
     with pytest.raises(errors.BackendError, match=r"refused to read the ConfigMap \(403.*grant"):
         await backend.read("c")
     await backend.close()
+
+
+async def test_token_from_the_service_account_mount(
+    kube: tuple[FakeKube, str], tmp_path: Path
+) -> None:
+    _, api = kube
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    mounted = backends.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path))
+    backend = backends.from_url("configmap://agents/ledger", mounted)
+    await backend.append("c", ["via the mounted token"])
+    assert await backend.read("c") == ["via the mounted token"]
+    await backend.close()
+
+    unmounted = backends.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path / "no"))
+    with pytest.raises(errors.BackendConfigError, match=r"no Kubernetes token given and .*token"):
+        await backends.from_url("configmap://agents/ledger", unmounted).cells()
 
 
 async def test_unreachable_api_is_a_backend_error() -> None:

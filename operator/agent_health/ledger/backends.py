@@ -64,6 +64,10 @@ class Options(BaseModel):
         default=None, description="bearer token; default: the mounted service-account token"
     )
     kube_ca_file: str | None = None
+    kube_service_account_dir: str = Field(
+        default="/var/run/secrets/kubernetes.io/serviceaccount",
+        description="where the pod's token and ca.crt are mounted",
+    )
     configmap_max_bytes: int = Field(default=1024 * 1024, gt=0)
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="extra fsspec options for object stores"

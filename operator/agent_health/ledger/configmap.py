@@ -26,7 +26,6 @@ import httpx
 
 from agent_health.ledger import backends, errors
 
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 CHUNK_BYTES = 256 * 1024
 MAX_ATTEMPTS = 20
 _KEY = re.compile(r"^(?P<cell>.+)\.jsonl\.gz\.(?P<index>\d+)$")
@@ -69,9 +68,7 @@ class ConfigMapBackend:
         async with self._lock:
             for attempt in range(MAX_ATTEMPTS):
                 current = await self._get()
-                data = dict((current or {}).get("binaryData") or {})
-                await asyncio.to_thread(self._add, data, cell, text)
-                self._check_size(current, data)
+                data = await asyncio.to_thread(self._compose, current, cell, text)
                 if await self._store(current, data):
                     return
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
@@ -101,6 +98,13 @@ class ConfigMapBackend:
             self._client = None
 
     # -- chunks ---------------------------------------------------------------------------
+
+    def _compose(self, current: ConfigMap | None, cell: str, text: str) -> dict[str, str]:
+        """The new ``binaryData``: ``text`` added to ``cell``, checked against the size limit."""
+        data = dict((current or {}).get("binaryData") or {})
+        self._add(data, cell, text)
+        self._check_size(current, data)
+        return data
 
     def _add(self, data: dict[str, str], cell: str, text: str) -> None:
         """Add ``text`` to ``cell``'s last chunk, or a new chunk when that one is full."""
@@ -200,19 +204,18 @@ class ConfigMapBackend:
         opts = self._options
         base = opts.kube_api_url
         if base is None:
-            host, port = (
-                os.environ.get("KUBERNETES_SERVICE_HOST"),
-                os.environ.get("KUBERNETES_SERVICE_PORT", "443"),
-            )
+            host = os.environ.get("KUBERNETES_SERVICE_HOST")
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             if not host:
                 raise errors.BackendConfigError(
                     f"ledger {self.url}: not running in a cluster (KUBERNETES_SERVICE_HOST "
                     "unset) and no Kubernetes API URL given (Options.kube_api_url)"
                 )
             base = f"https://{host}:{port}"
+        account = Path(opts.kube_service_account_dir)
         token = opts.kube_token
         if token is None:
-            token_file = SERVICE_ACCOUNT / "token"
+            token_file = account / "token"
             try:
                 token = token_file.read_text().strip()
             except OSError as err:
@@ -221,7 +224,7 @@ class ConfigMapBackend:
                     f"unreadable ({err.strerror or err})"
                 ) from err
         ca = opts.kube_ca_file or (
-            str(SERVICE_ACCOUNT / "ca.crt") if (SERVICE_ACCOUNT / "ca.crt").exists() else None
+            str(account / "ca.crt") if (account / "ca.crt").exists() else None
         )
         return base, token, ca if ca else True
 
