@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from agent_health import connectors, judging
+from agent_health import connectors, judging, ledger
 from agent_health.engine import agent_process, loader, reporters, runner, select, session
 from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
@@ -70,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.add_argument("--grep")
     ls.add_argument("--label", action="append", default=[])
+
+    ledger_cmd = sub.add_parser("ledger", help="inspect recorded cell ledgers")
+    ledger_sub = ledger_cmd.add_subparsers(dest="ledger_command", required=True)
+    verify = ledger_sub.add_parser("verify", help="check every cell's HMAC chain")
+    verify.add_argument(
+        "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
+    )
+    verify.add_argument("--key-file", help=f"the ledger key (default: ${ledger.chain.KEY_ENV})")
+    verify.add_argument(
+        "--allow-open", action="store_true", help="accept cells without a cell-end record"
+    )
     return parser
 
 
@@ -80,12 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "list":
             return _list(args, console, err_console)
+        if args.command == "ledger":
+            return _ledger_verify(args, console, err_console)
         return _run(args, console, err_console)
     except (
         UsageError,
         errors.ConfigError,
         errors.DefinitionError,
         connectors.ConnectorError,
+        ledger.LedgerError,
     ) as err:
         err_console.print(f"[red]error:[/] {err}")
         return EXIT_USAGE
@@ -132,6 +146,21 @@ def _list(args: argparse.Namespace, console: Console, err_console: Console) -> i
             console.print(f"{c.id}{labels}{mode}", markup=False)
         console.print(f"{len(cases)} tests in {len(suite.files)} files")
     return EXIT_USAGE if suite.errors else EXIT_OK
+
+
+def _ledger_verify(args: argparse.Namespace, console: Console, err_console: Console) -> int:
+    key = ledger.load_key(args.key_file)
+    report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
+    if not report.cells:
+        raise UsageError(f"no ledger cells found at {args.url}")
+    bad = report.first_bad
+    if bad is not None:
+        err_console.print(f"[red]tampered:[/] {bad}")
+        return EXIT_FAILED
+    for cell in report.cells:
+        console.print(str(cell))
+    console.print(f"{len(report.cells)} cells verified")
+    return EXIT_OK
 
 
 def _run(args: argparse.Namespace, console: Console, err_console: Console) -> int:

@@ -1,1 +1,84 @@
-"""Ledger records and backends (DESIGN.md §6): per-cell append-only JSONL, HMAC-chained."""
+"""The ledger: per-cell, append-only, tamper-evident records of what happened (DESIGN.md §6).
+
+A cell's ledger is JSON lines, one versioned pydantic record per line
+(:mod:`~agent_health.ledger.records`), in this order:
+
+* ``cell-meta`` — test id, repeat, run id, pinned image digests, start time (always first);
+* ``exchange`` — one HTTP exchange through the gateway: principal (controller, target,
+  peer:NAME, judge) and the token that proves it, method, path, status, times, sizes,
+  sha256 of both bodies, token usage parsed from completions (:mod:`~agent_health.ledger.
+  usage`), the upstream error if any;
+* ``run-result`` — the agent's reply to ``agent.run()``; ``signal`` — one signal of the body;
+* ``cell-end`` — the controller's final status and exit info (always last).
+
+Every record carries ``seq`` and ``mac = HMAC-SHA256(key, previous mac || canonical JSON)``
+(:mod:`~agent_health.ledger.chain`); only the gateway holds the key, so removing, reordering,
+editing or forging a record breaks the chain at that record, and :func:`verify` names it.
+Backends are chosen by URL (:func:`from_url`): ``file://DIR``, ``configmap://NS/NAME``,
+``s3://BUCKET/PREFIX``, ``gs://BUCKET/PREFIX``.
+
+This package is a leaf: it imports nothing else of agent_health, so the gateway image stays
+small.
+"""
+
+from agent_health.ledger.audit import LedgerReport, verify_url
+from agent_health.ledger.backends import Backend, Options, from_url, schemes
+from agent_health.ledger.chain import (
+    Problem,
+    Sealer,
+    VerifyResult,
+    Writer,
+    load_key,
+    verify,
+)
+from agent_health.ledger.errors import (
+    BackendConfigError,
+    BackendError,
+    ChainError,
+    LedgerError,
+    LedgerKeyError,
+    LedgerTooLarge,
+    RecordError,
+)
+from agent_health.ledger.records import (
+    CellEnd,
+    CellMeta,
+    Exchange,
+    Record,
+    RunResultRecord,
+    SignalRecord,
+    dump_line,
+    parse_line,
+)
+from agent_health.ledger.usage import TokenUsage
+
+__all__ = [
+    "Backend",
+    "BackendConfigError",
+    "BackendError",
+    "CellEnd",
+    "CellMeta",
+    "ChainError",
+    "Exchange",
+    "LedgerError",
+    "LedgerKeyError",
+    "LedgerReport",
+    "LedgerTooLarge",
+    "Options",
+    "Problem",
+    "Record",
+    "RecordError",
+    "RunResultRecord",
+    "Sealer",
+    "SignalRecord",
+    "TokenUsage",
+    "VerifyResult",
+    "Writer",
+    "dump_line",
+    "from_url",
+    "load_key",
+    "parse_line",
+    "schemes",
+    "verify",
+    "verify_url",
+]

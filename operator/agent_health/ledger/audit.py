@@ -1,0 +1,98 @@
+"""Audit a whole ledger: verify every cell, as ``agent-health ledger verify PATH|URL`` does.
+
+>>> import asyncio
+>>> report = asyncio.run(verify_url("/tmp/no-such-ledger", b"k" * 32))
+>>> report.ok, report.cells
+(False, [])
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from agent_health.ledger import backends, chain, errors, filestore
+
+
+class CellReport(BaseModel):
+    """One cell's chain: how many records verified, and the first bad one if any."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cell: str
+    result: chain.VerifyResult
+
+    def __str__(self) -> str:
+        if self.result.ok:
+            return f"{self.cell}: ok ({self.result.records} records)"
+        return f"{self.cell}: {self.result.problem}"
+
+
+class LedgerReport(BaseModel):
+    """Every cell of a ledger. ``ok`` only when there is at least one cell and all verify."""
+
+    model_config = ConfigDict(frozen=True)
+
+    url: str
+    cells: list[CellReport]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.cells) and all(c.result.ok for c in self.cells)
+
+    @property
+    def first_bad(self) -> CellReport | None:
+        """The first cell (by name) whose chain does not verify."""
+        return next((c for c in self.cells if not c.result.ok), None)
+
+
+async def verify_backend(
+    backend: backends.Backend, key: bytes, *, complete: bool = True
+) -> LedgerReport:
+    """Read and verify every cell of an open backend."""
+    reports = []
+    for cell in await backend.cells():
+        lines = await backend.read(cell)
+        result = await asyncio.to_thread(chain.verify, lines, key, complete=complete)
+        reports.append(CellReport(cell=cell, result=result))
+    return LedgerReport(url=backend.url, cells=reports)
+
+
+async def verify_url(
+    url: str,
+    key: bytes,
+    *,
+    options: backends.Options | None = None,
+    complete: bool = True,
+) -> LedgerReport:
+    """Verify the ledger at ``url``: a backend URL, a directory, or one ``CELL.jsonl`` file."""
+    backend = await asyncio.to_thread(_open, url, options)
+    try:
+        return await verify_backend(backend, key, complete=complete)
+    finally:
+        await backend.close()
+
+
+def _open(url: str, options: backends.Options | None) -> backends.Backend:
+    path = (
+        Path(url.removeprefix("file://")) if "://" not in url or url.startswith("file://") else None
+    )
+    if path is not None and path.suffix == filestore.SUFFIX:
+        if not path.is_file():
+            raise errors.BackendError(f"no ledger file {path}")
+        return _SingleFile(path)
+    return backends.from_url(url, options)
+
+
+class _SingleFile(filestore.FileBackend):
+    """A file backend that sees only one cell file, for ``ledger verify CELL.jsonl``."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path.parent)
+        self.url = f"file://{path}"
+        self._cell = path.name[: -len(filestore.SUFFIX)]
+
+    async def cells(self) -> list[str]:
+        return [self._cell]

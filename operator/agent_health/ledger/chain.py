@@ -1,0 +1,264 @@
+"""The HMAC chain that makes a cell's ledger tamper-evident, and the writer that builds it.
+
+Each record's ``mac`` is ``HMAC-SHA256(key, previous_mac || canonical(record without mac))``
+in hex; the first record links to :data:`GENESIS`. ``seq`` is inside the MAC, so removing,
+reordering or editing any record, or its MAC, breaks the chain at that record; a forged
+record needs the key, which only the gateway reads. A cell ends with a ``cell-end`` record,
+so cutting records off the end is caught too (``verify(..., complete=True)``).
+
+>>> key = b"k" * 32
+>>> sealer = Sealer(key)
+>>> lines = [records.dump_line(sealer.seal(records.CellMeta(test_id="t", repeat=0, run_id="r")))]
+>>> verify(lines, key, complete=False).ok
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from agent_health.ledger import errors, records
+
+if TYPE_CHECKING:
+    from agent_health.ledger.backends import Backend
+
+GENESIS = "0" * 64
+MIN_KEY_BYTES = 32
+KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"
+_EDITED = "mac mismatch: the record or its mac was changed, or another key wrote it"
+_CUT = "record: records were cut off the end, or the cell is still running"
+
+Reason = Literal[
+    "bad-json",  # not a JSON object: a write was cut short, or the line was edited
+    "bad-record",  # JSON, but not a valid record (unknown version or kind, bad field)
+    "unsealed",  # no mac: not written by a Writer
+    "removed",  # a seq is missing
+    "reordered",  # seqs out of order (or duplicated)
+    "edited",  # mac mismatch: the record or its mac changed, or another key wrote it
+    "bad-start",  # the first record is not cell-meta
+    "after-end",  # a record follows cell-end
+    "truncated",  # complete=True and no cell-end: records were cut off the end
+]
+
+
+def load_key(path: str | Path | None = None, env: str = KEY_ENV) -> bytes:
+    """The ledger key: the contents of ``path`` if given, else the environment variable ``env``.
+
+    Trailing whitespace (a newline from ``echo``) is ignored. At least 32 bytes are needed.
+    """
+    if path is not None:
+        try:
+            key = Path(path).read_bytes().rstrip()
+        except OSError as err:
+            raise errors.LedgerKeyError(
+                f"cannot read the ledger key file {path}: {err.strerror or err}"
+            ) from err
+        source = f"key file {path}"
+    else:
+        value = os.environ.get(env, "")
+        if not value:
+            raise errors.LedgerKeyError(
+                f"no ledger key: set {env} or pass a key file (--key-file); "
+                f"make one with: head -c 32 /dev/urandom | base64"
+            )
+        key = value.strip().encode("utf-8")
+        source = f"${env}"
+    if len(key) < MIN_KEY_BYTES:
+        raise errors.LedgerKeyError(
+            f"the ledger key in {source} is {len(key)} bytes; at least {MIN_KEY_BYTES} "
+            "are needed (head -c 32 /dev/urandom | base64)"
+        )
+    return key
+
+
+def link(key: bytes, previous_mac: str, payload: dict[str, Any]) -> str:
+    """The MAC of one record's JSON data (``mac`` excluded) following ``previous_mac``."""
+    body = {k: v for k, v in payload.items() if k != "mac"}
+    message = previous_mac.encode("ascii") + records.canonical(body)
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+class Sealer:
+    """Assigns ``seq`` and ``mac`` to records in order (no I/O; see :class:`Writer`)."""
+
+    def __init__(
+        self, key: bytes, *, next_seq: int = 0, previous_mac: str = GENESIS, ended: bool = False
+    ) -> None:
+        self._key = key
+        self.next_seq = next_seq
+        self.previous_mac = previous_mac
+        self.ended = ended
+
+    def fork(self) -> Sealer:
+        """A copy that continues from here; the original is unaffected by its seals."""
+        return Sealer(
+            self._key, next_seq=self.next_seq, previous_mac=self.previous_mac, ended=self.ended
+        )
+
+    def seal(self, record: records.Record) -> records.Record:
+        """Return ``record`` with the next ``seq`` and its chained ``mac``."""
+        if self.ended:
+            raise errors.ChainError("the cell has ended (cell-end written); nothing may follow")
+        if self.next_seq == 0 and record.kind != "cell-meta":
+            raise errors.ChainError(
+                f"the first record of a cell must be cell-meta, not {record.kind}"
+            )
+        numbered = record.model_copy(update={"seq": self.next_seq, "mac": ""})
+        mac = link(self._key, self.previous_mac, records.to_object(numbered, with_mac=False))
+        sealed = numbered.model_copy(update={"mac": mac})
+        self.next_seq += 1
+        self.previous_mac = mac
+        self.ended = record.kind == "cell-end"
+        return sealed
+
+
+class Writer:
+    """Appends records to one cell of a backend, sealing each into the chain.
+
+    Appends are serialized: concurrent ``append`` calls get consecutive ``seq`` numbers and
+    reach the backend in that order. Use :meth:`open` to continue a cell that already has
+    records (a restarted gateway), which verifies the stored chain first.
+    """
+
+    def __init__(
+        self, backend: Backend, cell: str, key: bytes, sealer: Sealer | None = None
+    ) -> None:
+        self.backend = backend
+        self.cell = cell
+        self._sealer = sealer or Sealer(key)
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, backend: Backend, cell: str, key: bytes) -> Writer:
+        """A writer that continues the chain already stored for ``cell`` (or starts it)."""
+        result = verify(await backend.read(cell), key, complete=False)
+        if not result.ok:
+            raise errors.ChainError(
+                f"cell {cell}: the stored chain does not verify ({result.problem}); "
+                "refusing to append to it"
+            )
+        sealer = Sealer(
+            key, next_seq=result.records, previous_mac=result.last_mac, ended=result.ended
+        )
+        return cls(backend, cell, key, sealer)
+
+    @property
+    def next_seq(self) -> int:
+        return self._sealer.next_seq
+
+    async def append(self, *items: records.Record) -> list[records.Record]:
+        """Seal ``items`` in order, append them as one batch, and return the sealed records."""
+        async with self._lock:
+            trial = self._sealer.fork()
+            sealed = [trial.seal(item) for item in items]
+            await self.backend.append(self.cell, [records.dump_line(r) for r in sealed])
+            # Only a stored batch advances the chain, so a failed write can be retried.
+            self._sealer = trial
+            return sealed
+
+
+class Problem(BaseModel):
+    """The first record that breaks a chain."""
+
+    model_config = ConfigDict(frozen=True)
+
+    line: int
+    seq: int
+    reason: Reason
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line} (seq {self.seq}): {self.reason}: {self.message}"
+
+
+class VerifyResult(BaseModel):
+    """The outcome of :func:`verify`: ``ok``, or the first ``problem``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    records: int
+    ended: bool = False
+    last_mac: str = GENESIS
+    problem: Problem | None = None
+
+
+def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> VerifyResult:
+    """Check a cell's lines against the chain and report the FIRST bad record.
+
+    ``complete=True`` also requires the chain to end with a ``cell-end`` record (a finished
+    cell); use ``complete=False`` for a cell that may still be running.
+    """
+    entries = [(n, text) for n, text in enumerate(lines, start=1) if text.strip()]
+    previous, count, ended = GENESIS, 0, False
+
+    def fail(line: int, reason: Reason, message: str) -> VerifyResult:
+        problem = Problem(line=line, seq=count, reason=reason, message=message)
+        return VerifyResult(
+            ok=False, records=count, ended=ended, last_mac=previous, problem=problem
+        )
+
+    for index, (number, text) in enumerate(entries):
+        try:
+            payload = json.loads(text)
+        except ValueError as err:
+            return fail(number, "bad-json", f"not JSON ({err}); a write was cut short or edited")
+        if not isinstance(payload, dict):
+            return fail(number, "bad-json", "not a JSON object")
+        mac, seq = payload.get("mac"), payload.get("seq")
+        if not isinstance(mac, str) or not mac:
+            return fail(number, "unsealed", "the record has no mac; it was not written by a Writer")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return fail(number, "bad-record", f"seq is {seq!r}, not an integer")
+        if seq != count:
+            return fail(number, *_seq_break(seq, count, entries[index + 1 :]))
+        try:
+            expected_mac = link(key, previous, payload)
+        except errors.RecordError as err:
+            return fail(number, "bad-record", str(err))
+        if not hmac.compare_digest(expected_mac, mac):
+            return fail(number, "edited", _EDITED)
+        try:
+            record = records.parse_object(payload, number)
+        except errors.RecordError as err:
+            return fail(number, "bad-record", str(err))
+        if ended:
+            return fail(number, "after-end", f"a {record.kind} record follows the cell-end record")
+        if index == 0 and record.kind != "cell-meta":
+            return fail(number, "bad-start", f"the first record is {record.kind}, not cell-meta")
+        ended = record.kind == "cell-end"
+        previous, count = mac, count + 1
+    if complete and not ended:
+        last = entries[-1][0] if entries else 0
+        what = f"after seq {count - 1}" if count else "before any record"
+        return fail(last + 1, "truncated", f"the chain ends {what} without a cell-end {_CUT}")
+    return VerifyResult(ok=True, records=count, ended=ended, last_mac=previous)
+
+
+def _seq_break(seq: int, expected: int, rest: list[tuple[int, str]]) -> tuple[Reason, str]:
+    """Tell a removed record from a reordered one by looking for the missing seq later."""
+    later = {_seq_of(text) for _, text in rest}
+    if seq > expected and expected not in later:
+        missing = f"seq {expected}" if seq == expected + 1 else f"seq {expected}..{seq - 1}"
+        return "removed", f"found seq {seq} where seq {expected} belongs: {missing} removed"
+    if seq < expected:
+        return "reordered", f"seq {seq} appears again after seq {expected - 1}: duplicated or moved"
+    return "reordered", f"found seq {seq} where seq {expected} belongs: records were reordered"
+
+
+def _seq_of(text: str) -> int | None:
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    seq = payload.get("seq") if isinstance(payload, dict) else None
+    return seq if isinstance(seq, int) else None

@@ -1,0 +1,255 @@
+"""The ConfigMap backend: ``configmap://NAMESPACE/NAME``, for small runs without a bucket.
+
+All cells of a ledger share one ConfigMap. A cell is stored in ``binaryData`` as numbered
+chunks ``CELL.jsonl.gz.0000``, ``...0001``, each the gzip of whole lines; an append
+rewrites only the last chunk (or starts a new one). Writes are read-modify-write with the
+object's ``resourceVersion``, retried on 409 Conflict. When the ConfigMap would exceed the
+Kubernetes 1 MiB limit the append fails with :class:`~agent_health.ledger.errors.
+LedgerTooLarge` — the ledger is never truncated.
+
+The Kubernetes API is spoken with plain httpx: the base URL and bearer token come from the
+pod's service-account mount unless given in :class:`~agent_health.ledger.backends.Options`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent_health.ledger import backends, errors
+
+CHUNK_BYTES = 256 * 1024
+MAX_ATTEMPTS = 20
+_KEY = re.compile(r"^(?P<cell>.+)\.jsonl\.gz\.(?P<index>\d+)$")
+
+ConfigMap = dict[str, Any]
+
+
+class ConfigMapBackend:
+    """Ledger lines of every cell in the ``binaryData`` of one ConfigMap."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        options: backends.Options | None = None,
+        *,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
+        self.namespace, self.name = namespace, name
+        self.url = f"configmap://{namespace}/{name}"
+        self._options = options or backends.Options()
+        self._chunk_bytes = chunk_bytes
+        self._client: httpx.AsyncClient | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, options: backends.Options) -> ConfigMapBackend:
+        parts = url.removeprefix("configmap://").strip("/").split("/")
+        if len(parts) != 2 or not all(parts):
+            raise errors.BackendConfigError(
+                f"ledger URL {url!r} must be configmap://NAMESPACE/NAME"
+            )
+        return cls(parts[0], parts[1], options)
+
+    async def append(self, cell: str, lines: Sequence[str]) -> None:
+        backends.check_cell(cell)
+        if not lines:
+            return
+        text = "".join(f"{line}\n" for line in lines)
+        async with self._lock:
+            for attempt in range(MAX_ATTEMPTS):
+                current = await self._get()
+                data = await asyncio.to_thread(self._compose, current, cell, text)
+                if await self._store(current, data):
+                    return
+                await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
+        raise errors.BackendError(
+            f"ledger {self.url}: gave up after {MAX_ATTEMPTS} write conflicts (409); "
+            "too many writers share this ConfigMap — use an object store ledger"
+        )
+
+    async def read(self, cell: str) -> list[str]:
+        backends.check_cell(cell)
+        current = await self._get()
+        data = (current or {}).get("binaryData") or {}
+        text = await asyncio.to_thread(_decode_cell, data, cell, self.url)
+        return text.split("\n")[:-1] if text else []
+
+    async def cells(self) -> list[str]:
+        current = await self._get()
+        keys = ((current or {}).get("binaryData") or {}).keys()
+        return sorted({m["cell"] for k in keys if (m := _KEY.match(k))})
+
+    async def flush(self) -> None:
+        """Nothing is buffered: an append returns once the API server stored it."""
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # -- chunks ---------------------------------------------------------------------------
+
+    def _compose(self, current: ConfigMap | None, cell: str, text: str) -> dict[str, str]:
+        """The new ``binaryData``: ``text`` added to ``cell``, checked against the size limit."""
+        data = dict((current or {}).get("binaryData") or {})
+        self._add(data, cell, text)
+        self._check_size(current, data)
+        return data
+
+    def _add(self, data: dict[str, str], cell: str, text: str) -> None:
+        """Add ``text`` to ``cell``'s last chunk, or a new chunk when that one is full."""
+        indexes = _chunk_indexes(data, cell)
+        last = indexes[-1] if indexes else None
+        if last is not None:
+            old = _gunzip(data[_key(cell, last)], self.url, cell)
+            if len(old) + len(text.encode()) <= self._chunk_bytes:
+                data[_key(cell, last)] = _gzip(old + text.encode())
+                return
+        data[_key(cell, 0 if last is None else last + 1)] = _gzip(text.encode())
+
+    def _check_size(self, current: ConfigMap | None, binary: dict[str, str]) -> None:
+        # Kubernetes counts the decoded bytes of data and binaryData values against 1 MiB.
+        plain = sum(len(v.encode()) for v in ((current or {}).get("data") or {}).values())
+        total = plain + sum(len(base64.b64decode(v)) for v in binary.values())
+        limit = self._options.configmap_max_bytes
+        if total > limit:
+            raise errors.LedgerTooLarge(
+                f"ledger {self.url} would hold {total} bytes, over the ConfigMap limit of "
+                f"{limit} bytes; nothing was written — use an object store ledger "
+                "(s3://BUCKET/PREFIX or gs://BUCKET/PREFIX) for runs this large"
+            )
+
+    # -- Kubernetes API -------------------------------------------------------------------
+
+    def _path(self, named: bool = True) -> str:
+        base = f"/api/v1/namespaces/{self.namespace}/configmaps"
+        return f"{base}/{self.name}" if named else base
+
+    async def _get(self) -> ConfigMap | None:
+        response = await self._request("GET", self._path())
+        if response.status_code == 404:
+            return None
+        self._raise_for(response, "read")
+        body: ConfigMap = response.json()
+        return body
+
+    async def _store(self, current: ConfigMap | None, binary: dict[str, str]) -> bool:
+        """Create or replace the ConfigMap; ``False`` on a conflict (someone wrote first)."""
+        if current is None:
+            body: ConfigMap = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "labels": {"app.kubernetes.io/managed-by": "agent-health"},
+                },
+                "binaryData": binary,
+            }
+            response = await self._request("POST", self._path(named=False), body)
+        else:
+            body = {**current, "binaryData": binary}
+            response = await self._request("PUT", self._path(), body)
+        if response.status_code == 409:
+            return False
+        self._raise_for(response, "write")
+        return True
+
+    async def _request(
+        self, method: str, path: str, body: ConfigMap | None = None
+    ) -> httpx.Response:
+        client = await self._http()
+        try:
+            return await client.request(method, path, json=body)
+        except httpx.HTTPError as err:
+            raise errors.BackendError(
+                f"ledger {self.url}: cannot reach the Kubernetes API at {client.base_url}: {err!r}"
+            ) from err
+
+    def _raise_for(self, response: httpx.Response, action: str) -> None:
+        if response.is_success:
+            return
+        hint = ""
+        if response.status_code in (401, 403):
+            hint = (
+                f"; grant the service account get, create and update on configmaps in "
+                f"namespace {self.namespace}"
+            )
+        raise errors.BackendError(
+            f"ledger {self.url}: the Kubernetes API refused to {action} the ConfigMap "
+            f"({response.status_code}: {response.text[:200]}){hint}"
+        )
+
+    async def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            base, token, verify = await asyncio.to_thread(self._connection)
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            self._client = httpx.AsyncClient(
+                base_url=base, headers=headers, verify=verify, timeout=30.0
+            )
+        return self._client
+
+    def _connection(self) -> tuple[str, str | None, str | bool]:
+        """Base URL, token and TLS verification: explicit options, else the pod's mount."""
+        opts = self._options
+        base = opts.kube_api_url
+        if base is None:
+            host = os.environ.get("KUBERNETES_SERVICE_HOST")
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise errors.BackendConfigError(
+                    f"ledger {self.url}: not running in a cluster (KUBERNETES_SERVICE_HOST "
+                    "unset) and no Kubernetes API URL given (Options.kube_api_url)"
+                )
+            base = f"https://{host}:{port}"
+        account = Path(opts.kube_service_account_dir)
+        token = opts.kube_token
+        if token is None:
+            token_file = account / "token"
+            try:
+                token = token_file.read_text().strip()
+            except OSError as err:
+                raise errors.BackendConfigError(
+                    f"ledger {self.url}: no Kubernetes token given and {token_file} is "
+                    f"unreadable ({err.strerror or err})"
+                ) from err
+        ca = opts.kube_ca_file or (
+            str(account / "ca.crt") if (account / "ca.crt").exists() else None
+        )
+        return base, token, ca if ca else True
+
+
+def _key(cell: str, index: int) -> str:
+    return f"{cell}.jsonl.gz.{index:04d}"
+
+
+def _chunk_indexes(data: dict[str, str], cell: str) -> list[int]:
+    return sorted(int(m["index"]) for k in data if (m := _KEY.match(k)) and m["cell"] == cell)
+
+
+def _gzip(raw: bytes) -> str:
+    return base64.b64encode(gzip.compress(raw, mtime=0)).decode("ascii")
+
+
+def _gunzip(value: str, url: str, cell: str) -> bytes:
+    try:
+        return gzip.decompress(base64.b64decode(value))
+    except (OSError, ValueError, EOFError) as err:
+        raise errors.BackendError(
+            f"ledger {url}: a chunk of cell {cell} is not gzip+base64 ({err})"
+        ) from err
+
+
+def _decode_cell(data: dict[str, str], cell: str, url: str) -> str:
+    chunks = [_gunzip(data[_key(cell, i)], url, cell) for i in _chunk_indexes(data, cell)]
+    return b"".join(chunks).decode("utf-8")

@@ -1,0 +1,196 @@
+"""The versioned records of a cell's ledger, one JSON object per line.
+
+Every record carries ``version`` (of the file format), ``kind`` (the discriminator),
+``seq`` (0-based position in its cell, assigned by the writer), ``time`` and ``mac`` (the
+HMAC chain link, see :mod:`agent_health.ledger.chain`). Lines are canonical JSON (sorted
+keys, no whitespace), so a record always serializes to the same bytes. Add fields only with
+defaults, and bump :data:`VERSION` for anything else.
+
+Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
+from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from agent_health.ledger import errors
+from agent_health.ledger import usage as usage_parser
+
+VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+_PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
+Status = Literal["passed", "failed", "errored", "skipped"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = 1
+    seq: int = Field(default=0, ge=0, description="0-based position in the cell; set by Writer")
+    time: datetime = Field(default_factory=_now)
+    mac: str = Field(default="", description="HMAC chain link; empty until sealed by Writer")
+
+
+class CellMeta(_Record):
+    """What the cell is: the first record of every cell."""
+
+    kind: Literal["cell-meta"] = "cell-meta"
+    test_id: str
+    repeat: int = Field(ge=0)
+    run_id: str
+    images: dict[str, str] = Field(
+        default_factory=dict, description="container name → image pinned by digest"
+    )
+    started_at: datetime = Field(default_factory=_now)
+
+
+class Exchange(_Record):
+    """One HTTP exchange that passed through the gateway: who called whom, and what came back."""
+
+    kind: Literal["exchange"] = "exchange"
+    principal: str = Field(description='the caller: "controller", "target", "peer:NAME", "judge"')
+    evidence: str = Field(
+        default="none", description='id of the token the caller presented, or "none"'
+    )
+    upstream: str = Field(description="the callee, named like a principal")
+    run_id: str | None = None
+    method: str
+    path: str
+    status: int | None = Field(default=None, description="None when the upstream failed")
+    started_at: datetime
+    ended_at: datetime
+    request_bytes: int = Field(ge=0)
+    response_bytes: int = Field(default=0, ge=0)
+    request_sha256: str
+    response_sha256: str | None = None
+    usage: usage_parser.TokenUsage | None = None
+    error: str | None = None
+
+    @field_validator("principal", "upstream")
+    @classmethod
+    def _principal(cls, value: str) -> str:
+        if not _PRINCIPAL.match(value):
+            raise ValueError(
+                f"{value!r} is not a principal: use controller, target, judge or peer:NAME"
+            )
+        return value
+
+
+class RunResultRecord(_Record):
+    """The agent's reply to the one ``agent.run()`` of the test, as the controller saw it."""
+
+    kind: Literal["run-result"] = "run-result"
+    run_id: str
+    prompt: str | None = None
+    output: str = ""
+    trajectory: list[dict[str, Any]] = Field(default_factory=list)
+    token_usage: dict[str, int] = Field(default_factory=dict)
+    duration_ms: float = Field(default=0.0, ge=0)
+
+
+class SignalRecord(_Record):
+    """One signal (matcher, judge verdict or metric) recorded by the test body."""
+
+    kind: Literal["signal"] = "signal"
+    signal: dict[str, Any]
+
+
+class CellEnd(_Record):
+    """The controller's last word: the status it saw and how it exited."""
+
+    kind: Literal["cell-end"] = "cell-end"
+    status: Status
+    exit_code: int | None = None
+    error: str | None = None
+    duration_ms: float | None = Field(default=None, ge=0)
+
+
+Record = Annotated[
+    CellMeta | Exchange | RunResultRecord | SignalRecord | CellEnd,
+    Field(discriminator="kind"),
+]
+KINDS = ("cell-meta", "exchange", "run-result", "signal", "cell-end")
+_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
+
+
+def parse_line(line: str, number: int | None = None) -> Record:
+    """Parse one JSONL line into its record; ``number`` (1-based) names it in errors.
+
+    Raises :class:`~agent_health.ledger.errors.RecordError` for bad JSON, an unknown
+    ``version`` or ``kind``, or fields that do not validate.
+    """
+    where = f"ledger line {number}" if number is not None else "ledger line"
+    try:
+        payload = json.loads(line)
+    except ValueError as err:
+        raise errors.RecordError(f"{where}: not JSON ({err})", line=number) from err
+    return parse_object(payload, number)
+
+
+def parse_object(payload: Any, number: int | None = None) -> Record:
+    """Validate an already-decoded JSON object as a record (see :func:`parse_line`)."""
+    where = f"ledger line {number}" if number is not None else "ledger line"
+    if not isinstance(payload, dict):
+        raise errors.RecordError(
+            f"{where}: expected a JSON object, got {type(payload).__name__}", line=number
+        )
+    version = payload.get("version")
+    if version not in SUPPORTED_VERSIONS:
+        raise errors.RecordError(
+            f"{where}: unknown record version {version!r}; this agent-health reads version "
+            f"{', '.join(map(str, sorted(SUPPORTED_VERSIONS)))} — upgrade agent-health to read it",
+            line=number,
+        )
+    kind = payload.get("kind")
+    if kind not in KINDS:
+        raise errors.RecordError(
+            f"{where}: unknown record kind {kind!r}; known: {', '.join(KINDS)}", line=number
+        )
+    try:
+        return _ADAPTER.validate_python(payload)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"][1:]) or kind
+        raise errors.RecordError(
+            f"{where}: {kind} record field {field!r}: {first['msg']}", line=number
+        ) from err
+
+
+def parse_lines(lines: list[str]) -> list[Record]:
+    """Parse every non-blank line; errors name the 1-based line number."""
+    return [parse_line(line, n) for n, line in enumerate(lines, start=1) if line.strip()]
+
+
+def to_object(record: Record, *, with_mac: bool = True) -> dict[str, Any]:
+    """The record as plain JSON data (pydantic ``mode="json"``), optionally without ``mac``."""
+    return record.model_dump(mode="json", exclude=None if with_mac else {"mac"})
+
+
+def canonical(payload: dict[str, Any]) -> bytes:
+    """Stable bytes of JSON data: sorted keys, no whitespace, ASCII only, no NaN.
+
+    The same data always gives the same bytes, whether it came from a model or was read
+    back from a line, which is what lets a reader recompute a writer's MAC.
+    """
+    try:
+        text = json.dumps(
+            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        )
+    except ValueError as err:
+        raise errors.RecordError(f"record is not representable as JSON: {err}") from err
+    return text.encode("ascii")
+
+
+def dump_line(record: Record) -> str:
+    """The record as one canonical JSON line (without the newline)."""
+    return canonical(to_object(record)).decode("ascii")

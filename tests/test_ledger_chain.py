@@ -1,0 +1,273 @@
+"""The HMAC chain: keys, sealing, and tamper detection that names the first bad record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from agent_health.ledger import chain, errors, filestore, records
+from hypothesis import given
+from hypothesis import strategies as st
+
+KEY = b"k" * 32
+OTHER_KEY = b"x" * 32
+
+
+def sealed_cell(signals: int = 4, key: bytes = KEY) -> list[str]:
+    """A finished cell: meta, ``signals`` signals, end — as canonical lines."""
+    sealer = chain.Sealer(key)
+    items: list[records.Record] = [records.CellMeta(test_id="t", repeat=0, run_id="r")]
+    items += [records.SignalRecord(signal={"i": i}) for i in range(signals)]
+    items.append(records.CellEnd(status="passed", exit_code=0))
+    return [records.dump_line(sealer.seal(item)) for item in items]
+
+
+def edit(line: str, **changes: object) -> str:
+    payload = json.loads(line)
+    payload.update(changes)
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+
+
+def test_an_untouched_chain_verifies() -> None:
+    lines = sealed_cell()
+    result = chain.verify(lines, KEY)
+    assert result.ok
+    assert result.records == 6
+    assert result.ended
+    assert result.last_mac == json.loads(lines[-1])["mac"]
+
+
+def test_first_record_links_to_genesis() -> None:
+    first = json.loads(sealed_cell()[0])
+    assert first["seq"] == 0
+    assert first["mac"] == chain.link(KEY, chain.GENESIS, first)
+
+
+def test_delete_is_named() -> None:
+    lines = sealed_cell()
+    del lines[2]
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.seq, problem.reason) == (3, 2, "removed")
+    assert "seq 2 removed" in problem.message
+
+
+def test_delete_of_the_first_record_is_named() -> None:
+    problem = chain.verify(sealed_cell()[1:], KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.seq, problem.reason) == (1, 0, "removed")
+
+
+def test_reorder_is_named() -> None:
+    lines = sealed_cell()
+    lines[2], lines[3] = lines[3], lines[2]
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.seq, problem.reason) == (3, 2, "reordered")
+
+
+def test_duplicate_is_named() -> None:
+    lines = sealed_cell()
+    lines.insert(3, lines[2])
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (4, "reordered")
+    assert "appears again" in problem.message
+
+
+def test_edited_field_is_named() -> None:
+    lines = sealed_cell()
+    lines[3] = edit(lines[3], signal={"i": 99})
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.seq, problem.reason) == (4, 3, "edited")
+    assert "mac mismatch" in problem.message
+
+
+def test_edited_mac_is_named() -> None:
+    lines = sealed_cell()
+    mac = json.loads(lines[1])["mac"]
+    lines[1] = edit(lines[1], mac=("0" if mac[0] != "0" else "1") + mac[1:])
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (2, "edited")
+
+
+def test_removed_mac_is_named() -> None:
+    lines = sealed_cell()
+    payload = json.loads(lines[2])
+    del payload["mac"]
+    lines[2] = json.dumps(payload)
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (3, "unsealed")
+
+
+def test_truncated_last_record_is_named() -> None:
+    lines = sealed_cell()[:-1]
+    result = chain.verify(lines, KEY)
+    assert not result.ok
+    assert result.problem is not None
+    assert (result.problem.line, result.problem.seq, result.problem.reason) == (6, 5, "truncated")
+    # A running cell has no end yet; that is fine when asked for.
+    assert chain.verify(lines, KEY, complete=False).ok
+
+
+def test_half_written_last_line_is_bad_json() -> None:
+    lines = sealed_cell()
+    lines[-1] = lines[-1][: len(lines[-1]) // 2]
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (6, "bad-json")
+
+
+def test_forged_record_with_another_key_is_named() -> None:
+    lines = sealed_cell()[:-1]
+    last_mac = json.loads(lines[-1])["mac"]
+    forger = chain.Sealer(OTHER_KEY, next_seq=len(lines), previous_mac=last_mac)
+    lines.append(records.dump_line(forger.seal(records.CellEnd(status="passed"))))
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.seq, problem.reason) == (6, 5, "edited")
+
+
+def test_a_whole_chain_with_another_key_fails_at_the_first_record() -> None:
+    problem = chain.verify(sealed_cell(key=OTHER_KEY), KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (1, "edited")
+
+
+def test_record_after_end_is_named() -> None:
+    lines = sealed_cell()
+    last_mac = json.loads(lines[-1])["mac"]
+    late = chain.Sealer(KEY, next_seq=len(lines), previous_mac=last_mac)
+    lines.append(records.dump_line(late.seal(records.SignalRecord(signal={}))))
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (7, "after-end")
+
+
+def test_unknown_version_in_a_sealed_record_is_bad_record() -> None:
+    meta = records.to_object(records.CellMeta(test_id="t", repeat=0, run_id="r"))
+    meta["version"] = 9
+    meta["mac"] = chain.link(KEY, chain.GENESIS, meta)
+    problem = chain.verify([json.dumps(meta)], KEY).problem
+    assert problem is not None
+    assert problem.reason == "bad-record"
+    assert "unknown record version 9" in problem.message
+
+
+def test_nan_in_a_line_is_bad_record() -> None:
+    lines = sealed_cell()
+    lines[1] = lines[1].replace('"signal":{"i":0}', '"signal":{"i":NaN}')
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (2, "bad-record")
+
+
+def test_blank_lines_keep_physical_line_numbers() -> None:
+    lines = sealed_cell()
+    lines.insert(1, "")
+    lines[4] = edit(lines[4], signal={"i": -1})
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.seq) == (5, 3)
+
+
+def test_empty_ledger_is_truncated_when_complete() -> None:
+    problem = chain.verify([], KEY).problem
+    assert problem is not None
+    assert problem.reason == "truncated"
+    assert chain.verify([], KEY, complete=False).ok
+
+
+def test_sealer_rules() -> None:
+    sealer = chain.Sealer(KEY)
+    with pytest.raises(errors.ChainError, match="first record of a cell must be cell-meta"):
+        sealer.seal(records.SignalRecord(signal={}))
+    sealer.seal(records.CellMeta(test_id="t", repeat=0, run_id="r"))
+    sealer.seal(records.CellEnd(status="failed"))
+    with pytest.raises(errors.ChainError, match="cell has ended"):
+        sealer.seal(records.SignalRecord(signal={}))
+
+
+async def test_writer_refuses_a_batch_without_advancing(tmp_path: Path) -> None:
+    writer = chain.Writer(filestore.FileBackend(tmp_path), "c", KEY)
+    with pytest.raises(errors.ChainError):
+        await writer.append(records.SignalRecord(signal={}))
+    assert writer.next_seq == 0
+    assert await writer.backend.read("c") == []
+
+
+async def test_writer_open_resumes_a_stored_chain(tmp_path: Path) -> None:
+    backend = filestore.FileBackend(tmp_path)
+    first = chain.Writer(backend, "c", KEY)
+    await first.append(records.CellMeta(test_id="t", repeat=0, run_id="r"))
+    await first.append(records.SignalRecord(signal={"a": 1}))
+    again = await chain.Writer.open(backend, "c", KEY)
+    assert again.next_seq == 2
+    await again.append(records.CellEnd(status="passed"))
+    assert chain.verify(await backend.read("c"), KEY).ok
+    with pytest.raises(errors.ChainError, match="cell has ended"):
+        await (await chain.Writer.open(backend, "c", KEY)).append(records.SignalRecord(signal={}))
+
+
+async def test_writer_open_refuses_a_broken_chain(tmp_path: Path) -> None:
+    backend = filestore.FileBackend(tmp_path)
+    lines = sealed_cell()[:-1]
+    lines[2] = edit(lines[2], signal={"i": 7})
+    await backend.append("c", lines)
+    with pytest.raises(errors.ChainError, match=r"cell c: .*line 3 \(seq 2\): edited"):
+        await chain.Writer.open(backend, "c", KEY)
+
+
+def test_load_key_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "key"
+    path.write_bytes(b"s" * 40 + b"\n")
+    assert chain.load_key(path) == b"s" * 40
+
+
+def test_load_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_LEDGER_KEY", "e" * 32)
+    assert chain.load_key(env="MY_LEDGER_KEY") == b"e" * 32
+
+
+def test_load_key_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(chain.KEY_ENV, raising=False)
+    with pytest.raises(errors.LedgerKeyError, match=r"no ledger key: set AGENT_HEALTH_LEDGER_KEY"):
+        chain.load_key()
+    with pytest.raises(errors.LedgerKeyError, match=r"cannot read the ledger key file .*/nope"):
+        chain.load_key(tmp_path / "nope")
+    short = tmp_path / "short"
+    short.write_text("tiny")
+    with pytest.raises(errors.LedgerKeyError, match=r"is 4 bytes; at least 32"):
+        chain.load_key(short)
+
+
+@given(
+    data=st.data(),
+    signals=st.integers(min_value=1, max_value=6),
+)
+def test_any_single_change_is_caught_at_or_before_that_record(
+    data: st.DataObject, signals: int
+) -> None:
+    lines = sealed_cell(signals)
+    index = data.draw(st.integers(min_value=0, max_value=len(lines) - 1), label="record")
+    action = data.draw(st.sampled_from(["edit", "delete", "swap", "truncate"]), label="action")
+    if action == "edit":
+        lines[index] = edit(lines[index], time="1999-01-01T00:00:00Z")
+    elif action == "delete":
+        del lines[index]
+    elif action == "swap":
+        other = data.draw(
+            st.integers(min_value=0, max_value=len(lines) - 1).filter(lambda i: i != index)
+        )
+        lines[index], lines[other] = lines[other], lines[index]
+        index = min(index, other)
+    else:
+        del lines[index:]
+    result = chain.verify(lines, KEY)
+    assert not result.ok
+    assert result.problem is not None
+    assert result.problem.line == index + 1

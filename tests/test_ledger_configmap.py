@@ -1,0 +1,264 @@
+"""The ConfigMap backend against a small fake Kubernetes API served on loopback by aiohttp.
+
+The fake implements what the backend uses of ``/api/v1/namespaces/NS/configmaps``: GET,
+POST (409 AlreadyExists) and PUT with optimistic concurrency (409 Conflict on a stale
+``resourceVersion``), bearer-token auth, and the 1 MiB size validation (422).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_health.ledger import audit, backends, chain, configmap, errors, records
+from aiohttp import web
+
+TOKEN = "t0ken"
+KEY = b"c" * 32
+LIMIT = 1024 * 1024
+_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def status(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+            "message": message, "code": code}  # fmt: skip
+    return web.json_response(body, status=code)
+
+
+@dataclass
+class FakeKube:
+    """ConfigMaps by (namespace, name), with a resourceVersion counter."""
+
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    version: int = 0
+    conflicts: int = 0
+    rival_writes: int = 0  # PUTs to answer by first writing as a rival (a concurrent writer)
+    methods: list[str] = field(default_factory=list)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth])
+        base = "/api/v1/namespaces/{ns}/configmaps"
+        app.router.add_get(base + "/{name}", self.get)
+        app.router.add_post(base, self.post)
+        app.router.add_put(base + "/{name}", self.put)
+        return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self.methods.append(request.method)
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return status(403, "Forbidden", "configmaps is forbidden")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    def _invalid(self, body: dict[str, Any]) -> web.Response | None:
+        binary = body.get("binaryData") or {}
+        total = sum(len(v.encode()) for v in (body.get("data") or {}).values())
+        for key, value in binary.items():
+            if not _KEY_RE.match(key):
+                return status(422, "Invalid", f"bad key {key}")
+            total += len(base64.b64decode(value, validate=True))
+        if total > LIMIT:
+            return status(422, "Invalid", 'ConfigMap "" is invalid: []: Too long')
+        return None
+
+    def _save(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        body["metadata"] = {**body["metadata"], "namespace": ns,
+                            "resourceVersion": str(self.version)}  # fmt: skip
+        self.objects[(ns, name)] = body
+        return body
+
+    async def get(self, request: web.Request) -> web.Response:
+        found = self.objects.get((request.match_info["ns"], request.match_info["name"]))
+        if found is None:
+            return status(404, "NotFound", "configmaps not found")
+        return web.json_response(found)
+
+    async def post(self, request: web.Request) -> web.Response:
+        ns, body = request.match_info["ns"], await request.json()
+        name = body["metadata"]["name"]
+        if (ns, name) in self.objects:
+            self.conflicts += 1
+            return status(409, "AlreadyExists", f"configmaps {name!r} already exists")
+        return self._invalid(body) or web.json_response(self._save(ns, name, body), status=201)
+
+    async def put(self, request: web.Request) -> web.Response:
+        ns, name, body = request.match_info["ns"], request.match_info["name"], await request.json()
+        current = self.objects.get((ns, name))
+        if current is None:
+            return status(404, "NotFound", "configmaps not found")
+        if self.rival_writes:
+            self.rival_writes -= 1
+            rival = json.loads(json.dumps(current))
+            rival.setdefault("binaryData", {})[f"rival.jsonl.gz.{self.version:04d}"] = (
+                base64.b64encode(gzip.compress(b"rival\n")).decode()
+            )
+            current = self._save(ns, name, rival)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            self.conflicts += 1
+            return status(409, "Conflict", "the object has been modified")
+        return self._invalid(body) or web.json_response(self._save(ns, name, body))
+
+    def cell_keys(self, cell: str) -> list[str]:
+        data = self.objects[("agents", "ledger")].get("binaryData") or {}
+        return sorted(k for k in data if k.startswith(f"{cell}.jsonl.gz."))
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[tuple[FakeKube, str]]:
+    fake = FakeKube()
+    runner = web.AppRunner(fake.app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield fake, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+def options(api: str, token: str = TOKEN, **more: Any) -> backends.Options:
+    return backends.Options(kube_api_url=api, kube_token=token, **more)
+
+
+async def test_round_trip_through_the_api(kube: tuple[FakeKube, str]) -> None:
+    fake, api = kube
+    backend = backends.from_url("configmap://agents/ledger", options(api))
+    assert backend.url == "configmap://agents/ledger"
+    assert await backend.cells() == []
+    assert await backend.read("c1") == []
+    writer = chain.Writer(backend, "c1", KEY)
+    await writer.append(records.CellMeta(test_id="t", repeat=0, run_id="r"))
+    await writer.append(records.SignalRecord(signal={"ok": True}))
+    await writer.append(records.CellEnd(status="passed"))
+    await backend.append("c2", ["x"])
+    assert await backend.cells() == ["c1", "c2"]
+    lines = await backend.read("c1")
+    assert chain.verify(lines, KEY).ok
+    stored = fake.objects[("agents", "ledger")]
+    assert stored["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "agent-health"}
+    assert fake.cell_keys("c1") == ["c1.jsonl.gz.0000"]
+    raw = gzip.decompress(base64.b64decode(stored["binaryData"]["c1.jsonl.gz.0000"]))
+    assert raw.decode().split("\n")[:-1] == lines
+    assert fake.methods.count("POST") == 1
+    await backend.close()
+
+    report = await audit.verify_url("configmap://agents/ledger", KEY, options=options(api),
+                                    complete=False)  # fmt: skip
+    assert [c.cell for c in report.cells] == ["c1", "c2"]
+    assert report.cells[0].result.ok
+
+
+async def test_cells_are_chunked_across_keys(kube: tuple[FakeKube, str]) -> None:
+    fake, api = kube
+    backend = configmap.ConfigMapBackend("agents", "ledger", options(api), chunk_bytes=64)
+    expected = [f"line-{i:03d}-" + "z" * 20 for i in range(12)]
+    for line in expected:
+        await backend.append("c", [line])
+    assert len(fake.cell_keys("c")) > 3
+    assert await backend.read("c") == expected
+    await backend.close()
+
+
+async def test_write_conflicts_are_retried_without_losing_the_rival(
+    kube: tuple[FakeKube, str],
+) -> None:
+    fake, api = kube
+    backend = backends.from_url("configmap://agents/ledger", options(api))
+    await backend.append("c", ["first"])
+    fake.rival_writes = 3
+    await backend.append("c", ["second"])
+    assert fake.conflicts == 3
+    assert await backend.read("c") == ["first", "second"]
+    rivals = [k for k in fake.objects[("agents", "ledger")]["binaryData"] if k.startswith("rival")]
+    assert len(rivals) == 3
+    await backend.close()
+
+
+async def test_concurrent_writers_of_one_configmap(kube: tuple[FakeKube, str]) -> None:
+    # Racing writers get 409s (how many depends on scheduling); every append must survive.
+    _, api = kube
+    writers = [backends.from_url("configmap://agents/ledger", options(api)) for _ in range(4)]
+
+    async def write(index: int, backend: backends.Backend) -> None:
+        for n in range(5):
+            await backend.append(f"cell-{index}", [f"{index}:{n}"])
+
+    await asyncio.gather(*(write(i, b) for i, b in enumerate(writers)))
+    for index in range(4):
+        assert await writers[0].read(f"cell-{index}") == [f"{index}:{n}" for n in range(5)]
+    for backend in writers:
+        await backend.close()
+
+
+async def test_overflow_is_an_explicit_error_and_nothing_is_truncated(
+    kube: tuple[FakeKube, str],
+) -> None:
+    fake, api = kube
+    backend = backends.from_url("configmap://agents/ledger", options(api))
+    await backend.append("c", ["small"])
+    before = fake.version
+    # Random hex compresses to about half: 2.4 MiB of it gzips well past 1 MiB.
+    big = [os.urandom(300 * 1024).hex() for _ in range(4)]
+    with pytest.raises(errors.LedgerTooLarge) as info:
+        await backend.append("c", big)
+    message = str(info.value)
+    assert "configmap://agents/ledger would hold" in message
+    assert "over the ConfigMap limit of 1048576 bytes" in message
+    assert "use an object store ledger (s3://BUCKET/PREFIX" in message
+    assert fake.version == before
+    assert await backend.read("c") == ["small"]
+    await backend.close()
+
+
+async def test_forbidden_names_the_permission(kube: tuple[FakeKube, str]) -> None:
+    _, api = kube
+    backend = backends.from_url("configmap://agents/ledger", options(api, token="wrong"))
+    with pytest.raises(errors.BackendError, match=r"refused to read the ConfigMap \(403.*grant"):
+        await backend.read("c")
+    await backend.close()
+
+
+async def test_token_from_the_service_account_mount(
+    kube: tuple[FakeKube, str], tmp_path: Path
+) -> None:
+    _, api = kube
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    mounted = backends.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path))
+    backend = backends.from_url("configmap://agents/ledger", mounted)
+    await backend.append("c", ["via the mounted token"])
+    assert await backend.read("c") == ["via the mounted token"]
+    await backend.close()
+
+    unmounted = backends.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path / "no"))
+    with pytest.raises(errors.BackendConfigError, match=r"no Kubernetes token given and .*token"):
+        await backends.from_url("configmap://agents/ledger", unmounted).cells()
+
+
+async def test_unreachable_api_is_a_backend_error() -> None:
+    backend = backends.from_url("configmap://agents/ledger", options("http://127.0.0.1:9"))
+    with pytest.raises(errors.BackendError, match="cannot reach the Kubernetes API"):
+        await backend.cells()
+    await backend.close()
+
+
+async def test_outside_a_cluster_without_an_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    backend = backends.from_url("configmap://agents/ledger")
+    with pytest.raises(errors.BackendConfigError, match="not running in a cluster"):
+        await backend.cells()
+
+
+@pytest.mark.parametrize("url", ["configmap://agents", "configmap://a/b/c", "configmap:///x"])
+def test_bad_configmap_urls(url: str) -> None:
+    with pytest.raises(errors.BackendConfigError, match="must be configmap://NAMESPACE/NAME"):
+        backends.from_url(url)
