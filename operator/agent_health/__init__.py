@@ -1,45 +1,9 @@
 """agent-health: Playwright-style tests for AI agents, run locally or on Kubernetes.
 
-from agent_health import test, expect, judge, define_config
+    from agent_health import test, expect, judge, define_config
+
+The package's public surface is the SDK's (:mod:`agent_health.sdk`).
 """
 
-from agent_health.connectors.protocol import Step
-from agent_health.sdk.config import Config, JudgeConfig, define_config
-from agent_health.sdk.declare import TestAPI, test
-from agent_health.sdk.errors import (
-    AgentHealthError,
-    AgentRunError,
-    ConfigError,
-    DefinitionError,
-    ExpectationFailed,
-    JudgeError,
-    JudgeFailed,
-    MatcherUsageError,
-)
-from agent_health.sdk.judges import judge
-from agent_health.sdk.matchers import expect
-from agent_health.sdk.results import RunResult, Signal, TestResult, Trajectory, Verdict
-
-__all__ = [
-    "AgentHealthError",
-    "AgentRunError",
-    "Config",
-    "ConfigError",
-    "DefinitionError",
-    "ExpectationFailed",
-    "JudgeConfig",
-    "JudgeError",
-    "JudgeFailed",
-    "MatcherUsageError",
-    "RunResult",
-    "Signal",
-    "Step",
-    "TestAPI",
-    "TestResult",
-    "Trajectory",
-    "Verdict",
-    "define_config",
-    "expect",
-    "judge",
-    "test",
-]
+from agent_health.sdk import *  # noqa: F403
+from agent_health.sdk import __all__ as __all__
