@@ -144,8 +144,12 @@ class Fold:
             case core.RunFinishedEvent(result=result, usage=usage):
                 self.finished = True
                 self._result = result
-                self._usage = _sum_usage(usage) or TokenUsage.from_counts(
-                    result.get("token_usage") if isinstance(result, dict) else None
+                self._usage = (
+                    _sum_usage(usage)
+                    or TokenUsage.from_counts(
+                        result.get("token_usage") if isinstance(result, dict) else None
+                    )
+                    or self._usage
                 )
             case core.RunErrorEvent(message=message, code=code):
                 raise errors.AgentRunFailed(
