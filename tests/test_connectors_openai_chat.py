@@ -156,6 +156,7 @@ async def test_tool_calls_transcript_reasoning_and_usage() -> None:
     ]
     assert reply.output == ""
     assert reply.token_usage.model_dump() == {"prompt": 12, "completion": 8, "total": 20}
+    assert (reply.model_extra or {})["response"] == answer  # kept whole, as RunResult.raw
 
 
 async def test_error_body_is_agent_run_failed() -> None:

@@ -33,8 +33,7 @@ def _request() -> dict[str, Any]:
     return {"prompt": os.environ.get("AGENT_HEALTH_PROMPT", ""), "context": [], "env": {}}
 
 
-async def _main(as_json: bool) -> int:
-    request = _request()
+async def _main(request: dict[str, Any], as_json: bool) -> int:
     env = request.get("env") or {}
     if env.get("FAIL") == "exit":
         print("triage_cli: simulated failure (FAIL=exit)", file=sys.stderr)
@@ -72,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one REST v1 JSON answer")
     args = parser.parse_args()
-    sys.exit(asyncio.run(_main(args.json)))
+    sys.exit(asyncio.run(_main(_request(), args.json)))
 
 
 if __name__ == "__main__":

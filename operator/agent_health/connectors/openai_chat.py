@@ -104,7 +104,14 @@ class OpenAIChatConnector:
         if content:
             steps.add(Step(type="assistant", content=content))
         usage = TokenUsage.from_counts(body.get("usage")) or TokenUsage()
-        return AgentReply(output=content, trajectory=tuple(steps.steps), token_usage=usage)
+        return AgentReply.model_validate(
+            {
+                "output": content,
+                "trajectory": steps.steps,
+                "token_usage": usage,
+                "response": body,  # the whole answer, as RunResult.raw["response"]
+            }
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
