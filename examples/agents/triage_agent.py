@@ -1,10 +1,13 @@
-"""A deterministic, tool-using incident-triage agent that speaks the REST agent protocol v1.
+"""A deterministic, tool-using incident-triage agent that speaks REST v1, AG-UI and OpenAI chat.
 
 No LLM: it reads the prompt and context, calls its tools over HTTP (a small logs service and
 a status service that this same process serves on a second port), and writes an answer.
 Its trajectory, latencies and token counts are real records of what it did.
 
-    python triage_agent.py --port 8080          # POST http://127.0.0.1:8080/run
+    python triage_agent.py --port 8080
+    # REST v1:           POST http://127.0.0.1:8080/run
+    # AG-UI (SSE):       POST http://127.0.0.1:8080/agui
+    # OpenAI-compatible: POST http://127.0.0.1:8080/v1/chat/completions
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ import asyncio
 import contextlib
 import re
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import pydantic
+import triage_wire
+from ag_ui import core
+from ag_ui.encoder import EventEncoder
 from aiohttp import web
 
 FAULT = web.AppKey("fault", str)
@@ -92,25 +101,101 @@ def tools_app(fault: str | None = None) -> web.Application:
 # -- the agent ----------------------------------------------------------------------------
 
 
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Abort(Exception):
+    """Raised by an ``emit`` callback to stop a run half-way (the AG-UI fault injection)."""
+
+
 async def _call_tool(
     session: aiohttp.ClientSession, base: str, name: str, args: dict[str, str]
-) -> tuple[list[dict[str, Any]], Any, bool]:
+) -> tuple[Any, bool, float]:
     started = time.perf_counter()
     async with session.get(f"{base}/{name}", params=args) as response:
         body = await response.json()
         ok = response.status == 200
-    latency = round((time.perf_counter() - started) * 1000, 3)
-    steps = [
-        {"type": "tool_call", "tool_name": name, "tool_args": args},
-        {
+    return body, ok, round((time.perf_counter() - started) * 1000, 3)
+
+
+async def diagnose(
+    session: aiohttp.ClientSession, base: str, prompt: str, context: list[str], emit: Emit
+) -> tuple[str, dict[str, int]]:
+    """Triage one incident: call the tools at ``base``, hand each step to ``emit`` as it
+    happens, and return the answer and the token usage."""
+    trajectory: list[dict[str, Any]] = []
+
+    async def record(*steps: dict[str, Any]) -> None:
+        for step in steps:
+            trajectory.append(step)
+            await emit(step)
+
+    async def tool(name: str, args: dict[str, str]) -> tuple[Any, bool]:
+        call_id = f"call-{len(trajectory)}"
+        # The call is emitted before the tool runs, so a streaming client sees it first.
+        await record(
+            {"type": "tool_call", "tool_name": name, "tool_args": args, "tool_call_id": call_id}
+        )
+        body, ok, latency = await _call_tool(session, base, name, args)
+        result = {
             "type": "tool_result",
             "tool_name": name,
             "tool_output": body,
             "status": "ok" if ok else "error",
             "latency_ms": latency,
-        },
-    ]
-    return steps, body, ok
+            "tool_call_id": call_id,
+        }
+        await record(result)
+        return body, ok
+
+    lowered = prompt.lower()
+    service = next((s for s in SERVICES if s in lowered), None)
+    await record(
+        {"type": "thinking", "content": f"The user asks about {service or 'an unknown service'}."}
+    )
+    evidence: list[str] = list(context)
+    if service is not None:
+        body, ok = await tool("search_logs", {"service": service, "level": "error"})
+        if ok:
+            evidence.extend(line["message"] for line in body["lines"])
+        else:
+            await record({"type": "thinking", "content": "The log search failed; retrying."})
+            body, ok = await tool("search_logs", {"service": service})
+    cause = None
+    for pattern, template in DIAGNOSES:
+        for line in evidence:
+            match = re.search(pattern, line)
+            if match:
+                cause = template.format(*match.groups())
+                dependency = match.group(1) if match.groups() else None
+                if dependency:
+                    body, ok = await tool("service_status", {"name": dependency})
+                    if ok:
+                        cause += f" (status: {body['status']})"
+                break
+        if cause:
+            break
+    subject = f"the {service}-service" if service else "the service"
+    if cause:
+        output = f"Root cause: {subject} {cause}. Recommended action: restore it and re-check."
+    elif service:
+        output = f"No errors found for {subject}; it looks healthy."
+    else:
+        output = "I could not tell which service you mean; name one of: " + ", ".join(SERVICES)
+    await record({"type": "assistant", "content": output})
+    prompt_tokens = _tokens(prompt) + sum(_tokens(e) for e in evidence)
+    completion_tokens = _tokens(output) + sum(
+        _tokens(str(s.get("content", ""))) for s in trajectory
+    )
+    usage = {
+        "prompt": prompt_tokens,
+        "completion": completion_tokens,
+        "total": prompt_tokens + completion_tokens,
+    }
+    return output, usage
+
+
+# -- REST protocol v1: POST /run ----------------------------------------------------------
 
 
 async def run(request: web.Request) -> web.Response:
@@ -126,68 +211,89 @@ async def run(request: web.Request) -> web.Response:
     delay = float(env.get("DELAY_S", 0) or 0)
     if delay:
         await asyncio.sleep(delay)
-
     trajectory: list[dict[str, Any]] = []
-    lowered = prompt.lower()
-    service = next((s for s in SERVICES if s in lowered), None)
-    trajectory.append(
-        {"type": "thinking", "content": f"The user asks about {service or 'an unknown service'}."}
+
+    async def collect(step: dict[str, Any]) -> None:
+        trajectory.append(step)
+
+    output, usage = await diagnose(
+        request.app[SESSION], request.app[TOOLS_URL], prompt, context, collect
     )
-    evidence: list[str] = list(context)
-    base = request.app[TOOLS_URL]
-    if service is not None:
-        steps, body, ok = await _call_tool(
-            request.app[SESSION], base, "search_logs", {"service": service, "level": "error"}
+    return web.json_response({"output": output, "trajectory": trajectory, "token_usage": usage})
+
+
+# -- AG-UI: POST /agui, events streamed over SSE as the agent works ------------------------
+
+
+async def agui(request: web.Request) -> web.StreamResponse:
+    try:
+        run_input = core.RunAgentInput.model_validate(await request.json())
+    except (ValueError, pydantic.ValidationError) as err:
+        return web.json_response({"error": f"body must be a RunAgentInput: {err}"}, status=400)
+    prompts = [m.content for m in run_input.messages if m.role == "user"]
+    if not prompts or not isinstance(prompts[-1], str):
+        return web.json_response({"error": "RunAgentInput needs a text user message"}, status=400)
+    context = [c.value for c in run_input.context or []]
+    env = (run_input.forwarded_props or {}).get("env") or {}
+    if env.get("FAIL") == "500":
+        return web.json_response({"error": "simulated agent crash"}, status=500)
+    encoder = EventEncoder()
+    response = web.StreamResponse(
+        headers={"content-type": encoder.get_content_type(), "cache-control": "no-cache"}
+    )
+    await response.prepare(request)
+    ids = {"thread_id": run_input.thread_id, "run_id": run_input.run_id}
+
+    async def send(event: core.BaseEvent) -> None:
+        await response.write(encoder.encode(event).encode())
+
+    async def stream(step: dict[str, Any]) -> None:
+        for event in triage_wire.agui_events(step, f"msg-{uuid.uuid4().hex[:8]}"):
+            await send(event)
+        if env.get("FAIL") == "run_error" and step["type"] == "tool_result":
+            raise Abort("simulated failure after the first tool result")
+
+    await send(core.RunStartedEvent(**ids))
+    try:
+        output, usage = await diagnose(
+            request.app[SESSION], request.app[TOOLS_URL], str(prompts[-1]), context, stream
         )
-        trajectory.extend(steps)
-        if ok:
-            evidence.extend(line["message"] for line in body["lines"])
-        else:
-            trajectory.append({"type": "thinking", "content": "The log search failed; retrying."})
-            steps, body, ok = await _call_tool(
-                request.app[SESSION], base, "search_logs", {"service": service}
-            )
-            trajectory.extend(steps)
-    cause = None
-    for pattern, template in DIAGNOSES:
-        for line in evidence:
-            match = re.search(pattern, line)
-            if match:
-                cause = template.format(*match.groups())
-                dependency = match.group(1) if match.groups() else None
-                if dependency:
-                    steps, body, ok = await _call_tool(
-                        request.app[SESSION], base, "service_status", {"name": dependency}
-                    )
-                    trajectory.extend(steps)
-                    if ok:
-                        cause += f" (status: {body['status']})"
-                break
-        if cause:
-            break
-    subject = f"the {service}-service" if service else "the service"
-    if cause:
-        output = f"Root cause: {subject} {cause}. Recommended action: restore it and re-check."
-    elif service:
-        output = f"No errors found for {subject}; it looks healthy."
+    except Abort as err:
+        await send(core.RunErrorEvent(message=str(err), code="SIMULATED"))
     else:
-        output = "I could not tell which service you mean; name one of: " + ", ".join(SERVICES)
-    trajectory.append({"type": "assistant", "content": output})
-    prompt_tokens = _tokens(prompt) + sum(_tokens(e) for e in evidence)
-    completion_tokens = _tokens(output) + sum(
-        _tokens(str(s.get("content", ""))) for s in trajectory
+        result = {"output": output}
+        await send(core.RunFinishedEvent(**ids, result=result, usage=triage_wire.agui_usage(usage)))
+    await response.write_eof()
+    return response
+
+
+# -- OpenAI-compatible: POST /v1/chat/completions -----------------------------------------
+
+
+async def chat_completions(request: web.Request) -> web.Response:
+    try:
+        payload = await request.json()
+        messages = [m for m in payload["messages"] if isinstance(m, dict)]
+    except (ValueError, KeyError, TypeError):
+        return web.json_response({"error": {"message": "body must have messages"}}, status=400)
+    prompts = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
+    if not prompts:
+        return web.json_response({"error": {"message": "no user message"}}, status=400)
+    context = [str(m.get("content", "")) for m in messages if m.get("role") == "system"]
+    env = payload.get("metadata") or {}
+    if env.get("FAIL") == "500":
+        return web.json_response({"error": {"message": "simulated agent crash"}}, status=500)
+    steps: list[dict[str, Any]] = []
+
+    async def collect(step: dict[str, Any]) -> None:
+        steps.append(step)
+
+    output, usage = await diagnose(
+        request.app[SESSION], request.app[TOOLS_URL], prompts[-1], context, collect
     )
-    return web.json_response(
-        {
-            "output": output,
-            "trajectory": trajectory,
-            "token_usage": {
-                "prompt": prompt_tokens,
-                "completion": completion_tokens,
-                "total": prompt_tokens + completion_tokens,
-            },
-        }
-    )
+    model = str(payload.get("model") or "triage")
+    run_id = request.headers.get("X-Agent-Health-Run-Id", uuid.uuid4().hex)
+    return web.json_response(triage_wire.openai_answer(model, run_id, steps, output, usage))
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -205,6 +311,8 @@ def agent_app(tools_url: str) -> web.Application:
 
     app.cleanup_ctx.append(session_ctx)
     app.router.add_post("/run", run)
+    app.router.add_post("/agui", agui)
+    app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/healthz", healthz)
     return app
 

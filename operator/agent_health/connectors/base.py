@@ -71,9 +71,17 @@ ConnectorFactory = Callable[[ConnectorSpec], Connector]
 
 
 def _builtins() -> Mapping[str, ConnectorFactory]:
-    from agent_health.connectors import rest
+    # Imported here: the connector modules import this one for ConnectorSpec.
+    from agent_health.connectors import agui, openai_chat, rest, subprocess
 
-    return MappingProxyType({"rest": rest.RestConnector})
+    return MappingProxyType(
+        {
+            "rest": rest.RestConnector,
+            "agui": agui.AguiConnector,
+            "openai": openai_chat.OpenAIChatConnector,
+            "subprocess": subprocess.SubprocessConnector,
+        }
+    )
 
 
 def known(extra: Mapping[str, ConnectorFactory] | None = None) -> list[str]:

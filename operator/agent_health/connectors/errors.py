@@ -6,7 +6,10 @@
      ├── AgentUnreachable          connection refused, DNS, reset before an answer
      ├── AgentTimeout              no complete answer within the timeout
      ├── AgentHTTPError            the agent answered with a non-2xx status
+     ├── AgentRunFailed            the agent said its run failed (AG-UI RUN_ERROR, an error
+     │                             body, a command that exited non-zero)
      ├── AgentProtocolError        the answer is not valid protocol (bad JSON, bad shape)
+     │    └── AgentStreamIncomplete  a stream ended before its final event
      └── ConnectorConfigError      the connector spec itself is wrong (unknown kind, bad URL)
 
 Every error carries a one-line message that says which of these happened; the engine
@@ -34,8 +37,16 @@ class AgentHTTPError(ConnectorError):
         self.status = status
 
 
+class AgentRunFailed(ConnectorError):
+    """The agent answered, and its answer says the run failed."""
+
+
 class AgentProtocolError(ConnectorError):
     """The agent's answer does not follow the protocol."""
+
+
+class AgentStreamIncomplete(AgentProtocolError):
+    """An event stream ended (or was cut) before the event that finishes a run."""
 
 
 class ConnectorConfigError(ConnectorError):

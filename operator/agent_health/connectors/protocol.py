@@ -40,6 +40,30 @@ class TokenUsage(BaseModel):
         if self.total == 0 and (self.prompt or self.completion):
             object.__setattr__(self, "total", self.prompt + self.completion)
 
+    @classmethod
+    def from_counts(cls, value: Any) -> TokenUsage | None:
+        """Read token counts in any of the usual spellings, or ``None`` when there are none.
+
+        Accepts this protocol's ``prompt``/``completion``/``total``, OpenAI's
+        ``prompt_tokens``/``completion_tokens``/``total_tokens`` and AG-UI's
+        ``inputTokens``/``outputTokens``/``totalTokens`` (or their snake_case forms).
+        """
+        if not isinstance(value, dict):
+            return None
+        counts = {}
+        for field, names in _COUNT_NAMES.items():
+            found = next((value[n] for n in names if isinstance(value.get(n), int)), None)
+            if found is not None and found >= 0:
+                counts[field] = found
+        return cls(**counts) if counts else None
+
+
+_COUNT_NAMES = {
+    "prompt": ("prompt", "prompt_tokens", "input_tokens", "inputTokens"),
+    "completion": ("completion", "completion_tokens", "output_tokens", "outputTokens"),
+    "total": ("total", "total_tokens", "totalTokens"),
+}
+
 
 class ContextItem(BaseModel):
     """A piece of context handed to the agent with the prompt."""

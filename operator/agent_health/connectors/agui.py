@@ -1,0 +1,123 @@
+"""The AG-UI connector: POST a ``RunAgentInput``, read the agent's events from SSE.
+
+The request is the ``ag-ui-protocol`` package's :class:`ag_ui.core.RunAgentInput`: the run
+id is both ``threadId`` and ``runId``, the prompt is one user message, the context items
+are AG-UI ``context`` and ``agent.run(env=...)`` travels as ``forwardedProps.env``.
+The events are folded into the trajectory by :mod:`agent_health.connectors.agui_fold` as
+they arrive; an optional ``on_event`` callback sees each one as soon as it is read.
+
+A run must end with ``RUN_FINISHED``. ``RUN_ERROR`` is
+:class:`~errors.AgentRunFailed`; a stream that ends or is cut before ``RUN_FINISHED`` is
+:class:`~errors.AgentStreamIncomplete`. Both make the test ``errored``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import httpx_sse
+from ag_ui import core
+
+from agent_health.connectors import agui_fold, errors, wire
+from agent_health.connectors.base import ConnectorSpec
+from agent_health.connectors.protocol import AgentReply, AgentRequest
+
+EventCallback = Callable[[Mapping[str, Any]], object]
+"""Called with each event (its wire form) right after it is folded; may be async."""
+
+
+class AguiConnector:
+    """Reaches an agent that speaks AG-UI over HTTP + SSE.
+
+    ``spec.options`` may give ``state`` (the AG-UI ``state``), ``tools`` (AG-UI tool
+    definitions offered to the agent) and ``forwarded_props`` (merged with ``env``).
+    """
+
+    def __init__(
+        self,
+        spec: ConnectorSpec,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        self.url = wire.require_url(spec, "agui")
+        self.spec = spec
+        self.on_event = on_event
+        self._client = wire.client(spec, transport)
+
+    def run_input(self, request: AgentRequest) -> core.RunAgentInput:
+        """The ``RunAgentInput`` that :meth:`run` posts for ``request``."""
+        options = self.spec.options
+        return core.RunAgentInput(
+            thread_id=request.run_id,
+            run_id=request.run_id,
+            state=options.get("state", {}),
+            messages=[core.UserMessage(id=f"{request.run_id}-prompt", content=request.prompt)],
+            tools=[core.Tool.model_validate(t) for t in options.get("tools", [])],
+            context=[
+                core.Context(description=item.description, value=item.value)
+                for item in request.context
+            ],
+            forwarded_props={**options.get("forwarded_props", {}), "env": request.env},
+        )
+
+    async def run(self, request: AgentRequest) -> AgentReply:
+        timeout = wire.timeout_of(request, self.spec)
+        body = self.run_input(request).model_dump_json(by_alias=True)
+        headers = {
+            **wire.run_headers(request),
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "cache-control": "no-store",
+        }
+        fold = agui_fold.Fold(self.url)
+        events: list[dict[str, Any]] = []
+        async with (
+            wire.translating(self.url, timeout),
+            self._client.stream(
+                "POST", self.url, content=body, headers=headers, timeout=timeout
+            ) as response,
+        ):
+            if not response.is_success:
+                await response.aread()
+                wire.ensure_success(response, self.url)
+            await self._read(response, fold, events)
+        return AgentReply.model_validate({**fold.reply_fields(), "events": events})
+
+    async def _read(
+        self, response: httpx.Response, fold: agui_fold.Fold, events: list[dict[str, Any]]
+    ) -> None:
+        source = httpx_sse.EventSource(response)
+        try:
+            async for sse in source.aiter_sse():
+                if not sse.data:
+                    continue  # a keep-alive or comment-only event
+                event = fold.feed(sse.data)
+                events.append(event)
+                if self.on_event is not None:
+                    outcome = self.on_event(event)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                if fold.finished:
+                    return  # anything after RUN_FINISHED belongs to no run
+        except httpx_sse.SSEError as err:
+            raise errors.AgentProtocolError(
+                f"agent at {self.url} did not answer with an SSE event stream "
+                f"(content-type {response.headers.get('content-type', 'none')!r}); "
+                "an AG-UI agent answers text/event-stream"
+            ) from err
+        except (httpx.RemoteProtocolError, httpx.ReadError) as err:
+            raise errors.AgentStreamIncomplete(
+                f"agent at {self.url} cut its AG-UI stream after {fold.count} events, "
+                f"before RUN_FINISHED: {wire.reason(err)}"
+            ) from err
+        raise errors.AgentStreamIncomplete(
+            f"agent at {self.url} ended its AG-UI stream after {fold.count} events "
+            "without RUN_FINISHED"
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,304 @@
+"""Fold a stream of AG-UI events into one trajectory, output text and token usage.
+
+Each message, reasoning message and tool call becomes one :class:`Step`, placed where it
+*started* in the stream (so a tool call that begins inside a text message comes after that
+message), and filled in when it ends. ``*_CHUNK`` events open an item on first sight and
+close it when any other event arrives, as the AG-UI spec says. The 0.x ``THINKING_*``
+events, which the 1.0 package no longer names, fold like the 1.0 ``REASONING_*`` ones.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+from ag_ui import core
+
+from agent_health.connectors import errors
+from agent_health.connectors.protocol import Step, StepType, TokenUsage
+
+KNOWN_TYPES = frozenset(e.value for e in core.EventType)
+LEGACY_THINKING = frozenset(
+    {
+        "THINKING_START",
+        "THINKING_END",
+        "THINKING_TEXT_MESSAGE_START",
+        "THINKING_TEXT_MESSAGE_CONTENT",
+        "THINKING_TEXT_MESSAGE_END",
+    }
+)
+_CHUNKS = {
+    "TEXT_MESSAGE_CHUNK": "text",
+    "REASONING_MESSAGE_CHUNK": "reasoning",
+    "TOOL_CALL_CHUNK": "tool",
+}
+_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(core.Event)
+
+
+@dataclass
+class _Text:
+    slot: int
+    kind: StepType | None  # None: a system/developer message, kept out of the trajectory
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Call:
+    slot: int
+    name: str
+    parts: list[str] = field(default_factory=list)
+    ended_at: float | None = None
+
+
+class Fold:
+    """Feed events in stream order with :meth:`feed`; read :meth:`reply_fields` at the end."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.count = 0
+        self.finished = False
+        self._slots: list[Step | None] = []
+        self._texts: dict[tuple[str, str], _Text] = {}
+        self._calls: dict[str, _Call] = {}
+        self._names: dict[str, str] = {}
+        self._chunk: tuple[str, str] | None = None
+        self._legacy = 0
+        self._last_text: str | None = None
+        self._result: Any = None
+        self._usage: TokenUsage | None = None
+
+    # -- input ----------------------------------------------------------------------------
+
+    def feed(self, data: str) -> dict[str, Any]:
+        """Fold one SSE ``data`` field; return the event as a dict. Raises on RUN_ERROR."""
+        self.count += 1
+        try:
+            raw = json.loads(data)
+        except ValueError as err:
+            raise errors.AgentProtocolError(
+                f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON: "
+                f"{data[:120]!r}"
+            ) from err
+        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+            raise errors.AgentProtocolError(
+                f"agent at {self.url} sent AG-UI event #{self.count} without a 'type': "
+                f"{data[:120]!r}"
+            )
+        kind = raw["type"]
+        self._close_chunk_unless(kind, raw)
+        if kind in LEGACY_THINKING:
+            self._legacy_thinking(kind, raw)
+        elif kind in KNOWN_TYPES:
+            try:
+                event = _EVENT.validate_python(raw)
+            except pydantic.ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(p) for p in first["loc"][1:]) or "event"
+                raise errors.AgentProtocolError(
+                    f"agent at {self.url} sent a malformed {kind} event "
+                    f"(#{self.count}): {where}: {first['msg']}"
+                ) from err
+            self._fold(event)
+        # Any other type is a newer protocol's event: kept in the raw events, not folded.
+        return raw
+
+    def _fold(self, event: Any) -> None:
+        match event:
+            case core.TextMessageStartEvent(message_id=mid, role=role):
+                self._open_text("text", mid, _role_kind(role))
+            case core.TextMessageContentEvent(message_id=mid, delta=delta):
+                self._text("text", mid, "assistant").parts.append(delta)
+            case core.TextMessageEndEvent(message_id=mid):
+                self._close_text("text", mid)
+            case core.TextMessageChunkEvent(message_id=mid, role=role, delta=delta):
+                mid = mid or (self._chunk[1] if self._chunk else f"chunk-{self.count}")
+                self._text("text", mid, _role_kind(role)).parts.append(delta or "")
+                self._chunk = ("text", mid)
+            case core.ReasoningMessageStartEvent(message_id=mid):
+                self._open_text("reasoning", mid, "thinking")
+            case core.ReasoningMessageContentEvent(message_id=mid, delta=delta):
+                self._text("reasoning", mid, "thinking").parts.append(delta)
+            case core.ReasoningMessageEndEvent(message_id=mid):
+                self._close_text("reasoning", mid)
+            case core.ReasoningMessageChunkEvent(message_id=mid, delta=delta):
+                mid = mid or (self._chunk[1] if self._chunk else f"chunk-{self.count}")
+                self._text("reasoning", mid, "thinking").parts.append(delta or "")
+                self._chunk = ("reasoning", mid)
+            case core.ToolCallStartEvent(tool_call_id=cid, tool_call_name=name):
+                self._open_call(cid, name)
+            case core.ToolCallArgsEvent(tool_call_id=cid, delta=delta):
+                self._call(cid).parts.append(delta)
+            case core.ToolCallEndEvent(tool_call_id=cid):
+                self._end_call(cid)
+            case core.ToolCallChunkEvent(tool_call_id=cid, tool_call_name=name, delta=delta):
+                cid = cid or (self._chunk[1] if self._chunk else f"call-{self.count}")
+                if cid not in self._calls:
+                    self._open_call(cid, name or "")
+                self._calls[cid].parts.append(delta or "")
+                self._chunk = ("tool", cid)
+            case core.ToolCallResultEvent():
+                self._tool_result(event)
+            case core.RunFinishedEvent(result=result, usage=usage):
+                self.finished = True
+                self._result = result
+                self._usage = (
+                    _sum_usage(usage)
+                    or TokenUsage.from_counts(
+                        result.get("token_usage") if isinstance(result, dict) else None
+                    )
+                    or self._usage
+                )
+            case core.RunErrorEvent(message=message, code=code):
+                raise errors.AgentRunFailed(
+                    f"agent at {self.url} reported RUN_ERROR"
+                    + (f" [{code}]" if code else "")
+                    + f": {message}"
+                )
+            case core.CustomEvent(name=name, value=value) if name in ("token_usage", "usage"):
+                self._usage = TokenUsage.from_counts(value) or self._usage
+
+    def _legacy_thinking(self, kind: str, raw: dict[str, Any]) -> None:
+        if kind == "THINKING_TEXT_MESSAGE_START":
+            self._legacy += 1
+            self._open_text("reasoning", f"thinking-{self._legacy}", "thinking")
+        elif kind == "THINKING_TEXT_MESSAGE_CONTENT":
+            text = self._text("reasoning", f"thinking-{self._legacy}", "thinking")
+            text.parts.append(str(raw.get("delta", "")))
+        elif kind == "THINKING_TEXT_MESSAGE_END":
+            self._close_text("reasoning", f"thinking-{self._legacy}")
+
+    # -- items ----------------------------------------------------------------------------
+
+    def _close_chunk_unless(self, kind: str, raw: dict[str, Any]) -> None:
+        if self._chunk is None:
+            return
+        family, cid = self._chunk
+        key = "toolCallId" if family == "tool" else "messageId"
+        if _CHUNKS.get(kind) == family and raw.get(key) in (None, cid):
+            return  # the same chunked item goes on
+        self._chunk = None
+        if family == "tool":
+            self._end_call(cid)
+        else:
+            self._close_text(family, cid)
+
+    def _open_text(self, family: str, mid: str, kind: StepType | None) -> _Text:
+        self._slots.append(None)
+        text = _Text(len(self._slots) - 1, kind)
+        self._texts[(family, mid)] = text
+        return text
+
+    def _text(self, family: str, mid: str, kind: StepType | None) -> _Text:
+        return self._texts.get((family, mid)) or self._open_text(family, mid, kind)
+
+    def _close_text(self, family: str, mid: str) -> None:
+        text = self._texts.pop((family, mid), None)
+        if text is None or text.kind is None:
+            return
+        content = "".join(text.parts)
+        self._slots[text.slot] = Step(type=text.kind, content=content)
+        if text.kind == "assistant":
+            self._last_text = content
+
+    def _open_call(self, cid: str, name: str) -> None:
+        self._slots.append(None)
+        self._calls[cid] = _Call(len(self._slots) - 1, name)
+        self._names[cid] = name
+
+    def _call(self, cid: str) -> _Call:
+        if cid not in self._calls:
+            self._open_call(cid, self._names.get(cid, ""))
+        return self._calls[cid]
+
+    def _end_call(self, cid: str) -> None:
+        call = self._call(cid)
+        if call.ended_at is not None:
+            return
+        call.ended_at = time.perf_counter()
+        self._slots[call.slot] = Step.model_validate(
+            {
+                "type": "tool_call",
+                "tool_name": call.name,
+                "tool_args": _args(call.parts),
+                "tool_call_id": cid,
+            }
+        )
+
+    def _tool_result(self, event: core.ToolCallResultEvent) -> None:
+        cid = event.tool_call_id
+        latency = None
+        if cid in self._calls:  # else a call from an earlier run, known by its id only
+            self._end_call(cid)
+            ended_at = self._calls.pop(cid).ended_at or time.perf_counter()
+            latency = round((time.perf_counter() - ended_at) * 1000, 3)
+        meta = event.metadata or {}
+        failed = meta.get("status") == "error" or bool(meta.get("error"))
+        self._slots.append(
+            Step.model_validate(
+                {
+                    "type": "tool_result",
+                    "tool_name": self._names.get(cid),
+                    "tool_output": _content(event.content),
+                    "status": "error" if failed else "ok",
+                    "latency_ms": latency,
+                    "tool_call_id": cid,
+                }
+            )
+        )
+
+    # -- output ---------------------------------------------------------------------------
+
+    def reply_fields(self) -> dict[str, Any]:
+        """``output``, ``trajectory`` and ``token_usage`` of the finished run."""
+        for family, mid in list(self._texts):
+            self._close_text(family, mid)
+        for cid in list(self._calls):
+            self._end_call(cid)
+        result = self._result
+        if isinstance(result, dict) and isinstance(result.get("output"), str):
+            output: str | None = result["output"]
+        else:
+            output = result if isinstance(result, str) else self._last_text
+        return {
+            "output": output or "",
+            "trajectory": tuple(s for s in self._slots if s is not None),
+            "token_usage": self._usage or TokenUsage(),
+        }
+
+
+def _role_kind(role: str | None) -> StepType | None:
+    if role in (None, "assistant"):
+        return "assistant"
+    return "user" if role == "user" else None
+
+
+def _args(parts: list[str]) -> dict[str, Any]:
+    text = "".join(parts).strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_raw": text}  # what the agent sent, so a matcher can show it
+    return value if isinstance(value, dict) else {"_value": value}
+
+
+def _content(content: Any) -> Any:
+    if isinstance(content, str):
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return "".join(getattr(part, "text", "") or "" for part in content)
+
+
+def _sum_usage(usage: list[core.TokenUsage] | None) -> TokenUsage | None:
+    if not usage:
+        return None
+    prompt = sum(u.input_tokens or 0 for u in usage)
+    completion = sum(u.output_tokens or 0 for u in usage)
+    total = sum(u.total_tokens or (u.input_tokens or 0) + (u.output_tokens or 0) for u in usage)
+    return TokenUsage(prompt=prompt, completion=completion, total=total)

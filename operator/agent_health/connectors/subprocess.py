@@ -1,0 +1,222 @@
+"""Run the agent as a command, once per ``agent.run()`` (``--agent cmd:PROGRAM ARGS``).
+
+The command starts in its own process group with the REST v1 request JSON on stdin; the
+prompt is also in ``$AGENT_HEALTH_PROMPT`` (and the run id in ``$AGENT_HEALTH_RUN_ID``,
+the W3C trace context in ``$TRACEPARENT``, ``agent.run(env=...)`` as variables of their
+own). Its stdout is either
+
+* one REST protocol v1 JSON answer (``{"output": ..., "trajectory": [...], ...}``), or
+* JSON lines: one step per line (``{"type": "tool_call", ...}``) and a final
+  ``{"output": ..., "token_usage"?: {...}}`` line.
+
+A non-zero exit is :class:`~errors.AgentRunFailed` and a run past the timeout is
+:class:`~errors.AgentTimeout` (the whole process group is killed); both quote the end of
+stderr. A cancelled run kills its process group too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+from typing import Any
+
+import pydantic
+
+from agent_health.connectors import errors, wire
+from agent_health.connectors.base import ConnectorSpec
+from agent_health.connectors.protocol import AgentReply, AgentRequest, Step
+
+TERM_GRACE_S = 2.0
+"""How long a timed-out command may take to exit after SIGTERM before it gets SIGKILL."""
+
+
+class SubprocessConnector:
+    """Starts ``spec.command`` for each run and reads its answer from stdout."""
+
+    def __init__(self, spec: ConnectorSpec) -> None:
+        if not spec.command:
+            raise errors.ConnectorConfigError(
+                "the subprocess connector needs a command: --agent 'cmd:PROGRAM ARGS' or "
+                '{"connector": "subprocess", "command": [...]} in the config'
+            )
+        argv = list(spec.command)
+        if argv[0] in ("python", "python3"):
+            argv[0] = sys.executable  # the interpreter agent-health runs in
+        self.argv = argv
+        self.name = wire.snippet(shlex.join(spec.command), 80)
+        self.spec = spec
+        self._live: set[asyncio.subprocess.Process] = set()
+
+    async def run(self, request: AgentRequest) -> AgentReply:
+        timeout = wire.timeout_of(request, self.spec)
+        env = {
+            **os.environ,
+            **request.env,
+            "AGENT_HEALTH_PROMPT": request.prompt,
+            "AGENT_HEALTH_RUN_ID": request.run_id,
+        }
+        if request.traceparent:
+            env["TRACEPARENT"] = request.traceparent
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.spec.cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise errors.ConnectorConfigError(
+                f"cannot start agent command {self.name!r}: {wire.reason(err)}"
+            ) from err
+        self._live.add(proc)
+        stdout, stderr = bytearray(), bytearray()
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        readers = [
+            asyncio.create_task(_drain(proc.stdout, stdout)),
+            asyncio.create_task(_drain(proc.stderr, stderr)),
+        ]
+        try:
+            async with asyncio.timeout(timeout):
+                await _feed(proc, request.model_dump_json().encode())
+                await asyncio.gather(*readers)
+                code = await proc.wait()
+        except TimeoutError as err:
+            raise errors.AgentTimeout(
+                f"agent command {self.name!r} did not finish within {timeout:g} s "
+                f"(its process group was killed){_tail(stderr)}"
+            ) from err
+        finally:
+            for reader in readers:
+                reader.cancel()
+            await _stop(proc)
+            self._live.discard(proc)
+        if code != 0:
+            raise errors.AgentRunFailed(f"agent command {self.name!r} {_how(code)}{_tail(stderr)}")
+        return parse(stdout.decode(errors="replace"), self.name)
+
+    async def aclose(self) -> None:
+        for proc in list(self._live):
+            await _stop(proc)
+
+
+def parse(text: str, name: str) -> AgentReply:
+    """Read a command's stdout: one REST v1 JSON answer, or JSON lines of steps + output."""
+    stripped = text.strip()
+    if not stripped:
+        raise errors.AgentProtocolError(
+            f"agent command {name!r} printed nothing on stdout; print one REST protocol v1 "
+            'JSON answer, or JSON lines of steps ending with {"output": ...}'
+        )
+    try:
+        whole = json.loads(stripped)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict) and "type" not in whole:
+        return _validate(whole, name, "its JSON answer")
+    steps: list[Any] = []
+    final: dict[str, Any] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as err:
+            raise errors.AgentProtocolError(
+                f"agent command {name!r} printed stdout line {number} that is not JSON: "
+                f"{wire.snippet(line, 120)}"
+            ) from err
+        if isinstance(item, dict) and "type" in item:
+            steps.append(_step(item, name, number))
+        elif isinstance(item, dict) and "output" in item:
+            final = item
+        else:
+            raise errors.AgentProtocolError(
+                f"agent command {name!r} printed stdout line {number} that is neither a step "
+                f'(with "type") nor the final {{"output": ...}}: {wire.snippet(line, 120)}'
+            )
+    if final is None:
+        raise errors.AgentStreamIncomplete(
+            f'agent command {name!r} printed {len(steps)} steps but no final {{"output": ...}} line'
+        )
+    trajectory = [*steps, *final.get("trajectory", [])]
+    return _validate({**final, "trajectory": trajectory}, name, "its final line")
+
+
+def _step(item: dict[str, Any], name: str, number: int) -> Step:
+    try:
+        return Step.model_validate(item)
+    except pydantic.ValidationError as err:
+        raise errors.AgentProtocolError(
+            f"agent command {name!r} printed a step on stdout line {number} that is not a "
+            f"REST protocol v1 step: {wire.validation_reason(err)}"
+        ) from err
+
+
+def _validate(body: dict[str, Any], name: str, what: str) -> AgentReply:
+    try:
+        return AgentReply.model_validate(body)
+    except pydantic.ValidationError as err:
+        raise errors.AgentProtocolError(
+            f"agent command {name!r}: {what} is not REST protocol v1: {wire.validation_reason(err)}"
+        ) from err
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
+    assert proc.stdin is not None
+    # A command that never reads its stdin (it has $AGENT_HEALTH_PROMPT) may exit first.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+        proc.stdin.close()
+        await proc.stdin.wait_closed()
+
+
+async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+    while chunk := await stream.read(65536):
+        into.extend(chunk)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """End the command's process group: SIGTERM, then SIGKILL after a grace period.
+
+    The group is signalled even when the command itself has exited, so children it left
+    running (holding our pipes open) go with it.
+    """
+    if proc.returncode is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), TERM_GRACE_S)
+        except TimeoutError:
+            _signal_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _how(code: int) -> str:
+    if code >= 0:
+        return f"exited with {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
+
+
+def _tail(stderr: bytearray, limit: int = 500) -> str:
+    text = " ".join(stderr.decode(errors="replace").split())
+    if not text:
+        return " (nothing on stderr)"
+    return ": " + (text if len(text) <= limit else "…" + text[-limit:])
