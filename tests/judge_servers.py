@@ -98,7 +98,25 @@ class Seen:
 
 
 def quoted_rule(body: Mapping[str, Any]) -> Action:
-    """A deterministic judge: criteria ``says "X"`` pass iff X appears in the evidence."""
+    """A deterministic judge: criteria ``says "X"`` pass iff X appears in the evidence.
+
+    Asked agentically (tools offered, no forced answer), it first calls ``get_spans``, then
+    submits the same verdict through ``submit_verdict``.
+    """
+    verdict = _quoted(body)
+    forced = "response_format" in body or "tool_choice" in body
+    forced = forced or "tool" in body.get("toolConfig", {}).get("toolChoice", {})
+    offered = bool(body.get("tools")) or "toolConfig" in body
+    if forced or not offered:
+        return verdict
+    answered = any(m.get("role") == "tool" for m in body.get("messages", []))
+    if not answered:
+        return Calls((("get_spans", {}),))
+    assert isinstance(verdict, Answer)
+    return Calls(((VERDICT_TOOL, _verdict(verdict)),))
+
+
+def _quoted(body: Mapping[str, Any]) -> Action:
     text = prompt_text(body)
     criteria = text.split("## CRITERIA", 1)[-1].split("## EVIDENCE", 1)[0]
     evidence = text.split("## EVIDENCE", 1)[-1]
