@@ -33,10 +33,11 @@ class JudgeUsage(BaseModel):
     def line(self) -> str:
         """One line for the terminal summary."""
         cost = f", ${self.cost_usd:.4f}" if self.cost_usd is not None else ""
+        saved = f", {self.saved_tokens} saved by the cache" if self.saved_tokens else ""
         return (
             f"judge: {self.calls} calls ({self.cached} cached, {self.errored} errored), "
             f"{self.total_tokens} tokens ({self.input_tokens} in / {self.output_tokens} out)"
-            f"{cost}"
+            f"{cost}{saved}"
         )
 
 
