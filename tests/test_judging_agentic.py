@@ -62,11 +62,19 @@ def _tool_results(body: Mapping[str, Any], shape: str) -> list[str]:
             found.append(message["content"])
         elif shape == "anthropic" and isinstance(message["content"], list):
             found += [b["content"] for b in message["content"] if b["type"] == "tool_result"]
+        elif shape == "bedrock":
+            found += [
+                b["toolResult"]["content"][0]["text"]
+                for b in message["content"]
+                if "toolResult" in b
+            ]
     return found
 
 
-@pytest.mark.parametrize("shape", ["openai", "anthropic"])
-async def test_tool_loop_queries_then_submits(shape: Any) -> None:
+@pytest.mark.parametrize("shape", ["openai", "anthropic", "bedrock"])
+async def test_tool_loop_queries_then_submits(shape: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKID")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     server = await ScriptedModel.start(
         shape,
         script=[
@@ -76,7 +84,8 @@ async def test_tool_loop_queries_then_submits(shape: Any) -> None:
         ],
     )
     try:
-        async with judging.backend(judge_config(server), Config()) as backend:
+        config = judge_config(server, region="us-west-2")
+        async with judging.backend(config, Config()) as backend:
             assert backend is not None
             verdict = await backend(judge_request(tools=("trace_query",)))
     finally:
@@ -85,7 +94,12 @@ async def test_tool_loop_queries_then_submits(shape: Any) -> None:
     assert verdict.input_tokens == 300  # three model calls
     assert len(server.requests) == 3
     first = server.requests[0].body
-    names = [t["function"]["name"] if shape == "openai" else t["name"] for t in first["tools"]]
+    if shape == "bedrock":
+        assert first["toolConfig"]["toolChoice"] == {"auto": {}}
+        names = [t["toolSpec"]["name"] for t in first["toolConfig"]["tools"]]
+    else:
+        key = "function" if shape == "openai" else None
+        names = [t[key]["name"] if key else t["name"] for t in first["tools"]]
     assert names == ["get_spans", "get_logs", "query", "metrics", "submit_verdict"]
     spans_answer, metrics_answer = _tool_results(server.requests[1].body, shape)
     spans = json.loads(spans_answer)
