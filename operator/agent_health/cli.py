@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", help="run shard i of n, e.g. 1/4")
     run.add_argument("--no-judge", action="store_true", help="skip every judge() call (neutral)")
     run.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the judge cache"
+    )
+    run.add_argument(
         "--reporter",
         action="append",
         default=[],
@@ -189,6 +192,7 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
     outcome, hints = asyncio.run(
         _execute(suite, cases, config, spec, judge_config, skip_judge, args, console, list_lines)
     )
+    judge_usage = judging.summarize(outcome.results, judge_config)
     report = RunReport.build(
         outcome.results,
         duration_ms=outcome.duration_ms,
@@ -196,8 +200,11 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
         load_errors=[*load_errors, *outcome.hook_errors],
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
+        judge_tokens=judge_usage.model_dump() if judge_usage.calls else None,
     )
     terminal.summary(console, report, hints=hints)
+    if judge_usage.calls:
+        console.print(judge_usage.line())
     _write_reports(outputs, report, console)
     return exit_code(report)
 
@@ -249,7 +256,9 @@ async def _execute(
             caller = connector.run
         backend = None
         if not skip_judge:
-            backend = await stack.enter_async_context(judging.backend(judge_config, config))
+            backend = await stack.enter_async_context(
+                judging.backend(judge_config, config, use_cache=not args.no_cache)
+            )
         env = runner.RunEnv(
             agent_caller=caller,
             judge_backend=backend,
@@ -271,7 +280,7 @@ async def _execute(
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
-    if backend is None and not skip_judge and _judge_was_skipped(outcome):
+    if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(judging.NO_JUDGE_HINT)
     return outcome, hints
 

@@ -32,6 +32,7 @@ class Summary(BaseModel):
     load_errors: list[str] = Field(default_factory=list)
     interrupted: bool = False
     not_run: int = 0
+    judge_tokens: dict[str, Any] | None = None
 
 
 class RunReport(BaseModel):
@@ -53,6 +54,7 @@ class RunReport(BaseModel):
         load_errors: Sequence[str] = (),
         interrupted: bool = False,
         not_run: int = 0,
+        judge_tokens: dict[str, Any] | None = None,
     ) -> RunReport:
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
@@ -70,6 +72,7 @@ class RunReport(BaseModel):
             load_errors=list(load_errors),
             interrupted=interrupted,
             not_run=not_run,
+            judge_tokens=judge_tokens,
         )
         if repeats > 1:
             summary.update(_pass_at_k(results))

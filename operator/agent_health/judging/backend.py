@@ -1,17 +1,26 @@
-"""The judge backend the engine installs: provider + prompt + parsing + a concurrency limit."""
+"""The judge backend the engine installs: every ``judge()`` call goes through here.
+
+It picks the mode (a custom evaluator, agentic with ``tools=["trace_query"]``, else
+contextual), looks the call up in the cache, asks the provider, and turns any failure into
+an ``errored`` verdict carrying the provider's message (usage errors, such as an unknown
+evaluator, are raised into the test instead). Errored verdicts are never cached.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-from collections.abc import AsyncIterator
+import hashlib
+import inspect
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import httpx
 
-from agent_health.judging import prompt
-from agent_health.judging.providers import Completion, Provider, create_provider
-from agent_health.sdk import errors
+from agent_health.judging import agentic, contextual, errors, evaluators, prompt, tools
+from agent_health.judging import cache as cache_mod
+from agent_health.judging import providers as providers_mod
+from agent_health.judging.chat import Tally
+from agent_health.judging.providers import http
 from agent_health.sdk.config import Config, JudgeConfig
 from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import Verdict
@@ -20,77 +29,261 @@ NO_JUDGE_HINT = (
     "no judge configured, so judge() calls were skipped; set judge={...} in "
     "agent-health.config.py or AGENT_HEALTH_JUDGE_PROVIDER/MODEL/BASE_URL"
 )
+LLM_EVALUATOR = "llm"
 
 
-class LLMJudge:
-    """Answers ``judge()`` calls with one model call each (contextual mode)."""
+class Judging:
+    """Answers ``judge()`` calls (the :class:`~agent_health.sdk.context.JudgeBackend`)."""
 
-    def __init__(self, provider: Provider, config: JudgeConfig) -> None:
+    def __init__(
+        self,
+        *,
+        judge: JudgeConfig | None,
+        provider: providers_mod.Provider | None,
+        custom: Mapping[str, Callable[..., Any]] | None = None,
+        cache: cache_mod.Cache | None = None,
+        sources: tools.SourceFactory = tools.RunResultSource,
+    ) -> None:
+        self.judge = judge
         self.provider = provider
-        self.config = config
-        self._limit = asyncio.Semaphore(config.max_concurrency)
+        self.custom = dict(custom or {})
+        self.cache = cache
+        self.sources = sources
 
     async def __call__(self, request: JudgeRequest) -> Verdict:
-        if request.evaluator is not None:
-            raise errors.JudgeError(
-                f"unknown evaluator {request.evaluator!r}: define it in "
-                "define_config(evaluators={...})"
-            )
-        model = request.model or self.config.model
-        messages = [{"role": "user", "content": prompt.user_message(request)}]
-        raw = ""
-        used_in = used_out = 0
-        for attempt in range(2):  # an unparseable answer is asked once more
-            async with self._limit:
-                completion: Completion = await self.provider.complete(
-                    system=prompt.SYSTEM,
-                    messages=messages,
-                    model=model,
-                    schema=prompt.RESPONSE_SCHEMA,
-                )
-            used_in += completion.input_tokens
-            used_out += completion.output_tokens
-            raw = completion.text
-            try:
-                answer = prompt.parse(raw)
-            except prompt.UnparseableAnswer as err:
-                if attempt == 0:
-                    continue
-                return Verdict(
-                    criteria=request.criteria,
-                    passed=None,
-                    role=request.role,
-                    errored=True,
-                    error=str(err),
-                    model=model,
-                    input_tokens=used_in,
-                    output_tokens=used_out,
-                )
+        custom = self._evaluator(request.evaluator)
+        use_tools = _tool_packs(request.tools)
+        if custom is None and self.provider is None:
             return Verdict(
                 criteria=request.criteria,
-                passed=answer.passed,
-                score=answer.score,
-                reasoning=answer.reasoning,
-                role=request.role,
-                model=model,
-                input_tokens=used_in,
-                output_tokens=used_out,
+                passed=None,
+                role="neutral",
+                skipped=True,
+                reasoning=NO_JUDGE_HINT,
             )
-        raise AssertionError("unreachable")  # pragma: no cover
+        result = request.result
+        pack = tools.TracePack(self.sources(result), result.run_id) if result else None
+        if use_tools and pack is None and custom is None:
+            raise errors.UsageError(
+                f"judge(tools={list(request.tools)}) queries a run's traces: pass the "
+                "RunResult of agent.run(), not a string"
+            )
+        model = request.model or (self.judge.model if self.judge else None)
+        parts = await _parts(request, pack, everything=custom is not None)
+        address = cache_mod.key(
+            {
+                "evaluator": _identity(request.evaluator, custom),
+                "model": model,
+                "criteria": request.criteria,
+                "context": sorted(set(request.context)),
+                "tools": sorted(set(request.tools)),
+                "evidence": parts,
+                "options": dict(request.options),
+                "repeat": request.repeat,
+                "prompt": prompt.PROMPT_VERSION,
+            }
+        )
+        if self.cache is not None:
+            stored = await self.cache.get(address)
+            if stored is not None:
+                return _verdict(request, stored, cached=True)
+        tally = Tally()
+        try:
+            if custom is not None:
+                answer = await self._custom(request, custom, pack, parts, model, tally)
+            elif use_tools and pack is not None:
+                answer = await self._agentic(request, pack, parts, model or "", tally)
+            else:
+                answer = await self._contextual(request, parts, model or "", tally)
+        except errors.UsageError:
+            raise
+        except errors.JudgingError as err:
+            return Verdict(
+                criteria=request.criteria,
+                passed=None,
+                role=request.role,
+                errored=True,
+                error=str(err),
+                model=model if tally.calls else None,
+                input_tokens=tally.input_tokens,
+                output_tokens=tally.output_tokens,
+            )
+        fields = {
+            "passed": answer.passed,
+            "score": answer.score,
+            "reasoning": answer.reasoning,
+            "model": model if (custom is None or tally.calls) else None,
+            "input_tokens": tally.input_tokens,
+            "output_tokens": tally.output_tokens,
+        }
+        if self.cache is not None:
+            await self.cache.put(address, fields)
+        return _verdict(request, fields, cached=False)
+
+    def _evaluator(self, name: str | None) -> Callable[..., Any] | None:
+        if name is None:
+            return None
+        fn = self.custom.get(name)
+        if fn is None:
+            known = ", ".join(sorted(self.custom)) or "none are defined"
+            raise errors.UnknownEvaluator(
+                f"unknown evaluator {name!r} in judge(evaluator=...); known: {known}; define "
+                "it in agent-health.config.py as define_config(evaluators={...})"
+            )
+        return fn
+
+    def _max(self, request: JudgeRequest, option: str) -> int:
+        value = request.options.get(option)
+        if value is None:
+            value = getattr(self.judge, option) if self.judge else 1024
+        if not isinstance(value, int) or value < 1:
+            raise errors.UsageError(f"judge({option}=...) must be a positive int, got {value!r}")
+        return value
+
+    async def _contextual(
+        self, request: JudgeRequest, parts: Mapping[str, Any], model: str, tally: Tally
+    ) -> prompt.JudgeAnswer:
+        assert self.provider is not None
+        return await contextual.judge(
+            self.provider,
+            model=model,
+            criteria=request.criteria,
+            parts=parts,
+            max_tokens=self._max(request, "max_output_tokens"),
+            tally=tally,
+        )
+
+    async def _agentic(
+        self,
+        request: JudgeRequest,
+        pack: tools.TracePack,
+        parts: Mapping[str, Any],
+        model: str,
+        tally: Tally,
+    ) -> prompt.JudgeAnswer:
+        assert self.provider is not None
+        return await agentic.judge(
+            self.provider,
+            model=model,
+            criteria=request.criteria,
+            parts=parts,
+            pack=pack,
+            max_steps=self._max(request, "max_steps"),
+            max_tokens=self._max(request, "max_tokens"),
+            max_output_tokens=self._max(request, "max_output_tokens"),
+            tally=tally,
+        )
+
+    async def _custom(
+        self,
+        request: JudgeRequest,
+        fn: Callable[..., Any],
+        pack: tools.TracePack | None,
+        parts: Mapping[str, Any],
+        model: str | None,
+        tally: Tally,
+    ) -> prompt.JudgeAnswer:
+        name = request.evaluator or ""
+        llm = evaluators.LLM(
+            self.provider,
+            evaluator=name,
+            model=model,
+            max_tokens=self._max(request, "max_output_tokens"),
+            tally=tally,
+        )
+        available = {
+            "result": request.result if request.result is not None else request.text,
+            "criteria": request.criteria,
+            "tools": pack,
+            "llm": llm,
+            "context": request.context,
+            "options": dict(request.options),
+        }
+        return await evaluators.evaluate(name, fn, available, request.criteria)
+
+
+async def _parts(
+    request: JudgeRequest, pack: tools.TracePack | None, *, everything: bool
+) -> dict[str, Any]:
+    spans = logs = None
+    if pack is not None and "traces" in request.context:
+        spans = await pack.get_spans(limit=tools.MAX_LIMIT)
+    if pack is not None and "logs" in request.context:
+        logs = await pack.get_logs(limit=tools.MAX_LIMIT)
+    return prompt.evidence(request, everything=everything, spans=spans, logs=logs)
+
+
+def _tool_packs(names: tuple[str, ...]) -> bool:
+    unknown = sorted(set(names) - {tools.PACK_NAME})
+    if unknown:
+        raise errors.UnknownTools(
+            f"judge(tools=...) got {unknown}; the only tool pack is {tools.PACK_NAME!r}"
+        )
+    return bool(names)
+
+
+def _identity(name: str | None, fn: Callable[..., Any] | None) -> str:
+    """Which evaluator answered: the built-in LLM judge, or a custom one and its code."""
+    if fn is None:
+        return LLM_EVALUATOR
+    try:
+        code = inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__qualname__", repr(type(fn)))
+    return f"custom:{name}:{hashlib.sha256(code.encode()).hexdigest()[:16]}"
+
+
+def _verdict(request: JudgeRequest, fields: Mapping[str, Any], *, cached: bool) -> Verdict:
+    return Verdict(
+        criteria=request.criteria,
+        passed=bool(fields["passed"]),
+        score=fields.get("score"),
+        reasoning=str(fields.get("reasoning") or ""),
+        role=request.role,
+        cached=cached,
+        model=fields.get("model"),
+        input_tokens=int(fields.get("input_tokens") or 0),
+        output_tokens=int(fields.get("output_tokens") or 0),
+    )
 
 
 @contextlib.asynccontextmanager
-async def backend(judge: JudgeConfig | None, config: Config) -> AsyncIterator[LLMJudge | None]:
-    """The backend for a run (``None`` when no judge is configured)."""
-    if judge is None:
+async def backend(
+    judge: JudgeConfig | None,
+    config: Config,
+    *,
+    use_cache: bool = True,
+    providers: Mapping[str, providers_mod.ProviderFactory] = providers_mod.PROVIDERS,
+    sources: tools.SourceFactory = tools.RunResultSource,
+) -> AsyncIterator[Judging | None]:
+    """The backend for one run: ``None`` when there is neither a judge nor an evaluator.
+
+    ``use_cache=False`` (``--no-cache``) neither reads nor writes the cache.
+    """
+    if judge is None and not config.evaluators:
         yield None
         return
-    key = None
-    if judge.api_key_env:
-        key = os.environ.get(judge.api_key_env)
-        if not key:
-            raise errors.ConfigError(
-                f"judge: environment variable {judge.api_key_env} (judge.api_key_env) is not set"
+    async with contextlib.AsyncExitStack() as stack:
+        provider = None
+        if judge is not None:
+            client = await stack.enter_async_context(httpx.AsyncClient(timeout=judge.timeout))
+            endpoint = http.Endpoint(
+                client,
+                retry=judge.retry,
+                max_concurrency=judge.max_concurrency,
+                auth_hint=http.auth_hint(judge),
             )
-    async with httpx.AsyncClient(timeout=judge.timeout) as client:
-        yield LLMJudge(create_provider(judge, key, client), judge)
+            provider = providers_mod.create(judge, endpoint, providers)
+        store = None
+        if use_cache and (judge is None or judge.cache):
+            store = await cache_mod.Cache.open(
+                cache_mod.default_path(judge.cache_path if judge else None)
+            )
+            stack.push_async_callback(store.close)
+        yield Judging(
+            judge=judge,
+            provider=provider,
+            custom=config.evaluators,
+            cache=store if store is not None and store.usable else None,
+            sources=sources,
+        )

@@ -15,8 +15,22 @@ from agent_health.connectors.base import ConnectorSpec
 from agent_health.sdk import errors
 
 
+class RetryConfig(BaseModel):
+    """How a judge call is retried on 429 / 5xx / timeouts (exponential backoff with jitter).
+
+    A ``Retry-After`` from the provider is honoured as long as it fits in ``max_time``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(default=4, ge=1)
+    initial_wait: float = Field(default=0.5, ge=0)
+    max_wait: float = Field(default=20.0, ge=0)
+    max_time: float = Field(default=120.0, gt=0)
+
+
 class JudgeConfig(BaseModel):
-    """Which model judges, and how to reach it."""
+    """Which model judges, how to reach it, and how calls are retried, limited and cached."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -27,6 +41,14 @@ class JudgeConfig(BaseModel):
     max_concurrency: int = Field(default=8, ge=1)
     timeout: float = Field(default=60.0, gt=0)
     region: str | None = None
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    max_output_tokens: int = Field(default=1024, ge=1)
+    max_steps: int = Field(default=8, ge=1)
+    max_tokens: int = Field(default=32_000, ge=1)
+    cache: bool = True
+    cache_path: str | None = None
+    input_cost_per_mtok: float | None = Field(default=None, ge=0)
+    output_cost_per_mtok: float | None = Field(default=None, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
 
 

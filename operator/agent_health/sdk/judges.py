@@ -95,9 +95,15 @@ async def ask(
             reasoning=verdict.reasoning or None,
             error=verdict.error,
             location=location,
-            evidence={"cached": verdict.cached, "model": verdict.model, "skipped": verdict.skipped}
-            if not verdict.errored
-            else None,
+            # Judge usage (tokens, cache hits) is summed from here, apart from the agent's.
+            evidence={
+                "cached": verdict.cached,
+                "model": verdict.model,
+                "skipped": verdict.skipped,
+                "errored": verdict.errored,
+                "input_tokens": verdict.input_tokens,
+                "output_tokens": verdict.output_tokens,
+            },
         )
     )
     return verdict

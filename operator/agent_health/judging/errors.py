@@ -1,0 +1,82 @@
+"""Errors of the judging package.
+
+::
+
+    JudgingError                    base: a judge call could not give a verdict
+     ├── ProviderError              the model provider could not answer (message is the provider's)
+     │    ├── AuthError             HTTP 401/403: never retried; names the env var to check
+     │    └── RetryableError        429, 5xx, timeout, unreachable: retried, then surfaces
+     ├── UnparseableAnswer          the model's answer is not a verdict, even when asked again
+     ├── LoopExhausted              the agentic loop hit max_steps / max_tokens without a verdict
+     ├── NoJudgeModel               a custom evaluator used ``llm`` but no judge model is configured
+     ├── EvaluatorFailed            a custom evaluator raised, or returned no verdict
+     └── UsageError (also sdk.errors.JudgeError)   raised into the test body, not a verdict
+          ├── UnknownEvaluator      ``judge(evaluator="x")`` names no evaluator of the config
+          └── UnknownTools          ``judge(tools=[...])`` names a tool pack that does not exist
+
+    JudgeCacheWarning (UserWarning) the cache file was corrupt and rebuilt, or cannot be used
+
+Every ``JudgingError`` except ``UsageError`` becomes an ``errored`` verdict with its
+message; a ``UsageError`` is a bug in the test and makes the test ``errored`` at once.
+"""
+
+from __future__ import annotations
+
+from agent_health.sdk import errors as sdk_errors
+
+
+class JudgingError(Exception):
+    """A judge call could not give a verdict."""
+
+
+class ProviderError(JudgingError):
+    """The model provider could not answer."""
+
+
+class AuthError(ProviderError):
+    """The provider refused the credentials (not retried)."""
+
+
+class RetryableError(ProviderError):
+    """A failure that may heal by waiting (429, 5xx, timeout, connection refused)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UnparseableAnswer(JudgingError):
+    """The model's answer is not the structured verdict we asked for."""
+
+    def __init__(self, raw: str, why: str) -> None:
+        super().__init__(f"judge answer is not a valid verdict ({why}); raw answer: {raw[:1000]!r}")
+        self.raw = raw
+        self.why = why
+
+
+class LoopExhausted(JudgingError):
+    """The agentic judge ran out of steps or tokens before it gave a verdict."""
+
+
+class NoJudgeModel(JudgingError):
+    """A custom evaluator asked the ``llm`` helper, but no judge model is configured."""
+
+
+class EvaluatorFailed(JudgingError):
+    """A custom evaluator raised, or returned something that is not a verdict."""
+
+
+class UsageError(JudgingError, sdk_errors.JudgeError):
+    """``judge()`` was called in a way that cannot work (a bug in the test)."""
+
+
+class UnknownEvaluator(UsageError):
+    """The named evaluator is not in ``define_config(evaluators={...})``."""
+
+
+class UnknownTools(UsageError):
+    """The named tool pack does not exist."""
+
+
+class JudgeCacheWarning(UserWarning):
+    """The judge cache was corrupt (and rebuilt) or cannot be used (judging goes on uncached)."""

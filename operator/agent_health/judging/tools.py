@@ -1,0 +1,215 @@
+"""The ``trace_query`` tool pack: run-scoped, read-only tools an agentic judge may call.
+
+``get_spans``, ``get_logs``, ``query`` and ``metrics`` read one run's telemetry through a
+:class:`TraceSource`. The pack is bound to a single ``run_id`` when it is made: the model
+cannot name another run (an argument ``run_id`` that differs is refused) and every record a
+source returns is filtered to this run again, so a prompt injection in the agent's output
+cannot read another run's data even through a source that over-returns. Nothing writes.
+
+Until the traces package lands, :class:`RunResultSource` derives spans, logs and metrics
+from the RunResult; an OpenSearch or ledger source plugs in by implementing the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from agent_health.judging.chat import ToolSpec
+from agent_health.sdk.results import RunResult
+from agent_health.traces import metrics as metrics_mod
+
+PACK_NAME = "trace_query"
+MAX_LIMIT = 200
+MAX_RESULT_CHARS = 12_000
+
+
+class TraceSource(Protocol):
+    """Where the trace tools read a run's spans, logs and metrics (read-only)."""
+
+    async def spans(self, run_id: str) -> Sequence[Mapping[str, Any]]: ...
+
+    async def logs(self, run_id: str) -> Sequence[Mapping[str, Any]]: ...
+
+    async def metrics(self, run_id: str) -> Mapping[str, Any]: ...
+
+
+SourceFactory = Callable[[RunResult], TraceSource]
+
+
+class RunResultSource:
+    """Spans, logs and metrics derived from the RunResult (one span per trajectory step)."""
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+
+    async def spans(self, run_id: str) -> Sequence[Mapping[str, Any]]:
+        if run_id != self.result.run_id:
+            return []
+        return [
+            {
+                "run_id": run_id,
+                "span_id": f"step-{i}",
+                "name": step.tool_name or step.type,
+                "kind": step.type,
+                "status": step.status or "ok",
+                "duration_ms": step.latency_ms,
+                "attributes": step.model_dump(mode="json", exclude_none=True),
+            }
+            for i, step in enumerate(self.result.trajectory_steps)
+        ]
+
+    async def logs(self, run_id: str) -> Sequence[Mapping[str, Any]]:
+        if run_id != self.result.run_id:
+            return []
+        records = []
+        for i, step in enumerate(self.result.trajectory_steps):
+            message = step.content if step.content is not None else step.tool_output
+            if message is None:
+                continue
+            records.append(
+                {
+                    "run_id": run_id,
+                    "span_id": f"step-{i}",
+                    "level": "error" if step.status == "error" else "info",
+                    "source": step.tool_name or step.type,
+                    "message": message if isinstance(message, str) else json.dumps(message),
+                }
+            )
+        return records
+
+    async def metrics(self, run_id: str) -> Mapping[str, Any]:
+        return metrics_mod.derive(self.result) if run_id == self.result.run_id else {}
+
+
+def _schema(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
+SPECS = (
+    ToolSpec(
+        "get_spans",
+        "Spans of this run (one per agent step: tool calls, results, answers), optionally "
+        "only those whose name, kind or status match.",
+        _schema(
+            {
+                "name": {"type": "string"},
+                "kind": {"type": "string"},
+                "status": {"type": "string"},
+                "limit": _LIMIT,
+            }
+        ),
+    ),
+    ToolSpec(
+        "get_logs",
+        "Log records of this run, optionally by level or containing a text.",
+        _schema({"level": {"type": "string"}, "contains": {"type": "string"}, "limit": _LIMIT}),
+    ),
+    ToolSpec(
+        "query",
+        "Search this run's spans and logs for a text, and/or records whose fields equal "
+        "the given values (where: {field: value}).",
+        _schema({"text": {"type": "string"}, "where": {"type": "object"}, "limit": _LIMIT}),
+    ),
+    ToolSpec("metrics", "Derived metrics of this run: tokens, latency, tool calls.", _schema({})),
+)
+
+
+class TracePack:
+    """The tools of one run. Custom evaluators get one as ``tools``; the agentic judge too."""
+
+    specs: tuple[ToolSpec, ...] = SPECS
+
+    def __init__(self, source: TraceSource, run_id: str) -> None:
+        self.source = source
+        self.run_id = run_id
+
+    async def get_spans(
+        self,
+        name: str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+    ) -> list[Mapping[str, Any]]:
+        """This run's spans, filtered by exact name / kind / status."""
+        wanted = {"name": name, "kind": kind, "status": status}
+        spans = self._own(await self.source.spans(self.run_id))
+        return _cap(
+            [s for s in spans if all(v is None or s.get(k) == v for k, v in wanted.items())], limit
+        )
+
+    async def get_logs(
+        self, level: str | None = None, contains: str | None = None, limit: int = 50
+    ) -> list[Mapping[str, Any]]:
+        """This run's log records, by level and/or containing a text (case-insensitive)."""
+        logs = self._own(await self.source.logs(self.run_id))
+        found = [
+            r
+            for r in logs
+            if (level is None or r.get("level") == level)
+            and (contains is None or contains.lower() in str(r.get("message", "")).lower())
+        ]
+        return _cap(found, limit)
+
+    async def query(
+        self, text: str | None = None, where: Mapping[str, Any] | None = None, limit: int = 50
+    ) -> list[Mapping[str, Any]]:
+        """Spans and logs of this run containing ``text`` and/or with fields equal to ``where``."""
+        records = [
+            *({"record": "span", **s} for s in self._own(await self.source.spans(self.run_id))),
+            *({"record": "log", **r} for r in self._own(await self.source.logs(self.run_id))),
+        ]
+        found = [
+            r
+            for r in records
+            if (text is None or text.lower() in json.dumps(r, default=str).lower())
+            and all(_field(r, k) == v for k, v in (where or {}).items())
+        ]
+        return _cap(found, limit)
+
+    async def metrics(self) -> Mapping[str, Any]:
+        """Derived metrics of this run."""
+        return await self.source.metrics(self.run_id)
+
+    async def call(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """Run one tool call of the model; every problem is answered as text, never raised."""
+        args = dict(arguments)
+        other = args.pop("run_id", self.run_id)
+        if other != self.run_id:
+            return _json({"error": f"refused: this judge may read only run {self.run_id}"})
+        spec = next((s for s in self.specs if s.name == name), None)
+        if spec is None:
+            known = ", ".join(s.name for s in self.specs)
+            return _json({"error": f"unknown tool {name!r}; tools: {known}"})
+        allowed = set(spec.parameters["properties"])
+        extra = sorted(set(args) - allowed)
+        if extra:
+            return _json({"error": f"{name} takes only {sorted(allowed)}; got {extra}"})
+        try:
+            value: Any = await getattr(self, name)(**args)
+        except (TypeError, ValueError, AttributeError) as err:
+            return _json({"error": f"{name}: bad arguments: {err}"})
+        return _json(value)
+
+    def _own(self, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        return [r for r in records if r.get("run_id") == self.run_id]
+
+
+def _field(record: Mapping[str, Any], key: str) -> Any:
+    if key in record:
+        return record[key]
+    attributes = record.get("attributes")
+    return attributes.get(key) if isinstance(attributes, Mapping) else None
+
+
+def _cap(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
+    return list(records[: max(1, min(int(limit), MAX_LIMIT))])
+
+
+def _json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > MAX_RESULT_CHARS:
+        return text[:MAX_RESULT_CHARS] + f"... [truncated; {len(text)} chars, use filters]"
+    return text
