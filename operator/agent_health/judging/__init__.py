@@ -5,7 +5,7 @@
 the SDK records neutral ``skipped`` verdicts with :data:`NO_JUDGE_HINT`.
 """
 
-from agent_health.judging.backend import NO_JUDGE_HINT, Judging, backend
+from agent_health.judging.dispatch import NO_JUDGE_HINT, Judging, backend
 from agent_health.judging.errors import JudgeCacheWarning
 from agent_health.judging.tools import RunResultSource, TracePack, TraceSource
 from agent_health.judging.usage import JudgeUsage, summarize

@@ -1,0 +1,95 @@
+"""The judge service: judge() calls from cells, answered where the credentials and cache live.
+
+In a cluster the operator serves this app; a cell holds no LLM credentials and reaches it
+through its gateway. Two routes, both needing a bearer token that ``authorize`` accepts:
+
+* ``POST /api/judge`` — a :class:`~agent_health.judging.wire.WireJudgeRequest` → a Verdict
+  (contextual and agentic modes, through the shared cache);
+* ``POST /api/judge/chat`` — one model call for a custom evaluator's ``llm`` helper running
+  in the cell (no cache: the evaluator's own call is cached by its caller).
+
+A usage error in the request (unknown tool pack, bad option) answers 422 with the message;
+the client raises it into the test. A provider failure is an ``errored`` verdict (200).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pydantic
+from aiohttp import web
+
+from agent_health.judging import chat, dispatch, errors, wire
+from agent_health.judging.providers import Provider
+
+Authorize = Callable[[str | None], bool]
+JUDGING = web.AppKey("judging", dispatch.Judging)
+AUTHORIZE: web.AppKey[Authorize] = web.AppKey("authorize")
+MAX_BODY = 32 * 1024 * 1024
+
+
+def _token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+@web.middleware
+async def _auth(
+    request: web.Request, handler: Callable[[web.Request], object]
+) -> web.StreamResponse:
+    if request.path.startswith("/api/") and not request.app[AUTHORIZE](_token(request)):
+        return web.json_response(
+            {"error": "the judge service accepts only the controller's token"}, status=401
+        )
+    response = await handler(request)  # type: ignore[misc]
+    assert isinstance(response, web.StreamResponse)
+    return response
+
+
+async def _judge(request: web.Request) -> web.Response:
+    try:
+        call = wire.WireJudgeRequest.model_validate_json(await request.read())
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        return web.json_response(
+            {"error": f"bad judge request: {where}: {first['msg']}"}, status=400
+        )
+    try:
+        verdict = await request.app[JUDGING](call.request())
+    except errors.UsageError as err:
+        return web.json_response({"error": str(err)}, status=422)
+    return web.json_response(text=verdict.model_dump_json())
+
+
+async def _chat(request: web.Request) -> web.Response:
+    provider: Provider | None = request.app[JUDGING].provider
+    if provider is None:
+        return web.json_response(
+            {"error": "no judge model is configured on the judge service"}, status=409
+        )
+    try:
+        call = wire.chat_from_json(await request.json())
+    except (ValueError, KeyError, TypeError) as err:
+        return web.json_response({"error": f"bad chat request: {err}"}, status=400)
+    try:
+        completion: chat.Completion = await provider(call)
+    except errors.JudgingError as err:
+        return web.json_response({"error": str(err)}, status=502)
+    return web.json_response(wire.completion_to_json(completion))
+
+
+async def _healthz(_: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def app(judging: dispatch.Judging, authorize: Authorize) -> web.Application:
+    """The judge service as an aiohttp application (mount it, or run it on its own port)."""
+    application = web.Application(middlewares=[_auth], client_max_size=MAX_BODY)
+    application[JUDGING] = judging
+    application[AUTHORIZE] = authorize
+    application.router.add_post("/api/judge", _judge)
+    application.router.add_post("/api/judge/chat", _chat)
+    application.router.add_get("/healthz", _healthz)
+    return application

@@ -1,0 +1,98 @@
+"""The judge service and a cell's remote judge, over real loopback HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_health import judging
+from agent_health.judging import errors, remote, service
+from agent_health.sdk.config import define_config
+from aiohttp import web
+from judge_servers import Answer, ScriptedModel, judge_config, judge_request
+
+TOKEN = "controller-token-of-cell-7"
+
+
+@pytest.fixture(autouse=True)
+def _no_env_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[ScriptedModel]:
+    server = await ScriptedModel.start("openai", default=Answer(True, 0.8, "service says yes"))
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def judge_service(model: ScriptedModel, tmp_path: Path) -> AsyncIterator[str]:
+    config = judge_config(model, cache_dir=tmp_path)
+    async with judging.backend(config, define_config()) as backend:
+        assert backend is not None
+        runner = web.AppRunner(service.app(backend, lambda token: token == TOKEN))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        await runner.cleanup()
+
+
+async def test_verdicts_come_from_the_service_and_its_shared_cache(
+    judge_service: str, model: ScriptedModel
+) -> None:
+    async with remote.remote_backend(judge_service, TOKEN) as cell_one:
+        first = await cell_one(judge_request())
+    async with remote.remote_backend(judge_service, TOKEN) as cell_two:
+        second = await cell_two(judge_request())
+    assert (first.passed, first.score, first.reasoning, first.cached) == (
+        True,
+        0.8,
+        "service says yes",
+        False,
+    )
+    assert second.cached is True  # another cell, same call: the operator's cache answered
+    assert len(model.requests) == 1
+    assert "authorization" not in {k.lower() for k in model.requests[0].headers} or (
+        TOKEN not in str(model.requests[0].headers)
+    )
+
+
+async def test_a_wrong_token_is_refused(judge_service: str, model: ScriptedModel) -> None:
+    for token in (None, "target-guess"):
+        async with remote.remote_backend(judge_service, token) as cell:
+            with pytest.raises(errors.ProviderError, match="401: the judge service accepts only"):
+                await cell(judge_request())
+    assert model.requests == []
+
+
+async def test_usage_errors_reach_the_test(judge_service: str) -> None:
+    async with remote.remote_backend(judge_service, TOKEN) as cell:
+        with pytest.raises(errors.UsageError, match="tool pack"):
+            await cell(judge_request(tools=("shell",)))
+
+
+async def test_custom_evaluators_run_in_the_cell_with_the_service_model(
+    judge_service: str, model: ScriptedModel
+) -> None:
+    seen: list[str] = []
+
+    async def asks(result: Any, criteria: str, llm: Any) -> Any:
+        seen.append(criteria)
+        return await llm.judge(criteria, {"output": result.output})
+
+    async with remote.remote_backend(
+        judge_service, TOKEN, model="judge-model", evaluators={"asks": asks}
+    ) as cell:
+        verdict = await cell(judge_request(evaluator="asks"))
+    assert seen == ["identifies the database outage"]
+    assert verdict.passed is True
+    assert len(model.requests) == 1  # the evaluator's llm call went through the service
+
+
+async def test_service_down_is_a_provider_error() -> None:
+    async with remote.remote_backend("http://127.0.0.1:9", TOKEN) as cell:
+        with pytest.raises(errors.ProviderError, match="unreachable"):
+            await cell(judge_request())
