@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.add_argument("--grep")
     ls.add_argument("--label", action="append", default=[])
+
+    crds = sub.add_parser("crds", help="print the CRDs generated from the models")
+    crds.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR")
     return parser
 
 
@@ -80,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "list":
             return _list(args, console, err_console)
+        if args.command == "crds":
+            return _crds(args, console)
         return _run(args, console, err_console)
     except (
         UsageError,
@@ -132,6 +137,18 @@ def _list(args: argparse.Namespace, console: Console, err_console: Console) -> i
             console.print(f"{c.id}{labels}{mode}")
         console.print(f"{len(cases)} tests in {len(suite.files)} files")
     return EXIT_USAGE if suite.errors else EXIT_OK
+
+
+def _crds(args: argparse.Namespace, console: Console) -> int:
+    # Imported here: only this command needs the cluster models.
+    from agent_health.cluster import crds
+
+    if args.out is None:
+        sys.stdout.write(crds.render())
+        return EXIT_OK
+    for path in crds.write(Path(args.out)):
+        console.print(f"wrote {path}")
+    return EXIT_OK
 
 
 def _run(args: argparse.Namespace, console: Console, err_console: Console) -> int:
