@@ -322,3 +322,39 @@ async def test_kmock_reactions_still_take_priority_for_fault_injection(
     refused = await client.patch(f"{CM}/a", json={"data": {"k": "x"}}, headers=MERGE)
     assert refused.status_code == 503
     assert (await client.get(f"{CM}/a")).json()["data"] == {"k": "v"}
+
+
+async def test_json_patch_ops_apply_in_order_and_bad_ones_are_422(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.post(CM, json={"metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}})
+    ops = [
+        {"op": "copy", "from": "/data/x", "path": "/data/z"},
+        {"op": "move", "from": "/data/y", "path": "/data/w"},
+        {"op": "replace", "path": "/data/x", "value": "9"},
+        {"op": "remove", "path": "/data/z"},
+        {"op": "add", "path": "/metadata/labels", "value": {"a~b/c": "d"}},
+        {"op": "test", "path": "/metadata/labels/a~0b~1c", "value": "d"},
+    ]
+    applied = await client.patch(f"{CM}/a", json=ops, headers=JSON_PATCH)
+    assert applied.json()["data"] == {"x": "9", "w": "2"}
+    assert applied.json()["metadata"]["labels"] == {"a~b/c": "d"}
+    for bad in (
+        [{"op": "remove", "path": "/data/missing"}],
+        [{"op": "frobnicate", "path": "/data"}],
+        {"op": "add"},
+    ):
+        answer = await client.patch(f"{CM}/a", json=bad, headers=JSON_PATCH)
+        assert answer.status_code == 422, bad
+    not_an_object = await client.patch(f"{CM}/a", json=["x"], headers=MERGE)
+    assert not_an_object.status_code == 422
+
+
+async def test_deleting_a_crd_stops_serving_its_kind(with_crds: httpx.AsyncClient) -> None:
+    client = with_crds
+    await client.post(RUNS, json=_run())
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/evaluationruns.agenthealth.dev"
+    assert (await client.delete(crd)).status_code == 200
+    assert (await client.get(f"{RUNS}/nightly")).status_code == 404
+    listing = (await client.get("/apis/agenthealth.dev/v1alpha1")).json()
+    assert "evaluationruns" not in {r["name"] for r in listing["resources"]}

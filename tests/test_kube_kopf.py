@@ -92,12 +92,12 @@ async def test_kopf_handles_create_and_delete_through_its_finalizer(
         assert (await client.post(RUNS, json=body)).status_code == 201
 
         def handled() -> bool:
-            obj = emulator.get(KIND, "default", "nightly")
+            obj = emulator.read(KIND, "default", "nightly")
             return bool(seen) and obj.get("status", {}).get("phase") == "Pending"
 
         await _until(handled, "the create handler and its status patch")
         assert seen == [("create", "nightly", 2)]
-        stored = emulator.get(KIND, "default", "nightly")
+        stored = emulator.read(KIND, "default", "nightly")
         assert stored["metadata"]["finalizers"] == [FINALIZER]  # the JSON patch with `test` passed
         annotations = stored["metadata"]["annotations"]
         assert f"{GROUP}/last-handled-configuration" in annotations

@@ -82,7 +82,7 @@ class Emulator(kmock.KubernetesScaffold):
             subresources={"status"} if kind.status else set(),
         )
 
-    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:  # type: ignore[override]
+    def read(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
         """The stored object, for assertions (``kind`` as ``plural.group``, e.g. ``pods``)."""
         plural, _, group = kind.partition(".")
         found = self.store.kinds[(group, plural)]
@@ -91,7 +91,7 @@ class Emulator(kmock.KubernetesScaffold):
     def exists(self, kind: str, namespace: str | None, name: str) -> bool:
         """Whether the object is stored (not yet removed)."""
         try:
-            self.get(kind, namespace, name)
+            self.read(kind, namespace, name)
         except store.ApiError:
             return False
         return True
@@ -180,13 +180,13 @@ class Emulator(kmock.KubernetesScaffold):
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
         data = request.data
 
-        def change(current: dict[str, Any]) -> dict[str, Any]:
+        def change(current: dict[str, Any]) -> Any:
+            # The store refuses a result that is not an object (422).
             try:
                 if content_type == "application/json-patch+json":
-                    result: dict[str, Any] = patching.apply(current, data)
-                    return result
+                    return patching.apply(current, data)
                 # Merge patch; a strategic merge patch is treated as one (lists replace).
-                return dict(patching.merge(current, data))
+                return patching.merge(current, data)
             except patching.PatchError as err:
                 raise store.ApiError(422, "Invalid", str(err)) from err
 
@@ -264,7 +264,7 @@ class Emulator(kmock.KubernetesScaffold):
             for body in self.store.list(kind, None, lambda _labels: True):
                 meta = body["metadata"]
                 key = (kind.group, kind.plural, meta.get("namespace"), meta["name"])
-                self.store._remove(kind, key)
+                self.store.remove(kind, key)
             del self.store.kinds[(kind.group, kind.plural)]
             del self.resources[kmock.resource(kind.group, kind.version, kind.plural)]
 

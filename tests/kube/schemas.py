@@ -29,7 +29,7 @@ def admit(schema: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
     """What the server stores for a written object: pruned, then defaulted."""
     value = copy.deepcopy(value)
     # ``metadata``, ``apiVersion`` and ``kind`` belong to the API machinery, not the schema.
-    envelope = {k: value.pop(k) for k in ("metadata", "apiVersion", "kind") if k in value}
+    envelope = {k: value.pop(k) for k in ("apiVersion", "kind", "metadata") if k in value}
     _prune(schema, value)
     _default(schema, value)
     return {**envelope, **value}

@@ -156,7 +156,7 @@ class Store:
         kind: Kind,
         namespace: str | None,
         name: str,
-        change: Callable[[Body], Body],
+        change: Callable[[Body], Any],
         *,
         status: bool,
     ) -> Body:
@@ -174,7 +174,7 @@ class Store:
                 meta["deletionGracePeriodSeconds"] = 0
                 return self._commit(kind, key, current, "MODIFIED")
             return current
-        return self._remove(kind, key)
+        return self.remove(kind, key)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -183,7 +183,7 @@ class Store:
         kind: Kind,
         namespace: str | None,
         name: str,
-        change: Callable[[Body], Body],
+        change: Callable[[Body], Any],
         *,
         status: bool,
     ) -> Body:
@@ -222,7 +222,7 @@ class Store:
         new = self._checked(kind, new, old=current)
         meta = new["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self._remove(kind, key)
+            return self.remove(kind, key)
         return self._commit(kind, key, new, "MODIFIED")
 
     @staticmethod
@@ -264,7 +264,8 @@ class Store:
         self._record(kind, type_, body)
         return copy.deepcopy(body)
 
-    def _remove(self, kind: Kind, key: Key) -> Body:
+    def remove(self, kind: Kind, key: Key) -> Body:
+        """Remove at once, finalizers or not (as when a CRD goes), collecting dependents."""
         body = self.objects.pop(key)
         self.revision += 1
         body["metadata"]["resourceVersion"] = str(self.revision)
