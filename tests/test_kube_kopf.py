@@ -1,4 +1,8 @@
-"""kopf runs for real against the emulator: handlers, finalizers, annotations, deletion."""
+"""kopf runs for real against the emulator: handlers, finalizers, annotations, deletion.
+
+Settings the reconciler should keep: cluster-wide (kopf lists namespaces otherwise), a
+finalizer and annotation storage under our own group, events only at WARNING.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from kube import Emulator, serve
 
 GROUP, VERSION, PLURAL = "agenthealth.dev", "v1alpha1", "evaluationruns"
 RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}"
+CM = "/api/v1/namespaces/default/configmaps"
 KIND = f"{PLURAL}.{GROUP}"
 FINALIZER = "agenthealth.dev/finalizer"
 
@@ -62,8 +67,15 @@ async def test_kopf_handles_create_and_delete_through_its_finalizer(
         return kopf.ConnectionInfo(server=url, insecure=True)
 
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    async def created(name: str, spec: kopf.Spec, patch: kopf.Patch, **_: Any) -> None:
+    async def created(
+        name: str, spec: kopf.Spec, patch: kopf.Patch, body: kopf.Body, **_: Any
+    ) -> None:
         seen.append(("create", name, spec["repeats"]))
+        # A dependent, as a cell pod will be: owned by the run, so deleting the run collects it.
+        child: dict[str, Any] = {"metadata": {"name": f"{name}-cell-0"}, "data": {}}
+        kopf.adopt(child, owner=body)
+        answer = await client.post(CM, json=child)
+        assert answer.status_code == 201, answer.text
         patch.status["phase"] = "Pending"  # a field of the schema: the server keeps it
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
@@ -102,11 +114,14 @@ async def test_kopf_handles_create_and_delete_through_its_finalizer(
         annotations = stored["metadata"]["annotations"]
         assert f"{GROUP}/last-handled-configuration" in annotations
         assert stored["metadata"]["generation"] == 1
+        owners = emulator.read("configmaps", "default", "nightly-cell-0")["metadata"]
+        assert owners["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
 
         assert (await client.delete(f"{RUNS}/nightly")).status_code == 200
         await _until(lambda: not emulator.exists(KIND, "default", "nightly"), "the deletion")
         assert seen == [("create", "nightly", 2), ("delete", "nightly", 0)]
         assert (await client.get(f"{RUNS}/nightly")).status_code == 404
+        assert not emulator.exists("configmaps", "default", "nightly-cell-0")
     finally:
         stop.set()
         await asyncio.wait_for(operator, timeout=30)
