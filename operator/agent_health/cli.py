@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--allow-open", action="store_true", help="accept cells without a cell-end record"
     )
+    crds = sub.add_parser("crds", help="print the CRDs generated from the models")
+    crds.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR")
     return parser
 
 
@@ -96,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(args, console, err_console)
         if args.command == "ledger":
             return _ledger_verify(args, console, err_console)
+        if args.command == "crds":
+            return _crds(args, console)
         return _run(args, console, err_console)
     except (
         UsageError,
@@ -163,6 +167,18 @@ def _ledger_verify(args: argparse.Namespace, console: Console, err_console: Cons
     for cell in report.cells:
         console.print(str(cell))
     console.print(f"{len(report.cells)} cells verified")
+    return EXIT_OK
+
+
+def _crds(args: argparse.Namespace, console: Console) -> int:
+    # Imported here: only this command needs the cluster models.
+    from agent_health.cluster import crds
+
+    if args.out is None:
+        sys.stdout.write(crds.render())
+        return EXIT_OK
+    for path in crds.write(Path(args.out)):
+        console.print(f"wrote {path}")
     return EXIT_OK
 
 

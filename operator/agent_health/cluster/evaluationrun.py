@@ -1,0 +1,130 @@
+"""EvaluationRun: *one execution* of a RunSpec — repeats, parallelism, selection, retries.
+
+The spec is immutable once created (a run is a record, like a Job); the status is the
+operator's running tally, folded from graded cells in few, batched patches.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated, Any, Literal
+
+import pydantic
+
+from agent_health.cluster import meta
+
+KIND = "EvaluationRun"
+PLURAL = "evaluationruns"
+MAX_TEST_SUMMARIES = 200
+
+Phase = Literal["Pending", "Resolving", "Running", "Grading", "Succeeded", "Failed"]
+PHASES: tuple[Phase, ...] = ("Pending", "Resolving", "Running", "Grading", "Succeeded", "Failed")
+Fraction = Annotated[float, pydantic.Field(ge=0, le=1)]
+Count = Annotated[int, pydantic.Field(ge=0)]
+
+
+class RunSpecRef(meta.Model):
+    """The RunSpec this run executes, in the run's own namespace."""
+
+    name: meta.DnsSubdomain
+
+
+class Selection(meta.Model):
+    """Which tests run: all labels must match, and the id or title must match ``grep``."""
+
+    labels: Annotated[
+        list[Annotated[str, pydantic.Field(min_length=1, max_length=256)]],
+        pydantic.Field(max_length=32),
+    ] = pydantic.Field(default_factory=list)
+    grep: Annotated[str, pydantic.Field(min_length=1, max_length=1024)] | None = pydantic.Field(
+        default=None, description="A regular expression matched against test ids and titles."
+    )
+
+
+class Retry(meta.Model):
+    """Retries of a cell for infrastructure failures only (never for a failed or errored test)."""
+
+    infra_retries: Annotated[int, pydantic.Field(ge=0, le=10)] = 2
+    backoff_seconds: Annotated[int, pydantic.Field(ge=1, le=3600)] = 10
+
+
+class Spec(meta.Model):
+    """The desired run."""
+
+    run_spec_ref: RunSpecRef
+    repeats: Annotated[int, pydantic.Field(ge=1, le=100)] = 1
+    parallelism: Annotated[int, pydantic.Field(ge=1, le=1000)] = 1
+    selection: Selection = pydantic.Field(default_factory=Selection)
+    timeout_seconds: Annotated[int, pydantic.Field(ge=1, le=86400)] | None = pydantic.Field(
+        default=None, description="Per-test timeout; defaults to the RunSpec's timeoutSeconds."
+    )
+    retry: Retry = pydantic.Field(default_factory=Retry)
+    skip_judge: bool = False
+    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = None
+
+
+class Counts(meta.Model):
+    """Cells by state; a cell is one (test, repeat)."""
+
+    total: Count = 0
+    pending: Count = 0
+    running: Count = 0
+    passed: Count = 0
+    failed: Count = 0
+    errored: Count = 0
+
+
+class TestSummary(meta.Model):
+    """One test's outcome over its repeats."""
+
+    __test__ = False  # not a pytest class
+
+    id: Annotated[str, pydantic.Field(min_length=1, max_length=512)]
+    passed: Count = 0
+    failed: Count = 0
+    errored: Count = 0
+    score: Fraction | None = None
+    error: Annotated[str, pydantic.Field(max_length=1024)] | None = pydantic.Field(
+        default=None, description="The first error of an errored repeat (truncated)."
+    )
+
+
+class Status(meta.Model):
+    """The run's tally; pass rates exclude errored cells."""
+
+    observed_generation: Annotated[int, pydantic.Field(ge=0)] | None = None
+    phase: Phase | None = None
+    counts: Counts = pydantic.Field(default_factory=Counts)
+    pass_rate: Fraction | None = pydantic.Field(
+        default=None, description="passed / (passed + failed); errored cells excluded."
+    )
+    score: Fraction | None = None
+    pass_at_k: Fraction | None = pydantic.Field(
+        default=None, description="Share of tests with at least one passing repeat."
+    )
+    tests: Annotated[
+        list[TestSummary],
+        pydantic.Field(max_length=MAX_TEST_SUMMARIES, json_schema_extra=meta.list_map("id")),
+    ] = pydantic.Field(default_factory=list)
+    conditions: meta.Conditions = pydantic.Field(default_factory=list)
+    start_time: datetime.datetime | None = None
+    completion_time: datetime.datetime | None = None
+
+
+class EvaluationRun(meta.Model):
+    """The whole custom resource as stored by Kubernetes."""
+
+    api_version: Literal["agenthealth.dev/v1alpha1"] = "agenthealth.dev/v1alpha1"
+    kind: Literal["EvaluationRun"] = "EvaluationRun"
+    metadata: dict[str, Any] = pydantic.Field(default_factory=dict)
+    spec: Spec
+    status: Status | None = None
+
+
+SPEC_IMMUTABLE = ("self == oldSelf", "spec is immutable: create a new EvaluationRun instead")
+
+
+def check_update(old: Spec, new: Spec) -> None:
+    """Mirror of the CRD's transition rule: an EvaluationRun's spec never changes."""
+    if old != new:
+        raise ValueError(SPEC_IMMUTABLE[1])

@@ -1,0 +1,198 @@
+"""RunSpec: *what* is evaluated — the suite, the target agent, its peers, judge, ledger, isolation.
+
+A RunSpec is long-lived and shared by many EvaluationRuns. Its status records what the
+operator resolved once for everyone: image digests and the tests the suite declares.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import pydantic
+
+from agent_health.cluster import meta
+
+KIND = "RunSpec"
+PLURAL = "runspecs"
+
+
+class ConfigMapSuite(meta.Model):
+    """Test files in a ConfigMap, mounted into the stock controller image."""
+
+    name: meta.DnsSubdomain
+
+
+class Suite(meta.Model):
+    """Where the test files come from: exactly one of ``image`` or ``configMap``."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra=meta.cel(
+            (
+                "has(self.image) != has(self.configMap)",
+                "suite needs exactly one source: image or configMap",
+            )
+        )
+    )
+
+    image: meta.Image | None = pydantic.Field(
+        default=None, description="A controller image that contains the suite."
+    )
+    config_map: ConfigMapSuite | None = None
+    path: Annotated[str, pydantic.Field(pattern=r"^/", max_length=1024)] = pydantic.Field(
+        default="/suite", description="The suite root inside the controller container."
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> Suite:
+        if (self.image is None) == (self.config_map is None):
+            raise ValueError("suite needs exactly one source: image or configMap")
+        return self
+
+
+class Target(meta.Model):
+    """The agent under test, run as a native sidecar of every cell."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra=meta.cel(
+            (
+                "self.connector == 'subprocess' || has(self.port)",
+                "target.port is required unless the connector is subprocess",
+            )
+        )
+    )
+
+    image: meta.Image
+    port: meta.Port | None = None
+    connector: Literal["rest", "agui", "openai", "subprocess"] = "rest"
+    path: Annotated[str, pydantic.Field(pattern=r"^/", max_length=1024)] = pydantic.Field(
+        default="/", description="The HTTP path the connector calls on the target."
+    )
+    env: meta.EnvList = pydantic.Field(default_factory=list)
+    resources: meta.Resources = pydantic.Field(default_factory=dict)
+
+    @pydantic.model_validator(mode="after")
+    def _port_for_network(self) -> Target:
+        if self.connector != "subprocess" and self.port is None:
+            raise ValueError("target.port is required unless the connector is subprocess")
+        return self
+
+
+class Peer(meta.Model):
+    """A simulated user, tool server or other agent the target talks to."""
+
+    name: meta.DnsLabel
+    image: meta.Image
+    port: meta.Port
+    env: meta.EnvList = pydantic.Field(default_factory=list)
+    resources: meta.Resources = pydantic.Field(default_factory=dict)
+
+
+class Judge(meta.Model):
+    """The judge model; its credentials stay in the operator, never in a cell."""
+
+    provider: Literal["openai", "anthropic", "bedrock"]
+    model: Annotated[str, pydantic.Field(min_length=1, max_length=256)]
+    base_url: Annotated[str, pydantic.Field(pattern=r"^https?://", max_length=2048)] | None = None
+    secret_ref: meta.SecretKeyRef | None = pydantic.Field(
+        default=None, description="The Secret key holding the provider's API key."
+    )
+
+
+class Ledger(meta.Model):
+    """Where cells record exchanges, run results and signals (chosen by URL scheme)."""
+
+    url: Annotated[str, pydantic.Field(pattern=r"^(configmap|s3|gs|file)://.+", max_length=2048)]
+
+
+class OpenSearch(meta.Model):
+    """OpenSearch holding the target's OTel spans."""
+
+    hosts: Annotated[
+        list[Annotated[str, pydantic.Field(pattern=r"^https?://", max_length=2048)]],
+        pydantic.Field(min_length=1, max_length=16),
+    ]
+    index: Annotated[str, pydantic.Field(min_length=1, max_length=255)] = "otel-v1-apm-span-*"
+    secret_ref: meta.SecretKeyRef | None = None
+
+
+class Traces(meta.Model):
+    """Extra trace sources beyond the gateway's own record (always available)."""
+
+    opensearch: OpenSearch | None = None
+
+
+class Isolation(meta.Model):
+    """How a cell runs: a plain Pod, or an Agent Sandbox with a RuntimeClass such as gVisor."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra=meta.cel(
+            (
+                "!has(self.runtimeClassName) || self.mode == 'agentSandbox'",
+                "isolation.runtimeClassName is only allowed with mode agentSandbox",
+            )
+        )
+    )
+
+    mode: Literal["pod", "agentSandbox"] = "pod"
+    runtime_class_name: meta.DnsSubdomain | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _runtime_class_needs_sandbox(self) -> Isolation:
+        if self.runtime_class_name is not None and self.mode != "agentSandbox":
+            raise ValueError("isolation.runtimeClassName is only allowed with mode agentSandbox")
+        return self
+
+
+class Spec(meta.Model):
+    """The desired evaluation setup."""
+
+    suite: Suite
+    target: Target
+    peers: Annotated[
+        list[Peer], pydantic.Field(max_length=16, json_schema_extra=meta.list_map("name"))
+    ] = pydantic.Field(default_factory=list)
+    judge: Judge | None = None
+    ledger: Ledger | None = None
+    traces: Traces | None = None
+    isolation: Isolation = pydantic.Field(default_factory=Isolation)
+    timeout_seconds: Annotated[int, pydantic.Field(ge=1, le=86400)] = pydantic.Field(
+        default=600, description="Default per-test timeout; an EvaluationRun may override it."
+    )
+
+
+MAX_DISCOVERED = 1000
+
+
+class Status(meta.Model):
+    """What the operator resolved for this RunSpec."""
+
+    observed_generation: Annotated[int, pydantic.Field(ge=0)] | None = None
+    image_digests: Annotated[
+        dict[str, Annotated[str, pydantic.Field(pattern=meta.DIGEST_PATTERN)]],
+        pydantic.Field(description="Each image of the spec → its resolved sha256 digest."),
+    ] = pydantic.Field(default_factory=dict)
+    discovered_tests: Annotated[
+        list[Annotated[str, pydantic.Field(max_length=512)]],
+        pydantic.Field(
+            max_length=MAX_DISCOVERED, description="Test ids the suite declares (bounded)."
+        ),
+    ] = pydantic.Field(default_factory=list)
+    test_count: Annotated[int, pydantic.Field(ge=0)] | None = pydantic.Field(
+        default=None, description="All discovered tests, also those past the bounded list."
+    )
+    conditions: meta.Conditions = pydantic.Field(default_factory=list)
+
+
+class RunSpec(meta.Model):
+    """The whole custom resource as stored by Kubernetes."""
+
+    api_version: Literal["agenthealth.dev/v1alpha1"] = "agenthealth.dev/v1alpha1"
+    kind: Literal["RunSpec"] = "RunSpec"
+    metadata: dict[str, Any] = pydantic.Field(default_factory=dict)
+    spec: Spec
+    status: Status | None = None
+
+    def images(self) -> list[str]:
+        """Every image a cell of this RunSpec runs, in a stable order, without duplicates."""
+        found = [self.spec.suite.image, self.spec.target.image, *(p.image for p in self.spec.peers)]
+        return list(dict.fromkeys(i for i in found if i is not None))
