@@ -220,7 +220,12 @@ def _ignored(
     if not unretried:
         return 0
     tools = {name for _, name in unretried}
-    spoken = {name: (name.lower(), name.replace("_", " ").lower()) for name in tools}
+    spoken = {
+        name: re.compile(
+            rf"\b(?:{re.escape(name)}|{re.escape(name.replace('_', ' '))})\b", re.IGNORECASE
+        )
+        for name in tools
+    }
     # Walk backwards: what the answers after position i acknowledge.
     ignored = 0
     generic = False
@@ -229,9 +234,8 @@ def _ignored(
     for i, name in reversed(unretried):
         while a >= 0 and answers[a][0] > i:
             text = answers[a][1]
-            lowered = text.lower()
             generic = generic or bool(_ACKNOWLEDGES.search(text))
-            mentioned.update(t for t, forms in spoken.items() if any(f in lowered for f in forms))
+            mentioned.update(t for t, pattern in spoken.items() if pattern.search(text))
             a -= 1
         if not generic and name not in mentioned:
             ignored += 1
