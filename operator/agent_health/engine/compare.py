@@ -221,7 +221,7 @@ def render(c: Comparison) -> list[str]:
         f"pass rate {_pct(c.pass_rate.base)} → {_pct(c.pass_rate.new)}"
         + (f" ({c.pass_rate.delta:+.1%})" if c.pass_rate.delta is not None else "")
         + f"; score {_num(c.score, '.3f')}; tokens {_num(c.tokens, '.0f')}; "
-        f"cost ${_num(c.cost_usd, '.6f')}"
+        f"cost USD {_num(c.cost_usd, '.6f')}"
     )
     if c.regressions:
         lines.extend(f"REGRESSION: {r}" for r in c.regressions)
