@@ -137,3 +137,16 @@ def test_terminal_summary_shows_metrics_labels_insights_and_cost() -> None:
     assert "by label" in text
     assert "smoke" in text
     assert "0 tokens, $0.003000, " in text  # b never ran the agent: not counted as unpriced
+    assert "1 tests: cache" in text
+
+
+def test_recommendations_roll_up_across_the_suite() -> None:
+    tip = {"summary": "s", "recommendations": ["retry search_logs", "cache"]}
+    results = [
+        tr("a", "passed", insights=tip),
+        tr("a", "passed", 1, insights=tip),  # the same test twice counts once
+        tr("b", "failed", insights={"summary": "s", "recommendations": ["retry search_logs"]}),
+        tr("c", "failed", insights={"error": "boom"}),
+    ]
+    rollup = RunReport.build(results, duration_ms=1.0, repeats=2).summary.recommendations
+    assert [(r.text, r.tests) for r in rollup] == [("retry search_logs", 2), ("cache", 1)]

@@ -44,6 +44,15 @@ class RepeatStats(BaseModel):
     pass_hat_k: float | None
 
 
+class Recommendation(BaseModel):
+    """One insights recommendation and how many tests made it (the run-level rollup)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    tests: int
+
+
 class Summary(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -69,6 +78,7 @@ class Summary(BaseModel):
     unpriced: int = 0
     labels: dict[str, LabelStats] = Field(default_factory=dict)
     per_test: dict[str, RepeatStats] = Field(default_factory=dict)
+    recommendations: list[Recommendation] = Field(default_factory=list)
 
 
 class RunReport(BaseModel):
@@ -110,6 +120,7 @@ class RunReport(BaseModel):
             input_tokens=sum(r.token_usage.prompt for r in results),
             output_tokens=sum(r.token_usage.completion for r in results),
             labels=_labels(results),
+            recommendations=_recommendations(results),
             **_cost(results),
         )
         if repeats > 1:
@@ -141,6 +152,16 @@ def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
             score=_mean(scores[label]),
         )
     return out
+
+
+def _recommendations(results: Sequence[TestResult], limit: int = 10) -> list[Recommendation]:
+    """Recommendations across the suite, most common first ("3 tests: handle tool errors")."""
+    counts: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        for text in (r.insights or {}).get("recommendations") or []:
+            counts[str(text)].add(r.id)
+    ranked = sorted(counts.items(), key=lambda item: (-len(item[1]), item[0]))
+    return [Recommendation(text=text, tests=len(ids)) for text, ids in ranked[:limit]]
 
 
 def _cost(results: Sequence[TestResult]) -> dict[str, Any]:

@@ -157,6 +157,10 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             f"pass@{s.repeats} {_pct(s.pass_at_k)}, pass^{s.repeats} {_pct(s.pass_hat_k)}"
             + (f"; flaky: {', '.join(s.flaky)}" if s.flaky else "")
         )
+    if s.recommendations:
+        console.print("across the suite:")
+        for rec in s.recommendations:
+            console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
 
