@@ -147,40 +147,13 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
     token = ctx_mod.activate(ctx)
     traces = _Traces(env)
     traces_token = results_mod.bind_traces(traces)
-    scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures)
-    skip_reason: str | None = None
     try:
         try:
-            async with asyncio.timeout(timeout):
-                for hook in case.hooks:
-                    if hook.kind == "before_each":
-                        await _hook(scope, hook)
-                await scope.call(case.fn, case.params)
-        except TimeoutError:
-            ctx.record_error(f"timed out after {timeout:g} s")
-        except errors.TestSkipped as err:
-            skip_reason = str(err)
-        except AssertionError as err:
-            ctx.record(
-                Signal(
-                    kind="deterministic",
-                    role="gate",
-                    name="assert",
-                    passed=False,
-                    score=0.0,
-                    evidence={"message": describe_error(err, case.file)},
-                )
-            )
-        except Exception as err:
-            ctx.record_error(describe_error(err, case.file))
+            skip_reason = await _body(ctx, case, timeout)
         finally:
-            await _after(ctx, scope, case, timeout)
-    finally:
-        ctx_mod.deactivate(token)
-    duration = (time.perf_counter() - started) * 1000
-    try:
+            ctx_mod.deactivate(token)
+        duration = (time.perf_counter() - started) * 1000
         derived = metrics.derive(ctx.result, env.prices)
-        signals = (*ctx.signals, *metric_signals(derived))
         status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
         result = _result(
             case,
@@ -188,7 +161,7 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
             run_id,
             status,
             "; ".join(ctx.errors) or None,
-            signals,
+            (*ctx.signals, *metric_signals(derived)),
             ctx,
             started_at,
             duration,
@@ -210,6 +183,38 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
     finally:
         results_mod.unbind_traces(traces_token)
         await traces.aclose()
+
+
+async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float) -> str | None:
+    """before_each hooks and the body, then after_each and teardown; the skip reason if any."""
+    scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures)
+    skip_reason: str | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            for hook in case.hooks:
+                if hook.kind == "before_each":
+                    await _hook(scope, hook)
+            await scope.call(case.fn, case.params)
+    except TimeoutError:
+        ctx.record_error(f"timed out after {timeout:g} s")
+    except errors.TestSkipped as err:
+        skip_reason = str(err)
+    except AssertionError as err:
+        ctx.record(
+            Signal(
+                kind="deterministic",
+                role="gate",
+                name="assert",
+                passed=False,
+                score=0.0,
+                evidence={"message": describe_error(err, case.file)},
+            )
+        )
+    except Exception as err:
+        ctx.record_error(describe_error(err, case.file))
+    finally:
+        await _after(ctx, scope, case, timeout)
+    return skip_reason
 
 
 def metric_signals(derived: Mapping[str, Any]) -> list[Signal]:
