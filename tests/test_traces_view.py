@@ -195,3 +195,19 @@ def test_traceparent_parsing() -> None:
     assert records.span_id_of(TRACEPARENT) == "b7ad6b7169203331"
     assert records.trace_id_of("garbage") is None
     assert records.trace_id_of(None) is None
+
+
+def test_config_errors_name_the_field() -> None:
+    from agent_health import ConfigError, define_config
+
+    with pytest.raises(ConfigError, match=r"traces\.opensearch\.hosts: Field required"):
+        define_config(traces={"opensearch": {"index": "otel-v1-apm-span-*"}})
+    with pytest.raises(ConfigError, match=r"prices\.m\.output_per_mtok"):
+        define_config(prices={"m": {"input_per_mtok": 1}})
+    with pytest.raises(ConfigError, match=r"traces\.wait"):
+        define_config(traces={"wait": 3})
+    config = define_config(
+        prices={"m": {"input_per_mtok": 1, "output_per_mtok": 2}},
+        traces={"prices": {"m": {"input_per_mtok": 3, "output_per_mtok": 4}}},
+    )
+    assert config.price_table().cost("m", 1_000_000, 0) == 3.0  # traces.prices wins
