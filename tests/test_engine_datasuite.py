@@ -37,7 +37,7 @@ async def test_cases_run_as_tests(write_suite: Any, triage_url: str) -> None:
     assert payment["status"] == "passed"
     assert payment["labels"] == ["category:RCA", "difficulty:hard"]
     assert payment["prompt"] == "Diagnose why the payment service is failing."
-    kinds = [(s["kind"], s["role"]) for s in payment["signals"]]
+    kinds = [(s["kind"], s["role"]) for s in payment["signals"] if s["kind"] != "metric"]
     assert kinds == [("deterministic", "gate"), ("deterministic", "gate"), ("judge", "neutral")]
     missing = run.by_name("needs a tool it never calls")
     assert missing["status"] == "failed"

@@ -1,7 +1,8 @@
 """The ``agent-health`` command.
 
 Exit codes of ``run``: 0 all passed, 1 any failed, 2 usage/config/load error,
-3 errored tests only, 130 interrupted.
+3 errored tests only, 130 interrupted. ``compare``: 0 no regression, 1 regression beyond the
+thresholds, 2 a report file is missing, not JSON or of another version.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from typing import Any
 from rich.console import Console
 
 from agent_health import connectors, judging, ledger
-from agent_health.engine import agent_process, loader, reporters, runner, select, session
+from agent_health.engine import (
+    agent_process,
+    compare,
+    loader,
+    reporters,
+    runner,
+    select,
+    session,
+)
 from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
 from agent_health.sdk import config as config_mod
@@ -86,6 +95,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     crds = sub.add_parser("crds", help="print the CRDs generated from the models")
     crds.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR")
+    cmp = sub.add_parser("compare", help="compare two JSON reports; non-zero on a regression")
+    cmp.add_argument("base", help="the baseline report (agent-health run --reporter json:...)")
+    cmp.add_argument("new", help="the report to check against it")
+    cmp.add_argument(
+        "--max-pass-rate-drop",
+        type=float,
+        default=0.0,
+        help="largest allowed pass-rate drop, e.g. 0.05 (default 0: any drop fails)",
+    )
+    cmp.add_argument(
+        "--max-score-drop", type=float, help="largest allowed mean-score drop (default: no gate)"
+    )
+    cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     return parser
 
 
@@ -100,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _ledger_verify(args, console, err_console)
         if args.command == "crds":
             return _crds(args, console)
+        if args.command == "compare":
+            return _compare(args, console)
         return _run(args, console, err_console)
     except (
         UsageError,
@@ -107,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.DefinitionError,
         connectors.ConnectorError,
         ledger.LedgerError,
+        compare.CompareError,
     ) as err:
         err_console.print(f"[red]error:[/] {err}")
         return EXIT_USAGE
@@ -180,6 +205,24 @@ def _crds(args: argparse.Namespace, console: Console) -> int:
     for path in crds.write(Path(args.out)):
         console.print(f"wrote {path}")
     return EXIT_OK
+
+
+def _compare(args: argparse.Namespace, console: Console) -> int:
+    if args.max_pass_rate_drop < 0 or (args.max_score_drop is not None and args.max_score_drop < 0):
+        raise UsageError("--max-pass-rate-drop and --max-score-drop must not be negative")
+    result = compare.compare_files(
+        Path(args.base),
+        Path(args.new),
+        max_pass_rate_drop=args.max_pass_rate_drop,
+        max_score_drop=args.max_score_drop,
+    )
+    if args.json:
+        payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        for line in compare.render(result):
+            console.print(line, markup=False)
+    return EXIT_FAILED if result.regressed else EXIT_OK
 
 
 def _run(args: argparse.Namespace, console: Console, err_console: Console) -> int:
@@ -281,6 +324,8 @@ async def _execute(
             skip_judge=skip_judge,
             judge_hint=judging.NO_JUDGE_HINT,
             timeout=args.timeout or config.timeout,
+            config=config,
+            agent_name=config.agent_name(args.agent),
         )
         with terminal.LiveProgress(
             console, len(cases) * args.repeat, list_lines=list_lines

@@ -1,4 +1,9 @@
-"""The run report: every TestResult plus aggregates, in the versioned JSON shape of DESIGN.md §9."""
+"""The run report: every TestResult plus aggregates, in the versioned JSON shape of DESIGN.md §9.
+
+Aggregates: counts, pass rate (passed / (passed + failed); errored and skipped excluded),
+mean score, tokens and cost, a per-label breakdown, and with ``--repeat k``: pass@k (a test
+passes at least once in k) and pass^k (all k pass) per test and overall, and flaky tests.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,41 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_health.sdk.results import TestResult
 
 REPORT_VERSION = 1
+
+
+class LabelStats(BaseModel):
+    """How the tests carrying one label did."""
+
+    model_config = ConfigDict(frozen=True)
+
+    passed: int = 0
+    failed: int = 0
+    errored: int = 0
+    skipped: int = 0
+    pass_rate: float | None = None
+    score: float | None = None
+
+
+class RepeatStats(BaseModel):
+    """One test over its k repeats."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runs: int
+    passed: int
+    failed: int
+    errored: int
+    pass_at_k: float | None
+    pass_hat_k: float | None
+
+
+class Recommendation(BaseModel):
+    """One insights recommendation and how many tests made it (the run-level rollup)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    tests: int
 
 
 class Summary(BaseModel):
@@ -33,6 +73,13 @@ class Summary(BaseModel):
     interrupted: bool = False
     not_run: int = 0
     judge_tokens: dict[str, Any] | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    unpriced: int = 0
+    labels: dict[str, LabelStats] = Field(default_factory=dict)
+    per_test: dict[str, RepeatStats] = Field(default_factory=dict)
+    recommendations: list[Recommendation] = Field(default_factory=list)
 
 
 class RunReport(BaseModel):
@@ -73,26 +120,94 @@ class RunReport(BaseModel):
             interrupted=interrupted,
             not_run=not_run,
             judge_tokens=judge_tokens,
+            input_tokens=sum(r.token_usage.prompt for r in results),
+            output_tokens=sum(r.token_usage.completion for r in results),
+            labels=_labels(results),
+            recommendations=_recommendations(results),
+            **_cost(results),
         )
         if repeats > 1:
             summary.update(_pass_at_k(results))
         return cls(summary=Summary(**summary), tests=[_test_entry(r) for r in results])
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 6) if values else None
+
+
+def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
+    counts: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
+    )
+    scores: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        for label in r.labels:
+            counts[label][r.status] += 1
+            if r.score is not None:
+                scores[label].append(r.score)
+    out = {}
+    for label in sorted(counts):
+        c = counts[label]
+        decided = c["passed"] + c["failed"]
+        out[label] = LabelStats(
+            **c,
+            pass_rate=round(c["passed"] / decided, 6) if decided else None,
+            score=_mean(scores[label]),
+        )
+    return out
+
+
+def _recommendations(results: Sequence[TestResult], limit: int = 10) -> list[Recommendation]:
+    """Recommendations across the suite, most common first ("3 tests: handle tool errors")."""
+    counts: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        for text in (r.insights or {}).get("recommendations") or []:
+            counts[str(text)].add(r.id)
+    ranked = sorted(counts.items(), key=lambda item: (-len(item[1]), item[0]))
+    return [Recommendation(text=text, tests=len(ids)) for text, ids in ranked[:limit]]
+
+
+def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
+    """Total cost of the runs that have one; ``unpriced`` counts runs without a price."""
+    ran = [r for r in results if r.metrics]
+    priced = [r.metrics["cost_usd"] for r in ran if r.metrics.get("cost_usd") is not None]
+    return {
+        "cost_usd": round(sum(priced), 8) if priced else None,
+        "unpriced": len(ran) - len(priced),
+    }
+
+
 def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
+    """pass@k and pass^k over the decided repeats of each test (errored repeats excluded)."""
     by_test: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
     for r in results:
-        if r.status in ("passed", "failed"):
-            by_test[r.id].append(r.status)
+        by_test[r.id].append(r.status)
         titles[r.id] = r.title
-    at_k = [1.0 if "passed" in s else 0.0 for s in by_test.values()]
-    hat_k = [1.0 if all(x == "passed" for x in s) else 0.0 for s in by_test.values()]
-    flaky = sorted(titles[t] for t, s in by_test.items() if len(set(s)) > 1)
+    per_test = {}
+    at_k: list[float] = []
+    hat_k: list[float] = []
+    for test_id, statuses in by_test.items():
+        decided = [s for s in statuses if s in ("passed", "failed")]
+        at = (1.0 if "passed" in decided else 0.0) if decided else None
+        hat = (1.0 if all(s == "passed" for s in decided) else 0.0) if decided else None
+        if at is not None and hat is not None:
+            at_k.append(at)
+            hat_k.append(hat)
+        per_test[test_id] = RepeatStats(
+            runs=len(statuses),
+            passed=statuses.count("passed"),
+            failed=statuses.count("failed"),
+            errored=statuses.count("errored"),
+            pass_at_k=at,
+            pass_hat_k=hat,
+        )
+    flaky = sorted(titles[t] for t, s in per_test.items() if s.passed and s.failed)
     return {
-        "pass_at_k": round(sum(at_k) / len(at_k), 6) if at_k else None,
-        "pass_hat_k": round(sum(hat_k) / len(hat_k), 6) if hat_k else None,
+        "pass_at_k": _mean(at_k),
+        "pass_hat_k": _mean(hat_k),
         "flaky": flaky,
+        "per_test": per_test,
     }
 
 

@@ -13,15 +13,19 @@ from typing import Any
 
 from agent_health.connectors.errors import ConnectorError
 from agent_health.connectors.protocol import TokenUsage
-from agent_health.engine import fixtures, grading
+from agent_health.engine import fixtures, grading, insights
 from agent_health.sdk import agent as agent_mod
+from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import declare, errors
 from agent_health.sdk import judges as judge_mod
 from agent_health.sdk import matchers as expect_mod
+from agent_health.sdk import results as results_mod
 from agent_health.sdk import traces as traces_mod
-from agent_health.sdk.results import Signal, TestResult
-from agent_health.traces import metrics
+from agent_health.sdk.results import RunResult, Signal, TestResult
+from agent_health.traces import errors as traces_errors
+from agent_health.traces import exchanges, metrics, settings
+from agent_health.traces import view as traces_view
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -35,6 +39,50 @@ class RunEnv:
     skip_judge: bool = False
     judge_hint: str | None = None
     timeout: float | None = None
+    config: config_mod.Config | None = None
+    agent_name: str | None = None
+    insights_llm: insights.LLM | None = None
+    read_exchanges: exchanges.ExchangeReader | None = None
+
+    @property
+    def prices(self) -> settings.PriceTable:
+        return self.config.price_table() if self.config else settings.PriceTable()
+
+
+class _Traces:
+    """Makes (and later closes) the traces views of one test's run."""
+
+    def __init__(self, env: RunEnv) -> None:
+        self.env = env
+        self.views: list[traces_view.TracesView] = []
+
+    def __call__(self, run: RunResult) -> traces_view.TracesView:
+        cfg = self.env.config.traces if self.env.config else settings.TracesSettings()
+        view = traces_view.build(
+            run,
+            cfg,
+            agent=self.env.agent_name,
+            prices=self.env.prices,
+            read_exchanges=self.env.read_exchanges,
+        )
+        self.views.append(view)
+        return view
+
+    def for_insights(self, run: RunResult | None) -> traces_view.TracesView | None:
+        if run is None:
+            return None
+        try:
+            view: traces_view.TracesView = run.traces
+        except traces_errors.TracesError:
+            return None
+        return view
+
+    async def aclose(self) -> None:
+        for view in self.views:
+            try:
+                await view.aclose()
+            except Exception:  # closing a trace client must not change the test's outcome
+                continue
 
 
 def _builtins(ctx: ctx_mod.TestContext) -> Mapping[str, Callable[[], Any]]:
@@ -97,55 +145,96 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
         judge_hint=env.judge_hint,
     )
     token = ctx_mod.activate(ctx)
+    traces = _Traces(env)
+    traces_token = results_mod.bind_traces(traces)
+    try:
+        try:
+            skip_reason = await _body(ctx, case, timeout)
+        finally:
+            ctx_mod.deactivate(token)
+        duration = (time.perf_counter() - started) * 1000
+        derived = metrics.derive(ctx.result, env.prices)
+        status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
+        result = _result(
+            case,
+            repeat,
+            run_id,
+            status,
+            "; ".join(ctx.errors) or None,
+            (*ctx.signals, *metric_signals(derived)),
+            ctx,
+            started_at,
+            duration,
+            skip_reason=skip_reason,
+            derived=derived,
+        )
+        fn = env.config.insights if env.config else None
+        if fn is not None and status != "skipped":
+            found = await insights.explain(
+                fn,
+                result,
+                run=ctx.result,
+                traces=traces.for_insights(ctx.result),
+                llm=env.insights_llm,
+                timeout=timeout,
+            )
+            result = result.model_copy(update={"insights": found})
+        return result
+    finally:
+        results_mod.unbind_traces(traces_token)
+        await traces.aclose()
+
+
+async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float) -> str | None:
+    """before_each hooks and the body, then after_each and teardown; the skip reason if any."""
     scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures)
     skip_reason: str | None = None
+    deadline = asyncio.timeout(timeout)
     try:
-        deadline = asyncio.timeout(timeout)
-        try:
-            async with deadline:
-                for hook in case.hooks:
-                    if hook.kind == "before_each":
-                        await _hook(scope, hook)
-                await scope.call(case.fn, case.params)
-        except TimeoutError as err:
-            # Only our own deadline is "timed out"; a TimeoutError the body raised is its error.
-            if deadline.expired():
-                ctx.record_error(f"timed out after {timeout:g} s")
-            else:
-                ctx.record_error(describe_error(err, case.file))
-        except errors.TestSkipped as err:
-            skip_reason = str(err)
-        except AssertionError as err:
-            ctx.record(
-                Signal(
-                    kind="deterministic",
-                    role="gate",
-                    name="assert",
-                    passed=False,
-                    score=0.0,
-                    evidence={"message": describe_error(err, case.file)},
-                )
-            )
-        except Exception as err:
+        async with deadline:
+            for hook in case.hooks:
+                if hook.kind == "before_each":
+                    await _hook(scope, hook)
+            await scope.call(case.fn, case.params)
+    except TimeoutError as err:
+        # Only our own deadline is "timed out"; a TimeoutError the body raised is its error.
+        if deadline.expired():
+            ctx.record_error(f"timed out after {timeout:g} s")
+        else:
             ctx.record_error(describe_error(err, case.file))
-        finally:
-            await _after(ctx, scope, case, timeout)
+    except errors.TestSkipped as err:
+        skip_reason = str(err)
+    except AssertionError as err:
+        ctx.record(
+            Signal(
+                kind="deterministic",
+                role="gate",
+                name="assert",
+                passed=False,
+                score=0.0,
+                evidence={"message": describe_error(err, case.file)},
+            )
+        )
+    except Exception as err:
+        ctx.record_error(describe_error(err, case.file))
     finally:
-        ctx_mod.deactivate(token)
-    duration = (time.perf_counter() - started) * 1000
-    status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
-    return _result(
-        case,
-        repeat,
-        run_id,
-        status,
-        "; ".join(ctx.errors) or None,
-        tuple(ctx.signals),
-        ctx,
-        started_at,
-        duration,
-        skip_reason=skip_reason,
-    )
+        await _after(ctx, scope, case, timeout)
+    return skip_reason
+
+
+def metric_signals(derived: Mapping[str, Any]) -> list[Signal]:
+    """Each derived metric as an observe-role ``metric`` signal (never gates, never scores)."""
+    return [
+        Signal(
+            kind="metric",
+            role="observe",
+            name=key,
+            passed=None,
+            evidence={"value": derived[key]},
+        )
+        for key in metrics.METRIC_KEYS
+        if key in derived
+    ]
 
 
 async def _hook(scope: fixtures.FixtureScope, hook: declare.Hook) -> None:
@@ -190,6 +279,7 @@ def _result(
     started_at: float,
     duration_ms: float,
     skip_reason: str | None = None,
+    derived: dict[str, Any] | None = None,
 ) -> TestResult:
     run = ctx.result if ctx else None
     return TestResult(
@@ -208,7 +298,7 @@ def _result(
         duration_ms=duration_ms,
         started_at=started_at,
         signals=signals,
-        metrics=metrics.derive(run),
+        metrics=derived if derived is not None else metrics.derive(run),
         token_usage=run.token_usage if run else TokenUsage(),
         content_hash=case.content_hash,
         skip_reason=skip_reason,

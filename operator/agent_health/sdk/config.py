@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.sdk import errors
+from agent_health.traces import settings as traces_settings
 
 
 class RetryConfig(BaseModel):
@@ -62,7 +63,8 @@ class Config(BaseModel):
     judge: JudgeConfig | None = None
     evaluators: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     insights: Callable[..., Any] | None = None
-    traces: dict[str, Any] = Field(default_factory=dict)
+    traces: traces_settings.TracesSettings = Field(default_factory=traces_settings.TracesSettings)
+    prices: dict[str, traces_settings.Price] = Field(default_factory=dict)
     connectors: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     timeout: float | None = Field(default=None, gt=0)
     source: str | None = None
@@ -88,6 +90,18 @@ class Config(BaseModel):
             "rest+http://127.0.0.1:8080/run"
         )
 
+    def price_table(self) -> traces_settings.PriceTable:
+        """``prices={...}`` merged with ``traces={"prices": {...}}`` (the latter wins)."""
+        return traces_settings.PriceTable({**self.prices, **self.traces.prices})
+
+    def agent_name(self, name: str | None) -> str | None:
+        """The name ``--agent`` resolves to (a config key, or the URL as given)."""
+        if name:
+            return name
+        if self.default_agent:
+            return self.default_agent
+        return next(iter(self.agents)) if len(self.agents) == 1 else None
+
     def judge_from_env(self, environ: Mapping[str, str] | None = None) -> JudgeConfig | None:
         """The judge config after the CI overrides ``AGENT_HEALTH_JUDGE_*``."""
         env = os.environ if environ is None else environ
@@ -108,7 +122,7 @@ class Config(BaseModel):
 
 
 def define_config(**kwargs: Any) -> Config:
-    """Declare agents, judge, evaluators, insights and traces.
+    """Declare agents, judge, evaluators, insights, traces and prices.
 
     Example::
 
@@ -116,6 +130,9 @@ def define_config(**kwargs: Any) -> Config:
             agents={"rca": {"connector": "rest", "url": "http://127.0.0.1:8080/run"}},
             judge={"provider": "openai", "model": "gpt-4o-mini",
                    "api_key_env": "OPENAI_API_KEY"},
+            prices={"default": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}},
+            traces={"opensearch": {"hosts": ["http://127.0.0.1:9200"], "wait_seconds": 20}},
+            insights=explain,   # async def explain(result, traces, llm) -> {summary, why, ...}
         )
     """
     try:

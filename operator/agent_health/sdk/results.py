@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
@@ -34,6 +35,21 @@ class Trajectory(tuple[Step, ...]):
         return [s for s in self if s.status == "error"]
 
 
+TraceResolver = Callable[["RunResult"], Any]
+"""Makes the traces view of a run; the engine binds one per test (see :func:`bind_traces`)."""
+
+_resolver: contextvars.ContextVar[TraceResolver] = contextvars.ContextVar("agent_health_traces")
+
+
+def bind_traces(resolver: TraceResolver) -> contextvars.Token[TraceResolver]:
+    """Called by the engine in the test's own task: how ``result.traces`` is resolved."""
+    return _resolver.set(resolver)
+
+
+def unbind_traces(token: contextvars.Token[TraceResolver]) -> None:
+    _resolver.reset(token)
+
+
 class RunResult(BaseModel):
     """The immutable capture of one ``agent.run()``."""
 
@@ -48,6 +64,7 @@ class RunResult(BaseModel):
     duration_ms: float = 0.0
     raw: dict[str, Any] = Field(default_factory=dict)
     traceparent: str | None = None
+    _traces: Any = PrivateAttr(default=None)
 
     @property
     def trajectory(self) -> Trajectory:
@@ -67,10 +84,24 @@ class RunResult(BaseModel):
 
     @property
     def traces(self) -> Any:
-        raise errors.AgentHealthError(
-            f"traces are not enabled for run {self.run_id}; configure traces={{...}} "
-            "in agent-health.config.py"
-        )
+        """This run's trace (a ``TracesView``), resolved on first use.
+
+        Reading is async: ``await result.traces.total_tokens()``,
+        ``await result.traces.spans()``, or ``trace = await result.traces.load()`` and then
+        ``trace.total_tokens``. Raises when traces are not enabled for the agent.
+        """
+        if self._traces is None:
+            resolver = _resolver.get(None)
+            if resolver is None:
+                raise errors.AgentHealthError(
+                    f"traces of run {self.run_id} can only be read inside the test that ran it"
+                )
+            self._traces = resolver(self)
+        return self._traces
+
+    def attach_traces(self, view: Any) -> None:
+        """Attach the traces view (the engine does this; a test never needs to)."""
+        self._traces = view
 
 
 class Signal(BaseModel):

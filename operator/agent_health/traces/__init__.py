@@ -1,1 +1,9 @@
-"""Traces of a run and the metrics derived from them (DESIGN.md §4)."""
+"""Traces of a run and the metrics derived from them (DESIGN.md §4).
+
+* :mod:`view` — ``result.traces``: the :class:`~view.TracesView` of one run.
+* :mod:`records` — the span/log records and the ``TraceSource`` seam.
+* :mod:`trajectory`, :mod:`exchanges`, :mod:`opensearch` — the sources: the agent's own
+  trajectory, the gateway's recorded exchanges, OTel spans in OpenSearch.
+* :mod:`metrics` — derived metrics of every test; :mod:`settings` — ``traces={...}`` and
+  ``prices={...}``; :mod:`errors` — the exception tree.
+"""

@@ -1,27 +1,242 @@
-"""Metrics derived from a RunResult, computed for every test that ran the agent."""
+"""Metrics derived from a RunResult, computed for every test that ran the agent.
+
+One pass over the trajectory, so the cost per step stays flat from 10 to 100,000 steps
+(``bench/metrics.py`` measures it). The keys, also written to the JSON report:
+
+* ``total_tokens``, ``input_tokens``, ``output_tokens`` — as the agent reported them.
+* ``cost_usd`` — from the price table (``define_config(prices={...})``); ``None`` when the
+  table has no price for the model or the agent reported no tokens, never a made-up zero.
+* ``latency_ms`` — end to end; ``step_latency_ms`` — count/total/mean/max over the steps that
+  carry a latency.
+* ``llm_calls`` — model turns: a run of consecutive model steps (thinking, assistant text,
+  tool calls issued together) between tool results is one call to the model.
+* ``tool_calls``, ``tool_histogram`` — calls per tool.
+* ``redundant_tool_calls`` — a call whose tool and canonical arguments (dict key order,
+  whitespace and ``1`` vs ``1.0`` do not matter) repeat an earlier call that did not fail.
+* ``retries`` — a call of a tool whose previous result was an error.
+* ``ignored_tool_errors`` — an error result after which the agent neither called that tool
+  again nor acknowledged the failure in later assistant text.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+import json
+import re
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from agent_health.connectors.protocol import Step
 from agent_health.sdk.results import RunResult
+from agent_health.traces import settings
+
+METRIC_KEYS = (
+    "total_tokens",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "latency_ms",
+    "llm_calls",
+    "tool_calls",
+    "tool_histogram",
+    "redundant_tool_calls",
+    "ignored_tool_errors",
+    "retries",
+)
+MODEL_STEPS = frozenset({"thinking", "assistant", "tool_call"})
+# Words with which an answer admits that something did not work.
+_ACKNOWLEDGES = re.compile(
+    r"\b(fail(?:ed|s|ure|ing)?|unable|could ?n[o']t|cannot|can't|unavailable|"
+    r"timed? ?out|did ?n[o']t work|not (?:reachable|available|respond\w*)|errored)\b",
+    re.IGNORECASE,
+)
 
 
-def derive(result: RunResult | None) -> dict[str, Any]:
-    """Tokens, latency and tool use of one run (empty when the agent never ran)."""
+def derive(result: RunResult | None, prices: settings.PriceTable | None = None) -> dict[str, Any]:
+    """Tokens, cost, latency and tool use of one run (empty when the agent never ran)."""
     if result is None:
         return {}
-    steps = result.trajectory_steps
-    calls = [s.tool_name or "?" for s in steps if s.type == "tool_call"]
+    stats = tool_stats(result.trajectory_steps)
     usage = result.token_usage
+    model = model_of(result)
+    cost = None
+    if prices and usage.total:
+        cost = prices.cost(model, usage.prompt, usage.completion)
     return {
         "total_tokens": usage.total,
         "input_tokens": usage.prompt,
         "output_tokens": usage.completion,
+        "cost_usd": None if cost is None else round(cost, 8),
+        "model": model,
         "latency_ms": round(result.duration_ms, 3),
-        "tool_calls": len(calls),
-        "tool_histogram": dict(Counter(calls)),
-        "tool_errors": sum(1 for s in steps if s.status == "error"),
-        "steps": len(steps),
+        "step_latency_ms": stats.latency(),
+        "llm_calls": stats.llm_calls,
+        "tool_calls": stats.tool_calls,
+        "tool_histogram": dict(stats.histogram),
+        "redundant_tool_calls": stats.redundant,
+        "ignored_tool_errors": stats.ignored_errors,
+        "retries": stats.retries,
+        "tool_errors": stats.tool_errors,
+        "steps": stats.steps,
     }
+
+
+def model_of(result: RunResult) -> str | None:
+    """The model the agent says it used (``"model"`` in its reply), if any."""
+    model = result.raw.get("model")
+    return model if isinstance(model, str) and model else None
+
+
+def canonical_args(args: Any) -> str:
+    """Arguments as one string that ignores dict key order and cosmetic differences."""
+    return json.dumps(_normal(args), sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _normal(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+@dataclass
+class ToolStats:
+    """What one pass over a trajectory found."""
+
+    steps: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    redundant: int = 0
+    retries: int = 0
+    ignored_errors: int = 0
+    histogram: Counter[str] = field(default_factory=Counter)
+    latency_count: int = 0
+    latency_total: float = 0.0
+    latency_max: float = 0.0
+
+    def latency(self) -> dict[str, float | int | None]:
+        count = self.latency_count
+        return {
+            "count": count,
+            "total": round(self.latency_total, 3),
+            "mean": round(self.latency_total / count, 3) if count else None,
+            "max": round(self.latency_max, 3) if count else None,
+        }
+
+
+def tool_stats(steps: Sequence[Step]) -> ToolStats:
+    """Count calls, turns, duplicates, retries and ignored errors in one linear pass."""
+    stats = ToolStats(steps=len(steps))
+    live_keys: set[tuple[str, str]] = set()  # calls made that have not failed
+    awaiting: dict[str, deque[tuple[int, tuple[str, str]]]] = {}  # tool → calls without result
+    by_id: dict[str, tuple[int, tuple[str, str]]] = {}
+    last_call: dict[str, int] = {}
+    failed_last: set[str] = set()
+    error_results: list[tuple[int, str]] = []
+    answers: list[tuple[int, str]] = []
+    in_turn = False
+    for i, step in enumerate(steps):
+        kind = step.type
+        if kind in MODEL_STEPS:
+            if not in_turn:
+                stats.llm_calls += 1
+                in_turn = True
+        else:
+            in_turn = False
+        if step.latency_ms is not None:
+            stats.latency_count += 1
+            stats.latency_total += step.latency_ms
+            stats.latency_max = max(stats.latency_max, step.latency_ms)
+        if kind == "tool_call":
+            name = step.tool_name or "?"
+            stats.tool_calls += 1
+            stats.histogram[name] += 1
+            key = (name, canonical_args(step.tool_args or {}))
+            if name in failed_last:
+                stats.retries += 1
+                failed_last.discard(name)
+            elif key in live_keys:
+                stats.redundant += 1
+            live_keys.add(key)
+            last_call[name] = i
+            call_id = _call_id(step)
+            if call_id is not None:
+                by_id[call_id] = (i, key)
+            else:
+                awaiting.setdefault(name, deque()).append((i, key))
+        elif kind == "tool_result":
+            call = _match(step, awaiting, by_id)
+            name = step.tool_name or (call[1][0] if call else "?")
+            if step.status == "error":
+                stats.tool_errors += 1
+                failed_last.add(name)
+                error_results.append((i, name))
+                if call is not None:
+                    live_keys.discard(call[1])
+            else:
+                failed_last.discard(name)
+        elif kind == "assistant" and step.content:
+            answers.append((i, step.content))
+    stats.ignored_errors = _ignored(error_results, answers, last_call)
+    return stats
+
+
+def _call_id(step: Step) -> str | None:
+    extra = step.model_extra
+    value = extra.get("tool_call_id") if extra else None
+    return str(value) if value is not None else None
+
+
+def _match(
+    step: Step,
+    awaiting: dict[str, deque[tuple[int, tuple[str, str]]]],
+    by_id: dict[str, tuple[int, tuple[str, str]]],
+) -> tuple[int, tuple[str, str]] | None:
+    """The call a result answers: by ``tool_call_id``, else the oldest open call of the tool."""
+    call_id = _call_id(step)
+    if call_id is not None and call_id in by_id:
+        return by_id.pop(call_id)
+    if step.tool_name is not None:
+        queue = awaiting.get(step.tool_name)
+        return queue.popleft() if queue else None
+    oldest = min((q[0] for q in awaiting.values() if q), default=None)
+    if oldest is None:
+        return None
+    return awaiting[oldest[1][0]].popleft()
+
+
+def _ignored(
+    error_results: list[tuple[int, str]], answers: list[tuple[int, str]], last_call: dict[str, int]
+) -> int:
+    """Errors not retried and not acknowledged by any later assistant text (linear)."""
+    unretried = [(i, name) for i, name in error_results if last_call.get(name, -1) < i]
+    if not unretried:
+        return 0
+    tools = {name for _, name in unretried}
+    spoken = {
+        name: re.compile(
+            rf"\b(?:{re.escape(name)}|{re.escape(name.replace('_', ' '))})\b", re.IGNORECASE
+        )
+        for name in tools
+    }
+    # Walk backwards: what the answers after position i acknowledge.
+    ignored = 0
+    generic = False
+    mentioned: set[str] = set()
+    a = len(answers) - 1
+    for i, name in reversed(unretried):
+        while a >= 0 and answers[a][0] > i:
+            text = answers[a][1]
+            generic = generic or bool(_ACKNOWLEDGES.search(text))
+            mentioned.update(t for t, pattern in spoken.items() if pattern.search(text))
+            a -= 1
+        if not generic and name not in mentioned:
+            ignored += 1
+    return ignored

@@ -89,15 +89,18 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     shown = tests if len(tests) <= TABLE_LIMIT else [t for t in tests if t["status"] != "passed"]
     if shown:
         table = Table(title="agent-health results", show_lines=False)
+        with_notes = any(_notes(t["metrics"] or {}) for t in shown)
         for column, justify in (
             ("status", "left"),
             ("test", "left"),
             ("score", "right"),
             ("time", "right"),
             ("tokens", "right"),
+            ("cost", "right"),
             ("tools", "right"),
+            *((("notes", "left"),) if with_notes else ()),
         ):
-            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+            table.add_column(column, justify=justify)
         for t in shown:
             metrics = t["metrics"] or {}
             title = f"{t['file']} › {t['name']}" + (f" [r{t['repeat']}]" if t["repeat"] else "")
@@ -107,7 +110,9 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
                 "" if t["score"] is None else f"{t['score']:.2f}",
                 f"{t['duration_ms'] / 1000:.2f}s",
                 str(metrics.get("total_tokens", "")),
+                _money(metrics.get("cost_usd")),
                 str(metrics.get("tool_calls", "")),
+                *((escape(_notes(metrics)),) if with_notes else ()),
             )
         console.print(table)
         if len(shown) < len(tests):
@@ -126,7 +131,9 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
                 detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
                 where = f" ({s['location']})" if s["location"] else ""
                 console.print(f"  ✗ {escape(s['name'])}{where}: {escape(detail)}", highlight=False)
+    _insights(console, shown)
     s = report.summary
+    _labels(console, report)
     for error in s.load_errors:
         console.print(f"[red]load error[/] {escape(error)}", highlight=False)
     for hint in hints or []:
@@ -139,17 +146,82 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     ]
     rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}"
     score = "n/a" if s.score is None else f"{s.score:.2f}"
+    cost = "" if s.cost_usd is None else f", {_money(s.cost_usd)}"
+    unpriced = f" ({s.unpriced} runs unpriced)" if s.cost_usd is not None and s.unpriced else ""
     console.print(
         f"\n{', '.join(parts)} — pass rate {rate}, score {score}, "
-        f"{s.tokens} tokens, {s.duration_ms / 1000:.2f}s"
+        f"{s.tokens} tokens{cost}{unpriced}, {s.duration_ms / 1000:.2f}s"
     )
     if s.repeats > 1:
         console.print(
             f"pass@{s.repeats} {_pct(s.pass_at_k)}, pass^{s.repeats} {_pct(s.pass_hat_k)}"
             + (f"; flaky: {', '.join(s.flaky)}" if s.flaky else "")
         )
+    if s.recommendations:
+        console.print("across the suite:")
+        for rec in s.recommendations:
+            console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+
+
+def _money(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return ""
+    return f"${value:.4f}" if value >= 0.01 else f"${value:.6f}"
+
+
+def _notes(metrics: dict[str, Any]) -> str:
+    """The tool-use smells worth a glance: duplicates, retries, ignored errors."""
+    notes = []
+    for key, word in (
+        ("redundant_tool_calls", "redundant"),
+        ("retries", "retried"),
+        ("ignored_tool_errors", "ignored errors"),
+    ):
+        if metrics.get(key):
+            notes.append(f"{metrics[key]} {word}")
+    return ", ".join(notes)
+
+
+def _insights(console: Console, tests: list[dict[str, Any]]) -> None:
+    """Each test's insights: the summary, why, and what to change (or the insights error)."""
+    for t in tests:
+        found = t.get("insights")
+        if not found:
+            continue
+        head = f"\n[bold]insights[/] {escape(t['id'])}" + (
+            f" [repeat {t['repeat']}]" if t["repeat"] else ""
+        )
+        console.print(head)
+        if found.get("error"):
+            console.print(f"  [yellow]insights error:[/] {escape(str(found['error']))}")
+            continue
+        console.print(f"  {escape(str(found.get('summary', '')))}", highlight=False)
+        if found.get("why"):
+            console.print(f"  why: {escape(str(found['why']))}", highlight=False)
+        for rec in found.get("recommendations") or []:
+            console.print(f"  → {escape(str(rec))}", highlight=False)
+
+
+def _labels(console: Console, report: RunReport) -> None:
+    labels = report.summary.labels
+    if not labels:
+        return
+    table = Table(title="by label", show_lines=False)
+    for column in ("label", "passed", "failed", "errored", "skipped", "pass rate", "score"):
+        table.add_column(column, justify="left" if column == "label" else "right")
+    for name, stats in labels.items():
+        table.add_row(
+            escape(name),
+            str(stats.passed),
+            str(stats.failed),
+            str(stats.errored),
+            str(stats.skipped),
+            _pct(stats.pass_rate),
+            "n/a" if stats.score is None else f"{stats.score:.2f}",
+        )
+    console.print(table)
 
 
 def _pct(value: float | None) -> str:

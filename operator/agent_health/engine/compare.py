@@ -1,0 +1,239 @@
+"""``agent-health compare BASE.json NEW.json``: what changed between two runs, for CI gates.
+
+Tests are matched by id and repeat. A test whose ``content_hash`` differs was edited between
+the runs, and is marked ``changed`` so a new failure can be told from a changed test. The
+comparison is a regression when the pass rate dropped by more than ``max_pass_rate_drop``
+(default 0: any drop) or the mean score by more than ``max_score_drop`` (when given).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_health.engine.report import REPORT_VERSION
+from agent_health.sdk import errors
+
+NOT_PASSING = ("failed", "errored")
+TOP_DELTAS = 20
+
+
+class CompareError(errors.AgentHealthError):
+    """A report file cannot be compared (missing, not JSON, wrong version or shape)."""
+
+
+class Delta(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    base: float | None
+    new: float | None
+    delta: float | None
+
+
+class Change(BaseModel):
+    """One test whose status or score moved."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    repeat: int
+    base: str
+    new: str
+    changed: bool = False
+    base_score: float | None = None
+    new_score: float | None = None
+    error: str | None = None
+
+
+class Comparison(BaseModel):
+    """Everything ``compare`` found; ``regressions`` says why it fails the gate."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_file: str
+    new_file: str
+    newly_failing: list[Change] = Field(default_factory=list)
+    newly_passing: list[Change] = Field(default_factory=list)
+    score_changes: list[Change] = Field(default_factory=list)
+    changed_tests: list[str] = Field(default_factory=list)
+    added: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+    pass_rate: Delta
+    score: Delta
+    tokens: Delta
+    cost_usd: Delta
+    regressions: list[str] = Field(default_factory=list)
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.regressions)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A JSON report, checked for the version and shape compare relies on."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise CompareError(f"{path}: no such report file") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise CompareError(f"{path}: cannot read it ({err})") from err
+    except ValueError as err:
+        raise CompareError(f"{path}: not JSON ({err})") from err
+    if not isinstance(data, dict) or "version" not in data:
+        raise CompareError(f"{path}: not an agent-health JSON report (no version field)")
+    if data["version"] != REPORT_VERSION:
+        raise CompareError(
+            f"{path}: report version {data['version']!r} is not supported (expected "
+            f"{REPORT_VERSION}); re-run with this agent-health to compare"
+        )
+    if not isinstance(data.get("summary"), dict) or not isinstance(data.get("tests"), list):
+        raise CompareError(f"{path}: report has no summary object or tests list")
+    for i, t in enumerate(data["tests"]):
+        if not isinstance(t, dict) or not isinstance(t.get("id"), str) or "status" not in t:
+            raise CompareError(f"{path}: tests[{i}] has no id or status")
+    return data
+
+
+def compare(
+    base: Mapping[str, Any],
+    new: Mapping[str, Any],
+    *,
+    base_file: str = "BASE",
+    new_file: str = "NEW",
+    max_pass_rate_drop: float = 0.0,
+    max_score_drop: float | None = None,
+) -> Comparison:
+    """Compare two loaded reports (see :func:`load`)."""
+    before = {(t["id"], t.get("repeat", 0)): t for t in base["tests"]}
+    after = {(t["id"], t.get("repeat", 0)): t for t in new["tests"]}
+    failing: list[Change] = []
+    passing: list[Change] = []
+    moved: list[Change] = []
+    edited: set[str] = set()
+    for key, now in after.items():
+        was = before.get(key)
+        if was is None:
+            continue
+        changed = bool(was.get("content_hash")) and was.get("content_hash") != now.get(
+            "content_hash"
+        )
+        if changed:
+            edited.add(now["id"])
+        change = Change(
+            id=now["id"],
+            name=str(now.get("name", now["id"])),
+            repeat=key[1],
+            base=was["status"],
+            new=now["status"],
+            changed=changed,
+            base_score=was.get("score"),
+            new_score=now.get("score"),
+            error=now.get("error"),
+        )
+        if was["status"] == "passed" and now["status"] in NOT_PASSING:
+            failing.append(change)
+        elif was["status"] in NOT_PASSING and now["status"] == "passed":
+            passing.append(change)
+        scored = change.base_score is not None and change.new_score is not None
+        if scored and change.new_score != change.base_score:
+            moved.append(change)
+    moved.sort(key=lambda c: (c.new_score or 0.0) - (c.base_score or 0.0))
+    s0, s1 = base["summary"], new["summary"]
+    result = Comparison(
+        base_file=base_file,
+        new_file=new_file,
+        newly_failing=failing,
+        newly_passing=passing,
+        score_changes=moved[:TOP_DELTAS],
+        changed_tests=sorted(edited),
+        added=sorted({k[0] for k in after} - {k[0] for k in before}),
+        removed=sorted({k[0] for k in before} - {k[0] for k in after}),
+        pass_rate=_delta(s0.get("pass_rate"), s1.get("pass_rate")),
+        score=_delta(s0.get("score"), s1.get("score")),
+        tokens=_delta(s0.get("tokens"), s1.get("tokens")),
+        cost_usd=_delta(s0.get("cost_usd"), s1.get("cost_usd")),
+    )
+    reasons = []
+    drop = result.pass_rate.delta
+    if drop is not None and -drop > max_pass_rate_drop + 1e-9:
+        reasons.append(
+            f"pass rate dropped {-drop:.1%} ({_pct(result.pass_rate.base)} → "
+            f"{_pct(result.pass_rate.new)}), more than --max-pass-rate-drop "
+            f"{max_pass_rate_drop:g}"
+        )
+    sdrop = result.score.delta
+    if max_score_drop is not None and sdrop is not None and -sdrop > max_score_drop + 1e-9:
+        reasons.append(
+            f"score dropped {-sdrop:.3f} ({result.score.base:.3f} → {result.score.new:.3f}), "
+            f"more than --max-score-drop {max_score_drop:g}"
+        )
+    return result.model_copy(update={"regressions": reasons})
+
+
+def compare_files(
+    base: Path, new: Path, *, max_pass_rate_drop: float = 0.0, max_score_drop: float | None = None
+) -> Comparison:
+    return compare(
+        load(base),
+        load(new),
+        base_file=str(base),
+        new_file=str(new),
+        max_pass_rate_drop=max_pass_rate_drop,
+        max_score_drop=max_score_drop,
+    )
+
+
+def _delta(base: Any, new: Any) -> Delta:
+    b = float(base) if isinstance(base, (int, float)) else None
+    n = float(new) if isinstance(new, (int, float)) else None
+    return Delta(base=b, new=n, delta=None if b is None or n is None else round(n - b, 8))
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def render(c: Comparison) -> list[str]:
+    """The comparison as plain lines for the terminal."""
+    lines = [f"compare {c.base_file} → {c.new_file}"]
+    for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
+        lines.append(f"{title}: {len(changes)}")
+        for ch in changes:
+            repeat = f" [repeat {ch.repeat}]" if ch.repeat else ""
+            note = " (test changed)" if ch.changed else ""
+            why = f" — {ch.error}" if ch.error and ch.new == "errored" else ""
+            lines.append(f"  {ch.base} → {ch.new}  {ch.id}{repeat}{note}{why}")
+    if c.score_changes:
+        lines.append("score changes:")
+        for ch in c.score_changes:
+            d = (ch.new_score or 0.0) - (ch.base_score or 0.0)
+            lines.append(f"  {d:+.3f}  {ch.id}" + (f" [repeat {ch.repeat}]" if ch.repeat else ""))
+    listed = (("changed tests", c.changed_tests), ("added", c.added), ("removed", c.removed))
+    for title, ids in listed:
+        if ids:
+            lines.append(f"{title}: {', '.join(ids)}")
+    lines.append(
+        f"pass rate {_pct(c.pass_rate.base)} → {_pct(c.pass_rate.new)}"
+        + (f" ({c.pass_rate.delta:+.1%})" if c.pass_rate.delta is not None else "")
+        + f"; score {_num(c.score, '.3f')}; tokens {_num(c.tokens, '.0f')}; "
+        f"cost USD {_num(c.cost_usd, '.6f')}"
+    )
+    if c.regressions:
+        lines.extend(f"REGRESSION: {r}" for r in c.regressions)
+    else:
+        lines.append("no regression beyond the thresholds")
+    return lines
+
+
+def _num(d: Delta, fmt: str) -> str:
+    if d.base is None and d.new is None:
+        return "n/a"
+    b = "n/a" if d.base is None else format(d.base, fmt)
+    n = "n/a" if d.new is None else format(d.new, fmt)
+    delta = "" if d.delta is None else f" ({d.delta:+{fmt}})"
+    return f"{b} → {n}{delta}"

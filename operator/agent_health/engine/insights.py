@@ -1,0 +1,92 @@
+"""Insights: an opt-in function that explains one test after its body ran.
+
+``define_config(insights=explain)`` with::
+
+    async def explain(result, traces, llm):
+        # result: the TestResult (status, signals, metrics, error, ...)
+        # traces: the run's TracesView (None when the agent never ran or traces are off)
+        # llm:    async (prompt: str) -> str, or None when no judge model is configured
+        return {"summary": "...", "why": "...", "recommendations": ["..."]}
+
+Parameters are passed by name, so ``explain(result)`` alone is fine too; ``run`` gives the
+RunResult. It runs once per test that was not skipped. Whatever happens inside it never
+changes the test's status or score: an error or a malformed answer is recorded as
+``{"error": "..."}`` on the test's ``insights``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent_health.sdk.results import RunResult, TestResult
+
+LLM = Callable[[str], Awaitable[str]]
+"""The ``llm`` helper: one prompt in, the model's text out."""
+
+PARAMETERS = ("result", "traces", "llm", "run")
+
+
+class Insights(BaseModel):
+    """What an insights function returns."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    summary: str
+    why: str | None = None
+    recommendations: list[str] = Field(default_factory=list)
+
+
+async def explain(
+    fn: Callable[..., Any],
+    result: TestResult,
+    *,
+    run: RunResult | None,
+    traces: Any,
+    llm: LLM | None,
+    timeout: float,
+) -> dict[str, Any]:
+    """Call ``fn`` and return what goes on ``TestResult.insights`` (never raises)."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    available: Mapping[str, Any] = {"result": result, "traces": traces, "llm": llm, "run": run}
+    try:
+        kwargs = _arguments(fn, available)
+    except TypeError as err:
+        return {"error": f"insights function {name}: {err}"}
+    try:
+        async with asyncio.timeout(timeout):
+            answer = fn(**kwargs)
+            if inspect.isawaitable(answer):
+                answer = await answer
+    except TimeoutError:
+        return {"error": f"insights function {name} timed out after {timeout:g} s"}
+    except Exception as err:
+        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        return {"error": f"insights function {name} raised {text}"}
+    try:
+        return Insights.model_validate(answer).model_dump(mode="json")
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "answer"
+        return {
+            "error": f"insights function {name} returned {type(answer).__name__}, not "
+            f"{{summary, why, recommendations}} ({where}: {first['msg']})"
+        }
+
+
+def _arguments(fn: Callable[..., Any], available: Mapping[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.name in available:
+            kwargs[param.name] = available[param.name]
+        elif param.default is param.empty:
+            raise TypeError(
+                f"unknown parameter {param.name!r}; it may take {', '.join(PARAMETERS)}"
+            )
+    return kwargs

@@ -1,0 +1,96 @@
+"""The ``traces={...}`` and ``prices={...}`` parts of ``define_config``.
+
+Example::
+
+    define_config(
+        traces={
+            "enabled": True,                      # or a list of agent names
+            "opensearch": {
+                "hosts": ["https://opensearch:9200"],
+                "index": "otel-v1-apm-span-*",
+                "run_id_attribute": "agent_health.run_id",
+                "wait_seconds": 30,
+            },
+        },
+        prices={"gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}},
+    )
+
+Credentials come from environment variables named here (``username_env``, ``password_env``),
+never from the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_PRICE_KEY = "default"
+
+
+class Price(BaseModel):
+    """What one model costs, in US dollars per million tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+class OpenSearchSettings(BaseModel):
+    """Where OTel spans of the agent land (indexed by Data Prepper) and how long to wait."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hosts: list[str] = Field(min_length=1)
+    index: str = "otel-v1-apm-span-*"
+    logs_index: str | None = None
+    run_id_attribute: str = "agent_health.run_id"
+    wait_seconds: float = Field(default=30.0, ge=0)
+    poll_seconds: float = Field(default=1.0, gt=0)
+    max_spans: int = Field(default=10_000, ge=1, le=10_000)
+    timeout: float = Field(default=10.0, gt=0)
+    username_env: str | None = None
+    password_env: str | None = None
+    verify_certs: bool = True
+
+
+class TracesSettings(BaseModel):
+    """Which agents have traces, where extra spans come from, and the price table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool | list[str] = True
+    opensearch: OpenSearchSettings | None = None
+    prices: dict[str, Price] = Field(default_factory=dict)
+
+    def enabled_for(self, agent: str | None) -> bool:
+        """True when ``result.traces`` may be read for runs of ``agent``."""
+        if isinstance(self.enabled, bool):
+            return self.enabled
+        return agent is not None and agent in self.enabled
+
+
+class PriceTable:
+    """Looks up the price of a model; ``default`` covers models the table does not name."""
+
+    __slots__ = ("_prices",)
+
+    def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
+        self._prices = dict(prices or {})
+
+    def __bool__(self) -> bool:
+        return bool(self._prices)
+
+    def price(self, model: str | None) -> Price | None:
+        if model is not None and model in self._prices:
+            return self._prices[model]
+        return self._prices.get(DEFAULT_PRICE_KEY)
+
+    def cost(self, model: str | None, input_tokens: int, output_tokens: int) -> float | None:
+        """The cost in USD, or ``None`` when the table has no price for ``model``."""
+        price = self.price(model)
+        return None if price is None else price.cost(input_tokens, output_tokens)

@@ -1,0 +1,198 @@
+"""``agent-health compare``: newly failing/passing tests, deltas, thresholds and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_health import cli
+from agent_health.engine import compare
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "04-diagnosis"
+
+
+def entry(name: str, status: str, score: float | None, repeat: int = 0, **kw: Any) -> dict:
+    return {
+        "id": f"test_a.py::{name}",
+        "name": name,
+        "repeat": repeat,
+        "status": status,
+        "score": score,
+        "content_hash": kw.pop("content_hash", f"h-{name}"),
+        "error": kw.pop("error", None),
+        **kw,
+    }
+
+
+def report(tests: list[dict[str, Any]], **summary: Any) -> dict[str, Any]:
+    passed = sum(t["status"] == "passed" for t in tests)
+    failed = sum(t["status"] == "failed" for t in tests)
+    scores = [t["score"] for t in tests if t["score"] is not None]
+    return {
+        "version": 1,
+        "summary": {
+            "total": len(tests),
+            "passed": passed,
+            "failed": failed,
+            "pass_rate": passed / (passed + failed) if passed + failed else None,
+            "score": sum(scores) / len(scores) if scores else None,
+            "tokens": 100,
+            "cost_usd": 0.01,
+            **summary,
+        },
+        "tests": tests,
+    }
+
+
+BASE = report(
+    [
+        entry("a", "passed", 1.0),
+        entry("b", "passed", 1.0),
+        entry("c", "failed", 0.0),
+        entry("d", "passed", 0.9),
+        entry("gone", "passed", 1.0),
+    ]
+)
+
+
+def write(tmp_path: Path, name: str, data: Any) -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    code = cli.main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_same_report_is_no_regression(tmp_path: Path, capsys: Any) -> None:
+    path = write(tmp_path, "base.json", BASE)
+    code, out, _ = run(capsys, path, path)
+    assert code == 0
+    assert "newly failing: 0" in out
+    assert "no regression beyond the thresholds" in out
+
+
+def test_newly_failing_tests_fail_the_gate(tmp_path: Path, capsys: Any) -> None:
+    new = report(
+        [
+            entry("a", "failed", 0.0),  # regression
+            entry("b", "errored", None, error="agent down"),
+            entry("c", "passed", 1.0),  # fixed
+            entry("d", "passed", 0.5, content_hash="edited"),
+            entry("added", "passed", 1.0),
+        ],
+        tokens=150,
+        cost_usd=0.02,
+    )
+    base_path, new_path = write(tmp_path, "base.json", BASE), write(tmp_path, "new.json", new)
+    code, out, _ = run(capsys, base_path, new_path)
+    assert code == 1
+    assert "passed → failed  test_a.py::a" in out
+    assert "passed → errored  test_a.py::b — agent down" in out
+    assert "failed → passed  test_a.py::c" in out
+    assert "changed tests: test_a.py::d" in out
+    assert "added: test_a.py::added" in out
+    assert "removed: test_a.py::gone" in out
+    assert "REGRESSION: pass rate dropped" in out
+    # a big enough allowance lets it through
+    code, _, _ = run(capsys, base_path, new_path, "--max-pass-rate-drop", "0.5")
+    assert code == 0
+    code, out, _ = run(capsys, base_path, new_path, "--max-pass-rate-drop", "0.5", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["regressed"] is False
+    assert [c["id"] for c in data["newly_failing"]] == ["test_a.py::a", "test_a.py::b"]
+    assert [c["id"] for c in data["newly_passing"]] == ["test_a.py::c"]
+    assert data["tokens"] == {"base": 100.0, "new": 150.0, "delta": 50.0}
+    assert data["cost_usd"]["delta"] == 0.01
+    assert data["score_changes"][0]["id"] == "test_a.py::a"  # the biggest drop first
+    d = next(c for c in data["score_changes"] if c["id"] == "test_a.py::d")
+    assert d["changed"] is True
+
+
+def test_score_drop_gate(tmp_path: Path, capsys: Any) -> None:
+    base = report([entry("a", "passed", 1.0), entry("b", "passed", 1.0)])
+    new = report([entry("a", "passed", 0.8), entry("b", "passed", 0.9)])
+    paths = write(tmp_path, "b.json", base), write(tmp_path, "n.json", new)
+    assert run(capsys, *paths)[0] == 0  # no score gate unless asked
+    code, out, _ = run(capsys, *paths, "--max-score-drop", "0.1")
+    assert code == 1
+    assert "REGRESSION: score dropped 0.150" in out
+    assert run(capsys, *paths, "--max-score-drop", "0.2")[0] == 0
+
+
+def test_repeats_are_matched_by_id_and_repeat() -> None:
+    base = report([entry("a", "passed", 1.0, 0), entry("a", "failed", 0.0, 1)])
+    new = report([entry("a", "failed", 0.0, 0), entry("a", "passed", 1.0, 1)])
+    result = compare.compare(base, new)
+    assert [(c.id, c.repeat) for c in result.newly_failing] == [("test_a.py::a", 0)]
+    assert [(c.id, c.repeat) for c in result.newly_passing] == [("test_a.py::a", 1)]
+    assert not result.regressed  # pass rate unchanged
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such report file"),
+        ("{not json", "not JSON"),
+        ('{"summary": {}}', "not an agent-health JSON report"),
+        ('{"version": 2, "summary": {}, "tests": []}', "report version 2 is not supported"),
+        ('{"version": 1, "summary": {}}', "no summary object or tests list"),
+        ('{"version": 1, "summary": {}, "tests": [{"status": "passed"}]}', "tests[0] has no id"),
+    ],
+)
+def test_bad_files_exit_2_naming_the_file(
+    tmp_path: Path, capsys: Any, content: str | None, message: str
+) -> None:
+    base = write(tmp_path, "base.json", BASE)
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content)
+    code, _, err = run(capsys, base, bad)
+    assert code == 2
+    assert str(bad) in err
+    assert message in err
+
+
+def test_negative_threshold_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
+    path = write(tmp_path, "base.json", BASE)
+    code, _, err = run(capsys, path, path, "--max-pass-rate-drop", "-1")
+    assert code == 2
+    assert "must not be negative" in err
+
+
+@pytest.mark.slow
+def test_example_04_compares_a_healthy_and_a_faulty_agent(tmp_path: Path) -> None:
+    def agent_health(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "agent_health.cli", *args],
+            cwd=EXAMPLE,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    base, new = tmp_path / "base.json", tmp_path / "new.json"
+    healthy = agent_health("run", "--reporter", f"json:{base}")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    data = json.loads(base.read_text())
+    assert data["summary"]["cost_usd"] > 0
+    assert set(data["summary"]["labels"]) == {"category:RCA", "category:cost"}
+    assert all(t["insights"]["summary"].startswith("passed") for t in data["tests"])
+    faulty = agent_health("run", "--agent", "triage-faulty", "--reporter", f"json:{new}")
+    assert faulty.returncode == 1, faulty.stdout + faulty.stderr
+    payment = next(t for t in json.loads(new.read_text())["tests"] if "payment" in t["name"])
+    assert payment["metrics"]["ignored_tool_errors"] == 1
+    assert payment["metrics"]["retries"] == 1
+    assert "handle tool errors" in payment["insights"]["recommendations"][0]
+    gate = agent_health("compare", str(base), str(new))
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "passed → failed  test_diagnosis.py::payment RCA uses its tools cleanly" in gate.stdout
+    assert agent_health("compare", str(base), str(base)).returncode == 0

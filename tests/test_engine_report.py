@@ -1,0 +1,152 @@
+"""Run-level aggregates of the JSON report, and the terminal summary that shows them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent_health.connectors.protocol import TokenUsage
+from agent_health.engine.report import RunReport
+from agent_health.engine.reporters import terminal
+from agent_health.sdk.results import TestResult
+from rich.console import Console
+
+
+def tr(title: str, status: str, repeat: int = 0, **kw: Any) -> TestResult:
+    fields: dict[str, Any] = {
+        "id": f"test_a.py::{title}",
+        "name": title,
+        "title": title,
+        "file": "test_a.py",
+        "line": 1,
+        "status": status,
+        "repeat": repeat,
+        "run_id": f"{title}-{repeat}",
+        "score": {"passed": 1.0, "failed": 0.0}.get(status),
+        **kw,
+    }
+    return TestResult(**fields)
+
+
+def metrics(cost: float | None, tokens: int = 10) -> dict[str, Any]:
+    return {"total_tokens": tokens, "cost_usd": cost, "tool_calls": 1, "redundant_tool_calls": 2}
+
+
+def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
+    results = [
+        tr("a", "passed", labels=("category:RCA", "smoke"), metrics=metrics(0.25)),
+        tr("b", "failed", labels=("category:RCA",), metrics=metrics(0.5)),
+        tr("c", "errored", labels=("category:RCA",), error="connector down"),
+        tr("d", "skipped", labels=("smoke",)),
+        tr("e", "passed", metrics=metrics(None), token_usage=TokenUsage(prompt=7, completion=3)),
+    ]
+    report = RunReport.build(results, duration_ms=12.0)
+    data = json.loads(report.model_dump_json())
+    assert list(data) == ["version", "summary", "tests"]
+    assert list(data["summary"])[:9] == [
+        "total",
+        "passed",
+        "failed",
+        "errored",
+        "skipped",
+        "pass_rate",
+        "score",
+        "duration_ms",
+        "tokens",
+    ]
+    s = data["summary"]
+    assert s["pass_rate"] == round(2 / 3, 6)  # errored and skipped excluded
+    assert s["score"] == round(2 / 3, 6)
+    assert (s["tokens"], s["input_tokens"], s["output_tokens"]) == (10, 7, 3)
+    assert s["cost_usd"] == 0.75
+    assert s["unpriced"] == 1  # e ran without a price
+    assert s["labels"] == {
+        "category:RCA": {
+            "passed": 1,
+            "failed": 1,
+            "errored": 1,
+            "skipped": 0,
+            "pass_rate": 0.5,
+            "score": 0.5,
+        },
+        "smoke": {
+            "passed": 1,
+            "failed": 0,
+            "errored": 0,
+            "skipped": 1,
+            "pass_rate": 1.0,
+            "score": 1.0,
+        },
+    }
+    assert "pass_at_k" not in s or s["pass_at_k"] is None
+
+
+def test_no_prices_means_no_cost_not_zero() -> None:
+    report = RunReport.build([tr("a", "passed", metrics=metrics(None))], duration_ms=1.0)
+    assert report.summary.cost_usd is None
+    assert report.summary.unpriced == 1
+    assert RunReport.build([], duration_ms=0).summary.cost_usd is None
+
+
+def test_repeats_give_pass_at_k_per_test_and_overall() -> None:
+    results = [
+        tr("stable", "passed", 0),
+        tr("stable", "passed", 1),
+        tr("stable", "passed", 2),
+        tr("flaky", "passed", 0),
+        tr("flaky", "failed", 1),
+        tr("flaky", "errored", 2),
+        tr("broken", "failed", 0),
+        tr("broken", "failed", 1),
+        tr("broken", "failed", 2),
+        tr("down", "errored", 0),
+        tr("down", "errored", 1),
+        tr("down", "errored", 2),
+    ]
+    s = RunReport.build(results, duration_ms=1.0, repeats=3).summary
+    assert s.pass_at_k == round(2 / 3, 6)  # stable and flaky pass at least once; down excluded
+    assert s.pass_hat_k == round(1 / 3, 6)  # only stable passes every decided repeat
+    assert s.flaky == ["flaky"]
+    flaky = s.per_test["test_a.py::flaky"]
+    assert (flaky.runs, flaky.passed, flaky.failed, flaky.errored) == (3, 1, 1, 1)
+    assert (flaky.pass_at_k, flaky.pass_hat_k) == (1.0, 0.0)
+    down = s.per_test["test_a.py::down"]
+    assert (down.pass_at_k, down.pass_hat_k) == (None, None)
+
+
+def test_terminal_summary_shows_metrics_labels_insights_and_cost() -> None:
+    results = [
+        tr(
+            "a",
+            "passed",
+            labels=("smoke",),
+            metrics={**metrics(0.003, 123), "retries": 1},
+            insights={"summary": "fine", "why": "tools worked", "recommendations": ["cache"]},
+        ),
+        tr("b", "failed", labels=("smoke",), insights={"error": "insights crashed"}),
+    ]
+    console = Console(record=True, width=160)
+    terminal.summary(console, RunReport.build(results, duration_ms=5.0))
+    text = console.export_text()
+    assert "$0.003000" in text
+    assert "2 redundant, 1 retried" in text
+    assert "insights test_a.py::a" in text
+    assert "why: tools worked" in text
+    assert "→ cache" in text
+    assert "insights error: insights crashed" in text
+    assert "by label" in text
+    assert "smoke" in text
+    assert "0 tokens, $0.003000, " in text  # b never ran the agent: not counted as unpriced
+    assert "1 tests: cache" in text
+
+
+def test_recommendations_roll_up_across_the_suite() -> None:
+    tip = {"summary": "s", "recommendations": ["retry search_logs", "cache"]}
+    results = [
+        tr("a", "passed", insights=tip),
+        tr("a", "passed", 1, insights=tip),  # the same test twice counts once
+        tr("b", "failed", insights={"summary": "s", "recommendations": ["retry search_logs"]}),
+        tr("c", "failed", insights={"error": "boom"}),
+    ]
+    rollup = RunReport.build(results, duration_ms=1.0, repeats=2).summary.recommendations
+    assert [(r.text, r.tests) for r in rollup] == [("retry search_logs", 2), ("cache", 1)]

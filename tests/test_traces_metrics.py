@@ -1,0 +1,186 @@
+"""Derived metrics on hand-built trajectories with known answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_health.connectors.protocol import Step, TokenUsage
+from agent_health.sdk.results import RunResult
+from agent_health.traces import metrics, settings
+
+
+def call(tool: str, args: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"type": "tool_call", "tool_name": tool, "tool_args": args or {}, **extra}
+
+
+def ok(tool: str | None, latency: float | None = None, **extra: Any) -> dict[str, Any]:
+    step: dict[str, Any] = {"type": "tool_result", "status": "ok", "tool_output": {"ok": 1}}
+    if tool is not None:
+        step["tool_name"] = tool
+    if latency is not None:
+        step["latency_ms"] = latency
+    return {**step, **extra}
+
+
+def err(tool: str | None, **extra: Any) -> dict[str, Any]:
+    step = {"type": "tool_result", "status": "error", "tool_output": {"error": "boom"}, **extra}
+    if tool is not None:
+        step["tool_name"] = tool
+    return step
+
+
+def say(text: str) -> dict[str, Any]:
+    return {"type": "assistant", "content": text}
+
+
+def think(text: str = "hmm") -> dict[str, Any]:
+    return {"type": "thinking", "content": text}
+
+
+def run(*steps: dict[str, Any], **kwargs: Any) -> RunResult:
+    return RunResult(
+        run_id="r1",
+        prompt="p",
+        trajectory=tuple(Step.model_validate(s) for s in steps),
+        **kwargs,
+    )
+
+
+def test_no_agent_run_has_no_metrics() -> None:
+    assert metrics.derive(None) == {}
+
+
+def test_no_tool_calls() -> None:
+    m = metrics.derive(run(think(), say("hello")), settings.PriceTable())
+    assert m["tool_calls"] == 0
+    assert m["tool_histogram"] == {}
+    assert m["llm_calls"] == 1
+    assert (m["redundant_tool_calls"], m["ignored_tool_errors"], m["retries"]) == (0, 0, 0)
+    assert m["step_latency_ms"] == {"count": 0, "total": 0.0, "mean": None, "max": None}
+    assert set(metrics.METRIC_KEYS) <= set(m)
+
+
+def test_empty_trajectory() -> None:
+    m = metrics.derive(run())
+    assert (m["steps"], m["llm_calls"], m["tool_calls"]) == (0, 0, 0)
+
+
+def test_tokens_latency_and_histogram() -> None:
+    result = run(
+        think(),
+        call("search_logs", {"service": "payment"}),
+        ok("search_logs", 12.5),
+        think(),
+        call("service_status", {"name": "db"}),
+        call("search_logs", {"service": "auth"}),
+        ok("service_status", 3.0),
+        ok("search_logs", 4.5),
+        say("done"),
+        token_usage=TokenUsage(prompt=100, completion=40),
+        duration_ms=250.4567,
+    )
+    m = metrics.derive(result)
+    assert (m["input_tokens"], m["output_tokens"], m["total_tokens"]) == (100, 40, 140)
+    assert m["latency_ms"] == 250.457
+    assert m["tool_calls"] == 3
+    assert m["tool_histogram"] == {"search_logs": 2, "service_status": 1}
+    # think+call | think+call+call | say → three model turns
+    assert m["llm_calls"] == 3
+    assert m["step_latency_ms"] == {"count": 3, "total": 20.0, "mean": 6.667, "max": 12.5}
+    assert m["redundant_tool_calls"] == 0
+
+
+def test_duplicate_calls_with_reordered_args_are_redundant() -> None:
+    result = run(
+        call("q", {"a": 1, "b": {"x": [1, 2], "y": "two  words"}}),
+        ok("q"),
+        call("q", {"b": {"y": "two words ", "x": [1, 2.0]}, "a": 1.0}),
+        ok("q"),
+        call("q", {"a": 1, "b": {"x": [2, 1], "y": "two words"}}),  # list order matters
+        ok("q"),
+        call("other", {"a": 1, "b": {"x": [1, 2], "y": "two words"}}),  # another tool
+        ok("other"),
+        call("q", {"b": {"x": [1, 2], "y": "two words"}, "a": 1}),
+        ok("q"),
+        say("done"),
+    )
+    assert metrics.derive(result)["redundant_tool_calls"] == 2
+
+
+def test_same_args_after_an_error_is_a_retry_not_a_duplicate() -> None:
+    m = metrics.derive(
+        run(call("q", {"a": 1}), err("q"), call("q", {"a": 1}), ok("q"), say("found it"))
+    )
+    assert (m["retries"], m["redundant_tool_calls"], m["ignored_tool_errors"]) == (1, 0, 0)
+    assert m["tool_errors"] == 1
+
+
+def test_all_errors_acknowledged_or_ignored() -> None:
+    steps = (call("a"), err("a"), call("b"), err("b"), call("a"), err("a"))
+    acknowledged = metrics.derive(run(*steps, say("I could not reach the log service.")))
+    assert acknowledged["tool_errors"] == 3
+    assert acknowledged["retries"] == 1
+    assert acknowledged["ignored_tool_errors"] == 0
+    ignored = metrics.derive(run(*steps, say("Everything looks healthy.")))
+    # the first error of `a` was retried; the error of `b` and the last of `a` were ignored
+    assert ignored["ignored_tool_errors"] == 2
+    # naming the tool counts as acknowledging that tool only
+    named = metrics.derive(run(*steps, say("The b tool said no; all good otherwise.")))
+    assert named["ignored_tool_errors"] == 1
+
+
+def test_acknowledgement_must_come_after_the_error() -> None:
+    m = metrics.derive(run(say("that failed before"), call("a"), err("a"), say("All fine.")))
+    assert m["ignored_tool_errors"] == 1
+    silent = metrics.derive(run(call("a"), err("a")))
+    assert silent["ignored_tool_errors"] == 1
+
+
+def test_results_pair_by_call_id_and_by_order_without_names() -> None:
+    result = run(
+        call("a", {"n": 1}, tool_call_id="c1"),
+        call("b", {"n": 2}, tool_call_id="c2"),
+        err(None, tool_call_id="c2"),  # the error belongs to b, by id
+        ok(None, tool_call_id="c1"),
+        call("b", {"n": 2}),
+        ok(None),  # no name, no id: the oldest open call (b)
+        say("b failed once, then worked"),
+    )
+    m = metrics.derive(result)
+    assert (m["retries"], m["redundant_tool_calls"], m["ignored_tool_errors"]) == (1, 0, 0)
+
+
+def test_cost_from_the_price_table_or_none() -> None:
+    table = settings.PriceTable(
+        {
+            "gpt-x": settings.Price(input_per_mtok=2.0, output_per_mtok=8.0),
+            "default": settings.Price(input_per_mtok=1.0, output_per_mtok=1.0),
+        }
+    )
+    usage = TokenUsage(prompt=1_000, completion=500)
+    named = run(say("hi"), token_usage=usage, raw={"model": "gpt-x"})
+    assert metrics.derive(named, table)["cost_usd"] == 0.006
+    assert metrics.derive(named, table)["model"] == "gpt-x"
+    other = run(say("hi"), token_usage=usage, raw={"model": "unknown"})
+    assert metrics.derive(other, table)["cost_usd"] == 0.0015
+    assert metrics.derive(named, settings.PriceTable())["cost_usd"] is None
+    assert metrics.derive(named)["cost_usd"] is None
+    no_tokens = run(say("hi"), raw={"model": "gpt-x"})
+    assert metrics.derive(no_tokens, table)["cost_usd"] is None  # never a made-up zero
+
+
+def test_canonical_args_ignore_key_order_and_cosmetics() -> None:
+    assert metrics.canonical_args({"b": 1, "a": " x  y "}) == metrics.canonical_args(
+        {"a": "x y", "b": 1.0}
+    )
+    assert metrics.canonical_args({"a": [1, 2]}) != metrics.canonical_args({"a": [2, 1]})
+
+
+def test_many_steps_stay_linear_in_shape() -> None:
+    steps = []
+    for i in range(2_000):
+        steps += [call("t", {"i": i % 100}), ok("t", 1.0)]
+    m = metrics.derive(run(*steps, say("done")))
+    assert m["tool_calls"] == 2_000
+    assert m["redundant_tool_calls"] == 1_900
+    assert m["llm_calls"] == 2_001
