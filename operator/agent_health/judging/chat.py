@@ -70,6 +70,25 @@ class Completion:
     output_tokens: int = 0
 
 
+def tool_completion(
+    text: str,
+    calls: tuple[ToolCall, ...],
+    *,
+    structured: bool,
+    input_tokens: int,
+    output_tokens: int,
+) -> Completion:
+    """A completion from a provider whose structured answer is a call of the verdict tool."""
+    answer = next((c for c in calls if c.name == VERDICT_TOOL_NAME), None)
+    return Completion(
+        text=text,
+        structured=answer.arguments if structured and answer else None,
+        tool_calls=() if structured else calls,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+    )
+
+
 @dataclass
 class Tally:
     """Tokens and model calls spent on one judge() call (mutable; owned by that call)."""

@@ -10,7 +10,14 @@ import json
 from typing import Any
 
 from agent_health.judging import errors
-from agent_health.judging.chat import VERDICT_TOOL_NAME, ChatRequest, Completion, Message, ToolCall
+from agent_health.judging.chat import (
+    VERDICT_TOOL_NAME,
+    ChatRequest,
+    Completion,
+    Message,
+    ToolCall,
+    tool_completion,
+)
 from agent_health.judging.providers import http
 from agent_health.judging.providers.http import Endpoint
 from agent_health.sdk.config import JudgeConfig
@@ -72,12 +79,11 @@ class AnthropicMessages:
                 f"judge endpoint {self.url} answered something that is not a Messages "
                 f"response: {json.dumps(data)[:300]}"
             ) from err
-        answer = next((c for c in calls if c.name == VERDICT_TOOL_NAME), None)
         usage = data.get("usage") or {}
-        return Completion(
-            text=text,
-            structured=answer.arguments if structured and answer else None,
-            tool_calls=() if structured else calls,
+        return tool_completion(
+            text,
+            calls,
+            structured=structured,
             input_tokens=int(usage.get("input_tokens") or 0),
             output_tokens=int(usage.get("output_tokens") or 0),
         )

@@ -17,7 +17,14 @@ from typing import Any
 from urllib.parse import quote
 
 from agent_health.judging import errors
-from agent_health.judging.chat import VERDICT_TOOL_NAME, ChatRequest, Completion, Message, ToolCall
+from agent_health.judging.chat import (
+    VERDICT_TOOL_NAME,
+    ChatRequest,
+    Completion,
+    Message,
+    ToolCall,
+    tool_completion,
+)
 from agent_health.judging.providers import http
 from agent_health.judging.providers.http import Endpoint, HeaderSource
 from agent_health.sdk import errors as sdk_errors
@@ -81,12 +88,11 @@ class BedrockConverse:
                 f"judge endpoint {url} answered something that is not a Converse response: "
                 f"{json.dumps(data)[:300]}"
             ) from err
-        answer = next((c for c in calls if c.name == VERDICT_TOOL_NAME), None)
         usage = data.get("usage") or {}
-        return Completion(
-            text=text,
-            structured=answer.arguments if structured and answer else None,
-            tool_calls=() if structured else calls,
+        return tool_completion(
+            text,
+            calls,
+            structured=structured,
             input_tokens=int(usage.get("inputTokens") or 0),
             output_tokens=int(usage.get("outputTokens") or 0),
         )
