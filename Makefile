@@ -25,8 +25,10 @@ lint: $(BIN)/agent-health
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Engine overhead next to pytest, and concurrency efficiency; prints ratios, never gates.
+# Pass options through, e.g. make bench BENCH_ARGS="--n 5000 --rounds 5".
 bench: $(BIN)/agent-health
-	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/engine_overhead.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .agent-health .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,259 @@
+"""How much the agent-health engine costs, next to pytest, and how well it overlaps agents.
+
+Two measurements, one invocation (``make bench``):
+
+1. Engine overhead: the same N trivial tests (call an instant in-process agent, check its
+   answer) through ``agent-health run`` and through pytest with pytest-asyncio. Each side
+   runs as a fresh subprocess; we take the wall time of the whole command (discovery, run,
+   report) and its peak RSS (``os.wait4``), the median of ``--rounds`` runs, and print
+   ours / pytest. Ours runs at ``-j 1`` (pytest is sequential) and at the default ``-j``.
+2. Concurrency efficiency: 200 tests against a real HTTP agent on 127.0.0.1 that takes
+   100 ms per answer, at ``-j 50``. Ideal is ceil(200 / 50) x 100 ms; we print the run's
+   own duration (the JSON report's ``summary.duration_ms``) over ideal, and the whole
+   command's wall time.
+
+Targets: overhead ratio <= 1.0, concurrency efficiency <= 1.2. The benchmark reports; it
+does not gate: it exits 0 whatever the figures, and 1 only when a side crashed or a test
+did not pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import slow_agent
+import suites
+
+OVERHEAD_TARGET = 1.0
+EFFICIENCY_TARGET = 1.2
+DEFAULT_J = 4  # agent-health run's default -j
+
+
+class BenchError(Exception):
+    """A side crashed or did not pass every test: the figures would mean nothing."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One subprocess run: wall seconds, peak RSS in MiB, exit code and output."""
+
+    wall_s: float
+    rss_mib: float
+    code: int
+    output: str
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The median of several samples of one side."""
+
+    label: str
+    wall_s: float
+    rss_mib: float
+    walls: tuple[float, ...]
+
+
+def measure(argv: list[str], cwd: Path) -> Sample:
+    """Run ``argv`` to completion; its wall time and its own peak RSS (from ``wait4``)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "PYTEST_ADDOPTS")}
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        out.seek(0)
+        output = out.read().decode(errors="replace")
+    return Sample(wall, usage.ru_maxrss / 1024, proc.returncode, output)  # ru_maxrss is KiB
+
+
+def check(label: str, sample: Sample, n: int, passed: re.Pattern[str]) -> None:
+    """Refuse figures from a run that crashed or did not pass all ``n`` tests."""
+    found = passed.search(sample.output)
+    if sample.code != 0 or found is None or int(found.group(1)) != n:
+        tail = "\n".join(sample.output.strip().splitlines()[-15:])
+        raise BenchError(f"{label} exited {sample.code}, expected {n} passed tests:\n{tail}")
+
+
+def median_of(label: str, argv: list[str], cwd: Path, args: argparse.Namespace) -> Figures:
+    passed = re.compile(r"(\d+) passed")
+    for _ in range(args.warmup):  # writes bytecode caches, warms the page cache
+        check(label, measure(argv, cwd), args.n, passed)
+    samples = []
+    for _ in range(args.rounds):
+        sample = measure(argv, cwd)
+        check(label, sample, args.n, passed)
+        samples.append(sample)
+    return Figures(
+        label=label,
+        wall_s=statistics.median(s.wall_s for s in samples),
+        rss_mib=statistics.median(s.rss_mib for s in samples),
+        walls=tuple(round(s.wall_s, 3) for s in samples),
+    )
+
+
+def overhead(work: Path, args: argparse.Namespace) -> list[Figures]:
+    ours_dir = suites.write_ours(work / "ours", args.n, args.per_file)
+    pytest_dir = suites.write_pytest(work / "pytest", args.n, args.per_file)
+    ours = [sys.executable, "-m", "agent_health.cli", "run", "."]
+    theirs = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "."]
+    return [
+        median_of("pytest + pytest-asyncio", theirs, pytest_dir, args),
+        median_of("agent-health -j 1", [*ours, "-j", "1"], ours_dir, args),
+        median_of(f"agent-health -j {DEFAULT_J} (default)", ours, ours_dir, args),
+    ]
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    tests: int
+    j: int
+    latency_s: float
+    ideal_s: float
+    session_s: float
+    command_s: float
+
+    @property
+    def efficiency(self) -> float:
+        return self.session_s / self.ideal_s
+
+
+def concurrency(work: Path, args: argparse.Namespace) -> Concurrency:
+    n = args.concurrency_tests
+    suite = suites.write_ours(work / "concurrency", n, args.per_file, config=False)
+    report = work / "concurrency-report.json"
+    sessions, commands = [], []
+    with slow_agent.serving(args.latency) as url:
+        argv = [sys.executable, "-m", "agent_health.cli", "run", "."]
+        argv += ["--agent", f"rest+{url}", "-j", str(args.j), "--reporter", f"json:{report}"]
+        for _ in range(args.rounds):
+            sample = measure(argv, suite)
+            check("agent-health concurrency run", sample, n, re.compile(r"(\d+) passed"))
+            summary = json.loads(report.read_text())["summary"]
+            sessions.append(summary["duration_ms"] / 1000)
+            commands.append(sample.wall_s)
+    return Concurrency(
+        tests=n,
+        j=args.j,
+        latency_s=args.latency,
+        ideal_s=math.ceil(n / args.j) * args.latency,
+        session_s=statistics.median(sessions),
+        command_s=statistics.median(commands),
+    )
+
+
+def _verdict(label: str, value: float, target: float) -> str:
+    """One figure with its target and a PASS/MISS marker, aligned with the other rows."""
+    mark = "PASS" if value <= target else "MISS"
+    return f"   {label:<44}{value:8.2f}   target <= {target:.2f}   {mark}"
+
+
+def _row(label: str, seconds: float) -> str:
+    return f"   {label:<44}{seconds:8.3f} s"
+
+
+def render(args: argparse.Namespace, sides: list[Figures] | None, conc: Concurrency | None) -> str:
+    lines = [
+        f"agent-health engine benchmark — Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, median of {args.rounds} round(s) after {args.warmup} warm-up",
+    ]
+    if sides is not None:
+        lines += _render_overhead(args, sides)
+    if conc is not None:
+        lines += _render_concurrency(conc)
+    return "\n".join(lines)
+
+
+def _render_overhead(args: argparse.Namespace, sides: list[Figures]) -> list[str]:
+    pytest_side, ours_j1, ours_default = sides
+    lines = [
+        "",
+        f"1. engine overhead: {args.n} trivial tests, instant in-process agent, "
+        f"{args.per_file} tests per file",
+        "   (each side: the whole command — discovery, run, report — in a fresh subprocess)",
+        f"   {'side':<32}{'wall s':>9}{'peak RSS MiB':>15}   rounds (wall s)",
+    ]
+    for side in sides:
+        walls = ", ".join(f"{w:.2f}" for w in side.walls)
+        lines.append(f"   {side.label:<32}{side.wall_s:>9.3f}{side.rss_mib:>15.1f}   {walls}")
+    lines.append("")
+    for name, ours in (("-j 1", ours_j1), (f"-j {DEFAULT_J}", ours_default)):
+        wall = ours.wall_s / pytest_side.wall_s
+        rss = ours.rss_mib / pytest_side.rss_mib
+        lines.append(_verdict(f"ratio wall     (ours {name} / pytest)", wall, OVERHEAD_TARGET))
+        lines.append(_verdict(f"ratio peak RSS (ours {name} / pytest)", rss, OVERHEAD_TARGET))
+    return lines
+
+
+def _render_concurrency(conc: Concurrency) -> list[str]:
+    return [
+        "",
+        f"2. concurrency: {conc.tests} tests, agent latency {conc.latency_s * 1000:.0f} ms "
+        f"over HTTP on 127.0.0.1, -j {conc.j}",
+        _row(f"ideal = ceil({conc.tests}/{conc.j}) x {conc.latency_s:g} s", conc.ideal_s),
+        _row("session (report summary.duration_ms)", conc.session_s),
+        _row("whole command", conc.command_s),
+        _verdict("concurrency efficiency (session / ideal)", conc.efficiency, EFFICIENCY_TARGET),
+    ]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=2000, help="tests per side (default 2000)")
+    p.add_argument("--per-file", type=int, default=100, help="tests per file (default 100)")
+    p.add_argument("--rounds", type=int, default=3, help="measured runs per side (median)")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured runs per side first")
+    p.add_argument("--concurrency-tests", type=int, default=200, help="tests in part 2")
+    p.add_argument("-j", type=int, default=50, help="concurrency in part 2 (default 50)")
+    p.add_argument("--latency", type=float, default=0.1, help="agent latency in part 2 (s)")
+    p.add_argument(
+        "--part",
+        choices=("all", "overhead", "concurrency"),
+        default="all",
+        help="run both parts (default) or one",
+    )
+    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    for name in ("n", "per_file", "rounds", "concurrency_tests", "j"):
+        if getattr(args, name) < 1:
+            print(f"error: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
+            return 2
+    if args.warmup < 0 or args.latency <= 0:
+        print("error: --warmup must be >= 0 and --latency > 0", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="agent-health-bench-") as tmp:
+        try:
+            sides = overhead(Path(tmp), args) if args.part != "concurrency" else None
+            conc = concurrency(Path(tmp), args) if args.part != "overhead" else None
+        except BenchError as err:
+            print(f"benchmark crashed: {err}", file=sys.stderr)
+            return 1
+    print(render(args, sides, conc))
+    if args.json:
+        payload = {
+            "n": args.n,
+            "sides": [asdict(s) for s in sides] if sides else None,
+            "concurrency": {**asdict(conc), "efficiency": conc.efficiency} if conc else None,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

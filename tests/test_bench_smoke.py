@@ -1,0 +1,67 @@
+"""The benchmark script runs end to end at tiny sizes and prints its figures.
+
+No timing is asserted here: the figures depend on the machine. What must hold is that both
+sides ran every test, the ratios and the efficiency were computed, and the script exited 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "engine_overhead.py"
+
+
+@pytest.mark.slow
+def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    args = ["--n", "20", "--rounds", "1", "--warmup", "0", "--concurrency-tests", "20"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--json", str(figures)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for line in (
+        "ratio wall     (ours -j 1 / pytest)",
+        "ratio peak RSS (ours -j 1 / pytest)",
+        "ratio wall     (ours -j 4 / pytest)",
+        "concurrency efficiency (session / ideal)",
+    ):
+        assert line in out, out
+    assert "target <= 1.00" in out
+    assert "target <= 1.20" in out
+    saved = json.loads(figures.read_text())
+    assert [s["label"] for s in saved["sides"]] == [
+        "pytest + pytest-asyncio",
+        "agent-health -j 1",
+        "agent-health -j 4 (default)",
+    ]
+    assert all(s["wall_s"] > 0 and s["rss_mib"] > 0 for s in saved["sides"])
+    conc = saved["concurrency"]
+    assert conc["tests"] == 20
+    assert conc["ideal_s"] == pytest.approx(0.1)
+    assert conc["session_s"] > 0
+
+
+@pytest.mark.slow
+def test_benchmark_refuses_bad_sizes() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--n", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--n must be at least 1" in done.stderr
