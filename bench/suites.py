@@ -37,6 +37,46 @@ config = define_config(
 )
 '''
 
+# A diagnostic config: the same REST v1 agent reached through a minimal aiohttp client
+# registered as a custom connector, to tell the engine's cost from the built-in client's.
+AIOHTTP_CONFIG = '''\
+"""Benchmark config: REST protocol v1 over a minimal aiohttp client (diagnostic)."""
+
+import aiohttp
+
+from agent_health import define_config
+from agent_health.connectors import AgentReply
+
+
+class AiohttpRest:
+    """POSTs the request as JSON and validates the answer, on one shared session."""
+
+    def __init__(self, spec):
+        self.url = spec.url
+        self.session = None
+
+    async def run(self, request):
+        if self.session is None:
+            connector = aiohttp.TCPConnector(limit=0)
+            self.session = aiohttp.ClientSession(connector=connector)
+        headers = {{"content-type": "application/json", "X-Agent-Health-Run-Id": request.run_id}}
+        body = request.model_dump_json()
+        async with self.session.post(self.url, data=body, headers=headers) as response:
+            response.raise_for_status()
+            return AgentReply.model_validate_json(await response.read())
+
+    async def aclose(self):
+        if self.session is not None:
+            await self.session.close()
+
+
+config = define_config(
+    connectors={{"aiohttp-rest": AiohttpRest}},
+    agents={{"slow": {{"connector": "aiohttp-rest", "url": "{url}"}}}},
+    default_agent="slow",
+)
+'''
+
 OURS_HEADER = "from agent_health import test\n"
 
 OURS_TEST = """
@@ -95,6 +135,13 @@ def write_ours(root: Path, n: int, per_file: int, *, config: bool = True) -> Pat
         (root / "agent-health.config.py").write_text(INPROC_CONFIG)
     _write_files(root, n, per_file, OURS_HEADER, OURS_TEST)
     return root
+
+
+def write_aiohttp_config(root: Path, url: str) -> Path:
+    """Point the suite in ``root`` at ``url`` through the diagnostic aiohttp connector."""
+    path = root / "agent-health.config.py"
+    path.write_text(AIOHTTP_CONFIG.format(url=url))
+    return path
 
 
 def write_pytest(root: Path, n: int, per_file: int) -> Path:

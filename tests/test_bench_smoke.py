@@ -36,6 +36,8 @@ def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
         "ratio peak RSS (ours -j 1 / pytest)",
         "ratio wall     (ours -j 4 / pytest)",
         "concurrency efficiency (session / ideal)",
+        "via the built-in rest connector",
+        "via the aiohttp connector from the config",
     ):
         assert line in out, out
     assert "target <= 1.00" in out
@@ -47,10 +49,14 @@ def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
         "agent-health -j 4 (default)",
     ]
     assert all(s["wall_s"] > 0 and s["rss_mib"] > 0 for s in saved["sides"])
-    conc = saved["concurrency"]
-    assert conc["tests"] == 20
-    assert conc["ideal_s"] == pytest.approx(0.1)
-    assert conc["session_s"] > 0
+    assert [c["connector"] for c in saved["concurrency"]] == [
+        "built-in rest connector",
+        "aiohttp connector from the config",
+    ]
+    for conc in saved["concurrency"]:
+        assert conc["tests"] == 20
+        assert conc["ideal_s"] == pytest.approx(0.1)
+        assert conc["session_s"] > 0
 
 
 @pytest.mark.slow
