@@ -2,16 +2,22 @@
 
 No timing is asserted here: the figures depend on the machine. What must hold is that both
 sides ran every test, the ratios and the efficiency were computed, and the script exited 0.
+The last tests pin what users see through the engine changes the benchmark led to.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from agent_health.engine import session
+from agent_health.engine.reporters import terminal
+from agent_health.sdk.results import TestResult
+from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "engine_overhead.py"
@@ -71,3 +77,37 @@ def test_benchmark_refuses_bad_sizes() -> None:
     )
     assert done.returncode == 2
     assert "--n must be at least 1" in done.stderr
+
+
+# Performance fixes the benchmark led to must not change what users see.
+
+
+def test_outcome_repr_does_not_list_every_result() -> None:
+    outcome = session.Outcome(results=[_result(f"t{i}") for i in range(500)], duration_ms=1.5)
+    text = repr(outcome)
+    assert text.startswith("Outcome(results=<500 results>, duration_ms=1.5")
+    assert "t499" not in text
+
+
+def test_progress_lines_print_titles_literally_when_not_a_terminal() -> None:
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    with terminal.LiveProgress(console, 2) as progress:
+        progress.on_test_end(_result("uses [red]markup[/red] and \\[brackets]"))
+        progress.on_test_end(_result("plain"))
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("uses [red]markup[/red] and \\[brackets] (2 ms)"), lines
+    assert lines[1].startswith("✓ passed  test_x.py › plain"), lines
+
+
+def _result(title: str) -> TestResult:
+    return TestResult(
+        id=f"test_x.py::{title}",
+        name=title,
+        title=title,
+        file="test_x.py",
+        line=1,
+        status="passed",
+        run_id="r",
+        duration_ms=2.0,
+    )
