@@ -38,9 +38,10 @@ def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for line in (
-        "ratio wall     (ours -j 1 / pytest)",
+        "ratio wall (ours -j 1 / pytest)",
         "ratio peak RSS (ours -j 1 / pytest)",
-        "ratio wall     (ours -j 4 / pytest)",
+        "ratio wall (ours default -j / pytest)",
+        "ratio peak RSS (ours default -j / pytest)",
         "concurrency efficiency (session / ideal)",
         "via the built-in rest connector",
         "via the aiohttp connector from the config",
@@ -52,7 +53,7 @@ def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
     assert [s["label"] for s in saved["sides"]] == [
         "pytest + pytest-asyncio",
         "agent-health -j 1",
-        "agent-health -j 4 (default)",
+        "agent-health (default -j)",
     ]
     assert all(s["wall_s"] > 0 and s["rss_mib"] > 0 for s in saved["sides"])
     assert [c["connector"] for c in saved["concurrency"]] == [
