@@ -26,8 +26,11 @@ lint: $(BIN)/agent-health
 	$(BIN)/lint-imports
 
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.
+# Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.
 bench: $(BIN)/agent-health
-	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/judge_cache.py
+	$(BIN)/python bench/metrics.py
 
 clean:
 	rm -rf $(VENV) .agent-health .mypy_cache .pytest_cache .ruff_cache

@@ -16,8 +16,6 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import IO
 
-import httpx
-
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.sdk import errors
 
@@ -65,6 +63,8 @@ async def _wait_ready(
 ) -> None:
     if url is None:
         return
+    import httpx  # only runs that start an agent need it; most runs never import httpx here
+
     deadline = asyncio.get_running_loop().time() + timeout
     async with httpx.AsyncClient(timeout=2.0) as client:
         while True:

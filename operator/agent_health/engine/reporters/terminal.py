@@ -80,7 +80,8 @@ class LiveProgress:
             if result.status in ("failed", "errored"):
                 self._progress.console.print(f"[{COLOR[result.status]}]{escape(_line(result))}")
         else:
-            self.console.print(escape(_line(result)), highlight=False, soft_wrap=True)
+            # markup=False prints the same text as escaping it for markup, at less cost per test.
+            self.console.print(_line(result), markup=False, highlight=False, soft_wrap=True)
 
 
 def summary(console: Console, report: RunReport, *, hints: list[str] | None = None) -> None:

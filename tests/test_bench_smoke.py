@@ -1,0 +1,114 @@
+"""The benchmark script runs end to end at tiny sizes and prints its figures.
+
+No timing is asserted here: the figures depend on the machine. What must hold is that both
+sides ran every test, the ratios and the efficiency were computed, and the script exited 0.
+The last tests pin what users see through the engine changes the benchmark led to.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agent_health.engine import session
+from agent_health.engine.reporters import terminal
+from agent_health.sdk.results import TestResult
+from rich.console import Console
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "engine_overhead.py"
+
+
+@pytest.mark.slow
+def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    args = ["--n", "20", "--rounds", "1", "--warmup", "0", "--concurrency-tests", "20"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--json", str(figures)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for line in (
+        "ratio wall (ours -j 1 / pytest)",
+        "ratio peak RSS (ours -j 1 / pytest)",
+        "ratio wall (ours default -j / pytest)",
+        "ratio peak RSS (ours default -j / pytest)",
+        "concurrency efficiency (session / ideal)",
+        "via the built-in rest connector",
+        "via the aiohttp connector from the config",
+    ):
+        assert line in out, out
+    assert "target <= 1.00" in out
+    assert "target <= 1.20" in out
+    saved = json.loads(figures.read_text())
+    assert [s["label"] for s in saved["sides"]] == [
+        "pytest + pytest-asyncio",
+        "agent-health -j 1",
+        "agent-health (default -j)",
+    ]
+    assert all(s["wall_s"] > 0 and s["rss_mib"] > 0 for s in saved["sides"])
+    assert [c["connector"] for c in saved["concurrency"]] == [
+        "built-in rest connector",
+        "aiohttp connector from the config",
+    ]
+    for conc in saved["concurrency"]:
+        assert conc["tests"] == 20
+        assert conc["ideal_s"] == pytest.approx(0.1)
+        assert conc["session_s"] > 0
+
+
+@pytest.mark.slow
+def test_benchmark_refuses_bad_sizes() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--n", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--n must be at least 1" in done.stderr
+
+
+# Performance fixes the benchmark led to must not change what users see.
+
+
+def test_outcome_repr_does_not_list_every_result() -> None:
+    outcome = session.Outcome(results=[_result(f"t{i}") for i in range(500)], duration_ms=1.5)
+    text = repr(outcome)
+    assert text.startswith("Outcome(results=<500 results>, duration_ms=1.5")
+    assert "t499" not in text
+
+
+def test_progress_lines_print_titles_literally_when_not_a_terminal() -> None:
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    with terminal.LiveProgress(console, 2) as progress:
+        progress.on_test_end(_result("uses [red]markup[/red] and \\[brackets]"))
+        progress.on_test_end(_result("plain"))
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("uses [red]markup[/red] and \\[brackets] (2 ms)"), lines
+    assert lines[1].startswith("✓ passed  test_x.py › plain"), lines
+
+
+def _result(title: str) -> TestResult:
+    return TestResult(
+        id=f"test_x.py::{title}",
+        name=title,
+        title=title,
+        file="test_x.py",
+        line=1,
+        status="passed",
+        run_id="r",
+        duration_ms=2.0,
+    )
