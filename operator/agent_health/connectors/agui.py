@@ -46,7 +46,7 @@ class AguiConnector:
         self.url = wire.require_url(spec, "agui")
         self.spec = spec
         self.on_event = on_event
-        self._client = wire.client(spec, transport)
+        self._clients = wire.Clients(spec, transport)
 
     def run_input(self, request: AgentRequest) -> core.RunAgentInput:
         """The ``RunAgentInput`` that :meth:`run` posts for ``request``."""
@@ -77,7 +77,8 @@ class AguiConnector:
         events: list[dict[str, Any]] = []
         async with (
             wire.translating(self.url, timeout),
-            self._client.stream(
+            self._clients.lease() as client,
+            client.stream(
                 "POST", self.url, content=body, headers=headers, timeout=timeout
             ) as response,
         ):
@@ -120,4 +121,4 @@ class AguiConnector:
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._clients.aclose()

@@ -48,7 +48,7 @@ class OpenAIChatConnector:
                     f"the openai connector reads its API key from ${key_env}, which is not set"
                 )
             self._auth = {"authorization": f"Bearer {key}"}
-        self._client = wire.client(spec, transport)
+        self._clients = wire.Clients(spec, transport)
 
     def body(self, request: AgentRequest) -> dict[str, Any]:
         """The chat-completions request body for ``request``."""
@@ -64,8 +64,8 @@ class OpenAIChatConnector:
 
     async def run(self, request: AgentRequest) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)
-        async with wire.translating(self.url, timeout):
-            response = await self._client.post(
+        async with wire.translating(self.url, timeout), self._clients.lease() as client:
+            response = await client.post(
                 self.url,
                 json=self.body(request),
                 headers={**wire.run_headers(request), **self._auth},
@@ -114,7 +114,7 @@ class OpenAIChatConnector:
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._clients.aclose()
 
 
 class _Steps:

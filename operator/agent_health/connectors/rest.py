@@ -18,12 +18,12 @@ class RestConnector:
     def __init__(self, spec: ConnectorSpec, *, transport: httpx.AsyncBaseTransport | None = None):
         self.url = wire.require_url(spec, "rest")
         self.spec = spec
-        self._client = wire.client(spec, transport)
+        self._clients = wire.Clients(spec, transport)
 
     async def run(self, request: AgentRequest) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)
-        async with wire.translating(self.url, timeout):
-            response = await self._client.post(
+        async with wire.translating(self.url, timeout), self._clients.lease() as client:
+            response = await client.post(
                 self.url,
                 content=request.model_dump_json(),
                 headers={**wire.run_headers(request), "content-type": "application/json"},
@@ -40,4 +40,4 @@ class RestConnector:
             ) from err
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._clients.aclose()

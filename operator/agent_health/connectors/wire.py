@@ -24,16 +24,50 @@ from agent_health.connectors.protocol import AgentRequest
 RUN_ID_HEADER = "X-Agent-Health-Run-Id"
 
 
-def client(
-    spec: ConnectorSpec, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
-    """The connection pool of one connector: the spec's headers and timeout, many connections."""
-    return httpx.AsyncClient(
-        headers=spec.headers,
-        timeout=httpx.Timeout(spec.timeout),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        transport=transport,
-    )
+class Clients:
+    """The HTTP clients of one connector, leased one per request in flight.
+
+    httpcore's connection pool does work proportional to its connections times the requests
+    waiting on it for every request (encode/httpcore#1035), which at 50 tests in flight
+    costs more than the agents' own latency. A small client per in-flight request keeps
+    that constant; an idle client (and its keep-alive connection) is reused by the next
+    request, so connections are still pooled.
+    """
+
+    def __init__(
+        self, spec: ConnectorSpec, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self._spec = spec
+        self._transport = transport
+        self._idle: list[httpx.AsyncClient] = []
+        self._every: list[httpx.AsyncClient] = []
+        # Loading the CA bundle is the costly part of a new client: do it once.
+        self._tls = httpx.create_ssl_context()
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A client no other request is using, returned to the idle list afterwards."""
+        leased = self._idle.pop() if self._idle else self._new()
+        try:
+            yield leased
+        finally:
+            self._idle.append(leased)
+
+    def _new(self) -> httpx.AsyncClient:
+        made = httpx.AsyncClient(
+            headers=self._spec.headers,
+            timeout=httpx.Timeout(self._spec.timeout),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=1),
+            transport=self._transport,
+            verify=self._tls,
+        )
+        self._every.append(made)
+        return made
+
+    async def aclose(self) -> None:
+        every, self._every, self._idle = self._every, [], []
+        for made in every:
+            await made.aclose()
 
 
 def require_url(spec: ConnectorSpec, kind: str) -> str:
