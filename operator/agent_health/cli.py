@@ -20,10 +20,9 @@ from typing import Any
 
 from rich.console import Console
 
-from agent_health import connectors, judging, ledger
+from agent_health import connectors
 from agent_health.engine import (
     agent_process,
-    compare,
     loader,
     reporters,
     runner,
@@ -34,7 +33,9 @@ from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import errors
+from agent_health.sdk.judges import NO_JUDGE_HINT
 
+LEDGER_KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"  # agent_health.ledger.chain.KEY_ENV (tested)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERRORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -89,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
     )
-    verify.add_argument("--key-file", help=f"the ledger key (default: ${ledger.chain.KEY_ENV})")
+    verify.add_argument("--key-file", help=f"the ledger key (default: ${LEDGER_KEY_ENV})")
     verify.add_argument(
         "--allow-open", action="store_true", help="accept cells without a cell-end record"
     )
@@ -130,8 +131,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.ConfigError,
         errors.DefinitionError,
         connectors.ConnectorError,
-        ledger.LedgerError,
-        compare.CompareError,
     ) as err:
         err_console.print(f"[red]error:[/] {err}")
         return EXIT_USAGE
@@ -181,8 +180,14 @@ def _list(args: argparse.Namespace, console: Console, err_console: Console) -> i
 
 
 def _ledger_verify(args: argparse.Namespace, console: Console, err_console: Console) -> int:
-    key = ledger.load_key(args.key_file)
-    report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
+    # Commands import what only they need, so `run` starts small.
+    from agent_health import ledger
+
+    try:
+        key = ledger.load_key(args.key_file)
+        report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
+    except ledger.LedgerError as err:
+        raise UsageError(str(err)) from err
     if not report.cells:
         raise UsageError(f"no ledger cells found at {args.url}")
     bad = report.first_bad
@@ -208,14 +213,19 @@ def _crds(args: argparse.Namespace, console: Console) -> int:
 
 
 def _compare(args: argparse.Namespace, console: Console) -> int:
+    from agent_health.engine import compare
+
     if args.max_pass_rate_drop < 0 or (args.max_score_drop is not None and args.max_score_drop < 0):
         raise UsageError("--max-pass-rate-drop and --max-score-drop must not be negative")
-    result = compare.compare_files(
-        Path(args.base),
-        Path(args.new),
-        max_pass_rate_drop=args.max_pass_rate_drop,
-        max_score_drop=args.max_score_drop,
-    )
+    try:
+        result = compare.compare_files(
+            Path(args.base),
+            Path(args.new),
+            max_pass_rate_drop=args.max_pass_rate_drop,
+            max_score_drop=args.max_score_drop,
+        )
+    except compare.CompareError as err:
+        raise UsageError(str(err)) from err
     if args.json:
         payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
@@ -251,7 +261,7 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
     outcome, hints = asyncio.run(
         _execute(suite, cases, config, spec, judge_config, skip_judge, args, console, list_lines)
     )
-    judge_usage = judging.summarize(outcome.results, judge_config)
+    judge_usage = _judge_usage(outcome, judge_config)
     report = RunReport.build(
         outcome.results,
         duration_ms=outcome.duration_ms,
@@ -259,10 +269,10 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
         load_errors=[*load_errors, *outcome.hook_errors],
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
-        judge_tokens=judge_usage.model_dump() if judge_usage.calls else None,
+        judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
     )
     terminal.summary(console, report, hints=hints)
-    if judge_usage.calls:
+    if judge_usage and judge_usage.calls:
         console.print(judge_usage.line())
     _write_reports(outputs, report, console)
     return exit_code(report)
@@ -314,7 +324,9 @@ async def _execute(
             stack.push_async_callback(connector.aclose)
             caller = connector.run
         backend = None
-        if not skip_judge:
+        if not skip_judge and (judge_config is not None or config.evaluators):
+            from agent_health import judging  # only runs that judge pay for the providers
+
             backend = await stack.enter_async_context(
                 judging.backend(judge_config, config, use_cache=not args.no_cache)
             )
@@ -322,7 +334,7 @@ async def _execute(
             agent_caller=caller,
             judge_backend=backend,
             skip_judge=skip_judge,
-            judge_hint=judging.NO_JUDGE_HINT,
+            judge_hint=NO_JUDGE_HINT,
             timeout=args.timeout or config.timeout,
             config=config,
             agent_name=config.agent_name(args.agent),
@@ -342,8 +354,17 @@ async def _execute(
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
-        hints.append(judging.NO_JUDGE_HINT)
+        hints.append(NO_JUDGE_HINT)
     return outcome, hints
+
+
+def _judge_usage(outcome: session.Outcome, judge_config: config_mod.JudgeConfig | None) -> Any:
+    """The judge's calls and tokens, when any judge() call ran."""
+    if not any(s.kind == "judge" for r in outcome.results for s in r.signals):
+        return None
+    from agent_health import judging
+
+    return judging.summarize(outcome.results, judge_config)
 
 
 def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -8,6 +8,7 @@ than mutating module state.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -70,29 +71,33 @@ class ConnectorSpec(BaseModel):
 ConnectorFactory = Callable[[ConnectorSpec], Connector]
 
 
-def _builtins() -> Mapping[str, ConnectorFactory]:
-    # Imported here: the connector modules import this one for ConnectorSpec.
-    from agent_health.connectors import agui, openai_chat, rest, subprocess
+# Built-in kinds by module, imported only when used: a REST run never loads AG-UI's models.
+BUILTINS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "rest": ("agent_health.connectors.rest", "RestConnector"),
+        "agui": ("agent_health.connectors.agui", "AguiConnector"),
+        "openai": ("agent_health.connectors.openai_chat", "OpenAIChatConnector"),
+        "subprocess": ("agent_health.connectors.subprocess", "SubprocessConnector"),
+    }
+)
 
-    return MappingProxyType(
-        {
-            "rest": rest.RestConnector,
-            "agui": agui.AguiConnector,
-            "openai": openai_chat.OpenAIChatConnector,
-            "subprocess": subprocess.SubprocessConnector,
-        }
-    )
+
+def _builtin(name: str) -> ConnectorFactory | None:
+    where = BUILTINS.get(name)
+    if where is None:
+        return None
+    factory: ConnectorFactory = getattr(importlib.import_module(where[0]), where[1])
+    return factory
 
 
 def known(extra: Mapping[str, ConnectorFactory] | None = None) -> list[str]:
     """Names of the connector kinds available, built-in and user-supplied."""
-    return sorted({*_builtins(), *(extra or {})})
+    return sorted({*BUILTINS, *(extra or {})})
 
 
 def create(spec: ConnectorSpec, extra: Mapping[str, ConnectorFactory] | None = None) -> Connector:
     """Build the connector that ``spec`` names; user kinds in ``extra`` win over built-ins."""
-    table = {**_builtins(), **(extra or {})}
-    factory = table.get(spec.connector)
+    factory = (extra or {}).get(spec.connector) or _builtin(spec.connector)
     if factory is None:
         raise errors.ConnectorConfigError(
             f"unknown connector {spec.connector!r}; known: {', '.join(known(extra))}"

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.sdk.results import TestResult
+from agent_health.traces import metrics
 
 REPORT_VERSION = 1
 
@@ -240,7 +241,7 @@ def _test_entry(r: TestResult) -> dict[str, Any]:
                 "error": s.error,
                 "location": s.location,
             }
-            for s in r.signals
+            for s in (*r.signals, *metrics.metric_signals(r.metrics))
         ],
         "metrics": r.metrics,
         "insights": r.insights,

@@ -161,7 +161,7 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
             run_id,
             status,
             "; ".join(ctx.errors) or None,
-            (*ctx.signals, *metric_signals(derived)),
+            tuple(ctx.signals),
             ctx,
             started_at,
             duration,
@@ -220,21 +220,6 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
     finally:
         await _after(ctx, scope, case, timeout)
     return skip_reason
-
-
-def metric_signals(derived: Mapping[str, Any]) -> list[Signal]:
-    """Each derived metric as an observe-role ``metric`` signal (never gates, never scores)."""
-    return [
-        Signal(
-            kind="metric",
-            role="observe",
-            name=key,
-            passed=None,
-            evidence={"value": derived[key]},
-        )
-        for key in metrics.METRIC_KEYS
-        if key in derived
-    ]
 
 
 async def _hook(scope: fixtures.FixtureScope, hook: declare.Hook) -> None:

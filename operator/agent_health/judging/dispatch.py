@@ -21,14 +21,12 @@ from agent_health.judging import cache as cache_mod
 from agent_health.judging import providers as providers_mod
 from agent_health.judging.chat import Tally
 from agent_health.judging.providers import http
+from agent_health.sdk import judges
 from agent_health.sdk.config import Config, JudgeConfig
 from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import Verdict
 
-NO_JUDGE_HINT = (
-    "no judge configured, so judge() calls were skipped; set judge={...} in "
-    "agent-health.config.py or AGENT_HEALTH_JUDGE_PROVIDER/MODEL/BASE_URL"
-)
+NO_JUDGE_HINT = judges.NO_JUDGE_HINT
 LLM_EVALUATOR = "llm"
 
 

@@ -17,7 +17,10 @@ from agent_health.sdk.results import Role, RunResult, Signal, Verdict
 
 DEFAULT_CONTEXT = ("trajectory", "output")
 CONTEXT_PARTS = frozenset({"trajectory", "output", "traces", "logs"})
-NO_JUDGE_HINT = "no judge configured (set judge={...} in agent-health.config.py)"
+NO_JUDGE_HINT = (
+    "no judge configured, so judge() calls were skipped; set judge={...} in "
+    "agent-health.config.py or AGENT_HEALTH_JUDGE_PROVIDER/MODEL/BASE_URL"
+)
 
 
 async def ask(

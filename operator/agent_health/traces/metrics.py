@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_health.connectors.protocol import Step
-from agent_health.sdk.results import RunResult
+from agent_health.sdk.results import RunResult, Signal
 from agent_health.traces import settings
 
 METRIC_KEYS = (
@@ -240,3 +240,18 @@ def _ignored(
         if not generic and name not in mentioned:
             ignored += 1
     return ignored
+
+
+def metric_signals(derived: Mapping[str, Any]) -> list[Signal]:
+    """Each derived metric as an observe-role ``metric`` signal (never gates, never scores).
+
+    Made on demand from a result's ``metrics`` (reports list them after the body's own
+    signals), so thousands of results do not each hold a dozen signal objects.
+    """
+    return [
+        Signal(
+            kind="metric", role="observe", name=key, passed=None, evidence={"value": derived[key]}
+        )
+        for key in METRIC_KEYS
+        if key in derived
+    ]
