@@ -20,9 +20,11 @@ from typing import Any
 from rich.console import Console
 
 from agent_health import connectors, judging, ledger
-from agent_health.engine import agent_process, loader, reporters, runner, select, session
+from agent_health.engine import agent_process, loader, recording, reporters, runner, select, session
 from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
+from agent_health.gateway import command as gateway_command
+from agent_health.gateway import errors as gateway_errors
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import errors
 
@@ -64,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pass-with-no-tests", action="store_true", help="exit 0 when no test is selected"
     )
+    run.add_argument(
+        "--ledger",
+        help="record every exchange and result here (default: file://.agent-health/ledger/TIME/)",
+    )
+    run.add_argument("--no-ledger", action="store_true", help="record no ledger")
 
     ls = sub.add_parser("list", help="discover tests without running them")
     ls.add_argument("paths", nargs="*", default=["."])
@@ -81,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--allow-open", action="store_true", help="accept cells without a cell-end record"
     )
+    gateway_cmd = sub.add_parser("gateway", help="the recording sidecar proxy of a cell")
+    gateway_command.add_arguments(gateway_cmd)
     return parser
 
 
@@ -93,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(args, console, err_console)
         if args.command == "ledger":
             return _ledger_verify(args, console, err_console)
+        if args.command == "gateway":
+            return gateway_command.run(args)
         return _run(args, console, err_console)
     except (
         UsageError,
@@ -100,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.DefinitionError,
         connectors.ConnectorError,
         ledger.LedgerError,
+        gateway_errors.GatewayError,
     ) as err:
         err_console.print(f"[red]error:[/] {err}")
         return EXIT_USAGE
@@ -170,6 +182,8 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
         raise UsageError("--repeat must be at least 1")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be positive")
+    if args.ledger and args.no_ledger:
+        raise UsageError("--ledger and --no-ledger contradict each other; pass one")
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
@@ -186,7 +200,7 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
     judge_config = config.judge_from_env()
     list_lines = any(kind == "list" for kind, _ in outputs)
 
-    outcome, hints = asyncio.run(
+    outcome, hints, recorded = asyncio.run(
         _execute(suite, cases, config, spec, judge_config, skip_judge, args, console, list_lines)
     )
     report = RunReport.build(
@@ -199,7 +213,19 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
     )
     terminal.summary(console, report, hints=hints)
     _write_reports(outputs, report, console)
+    if recorded is not None:
+        _print_ledger(recorded, console, err_console)
     return exit_code(report)
+
+
+def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
+    for failure in recorded.failures:
+        err_console.print(f"[red]ledger error:[/] {failure}", markup=True)
+    console.print(
+        f"ledger: {recorded.url} ({len(recorded.cells)} cells); check it with: "
+        f"agent-health ledger verify {recorded.url} --key-file {recorded.key_file}",
+        markup=False,
+    )
 
 
 def _write_reports(
@@ -234,19 +260,25 @@ async def _execute(
     args: argparse.Namespace,
     console: Console,
     list_lines: bool,
-) -> tuple[session.Outcome, list[str]]:
+) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.add_signal_handler(signal.SIGINT, _on_interrupt, loop, stop)
     hints: list[str] = []
+    recorded = None
     async with contextlib.AsyncExitStack() as stack:
+        if not args.no_ledger:
+            url = args.ledger or recording.default_url()
+            recorded = await stack.enter_async_context(recording.LocalLedger(url))
         caller = None
         if spec is not None:
             live_spec = await stack.enter_async_context(agent_process.serving(spec))
+            if recorded is not None:
+                live_spec = await recorded.route(live_spec)
             connector = connectors.create(live_spec, config.connectors)
             stack.push_async_callback(connector.aclose)
-            caller = connector.run
+            caller = recorded.wrap(connector.run) if recorded is not None else connector.run
         backend = None
         if not skip_judge:
             backend = await stack.enter_async_context(judging.backend(judge_config, config))
@@ -256,6 +288,7 @@ async def _execute(
             skip_judge=skip_judge,
             judge_hint=judging.NO_JUDGE_HINT,
             timeout=args.timeout or config.timeout,
+            ledger=recorded,
         )
         with terminal.LiveProgress(
             console, len(cases) * args.repeat, list_lines=list_lines
@@ -273,7 +306,7 @@ async def _execute(
         loop.remove_signal_handler(signal.SIGINT)
     if backend is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(judging.NO_JUDGE_HINT)
-    return outcome, hints
+    return outcome, hints, recorded
 
 
 def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

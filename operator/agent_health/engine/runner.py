@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent_health.connectors.errors import ConnectorError
 from agent_health.connectors.protocol import TokenUsage
@@ -20,10 +20,18 @@ from agent_health.sdk import declare, errors
 from agent_health.sdk import judges as judge_mod
 from agent_health.sdk import matchers as expect_mod
 from agent_health.sdk import traces as traces_mod
-from agent_health.sdk.results import Signal, TestResult
+from agent_health.sdk.results import RunResult, Signal, TestResult
 from agent_health.traces import metrics
 
 DEFAULT_TIMEOUT = 300.0
+
+
+class CellLedger(Protocol):
+    """Records each (test, repeat) as a ledger cell (see ``engine.recording``)."""
+
+    async def begin(self, info: ctx_mod.TestInfo) -> None: ...
+
+    async def finish(self, result: TestResult, run: RunResult | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,7 @@ class RunEnv:
     skip_judge: bool = False
     judge_hint: str | None = None
     timeout: float | None = None
+    ledger: CellLedger | None = None
 
 
 def _builtins(ctx: ctx_mod.TestContext) -> Mapping[str, Callable[[], Any]]:
@@ -75,8 +84,10 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
     )
     started_at = time.time()
     started = time.perf_counter()
+    if env.ledger is not None:
+        await env.ledger.begin(info)
     if case.mode in ("skip", "fixme"):
-        return _result(
+        result = _result(
             case,
             repeat,
             run_id,
@@ -88,6 +99,7 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
             0.0,
             skip_reason=case.skip_reason,
         )
+        return await _finish(env, None, result)
     ctx = ctx_mod.TestContext(
         case=case,
         info=info,
@@ -134,7 +146,7 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
         ctx_mod.deactivate(token)
     duration = (time.perf_counter() - started) * 1000
     status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
-    return _result(
+    result = _result(
         case,
         repeat,
         run_id,
@@ -146,6 +158,13 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
         duration,
         skip_reason=skip_reason,
     )
+    return await _finish(env, ctx.result, result)
+
+
+async def _finish(env: RunEnv, run: RunResult | None, result: TestResult) -> TestResult:
+    if env.ledger is not None:
+        await env.ledger.finish(result, run)
+    return result
 
 
 async def _hook(scope: fixtures.FixtureScope, hook: declare.Hook) -> None:

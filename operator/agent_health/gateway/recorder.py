@@ -83,6 +83,7 @@ class Recorder:
         self._key = key
         self._cells: dict[str, _Cell] = {}
         self._bound: dict[str, str] = {}
+        self._unreached: dict[str, str] = {}
         self.recorded = 0
         self.unrouted = 0
         self.failures: list[str] = []
@@ -119,6 +120,12 @@ class Recorder:
 
     def unbind(self, run_id: str) -> None:
         self._bound.pop(run_id, None)
+        self._unreached.pop(run_id, None)
+
+    def unreached(self, run_id: str) -> str | None:
+        """Why the gateway could not reach the upstream for bound ``run_id``'s last exchange
+        (None if it could): lets an in-process caller tell a gateway 502 from an agent's."""
+        return self._unreached.get(run_id)
 
     def start(self, run_id: str | None) -> Ticket:
         """A ticket for an exchange that just arrived, routed to its cell now."""
@@ -139,6 +146,12 @@ class Recorder:
         return open_cells[0] if len(open_cells) == 1 else None
 
     def _finish(self, ticket: Ticket, observation: Observation) -> None:
+        run_id = observation.run_id
+        if run_id is not None and run_id in self._bound:
+            if observation.status is None and observation.error is not None:
+                self._unreached[run_id] = observation.error
+            else:
+                self._unreached.pop(run_id, None)
         if ticket.cell is None:
             self.unrouted += 1
             log.warning(
@@ -191,9 +204,13 @@ class Recorder:
         """Whether ``cell`` has its ``cell-end`` record."""
         return self._cells[cell].ended
 
-    async def close(self, *, wait: float | None = None) -> None:
-        """Flush every cell (in-flight exchanges get ``wait`` seconds), then close the backend."""
+    async def flush_all(self, *, wait: float | None = None) -> None:
+        """Flush every cell; in-flight exchanges get ``wait`` seconds."""
         await asyncio.gather(*(self.flush(cell, wait=wait) for cell in self._cells))
+
+    async def close(self, *, wait: float | None = None) -> None:
+        """Flush every cell, then close the backend."""
+        await self.flush_all(wait=wait)
         await self.backend.close()
 
 

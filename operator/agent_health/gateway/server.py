@@ -29,7 +29,11 @@ log = logging.getLogger("agent_health.gateway")
 
 
 class Gateway:
-    """Every listener of one gateway, started and stopped together."""
+    """Every listener of one gateway, started and stopped together.
+
+    A recorder passed in stays open after :meth:`stop` (it is flushed; its owner closes it);
+    one made by :meth:`from_settings` is closed with the gateway.
+    """
 
     def __init__(
         self,
@@ -37,8 +41,10 @@ class Gateway:
         *,
         tokens: config.Tokens | None = None,
         record: recorder.Recorder | None = None,
+        owns_recorder: bool = False,
     ) -> None:
         self.settings = settings
+        self.owns_recorder = owns_recorder
         self.tokens = tokens or config.Tokens({})
         self.recorder = record
         self.stopping = False
@@ -59,7 +65,7 @@ class Gateway:
             except ledger_errors.LedgerError as err:
                 raise errors.GatewayConfigError(str(err)) from err
             record = recorder.Recorder(backend, key, default_cell=settings.cell)
-        return cls(settings, tokens=tokens, record=record)
+        return cls(settings, tokens=tokens, record=record, owns_recorder=True)
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -151,8 +157,10 @@ class Gateway:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        if self.recorder is not None:
+        if self.recorder is not None and self.owns_recorder:
             await self.recorder.close(wait=self.settings.grace)
+        elif self.recorder is not None:
+            await self.recorder.flush_all(wait=self.settings.grace)
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Whether the gateway is healthy, and what ``/healthz`` reports."""
