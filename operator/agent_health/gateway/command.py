@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,11 +115,22 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; exit 2 with a one-line message on a configuration error."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        asyncio.run(_serve(settings(args)))
+        _run_loop(_serve(settings(args)))
     except errors.GatewayError as err:
         logging.getLogger("agent_health.gateway").error("%s", err)
         return EXIT_USAGE
     return EXIT_OK
+
+
+def _run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop when it is installed (``pip install 'agent-health[gateway]'``): the
+    proxy's per-call cost is mostly event-loop and socket work, which uvloop halves."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
 
 
 async def _serve(settings: config.Settings) -> None:

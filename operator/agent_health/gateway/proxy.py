@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from agent_health.gateway import config, recorder
@@ -42,7 +42,11 @@ HOP_BY_HOP = frozenset(
     }
 )
 _NOT_FORWARDED = frozenset({"host", "expect", config.TOKEN_HEADER.lower()})
-_SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
+SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
+# Bodies with a Content-Length up to this size are read whole and sent in one write: a small
+# fixed-size body gains nothing from streaming and saves a syscall and a wake-up each way.
+# Anything larger, or without a length (chunked, server-sent events), streams chunk by chunk.
+WHOLE_BODY_BYTES = 64 * 1024
 
 
 class _Meter:
@@ -72,17 +76,15 @@ class _State:
     content_encoding: str | None = None
 
 
-def _dropped(headers: Iterable[tuple[str, str]], extra: frozenset[str]) -> CIMultiDict[str]:
+def _dropped(headers: CIMultiDictProxy[str], extra: frozenset[str]) -> CIMultiDict[str]:
     """The headers without hop-by-hop ones, those the Connection header names, and ``extra``."""
-    items = list(headers)
-    named = {
-        token.strip().lower()
-        for name, value in items
-        if name.lower() == "connection"
-        for token in value.split(",")
-    }
-    skip = HOP_BY_HOP | extra | named
-    return CIMultiDict((name, value) for name, value in items if name.lower() not in skip)
+    out = CIMultiDict(headers)  # a copy in C, duplicates and order kept
+    for name in HOP_BY_HOP | extra:
+        out.popall(name, None)
+    for value in headers.getall("Connection", []):
+        for token in value.split(","):
+            out.popall(token.strip(), None)
+    return out
 
 
 def _now() -> datetime:
@@ -96,7 +98,7 @@ class Proxy:
         self,
         route: config.Route,
         settings: config.Settings,
-        session: aiohttp.ClientSession,
+        session: aiohttp.ClientSession,  # carries the timeouts and skip_auto_headers
         tokens: config.Tokens,
         record: recorder.Recorder | None,
     ) -> None:
@@ -108,11 +110,6 @@ class Proxy:
         upstream = URL(route.upstream)
         # raw_path keeps the caller's percent-encoding and query exactly as sent.
         self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(
-            total=settings.total_timeout,
-            connect=settings.connect_timeout,
-            sock_read=settings.idle_timeout,
-        )
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         started_at = _now()
@@ -152,10 +149,16 @@ class Proxy:
     async def _forward(
         self, request: web.BaseRequest, run_id: str | None, state: _State
     ) -> web.StreamResponse:
-        headers = _dropped(request.headers.items(), _NOT_FORWARDED)
+        headers = _dropped(request.headers, _NOT_FORWARDED)
         if run_id:
             headers[config.RUN_ID_HEADER] = run_id
-        body = self._body(request, state.sent) if request.body_exists else None
+        body: bytes | AsyncIterator[bytes] | None = None
+        length = request.content_length
+        if length is not None and length <= WHOLE_BODY_BYTES:
+            body = await request.read()
+            state.sent.update(body)
+        elif request.body_exists:
+            body = self._body(request, state.sent)
         try:
             upstream = await self._session.request(
                 request.method,
@@ -163,8 +166,6 @@ class Proxy:
                 headers=headers,
                 data=body,
                 allow_redirects=False,
-                timeout=self._timeout,
-                skip_auto_headers=_SKIP_AUTO_HEADERS,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             state.error = f"the gateway cannot reach {self.route.to}: {_detail(err)}"
@@ -174,10 +175,12 @@ class Proxy:
             state.status = upstream.status
             state.content_type = upstream.headers.get("Content-Type")
             state.content_encoding = upstream.headers.get("Content-Encoding")
+            headers = _dropped(upstream.headers, frozenset())
+            length = upstream.content_length
+            if length is not None and length <= WHOLE_BODY_BYTES and request.method != "HEAD":
+                return await self._whole(request, upstream, headers, state)
             response = web.StreamResponse(
-                status=upstream.status,
-                reason=upstream.reason,
-                headers=_dropped(upstream.headers.items(), frozenset()),
+                status=upstream.status, reason=upstream.reason, headers=headers
             )
             state.error = await self._stream(request, upstream, response, state)
         finally:
@@ -185,6 +188,36 @@ class Proxy:
                 upstream.release()
             else:
                 upstream.close()
+        return response
+
+    async def _whole(
+        self,
+        request: web.BaseRequest,
+        upstream: aiohttp.ClientResponse,
+        headers: CIMultiDict[str],
+        state: _State,
+    ) -> web.StreamResponse:
+        """A small fixed-length response: read it, then answer it in one write."""
+        try:
+            body = await upstream.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            state.error = f"{self.route.to} broke off the response: {_detail(err)}"
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=502)
+        state.received.update(body)
+        if len(body) <= self.settings.usage_max_bytes and state.kept is not None:
+            state.kept.extend(body)
+        headers.popall("Content-Length", None)
+        response = web.Response(
+            status=upstream.status, reason=upstream.reason, headers=headers, body=body
+        )
+        state.error = None
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError as err:
+            state.error = f"the caller went away before the response: {_detail(err)}"
         return response
 
     async def _stream(

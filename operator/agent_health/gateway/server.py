@@ -90,6 +90,10 @@ class Gateway:
                 raise errors.RecordingError(f"cannot open ledger cell {s.cell}: {err}") from err
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
+            timeout=aiohttp.ClientTimeout(
+                total=s.total_timeout, connect=s.connect_timeout, sock_read=s.idle_timeout
+            ),
+            skip_auto_headers=proxy.SKIP_AUTO_HEADERS,  # forward exactly what the caller sent
             auto_decompress=False,  # bytes pass through as the upstream sent them
             cookie_jar=aiohttp.DummyCookieJar(),  # never carry one caller's cookies to another
             trust_env=False,
@@ -97,7 +101,10 @@ class Gateway:
         try:
             for route in s.routes:
                 handler = proxy.Proxy(route, s, self._session, self.tokens, self.recorder)
-                url = await self._listen(web.Server(handler), route.host, route.port, route.listen)
+                # No access log: the ledger is the record, and a log line per call costs
+                # as much as the proxying itself.
+                server = web.Server(handler, access_log=None)
+                url = await self._listen(server, route.host, route.port, route.listen)
                 self._urls[(route.principal, route.to)] = url
             if s.admin is not None:
                 host, port = config.split_listen(s.admin)
@@ -112,7 +119,7 @@ class Gateway:
     ) -> str:
         runner: web.BaseRunner
         if isinstance(handler, web.Application):
-            runner = web.AppRunner(handler, shutdown_timeout=self.settings.grace)
+            runner = web.AppRunner(handler, shutdown_timeout=self.settings.grace, access_log=None)
         else:
             runner = web.ServerRunner(handler, shutdown_timeout=self.settings.grace)
         await runner.setup()
