@@ -20,10 +20,11 @@ from typing import Any
 
 from rich.console import Console
 
-from agent_health import connectors
+from agent_health import connectors, ledger
 from agent_health.engine import (
     agent_process,
     loader,
+    recording,
     reporters,
     runner,
     select,
@@ -31,11 +32,12 @@ from agent_health.engine import (
 )
 from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
+from agent_health.gateway import command as gateway_command
+from agent_health.gateway import errors as gateway_errors
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import errors
 from agent_health.sdk.judges import NO_JUDGE_HINT
 
-LEDGER_KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"  # agent_health.ledger.chain.KEY_ENV (tested)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERRORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -75,8 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--timeout", type=float, help="per-test timeout in seconds")
     run.add_argument(
-        "--pass-with-no-tests", action="store_true", help="exit 0 when no test is selected"
+        "--pass-with-no-tests",
+        action="store_true",
+        help="exit 0 when no test is selected",
     )
+    run.add_argument(
+        "--ledger",
+        help="record every exchange and result here (default: file://.agent-health/ledger/TIME/)",
+    )
+    run.add_argument("--no-ledger", action="store_true", help="record no ledger")
 
     ls = sub.add_parser("list", help="discover tests without running them")
     ls.add_argument("paths", nargs="*", default=["."])
@@ -90,9 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
     )
-    verify.add_argument("--key-file", help=f"the ledger key (default: ${LEDGER_KEY_ENV})")
+    verify.add_argument("--key-file", help=f"the ledger key (default: ${ledger.chain.KEY_ENV})")
     verify.add_argument(
-        "--allow-open", action="store_true", help="accept cells without a cell-end record"
+        "--allow-open",
+        action="store_true",
+        help="accept cells without a cell-end record",
     )
     crds = sub.add_parser("crds", help="print the CRDs generated from the models")
     crds.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR")
@@ -106,9 +117,13 @@ def _parser() -> argparse.ArgumentParser:
         help="largest allowed pass-rate drop, e.g. 0.05 (default 0: any drop fails)",
     )
     cmp.add_argument(
-        "--max-score-drop", type=float, help="largest allowed mean-score drop (default: no gate)"
+        "--max-score-drop",
+        type=float,
+        help="largest allowed mean-score drop (default: no gate)",
     )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    gateway_cmd = sub.add_parser("gateway", help="the recording sidecar proxy of a cell")
+    gateway_command.add_arguments(gateway_cmd)
     return parser
 
 
@@ -125,12 +140,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _crds(args, console)
         if args.command == "compare":
             return _compare(args, console)
+        if args.command == "gateway":
+            return gateway_command.run(args)
         return _run(args, console, err_console)
     except (
         UsageError,
         errors.ConfigError,
         errors.DefinitionError,
         connectors.ConnectorError,
+        ledger.LedgerError,
+        gateway_errors.GatewayError,
     ) as err:
         err_console.print(f"[red]error:[/] {err}")
         return EXIT_USAGE
@@ -180,9 +199,6 @@ def _list(args: argparse.Namespace, console: Console, err_console: Console) -> i
 
 
 def _ledger_verify(args: argparse.Namespace, console: Console, err_console: Console) -> int:
-    # Commands import what only they need, so `run` starts small.
-    from agent_health import ledger
-
     try:
         key = ledger.load_key(args.key_file)
         report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
@@ -242,6 +258,8 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
         raise UsageError("--repeat must be at least 1")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be positive")
+    if args.ledger and args.no_ledger:
+        raise UsageError("--ledger and --no-ledger contradict each other; pass one")
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
@@ -254,12 +272,25 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
         _write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
         return EXIT_OK if args.pass_with_no_tests else EXIT_USAGE
     spec = config.agent(args.agent) if (args.agent or config.agents) else None
-    skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in ("", "0")
+    skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in (
+        "",
+        "0",
+    )
     judge_config = config.judge_from_env()
     list_lines = any(kind == "list" for kind, _ in outputs)
 
-    outcome, hints = asyncio.run(
-        _execute(suite, cases, config, spec, judge_config, skip_judge, args, console, list_lines)
+    outcome, hints, recorded = asyncio.run(
+        _execute(
+            suite,
+            cases,
+            config,
+            spec,
+            judge_config,
+            skip_judge,
+            args,
+            console,
+            list_lines,
+        )
     )
     judge_usage = _judge_usage(outcome, judge_config)
     report = RunReport.build(
@@ -275,7 +306,19 @@ def _run(args: argparse.Namespace, console: Console, err_console: Console) -> in
     if judge_usage and judge_usage.calls:
         console.print(judge_usage.line())
     _write_reports(outputs, report, console)
+    if recorded is not None:
+        _print_ledger(recorded, console, err_console)
     return exit_code(report)
+
+
+def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
+    for failure in recorded.failures:
+        err_console.print(f"[red]ledger error:[/] {failure}", markup=True)
+    console.print(
+        f"ledger: {recorded.url} ({len(recorded.cells)} cells); check it with: "
+        f"agent-health ledger verify {recorded.url} --key-file {recorded.key_file}",
+        markup=False,
+    )
 
 
 def _write_reports(
@@ -310,22 +353,30 @@ async def _execute(
     args: argparse.Namespace,
     console: Console,
     list_lines: bool,
-) -> tuple[session.Outcome, list[str]]:
+) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.add_signal_handler(signal.SIGINT, _on_interrupt, loop, stop)
     hints: list[str] = []
+    recorded = None
     async with contextlib.AsyncExitStack() as stack:
+        if not args.no_ledger:
+            url = args.ledger or recording.default_url()
+            recorded = await stack.enter_async_context(recording.LocalLedger(url))
         caller = None
         if spec is not None:
             live_spec = await stack.enter_async_context(agent_process.serving(spec))
+            if recorded is not None:
+                live_spec = await recorded.route(live_spec)
             connector = connectors.create(live_spec, config.connectors)
             stack.push_async_callback(connector.aclose)
-            caller = connector.run
+            caller = recorded.wrap(connector.run) if recorded is not None else connector.run
         backend = None
         if not skip_judge and (judge_config is not None or config.evaluators):
-            from agent_health import judging  # only runs that judge pay for the providers
+            from agent_health import (
+                judging,
+            )  # only runs that judge pay for the providers
 
             backend = await stack.enter_async_context(
                 judging.backend(judge_config, config, use_cache=not args.no_cache)
@@ -338,6 +389,7 @@ async def _execute(
             timeout=args.timeout or config.timeout,
             config=config,
             agent_name=config.agent_name(args.agent),
+            ledger=recorded,
         )
         with terminal.LiveProgress(
             console, len(cases) * args.repeat, list_lines=list_lines
@@ -355,7 +407,7 @@ async def _execute(
         loop.remove_signal_handler(signal.SIGINT)
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(NO_JUDGE_HINT)
-    return outcome, hints
+    return outcome, hints, recorded
 
 
 def _judge_usage(outcome: session.Outcome, judge_config: config_mod.JudgeConfig | None) -> Any:

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent_health.connectors.errors import ConnectorError
 from agent_health.connectors.protocol import TokenUsage
@@ -30,6 +30,14 @@ from agent_health.traces import view as traces_view
 DEFAULT_TIMEOUT = 300.0
 
 
+class CellLedger(Protocol):
+    """Records each (test, repeat) as a ledger cell (see ``engine.recording``)."""
+
+    async def begin(self, info: ctx_mod.TestInfo) -> None: ...
+
+    async def finish(self, result: TestResult, run: RunResult | None) -> None: ...
+
+
 @dataclass(frozen=True)
 class RunEnv:
     """What every test of a run shares: how to reach the agent and the judge."""
@@ -43,6 +51,7 @@ class RunEnv:
     agent_name: str | None = None
     insights_llm: insights.LLM | None = None
     read_exchanges: exchanges.ExchangeReader | None = None
+    ledger: CellLedger | None = None
 
     @property
     def prices(self) -> settings.PriceTable:
@@ -123,8 +132,10 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
     )
     started_at = time.time()
     started = time.perf_counter()
+    if env.ledger is not None:
+        await env.ledger.begin(info)
     if case.mode in ("skip", "fixme"):
-        return _result(
+        result = _result(
             case,
             repeat,
             run_id,
@@ -136,6 +147,7 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
             0.0,
             skip_reason=case.skip_reason,
         )
+        return await _finish(env, None, result)
     ctx = ctx_mod.TestContext(
         case=case,
         info=info,
@@ -179,7 +191,7 @@ async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResu
                 timeout=timeout,
             )
             result = result.model_copy(update={"insights": found})
-        return result
+        return await _finish(env, ctx.result, result)
     finally:
         results_mod.unbind_traces(traces_token)
         await traces.aclose()
@@ -222,6 +234,12 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
     return skip_reason
 
 
+async def _finish(env: RunEnv, run: RunResult | None, result: TestResult) -> TestResult:
+    if env.ledger is not None:
+        await env.ledger.finish(result, run)
+    return result
+
+
 async def _hook(scope: fixtures.FixtureScope, hook: declare.Hook) -> None:
     try:
         await scope.call(hook.fn, hook.params)
@@ -234,7 +252,10 @@ async def _hook(scope: fixtures.FixtureScope, hook: declare.Hook) -> None:
 
 
 async def _after(
-    ctx: ctx_mod.TestContext, scope: fixtures.FixtureScope, case: declare.TestCase, timeout: float
+    ctx: ctx_mod.TestContext,
+    scope: fixtures.FixtureScope,
+    case: declare.TestCase,
+    timeout: float,
 ) -> None:
     """after_each hooks (innermost first), then fixture teardown; every error is kept."""
     try:

@@ -1,1 +1,44 @@
-"""The gateway sidecar: one recording proxy every exchange of a cell passes through."""
+"""The gateway sidecar: one recording proxy every exchange of a cell passes through.
+
+One listener per route (``controller → target``, ``target → peer:NAME``,
+``controller → judge``; see :mod:`~agent_health.gateway.config`) streams each call to its
+upstream (:mod:`~agent_health.gateway.proxy`) and records it as a ledger ``exchange``
+(:mod:`~agent_health.gateway.recorder`): who called (proven by a per-principal token, else
+the target), when, status, sizes, body hashes and token usage, chained with the HMAC key
+only the gateway holds. :mod:`~agent_health.gateway.server` starts and stops the listeners;
+:mod:`~agent_health.gateway.admin` serves ``/healthz`` and the controller's record appends.
+
+``agent-health run`` uses the same gateway in-process, so a local run's ledger has exactly
+the shape of a cell's. This package imports only :mod:`agent_health.ledger`, so the sidecar
+image stays small.
+"""
+
+from agent_health.gateway.config import (
+    RUN_ID_HEADER,
+    TOKEN_HEADER,
+    Route,
+    Settings,
+    Tokens,
+    parse_route,
+    token_id,
+)
+from agent_health.gateway.errors import GatewayConfigError, GatewayError, RecordingError
+from agent_health.gateway.recorder import Observation, Recorder
+from agent_health.gateway.server import Gateway, serve
+
+__all__ = [
+    "RUN_ID_HEADER",
+    "TOKEN_HEADER",
+    "Gateway",
+    "GatewayConfigError",
+    "GatewayError",
+    "Observation",
+    "Recorder",
+    "RecordingError",
+    "Route",
+    "Settings",
+    "Tokens",
+    "parse_route",
+    "serve",
+    "token_id",
+]

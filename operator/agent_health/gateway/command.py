@@ -1,0 +1,150 @@
+"""``agent-health gateway`` (also ``python -m agent_health.gateway``): flags → settings → serve.
+
+Settings come from a JSON object (``--config FILE`` or ``$AGENT_HEALTH_GATEWAY_CONFIG``) with
+the fields of :class:`~agent_health.gateway.config.Settings`; flags given on the command line
+override it. SIGTERM and SIGINT shut the gateway down gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+from agent_health.gateway import config, errors, server
+
+EXIT_OK, EXIT_USAGE = 0, 2
+_FLAGS = {  # flag dest → settings field, for flags that map one to one
+    "ledger": "ledger_url",
+    "key_file": "key_file",
+    "cell": "cell",
+    "run_id": "run_id",
+    "test_id": "test_id",
+    "repeat": "repeat",
+    "admin": "admin",
+    "connect_timeout": "connect_timeout",
+    "timeout": "total_timeout",
+    "idle_timeout": "idle_timeout",
+    "grace": "grace",
+    "usage_max_bytes": "usage_max_bytes",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gateway's flags, on ``parser``."""
+    add = parser.add_argument
+    add(
+        "--route",
+        action="append",
+        default=[],
+        metavar="principal=P,to=T,listen=HOST:PORT,upstream=URL",
+        help="one listener (repeatable); to= defaults to target",
+    )
+    add("--config", help=f"JSON settings file (default: ${config.CONFIG_ENV} if set)")
+    add("--ledger", help="ledger URL: file://DIR, configmap://NS/NAME, s3://... (default: none)")
+    add("--key-file", help="HMAC key file (default: $AGENT_HEALTH_LEDGER_KEY)")
+    add("--cell", help="the ledger cell this gateway records (a cell pod's name)")
+    add("--run-id", help="the cell's run id, added as X-Agent-Health-Run-Id when absent")
+    add("--test-id", help="test id for the cell-meta record")
+    add("--repeat", type=int, help="repeat index for the cell-meta record")
+    add("--image", action="append", default=[], metavar="NAME=IMAGE", help="pinned image")
+    add(
+        "--token",
+        action="append",
+        default=[],
+        metavar="PRINCIPAL=FILE",
+        help="a trusted principal's token file (repeatable)",
+    )
+    add("--admin", help="HOST:PORT of the /healthz and /ledger listener")
+    add("--connect-timeout", type=float, help="seconds to connect upstream (default 10)")
+    add("--timeout", type=float, help="total seconds per exchange (default: none)")
+    add("--idle-timeout", type=float, help="max seconds of upstream silence (default 300)")
+    add("--grace", type=float, help="seconds shutdown waits for exchanges (default 30)")
+    add("--usage-max-bytes", type=int, help="bodies above this are not parsed for usage")
+
+
+def settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> config.Settings:
+    """Merge the JSON settings (file or environment) with the flags given."""
+    environ = os.environ if environ is None else environ
+    fields: dict[str, Any] = {}
+    if args.config:
+        try:
+            fields = json.loads(Path(args.config).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise errors.GatewayConfigError(f"cannot read --config {args.config}: {err}") from err
+    elif environ.get(config.CONFIG_ENV):
+        try:
+            fields = json.loads(environ[config.CONFIG_ENV])
+        except ValueError as err:
+            raise errors.GatewayConfigError(f"${config.CONFIG_ENV} is not JSON: {err}") from err
+    if not isinstance(fields, dict):
+        raise errors.GatewayConfigError("gateway settings must be a JSON object")
+    for dest, field in _FLAGS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            fields[field] = value
+    if args.route:
+        fields["routes"] = [config.parse_route(r) for r in args.route]
+    if args.image:
+        fields["images"] = dict(_pair(v, "--image", "NAME=IMAGE") for v in args.image)
+    if args.token:
+        fields["token_files"] = dict(_pair(v, "--token", "PRINCIPAL=FILE") for v in args.token)
+    if not fields.get("routes"):
+        raise errors.GatewayConfigError(
+            "no routes: pass --route principal=controller,listen=127.0.0.1:15001,"
+            "upstream=http://127.0.0.1:8080 (or routes in --config)"
+        )
+    return config.build(fields)
+
+
+def _pair(value: str, flag: str, shape: str) -> tuple[str, str]:
+    name, sep, rest = value.partition("=")
+    if not sep or not name or not rest:
+        raise errors.GatewayConfigError(f"{flag} {value!r} is not {shape}")
+    return name, rest
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT; exit 2 with a one-line message on a configuration error."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        _run_loop(_serve(settings(args)))
+    except errors.GatewayError as err:
+        logging.getLogger("agent_health.gateway").error("%s", err)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def _run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop when it is installed (``pip install 'agent-health[gateway]'``): the
+    proxy's per-call cost is mostly event-loop and socket work, which uvloop halves."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
+async def _serve(settings: config.Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    await server.serve(settings, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="agent-health gateway", description="The recording sidecar proxy of a cell."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,213 @@
+"""What the gateway listens on, where it forwards, and who may claim which principal.
+
+A route is one listener: calls arriving on ``listen`` come *from* ``principal`` (as claimed
+by the port; a token proves it) and go *to* ``to`` at ``upstream``. A cell has one route per
+edge of DESIGN.md §6: ``controller → target``, ``target → peer:NAME`` for each peer, and
+``controller → judge``. Routes are given as repeated flags::
+
+    --route principal=controller,listen=127.0.0.1:15001,upstream=http://127.0.0.1:8080
+    --route principal=target,to=peer:tools,listen=127.0.0.1:15002,upstream=http://127.0.0.1:9000
+
+or as JSON (``--config FILE`` or ``$AGENT_HEALTH_GATEWAY_CONFIG``) with the fields of
+:class:`Settings`.
+
+>>> parse_route("principal=controller,listen=127.0.0.1:15001,upstream=http://127.0.0.1:8080").to
+'target'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agent_health.gateway import errors
+
+TOKEN_HEADER = "X-Agent-Health-Token"
+RUN_ID_HEADER = "X-Agent-Health-Run-Id"
+CONFIG_ENV = "AGENT_HEALTH_GATEWAY_CONFIG"
+_PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
+_ROUTE_KEYS = {"principal", "from", "to", "listen", "upstream"}
+
+
+def _principal(value: str) -> str:
+    if not _PRINCIPAL.match(value):
+        raise ValueError(
+            f"{value!r} is not a principal: use controller, target, judge or peer:NAME"
+        )
+    return value
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:80`` for IPv6) as ``(host, port)``; port 0 picks a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"listen address {value!r} is not HOST:PORT (e.g. 127.0.0.1:15001)")
+    return host.strip("[]"), int(port)
+
+
+class Route(BaseModel):
+    """One listener: calls from ``principal`` to ``to``, forwarded to ``upstream``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    principal: str = Field(description="who calls through this listener (claimed, see tokens)")
+    to: str = Field(default="target", description="the callee, named like a principal")
+    listen: str = Field(description="HOST:PORT to listen on")
+    upstream: str = Field(description="base URL the calls are forwarded to")
+
+    _check_principal = field_validator("principal", "to")(_principal)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        split_listen(value)
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"upstream {value!r} is not an http(s)://HOST[:PORT][/PATH] URL")
+        if parts.query or parts.fragment:
+            raise ValueError(f"upstream {value!r} must not have a query or fragment")
+        return value.rstrip("/")
+
+    @property
+    def host(self) -> str:
+        return split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        return split_listen(self.listen)[1]
+
+
+class Settings(BaseModel):
+    """Everything ``agent-health gateway`` is configured with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    routes: tuple[Route, ...] = Field(min_length=1)
+    ledger_url: str | None = Field(default=None, description="where exchanges go; None: nowhere")
+    key_file: str | None = Field(
+        default=None, description="HMAC key file; default $AGENT_HEALTH_LEDGER_KEY"
+    )
+    cell: str | None = Field(default=None, description="the ledger cell every exchange goes to")
+    run_id: str | None = Field(
+        default=None, description="the cell's run id (X-Agent-Health-Run-Id)"
+    )
+    test_id: str | None = Field(default=None, description="for the cell-meta record")
+    repeat: int = Field(default=0, ge=0)
+    images: dict[str, str] = Field(default_factory=dict, description="container → pinned image")
+    token_files: dict[str, str] = Field(
+        default_factory=dict, description="principal → file holding its per-cell token"
+    )
+    admin: str | None = Field(default=None, description="HOST:PORT for /healthz and /ledger")
+    connect_timeout: float = Field(default=10.0, gt=0)
+    total_timeout: float | None = Field(default=None, gt=0, description="None: no total bound")
+    idle_timeout: float = Field(default=300.0, gt=0, description="max silence while streaming")
+    grace: float = Field(default=30.0, ge=0, description="how long shutdown waits for exchanges")
+    usage_max_bytes: int = Field(default=1024 * 1024, ge=0, description="larger bodies: no usage")
+
+    @field_validator("token_files")
+    @classmethod
+    def _tokens(cls, value: dict[str, str]) -> dict[str, str]:
+        for principal in value:
+            _principal(principal)
+            if principal == "target":
+                raise ValueError("the target gets no token: calls without one are the target's")
+        return value
+
+    @field_validator("admin")
+    @classmethod
+    def _admin(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_listen(value)
+        return value
+
+
+def parse_route(text: str) -> Route:
+    """Parse one ``--route key=value,...`` flag (keys: principal|from, to, listen, upstream)."""
+    fields: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in _ROUTE_KEYS:
+            raise errors.GatewayConfigError(
+                f"--route {text!r}: {part!r} is not one of "
+                "principal=, to=, listen=, upstream= (comma-separated)"
+            )
+        fields["principal" if key == "from" else key] = value.strip()
+    try:
+        return Route.model_validate(fields)
+    except ValidationError as err:
+        raise errors.GatewayConfigError(f"--route {text!r}: {_first(err)}") from err
+
+
+def build(fields: Mapping[str, object]) -> Settings:
+    """Validate settings, turning pydantic's report into one line that names the field."""
+    try:
+        return Settings.model_validate(dict(fields))
+    except ValidationError as err:
+        raise errors.GatewayConfigError(f"gateway settings: {_first(err)}") from err
+
+
+def _first(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def token_id(token: str) -> str:
+    """The evidence recorded for a token: a short hash, never the token itself."""
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:16]
+
+
+class Tokens:
+    """Per-principal tokens; :meth:`identify` tells who presented one."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._by_digest: dict[bytes, tuple[str, str]] = {}
+        for principal, token in tokens.items():
+            _principal(principal)
+            if not token:
+                raise errors.GatewayConfigError(f"the token of {principal} is empty")
+            digest = hashlib.sha256(token.encode("utf-8")).digest()
+            self._by_digest[digest] = (principal, token_id(token))
+
+    @classmethod
+    def load(cls, files: Mapping[str, str]) -> Tokens:
+        """Read each principal's token from its file (surrounding whitespace ignored)."""
+        tokens = {}
+        for principal, path in files.items():
+            try:
+                tokens[principal] = Path(path).read_text(encoding="utf-8").strip()
+            except OSError as err:
+                raise errors.GatewayConfigError(
+                    f"cannot read the token file of {principal} at {path}: {err.strerror or err}"
+                ) from err
+            if not tokens[principal]:
+                raise errors.GatewayConfigError(f"the token file of {principal} at {path} is empty")
+        return cls(tokens)
+
+    def identify(self, presented: str | None) -> tuple[str, str] | None:
+        """``(principal, evidence)`` for a valid token, else ``None``."""
+        if not presented:
+            return None
+        digest = hashlib.sha256(presented.encode("utf-8")).digest()
+        for known, found in self._by_digest.items():
+            # Compare every digest in constant time; the table has a handful of entries.
+            if hmac.compare_digest(known, digest):
+                return found
+        return None
+
+    def principal_of(self, principal: str) -> bool:
+        """Whether ``principal`` has a token at all."""
+        return any(p == principal for p, _ in self._by_digest.values())

@@ -1,0 +1,291 @@
+"""The streaming handler: forward one call to the route's upstream and observe it on the way.
+
+Bodies are never buffered whole: each request chunk goes upstream as it arrives and each
+response chunk goes to the caller as it arrives (server-sent events pass through live), while
+both are hashed and counted. Only a response of at most ``usage_max_bytes`` is kept, to read
+token usage from. Hop-by-hop headers are dropped both ways; status codes, reasons and the
+other headers pass unchanged. The caller's token header is checked and never forwarded.
+
+An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON reason; an
+upstream that breaks off a response already started aborts the caller's connection, so a
+truncated stream is never mistaken for a complete one. Both are recorded with ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from agent_health.gateway import config, recorder
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_NOT_FORWARDED = frozenset({"host", "expect", config.TOKEN_HEADER.lower()})
+SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
+# Bodies with a Content-Length up to this size are read whole and sent in one write: a small
+# fixed-size body gains nothing from streaming and saves a syscall and a wake-up each way.
+# Anything larger, or without a length (chunked, server-sent events), streams chunk by chunk.
+WHOLE_BODY_BYTES = 64 * 1024
+
+
+class _Meter:
+    """sha256 and byte count of a body seen chunk by chunk."""
+
+    __slots__ = ("hash", "size")
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self.hash.update(chunk)
+        self.size += len(chunk)
+
+
+@dataclass
+class _State:
+    """What one call has shown so far; becomes the :class:`recorder.Observation`."""
+
+    sent: _Meter = field(default_factory=_Meter)
+    received: _Meter = field(default_factory=_Meter)
+    kept: bytearray | None = field(default_factory=bytearray)
+    status: int | None = None
+    error: str | None = "the gateway stopped before the exchange finished"
+    content_type: str | None = None
+    content_encoding: str | None = None
+
+
+def _dropped(headers: CIMultiDictProxy[str], extra: frozenset[str]) -> CIMultiDict[str]:
+    """The headers without hop-by-hop ones, those the Connection header names, and ``extra``."""
+    out = CIMultiDict(headers)  # a copy in C, duplicates and order kept
+    for name in HOP_BY_HOP | extra:
+        out.popall(name, None)
+    for value in headers.getall("Connection", []):
+        for token in value.split(","):
+            out.popall(token.strip(), None)
+    return out
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Proxy:
+    """The handler of one route's listener (an aiohttp low-level server handler)."""
+
+    def __init__(
+        self,
+        route: config.Route,
+        settings: config.Settings,
+        session: aiohttp.ClientSession,  # carries the timeouts and skip_auto_headers
+        tokens: config.Tokens,
+        record: recorder.Recorder | None,
+    ) -> None:
+        self.route = route
+        self.settings = settings
+        self._session = session
+        self._tokens = tokens
+        self._recorder = record
+        upstream = URL(route.upstream)
+        # raw_path keeps the caller's percent-encoding and query exactly as sent.
+        self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        started_at = _now()
+        who = self._tokens.identify(request.headers.get(config.TOKEN_HEADER))
+        principal, evidence = who if who is not None else ("target", "none")
+        run_id = request.headers.get(config.RUN_ID_HEADER) or self.settings.run_id
+        ticket = self._recorder.start(run_id) if self._recorder is not None else None
+        state = _State()
+        try:
+            return await self._forward(request, run_id, state)
+        finally:
+            if ticket is not None:
+                ticket.finish(
+                    recorder.Observation(
+                        principal=principal,
+                        evidence=evidence,
+                        upstream=self.route.to,
+                        run_id=run_id,
+                        method=request.method,
+                        path=request.path,
+                        status=state.status,
+                        started_at=started_at,
+                        ended_at=_now(),
+                        request_bytes=state.sent.size,
+                        response_bytes=state.received.size,
+                        request_sha256=state.sent.hash.hexdigest(),
+                        response_sha256=(
+                            state.received.hash.hexdigest() if state.status is not None else None
+                        ),
+                        body=bytes(state.kept) if state.kept else None,
+                        content_type=state.content_type,
+                        content_encoding=state.content_encoding,
+                        error=state.error,
+                    )
+                )
+
+    async def _forward(
+        self, request: web.BaseRequest, run_id: str | None, state: _State
+    ) -> web.StreamResponse:
+        headers = _dropped(request.headers, _NOT_FORWARDED)
+        if run_id:
+            headers[config.RUN_ID_HEADER] = run_id
+        body: bytes | AsyncIterator[bytes] | None = None
+        length = request.content_length
+        if length is not None and length <= WHOLE_BODY_BYTES:
+            body = await request.read()
+            state.sent.update(body)
+        elif request.body_exists:
+            body = self._body(request, state.sent)
+        try:
+            upstream = await self._session.request(
+                request.method,
+                URL(self._prefix + request.raw_path, encoded=True),
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            state.error = f"the gateway cannot reach {self.route.to}: {_detail(err)}"
+            await self._drain(request, state.sent)
+            return self._failure(504 if isinstance(err, TimeoutError) else 502, state.error)
+        try:
+            state.status = upstream.status
+            state.content_type = upstream.headers.get("Content-Type")
+            state.content_encoding = upstream.headers.get("Content-Encoding")
+            headers = _dropped(upstream.headers, frozenset())
+            length = upstream.content_length
+            if length is not None and length <= WHOLE_BODY_BYTES and request.method != "HEAD":
+                return await self._whole(request, upstream, headers, state)
+            response = web.StreamResponse(
+                status=upstream.status, reason=upstream.reason, headers=headers
+            )
+            state.error = await self._stream(request, upstream, response, state)
+        finally:
+            if state.error is None:
+                upstream.release()
+            else:
+                upstream.close()
+        return response
+
+    async def _whole(
+        self,
+        request: web.BaseRequest,
+        upstream: aiohttp.ClientResponse,
+        headers: CIMultiDict[str],
+        state: _State,
+    ) -> web.StreamResponse:
+        """A small fixed-length response: read it, then answer it in one write."""
+        try:
+            body = await upstream.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            state.error = f"{self.route.to} broke off the response: {_detail(err)}"
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=502)
+        state.received.update(body)
+        if len(body) <= self.settings.usage_max_bytes and state.kept is not None:
+            state.kept.extend(body)
+        headers.popall("Content-Length", None)
+        response = web.Response(
+            status=upstream.status, reason=upstream.reason, headers=headers, body=body
+        )
+        state.error = None
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError as err:
+            state.error = f"the caller went away before the response: {_detail(err)}"
+        return response
+
+    async def _stream(
+        self,
+        request: web.BaseRequest,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        state: _State,
+    ) -> str | None:
+        """Copy the upstream body to the caller chunk by chunk; the error, if any."""
+        limit, received = self.settings.usage_max_bytes, state.received
+        try:
+            await response.prepare(request)
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except (aiohttp.ClientError, OSError, TimeoutError) as err:
+                    # Headers are out: cutting the connection is the only way to say
+                    # "incomplete" to the caller.
+                    if request.transport is not None:
+                        request.transport.close()
+                    return (
+                        f"{self.route.to} broke off the response after {received.size} bytes: "
+                        f"{_detail(err)}"
+                    )
+                if not chunk:
+                    break
+                received.update(chunk)
+                if state.kept is not None:
+                    if received.size <= limit:
+                        state.kept.extend(chunk)
+                    else:
+                        state.kept = None
+                await response.write(chunk)
+            await response.write_eof()
+        except ConnectionError as err:
+            return f"the caller went away after {received.size} response bytes: {_detail(err)}"
+        return None
+
+    async def _body(self, request: web.BaseRequest, meter: _Meter) -> AsyncIterator[bytes]:
+        async for chunk in request.content.iter_any():
+            meter.update(chunk)
+            yield chunk
+
+    async def _drain(self, request: web.BaseRequest, meter: _Meter) -> None:
+        """Read (and hash) what is left of the request body, so the record covers all of it."""
+        if not request.body_exists:
+            return
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout):
+                async for chunk in request.content.iter_any():
+                    meter.update(chunk)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return
+
+    def _failure(self, status: int, reason: str) -> web.Response:
+        payload = {
+            "error": "bad gateway" if status == 502 else "gateway timeout",
+            "reason": reason,
+            "upstream": self.route.to,
+            "url": self.route.upstream,
+        }
+        return web.Response(
+            status=status, text=json.dumps(payload), content_type="application/json"
+        )
+
+
+def _detail(err: BaseException) -> str:
+    if isinstance(err, TimeoutError):
+        return "timed out"
+    return str(err) or type(err).__name__

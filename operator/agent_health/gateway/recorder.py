@@ -1,0 +1,262 @@
+"""Turns what the proxy saw into ``exchange`` records and appends them to the right cell.
+
+The proxy never waits for the ledger: it takes a :class:`Ticket` when a call arrives and hands
+its :class:`Observation` back when the call is over; a background task per cell seals and
+appends the exchanges in batches. Whoever appends the controller's records (the engine
+in-process, or the controller through the admin listener) calls :meth:`Recorder.append`,
+which first waits for that cell's open tickets, so a cell always reads
+``cell-meta, exchange…, run-result, signal…, cell-end``.
+
+Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
+engine binds one per test), else the gateway's own cell (a cell pod), else the only open
+cell; failing all three it is counted as unrouted and logged, never written to a wrong cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agent_health.ledger import backends, chain, errors, records, usage
+
+log = logging.getLogger("agent_health.gateway")
+_PARSE_INLINE_BYTES = 64 * 1024  # larger bodies are parsed in a worker thread
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the proxy saw of one exchange (no token, no body beyond ``body``)."""
+
+    principal: str
+    evidence: str
+    upstream: str
+    run_id: str | None
+    method: str
+    path: str
+    status: int | None
+    started_at: datetime
+    ended_at: datetime
+    request_bytes: int
+    response_bytes: int
+    request_sha256: str
+    response_sha256: str | None
+    body: bytes | None = None  # the whole response body when small enough to parse usage
+    content_type: str | None = None
+    content_encoding: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Cell:
+    writer: chain.Writer
+    pending: list[Observation] = field(default_factory=list)
+    inflight: set[asyncio.Future[None]] = field(default_factory=set)
+    drain: asyncio.Task[None] | None = None
+    ended: bool = False
+
+
+class Ticket:
+    """An exchange in flight; :meth:`finish` hands it to the recorder exactly once."""
+
+    def __init__(self, recorder: Recorder, cell: str | None) -> None:
+        self.cell = cell
+        self._recorder = recorder
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def finish(self, observation: Observation) -> None:
+        if not self._done.done():
+            self._done.set_result(None)
+            self._recorder._finish(self, observation)
+
+
+class Recorder:
+    """Seals exchanges into per-cell chains on ``backend`` with ``key``."""
+
+    def __init__(
+        self, backend: backends.Backend, key: bytes, *, default_cell: str | None = None
+    ) -> None:
+        self.backend = backend
+        self.default_cell = default_cell
+        self._key = key
+        self._cells: dict[str, _Cell] = {}
+        self._bound: dict[str, str] = {}
+        self._unreached: dict[str, str] = {}
+        self.recorded = 0
+        self.unrouted = 0
+        self.failures: list[str] = []
+
+    @property
+    def cells(self) -> list[str]:
+        """The cells opened so far, in opening order."""
+        return list(self._cells)
+
+    async def open_cell(self, cell: str, meta: records.CellMeta) -> None:
+        """Open ``cell`` for appending: continue its stored chain, or start it with ``meta``."""
+        backends.check_cell(cell)
+        if cell in self._cells:
+            raise errors.ChainError(f"cell {cell} is already open in this gateway")
+        stored = chain.verify(await self.backend.read(cell), self._key, complete=False)
+        if not stored.ok:
+            raise errors.ChainError(
+                f"cell {cell}: the stored chain does not verify ({stored.problem}); "
+                "refusing to append to it"
+            )
+        sealer = chain.Sealer(
+            self._key, next_seq=stored.records, previous_mac=stored.last_mac, ended=stored.ended
+        )
+        state = _Cell(chain.Writer(self.backend, cell, self._key, sealer), ended=stored.ended)
+        if stored.records == 0:
+            await state.writer.append(meta)
+        self._cells[cell] = state
+
+    def bind(self, run_id: str, cell: str) -> None:
+        """Send exchanges that carry ``run_id`` to ``cell`` (an open cell)."""
+        if cell not in self._cells:
+            raise errors.ChainError(f"cell {cell} is not open; open_cell() it before bind()")
+        self._bound[run_id] = cell
+
+    def unbind(self, run_id: str) -> None:
+        self._bound.pop(run_id, None)
+        self._unreached.pop(run_id, None)
+
+    def unreached(self, run_id: str) -> str | None:
+        """Why the gateway could not reach the upstream for bound ``run_id``'s last exchange
+        (None if it could): lets an in-process caller tell a gateway 502 from an agent's."""
+        return self._unreached.get(run_id)
+
+    def start(self, run_id: str | None) -> Ticket:
+        """A ticket for an exchange that just arrived, routed to its cell now."""
+        cell = self._route(run_id)
+        ticket = Ticket(self, cell)
+        if cell is not None:
+            state = self._cells[cell]
+            state.inflight.add(ticket._done)
+            ticket._done.add_done_callback(state.inflight.discard)
+        return ticket
+
+    def _route(self, run_id: str | None) -> str | None:
+        if run_id is not None and run_id in self._bound:
+            return self._bound[run_id]
+        if self.default_cell is not None and self.default_cell in self._cells:
+            return self.default_cell
+        open_cells = [name for name, c in self._cells.items() if not c.ended]
+        return open_cells[0] if len(open_cells) == 1 else None
+
+    def _finish(self, ticket: Ticket, observation: Observation) -> None:
+        run_id = observation.run_id
+        if run_id is not None and run_id in self._bound:
+            if observation.status is None and observation.error is not None:
+                self._unreached[run_id] = observation.error
+            else:
+                self._unreached.pop(run_id, None)
+        if ticket.cell is None:
+            self.unrouted += 1
+            log.warning(
+                "exchange %s %s (run id %s) matches no open ledger cell; not recorded",
+                observation.method,
+                observation.path,
+                observation.run_id,
+            )
+            return
+        state = self._cells[ticket.cell]
+        state.pending.append(observation)
+        if state.drain is None or state.drain.done():
+            state.drain = asyncio.create_task(self._drain(ticket.cell, state))
+
+    async def _drain(self, cell: str, state: _Cell) -> None:
+        while state.pending:
+            batch, state.pending = state.pending, []
+            exchanges = [await exchange(o) for o in batch]
+            try:
+                await state.writer.append(*exchanges)
+            except errors.LedgerError as err:
+                self.failures.append(f"cell {cell}: {len(batch)} exchanges lost: {err}")
+                log.error("ledger cell %s: cannot append %d exchanges: %s", cell, len(batch), err)
+            else:
+                self.recorded += len(batch)
+
+    async def flush(self, cell: str, *, wait: float | None = None) -> None:
+        """Wait (at most ``wait`` seconds) for the cell's open exchanges, then append them."""
+        state = self._cells[cell]
+        if state.inflight:
+            _, late = await asyncio.wait(set(state.inflight), timeout=wait)
+            if late:
+                log.warning("cell %s: %d exchanges still open after %ss", cell, len(late), wait)
+        while state.drain is not None and not state.drain.done():
+            await asyncio.shield(state.drain)
+
+    async def append(
+        self, cell: str, *items: records.Record, wait: float | None = None
+    ) -> list[records.Record]:
+        """Append the controller's records to ``cell`` after every exchange recorded so far."""
+        if cell not in self._cells:
+            raise errors.ChainError(f"cell {cell} is not open in this gateway")
+        await self.flush(cell, wait=wait)
+        state = self._cells[cell]
+        sealed = await state.writer.append(*items)
+        state.ended = state.ended or any(r.kind == "cell-end" for r in sealed)
+        return sealed
+
+    def ended(self, cell: str) -> bool:
+        """Whether ``cell`` has its ``cell-end`` record."""
+        return self._cells[cell].ended
+
+    async def flush_all(self, *, wait: float | None = None) -> None:
+        """Flush every cell; in-flight exchanges get ``wait`` seconds."""
+        await asyncio.gather(*(self.flush(cell, wait=wait) for cell in self._cells))
+
+    async def close(self, *, wait: float | None = None) -> None:
+        """Flush every cell, then close the backend."""
+        await self.flush_all(wait=wait)
+        await self.backend.close()
+
+
+async def exchange(observation: Observation) -> records.Exchange:
+    """The ``exchange`` record of an observation, with token usage parsed from its body."""
+    o = observation
+    return records.Exchange(
+        principal=o.principal,
+        evidence=o.evidence,
+        upstream=o.upstream,
+        run_id=o.run_id,
+        method=o.method,
+        path=o.path,
+        status=o.status,
+        started_at=o.started_at,
+        ended_at=o.ended_at,
+        request_bytes=o.request_bytes,
+        response_bytes=o.response_bytes,
+        request_sha256=o.request_sha256,
+        response_sha256=o.response_sha256,
+        usage=await _usage(o),
+        error=o.error,
+    )
+
+
+async def _usage(o: Observation) -> usage.TokenUsage | None:
+    if not o.body or o.status is None or o.status >= 400:
+        return None
+    body = _decoded(o.body, o.content_encoding)
+    if body is None:
+        return None
+    if len(body) <= _PARSE_INLINE_BYTES:
+        return usage.parse(body, o.content_type)
+    return await asyncio.to_thread(usage.parse, body, o.content_type)
+
+
+def _decoded(body: bytes, encoding: str | None) -> bytes | None:
+    """The body without gzip/deflate; ``None`` for encodings the stdlib cannot undo."""
+    name = (encoding or "identity").strip().lower()
+    if name == "identity":
+        return body
+    if name not in ("gzip", "x-gzip", "deflate"):
+        return None
+    wbits = 31 if "gzip" in name else 15
+    try:
+        # Bounded output: a small compressed body must not inflate into gigabytes.
+        return zlib.decompressobj(wbits).decompress(body, 8 * len(body) + 1024 * 1024)
+    except zlib.error:
+        return None

@@ -1,0 +1,194 @@
+"""Start and stop every listener of a gateway: one per route, plus the admin listener.
+
+>>> import asyncio
+>>> async def demo() -> None:
+...     settings = config.build({"routes": [config.parse_route(
+...         "principal=controller,listen=127.0.0.1:0,upstream=http://127.0.0.1:9")]})
+...     async with Gateway(settings) as gateway:
+...         assert gateway.url("controller", "target").startswith("http://127.0.0.1:")
+>>> asyncio.run(demo())
+
+Shutdown is graceful: listeners stop accepting, exchanges in flight get ``grace`` seconds to
+finish (then are cut and recorded as such), and the ledger is flushed before the backend closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from agent_health.gateway import admin, config, errors, proxy, recorder
+from agent_health.ledger import backends, chain, records
+from agent_health.ledger import errors as ledger_errors
+
+log = logging.getLogger("agent_health.gateway")
+
+
+class Gateway:
+    """Every listener of one gateway, started and stopped together.
+
+    A recorder passed in stays open after :meth:`stop` (it is flushed; its owner closes it);
+    one made by :meth:`from_settings` is closed with the gateway.
+    """
+
+    def __init__(
+        self,
+        settings: config.Settings,
+        *,
+        tokens: config.Tokens | None = None,
+        record: recorder.Recorder | None = None,
+        owns_recorder: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.owns_recorder = owns_recorder
+        self.tokens = tokens or config.Tokens({})
+        self.recorder = record
+        self.stopping = False
+        self._runners: list[web.BaseRunner] = []
+        self._urls: dict[tuple[str, str], str] = {}
+        self._admin_url: str | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    async def from_settings(cls, settings: config.Settings) -> Gateway:
+        """Read the key and token files and open the ledger the settings name."""
+        tokens = await asyncio.to_thread(config.Tokens.load, settings.token_files)
+        record = None
+        if settings.ledger_url is not None:
+            try:
+                key = await asyncio.to_thread(chain.load_key, settings.key_file)
+                backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
+            except ledger_errors.LedgerError as err:
+                raise errors.GatewayConfigError(str(err)) from err
+            record = recorder.Recorder(backend, key, default_cell=settings.cell)
+        return cls(settings, tokens=tokens, record=record, owns_recorder=True)
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the gateway's own cell (if any), then every listener."""
+        s = self.settings
+        if self.recorder is not None and s.cell is not None:
+            meta = records.CellMeta(
+                test_id=s.test_id or s.cell,
+                repeat=s.repeat,
+                run_id=s.run_id or s.cell,
+                images=s.images,
+            )
+            try:
+                await self.recorder.open_cell(s.cell, meta)
+            except ledger_errors.LedgerError as err:
+                raise errors.RecordingError(f"cannot open ledger cell {s.cell}: {err}") from err
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
+            timeout=aiohttp.ClientTimeout(
+                total=s.total_timeout, connect=s.connect_timeout, sock_read=s.idle_timeout
+            ),
+            skip_auto_headers=proxy.SKIP_AUTO_HEADERS,  # forward exactly what the caller sent
+            auto_decompress=False,  # bytes pass through as the upstream sent them
+            cookie_jar=aiohttp.DummyCookieJar(),  # never carry one caller's cookies to another
+            trust_env=False,
+        )
+        try:
+            for route in s.routes:
+                handler = proxy.Proxy(route, s, self._session, self.tokens, self.recorder)
+                # No access log: the ledger is the record, and a log line per call costs
+                # as much as the proxying itself.
+                server = web.Server(handler, access_log=None)
+                url = await self._listen(server, route.host, route.port, route.listen)
+                self._urls[(route.principal, route.to)] = url
+            if s.admin is not None:
+                host, port = config.split_listen(s.admin)
+                app = admin.application(self)
+                self._admin_url = await self._listen(app, host, port, s.admin)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _listen(
+        self, handler: web.Server | web.Application, host: str, port: int, listen: str
+    ) -> str:
+        runner: web.BaseRunner
+        if isinstance(handler, web.Application):
+            runner = web.AppRunner(handler, shutdown_timeout=self.settings.grace, access_log=None)
+        else:
+            runner = web.ServerRunner(handler, shutdown_timeout=self.settings.grace)
+        await runner.setup()
+        self._runners.append(runner)
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as err:
+            raise errors.GatewayConfigError(
+                f"cannot listen on {listen}: {err.strerror or err}"
+            ) from err
+        bound: Any = runner.addresses[0]
+        return f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
+
+    def url(self, principal: str, to: str = "target") -> str:
+        """The base URL of the listener for calls from ``principal`` to ``to``."""
+        try:
+            return self._urls[(principal, to)]
+        except KeyError:
+            raise errors.GatewayConfigError(
+                f"no route from {principal} to {to}; routes: "
+                + ", ".join(f"{p}→{t}" for p, t in self._urls)
+            ) from None
+
+    @property
+    def listeners(self) -> dict[tuple[str, str], str]:
+        """``(principal, to)`` → base URL of every route's listener."""
+        return dict(self._urls)
+
+    @property
+    def admin_url(self) -> str | None:
+        return self._admin_url
+
+    async def stop(self) -> None:
+        """Stop accepting, let exchanges finish (``grace``), flush the ledger, close."""
+        self.stopping = True
+        runners, self._runners = self._runners, []
+        # Stop every listener first, so no new call starts while others drain.
+        for runner in runners:
+            for site in list(runner.sites):
+                await site.stop()
+        await asyncio.gather(*(runner.cleanup() for runner in runners))
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self.recorder is not None and self.owns_recorder:
+            await self.recorder.close(wait=self.settings.grace)
+        elif self.recorder is not None:
+            await self.recorder.flush_all(wait=self.settings.grace)
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the gateway is healthy, and what ``/healthz`` reports."""
+        failures = self.recorder.failures if self.recorder is not None else []
+        ok = not self.stopping and not failures
+        return ok, {
+            "ok": ok,
+            "stopping": self.stopping,
+            "routes": [{"principal": p, "to": t, "url": url} for (p, t), url in self._urls.items()],
+            "ledger": self.recorder.backend.url if self.recorder is not None else None,
+            "exchanges_recorded": self.recorder.recorded if self.recorder is not None else 0,
+            "exchanges_unrouted": self.recorder.unrouted if self.recorder is not None else 0,
+            "ledger_failures": failures[-10:],
+        }
+
+
+async def serve(settings: config.Settings, stop: asyncio.Event) -> None:
+    """Run a gateway until ``stop`` is set (SIGTERM), then shut it down gracefully."""
+    gateway = await Gateway.from_settings(settings)
+    async with gateway:
+        for (principal, to), url in gateway.listeners.items():
+            log.info("gateway: %s → %s listening on %s", principal, to, url)
+        await stop.wait()
+        log.info("gateway: stopping (grace %ss)", settings.grace)

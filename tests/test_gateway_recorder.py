@@ -1,0 +1,108 @@
+"""The recorder: which cell an exchange goes to, and exchanges before the controller's records."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from agent_health.gateway import recorder
+from agent_health.ledger import chain, errors, filestore, records
+from gateway_support import KEY
+
+
+def _seen(run_id: str | None, path: str = "/run", **fields: object) -> recorder.Observation:
+    now = datetime.now(UTC)
+    base: dict[str, object] = {
+        "principal": "controller",
+        "evidence": "none",
+        "upstream": "target",
+        "run_id": run_id,
+        "method": "POST",
+        "path": path,
+        "status": 200,
+        "started_at": now,
+        "ended_at": now,
+        "request_bytes": 0,
+        "response_bytes": 0,
+        "request_sha256": "0" * 64,
+        "response_sha256": "0" * 64,
+    }
+    return recorder.Observation(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def _meta(name: str) -> records.CellMeta:
+    return records.CellMeta(test_id=name, repeat=0, run_id=name)
+
+
+async def _kinds(backend: filestore.FileBackend, cell: str) -> list[str]:
+    return [json.loads(line)["kind"] for line in await backend.read(cell)]
+
+
+async def test_exchanges_go_to_the_cell_bound_to_their_run_id(tmp_path: Path) -> None:
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY)
+    for name in ("a", "b"):
+        await rec.open_cell(name, _meta(name))
+        rec.bind(f"run-{name}", name)
+    rec.start("run-b").finish(_seen("run-b", "/b"))
+    rec.start("run-a").finish(_seen("run-a", "/a"))
+    rec.start("other").finish(_seen("other"))  # two cells open: no guessing
+    await rec.flush_all()
+    assert await _kinds(backend, "a") == ["cell-meta", "exchange"]
+    assert json.loads((await backend.read("b"))[1])["path"] == "/b"
+    assert (rec.recorded, rec.unrouted) == (2, 1)
+
+
+async def test_with_one_open_cell_an_unbound_exchange_goes_to_it(tmp_path: Path) -> None:
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY)
+    await rec.open_cell("only", _meta("only"))
+    rec.start(None).finish(_seen(None))
+    await rec.append("only", records.CellEnd(status="passed"))
+    rec.start(None).finish(_seen(None))  # the cell has ended: counted, not written
+    await rec.close()
+    assert await _kinds(backend, "only") == ["cell-meta", "exchange", "cell-end"]
+    assert rec.unrouted == 1
+
+
+async def test_append_waits_for_the_cells_exchanges_in_flight(tmp_path: Path) -> None:
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY, default_cell="c")
+    await rec.open_cell("c", _meta("c"))
+    ticket = rec.start("run")
+    ending = asyncio.ensure_future(rec.append("c", records.CellEnd(status="passed")))
+    await asyncio.sleep(0)
+    assert not ending.done()  # the exchange has not finished yet
+    ticket.finish(_seen("run"))
+    await ending
+    lines = await backend.read("c")
+    assert [json.loads(line)["kind"] for line in lines] == ["cell-meta", "exchange", "cell-end"]
+    assert chain.verify(lines, KEY).ok
+
+
+async def test_open_refuses_a_tampered_cell_and_a_second_open(tmp_path: Path) -> None:
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY)
+    await rec.open_cell("c", _meta("c"))
+    with pytest.raises(errors.ChainError, match="already open"):
+        await rec.open_cell("c", _meta("c"))
+    (tmp_path / "c.jsonl").write_text((tmp_path / "c.jsonl").read_text().replace('"c"', '"d"'))
+    with pytest.raises(errors.ChainError, match="does not verify"):
+        await recorder.Recorder(backend, KEY).open_cell("c", _meta("c"))
+
+
+async def test_usage_is_read_from_plain_and_gzip_bodies_but_not_from_errors() -> None:
+    body = b'{"usage": {"input_tokens": 4, "output_tokens": 2}}'
+    plain = await recorder.exchange(_seen("r", body=body, content_type="application/json"))
+    packed = await recorder.exchange(_seen("r", body=gzip.compress(body), content_encoding="gzip"))
+    failed = await recorder.exchange(_seen("r", body=body, status=500))
+    assert plain.usage is not None
+    assert (plain.usage.input_tokens, plain.usage.output_tokens) == (4, 2)
+    assert packed.usage == plain.usage
+    assert failed.usage is None
+    unknown = await recorder.exchange(_seen("r", body=body, content_encoding="br"))
+    assert unknown.usage is None
