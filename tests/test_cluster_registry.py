@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agent_health.cluster import errors, registry
+from agent_health.cluster import errors, pullsecrets, registry
 from aiohttp import web
 
 INDEX = json.dumps(
@@ -315,21 +315,21 @@ def test_credentials_read_dockerconfigjson_by_registry_host() -> None:
         "ghcr": _dockerconfig("ghcr.io", username="bot", password="tok"),
         "later": _dockerconfig("ghcr.io", username="other", password="x"),
     }
-    found = registry.credentials(secrets)
-    assert found["docker.io"] == registry.Credential("me", "p:w", "hub")
-    assert found["ghcr.io"] == registry.Credential("bot", "tok", "ghcr")
+    found = pullsecrets.credentials(secrets)
+    assert found["docker.io"] == pullsecrets.Credential("me", "p:w", "hub")
+    assert found["ghcr.io"] == pullsecrets.Credential("bot", "tok", "ghcr")
     assert "tok" not in repr(found["ghcr.io"])
 
 
 def test_legacy_dockercfg_is_read_too() -> None:
     legacy = base64.b64encode(json.dumps({"quay.io": {"auth": _basic("q", "w")}}).encode())
-    found = registry.credentials({"old": {".dockercfg": legacy.decode()}})
+    found = pullsecrets.credentials({"old": {".dockercfg": legacy.decode()}})
     assert found["quay.io"].username == "q"
 
 
 def test_a_malformed_pull_secret_is_permanent_and_named() -> None:
     with pytest.raises(errors.PermanentRegistryError, match="imagePullSecret 'bad'"):
-        registry.credentials({"bad": {".dockerconfigjson": "not base64!"}})
+        pullsecrets.credentials({"bad": {".dockerconfigjson": "not base64!"}})
 
 
 def test_challenges_are_parsed_with_quoted_and_bare_values() -> None:

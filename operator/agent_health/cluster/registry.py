@@ -11,7 +11,8 @@ Authentication follows the distribution spec's challenge flow: a ``401`` names a
 the credentials go straight to the registry. Credentials come from the *content* of
 ``kubernetes.io/dockerconfigjson`` Secrets, read by the caller and passed in here.
 
->>> async with Resolver(credentials=credentials({"regcred": secret.data})) as resolver:
+>>> keys = pullsecrets.credentials({"regcred": secret.data})
+>>> async with Resolver(credentials=keys) as resolver:
 ...     digests = await resolver.resolve_all(["ghcr.io/acme/agent:1.2", "nginx"])
 """
 
@@ -19,22 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import dataclasses
 import hashlib
-import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
-from typing import Any
 
 import httpx
 
-from agent_health.cluster import errors, meta
+from agent_health.cluster import errors, meta, pullsecrets
 
-DOCKER_HUB = "docker.io"
-DOCKER_HUB_API = "registry-1.docker.io"
-_DOCKER_HUB_ALIASES = frozenset({DOCKER_HUB, "index.docker.io", DOCKER_HUB_API})
+DOCKER_HUB = pullsecrets.DOCKER_HUB
+DOCKER_HUB_API = pullsecrets.DOCKER_HUB_API
 ACCEPT = ", ".join(
     (
         "application/vnd.oci.image.index.v1+json",
@@ -94,7 +91,7 @@ def parse(image: str) -> Reference:
         registry, repository = first, remainder
     else:
         registry, repository = DOCKER_HUB, rest
-    if registry in _DOCKER_HUB_ALIASES:
+    if registry in pullsecrets.DOCKER_HUB_ALIASES:
         registry = DOCKER_HUB
         if "/" not in repository:
             repository = f"library/{repository}"
@@ -110,72 +107,6 @@ def pin(image: str, digest: str) -> str:
     if not DIGEST.match(digest):
         raise ValueError(f"image {image}: {digest!r} is not a sha256 digest")
     return parse(image).pinned(digest)
-
-
-@dataclasses.dataclass(frozen=True)
-class Credential:
-    """Registry credentials and the pull secret they came from (named in error messages)."""
-
-    username: str
-    password: str = dataclasses.field(repr=False)
-    secret: str = ""
-
-
-def registry_host(key: str) -> str:
-    """A docker config ``auths`` key (``https://index.docker.io/v1/``, ``ghcr.io``) → registry."""
-    host = re.sub(r"^[a-z]+://", "", key.strip()).split("/", 1)[0]
-    return DOCKER_HUB if host in _DOCKER_HUB_ALIASES else host
-
-
-def credentials(pull_secrets: Mapping[str, Mapping[str, str]]) -> dict[str, Credential]:
-    """Registry → credential from pull Secrets: secret name → the Secret's ``data`` (base64).
-
-    Reads ``.dockerconfigjson`` (``{"auths": {...}}``) and the legacy ``.dockercfg``; an entry
-    carries ``auth`` (base64 ``user:password``) or ``username``/``password``. When several
-    secrets name one registry, the first wins.
-    """
-    found: dict[str, Credential] = {}
-    for secret, data in pull_secrets.items():
-        for auths in _auths(secret, data):
-            for key, entry in auths.items():
-                credential = _credential(secret, key, entry)
-                if credential is not None:
-                    found.setdefault(registry_host(key), credential)
-    return found
-
-
-def _auths(secret: str, data: Mapping[str, str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for field, nested in ((".dockerconfigjson", True), (".dockercfg", False)):
-        if field not in data:
-            continue
-        try:
-            document = json.loads(base64.b64decode(data[field], validate=True))
-        except (binascii.Error, ValueError) as err:
-            raise errors.PermanentRegistryError(
-                f"imagePullSecret {secret!r}: {field} is not base64-encoded JSON; recreate it "
-                "with `kubectl create secret docker-registry`"
-            ) from err
-        auths = document.get("auths", {}) if nested and isinstance(document, dict) else document
-        if isinstance(auths, dict):
-            out.append(auths)
-    return out
-
-
-def _credential(secret: str, key: str, entry: Any) -> Credential | None:
-    if not isinstance(entry, dict):
-        return None
-    if entry.get("auth"):
-        try:
-            username, sep, password = base64.b64decode(entry["auth"]).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError) as err:
-            raise errors.PermanentRegistryError(
-                f"imagePullSecret {secret!r}: the auth of {key!r} is not base64 'user:password'"
-            ) from err
-        return Credential(username, password, secret) if sep else None
-    if entry.get("username") and entry.get("password") is not None:
-        return Credential(str(entry["username"]), str(entry["password"]), secret)
-    return None
 
 
 @dataclasses.dataclass
@@ -197,7 +128,7 @@ class Resolver:
     def __init__(
         self,
         *,
-        credentials: Mapping[str, Credential] | None = None,
+        credentials: Mapping[str, pullsecrets.Credential] | None = None,
         insecure: Collection[str] = (),
         timeout: float = 10.0,
         concurrency: int = 8,
@@ -403,7 +334,7 @@ async def resolve_all(
     concurrency: int = 8,
 ) -> dict[str, str]:
     """Resolve ``images`` with credentials from ``pull_secrets`` (name → Secret ``data``)."""
-    keys = credentials(pull_secrets or {})
+    keys = pullsecrets.credentials(pull_secrets or {})
     async with Resolver(
         credentials=keys, insecure=insecure, timeout=timeout, concurrency=concurrency
     ) as resolver:
