@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
@@ -343,3 +344,42 @@ def test_challenges_are_parsed_with_quoted_and_bare_values() -> None:
         "service": "registry.docker.io",
         "scope": "repository:library/nginx:pull,push",
     }
+
+
+async def test_resolve_all_is_concurrent_but_never_beyond_its_bound() -> None:
+    limit, images = 2, 5
+    in_flight, peak, arrived = 0, 0, 0
+    changed = asyncio.Condition()
+    fake = FakeRegistry({(f"acme/a{i}", "1"): INDEX for i in range(images)})
+
+    async def gated(request: web.Request) -> web.Response:
+        # Hold each request until `limit` are in flight (or every image has arrived):
+        # a resolver asking one at a time would stall here, one asking all at once
+        # would push the peak past the limit.
+        nonlocal in_flight, peak, arrived
+        async with changed:
+            in_flight, arrived = in_flight + 1, arrived + 1
+            peak = max(peak, in_flight)
+            changed.notify_all()
+            await asyncio.wait_for(
+                changed.wait_for(lambda: in_flight >= limit or arrived == images), timeout=30
+            )
+        try:
+            return await fake.manifest(request)
+        finally:
+            async with changed:
+                in_flight -= 1
+
+    app = web.Application()
+    app.router.add_get(r"/v2/{name:.+}/manifests/{ref}", gated, allow_head=True)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host = f"127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        wanted = [f"{host}/acme/a{i}:1" for i in range(images)]
+        found = await _resolve(host, wanted, concurrency=limit)
+    finally:
+        await runner.cleanup()
+    assert set(found.values()) == {INDEX_DIGEST}
+    assert peak == limit

@@ -67,6 +67,8 @@ def cell_pod(
     The caller also creates :func:`.cellsecrets.token_secret` for this cell and
     :func:`.cellsecrets.ledger_key_secret` for the run. A target with the ``subprocess``
     connector cannot run in a cell (it would have to share the controller's container).
+    The judge listener exists only when the operator serves a judge, the RunSpec names one
+    and the run does not skip judging; otherwise ``judge()`` in the cell is skipped.
     """
     namespace, run_name, _ = manifests.identity(run)
     target = spec.spec.target
@@ -163,6 +165,8 @@ def cell_pod(
         "env": env,
         "volumeMounts": [scratch[CONTROLLER], own_token(CONTROLLER), *suite_mounts],
         "resources": manifests.resources(settings.controller_resources),
+        # A crash before the cell could record anything still leaves its reason on the pod.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": manifests.container_security_context(settings),
     }
 
