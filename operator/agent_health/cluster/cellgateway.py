@@ -1,0 +1,168 @@
+"""A cell's gateway sidecar: its listeners, its command line, its container.
+
+Every exchange of a cell goes through one of the gateway's loopback listeners:
+
+=====================  ==================  ==========================================
+caller → callee        listener            who is recorded
+=====================  ==================  ==========================================
+controller → target    ``agent`` port      controller (its token), else target
+controller → judge     ``judge`` port      controller; the judge service checks it too
+target → peer NAME     one port per peer   target, unless a valid token says otherwise
+peer NAME → target     one port per peer   peer:NAME (its token), else target
+=====================  ==================  ==========================================
+
+The gateway alone mounts the ledger key, every token (to verify callers), the ledger
+credentials and — when the operator names a ServiceAccount for it — that account's token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent_health.cluster import cellsecrets, manifests, runspec
+
+NAME = "gateway"
+TOKENS_DIR = "/var/run/agent-health/tokens"
+LEDGER_KEY_DIR = "/var/run/agent-health/ledger-key"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_VOLUME = "gateway-sa"
+HEALTH_PATH = "/healthz"
+FIRST_PORT = 15000
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One gateway listener on 127.0.0.1: calls arriving there go to ``upstream``."""
+
+    principal: str
+    listen: int
+    upstream: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Ports:
+    """The gateway's ports, chosen from 15000 up, skipping every port the RunSpec uses."""
+
+    health: int
+    agent: int
+    judge: int
+    peers: Mapping[str, int]
+    """Peer name → the listener the target calls to reach that peer."""
+    peer_target: Mapping[str, int]
+    """Peer name → the listener that peer calls to reach the target."""
+
+
+def ports(spec: runspec.RunSpec) -> Ports:
+    """Deterministic listener ports for ``spec`` (every cell of a RunSpec gets the same)."""
+    taken = {spec.spec.target.port, *(p.port for p in spec.spec.peers)}
+    free = (p for p in itertools.count(FIRST_PORT) if p not in taken)
+    health, agent, judge = next(free), next(free), next(free)
+    peers = {p.name: next(free) for p in spec.spec.peers}
+    return Ports(health, agent, judge, peers, {p.name: next(free) for p in spec.spec.peers})
+
+
+def gateway_args(
+    *,
+    routes: Sequence[Route],
+    tokens: Mapping[str, str],
+    ledger: str,
+    cell: str,
+    key_file: str,
+    health: int,
+) -> list[str]:
+    """The gateway's command line — the one place its flag shapes live.
+
+    ``tokens`` maps a principal to the file holding its token.
+    """
+    args = ["gateway"]
+    for route in routes:
+        listener = f"listen=127.0.0.1:{route.listen},upstream={route.upstream}"
+        args += ["--route", f"principal={route.principal},{listener}"]
+    args += ["--ledger", ledger, "--cell", cell, "--key-file", key_file]
+    for principal, path in tokens.items():
+        args += ["--token", f"principal={principal},file={path}"]
+    # The kubelet probes the pod IP, so the health endpoint alone listens beyond loopback.
+    return [*args, "--health", f"0.0.0.0:{health}"]
+
+
+def container(
+    *,
+    cell: str,
+    routes: Sequence[Route],
+    token_volumes: Mapping[str, dict[str, Any]],
+    ledger: str,
+    health: int,
+    scratch: dict[str, Any],
+    settings: manifests.Settings,
+) -> dict[str, Any]:
+    """The gateway's native-sidecar container (its volumes come from :func:`volumes`)."""
+    mounts = [scratch, {"name": "ledger-key", "mountPath": LEDGER_KEY_DIR, "readOnly": True}]
+    token_files = {}
+    for principal, volume in token_volumes.items():
+        directory = f"{TOKENS_DIR}/{cellsecrets.secret_key(principal)}"
+        mounts.append({"name": volume["name"], "mountPath": directory, "readOnly": True})
+        token_files[principal] = f"{directory}/{cellsecrets.TOKEN_FILE}"
+    if settings.gateway_service_account is not None:
+        mounts.append(
+            {"name": SERVICE_ACCOUNT_VOLUME, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
+        )
+    args = gateway_args(
+        routes=routes,
+        tokens=token_files,
+        ledger=ledger,
+        cell=cell,
+        key_file=f"{LEDGER_KEY_DIR}/{cellsecrets.LEDGER_KEY}",
+        health=health,
+    )
+
+    def probe(period: int, **more: int) -> dict[str, Any]:
+        return {"httpGet": {"path": HEALTH_PATH, "port": health}, "periodSeconds": period, **more}
+
+    body: dict[str, Any] = {
+        "name": NAME,
+        "image": settings.gateway_image,
+        "command": list(manifests.COMMAND),
+        "args": args,
+        "env": manifests.python_env(),
+        "restartPolicy": "Always",
+        "startupProbe": probe(1, failureThreshold=settings.startup_seconds),
+        "readinessProbe": probe(5),
+        "volumeMounts": mounts,
+        "resources": manifests.resources(settings.gateway_resources),
+        "securityContext": manifests.container_security_context(settings),
+    }
+    if settings.ledger_credentials_secret is not None:
+        body["envFrom"] = [{"secretRef": {"name": settings.ledger_credentials_secret}}]
+    return body
+
+
+def volumes(run_name: str, settings: manifests.Settings) -> list[dict[str, Any]]:
+    """The volumes only the gateway mounts: the ledger key and its service-account token."""
+    found = [cellsecrets.ledger_key_volume(run_name)]
+    if settings.gateway_service_account is not None:
+        found.append(_service_account_volume())
+    return found
+
+
+def _service_account_volume() -> dict[str, Any]:
+    """What automounting would give every container, projected for the gateway alone."""
+    namespace = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+    return {
+        "name": SERVICE_ACCOUNT_VOLUME,
+        "projected": {
+            "defaultMode": cellsecrets.MODE,
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
+                {"downwardAPI": {"items": [namespace]}},
+            ],
+        },
+    }

@@ -1,0 +1,270 @@
+"""A cell: one (test, repeat) as one Pod — the controller, and the gateway, target and peers.
+
+``controller`` is the main container (``agent-health cell``); ``gateway``, ``target`` and
+each peer are native sidecars (init containers with ``restartPolicy: Always``), so the pod
+completes when the controller exits. The gateway starts first and must pass its startup
+probe before the target starts; the target and each peer must accept TCP on their port
+(on the pod IP, as the kubelet probes it there) before the next container starts.
+
+Secrets are mounted per container (see :mod:`.cellgateway` for who is recorded how): the
+ledger key and ledger credentials only into the gateway; each principal's token only into
+its own container and the gateway. The target gets no token and no service-account token,
+and reaches its peers only through the gateway, whose listeners replace the peers' URLs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agent_health.cluster import (
+    cellgateway,
+    cellsecrets,
+    errors,
+    evaluationrun,
+    manifests,
+    runspec,
+    sandbox,
+)
+
+CONTROLLER = cellsecrets.CONTROLLER
+TARGET = "target"
+OWN_TOKEN_DIR = "/var/run/agent-health/token"
+
+
+def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
+    """The controller's command line: run one test body."""
+    return ["cell", "--test", test_id, "--repeat", str(repeat), "--suite", suite_dir]
+
+
+def own_token_env() -> dict[str, str]:
+    """Where a principal's container finds its own token."""
+    return {"name": "AGENT_HEALTH_TOKEN_FILE", "value": f"{OWN_TOKEN_DIR}/{cellsecrets.TOKEN_FILE}"}
+
+
+def peer_container_name(peer: str) -> str:
+    """``peer-<name>``, shortened with a hash when the peer's name is long."""
+    return manifests.fit(f"peer-{peer}", manifests.DNS_LABEL_MAX)
+
+
+def peer_url_env(peer: str) -> str:
+    """The variable giving the target a peer's URL: ``AGENT_HEALTH_PEER_<NAME>_URL``."""
+    return f"AGENT_HEALTH_PEER_{peer.upper().replace('-', '_')}_URL"
+
+
+def cell_pod(
+    run: evaluationrun.EvaluationRun,
+    spec: runspec.RunSpec,
+    *,
+    test_id: str,
+    repeat: int,
+    digests: Mapping[str, str],
+    settings: manifests.Settings,
+) -> dict[str, Any]:
+    """The Pod of one (test, repeat) of ``run``; ``digests`` maps each RunSpec image to its digest.
+
+    The caller also creates :func:`.cellsecrets.token_secret` for this cell and
+    :func:`.cellsecrets.ledger_key_secret` for the run. A target with the ``subprocess``
+    connector cannot run in a cell (it would have to share the controller's container).
+    The judge listener exists only when the operator serves a judge, the RunSpec names one
+    and the run does not skip judging; otherwise ``judge()`` in the cell is skipped.
+    """
+    namespace, run_name, _ = manifests.identity(run)
+    target = spec.spec.target
+    if target.port is None:
+        raise errors.SpecError(
+            f"RunSpec {spec.metadata.get('name', '?')}: target.connector subprocess cannot run "
+            "in a cluster cell; serve the agent over HTTP (rest, agui or openai) with a port"
+        )
+    cell = manifests.cell_name(run_name, test_id, repeat)
+    plan = cellgateway.ports(spec)
+    controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
+    judged = settings.judge is not None and spec.spec.judge is not None and not run.spec.skip_judge
+    target_url = f"http://127.0.0.1:{target.port}"
+
+    routes = [cellgateway.Route(CONTROLLER, plan.agent, target_url)]
+    if judged and settings.judge is not None:
+        routes.append(cellgateway.Route(CONTROLLER, plan.judge, settings.judge.url))
+    for peer in spec.spec.peers:
+        peer_url = f"http://127.0.0.1:{peer.port}"
+        routes.append(cellgateway.Route(TARGET, plan.peers[peer.name], peer_url))
+        routes.append(
+            cellgateway.Route(f"peer:{peer.name}", plan.peer_target[peer.name], target_url)
+        )
+
+    tokens = {p: cellsecrets.token_volume(p, cell) for p in cellsecrets.principals(spec)}
+    volumes += [*tokens.values(), *cellgateway.volumes(run_name, settings)]
+    scratch: dict[str, dict[str, Any]] = {}
+    peers = [peer_container_name(p.name) for p in spec.spec.peers]
+    for name in [cellgateway.NAME, TARGET, *peers, CONTROLLER]:
+        volume, scratch[name] = manifests.scratch_volume(name, settings)
+        volumes.append(volume)
+
+    def own_token(principal: str) -> dict[str, Any]:
+        return {"name": tokens[principal]["name"], "mountPath": OWN_TOKEN_DIR, "readOnly": True}
+
+    sidecars = [
+        cellgateway.container(
+            cell=cell,
+            routes=routes,
+            token_volumes=tokens,
+            ledger=_ledger_url(spec, settings),
+            health=plan.health,
+            scratch=scratch[cellgateway.NAME],
+            settings=settings,
+        ),
+        _sidecar(
+            TARGET,
+            manifests.pinned(target.image, digests),
+            env=_target_env(spec, plan),
+            mounts=[scratch[TARGET]],
+            resources=target.resources,
+            port=target.port,
+            settings=settings,
+        ),
+    ]
+    for peer, container_name in zip(spec.spec.peers, peers, strict=True):
+        to_target = f"http://127.0.0.1:{plan.peer_target[peer.name]}"
+        sidecars.append(
+            _sidecar(
+                container_name,
+                manifests.pinned(peer.image, digests),
+                env=[
+                    *(m.wire() for m in peer.env),
+                    own_token_env(),
+                    {"name": "AGENT_HEALTH_TARGET_URL", "value": to_target},
+                ],
+                mounts=[scratch[container_name], own_token(f"peer:{peer.name}")],
+                resources=peer.resources,
+                port=peer.port,
+                settings=settings,
+            )
+        )
+
+    timeout = run.spec.timeout_seconds or spec.spec.timeout_seconds
+    agent_url = f"{target.connector}+http://127.0.0.1:{plan.agent}{target.path}"
+    env = [
+        *manifests.python_env(),
+        {"name": "AGENT_HEALTH_AGENT_URL", "value": agent_url},
+        own_token_env(),
+        {"name": "AGENT_HEALTH_RUN_ID", "value": cell},
+        {"name": "AGENT_HEALTH_CELL", "value": cell},
+        {"name": "AGENT_HEALTH_EVALUATION_RUN", "value": run_name},
+        {"name": "AGENT_HEALTH_TIMEOUT", "value": str(timeout)},
+    ]
+    if judged:
+        env.append({"name": "AGENT_HEALTH_JUDGE_URL", "value": f"http://127.0.0.1:{plan.judge}"})
+    if run.spec.skip_judge:
+        env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
+    controller = {
+        "name": CONTROLLER,
+        "image": controller_image,
+        "command": list(manifests.COMMAND),
+        "args": cell_args(test_id, repeat, spec.spec.suite.path),
+        "env": env,
+        "volumeMounts": [scratch[CONTROLLER], own_token(CONTROLLER), *suite_mounts],
+        "resources": manifests.resources(settings.controller_resources),
+        # A crash before the cell could record anything still leaves its reason on the pod.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": manifests.container_security_context(settings),
+    }
+
+    pod_spec = manifests.pod_spec_base(settings)
+    if settings.gateway_service_account is not None:
+        pod_spec["serviceAccountName"] = settings.gateway_service_account
+    pod_spec |= {
+        "activeDeadlineSeconds": timeout + settings.startup_seconds,
+        "terminationGracePeriodSeconds": 15,
+        "initContainers": sidecars,
+        "containers": [controller],
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": cell,
+            "namespace": namespace,
+            "labels": manifests.cell_labels(run, test_id, repeat),
+            "annotations": {
+                manifests.ANNOTATION_TEST_ID: test_id,
+                manifests.ANNOTATION_RUNSPEC: run.spec.run_spec_ref.name,
+            },
+            "ownerReferences": [manifests.owner_reference(run)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def cell(
+    run: evaluationrun.EvaluationRun,
+    spec: runspec.RunSpec,
+    *,
+    test_id: str,
+    repeat: int,
+    digests: Mapping[str, str],
+    settings: manifests.Settings,
+) -> dict[str, Any]:
+    """The object to create for one cell: the Pod, or a Sandbox around it (``agentSandbox``)."""
+    pod = cell_pod(run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings)
+    isolation = spec.spec.isolation
+    if isolation.mode == "agentSandbox":
+        return sandbox.sandbox(pod, runtime_class_name=isolation.runtime_class_name)
+    return pod
+
+
+def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
+    if spec.spec.ledger is not None:
+        return spec.spec.ledger.url
+    if settings.ledger_url is not None:
+        return settings.ledger_url
+    raise errors.SpecError(
+        f"RunSpec {spec.metadata.get('name', '?')}: spec.ledger.url is unset and the operator "
+        "has no default ledger; set spec.ledger.url"
+    )
+
+
+def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:
+    """The target's env, every literal URL of a peer pointed at that peer's listener."""
+    out = []
+    for var in (m.wire() for m in spec.spec.target.env):
+        value = var.get("value")
+        if isinstance(value, str):
+            for peer in spec.spec.peers:
+                hosts = "|".join(map(re.escape, ("127.0.0.1", "localhost", peer.name)))
+                pattern = rf"://(?:{hosts}):{peer.port}(?![0-9])"
+                value = re.sub(pattern, f"://127.0.0.1:{plan.peers[peer.name]}", value)
+            var = {**var, "value": value}
+        out.append(var)
+    return out + [
+        {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}"}
+        for p in spec.spec.peers
+    ]
+
+
+def _sidecar(
+    name: str,
+    image: str,
+    *,
+    env: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    resources: Mapping[str, Any],
+    port: int,
+    settings: manifests.Settings,
+) -> dict[str, Any]:
+    """A native sidecar that must accept TCP on ``port`` before the next container starts."""
+    return {
+        "name": name,
+        "image": image,
+        "env": env,
+        "restartPolicy": "Always",
+        "startupProbe": {
+            "tcpSocket": {"port": port},
+            "periodSeconds": 1,
+            "failureThreshold": settings.startup_seconds,
+        },
+        "volumeMounts": mounts,
+        "resources": manifests.resources(resources),
+        "securityContext": manifests.container_security_context(settings),
+    }

@@ -1,0 +1,97 @@
+"""The Secrets a cell mounts: per-cell principal tokens and the run's ledger key.
+
+A trusted principal (the controller, each peer) proves who it is to the gateway with a
+token only its own container has mounted; the ledger key, which seals the ledger's HMAC
+chain, is mounted only into the gateway. Each Secret is immutable and owned by the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent_health.cluster import evaluationrun, manifests, runspec
+
+CONTROLLER = "controller"
+LEDGER_KEY = "key"
+TOKEN_FILE = "token"
+MODE = 0o440  # group-readable: the pod's fsGroup is the group that may read it
+
+
+def token_secret_name(cell: str) -> str:
+    """The per-cell Secret holding one token per trusted principal."""
+    return f"{cell}-tokens"
+
+
+def ledger_key_secret_name(run_name: str) -> str:
+    """The per-run Secret holding the ledger HMAC key."""
+    return f"{manifests.fit(run_name, manifests.DNS_LABEL_MAX - 11)}-ledger-key"
+
+
+def principals(spec: runspec.RunSpec) -> list[str]:
+    """The principals that present tokens: the controller and each peer (``peer:NAME``)."""
+    return [CONTROLLER, *(f"peer:{p.name}" for p in spec.spec.peers)]
+
+
+def secret_key(principal: str) -> str:
+    """A principal's key in the token Secret (``peer:logs`` → ``peer-logs``)."""
+    return principal.replace(":", "-")
+
+
+def token_secret(
+    run: evaluationrun.EvaluationRun,
+    spec: runspec.RunSpec,
+    *,
+    test_id: str,
+    repeat: int,
+    tokens: Mapping[str, str],
+) -> dict[str, Any]:
+    """The cell's token Secret; ``tokens`` maps each of :func:`principals` to a fresh secret."""
+    if set(tokens) != set(principals(spec)):
+        raise ValueError(f"tokens must cover exactly {principals(spec)}, got {sorted(tokens)}")
+    namespace, name, _ = manifests.identity(run)
+    cell = manifests.cell_name(name, test_id, repeat)
+    return manifests.secret(
+        token_secret_name(cell),
+        namespace,
+        manifests.owner_reference(run),
+        manifests.cell_labels(run, test_id, repeat),
+        {secret_key(p): t.encode() for p, t in tokens.items()},
+    )
+
+
+def ledger_key_secret(run: evaluationrun.EvaluationRun, key: bytes) -> dict[str, Any]:
+    """The run's ledger key Secret (at least 32 random bytes from the caller)."""
+    namespace, name, _ = manifests.identity(run)
+    return manifests.secret(
+        ledger_key_secret_name(name),
+        namespace,
+        manifests.owner_reference(run),
+        manifests.run_labels(run, "ledger-key"),
+        {LEDGER_KEY: key},
+    )
+
+
+def token_volume(principal: str, cell: str) -> dict[str, Any]:
+    """A volume with ``principal``'s token alone, as the file ``token``."""
+    key = secret_key(principal)
+    return {
+        "name": manifests.fit(f"token-{key}", manifests.DNS_LABEL_MAX),
+        "secret": {
+            "secretName": token_secret_name(cell),
+            "items": [{"key": key, "path": TOKEN_FILE}],
+            "defaultMode": MODE,
+        },
+    }
+
+
+def ledger_key_volume(run_name: str) -> dict[str, Any]:
+    """A volume with the run's ledger key as the file ``key``."""
+    return {
+        "name": "ledger-key",
+        "secret": {
+            "secretName": ledger_key_secret_name(run_name),
+            "items": [{"key": LEDGER_KEY, "path": LEDGER_KEY}],
+            "defaultMode": MODE,
+        },
+    }
