@@ -3,8 +3,10 @@
 ::
 
     ClusterError
-     ├── SpecError      a RunSpec or EvaluationRun body fails its model (the user's object is wrong)
-     └── SchemaError    a model cannot become a structural CRD schema (a bug in the models)
+     ├── SpecError          a RunSpec or EvaluationRun body fails its model (the user's fault)
+     ├── SchemaError        a model cannot become a structural CRD schema (a bug in the models)
+     ├── LedgerUnavailable  a cell's ledger cannot be read now (the store failed); grade it later
+     └── PhaseError         an EvaluationRun phase change the lifecycle does not allow (a bug)
 """
 
 
@@ -18,3 +20,11 @@ class SpecError(ClusterError, ValueError):
 
 class SchemaError(ClusterError):
     """A pydantic schema node has no structural Kubernetes equivalent."""
+
+
+class LedgerUnavailable(ClusterError):
+    """Reading a cell's ledger failed for a reason that may heal (retry, never grade it)."""
+
+
+class PhaseError(ClusterError):
+    """A run was asked to move between phases in a way its lifecycle forbids."""
