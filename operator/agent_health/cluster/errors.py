@@ -6,7 +6,8 @@
      ├── SpecError          a RunSpec or EvaluationRun body fails its model (the user's fault)
      ├── SchemaError        a model cannot become a structural CRD schema (a bug in the models)
      ├── LedgerUnavailable  a cell's ledger cannot be read now (the store failed); grade it later
-     └── PhaseError         an EvaluationRun phase change the lifecycle does not allow (a bug)
+     ├── PhaseError         an EvaluationRun phase change the lifecycle does not allow (a bug)
+     └── DoubtfulEvidence   a cell's ledger proves nothing; grading turns it into an errored grade
 """
 
 
@@ -28,3 +29,7 @@ class LedgerUnavailable(ClusterError):
 
 class PhaseError(ClusterError):
     """A run was asked to move between phases in a way its lifecycle forbids."""
+
+
+class DoubtfulEvidence(ClusterError):
+    """A cell's ledger cannot be trusted (tampered, missing, another cell's); never a pass."""
