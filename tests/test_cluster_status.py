@@ -81,8 +81,11 @@ def test_counts_follow_cells_and_regrading_never_double_counts() -> None:
     tally.started("b0")
     assert tally.counts() == evaluationrun.Counts(total=4, pending=2, running=2)
     tally.record(grade("a0", "a", 0, "failed", 0.0))
+    assert tally.status().pass_rate == 0.0
     tally.record(grade("a0", "a", 0, "passed", 1.0))  # graded again: replaces
     tally.record(grade("a0", "a", 0, "passed", 1.0))
+    assert tally.status().pass_rate == 1.0
+    assert [(t.id, t.passed, t.failed) for t in tally.status().tests] == [("a", 1, 0)]
     assert tally.counts() == evaluationrun.Counts(total=4, pending=2, running=1, passed=1)
 
 

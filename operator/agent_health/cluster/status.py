@@ -98,6 +98,8 @@ class RunTally:
         self._clock = clock
         self._cells: dict[str, _CellState] = {}
         self._grades: dict[str, grading.CellGrade] = {}
+        # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
+        self._aggregates: tuple[report.Summary, list[evaluationrun.TestSummary]] | None = None
         self.phase: Phase | None = previous.phase if previous else None
         self.conditions: list[meta.Condition] = list(previous.conditions) if previous else []
         self.start_time = previous.start_time if previous else None
@@ -126,11 +128,13 @@ class RunTally:
     def record(self, grade: grading.CellGrade) -> None:
         """Fold one cell's grade in (replacing an earlier grade of the same cell)."""
         if grade.retryable:
-            self._grades.pop(grade.cell, None)
+            if self._grades.pop(grade.cell, None) is not None:
+                self._aggregates = None
             self._cells[grade.cell] = "pending"
             return
         self._cells.pop(grade.cell, None)
         self._grades[grade.cell] = grade
+        self._aggregates = None
         if self.phase in ("Running", "Grading") and not self._cells:
             self.advance("Succeeded", reason="AllCellsGraded", message=self._summary_line())
 
@@ -205,8 +209,11 @@ class RunTally:
     def status(self) -> evaluationrun.Status:
         """The whole status as it should be stored now."""
         counts = self.counts()
-        graded = [g.result for g in self._grades.values()]
-        summary = report.RunReport.build(graded, duration_ms=0.0, repeats=self.repeats).summary
+        if self._aggregates is None:
+            graded = [g.result for g in self._grades.values()]
+            built = report.RunReport.build(graded, duration_ms=0.0, repeats=self.repeats)
+            self._aggregates = (built.summary, self.test_summaries())
+        summary, tests = self._aggregates
         self._tests_passed(counts)
         return evaluationrun.Status(
             observed_generation=self.generation,
@@ -216,7 +223,7 @@ class RunTally:
             score=summary.score,
             pass_at_k=summary.pass_at_k,
             pass_hat_k=summary.pass_hat_k,
-            tests=self.test_summaries(),
+            tests=tests,
             conditions=self.conditions,
             start_time=self.start_time,
             completion_time=self.completion_time,
