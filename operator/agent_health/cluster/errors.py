@@ -5,6 +5,9 @@
     ClusterError
      ├── SpecError          a RunSpec or EvaluationRun fails its model (the user's object is wrong)
      ├── SchemaError        a model cannot become a structural CRD schema (a bug in the models)
+     ├── LedgerUnavailable  a cell's ledger cannot be read now (the store failed); grade it later
+     ├── PhaseError         an EvaluationRun phase change the lifecycle does not allow (a bug)
+     ├── DoubtfulEvidence   a cell's ledger proves nothing; grading turns it into an errored grade
      └── RegistryError      an image reference could not be pinned to a digest
           ├── PermanentRegistryError  retrying will not help: no such tag, access refused,
           │                           a malformed pull secret
@@ -37,3 +40,15 @@ class PermanentRegistryError(RegistryError):
 
 class TemporaryRegistryError(RegistryError):
     """The registry could not answer now; retry with a backoff."""
+
+
+class LedgerUnavailable(ClusterError):
+    """Reading a cell's ledger failed for a reason that may heal (retry, never grade it)."""
+
+
+class PhaseError(ClusterError):
+    """A run was asked to move between phases in a way its lifecycle forbids."""
+
+
+class DoubtfulEvidence(ClusterError):
+    """A cell's ledger cannot be trusted (tampered, missing, another cell's); never a pass."""

@@ -72,6 +72,7 @@ class Counts(meta.Model):
     passed: Count = 0
     failed: Count = 0
     errored: Count = 0
+    skipped: Count = 0
 
 
 class TestSummary(meta.Model):
@@ -101,6 +102,9 @@ class Status(meta.Model):
     score: Fraction | None = None
     pass_at_k: Fraction | None = pydantic.Field(
         default=None, description="Share of tests with at least one passing repeat."
+    )
+    pass_hat_k: Fraction | None = pydantic.Field(
+        default=None, description="Share of tests whose every decided repeat passed."
     )
     tests: Annotated[
         list[TestSummary],

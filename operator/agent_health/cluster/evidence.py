@@ -1,0 +1,176 @@
+"""What a finished cell's ledger proves, or why it proves nothing (the grader's input).
+
+:func:`read` verifies the HMAC chain (the ledger must be complete: the pod has ended),
+checks that the first record names the expected test, repeat and run, and reads the
+records between ``cell-meta`` and ``cell-end``: the one ``run-result`` rebuilt as a
+:class:`~agent_health.sdk.results.RunResult`, the signals, and the token usage the gateway
+saw, summed by consumer (``target``, ``judge``, ``peer:NAME``). Anything doubtful raises
+:class:`~agent_health.cluster.errors.DoubtfulEvidence` with a message fit for the grade.
+
+``run-result``, ``signal`` and ``cell-end`` records carry no principal field. They are the
+controller's because the gateway holds the only HMAC key and appends them only on its
+controller route, which checks the controller's per-cell token (DESIGN.md §6): a chain that
+verifies proves the controller sent them. Exchanges do carry a principal; one that claims a
+trusted principal (controller, peer) without token evidence is doubtful.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pydantic
+
+from agent_health.cluster import errors
+from agent_health.connectors import protocol
+from agent_health.ledger import chain, records
+from agent_health.ledger import errors as ledger_errors
+from agent_health.ledger import usage as ledger_usage
+from agent_health.sdk import results
+from agent_health.traces import metrics
+
+_TRUSTED = ("controller", "peer:")
+Usage = dict[str, ledger_usage.TokenUsage]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A verified cell ledger, read."""
+
+    meta: records.CellMeta
+    end: records.CellEnd
+    run: results.RunResult | None
+    signals: list[results.Signal]
+    usage: Usage
+    records: int
+
+
+def read(
+    cell_name: str, lines: list[str], key: bytes, *, test_id: str, repeat: int, run_id: str
+) -> Evidence:
+    """The evidence in a finished cell's ``lines``; raises ``DoubtfulEvidence``."""
+    if not any(line.strip() for line in lines):
+        raise errors.DoubtfulEvidence(f"no ledger for cell {cell_name}")
+    checked = chain.verify(lines, key, complete=True)
+    if not checked.ok:
+        problem = checked.problem
+        if problem is not None and problem.reason == "truncated":
+            raise errors.DoubtfulEvidence(
+                f"no final record from controller: the ledger of cell {cell_name} ends after "
+                f"record {checked.records - 1} without cell-end (cut off, or the controller died)"
+            )
+        where = f"{problem.seq} ({problem.reason}: {problem.message})" if problem else "?"
+        raise errors.DoubtfulEvidence(f"ledger tampered at record {where}")
+    try:
+        parsed = records.parse_lines(lines)
+    except ledger_errors.RecordError as err:
+        raise errors.DoubtfulEvidence(f"ledger of cell {cell_name}: {err}") from err
+    meta, end = parsed[0], parsed[-1]
+    if not isinstance(meta, records.CellMeta) or not isinstance(end, records.CellEnd):
+        raise errors.DoubtfulEvidence(
+            f"the ledger of cell {cell_name} does not start with cell-meta and end with cell-end"
+        )
+    _check_meta(meta, test_id, repeat, run_id)
+    run_record, signals, usage = _read_body(parsed[1:-1], meta)
+    run = _run_result(run_record) if run_record is not None else None
+    return Evidence(meta, end, run, signals, usage, checked.records)
+
+
+def _check_meta(meta: records.CellMeta, test_id: str, repeat: int, run_id: str) -> None:
+    wrong = [
+        f"{name} {got!r}, expected {want!r}"
+        for name, got, want in (
+            ("test", meta.test_id, test_id),
+            ("repeat", meta.repeat, repeat),
+            ("run", meta.run_id, run_id),
+        )
+        if got != want
+    ]
+    if wrong:
+        raise errors.DoubtfulEvidence(f"ledger belongs to another cell ({'; '.join(wrong)})")
+
+
+def _read_body(
+    body: list[records.Record], meta: records.CellMeta
+) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage]:
+    """The run-result, the signals and token usage by consumer, checking each record."""
+    run_record: records.RunResultRecord | None = None
+    signals: list[results.Signal] = []
+    usage: Usage = {}
+    target_seen: int | None = None
+    for record in body:
+        if isinstance(record, records.CellMeta):
+            raise errors.DoubtfulEvidence(f"a second cell-meta record at record {record.seq}")
+        if isinstance(record, records.Exchange):
+            if record.principal.startswith(_TRUSTED) and record.evidence == "none":
+                raise errors.DoubtfulEvidence(
+                    f"exchange at record {record.seq} is attributed to {record.principal} "
+                    "without token evidence"
+                )
+            if target_seen is None and "target" in (record.principal, record.upstream):
+                target_seen = record.seq
+            if record.usage is not None:
+                consumer = "judge" if record.upstream == "judge" else record.principal
+                usage[consumer] = _add(usage.get(consumer), record.usage)
+        elif isinstance(record, records.RunResultRecord):
+            if run_record is not None:
+                raise errors.DoubtfulEvidence(
+                    f"two run-result records (records {run_record.seq} and {record.seq}); "
+                    "a test calls the agent once"
+                )
+            if record.run_id != meta.run_id:
+                raise errors.DoubtfulEvidence(
+                    f"run-result at record {record.seq} is of run {record.run_id!r}, "
+                    f"the cell is run {meta.run_id!r}"
+                )
+            run_record = record
+        elif isinstance(record, records.SignalRecord):
+            signals.append(_signal(record))
+    if run_record is None and target_seen is not None:
+        raise errors.DoubtfulEvidence(
+            f"no run-result record from controller, yet the gateway recorded the target's "
+            f"exchange at record {target_seen}"
+        )
+    # Derived metrics are recomputed from the run; the controller's copies are dropped.
+    kept = [s for s in signals if not (s.kind == "metric" and s.name in metrics.METRIC_KEYS)]
+    return run_record, kept, usage
+
+
+def _signal(record: records.SignalRecord) -> results.Signal:
+    try:
+        return results.Signal.model_validate(record.signal)
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "signal"
+        raise errors.DoubtfulEvidence(
+            f"signal at record {record.seq}: {field}: {first['msg']}"
+        ) from err
+
+
+def _run_result(record: records.RunResultRecord) -> results.RunResult:
+    try:
+        steps = tuple(protocol.Step.model_validate(s) for s in record.trajectory)
+    except pydantic.ValidationError as err:
+        raise errors.DoubtfulEvidence(
+            f"run-result at record {record.seq}: a trajectory step is invalid: "
+            f"{err.errors()[0]['msg']}"
+        ) from err
+    return results.RunResult(
+        run_id=record.run_id,
+        prompt=record.prompt or "",
+        output=record.output,
+        trajectory=steps,
+        token_usage=protocol.TokenUsage.from_counts(record.token_usage) or protocol.TokenUsage(),
+        duration_ms=record.duration_ms,
+    )
+
+
+def _add(
+    total: ledger_usage.TokenUsage | None, more: ledger_usage.TokenUsage
+) -> ledger_usage.TokenUsage:
+    if total is None:
+        return more.model_copy(update={"model": None})
+    return ledger_usage.TokenUsage(
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        total_tokens=total.total_tokens + more.total_tokens,
+    )

@@ -1,0 +1,278 @@
+"""Grading a cell from its ledger: the operator's verdict, never the cell's own word.
+
+A cell's pod may say anything about itself; its ledger is what the operator trusts, and only
+as far as it can check it. :func:`grade_cell` reads the cell's records and refuses doubtful
+evidence — the grade is ``errored`` with a precise reason, never ``passed``, when:
+
+* the cell has no ledger ("no ledger for cell X");
+* the HMAC chain breaks ("ledger tampered at record N (reason)"), or it has no final
+  ``cell-end`` ("no final record from controller");
+* the first record names another test, repeat or run ("ledger belongs to another cell (…)"):
+  a chain copied whole from another cell verifies, so the chain alone is not enough;
+* the agent was called (the gateway saw the target talk) but no ``run-result`` was recorded,
+  or a record is malformed, duplicated, or claims a trusted principal without token evidence.
+
+The checks, and why records without a principal field are the controller's, are in
+:mod:`~agent_health.cluster.evidence`.
+
+The status is recomputed from the recorded signals with :func:`engine.grading.decide` and
+the score with :func:`engine.grading.score`. When the controller's ``cell-end`` status
+disagrees, the disagreement is kept on the grade (``discrepancy``); the recomputed status
+wins, except that a disagreement never yields ``passed`` (it becomes ``errored``).
+
+Infrastructure failures that leave no usable ledger (image pull, eviction, a sidecar's
+OOM, the pod's deadline) are graded by :func:`grade_failed_pod`, with the retry decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import pydantic
+
+from agent_health.cluster import errors, evaluationrun, evidence
+from agent_health.connectors import protocol
+from agent_health.engine import grading as engine_grading
+from agent_health.judging import usage as judge_usage
+from agent_health.ledger import backends
+from agent_health.ledger import errors as ledger_errors
+from agent_health.ledger import usage as ledger_usage
+from agent_health.sdk import results
+from agent_health.traces import metrics, settings
+
+InfraCause = Literal[
+    "image-pull", "evicted", "sidecar-oom", "unschedulable", "node-lost", "deadline", "other"
+]
+# A retry can heal these; a deadline means the cell ran out of time and would again.
+RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(
+    {"image-pull", "evicted", "sidecar-oom", "unschedulable", "node-lost"}
+)
+
+
+class ExpectedCell(pydantic.BaseModel):
+    """What the operator planned for a cell; the ledger must agree with it."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    test_id: str
+    repeat: int = pydantic.Field(ge=0)
+    run_id: str
+    title: str | None = None
+    file: str = ""
+    line: int = 0
+    labels: tuple[str, ...] = ()
+    content_hash: str = ""
+
+
+class CellGrade(pydantic.BaseModel):
+    """The operator's grade of one cell, ready to fold into the EvaluationRun status."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    cell: str
+    test_id: str
+    repeat: int
+    status: results.Status
+    score: float | None = None
+    error: str | None = None
+    reported_status: results.Status | None = pydantic.Field(
+        default=None, description="what the controller's cell-end said"
+    )
+    discrepancy: str | None = pydantic.Field(
+        default=None, description="why the grade differs from the controller's status"
+    )
+    infra: bool = pydantic.Field(default=False, description="an infrastructure failure")
+    retryable: bool = False
+    retry_after_seconds: float | None = None
+    records: int = 0
+    duration_ms: float = 0.0
+    metrics: dict[str, Any] = pydantic.Field(default_factory=dict)
+    usage: dict[str, ledger_usage.TokenUsage] = pydantic.Field(
+        default_factory=dict,
+        description='tokens seen by the gateway, by consumer: "target", "judge", "peer:NAME"',
+    )
+    judge: judge_usage.JudgeUsage = pydantic.Field(default_factory=judge_usage.JudgeUsage)
+    result: results.TestResult
+
+
+async def grade_cell(
+    backend: backends.Backend,
+    cell_name: str,
+    key: bytes,
+    expected: ExpectedCell,
+    *,
+    prices: settings.PriceTable | None = None,
+) -> CellGrade:
+    """Read, verify and grade the finished cell ``cell_name`` (its pod has ended).
+
+    Doubtful evidence gives an ``errored`` grade. A ledger that cannot be *read* (the
+    store is down) raises :class:`errors.LedgerUnavailable`: try again later.
+    """
+    try:
+        lines = await backend.read(cell_name)
+    except ledger_errors.BackendError as err:
+        raise errors.LedgerUnavailable(
+            f"cannot read the ledger of cell {cell_name} at {backend.url}: {err}"
+        ) from err
+    return await asyncio.to_thread(grade_lines, cell_name, lines, key, expected, prices=prices)
+
+
+def grade_lines(
+    cell_name: str,
+    lines: list[str],
+    key: bytes,
+    expected: ExpectedCell,
+    *,
+    prices: settings.PriceTable | None = None,
+) -> CellGrade:
+    """:func:`grade_cell` without the I/O: grade a finished cell's ledger lines."""
+    try:
+        return _grade(cell_name, lines, key, expected, prices)
+    except errors.DoubtfulEvidence as doubt:
+        return _errored(cell_name, expected, str(doubt))
+
+
+def grade_failed_pod(
+    cell_name: str,
+    expected: ExpectedCell,
+    reason: str,
+    *,
+    cause: InfraCause,
+    attempt: int,
+    policy: evaluationrun.Retry,
+) -> CellGrade:
+    """An ``errored`` grade for a cell the infrastructure failed, and whether to retry it.
+
+    ``attempt`` counts the infrastructure retries already made (0 for the first try). A
+    retry is allowed for causes a new pod can heal (:data:`RETRYABLE_CAUSES`) while
+    ``attempt < policy.infra_retries``, after ``policy.backoff_seconds``. A test that ran
+    to its end is graded by :func:`grade_cell` and is never retried.
+    """
+    retryable = cause in RETRYABLE_CAUSES and attempt < policy.infra_retries
+    if retryable:
+        note = f"retry {attempt + 1} of {policy.infra_retries}"
+    elif cause in RETRYABLE_CAUSES:
+        note = f"no retries left ({policy.infra_retries} allowed)"
+    else:
+        note = "not retried"
+    message = f"infrastructure failure ({cause}): {reason}; {note}"
+    grade = _errored(cell_name, expected, message)
+    return grade.model_copy(
+        update={
+            "infra": True,
+            "retryable": retryable,
+            "retry_after_seconds": float(policy.backoff_seconds) if retryable else None,
+        }
+    )
+
+
+def _grade(
+    cell_name: str,
+    lines: list[str],
+    key: bytes,
+    expected: ExpectedCell,
+    prices: settings.PriceTable | None,
+) -> CellGrade:
+    found = evidence.read(
+        cell_name,
+        lines,
+        key,
+        test_id=expected.test_id,
+        repeat=expected.repeat,
+        run_id=expected.run_id,
+    )
+    end = found.end
+    derived = metrics.derive(found.run, prices)
+    # Mirror the engine: the body's errors (cell-end), else judge calls that errored.
+    problems = [end.error] if end.error else _judge_errors(found.signals)
+    if end.status == "errored" and not problems:
+        problems = ["the controller reported errored without a message"]
+    recomputed = engine_grading.decide(found.signals, problems, end.status == "skipped")
+    status, error, discrepancy = recomputed, "; ".join(problems) or None, None
+    if recomputed != end.status:
+        discrepancy = (
+            f"the controller reported {end.status}, its recorded signals give {recomputed}"
+        )
+        if recomputed == "passed":
+            status, error = "errored", f"doubtful evidence: {discrepancy}"
+    result = _test_result(
+        expected,
+        status,
+        error,
+        tuple(found.signals),
+        found.run,
+        derived,
+        duration_ms=end.duration_ms or 0.0,
+        started_at=found.meta.started_at.timestamp(),
+    )
+    return CellGrade(
+        cell=cell_name,
+        test_id=expected.test_id,
+        repeat=expected.repeat,
+        status=status,
+        score=result.score,
+        error=error,
+        reported_status=end.status,
+        discrepancy=discrepancy,
+        records=found.records,
+        duration_ms=result.duration_ms,
+        metrics=derived,
+        usage=found.usage,
+        judge=judge_usage.summarize([result]),
+        result=result,
+    )
+
+
+def _judge_errors(signals: list[results.Signal]) -> list[str]:
+    return [
+        f"judge errored on {s.name!r}: {s.error}"
+        for s in signals
+        if s.kind == "judge" and (s.evidence or {}).get("errored")
+    ]
+
+
+def _test_result(
+    expected: ExpectedCell,
+    status: results.Status,
+    error: str | None,
+    signals: tuple[results.Signal, ...],
+    run: results.RunResult | None,
+    derived: dict[str, Any],
+    *,
+    duration_ms: float = 0.0,
+    started_at: float = 0.0,
+) -> results.TestResult:
+    title = expected.title or expected.test_id
+    return results.TestResult(
+        id=expected.test_id,
+        name=title,
+        title=title,
+        file=expected.file,
+        line=expected.line,
+        labels=expected.labels,
+        repeat=expected.repeat,
+        status=status,
+        score=engine_grading.score(signals, status),
+        error=error,
+        run_id=expected.run_id,
+        prompt=run.prompt if run is not None else None,
+        duration_ms=duration_ms,
+        started_at=started_at,
+        signals=signals,
+        metrics=derived,
+        token_usage=run.token_usage if run is not None else protocol.TokenUsage(),
+        content_hash=expected.content_hash,
+    )
+
+
+def _errored(cell_name: str, expected: ExpectedCell, reason: str) -> CellGrade:
+    result = _test_result(expected, "errored", reason, (), None, {})
+    return CellGrade(
+        cell=cell_name,
+        test_id=expected.test_id,
+        repeat=expected.repeat,
+        status="errored",
+        error=reason,
+        result=result,
+    )

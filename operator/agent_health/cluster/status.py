@@ -1,0 +1,298 @@
+"""Folding graded cells into an EvaluationRun's status: the tally, its phase and conditions.
+
+Lifecycle (``status.phase``)::
+
+    Pending ─► Resolving ─► Running ─► Grading ─► Succeeded
+       └──────────┴────────────┴──────────┴─────► Failed
+
+* ``Pending`` — accepted, nothing done yet. ``Resolving`` — images pinned to digests, tests
+  discovered. ``Running`` — cells are scheduled. ``Grading`` — every cell has ended; the
+  last ledgers are being graded. The tally moves Running → Grading → Succeeded by itself as
+  cells end and are graded; the reconciler drives the rest.
+* ``Succeeded`` — every planned cell has a grade, **whatever the grades are**: a run whose
+  tests fail has still succeeded in measuring the agent (see the ``TestsPassed`` condition).
+* ``Failed`` — the run could not be executed: an image did not resolve, discovery failed,
+  the RunSpec vanished. It says nothing about the agent.
+
+Conditions (metav1.Condition, each with ``observedGeneration``; ``lastTransitionTime``
+changes only when a condition's status does): ``Resolved``, ``Complete`` (True once
+Succeeded), ``Failed`` (True once Failed), ``TestsPassed`` (True when every graded cell
+passed, False as soon as one failed or errored — ``kubectl wait --for=condition=...``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from agent_health.cluster import errors, evaluationrun, grading, meta
+from agent_health.engine import report
+
+Phase = evaluationrun.Phase
+TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
+_NEXT: dict[Phase | None, frozenset[Phase]] = {
+    None: frozenset({"Pending", "Resolving", "Failed"}),
+    "Pending": frozenset({"Resolving", "Failed"}),
+    "Resolving": frozenset({"Running", "Failed"}),
+    "Running": frozenset({"Grading", "Succeeded", "Failed"}),
+    "Grading": frozenset({"Succeeded", "Failed"}),
+    "Succeeded": frozenset(),
+    "Failed": frozenset(),
+}
+ConditionStatus = Literal["True", "False", "Unknown"]
+_CellState = Literal["pending", "running", "ended"]
+MAX_ERROR = 1024
+
+
+def utcnow() -> datetime.datetime:
+    """Now, in UTC, to the second (Kubernetes times have no fractions)."""
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def set_condition(
+    conditions: Iterable[meta.Condition],
+    type: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    *,
+    generation: int | None,
+    now: datetime.datetime,
+) -> list[meta.Condition]:
+    """``conditions`` with ``type`` set; its transition time moves only if ``status`` did."""
+    kept = list(conditions)
+    old = next((c for c in kept if c.type == type), None)
+    since = old.last_transition_time if old is not None and old.status == status else now
+    new = meta.Condition(
+        type=type,
+        status=status,
+        observed_generation=generation,
+        last_transition_time=since,
+        reason=reason,
+        message=message[: 32 * 1024],
+    )
+    if old is None:
+        return [*kept, new]
+    return [new if c.type == type else c for c in kept]
+
+
+class RunTally:
+    """The running tally of one EvaluationRun, rebuilt from grades whenever it is read.
+
+    Idempotent: recording a cell again replaces its grade. A retryable (infrastructure)
+    grade puts the cell back to pending instead of counting it.
+    """
+
+    def __init__(
+        self,
+        *,
+        repeats: int = 1,
+        generation: int | None = None,
+        previous: evaluationrun.Status | None = None,
+        clock: Callable[[], datetime.datetime] = utcnow,
+    ) -> None:
+        self.repeats = repeats
+        self.generation = generation
+        self._clock = clock
+        self._cells: dict[str, _CellState] = {}
+        self._grades: dict[str, grading.CellGrade] = {}
+        # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
+        self._aggregates: tuple[report.Summary, list[evaluationrun.TestSummary]] | None = None
+        self.phase: Phase | None = previous.phase if previous else None
+        self.conditions: list[meta.Condition] = list(previous.conditions) if previous else []
+        self.start_time = previous.start_time if previous else None
+        self.completion_time = previous.completion_time if previous else None
+
+    # -- cells -----------------------------------------------------------------------------
+
+    def plan(self, cells: Iterable[str]) -> None:
+        """Add cells (by name) that will run; cells already known keep their state."""
+        for cell in cells:
+            if cell not in self._grades:
+                self._cells.setdefault(cell, "pending")
+
+    def started(self, cell: str) -> None:
+        """The cell's pod is running."""
+        if cell not in self._grades:
+            self._cells[cell] = "running"
+
+    def ended(self, cell: str) -> None:
+        """The cell's pod has ended; its grade follows. Running → Grading when it is the last."""
+        if cell not in self._grades:
+            self._cells[cell] = "ended"
+        if self.phase == "Running" and all(s == "ended" for s in self._cells.values()):
+            self.advance("Grading", reason="CellsEnded", message="every cell has ended")
+
+    def record(self, grade: grading.CellGrade) -> None:
+        """Fold one cell's grade in (replacing an earlier grade of the same cell)."""
+        if grade.retryable:
+            if self._grades.pop(grade.cell, None) is not None:
+                self._aggregates = None
+            self._cells[grade.cell] = "pending"
+            return
+        self._cells.pop(grade.cell, None)
+        self._grades[grade.cell] = grade
+        self._aggregates = None
+        if self.phase in ("Running", "Grading") and not self._cells:
+            self.advance("Succeeded", reason="AllCellsGraded", message=self._summary_line())
+
+    @property
+    def grades(self) -> list[grading.CellGrade]:
+        return list(self._grades.values())
+
+    def counts(self) -> evaluationrun.Counts:
+        states = list(self._cells.values())
+        by_status: dict[str, int] = defaultdict(int)
+        for grade in self._grades.values():
+            by_status[grade.status] += 1
+        return evaluationrun.Counts(
+            total=len(states) + len(self._grades),
+            pending=states.count("pending"),
+            running=len(states) - states.count("pending"),
+            passed=by_status["passed"],
+            failed=by_status["failed"],
+            errored=by_status["errored"],
+            skipped=by_status["skipped"],
+        )
+
+    # -- phase -----------------------------------------------------------------------------
+
+    def advance(self, phase: Phase, *, reason: str, message: str = "") -> bool:
+        """Move to ``phase``; ``False`` if already there. Raises :class:`errors.PhaseError`."""
+        if phase == self.phase:
+            return False
+        if phase not in _NEXT[self.phase]:
+            raise errors.PhaseError(
+                f"an EvaluationRun cannot go from {self.phase or 'new'} to {phase} ({reason})"
+            )
+        now = self._clock()
+        self.phase = phase
+        if phase == "Running" and self.start_time is None:
+            self.start_time = now
+        if phase in TERMINAL:
+            self.completion_time = now
+        resolved = _RESOLVED.get(phase)
+        if phase == "Failed" and self._condition("Resolved") != "True":
+            resolved = ("False", reason, message)
+        if resolved is not None:
+            self._set("Resolved", *resolved, now=now)
+        done: ConditionStatus = "True" if phase == "Succeeded" else "False"
+        self._set("Complete", done, reason if phase in TERMINAL else phase, message, now=now)
+        if phase == "Failed":
+            self._set("Failed", "True", reason, message, now=now)
+        return True
+
+    def fail(self, reason: str, message: str) -> bool:
+        """The run cannot be executed (unresolvable image, discovery failure, ...)."""
+        return self.advance("Failed", reason=reason, message=message)
+
+    def _condition(self, type: str) -> str | None:
+        return next((c.status for c in self.conditions if c.type == type), None)
+
+    def _set(
+        self,
+        type: str,
+        status: ConditionStatus,
+        reason: str,
+        message: str,
+        *,
+        now: datetime.datetime,
+    ) -> None:
+        self.conditions = set_condition(
+            self.conditions, type, status, reason, message, generation=self.generation, now=now
+        )
+
+    # -- the status ------------------------------------------------------------------------
+
+    def status(self) -> evaluationrun.Status:
+        """The whole status as it should be stored now."""
+        counts = self.counts()
+        if self._aggregates is None:
+            graded = [g.result for g in self._grades.values()]
+            built = report.RunReport.build(graded, duration_ms=0.0, repeats=self.repeats)
+            self._aggregates = (built.summary, self.test_summaries())
+        summary, tests = self._aggregates
+        self._tests_passed(counts)
+        return evaluationrun.Status(
+            observed_generation=self.generation,
+            phase=self.phase,
+            counts=counts,
+            pass_rate=summary.pass_rate,
+            score=summary.score,
+            pass_at_k=summary.pass_at_k,
+            pass_hat_k=summary.pass_hat_k,
+            tests=tests,
+            conditions=self.conditions,
+            start_time=self.start_time,
+            completion_time=self.completion_time,
+        )
+
+    def wire(self) -> dict[str, Any]:
+        """:meth:`status` as Kubernetes stores it (camelCase, unset fields left out)."""
+        return self.status().wire()
+
+    def test_summaries(
+        self, limit: int = evaluationrun.MAX_TEST_SUMMARIES
+    ) -> list[evaluationrun.TestSummary]:
+        """One entry per graded test, the most telling first: failing, then errored, then by
+        pass share and score; at most ``limit`` (the CRD's maxItems)."""
+        by_test: dict[str, list[grading.CellGrade]] = defaultdict(list)
+        for grade in self._grades.values():
+            by_test[grade.test_id].append(grade)
+        entries = [_summary(test_id, grades) for test_id, grades in by_test.items()]
+        entries.sort(key=_badness)
+        return entries[:limit]
+
+    def _tests_passed(self, counts: evaluationrun.Counts) -> None:
+        now = self._clock()
+        bad = counts.failed + counts.errored
+        if bad:
+            message = f"{counts.failed} failed and {counts.errored} errored of {counts.total} cells"
+            self._set("TestsPassed", "False", "CellsFailed", message, now=now)
+        elif self.phase == "Succeeded":
+            message = f"{counts.passed} of {counts.total} cells passed"
+            self._set("TestsPassed", "True", "AllPassed", message, now=now)
+        elif counts.total:
+            self._set("TestsPassed", "Unknown", "InProgress", self._summary_line(), now=now)
+
+    def _summary_line(self) -> str:
+        c = self.counts()
+        return (
+            f"{c.passed} passed, {c.failed} failed, {c.errored} errored, {c.skipped} skipped "
+            f"of {c.total} cells"
+        )
+
+
+_RESOLVED: dict[Phase, tuple[ConditionStatus, str, str]] = {
+    "Pending": ("Unknown", "Pending", "waiting to resolve images and tests"),
+    "Resolving": ("Unknown", "Resolving", "resolving image digests and discovering tests"),
+    "Running": ("True", "Resolved", "images pinned by digest and tests discovered"),
+}
+
+
+def _summary(test_id: str, grades: list[grading.CellGrade]) -> evaluationrun.TestSummary:
+    grades = sorted(grades, key=lambda g: g.repeat)
+    statuses = [g.status for g in grades]
+    scores = [g.score for g in grades if g.score is not None]
+    error = next((g.error for g in grades if g.status == "errored" and g.error), None)
+    return evaluationrun.TestSummary(
+        id=test_id[:512],
+        passed=statuses.count("passed"),
+        failed=statuses.count("failed"),
+        errored=statuses.count("errored"),
+        score=round(sum(scores) / len(scores), 6) if scores else None,
+        error=_truncate(error, MAX_ERROR) if error else None,
+    )
+
+
+def _badness(entry: evaluationrun.TestSummary) -> tuple[int, float, float, str]:
+    rank = 0 if entry.failed else 1 if entry.errored else 2
+    decided = entry.passed + entry.failed
+    share = entry.passed / decided if decided else 1.0
+    return rank, share, entry.score if entry.score is not None else 1.0, entry.id
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
