@@ -381,7 +381,7 @@ def test_the_gateway_starts_first_and_every_sidecar_is_native() -> None:
 
 def test_the_gateway_is_probed_where_it_serves_health() -> None:
     gateway = _by_name(_pod()["spec"])["gateway"]
-    (health,) = _arg(gateway["args"], "--health")
+    (health,) = _arg(gateway["args"], "--admin")
     port = gateway["startupProbe"]["httpGet"]["port"]
     assert health == f"0.0.0.0:{port}"
     assert gateway["readinessProbe"]["httpGet"] == gateway["startupProbe"]["httpGet"]
@@ -394,22 +394,50 @@ def test_gateway_routes_connect_every_caller_to_its_callee() -> None:
     routes = _arg(gateway["args"], "--route")
     plan = cellgateway.ports(_runspec())
     assert routes == [
-        f"principal=controller,listen=127.0.0.1:{plan.agent},upstream=http://127.0.0.1:8080",
-        f"principal=controller,listen=127.0.0.1:{plan.judge},upstream={JUDGE.url}",
-        f"principal=target,listen=127.0.0.1:{plan.peers['logs']},upstream=http://127.0.0.1:9000",
-        f"principal=peer:logs,listen=127.0.0.1:{plan.peer_target['logs']},"
+        f"principal=controller,to=target,listen=127.0.0.1:{plan.agent},"
+        "upstream=http://127.0.0.1:8080",
+        f"principal=controller,to=judge,listen=127.0.0.1:{plan.judge},upstream={JUDGE.url}",
+        f"principal=target,to=peer:logs,listen=127.0.0.1:{plan.peers['logs']},"
+        "upstream=http://127.0.0.1:9000",
+        f"principal=peer:logs,to=target,listen=127.0.0.1:{plan.peer_target['logs']},"
         "upstream=http://127.0.0.1:8080",
     ]
-    tokens = dict(t.split(",file=") for t in _arg(gateway["args"], "--token"))
+    tokens = dict(t.split("=", 1) for t in _arg(gateway["args"], "--token"))
     assert tokens == {
-        "principal=controller": "/var/run/agent-health/tokens/controller/token",
-        "principal=peer:logs": "/var/run/agent-health/tokens/peer-logs/token",
+        "controller": "/var/run/agent-health/tokens/controller/token",
+        "peer:logs": "/var/run/agent-health/tokens/peer-logs/token",
     }
     mounts = {m["mountPath"] for m in gateway["volumeMounts"]}
     assert {path.rsplit("/", 1)[0] for path in tokens.values()} <= mounts
     assert _arg(gateway["args"], "--key-file")[0].rsplit("/", 1)[0] in mounts
     assert _arg(gateway["args"], "--ledger") == ["configmap://triage-ledger"]
     assert _arg(gateway["args"], "--cell") == [pod["metadata"]["name"]]
+    assert _arg(gateway["args"], "--run-id") == [pod["metadata"]["name"]]
+    assert _arg(gateway["args"], "--test-id") == [TEST_ID]
+    images = dict(i.split("=", 1) for i in _arg(gateway["args"], "--image"))
+    assert set(images) == {"target", "peer-logs", "controller"}
+    assert all("@sha256:" in image for image in images.values())
+
+
+def test_the_real_gateway_accepts_the_cell_command_line(tmp_path: Any) -> None:
+    import argparse
+
+    from agent_health.gateway import command
+
+    gateway = _by_name(_pod()["spec"])["gateway"]
+    assert gateway["command"] == ["agent-health"]
+    assert gateway["args"][0] == "gateway"
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    settings = command.settings(parser.parse_args(gateway["args"][1:]))
+    by_listener = {(r.principal, r.to): r for r in settings.routes}
+    assert set(by_listener) == {
+        ("controller", "target"),
+        ("controller", "judge"),
+        ("target", "peer:logs"),
+        ("peer:logs", "target"),
+    }
+    assert settings.cell == _pod()["metadata"]["name"]
 
 
 def test_the_controller_reaches_target_and_judge_only_through_the_gateway() -> None:
@@ -419,6 +447,7 @@ def test_the_controller_reaches_target_and_judge_only_through_the_gateway() -> N
     plan = cellgateway.ports(_runspec())
     assert env["AGENT_HEALTH_AGENT_URL"] == f"rest+http://127.0.0.1:{plan.agent}/run"
     assert env["AGENT_HEALTH_JUDGE_URL"] == f"http://127.0.0.1:{plan.judge}"
+    assert env["AGENT_HEALTH_JUDGE_MODEL"] == _runspec().spec.judge.model  # type: ignore[union-attr]
     assert env["AGENT_HEALTH_RUN_ID"] == env["AGENT_HEALTH_CELL"] == pod["metadata"]["name"]
     assert env["AGENT_HEALTH_TIMEOUT"] == "300"
     assert "AGENT_HEALTH_SKIP_JUDGE" not in env

@@ -122,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
         help="largest allowed mean-score drop (default: no gate)",
     )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    cell = sub.add_parser("cell", help="run one test inside a cell pod (the controller)")
+    cell.add_argument("--test", required=True, help="the test's id (file::title)")
+    cell.add_argument("--repeat", type=int, default=0, help="the repeat index (0-based)")
+    cell.add_argument("--suite", default=".", help="the suite's folder (default: .)")
+
     gateway_cmd = sub.add_parser("gateway", help="the recording sidecar proxy of a cell")
     gateway_command.add_arguments(gateway_cmd)
     return parser
@@ -140,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _crds(args, console)
         if args.command == "compare":
             return _compare(args, console)
+        if args.command == "cell":
+            from agent_health.engine import cell as cell_mod
+
+            return cell_mod.main(Path(args.suite), args.test, args.repeat)
         if args.command == "gateway":
             return gateway_command.run(args)
         return _run(args, console, err_console)

@@ -35,9 +35,10 @@ FIRST_PORT = 15000
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """One gateway listener on 127.0.0.1: calls arriving there go to ``upstream``."""
+    """One gateway listener on 127.0.0.1: ``principal``'s calls to ``to`` go to ``upstream``."""
 
     principal: str
+    to: str
     listen: int
     upstream: str
 
@@ -64,33 +65,53 @@ def ports(spec: runspec.RunSpec) -> Ports:
     return Ports(health, agent, judge, peers, {p.name: next(free) for p in spec.spec.peers})
 
 
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """What the gateway writes into the cell's first (cell-meta) record."""
+
+    cell: str
+    test_id: str
+    repeat: int
+    images: Mapping[str, str]
+    """Container name → image pinned by digest."""
+
+
 def gateway_args(
     *,
     routes: Sequence[Route],
     tokens: Mapping[str, str],
     ledger: str,
-    cell: str,
+    identity: Identity,
     key_file: str,
     health: int,
 ) -> list[str]:
-    """The gateway's command line — the one place its flag shapes live.
+    """The gateway's command line (``agent-health gateway``) — the one place its flags live.
 
-    ``tokens`` maps a principal to the file holding its token.
+    ``tokens`` maps a principal to the file holding its token. The cell's run id is its
+    name, as the controller's ``AGENT_HEALTH_RUN_ID`` says.
     """
     args = ["gateway"]
     for route in routes:
-        listener = f"listen=127.0.0.1:{route.listen},upstream={route.upstream}"
-        args += ["--route", f"principal={route.principal},{listener}"]
-    args += ["--ledger", ledger, "--cell", cell, "--key-file", key_file]
+        args += [
+            "--route",
+            f"principal={route.principal},to={route.to},"
+            f"listen=127.0.0.1:{route.listen},upstream={route.upstream}",
+        ]
+    args += ["--ledger", ledger, "--cell", identity.cell, "--key-file", key_file]
+    args += ["--run-id", identity.cell, "--test-id", identity.test_id]
+    args += ["--repeat", str(identity.repeat)]
+    for name, image in identity.images.items():
+        args += ["--image", f"{name}={image}"]
     for principal, path in tokens.items():
-        args += ["--token", f"principal={principal},file={path}"]
-    # The kubelet probes the pod IP, so the health endpoint alone listens beyond loopback.
-    return [*args, "--health", f"0.0.0.0:{health}"]
+        args += ["--token", f"{principal}={path}"]
+    # The kubelet probes the pod IP, so the admin listener (/healthz, and /ledger/records,
+    # which only the controller's token may use) listens beyond loopback.
+    return [*args, "--admin", f"0.0.0.0:{health}"]
 
 
 def container(
     *,
-    cell: str,
+    identity: Identity,
     routes: Sequence[Route],
     token_volumes: Mapping[str, dict[str, Any]],
     ledger: str,
@@ -113,7 +134,7 @@ def container(
         routes=routes,
         tokens=token_files,
         ledger=ledger,
-        cell=cell,
+        identity=identity,
         key_file=f"{LEDGER_KEY_DIR}/{cellsecrets.LEDGER_KEY}",
         health=health,
     )

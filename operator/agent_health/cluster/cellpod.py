@@ -83,14 +83,15 @@ def cell_pod(
     judged = settings.judge is not None and spec.spec.judge is not None and not run.spec.skip_judge
     target_url = f"http://127.0.0.1:{target.port}"
 
-    routes = [cellgateway.Route(CONTROLLER, plan.agent, target_url)]
+    routes = [cellgateway.Route(CONTROLLER, TARGET, plan.agent, target_url)]
     if judged and settings.judge is not None:
-        routes.append(cellgateway.Route(CONTROLLER, plan.judge, settings.judge.url))
+        routes.append(cellgateway.Route(CONTROLLER, "judge", plan.judge, settings.judge.url))
     for peer in spec.spec.peers:
         peer_url = f"http://127.0.0.1:{peer.port}"
-        routes.append(cellgateway.Route(TARGET, plan.peers[peer.name], peer_url))
+        peer_principal = f"peer:{peer.name}"
+        routes.append(cellgateway.Route(TARGET, peer_principal, plan.peers[peer.name], peer_url))
         routes.append(
-            cellgateway.Route(f"peer:{peer.name}", plan.peer_target[peer.name], target_url)
+            cellgateway.Route(peer_principal, TARGET, plan.peer_target[peer.name], target_url)
         )
 
     tokens = {p: cellsecrets.token_volume(p, cell) for p in cellsecrets.principals(spec)}
@@ -106,7 +107,19 @@ def cell_pod(
 
     sidecars = [
         cellgateway.container(
-            cell=cell,
+            identity=cellgateway.Identity(
+                cell=cell,
+                test_id=test_id,
+                repeat=repeat,
+                images={
+                    TARGET: manifests.pinned(target.image, digests),
+                    **{
+                        peer_container_name(p.name): manifests.pinned(p.image, digests)
+                        for p in spec.spec.peers
+                    },
+                    CONTROLLER: controller_image,
+                },
+            ),
             routes=routes,
             token_volumes=tokens,
             ledger=_ledger_url(spec, settings),
@@ -152,9 +165,11 @@ def cell_pod(
         {"name": "AGENT_HEALTH_CELL", "value": cell},
         {"name": "AGENT_HEALTH_EVALUATION_RUN", "value": run_name},
         {"name": "AGENT_HEALTH_TIMEOUT", "value": str(timeout)},
+        {"name": "AGENT_HEALTH_GATEWAY_ADMIN", "value": f"http://127.0.0.1:{plan.health}"},
     ]
-    if judged:
+    if judged and spec.spec.judge is not None:
         env.append({"name": "AGENT_HEALTH_JUDGE_URL", "value": f"http://127.0.0.1:{plan.judge}"})
+        env.append({"name": "AGENT_HEALTH_JUDGE_MODEL", "value": spec.spec.judge.model})
     if run.spec.skip_judge:
         env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
     controller = {

@@ -195,30 +195,7 @@ class LocalLedger:
 
     async def finish(self, result: TestResult, run: RunResult | None) -> None:
         """Append the run's result, its signals and the cell's end, after its exchanges."""
-        items: list[records.Record] = []
-        if run is not None:
-            items.append(
-                records.RunResultRecord(
-                    run_id=run.run_id,
-                    prompt=run.prompt,
-                    output=run.output,
-                    trajectory=[s.model_dump(mode="json") for s in run.trajectory],
-                    token_usage=run.token_usage.model_dump(),
-                    duration_ms=max(0.0, run.duration_ms),
-                )
-            )
-        items.extend(
-            records.SignalRecord(signal=_plain(s.model_dump(mode="json"))) for s in result.signals
-        )
-        items.append(
-            records.CellEnd(
-                status=result.status,
-                exit_code=None,
-                error=result.error or result.skip_reason,
-                duration_ms=max(0.0, result.duration_ms),
-            )
-        )
-        await self._end(result.run_id, items)
+        await self._end(result.run_id, controller_records(result, run))
 
     async def _end(self, run_id: str, items: list[records.Record]) -> None:
         cell, _ = self._open.pop(run_id, (None, 0.0))
@@ -230,6 +207,34 @@ class LocalLedger:
             self.failures.append(f"cell {cell}: {err}")
         finally:
             self._recorder.unbind(run_id)
+
+
+def controller_records(result: TestResult, run: RunResult | None) -> list[records.Record]:
+    """What a cell's controller appends after its test: run-result, signals, cell-end."""
+    items: list[records.Record] = []
+    if run is not None:
+        items.append(
+            records.RunResultRecord(
+                run_id=run.run_id,
+                prompt=run.prompt,
+                output=run.output,
+                trajectory=[s.model_dump(mode="json") for s in run.trajectory],
+                token_usage=run.token_usage.model_dump(),
+                duration_ms=max(0.0, run.duration_ms),
+            )
+        )
+    items.extend(
+        records.SignalRecord(signal=_plain(s.model_dump(mode="json"))) for s in result.signals
+    )
+    items.append(
+        records.CellEnd(
+            status=result.status,
+            exit_code=None,
+            error=result.error or result.skip_reason,
+            duration_ms=max(0.0, result.duration_ms),
+        )
+    )
+    return items
 
 
 def _plain(value: Any) -> Any:

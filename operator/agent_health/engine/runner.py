@@ -116,9 +116,14 @@ def describe_error(err: BaseException, case_file: str | None = None) -> str:
     return text
 
 
-async def run_case(case: declare.TestCase, repeat: int, env: RunEnv) -> TestResult:
-    """Run one test once and return its result; never raises for the test's own failures."""
-    run_id = uuid.uuid4().hex
+async def run_case(
+    case: declare.TestCase, repeat: int, env: RunEnv, *, run_id: str | None = None
+) -> TestResult:
+    """Run one test once and return its result; never raises for the test's own failures.
+
+    ``run_id`` is given in a cell (its gateway already recorded it); else a new one is made.
+    """
+    run_id = run_id or uuid.uuid4().hex
     timeout = case.timeout or env.timeout or DEFAULT_TIMEOUT
     info = ctx_mod.TestInfo(
         id=case.id,

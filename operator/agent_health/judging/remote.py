@@ -49,6 +49,7 @@ class RemoteJudging:
     ) -> None:
         self._client = client
         self._url = url.rstrip("/") + "/api/judge"
+        self._model = model
         local_judge = JudgeConfig(model=model) if model else None
         # Custom evaluators run here; their llm helper reaches the service's model.
         self._local = dispatch.Judging(
@@ -60,7 +61,10 @@ class RemoteJudging:
     async def __call__(self, request: JudgeRequest) -> Verdict:
         if request.evaluator is not None:
             return await self._local(request)
-        payload = wire.WireJudgeRequest.of(request).model_dump(mode="json", by_alias=True)
+        call = wire.WireJudgeRequest.of(request)
+        if call.model is None and self._model is not None:
+            call = call.model_copy(update={"model": self._model})  # the RunSpec's judge model
+        payload = call.model_dump(mode="json", by_alias=True)
         data = await _post(self._client, self._url, payload)
         return Verdict.model_validate(data)
 
@@ -93,8 +97,13 @@ async def remote_backend(
     *,
     model: str | None = None,
     evaluators: Mapping[str, Callable[..., Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> AsyncIterator[RemoteJudging]:
-    """The judge backend of a cell: the service at ``url``, presenting ``token``."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    """The judge backend of a cell: the service at ``url``, presenting ``token``.
+
+    ``headers`` go on every call too (a cell adds its gateway token header, so the gateway
+    records the call as the controller's).
+    """
+    headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
     async with httpx.AsyncClient(timeout=TIMEOUT, headers=headers) as client:
         yield RemoteJudging(client, url, model=model, evaluators=evaluators)

@@ -1,0 +1,254 @@
+"""``agent-health cell``: one test body inside a cell pod (the controller container).
+
+The operator starts one pod per (test, repeat). Its controller container runs this command,
+which finds the test in the suite, runs it once against the target through the cell's
+gateway, and appends what it saw — the run-result, the signals and a final cell-end — to
+the cell's ledger through the gateway's admin listener, presenting the controller's token.
+The cell holds no ledger key and no LLM credentials: ``judge()`` goes to the operator's
+judge service through the gateway.
+
+Settings come from the environment the cell pod sets (see ``cluster/cellpod.py``):
+
+=============================  =============================================================
+``AGENT_HEALTH_AGENT_URL``     the target through the gateway, e.g. ``rest+http://127.0.0.1:15001/run``
+``AGENT_HEALTH_TOKEN_FILE``    the controller's token (presented to the gateway and judge)
+``AGENT_HEALTH_RUN_ID``        the cell's run id (the gateway wrote it in the cell-meta)
+``AGENT_HEALTH_GATEWAY_ADMIN`` where the controller appends its records
+``AGENT_HEALTH_JUDGE_URL``     the judge service through the gateway (absent: judging skipped)
+``AGENT_HEALTH_JUDGE_MODEL``   the model a custom evaluator's ``llm`` asks for (optional)
+``AGENT_HEALTH_SKIP_JUDGE``    ``1`` skips every ``judge()``
+``AGENT_HEALTH_TIMEOUT``       the test's timeout in seconds
+=============================  =============================================================
+
+Exit codes: 0 passed or skipped, 1 failed, 3 errored, 2 the cell is misconfigured (no such
+test, unreadable token), 4 the results could not be recorded (the grader will then find no
+final record and grade the cell ``errored``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent_health import connectors
+from agent_health.connectors.base import ConnectorSpec
+from agent_health.engine import loader, recording, runner
+from agent_health.ledger import records
+from agent_health.sdk import config as config_mod
+from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import errors
+from agent_health.sdk.results import RunResult, TestResult
+
+TOKEN_HEADER = "X-Agent-Health-Token"  # the gateway's (gateway.config.TOKEN_HEADER; tested)
+EXIT = {"passed": 0, "skipped": 0, "failed": 1, "errored": 3}
+EXIT_MISCONFIGURED, EXIT_UNRECORDED = 2, 4
+
+
+class CellError(errors.AgentHealthError):
+    """The cell cannot run its test (a wrong environment or suite); exit 2."""
+
+
+class RecordingFailed(errors.AgentHealthError):
+    """The gateway refused or lost the controller's records; exit 4."""
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """Where the test is and how the cell reaches its target, judge and ledger."""
+
+    suite: Path
+    test_id: str
+    repeat: int
+    agent: str
+    run_id: str
+    token: str | None
+    admin: str | None
+    judge_url: str | None
+    judge_model: str | None
+    skip_judge: bool
+    timeout: float | None
+
+    @classmethod
+    def from_env(
+        cls, *, suite: Path, test_id: str, repeat: int, environ: Mapping[str, str] | None = None
+    ) -> CellSettings:
+        env = os.environ if environ is None else environ
+        agent = env.get("AGENT_HEALTH_AGENT_URL")
+        run_id = env.get("AGENT_HEALTH_RUN_ID")
+        if not agent or not run_id:
+            raise CellError(
+                "a cell needs AGENT_HEALTH_AGENT_URL and AGENT_HEALTH_RUN_ID "
+                "(the operator sets them in the cell pod)"
+            )
+        token = None
+        if env.get("AGENT_HEALTH_TOKEN_FILE"):
+            path = Path(env["AGENT_HEALTH_TOKEN_FILE"])
+            try:
+                token = path.read_text(encoding="utf-8").strip()
+            except OSError as err:
+                raise CellError(f"cannot read the controller token {path}: {err}") from err
+        timeout = env.get("AGENT_HEALTH_TIMEOUT")
+        try:
+            seconds = float(timeout) if timeout else None
+        except ValueError as err:
+            raise CellError(f"AGENT_HEALTH_TIMEOUT={timeout!r} is not a number") from err
+        return cls(
+            suite=suite,
+            test_id=test_id,
+            repeat=repeat,
+            agent=agent,
+            run_id=run_id,
+            token=token or None,
+            admin=env.get("AGENT_HEALTH_GATEWAY_ADMIN") or None,
+            judge_url=env.get("AGENT_HEALTH_JUDGE_URL") or None,
+            judge_model=env.get("AGENT_HEALTH_JUDGE_MODEL") or None,
+            skip_judge=env.get("AGENT_HEALTH_SKIP_JUDGE", "") not in ("", "0"),
+            timeout=seconds,
+        )
+
+    @property
+    def token_headers(self) -> dict[str, str]:
+        return {TOKEN_HEADER: self.token} if self.token else {}
+
+
+class GatewayRecords:
+    """The controller's half of the cell's ledger: its records, appended via the gateway."""
+
+    def __init__(self, client: httpx.AsyncClient, admin: str, token: str | None) -> None:
+        self._client = client
+        self._url = admin.rstrip("/") + "/ledger/records"
+        self._headers = {TOKEN_HEADER: token} if token else {}
+
+    async def begin(self, info: ctx_mod.TestInfo) -> None:
+        """Nothing: the gateway wrote the cell-meta record when it started."""
+
+    async def finish(self, result: TestResult, run: RunResult | None) -> None:
+        await self.append(recording.controller_records(result, run))
+
+    async def append(self, items: list[records.Record]) -> None:
+        body = [records.to_object(r, with_mac=False) for r in items]
+        for item in body:
+            item.pop("seq", None)
+        try:
+            response = await self._client.post(self._url, json=body, headers=self._headers)
+        except httpx.HTTPError as err:
+            raise RecordingFailed(f"cannot reach the gateway at {self._url}: {err}") from err
+        if not response.is_success:
+            raise RecordingFailed(
+                f"the gateway refused the controller's records (HTTP {response.status_code}): "
+                f"{response.text[:300]}"
+            )
+
+
+def find(suite: loader.Suite, test_id: str) -> Any:
+    """The suite's test with this id, or a CellError listing what was found."""
+    for case in suite.cases:
+        if case.id == test_id:
+            return case
+    problems = "; ".join(str(e) for e in suite.errors)
+    known = ", ".join(c.id for c in suite.cases[:10]) or "none"
+    raise CellError(
+        f"no test {test_id!r} in the suite at {suite.root} (found: {known})"
+        + (f"; load errors: {problems}" if problems else "")
+    )
+
+
+@contextlib.asynccontextmanager
+async def _judge(
+    settings: CellSettings, config: config_mod.Config
+) -> AsyncIterator[ctx_mod.JudgeBackend | None]:
+    if settings.skip_judge or settings.judge_url is None:
+        yield None
+        return
+    from agent_health.judging import remote  # only a judged cell loads the judge client
+
+    async with remote.remote_backend(
+        settings.judge_url,
+        settings.token,
+        model=settings.judge_model,
+        evaluators=config.evaluators,
+        headers=settings.token_headers,
+    ) as backend:
+        yield backend
+
+
+async def run_cell(settings: CellSettings) -> tuple[int, TestResult | None]:
+    """Run the cell's one test and record it; the exit code and the result."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0)) as client:
+        ledger = GatewayRecords(client, settings.admin, settings.token) if settings.admin else None
+        try:
+            suite = loader.load([settings.suite])
+            case = find(suite, settings.test_id)
+            config = loader.load_config(loader.find_config(settings.suite))
+            spec = ConnectorSpec.parse(settings.agent)
+            spec = spec.model_copy(update={"headers": {**spec.headers, **settings.token_headers}})
+            connector = connectors.create(spec, config.connectors)
+        except (CellError, errors.ConfigError, connectors.ConnectorError) as err:
+            # Say why in the ledger too, so the grade names the reason, not a missing record.
+            if ledger is not None:
+                await ledger.append([records.CellEnd(status="errored", error=str(err))])
+            raise
+        return await _run(settings, case, config, connector, ledger)
+
+
+async def _run(
+    settings: CellSettings,
+    case: Any,
+    config: config_mod.Config,
+    connector: connectors.Connector,
+    ledger: GatewayRecords | None,
+) -> tuple[int, TestResult | None]:
+    async with _judge(settings, config) as judge:
+        env = runner.RunEnv(
+            agent_caller=connector.run,
+            judge_backend=judge,
+            skip_judge=settings.skip_judge or settings.judge_url is None,
+            timeout=settings.timeout,
+            config=config,
+            ledger=ledger,
+        )
+        try:
+            result = await runner.run_case(case, settings.repeat, env, run_id=settings.run_id)
+        finally:
+            await connector.aclose()
+    return EXIT[result.status], result
+
+
+def report(result: TestResult) -> str:
+    """One JSON line for the pod's log: what the controller saw (the ledger is the record)."""
+    return json.dumps(
+        {
+            "test": result.id,
+            "repeat": result.repeat,
+            "status": result.status,
+            "score": result.score,
+            "error": result.error,
+            "run_id": result.run_id,
+        }
+    )
+
+
+def main(suite: Path, test_id: str, repeat: int) -> int:
+    """The ``agent-health cell`` command."""
+    import asyncio
+
+    try:
+        settings = CellSettings.from_env(suite=suite, test_id=test_id, repeat=repeat)
+        code, result = asyncio.run(run_cell(settings))
+    except (CellError, errors.ConfigError, connectors.ConnectorError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_MISCONFIGURED
+    except RecordingFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_UNRECORDED
+    if result is not None:
+        print(report(result))
+    return code
