@@ -157,7 +157,8 @@ class Concurrency:
 
 
 def concurrency(work: Path, args: argparse.Namespace) -> list[Concurrency]:
-    """The built-in REST connector (the figure that counts), then the diagnostic one."""
+    """The built-in REST connector without recording (the engine's figure), the same with the
+    default local ledger (what recording every exchange costs), then the diagnostic one."""
     n = args.concurrency_tests
     builtin = suites.write_ours(work / "concurrency", n, args.per_file, config=False)
     diagnostic = suites.write_ours(work / "concurrency-aiohttp", n, args.per_file, config=False)
@@ -167,8 +168,13 @@ def concurrency(work: Path, args: argparse.Namespace) -> list[Concurrency]:
     with slow_agent.serving(args.latency) as url:
         suites.write_aiohttp_config(diagnostic, url)
         runs = [
-            ("built-in rest connector", [*base, "--agent", f"rest+{url}"], builtin),
-            ("aiohttp connector from the config", base, diagnostic),
+            ("built-in rest connector", [*base, "--agent", f"rest+{url}", "--no-ledger"], builtin),
+            (
+                "built-in rest connector, recording the ledger (the default)",
+                [*base, "--agent", f"rest+{url}"],
+                builtin,
+            ),
+            ("aiohttp connector from the config", [*base, "--no-ledger"], diagnostic),
         ]
         sessions: dict[str, list[float]] = {name: [] for name, _, _ in runs}
         commands: dict[str, list[float]] = {name: [] for name, _, _ in runs}
@@ -248,7 +254,7 @@ def _render_concurrency(runs: list[Concurrency]) -> list[str]:
         _row(f"ideal = ceil({first.tests}/{first.j}) x {first.latency_s:g} s", first.ideal_s),
     ]
     for i, conc in enumerate(runs):
-        role = "" if i == 0 else " (diagnostic: the engine without the built-in client)"
+        role = " (diagnostic: the engine without the built-in client)" if i == 2 else ""
         lines += [
             f"   via the {conc.connector}{role}",
             _row("  session (report summary.duration_ms)", conc.session_s),
