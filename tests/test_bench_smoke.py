@@ -58,6 +58,7 @@ def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
     assert all(s["wall_s"] > 0 and s["rss_mib"] > 0 for s in saved["sides"])
     assert [c["connector"] for c in saved["concurrency"]] == [
         "built-in rest connector",
+        "built-in rest connector, recording the ledger (the default)",
         "aiohttp connector from the config",
     ]
     for conc in saved["concurrency"]:
