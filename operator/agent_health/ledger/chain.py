@@ -106,19 +106,25 @@ class Sealer:
 
     def seal(self, record: records.Record) -> records.Record:
         """Return ``record`` with the next ``seq`` and its chained ``mac``."""
+        return self.seal_line(record)[0]
+
+    def seal_line(self, record: records.Record) -> tuple[records.Record, str]:
+        """Seal ``record`` and also return its ledger line, serializing it only once."""
         if self.ended:
             raise errors.ChainError("the cell has ended (cell-end written); nothing may follow")
         if self.next_seq == 0 and record.kind != "cell-meta":
             raise errors.ChainError(
                 f"the first record of a cell must be cell-meta, not {record.kind}"
             )
-        numbered = record.model_copy(update={"seq": self.next_seq, "mac": ""})
-        mac = link(self._key, self.previous_mac, records.to_object(numbered, with_mac=False))
-        sealed = numbered.model_copy(update={"mac": mac})
+        payload = records.to_object(record, with_mac=False)
+        payload["seq"] = self.next_seq
+        mac = link(self._key, self.previous_mac, payload)
+        payload["mac"] = mac
+        sealed = record.model_copy(update={"seq": self.next_seq, "mac": mac})
         self.next_seq += 1
         self.previous_mac = mac
         self.ended = record.kind == "cell-end"
-        return sealed
+        return sealed, records.canonical(payload).decode("ascii")
 
 
 class Writer:
@@ -159,8 +165,9 @@ class Writer:
         """Seal ``items`` in order, append them as one batch, and return the sealed records."""
         async with self._lock:
             trial = self._sealer.fork()
-            sealed = [trial.seal(item) for item in items]
-            await self.backend.append(self.cell, [records.dump_line(r) for r in sealed])
+            pairs = [trial.seal_line(item) for item in items]
+            await self.backend.append(self.cell, [line for _, line in pairs])
+            sealed = [record for record, _ in pairs]
             # Only a stored batch advances the chain, so a failed write can be retried.
             self._sealer = trial
             return sealed
