@@ -205,3 +205,32 @@ async def test_explain_passes_parameters_by_name_and_reports_errors() -> None:
 
     found = await insights.explain(no_summary, result(), run=None, traces=None, llm=None, timeout=5)
     assert "summary: Field required" in found["error"]
+
+
+async def test_insights_ask_the_judge_model_through_llm(
+    write_suite: Any, triage_url: str, monkeypatch: Any, tmp_path: Any
+) -> None:
+    from judge_servers import ScriptedModel, Text
+
+    model = await ScriptedModel.start("openai", default=Text("the log tool was slow"))
+    monkeypatch.setenv("AGENT_HEALTH_JUDGE_CACHE", str(tmp_path / "judge.sqlite"))
+    try:
+        config = """
+from agent_health import define_config
+
+async def explain(result, llm):
+    why = await llm(f"why did {result.title} end {result.status}?")
+    return {"summary": result.status, "why": why, "recommendations": []}
+
+config = define_config(
+    agents={"triage": {"connector": "rest", "url": "URL"}},
+    judge={"provider": "openai", "model": "m", "base_url": "BASE"},
+    insights=explain,
+)
+""".replace("URL", triage_url).replace("BASE", model.url)
+        suite = write_suite(**{"agent-health.config.py": config, "test_x.py": TESTS})
+        run = await run_cli(suite, "--grep", "^ok$")
+    finally:
+        await model.close()
+    assert run.by_name("ok")["insights"]["why"] == "the log tool was slow"
+    assert "why did ok end passed?" in str(model.requests[-1].body)

@@ -399,6 +399,7 @@ async def _execute(
             config=config,
             agent_name=config.agent_name(args.agent),
             ledger=recorded,
+            insights_llm=backend.ask if backend is not None and backend.provider else None,
         )
         with terminal.LiveProgress(
             console, len(cases) * args.repeat, list_lines=list_lines

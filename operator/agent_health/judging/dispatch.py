@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from agent_health.judging import agentic, contextual, errors, evaluators, prompt, tools
+from agent_health.judging import agentic, chat, contextual, errors, evaluators, prompt, tools
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import providers as providers_mod
 from agent_health.judging.chat import Tally
@@ -117,6 +117,20 @@ class Judging:
         if self.cache is not None:
             await self.cache.put(address, fields)
         return _verdict(request, fields, cached=False)
+
+    async def ask(self, text: str, *, system: str = "") -> str:
+        """One free-form completion from the judge model (the ``llm`` helper of insights)."""
+        if self.provider is None or self.judge is None:
+            raise errors.NoJudgeModel("asked the judge model, but no judge model is configured")
+        completion = await self.provider(
+            chat.ChatRequest(
+                model=self.judge.model,
+                system=system,
+                messages=(chat.Message("user", text),),
+                max_tokens=self.judge.max_output_tokens,
+            )
+        )
+        return completion.text
 
     def _evaluator(self, name: str | None) -> Callable[..., Any] | None:
         if name is None:
