@@ -122,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
         help="largest allowed mean-score drop (default: no gate)",
     )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    grade = sub.add_parser("grade", help="grade a recorded ledger again, cell by cell")
+    grade.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
+    grade.add_argument("--key-file", help="the ledger key (default: $AGENT_HEALTH_LEDGER_KEY)")
+    grade.add_argument("--reporter", action="append", default=[], help="json[:PATH], junit[:PATH]")
+
     cell = sub.add_parser("cell", help="run one test inside a cell pod (the controller)")
     cell.add_argument("--test", required=True, help="the test's id (file::title)")
     cell.add_argument("--repeat", type=int, default=0, help="the repeat index (0-based)")
@@ -145,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _crds(args, console)
         if args.command == "compare":
             return _compare(args, console)
+        if args.command == "grade":
+            return _grade(args, console)
         if args.command == "cell":
             from agent_health.engine import cell as cell_mod
 
@@ -223,6 +230,23 @@ def _ledger_verify(args: argparse.Namespace, console: Console, err_console: Cons
         console.print(str(cell))
     console.print(f"{len(report.cells)} cells verified")
     return EXIT_OK
+
+
+def _grade(args: argparse.Namespace, console: Console) -> int:
+    from agent_health.cluster import regrade
+
+    outputs = [reporters.parse(r) for r in args.reporter]
+    try:
+        key = ledger.load_key(args.key_file)
+        results = asyncio.run(regrade.grade_ledger(args.url, key))
+    except ledger.LedgerError as err:
+        raise UsageError(str(err)) from err
+    if not results:
+        raise UsageError(f"no ledger cells found at {args.url}")
+    report = RunReport.build(results, duration_ms=sum(r.duration_ms for r in results))
+    terminal.summary(console, report)
+    _write_reports(outputs, report, console)
+    return exit_code(report)
 
 
 def _crds(args: argparse.Namespace, console: Console) -> int:

@@ -1,0 +1,50 @@
+"""Grading a recorded ledger again, cell by cell (``agent-health grade URL``).
+
+Each cell is graded as the operator grades it (:func:`grading.grade_lines`: the HMAC chain,
+the controller's records, the recomputed status), with the cell's own first record saying
+which test and repeat it claims to be. Whole ledgers of local runs and of clusters both
+work: ``file://``, ``configmap://``, ``s3://``.
+"""
+
+from __future__ import annotations
+
+from agent_health.cluster import grading
+from agent_health.ledger import backends, records
+from agent_health.ledger import errors as ledger_errors
+from agent_health.sdk.results import TestResult
+
+
+def expected_from(cell: str, lines: list[str]) -> grading.ExpectedCell:
+    """What the cell says it is (its cell-meta), or a placeholder naming the cell."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            first = records.parse_line(line, 1)
+        except ledger_errors.RecordError:
+            break
+        if isinstance(first, records.CellMeta):
+            file, sep, title = first.test_id.partition("::")  # ids are FILE::TITLE
+            return grading.ExpectedCell(
+                test_id=first.test_id,
+                repeat=first.repeat,
+                run_id=first.run_id,
+                title=title if sep else None,
+                file=file if sep else "",
+            )
+        break
+    return grading.ExpectedCell(test_id=cell, repeat=0, run_id=cell)
+
+
+async def grade_ledger(url: str, key: bytes) -> list[TestResult]:
+    """Every cell at ``url`` graded from its records, in cell-name order."""
+    backend = backends.from_url(url)
+    try:
+        results = []
+        for cell in sorted(await backend.cells()):
+            lines = await backend.read(cell)
+            grade = grading.grade_lines(cell, lines, key, expected_from(cell, lines))
+            results.append(grade.result)
+        return results
+    finally:
+        await backend.close()

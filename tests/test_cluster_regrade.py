@@ -1,0 +1,71 @@
+"""``agent-health grade``: a local run's ledger, graded again, gives the run's statuses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from agent_health import cli
+from helpers import run_cli
+
+SUITE = """
+from agent_health import test
+
+@test("passes")
+async def passes(agent, expect):
+    result = await agent.run("Diagnose the payment service")
+    expect(result).to_have_called_tool("search_logs")
+
+@test("fails")
+async def fails(agent, expect):
+    result = await agent.run("Diagnose the payment service")
+    expect(result).to_have_called_tool("restart_pod")
+
+@test.skip("skipped")
+async def skipped():
+    pass
+"""
+
+
+async def test_a_local_ledger_grades_to_the_same_statuses(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: Any
+) -> None:
+    ledger = tmp_path / "ledger"
+    suite = write_suite(**{"test_g.py": SUITE})
+    run = await run_cli(suite, "--agent", f"rest+{triage_url}", "--ledger", f"file://{ledger}")
+    capsys.readouterr()
+    key = tmp_path / "ledger.key"
+    assert key.exists()
+    out = tmp_path / "regraded.json"
+    argv = ["grade", f"file://{ledger}", "--key-file", str(key), "--reporter", f"json:{out}"]
+    code = await asyncio.to_thread(cli.main, argv)
+    assert code == run.code == 1
+    regraded = {t["name"]: t["status"] for t in json.loads(out.read_text())["tests"]}
+    assert regraded == {t["name"]: t["status"] for t in run.report["tests"]}
+
+
+async def test_a_tampered_cell_grades_errored(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: Any
+) -> None:
+    ledger = tmp_path / "ledger"
+    suite = write_suite(**{"test_g.py": SUITE})
+    await run_cli(suite, "--agent", f"rest+{triage_url}", "--ledger", f"file://{ledger}")
+    failing = next(p for p in ledger.glob("*.jsonl") if "fails" in p.name)
+    failing.write_text(re.sub(r'"status":"failed"', '"status":"passed"', failing.read_text()))
+    capsys.readouterr()
+    out = tmp_path / "regraded.json"
+    argv = ["grade", str(ledger), "--key-file", str(tmp_path / "ledger.key")]
+    code = await asyncio.to_thread(cli.main, [*argv, "--reporter", f"json:{out}"])
+    tests = {t["name"]: t for t in json.loads(out.read_text())["tests"]}
+    assert tests["fails"]["status"] == "errored"
+    assert "tampered" in tests["fails"]["error"]
+    assert code == 3
+
+
+def test_nothing_to_grade_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "key").write_bytes(b"k" * 40)
+    assert cli.main(["grade", str(tmp_path), "--key-file", str(tmp_path / "key")]) == 2
+    assert "no ledger cells" in capsys.readouterr().err
