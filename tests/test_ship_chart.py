@@ -1,0 +1,454 @@
+"""The Helm chart: lint and render every ci/ scenario; every manifest valid for Kubernetes 1.31.
+
+The prometheus-operator kinds (ServiceMonitor, PrometheusRule) have no schema in
+kubernetes-validate; they are checked against the small schemas below, which hold the
+fields this chart writes as prometheus-operator's CRDs define them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import ship_support
+import yaml
+from ship_support import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    ROOT,
+    SCENARIOS,
+    by_kind,
+    notes,
+    one,
+    render,
+    run,
+)
+
+STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+METADATA = {
+    "type": "object",
+    "required": ["name", "namespace"],
+    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}},
+}
+SERVICE_MONITOR = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": METADATA,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "endpoints"],
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchLabels": STRING_MAP},
+                },
+                "namespaceSelector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["port"],
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string"},
+                            "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                            "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+PROMETHEUS_RULE = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": METADATA,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": {"type": "string"},
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["expr"],
+                                    "oneOf": [{"required": ["record"]}, {"required": ["alert"]}],
+                                    "properties": {
+                                        "record": {"type": "string"},
+                                        "alert": {"type": "string"},
+                                        "expr": {"type": "string", "minLength": 1},
+                                        "for": {"type": "string"},
+                                        "labels": STRING_MAP,
+                                        "annotations": STRING_MAP,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+MONITORING = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
+# The operator's ClusterRole, as the operator's contract states it. It mirrors
+# agent_health.cluster.rbac.RULES; a test of that module compares the two.
+RULES = [
+    (["agenthealth.dev"], ["runspecs", "evaluationruns"], ["get", "list", "watch", "patch"]),
+    (["agenthealth.dev"], ["runspecs/status", "evaluationruns/status"], ["get", "patch"]),
+    ([""], ["pods"], ["create", "delete", "get", "list", "watch", "patch"]),
+    ([""], ["pods/log"], ["get"]),
+    ([""], ["secrets"], ["create", "delete", "get", "list"]),
+    ([""], ["configmaps"], ["get", "create", "update", "patch"]),
+    ([""], ["events"], ["create", "patch"]),
+    (["networking.k8s.io"], ["networkpolicies"], ["create", "delete", "get"]),
+    (["agents.x-k8s.io"], ["sandboxes"], ["create", "delete", "get", "list", "watch"]),
+]
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return ship_support.helm()
+
+
+def _args(documents: list[dict[str, Any]]) -> dict[str, str]:
+    container = one(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["agent-health"]
+    assert container["args"][0] == "operator"
+    return dict(a.removeprefix("--").split("=", 1) for a in container["args"][1:])
+
+
+def _env(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    container = one(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_helm_lint_passes_strictly(helm: Path, scenario: str) -> None:
+    values = CHART / "ci" / f"{scenario}-values.yaml"
+    done = run([helm, "lint", CHART, "--strict", "--values", values])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_scenarios_are_the_documented_ones() -> None:
+    assert SCENARIOS == ["default", "gke", "kind", "minimal"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_rendered_manifest_validates_for_kubernetes_1_31(helm: Path, scenario: str) -> None:
+    documents = render(helm, scenario, "--include-crds")
+    for document in documents:
+        what = f"{scenario}: {document['kind']} {document['metadata']['name']}"
+        if document["kind"] in MONITORING:
+            jsonschema.Draft7Validator(MONITORING[document["kind"]]).validate(document)
+        else:
+            assert kubernetes_validate.validate(document, "1.31", strict=True) == "1.31", what
+
+
+def test_the_monitoring_schemas_do_reject_an_unknown_field(helm: Path) -> None:
+    monitor = one(render(helm, "kind"), "ServiceMonitor")
+    monitor["spec"]["endpoints"][0]["scrapeInterval"] = "30s"
+    with pytest.raises(jsonschema.ValidationError, match="scrapeInterval"):
+        jsonschema.Draft7Validator(SERVICE_MONITOR).validate(monitor)
+
+
+def test_the_chart_crds_are_byte_identical_to_the_generated_ones() -> None:
+    generated = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    shipped = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert shipped == generated
+    for name in generated:
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
+            f"charts/agent-health/crds/{name} differs from crds/{name}: cp crds/*.yaml "
+            "charts/agent-health/crds/"
+        )
+
+
+def test_the_default_install_is_the_operator_and_what_it_needs(helm: Path) -> None:
+    documents = render(helm, "default")
+    assert sorted(d["kind"] for d in documents) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "Service",
+        "ServiceAccount",
+    ]
+    deployment = one(documents, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
+    args = _args(render(helm, "default"))
+    assert args == {
+        "health-addr": "0.0.0.0:8080",
+        "judge-addr": "0.0.0.0:8090",
+        "metrics-addr": "0.0.0.0:9090",
+        "controller-image": "ghcr.io/agent-health/controller:0.1.0",
+        "gateway-image": "ghcr.io/agent-health/gateway:0.1.0",
+        "judge-service-url": f"http://{RELEASE}-agent-health-judge.{NAMESPACE}.svc:8090",
+        "judge-cache": "/var/cache/agent-health/judge",
+    }
+    minimal = _args(render(helm, "minimal"))
+    assert minimal["namespace"] == "evals"
+    kind = _args(render(helm, "kind"))
+    assert kind["ledger-url"] == "configmap://agent-health-ledger"
+
+
+def test_probes_ports_and_security(helm: Path) -> None:
+    pod = one(render(helm, "default"), "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "judge": 8090, "metrics": 9090}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]["memory"]
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_services_point_at_the_operator_ports(helm: Path) -> None:
+    documents = render(helm, "default")
+    services = {s["metadata"]["name"]: s["spec"] for s in by_kind(documents, "Service")}
+    pod_labels = one(documents, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    judge = services[f"{RELEASE}-agent-health-judge"]
+    metrics = services[f"{RELEASE}-agent-health-metrics"]
+    assert judge["ports"] == [
+        {"name": "judge", "port": 8090, "targetPort": "judge", "protocol": "TCP"}
+    ]
+    assert metrics["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    for spec in (judge, metrics):
+        assert spec["selector"].items() <= pod_labels.items()
+
+
+def test_rbac_is_exactly_the_operators_rules(helm: Path) -> None:
+    documents = render(helm, "default")
+    role = one(documents, "ClusterRole")
+    assert [(r["apiGroups"], r["resources"], r["verbs"]) for r in role["rules"]] == RULES
+    binding = one(documents, "ClusterRoleBinding")
+    account = one(documents, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+    deployment = one(documents, "Deployment")
+    assert (
+        deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    )
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+
+
+def test_the_gke_scenario_uses_workload_identity_gvisor_and_digests(helm: Path) -> None:
+    documents = render(helm, "gke")
+    account = one(documents, "ServiceAccount")
+    assert account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"].endswith(
+        ".iam.gserviceaccount.com"
+    )
+    assert _env(documents)["AGENT_HEALTH_SANDBOX_RUNTIME_CLASS"] == "gvisor"
+    args = _args(documents)
+    assert re.fullmatch(r".+/controller@sha256:[0-9a-f]{64}", args["controller-image"])
+    assert args["ledger-url"].startswith("gs://")
+    image = one(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert re.fullmatch(r".+-docker\.pkg\.dev/.+/operator@sha256:[0-9a-f]{64}", image)
+    claim = one(documents, "PersistentVolumeClaim")
+    volumes = one(documents, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    cache = next(v for v in volumes if v["name"] == "judge-cache")
+    assert cache == {
+        "name": "judge-cache",
+        "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
+    }
+
+
+def test_the_judge_key_comes_from_a_secret_and_never_from_values(helm: Path) -> None:
+    env = _env(render(helm, "kind"))
+    assert env["AGENT_HEALTH_JUDGE_PROVIDER"] == "openai"
+    assert env["AGENT_HEALTH_JUDGE_MODEL"] == "gpt-4o-mini"
+    assert env["AGENT_HEALTH_JUDGE_API_KEY_ENV"] == "OPENAI_API_KEY"
+    assert env["OPENAI_API_KEY"] == {
+        "secretKeyRef": {"name": "judge-credentials", "key": "api-key"}
+    }
+    assert _env(render(helm, "default")) == {}
+
+
+def test_the_minimal_scenario_renders_no_monitoring_objects(helm: Path) -> None:
+    kinds = {d["kind"] for d in render(helm, "minimal")}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy"}
+
+
+def test_the_monitoring_objects_select_what_the_chart_serves(helm: Path) -> None:
+    documents = render(helm, "kind")
+    monitor = one(documents, "ServiceMonitor")
+    services = {s["metadata"]["name"].rsplit("-", 1)[1]: s for s in by_kind(documents, "Service")}
+    metrics, judge = services["metrics"], services["judge"]
+    selected = monitor["spec"]["selector"]["matchLabels"].items()
+    assert selected <= metrics["metadata"]["labels"].items()
+    assert not selected <= judge["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == metrics["spec"]["ports"][0]["name"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    rule = one(documents, "PrometheusRule")
+    raw = yaml.safe_load((CHART / "rules" / "agent-health.rules.yaml").read_text())
+    assert rule["spec"] == raw
+    dashboard = one(documents, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((CHART / "dashboards" / "agent-health.json").read_text())
+    assert json.loads(dashboard["data"]["agent-health.json"]) == shipped
+
+
+def test_the_cell_network_policy_allows_only_dns_the_judge_and_declared_cidrs(helm: Path) -> None:
+    documents = render(helm, "kind")
+    policy = one(documents, "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "agent-health"}}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == []
+    dns, judge, *cidrs = spec["egress"]
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    pod = one(documents, "Deployment")["spec"]["template"]
+    peer = judge["to"][0]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+    assert peer["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert judge["ports"] == [{"protocol": "TCP", "port": 8090}]
+    assert [c["to"][0]["ipBlock"]["cidr"] for c in cidrs] == ["172.18.0.0/16", "0.0.0.0/0"]
+    # The operator itself is no cell: the policy must not fence it in.
+    labels = pod["metadata"]["labels"]
+    assert labels.get("app.kubernetes.io/managed-by") != "agent-health"
+
+
+def test_the_cell_network_policy_is_rendered_per_namespace(helm: Path) -> None:
+    documents = render(
+        helm, "default", "--set", "cellNetworkPolicy.enabled=true",
+        "--set", "cellNetworkPolicy.namespaces={team-a,team-b}",
+    )  # fmt: skip
+    policies = by_kind(documents, "NetworkPolicy")
+    assert [p["metadata"]["namespace"] for p in policies] == ["team-a", "team-b"]
+    default = by_kind(
+        render(helm, "default", "--set", "cellNetworkPolicy.enabled=true"), "NetworkPolicy"
+    )
+    assert [p["metadata"]["namespace"] for p in default] == [NAMESPACE]
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("bogus=1", "(root): Additional property bogus is not allowed"),
+        ("image.operator.tagg=x", "image.operator: Additional property tagg is not allowed"),
+        ("judge.provider=gemini", "judge.provider must be one of"),
+        ("image.controller.digest=latest", "image.controller.digest: Does not match pattern"),
+        ("podLabels.app\\.kubernetes\\.io/managed-by=agent-health", "podLabels: Must not"),
+    ],
+)
+def test_the_values_schema_refuses_mistakes(helm: Path, setting: str, complaint: str) -> None:
+    done = run([helm, "template", RELEASE, CHART, "--set", setting])
+    assert done.returncode != 0
+    assert complaint in done.stderr, done.stderr
+
+
+def _schema_objects(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = [(path, node)] if "properties" in node else []
+    for name, child in node.get("properties", {}).items():
+        found += _schema_objects(child, f"{path}.{name}")
+    return found
+
+
+def test_the_values_schema_is_strict_everywhere() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for path, node in _schema_objects(schema):
+        assert node.get("additionalProperties") is False, f"{path or '(root)'} is not strict"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.Draft7Validator(schema).validate(values)
+    assert set(schema["properties"]) - {"global"} == set(values)
+
+
+# Pass-through values (Kubernetes objects, label maps, RBAC rules): their inner keys are
+# Kubernetes fields, documented by the comment on the block itself.
+FREE_FORM = {
+    "podSecurityContext", "securityContext", "resources", "rules", "podLabels", "probes",
+    "labels", "annotations",
+}  # fmt: skip
+
+
+def test_every_values_key_has_a_comment() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    parents: list[tuple[int, str]] = []  # (indent, key) of the enclosing blocks
+    for number, line in enumerate(lines):
+        key = re.match(r"^(\s*)(- )?([A-Za-z][\w.-]*):", line)
+        if not key:
+            continue
+        indent = len(key.group(1)) + (2 if key.group(2) else 0)
+        parents = [(i, k) for i, k in parents if i < indent]
+        free = any(k in FREE_FORM for _, k in parents)
+        commented = number > 0 and lines[number - 1].strip().startswith("#")
+        assert free or commented, f"values.yaml:{number + 1}: {key.group(3)} has no comment"
+        parents.append((indent, key.group(3)))
+
+
+def test_every_helper_is_prefixed_and_commented() -> None:
+    text = (CHART / "templates" / "_helpers.tpl").read_text()
+    defines = re.findall(r"(\*/\}\}\n)?\{\{- define \"([^\"]+)\" -\}\}", text)
+    assert defines
+    for commented, name in defines:
+        assert name.startswith("agent-health."), f"helper {name} is not prefixed with the chart"
+        assert commented, f"helper {name} has no comment above it"
+        assert f"{name}:" in text, f"the comment above {name} does not name it"
+    used = set(re.findall(r"include \"([^\"]+)\"", "".join(
+        p.read_text() for p in (CHART / "templates").iterdir()
+    )))  # fmt: skip
+    assert used == {name for _, name in defines}, "a helper is unused or undefined"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_notes_say_how_to_reach_what_was_installed(
+    helm: Path, tmp_path: Path, scenario: str
+) -> None:
+    text = notes(helm, tmp_path, scenario)
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}-agent-health" in text
+    assert "kubectl get evaluationruns -w" in text
+    assert f"{RELEASE}-agent-health-metrics.{NAMESPACE}.svc:9090/metrics" in text
+    assert "{{" not in text
+    if scenario in ("kind", "gke"):
+        for what in ("ServiceMonitor", "dashboard", "PrometheusRule"):
+            assert what in text
+    else:
+        assert "port-forward svc/" in text
+    if scenario in ("default", "minimal"):
+        assert "No default judge is configured" in text

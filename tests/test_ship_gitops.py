@@ -1,0 +1,236 @@
+"""examples/gitops: the kustomization builds and validates; the suite runs; the CI gate gates.
+
+The kustomization is built with kubectl's kustomize; plain manifests are checked against
+Kubernetes 1.31 (kubernetes-validate), custom resources against the committed ``crds/``
+(OpenAPI keywords and CEL rules, as the API server would). The gate script runs with a real
+kubectl against the Kubernetes API emulator the cluster tests use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kubernetes_validate
+import pytest
+import ship_support
+import yaml
+from agent_health.cluster import errors, evaluationrun, meta, runspec
+from kube import schemas, serve
+from ship_support import ROOT
+
+GITOPS = ROOT / "examples" / "gitops"
+SCHEMAS = {
+    d["spec"]["names"]["kind"]: d["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for d in (yaml.safe_load(p.read_text()) for p in (ROOT / "crds").glob("*.yaml"))
+}
+MODELS = {"RunSpec": runspec.RunSpec, "EvaluationRun": evaluationrun.EvaluationRun}
+RUNS = "/apis/agenthealth.dev/v1alpha1/namespaces/evals/evaluationruns"
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+@pytest.fixture(scope="module")
+def built() -> list[dict[str, Any]]:
+    done = ship_support.run([ship_support.kubectl(), "kustomize", GITOPS])
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _custom(document: dict[str, Any]) -> None:
+    schema = SCHEMAS[document["kind"]]
+    assert schemas.problems(schema, schemas.admit(schema, document)) == []
+    meta.parse(MODELS[document["kind"]], document, what=document["kind"])
+
+
+def test_the_kustomization_builds_what_the_readme_lists(built: list[dict[str, Any]]) -> None:
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name'].rsplit('-', 1)[0]}" for d in built)
+    assert kinds == [
+        "ConfigMap/nightly-evaluationrun",
+        "ConfigMap/triage-suite",
+        "CronJob/triage",
+        "Role/evaluation",
+        "RoleBinding/evaluation",
+        "RunSpec/triage",
+        "ServiceAccount/evaluation",
+    ]
+    assert {d["metadata"]["namespace"] for d in built} == {"evals"}
+
+
+def test_plain_manifests_validate_for_kubernetes_1_31(built: list[dict[str, Any]]) -> None:
+    for document in built:
+        if document["kind"] in SCHEMAS:
+            continue
+        assert kubernetes_validate.validate(document, "1.31", strict=True) == "1.31"
+
+
+def test_the_custom_resources_validate_against_the_crds(built: list[dict[str, Any]]) -> None:
+    custom = [d for d in built if d["kind"] in SCHEMAS]
+    assert [d["kind"] for d in custom] == ["RunSpec"]
+    templates = {d["metadata"]["name"]: d for d in built if d["kind"] == "ConfigMap"}
+    nightly = next(v for k, v in templates.items() if k.startswith("nightly-evaluationrun"))
+    run = yaml.safe_load(nightly["data"]["evaluationrun.yaml"])
+    pr_run = yaml.safe_load((GITOPS / "ci" / "pr-run.yaml").read_text())
+    for document in [*custom, run, pr_run]:
+        _custom(document)
+    assert run["metadata"]["generateName"] == "triage-nightly-"
+    assert run["spec"]["runSpecRef"]["name"] == custom[0]["metadata"]["name"]
+
+
+def test_a_broken_run_template_is_caught(built: list[dict[str, Any]]) -> None:
+    run = yaml.safe_load((GITOPS / "nightly-run.yaml").read_text())
+    run["spec"]["repeat"] = 3  # a typo of repeats: pruned by the server, refused by the model
+    with pytest.raises(errors.SpecError, match="repeat"):
+        _custom(run)
+
+
+def test_the_generated_names_are_wired_through(built: list[dict[str, Any]]) -> None:
+    names = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in built}
+    suite = names["triage-suite"]["metadata"]["name"]
+    spec = next(d for d in built if d["kind"] == "RunSpec")
+    assert spec["spec"]["suite"]["configMap"]["name"] == suite
+    assert suite != "triage-suite", "the suite ConfigMap carries a content hash"
+    cron = next(d for d in built if d["kind"] == "CronJob")
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (volume,) = pod["volumes"]
+    assert volume["configMap"]["name"] == names["nightly-evaluationrun"]["metadata"]["name"]
+    assert pod["containers"][0]["args"][:2] == [
+        "create",
+        "--filename=/templates/evaluationrun.yaml",
+    ]
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    role = next(d for d in built if d["kind"] == "Role")
+    assert role["rules"] == [
+        {"apiGroups": ["agenthealth.dev"], "resources": ["evaluationruns"], "verbs": ["create"]}
+    ]
+
+
+def test_the_suite_copies_stay_the_quickstarts(built: list[dict[str, Any]]) -> None:
+    suite = next(d for d in built if d["metadata"]["name"].startswith("triage-suite"))
+    for name, text in suite["data"].items():
+        assert text == (ROOT / "examples" / "01-quickstart" / name).read_text(), (
+            f"examples/gitops/suite/{name} differs from examples/01-quickstart/{name}"
+        )
+
+
+@pytest.mark.slow
+async def test_the_suite_runs_against_the_example_agent(triage_url: str, tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "agent-health"
+    process = await asyncio.create_subprocess_exec(
+        str(script), "run", str(GITOPS / "suite"), "--agent", f"rest+{triage_url}",
+        "--no-judge", "--reporter", f"json:{tmp_path / 'report.json'}",
+        "--ledger", f"file://{tmp_path / 'ledger'}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path,
+    )  # fmt: skip
+    output, _ = await process.communicate()
+    assert process.returncode == 0, output.decode()
+    summary = json.loads((tmp_path / "report.json").read_text())["summary"]
+    assert summary["passed"] >= 3
+    assert summary["failed"] == summary["errored"] == 0
+
+
+# -- the CI gate, with a real kubectl against the API emulator ------------------------------
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Path]]:
+    async with serve() as (_, url), httpx.AsyncClient(base_url=url) as client:
+        for path in sorted((ROOT / "crds").glob("*.yaml")):
+            answer = await client.post(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                json=yaml.safe_load(path.read_text()),
+            )
+            assert answer.status_code == 201, answer.text
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulator", "cluster": {"server": url}}],
+            "users": [{"name": "test", "user": {}}],
+            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "test"}}],
+            "current-context": "emulator",
+        }
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(config))
+        yield client, kubeconfig
+
+
+async def _create_run(client: httpx.AsyncClient) -> str:
+    body = yaml.safe_load((GITOPS / "ci" / "pr-run.yaml").read_text())
+    answer = await client.post(RUNS, json=body)
+    assert answer.status_code == 201, answer.text
+    name: str = answer.json()["metadata"]["name"]
+    return name
+
+
+async def _finish(client: httpx.AsyncClient, name: str, phase: str, rate: float | None) -> None:
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": [
+            {"type": "Complete", "status": "True", "reason": phase, "message": "all cells ended",
+             "lastTransitionTime": "2025-01-01T00:00:00Z"},
+            {"type": "TestsPassed", "status": "False", "reason": "CellsFailed",
+             "message": "1 of 4 cells failed", "lastTransitionTime": "2025-01-01T00:00:00Z"},
+        ],
+    }  # fmt: skip
+    if rate is not None:
+        status["passRate"] = rate
+    answer = await client.patch(f"{RUNS}/{name}/status", json={"status": status}, headers=MERGE)
+    assert answer.status_code == 200, answer.text
+
+
+async def _gate(kubeconfig: Path, name: str, threshold: str) -> tuple[int, str]:
+    environment = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "KUBECTL": str(ship_support.kubectl()),
+        "NAMESPACE": "evals",
+    }
+    process = await asyncio.create_subprocess_exec(
+        "bash", str(GITOPS / "ci" / "gate.sh"), f"evaluationrun/{name}", threshold, "60s",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=environment,
+    )  # fmt: skip
+    output, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, output.decode()
+
+
+@pytest.mark.parametrize(
+    ("phase", "rate", "code", "says"),
+    [
+        ("Succeeded", 0.9, 0, "passed the gate: pass rate 0.9 >= 0.8"),
+        ("Succeeded", 0.75, 1, "pass rate 0.75 is below the gate 0.8"),
+        ("Failed", 0.9, 1, "ended in phase Failed"),
+        ("Succeeded", None, 1, "has no pass rate"),
+    ],
+)
+async def test_the_ci_gate_waits_then_compares_the_pass_rate(
+    cluster: tuple[httpx.AsyncClient, Path], phase: str, rate: float | None, code: int, says: str
+) -> None:
+    client, kubeconfig = cluster
+    name = await _create_run(client)
+    # The operator finishes the run while (or before) the gate waits for it.
+    gate = asyncio.create_task(_gate(kubeconfig, name, "0.8"))
+    await _finish(client, name, phase, rate)
+    returned, output = await gate
+    assert returned == code, output
+    assert says in output
+    assert "TestsPassed=False (CellsFailed): 1 of 4 cells failed" in output
+
+
+def test_the_workflow_creates_a_run_and_gates_on_it() -> None:
+    workflow = yaml.safe_load((GITOPS / "ci" / "github-actions.yaml").read_text())
+    steps = workflow["jobs"]["evaluate"]["steps"]
+    commands = "\n".join(step.get("run", "") for step in steps)
+    assert "kubectl apply -k examples/gitops" in commands
+    assert "kubectl create -f examples/gitops/ci/pr-run.yaml -o name" in commands
+    assert 'examples/gitops/ci/gate.sh "${{ steps.run.outputs.name }}" "$MIN_PASS_RATE"' in commands
+    assert float(workflow["env"]["MIN_PASS_RATE"]) == 0.8
+    assert (
+        workflow["env"]["NAMESPACE"]
+        == yaml.safe_load((GITOPS / "ci" / "pr-run.yaml").read_text())["metadata"]["namespace"]
+    )
