@@ -38,7 +38,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import aiohttp
@@ -92,6 +92,7 @@ class Hostile:
         self.hanging = 0  # calls that reached /hang (forwarded by the gateway)
         self.hanging_wanted = 1
         self.hanging_arrived = asyncio.Event()
+        self.release = asyncio.Event()  # set by the controller's second call
         self.tasks: set[asyncio.Future[None]] = set()
 
     def report(self, **line: Any) -> None:
@@ -215,7 +216,9 @@ async def run(request: web.Request) -> web.Response:
         if "replay" in hostile.attacks and len(hostile.seen) == 1:
             await hostile.replay(client)
     if "flood" in hostile.attacks and len(hostile.seen) == 1:
-        hostile.tasks.add(asyncio.ensure_future(flood(hostile)))
+        hostile.tasks.add(asyncio.ensure_future(reported(hostile, flood(hostile))))
+    elif len(hostile.seen) > 1:
+        hostile.release.set()
     return web.json_response(hostile.reply(body.get("prompt", "")))
 
 
@@ -330,51 +333,64 @@ async def idle_connections(
     return held
 
 
-async def hanging_calls(url: str, count: int, seconds: float) -> list[str]:
-    """``count`` concurrent calls without a token to an endpoint of ours that never answers."""
+async def hanging_calls(url: str, count: int, release: asyncio.Event) -> list[str]:
+    """``count`` concurrent calls without a token to an endpoint of ours that never answers;
+    each one's status, its error, or ``"held"`` if it was still in flight at ``release``."""
 
     async def one(client: aiohttp.ClientSession) -> str:
-        try:
-            async with client.post(url, data=b"{}") as response:
-                return str(response.status)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            return f"error: {type(err).__name__}"
+        async def call() -> str:
+            try:
+                async with client.post(url, data=b"{}") as response:
+                    return str(response.status)
+            except (aiohttp.ClientError, OSError, TimeoutError) as err:
+                return f"error: {type(err).__name__}"
+
+        answer = asyncio.ensure_future(call())
+        released = asyncio.ensure_future(release.wait())
+        await asyncio.wait({answer, released}, return_when=asyncio.FIRST_COMPLETED)
+        released.cancel()
+        if answer.done():
+            return answer.result()
+        answer.cancel()
+        return "held"
 
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    timeout = aiohttp.ClientTimeout(total=seconds)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
+    async with aiohttp.ClientSession(connector=connector) as client:
         return list(await asyncio.gather(*(one(client) for _ in range(count))))
 
 
 async def flood(hostile: Hostile) -> None:
-    """Everything at once against the gateway (sizes from ``HOSTILE_FLOOD``, JSON): idle
-    connections to the first route and the admin listener, calls without a token that we
-    never answer, a huge body streamed to the admin listener and through the first route, and
-    slowloris heads to the last route. Reports ``flood: started`` once the gateway forwarded
-    its quota of hanging calls, then the summary."""
+    """Everything at once against the gateway (sizes from ``HOSTILE_FLOOD``, JSON): calls
+    without a token to the first route that we never answer (``hanging``; we wait until
+    ``expect_hanging`` of them reached us), then ``connections`` idle connections to the first
+    route and to the admin listener, a ``huge`` body streamed to the admin listener and through
+    the last route, and ``slow`` slowloris heads to the last route too. Reports
+    ``flood: started`` when all that is under way, and the summary once the controller called
+    again (which releases the hanging calls)."""
     size = {"connections": 300, "hanging": 100, "huge": 200 * 1024 * 1024, "slow": 5,
-            "slow_seconds": 10.0, "hang_seconds": 8.0, "expect_hanging": 1}  # fmt: skip
+            "slow_seconds": 10.0, "expect_hanging": 1}  # fmt: skip
     size.update(json.loads(os.environ.get("HOSTILE_FLOOD", "{}")))
     admin, routes = hostile.targets["admin"], hostile.targets["routes"]
+    hostile.hanging_wanted = int(size["expect_hanging"])
+    hanging = asyncio.ensure_future(
+        hanging_calls(routes[0] + "/hang", int(size["hanging"]), hostile.release)
+    )
+    arrived = asyncio.ensure_future(hostile.hanging_arrived.wait())
+    await asyncio.wait([hanging, arrived], return_when=asyncio.FIRST_COMPLETED)
     held = await idle_connections(routes[0], int(size["connections"]))
     held += await idle_connections(admin, int(size["connections"]))
-    hanging = asyncio.ensure_future(
-        hanging_calls(routes[0] + "/hang", int(size["hanging"]), float(size["hang_seconds"]))
-    )
-    hostile.hanging_wanted = int(size["expect_hanging"])
-    await asyncio.wait([hanging, asyncio.ensure_future(hostile.hanging_arrived.wait())],
-                       return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-    hostile.report(flood="started", idle=len(held), hanging_arrived=hostile.hanging)
     huge = int(size["huge"])
-    results = await asyncio.gather(
+    pending = asyncio.gather(
         stream_until_answered(admin + "/ledger/records", huge),
-        stream_until_answered(routes[0] + "/sink", huge),
+        stream_until_answered(routes[-1] + "/sink", huge),
         *(
             slowloris(routes[-1], seconds=float(size["slow_seconds"]), interval=0.1)
             for _ in range(int(size["slow"]))
         ),
     )
-    admin_huge, route_huge, *slow = results
+    hostile.report(flood="started", idle=len(held), hanging_arrived=hostile.hanging)
+    admin_huge, route_huge, *slow = await pending
+    await hostile.release.wait()
     closed = sum(1 for reader, _ in held if reader.at_eof() or reader.exception() is not None)
     for _, writer in held:
         writer.close()
@@ -386,7 +402,16 @@ async def flood(hostile: Hostile) -> None:
         idle_opened=len(held),
         idle_closed_by_gateway=closed,
         hanging=await hanging,
+        hanging_reached_us=hostile.hanging,
     )
+
+
+async def reported(hostile: Hostile, attack: Awaitable[None]) -> None:
+    """Run a background attack; if it crashes, say so in the report instead of vanishing."""
+    try:
+        await attack
+    except Exception as err:  # the report is where a crash must show
+        hostile.report(flood="crashed", error=f"{type(err).__name__}: {err}")
 
 
 async def hang(request: web.Request) -> web.Response:

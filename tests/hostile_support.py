@@ -50,14 +50,23 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def hostile_target(
-    port: int, report: Path, targets: dict[str, Any], *, answer: str, attacks: str
+    port: int,
+    report: Path,
+    targets: dict[str, Any],
+    *,
+    answer: str,
+    attacks: str,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``hostile_agent.py`` as its own process on ``port``, attacking ``targets`` when called."""
+    """``hostile_agent.py`` as its own process on ``port``, attacking ``targets`` when called.
+
+    Its environment holds only what the test hands it: no token of this cell."""
     env = {
         "HOSTILE_TARGETS": json.dumps(targets),
         "HOSTILE_OTHER_TOKEN": OTHER_CELL_TOKEN,
         "HOSTILE_REPORT": str(report),
         "PATH": "/usr/bin:/bin",
+        **(env or {}),
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
