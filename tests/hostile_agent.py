@@ -28,7 +28,8 @@ Attacks (``--attack``, comma-separated):
 ``flood``   in the background, see :func:`flood` (the controller's call is answered at once).
 
 Answers (``--answer``): ``good`` (calls search_logs, names db-primary), ``bad`` (no tools, no
-diagnosis), ``inject`` (a bad diagnosis wrapped in prompt injections aimed at the judge).
+diagnosis), ``inject`` (a bad diagnosis wrapped in prompt injections aimed at the judge),
+``hang`` (never answers).
 """
 
 from __future__ import annotations
@@ -215,6 +216,8 @@ async def run(request: web.Request) -> web.Response:
             await hostile.judge(client)
         if "replay" in hostile.attacks and len(hostile.seen) == 1:
             await hostile.replay(client)
+    if hostile.answer == "hang":
+        await asyncio.Event().wait()  # never answer: the controller is stopped meanwhile
     if "flood" in hostile.attacks and len(hostile.seen) == 1:
         hostile.tasks.add(asyncio.ensure_future(reported(hostile, flood(hostile))))
     elif len(hostile.seen) > 1:
@@ -426,7 +429,7 @@ async def hang(request: web.Request) -> web.Response:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--answer", default="bad", choices=["good", "bad", "inject"])
+    parser.add_argument("--answer", default="bad", choices=["good", "bad", "inject", "hang"])
     parser.add_argument("--attack", default="", help="forge,judge,replay,flood")
     args = parser.parse_args()
     hostile = Hostile(args.answer, [a for a in args.attack.split(",") if a])

@@ -115,7 +115,9 @@ async def judge_service(tmp_path: Path, rule: Default) -> AsyncIterator[tuple[st
     await model.close()
 
 
-async def cell_gateway(tmp_path: Path, target_port: int, judge_url: str) -> gateway.Gateway:
+async def cell_gateway(
+    tmp_path: Path, target_port: int, judge_url: str, **fields: Any
+) -> gateway.Gateway:
     """The cell's gateway, in-process, as the cell pod's flags configure it."""
     (tmp_path / "key").write_bytes(b"k" * 48)
     (tmp_path / "token").write_text(TOKEN)
@@ -135,6 +137,7 @@ async def cell_gateway(tmp_path: Path, target_port: int, judge_url: str) -> gate
             "token_files": {"controller": str(tmp_path / "token")},
             "admin": "127.0.0.1:0",
             "grace": 5,
+            **fields,
         }
     )  # fmt: skip
     proxy = await gateway.Gateway.from_settings(settings)
