@@ -114,9 +114,7 @@ def evidence(
 # json.dumps escapes the C0 controls (\n, \r, \v, \f, \x1c-\x1e among them) but, without
 # ensure_ascii, leaves the other characters str.splitlines() and many tokenizers break lines
 # at; < and > are escaped so that "</evidence>" can only ever be the real end of the block.
-_ESCAPES = {
-    ord(c): f"\\u{ord(c):04x}" for c in ("\x85", "\u2028", "\u2029", "<", ">")
-}
+_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in ("\x85", "\u2028", "\u2029", "<", ">")}
 
 
 def untrusted_json(parts: Mapping[str, Any]) -> str:
