@@ -4,6 +4,7 @@ is graded ``errored`` with the precise reason — never ``passed``."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ import aiohttp
 import pytest
 from agent_health import gateway
 from agent_health.engine import cell
+from agent_health.gateway import command
 from agent_health.ledger import chain, records
 from hostile_support import (
     CELL,
@@ -158,3 +160,23 @@ async def test_refused_calls_are_recorded_up_to_the_cap_then_counted(
     assert "refusals after this one are counted, not recorded (limit 3)" in (
         refused[-1].error or ""
     )
+
+
+def test_limits_leave_room_for_trusted_callers_and_come_from_flags() -> None:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    route = ["--route", "principal=controller,listen=127.0.0.1:0,upstream=http://127.0.0.1:9"]
+    flags = "--header-timeout 2 --max-connections 32 --max-untrusted-calls 8"
+    flags += " --admin-max-bytes 65536 --body-timeout 5 --max-refused-records 7"
+    limits = command.settings(parser.parse_args(route + flags.split()), environ={})
+    assert (limits.header_timeout, limits.max_connections, limits.max_untrusted_calls) == (2, 32, 8)
+    assert (limits.admin_max_bytes, limits.body_timeout, limits.max_refused_records) == (
+        65536,
+        5,
+        7,
+    )
+    with pytest.raises(gateway.GatewayConfigError, match="must be below max_connections"):
+        command.settings(
+            parser.parse_args([*route, "--max-connections", "8", "--max-untrusted-calls", "8"]),
+            environ={},
+        )

@@ -24,7 +24,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent_health.gateway import errors
 
@@ -166,6 +173,15 @@ class Settings(BaseModel):
         if value is not None:
             split_listen(value)
         return value
+
+    @model_validator(mode="after")
+    def _room_for_trusted_callers(self) -> Settings:
+        if self.max_untrusted_calls >= self.max_connections:
+            raise ValueError(
+                f"max_untrusted_calls ({self.max_untrusted_calls}) must be below "
+                f"max_connections ({self.max_connections}), or the target can fill a listener"
+            )
+        return self
 
 
 def parse_route(text: str) -> Route:
