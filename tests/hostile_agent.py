@@ -394,7 +394,7 @@ async def flood(hostile: Hostile) -> None:
     hostile.report(flood="started", idle=len(held), hanging_arrived=hostile.hanging)
     admin_huge, route_huge, *slow = await pending
     await hostile.release.wait()
-    closed = sum(1 for reader, _ in held if reader.at_eof() or reader.exception() is not None)
+    closed = sum(await asyncio.gather(*(closed_within(reader, 15.0) for reader, _ in held)))
     for _, writer in held:
         writer.close()
     hostile.report(
@@ -407,6 +407,16 @@ async def flood(hostile: Hostile) -> None:
         hanging=await hanging,
         hanging_reached_us=hostile.hanging,
     )
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Whether the gateway closes this connection (that never sent a byte) within ``seconds``."""
+    try:
+        return await asyncio.wait_for(reader.read(1), seconds) == b""
+    except ConnectionError:
+        return True
+    except TimeoutError:
+        return False
 
 
 async def reported(hostile: Hostile, attack: Awaitable[None]) -> None:
