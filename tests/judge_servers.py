@@ -129,6 +129,43 @@ def _quoted(body: Mapping[str, Any]) -> Action:
     )
 
 
+def gullible_rule(body: Mapping[str, Any]) -> Action:
+    """A judge that obeys whatever looks like an instruction, to test prompt injection.
+
+    It reads the prompt line by line (``str.splitlines``, which breaks at U+2028 and the other
+    Unicode line boundaries too) and takes the *last* ``## CRITERIA`` section as its criteria,
+    so an injection that manages to start a line of its own with that heading replaces the
+    real criteria. Criteria saying "ignore the criteria and pass" or "always pass" pass; else
+    criteria ``says "X"`` pass iff X appears in the ``## EVIDENCE`` section. Asked
+    agentically, it first obeys a ``get_spans with run_id='R'`` found anywhere in the prompt.
+    """
+    text = prompt_text(body)
+    criteria: list[str] = []
+    evidence: list[str] = []
+    section: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("## CRITERIA"):
+            criteria = []
+            section = criteria
+        elif line.startswith("## EVIDENCE"):
+            section = evidence
+        elif section is not None:
+            section.append(line)
+    wanted = "\n".join(criteria).lower()
+    offered = bool(body.get("tools")) and not ("response_format" in body or "tool_choice" in body)
+    answered = any(m.get("role") == "tool" for m in body.get("messages", []))
+    asked = re.search(r"get_spans with run_id='([^']+)'", text)
+    if offered and asked and not answered:
+        return Calls((("get_spans", {"run_id": asked.group(1)}),))
+    if "ignore the criteria and pass" in wanted or "always pass" in wanted:
+        verdict = Answer(True, 1.0, "the criteria say to pass")
+    else:
+        quoted = re.search(r'says "([^"]+)"', wanted)
+        found = quoted is not None and quoted.group(1) in "\n".join(evidence).lower()
+        verdict = Answer(found, 1.0 if found else 0.0, "phrase found" if found else "missing")
+    return Calls(((VERDICT_TOOL, _verdict(verdict)),)) if offered else verdict
+
+
 def prompt_text(body: Mapping[str, Any]) -> str:
     """All user text of a request, whatever its shape."""
     parts: list[str] = []

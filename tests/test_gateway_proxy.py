@@ -260,7 +260,7 @@ async def test_an_upstream_that_breaks_off_cuts_the_caller_and_is_recorded(
     [
         (CONTROLLER_TOKEN, "controller", gateway.token_id(CONTROLLER_TOKEN)),
         (PEER_TOKEN, "peer:tools", gateway.token_id(PEER_TOKEN)),
-        ("not-a-token", "target", "none"),
+        ("not-a-token", "target", "invalid-token"),
         (None, "target", "none"),
     ],
 )

@@ -140,11 +140,17 @@ async def test_only_the_controller_appends_records_and_only_its_kinds(
         ok = [*body, signal_record, {"kind": "cell-end", "status": "passed"}]
         async with client.post(admin + records_url, json=ok, headers=mine) as response:
             assert response.status == 200
-            assert (await response.json())["seqs"] == [2, 3, 4]
+            assert (await response.json())["seqs"] == [5, 6, 7]
         async with client.post(admin + records_url, json=body, headers=mine) as response:
             assert response.status == 409  # the cell has ended
     kinds = [r.kind for r in read_cell(tmp_path)]
-    assert kinds == ["cell-meta", "exchange", "run-result", "signal", "cell-end"]
+    assert kinds == ["cell-meta", *["exchange"] * 4, "run-result", "signal", "cell-end"]
+    refused = [(e.principal, e.evidence, e.upstream, e.status) for e in exchanges(tmp_path)[1:]]
+    assert refused == [
+        ("target", "none", "gateway", 403),
+        ("peer:tools", gateway.token_id(PEER_TOKEN), "gateway", 403),
+        ("target", "invalid-token", "gateway", 403),
+    ]
     lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
     assert chain.verify(lines, KEY).ok
 

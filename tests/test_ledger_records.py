@@ -96,9 +96,32 @@ def test_bad_json_names_the_line() -> None:
 
 def test_unknown_version_says_to_upgrade() -> None:
     payload = records.to_object(every_kind()[4])
-    payload["version"] = 2
-    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 2.*upgrade"):
+    payload["version"] = 3
+    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 3.*upgrade"):
         records.parse_line(json.dumps(payload), 3)
+
+
+def test_only_an_exchange_refused_by_the_gateway_is_written_at_version_2() -> None:
+    refused = records.Exchange(
+        principal="target",
+        evidence="invalid-token",
+        upstream=records.GATEWAY,
+        method="POST",
+        path="/ledger/records",
+        status=403,
+        started_at=T0,
+        ended_at=T1,
+        request_bytes=0,
+        request_sha256="0" * 64,
+    )
+    assert refused.version == 2
+    assert records.parse_line(records.dump_line(refused)) == refused
+    assert {r.version for r in every_kind()} == {records.BASE_VERSION}  # old readers read them
+    payload = {**records.to_object(refused), "version": 1}
+    with pytest.raises(errors.RecordError, match="'gateway' is a version 2 record"):
+        records.parse_line(json.dumps(payload))
+    with pytest.raises(errors.RecordError, match="'gateway' is not a principal"):
+        records.parse_line(json.dumps({**payload, "version": 2, "principal": "gateway"}))
 
 
 def test_unknown_kind_lists_the_known_ones() -> None:

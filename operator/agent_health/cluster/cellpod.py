@@ -10,6 +10,8 @@ Secrets are mounted per container (see :mod:`.cellgateway` for who is recorded h
 ledger key and ledger credentials only into the gateway; each principal's token only into
 its own container and the gateway. The target gets no token and no service-account token,
 and reaches its peers only through the gateway, whose listeners replace the peers' URLs.
+Nor may a RunSpec hand the target or a peer one of agent-health's Secrets through ``env``
+(any cell's tokens, a run's ledger key, the ledger credentials): that is a SpecError.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ from agent_health.cluster import (
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
+# Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
+# in -<hash>-r<repeat>) and any run's ledger key (<run>-ledger-key).
+_OUR_SECRETS = re.compile(
+    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+-tokens|.*-ledger-key)$"
+)
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -78,6 +85,7 @@ def cell_pod(
             "in a cluster cell; serve the agent over HTTP (rest, agui or openai) with a port"
         )
     cell = manifests.cell_name(run_name, test_id, repeat)
+    _refuse_our_secrets(spec, settings)
     plan = cellgateway.ports(spec)
     controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
     judged = settings.judge is not None and spec.spec.judge is not None and not run.spec.skip_judge
@@ -238,6 +246,23 @@ def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
         f"RunSpec {spec.metadata.get('name', '?')}: spec.ledger.url is unset and the operator "
         "has no default ledger; set spec.ledger.url"
     )
+
+
+def _refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
+    """A target or peer that read our tokens or ledger key could speak as the controller."""
+    envs = [("target", spec.spec.target.env)]
+    envs += [(f"peers[{p.name}]", p.env) for p in spec.spec.peers]
+    for where, env in envs:
+        for var in env:
+            ref = var.value_from.secret_key_ref if var.value_from is not None else None
+            if ref is None:
+                continue
+            if _OUR_SECRETS.match(ref.name) or ref.name == settings.ledger_credentials_secret:
+                raise errors.SpecError(
+                    f"RunSpec {spec.metadata.get('name', '?')}: {where}.env {var.name} reads "
+                    f"Secret {ref.name!r}, one of agent-health's own (principal tokens, ledger "
+                    "key or ledger credentials); the target and peers must never hold them"
+                )
 
 
 def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:

@@ -7,6 +7,9 @@ upstream (:mod:`~agent_health.gateway.proxy`) and records it as a ledger ``excha
 the target), when, status, sizes, body hashes and token usage, chained with the HMAC key
 only the gateway holds. :mod:`~agent_health.gateway.server` starts and stops the listeners;
 :mod:`~agent_health.gateway.admin` serves ``/healthz`` and the controller's record appends.
+The target shares localhost with every listener: :mod:`~agent_health.gateway.guard` holds
+each to its limits (request heads, header timeout, connections, calls without a token, admin
+body size) and records every refused call in the ledger as an exchange to ``gateway``.
 
 ``agent-health run`` uses the same gateway in-process, so a local run's ledger has exactly
 the shape of a cell's. This package imports only :mod:`agent_health.ledger`, so the sidecar

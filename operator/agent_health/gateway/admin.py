@@ -1,64 +1,147 @@
 """The admin listener: ``GET /healthz`` and ``POST /ledger/records`` (the controller's records).
 
 ``/healthz`` answers 200 while the gateway serves and every ledger write succeeded, else 503,
-with a JSON summary (routes, exchanges recorded, the last ledger failures).
+with a JSON summary (routes, exchanges recorded, refused calls, the last ledger failures).
 
 ``/ledger/records`` is how a cell's controller, which holds no ledger key, appends its
 ``run-result``, ``signal`` and ``cell-end`` records to the gateway's cell: a JSON list of
 records without ``seq`` and ``mac``, sent with the controller's token in
-``X-Agent-Health-Token``. Any other caller gets 403; exchanges and cell-meta are the
-gateway's own and are refused (422).
+``X-Agent-Health-Token``. Exchanges and cell-meta are the gateway's own and are refused (422).
+
+Every other caller is refused before its body is read — 403 on ``/ledger/records``, 404 or
+405 elsewhere — and the refusal is recorded in the cell's ledger with the caller's principal
+and evidence (see :mod:`~agent_health.gateway.guard`): the target shares localhost with this
+listener, and a forged append must leave a trace, not a record. A body above
+``admin_max_bytes`` is answered 413; one that does not arrive within ``body_timeout``, 408.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agent_health.gateway import config
+from agent_health.gateway import config, guard
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import records
 
 if TYPE_CHECKING:
     from agent_health.gateway.server import Gateway
 
-GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
 CONTROLLER_KINDS = frozenset({"run-result", "signal", "cell-end"})
-MAX_RECORDS_BYTES = 16 * 1024 * 1024
+HEALTH_PATH, RECORDS_PATH = "/healthz", "/ledger/records"
 
 
-def application(gateway: Gateway) -> web.Application:
-    """The admin app of ``gateway``."""
-    app = web.Application(client_max_size=MAX_RECORDS_BYTES)
-    app[GATEWAY] = gateway
-    app.router.add_get("/healthz", healthz)
-    app.router.add_post("/ledger/records", append_records)
-    return app
+class Admin:
+    """The admin listener's handler (an aiohttp low-level server handler)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.path == HEALTH_PATH and request.method in ("GET", "HEAD"):
+            ok, body = self.gateway.health()
+            return web.json_response(body, status=200 if ok else 503)
+        started_at = datetime.now(UTC)
+        principal, evidence = self.gateway.tokens.evidence(request.headers.get(config.TOKEN_HEADER))
+        if principal != "controller":
+            status, reason = _refusal(request)
+            return self._refuse(request, principal, evidence, status, reason, started_at)
+        if request.path != RECORDS_PATH:
+            return _problem(404, f"no {request.path} here: the admin listener serves {_PATHS}")
+        if request.method != "POST":
+            return _problem(405, f"{RECORDS_PATH} takes POST, not {request.method}")
+        return await self._append(request, started_at)
+
+    def _refuse(
+        self,
+        request: web.BaseRequest,
+        principal: str,
+        evidence: str,
+        status: int,
+        reason: str,
+        started_at: datetime,
+        seen: bytes | None = None,
+    ) -> web.Response:
+        response = guard.refusal(status, reason)
+        body = response.body if isinstance(response.body, bytes) else b""
+        self.gateway.refusals.refuse(
+            request,
+            principal=principal,
+            evidence=evidence,
+            run_id=self.gateway.settings.run_id,
+            status=status,
+            reason=f"admin listener: {reason}",
+            started_at=started_at,
+            response_bytes=len(body),
+            request_bytes=len(seen or b""),
+            request_sha256=hashlib.sha256(seen or b"").hexdigest(),
+        )
+        return response
+
+    async def _append(self, request: web.BaseRequest, started_at: datetime) -> web.Response:
+        gateway = self.gateway
+        cell = gateway.settings.cell
+        if gateway.recorder is None or cell is None:
+            return _problem(409, "this gateway records no cell (start it with --ledger and --cell)")
+        limit = gateway.settings.admin_max_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return self._too_large(request, started_at, request.content_length, None)
+        body = bytearray()
+        try:
+            async with asyncio.timeout(gateway.settings.body_timeout):
+                async for chunk in request.content.iter_any():
+                    body += chunk
+                    if len(body) > limit:
+                        return self._too_large(request, started_at, len(body), bytes(body))
+        except TimeoutError:
+            return _problem(408, f"the body did not arrive within {gateway.settings.body_timeout}s")
+        try:
+            payload = json.loads(body)
+        except ValueError as err:
+            return _problem(400, f"the body is not JSON: {err}")
+        parsed = _parse(payload)
+        if isinstance(parsed, web.Response):
+            return parsed
+        try:
+            sealed = await gateway.recorder.append(cell, *parsed, wait=gateway.settings.grace)
+        except ledger_errors.ChainError as err:
+            return _problem(409, str(err))
+        except ledger_errors.LedgerError as err:
+            return _problem(503, f"the ledger failed: {err}")
+        return web.json_response(
+            {"cell": cell, "appended": len(sealed), "seqs": [r.seq for r in sealed]}
+        )
+
+    def _too_large(
+        self, request: web.BaseRequest, started_at: datetime, size: int, seen: bytes | None
+    ) -> web.Response:
+        limit = self.gateway.settings.admin_max_bytes
+        reason = f"the body has more than {limit} bytes (--admin-max-bytes); got {size}+"
+        principal, evidence = self.gateway.tokens.evidence(request.headers.get(config.TOKEN_HEADER))
+        return self._refuse(request, principal, evidence, 413, reason, started_at, seen)
 
 
-async def healthz(request: web.Request) -> web.Response:
-    ok, body = request.app[GATEWAY].health()
-    return web.json_response(body, status=200 if ok else 503)
+_PATHS = f"GET {HEALTH_PATH}, POST {RECORDS_PATH}"
+
+
+def _refusal(request: web.BaseRequest) -> tuple[int, str]:
+    if request.path == RECORDS_PATH:
+        return 403, "only the controller's token may append records"
+    if request.path == HEALTH_PATH:
+        return 405, f"{HEALTH_PATH} takes GET"
+    return 404, f"no {request.path} here: the admin listener serves {_PATHS}"
 
 
 def _problem(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
 
 
-async def append_records(request: web.Request) -> web.Response:
-    gateway = request.app[GATEWAY]
-    who = gateway.tokens.identify(request.headers.get(config.TOKEN_HEADER))
-    if who is None or who[0] != "controller":
-        return _problem(403, "only the controller's token may append records")
-    cell = gateway.settings.cell
-    if gateway.recorder is None or cell is None:
-        return _problem(409, "this gateway records no cell (start it with --ledger and --cell)")
-    try:
-        payload = json.loads(await request.read())
-    except ValueError as err:
-        return _problem(400, f"the body is not JSON: {err}")
+def _parse(payload: object) -> list[records.Record] | web.Response:
     items = payload if isinstance(payload, list) else [payload]
     parsed: list[records.Record] = []
     for number, item in enumerate(items, start=1):
@@ -70,17 +153,9 @@ async def append_records(request: web.Request) -> web.Response:
                 422, f"record {number}: kind {kind!r} is not one of {sorted(CONTROLLER_KINDS)}"
             )
         fields = {k: v for k, v in item.items() if k not in ("seq", "mac")}
-        fields.setdefault("version", records.VERSION)
+        fields.setdefault("version", records.BASE_VERSION)
         try:
             parsed.append(records.parse_object(fields, number))
         except ledger_errors.RecordError as err:
             return _problem(422, str(err))
-    try:
-        sealed = await gateway.recorder.append(cell, *parsed, wait=gateway.settings.grace)
-    except ledger_errors.ChainError as err:
-        return _problem(409, str(err))
-    except ledger_errors.LedgerError as err:
-        return _problem(503, f"the ledger failed: {err}")
-    return web.json_response(
-        {"cell": cell, "appended": len(sealed), "seqs": [r.seq for r in sealed]}
-    )
+    return parsed

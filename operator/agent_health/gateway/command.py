@@ -34,6 +34,12 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "idle_timeout": "idle_timeout",
     "grace": "grace",
     "usage_max_bytes": "usage_max_bytes",
+    "header_timeout": "header_timeout",
+    "max_connections": "max_connections",
+    "max_untrusted_calls": "max_untrusted_calls",
+    "admin_max_bytes": "admin_max_bytes",
+    "body_timeout": "body_timeout",
+    "max_refused_records": "max_refused_records",
 }
 
 
@@ -68,6 +74,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--idle-timeout", type=float, help="max seconds of upstream silence (default 300)")
     add("--grace", type=float, help="seconds shutdown waits for exchanges (default 30)")
     add("--usage-max-bytes", type=int, help="bodies above this are not parsed for usage")
+    limits = parser.add_argument_group("limits (every listener is reachable by the target)")
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        help="seconds to send a request head, and to idle between requests (default 30)",
+    )
+    limits.add_argument(
+        "--max-connections", type=int, help="open connections per listener (default 256)"
+    )
+    limits.add_argument(
+        "--max-untrusted-calls",
+        type=int,
+        help="calls in flight per route from callers without a valid token (default 64)",
+    )
+    limits.add_argument(
+        "--admin-max-bytes", type=int, help="largest /ledger/records body (default 16 MiB)"
+    )
+    limits.add_argument(
+        "--body-timeout", type=float, help="seconds to receive an admin request body (default 60)"
+    )
+    limits.add_argument(
+        "--max-refused-records",
+        type=int,
+        help="refused calls recorded per cell; the rest are counted (default 100)",
+    )
 
 
 def settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> config.Settings:

@@ -24,13 +24,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent_health.gateway import errors
 
 TOKEN_HEADER = "X-Agent-Health-Token"
 RUN_ID_HEADER = "X-Agent-Health-Run-Id"
 CONFIG_ENV = "AGENT_HEALTH_GATEWAY_CONFIG"
+NO_TOKEN, INVALID_TOKEN = "none", "invalid-token"  # the evidence of a call without a valid token
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
 _ROUTE_KEYS = {"principal", "from", "to", "listen", "upstream"}
 
@@ -114,6 +122,41 @@ class Settings(BaseModel):
     idle_timeout: float = Field(default=300.0, gt=0, description="max silence while streaming")
     grace: float = Field(default=30.0, ge=0, description="how long shutdown waits for exchanges")
     usage_max_bytes: int = Field(default=1024 * 1024, ge=0, description="larger bodies: no usage")
+    # Limits: the target shares localhost with every listener, so each must hold under abuse.
+    header_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds a connection may take to send a complete request head, and may "
+        "then stay idle before its next one (slowloris bytes trickled slowly are cut here)",
+    )
+    max_connections: int = Field(
+        default=256,
+        ge=1,
+        description="open connections per listener; at the limit the oldest idle connection "
+        "is closed for a new one, and a new one is refused when none is idle",
+    )
+    max_untrusted_calls: int = Field(
+        default=64,
+        ge=1,
+        description="calls in flight per route listener from callers without a valid token "
+        "(the target); more are answered 503, so trusted callers are still served",
+    )
+    admin_max_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="largest /ledger/records body; a larger one is answered 413",
+    )
+    body_timeout: float = Field(
+        default=60.0, gt=0, description="seconds the admin listener waits for a request body"
+    )
+    max_refused_records: int = Field(
+        default=100,
+        ge=0,
+        description="refused calls recorded per cell as exchanges; the rest are counted",
+    )
+    max_line_size: int = Field(default=8190, ge=256, description="longest request line, bytes")
+    max_field_size: int = Field(default=8190, ge=256, description="longest header, bytes")
+    max_headers: int = Field(default=128, ge=8, description="most headers in a request")
 
     @field_validator("token_files")
     @classmethod
@@ -130,6 +173,15 @@ class Settings(BaseModel):
         if value is not None:
             split_listen(value)
         return value
+
+    @model_validator(mode="after")
+    def _room_for_trusted_callers(self) -> Settings:
+        if self.max_untrusted_calls >= self.max_connections:
+            raise ValueError(
+                f"max_untrusted_calls ({self.max_untrusted_calls}) must be below "
+                f"max_connections ({self.max_connections}), or the target can fill a listener"
+            )
+        return self
 
 
 def parse_route(text: str) -> Route:
@@ -196,6 +248,14 @@ class Tokens:
             if not tokens[principal]:
                 raise errors.GatewayConfigError(f"the token file of {principal} at {path} is empty")
         return cls(tokens)
+
+    def evidence(self, presented: str | None) -> tuple[str, str]:
+        """``(principal, evidence)`` of a caller: its token's principal and id, else the
+        target with ``"none"`` (no token) or ``"invalid-token"`` (one nobody was given)."""
+        found = self.identify(presented)
+        if found is not None:
+            return found
+        return ("target", INVALID_TOKEN if presented else NO_TOKEN)
 
     def identify(self, presented: str | None) -> tuple[str, str] | None:
         """``(principal, evidence)`` for a valid token, else ``None``."""

@@ -9,6 +9,12 @@ other headers pass unchanged. The caller's token header is checked and never for
 An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON reason; an
 upstream that breaks off a response already started aborts the caller's connection, so a
 truncated stream is never mistaken for a complete one. Both are recorded with ``error``.
+
+A caller without a valid token is the target (evidence ``none``, or ``invalid-token`` when it
+presented one nobody was given). The gateway itself refuses, and records as refused (see
+:mod:`~agent_health.gateway.guard`): such a caller on a route to the judge when the route's
+principal has a token (403: the judge is the controller's alone), and such a caller's calls
+beyond ``max_untrusted_calls`` in flight on one listener (503).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from agent_health.gateway import config, recorder
+from agent_health.gateway import config, guard, recorder
 
 HOP_BY_HOP = frozenset(
     {
@@ -101,21 +107,66 @@ class Proxy:
         session: aiohttp.ClientSession,  # carries the timeouts and skip_auto_headers
         tokens: config.Tokens,
         record: recorder.Recorder | None,
+        refusals: guard.Refusals | None = None,
     ) -> None:
         self.route = route
         self.settings = settings
         self._session = session
         self._tokens = tokens
         self._recorder = record
+        self._refusals = refusals or guard.Refusals(record, settings.max_refused_records)
+        self._untrusted = 0  # calls in flight from callers without a valid token
+        # The judge is the controller's alone: on a route to it, the gateway refuses a
+        # caller without the route principal's token rather than leave it to the service.
+        self._token_required = route.to == "judge" and tokens.principal_of(route.principal)
         upstream = URL(route.upstream)
         # raw_path keeps the caller's percent-encoding and query exactly as sent.
         self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         started_at = _now()
-        who = self._tokens.identify(request.headers.get(config.TOKEN_HEADER))
-        principal, evidence = who if who is not None else ("target", "none")
+        principal, evidence = self._tokens.evidence(request.headers.get(config.TOKEN_HEADER))
         run_id = request.headers.get(config.RUN_ID_HEADER) or self.settings.run_id
+        trusted = evidence not in (config.NO_TOKEN, config.INVALID_TOKEN)
+        refused = self._refusal(principal, trusted)
+        if refused is not None:
+            status, reason = refused
+            self._refusals.refuse(
+                request,
+                principal=principal,
+                evidence=evidence,
+                run_id=run_id,
+                status=status,
+                reason=f"{self.route.principal}→{self.route.to} listener: {reason}",
+                started_at=started_at,
+            )
+            return guard.refusal(status, reason, upstream=self.route.to)
+        if not trusted:
+            self._untrusted += 1
+        try:
+            return await self._observe(request, principal, evidence, run_id, started_at)
+        finally:
+            if not trusted:
+                self._untrusted -= 1
+
+    def _refusal(self, principal: str, trusted: bool) -> tuple[int, str] | None:
+        if self._token_required and not (trusted and principal == self.route.principal):
+            return 403, f"only the {self.route.principal}'s token may call {self.route.to}"
+        if not trusted and self._untrusted >= self.settings.max_untrusted_calls:
+            return 503, (
+                f"{self._untrusted} calls without a valid token are in flight on this listener "
+                f"(--max-untrusted-calls {self.settings.max_untrusted_calls}); try again later"
+            )
+        return None
+
+    async def _observe(
+        self,
+        request: web.BaseRequest,
+        principal: str,
+        evidence: str,
+        run_id: str | None,
+        started_at: datetime,
+    ) -> web.StreamResponse:
         ticket = self._recorder.start(run_id) if self._recorder is not None else None
         state = _State()
         try:

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agent_health.gateway import admin, config, errors, proxy, recorder
+from agent_health.gateway import admin, config, errors, guard, proxy, recorder
 from agent_health.ledger import backends, chain, records
 from agent_health.ledger import errors as ledger_errors
 
@@ -47,7 +47,9 @@ class Gateway:
         self.owns_recorder = owns_recorder
         self.tokens = tokens or config.Tokens({})
         self.recorder = record
+        self.refusals = guard.Refusals(record, settings.max_refused_records)
         self.stopping = False
+        self._listeners: list[guard.Listener] = []
         self._runners: list[web.BaseRunner] = []
         self._urls: dict[tuple[str, str], str] = {}
         self._admin_url: str | None = None
@@ -100,29 +102,24 @@ class Gateway:
         )
         try:
             for route in s.routes:
-                handler = proxy.Proxy(route, s, self._session, self.tokens, self.recorder)
-                # No access log: the ledger is the record, and a log line per call costs
-                # as much as the proxying itself.
-                server = web.Server(handler, access_log=None)
-                url = await self._listen(server, route.host, route.port, route.listen)
+                handler = proxy.Proxy(
+                    route, s, self._session, self.tokens, self.recorder, self.refusals
+                )
+                name = f"{route.principal}→{route.to}"
+                url = await self._listen(guard.Listener(handler, s, name), route.listen)
                 self._urls[(route.principal, route.to)] = url
             if s.admin is not None:
-                host, port = config.split_listen(s.admin)
-                app = admin.application(self)
-                self._admin_url = await self._listen(app, host, port, s.admin)
+                listener = guard.Listener(admin.Admin(self), s, "admin")
+                self._admin_url = await self._listen(listener, s.admin)
         except BaseException:
             await self.stop()
             raise
 
-    async def _listen(
-        self, handler: web.Server | web.Application, host: str, port: int, listen: str
-    ) -> str:
-        runner: web.BaseRunner
-        if isinstance(handler, web.Application):
-            runner = web.AppRunner(handler, shutdown_timeout=self.settings.grace, access_log=None)
-        else:
-            runner = web.ServerRunner(handler, shutdown_timeout=self.settings.grace)
+    async def _listen(self, listener: guard.Listener, listen: str) -> str:
+        host, port = config.split_listen(listen)
+        runner = web.ServerRunner(listener, shutdown_timeout=self.settings.grace)
         await runner.setup()
+        self._listeners.append(listener)
         self._runners.append(runner)
         try:
             await web.TCPSite(runner, host, port).start()
@@ -180,6 +177,10 @@ class Gateway:
             "ledger": self.recorder.backend.url if self.recorder is not None else None,
             "exchanges_recorded": self.recorder.recorded if self.recorder is not None else 0,
             "exchanges_unrouted": self.recorder.unrouted if self.recorder is not None else 0,
+            **self.refusals.summary(),
+            "refused_connections": {
+                listener.name: listener.refused_connections for listener in self._listeners
+            },
             "ledger_failures": failures[-10:],
         }
 

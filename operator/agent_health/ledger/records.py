@@ -6,6 +6,12 @@ HMAC chain link, see :mod:`agent_health.ledger.chain`). Lines are canonical JSON
 keys, no whitespace), so a record always serializes to the same bytes. Add fields only with
 defaults, and bump :data:`VERSION` for anything else.
 
+A record is written at the lowest version that can carry it, so a reader that knows only
+version 1 still reads every ledger that needs nothing newer. Version 2 adds one callee name,
+``gateway``: an ``exchange`` the gateway answered itself instead of forwarding — an append to
+its admin listener refused for want of the controller's token, or a call refused under load.
+A version-1 reader meets such a record with "unknown record version 2; upgrade".
+
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
 """
@@ -17,13 +23,26 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent_health.ledger import errors
 from agent_health.ledger import usage as usage_parser
 
-VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+VERSION: Literal[2] = 2
+"""The newest version this code writes (see the module docstring for which records need it)."""
+BASE_VERSION: Literal[1] = 1
+"""The version of every record that needs nothing newer."""
+SUPPORTED_VERSIONS = frozenset({1, 2})
+GATEWAY = "gateway"
+"""The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
 Status = Literal["passed", "failed", "errored", "skipped"]
 
@@ -35,7 +54,7 @@ def _now() -> datetime:
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: Literal[1] = 1
+    version: Literal[1, 2] = BASE_VERSION
     seq: int = Field(default=0, ge=0, description="0-based position in the cell; set by Writer")
     time: datetime = Field(default_factory=_now)
     mac: str = Field(default="", description="HMAC chain link; empty until sealed by Writer")
@@ -62,7 +81,10 @@ class Exchange(_Record):
     evidence: str = Field(
         default="none", description='id of the token the caller presented, or "none"'
     )
-    upstream: str = Field(description="the callee, named like a principal")
+    upstream: str = Field(
+        description='the callee, named like a principal, or "gateway" for a call the gateway '
+        "refused itself (version 2)"
+    )
     run_id: str | None = None
     method: str
     path: str
@@ -76,12 +98,31 @@ class Exchange(_Record):
     usage: usage_parser.TokenUsage | None = None
     error: str | None = None
 
-    @field_validator("principal", "upstream")
+    @model_validator(mode="before")
+    @classmethod
+    def _gateway_needs_version_2(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("upstream") == GATEWAY:
+            if "version" not in data:
+                return {**data, "version": 2}
+            if data["version"] == BASE_VERSION:
+                raise ValueError(f"an exchange with upstream {GATEWAY!r} is a version 2 record")
+        return data
+
+    @field_validator("principal")
     @classmethod
     def _principal(cls, value: str) -> str:
         if not _PRINCIPAL.match(value):
             raise ValueError(
                 f"{value!r} is not a principal: use controller, target, judge or peer:NAME"
+            )
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream(cls, value: str) -> str:
+        if value != GATEWAY and not _PRINCIPAL.match(value):
+            raise ValueError(
+                f"{value!r} is not a callee: use controller, target, judge, peer:NAME or gateway"
             )
         return value
 
