@@ -177,6 +177,15 @@ async def test_a_pure_data_test_needs_no_run_result(backend: filestore.FileBacke
     assert graded.metrics == {}
 
 
+async def test_a_refused_forgery_does_not_make_a_data_test_doubtful(
+    backend: filestore.FileBackend,
+) -> None:
+    refused = exchange("target", "gateway").model_copy(update={"status": 403, "version": 2})
+    await write(backend, "c1", [meta(), refused, signal("to_equal", True), end("passed")])
+    graded = await grade(backend)
+    assert (graded.status, graded.error) == ("passed", None)
+
+
 async def test_agent_traffic_without_a_run_result_is_doubtful(
     backend: filestore.FileBackend,
 ) -> None:

@@ -373,7 +373,8 @@ def test_a_principal_finds_its_token_where_its_env_says() -> None:
 
 def test_the_gateway_starts_first_and_every_sidecar_is_native() -> None:
     spec = _pod()["spec"]
-    assert [c["name"] for c in spec["initContainers"]] == ["gateway", "target", "peer-logs"]
+    # Peers before the target: the target cannot bind a peer's port and answer as that peer.
+    assert [c["name"] for c in spec["initContainers"]] == ["gateway", "peer-logs", "target"]
     assert all(c["restartPolicy"] == "Always" for c in spec["initContainers"])
     assert [c["name"] for c in spec["containers"]] == ["controller"]
     assert "restartPolicy" not in spec["containers"][0]

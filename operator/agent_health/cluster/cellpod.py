@@ -135,15 +135,6 @@ def cell_pod(
             scratch=scratch[cellgateway.NAME],
             settings=settings,
         ),
-        _sidecar(
-            TARGET,
-            manifests.pinned(target.image, digests),
-            env=_target_env(spec, plan),
-            mounts=[scratch[TARGET]],
-            resources=target.resources,
-            port=target.port,
-            settings=settings,
-        ),
     ]
     for peer, container_name in zip(spec.spec.peers, peers, strict=True):
         to_target = f"http://127.0.0.1:{plan.peer_target[peer.name]}"
@@ -162,6 +153,19 @@ def cell_pod(
                 settings=settings,
             )
         )
+    # Peers listen before the target starts, so the target cannot take a peer's port first
+    # and answer in its name.
+    sidecars.append(
+        _sidecar(
+            TARGET,
+            manifests.pinned(target.image, digests),
+            env=_target_env(spec, plan),
+            mounts=[scratch[TARGET]],
+            resources=target.resources,
+            port=target.port,
+            settings=settings,
+        )
+    )
 
     timeout = run.spec.timeout_seconds or spec.spec.timeout_seconds
     agent_url = f"{target.connector}+http://127.0.0.1:{plan.agent}{target.path}"

@@ -106,7 +106,10 @@ def _read_body(
                     f"exchange at record {record.seq} is attributed to {record.principal} "
                     "without token evidence"
                 )
-            if target_seen is None and "target" in (record.principal, record.upstream):
+            # A call the gateway refused (callee "gateway") reached no one: it is an attempt
+            # on record, not a sign that the agent ran.
+            reached = record.upstream != "gateway"
+            if target_seen is None and reached and "target" in (record.principal, record.upstream):
                 target_seen = record.seq
             if record.usage is not None:
                 consumer = "judge" if record.upstream == "judge" else record.principal
