@@ -222,6 +222,28 @@ def cell_records(test_id: str, repeat: int, cell: str, passed: bool) -> list[rec
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A cell pod as the kubelet sees it."""
+
+    name: str
+    run: str
+    test_id: str
+    repeat: int
+    attempt: int
+
+    @classmethod
+    def of(cls, pod: dict[str, Any]) -> Cell:
+        meta = pod["metadata"]
+        return cls(
+            name=meta["name"],
+            run=meta["ownerReferences"][0]["name"],
+            test_id=meta["annotations"][manifests.ANNOTATION_TEST_ID],
+            repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
+            attempt=int(meta["annotations"].get("agenthealth.dev/attempt", "0")),
+        )
+
+
 @dataclasses.dataclass
 class Kubelet:
     """Drives pods to their end, event by event, from the emulator's own change stream."""
@@ -229,10 +251,11 @@ class Kubelet:
     cluster: Cluster
     tests: list[dict[str, Any]]
     ledger_url: str
-    outcome: Callable[[str, int, int], str] = lambda _test, _repeat, _attempt: "passed"
-    """(test id, repeat, attempt) → "passed", "failed", "evicted" or "hold" (keep running)."""
-    wrong_key: set[str] = dataclasses.field(default_factory=set)
+    outcome: Callable[[Cell], str] = lambda _cell: "passed"
+    """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
+    key) or "hold" (keeps running until :meth:`release`)."""
     seen: list[str] = dataclasses.field(default_factory=list)
+    held: dict[str, Cell] = dataclasses.field(default_factory=dict)
     _backend: backends.Backend | None = None
 
     def backend(self) -> backends.Backend:
@@ -262,30 +285,33 @@ class Kubelet:
                 await self.cell(body)
 
     async def cell(self, pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        name = meta["name"]
-        test_id = meta["annotations"][manifests.ANNOTATION_TEST_ID]
-        repeat = int(meta["labels"][manifests.LABEL_REPEAT])
-        attempt = int(meta["annotations"].get("agenthealth.dev/attempt", "0"))
-        self.seen.append(name)
-        outcome = self.outcome(test_id, repeat, attempt)
-        await self.status(name, {"phase": "Running"})
-        if outcome == "hold":  # keeps running: the cell stays live
-            return
-        if outcome == "evicted":
-            await self.status(
-                name, {"phase": "Failed", "reason": "Evicted", "message": "node ran out of memory"}
-            )
-            return
-        key = await self.ledger_key(pod)
-        if name in self.wrong_key:
-            key = b"x" * 32
-        writer = chain.Writer(self.backend(), name, key)
-        await writer.append(*cell_records(test_id, repeat, name, outcome == "passed"))
-        await self.finish(name, "Succeeded" if outcome == "passed" else "Failed", exit_code=1)
+        cell = Cell.of(pod)
+        self.seen.append(cell.name)
+        await self.status(cell.name, {"phase": "Running"})
+        outcome = self.outcome(cell)
+        if outcome == "hold":
+            self.held[cell.name] = cell
+        else:
+            await self.end(cell, outcome)
 
-    async def ledger_key(self, pod: dict[str, Any]) -> bytes:
-        run = next(o["name"] for o in pod["metadata"]["ownerReferences"])
+    async def release(self, name: str, outcome: str = "passed") -> None:
+        """End a held cell."""
+        await self.end(self.held.pop(name), outcome)
+
+    async def end(self, cell: Cell, outcome: str) -> None:
+        if outcome == "evicted":
+            evicted = {"phase": "Failed", "reason": "Evicted", "message": "node ran out of memory"}
+            await self.status(cell.name, evicted)
+            return
+        key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell.run)
+        writer = chain.Writer(self.backend(), cell.name, key)
+        await writer.append(
+            *cell_records(cell.test_id, cell.repeat, cell.name, outcome != "failed")
+        )
+        phase = "Failed" if outcome == "failed" else "Succeeded"
+        await self.finish(cell.name, phase, exit_code=1)
+
+    async def ledger_key(self, run: str) -> bytes:
         secret = self.cluster.emulator.read(
             "secrets", "default", cellsecrets.ledger_key_secret_name(run)
         )

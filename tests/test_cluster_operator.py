@@ -15,6 +15,7 @@ import pytest
 from agent_health.cluster import cellsecrets
 from judge_servers import Answer, ScriptedModel
 from operator_support import (
+    Cell,
     Kubelet,
     cluster,
     kubelet,
@@ -34,8 +35,8 @@ TESTS = listing(
 )
 
 
-def outcome(test_id: str, repeat: int, _attempt: int) -> str:
-    return "failed" if test_id.endswith("timeout") and repeat == 0 else "passed"
+def outcome(cell: Cell) -> str:
+    return "failed" if cell.test_id.endswith("timeout") and cell.repeat == 0 else "passed"
 
 
 def phase(run: dict) -> str | None:  # type: ignore[type-arg]
@@ -138,7 +139,7 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
         async with cluster() as k8s:
             runspec, run = k8s.example(ledger=LEDGER)
             run["spec"] |= {"repeats": 1, "parallelism": 1}
-            fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda *_: "hold")
+            fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
             cache = str(tmp_path / "judge.sqlite")
             async with kubelet(fake), k8s.operator(judge_cache=cache, environ=environ) as op:
                 await k8s.apply(runspec)
