@@ -149,7 +149,9 @@ async def cluster() -> AsyncIterator[Cluster]:
     async with (
         serve() as (emulator, url),
         registry_server() as fake,
-        httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer kubelet"}) as client,
+        httpx.AsyncClient(
+            base_url=url, headers={"Authorization": "Bearer kubelet"}, timeout=120
+        ) as client,
     ):
         for definition in crds.definitions():
             answer = await client.post(
@@ -256,7 +258,10 @@ class Kubelet:
     key) or "hold" (keeps running until :meth:`release`)."""
     seen: list[str] = dataclasses.field(default_factory=list)
     held: dict[str, Cell] = dataclasses.field(default_factory=dict)
+    cell_seconds: float = 0.0
+    """How long each cell runs before it ends."""
     _backend: backends.Backend | None = None
+    _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
     def backend(self) -> backends.Backend:
         if self._backend is None:
@@ -265,24 +270,38 @@ class Kubelet:
         return self._backend
 
     async def run(self) -> None:
-        """Serve pod events until cancelled."""
+        """Serve pod events until cancelled; each new pod is played in a task of its own."""
         store = self.cluster.emulator.store
         kind = store.kinds[("", "pods")]
         handled: set[tuple[str, str]] = set()
-        async for event in store.watch(
-            kind, "default", lambda _l: True, since=None, initial_bookmark=False, timeout=None
-        ):
-            body = event["object"]
-            meta = body["metadata"]
-            key = (meta["name"], meta.get("uid", ""))
-            if event["type"] == "DELETED" or key in handled or body.get("status", {}).get("phase"):
-                continue
-            handled.add(key)
-            component = meta.get("labels", {}).get(manifests.LABEL_COMPONENT)
-            if component == "discovery":
-                await self.finish(meta["name"], "Succeeded", message=json.dumps(self.tests))
-            elif component == "cell":
-                await self.cell(body)
+        playing: set[asyncio.Task[None]] = set()
+        try:
+            async for event in store.watch(
+                kind, "default", lambda _l: True, since=None, initial_bookmark=False, timeout=None
+            ):
+                body = event["object"]
+                meta = body["metadata"]
+                key = (meta["name"], meta.get("uid", ""))
+                phase = body.get("status", {}).get("phase")
+                if event["type"] == "DELETED" or key in handled or phase:
+                    continue
+                handled.add(key)
+                task = asyncio.ensure_future(self.play(body))
+                playing.add(task)
+                task.add_done_callback(playing.discard)
+        finally:
+            for task in playing:
+                task.cancel()
+
+    async def play(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        component = meta.get("labels", {}).get(manifests.LABEL_COMPONENT)
+        if component == "discovery":
+            await self.finish(meta["name"], "Succeeded", message=json.dumps(self.tests))
+        elif component == "cell":
+            await asyncio.sleep(self.cell_seconds)
+            async with self._slots:
+                await self.cell(pod)
 
     async def cell(self, pod: dict[str, Any]) -> None:
         cell = Cell.of(pod)

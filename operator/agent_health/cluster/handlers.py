@@ -29,7 +29,7 @@ from typing import Any
 
 import kopf
 
-from agent_health.cluster import batcher, errors, kube, manifests, metrics, runs, specs
+from agent_health.cluster import errors, kube, manifests, metrics, runs, specs
 
 GROUP, VERSION = "agenthealth.dev", "v1alpha1"
 RETRY_DELAY = 10.0
@@ -99,7 +99,7 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
     async def run_seen(event: kopf.RawEvent, **_: Any) -> None:
         obj = event["object"]
         if event.get("type") == "DELETED" or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            reconcilers.runs.forget(batcher.RunRef.of(obj))
+            reconcilers.runs.forget(obj)
 
     @kopf.on.event("", "v1", "pods", labels=cell_labels, registry=found)
     async def cell_seen(event: kopf.RawEvent, **_: Any) -> None:

@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
-import re
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import kopf
 
@@ -47,6 +44,7 @@ from agent_health.cluster import (
     manifests,
     meta,
     metrics,
+    plan,
     runspec,
     sandbox,
     specs,
@@ -54,100 +52,7 @@ from agent_health.cluster import (
 from agent_health.cluster import status as status_mod
 from agent_health.ledger import backends
 
-ATTEMPT = "agenthealth.dev/attempt"
 LEDGER_READS = 5
-CellState = Literal["queued", "active", "ended", "replacing", "done"]
-
-
-@dataclasses.dataclass
-class Cell:
-    """One (test, repeat) of a run."""
-
-    name: str
-    test: specs.Test
-    repeat: int
-    attempt: int = 0
-    state: CellState = "queued"
-    token: str | None = None
-    stuck_since: float | None = None
-    last: dict[str, Any] | None = None
-
-
-@dataclasses.dataclass
-class Run:
-    """What the operator holds about one started run."""
-
-    ref: batcher.RunRef
-    uid: str
-    model: evaluationrun.EvaluationRun
-    tally: status_mod.RunTally
-    spec: runspec.RunSpec | None = None
-    settings: manifests.Settings | None = None
-    key: bytes = b""
-    backend: backends.Backend | None = None
-    cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
-    queue: deque[str] = dataclasses.field(default_factory=deque)
-    active: set[str] = dataclasses.field(default_factory=set)
-    started: bool = False
-    buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
-    phase: evaluationrun.Phase | None = None
-
-    @property
-    def runspec(self) -> str:
-        return self.model.spec.run_spec_ref.name
-
-    @property
-    def involved(self) -> dict[str, str]:
-        return {
-            "apiVersion": meta.API_VERSION,
-            "kind": evaluationrun.KIND,
-            "name": self.ref.name,
-            "namespace": self.ref.namespace,
-            "uid": self.uid,
-        }
-
-
-class Bulletin:
-    """The latest RunSpec bodies seen, and runs waiting for one to change."""
-
-    def __init__(self) -> None:
-        self._changed: dict[tuple[str, str], asyncio.Event] = {}
-        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def post(self, body: Mapping[str, Any]) -> None:
-        metadata = body.get("metadata") or {}
-        key = (str(metadata.get("namespace")), str(metadata.get("name")))
-        self.bodies[key] = dict(body)
-        self._changed.pop(key, asyncio.Event()).set()
-
-    async def wait(self, key: tuple[str, str], timeout: float) -> None:
-        """Until a body of ``key`` is posted (at once if one is waiting), or ``timeout``."""
-        if key in self.bodies:
-            return
-        changed = self._changed.setdefault(key, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout)
-
-
-def select(tests: tuple[specs.Test, ...], selection: evaluationrun.Selection) -> list[specs.Test]:
-    """The tests a run executes, chosen as ``agent-health run --grep/--label`` chooses."""
-    chosen = [t for t in tests if t.mode == "only"] or list(tests)
-    if selection.grep:
-        try:
-            pattern = re.compile(selection.grep)
-        except re.error as err:
-            raise errors.SpecError(
-                f"spec.selection.grep {selection.grep!r} is not a valid regular expression: {err}"
-            ) from err
-        chosen = [t for t in chosen if pattern.search(t.title) or pattern.search(t.id)]
-    return [t for t in chosen if all(label in t.labels for label in selection.labels)]
-
-
-def ledger_url(template: str, run: evaluationrun.EvaluationRun) -> str:
-    """A ledger URL with ``{namespace}``, ``{run}`` and ``{runspec}`` filled in."""
-    namespace, name, _ = manifests.identity(run)
-    values = {"namespace": namespace, "run": name, "runspec": run.spec.run_spec_ref.name}
-    return re.sub(r"\{(namespace|run|runspec)\}", lambda m: values[m[1]], template)
 
 
 @dataclasses.dataclass
@@ -160,12 +65,12 @@ class Runs:
     status: batcher.StatusBatcher
     metrics: metrics.OperatorMetrics
     recorder: events.EventRecorder
-    bulletin: Bulletin = dataclasses.field(default_factory=Bulletin)
+    bulletin: plan.Bulletin = dataclasses.field(default_factory=plan.Bulletin)
     ledger_options: backends.Options = dataclasses.field(default_factory=backends.Options)
     stuck_grace: float = 120.0
     wait_seconds: float = 60.0
     clock: Callable[[], float] = time.monotonic
-    runs: dict[batcher.RunRef, Run] = dataclasses.field(default_factory=dict)
+    runs: dict[batcher.RunRef, plan.Run] = dataclasses.field(default_factory=dict)
     tokens: set[str] = dataclasses.field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
 
@@ -186,7 +91,7 @@ class Runs:
         tally = status_mod.RunTally(
             repeats=model.spec.repeats, generation=metadata.get("generation"), previous=model.status
         )
-        run = Run(ref, str(metadata.get("uid")), model, tally, phase=tally.phase)
+        run = plan.Run(ref, str(metadata.get("uid")), model, tally, phase=tally.phase)
         self.status.seed(ref, body.get("status") or {})
         if tally.phase in status_mod.TERMINAL:
             self._finished(run)
@@ -198,7 +103,7 @@ class Runs:
             self.runs.pop(ref, None)
             raise
 
-    async def _prepare(self, run: Run) -> None:
+    async def _prepare(self, run: plan.Run) -> None:
         if run.tally.phase is None:
             run.tally.advance("Pending", reason="Accepted", message="waiting for the RunSpec")
             await self._changed(run)
@@ -211,7 +116,7 @@ class Runs:
             if outcome is None or outcome.error is not None:
                 why = outcome.error if outcome else "its discovery pod is gone; edit the RunSpec"
                 return await self._fail(run, "DiscoveryFailed", f"RunSpec {run.runspec}: {why}")
-            chosen = select(outcome.tests, run.model.spec.selection)
+            chosen = plan.select(outcome.tests, run.model.spec.selection)
         except errors.SpecError as err:
             return await self._fail(run, "InvalidSpec", str(err))
         if not chosen:
@@ -219,7 +124,7 @@ class Runs:
         template = spec.spec.ledger.url if spec.spec.ledger else self.settings.ledger_url
         if template is None:
             return await self._fail(run, "NoLedger", "set spec.ledger.url on the RunSpec")
-        url = ledger_url(template, run.model)
+        url = plan.ledger_url(template, run.model)
         if spec.spec.ledger is not None:
             ledger = runspec.Ledger(url=url)
             spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
@@ -229,7 +134,7 @@ class Runs:
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
                 name = manifests.cell_name(run.ref.name, test.id, repeat)
-                run.cells[name] = Cell(name, test, repeat)
+                run.cells[name] = plan.Cell(name, test, repeat)
         run.tally.plan(run.cells)
         run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
         await self._adopt(run)
@@ -240,7 +145,7 @@ class Runs:
         self._fill(run)
         await self._changed(run)
 
-    async def _runspec(self, run: Run) -> dict[str, Any] | None:
+    async def _runspec(self, run: plan.Run) -> dict[str, Any] | None:
         """The RunSpec once it is ready; ``None`` when the run failed for it."""
         key = (run.ref.namespace, run.runspec)
         try:
@@ -264,19 +169,21 @@ class Runs:
             posted = self.bulletin.bodies.pop(key, None)
             if posted is None:
                 raise kopf.TemporaryError(f"RunSpec {run.runspec}: {message}", delay=5)
-            if _generation(posted) >= _generation(body):  # an older body is a stale event
+            if plan.generation(posted) >= plan.generation(body):  # an older body is a stale event
                 body = posted
 
-    async def _ledger_key(self, run: Run) -> bytes:
+    async def _ledger_key(self, run: plan.Run) -> bytes:
         manifest = cellsecrets.ledger_key_secret(run.model, secrets.token_bytes(32))
         stored, _ = await self.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
         return base64.b64decode(stored["data"][cellsecrets.LEDGER_KEY])
 
-    async def _adopt(self, run: Run) -> None:
+    async def _adopt(self, run: plan.Run) -> None:
         """Take over the cells that already exist (after a restart), with their tokens."""
         labels = manifests.run_labels(run.model, "cell")
         found = await self.api.list(self._resource(run), run.ref.namespace, labels)
-        mine = [b for b in found if _owned_by(b, run.uid) and b["metadata"]["name"] in run.cells]
+        mine = [
+            b for b in found if plan.owned_by(b, run.uid) and b["metadata"]["name"] in run.cells
+        ]
         if not mine:
             run.queue.extend(run.cells)
             return
@@ -286,7 +193,7 @@ class Runs:
         run.queue.extend(n for n in run.cells if n not in adopted)
         for body in mine:
             cell = run.cells[body["metadata"]["name"]]
-            cell.attempt = _attempt(body)
+            cell.attempt = plan.attempt(body)
             cell.state = "active"
             run.active.add(cell.name)
             data = tokens.get(cellsecrets.token_secret_name(cell.name), {})
@@ -319,17 +226,19 @@ class Runs:
             return
         self._apply(run, event_type, dict(body))
 
-    def forget(self, ref: batcher.RunRef) -> None:
+    def forget(self, body: Mapping[str, Any]) -> None:
         """The run was deleted: stop scheduling it (its cells are garbage-collected)."""
+        ref = batcher.RunRef.of(body)
         run = self.runs.pop(ref, None)
         if run is not None:
             self._drop_tokens(run)
-            self.metrics.forget_run(ref.namespace, run.runspec, ref.name)
+        runspec_name = str(((body.get("spec") or {}).get("runSpecRef") or {}).get("name") or "")
+        self.metrics.forget_run(ref.namespace, runspec_name, ref.name)
         self.status.forget(ref)
 
-    def _apply(self, run: Run, event_type: str, body: dict[str, Any]) -> None:
+    def _apply(self, run: plan.Run, event_type: str, body: dict[str, Any]) -> None:
         cell = run.cells.get(body["metadata"]["name"])
-        if cell is None or _attempt(body) < cell.attempt:
+        if cell is None or plan.attempt(body) < cell.attempt:
             if cell is not None and cell.state == "replacing" and event_type == "DELETED":
                 self._spawn(self._create(run, cell))
             return
@@ -361,13 +270,13 @@ class Runs:
             else:
                 self._spawn(self._later(left, lambda: self._recheck(run, cell, body)))
 
-    def _recheck(self, run: Run, cell: Cell, body: dict[str, Any]) -> None:
+    def _recheck(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
         if cell.last is body:  # nothing newer came: it is still stuck
             self._apply(run, "MODIFIED", body)
 
     # -- grading ---------------------------------------------------------------------------
 
-    async def _grade(self, run: Run, cell: Cell, body: dict[str, Any]) -> None:
+    async def _grade(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
         failure = cells.infra_failure(body)
         if failure is not None:
             return await self._infra(run, cell, body, failure)
@@ -375,23 +284,25 @@ class Runs:
         grade: grading.CellGrade | None = None
         for attempt in range(LEDGER_READS):
             try:
-                grade = await grading.grade_cell(run.backend, cell.name, run.key, _expected(cell))
+                grade = await grading.grade_cell(
+                    run.backend, cell.name, run.key, plan.expected(cell)
+                )
                 break
             except errors.LedgerUnavailable as err:
                 if attempt + 1 == LEDGER_READS:
-                    grade = _unreadable(cell, str(err), run.model.spec.retry)
+                    grade = plan.unreadable(cell, str(err), run.model.spec.retry)
                 else:
                     await asyncio.sleep(min(2**attempt, 30))
             except Exception as err:  # a bug or a broken backend must not leave the cell hanging
-                grade = _unreadable(cell, f"{type(err).__name__}: {err}", run.model.spec.retry)
+                grade = plan.unreadable(cell, f"{type(err).__name__}: {err}", run.model.spec.retry)
                 break
         assert grade is not None
         await self._record(run, cell, grade)
 
     async def _infra(
         self,
-        run: Run,
-        cell: Cell,
+        run: plan.Run,
+        cell: plan.Cell,
         body: Mapping[str, Any],
         failure: cells.Failure,
         *,
@@ -401,14 +312,14 @@ class Runs:
         cell.state = "ended"
         run.tally.ended(cell.name)
         grade = grading.grade_failed_pod(
-            cell.name, _expected(cell), reason, cause=cause, attempt=cell.attempt,
+            cell.name, plan.expected(cell), reason, cause=cause, attempt=cell.attempt,
             policy=run.model.spec.retry,
         )  # fmt: skip
         if delete and not grade.retryable:
             await self.api.delete(self._resource(run), run.ref.namespace, cell.name)
         await self._record(run, cell, grade)
 
-    async def _record(self, run: Run, cell: Cell, grade: grading.CellGrade) -> None:
+    async def _record(self, run: plan.Run, cell: plan.Cell, grade: grading.CellGrade) -> None:
         if self.runs.get(run.ref) is not run:
             return  # deleted meanwhile
         run.tally.record(grade)
@@ -428,14 +339,14 @@ class Runs:
             self._fill(run)
         await self._changed(run)
 
-    async def _retry(self, run: Run, cell: Cell, delay: float) -> None:
+    async def _retry(self, run: plan.Run, cell: plan.Cell, delay: float) -> None:
         await asyncio.sleep(delay)
         if not await self.api.delete(self._resource(run), run.ref.namespace, cell.name):
             await self._create(run, cell)  # already gone: no DELETED event will come
 
     # -- creating cells --------------------------------------------------------------------
 
-    def _fill(self, run: Run) -> None:
+    def _fill(self, run: plan.Run) -> None:
         while run.queue and len(run.active) < run.model.spec.parallelism:
             cell = run.cells[run.queue.popleft()]
             cell.state = "active"
@@ -443,7 +354,7 @@ class Runs:
             self._spawn(self._create(run, cell))
         self.metrics.set_queue_depth("cells", sum(len(r.queue) for r in self.runs.values()))
 
-    async def _create(self, run: Run, cell: Cell) -> None:
+    async def _create(self, run: plan.Run, cell: plan.Cell) -> None:
         if self.runs.get(run.ref) is not run:
             return
         assert run.spec is not None
@@ -454,17 +365,17 @@ class Runs:
             digests=run.spec.status.image_digests if run.spec.status else {},
             settings=run.settings,
         )  # fmt: skip
-        manifest["metadata"].setdefault("annotations", {})[ATTEMPT] = str(cell.attempt)
+        manifest["metadata"].setdefault("annotations", {})[plan.ATTEMPT] = str(cell.attempt)
         if manifest["kind"] == sandbox.KIND:
             template = manifest["spec"]["podTemplate"]["metadata"]
-            template["annotations"][ATTEMPT] = str(cell.attempt)
+            template["annotations"][plan.ATTEMPT] = str(cell.attempt)
         try:
             stored, _ = await self.api.ensure(self._resource(run), run.ref.namespace, manifest)
             await self._secret(run, cell, stored)
         except kube.ApiError as err:
             await self._infra(run, cell, {}, ("other", f"cannot create cell {cell.name}: {err}"))
 
-    async def _secret(self, run: Run, cell: Cell, owner: Mapping[str, Any]) -> None:
+    async def _secret(self, run: plan.Run, cell: plan.Cell, owner: Mapping[str, Any]) -> None:
         """The cell's token Secret, owned by the cell object itself."""
         assert run.spec is not None
         tokens = {p: secrets.token_urlsafe(32) for p in cellsecrets.principals(run.spec)}
@@ -489,7 +400,7 @@ class Runs:
 
     # -- status, events, the end -----------------------------------------------------------
 
-    async def _changed(self, run: Run) -> None:
+    async def _changed(self, run: plan.Run) -> None:
         if run.phase != run.tally.phase and run.tally.phase is not None:
             emit = self.recorder.phase_changed(run.involved, run.phase, run.tally.phase)
             run.phase = run.tally.phase
@@ -500,16 +411,19 @@ class Runs:
         else:
             await self.status.update(run.ref, lambda: self._snapshot(run))
 
-    def _snapshot(self, run: Run) -> dict[str, Any]:
+    def _snapshot(self, run: plan.Run) -> dict[str, Any]:
         current = run.tally.status()
         self.metrics.observe_run(run.ref.namespace, run.runspec, run.ref.name, current)
         return current.wire()
 
-    async def _fail(self, run: Run, reason: str, message: str) -> None:
-        run.tally.fail(meta_reason(reason), message)
+    async def _fail(self, run: plan.Run, reason: str, message: str) -> None:
+        run.tally.fail(plan.reason(reason), message)
         await self._changed(run)
 
-    def _finished(self, run: Run) -> None:
+    def _finished(self, run: plan.Run) -> None:
+        """The run is over: nothing more to schedule; its cells wait for the TTL, if any."""
+        if self.runs.get(run.ref) is run:
+            del self.runs[run.ref]
         self._drop_tokens(run)
         if run.backend is not None:
             self._spawn(run.backend.close())
@@ -520,16 +434,15 @@ class Runs:
             left = (done - status_mod.utcnow()).total_seconds() + ttl
             self._spawn(self._later(max(left, 0.0), lambda: self._spawn(self._expire(run))))
 
-    async def _expire(self, run: Run) -> None:
+    async def _expire(self, run: plan.Run) -> None:
         """``ttlSecondsAfterFinished``: delete the cells (their token Secrets go with them)."""
         labels = manifests.run_labels(run.model, "cell")
         resource = kube.SANDBOXES if self._sandboxed(run) else kube.PODS
         for body in await self.api.list(resource, run.ref.namespace, labels):
-            if _owned_by(body, run.uid):
+            if plan.owned_by(body, run.uid):
                 await self.api.delete(resource, run.ref.namespace, body["metadata"]["name"])
-        self.runs.pop(run.ref, None)
 
-    def _drop_tokens(self, run: Run) -> None:
+    def _drop_tokens(self, run: plan.Run) -> None:
         for cell in run.cells.values():
             if cell.token is not None:
                 self.tokens.discard(cell.token)
@@ -548,11 +461,11 @@ class Runs:
         except kube.ApiError:
             self.metrics.reconcile_error("event")
 
-    def _resource(self, run: Run) -> kube.Resource:
+    def _resource(self, run: plan.Run) -> kube.Resource:
         return kube.SANDBOXES if self._sandboxed(run) else kube.PODS
 
     @staticmethod
-    def _sandboxed(run: Run) -> bool:
+    def _sandboxed(run: plan.Run) -> bool:
         return run.spec is not None and run.spec.spec.isolation.mode == "agentSandbox"
 
     async def _later(self, delay: float, then: Callable[[], None]) -> None:
@@ -577,42 +490,3 @@ class Runs:
         for run in self.runs.values():
             if run.backend is not None:
                 await run.backend.close()
-
-
-def meta_reason(text: str) -> str:
-    """A condition reason from free text (CamelCase, as metav1.Condition requires)."""
-    return events.to_reason(text)
-
-
-def _generation(body: Mapping[str, Any]) -> int:
-    return int((body.get("metadata") or {}).get("generation") or 0)
-
-
-def _owned_by(body: Mapping[str, Any], uid: str) -> bool:
-    return any(o.get("uid") == uid for o in body["metadata"].get("ownerReferences") or [])
-
-
-def _attempt(body: Mapping[str, Any]) -> int:
-    value = ((body.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT, "0")
-    return int(value) if str(value).isdigit() else 0
-
-
-def _unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
-    return grading.grade_failed_pod(
-        cell.name, _expected(cell), f"cannot grade the ledger: {reason}", cause="other",
-        attempt=cell.attempt, policy=policy,
-    )  # fmt: skip
-
-
-def _expected(cell: Cell) -> grading.ExpectedCell:
-    test = cell.test
-    return grading.ExpectedCell(
-        test_id=test.id,
-        repeat=cell.repeat,
-        run_id=cell.name,
-        title=test.title,
-        file=test.file,
-        line=test.line,
-        labels=test.labels,
-        content_hash=test.content_hash,
-    )
