@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "--insecure-registry", k8s.registry.host,
                 "--judge-service-url", "http://agent-health-judge.agent-health.svc:8090",
             ]  # fmt: skip
-            process = subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "log", "w")
+            process = await asyncio.create_subprocess_exec(
+                *command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
+            log: deque[bytes] = deque(maxlen=200)
+            draining = asyncio.ensure_future(_drain(process, log))
             try:
                 async with support.kubelet(fake):
                     await k8s.apply(runspec)
@@ -114,12 +116,13 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     rss, cpu = peak_rss_mb(process.pid), cpu_seconds(process.pid)
             except AssertionError:
-                print((Path(tmp) / "log").read_text()[-3000:], file=sys.stderr)
+                print(b"".join(log).decode(errors="replace")[-3000:], file=sys.stderr)
                 raise
             finally:
                 process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=30)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), 30)
+                await draining
             requests = k8s.operator_requests()
             creates = sorted(
                 e.object["metadata"]["creationTimestamp"]
@@ -152,6 +155,13 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "operator_peak_rss_mb": round(rss, 1),
         "operator_cpu_seconds": round(cpu, 1),
     }
+
+
+async def _drain(process: asyncio.subprocess.Process, log: deque[bytes]) -> None:
+    """Keep the tail of the operator's log (an undrained pipe would block it)."""
+    assert process.stderr is not None
+    async for line in process.stderr:
+        log.append(line)
 
 
 def _span(stamps: list[str]) -> float:
