@@ -134,13 +134,27 @@ def _parser() -> argparse.ArgumentParser:
 
     gateway_cmd = sub.add_parser("gateway", help="the recording sidecar proxy of a cell")
     gateway_command.add_arguments(gateway_cmd)
+    # The operator's flags live with it (agent_health.cluster.operator); kopf loads only here.
+    operator_cmd = sub.add_parser(
+        "operator",
+        help="the Kubernetes operator: kopf, judge service, metrics, probes",
+        add_help=False,
+    )
+    operator_cmd.add_argument("operator_args", nargs=argparse.REMAINDER)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     console = Console(highlight=False, soft_wrap=True)
     err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if argv[:1] == ["operator"]:  # its own parser, so `operator --help` shows its flags
+        try:
+            return _operator(argv[1:])
+        except UsageError as err:
+            err_console.print(f"[red]error:[/] {err}")
+            return EXIT_USAGE
+    args = _parser().parse_args(argv)
     try:
         if args.command == "list":
             return _list(args, console, err_console)
@@ -259,6 +273,20 @@ def _crds(args: argparse.Namespace, console: Console) -> int:
     for path in crds.write(Path(args.out)):
         console.print(f"wrote {path}")
     return EXIT_OK
+
+
+def _operator(argv: list[str]) -> int:
+    # Imported here: kopf and the cluster package load only for this command.
+    from agent_health.cluster import operator
+
+    parser = argparse.ArgumentParser(prog="agent-health operator", description=operator.__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    operator.add_arguments(parser)
+    try:
+        chosen = operator.options(parser.parse_args(argv))
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    return operator.run(chosen)
 
 
 def _compare(args: argparse.Namespace, console: Console) -> int:

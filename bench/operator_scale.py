@@ -1,0 +1,202 @@
+"""The operator at scale: one EvaluationRun of many cells on the emulated API server.
+
+The real ``agent-health operator`` runs as a subprocess (logged in through a kubeconfig
+that points at the emulator); this script serves the emulator, a loopback registry and
+plays the kubelet: every cell runs ``--cell-seconds``, writes a real sealed ledger (file
+backend) and ends. Printed: cells created per second, the operator's API requests per cell
+by verb (from the emulator's request log), status patches of the run and their rate, and
+the operator's peak RSS (``VmHWM``). Targets: ≤ 3 writes per cell, ≤ 1 status patch per
+second, ≤ 250 MB.
+
+    .venv/bin/python bench/operator_scale.py --tests 100 --repeats 10 --parallelism 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import operator_support as support  # noqa: E402
+
+WRITES = ("create", "patch", "update", "delete")
+
+
+def kubeconfig(url: str, path: Path) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "emulator", "cluster": {"server": url, "insecure-skip-tls-verify": True}}
+        ],
+        "users": [{"name": "operator", "user": {"token": "operator"}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "operator"}}],
+        "current-context": "emulator",
+    }
+    path.write_text(yaml.safe_dump(config))
+
+
+def verb(request: Any) -> str:
+    method = request.method.value
+    if method == "GET":
+        if request.params.get("watch") in ("true", "1"):
+            return "watch"
+        return "get" if request.name else "list"
+    return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = f"file://{tmp}/ledger"
+        async with support.cluster() as k8s:
+            kubeconfig(k8s.url, Path(tmp) / "kubeconfig")
+            runspec, run = k8s.example(ledger=ledger)
+            run["spec"] = {
+                "runSpecRef": {"name": "triage"},
+                "repeats": args.repeats,
+                "parallelism": args.parallelism,
+            }
+            tests = support.listing(*((f"suite/t.py::test {i}", ["x"]) for i in range(args.tests)))
+            fake = support.Kubelet(k8s, tests, ledger, cell_seconds=args.cell_seconds)
+            options = k8s.options()
+            env = os.environ | {"KUBECONFIG": str(Path(tmp) / "kubeconfig")}
+            command = [
+                str(Path(sys.executable).parent / "agent-health"), "operator",
+                "--controller-image", options.controller_image,
+                "--gateway-image", options.gateway_image,
+                "--metrics-addr", "127.0.0.1:0", "--judge-addr", "127.0.0.1:0",
+                "--health-addr", "127.0.0.1:0",
+                "--insecure-registry", k8s.registry.host,
+                "--judge-service-url", "http://agent-health-judge.agent-health.svc:8090",
+            ]  # fmt: skip
+            process = await asyncio.create_subprocess_exec(
+                *command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            log: deque[bytes] = deque(maxlen=200)
+            draining = asyncio.ensure_future(_drain(process, log))
+            try:
+                async with support.kubelet(fake):
+                    await k8s.apply(runspec)
+                    await k8s.apply(run)
+                    name = run["metadata"]["name"]
+                    done = await support.until(
+                        lambda: (
+                            k8s.run(name).get("status", {}).get("phase") == "Succeeded"
+                            and k8s.run(name)
+                        ),
+                        "the run to succeed",
+                        attempts=int(args.cap_seconds / 0.02),
+                    )
+                    rss, cpu = peak_rss_mb(process.pid), cpu_seconds(process.pid)
+            except AssertionError:
+                print(b"".join(log).decode(errors="replace")[-3000:], file=sys.stderr)
+                raise
+            finally:
+                process.terminate()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), 30)
+                await draining
+            requests = k8s.operator_requests()
+            creates = sorted(
+                e.object["metadata"]["creationTimestamp"]
+                for e in k8s.emulator.store.events
+                if e.kind.plural == "pods" and e.type == "ADDED"
+            )
+    cells = args.tests * args.repeats
+    by_verb = Counter(verb(r) for r in requests)
+    patches = [
+        r
+        for r in requests
+        if r.method.value == "PATCH" and r.subresource == "status"
+        and r.resource.plural == "evaluationruns"
+    ]  # fmt: skip
+    seconds = (done["status"]["completionTime"], done["status"]["startTime"])
+    started = time.strptime(seconds[1], "%Y-%m-%dT%H:%M:%SZ")
+    ended = time.strptime(seconds[0], "%Y-%m-%dT%H:%M:%SZ")
+    run_seconds = max(time.mktime(ended) - time.mktime(started), 1.0)
+    span = _span(creates)
+    return {
+        "cells": cells,
+        "parallelism": args.parallelism,
+        "counts": done["status"]["counts"],
+        "run_seconds": run_seconds,
+        "cells_created_per_second": cells / span if span else float("inf"),
+        "requests_per_cell": {v: round(n / cells, 3) for v, n in sorted(by_verb.items())},
+        "writes_per_cell": round(sum(by_verb[v] for v in WRITES) / cells, 3),
+        "status_patches": len(patches),
+        "status_patches_per_second": round(len(patches) / run_seconds, 3),
+        "operator_peak_rss_mb": round(rss, 1),
+        "operator_cpu_seconds": round(cpu, 1),
+    }
+
+
+async def _drain(process: asyncio.subprocess.Process, log: deque[bytes]) -> None:
+    """Keep the tail of the operator's log (an undrained pipe would block it)."""
+    assert process.stderr is not None
+    async for line in process.stderr:
+        log.append(line)
+
+
+def _span(stamps: list[str]) -> float:
+    if len(stamps) < 2:
+        return 0.0
+    first = time.mktime(time.strptime(stamps[0], "%Y-%m-%dT%H:%M:%SZ"))
+    last = time.mktime(time.strptime(stamps[-1], "%Y-%m-%dT%H:%M:%SZ"))
+    return max(last - first, 1.0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--parallelism", type=int, default=100)
+    parser.add_argument("--cell-seconds", type=float, default=0.2)
+    parser.add_argument("--cap-seconds", type=float, default=900.0)
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    figures = asyncio.run(bench(args))
+    counts = figures["counts"]
+    print(f"cells: {figures['cells']} at parallelism {figures['parallelism']}, "
+          f"{counts['passed']} passed in {figures['run_seconds']:.0f} s")  # fmt: skip
+    print(f"cells created per second: {figures['cells_created_per_second']:.1f}")
+    print(f"API requests per cell: {figures['requests_per_cell']}")
+    print(f"write requests per cell: {figures['writes_per_cell']} (target <= 3)")
+    print(f"status patches of the run: {figures['status_patches']} "
+          f"({figures['status_patches_per_second']}/s, target <= 1/s)")  # fmt: skip
+    print(f"operator peak RSS: {figures['operator_peak_rss_mb']} MB (target <= 250)")
+    print(f"operator CPU: {figures['operator_cpu_seconds']} s over {figures['run_seconds']:.0f} s "
+          "(the emulator, in this process, is the slower side)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Reading a cell's object as the kubelet (or the Agent Sandbox controller) left it.
+
+A cell is a Pod or a Sandbox around one. :func:`state` says whether it is waiting,
+running or has ended; :func:`infra_failure` says whether the *infrastructure* failed it —
+then :func:`.grading.grade_failed_pod` grades it and decides on a retry — or whether the
+test ran (even if it failed), so its ledger decides the grade:
+
+==========================================  ===============  ===========================
+what the object says                        cause            when
+==========================================  ===============  ===========================
+``status.reason`` Evicted / Preempting      evicted          ended
+``status.reason`` DeadlineExceeded          deadline         ended
+``status.reason`` NodeLost, NodeShutdown …  node-lost        ended
+a sidecar (init container) OOMKilled        sidecar-oom      ended
+ImagePullBackOff / ErrImagePull …           image-pull       waiting longer than a grace
+``PodScheduled=False`` Unschedulable        unschedulable    waiting longer than a grace
+the pod was deleted before it ended         evicted          deleted
+==========================================  ===============  ===========================
+
+A pod that ended with the controller terminated by itself (any exit code) ran its test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from agent_health.cluster import cellpod, grading, sandbox
+
+State = Literal["waiting", "running", "succeeded", "failed"]
+PULL_REASONS = frozenset(
+    {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
+)
+_ENDED_REASONS: Mapping[str, grading.InfraCause] = {
+    "Evicted": "evicted",
+    "Preempting": "evicted",
+    "DeadlineExceeded": "deadline",
+    "NodeLost": "node-lost",
+    "NodeShutdown": "node-lost",
+    "Terminated": "node-lost",
+    "UnexpectedAdmissionError": "node-lost",
+}
+Failure = tuple[grading.InfraCause, str]
+
+
+def is_sandbox(body: Mapping[str, Any]) -> bool:
+    return body.get("kind") == sandbox.KIND
+
+
+def state(body: Mapping[str, Any]) -> State:
+    """Where the cell is: from the pod's phase, or the Sandbox's ``Finished`` condition."""
+    status = body.get("status") or {}
+    if is_sandbox(body):
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "Finished" and condition.get("status") == "True":
+                return "succeeded" if condition.get("reason") == "PodSucceeded" else "failed"
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        return "running" if ready else "waiting"
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return "succeeded"
+    if phase == "Failed":
+        return "failed"
+    return "running" if phase == "Running" else "waiting"
+
+
+def infra_failure(body: Mapping[str, Any]) -> Failure | None:
+    """Why the infrastructure failed an *ended* cell, or ``None`` when its test ran."""
+    status = body.get("status") or {}
+    if is_sandbox(body):
+        return None  # the Sandbox reports only PodSucceeded/PodFailed: the ledger decides
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or reason)
+    if reason in _ENDED_REASONS:
+        return _ENDED_REASONS[reason], message
+    for sidecar in status.get("initContainerStatuses") or []:
+        for key in ("state", "lastState"):
+            ended = (sidecar.get(key) or {}).get("terminated") or {}
+            if ended.get("reason") == "OOMKilled":
+                return "sidecar-oom", f"sidecar {sidecar.get('name')} was OOMKilled"
+    if state(body) == "failed" and _controller_ended(status) is None:
+        return "other", f"the pod failed before the controller ran ({message or 'no reason'})"
+    return None
+
+
+def stuck(body: Mapping[str, Any]) -> Failure | None:
+    """Why a *waiting* cell cannot start (to fail it once a grace period has passed)."""
+    status = body.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return "unschedulable", str(condition.get("message") or "Unschedulable")
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in PULL_REASONS:
+                detail = waiting.get("message") or waiting["reason"]
+                return "image-pull", f"container {container.get('name')}: {detail}"
+    return None
+
+
+def _controller_ended(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") == cellpod.CONTROLLER:
+            ended = (container.get("state") or {}).get("terminated")
+            return dict(ended) if ended else None
+    return None

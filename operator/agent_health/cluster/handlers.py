@@ -1,0 +1,137 @@
+"""The kopf handlers: what each watched change means to the reconcilers.
+
+===============================  =================================  ===========================
+watched                          kopf handler                       calls
+===============================  =================================  ===========================
+RunSpec created / spec changed   ``on.create``, ``on.update(spec)``  ``SpecReconciler.reconcile``
+any RunSpec event                ``on.event``                       ``Bulletin.post`` (wakes runs)
+EvaluationRun created / resumed  ``on.create``, ``on.resume``       ``Runs.start``
+EvaluationRun deleted            ``on.event``                       ``Runs.forget``
+cell Pod / Sandbox events        ``on.event`` (label-filtered)      ``Runs.cell_event``
+discovery Pod events             ``on.event`` (label-filtered)      ``Discoveries.observe``
+===============================  =================================  ===========================
+
+Status writes of the operator's own never trigger a reconcile: RunSpecs react to spec
+changes only, EvaluationRuns (immutable specs) only to creation, resumption and deletion.
+
+Failures are sorted per handler: a user's object that cannot be valid
+(:class:`.errors.SpecError`) is a ``kopf.PermanentError``; an API or registry failure that
+may heal is a ``kopf.TemporaryError`` with a delay; every failure counts in
+``agent_health_reconcile_errors_total{handler}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import kopf
+
+from agent_health.cluster import errors, kube, manifests, metrics, runs, specs
+
+GROUP, VERSION = "agenthealth.dev", "v1alpha1"
+RETRY_DELAY = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reconcilers:
+    """What the handlers call."""
+
+    runspecs: specs.SpecReconciler
+    runs: runs.Runs
+    discoveries: specs.Discoveries
+    metrics: metrics.OperatorMetrics
+    sandboxes: bool = False
+    """Watch Agent Sandbox ``Sandbox`` objects too (the CRD must be installed)."""
+
+
+@contextlib.asynccontextmanager
+async def _sorted(handler: str, sink: metrics.OperatorMetrics) -> AsyncIterator[None]:
+    """Count the failure and tell kopf whether to retry it."""
+    try:
+        yield
+    except (kopf.PermanentError, kopf.TemporaryError):
+        sink.reconcile_error(handler)
+        raise
+    except errors.SpecError as err:
+        sink.reconcile_error(handler)
+        raise kopf.PermanentError(str(err)) from err
+    except kube.ApiError as err:
+        sink.reconcile_error(handler)
+        if err.temporary:
+            raise kopf.TemporaryError(str(err), delay=RETRY_DELAY) from err
+        raise kopf.PermanentError(str(err)) from err
+    except errors.ClusterError as err:
+        sink.reconcile_error(handler)
+        raise kopf.TemporaryError(str(err), delay=RETRY_DELAY) from err
+
+
+def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
+    """A fresh kopf registry with every handler bound to ``reconcilers``."""
+    found = kopf.OperatorRegistry()
+    sink = reconcilers.metrics
+    cell_labels = {
+        manifests.LABEL_MANAGED_BY: manifests.MANAGED_BY,
+        manifests.LABEL_COMPONENT: "cell",
+    }
+    discovery_labels = {**cell_labels, manifests.LABEL_COMPONENT: "discovery"}
+
+    @kopf.on.create(GROUP, VERSION, "runspecs", registry=found)
+    @kopf.on.update(GROUP, VERSION, "runspecs", field="spec", registry=found)
+    async def runspec_changed(body: kopf.Body, **_: Any) -> None:
+        async with _sorted("runspec", sink):
+            await reconcilers.runspecs.reconcile(_raw(body))
+
+    @kopf.on.event(GROUP, VERSION, "runspecs", registry=found)
+    async def runspec_seen(event: kopf.RawEvent, **_: Any) -> None:
+        if event.get("type") != "DELETED":
+            reconcilers.runs.bulletin.post(event["object"])
+
+    @kopf.on.create(GROUP, VERSION, "evaluationruns", registry=found)
+    @kopf.on.resume(GROUP, VERSION, "evaluationruns", registry=found)
+    async def run_started(body: kopf.Body, **_: Any) -> None:
+        async with _sorted("evaluationrun", sink):
+            await reconcilers.runs.start(_raw(body))
+
+    @kopf.on.event(GROUP, VERSION, "evaluationruns", registry=found)
+    async def run_seen(event: kopf.RawEvent, **_: Any) -> None:
+        obj = event["object"]
+        if event.get("type") == "DELETED" or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            reconcilers.runs.forget(obj)
+
+    @kopf.on.event("", "v1", "pods", labels=cell_labels, registry=found)
+    async def cell_seen(event: kopf.RawEvent, **_: Any) -> None:
+        reconcilers.runs.cell_event(str(event.get("type") or "ADDED"), event["object"])
+
+    if reconcilers.sandboxes:
+
+        @kopf.on.event(
+            kube.SANDBOXES.group, kube.SANDBOXES.version, kube.SANDBOXES.plural,
+            labels=cell_labels, registry=found,
+        )  # fmt: skip
+        async def sandbox_seen(event: kopf.RawEvent, **_: Any) -> None:
+            reconcilers.runs.cell_event(str(event.get("type") or "ADDED"), event["object"])
+
+    @kopf.on.event("", "v1", "pods", labels=discovery_labels, registry=found)
+    async def discovery_seen(event: kopf.RawEvent, **_: Any) -> None:
+        if event.get("type") != "DELETED":
+            async with _sorted("discovery", sink):
+                await reconcilers.discoveries.observe(event["object"])
+
+    return found
+
+
+def _raw(body: kopf.Body) -> dict[str, Any]:
+    """A kopf body as the plain dict the API server sent."""
+    plain: dict[str, Any] = _plain(body)
+    return plain
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

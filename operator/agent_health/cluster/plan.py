@@ -1,0 +1,163 @@
+"""A run's plan and in-memory state: its cells, which tests it selects, where it records.
+
+:class:`Run` is what :mod:`.runs` holds about one started EvaluationRun; :class:`Cell` is
+one (test, repeat) of it. Everything here can be rebuilt from the API server after a restart:
+the plan from the RunSpec's discovery and the run's spec, the state from the cells that exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import re
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from agent_health.cluster import (
+    batcher,
+    errors,
+    evaluationrun,
+    events,
+    grading,
+    manifests,
+    meta,
+    runspec,
+    specs,
+)
+from agent_health.cluster import status as status_mod
+from agent_health.ledger import backends
+
+ATTEMPT = "agenthealth.dev/attempt"
+CellState = Literal["queued", "active", "ended", "replacing", "done"]
+
+
+@dataclasses.dataclass
+class Cell:
+    """One (test, repeat) of a run."""
+
+    name: str
+    test: specs.Test
+    repeat: int
+    attempt: int = 0
+    state: CellState = "queued"
+    token: str | None = None
+    stuck_since: float | None = None
+    last: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass
+class Run:
+    """What the operator holds about one started run."""
+
+    ref: batcher.RunRef
+    uid: str
+    model: evaluationrun.EvaluationRun
+    tally: status_mod.RunTally
+    spec: runspec.RunSpec | None = None
+    settings: manifests.Settings | None = None
+    key: bytes = b""
+    backend: backends.Backend | None = None
+    cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
+    queue: deque[str] = dataclasses.field(default_factory=deque)
+    active: set[str] = dataclasses.field(default_factory=set)
+    started: bool = False
+    buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    phase: evaluationrun.Phase | None = None
+
+    @property
+    def runspec(self) -> str:
+        return self.model.spec.run_spec_ref.name
+
+    @property
+    def involved(self) -> dict[str, str]:
+        return {
+            "apiVersion": meta.API_VERSION,
+            "kind": evaluationrun.KIND,
+            "name": self.ref.name,
+            "namespace": self.ref.namespace,
+            "uid": self.uid,
+        }
+
+
+class Bulletin:
+    """The latest RunSpec bodies seen, and runs waiting for one to change."""
+
+    def __init__(self) -> None:
+        self._changed: dict[tuple[str, str], asyncio.Event] = {}
+        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def post(self, body: Mapping[str, Any]) -> None:
+        metadata = body.get("metadata") or {}
+        key = (str(metadata.get("namespace")), str(metadata.get("name")))
+        self.bodies[key] = dict(body)
+        self._changed.pop(key, asyncio.Event()).set()
+
+    async def wait(self, key: tuple[str, str], timeout: float) -> None:
+        """Until a body of ``key`` is posted (at once if one is waiting), or ``timeout``."""
+        if key in self.bodies:
+            return
+        changed = self._changed.setdefault(key, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+
+
+def select(tests: tuple[specs.Test, ...], selection: evaluationrun.Selection) -> list[specs.Test]:
+    """The tests a run executes, chosen as ``agent-health run --grep/--label`` chooses."""
+    chosen = [t for t in tests if t.mode == "only"] or list(tests)
+    if selection.grep:
+        try:
+            pattern = re.compile(selection.grep)
+        except re.error as err:
+            raise errors.SpecError(
+                f"spec.selection.grep {selection.grep!r} is not a valid regular expression: {err}"
+            ) from err
+        chosen = [t for t in chosen if pattern.search(t.title) or pattern.search(t.id)]
+    return [t for t in chosen if all(label in t.labels for label in selection.labels)]
+
+
+def ledger_url(template: str, run: evaluationrun.EvaluationRun) -> str:
+    """A ledger URL with ``{namespace}``, ``{run}`` and ``{runspec}`` filled in."""
+    namespace, name, _ = manifests.identity(run)
+    values = {"namespace": namespace, "run": name, "runspec": run.spec.run_spec_ref.name}
+    return re.sub(r"\{(namespace|run|runspec)\}", lambda m: values[m[1]], template)
+
+
+def reason(text: str) -> str:
+    """A condition reason from free text (CamelCase, as metav1.Condition requires)."""
+    return events.to_reason(text)
+
+
+def generation(body: Mapping[str, Any]) -> int:
+    return int((body.get("metadata") or {}).get("generation") or 0)
+
+
+def owned_by(body: Mapping[str, Any], uid: str) -> bool:
+    return any(o.get("uid") == uid for o in body["metadata"].get("ownerReferences") or [])
+
+
+def attempt(body: Mapping[str, Any]) -> int:
+    value = ((body.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
+    return grading.grade_failed_pod(
+        cell.name, expected(cell), f"cannot grade the ledger: {reason}", cause="other",
+        attempt=cell.attempt, policy=policy,
+    )  # fmt: skip
+
+
+def expected(cell: Cell) -> grading.ExpectedCell:
+    test = cell.test
+    return grading.ExpectedCell(
+        test_id=test.id,
+        repeat=cell.repeat,
+        run_id=cell.name,
+        title=test.title,
+        file=test.file,
+        line=test.line,
+        labels=test.labels,
+        content_hash=test.content_hash,
+    )

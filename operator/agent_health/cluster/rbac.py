@@ -1,0 +1,89 @@
+"""Every Kubernetes API permission the operator needs, as ClusterRole ``rules``.
+
+The Helm chart renders its ClusterRole from :data:`RULES`; a test replays the end-to-end
+runs against the emulator and checks that every request the operator (kopf included) makes
+is allowed here, and that nothing here goes unused except what :data:`UNSEEN` explains.
+
+=======================================  ==================================================
+who                                      why
+=======================================  ==================================================
+kopf                                     list/watch the CRDs it serves, RunSpecs,
+                                         EvaluationRuns, cell and discovery Pods (and
+                                         Sandboxes); patch its progress annotations; post
+                                         Events
+specs (RunSpec reconciler)               read pull Secrets; create discovery Pods; read
+                                         their logs; patch RunSpec status
+runs (scheduler)                         read RunSpecs; create/list Secrets (ledger key,
+                                         cell tokens); create/get/list/delete cells; patch
+                                         EvaluationRun status; create/patch Events
+grading                                  read ConfigMap ledgers
+garbage collection                       ``update`` on ``*/finalizers`` of the owners: the
+                                         API server demands it to set
+                                         ``blockOwnerDeletion`` on an owner reference
+=======================================  ==================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GROUP = "agenthealth.dev"
+SANDBOX_GROUP = "agents.x-k8s.io"
+
+RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["list", "watch"],
+    },
+    {"apiGroups": [GROUP], "resources": ["runspecs"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [GROUP], "resources": ["evaluationruns"], "verbs": ["list", "watch", "patch"]},
+    {
+        "apiGroups": [GROUP],
+        "resources": ["runspecs/status", "evaluationruns/status"],
+        "verbs": ["patch"],
+    },
+    {
+        "apiGroups": [GROUP],
+        "resources": ["runspecs/finalizers", "evaluationruns/finalizers"],
+        "verbs": ["update"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {
+        "apiGroups": [SANDBOX_GROUP],
+        "resources": ["sandboxes"],
+        "verbs": ["get", "list", "watch", "create", "delete"],
+    },
+]
+
+UNSEEN: dict[tuple[str, str, str], str] = {
+    ("", "pods/log", "get"): "a listing too long for the termination message",
+    ("", "pods", "get"): "a pod that already exists when created (409), e.g. after a crash",
+    ("", "events", "patch"): "an Event repeated within 10 minutes (a count bump)",
+    (GROUP, "runspecs/finalizers", "update"): "checked by admission, not a request",
+    (GROUP, "evaluationruns/finalizers", "update"): "checked by admission, not a request",
+    **{
+        (SANDBOX_GROUP, "sandboxes", verb): "isolation mode agentSandbox (--sandboxes)"
+        for verb in ("get", "list", "watch", "create", "delete")
+    },
+}
+"""Rules an emulated pod-isolation run does not exercise, and when a real one does."""
+
+
+def allowed() -> set[tuple[str, str, str]]:
+    """Every (apiGroup, resource, verb) :data:`RULES` grant."""
+    return {
+        (group, resource, verb)
+        for rule in RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }

@@ -1,0 +1,307 @@
+"""RunSpec reconciliation: pin every image once, discover the suite's tests with a pod.
+
+:meth:`SpecReconciler.reconcile` runs on a RunSpec's creation and on each change of its
+spec (never on status echoes). It
+
+1. resolves every image to a digest (skipped when ``status.imageDigests`` already belongs
+   to this generation), with credentials from the operator's image pull Secrets read in the
+   RunSpec's namespace, and records them with a ``Resolved`` condition. An unresolvable or
+   refused image sets ``Resolved=False`` with the registry's reason and raises
+   ``kopf.PermanentError``; an unreachable or failing registry raises
+   ``kopf.TemporaryError``;
+2. creates the discovery pod (:func:`.discovery.discovery_pod`, named by the suite source
+   and generation, so a re-run finds the same pod) and waits — on pod watch events fed to
+   :meth:`Discoveries.observe`, bounded — for it to end;
+3. reads ``agent-health list --json`` from the pod's termination message, else its log,
+   and stores the test ids (bounded) and ``testCount`` with a ``Discovered`` condition.
+
+The operator never imports user code: the listing is the only thing it reads. The full
+listing (labels and titles, which EvaluationRuns select on) is kept in memory and read
+again from the discovery pod after a restart (:meth:`Discoveries.tests`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kopf
+
+from agent_health.cluster import discovery, errors, kube, manifests, meta, registry, runspec
+from agent_health.cluster import status as status_mod
+
+LOG_LIMIT = 8 * 1024 * 1024
+RESOLVED, DISCOVERED = "Resolved", "Discovered"
+Key = tuple[str, str]  # namespace, pod name
+
+
+@dataclasses.dataclass(frozen=True)
+class Test:
+    """One test as ``agent-health list --json`` describes it."""
+
+    id: str
+    title: str
+    file: str = ""
+    line: int = 0
+    labels: tuple[str, ...] = ()
+    content_hash: str = ""
+    mode: str = "run"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """A finished discovery: its tests, or why it failed."""
+
+    tests: tuple[Test, ...] = ()
+    error: str | None = None
+
+
+def parse_listing(text: str, *, pod: str) -> tuple[Test, ...]:
+    """The tests in ``list --json`` output; a clear :class:`errors.SpecError` otherwise."""
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise TypeError(f"a JSON list was expected, got {type(items).__name__}")
+        return tuple(
+            Test(
+                id=str(item["id"]),
+                title=str(item.get("title") or item["id"]),
+                file=str(item.get("file") or ""),
+                line=int(item.get("line") or 0),
+                labels=tuple(str(label) for label in item.get("labels") or ()),
+                content_hash=str(item.get("content_hash") or ""),
+                mode=str(item.get("mode") or "run"),
+            )
+            for item in items
+        )
+    except (ValueError, TypeError, KeyError) as err:
+        raise errors.SpecError(
+            f"discovery pod {pod}: its output is not `agent-health list --json` ({err})"
+        ) from err
+
+
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        if container.get("name") == discovery.CONTAINER:
+            return (container.get("state") or {}).get("terminated") or {}
+    return {}
+
+
+class Discoveries:
+    """Finished discovery pods by (namespace, name), and the handlers waiting for them."""
+
+    def __init__(self, api: kube.Client) -> None:
+        self._api = api
+        self._outcomes: dict[Key, Outcome] = {}
+        self._ended: dict[Key, asyncio.Event] = {}
+
+    async def observe(self, pod: Mapping[str, Any]) -> Outcome | None:
+        """Read a discovery pod that has ended (a watch event, or a fetched pod)."""
+        metadata = pod.get("metadata") or {}
+        key = (str(metadata.get("namespace")), str(metadata.get("name")))
+        phase = (pod.get("status") or {}).get("phase")
+        if phase not in ("Succeeded", "Failed"):
+            return None
+        if key in self._outcomes:
+            return self._outcomes[key]
+        terminated = _terminated(pod)
+        message = str(terminated.get("message") or "")
+        if phase == "Failed":
+            reason = (pod.get("status") or {}).get("reason") or terminated.get("reason") or "Error"
+            tail = message.strip()[-1500:] or "(no output)"
+            outcome = Outcome(error=f"discovery pod {key[1]} failed ({reason}): {tail}")
+        else:
+            outcome = await self._read(key, message)
+        self._outcomes[key] = outcome
+        self._ended.setdefault(key, asyncio.Event()).set()
+        return outcome
+
+    async def _read(self, key: Key, message: str) -> Outcome:
+        try:
+            return Outcome(tests=parse_listing(message, pod=key[1]))
+        except errors.SpecError:
+            pass  # a listing longer than a termination message: read the log
+        try:
+            text = await self._api.log(*key, discovery.CONTAINER, limit=LOG_LIMIT)
+            return Outcome(tests=parse_listing(text, pod=key[1]))
+        except errors.SpecError as err:
+            return Outcome(error=str(err))
+
+    async def wait(self, key: Key, timeout: float) -> Outcome | None:
+        """The pod's outcome once it ends, or ``None`` after ``timeout`` seconds."""
+        if key in self._outcomes:
+            return self._outcomes[key]
+        ended = self._ended.setdefault(key, asyncio.Event())
+        try:
+            await asyncio.wait_for(ended.wait(), timeout)
+        except TimeoutError:
+            return None
+        return self._outcomes.get(key)
+
+    async def tests(self, spec: runspec.RunSpec) -> Outcome | None:
+        """The listing of ``spec``'s current discovery (read from its pod after a restart)."""
+        status = spec.status or runspec.Status()
+        namespace = str(spec.metadata.get("namespace"))
+        key = (namespace, discovery.discovery_name(spec, status.image_digests))
+        if key in self._outcomes:
+            return self._outcomes[key]
+        try:
+            pod = await self._api.get(kube.PODS, *key)
+        except kube.ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        return await self.observe(pod)
+
+
+def condition(body: Mapping[str, Any], type: str) -> Mapping[str, Any] | None:
+    """A condition of an object body, by type."""
+    for found in (body.get("status") or {}).get("conditions") or []:
+        if found.get("type") == type:
+            return dict(found)
+    return None
+
+
+def readiness(body: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``("ready"|"failed"|"waiting", reason, message)`` of a RunSpec for its runs."""
+    generation = (body.get("metadata") or {}).get("generation")
+    for type in (RESOLVED, DISCOVERED):
+        found = condition(body, type)
+        if found is None or found.get("observedGeneration") != generation:
+            return "waiting", "Resolving", f"RunSpec {type} is not yet known"
+        if found.get("status") == "False":
+            return "failed", str(found.get("reason")), str(found.get("message"))
+        if found.get("status") != "True":
+            return "waiting", str(found.get("reason")), str(found.get("message"))
+    return "ready", "Resolved", "images pinned and tests discovered"
+
+
+@dataclasses.dataclass
+class SpecReconciler:
+    """Resolves and discovers RunSpecs; see the module docstring."""
+
+    api: kube.Client
+    settings: manifests.Settings
+    discoveries: Discoveries
+    insecure_registries: Sequence[str] = ()
+    discovery_deadline: int = 300
+    wait_seconds: float = 120.0
+
+    async def reconcile(self, body: Mapping[str, Any]) -> None:
+        metadata = body.get("metadata") or {}
+        namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
+        generation = metadata.get("generation")
+        writer = _StatusWriter(self.api, namespace, name, generation, body)
+        try:
+            spec = meta.parse(runspec.RunSpec, dict(body), what=f"RunSpec {namespace}/{name}")
+        except errors.SpecError as err:
+            await writer.set(RESOLVED, "False", "InvalidSpec", str(err))
+            raise kopf.PermanentError(str(err)) from err
+        digests = await self._digests(spec, writer)
+        pod = discovery.discovery_pod(
+            spec, digests=digests, settings=self.settings, deadline_seconds=self.discovery_deadline
+        )
+        key = (namespace, pod["metadata"]["name"])
+        created, _ = await self.api.ensure(kube.PODS, namespace, pod)
+        outcome = await self.discoveries.observe(created) or await self.discoveries.wait(
+            key, self.wait_seconds
+        )
+        if outcome is None:
+            await writer.set(DISCOVERED, "Unknown", "Discovering", f"waiting for pod {key[1]}")
+            raise kopf.TemporaryError(f"discovery pod {key[1]} is still running", delay=5)
+        if outcome.error is not None:
+            await writer.set(DISCOVERED, "False", "DiscoveryFailed", outcome.error)
+            raise kopf.PermanentError(outcome.error)
+        ids = [t.id for t in outcome.tests if len(t.id) <= 512][: runspec.MAX_DISCOVERED]
+        await writer.set(
+            DISCOVERED,
+            "True",
+            "Discovered",
+            f"{len(outcome.tests)} tests in the suite",
+            more={"discoveredTests": ids, "testCount": len(outcome.tests)},
+        )
+
+    async def _digests(self, spec: runspec.RunSpec, writer: _StatusWriter) -> dict[str, str]:
+        status = spec.status or runspec.Status()
+        resolved = condition(writer.body, RESOLVED)
+        if (
+            resolved is not None
+            and resolved.get("status") == "True"
+            and resolved.get("observedGeneration") == writer.generation
+            and all(i in status.image_digests for i in spec.images())
+        ):
+            return dict(status.image_digests)
+        secrets = await self._pull_secrets(writer.namespace)
+        try:
+            digests = await registry.resolve_all(
+                spec.images(), pull_secrets=secrets, insecure=self.insecure_registries
+            )
+        except errors.PermanentRegistryError as err:
+            await writer.set(RESOLVED, "False", "ImageUnresolvable", str(err))
+            raise kopf.PermanentError(str(err)) from err
+        except errors.TemporaryRegistryError as err:
+            await writer.set(RESOLVED, "Unknown", "RegistryUnavailable", str(err))
+            raise kopf.TemporaryError(str(err), delay=30) from err
+        await writer.set(
+            RESOLVED,
+            "True",
+            "Resolved",
+            f"{len(digests)} images pinned by digest",
+            more={"imageDigests": digests, "discoveredTests": [], "testCount": None},
+        )
+        return digests
+
+    async def _pull_secrets(self, namespace: str) -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = {}
+        for secret in self.settings.image_pull_secrets:
+            try:
+                body = await self.api.get(kube.SECRETS, namespace, secret)
+            except kube.ApiError as err:
+                if err.status == 404:
+                    continue  # the registry's refusal will name what is missing
+                raise kopf.TemporaryError(f"cannot read pull secret {secret}: {err}") from err
+            found[secret] = dict(body.get("data") or {})
+        return found
+
+
+class _StatusWriter:
+    """Merge-patches a RunSpec's status, keeping its conditions' transition times."""
+
+    def __init__(
+        self,
+        api: kube.Client,
+        namespace: str,
+        name: str,
+        generation: int | None,
+        body: Mapping[str, Any],
+    ) -> None:
+        self.api, self.namespace, self.name = api, namespace, name
+        self.generation = generation
+        self.body: Mapping[str, Any] = body
+
+    async def set(
+        self,
+        type: str,
+        status: status_mod.ConditionStatus,
+        reason: str,
+        message: str,
+        *,
+        more: Mapping[str, Any] | None = None,
+    ) -> None:
+        current = (self.body.get("status") or {}).get("conditions") or []
+        kept = [meta.Condition.model_validate(c) for c in current]
+        conditions = status_mod.set_condition(
+            kept, type, status, reason, message, generation=self.generation,
+            now=status_mod.utcnow(),
+        )  # fmt: skip
+        patch = {
+            "observedGeneration": self.generation,
+            "conditions": [c.wire() for c in conditions],
+            **(more or {}),
+        }
+        self.body = await self.api.patch(
+            kube.RUNSPECS, self.namespace, self.name, {"status": patch}, status=True
+        )

@@ -1,0 +1,408 @@
+"""A cluster for operator tests and the scale benchmark: the emulator, a registry, a kubelet.
+
+* :class:`Cluster` — the kmock-based API server with the CRDs applied, a registry v2 fake on
+  loopback, and an httpx client that speaks as ``Bearer kubelet`` (the operator speaks as
+  ``Bearer operator``, so the request log tells the two apart).
+* :class:`Kubelet` — plays the kubelet and each cell's gateway: a discovery pod ends with
+  the ``list --json`` listing as its termination message; a cell pod runs, its ledger is
+  written with the run's key (read from the Secret the operator created) and the pod ends.
+  What each cell does is scripted per (test id, repeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kopf
+import yaml
+from agent_health.cluster import cellsecrets, crds, manifests, operator
+from agent_health.ledger import backends, chain, records
+from agent_health.sdk import results
+from aiohttp import web
+from kube import Emulator, serve
+
+GROUP = "agenthealth.dev/v1alpha1"
+RUNSPECS = "/apis/agenthealth.dev/v1alpha1/namespaces/default/runspecs"
+RUNS = "/apis/agenthealth.dev/v1alpha1/namespaces/default/evaluationruns"
+PODS = "/api/v1/namespaces/default/pods"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "run.yaml"
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+PINNED = "@sha256:" + "c" * 64
+COMPONENT = manifests.LABEL_COMPONENT
+
+
+async def until(check: Callable[[], Any], what: str, attempts: int = 2000) -> Any:
+    """Poll ``check`` until it is truthy, a bounded number of times (a count, not a clock)."""
+    for _ in range(attempts):
+        found = check()
+        if found:
+            return found
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+@dataclasses.dataclass
+class Registry:
+    """A registry v2 fake: every manifest exists, except repositories listed in ``missing``."""
+
+    missing: set[str] = dataclasses.field(default_factory=set)
+    host: str = ""
+
+    async def manifest(self, request: web.Request) -> web.Response:
+        name, ref = request.match_info["name"], request.match_info["ref"]
+        if name in self.missing:
+            return web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)
+        body = json.dumps({"schemaVersion": 2, "name": name, "ref": ref}).encode()
+        digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
+        return web.Response(body=body, headers={"Docker-Content-Digest": digest})
+
+
+@contextlib.asynccontextmanager
+async def registry_server() -> AsyncIterator[Registry]:
+    fake = Registry()
+    app = web.Application()
+    app.router.add_route("*", "/v2/{name:.+}/manifests/{ref}", fake.manifest)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    fake.host = f"127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
+
+
+@dataclasses.dataclass
+class Cluster:
+    emulator: Emulator
+    url: str
+    client: httpx.AsyncClient
+    registry: Registry
+
+    def connection(self) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=self.url, insecure=True, token="operator")
+
+    def options(self, **more: Any) -> operator.Options:
+        image = f"{self.registry.host}/agent-health"
+        fields: dict[str, Any] = {
+            "controller_image": f"{image}/controller{PINNED}",
+            "gateway_image": f"{image}/gateway{PINNED}",
+            "metrics_addr": "127.0.0.1:0",
+            "judge_addr": "127.0.0.1:0",
+            "health_addr": "127.0.0.1:0",
+            "judge_service_url": "http://agent-health-judge.agent-health.svc:8090",
+            "insecure_registries": (self.registry.host,),
+            "stuck_grace": 0.0,
+        }
+        return operator.Options(**(fields | more))
+
+    def operator(
+        self, *, environ: dict[str, str] | None = None, **more: Any
+    ) -> contextlib.AbstractAsyncContextManager[operator.Operator]:
+        return operator.running(self.options(**more), self.connection(), environ=environ or {})
+
+    def operator_requests(self) -> list[Any]:
+        return [r for r in self.emulator if r.headers.get("Authorization") == "Bearer operator"]
+
+    def example(self, *, isolation: str = "pod", ledger: str | None = None) -> list[dict[str, Any]]:
+        """``examples/run.yaml`` with images from the fake registry."""
+        runspec, run = yaml.safe_load_all(EXAMPLE.read_text())
+        spec = runspec["spec"]
+        for part in (spec["target"], *spec["peers"]):
+            part["image"] = part["image"].replace("ghcr.io", self.registry.host)
+        spec["isolation"] = {"mode": isolation} if isolation == "pod" else spec["isolation"]
+        if ledger is not None:
+            spec["ledger"] = {"url": ledger}
+        return [runspec, run]
+
+    async def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        path = RUNSPECS if body["kind"] == "RunSpec" else RUNS
+        answer = await self.client.post(path, json=body)
+        assert answer.status_code == 201, answer.text
+        return dict(answer.json())
+
+    def run(self, name: str) -> dict[str, Any]:
+        return self.emulator.read("evaluationruns.agenthealth.dev", "default", name)
+
+    def runspec(self, name: str) -> dict[str, Any]:
+        return self.emulator.read("runspecs.agenthealth.dev", "default", name)
+
+    def pods(self, component: str = "cell") -> list[dict[str, Any]]:
+        kind = self.emulator.store.kinds[("", "pods")]
+        found = self.emulator.store.list(kind, "default", lambda _labels: True)
+        labels = manifests.LABEL_COMPONENT
+        return [p for p in found if p["metadata"].get("labels", {}).get(labels) == component]
+
+
+@contextlib.asynccontextmanager
+async def cluster() -> AsyncIterator[Cluster]:
+    async with (
+        serve() as (emulator, url),
+        registry_server() as fake,
+        httpx.AsyncClient(
+            base_url=url, headers={"Authorization": "Bearer kubelet"}, timeout=120
+        ) as client,
+    ):
+        for definition in crds.definitions():
+            answer = await client.post(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=definition
+            )
+            assert answer.status_code == 201, answer.text
+        yield Cluster(emulator, url, client, fake)
+
+
+# -- what a cell records -------------------------------------------------------------------
+
+
+def listing(*tests: tuple[str, list[str]]) -> list[dict[str, Any]]:
+    """``agent-health list --json`` output for tests given as (id, labels)."""
+    return [
+        {
+            "id": test_id,
+            "name": test_id.split("::")[-1],
+            "title": test_id.split("::")[-1],
+            "file": test_id.split("::")[0],
+            "line": 1,
+            "labels": labels,
+            "mode": "run",
+            "content_hash": hashlib.sha256(test_id.encode()).hexdigest()[:16],
+        }
+        for test_id, labels in tests
+    ]
+
+
+def cell_records(test_id: str, repeat: int, cell: str, passed: bool) -> list[records.Record]:
+    """A cell's ledger as a real one looks: meta, exchanges, run result, signals, end."""
+    gate = results.Signal(
+        kind="deterministic",
+        role="gate",
+        name="to_have_called_tool(search_logs)",
+        passed=passed,
+        score=float(passed),
+    )
+    return [
+        records.CellMeta(test_id=test_id, repeat=repeat, run_id=cell, started_at=T0),
+        records.Exchange(
+            principal="controller",
+            evidence="tok",
+            upstream="target",
+            method="POST",
+            path="/run",
+            status=200,
+            started_at=T0,
+            ended_at=T0,
+            request_bytes=12,
+            request_sha256="0" * 64,
+        ),
+        records.RunResultRecord(
+            run_id=cell,
+            prompt="Diagnose the payment service.",
+            output="payment-service cannot reach db-primary",
+            trajectory=[
+                {"type": "tool_call", "tool_name": "search_logs", "tool_args": {"q": "pay"}},
+                {"type": "assistant", "content": "payment-service cannot reach db-primary"},
+            ],
+            token_usage={"prompt": 300, "completion": 40},
+            duration_ms=1500.0,
+        ),
+        records.SignalRecord(signal=gate.model_dump(mode="json")),
+        records.CellEnd(
+            status="passed" if passed else "failed",
+            exit_code=0 if passed else 1,
+            duration_ms=2000.0,
+        ),
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A cell pod as the kubelet sees it."""
+
+    name: str
+    run: str
+    test_id: str
+    repeat: int
+    attempt: int
+
+    @classmethod
+    def of(cls, pod: dict[str, Any]) -> Cell:
+        meta = pod["metadata"]
+        return cls(
+            name=meta["name"],
+            run=meta["ownerReferences"][0]["name"],
+            test_id=meta["annotations"][manifests.ANNOTATION_TEST_ID],
+            repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
+            attempt=int(meta["annotations"].get("agenthealth.dev/attempt", "0")),
+        )
+
+
+@dataclasses.dataclass
+class Kubelet:
+    """Drives pods to their end, event by event, from the emulator's own change stream."""
+
+    cluster: Cluster
+    tests: list[dict[str, Any]]
+    ledger_url: str
+    outcome: Callable[[Cell], str] = lambda _cell: "passed"
+    """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
+    key) or "hold" (keeps running until :meth:`release`)."""
+    seen: list[str] = dataclasses.field(default_factory=list)
+    held: dict[str, Cell] = dataclasses.field(default_factory=dict)
+    cell_seconds: float = 0.0
+    """How long each cell runs before it ends."""
+    _backend: backends.Backend | None = None
+    _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
+
+    def backend(self) -> backends.Backend:
+        if self._backend is None:
+            options = backends.Options(kube_api_url=self.cluster.url, kube_token="kubelet")
+            self._backend = backends.from_url(self.ledger_url, options)
+        return self._backend
+
+    async def run(self) -> None:
+        """Serve pod events until cancelled; each new pod is played in a task of its own."""
+        store = self.cluster.emulator.store
+        kind = store.kinds[("", "pods")]
+        handled: set[tuple[str, str]] = set()
+        playing: set[asyncio.Task[None]] = set()
+        try:
+            async for event in store.watch(
+                kind, "default", lambda _l: True, since=None, initial_bookmark=False, timeout=None
+            ):
+                body = event["object"]
+                meta = body["metadata"]
+                key = (meta["name"], meta.get("uid", ""))
+                phase = body.get("status", {}).get("phase")
+                if event["type"] == "DELETED" or key in handled or phase:
+                    continue
+                handled.add(key)
+                task = asyncio.ensure_future(self.play(body))
+                playing.add(task)
+                task.add_done_callback(playing.discard)
+        finally:
+            for task in playing:
+                task.cancel()
+
+    async def play(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        component = meta.get("labels", {}).get(manifests.LABEL_COMPONENT)
+        if component == "discovery":
+            await self.finish(meta["name"], "Succeeded", message=json.dumps(self.tests))
+        elif component == "cell":
+            await asyncio.sleep(self.cell_seconds)
+            async with self._slots:
+                await self.cell(pod)
+
+    async def cell(self, pod: dict[str, Any]) -> None:
+        cell = Cell.of(pod)
+        self.seen.append(cell.name)
+        await self.status(cell.name, {"phase": "Running"})
+        outcome = self.outcome(cell)
+        if outcome == "hold":
+            self.held[cell.name] = cell
+        else:
+            await self.end(cell, outcome)
+
+    async def release(self, name: str, outcome: str = "passed") -> None:
+        """End a held cell."""
+        await self.end(self.held.pop(name), outcome)
+
+    async def end(self, cell: Cell, outcome: str) -> None:
+        if outcome == "evicted":
+            evicted = {"phase": "Failed", "reason": "Evicted", "message": "node ran out of memory"}
+            await self.status(cell.name, evicted)
+            return
+        key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell.run)
+        writer = chain.Writer(self.backend(), cell.name, key)
+        await writer.append(
+            *cell_records(cell.test_id, cell.repeat, cell.name, outcome != "failed")
+        )
+        phase = "Failed" if outcome == "failed" else "Succeeded"
+        await self.finish(cell.name, phase, exit_code=1)
+
+    async def ledger_key(self, run: str) -> bytes:
+        secret = self.cluster.emulator.read(
+            "secrets", "default", cellsecrets.ledger_key_secret_name(run)
+        )
+        return base64.b64decode(secret["data"][cellsecrets.LEDGER_KEY])
+
+    async def status(self, name: str, status: dict[str, Any]) -> None:
+        answer = await self.cluster.client.patch(
+            f"{PODS}/{name}/status",
+            json={"status": status},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert answer.status_code == 200, answer.text
+
+    async def finish(self, name: str, phase: str, *, message: str = "", exit_code: int = 0) -> None:
+        container = "discover" if "-discover-" in name else "controller"
+        terminated = {"exitCode": exit_code if phase == "Failed" else 0, "reason": "Completed"}
+        if message:
+            terminated["message"] = message
+        await self.status(
+            name,
+            {
+                "phase": phase,
+                "containerStatuses": [{"name": container, "state": {"terminated": terminated}}],
+            },
+        )
+
+    async def close(self) -> None:
+        if self._backend is not None:
+            await self._backend.close()
+
+
+@contextlib.asynccontextmanager
+async def kubelet(kube: Kubelet) -> AsyncIterator[Kubelet]:
+    task = asyncio.ensure_future(kube.run())
+    try:
+        yield kube
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await kube.close()
+
+
+def max_unfinished(emulator: Emulator, component: str = "cell") -> int:
+    """The most cell pods that existed unfinished at once, replayed from the change history."""
+    unfinished: set[str] = set()
+    peak = 0
+    for event in emulator.store.events:
+        if event.kind.plural != "pods":
+            continue
+        meta = event.object["metadata"]
+        if meta.get("labels", {}).get(manifests.LABEL_COMPONENT) != component:
+            continue
+        phase = event.object.get("status", {}).get("phase")
+        if event.type == "DELETED" or phase in ("Succeeded", "Failed"):
+            unfinished.discard(meta["name"])
+        else:
+            unfinished.add(meta["name"])
+        peak = max(peak, len(unfinished))
+    return peak
+
+
+def pod_creations(emulator: Emulator) -> dict[str, int]:
+    """How many times each cell pod was created (ADDED events)."""
+    counts: dict[str, int] = {}
+    for event in emulator.store.events:
+        meta = event.object["metadata"]
+        labels = meta.get("labels", {})
+        if (
+            event.kind.plural == "pods"
+            and event.type == "ADDED"
+            and labels.get(COMPONENT) == "cell"
+        ):
+            counts[meta["name"]] = counts.get(meta["name"], 0) + 1
+    return counts

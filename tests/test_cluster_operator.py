@@ -1,0 +1,179 @@
+"""The operator end to end: kopf for real against the emulator, the test playing kubelet.
+
+The example RunSpec and EvaluationRun (``examples/run.yaml``) are applied; the operator pins
+their images against a loopback registry, discovers the suite with a pod, schedules cells at
+the run's parallelism and grades each from its ledger, written as a gateway would.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import httpx
+import pytest
+from agent_health.cluster import cellsecrets
+from judge_servers import Answer, ScriptedModel
+from operator_support import (
+    Cell,
+    Kubelet,
+    cluster,
+    kubelet,
+    listing,
+    max_unfinished,
+    pod_creations,
+    until,
+)
+
+pytestmark = pytest.mark.slow
+LEDGER = "configmap://default/triage-ledger"
+TESTS = listing(
+    ("suite/rca.py::payment rca", ["category:RCA"]),
+    ("suite/rca.py::payment timeout", ["category:RCA", "difficulty:hard"]),
+    ("suite/rca.py::billing rca", ["category:RCA"]),  # not matched by grep "payment"
+    ("suite/ui.py::payment page", ["category:UI"]),  # not labelled category:RCA
+)
+
+
+def outcome(cell: Cell) -> str:
+    return "failed" if cell.test_id.endswith("timeout") and cell.repeat == 0 else "passed"
+
+
+def phase(run: dict) -> str | None:  # type: ignore[type-arg]
+    return run.get("status", {}).get("phase")
+
+
+async def test_the_example_run_is_resolved_scheduled_graded_and_reported() -> None:
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=outcome)
+        async with kubelet(fake), k8s.operator() as op:
+            await k8s.apply(runspec)
+            await k8s.apply(run)
+            done = await until(
+                lambda: (
+                    phase(k8s.run("triage-nightly")) in ("Succeeded", "Failed")
+                    and k8s.run("triage-nightly")
+                ),
+                "the run to finish",
+            )
+            # RunSpec: digests and discovery in its status.
+            spec_status = k8s.runspec("triage")["status"]
+            assert set(spec_status["imageDigests"]) == {
+                runspec["spec"]["target"]["image"],
+                runspec["spec"]["peers"][0]["image"],
+            }
+            assert spec_status["testCount"] == 4
+            assert len(spec_status["discoveredTests"]) == 4
+            kinds = {c["type"]: c["status"] for c in spec_status["conditions"]}
+            assert kinds == {"Resolved": "True", "Discovered": "True"}
+
+            # The run: 2 tests selected × 3 repeats, one failing repeat.
+            status = done["status"]
+            assert status["phase"] == "Succeeded", status
+            assert status["counts"] == {
+                "total": 6, "pending": 0, "running": 0, "passed": 5, "failed": 1,
+                "errored": 0, "skipped": 0,
+            }  # fmt: skip
+            assert status["passRate"] == pytest.approx(5 / 6)
+            assert status["passAtK"] == 1.0
+            assert status["passHatK"] == 0.5
+            summaries = {t["id"]: t for t in status["tests"]}
+            assert summaries["suite/rca.py::payment timeout"]["failed"] == 1
+            assert summaries["suite/rca.py::payment rca"]["passed"] == 3
+            conditions = {c["type"]: c for c in status["conditions"]}
+            assert conditions["Complete"]["status"] == "True"
+            assert conditions["TestsPassed"]["status"] == "False"
+
+            # Parallelism held, no cell created twice, pods pinned by digest.
+            assert max_unfinished(k8s.emulator) <= 4
+            assert sorted(pod_creations(k8s.emulator).values()) == [1] * 6
+            pod = k8s.pods()[0]
+            images = [c["image"] for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]]
+            assert all("@sha256:" in i for i in images)
+
+            # Batched status: far fewer patches than changes, never more than needed.
+            patches = [
+                r
+                for r in k8s.operator_requests()
+                if r.method.value == "PATCH" and r.subresource == "status"
+                and r.resource.plural == "evaluationruns"
+            ]  # fmt: skip
+            assert 2 <= len(patches) <= 12
+            await until(lambda: op.status.patches_sent == len(patches), "the last answer")
+
+            # Events on phase changes; metrics exposed.
+            reasons = [
+                e["reason"]
+                for e in k8s.emulator.store.list(
+                    k8s.emulator.store.kinds[("", "events")], "default", lambda _l: True
+                )
+                if e["involvedObject"]["name"] == "triage-nightly"
+            ]
+            assert {"Pending", "Running", "Succeeded"} <= set(reasons)
+            async with httpx.AsyncClient() as client:
+                scraped = (await client.get(f"http://127.0.0.1:{op.ports['metrics']}/metrics")).text
+                ready = await client.get(f"http://127.0.0.1:{op.ports['health']}/readyz")
+            graded = 'cells_graded_total{namespace="default",runspec="triage",status="passed"} 5.0'
+            assert f"agent_health_{graded}" in scraped
+            assert (
+                'agent_health_run_pass_rate{namespace="default",run="triage-nightly",runspec="triage"}'
+                in scraped
+            )
+            assert ready.status_code == 200
+            assert not op.runs.tokens  # no cell is live: the judge service accepts nobody
+
+
+async def test_the_judge_service_answers_only_live_cells_controller_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = await ScriptedModel.start("openai", default=Answer(True, 0.9, "it says x"))
+    monkeypatch.setenv("JUDGE_KEY", "sk-test")
+    environ = {
+        "AGENT_HEALTH_JUDGE_PROVIDER": "openai",
+        "AGENT_HEALTH_JUDGE_MODEL": "judge-model",
+        "AGENT_HEALTH_JUDGE_BASE_URL": model.url,
+        "AGENT_HEALTH_JUDGE_API_KEY_ENV": "JUDGE_KEY",
+    }
+    try:
+        async with cluster() as k8s:
+            runspec, run = k8s.example(ledger=LEDGER)
+            run["spec"] |= {"repeats": 1, "parallelism": 1}
+            fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+            cache = str(tmp_path / "judge.sqlite")
+            async with kubelet(fake), k8s.operator(judge_cache=cache, environ=environ) as op:
+                await k8s.apply(runspec)
+                await k8s.apply(run)
+                await until(lambda: op.runs.tokens, "a live cell's token")
+                cell = k8s.pods()[0]["metadata"]["name"]
+                secret = k8s.emulator.read(
+                    "secrets", "default", cellsecrets.token_secret_name(cell)
+                )
+                owner = secret["metadata"]["ownerReferences"][0]
+                assert (owner["kind"], owner["name"]) == ("Pod", cell)
+                assert set(secret["data"]) == {"controller", "peer-logs"}
+                token = base64.b64decode(secret["data"]["controller"]).decode()
+                peer = base64.b64decode(secret["data"]["peer-logs"]).decode()
+                url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
+                call = {"text": "the answer is x", "criteria": "says x"}
+                async with httpx.AsyncClient() as client:
+
+                    async def judge(bearer: str) -> httpx.Response:
+                        headers = {"Authorization": f"Bearer {bearer}"}
+                        return await client.post(url, json=call, headers=headers)
+
+                    good, again = await judge(token), await judge(token)
+                    refused = [(await judge(t)).status_code for t in ("nope", peer)]
+                    scraped = await client.get(f"http://127.0.0.1:{op.ports['metrics']}/metrics")
+                assert refused == [401, 401]
+                assert good.status_code == 200, good.text
+                assert (good.json()["passed"], good.json()["score"]) == (True, 0.9)
+                assert again.json()["cached"] is True  # the operator's persistent cache
+                assert len(model.requests) == 1
+                assert "sk-test" in str(model.requests[0].headers)
+                assert (
+                    'agent_health_judge_calls_total{model="judge-model",outcome="cached"} 1.0'
+                    in (scraped.text)
+                )
+    finally:
+        await model.close()

@@ -1,0 +1,39 @@
+"""``bench/operator_scale.py`` runs end to end at tiny sizes and prints its figures.
+
+No timing is asserted (the figures depend on the machine); what must hold is that every
+cell passed, the figures were computed and the run's status was patched in batches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "operator_scale.py"
+
+
+@pytest.mark.slow
+def test_the_scale_benchmark_prints_its_figures(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    args = ["--tests", "4", "--repeats", "2", "--parallelism", "3", "--cell-seconds", "0"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--cap-seconds", "120", "--json", str(figures)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in ("cells created per second:", "write requests per cell:", "operator peak RSS:"):
+        assert line in done.stdout
+    found = json.loads(figures.read_text())
+    assert found["counts"]["passed"] == 8
+    assert found["requests_per_cell"]["create"] >= 2  # a pod and its token Secret per cell
+    assert 1 <= found["status_patches"] < 8
+    assert found["operator_peak_rss_mb"] > 0

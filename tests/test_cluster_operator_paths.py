@@ -1,0 +1,134 @@
+"""The operator's harder paths: a restart mid-run, and runs that cannot or do not go well."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from agent_health.cluster import cellsecrets
+from operator_support import Cell, Kubelet, cluster, kubelet, listing, pod_creations, until
+
+pytestmark = pytest.mark.slow
+LEDGER = "configmap://default/triage-ledger"
+TESTS = listing(
+    ("suite/rca.py::payment rca", ["category:RCA"]),
+    ("suite/rca.py::payment timeout", ["category:RCA"]),
+)
+
+
+def status(k8s: Any, run: str) -> dict[str, Any]:
+    return dict(k8s.run(run).get("status") or {})
+
+
+def finished(k8s: Any, run: str) -> dict[str, Any] | None:
+    found = status(k8s, run)
+    return found if found.get("phase") in ("Succeeded", "Failed") else None
+
+
+async def test_a_restarted_operator_adopts_its_cells_and_duplicates_nothing() -> None:
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        run["spec"] |= {"parallelism": 2}  # 2 tests × 3 repeats = 6 cells, 2 at a time
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+        async with kubelet(fake):
+            async with k8s.operator():
+                await k8s.apply(runspec)
+                await k8s.apply(run)
+                await until(lambda: len(fake.held) == 2, "the first two cells")
+                first = next(iter(fake.held))
+                await fake.release(first)
+                await until(lambda: len(k8s.pods()) == 3, "a third cell after one ended")
+            # The operator is down; a cell ends meanwhile.
+            second = next(iter(fake.held))
+            await fake.release(second)
+            third = next(iter(fake.held))
+            async with k8s.operator() as op:
+                await until(lambda: len(k8s.pods()) == 4, "the restarted operator's next cell")
+                secret = k8s.emulator.read(
+                    "secrets", "default", cellsecrets.token_secret_name(third)
+                )
+                adopted = base64.b64decode(secret["data"]["controller"]).decode()
+                assert op.runs.authorize(adopted)  # the live cell's token was read back
+                fake.outcome = lambda _: "passed"
+                for name in list(fake.held):
+                    await fake.release(name)
+                done = await until(lambda: finished(k8s, "triage-nightly"), "the run")
+        assert done["phase"] == "Succeeded", done
+        assert done["counts"]["total"] == 6
+        assert done["counts"]["passed"] == 6
+        assert sorted(pod_creations(k8s.emulator).values()) == [1] * 6  # nothing twice
+        assert len(fake.seen) == 6
+
+
+async def test_runs_that_cannot_run_fail_with_the_reason() -> None:
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        runspec["metadata"]["name"] = "broken"
+        run["metadata"]["name"] = "broken-run"
+        run["spec"]["runSpecRef"]["name"] = "broken"
+        missing = run | {"metadata": {"name": "orphan", "namespace": "default"}}
+        missing["spec"] = run["spec"] | {"runSpecRef": {"name": "nowhere"}}
+        k8s.registry.missing.add("agent-health/examples/triage-agent")
+        fake = Kubelet(k8s, TESTS, LEDGER)
+        async with kubelet(fake), k8s.operator():
+            await k8s.apply(runspec)
+            await k8s.apply(run)
+            await k8s.apply(missing)
+            broken = await until(lambda: finished(k8s, "broken-run"), "the broken run")
+            orphan = await until(lambda: finished(k8s, "orphan"), "the orphan run")
+        resolved = {c["type"]: c for c in k8s.runspec("broken")["status"]["conditions"]}["Resolved"]
+        assert (resolved["status"], resolved["reason"]) == ("False", "ImageUnresolvable")
+        assert "triage-agent" in resolved["message"]
+        assert "not found in registry" in resolved["message"]
+        failed = {c["type"]: c for c in broken["conditions"]}["Failed"]
+        assert broken["phase"] == "Failed"
+        assert failed["reason"] == "ImageUnresolvable"
+        assert "not found in registry" in failed["message"]
+        assert orphan["phase"] == "Failed"
+        failed = {c["type"]: c for c in orphan["conditions"]}["Failed"]
+        assert failed["reason"] == "RunSpecMissing"
+        assert failed["message"] == "RunSpec nowhere does not exist in namespace default"
+        assert not k8s.pods()  # no discovery, no cell
+
+
+async def test_an_evicted_cell_is_retried_per_policy_and_a_tampered_ledger_is_errored() -> None:
+    def outcome(cell: Cell) -> str:
+        return "evicted" if cell.run == "evicted" else "tampered"
+
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        evicted = run | {"metadata": {"name": "evicted", "namespace": "default"}}
+        evicted["spec"] = run["spec"] | {
+            "repeats": 1,
+            "selection": {"grep": "payment rca"},
+            "retry": {"infraRetries": 1, "backoffSeconds": 1},
+        }
+        tampered = run | {"metadata": {"name": "tampered", "namespace": "default"}}
+        tampered["spec"] = run["spec"] | {"repeats": 1, "selection": {"grep": "timeout"}}
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=outcome)
+        async with kubelet(fake), k8s.operator():
+            await k8s.apply(runspec)
+            await k8s.apply(evicted)
+            await k8s.apply(tampered)
+            retried = await until(lambda: finished(k8s, "evicted"), "the evicted run")
+            sealed = await until(lambda: finished(k8s, "tampered"), "the tampered run")
+        assert retried["phase"] == "Succeeded"
+        assert retried["counts"]["errored"] == 1
+        error = retried["tests"][0]["error"]
+        assert error == (
+            "infrastructure failure (evicted): node ran out of memory; no retries left (1 allowed)"
+        )
+        assert list(pod_creations(k8s.emulator).values()).count(2) == 1  # created, retried once
+        assert [s for s in fake.seen if s.startswith("evicted")] == [
+            next(s for s in fake.seen if s.startswith("evicted"))
+        ] * 2
+        assert sealed["counts"]["errored"] == 1
+        assert sealed["tests"][0]["error"].startswith("ledger tampered at record 0")
+        reasons = {
+            e["reason"]
+            for e in k8s.emulator.store.list(
+                k8s.emulator.store.kinds[("", "events")], "default", lambda _l: True
+            )
+        }
+        assert {"LedgerTampered", "CellInfraFailure"} <= reasons
