@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools bench clean
+.PHONY: demo test lint tools bench bench-operator clean
 
 $(BIN)/agent-health: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ bench: $(BIN)/agent-health
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/judge_cache.py
 	$(BIN)/python bench/metrics.py
+	$(BIN)/python bench/gateway_overhead.py
+
+# The operator at scale on the API emulator: 1,000 cells take about 20 minutes here.
+bench-operator: $(BIN)/agent-health
+	$(BIN)/python bench/operator_scale.py
 
 clean:
 	rm -rf $(VENV) .agent-health .mypy_cache .pytest_cache .ruff_cache

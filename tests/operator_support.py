@@ -233,16 +233,21 @@ class Cell:
     test_id: str
     repeat: int
     attempt: int
+    ledger_cell: str
+    """Where this attempt's gateway records: its ``--cell`` argument."""
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> Cell:
         meta = pod["metadata"]
+        gateway = next(c for c in pod["spec"]["initContainers"] if c["name"] == "gateway")
+        args = gateway["args"]
         return cls(
             name=meta["name"],
             run=meta["ownerReferences"][0]["name"],
             test_id=meta["annotations"][manifests.ANNOTATION_TEST_ID],
             repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
             attempt=int(meta["annotations"].get("agenthealth.dev/attempt", "0")),
+            ledger_cell=args[args.index("--cell") + 1],
         )
 
 
@@ -323,7 +328,7 @@ class Kubelet:
             await self.status(cell.name, evicted)
             return
         key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell.run)
-        writer = chain.Writer(self.backend(), cell.name, key)
+        writer = chain.Writer(self.backend(), cell.ledger_cell, key)
         await writer.append(
             *cell_records(cell.test_id, cell.repeat, cell.name, outcome != "failed")
         )

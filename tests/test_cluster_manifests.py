@@ -411,7 +411,7 @@ def test_gateway_routes_connect_every_caller_to_its_callee() -> None:
     mounts = {m["mountPath"] for m in gateway["volumeMounts"]}
     assert {path.rsplit("/", 1)[0] for path in tokens.values()} <= mounts
     assert _arg(gateway["args"], "--key-file")[0].rsplit("/", 1)[0] in mounts
-    assert _arg(gateway["args"], "--ledger") == ["configmap://triage-ledger"]
+    assert _arg(gateway["args"], "--ledger") == ["configmap://default/triage-ledger"]
     assert _arg(gateway["args"], "--cell") == [pod["metadata"]["name"]]
     assert _arg(gateway["args"], "--run-id") == [pod["metadata"]["name"]]
     assert _arg(gateway["args"], "--test-id") == [TEST_ID]
@@ -773,3 +773,18 @@ def test_editing_a_manifest_leaves_the_settings_and_the_next_manifest_alone() ->
     assert SETTINGS.gateway_resources["requests"]["cpu"] == "50m"
     assert manifests.COMMAND == ("agent-health",)
     assert _pod() != pod
+
+
+def test_a_retried_attempt_records_into_its_own_ledger_cell() -> None:
+    first = _pod()
+    retry = cellpod.cell_pod(
+        _run(), _runspec(), test_id=TEST_ID, repeat=0, digests=_digests(_runspec()),
+        settings=SETTINGS,
+        attempt=2,
+    )  # fmt: skip
+    name = first["metadata"]["name"]
+    assert retry["metadata"]["name"] == name  # the same cell, pod and run id
+    gateway = _by_name(retry["spec"])["gateway"]
+    assert _arg(gateway["args"], "--cell") == [f"{name}.a2"]
+    assert _arg(gateway["args"], "--run-id") == [name]
+    assert _arg(_by_name(first["spec"])["gateway"]["args"], "--cell") == [name]

@@ -70,6 +70,8 @@ class Identity:
     """What the gateway writes into the cell's first (cell-meta) record."""
 
     cell: str
+    ledger_cell: str
+    """The ledger cell this attempt records into (see :func:`manifests.ledger_cell`)."""
     test_id: str
     repeat: int
     images: Mapping[str, str]
@@ -97,7 +99,7 @@ def gateway_args(
             f"principal={route.principal},to={route.to},"
             f"listen=127.0.0.1:{route.listen},upstream={route.upstream}",
         ]
-    args += ["--ledger", ledger, "--cell", identity.cell, "--key-file", key_file]
+    args += ["--ledger", ledger, "--cell", identity.ledger_cell, "--key-file", key_file]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
     args += ["--repeat", str(identity.repeat)]
     for name, image in identity.images.items():

@@ -68,6 +68,7 @@ def cell_pod(
     repeat: int,
     digests: Mapping[str, str],
     settings: manifests.Settings,
+    attempt: int = 0,
 ) -> dict[str, Any]:
     """The Pod of one (test, repeat) of ``run``; ``digests`` maps each RunSpec image to its digest.
 
@@ -117,6 +118,7 @@ def cell_pod(
         cellgateway.container(
             identity=cellgateway.Identity(
                 cell=cell,
+                ledger_cell=manifests.ledger_cell(cell, attempt),
                 test_id=test_id,
                 repeat=repeat,
                 images={
@@ -232,9 +234,16 @@ def cell(
     repeat: int,
     digests: Mapping[str, str],
     settings: manifests.Settings,
+    attempt: int = 0,
 ) -> dict[str, Any]:
-    """The object to create for one cell: the Pod, or a Sandbox around it (``agentSandbox``)."""
-    pod = cell_pod(run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings)
+    """The object to create for one cell: the Pod, or a Sandbox around it (``agentSandbox``).
+
+    ``attempt`` counts infrastructure retries; each attempt records into its own ledger cell.
+    """
+    pod = cell_pod(
+        run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings,
+        attempt=attempt,
+    )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":
         return sandbox.sandbox(pod, runtime_class_name=isolation.runtime_class_name)

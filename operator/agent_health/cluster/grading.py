@@ -103,17 +103,21 @@ async def grade_cell(
     expected: ExpectedCell,
     *,
     prices: settings.PriceTable | None = None,
+    ledger_cell: str | None = None,
 ) -> CellGrade:
     """Read, verify and grade the finished cell ``cell_name`` (its pod has ended).
 
-    Doubtful evidence gives an ``errored`` grade. A ledger that cannot be *read* (the
-    store is down) raises :class:`errors.LedgerUnavailable`: try again later.
+    ``ledger_cell`` names the ledger cell when it is not the cell's own name (a retried
+    attempt records into its own); the grade is always the cell's. Doubtful evidence gives
+    an ``errored`` grade. A ledger that cannot be *read* (the store is down) raises
+    :class:`errors.LedgerUnavailable`: try again later.
     """
+    where = ledger_cell or cell_name
     try:
-        lines = await backend.read(cell_name)
+        lines = await backend.read(where)
     except ledger_errors.BackendError as err:
         raise errors.LedgerUnavailable(
-            f"cannot read the ledger of cell {cell_name} at {backend.url}: {err}"
+            f"cannot read the ledger of cell {where} at {backend.url}: {err}"
         ) from err
     return await asyncio.to_thread(grade_lines, cell_name, lines, key, expected, prices=prices)
 

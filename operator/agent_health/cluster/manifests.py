@@ -164,6 +164,12 @@ def cell_name(run_name: str, test_id: str, repeat: int) -> str:
     return fit(run_name, DNS_LABEL_MAX - len(suffix)) + suffix
 
 
+def ledger_cell(cell: str, attempt: int) -> str:
+    """The ledger cell of one attempt at a cell: a retried cell records into a fresh chain,
+    so a pod evicted mid-test leaves its partial ledger behind instead of in the way."""
+    return cell if attempt == 0 else f"{cell}.a{attempt}"
+
+
 def cell_labels(run: evaluationrun.EvaluationRun, test_id: str, repeat: int) -> dict[str, str]:
     """The labels of one cell's Pod (or Sandbox) and its token Secret."""
     return {

@@ -285,7 +285,11 @@ class Runs:
         for attempt in range(LEDGER_READS):
             try:
                 grade = await grading.grade_cell(
-                    run.backend, cell.name, run.key, plan.expected(cell)
+                    run.backend,
+                    cell.name,
+                    run.key,
+                    plan.expected(cell),
+                    ledger_cell=manifests.ledger_cell(cell.name, cell.attempt),
                 )
                 break
             except errors.LedgerUnavailable as err:
@@ -363,7 +367,7 @@ class Runs:
         manifest = cellpod.cell(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat,
             digests=run.spec.status.image_digests if run.spec.status else {},
-            settings=run.settings,
+            settings=run.settings, attempt=cell.attempt,
         )  # fmt: skip
         manifest["metadata"].setdefault("annotations", {})[plan.ATTEMPT] = str(cell.attempt)
         if manifest["kind"] == sandbox.KIND:
