@@ -27,6 +27,7 @@ final record and grade the cell ``errored``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -238,8 +239,6 @@ def report(result: TestResult) -> str:
 
 def main(suite: Path, test_id: str, repeat: int) -> int:
     """The ``agent-health cell`` command."""
-    import asyncio
-
     try:
         settings = CellSettings.from_env(suite=suite, test_id=test_id, repeat=repeat)
         code, result = asyncio.run(run_cell(settings))
