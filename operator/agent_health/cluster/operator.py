@@ -34,27 +34,25 @@ flag                       environment                           default / meani
                                                                  namespace and set on cells
 ``--insecure-registry``    ``AGENT_HEALTH_INSECURE_REGISTRIES``  registries spoken to over HTTP
 ``--sandboxes``            ``AGENT_HEALTH_SANDBOXES=1``          also watch Agent Sandboxes
-``--gateway-service-       ``AGENT_HEALTH_GATEWAY_SERVICE_       the ServiceAccount cells run as;
-account``                  ACCOUNT``                             its token is mounted into the
-                                                                 gateway only (it writes the
-                                                                 ledger: ConfigMaps, IRSA, ...)
-``--ledger-credentials-    ``AGENT_HEALTH_LEDGER_CREDENTIALS_    a Secret in each run's namespace,
-secret``                   SECRET``                              ``envFrom`` on the gateway only
-                                                                 (object-store credentials)
-``--network-policy``       ``AGENT_HEALTH_NETWORK_POLICY=1``     a NetworkPolicy per run, owned
-                                                                 by it: no ingress; egress to
-                                                                 DNS, the judge and ``--egress``
-``--egress``               ``AGENT_HEALTH_EGRESS``               declared egress (repeatable;
-                                                                 comma-separated in env):
-                                                                 ``CIDR[~EXCEPT...][:PORT[+PORT
-                                                                 ...]]``, e.g. the API server of
-                                                                 a ConfigMap ledger, the object
-                                                                 store, the target's provider
-``--dns-namespace``        ``AGENT_HEALTH_DNS_NAMESPACE``        the cluster DNS pods' namespace
-                                                                 (default ``kube-system``)
-``--dns-pod-labels``       ``AGENT_HEALTH_DNS_POD_LABELS``       ``k=v,...`` of the DNS pods
-                                                                 (default ``k8s-app=kube-dns``)
 =========================  ====================================  ============================
+
+The cells' identity and fence (their flags are too long for the table):
+
+* ``--gateway-service-account`` (``AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT``): the
+  ServiceAccount cells run as; its token is projected into the gateway container only,
+  which writes the ledger (a ConfigMap ledger needs configmaps get/create/update in the
+  run's namespace; IRSA or Workload Identity for an object store).
+* ``--ledger-credentials-secret`` (``AGENT_HEALTH_LEDGER_CREDENTIALS_SECRET``): a Secret in
+  each run's namespace, ``envFrom`` on the gateway only (object-store credentials).
+* ``--network-policy`` (``AGENT_HEALTH_NETWORK_POLICY=1``): one NetworkPolicy per run, owned
+  by it, created before its first cell: no ingress; egress only to DNS, the judge pods and
+  what ``--egress`` declares.
+* ``--egress`` (``AGENT_HEALTH_EGRESS``, comma-separated; the flag repeats): declared
+  egress, ``CIDR[~EXCEPT...][:PORT[+PORT...]]``, e.g. ``172.18.0.0/16:6443`` for the API
+  server of a ConfigMap ledger; also the object store and what the target calls.
+* ``--dns-namespace`` (``AGENT_HEALTH_DNS_NAMESPACE``, default ``kube-system``) and
+  ``--dns-pod-labels`` (``AGENT_HEALTH_DNS_POD_LABELS``, default ``k8s-app=kube-dns``):
+  where cluster DNS runs.
 
 The judge service's model comes from ``AGENT_HEALTH_JUDGE_PROVIDER`` (openai, anthropic,
 bedrock), ``AGENT_HEALTH_JUDGE_MODEL`` (unset: every verdict is a neutral skip),
