@@ -29,7 +29,7 @@ from agent_health.cluster import cellsecrets, crds, manifests, operator
 from agent_health.ledger import backends, chain, records
 from agent_health.sdk import results
 from aiohttp import web
-from kube import Emulator, serve
+from kube import Emulator, Kind, serve
 
 GROUP = "agenthealth.dev/v1alpha1"
 RUNSPECS = "/apis/agenthealth.dev/v1alpha1/namespaces/default/runspecs"
@@ -39,6 +39,7 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "run.yaml"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 PINNED = "@sha256:" + "c" * 64
 COMPONENT = manifests.LABEL_COMPONENT
+NETWORK_POLICIES = Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 
 
 async def until(check: Callable[[], Any], what: str, attempts: int = 2000) -> Any:
@@ -153,6 +154,7 @@ async def cluster() -> AsyncIterator[Cluster]:
             base_url=url, headers={"Authorization": "Bearer kubelet"}, timeout=120
         ) as client,
     ):
+        emulator.serve(NETWORK_POLICIES)
         for definition in crds.definitions():
             answer = await client.post(
                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=definition

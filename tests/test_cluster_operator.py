@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import httpx
+import kubernetes_validate
 import pytest
-from agent_health.cluster import cellsecrets
+from agent_health.cluster import cellsecrets, manifests, netpol
 from judge_servers import Answer, ScriptedModel
 from operator_support import (
+    RUNS,
     Cell,
     Kubelet,
     cluster,
@@ -177,3 +180,68 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
                 )
     finally:
         await model.close()
+
+
+def policies(k8s: Any) -> list[dict[str, Any]]:
+    kind = k8s.emulator.store.kinds[("networking.k8s.io", "networkpolicies")]
+    return list(k8s.emulator.store.list(kind, "default", lambda _labels: True))
+
+
+def creations(k8s: Any) -> list[str]:
+    """What the operator POSTed, in order: ``networkpolicies`` and cell ``pods``."""
+    found = []
+    for r in k8s.operator_requests():
+        plural = r.resource.plural if r.resource else None
+        if r.method.value != "POST" or plural not in ("networkpolicies", "pods"):
+            continue
+        labels = (r.data or {}).get("metadata", {}).get("labels", {})
+        if plural == "networkpolicies" or labels.get(manifests.LABEL_COMPONENT) == "cell":
+            found.append(plural)
+    return found
+
+
+async def test_a_fenced_run_gets_one_network_policy_owned_by_it_before_its_first_cell() -> None:
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        run["spec"] |= {"repeats": 1, "parallelism": 1}
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+        egress = ("172.18.0.0/16:6443", "0.0.0.0/0~10.0.0.0/8:443")
+        fenced = {
+            "network_policy": True,
+            "egress": tuple(netpol.egress(e) for e in egress),
+            "gateway_service_account": "cell-gateway",
+        }
+        async with kubelet(fake):
+            async with k8s.operator(**fenced):
+                await k8s.apply(runspec)
+                created = await k8s.apply(run)
+                await until(lambda: fake.held, "a running cell")
+            async with k8s.operator(**fenced):  # it adopts the run: its policy is a 409
+                await until(lambda: creations(k8s).count("networkpolicies") == 2, "a 2nd create")
+                fake.outcome = lambda _: "passed"
+                for name in list(fake.held):
+                    await fake.release(name)
+                await until(lambda: phase(k8s.run("triage-nightly")) == "Succeeded", "the run")
+        assert creations(k8s)[:2] == ["networkpolicies", "pods"]
+        (policy,) = policies(k8s)
+        assert kubernetes_validate.validate(policy, "1.31", strict=True) == "1.31"
+        (owner,) = policy["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == (
+            "EvaluationRun", "triage-nightly", created["metadata"]["uid"],
+        )  # fmt: skip
+        selector = policy["spec"]["podSelector"]["matchLabels"].items()
+        cells = k8s.pods()
+        assert cells
+        assert all(selector <= c["metadata"]["labels"].items() for c in cells)
+        assert not any(selector <= p["metadata"]["labels"].items() for p in k8s.pods("discovery"))
+        assert [r["to"][0] for r in policy["spec"]["egress"][2:]] == [
+            {"ipBlock": {"cidr": "172.18.0.0/16"}},
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}},
+        ]
+        assert policy["spec"]["egress"][3]["ports"] == [{"protocol": "TCP", "port": 443}]
+        # The gateway's ServiceAccount runs every cell (its token only in the gateway).
+        assert all(c["spec"]["serviceAccountName"] == "cell-gateway" for c in cells)
+        # Deleting the run collects its policy.
+        answer = await k8s.client.delete(f"{RUNS}/triage-nightly")
+        assert answer.status_code == 200, answer.text
+        await until(lambda: not policies(k8s), "the policy to go with its run")

@@ -39,18 +39,18 @@ def test_rules_are_what_the_chart_needs() -> None:
 
 
 async def test_every_request_is_allowed_and_every_rule_is_used() -> None:
-    """One run through every path: a pull secret, a restart, an eviction, the TTL."""
+    """One run through every path: a pull secret, a restart, an eviction, the TTL, a fence."""
     async with cluster() as k8s:
         runspec, run = k8s.example(ledger=LEDGER)
         run["spec"] |= {"ttlSecondsAfterFinished": 0, "retry": {"backoffSeconds": 1}}
         tests = listing(("suite/rca.py::payment rca", ["category:RCA"]))
         fake = Kubelet(k8s, tests, LEDGER, outcome=lambda _: "hold")
         async with kubelet(fake):
-            async with k8s.operator(image_pull_secrets=("regcred",)):
+            async with k8s.operator(image_pull_secrets=("regcred",), network_policy=True):
                 await k8s.apply(runspec)
                 await k8s.apply(run)
                 await until(lambda: len(fake.held) == 3, "three running cells")
-            async with k8s.operator():
+            async with k8s.operator(network_policy=True):  # its policy exists: a 409
                 fake.outcome = lambda _: "passed"
                 await until(lambda: op_ready(k8s), "the restarted operator to adopt the run")
                 for name, cell in list(fake.held.items()):
@@ -71,3 +71,28 @@ def op_ready(k8s: Any) -> bool:
     """The second operator listed the run's secrets (it adopts cells after that)."""
     listed = [r for r in k8s.operator_requests() if permission(r) == ("", "secrets", "list")]
     return bool(listed)
+
+
+async def test_the_gateway_role_is_what_the_configmap_ledger_sends() -> None:
+    """The kubelet writes each cell's ConfigMap ledger as the gateway does: those verbs."""
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        run["spec"] |= {"repeats": 2}
+        tests = listing(("suite/rca.py::payment rca", ["category:RCA"]))
+        async with kubelet(Kubelet(k8s, tests, LEDGER)), k8s.operator():
+            await k8s.apply(runspec)
+            await k8s.apply(run)
+            await until(
+                lambda: k8s.run("triage-nightly").get("status", {}).get("phase") == "Succeeded",
+                "the run",
+            )
+        gateway = [r for r in k8s.emulator if r.headers.get("Authorization") == "Bearer kubelet"]
+        used = {p for p in map(permission, gateway) if p is not None and p[1] == "configmaps"}
+    granted = {
+        (group, resource, verb)
+        for rule in rbac.GATEWAY_RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert used == granted

@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import ship_support
 import yaml
-from agent_health.cluster import rbac
+from agent_health.cluster import netpol, rbac
 from ship_support import (
     CHART,
     NAMESPACE,
@@ -133,11 +133,17 @@ def helm() -> Path:
     return ship_support.helm()
 
 
-def _args(documents: list[dict[str, Any]]) -> dict[str, str]:
+def _argv(documents: list[dict[str, Any]]) -> list[str]:
     container = one(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["agent-health"]
     assert container["args"][0] == "operator"
-    return dict(a.removeprefix("--").split("=", 1) for a in container["args"][1:])
+    return list(container["args"][1:])
+
+
+def _args(documents: list[dict[str, Any]]) -> dict[str, str]:
+    """The operator's flags by name (a switch maps to ""; a repeated flag to its last value)."""
+    pairs = (a.removeprefix("--").partition("=") for a in _argv(documents))
+    return {name: value for name, _, value in pairs}
 
 
 def _env(documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -191,8 +197,11 @@ def test_the_default_install_is_the_operator_and_what_it_needs(helm: Path) -> No
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "Role",
+        "RoleBinding",
         "Service",
         "Service",
+        "ServiceAccount",
         "ServiceAccount",
     ]
     deployment = one(documents, "Deployment")
@@ -210,6 +219,7 @@ def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
         "gateway-image": "ghcr.io/agent-health/gateway:0.1.0",
         "judge-service-url": f"http://{RELEASE}-agent-health-judge.{NAMESPACE}.svc:8090",
         "judge-cache": "/var/cache/agent-health/judge",
+        "gateway-service-account": f"{RELEASE}-agent-health-cell-gateway",
     }
     minimal = _args(render(helm, "minimal"))
     assert minimal["namespace"] == "evals"
@@ -249,7 +259,7 @@ def test_the_services_point_at_the_operator_ports(helm: Path) -> None:
 
 
 def test_rbac_is_exactly_the_operators_rules(helm: Path) -> None:
-    documents = render(helm, "default")
+    documents = render(helm, "default", "--set", "cells.gatewayServiceAccount.create=false")
     role = one(documents, "ClusterRole")
     # Rendered from the same rules the operator's end-to-end test checks every request
     # against (agent_health.cluster.rbac.RULES): exactly what it uses, nothing more.
@@ -270,10 +280,16 @@ def test_rbac_is_exactly_the_operators_rules(helm: Path) -> None:
 
 def test_the_gke_scenario_uses_workload_identity_gvisor_and_digests(helm: Path) -> None:
     documents = render(helm, "gke")
-    account = one(documents, "ServiceAccount")
-    assert account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"].endswith(
-        ".iam.gserviceaccount.com"
-    )
+    accounts = {
+        (a["metadata"]["name"], a["metadata"]["namespace"]): a["metadata"]["annotations"]
+        for a in by_kind(documents, "ServiceAccount")
+    }
+    gateway = f"{RELEASE}-agent-health-cell-gateway"
+    assert set(accounts) == {
+        (f"{RELEASE}-agent-health", NAMESPACE), (gateway, NAMESPACE), (gateway, "evals"),
+    }  # fmt: skip
+    for noted in accounts.values():  # the operator reads, the gateway writes the ledger
+        assert noted["iam.gke.io/gcp-service-account"].endswith(".iam.gserviceaccount.com")
     assert _env(documents)["AGENT_HEALTH_SANDBOX_RUNTIME_CLASS"] == "gvisor"
     args = _args(documents)
     assert re.fullmatch(r".+/controller@sha256:[0-9a-f]{64}", args["controller-image"])
@@ -325,7 +341,11 @@ def test_the_monitoring_objects_select_what_the_chart_serves(helm: Path) -> None
 
 
 def test_the_cell_network_policy_allows_only_dns_the_judge_and_declared_cidrs(helm: Path) -> None:
-    documents = render(helm, "kind")
+    documents = render(helm, "kind", "--set", "cellNetworkPolicy.enabled=true")
+    assert [p["metadata"]["namespace"] for p in by_kind(documents, "NetworkPolicy")] == [
+        NAMESPACE, "default",
+    ]  # fmt: skip
+    documents = [d for d in documents if d["metadata"].get("namespace") != "default"]
     policy = one(documents, "NetworkPolicy")
     spec = policy["spec"]
     assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "agent-health"}}
@@ -347,14 +367,84 @@ def test_the_cell_network_policy_allows_only_dns_the_judge_and_declared_cidrs(he
 def test_the_cell_network_policy_is_rendered_per_namespace(helm: Path) -> None:
     documents = render(
         helm, "default", "--set", "cellNetworkPolicy.enabled=true",
-        "--set", "cellNetworkPolicy.namespaces={team-a,team-b}",
+        "--set", "cells.namespaces={team-a,team-b}",
     )  # fmt: skip
     policies = by_kind(documents, "NetworkPolicy")
-    assert [p["metadata"]["namespace"] for p in policies] == ["team-a", "team-b"]
+    assert [p["metadata"]["namespace"] for p in policies] == [NAMESPACE, "team-a", "team-b"]
     default = by_kind(
         render(helm, "default", "--set", "cellNetworkPolicy.enabled=true"), "NetworkPolicy"
     )
     assert [p["metadata"]["namespace"] for p in default] == [NAMESPACE]
+
+
+def test_the_static_cell_policy_is_off_by_default_and_kind_fences_each_run(helm: Path) -> None:
+    assert not by_kind(render(helm, "default"), "NetworkPolicy")
+    assert not by_kind(render(helm, "kind"), "NetworkPolicy")  # the operator's per run instead
+    assert "network-policy" not in _args(render(helm, "default"))
+
+
+def test_per_run_policies_get_the_egress_dns_and_judge_pods_from_values(helm: Path) -> None:
+    documents = render(helm, "kind")
+    argv = _argv(documents)
+    assert "--network-policy" in argv
+    egress = [a.removeprefix("--egress=") for a in argv if a.startswith("--egress=")]
+    assert egress == [
+        "172.18.0.0/16:6443", "0.0.0.0/0~10.0.0.0/8~172.16.0.0/12~192.168.0.0/16:443",
+    ]  # fmt: skip
+    parsed = [netpol.egress(e) for e in egress]
+    assert parsed[1].excluding == ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+    assert [p.ports for p in parsed] == [(6443,), (443,)]
+    args = _args(documents)
+    assert args["dns-namespace"] == "kube-system"
+    assert args["dns-pod-labels"] == "k8s-app=kube-dns"
+    assert args["operator-namespace"] == NAMESPACE
+    judge = dict(p.split("=", 1) for p in args["judge-pod-labels"].split(","))
+    pod = one(documents, "Deployment")["spec"]["template"]
+    assert judge.items() <= pod["metadata"]["labels"].items()
+
+
+def test_the_cell_gateway_may_keep_a_configmap_ledger_in_each_cell_namespace(helm: Path) -> None:
+    documents = render(helm, "kind", "--set", "cells.ledgerCredentialsSecret=ledger-creds")
+    name = f"{RELEASE}-agent-health-cell-gateway"
+    args = _args(documents)
+    assert args["gateway-service-account"] == name
+    assert args["ledger-credentials-secret"] == "ledger-creds"
+    namespaces = [NAMESPACE, "default"]
+    accounts = [a for a in by_kind(documents, "ServiceAccount") if a["metadata"]["name"] == name]
+    assert [a["metadata"]["namespace"] for a in accounts] == namespaces
+    assert all(a["automountServiceAccountToken"] is False for a in accounts)
+    roles, bindings = by_kind(documents, "Role"), by_kind(documents, "RoleBinding")
+    assert [r["metadata"]["namespace"] for r in roles] == namespaces
+    for role, binding in zip(roles, bindings, strict=True):
+        # What agent_health.ledger.configmap sends (the operator e2e test checks the verbs).
+        assert role["rules"] == rbac.GATEWAY_RULES
+        namespace = role["metadata"]["namespace"]
+        assert binding["metadata"]["namespace"] == namespace
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name,
+        }  # fmt: skip
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+        ]
+        assert kubernetes_validate.validate(role, "1.31", strict=True) == "1.31"
+        assert kubernetes_validate.validate(binding, "1.31", strict=True) == "1.31"
+
+
+def test_an_existing_gateway_account_is_named_and_none_is_created(helm: Path) -> None:
+    documents = render(
+        helm, "default", "--set", "cells.gatewayServiceAccount.create=false",
+        "--set", "cells.gatewayServiceAccount.name=ledger-writer",
+    )  # fmt: skip
+    assert _args(documents)["gateway-service-account"] == "ledger-writer"
+    assert not by_kind(documents, "Role")
+    assert len(by_kind(documents, "ServiceAccount")) == 1  # the operator's
+    none = render(helm, "default", "--set", "cells.gatewayServiceAccount.create=false")
+    assert "gateway-service-account" not in _args(none)
+
+
+def test_the_watched_namespace_is_a_cell_namespace(helm: Path) -> None:
+    roles = by_kind(render(helm, "minimal"), "Role")
+    assert [r["metadata"]["namespace"] for r in roles] == [NAMESPACE, "evals"]
 
 
 @pytest.mark.parametrize(
@@ -365,6 +455,8 @@ def test_the_cell_network_policy_is_rendered_per_namespace(helm: Path) -> None:
         ("judge.provider=gemini", "judge.provider must be one of"),
         ("image.controller.digest=latest", "image.controller.digest: Does not match pattern"),
         ("podLabels.app\\.kubernetes\\.io/managed-by=agent-health", "podLabels: Must not"),
+        ("cells.gatewayAccount=x", "cells: Additional property gatewayAccount is not allowed"),
+        ("cellNetworkPolicy.namespaces={a}", "Additional property namespaces is not allowed"),
     ],
 )
 def test_the_values_schema_refuses_mistakes(helm: Path, setting: str, complaint: str) -> None:

@@ -139,3 +139,28 @@ RuntimeClass and operator.extraEnv. Empty when none is set.
 {{- toYaml . | nindent 0 }}
 {{- end }}
 {{- end }}
+
+{{/*
+agent-health.cellNamespaces: the namespaces cells run in, comma-separated: the release
+namespace, operator.watchNamespace and cells.namespaces, each once. Split with (splitList ",").
+*/}}
+{{- define "agent-health.cellNamespaces" -}}
+{{- $found := prepend .Values.cells.namespaces .Release.Namespace }}
+{{- with .Values.operator.watchNamespace }}
+{{- $found = append $found . }}
+{{- end }}
+{{- $found | uniq | join "," }}
+{{- end }}
+
+{{/*
+agent-health.gatewayServiceAccountName: the ServiceAccount cells run as (its token reaches
+the gateway only): cells.gatewayServiceAccount.name, or "<fullname>-cell-gateway" when the
+chart creates it; empty when none is created or named.
+*/}}
+{{- define "agent-health.gatewayServiceAccountName" -}}
+{{- if .Values.cells.gatewayServiceAccount.name }}
+{{- .Values.cells.gatewayServiceAccount.name }}
+{{- else if .Values.cells.gatewayServiceAccount.create }}
+{{- printf "%s-cell-gateway" (include "agent-health.fullname" .) }}
+{{- end }}
+{{- end }}

@@ -62,6 +62,7 @@ EVENTS = Resource("", "v1", "events")
 RUNSPECS = Resource("agenthealth.dev", "v1alpha1", "runspecs")
 EVALUATIONRUNS = Resource("agenthealth.dev", "v1alpha1", "evaluationruns")
 SANDBOXES = Resource("agents.x-k8s.io", "v1beta1", "sandboxes")
+NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
 
 
 class ApiError(errors.ClusterError):

@@ -36,6 +36,24 @@ flag                       environment                           default / meani
 ``--sandboxes``            ``AGENT_HEALTH_SANDBOXES=1``          also watch Agent Sandboxes
 =========================  ====================================  ============================
 
+The cells' identity and fence (their flags are too long for the table):
+
+* ``--gateway-service-account`` (``AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT``): the
+  ServiceAccount cells run as; its token is projected into the gateway container only,
+  which writes the ledger (a ConfigMap ledger needs configmaps get/create/update in the
+  run's namespace; IRSA or Workload Identity for an object store).
+* ``--ledger-credentials-secret`` (``AGENT_HEALTH_LEDGER_CREDENTIALS_SECRET``): a Secret in
+  each run's namespace, ``envFrom`` on the gateway only (object-store credentials).
+* ``--network-policy`` (``AGENT_HEALTH_NETWORK_POLICY=1``): one NetworkPolicy per run, owned
+  by it, created before its first cell: no ingress; egress only to DNS, the judge pods and
+  what ``--egress`` declares.
+* ``--egress`` (``AGENT_HEALTH_EGRESS``, comma-separated; the flag repeats): declared
+  egress, ``CIDR[~EXCEPT...][:PORT[+PORT...]]``, e.g. ``172.18.0.0/16:6443`` for the API
+  server of a ConfigMap ledger; also the object store and what the target calls.
+* ``--dns-namespace`` (``AGENT_HEALTH_DNS_NAMESPACE``, default ``kube-system``) and
+  ``--dns-pod-labels`` (``AGENT_HEALTH_DNS_POD_LABELS``, default ``k8s-app=kube-dns``):
+  where cluster DNS runs.
+
 The judge service's model comes from ``AGENT_HEALTH_JUDGE_PROVIDER`` (openai, anthropic,
 bedrock), ``AGENT_HEALTH_JUDGE_MODEL`` (unset: every verdict is a neutral skip),
 ``AGENT_HEALTH_JUDGE_BASE_URL``, ``AGENT_HEALTH_JUDGE_API_KEY_ENV`` (the name of the
@@ -66,6 +84,7 @@ from agent_health.cluster import (
     kube,
     manifests,
     metrics,
+    netpol,
     registry,
     runs,
     specs,
@@ -98,6 +117,14 @@ class Options:
     image_pull_secrets: tuple[str, ...] = ()
     insecure_registries: tuple[str, ...] = ()
     sandboxes: bool = False
+    gateway_service_account: str | None = None
+    ledger_credentials_secret: str | None = None
+    network_policy: bool = False
+    egress: tuple[netpol.Egress, ...] = ()
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {"k8s-app": "kube-dns"}
+    )
     stuck_grace: float = 120.0
     status_interval: float = 1.0
     discovery_wait: float = 120.0
@@ -129,6 +156,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_csv(env("AGENT_HEALTH_INSECURE_REGISTRIES")),
     )
     add("--sandboxes", action="store_true", default=env("AGENT_HEALTH_SANDBOXES") == "1")
+    add("--gateway-service-account", default=env("AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT"))
+    add("--ledger-credentials-secret", default=env("AGENT_HEALTH_LEDGER_CREDENTIALS_SECRET"))
+    add(
+        "--network-policy",
+        action="store_true",
+        default=env("AGENT_HEALTH_NETWORK_POLICY") == "1",
+    )
+    add("--egress", action="append", default=_csv(env("AGENT_HEALTH_EGRESS")))
+    add("--dns-namespace", default=env("AGENT_HEALTH_DNS_NAMESPACE", "kube-system"))
+    add("--dns-pod-labels", default=env("AGENT_HEALTH_DNS_POD_LABELS", "k8s-app=kube-dns"))
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -137,7 +174,7 @@ def options(args: argparse.Namespace) -> Options:
         if not getattr(args, flag):
             name = flag.replace("_", "-")
             raise ValueError(f"--{name} (or AGENT_HEALTH_{flag.upper()}) is required")
-    labels = dict(p.split("=", 1) for p in _csv(args.judge_pod_labels) if "=" in p)
+    labels = _labels(args.judge_pod_labels)
     return Options(
         controller_image=args.controller_image,
         gateway_image=args.gateway_image,
@@ -153,6 +190,12 @@ def options(args: argparse.Namespace) -> Options:
         image_pull_secrets=tuple(args.image_pull_secret),
         insecure_registries=tuple(args.insecure_registry),
         sandboxes=args.sandboxes,
+        gateway_service_account=args.gateway_service_account or None,
+        ledger_credentials_secret=args.ledger_credentials_secret or None,
+        network_policy=args.network_policy,
+        egress=tuple(netpol.egress(e) for e in args.egress),
+        dns_namespace=args.dns_namespace,
+        dns_pod_labels=_labels(args.dns_pod_labels),
     )
 
 
@@ -234,6 +277,8 @@ async def serve(
             judge=_judge_service(options),
             ledger_url=options.ledger_url,
             image_pull_secrets=options.image_pull_secrets,
+            gateway_service_account=options.gateway_service_account,
+            ledger_credentials_secret=options.ledger_credentials_secret,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())
@@ -307,7 +352,7 @@ class Operator:
         scheduler = runs.Runs(
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,
-            stuck_grace=options.stuck_grace,
+            stuck_grace=options.stuck_grace, fence=_fence(options),
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
@@ -371,6 +416,12 @@ def _judge_service(options: Options) -> manifests.JudgeService | None:
     )
 
 
+def _fence(options: Options) -> netpol.Fence | None:
+    if not options.network_policy:
+        return None
+    return netpol.Fence(options.egress, options.dns_namespace, dict(options.dns_pod_labels))
+
+
 async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, addr: str) -> int:
     """Serve ``app`` on ``host:port`` (port 0: any free one); the port it listens on."""
     host, port = _split(addr)
@@ -385,6 +436,10 @@ async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, addr: 
 def _split(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host or "0.0.0.0", int(port)
+
+
+def _labels(value: str | None) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in _csv(value) if "=" in p)
 
 
 def _csv(value: str | None) -> list[str]:

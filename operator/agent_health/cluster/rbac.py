@@ -17,10 +17,16 @@ runs (scheduler)                         read RunSpecs; create/list Secrets (led
                                          cell tokens); create/get/list/delete cells; patch
                                          EvaluationRun status; create/patch Events
 grading                                  read ConfigMap ledgers
+runs (``--network-policy``)              create each run's NetworkPolicy (409 when it
+                                         exists: nothing to read back)
 garbage collection                       ``update`` on ``*/finalizers`` of the owners: the
                                          API server demands it to set
                                          ``blockOwnerDeletion`` on an owner reference
 =======================================  ==================================================
+
+:data:`GATEWAY_RULES` are the cell gateway's (a Role in each cell namespace, bound to
+``--gateway-service-account``): what :mod:`agent_health.ledger.configmap` sends — GET the
+ledger, POST it the first time, PUT it after (no PATCH, no list, no delete).
 """
 
 from __future__ import annotations
@@ -57,12 +63,18 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
     {
         "apiGroups": [SANDBOX_GROUP],
         "resources": ["sandboxes"],
         "verbs": ["get", "list", "watch", "create", "delete"],
     },
 ]
+
+GATEWAY_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+]
+"""The cell gateway's Role: a ConfigMap ledger, read, created, replaced."""
 
 UNSEEN: dict[tuple[str, str, str], str] = {
     ("", "pods/log", "get"): "a listing too long for the termination message",

@@ -3,8 +3,10 @@
 :meth:`Runs.start` (kopf's create and resume handlers) waits for the RunSpec to be resolved
 and discovered, selects the tests, plans ``tests × repeats`` cells, makes sure the run's
 ledger key Secret exists (a random key, kept in the Secret so a restarted operator reads it
-back) and rebuilds what exists: the run's cells are listed by label, so an operator that
-restarts mid-run adopts its pods and creates none twice. Then it creates cells up to
+back), creates the run's NetworkPolicy when the operator fences runs (``--network-policy``;
+owned by the run, so it goes with it; 409 means it is there) and rebuilds what exists: the
+run's cells are listed by label, so an operator that restarts mid-run adopts its pods and
+creates none twice. Then it creates cells up to
 ``parallelism``; from there everything is driven by watch events (:meth:`Runs.cell_event`):
 a cell that ends is graded from its ledger and the next one is created.
 
@@ -44,6 +46,7 @@ from agent_health.cluster import (
     manifests,
     meta,
     metrics,
+    netpol,
     plan,
     runspec,
     sandbox,
@@ -68,6 +71,8 @@ class Runs:
     bulletin: plan.Bulletin = dataclasses.field(default_factory=plan.Bulletin)
     ledger_options: backends.Options = dataclasses.field(default_factory=backends.Options)
     stuck_grace: float = 120.0
+    fence: netpol.Fence | None = None
+    """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
     wait_seconds: float = 60.0
     clock: Callable[[], float] = time.monotonic
     runs: dict[batcher.RunRef, plan.Run] = dataclasses.field(default_factory=dict)
@@ -131,6 +136,8 @@ class Runs:
         run.spec, run.settings = spec, dataclasses.replace(self.settings, ledger_url=url)
         run.backend = backends.from_url(url, self.ledger_options)
         run.key = await self._ledger_key(run)
+        if self.fence is not None:
+            await self._network_policy(run, self.fence)
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
                 name = manifests.cell_name(run.ref.name, test.id, repeat)
@@ -176,6 +183,18 @@ class Runs:
         manifest = cellsecrets.ledger_key_secret(run.model, secrets.token_bytes(32))
         stored, _ = await self.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
         return base64.b64decode(stored["data"][cellsecrets.LEDGER_KEY])
+
+    async def _network_policy(self, run: plan.Run, fence: netpol.Fence) -> None:
+        """The run's NetworkPolicy, owned by the run; one that exists already (409) is kept."""
+        assert run.settings is not None
+        manifest = fence.policy(run.model, run.settings)
+        try:
+            await self.api.create(kube.NETWORKPOLICIES, run.ref.namespace, manifest)
+        except kube.ApiError as err:
+            if err.status != 409:
+                name = manifest["metadata"]["name"]
+                message = f"cannot create NetworkPolicy {name}: {err}"
+                raise kopf.TemporaryError(message, delay=10) from err
 
     async def _adopt(self, run: plan.Run) -> None:
         """Take over the cells that already exist (after a restart), with their tokens."""

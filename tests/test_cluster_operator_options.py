@@ -1,0 +1,87 @@
+"""``agent-health operator`` flags and environment variables become :class:`operator.Options`."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from agent_health.cluster import netpol, operator
+
+IMAGES = ["--controller-image=c@sha256:" + "a" * 64, "--gateway-image=g@sha256:" + "b" * 64]
+
+
+def parse(argv: list[str], monkeypatch: pytest.MonkeyPatch, **env: str) -> operator.Options:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parser = argparse.ArgumentParser()
+    operator.add_arguments(parser)
+    return operator.options(parser.parse_args([*IMAGES, *argv]))
+
+
+def test_the_gateway_account_credentials_and_fence_are_off_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    chosen = parse([], monkeypatch)
+    assert chosen.gateway_service_account is None
+    assert chosen.ledger_credentials_secret is None
+    assert chosen.network_policy is False
+    assert chosen.egress == ()
+    assert (chosen.dns_namespace, dict(chosen.dns_pod_labels)) == (
+        "kube-system", {"k8s-app": "kube-dns"},
+    )  # fmt: skip
+
+
+def test_flags_set_the_gateway_account_credentials_and_fence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    chosen = parse(
+        [
+            "--gateway-service-account=cell-gateway", "--ledger-credentials-secret=s3-creds",
+            "--network-policy", "--egress=10.0.0.1/32:6443", "--egress=0.0.0.0/0~10.0.0.0/8:443",
+            "--dns-namespace=dns", "--dns-pod-labels=app=coredns",
+        ],
+        monkeypatch,
+    )  # fmt: skip
+    assert chosen.gateway_service_account == "cell-gateway"
+    assert chosen.ledger_credentials_secret == "s3-creds"
+    assert chosen.network_policy is True
+    assert chosen.egress == (
+        netpol.Egress("10.0.0.1/32", (6443,)),
+        netpol.Egress("0.0.0.0/0", (443,), excluding=("10.0.0.0/8",)),
+    )
+    assert (chosen.dns_namespace, dict(chosen.dns_pod_labels)) == ("dns", {"app": "coredns"})
+
+
+def test_the_environment_sets_them_as_the_chart_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen = parse(
+        [],
+        monkeypatch,
+        AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT="evals-agent-health-cell-gateway",
+        AGENT_HEALTH_LEDGER_CREDENTIALS_SECRET="creds",
+        AGENT_HEALTH_NETWORK_POLICY="1",
+        AGENT_HEALTH_EGRESS="172.18.0.0/16:6443, 203.0.113.0/24",
+    )
+    assert chosen.gateway_service_account == "evals-agent-health-cell-gateway"
+    assert chosen.ledger_credentials_secret == "creds"
+    assert chosen.network_policy is True
+    assert [e.cidr for e in chosen.egress] == ["172.18.0.0/16", "203.0.113.0/24"]
+    assert chosen.egress[1].ports == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10.0.0.0/8", netpol.Egress("10.0.0.0/8")),
+        ("10.0.0.0/8:443+6443", netpol.Egress("10.0.0.0/8", (443, 6443))),
+        ("fd00::/8:443", netpol.Egress("fd00::/8", (443,))),
+        ("::/0~fd00::/8", netpol.Egress("::/0", excluding=("fd00::/8",))),
+    ],
+)
+def test_egress_is_cidr_excepts_and_ports(text: str, expected: netpol.Egress) -> None:
+    assert netpol.egress(text) == expected
+
+
+@pytest.mark.parametrize("text", ["10.0.0.0", "10.0.0.0/8:https", "10.0.0.0/8:70000", "x/8", ""])
+def test_a_malformed_egress_is_a_usage_error_naming_it(text: str) -> None:
+    with pytest.raises(ValueError, match=r"--egress .*expected CIDR"):
+        netpol.egress(text)
