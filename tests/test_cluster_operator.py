@@ -141,6 +141,7 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
     try:
         async with cluster() as k8s:
             runspec, run = k8s.example(ledger=LEDGER)
+            del runspec["spec"]["judge"]  # no judge of its own: the operator's env judge answers
             run["spec"] |= {"repeats": 1, "parallelism": 1}
             fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
             cache = str(tmp_path / "judge.sqlite")
@@ -180,6 +181,100 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
                 )
     finally:
         await model.close()
+
+
+def judged_runspec(
+    runspec: dict[str, Any], name: str, model: str, url: str, secret: str
+) -> dict[str, Any]:
+    """The example RunSpec renamed, judged by ``model`` at ``url`` with its key in ``secret``."""
+    judge = {"provider": "openai", "model": model, "baseUrl": url}
+    judge["secretRef"] = {"name": secret, "key": "api-key"}  # type: ignore[assignment]
+    spec = runspec["spec"] | {"judge": judge}
+    return runspec | {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def judged_run(run: dict[str, Any], name: str, runspec: str) -> dict[str, Any]:
+    spec = run["spec"] | {"runSpecRef": {"name": runspec}, "repeats": 1, "parallelism": 1}
+    return run | {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+async def secret(k8s: Any, name: str, key: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"api-key": base64.b64encode(key.encode()).decode()},
+    }
+    answer = await k8s.client.post("/api/v1/namespaces/default/secrets", json=body)
+    assert answer.status_code == 201, answer.text
+
+
+async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_key(
+    tmp_path: Path,
+) -> None:
+    model_a = await ScriptedModel.start(
+        "openai", default=Answer(True, 0.9, "a: says x"), api_key="sk-a"
+    )
+    model_b = await ScriptedModel.start(
+        "openai", default=Answer(False, 0.2, "b: no"), api_key="sk-b"
+    )
+    try:
+        async with cluster() as k8s:
+            example, template = k8s.example(ledger=LEDGER)
+            fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+            cache = str(tmp_path / "judge.sqlite")
+            await secret(k8s, "judge-a", "sk-a")  # judge-b is created later
+            async with kubelet(fake), k8s.operator(judge_cache=cache) as op:
+                await k8s.apply(
+                    judged_runspec(example, "spec-a", "model-a", model_a.url, "judge-a")
+                )
+                await k8s.apply(
+                    judged_runspec(example, "spec-b", "model-b", model_b.url, "judge-b")
+                )
+                await k8s.apply(judged_run(template, "run-a", "spec-a"))
+                await k8s.apply(judged_run(template, "run-b", "spec-b"))
+                await until(lambda: len(op.runs.tokens) == 2, "a live cell in each run")
+                tokens = {}
+                for pod in k8s.pods():
+                    name = pod["metadata"]["name"]
+                    stored = k8s.emulator.read(
+                        "secrets", "default", cellsecrets.token_secret_name(name)
+                    )
+                    run_name = pod["metadata"]["ownerReferences"][0]["name"]
+                    tokens[run_name] = base64.b64decode(stored["data"]["controller"]).decode()
+                url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
+                async with httpx.AsyncClient() as client:
+
+                    async def judge(bearer: str, model: str) -> httpx.Response:
+                        call = {"text": "the answer is x", "criteria": "says x", "model": model}
+                        headers = {"Authorization": f"Bearer {bearer}"}
+                        return await client.post(url, json=call, headers=headers)
+
+                    a = await judge(tokens["run-a"], "model-a")
+                    missing = await judge(tokens["run-b"], "model-b")
+                    await secret(k8s, "judge-b", "sk-b")
+                    b = await judge(tokens["run-b"], "model-b")
+                    unknown = await judge("not-a-cell", "model-a")
+                assert a.status_code == 200, a.text
+                assert (a.json()["passed"], a.json()["reasoning"]) == (True, "a: says x")
+                assert missing.status_code == 502
+                assert "Secret default/judge-b" in missing.json()["error"]
+                assert b.status_code == 200, b.text
+                assert (b.json()["passed"], b.json()["reasoning"]) == (False, "b: no")
+                assert unknown.status_code == 401
+                for server, key, name in (
+                    (model_a, "sk-a", "model-a"),
+                    (model_b, "sk-b", "model-b"),
+                ):
+                    assert len(server.requests) == 1  # no retry: the right key at once
+                    seen = server.requests[0]
+                    assert seen.headers["Authorization"] == f"Bearer {key}"
+                    assert seen.body["model"] == name
+                assert len(op.judges.built) == 2
+            assert not op.judges.built  # closed with the operator
+    finally:
+        await model_a.close()
+        await model_b.close()
 
 
 def policies(k8s: Any) -> list[dict[str, Any]]:

@@ -166,3 +166,50 @@ async def test_per_call_model_override_reaches_the_provider() -> None:
         await server.close()
     assert server.requests[0].body["model"] == "bigger-model"
     assert verdict.model == "bigger-model"
+
+
+@pytest.mark.parametrize("shape", ["openai", "anthropic"])
+async def test_a_key_given_directly_is_sent_and_no_variable_is_read(
+    shape: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    server = await ScriptedModel.start(shape, api_key="from-secret")
+    source = "the key 'api-key' of Secret ns/judge"
+    try:
+        config = judge_config(server)  # no api_key_env: only the given key can be sent
+        async with judging.backend(
+            config, Config(), api_key="from-secret", key_source=source
+        ) as right:
+            assert right is not None
+            good = await right(judge_request())
+        async with judging.backend(config, Config(), api_key="stale", key_source=source) as wrong:
+            assert wrong is not None
+            refused = await wrong(judge_request())
+    finally:
+        await server.close()
+    assert good.passed is True
+    assert not good.errored
+    assert refused.errored
+    assert "HTTP 401" in (refused.error or "")
+    assert source in (refused.error or "")
+    assert len(server.requests) == 2
+
+
+async def test_a_shared_cache_answers_and_stays_open(tmp_path: Any) -> None:
+    from agent_health.judging import cache as cache_mod
+
+    server = await ScriptedModel.start("openai", default=Answer(True, 0.5, "shared"))
+    store = await cache_mod.Cache.open(tmp_path / "shared.sqlite")
+    try:
+        config = judge_config(server)  # its own cache is off: the shared one is used
+        for _ in range(2):
+            async with judging.backend(config, Config(), cache=store) as backend:
+                assert backend is not None
+                verdict = await backend(judge_request())
+        assert verdict.cached  # the second backend read what the first one stored
+        assert store.usable  # the backends did not close the caller's cache
+    finally:
+        await store.close()
+        await server.close()
+    assert len(server.requests) == 1

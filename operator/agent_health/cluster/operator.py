@@ -58,7 +58,9 @@ The judge service's model comes from ``AGENT_HEALTH_JUDGE_PROVIDER`` (openai, an
 bedrock), ``AGENT_HEALTH_JUDGE_MODEL`` (unset: every verdict is a neutral skip),
 ``AGENT_HEALTH_JUDGE_BASE_URL``, ``AGENT_HEALTH_JUDGE_API_KEY_ENV`` (the name of the
 variable holding the key) and ``AGENT_HEALTH_JUDGE_REGION``. It accepts exactly the
-controller tokens of live cells. ``/readyz`` answers 200 once kopf is watching.
+controller tokens of live cells, and answers each with its own RunSpec's ``spec.judge``
+(its key read from ``spec.judge.secretRef``; :mod:`.judges`), or with this model when
+the RunSpec names none. ``/readyz`` answers 200 once kopf is watching.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from agent_health.cluster import (
     batcher,
     events,
     handlers,
+    judges,
     kube,
     manifests,
     metrics,
@@ -285,6 +288,7 @@ async def serve(
         )
         operator = Operator.build(options, api, settings, backend, info, token_file)
         stack.push_async_callback(operator.runs.close)
+        stack.push_async_callback(operator.judges.close)
         for server, addr, app in (
             ("metrics", options.metrics_addr, operator.metrics_app()),
             ("judge", options.judge_addr, operator.judge_app()),
@@ -326,6 +330,8 @@ class Operator:
     runs: runs.Runs
     reconcilers: handlers.Reconcilers
     judging: dispatch.Judging
+    """The operator's own judge (``AGENT_HEALTH_JUDGE_*``): RunSpecs without ``spec.judge``."""
+    judges: judges.RunJudges
     ports: dict[str, int] = dataclasses.field(default_factory=dict)
     """The port each server listens on (``metrics``, ``judge``, ``health``)."""
 
@@ -362,7 +368,8 @@ class Operator:
             reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes
         )
         judge = backend or dispatch.Judging(judge=None, provider=None)
-        return cls(api, sink, status, scheduler, reconcilers, judge)
+        per_run = judges.RunJudges(api, scheduler, judge, cache_path=options.judge_cache)
+        return cls(api, sink, status, scheduler, reconcilers, judge, per_run)
 
     def metrics_app(self) -> web.Application:
         app = web.Application()
@@ -370,7 +377,7 @@ class Operator:
         return app
 
     def judge_app(self) -> web.Application:
-        app = service.app(self.judging, self.runs.authorize)
+        app = service.serving(self.judges.resolve)
         app.middlewares.append(self._judge_metrics)
         return app
 
@@ -394,7 +401,8 @@ class Operator:
         started = time.monotonic()
         response: web.StreamResponse = await handler(request)
         if request.path == "/api/judge" and isinstance(response, web.Response):
-            model = self.judging.judge.model if self.judging.judge else "none"
+            judge = service.judging_of(request).judge
+            model = judge.model if judge else "none"
             outcome: metrics.JudgeOutcome = "errored" if response.status != 200 else "ok"
             text = response.text or ""
             if '"cached":true' in text.replace(" ", ""):

@@ -76,12 +76,21 @@ class Runs:
     wait_seconds: float = 60.0
     clock: Callable[[], float] = time.monotonic
     runs: dict[batcher.RunRef, plan.Run] = dataclasses.field(default_factory=dict)
-    tokens: set[str] = dataclasses.field(default_factory=set)
+    tokens: dict[str, batcher.RunRef] = dataclasses.field(default_factory=dict)
+    """The controller token of each live cell → its run."""
     _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
 
     def authorize(self, token: str | None) -> bool:
         """The judge service's check: the controller token of a live cell."""
         return token is not None and token in self.tokens
+
+    def judge_of(self, token: str | None) -> tuple[batcher.RunRef, runspec.Judge | None] | None:
+        """A live cell's run and its RunSpec's judge (``None``: not a live cell's token)."""
+        ref = self.tokens.get(token) if token is not None else None
+        run = self.runs.get(ref) if ref is not None else None
+        if ref is None or run is None or run.spec is None:
+            return None
+        return ref, run.spec.spec.judge
 
     # -- starting a run --------------------------------------------------------------------
 
@@ -218,7 +227,7 @@ class Runs:
             data = tokens.get(cellsecrets.token_secret_name(cell.name), {})
             if cellsecrets.CONTROLLER in data:
                 cell.token = base64.b64decode(data[cellsecrets.CONTROLLER]).decode()
-                self.tokens.add(cell.token)
+                self.tokens[cell.token] = run.ref
             elif cells.state(body) in ("waiting", "running"):
                 self._spawn(self._secret(run, cell, body))
             self._apply(run, "ADDED", body)
@@ -351,7 +360,7 @@ class Runs:
         if emit is not None:
             self._spawn(self._event(emit))
         if cell.token is not None:
-            self.tokens.discard(cell.token)
+            self.tokens.pop(cell.token, None)
             cell.token = None
         if grade.retryable:
             cell.state, cell.attempt = "replacing", cell.attempt + 1
@@ -419,7 +428,7 @@ class Runs:
         token = base64.b64decode(stored["data"][cellsecrets.CONTROLLER]).decode()
         if cell.state == "active":
             cell.token = token
-            self.tokens.add(token)
+            self.tokens[token] = run.ref
 
     # -- status, events, the end -----------------------------------------------------------
 
@@ -468,7 +477,7 @@ class Runs:
     def _drop_tokens(self, run: plan.Run) -> None:
         for cell in run.cells.values():
             if cell.token is not None:
-                self.tokens.discard(cell.token)
+                self.tokens.pop(cell.token, None)
                 cell.token = None
 
     async def _event(self, emit: events.Emit) -> None:

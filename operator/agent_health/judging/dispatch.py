@@ -267,10 +267,17 @@ async def backend(
     use_cache: bool = True,
     providers: Mapping[str, providers_mod.ProviderFactory] = providers_mod.PROVIDERS,
     sources: tools.SourceFactory = tools.RunResultSource,
+    api_key: str | None = None,
+    key_source: str | None = None,
+    cache: cache_mod.Cache | None = None,
 ) -> AsyncIterator[Judging | None]:
     """The backend for one run: ``None`` when there is neither a judge nor an evaluator.
 
-    ``use_cache=False`` (``--no-cache``) neither reads nor writes the cache.
+    ``use_cache=False`` (``--no-cache``) neither reads nor writes the cache. ``api_key``
+    is the provider's key given directly (no environment variable is read), and
+    ``key_source`` says where it came from for a refused-credentials message (e.g. "the
+    Secret ns/name key api-key"). ``cache`` shares an open cache (the caller closes it)
+    instead of opening ``judge.cache_path``.
     """
     if judge is None and not config.evaluators:
         yield None
@@ -283,11 +290,12 @@ async def backend(
                 client,
                 retry=judge.retry,
                 max_concurrency=judge.max_concurrency,
-                auth_hint=http.auth_hint(judge),
+                auth_hint=key_source if api_key else http.auth_hint(judge),
+                api_key=api_key,
             )
             provider = providers_mod.create(judge, endpoint, providers)
-        store = None
-        if use_cache and (judge is None or judge.cache):
+        store = cache
+        if store is None and use_cache and (judge is None or judge.cache):
             store = await cache_mod.Cache.open(
                 cache_mod.default_path(judge.cache_path if judge else None)
             )
@@ -296,6 +304,6 @@ async def backend(
             judge=judge,
             provider=provider,
             custom=config.evaluators,
-            cache=store if store is not None and store.usable else None,
+            cache=store if store is not None and store.usable and use_cache else None,
             sources=sources,
         )

@@ -1,7 +1,12 @@
 """The judge service: judge() calls from cells, answered where the credentials and cache live.
 
 In a cluster the operator serves this app; a cell holds no LLM credentials and reaches it
-through its gateway. Two routes, both needing a bearer token that ``authorize`` accepts:
+through its gateway. Each request's bearer token is resolved to the backend that answers
+it (:func:`serving`; the operator answers each cell with its own RunSpec's judge), or to
+``None`` — 401. :func:`app` is the simple case: one backend for every token ``authorize``
+accepts. A resolver that cannot build the backend (e.g. its key Secret is missing) raises
+a :class:`~agent_health.judging.errors.JudgingError`: 502 with the message, which the
+cell records as an ``errored`` verdict. Two routes:
 
 * ``POST /api/judge`` — a :class:`~agent_health.judging.wire.WireJudgeRequest` → a Verdict
   (contextual and agentic modes, through the shared cache);
@@ -14,7 +19,7 @@ the client raises it into the test. A provider failure is an ``errored`` verdict
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pydantic
 from aiohttp import web
@@ -23,8 +28,10 @@ from agent_health.judging import chat, dispatch, errors, wire
 from agent_health.judging.providers import Provider
 
 Authorize = Callable[[str | None], bool]
-JUDGING = web.AppKey("judging", dispatch.Judging)
-AUTHORIZE: web.AppKey[Authorize] = web.AppKey("authorize")
+Resolve = Callable[[str | None], Awaitable[dispatch.Judging | None]]
+"""A bearer token (``None``: none sent) → the backend answering it, or ``None`` (401)."""
+RESOLVE: web.AppKey[Resolve] = web.AppKey("resolve")
+RESOLVED = web.RequestKey("judging", dispatch.Judging)
 MAX_BODY = 32 * 1024 * 1024
 
 
@@ -38,10 +45,16 @@ def _token(request: web.Request) -> str | None:
 async def _auth(
     request: web.Request, handler: Callable[[web.Request], object]
 ) -> web.StreamResponse:
-    if request.path.startswith("/api/") and not request.app[AUTHORIZE](_token(request)):
-        return web.json_response(
-            {"error": "the judge service accepts only the controller's token"}, status=401
-        )
+    if request.path.startswith("/api/"):
+        try:
+            judging = await request.app[RESOLVE](_token(request))
+        except errors.JudgingError as err:
+            return web.json_response({"error": str(err)}, status=502)
+        if judging is None:
+            return web.json_response(
+                {"error": "the judge service accepts only the controller's token"}, status=401
+            )
+        request[RESOLVED] = judging
     response = await handler(request)  # type: ignore[misc]
     assert isinstance(response, web.StreamResponse)
     return response
@@ -57,14 +70,14 @@ async def _judge(request: web.Request) -> web.Response:
             {"error": f"bad judge request: {where}: {first['msg']}"}, status=400
         )
     try:
-        verdict = await request.app[JUDGING](call.request())
+        verdict = await judging_of(request)(call.request())
     except errors.UsageError as err:
         return web.json_response({"error": str(err)}, status=422)
     return web.json_response(text=verdict.model_dump_json())
 
 
 async def _chat(request: web.Request) -> web.Response:
-    provider: Provider | None = request.app[JUDGING].provider
+    provider: Provider | None = judging_of(request).provider
     if provider is None:
         return web.json_response(
             {"error": "no judge model is configured on the judge service"}, status=409
@@ -84,12 +97,25 @@ async def _healthz(_: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-def app(judging: dispatch.Judging, authorize: Authorize) -> web.Application:
-    """The judge service as an aiohttp application (mount it, or run it on its own port)."""
+def judging_of(request: web.Request) -> dispatch.Judging:
+    """The backend the request's token resolved to (for middlewares inside the service's)."""
+    return request[RESOLVED]
+
+
+def serving(resolve: Resolve) -> web.Application:
+    """The judge service answering each token with the backend ``resolve`` gives for it."""
     application = web.Application(middlewares=[_auth], client_max_size=MAX_BODY)
-    application[JUDGING] = judging
-    application[AUTHORIZE] = authorize
+    application[RESOLVE] = resolve
     application.router.add_post("/api/judge", _judge)
     application.router.add_post("/api/judge/chat", _chat)
     application.router.add_get("/healthz", _healthz)
     return application
+
+
+def app(judging: dispatch.Judging, authorize: Authorize) -> web.Application:
+    """The judge service with one backend for every token ``authorize`` accepts."""
+
+    async def resolve(token: str | None) -> dispatch.Judging | None:
+        return judging if authorize(token) else None
+
+    return serving(resolve)

@@ -32,7 +32,7 @@ class AnthropicMessages:
     name = "anthropic"
 
     def __init__(self, config: JudgeConfig, endpoint: Endpoint) -> None:
-        key = http.api_key(config)
+        key = http.api_key(config, endpoint.api_key)
         self.url = f"{(config.base_url or DEFAULT_BASE_URL).rstrip('/')}/v1/messages"
         self.endpoint = endpoint
         self.headers = {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}

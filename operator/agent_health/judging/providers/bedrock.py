@@ -50,7 +50,11 @@ class BedrockConverse:
         self.base_url = base.rstrip("/")
         self.endpoint = endpoint
         self.options = dict(config.options)
-        key = http.api_key(config) if config.api_key_env else None
+        key = (
+            http.api_key(config, endpoint.api_key)
+            if config.api_key_env or endpoint.api_key
+            else None
+        )
         self.headers: HeaderSource = {"authorization": f"Bearer {key}"} if key else _signer(region)
 
     async def __call__(self, request: ChatRequest) -> Completion:

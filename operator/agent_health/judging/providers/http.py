@@ -4,8 +4,9 @@ Every provider sends through one :class:`Endpoint`, so all of them retry the sam
 429, 5xx, timeouts and refused connections are retried with exponential backoff and full
 jitter (tenacity), a ``Retry-After`` is honoured when it fits in the time budget, and
 attempts and total time are bounded (``judge.retry``). 401/403 are never retried and name
-the environment variable to check. The limit on in-flight calls (``max_concurrency``) is
-held only while a request is on the wire, never while waiting to retry.
+where the key comes from (an environment variable, or the Secret an operator read it
+from). The limit on in-flight calls (``max_concurrency``) is held only while a request is
+on the wire, never while waiting to retry.
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ class Endpoint:
         retry: RetryConfig,
         max_concurrency: int,
         auth_hint: str | None,
+        api_key: str | None = None,
     ) -> None:
         self.client = client
         self.retry = retry
         self.auth_hint = auth_hint
+        self.api_key = api_key
+        """A key given directly (e.g. read from a Secret); providers prefer it to the env."""
         self.limit = asyncio.Semaphore(max_concurrency)
 
     async def post_json(self, url: str, body: Mapping[str, Any], headers: HeaderSource) -> Any:
@@ -90,10 +94,10 @@ class Endpoint:
             raise errors.RetryableError(f"judge endpoint {url} unreachable: {_name(err)}") from err
         status = response.status_code
         if status in (401, 403):
-            check = self.auth_hint or "the variable named by judge.api_key_env"
+            check = self.auth_hint or "the environment variable named by judge.api_key_env"
             raise errors.AuthError(
                 f"judge endpoint {url} refused the credentials (HTTP {status}: "
-                f"{provider_message(response)}); check the environment variable {check}"
+                f"{provider_message(response)}); check {check}"
             )
         if status == 429 or status >= 500:
             raise errors.RetryableError(
@@ -176,14 +180,23 @@ def key_env(config: JudgeConfig) -> str | None:
 
 
 def auth_hint(config: JudgeConfig) -> str | None:
-    """Which environment variables to check when the provider refuses the credentials."""
+    """What to check when the provider refuses the credentials (the environment variables)."""
     if config.provider == "bedrock" and not config.api_key_env:
-        return "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN"
-    return key_env(config)
+        return (
+            "the environment variables AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
+            "AWS_SESSION_TOKEN"
+        )
+    name = key_env(config)
+    return f"the environment variable {name}" if name else None
 
 
-def api_key(config: JudgeConfig) -> str | None:
-    """The key from the environment; a clear config error naming the variable when unset."""
+def api_key(config: JudgeConfig, given: str | None = None) -> str | None:
+    """The key: ``given`` when set (:attr:`Endpoint.api_key`), else from the environment.
+
+    A clear config error names the variable when it is unset.
+    """
+    if given:
+        return given
     name = key_env(config)
     if name is None:
         return None

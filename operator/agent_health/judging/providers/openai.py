@@ -25,7 +25,7 @@ class OpenAICompatible:
     name = "openai"
 
     def __init__(self, config: JudgeConfig, endpoint: Endpoint) -> None:
-        key = http.api_key(config)
+        key = http.api_key(config, endpoint.api_key)
         self.url = f"{(config.base_url or DEFAULT_BASE_URL).rstrip('/')}/chat/completions"
         self.endpoint = endpoint
         self.headers = {"authorization": f"Bearer {key}"} if key else {}

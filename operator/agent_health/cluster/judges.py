@@ -1,0 +1,138 @@
+"""Per-RunSpec judges: the judge service answers each live cell with its own RunSpec's judge.
+
+:meth:`RunJudges.resolve` is the judge service's resolver
+(:func:`agent_health.judging.service.serving`): a bearer token that is no live cell's
+controller token resolves to ``None`` (401); a cell whose RunSpec names no ``spec.judge``
+gets the operator's own judge (``AGENT_HEALTH_JUDGE_*``); any other gets a backend built
+from its RunSpec's judge — once per distinct (namespace, provider, model, baseUrl, Secret
+name, key), lazily, on its first call. The key is read from ``spec.judge.secretRef`` in the
+run's namespace and handed to the provider directly (never through an environment
+variable). Every backend shares one persistent judge cache (its key includes the model).
+
+A Secret that cannot be read, or lacks the key, is a
+:class:`~agent_health.judging.errors.ProviderError` naming it: the service answers 502 and
+the cell records an ``errored`` verdict; nothing is remembered, so the next call reads the
+Secret again. A backend, once built, keeps its key until the operator stops (:meth:`close`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import dataclasses
+
+from agent_health import judging
+from agent_health.cluster import kube, runs, runspec
+from agent_health.judging import cache as cache_mod
+from agent_health.judging import dispatch
+from agent_health.judging import errors as judging_errors
+from agent_health.sdk import config as config_mod
+from agent_health.sdk import errors as sdk_errors
+
+Key = tuple[str, str, str, str | None, str | None, str | None]
+"""(namespace, provider, model, base URL, Secret name, Secret key)."""
+
+
+@dataclasses.dataclass
+class RunJudges:
+    """The judge backends of the runs this operator drives; see the module docstring."""
+
+    api: kube.Client
+    runs: runs.Runs
+    fallback: dispatch.Judging
+    """The operator's env-configured judge (a RunSpec without ``spec.judge``)."""
+    cache_path: str | None = None
+    """Where the shared cache lives when the fallback has none open (``--judge-cache``)."""
+    built: dict[Key, dispatch.Judging] = dataclasses.field(default_factory=dict)
+    _cache: cache_mod.Cache | None = None
+    _building: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    _stack: contextlib.AsyncExitStack = dataclasses.field(default_factory=contextlib.AsyncExitStack)
+
+    async def resolve(self, token: str | None) -> dispatch.Judging | None:
+        """The backend answering ``token``: ``None`` unless it is a live cell's token."""
+        found = self.runs.judge_of(token)
+        if found is None:
+            return None
+        ref, judge = found
+        if judge is None:
+            return self.fallback
+        secret = judge.secret_ref
+        key: Key = (
+            ref.namespace,
+            judge.provider,
+            judge.model,
+            judge.base_url,
+            secret.name if secret else None,
+            secret.key if secret else None,
+        )
+        ready = self.built.get(key)
+        if ready is not None:
+            return ready
+        async with self._building:  # rare: once per distinct judge
+            if key not in self.built:
+                self.built[key] = await self._build(ref.namespace, judge)
+        return self.built[key]
+
+    async def close(self) -> None:
+        """Close every backend built, then the cache this object opened (the operator stops)."""
+        await self._stack.aclose()
+        self.built.clear()
+
+    async def _build(self, namespace: str, judge: runspec.Judge) -> dispatch.Judging:
+        api_key, source = await self._key(namespace, judge)
+        shared = await self._shared_cache()
+        config = config_mod.JudgeConfig(
+            provider=judge.provider, model=judge.model, base_url=judge.base_url
+        )
+        try:
+            backend = await self._stack.enter_async_context(
+                judging.backend(
+                    config,
+                    config_mod.define_config(),
+                    api_key=api_key,
+                    key_source=source,
+                    use_cache=shared is not None,
+                    cache=shared,
+                )
+            )
+        except sdk_errors.ConfigError as err:
+            raise judging_errors.ProviderError(
+                f"the RunSpec's spec.judge in namespace {namespace} cannot be used: {err}"
+            ) from err
+        assert backend is not None  # a judge is configured
+        return backend
+
+    async def _key(self, namespace: str, judge: runspec.Judge) -> tuple[str | None, str | None]:
+        ref = judge.secret_ref
+        if ref is None:
+            return None, None
+        where = f"Secret {namespace}/{ref.name}"
+        try:
+            secret = await self.api.get(kube.SECRETS, namespace, ref.name)
+        except kube.ApiError as err:
+            raise judging_errors.ProviderError(
+                f"cannot read the judge's key from {where} (spec.judge.secretRef): {err}"
+            ) from err
+        encoded = (secret.get("data") or {}).get(ref.key)
+        if not encoded:
+            raise judging_errors.ProviderError(
+                f"{where} has no key {ref.key!r} (spec.judge.secretRef.key); put the "
+                f"{judge.provider} API key there"
+            )
+        try:
+            value = base64.b64decode(encoded, validate=True).decode().strip()
+        except (binascii.Error, UnicodeDecodeError) as err:
+            raise judging_errors.ProviderError(
+                f"{where} key {ref.key!r} is not base64-encoded UTF-8 text: {err}"
+            ) from err
+        return value, f"the key {ref.key!r} of {where} (spec.judge.secretRef)"
+
+    async def _shared_cache(self) -> cache_mod.Cache | None:
+        if self.fallback.cache is not None:
+            return self.fallback.cache
+        if self._cache is None:
+            self._cache = await cache_mod.Cache.open(cache_mod.default_path(self.cache_path))
+            self._stack.push_async_callback(self._cache.close)
+        return self._cache if self._cache.usable else None
