@@ -9,27 +9,39 @@ import json
 import socket
 import sqlite3
 import sys
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from agent_health import gateway, judging
-from agent_health.cluster import grading
+from agent_health import gateway
 from agent_health.engine import cell
-from agent_health.gateway import config as gateway_config
-from agent_health.judging import service
-from agent_health.ledger import backends
-from agent_health.sdk.config import define_config
-from aiohttp import web
-from judge_servers import Default, ScriptedModel, judge_config
+from cell_support import (
+    CELL,
+    TEST_ID,
+    TOKEN,
+    cell_gateway,
+    cell_settings,
+    grade,
+    judge_service,
+    ledger_lines,
+    private_judge_cache,
+)
+from judge_servers import ScriptedModel
+
+__all__ = [
+    "CELL",
+    "TEST_ID",
+    "TOKEN",
+    "cell_gateway",
+    "cell_settings",
+    "grade",
+    "judge_service",
+    "ledger_lines",
+    "private_judge_cache",
+]
 
 HERE = Path(__file__).resolve().parent
-TOKEN = "controller-token-of-this-cell-7c1e0b9a55d2"
 OTHER_CELL_TOKEN = "controller-token-of-another-cell-19fe33a0"
-CELL = "evalrun-1-abc123-r0"
-TEST_ID = "test_cell.py::diagnoses the payment outage"
 SUITE = """
 from agent_health import test
 
@@ -95,82 +107,6 @@ def read_report(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def private_judge_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AGENT_HEALTH_JUDGE_CACHE", str(tmp_path / "judge.sqlite"))
-
-
-@contextlib.asynccontextmanager
-async def judge_service(tmp_path: Path, rule: Default) -> AsyncIterator[tuple[str, ScriptedModel]]:
-    """The operator's judge service on loopback: a scripted model, only the cell's token."""
-    model = await ScriptedModel.start("openai", default=rule)
-    async with judging.backend(judge_config(model, cache_dir=tmp_path), define_config()) as b:
-        assert b is not None
-        runner = web.AppRunner(service.app(b, lambda token: token == TOKEN))
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", model
-        await runner.cleanup()
-    await model.close()
-
-
-async def cell_gateway(
-    tmp_path: Path, target_port: int, judge_url: str, **fields: Any
-) -> gateway.Gateway:
-    """The cell's gateway, in-process, as the cell pod's flags configure it."""
-    (tmp_path / "key").write_bytes(b"k" * 48)
-    (tmp_path / "token").write_text(TOKEN)
-    settings = gateway_config.build(
-        {
-            "routes": [
-                {"principal": "controller", "to": "target", "listen": "127.0.0.1:0",
-                 "upstream": f"http://127.0.0.1:{target_port}"},
-                {"principal": "controller", "to": "judge", "listen": "127.0.0.1:0",
-                 "upstream": judge_url},
-            ],
-            "ledger_url": f"file://{tmp_path / 'ledger'}",
-            "key_file": str(tmp_path / "key"),
-            "cell": CELL,
-            "run_id": CELL,
-            "test_id": TEST_ID,
-            "token_files": {"controller": str(tmp_path / "token")},
-            "admin": "127.0.0.1:0",
-            "grace": 5,
-            **fields,
-        }
-    )  # fmt: skip
-    proxy = await gateway.Gateway.from_settings(settings)
-    await proxy.start()
-    return proxy
-
-
-def cell_settings(tmp_path: Path, proxy: gateway.Gateway, suite: str) -> cell.CellSettings:
-    (tmp_path / "suite").mkdir(exist_ok=True)
-    (tmp_path / "suite" / "test_cell.py").write_text(textwrap.dedent(suite))
-    return cell.CellSettings(
-        suite=tmp_path / "suite",
-        test_id=TEST_ID,
-        repeat=0,
-        agent=f"rest+{proxy.url('controller', 'target')}/run",
-        run_id=CELL,
-        token=TOKEN,
-        admin=proxy.admin_url,
-        judge_url=proxy.url("controller", "judge"),
-        judge_model=None,
-        skip_judge=False,
-        timeout=60,
-    )
-
-
-def ledger_lines(tmp_path: Path) -> list[str]:
-    return (tmp_path / "ledger" / f"{CELL}.jsonl").read_text().splitlines()
-
-
-async def grade(tmp_path: Path) -> grading.CellGrade:
-    backend = backends.from_url(f"file://{tmp_path / 'ledger'}")
-    expected = grading.ExpectedCell(test_id=TEST_ID, repeat=0, run_id=CELL)
-    return await grading.grade_cell(backend, CELL, b"k" * 48, expected)
 
 
 def cached_verdicts(tmp_path: Path) -> int:
