@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from agent_health import gateway, judging
-from agent_health.cluster import grading
+from agent_health.cluster.grading import grading
 from agent_health.engine import cell
 from agent_health.gateway import config as gateway_config
 from agent_health.judging import service

@@ -25,7 +25,9 @@ from typing import Any
 import httpx
 import kopf
 import yaml
-from agent_health.cluster import cellsecrets, crds, manifests, operator
+from agent_health.cluster import operator
+from agent_health.cluster.api import crds
+from agent_health.cluster.cells import cellsecrets, manifests
 from agent_health.ledger import backends, chain, records
 from agent_health.sdk import results
 from aiohttp import web

@@ -12,7 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from agent_health import cli
-from agent_health.cluster import crds, errors, schema
+from agent_health.cluster import errors
+from agent_health.cluster.api import crds, schema
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSITIONS = ("$ref", "anyOf", "oneOf", "allOf", "not", "$defs", "const")

@@ -7,7 +7,8 @@ import datetime
 import httpx
 import kubernetes_validate
 import pytest
-from agent_health.cluster import events, grading
+from agent_health.cluster.grading import grading
+from agent_health.cluster.reconcile import events
 from kube import serve
 
 T0 = datetime.datetime(2025, 1, 1, 12, 0, tzinfo=datetime.UTC)

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_health.cluster import errors, evaluationrun, grading
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.grading import grading
 from agent_health.ledger import backends, chain, filestore, records
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results

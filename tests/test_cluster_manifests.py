@@ -14,16 +14,15 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from agent_health.cluster import (
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.cells import (
     cellgateway,
     cellpod,
     cellsecrets,
     discovery,
-    errors,
-    evaluationrun,
     manifests,
     netpol,
-    runspec,
     sandbox,
 )
 

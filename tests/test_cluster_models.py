@@ -14,7 +14,8 @@ import jsonschema
 import pydantic
 import pytest
 import yaml
-from agent_health.cluster import crds, errors, evaluationrun, meta, runspec
+from agent_health.cluster import errors
+from agent_health.cluster.api import crds, evaluationrun, meta, runspec
 from kube import schemas
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import kubernetes_validate
 import pytest
-from agent_health.cluster import cellsecrets, manifests, netpol
+from agent_health.cluster.cells import cellsecrets, manifests, netpol
 from judge_servers import Answer, ScriptedModel
 from operator_support import (
     RUNS,

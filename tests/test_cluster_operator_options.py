@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from agent_health.cluster import netpol, operator
+from agent_health.cluster import operator
+from agent_health.cluster.cells import netpol
 
 IMAGES = ["--controller-image=c@sha256:" + "a" * 64, "--gateway-image=g@sha256:" + "b" * 64]
 

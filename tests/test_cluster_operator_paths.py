@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 import pytest
-from agent_health.cluster import cellsecrets
+from agent_health.cluster.cells import cellsecrets
 from operator_support import Cell, Kubelet, cluster, kubelet, listing, pod_creations, until
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agent_health.cluster import errors, pullsecrets, registry
+from agent_health.cluster import errors
+from agent_health.cluster.registry import pullsecrets, registry
 from aiohttp import web
 
 INDEX = json.dumps(

@@ -14,15 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from agent_health.cluster import (
-    cellgateway,
-    cellpod,
-    cellsecrets,
-    errors,
-    evaluationrun,
-    manifests,
-    runspec,
-)
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.cells import cellgateway, cellpod, cellsecrets, manifests
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples" / "run.yaml").read_text())}

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import kmock
 import pytest
-from agent_health.cluster import crds
+from agent_health.cluster.api import crds
 from kube import Emulator, serve
 
 CM = "/api/v1/namespaces/default/configmaps"

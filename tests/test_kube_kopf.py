@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import kopf
 import pytest
-from agent_health.cluster import crds
+from agent_health.cluster.api import crds
 from kube import Emulator, serve
 
 GROUP, VERSION, PLURAL = "agenthealth.dev", "v1alpha1", "evaluationruns"

@@ -17,7 +17,8 @@ import kubernetes_validate
 import pytest
 import ship_support
 import yaml
-from agent_health.cluster import netpol, rbac
+from agent_health.cluster import rbac
+from agent_health.cluster.cells import netpol
 from ship_support import (
     CHART,
     NAMESPACE,

@@ -21,7 +21,8 @@ import kubernetes_validate
 import pytest
 import ship_support
 import yaml
-from agent_health.cluster import errors, evaluationrun, meta, runspec
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun, meta, runspec
 from kube import schemas, serve
 from ship_support import ROOT
 

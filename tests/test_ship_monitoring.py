@@ -20,7 +20,9 @@ import httpx
 import pytest
 import ship_support
 import yaml
-from agent_health.cluster import evaluationrun, grading, metrics
+from agent_health.cluster import metrics
+from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.grading import grading
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results
 from aiohttp import web

@@ -247,7 +247,7 @@ def _ledger_verify(args: argparse.Namespace, console: Console, err_console: Cons
 
 
 def _grade(args: argparse.Namespace, console: Console) -> int:
-    from agent_health.cluster import regrade
+    from agent_health.cluster.grading import regrade
 
     outputs = [reporters.parse(r) for r in args.reporter]
     try:
@@ -265,7 +265,7 @@ def _grade(args: argparse.Namespace, console: Console) -> int:
 
 def _crds(args: argparse.Namespace, console: Console) -> int:
     # Imported here: only this command needs the cluster models.
-    from agent_health.cluster import crds
+    from agent_health.cluster.api import crds
 
     if args.out is None:
         sys.stdout.write(crds.render())

@@ -34,7 +34,8 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import exposition
 
-from agent_health.cluster import evaluationrun, grading
+from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.grading import grading
 
 STATES = ("pending", "running", "passed", "failed", "errored", "skipped")
 CELL_SECONDS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)

@@ -79,19 +79,11 @@ import kopf
 from aiohttp import web
 
 from agent_health import judging
-from agent_health.cluster import (
-    batcher,
-    events,
-    handlers,
-    judges,
-    kube,
-    manifests,
-    metrics,
-    netpol,
-    registry,
-    runs,
-    specs,
-)
+from agent_health.cluster import kube, metrics
+from agent_health.cluster.cells import manifests, netpol
+from agent_health.cluster.judge_service import judges
+from agent_health.cluster.reconcile import batcher, events, handlers, runs, specs
+from agent_health.cluster.registry import registry
 from agent_health.judging import dispatch, service
 from agent_health.ledger import backends
 from agent_health.sdk import config as config_mod

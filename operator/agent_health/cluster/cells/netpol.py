@@ -17,7 +17,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agent_health.cluster import evaluationrun, manifests
+from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.cells import manifests
 
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 _CIDR = re.compile(r"^[0-9a-fA-F:.]+/[0-9]{1,3}$")

@@ -24,7 +24,8 @@ from typing import Any
 
 import pydantic
 
-from agent_health.cluster import errors, meta
+from agent_health.cluster import errors
+from agent_health.cluster.api import meta
 
 _DROP = {"title", "$defs"}
 _COMPOSITIONS = ("anyOf", "oneOf", "allOf")

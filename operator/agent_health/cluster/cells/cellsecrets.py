@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent_health.cluster import evaluationrun, manifests, runspec
+from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.cells import manifests
 
 CONTROLLER = "controller"
 LEDGER_KEY = "key"

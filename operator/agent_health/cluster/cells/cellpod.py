@@ -20,15 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent_health.cluster import (
-    cellgateway,
-    cellsecrets,
-    errors,
-    evaluationrun,
-    manifests,
-    runspec,
-    sandbox,
-)
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.cells import cellgateway, cellsecrets, manifests, sandbox
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"

@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent_health.cluster import evaluationrun, grading, meta
+from agent_health.cluster.api import evaluationrun, meta
+from agent_health.cluster.grading import grading
 
 EventType = Literal["Normal", "Warning"]
 MAX_MESSAGE_BYTES = 1024

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from agent_health.cluster import meta
+from agent_health.cluster.api import meta
 
 KIND = "RunSpec"
 PLURAL = "runspecs"

@@ -28,7 +28,9 @@ from types import TracebackType
 
 import httpx
 
-from agent_health.cluster import errors, meta, pullsecrets
+from agent_health.cluster import errors
+from agent_health.cluster.api import meta
+from agent_health.cluster.registry import pullsecrets
 
 DOCKER_HUB = pullsecrets.DOCKER_HUB
 DOCKER_HUB_API = pullsecrets.DOCKER_HUB_API

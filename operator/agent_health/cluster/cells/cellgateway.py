@@ -22,7 +22,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_health.cluster import cellsecrets, manifests, runspec
+from agent_health.cluster.api import runspec
+from agent_health.cluster.cells import cellsecrets, manifests
 
 NAME = "gateway"
 TOKENS_DIR = "/var/run/agent-health/tokens"

@@ -24,7 +24,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent_health.cluster import errors, evaluationrun, registry, runspec
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.registry import registry
 
 LABEL_RUN = "agenthealth.dev/run"
 LABEL_RUNSPEC = "agenthealth.dev/runspec"

@@ -14,7 +14,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from agent_health.cluster import evaluationrun, meta, runspec, schema
+from agent_health.cluster.api import evaluationrun, meta, runspec, schema
 
 CATEGORY = "agenthealth"
 

@@ -15,18 +15,12 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agent_health.cluster import (
-    batcher,
-    errors,
-    evaluationrun,
-    events,
-    grading,
-    manifests,
-    meta,
-    runspec,
-    specs,
-)
-from agent_health.cluster import status as status_mod
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun, meta, runspec
+from agent_health.cluster.cells import manifests
+from agent_health.cluster.grading import grading
+from agent_health.cluster.reconcile import batcher, events, specs
+from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import backends
 
 ATTEMPT = "agenthealth.dev/attempt"

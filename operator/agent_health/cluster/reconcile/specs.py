@@ -30,8 +30,11 @@ from typing import Any
 
 import kopf
 
-from agent_health.cluster import discovery, errors, kube, manifests, meta, registry, runspec
-from agent_health.cluster import status as status_mod
+from agent_health.cluster import errors, kube
+from agent_health.cluster.api import meta, runspec
+from agent_health.cluster.cells import discovery, manifests
+from agent_health.cluster.reconcile import status as status_mod
+from agent_health.cluster.registry import registry
 
 LOG_LIMIT = 8 * 1024 * 1024
 RESOLVED, DISCOVERED = "Resolved", "Discovered"

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agent_health.cluster import cellpod, grading, sandbox
+from agent_health.cluster.cells import cellpod, sandbox
+from agent_health.cluster.grading import grading
 
 State = Literal["waiting", "running", "succeeded", "failed"]
 PULL_REASONS = frozenset(

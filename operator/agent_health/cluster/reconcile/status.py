@@ -27,7 +27,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from agent_health.cluster import errors, evaluationrun, grading, meta
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun, meta
+from agent_health.cluster.grading import grading
 from agent_health.engine import report
 
 Phase = evaluationrun.Phase

@@ -13,7 +13,7 @@ evidence — the grade is ``errored`` with a precise reason, never ``passed``, w
   or a record is malformed, duplicated, or claims a trusted principal without token evidence.
 
 The checks, and why records without a principal field are the controller's, are in
-:mod:`~agent_health.cluster.evidence`.
+:mod:`~agent_health.cluster.grading.evidence`.
 
 The status is recomputed from the recorded signals with :func:`engine.grading.decide` and
 the score with :func:`engine.grading.score`. When the controller's ``cell-end`` status
@@ -31,7 +31,9 @@ from typing import Any, Literal
 
 import pydantic
 
-from agent_health.cluster import errors, evaluationrun, evidence
+from agent_health.cluster import errors
+from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.grading import evidence
 from agent_health.connectors import protocol
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage

@@ -33,26 +33,12 @@ from typing import Any
 
 import kopf
 
-from agent_health.cluster import (
-    batcher,
-    cellpod,
-    cells,
-    cellsecrets,
-    errors,
-    evaluationrun,
-    events,
-    grading,
-    kube,
-    manifests,
-    meta,
-    metrics,
-    netpol,
-    plan,
-    runspec,
-    sandbox,
-    specs,
-)
-from agent_health.cluster import status as status_mod
+from agent_health.cluster import errors, kube, metrics
+from agent_health.cluster.api import evaluationrun, meta, runspec
+from agent_health.cluster.cells import cellpod, cellsecrets, manifests, netpol, observed, sandbox
+from agent_health.cluster.grading import grading
+from agent_health.cluster.reconcile import batcher, events, plan, specs
+from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import backends
 
 LEDGER_READS = 5
@@ -228,7 +214,7 @@ class Runs:
             if cellsecrets.CONTROLLER in data:
                 cell.token = base64.b64decode(data[cellsecrets.CONTROLLER]).decode()
                 self.tokens[cell.token] = run.ref
-            elif cells.state(body) in ("waiting", "running"):
+            elif observed.state(body) in ("waiting", "running"):
                 self._spawn(self._secret(run, cell, body))
             self._apply(run, "ADDED", body)
 
@@ -279,7 +265,7 @@ class Runs:
         if cell.state != "active":
             return
         cell.last = body
-        state = cells.state(body)
+        state = observed.state(body)
         if state in ("succeeded", "failed"):
             cell.state = "ended"
             run.tally.ended(cell.name)
@@ -288,7 +274,7 @@ class Runs:
             cell.stuck_since = None
             run.tally.started(cell.name)
             self._spawn(self._changed(run))
-        elif (failure := cells.stuck(body)) is not None:
+        elif (failure := observed.stuck(body)) is not None:
             now = self.clock()
             cell.stuck_since = cell.stuck_since if cell.stuck_since is not None else now
             left = cell.stuck_since + self.stuck_grace - now
@@ -305,7 +291,7 @@ class Runs:
     # -- grading ---------------------------------------------------------------------------
 
     async def _grade(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
-        failure = cells.infra_failure(body)
+        failure = observed.infra_failure(body)
         if failure is not None:
             return await self._infra(run, cell, body, failure)
         assert run.backend is not None
@@ -336,7 +322,7 @@ class Runs:
         run: plan.Run,
         cell: plan.Cell,
         body: Mapping[str, Any],
-        failure: cells.Failure,
+        failure: observed.Failure,
         *,
         delete: bool = False,
     ) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from agent_health.cluster import meta
+from agent_health.cluster.api import meta
 
 KIND = "EvaluationRun"
 PLURAL = "evaluationruns"

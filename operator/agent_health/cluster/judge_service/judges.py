@@ -24,7 +24,9 @@ import contextlib
 import dataclasses
 
 from agent_health import judging
-from agent_health.cluster import kube, runs, runspec
+from agent_health.cluster import kube
+from agent_health.cluster.api import runspec
+from agent_health.cluster.reconcile import runs
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import dispatch
 from agent_health.judging import errors as judging_errors

@@ -29,7 +29,9 @@ from typing import Any
 
 import kopf
 
-from agent_health.cluster import errors, kube, manifests, metrics, runs, specs
+from agent_health.cluster import errors, kube, metrics
+from agent_health.cluster.cells import manifests
+from agent_health.cluster.reconcile import runs, specs
 
 GROUP, VERSION = "agenthealth.dev", "v1alpha1"
 RETRY_DELAY = 10.0

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent_health.cluster import manifests, runspec
+from agent_health.cluster.api import runspec
+from agent_health.cluster.cells import manifests
 
 CONTAINER = "discover"
 

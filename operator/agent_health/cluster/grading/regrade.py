@@ -8,7 +8,7 @@ work: ``file://``, ``configmap://``, ``s3://``.
 
 from __future__ import annotations
 
-from agent_health.cluster import grading
+from agent_health.cluster.grading import grading
 from agent_health.ledger import backends, records
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk.results import TestResult

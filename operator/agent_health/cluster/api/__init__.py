@@ -1,0 +1,1 @@
+"""The custom resources: RunSpec and EvaluationRun models, shared pieces, generated CRDs."""

@@ -1,0 +1,1 @@
+"""Grading cells from their ledgers: evidence, the verdict, re-grading a recorded ledger."""

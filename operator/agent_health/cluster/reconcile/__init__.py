@@ -1,0 +1,1 @@
+"""Reconciliation: RunSpecs resolved, EvaluationRuns scheduled, cells graded into batched status."""
