@@ -28,7 +28,7 @@ import yaml
 from agent_health.cluster import operator
 from agent_health.cluster.api import crds
 from agent_health.cluster.cells import cellsecrets, manifests
-from agent_health.ledger import backends, chain, records
+from agent_health.ledger import backends, chain, records, store
 from agent_health.sdk import results
 from aiohttp import web
 from kube import Emulator, Kind, serve
@@ -269,12 +269,12 @@ class Kubelet:
     held: dict[str, Cell] = dataclasses.field(default_factory=dict)
     cell_seconds: float = 0.0
     """How long each cell runs before it ends."""
-    _backend: backends.Backend | None = None
+    _backend: store.Backend | None = None
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
-    def backend(self) -> backends.Backend:
+    def backend(self) -> store.Backend:
         if self._backend is None:
-            options = backends.Options(kube_api_url=self.cluster.url, kube_token="kubelet")
+            options = store.Options(kube_api_url=self.cluster.url, kube_token="kubelet")
             self._backend = backends.from_url(self.ledger_url, options)
         return self._backend
 

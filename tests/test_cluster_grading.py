@@ -12,7 +12,7 @@ import pytest
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import grading
-from agent_health.ledger import backends, chain, filestore, records
+from agent_health.ledger import backends, chain, filestore, records, store
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results
 from kube import serve
@@ -108,12 +108,12 @@ def backend(tmp_path: Path) -> filestore.FileBackend:
     return filestore.FileBackend(tmp_path / "ledger")
 
 
-async def write(backend: backends.Backend, cell: str, items: list[records.Record]) -> None:
+async def write(backend: store.Backend, cell: str, items: list[records.Record]) -> None:
     writer = chain.Writer(backend, cell, KEY)
     await writer.append(*items)
 
 
-async def grade(backend: backends.Backend, cell: str = "c1") -> grading.CellGrade:
+async def grade(backend: store.Backend, cell: str = "c1") -> grading.CellGrade:
     return await grading.grade_cell(backend, cell, KEY, EXPECTED)
 
 
@@ -368,17 +368,17 @@ async def test_an_unreadable_ledger_raises_to_be_retried(tmp_path: Path) -> None
 
 
 @pytest.fixture
-async def configmap() -> AsyncIterator[backends.Backend]:
+async def configmap() -> AsyncIterator[store.Backend]:
     async with serve() as (_, url):
-        options = backends.Options(kube_api_url=url, kube_token="t")
-        store = backends.from_url("configmap://default/ledger", options)
+        options = store.Options(kube_api_url=url, kube_token="t")
+        backend = backends.from_url("configmap://default/ledger", options)
         try:
-            yield store
+            yield backend
         finally:
-            await store.close()
+            await backend.close()
 
 
-async def test_cells_in_a_configmap_ledger_grade_the_same(configmap: backends.Backend) -> None:
+async def test_cells_in_a_configmap_ledger_grade_the_same(configmap: store.Backend) -> None:
     await write(configmap, "c1", passing_cell())
     tampered = passing_cell()
     tampered[0] = meta(repeat=0)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_health.ledger import audit, backends, chain, configmap, errors, records
+from agent_health.ledger import audit, backends, chain, configmap, errors, records, store
 from aiohttp import web
 
 TOKEN = "t0ken"
@@ -126,8 +126,8 @@ async def kube() -> AsyncIterator[tuple[FakeKube, str]]:
         await runner.cleanup()
 
 
-def options(api: str, token: str = TOKEN, **more: Any) -> backends.Options:
-    return backends.Options(kube_api_url=api, kube_token=token, **more)
+def options(api: str, token: str = TOKEN, **more: Any) -> store.Options:
+    return store.Options(kube_api_url=api, kube_token=token, **more)
 
 
 async def test_round_trip_through_the_api(kube: tuple[FakeKube, str]) -> None:
@@ -189,7 +189,7 @@ async def test_concurrent_writers_of_one_configmap(kube: tuple[FakeKube, str]) -
     _, api = kube
     writers = [backends.from_url("configmap://agents/ledger", options(api)) for _ in range(4)]
 
-    async def write(index: int, backend: backends.Backend) -> None:
+    async def write(index: int, backend: store.Backend) -> None:
         for n in range(5):
             await backend.append(f"cell-{index}", [f"{index}:{n}"])
 
@@ -233,13 +233,13 @@ async def test_token_from_the_service_account_mount(
 ) -> None:
     _, api = kube
     (tmp_path / "token").write_text(TOKEN + "\n")
-    mounted = backends.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path))
+    mounted = store.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path))
     backend = backends.from_url("configmap://agents/ledger", mounted)
     await backend.append("c", ["via the mounted token"])
     assert await backend.read("c") == ["via the mounted token"]
     await backend.close()
 
-    unmounted = backends.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path / "no"))
+    unmounted = store.Options(kube_api_url=api, kube_service_account_dir=str(tmp_path / "no"))
     with pytest.raises(errors.BackendConfigError, match=r"no Kubernetes token given and .*token"):
         await backends.from_url("configmap://agents/ledger", unmounted).cells()
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_health.ledger import backends, chain, errors, filestore, records
+from agent_health.ledger import backends, chain, errors, filestore, records, store
 
 KEY = b"f" * 32
 
@@ -65,11 +65,11 @@ def test_unknown_scheme_lists_the_schemes() -> None:
 
 
 def test_user_backends_join_the_table(tmp_path: Path) -> None:
-    def make(url: str, options: backends.Options) -> backends.Backend:
+    def make(url: str, options: store.Options) -> store.Backend:
         return filestore.FileBackend(tmp_path / url.removeprefix("mine://"))
 
     backend = backends.from_url("mine://sub", extra={"mine": make})
-    assert isinstance(backend, backends.Backend)
+    assert isinstance(backend, store.Backend)
     assert backend.url == f"file://{tmp_path}/sub"
     assert "mine" in backends.schemes({"mine": make})
 

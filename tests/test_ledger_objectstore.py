@@ -11,7 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
-from agent_health.ledger import audit, backends, chain, errors, objectstore, records
+from agent_health.ledger import audit, backends, chain, errors, objectstore, records, store
 from moto.server import ThreadedMotoServer
 
 KEY = b"s" * 32
@@ -45,8 +45,8 @@ def bucket(s3_endpoint: str) -> str:
     return name
 
 
-def s3_options() -> backends.Options:
-    return backends.Options(storage_options=dict(CREDENTIALS))
+def s3_options() -> store.Options:
+    return store.Options(storage_options=dict(CREDENTIALS))
 
 
 def list_keys(endpoint: str, bucket: str) -> list[str]:

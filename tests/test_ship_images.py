@@ -151,11 +151,15 @@ def test_every_copy_source_exists_and_reaches_the_build(dockerfile: Path) -> Non
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
-    for kept in ("pyproject.toml", "operator/agent_health/cli.py", "examples/agents/log_server.py"):
+    for kept in (
+        "pyproject.toml",
+        "operator/agent_health/cli/app.py",
+        "examples/agents/log_server.py",
+    ):
         assert not dockerignored(kept), kept
     for dropped in (".venv", ".git", ".cache/bin/helm", "tests/test_ship_images.py", "charts"):
         assert dockerignored(dropped), dropped
-    assert dockerignored("operator/agent_health/__pycache__/cli.cpython-311.pyc")
+    assert dockerignored("operator/agent_health/cli/__pycache__/app.cpython-311.pyc")
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_id)

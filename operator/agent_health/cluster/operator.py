@@ -85,7 +85,7 @@ from agent_health.cluster.judge_service import judges
 from agent_health.cluster.reconcile import batcher, events, handlers, runs, specs
 from agent_health.cluster.registry import registry
 from agent_health.judging import dispatch, service
-from agent_health.ledger import backends
+from agent_health.ledger import store
 from agent_health.sdk import config as config_mod
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -344,7 +344,7 @@ class Operator:
 
         status = batcher.StatusBatcher(patch, interval=options.status_interval)
         discoveries = specs.Discoveries(api)
-        ledger_options = backends.Options(
+        ledger_options = store.Options(
             kube_api_url=info.server if token_file is None else None, kube_token=info.token
         )
         scheduler = runs.Runs(

@@ -34,7 +34,7 @@ from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.gateway import config as gateway_config
-from agent_health.ledger import backends, records
+from agent_health.ledger import backends, records, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
@@ -59,7 +59,7 @@ def cell_name(test_id: str, repeat: int) -> str:
     """
     slug = _UNSAFE.sub("-", test_id).strip("-._")[:150] or "test"
     digest = hashlib.sha256(test_id.encode("utf-8")).hexdigest()[:8]
-    return backends.check_cell(f"{slug}.{digest}.r{repeat}")
+    return store.check_cell(f"{slug}.{digest}.r{repeat}")
 
 
 def key_path(url: str) -> Path:

@@ -21,19 +21,31 @@ import asyncio
 import hashlib
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from agent_health.gateway import config, guard
+from agent_health.gateway import recorder as recorder_mod
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import records
 
-if TYPE_CHECKING:
-    from agent_health.gateway.server import Gateway
-
 CONTROLLER_KINDS = frozenset({"run-result", "signal", "cell-end"})
 HEALTH_PATH, RECORDS_PATH = "/healthz", "/ledger/records"
+
+
+class Gateway(Protocol):
+    """What the admin listener needs of its gateway (:class:`.server.Gateway` is one).
+
+    Declared here so the dependency runs one way: the server builds the admin listener.
+    """
+
+    settings: config.Settings
+    tokens: config.Tokens
+    recorder: recorder_mod.Recorder | None
+    refusals: guard.Refusals
+
+    def health(self) -> tuple[bool, dict[str, Any]]: ...
 
 
 class Admin:

@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agent_health.ledger import backends, chain, errors, records, usage
+from agent_health.ledger import chain, errors, records, store, usage
 
 log = logging.getLogger("agent_health.gateway")
 _PARSE_INLINE_BYTES = 64 * 1024  # larger bodies are parsed in a worker thread
@@ -76,7 +76,7 @@ class Recorder:
     """Seals exchanges into per-cell chains on ``backend`` with ``key``."""
 
     def __init__(
-        self, backend: backends.Backend, key: bytes, *, default_cell: str | None = None
+        self, backend: store.Backend, key: bytes, *, default_cell: str | None = None
     ) -> None:
         self.backend = backend
         self.default_cell = default_cell
@@ -95,7 +95,7 @@ class Recorder:
 
     async def open_cell(self, cell: str, meta: records.CellMeta) -> None:
         """Open ``cell`` for appending: continue its stored chain, or start it with ``meta``."""
-        backends.check_cell(cell)
+        store.check_cell(cell)
         if cell in self._cells:
             raise errors.ChainError(f"cell {cell} is already open in this gateway")
         stored = chain.verify(await self.backend.read(cell), self._key, complete=False)

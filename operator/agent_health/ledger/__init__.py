@@ -22,7 +22,7 @@ small.
 """
 
 from agent_health.ledger.audit import LedgerReport, verify_url
-from agent_health.ledger.backends import Backend, Options, from_url, schemes
+from agent_health.ledger.backends import from_url, schemes
 from agent_health.ledger.chain import (
     Problem,
     Sealer,
@@ -50,6 +50,7 @@ from agent_health.ledger.records import (
     dump_line,
     parse_line,
 )
+from agent_health.ledger.store import Backend, Options
 from agent_health.ledger.usage import TokenUsage
 
 __all__ = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_health.ledger import backends, chain, errors, filestore
+from agent_health.ledger import backends, chain, errors, filestore, store
 
 
 class CellReport(BaseModel):
@@ -49,7 +49,7 @@ class LedgerReport(BaseModel):
 
 
 async def verify_backend(
-    backend: backends.Backend, key: bytes, *, complete: bool = True
+    backend: store.Backend, key: bytes, *, complete: bool = True
 ) -> LedgerReport:
     """Read and verify every cell of an open backend."""
     reports = []
@@ -64,7 +64,7 @@ async def verify_url(
     url: str,
     key: bytes,
     *,
-    options: backends.Options | None = None,
+    options: store.Options | None = None,
     complete: bool = True,
 ) -> LedgerReport:
     """Verify the ledger at ``url``: a backend URL, a directory, or one ``CELL.jsonl`` file."""
@@ -75,7 +75,7 @@ async def verify_url(
         await backend.close()
 
 
-def _open(url: str, options: backends.Options | None) -> backends.Backend:
+def _open(url: str, options: store.Options | None) -> store.Backend:
     path = (
         Path(url.removeprefix("file://")) if "://" not in url or url.startswith("file://") else None
     )

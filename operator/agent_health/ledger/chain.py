@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from agent_health.ledger import errors, records
 
 if TYPE_CHECKING:
-    from agent_health.ledger.backends import Backend
+    from agent_health.ledger.store import Backend
 
 GENESIS = "0" * 64
 MIN_KEY_BYTES = 32

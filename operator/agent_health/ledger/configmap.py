@@ -8,7 +8,7 @@ Kubernetes 1 MiB limit the append fails with :class:`~agent_health.ledger.errors
 LedgerTooLarge` — the ledger is never truncated.
 
 The Kubernetes API is spoken with plain httpx: the base URL and bearer token come from the
-pod's service-account mount unless given in :class:`~agent_health.ledger.backends.Options`.
+pod's service-account mount unless given in :class:`~agent_health.ledger.store.Options`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from agent_health.ledger import backends, errors
+from agent_health.ledger import errors, store
 
 CHUNK_BYTES = 256 * 1024
 MAX_ATTEMPTS = 20
@@ -40,19 +40,19 @@ class ConfigMapBackend:
         self,
         namespace: str,
         name: str,
-        options: backends.Options | None = None,
+        options: store.Options | None = None,
         *,
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self.namespace, self.name = namespace, name
         self.url = f"configmap://{namespace}/{name}"
-        self._options = options or backends.Options()
+        self._options = options or store.Options()
         self._chunk_bytes = chunk_bytes
         self._client: httpx.AsyncClient | None = None
         self._lock = asyncio.Lock()
 
     @classmethod
-    def from_url(cls, url: str, options: backends.Options) -> ConfigMapBackend:
+    def from_url(cls, url: str, options: store.Options) -> ConfigMapBackend:
         parts = url.removeprefix("configmap://").strip("/").split("/")
         if len(parts) != 2 or not all(parts):
             raise errors.BackendConfigError(
@@ -61,7 +61,7 @@ class ConfigMapBackend:
         return cls(parts[0], parts[1], options)
 
     async def append(self, cell: str, lines: Sequence[str]) -> None:
-        backends.check_cell(cell)
+        store.check_cell(cell)
         if not lines:
             return
         text = "".join(f"{line}\n" for line in lines)
@@ -78,7 +78,7 @@ class ConfigMapBackend:
         )
 
     async def read(self, cell: str) -> list[str]:
-        backends.check_cell(cell)
+        store.check_cell(cell)
         current = await self._get()
         data = (current or {}).get("binaryData") or {}
         text = await asyncio.to_thread(_decode_cell, data, cell, self.url)

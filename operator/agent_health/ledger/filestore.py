@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent_health.ledger import backends, errors
+from agent_health.ledger import errors, store
 
 SUFFIX = ".jsonl"
 
@@ -25,7 +25,7 @@ class FileBackend:
         self._locks: dict[str, asyncio.Lock] = {}
 
     @classmethod
-    def from_url(cls, url: str, options: backends.Options) -> FileBackend:
+    def from_url(cls, url: str, options: store.Options) -> FileBackend:
         path = url.removeprefix("file://")
         if not path:
             raise errors.BackendConfigError(f"ledger URL {url!r} names no directory: file://DIR")
@@ -33,7 +33,7 @@ class FileBackend:
 
     def path(self, cell: str) -> Path:
         """The file that holds ``cell``."""
-        return self.directory / f"{backends.check_cell(cell)}{SUFFIX}"
+        return self.directory / f"{store.check_cell(cell)}{SUFFIX}"
 
     async def append(self, cell: str, lines: Sequence[str]) -> None:
         path = self.path(cell)

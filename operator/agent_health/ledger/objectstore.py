@@ -6,7 +6,7 @@ parts in order. Only one writer (the cell's gateway) appends to a cell.
 
 Storage goes through fsspec (``pip install 'agent-health[s3]'`` for s3fs); async file systems
 are used natively, sync ones in a worker thread, so the event loop never blocks. Options go
-in :attr:`~agent_health.ledger.backends.Options.storage_options`, or in the URL query for the
+in :attr:`~agent_health.ledger.store.Options.storage_options`, or in the URL query for the
 endpoint: ``s3://ledgers/run-1?endpoint_url=http://minio:9000``.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from agent_health.ledger import backends, errors
+from agent_health.ledger import errors, store
 
 _PART = re.compile(r"^(\d{8})\.jsonl$")
 _EXTRAS = {"s3": "s3", "gs": "gcs", "gcs": "gcs"}
@@ -58,11 +58,11 @@ class ObjectStoreBackend:
         self._next_part: dict[str, int] = {}
 
     @classmethod
-    def from_url(cls, url: str, options: backends.Options) -> ObjectStoreBackend:
+    def from_url(cls, url: str, options: store.Options) -> ObjectStoreBackend:
         return cls(url, dict(options.storage_options))
 
     async def append(self, cell: str, lines: Sequence[str]) -> None:
-        backends.check_cell(cell)
+        store.check_cell(cell)
         if not lines:
             return
         data = "".join(f"{line}\n" for line in lines).encode("utf-8")
@@ -75,7 +75,7 @@ class ObjectStoreBackend:
             self._next_part[cell] = index + 1
 
     async def read(self, cell: str) -> list[str]:
-        backends.check_cell(cell)
+        store.check_cell(cell)
         paths = await self._parts(cell)
         blobs = await asyncio.gather(*(self._call("cat_file", p) for p in paths))
         text = b"".join(blobs).decode("utf-8")

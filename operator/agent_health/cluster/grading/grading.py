@@ -37,8 +37,8 @@ from agent_health.cluster.grading import evidence
 from agent_health.connectors import protocol
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage
-from agent_health.ledger import backends
 from agent_health.ledger import errors as ledger_errors
+from agent_health.ledger import store
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results
 from agent_health.traces import metrics, settings
@@ -99,7 +99,7 @@ class CellGrade(pydantic.BaseModel):
 
 
 async def grade_cell(
-    backend: backends.Backend,
+    backend: store.Backend,
     cell_name: str,
     key: bytes,
     expected: ExpectedCell,

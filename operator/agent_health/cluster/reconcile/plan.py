@@ -21,7 +21,7 @@ from agent_health.cluster.cells import manifests
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, events, specs
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends
+from agent_health.ledger import store
 
 ATTEMPT = "agenthealth.dev/attempt"
 CellState = Literal["queued", "active", "ended", "replacing", "done"]
@@ -52,7 +52,7 @@ class Run:
     spec: runspec.RunSpec | None = None
     settings: manifests.Settings | None = None
     key: bytes = b""
-    backend: backends.Backend | None = None
+    backend: store.Backend | None = None
     cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
     queue: deque[str] = dataclasses.field(default_factory=deque)
     active: set[str] = dataclasses.field(default_factory=set)

@@ -39,7 +39,7 @@ from agent_health.cluster.cells import cellpod, cellsecrets, manifests, netpol, 
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, events, plan, specs
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends
+from agent_health.ledger import backends, store
 
 LEDGER_READS = 5
 
@@ -55,7 +55,7 @@ class Runs:
     metrics: metrics.OperatorMetrics
     recorder: events.EventRecorder
     bulletin: plan.Bulletin = dataclasses.field(default_factory=plan.Bulletin)
-    ledger_options: backends.Options = dataclasses.field(default_factory=backends.Options)
+    ledger_options: store.Options = dataclasses.field(default_factory=store.Options)
     stuck_grace: float = 120.0
     fence: netpol.Fence | None = None
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""

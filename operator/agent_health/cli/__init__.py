@@ -1,0 +1,20 @@
+"""The ``agent-health`` command: a thin entry point over one module per command group.
+
+==========================  ====================================================
+module                      commands
+==========================  ====================================================
+:mod:`.run`                 ``run``, ``list``
+:mod:`.reports`             ``compare``
+:mod:`.ledgers`             ``ledger verify``, ``grade``
+:mod:`.cluster`             ``operator``, ``cell``, ``gateway``, ``crds``
+:mod:`.common`              exit codes, usage errors, consoles, report writing
+==========================  ====================================================
+
+Exit codes of ``run``: 0 all passed, 1 any failed, 2 usage/config/load error,
+3 errored tests only, 130 interrupted. ``compare``: 0 no regression, 1 regression beyond the
+thresholds, 2 a report file is missing, not JSON or of another version.
+"""
+
+from agent_health.cli.app import main
+
+__all__ = ["main"]

@@ -1,0 +1,69 @@
+"""The cluster's commands: ``operator``, ``cell`` (a cell's controller), ``gateway``, ``crds``.
+
+kopf and the cluster package load only when one of these runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent_health.cli import common
+from agent_health.gateway import command as gateway_command
+
+
+def add_commands(sub: Any) -> None:
+    crds_cmd = sub.add_parser("crds", help="print the CRDs generated from the models")
+    crds_cmd.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR")
+    crds_cmd.set_defaults(handler=crds)
+
+    cell_cmd = sub.add_parser("cell", help="run one test inside a cell pod (the controller)")
+    cell_cmd.add_argument("--test", required=True, help="the test's id (file::title)")
+    cell_cmd.add_argument("--repeat", type=int, default=0, help="the repeat index (0-based)")
+    cell_cmd.add_argument("--suite", default=".", help="the suite's folder (default: .)")
+    cell_cmd.set_defaults(handler=cell)
+
+    gateway_cmd = sub.add_parser("gateway", help="the recording sidecar proxy of a cell")
+    gateway_command.add_arguments(gateway_cmd)
+    gateway_cmd.set_defaults(handler=lambda args, _consoles: gateway_command.run(args))
+
+    # The operator parses its own flags (app.main hands it argv); this entry is for `--help`.
+    operator_cmd = sub.add_parser(
+        "operator",
+        help="the Kubernetes operator: kopf, judge service, metrics, probes",
+        add_help=False,
+    )
+    operator_cmd.add_argument("operator_args", nargs=argparse.REMAINDER)
+    operator_cmd.set_defaults(handler=lambda args, _consoles: operator(args.operator_args))
+
+
+def cell(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    from agent_health.engine import cell as cell_mod
+
+    return cell_mod.main(Path(args.suite), args.test, args.repeat)
+
+
+def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    from agent_health.cluster.api import crds
+
+    if args.out is None:
+        sys.stdout.write(crds.render())
+        return common.EXIT_OK
+    for path in crds.write(Path(args.out)):
+        consoles.out.print(f"wrote {path}")
+    return common.EXIT_OK
+
+
+def operator(argv: list[str]) -> int:
+    from agent_health.cluster import operator
+
+    parser = argparse.ArgumentParser(prog="agent-health operator", description=operator.__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    operator.add_arguments(parser)
+    try:
+        chosen = operator.options(parser.parse_args(argv))
+    except ValueError as err:
+        raise common.UsageError(str(err)) from err
+    return operator.run(chosen)

@@ -1,0 +1,73 @@
+"""``ledger verify`` and ``grade``: read a recorded ledger back, check it, grade it again."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from agent_health import ledger
+from agent_health.cli import common
+from agent_health.engine import reporters
+from agent_health.engine.report import RunReport
+from agent_health.engine.reporters import terminal
+
+
+def add_commands(sub: Any) -> None:
+    ledger_cmd = sub.add_parser("ledger", help="inspect recorded cell ledgers")
+    ledger_sub = ledger_cmd.add_subparsers(dest="ledger_command", required=True)
+    verify_cmd = ledger_sub.add_parser("verify", help="check every cell's HMAC chain")
+    verify_cmd.add_argument(
+        "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
+    )
+    verify_cmd.add_argument("--key-file", help=f"the ledger key (default: ${ledger.chain.KEY_ENV})")
+    verify_cmd.add_argument(
+        "--allow-open",
+        action="store_true",
+        help="accept cells without a cell-end record",
+    )
+    verify_cmd.set_defaults(handler=verify)
+
+    grade_cmd = sub.add_parser("grade", help="grade a recorded ledger again, cell by cell")
+    grade_cmd.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
+    grade_cmd.add_argument("--key-file", help="the ledger key (default: $AGENT_HEALTH_LEDGER_KEY)")
+    grade_cmd.add_argument(
+        "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH]"
+    )
+    grade_cmd.set_defaults(handler=grade)
+
+
+def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    try:
+        key = ledger.load_key(args.key_file)
+        report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
+    except ledger.LedgerError as err:
+        raise common.UsageError(str(err)) from err
+    if not report.cells:
+        raise common.UsageError(f"no ledger cells found at {args.url}")
+    bad = report.first_bad
+    if bad is not None:
+        consoles.err.print(f"[red]tampered:[/] {bad}")
+        return common.EXIT_FAILED
+    for cell in report.cells:
+        consoles.out.print(str(cell))
+    consoles.out.print(f"{len(report.cells)} cells verified")
+    return common.EXIT_OK
+
+
+def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    # Imported here: grading a ledger is the operator's code; other commands never load it.
+    from agent_health.cluster.grading import regrade
+
+    outputs = [reporters.parse(r) for r in args.reporter]
+    try:
+        key = ledger.load_key(args.key_file)
+        results = asyncio.run(regrade.grade_ledger(args.url, key))
+    except ledger.LedgerError as err:
+        raise common.UsageError(str(err)) from err
+    if not results:
+        raise common.UsageError(f"no ledger cells found at {args.url}")
+    report = RunReport.build(results, duration_ms=sum(r.duration_ms for r in results))
+    terminal.summary(consoles.out, report)
+    common.write_reports(outputs, report, consoles.out)
+    return common.exit_code(report)

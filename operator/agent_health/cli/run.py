@@ -1,0 +1,280 @@
+"""``run`` and ``list``: discover a suite, run its tests against an agent, report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from agent_health import connectors
+from agent_health.cli import common
+from agent_health.engine import (
+    agent_process,
+    loader,
+    recording,
+    reporters,
+    runner,
+    select,
+    session,
+)
+from agent_health.engine.report import RunReport
+from agent_health.engine.reporters import terminal
+from agent_health.sdk import config as config_mod
+from agent_health.sdk.judges import NO_JUDGE_HINT
+
+
+def add_commands(sub: Any) -> None:
+    run = sub.add_parser("run", help="discover and run tests")
+    run.add_argument("paths", nargs="*", default=["."], help="test files or directories")
+    run.add_argument("--agent", help="a name from the config's agents, or rest+http://..., ...")
+    run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
+    run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
+    run.add_argument("--repeat", type=int, default=1, help="run each test N times")
+    run.add_argument("--grep", help="only tests whose title or id matches this regex")
+    run.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="only tests with this label (repeat to require several)",
+    )
+    run.add_argument("--shard", help="run shard i of n, e.g. 1/4")
+    run.add_argument("--no-judge", action="store_true", help="skip every judge() call (neutral)")
+    run.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the judge cache"
+    )
+    run.add_argument(
+        "--reporter",
+        action="append",
+        default=[],
+        help="list, json[:PATH], junit[:PATH] (repeatable)",
+    )
+    run.add_argument("--timeout", type=float, help="per-test timeout in seconds")
+    run.add_argument(
+        "--pass-with-no-tests",
+        action="store_true",
+        help="exit 0 when no test is selected",
+    )
+    run.add_argument(
+        "--ledger",
+        help="record every exchange and result here (default: file://.agent-health/ledger/TIME/)",
+    )
+    run.add_argument("--no-ledger", action="store_true", help="record no ledger")
+
+    run.set_defaults(handler=run_command)
+
+    ls = sub.add_parser("list", help="discover tests without running them")
+    ls.add_argument("paths", nargs="*", default=["."])
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.add_argument("--grep")
+    ls.add_argument("--label", action="append", default=[])
+    ls.set_defaults(handler=list_command)
+
+
+def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    console, err_console = consoles.out, consoles.err
+    if args.concurrency < 1:
+        raise common.UsageError("-j/--concurrency must be at least 1")
+    if args.repeat < 1:
+        raise common.UsageError("--repeat must be at least 1")
+    if args.timeout is not None and args.timeout <= 0:
+        raise common.UsageError("--timeout must be positive")
+    if args.ledger and args.no_ledger:
+        raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
+    outputs = [reporters.parse(r) for r in args.reporter]
+    shard = select.parse_shard(args.shard) if args.shard else None
+    paths = [Path(p) for p in args.paths]
+    config = _config(args, paths)
+    suite = loader.load(paths)
+    cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
+    load_errors = [str(e) for e in suite.errors]
+    if not cases and not load_errors:
+        console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
+        common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
+        return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
+    spec = config.agent(args.agent) if (args.agent or config.agents) else None
+    skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in (
+        "",
+        "0",
+    )
+    judge_config = config.judge_from_env()
+    list_lines = any(kind == "list" for kind, _ in outputs)
+
+    outcome, hints, recorded = asyncio.run(
+        _execute(
+            suite,
+            cases,
+            config,
+            spec,
+            judge_config,
+            skip_judge,
+            args,
+            console,
+            list_lines,
+        )
+    )
+    judge_usage = _judge_usage(outcome, judge_config)
+    report = RunReport.build(
+        outcome.results,
+        duration_ms=outcome.duration_ms,
+        repeats=args.repeat,
+        load_errors=[*load_errors, *outcome.hook_errors],
+        interrupted=outcome.interrupted,
+        not_run=outcome.not_run,
+        judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
+    )
+    terminal.summary(console, report, hints=hints)
+    if judge_usage and judge_usage.calls:
+        console.print(judge_usage.line())
+    common.write_reports(outputs, report, console)
+    if recorded is not None:
+        _print_ledger(recorded, console, err_console)
+    return common.exit_code(report)
+
+
+def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
+    for failure in recorded.failures:
+        err_console.print(f"[red]ledger error:[/] {failure}", markup=True)
+    console.print(
+        f"ledger: {recorded.url} ({len(recorded.cells)} cells); check it with: "
+        f"agent-health ledger verify {recorded.url} --key-file {recorded.key_file}",
+        markup=False,
+    )
+
+
+def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
+    path = (
+        Path(args.config)
+        if getattr(args, "config", None)
+        else loader.find_config(paths[0] if paths else Path.cwd())
+    )
+    return loader.load_config(path)
+
+
+def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    console, err_console = consoles.out, consoles.err
+    paths = [Path(p) for p in args.paths]
+    suite = loader.load(paths)
+    cases = select.select(suite.cases, grep=args.grep, labels=args.label)
+    for error in suite.errors:
+        err_console.print(f"[red]load error[/] {error}")
+    if args.json:
+        payload = [
+            {
+                "id": c.id,
+                "name": c.name,
+                "title": c.title,
+                "file": c.file,
+                "line": c.line,
+                "labels": list(c.labels),
+                "description": c.description,
+                "default_prompt": c.default_prompt,
+                "timeout": c.timeout,
+                "expected_outcomes": list(c.expected_outcomes),
+                "mode": c.mode,
+                "content_hash": c.content_hash,
+            }
+            for c in cases
+        ]
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        for c in cases:
+            labels = f"  [{', '.join(c.labels)}]" if c.labels else ""
+            mode = f"  ({c.mode})" if c.mode != "run" else ""
+            console.print(f"{c.id}{labels}{mode}", markup=False)
+        console.print(f"{len(cases)} tests in {len(suite.files)} files")
+    return common.EXIT_USAGE if suite.errors else common.EXIT_OK
+
+
+async def _execute(
+    suite: loader.Suite,
+    cases: list[Any],
+    config: config_mod.Config,
+    spec: connectors.ConnectorSpec | None,
+    judge_config: config_mod.JudgeConfig | None,
+    skip_judge: bool,
+    args: argparse.Namespace,
+    console: Console,
+    list_lines: bool,
+) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, _on_interrupt, loop, stop)
+    hints: list[str] = []
+    recorded = None
+    async with contextlib.AsyncExitStack() as stack:
+        if not args.no_ledger:
+            url = args.ledger or recording.default_url()
+            recorded = await stack.enter_async_context(recording.LocalLedger(url))
+        caller = None
+        if spec is not None:
+            live_spec = await stack.enter_async_context(agent_process.serving(spec))
+            if recorded is not None:
+                live_spec = await recorded.route(live_spec)
+            connector = connectors.create(live_spec, config.connectors)
+            stack.push_async_callback(connector.aclose)
+            caller = recorded.wrap(connector.run) if recorded is not None else connector.run
+        backend = None
+        if not skip_judge and (judge_config is not None or config.evaluators):
+            from agent_health import (
+                judging,
+            )  # only runs that judge pay for the providers
+
+            backend = await stack.enter_async_context(
+                judging.backend(judge_config, config, use_cache=not args.no_cache)
+            )
+        env = runner.RunEnv(
+            agent_caller=caller,
+            judge_backend=backend,
+            skip_judge=skip_judge,
+            judge_hint=NO_JUDGE_HINT,
+            timeout=args.timeout or config.timeout,
+            config=config,
+            agent_name=config.agent_name(args.agent),
+            ledger=recorded,
+            insights_llm=backend.ask if backend is not None and backend.provider else None,
+        )
+        with terminal.LiveProgress(
+            console, len(cases) * args.repeat, list_lines=list_lines
+        ) as progress:
+            outcome = await session.run(
+                cases,
+                suite.hooks,
+                env,
+                concurrency=args.concurrency,
+                repeat=args.repeat,
+                listener=progress,
+                stop=stop,
+            )
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.remove_signal_handler(signal.SIGINT)
+    if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
+        hints.append(NO_JUDGE_HINT)
+    return outcome, hints, recorded
+
+
+def _judge_usage(outcome: session.Outcome, judge_config: config_mod.JudgeConfig | None) -> Any:
+    """The judge's calls and tokens, when any judge() call ran."""
+    if not any(s.kind == "judge" for r in outcome.results for s in r.signals):
+        return None
+    from agent_health import judging
+
+    return judging.summarize(outcome.results, judge_config)
+
+
+def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    stop.set()
+    # A second Ctrl-C stops at once, as users expect.
+    loop.remove_signal_handler(signal.SIGINT)
+
+
+def _judge_was_skipped(outcome: session.Outcome) -> bool:
+    return any(s.kind == "judge" and s.passed is None for r in outcome.results for s in r.signals)
