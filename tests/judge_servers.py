@@ -205,7 +205,10 @@ class ScriptedModel:
         self._closing = asyncio.Event()
 
     @classmethod
-    async def start(cls, shape: Shape = "openai", **kwargs: Any) -> ScriptedModel:
+    async def start(
+        cls, shape: Shape = "openai", *, host: str = "127.0.0.1", **kwargs: Any
+    ) -> ScriptedModel:
+        """Serve on ``host`` (loopback, or an address of a test's own network namespace)."""
         server = cls(shape, **kwargs)
         app = web.Application()
         app.router.add_post("/v1/chat/completions", server._handle)
@@ -213,9 +216,9 @@ class ScriptedModel:
         app.router.add_post("/model/{model}/converse", server._handle)
         server._runner = web.AppRunner(app, access_log=None)
         await server._runner.setup()
-        await web.TCPSite(server._runner, "127.0.0.1", 0).start()
+        await web.TCPSite(server._runner, host, 0).start()
         port = server._runner.addresses[0][1]
-        server.url = f"http://127.0.0.1:{port}" + ("/v1" if shape == "openai" else "")
+        server.url = f"http://{host}:{port}" + ("/v1" if shape == "openai" else "")
         return server
 
     async def close(self) -> None:

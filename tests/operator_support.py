@@ -56,29 +56,40 @@ async def until(check: Callable[[], Any], what: str, attempts: int = 2000) -> An
 
 @dataclasses.dataclass
 class Registry:
-    """A registry v2 fake: every manifest exists, except repositories listed in ``missing``."""
+    """A registry v2 fake: every tag exists, except in repositories listed in ``missing``; a
+    manifest asked for by digest exists once a tag has resolved to that digest."""
 
     missing: set[str] = dataclasses.field(default_factory=set)
     host: str = ""
+    served: dict[tuple[str, str], bytes] = dataclasses.field(default_factory=dict)
+    """(repository, digest) → the manifest served under it."""
 
     async def manifest(self, request: web.Request) -> web.Response:
         name, ref = request.match_info["name"], request.match_info["ref"]
+        unknown = web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)
         if name in self.missing:
-            return web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)
+            return unknown
+        if ref.startswith("sha256:"):
+            found = self.served.get((name, ref))
+            if found is None:
+                return unknown
+            return web.Response(body=found, headers={"Docker-Content-Digest": ref})
         body = json.dumps({"schemaVersion": 2, "name": name, "ref": ref}).encode()
         digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
+        self.served[(name, digest)] = body
         return web.Response(body=body, headers={"Docker-Content-Digest": digest})
 
 
 @contextlib.asynccontextmanager
-async def registry_server() -> AsyncIterator[Registry]:
+async def registry_server(host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[Registry]:
+    """The fake on ``host:port`` (loopback and a free port unless told otherwise)."""
     fake = Registry()
     app = web.Application()
     app.router.add_route("*", "/v2/{name:.+}/manifests/{ref}", fake.manifest)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    fake.host = f"127.0.0.1:{runner.addresses[0][1]}"
+    await web.TCPSite(runner, host, port).start()
+    fake.host = f"{host}:{runner.addresses[0][1]}"
     try:
         yield fake
     finally:

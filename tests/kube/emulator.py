@@ -19,7 +19,7 @@ namespaces cannot be listed; run kopf cluster-wide (``clusterwide=True`` / ``-A`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -56,6 +56,11 @@ class Emulator(kmock.KubernetesScaffold):
     """The API server: discovery from kmock, objects and semantics from :class:`store.Store`."""
 
     store: store.Store = attrs.field(factory=store.Store, init=False)
+    logs: Callable[[str, str, Mapping[str, str]], bytes] | None = attrs.field(
+        default=None, init=False
+    )
+    """What ``GET pods/NAME/log`` answers: ``(namespace, name, params)`` → the log, or an
+    :class:`store.ApiError`; a kubelet sets it (the API server asks the node too)."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -152,11 +157,20 @@ class Emulator(kmock.KubernetesScaffold):
 
         return stream()
 
-    async def _fetch(self, request: kmock.Request) -> dict[str, Any]:
+    async def _fetch(self, request: kmock.Request) -> dict[str, Any] | bytes:
         kind = self._kind(request)
+        if request.subresource == "log" and (kind.group, kind.plural) == ("", "pods"):
+            return self._log(request)
         self._status(request, kind)
         with _translated():
             return self.store.get(kind, request.namespace, _name(request))
+
+    def _log(self, request: kmock.Request) -> bytes:
+        with _translated():
+            if self.logs is None:
+                raise store.ApiError(404, "NotFound", "no node serves pod logs")
+            namespace = request.namespace or "default"
+            return self.logs(namespace, _name(request), dict(request.params))
 
     async def _create(self, request: kmock.Request) -> kmock.Response:
         kind = self._kind(request)

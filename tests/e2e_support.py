@@ -1,0 +1,298 @@
+"""A whole cluster in the test process, for the operator's end-to-end test.
+
+:func:`cluster` builds it: the API emulator (:mod:`kube`) behind the ``kubernetes``
+Service's TLS listener, the node (:mod:`node`: bridge and network namespaces, the kubelet,
+the service proxy, the Deployment and Agent Sandbox controllers), a registry stand-in at
+``kind-registry:5000`` (the name the chart's kind values use) and a scripted judge model.
+:meth:`Cluster.install` installs the chart as ``helm install`` would — CRDs first, then
+every rendered object of ``ci/kind-values.yaml`` (plus the few ``--set`` a machine with no
+internet needs) — so the operator runs as the chart's Deployment says: its arguments, its
+environment (the judge key from a Secret), its ServiceAccount, probes and volumes.
+
+Everything the cluster needs from the outside is on this host: the emulator on loopback,
+the registry and the judge model on the node's bridge address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import operator_support
+import ship_support
+import yaml
+from agent_health.ledger import backends, chain, records, store
+from judge_servers import Answer, ScriptedModel
+from kube import ApiError, Emulator, Kind, serve
+from node import controllers, images, kubelet, network, services
+
+RELEASE, NAMESPACE = "evals", "agent-health"
+KIND_VALUES = ship_support.CHART / "ci" / "kind-values.yaml"
+REGISTRY = "kind-registry:5000"
+JUDGE_KEY = "operator-judge-key-2b7f"
+RUNSPEC_JUDGE_KEY = "runspec-judge-key-91c3"
+GATEWAY_ACCOUNT = f"{RELEASE}-agent-health-cell-gateway"
+EXTRA_KINDS = (
+    Kind("apps", "v1", "deployments", "Deployment", status=True, short_names=("deploy",)),
+    Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
+    Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", status=True),
+    Kind("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        namespaced=False,
+    ),
+)
+
+
+async def until(check: Callable[[], Any], what: str, seconds: float = 180.0) -> Any:
+    """Wait for ``check`` to be truthy: a generous bound for a loaded 2-core machine."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        found = check()
+        if found:
+            return found
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up after {seconds:.0f} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@dataclasses.dataclass
+class Cluster:
+    emulator: Emulator
+    url: str
+    api: httpx.AsyncClient
+    net: network.Network
+    node: kubelet.Kubelet
+    proxy: services.ServiceProxy
+    registry: operator_support.Registry
+    model: ScriptedModel
+
+    # -- objects -------------------------------------------------------------------------
+
+    def kind(self, api_version: str, kind: str) -> Kind:
+        group, _, version = api_version.rpartition("/")
+        for found in self.emulator.store.kinds.values():
+            if (found.group, found.version, found.kind) == (group, version, kind):
+                return found
+        raise KeyError(f"the emulator serves no {api_version} {kind}")
+
+    def path(self, body: Mapping[str, Any], name: str = "") -> str:
+        kind = self.kind(body["apiVersion"], body["kind"])
+        base = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+        if kind.namespaced:
+            base += f"/namespaces/{body['metadata'].get('namespace', 'default')}"
+        return f"{base}/{kind.plural}" + (f"/{name}" if name else "")
+
+    async def apply(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        answer = await self.api.post(self.path(body), json=body)
+        assert answer.status_code == 201, f"creating {body['kind']}: {answer.text}"
+        return dict(answer.json())
+
+    def read(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.emulator.read(plural, namespace, name)
+        except ApiError:
+            return None
+
+    def run(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.read("evaluationruns.agenthealth.dev", namespace, name) or {}
+
+    def pods(self, namespace: str = "default", **labels: str) -> list[dict[str, Any]]:
+        kind = self.emulator.store.kinds[("", "pods")]
+        return [
+            p
+            for p in self.emulator.store.list(kind, namespace, lambda _l: True)
+            if all(p["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())
+        ]
+
+    async def secret(self, namespace: str, name: str, **data: str) -> None:
+        encoded = {
+            k.replace("_", "-"): base64.b64encode(v.encode()).decode() for k, v in data.items()
+        }
+        await self.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": encoded,
+            }
+        )
+
+    async def config_map(self, namespace: str, name: str, files: Mapping[str, str]) -> None:
+        await self.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": dict(files),
+            }
+        )
+
+    # -- the chart -------------------------------------------------------------------------
+
+    def chart_overrides(self) -> list[str]:
+        """What a cluster without internet or kube-prometheus-stack changes in the kind
+        values: the judge model's URL, and no ServiceMonitor/PrometheusRule (their CRDs come
+        with kube-prometheus-stack; README says to leave them off without it)."""
+        return [
+            f"judge.baseUrl={self.model.url}",
+            "serviceMonitor.enabled=false",
+            "prometheusRule.enabled=false",
+        ]
+
+    async def install(self, *more: str) -> list[dict[str, Any]]:
+        """``helm install evals charts/agent-health -n agent-health -f ci/kind-values.yaml``."""
+        sets = [arg for s in [*self.chart_overrides(), *more] for arg in ("--set", s)]
+        documents = await asyncio.to_thread(
+            ship_support.render,
+            ship_support.helm(),
+            "kind",
+            "--include-crds",
+            *sets,
+        )
+        crds = [d for d in documents if d["kind"] == "CustomResourceDefinition"]
+        for body in [*crds, *(d for d in documents if d not in crds)]:
+            body = dict(body)
+            if self.kind(body["apiVersion"], body["kind"]).namespaced:
+                body["metadata"] = {"namespace": NAMESPACE, **body["metadata"]}
+            await self.apply(body)
+        return documents
+
+    def operator_pod(self) -> dict[str, Any] | None:
+        found = self.pods(NAMESPACE, **{"app.kubernetes.io/component": "operator"})
+        live = [p for p in found if (p.get("status") or {}).get("phase") == "Running"]
+        return live[-1] if live else None
+
+    def operator_ready(self) -> bool:
+        pod = self.operator_pod()
+        conditions = {
+            c["type"]: c["status"] for c in (pod or {}).get("status", {}).get("conditions", [])
+        }
+        return conditions.get("Ready") == "True"
+
+    # -- reading what cells recorded -----------------------------------------------------
+
+    def ledger_key(self, run: str, namespace: str = "default") -> bytes:
+        secret = self.read("secrets", namespace, f"{run}-ledger-key")
+        assert secret is not None, f"run {run} has no ledger key Secret"
+        return base64.b64decode(secret["data"]["key"])
+
+    async def ledger(self, url: str, cell: str, key: bytes) -> list[records.Record]:
+        """A cell's records, their HMAC chain verified with ``key``."""
+        options = store.Options(kube_api_url=self.url, kube_token="test")
+        backend = backends.from_url(url, options)
+        try:
+            lines = await backend.read(cell)
+        finally:
+            await backend.close()
+        verified = chain.verify(lines, key)
+        assert verified.ok, f"ledger cell {cell}: {verified.problem}"
+        return [records.parse_line(line) for line in lines]
+
+
+@contextlib.asynccontextmanager
+async def cluster(root: Path) -> AsyncIterator[Cluster]:
+    """The cluster, up and empty (namespaces, the API's Service, the CA); torn down after."""
+    async with contextlib.AsyncExitStack() as stack:
+        net = await stack.enter_async_context(network.Network.open())
+        emulator, url = await stack.enter_async_context(serve())
+        api = await stack.enter_async_context(
+            httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer kubelet"}, timeout=60)
+        )
+        for kind in EXTRA_KINDS:
+            emulator.serve(kind)
+        answer = await api.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=controllers.SANDBOX_CRD
+        )
+        answer.raise_for_status()
+        fake = await stack.enter_async_context(
+            operator_support.registry_server(net.node_ip, int(REGISTRY.split(":")[1]))
+        )
+        model = await ScriptedModel.start(
+            "openai", host=net.node_ip, default=Answer(True, 0.9, "fine")
+        )
+        stack.push_async_callback(model.close)
+        host, _, port = url.removeprefix("http://").partition(":")
+        proxy = services.ServiceProxy(
+            emulator,
+            api,
+            allocate=net.service_ip,
+            api_server=(host, int(port)),
+            extra_hosts={REGISTRY.split(":")[0]: net.node_ip},
+        )
+        puller = images.Puller(
+            images.catalog(), hosts={"kind-registry": net.node_ip}, insecure=frozenset({REGISTRY})
+        )
+        node = kubelet.Kubelet(emulator, api, net, puller, proxy, root)
+        emulator.logs = node.log
+        found = Cluster(emulator, url, api, net, node, proxy, fake, model)
+        tasks = [
+            asyncio.ensure_future(proxy.run()),
+            asyncio.ensure_future(node.run()),
+            asyncio.ensure_future(controllers.Deployments(emulator, api).run()),
+            asyncio.ensure_future(controllers.Sandboxes(emulator, api).run()),
+        ]
+        try:
+            await found.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": "kubernetes", "namespace": "default"},
+                    "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 6443}]},
+                }
+            )
+            await proxy.wait_for("default", "kubernetes")
+            # (Namespace objects cannot be created on the emulator, nor are they needed.)
+            for namespace in ("default", NAMESPACE, "kube-system"):
+                await found.config_map(namespace, "kube-root-ca.crt", {"ca.crt": proxy.ca_pem()})
+            yield found
+        finally:
+            await node.close()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+def example(registry: str = REGISTRY, **changes: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``examples/run.yaml`` with the images the README's kind steps push."""
+    runspec, run = yaml.safe_load_all(operator_support.EXAMPLE.read_text())
+    spec = runspec["spec"]
+    spec["target"]["image"] = f"{registry}/agent-health/triage-agent:dev"
+    spec["peers"][0]["image"] = f"{registry}/agent-health/log-server:dev"
+    spec |= changes
+    return runspec, run
+
+
+def dump(cluster: Cluster) -> str:
+    """What to print when a case fails: runs, pods and their last log lines."""
+    lines = []
+    for plural in ("evaluationruns.agenthealth.dev", "runspecs.agenthealth.dev"):
+        group_plural, _, group = plural.partition(".")
+        kind = cluster.emulator.store.kinds[(group, group_plural)]
+        for body in cluster.emulator.store.list(kind, None, lambda _l: True):
+            lines.append(
+                f"{body['kind']} {body['metadata']['name']}: {json.dumps(body.get('status'))}"
+            )
+    for pod in cluster.node.pods.values():
+        lines.append(f"pod {pod.namespace}/{pod.name}: {pod.phase}")
+        for c in pod.containers.values():
+            lines.append(f"  {c.name}: restarts {c.restarts} {json.dumps(c.state)}")
+            if c.runs:
+                tail = c.runs[-1].log.read_text(errors="replace")[-1500:]
+                lines.append("    " + tail.replace("\n", "\n    "))
+    return "\n".join(lines)

@@ -1,0 +1,18 @@
+"""A Kubernetes node for end-to-end tests: a kubelet that runs every container of every pod
+as a real process, and the controllers a cluster would run beside the operator.
+
+* :mod:`node.network` — the node's bridge, one network namespace per pod, Service IPs;
+* :mod:`node.services` — the service proxy (kube-proxy's userspace mode) and the API
+  server's TLS front (the ``kubernetes`` Service);
+* :mod:`node.images` — images as commands, pulled (by digest) from a registry stand-in;
+* :mod:`node.volumes` — emptyDir, Secret, ConfigMap, projected and downward-API volumes
+  with the pod's ``fsGroup``;
+* :mod:`node.launcher` — the container runtime's last step, run as a program: mounts,
+  root filesystem, user, then ``exec``;
+* :mod:`node.containers` — one container's process: start, signals, exit, termination
+  message, logs;
+* :mod:`node.kubelet` — the pod lifecycle: images, network, volumes, env, native-sidecar
+  order, probes, restarts, deadlines, deletion, and the status it reports;
+* :mod:`node.controllers` — stand-ins for the Deployment controller and the Agent Sandbox
+  controller.
+"""

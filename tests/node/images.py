@@ -1,0 +1,216 @@
+"""Images as the node runs them: read from the project's Dockerfiles, pulled from a registry.
+
+No image is built. An image's *config* (entrypoint, cmd, env, working directory, user) is
+read from the final stage of its Dockerfile under ``images/`` (``images/<name>/Dockerfile``,
+or the stage ``AS <name>`` of a multi-target ``images/Dockerfile``), and its *files* are
+this host's root filesystem with what the Dockerfile copies bound in place: the builder
+stage's venv (``COPY --from=builder /opt/venv /opt/venv``) is this test run's venv, a
+``COPY`` from the build context is that folder of the repository (``examples/agents/`` at
+``/app/``). So a pod runs exactly the command line the cluster would, on this checkout's
+code.
+
+An image reference is matched to an image by the last part of its repository
+(``kind-registry:5000/agent-health/controller@sha256:...`` is ``controller``). Pulling asks
+the registry for the manifest (``HEAD /v2/<name>/manifests/<ref>``) and, for a reference
+pinned by digest, checks that the registry serves exactly that digest, as a runtime does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+from agent_health.cluster.registry import registry
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "images"
+VENV = Path(sys.prefix)
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_FROM = re.compile(r"^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
+_VENV = re.compile(r"\bvenv\s+(\S+)")
+
+
+class PullError(Exception):
+    """The image cannot be pulled; ``reason`` is the kubelet's waiting reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+@dataclasses.dataclass
+class Image:
+    """What a container runtime needs from an image."""
+
+    name: str
+    entrypoint: list[str] = dataclasses.field(default_factory=list)
+    cmd: list[str] = dataclasses.field(default_factory=list)
+    env: dict[str, str] = dataclasses.field(default_factory=lambda: {"PATH": BASE_PATH})
+    workdir: str = "/"
+    user: tuple[int, int] = (0, 0)
+    binds: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Path in the image → host path bound there."""
+    venvs: list[str] = dataclasses.field(default_factory=list)
+    """Venvs a RUN of this stage creates (a later COPY --from takes them)."""
+
+    def derived(self, name: str) -> Image:
+        return dataclasses.replace(
+            self,
+            name=name,
+            entrypoint=list(self.entrypoint),
+            cmd=list(self.cmd),
+            env=dict(self.env),
+            binds=dict(self.binds),
+            venvs=list(self.venvs),
+        )
+
+
+def catalog(images: Path = IMAGES) -> dict[str, Image]:
+    """Every image the project builds, by name (``operator``, ``controller``, ...)."""
+    found: dict[str, Image] = {}
+    multi = images / "Dockerfile"
+    if multi.exists():
+        stages = _stages(multi.read_text())
+        found.update({name: image for name, image in stages.items() if image.entrypoint})
+    for dockerfile in sorted(images.glob("*/Dockerfile")):
+        stages = _stages(dockerfile.read_text())
+        final = stages[_last_stage(dockerfile.read_text())]
+        found[dockerfile.parent.name] = final.derived(dockerfile.parent.name)
+    return found
+
+
+def image_name(reference: str) -> str:
+    """The image a reference names: the last part of its repository."""
+    return registry.parse(reference).repository.rsplit("/", 1)[-1]
+
+
+@dataclasses.dataclass
+class Puller:
+    """Pulls through a registry stand-in; ``hosts`` maps registry host names to addresses."""
+
+    images: Mapping[str, Image]
+    hosts: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    insecure: frozenset[str] = frozenset()
+
+    async def pull(self, reference: str, policy: str) -> tuple[Image, str]:
+        """The image and its ``imageID`` (``name@sha256:...``), or a :class:`PullError`."""
+        name = image_name(reference)
+        image = self.images.get(name)
+        if policy == "Never":
+            if image is None:
+                raise PullError("ErrImageNeverPull", f"image {reference} is not on the node")
+            return image, reference
+        ref = registry.parse(reference)
+        host = ref.registry
+        hostname, _, port = host.partition(":")
+        address = f"{self.hosts.get(hostname, hostname)}{':' + port if port else ''}"
+        scheme = "http" if host in self.insecure else "https"
+        wanted = ref.digest or ref.tag or "latest"
+        url = f"{scheme}://{address}/v2/{ref.repository}/manifests/{wanted}"
+        try:
+            async with httpx.AsyncClient(timeout=10) as client:
+                answer = await client.head(url, headers={"Accept": registry.ACCEPT})
+        except httpx.HTTPError as err:
+            raise PullError("ErrImagePull", f"pulling {reference}: {err!r}") from err
+        if answer.status_code != 200:
+            raise PullError("ErrImagePull", f"pulling {reference}: {answer.status_code}")
+        digest = answer.headers.get("Docker-Content-Digest", "")
+        if ref.digest is not None and digest != ref.digest:
+            raise PullError(
+                "ErrImagePull", f"pulling {reference}: the registry serves {digest or 'no digest'}"
+            )
+        if image is None:
+            raise PullError("ErrImagePull", f"pulling {reference}: no such image in images/")
+        return image, f"{host}/{ref.repository}@{digest}"
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        lines.append(pending + stripped)
+        pending = ""
+    return lines
+
+
+def _last_stage(text: str) -> str:
+    names = [m.group(2) or f"#{i}" for i, m in enumerate(_froms(text))]
+    return names[-1]
+
+
+def _froms(text: str) -> list[re.Match[str]]:
+    return [m for line in _logical_lines(text) if (m := _FROM.match(line))]
+
+
+def _stages(text: str) -> dict[str, Image]:
+    stages: dict[str, Image] = {}
+    current: Image | None = None
+    index = 0
+    for line in _logical_lines(text):
+        instruction, _, rest = line.partition(" ")
+        instruction = instruction.upper()
+        if instruction == "FROM":
+            found = _FROM.match(line)
+            assert found, line
+            base, alias = found.group(1), found.group(2) or f"#{index}"
+            index += 1
+            current = stages[base].derived(alias) if base in stages else Image(alias)
+            stages[alias] = current
+        elif current is None:
+            continue
+        elif instruction == "ENV":
+            current.env.update(_env(rest, current.env))
+        elif instruction == "WORKDIR":
+            current.workdir = rest.strip()
+        elif instruction == "USER":
+            uid, _, gid = rest.strip().partition(":")
+            current.user = (int(uid), int(gid or uid))
+        elif instruction in ("ENTRYPOINT", "CMD"):
+            words = json.loads(rest) if rest.strip().startswith("[") else ["/bin/sh", "-c", rest]
+            if instruction == "ENTRYPOINT":
+                current.entrypoint, current.cmd = words, []
+            else:
+                current.cmd = words
+        elif instruction == "RUN":
+            current.venvs += _VENV.findall(rest)
+        elif instruction == "COPY":
+            _copy(current, shlex.split(rest), stages)
+    return stages
+
+
+def _env(rest: str, before: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for word in shlex.split(rest):
+        key, _, value = word.partition("=")
+        out[key] = re.sub(r"\$\{?(\w+)\}?", lambda m: before.get(m.group(1), ""), value)
+    return out
+
+
+def _copy(image: Image, words: list[str], stages: Mapping[str, Image]) -> None:
+    flags = [w for w in words if w.startswith("--")]
+    paths = [w for w in words if not w.startswith("--")]
+    if len(paths) != 2:
+        return  # several sources: none of the project's images copies that way
+    source, target = paths
+    stage = next((f.split("=", 1)[1] for f in flags if f.startswith("--from=")), None)
+    if stage is not None:
+        if source.rstrip("/") in [v.rstrip("/") for v in stages.get(stage, Image("")).venvs]:
+            image.binds[target.rstrip("/")] = str(VENV)
+        return
+    if not target.startswith("/"):
+        target = f"{image.workdir.rstrip('/')}/{target}"
+    image.binds[target.rstrip("/") or "/"] = str(ROOT / source.rstrip("/"))
