@@ -25,7 +25,7 @@ BIN = Path(sys.executable).parent
 TIMEOUT = 300
 _FENCE = re.compile(r"^(?P<fence>```+|~~~+)\s*(?P<info>.*)$")
 
-PROBE = '''from agent_health import test
+PROBE = """from agent_health import test
 
 
 @test("the documented agent answers")
@@ -33,8 +33,8 @@ async def probe(agent, expect):
     result = await agent.run("Why is the payment service failing?")
     expect(result.output).to_be_truthy()
     expect(len(result.trajectory)).to_be_greater_than(0)
-'''
-AGENT_CONFIG = '''from agent_health import define_config
+"""
+AGENT_CONFIG = """from agent_health import define_config
 
 config = define_config(
     agents={
@@ -45,7 +45,7 @@ config = define_config(
         }
     }
 )
-'''
+"""
 
 
 @dataclass(frozen=True)
