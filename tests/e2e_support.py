@@ -278,21 +278,31 @@ def example(registry: str = REGISTRY, **changes: Any) -> tuple[dict[str, Any], d
     return runspec, run
 
 
-def dump(cluster: Cluster) -> str:
-    """What to print when a case fails: runs, pods and their last log lines."""
+def dump(cluster: Cluster, run: str | None = None) -> str:
+    """What to print when a case fails: the runs, and the pods (of ``run``) with the tail of
+    each container's log."""
     lines = []
-    for plural in ("evaluationruns.agenthealth.dev", "runspecs.agenthealth.dev"):
-        group_plural, _, group = plural.partition(".")
-        kind = cluster.emulator.store.kinds[(group, group_plural)]
-        for body in cluster.emulator.store.list(kind, None, lambda _l: True):
-            lines.append(
-                f"{body['kind']} {body['metadata']['name']}: {json.dumps(body.get('status'))}"
-            )
+    kind = cluster.emulator.store.kinds[("agenthealth.dev", "evaluationruns")]
+    for body in cluster.emulator.store.list(kind, None, lambda _l: True):
+        if run is not None and body["metadata"]["name"] != run:
+            continue
+        status = body.get("status") or {}
+        conditions = [
+            f"{c['type']}={c['status']} ({c.get('reason')}: {c.get('message', '')[:200]})"
+            for c in status.get("conditions") or []
+        ]
+        lines.append(f"EvaluationRun {body['metadata']['name']}: {status.get('phase')} "
+                     f"{json.dumps(status.get('counts'))}")  # fmt: skip
+        lines += [f"  {c}" for c in conditions]
+        lines += [f"  test {json.dumps(t)}" for t in status.get("tests") or [] if t.get("error")]
     for pod in cluster.node.pods.values():
+        labels = pod.body["metadata"].get("labels") or {}
+        if run is not None and labels.get("agenthealth.dev/run") != run:
+            continue
         lines.append(f"pod {pod.namespace}/{pod.name}: {pod.phase}")
         for c in pod.containers.values():
-            lines.append(f"  {c.name}: restarts {c.restarts} {json.dumps(c.state)}")
+            lines.append(f"  {c.name}: restarts {c.restarts} {json.dumps(c.state)[:300]}")
             if c.runs:
-                tail = c.runs[-1].log.read_text(errors="replace")[-1500:]
+                tail = c.runs[-1].log.read_text(errors="replace")[-600:]
                 lines.append("    " + tail.replace("\n", "\n    "))
     return "\n".join(lines)

@@ -135,7 +135,11 @@ class Cluster:
         spec = runspec["spec"]
         for part in (spec["target"], *spec["peers"]):
             part["image"] = part["image"].replace("ghcr.io", self.registry.host)
-        spec["isolation"] = {"mode": isolation} if isolation == "pod" else spec["isolation"]
+        spec["isolation"] = (
+            {"mode": isolation}
+            if isolation == "pod"
+            else {"mode": isolation, "runtimeClassName": "gvisor"}
+        )
         if ledger is not None:
             spec["ledger"] = {"url": ledger}
         return [runspec, run]

@@ -4,6 +4,7 @@ secrets mounted only where they belong, stable names, every image by digest."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterator
@@ -51,6 +52,9 @@ SETTINGS = manifests.Settings(
     ledger_credentials_secret="ledger-s3",
     image_pull_secrets=("regcred",),
 )
+
+
+SANDBOXED = {"mode": "agentSandbox", "runtimeClassName": "gvisor"}
 
 
 def _runspec(**spec: Any) -> runspec.RunSpec:
@@ -257,7 +261,7 @@ SANDBOX_SCHEMA = {
 
 
 def test_a_sandboxed_cell_matches_the_agent_sandbox_crd_and_embeds_a_valid_pod() -> None:
-    spec = _runspec()
+    spec = _runspec(isolation=SANDBOXED)
     assert spec.spec.isolation.mode == "agentSandbox"
     box = cellpod.cell(
         _run(), spec, test_id=TEST_ID, repeat=1, digests=_digests(spec), settings=SETTINGS
@@ -283,6 +287,24 @@ def test_a_pod_isolated_cell_is_the_pod_itself() -> None:
     )
     assert made == _pod(spec=spec)
     assert "runtimeClassName" not in made["spec"]
+
+
+def test_a_sandboxed_cell_takes_the_operators_runtime_class_when_its_runspec_names_none() -> None:
+    spec = _runspec(isolation={"mode": "agentSandbox"})
+    chosen = dataclasses.replace(SETTINGS, sandbox_runtime_class="kata")
+    box = cellpod.cell(
+        _run(), spec, test_id=TEST_ID, repeat=0, digests=_digests(spec), settings=chosen
+    )
+    assert box["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "kata"
+    named = _runspec(isolation=SANDBOXED)  # names gvisor: the RunSpec wins
+    box = cellpod.cell(
+        _run(), named, test_id=TEST_ID, repeat=0, digests=_digests(named), settings=chosen
+    )
+    assert box["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "gvisor"
+    plain = cellpod.cell(
+        _run(), spec, test_id=TEST_ID, repeat=0, digests=_digests(spec), settings=SETTINGS
+    )
+    assert "runtimeClassName" not in plain["spec"]["podTemplate"]["spec"]
 
 
 def test_sandbox_wrapping_leaves_the_pod_untouched() -> None:

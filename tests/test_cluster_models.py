@@ -91,7 +91,7 @@ def _no_suite_source(body: dict[str, Any]) -> None:
 
 
 def _runtime_class_without_sandbox(body: dict[str, Any]) -> None:
-    body["spec"]["isolation"]["mode"] = "pod"
+    body["spec"]["isolation"] = {"mode": "pod", "runtimeClassName": "gvisor"}
 
 
 def _http_target_without_port(body: dict[str, Any]) -> None:

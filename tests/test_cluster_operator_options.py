@@ -123,3 +123,14 @@ def test_every_flag_reads_its_environment_variable() -> None:
             flag.kind, f"from-{flag.env.lower()}"
         )
         assert value == expected, flag.name
+
+
+def test_sandboxes_and_their_runtime_class_come_from_the_charts_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert parse([], monkeypatch).sandbox_runtime_class is None
+    chosen = parse(
+        [], monkeypatch, AGENT_HEALTH_SANDBOXES="1", AGENT_HEALTH_SANDBOX_RUNTIME_CLASS="gvisor"
+    )
+    assert chosen.sandboxes is True
+    assert chosen.sandbox_runtime_class == "gvisor"

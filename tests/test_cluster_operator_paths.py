@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import pwd
 from typing import Any
 
 import pytest
@@ -132,3 +133,19 @@ async def test_an_evicted_cell_is_retried_per_policy_and_a_tampered_ledger_is_er
             )
         }
         assert {"LedgerTampered", "CellInfraFailure"} <= reasons
+
+
+async def test_the_operator_starts_as_a_uid_without_a_user_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The images run as uid 65532, which has no passwd entry; kopf's default identity asks
+    the password database for the user name and would crash the operator at start."""
+
+    def no_entry(uid: int) -> Any:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME", "POD_ID"):
+        monkeypatch.delenv(name, raising=False)
+    async with cluster() as k8s, k8s.operator() as op:
+        assert op.ports["health"] > 0

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from agent_health import judging
 from agent_health.judging import errors, remote, service
@@ -93,6 +94,47 @@ async def test_custom_evaluators_run_in_the_cell_with_the_service_model(
 
 
 async def test_service_down_is_a_provider_error() -> None:
-    async with remote.remote_backend("http://127.0.0.1:9", TOKEN) as cell:
-        with pytest.raises(errors.ProviderError, match="unreachable"):
+    async with remote.remote_backend("http://127.0.0.1:9", TOKEN, patience=0.5) as cell:
+        with pytest.raises(errors.ProviderError, match=r"unreachable.*gave up after 0.5 s"):
             await cell(judge_request())
+
+
+async def test_a_call_waits_out_a_judge_service_that_is_restarting(
+    judge_service: str, model: ScriptedModel
+) -> None:
+    """The cell's gateway answers 502 while the operator (and its judge service) is down;
+    the call goes on once it is back, instead of erroring the cell."""
+    answers = [502, 503]
+
+    async def front(request: web.Request) -> web.StreamResponse:
+        if answers:
+            return web.Response(status=answers.pop(0), text="bad gateway")
+        async with httpx.AsyncClient() as client:
+            upstream = await client.post(
+                judge_service + request.path, content=await request.read(),
+                headers={"Authorization": request.headers["Authorization"]},
+            )  # fmt: skip
+        return web.Response(status=upstream.status_code, body=upstream.content,
+                            content_type="application/json")  # fmt: skip
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", front)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with remote.remote_backend(url, TOKEN, patience=60) as cell:
+            verdict = await cell(judge_request())
+    finally:
+        await runner.cleanup()
+    assert answers == []
+    assert verdict.passed is True
+    assert len(model.requests) == 1
+
+
+async def test_other_failures_are_not_waited_for(judge_service: str) -> None:
+    async with remote.remote_backend(judge_service, "not-a-live-cell", patience=60) as cell:
+        with pytest.raises(errors.ProviderError, match="HTTP 40") as refused:
+            await cell(judge_request())
+    assert "gave up" not in str(refused.value)

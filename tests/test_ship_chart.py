@@ -292,6 +292,9 @@ def test_the_gke_scenario_uses_workload_identity_gvisor_and_digests(helm: Path) 
     for noted in accounts.values():  # the operator reads, the gateway writes the ledger
         assert noted["iam.gke.io/gcp-service-account"].endswith(".iam.gserviceaccount.com")
     assert _env(documents)["AGENT_HEALTH_SANDBOX_RUNTIME_CLASS"] == "gvisor"
+    # The operator watches Sandboxes here; elsewhere it does not (no agent-sandbox CRDs).
+    assert _env(documents)["AGENT_HEALTH_SANDBOXES"] == "1"
+    assert "AGENT_HEALTH_SANDBOXES" not in _env(render(helm, "kind"))
     args = _args(documents)
     assert re.fullmatch(r".+/controller@sha256:[0-9a-f]{64}", args["controller-image"])
     assert args["ledger-url"].startswith("gs://")

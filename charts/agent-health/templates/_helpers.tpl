@@ -102,8 +102,8 @@ judge.cache.volume is persistentVolumeClaim (an existing claim, or the one the c
 
 {{/*
 agent-health.operatorEnv: the operator container's environment: the judge settings
-(AGENT_HEALTH_JUDGE_*, the API key from its Secret), insecure registries, the sandbox
-RuntimeClass and operator.extraEnv. Empty when none is set.
+(AGENT_HEALTH_JUDGE_*, the API key from its Secret), insecure registries, Agent Sandbox
+watching and RuntimeClass, and operator.extraEnv. Empty when none is set.
 */}}
 {{- define "agent-health.operatorEnv" -}}
 {{- with .Values.judge.provider }}
@@ -130,6 +130,10 @@ RuntimeClass and operator.extraEnv. Empty when none is set.
 {{- with .Values.operator.insecureRegistries }}
 - name: AGENT_HEALTH_INSECURE_REGISTRIES
   value: {{ join "," . | quote }}
+{{- end }}
+{{- if .Values.sandbox.enabled }}
+- name: AGENT_HEALTH_SANDBOXES
+  value: "1"
 {{- end }}
 {{- with .Values.sandbox.runtimeClassName }}
 - name: AGENT_HEALTH_SANDBOX_RUNTIME_CLASS

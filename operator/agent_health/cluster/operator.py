@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -104,6 +105,7 @@ async def serve(
             image_pull_secrets=options.image_pull_secrets,
             gateway_service_account=options.gateway_service_account,
             ledger_credentials_secret=options.ledger_credentials_secret,
+            sandbox_runtime_class=options.sandbox_runtime_class,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())
@@ -136,10 +138,18 @@ async def serve(
                 standalone=True,
                 stop_flag=stop,
                 ready_flag=ready,
+                identity=_identity(environ),
             )
         finally:
             stop.set()
             await flushing
+
+
+def _identity(environ: Mapping[str, str]) -> Any:
+    """kopf's peer identity, given so kopf never derives one: its default asks the password
+    database for the user name, and the images' uid 65532 has no entry there (the operator
+    would crash at start). A standalone operator never peers; any unique name will do."""
+    return f"agent-health@{environ.get('POD_ID') or socket.gethostname()}/{os.getpid()}"
 
 
 @dataclasses.dataclass

@@ -55,6 +55,7 @@ class Options:
     image_pull_secrets: tuple[str, ...] = ()
     insecure_registries: tuple[str, ...] = ()
     sandboxes: bool = False
+    sandbox_runtime_class: str | None = None
     gateway_service_account: str | None = None
     ledger_credentials_secret: str | None = None
     network_policy: bool = False
@@ -116,6 +117,9 @@ FLAGS = (
     _Flag("--sandboxes", "AGENT_HEALTH_SANDBOXES", "also watch Agent Sandboxes "
           "(agents.x-k8s.io; the CRD must be installed); the variable is on when 1",
           kind="switch"),
+    _Flag("--sandbox-runtime-class", "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS", "the RuntimeClass "
+          "of sandboxed cells whose RunSpec names none (e.g. gvisor); unset: the RunSpec "
+          "decides", metavar="NAME"),
     _Flag("--gateway-service-account", "AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT", "the "
           "ServiceAccount cells run as; its token is projected into the gateway container "
           "only, which writes the ledger; unset: the namespace's default, no token",
@@ -184,6 +188,7 @@ def from_args(args: argparse.Namespace) -> Options:
         image_pull_secrets=tuple(args.image_pull_secret),
         insecure_registries=tuple(args.insecure_registry),
         sandboxes=args.sandboxes,
+        sandbox_runtime_class=args.sandbox_runtime_class or None,
         gateway_service_account=args.gateway_service_account or None,
         ledger_credentials_secret=args.ledger_credentials_secret or None,
         network_policy=args.network_policy,

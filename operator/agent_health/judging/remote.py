@@ -13,6 +13,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from agent_health.judging import chat, dispatch, errors, wire
 from agent_health.sdk.config import JudgeConfig
@@ -20,6 +27,15 @@ from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import Verdict
 
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)  # the service retries providers itself
+RESTART_PATIENCE = 120.0
+"""How long a call waits out an unavailable judge service (refused, or the cell gateway's
+502/503/504): the service lives in the operator, and a one-replica operator that restarts
+(a crash, an upgrade) is away for seconds to a minute. Other failures are not retried."""
+UNAVAILABLE = frozenset({502, 503, 504})
+
+
+class _Unavailable(Exception):
+    """The judge service is away for now (retried within :data:`RESTART_PATIENCE`)."""
 
 
 class RemoteProvider:
@@ -27,12 +43,15 @@ class RemoteProvider:
 
     name = "remote"
 
-    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, patience: float = RESTART_PATIENCE
+    ) -> None:
         self._client = client
         self._url = url.rstrip("/") + "/api/judge/chat"
+        self._patience = patience
 
     async def __call__(self, request: chat.ChatRequest) -> chat.Completion:
-        data = await _post(self._client, self._url, wire.chat_to_json(request))
+        data = await _post(self._client, self._url, wire.chat_to_json(request), self._patience)
         return wire.completion_from_json(data)
 
 
@@ -46,15 +65,17 @@ class RemoteJudging:
         *,
         model: str | None = None,
         evaluators: Mapping[str, Callable[..., Any]] | None = None,
+        patience: float = RESTART_PATIENCE,
     ) -> None:
         self._client = client
         self._url = url.rstrip("/") + "/api/judge"
         self._model = model
+        self._patience = patience
         local_judge = JudgeConfig(model=model) if model else None
         # Custom evaluators run here; their llm helper reaches the service's model.
         self._local = dispatch.Judging(
             judge=local_judge,
-            provider=RemoteProvider(client, url) if model else None,
+            provider=RemoteProvider(client, url, patience) if model else None,
             custom=evaluators,
         )
 
@@ -65,15 +86,47 @@ class RemoteJudging:
         if call.model is None and self._model is not None:
             call = call.model_copy(update={"model": self._model})  # the RunSpec's judge model
         payload = call.model_dump(mode="json", by_alias=True)
-        data = await _post(self._client, self._url, payload)
+        data = await _post(self._client, self._url, payload, self._patience)
         return Verdict.model_validate(data)
 
 
-async def _post(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> dict[str, Any]:
+async def _send(
+    client: httpx.AsyncClient, url: str, payload: dict[str, Any], patience: float
+) -> httpx.Response:
+    """POST, waiting out an unavailable service for up to ``patience`` seconds."""
+
+    async def once() -> httpx.Response:
+        try:
+            response = await client.post(url, json=payload)
+        except (httpx.ConnectError, httpx.RemoteProtocolError) as err:
+            raise _Unavailable(f"unreachable: {err!r}") from err
+        if response.status_code in UNAVAILABLE:
+            raise _Unavailable(f"HTTP {response.status_code}: {response.text[:200]}")
+        return response
+
+    retrying = AsyncRetrying(
+        stop=stop_after_delay(patience),
+        wait=wait_exponential(multiplier=0.5, max=10),
+        retry=retry_if_exception_type(_Unavailable),
+    )
     try:
-        response = await client.post(url, json=payload)
+        async for attempt in retrying:
+            with attempt:
+                return await once()
+    except RetryError as err:
+        last = err.last_attempt.exception()
+        raise errors.ProviderError(
+            f"judge service at {url} {last} (gave up after {patience:g} s)"
+        ) from last
     except httpx.HTTPError as err:
-        raise errors.ProviderError(f"judge service at {url} unreachable: {err}") from err
+        raise errors.ProviderError(f"judge service at {url} unreachable: {err!r}") from err
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _post(
+    client: httpx.AsyncClient, url: str, payload: dict[str, Any], patience: float
+) -> dict[str, Any]:
+    response = await _send(client, url, payload, patience)
     try:
         body = response.json()
     except ValueError:
@@ -98,12 +151,14 @@ async def remote_backend(
     model: str | None = None,
     evaluators: Mapping[str, Callable[..., Any]] | None = None,
     headers: Mapping[str, str] | None = None,
+    patience: float = RESTART_PATIENCE,
 ) -> AsyncIterator[RemoteJudging]:
     """The judge backend of a cell: the service at ``url``, presenting ``token``.
 
     ``headers`` go on every call too (a cell adds its gateway token header, so the gateway
-    records the call as the controller's).
+    records the call as the controller's). A call waits up to ``patience`` seconds for a
+    service that is away (an operator restarting), then the verdict is errored.
     """
     headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
     async with httpx.AsyncClient(timeout=TIMEOUT, headers=headers) as client:
-        yield RemoteJudging(client, url, model=model, evaluators=evaluators)
+        yield RemoteJudging(client, url, model=model, evaluators=evaluators, patience=patience)

@@ -240,7 +240,8 @@ def cell(
     )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":
-        return sandbox.sandbox(pod, runtime_class_name=isolation.runtime_class_name)
+        runtime_class = isolation.runtime_class_name or settings.sandbox_runtime_class
+        return sandbox.sandbox(pod, runtime_class_name=runtime_class)
     return pod
 
 

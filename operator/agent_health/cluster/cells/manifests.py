@@ -88,6 +88,8 @@ class Settings:
     """The ledger for RunSpecs that name none."""
     gateway_service_account: str | None = None
     ledger_credentials_secret: str | None = None
+    sandbox_runtime_class: str | None = None
+    """The RuntimeClass of sandboxed cells whose RunSpec names none."""
     image_pull_secrets: tuple[str, ...] = ()
     run_as_user: int = 65532
     run_as_group: int = 65532

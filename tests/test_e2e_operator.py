@@ -1,0 +1,340 @@
+"""The operator, black-box, the way a cluster runs it (issue "The operator, run after run").
+
+The chart (``ci/kind-values.yaml``) is installed into the API emulator and the real
+``agent-health operator`` runs as its Deployment's pod; every container of every pod the
+operator creates (discovery, gateway, peer, target, controller) runs as a real process in
+the pod's own network namespace, with its env, volumes and native-sidecar order (see
+``tests/node/``). One cluster and one operator serve every case of this module; each case
+has RunSpecs and runs of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import signal
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import e2e_support as e2e
+import pytest
+import pytest_asyncio
+from agent_health.ledger import records
+from node import network
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.skipif(network.available() is not None, reason=str(network.available())),
+    pytest.mark.timeout(600),
+]
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "01-quickstart" / "test_triage.py"
+CELL_LABELS = {"agenthealth.dev/component": "cell"}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def k8s(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[e2e.Cluster]:
+    """The cluster with the chart installed and the operator ready; the example's Secrets
+    and suite ConfigMap in ``default`` (README, "Run on a cluster")."""
+    async with e2e.cluster(tmp_path_factory.mktemp("node")) as cluster:
+        try:
+            await cluster.secret(e2e.NAMESPACE, "judge-credentials", api_key=e2e.JUDGE_KEY)
+            await cluster.secret("default", "judge-credentials", api_key=e2e.RUNSPEC_JUDGE_KEY)
+            await cluster.secret("default", "triage-agent-llm", api_key="unused")
+            await cluster.config_map(
+                "default", "triage-suite", {"test_triage.py": QUICKSTART.read_text()}
+            )
+            # The one change to the kind values beyond the cluster's own (see Cluster.install):
+            # Agent Sandbox is installed here, so the operator watches Sandboxes.
+            await cluster.install("sandbox.enabled=true")
+            await e2e.until(cluster.operator_ready, "the operator to be ready")
+            yield cluster
+        except BaseException:
+            print(e2e.dump(cluster, run=""))
+            raise
+
+
+def runspec_of(
+    name: str, model_url: str, *, suite: str = "triage-suite", **spec: Any
+) -> dict[str, Any]:
+    """The example RunSpec, renamed, its judge pointed at the test's model."""
+    runspec, _ = e2e.example()
+    runspec = copy.deepcopy(runspec)
+    runspec["metadata"]["name"] = name
+    runspec["spec"]["suite"] = {"configMap": {"name": suite}}
+    runspec["spec"]["judge"]["baseUrl"] = model_url
+    runspec["spec"]["ledger"] = {"url": f"configmap://default/{name}-ledger"}
+    runspec["spec"]["isolation"] = {"mode": "pod"}
+    runspec["spec"] |= spec
+    return runspec
+
+
+def run_of(name: str, runspec: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "agenthealth.dev/v1alpha1",
+        "kind": "EvaluationRun",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"runSpecRef": {"name": runspec}, **spec},
+    }
+
+
+def phase(k8s: e2e.Cluster, run: str) -> str | None:
+    return k8s.run(run).get("status", {}).get("phase")
+
+
+async def finished(k8s: e2e.Cluster, run: str, seconds: float = 240) -> dict[str, Any]:
+    """The run once it is in a terminal phase."""
+    try:
+        await e2e.until(
+            lambda: phase(k8s, run) in ("Succeeded", "Failed"), f"run {run} to end", seconds
+        )
+    except AssertionError:
+        print(e2e.dump(k8s, run))
+        raise
+    return k8s.run(run)
+
+
+def cells_of(k8s: e2e.Cluster, run: str) -> list[dict[str, Any]]:
+    return k8s.pods("default", **CELL_LABELS, **{"agenthealth.dev/run": run})
+
+
+# -- a run with a peer the agent really calls through the gateway ---------------------------
+
+
+async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway(
+    k8s: e2e.Cluster,
+) -> None:
+    await k8s.apply(runspec_of("peer", k8s.model.url))
+    await k8s.apply(run_of("peer-1", "peer", repeats=2, parallelism=2,
+                           selection={"grep": "payment"}))  # fmt: skip
+    done = await finished(k8s, "peer-1")
+    status = done["status"]
+    assert status["phase"] == "Succeeded", e2e.dump(k8s, "peer-1")
+    assert status["counts"]["passed"] == 2, status
+    cells = cells_of(k8s, "peer-1")
+    assert len(cells) == 2
+    key = k8s.ledger_key("peer-1")
+    for pod in cells:
+        spec = pod["spec"]
+        images = [c["image"] for c in [*spec["initContainers"], *spec["containers"]]]
+        assert all("@sha256:" in image for image in images), images
+        ledger = await k8s.ledger("configmap://default/peer-ledger", pod["metadata"]["name"], key)
+        calls = {
+            (r.principal, r.upstream, r.path.split("?")[0])
+            for r in ledger
+            if isinstance(r, records.Exchange)
+        }
+        assert ("target", "peer:logs", "/search_logs") in calls, calls
+        assert ("target", "peer:logs", "/service_status") in calls, calls
+        assert ("controller", "target", "/run") in calls, calls
+        assert ("controller", "judge", "/api/judge") in calls, calls
+    # The judge service answered with the RunSpec's own model and key.
+    keys = {r.headers.get("Authorization") for r in k8s.model.requests}
+    assert keys == {f"Bearer {e2e.RUNSPEC_JUDGE_KEY}"}, keys
+    # The ledger ConfigMap was written by the cell gateways' ServiceAccount, nobody else.
+    writers = {
+        r.headers.get("Authorization")
+        for r in k8s.emulator
+        if r.method.value in ("POST", "PUT", "PATCH")
+        and r.resource is not None
+        and r.resource.plural == "configmaps"
+        and r.namespace == "default"
+    }
+    assert writers - {"Bearer kubelet"} == {
+        f"Bearer system:serviceaccount:default:{e2e.GATEWAY_ACCOUNT}"
+    }, writers
+
+
+# -- one RunSpec, many runs -----------------------------------------------------------------
+
+
+DEFECT_1 = (
+    "#12 defect 1: a second EvaluationRun of a RunSpec that is already resolved never starts "
+    "(Pending -> Running refused by the phase machine)"
+)
+
+
+def resolved(k8s: e2e.Cluster, name: str) -> bool:
+    body = k8s.read("runspecs.agenthealth.dev", "default", name) or {}
+    conditions = {c["type"]: c["status"] for c in body.get("status", {}).get("conditions", [])}
+    return conditions.get("Resolved") == conditions.get("Discovered") == "True"
+
+
+@pytest.mark.xfail(strict=True, reason=DEFECT_1)
+async def test_a_runspec_runs_again_after_its_first_run(k8s: e2e.Cluster) -> None:
+    await k8s.apply(runspec_of("again", k8s.model.url))
+    await k8s.apply(run_of("again-1", "again", selection={"grep": "payment"}))
+    assert (await finished(k8s, "again-1"))["status"]["phase"] == "Succeeded"
+    await k8s.apply(run_of("again-2", "again", selection={"grep": "payment"}))
+    second = await finished(k8s, "again-2", seconds=90)
+    assert second["status"]["phase"] == "Succeeded", second["status"]
+    assert second["status"]["counts"]["passed"] == 1
+
+
+@pytest.mark.xfail(strict=True, reason=DEFECT_1)
+async def test_two_runs_of_a_ready_runspec_run_side_by_side(k8s: e2e.Cluster) -> None:
+    await k8s.apply(runspec_of("twice", k8s.model.url))
+    await e2e.until(lambda: resolved(k8s, "twice"), "RunSpec twice to be resolved")
+    for name in ("twice-a", "twice-b"):
+        await k8s.apply(run_of(name, "twice", repeats=2, parallelism=2,
+                               selection={"grep": "payment"}))  # fmt: skip
+    for name in ("twice-a", "twice-b"):
+        done = await finished(k8s, name, seconds=90)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert done["status"]["counts"]["passed"] == 2
+        assert len(cells_of(k8s, name)) == 2
+
+
+# -- a gateway killed in the middle of a test -----------------------------------------------
+
+SLOW_SUITE = """
+from agent_health import test
+
+
+@test("a slow diagnosis")
+async def slow(agent, expect):
+    result = await agent.run("Why is the payment service failing?", env={"DELAY_S": "30"})
+    expect(result.output).to_contain("db-primary")
+"""
+
+
+def established(pid: int, port: int) -> bool:
+    """Whether the process's network namespace has a connection accepted on ``port``."""
+    with open(f"/proc/{pid}/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if int(local.split(":")[1], 16) == port and state == "01":
+                return True
+    return False
+
+
+async def test_a_gateway_killed_mid_test_errors_its_cell_and_the_run_ends(
+    k8s: e2e.Cluster,
+) -> None:
+    await k8s.config_map("default", "slow-suite", {"test_slow.py": textwrap.dedent(SLOW_SUITE)})
+    await k8s.apply(runspec_of("gw", k8s.model.url, suite="slow-suite"))
+    await k8s.apply(run_of("gw-1", "gw"))
+    pod = await e2e.until(lambda: cells_of(k8s, "gw-1"), "the cell pod")
+    name = pod[0]["metadata"]["name"]
+
+    def target_busy() -> bool:
+        try:
+            target = k8s.node.pod("default", name).containers["target"]
+        except KeyError:
+            return False
+        return target.run is not None and established(target.run.pid, 8080)
+
+    # The controller's call has gone through the gateway to the target, which holds it.
+    await e2e.until(target_busy, "the agent call to reach the target")
+    gateway = k8s.node.pod("default", name).containers["gateway"]
+    assert gateway.run is not None
+    gateway.run.signal(signal.SIGKILL)
+    done = await finished(k8s, "gw-1")
+    counts = done["status"]["counts"]
+    assert counts["errored"] == 1, done["status"]
+    assert counts["passed"] == counts["failed"] == 0, done["status"]
+    restarted = k8s.read("pods", "default", name) or {}
+    statuses = {s["name"]: s for s in restarted["status"]["initContainerStatuses"]}
+    assert statuses["gateway"]["restartCount"] >= 1
+
+
+# -- the operator restarted in the middle of a run ------------------------------------------
+
+
+def pod_creations(k8s: e2e.Cluster, run: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event in k8s.emulator.store.events:
+        meta = event.object["metadata"]
+        if (
+            event.kind.plural == "pods"
+            and event.type == "ADDED"
+            and meta.get("labels", {}).get("agenthealth.dev/run") == run
+            and meta.get("labels", {}).get("agenthealth.dev/component") == "cell"
+        ):
+            counts[meta["name"]] = counts.get(meta["name"], 0) + 1
+    return counts
+
+
+async def test_an_operator_killed_mid_run_is_restarted_and_the_run_completes(
+    k8s: e2e.Cluster,
+) -> None:
+    await k8s.apply(runspec_of("restart", k8s.model.url))
+    await k8s.apply(run_of("restart-1", "restart", parallelism=1,
+                           selection={"labels": ["category:RCA"]}))  # fmt: skip
+
+    def first_cell_running() -> bool:
+        return any(
+            (p.get("status") or {}).get("phase") == "Running" for p in cells_of(k8s, "restart-1")
+        )
+
+    await e2e.until(first_cell_running, "the first cell to run")
+    operator_pod = k8s.operator_pod()
+    assert operator_pod is not None
+    running = k8s.node.pod(e2e.NAMESPACE, operator_pod["metadata"]["name"])
+    process = running.containers["operator"]
+    assert process.run is not None
+    process.run.signal(signal.SIGKILL)
+    done = await finished(k8s, "restart-1")
+    assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "restart-1")
+    assert done["status"]["counts"]["passed"] == 2, e2e.dump(k8s, "restart-1")
+    assert set(pod_creations(k8s, "restart-1").values()) == {1}
+    assert process.restarts == 1
+    await e2e.until(k8s.operator_ready, "the restarted operator to be ready")
+
+
+# -- a ledger nobody can write ---------------------------------------------------------------
+
+
+DEFECT_4 = (
+    "#12 defect 4: an unusable ledger URL (the kind values' configmap://agent-health-ledger, "
+    "or configmap://NAME without a namespace) leaves the RunSpec in Resolving, retried forever"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=DEFECT_4)
+@pytest.mark.parametrize(
+    "ledger",
+    [
+        pytest.param(None, id="the-charts-default-ledger"),
+        pytest.param({"url": "configmap://triage-ledger"}, id="a-ledger-without-namespace"),
+    ],
+)
+async def test_a_bad_ledger_url_fails_the_run_with_a_reason(
+    k8s: e2e.Cluster, ledger: dict[str, str] | None
+) -> None:
+    name = "noledger" if ledger is None else "badledger"
+    runspec = runspec_of(name, k8s.model.url)
+    if ledger is None:
+        del runspec["spec"]["ledger"]
+    else:
+        runspec["spec"]["ledger"] = ledger
+    await k8s.apply(runspec)
+    await k8s.apply(run_of(f"{name}-1", name))
+    done = await finished(k8s, f"{name}-1", seconds=90)
+    assert done["status"]["phase"] == "Failed", done["status"]
+    messages = " ".join(c.get("message", "") for c in done["status"].get("conditions", []))
+    assert "ledger" in messages, done["status"]
+    assert cells_of(k8s, f"{name}-1") == []
+
+
+# -- Agent Sandbox isolation -----------------------------------------------------------------
+
+
+async def test_agent_sandbox_isolation_runs_each_cell_as_a_sandbox(k8s: e2e.Cluster) -> None:
+    await k8s.apply(
+        runspec_of("sandboxed", k8s.model.url,
+                   isolation={"mode": "agentSandbox", "runtimeClassName": "gvisor"})
+    )  # fmt: skip
+    await k8s.apply(run_of("sandboxed-1", "sandboxed", selection={"grep": "payment"}))
+    done = await finished(k8s, "sandboxed-1")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["counts"]["passed"] == 1
+    (pod,) = cells_of(k8s, "sandboxed-1")
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "Sandbox", owner
+    assert pod["spec"]["runtimeClassName"] == "gvisor"
+    sandbox = k8s.read("sandboxes.agents.x-k8s.io", "default", pod["metadata"]["name"])
+    assert sandbox is not None
+    finished_condition = {c["type"]: c for c in sandbox["status"]["conditions"]}["Finished"]
+    assert finished_condition["reason"] == "PodSucceeded"
