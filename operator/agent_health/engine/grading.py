@@ -1,4 +1,4 @@
-"""Statuses and scores from signals (DESIGN.md §2 and §4).
+"""Statuses and scores from signals (docs/writing-tests.md, "Statuses" and "Score").
 
 * ``skipped`` — the test did not run.
 * ``errored`` — the run could not be graded: the agent did not answer usably, the judge, the
