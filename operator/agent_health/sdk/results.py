@@ -14,7 +14,7 @@ from agent_health.sdk import errors
 
 Status = Literal["passed", "failed", "errored", "skipped"]
 Cause = Literal["agent", "judge", "test", "infra"]
-"""Why a test errored (DESIGN.md §2): who is to blame decides whether it counts in the pass rate.
+"""Why a test errored: who is to blame decides whether it counts in the pass rate.
 
 * ``agent`` — the agent under test refused the connection, answered an error status, a
   malformed or incomplete reply, did not answer in time, or its container crashed. Counts
