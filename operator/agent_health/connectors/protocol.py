@@ -1,4 +1,4 @@
-"""The wire models every connector speaks: the REST agent protocol v1 (DESIGN.md §9).
+"""The wire models every connector speaks: the REST agent protocol v1 (docs/agent-protocol.md).
 
 Other connectors (AG-UI, OpenAI-compatible, subprocess) translate their protocol into
 these same models, so the rest of the harness sees one shape of trajectory.
@@ -88,10 +88,11 @@ class AgentRequest(BaseModel):
 
 
 class AgentReply(BaseModel):
-    """What the agent answers (the body of a REST v1 response)."""
+    """What the agent answers (the body of a REST v1 response). ``output`` is required: a
+    reply without it is not an empty answer but a broken one (the test errors, cause agent)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    output: str = ""
+    output: str
     trajectory: tuple[Step, ...] = ()
     token_usage: TokenUsage = Field(default_factory=TokenUsage)

@@ -1,4 +1,4 @@
-"""The REST agent protocol v1 over httpx (DESIGN.md §9)."""
+"""The REST agent protocol v1 over httpx (docs/agent-protocol.md)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class RestConnector:
             )
         wire.ensure_success(response, self.url)
         body = wire.json_body(response, self.url)
+        wire.require_output(body, f"agent at {self.url}")
         try:
             return AgentReply.model_validate(body)
         except pydantic.ValidationError as err:
