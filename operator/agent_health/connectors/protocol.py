@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agent_health.connectors import readonly
 
 StepType = Literal["tool_call", "tool_result", "assistant", "thinking", "user"]
 
 
-class Step(BaseModel):
-    """One step of an agent's trajectory."""
+class Step(readonly.ReadOnlyModel):
+    """One step of an agent's trajectory; read-only all the way down (its arguments and
+    output too: see :mod:`~agent_health.connectors.readonly`)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
@@ -26,8 +29,20 @@ class Step(BaseModel):
     status: Literal["ok", "error"] | None = None
     latency_ms: float | None = None
 
+    @field_validator("tool_args", "tool_output", mode="after")
+    @classmethod
+    def _read_only(cls, value: Any) -> Any:
+        return readonly.freeze(value)
 
-class TokenUsage(BaseModel):
+    @model_validator(mode="after")
+    def _read_only_extra(self) -> Step:
+        extra = self.__pydantic_extra__
+        if extra:
+            object.__setattr__(self, "__pydantic_extra__", readonly.freeze(extra))
+        return self
+
+
+class TokenUsage(readonly.ReadOnlyModel):
     """Token counts reported by the agent (or summed from its LLM calls).
 
     A count the agent did not report is ``None``, never ``0``: ``TokenUsage()`` means "no
@@ -78,7 +93,7 @@ _COUNT_NAMES = {
 }
 
 
-class ContextItem(BaseModel):
+class ContextItem(readonly.ReadOnlyModel):
     """A piece of context handed to the agent with the prompt."""
 
     model_config = ConfigDict(frozen=True)
