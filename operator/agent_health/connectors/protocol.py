@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_health.connectors import readonly
 
@@ -29,13 +29,14 @@ class Step(readonly.ReadOnlyModel):
     status: Literal["ok", "error"] | None = None
     latency_ms: float | None = None
 
-    @field_validator("tool_args", "tool_output", mode="after")
-    @classmethod
-    def _read_only(cls, value: Any) -> Any:
-        return readonly.freeze(value)
-
     @model_validator(mode="after")
-    def _read_only_extra(self) -> Step:
+    def _read_only(self) -> Step:
+        # One validator for the three mutable parts: it runs for every step of every run.
+        fields = self.__dict__
+        if fields["tool_args"] is not None:
+            fields["tool_args"] = readonly.freeze(fields["tool_args"])
+        if fields["tool_output"] is not None:
+            fields["tool_output"] = readonly.freeze(fields["tool_output"])
         extra = self.__pydantic_extra__
         if extra:
             object.__setattr__(self, "__pydantic_extra__", readonly.freeze(extra))

@@ -119,19 +119,27 @@ class ReadOnlyList(list[Any]):
         return self
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
-    """``value`` with every dict and list in it made read-only (tuples stay tuples)."""
-    if isinstance(value, (ReadOnlyDict, ReadOnlyList)):
-        return value  # only made by freeze: already read-only all the way down
+    """``value`` with every dict and list in it made read-only (tuples stay tuples).
+
+    One pass, by exact type first: it runs on every agent answer (``bench/`` measures it).
+    """
+    kind = type(value)
+    if kind is dict:
+        return ReadOnlyDict({k: v if type(v) in _SCALARS else freeze(v) for k, v in value.items()})
+    if kind is list:
+        return ReadOnlyList([v if type(v) in _SCALARS else freeze(v) for v in value])
+    if kind in _SCALARS or kind is ReadOnlyDict or kind is ReadOnlyList:
+        return value  # a read-only value is only made here: read-only all the way down
     if isinstance(value, dict):
-        frozen = ReadOnlyDict()
-        for key, item in value.items():
-            dict.__setitem__(frozen, key, freeze(item))
-        return frozen
+        return ReadOnlyDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return ReadOnlyList(freeze(item) for item in value)
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(freeze(item) for item in value)
+        return ReadOnlyList([freeze(v) for v in value])
+    if kind is tuple:
+        return tuple(freeze(v) for v in value)
     return value
 
 
