@@ -16,7 +16,7 @@ StepType = Literal["tool_call", "tool_result", "assistant", "thinking", "user"]
 class Step(BaseModel):
     """One step of an agent's trajectory."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     type: StepType
     content: str | None = None
@@ -30,7 +30,7 @@ class Step(BaseModel):
 class TokenUsage(BaseModel):
     """Token counts reported by the agent (or summed from its LLM calls)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     prompt: int = Field(default=0, ge=0)
     completion: int = Field(default=0, ge=0)
@@ -68,7 +68,7 @@ _COUNT_NAMES = {
 class ContextItem(BaseModel):
     """A piece of context handed to the agent with the prompt."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     description: str
     value: str
@@ -77,7 +77,7 @@ class ContextItem(BaseModel):
 class AgentRequest(BaseModel):
     """What ``agent.run()`` sends (the body of a REST v1 request)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     prompt: str
     context: tuple[ContextItem, ...] = ()
@@ -90,7 +90,7 @@ class AgentRequest(BaseModel):
 class AgentReply(BaseModel):
     """What the agent answers (the body of a REST v1 response)."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     output: str = ""
     trajectory: tuple[Step, ...] = ()
