@@ -56,7 +56,9 @@ class JudgeConfig(BaseModel):
 class Config(BaseModel):
     """The whole config. Built with :func:`define_config`."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        defer_build=True, frozen=True, extra="forbid", arbitrary_types_allowed=True
+    )
 
     agents: dict[str, ConnectorSpec] = Field(default_factory=dict)
     default_agent: str | None = None
