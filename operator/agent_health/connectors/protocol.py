@@ -19,7 +19,7 @@ class Step(readonly.ReadOnlyModel):
     """One step of an agent's trajectory; read-only all the way down (its arguments and
     output too: see :mod:`~agent_health.connectors.readonly`)."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     type: StepType
     content: str | None = None
@@ -51,7 +51,7 @@ class TokenUsage(readonly.ReadOnlyModel):
     ``total`` is the sum when only ``prompt`` and ``completion`` were reported.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     prompt: int | None = Field(default=None, ge=0)
     completion: int | None = Field(default=None, ge=0)
@@ -97,7 +97,7 @@ _COUNT_NAMES = {
 class ContextItem(readonly.ReadOnlyModel):
     """A piece of context handed to the agent with the prompt."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     description: str
     value: str
@@ -106,7 +106,7 @@ class ContextItem(readonly.ReadOnlyModel):
 class AgentRequest(BaseModel):
     """What ``agent.run()`` sends (the body of a REST v1 request)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     prompt: str
     context: tuple[ContextItem, ...] = ()
@@ -122,7 +122,7 @@ class AgentReply(BaseModel):
     A reply without ``trajectory`` or ``token_usage`` did not report them (see
     :attr:`unreported`): that is not an empty trajectory or zero tokens."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     output: str
     trajectory: tuple[Step, ...] = ()

@@ -71,7 +71,7 @@ class RunResult(readonly.ReadOnlyModel):
     answered. Copy a part (``dict(step.tool_args)``) to change a copy.
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(defer_build=True, frozen=True, arbitrary_types_allowed=True)
 
     run_id: str
     prompt: str
@@ -141,7 +141,7 @@ class RunResult(readonly.ReadOnlyModel):
 class Signal(BaseModel):
     """One observation recorded during a test."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     kind: SignalKind
     role: Role
@@ -164,7 +164,7 @@ class Signal(BaseModel):
 class Verdict(BaseModel):
     """A judge's answer, handed back to the body."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     criteria: str
     passed: bool | None
@@ -198,7 +198,7 @@ class TestResult(BaseModel):
     """The outcome of one (test, repeat)."""
 
     __test__ = False
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str
