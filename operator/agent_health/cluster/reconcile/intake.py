@@ -122,17 +122,24 @@ class Intake:
         await board.changed(run)
 
     async def _runspec(self, run: plan.Run) -> dict[str, Any] | None:
-        """The RunSpec once it is ready; ``None`` when the run failed for it."""
+        """The RunSpec once it is ready; ``None`` when the run failed for it.
+
+        Any number of runs may wait for one RunSpec, and a RunSpec already resolved (for
+        this generation) is used at once: it is resolved once, not once per run.
+        """
         key = (run.ref.namespace, run.runspec)
+        seen = self.bulletin.serial(key)  # taken before the read: no event falls in between
         try:
-            body = await self.board.api.get(kube.RUNSPECS, *key)
+            body: dict[str, Any] | None = await self.board.api.get(kube.RUNSPECS, *key)
         except kube.ApiError as err:
             if err.status != 404:
                 raise kopf.TemporaryError(f"cannot read RunSpec {run.runspec}: {err}") from err
-            message = f"RunSpec {run.runspec} does not exist in namespace {run.ref.namespace}"
-            await self.board.fail(run, "RunSpecMissing", message)
-            return None
+            body = None
         while True:
+            if body is None:
+                message = f"RunSpec {run.runspec} does not exist in namespace {run.ref.namespace}"
+                await self.board.fail(run, "RunSpecMissing", message)
+                return None
             state, reason, message = specs.readiness(body)
             if state == "ready":
                 return body
@@ -141,12 +148,12 @@ class Intake:
                 return None
             if run.tally.advance("Resolving", reason="WaitingForRunSpec", message=message):
                 await self.board.changed(run)
-            await self.bulletin.wait(key, self.wait_seconds)
-            posted = self.bulletin.bodies.pop(key, None)
-            if posted is None:
+            newer, posted = await self.bulletin.wait(key, seen, self.wait_seconds)
+            if newer == seen:  # nothing came: kopf calls again (bounded by the run's deadline)
                 raise kopf.TemporaryError(f"RunSpec {run.runspec}: {message}", delay=5)
-            if plan.generation(posted) >= plan.generation(body):  # an older body is a stale event
-                body = posted
+            seen = newer
+            if posted is None or plan.generation(posted) >= plan.generation(body):
+                body = posted  # None: deleted; an older generation is a stale event
 
     async def _ledger_key(self, run: plan.Run) -> bytes:
         manifest = cellsecrets.ledger_key_secret(run.model, secrets.token_bytes(32))
