@@ -40,7 +40,9 @@ def add_commands(sub: Any) -> None:
 def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     try:
         key = ledger.load_key(args.key_file)
-        report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
+        options = access(args.url)
+        checked = ledger.verify_url(args.url, key, options=options, complete=not args.allow_open)
+        report = asyncio.run(checked)
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
     if not report.cells:
@@ -62,7 +64,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     outputs = [reporters.parse(r) for r in args.reporter]
     try:
         key = ledger.load_key(args.key_file)
-        results = asyncio.run(regrade.grade_ledger(args.url, key))
+        results = asyncio.run(regrade.grade_ledger(args.url, key, access(args.url)))
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
     if not results:
@@ -71,3 +73,25 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     terminal.summary(consoles.out, report)
     common.write_reports(outputs, report, consoles.out)
     return common.exit_code(report)
+
+
+def access(url: str) -> ledger.Options | None:
+    """How to reach a ``configmap://`` ledger: the pod's service account, else the kubeconfig."""
+    if not url.startswith("configmap://"):
+        return None
+    try:
+        from agent_health.cluster import errors, kube
+    except ImportError as err:  # kopf: the operator extra
+        raise common.UsageError(
+            f"reading {url} needs the Kubernetes client of the operator extra: "
+            "pip install 'agent-health[operator]'"
+        ) from err
+
+    async def login() -> ledger.Options:
+        info, token_file = await kube.login()
+        return await asyncio.to_thread(kube.ledger_options, info, token_file)
+
+    try:
+        return asyncio.run(login())
+    except errors.ClusterError as err:
+        raise common.UsageError(f"reading {url}: {err}") from err

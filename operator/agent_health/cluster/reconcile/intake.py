@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ from agent_health.cluster.reconcile import (
 )
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import backends, store
+from agent_health.ledger import errors as ledger_errors
 
 
 @dataclasses.dataclass
@@ -99,11 +99,19 @@ class Intake:
         if template is None:
             return await board.fail(run, "NoLedger", "set spec.ledger.url on the RunSpec")
         url = plan.ledger_url(template, run.model)
+        try:
+            run.backend = backends.from_url(url, self.ledger_options)
+        except ledger_errors.LedgerError as err:
+            where = (
+                f"RunSpec {run.runspec} spec.ledger.url"
+                if spec.spec.ledger
+                else "the operator's --ledger-url (AGENT_HEALTH_LEDGER_URL)"
+            )
+            return await board.fail(run, "InvalidLedgerUrl", f"{where}: {err}")
         if spec.spec.ledger is not None:
             ledger = runspec.Ledger(url=url)
             spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
         run.spec, run.settings = spec, dataclasses.replace(self.settings, ledger_url=url)
-        run.backend = backends.from_url(url, self.ledger_options)
         run.key = await self._ledger_key(run)
         if self.fence is not None:
             await self._network_policy(run, self.fence)
@@ -156,7 +164,7 @@ class Intake:
                 body = posted  # None: deleted; an older generation is a stale event
 
     async def _ledger_key(self, run: plan.Run) -> bytes:
-        manifest = cellsecrets.ledger_key_secret(run.model, secrets.token_bytes(32))
+        manifest = cellsecrets.ledger_key_secret(run.model, cellsecrets.new_ledger_key())
         stored, _ = await self.board.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
         return base64.b64decode(stored["data"][cellsecrets.LEDGER_KEY])
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import manifests
+from agent_health.cluster.cells import ledgerurl, manifests
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, events, specs
 from agent_health.cluster.reconcile import status as status_mod
@@ -145,8 +145,8 @@ def select(tests: tuple[specs.Test, ...], selection: evaluationrun.Selection) ->
 def ledger_url(template: str, run: evaluationrun.EvaluationRun) -> str:
     """A ledger URL with ``{namespace}``, ``{run}`` and ``{runspec}`` filled in."""
     namespace, name, _ = manifests.identity(run)
-    values = {"namespace": namespace, "run": name, "runspec": run.spec.run_spec_ref.name}
-    return re.sub(r"\{(namespace|run|runspec)\}", lambda m: values[m[1]], template)
+    spec_name = run.spec.run_spec_ref.name
+    return ledgerurl.fill(template, namespace=namespace, run=name, runspec=spec_name)
 
 
 def reason(text: str) -> str:
