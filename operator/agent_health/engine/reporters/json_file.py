@@ -1,4 +1,4 @@
-"""The versioned JSON report (DESIGN.md §9)."""
+"""The versioned JSON report (docs/writing-tests.md)."""
 
 from __future__ import annotations
 
