@@ -27,7 +27,7 @@ def _line(result: TestResult) -> str:
     repeat = f" [repeat {result.repeat}]" if result.repeat else ""
     extra = ""
     if result.status == "errored" and result.error:
-        extra = f" — {result.error}"
+        extra = f" — {_cause_word(result.cause)}{result.error}"
     elif result.status == "skipped" and result.skip_reason:
         extra = f" — {result.skip_reason}"
     return (
@@ -106,7 +106,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             metrics = t["metrics"] or {}
             title = f"{t['file']} › {t['name']}" + (f" [r{t['repeat']}]" if t["repeat"] else "")
             table.add_row(
-                f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]",
+                f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]"
+                + (f" ({t['cause']})" if t.get("cause") else ""),
                 escape(title),
                 "" if t["score"] is None else f"{t['score']:.2f}",
                 f"{t['duration_ms'] / 1000:.2f}s",
@@ -126,7 +127,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             + (f" [repeat {t['repeat']}]" if t["repeat"] else "")
         )
         if t["error"]:
-            console.print(f"  error: {escape(t['error'])}", highlight=False)
+            why = _cause_word(t.get("cause"))
+            console.print(f"  error: {escape(why + t['error'])}", highlight=False)
         for s in t["signals"]:
             if s["role"] == "gate" and s["passed"] is False:
                 detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
@@ -139,10 +141,11 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         console.print(f"[red]load error[/] {escape(error)}", highlight=False)
     for hint in hints or []:
         console.print(f"[dim]hint: {escape(hint)}[/]")
+    causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
     parts = [
         f"{s.passed} passed",
         f"{s.failed} failed",
-        f"{s.errored} errored",
+        f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
         f"{s.skipped} skipped",
     ]
     rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}"
@@ -164,6 +167,12 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+
+
+def _cause_word(cause: str | None) -> str:
+    """``agent error: `` before an error message — whom it blames (counts in the pass rate
+    only when it is the agent)."""
+    return f"{cause} error: " if cause else ""
 
 
 def _money(value: Any) -> str:
