@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_health.cli import common
+
+if TYPE_CHECKING:
+    from agent_health.ledger import store
 
 KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"  # ledger.chain.KEY_ENV, named here to keep --help cheap
 
@@ -82,10 +85,12 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     return common.exit_code(report)
 
 
-def access(url: str) -> ledger.Options | None:
+def access(url: str) -> store.Options | None:
     """How to reach a ``configmap://`` ledger: the pod's service account, else the kubeconfig."""
     if not url.startswith("configmap://"):
         return None
+    import asyncio
+
     try:
         from agent_health.cluster import errors, kube
     except ImportError as err:  # kopf: the operator extra
@@ -94,7 +99,7 @@ def access(url: str) -> ledger.Options | None:
             "pip install 'agent-health[operator]'"
         ) from err
 
-    async def login() -> ledger.Options:
+    async def login() -> store.Options:
         info, token_file = await kube.login()
         return await asyncio.to_thread(kube.ledger_options, info, token_file)
 
