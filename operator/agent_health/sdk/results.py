@@ -64,7 +64,7 @@ def unbind_traces(token: contextvars.Token[TraceResolver]) -> None:
 class RunResult(BaseModel):
     """The immutable capture of one ``agent.run()``."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(defer_build=True, frozen=True, arbitrary_types_allowed=True)
 
     run_id: str
     prompt: str
@@ -75,11 +75,21 @@ class RunResult(BaseModel):
     duration_ms: float = 0.0
     raw: dict[str, Any] = Field(default_factory=dict)
     traceparent: str | None = None
+    unreported: frozenset[str] = Field(
+        default=frozenset(),
+        description='what the agent left out of its reply: "trajectory", "token_usage" '
+        "(unknown, not empty: a check that needs it fails saying so)",
+    )
     _traces: Any = PrivateAttr(default=None)
 
     @property
     def trajectory(self) -> Trajectory:
         return Trajectory(self.trajectory_steps)
+
+    @property
+    def trajectory_reported(self) -> bool:
+        """Whether the agent reported its steps (an empty list is a report: no steps)."""
+        return "trajectory" not in self.unreported
 
     def tool_calls(self, name: str | None = None) -> list[Step]:
         return self.trajectory.tool_calls(name)
@@ -118,7 +128,7 @@ class RunResult(BaseModel):
 class Signal(BaseModel):
     """One observation recorded during a test."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     kind: SignalKind
     role: Role
@@ -141,7 +151,7 @@ class Signal(BaseModel):
 class Verdict(BaseModel):
     """A judge's answer, handed back to the body."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     criteria: str
     passed: bool | None
@@ -175,7 +185,7 @@ class TestResult(BaseModel):
     """The outcome of one (test, repeat)."""
 
     __test__ = False
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str
