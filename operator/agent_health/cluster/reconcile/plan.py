@@ -185,4 +185,6 @@ def expected(cell: Cell) -> grading.ExpectedCell:
         line=test.line,
         labels=test.labels,
         content_hash=test.content_hash,
+        ledger_cell=manifests.ledger_cell(cell.name, cell.attempt),
+        attempt=cell.attempt,
     )
