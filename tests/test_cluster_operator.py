@@ -69,7 +69,7 @@ async def test_the_example_run_is_resolved_scheduled_graded_and_reported() -> No
             assert spec_status["testCount"] == 4
             assert len(spec_status["discoveredTests"]) == 4
             kinds = {c["type"]: c["status"] for c in spec_status["conditions"]}
-            assert kinds == {"Resolved": "True", "Discovered": "True"}
+            assert kinds == {"Resolved": "True", "Discovered": "True", "Ready": "True"}
 
             # The run: 2 tests selected × 3 repeats, one failing repeat.
             status = done["status"]
@@ -77,6 +77,7 @@ async def test_the_example_run_is_resolved_scheduled_graded_and_reported() -> No
             assert status["counts"] == {
                 "total": 6, "pending": 0, "running": 0, "passed": 5, "failed": 1,
                 "errored": 0, "skipped": 0,
+                "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0},
             }  # fmt: skip
             assert status["passRate"] == pytest.approx(5 / 6)
             assert status["passAtK"] == 1.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import ship_support
@@ -101,6 +102,22 @@ def test_every_page_exists_and_readme_links_to_each() -> None:
         assert f"](docs/{name}.md)" in README, f"README.md does not link to docs/{name}.md"
 
 
+def test_architecture_names_every_import_contract() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = pyproject["tool"]["importlinter"]["contracts"]
+    assert len(contracts) >= 8
+    for contract in contracts:
+        assert f"| {contract['name']} |" in page, (
+            f"docs/architecture.md does not explain the contract {contract['name']!r}"
+        )
+        for layer in contract.get("layers", []):
+            for room in layer.split("|"):
+                assert f"`{room.strip()}`" in page, (
+                    f"docs/architecture.md: contract {contract['name']!r} names {room.strip()!r}"
+                )
+
+
 def test_the_slug_of_a_heading_is_githubs() -> None:
     assert slug("Pass rate, pass@k and pass^k") == "pass-rate-passk-and-passk"
     assert slug("REST v1") == "rest-v1"
@@ -171,7 +188,7 @@ def test_nothing_in_the_repository_refers_to_a_file_outside_it() -> None:
 
 def test_the_crd_field_reference_in_operator_md_is_generated_from_the_models() -> None:
     page = (ROOT / "docs" / "operator.md").read_text()
-    assert page == reference.rewrite(page), "docs/operator.md is stale: run `make docs`"
+    assert page == reference.rewrite(page), "docs/operator.md is stale: run `make generate`"
     for kind in crds.KINDS:
         schema = crds.open_api_schema(kind)
         for field in schema["properties"]["spec"]["properties"]:

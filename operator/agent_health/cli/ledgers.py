@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent_health import ledger
 from agent_health.cli import common
-from agent_health.engine import reporters
-from agent_health.engine.report import RunReport
-from agent_health.engine.reporters import terminal
+
+if TYPE_CHECKING:
+    from agent_health.ledger import store
+
+KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"  # ledger.chain.KEY_ENV, named here to keep --help cheap
 
 
 def add_commands(sub: Any) -> None:
@@ -20,7 +20,7 @@ def add_commands(sub: Any) -> None:
     verify_cmd.add_argument(
         "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
     )
-    verify_cmd.add_argument("--key-file", help=f"the ledger key (default: ${ledger.chain.KEY_ENV})")
+    verify_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
     verify_cmd.add_argument(
         "--allow-open",
         action="store_true",
@@ -30,7 +30,7 @@ def add_commands(sub: Any) -> None:
 
     grade_cmd = sub.add_parser("grade", help="grade a recorded ledger again, cell by cell")
     grade_cmd.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
-    grade_cmd.add_argument("--key-file", help="the ledger key (default: $AGENT_HEALTH_LEDGER_KEY)")
+    grade_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
     grade_cmd.add_argument(
         "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH]"
     )
@@ -38,9 +38,15 @@ def add_commands(sub: Any) -> None:
 
 
 def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    import asyncio
+
+    from agent_health import ledger
+
     try:
         key = ledger.load_key(args.key_file)
-        report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
+        options = access(args.url)
+        checked = ledger.verify_url(args.url, key, options=options, complete=not args.allow_open)
+        report = asyncio.run(checked)
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
     if not report.cells:
@@ -56,13 +62,19 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
 
 def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    # Imported here: grading a ledger is the operator's code; other commands never load it.
+    # Grading a ledger is the operator's code; other commands never load it.
+    import asyncio
+
+    from agent_health import ledger
     from agent_health.cluster.grading import regrade
+    from agent_health.engine import reporters
+    from agent_health.engine.report import RunReport
+    from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter]
     try:
         key = ledger.load_key(args.key_file)
-        results = asyncio.run(regrade.grade_ledger(args.url, key))
+        results = asyncio.run(regrade.grade_ledger(args.url, key, access(args.url)))
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
     if not results:
@@ -71,3 +83,27 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     terminal.summary(consoles.out, report)
     common.write_reports(outputs, report, consoles.out)
     return common.exit_code(report)
+
+
+def access(url: str) -> store.Options | None:
+    """How to reach a ``configmap://`` ledger: the pod's service account, else the kubeconfig."""
+    if not url.startswith("configmap://"):
+        return None
+    import asyncio
+
+    try:
+        from agent_health.cluster import errors, kube
+    except ImportError as err:  # kopf: the operator extra
+        raise common.UsageError(
+            f"reading {url} needs the Kubernetes client of the operator extra: "
+            "pip install 'agent-health[operator]'"
+        ) from err
+
+    async def login() -> store.Options:
+        info, token_file = await kube.login()
+        return await asyncio.to_thread(kube.ledger_options, info, token_file)
+
+    try:
+        return asyncio.run(login())
+    except errors.ClusterError as err:
+        raise common.UsageError(f"reading {url}: {err}") from err

@@ -1,34 +1,30 @@
-"""``run`` and ``list``: discover a suite, run its tests against an agent, report."""
+"""``run`` and ``list``: discover a suite, run its tests against an agent, report.
+
+The engine, the connectors, the ledger and rich load inside the handlers, only for the command
+that runs: ``list`` imports the loader and nothing else (``tests/test_cli_imports.py``).
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from agent_health import connectors
 from agent_health.cli import common
-from agent_health.engine import (
-    agent_process,
-    loader,
-    recording,
-    reporters,
-    runner,
-    select,
-    session,
-)
-from agent_health.engine.report import RunReport
-from agent_health.engine.reporters import terminal
-from agent_health.sdk import config as config_mod
-from agent_health.sdk.judges import NO_JUDGE_HINT
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from rich.console import Console
+
+    from agent_health import connectors
+    from agent_health.engine import loader, recording, session
+    from agent_health.sdk import config as config_mod
 
 
 def add_commands(sub: Any) -> None:
@@ -79,6 +75,12 @@ def add_commands(sub: Any) -> None:
 
 
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    import asyncio
+
+    from agent_health.engine import loader, reporters, select
+    from agent_health.engine.report import RunReport
+    from agent_health.engine.reporters import terminal
+
     console, err_console = consoles.out, consoles.err
     if args.concurrency < 1:
         raise common.UsageError("-j/--concurrency must be at least 1")
@@ -150,6 +152,8 @@ def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console
 
 
 def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
+    from agent_health.engine import loader
+
     path = (
         Path(args.config)
         if getattr(args, "config", None)
@@ -159,12 +163,13 @@ def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    console, err_console = consoles.out, consoles.err
+    from agent_health.engine import loader, select
+
     paths = [Path(p) for p in args.paths]
     suite = loader.load(paths)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label)
     for error in suite.errors:
-        err_console.print(f"[red]load error[/] {error}")
+        consoles.err.print(f"[red]load error[/] {error}")
     if args.json:
         payload = [
             {
@@ -188,8 +193,8 @@ def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         for c in cases:
             labels = f"  [{', '.join(c.labels)}]" if c.labels else ""
             mode = f"  ({c.mode})" if c.mode != "run" else ""
-            console.print(f"{c.id}{labels}{mode}", markup=False)
-        console.print(f"{len(cases)} tests in {len(suite.files)} files")
+            sys.stdout.write(f"{c.id}{labels}{mode}\n")
+        sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK
 
 
@@ -204,6 +209,13 @@ async def _execute(
     console: Console,
     list_lines: bool,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
+    import asyncio
+
+    from agent_health import connectors
+    from agent_health.engine import agent_process, recording, runner, session
+    from agent_health.engine.reporters import terminal
+    from agent_health.sdk.judges import NO_JUDGE_HINT
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -224,9 +236,7 @@ async def _execute(
             caller = recorded.wrap(connector.run) if recorded is not None else connector.run
         backend = None
         if not skip_judge and (judge_config is not None or config.evaluators):
-            from agent_health import (
-                judging,
-            )  # only runs that judge pay for the providers
+            from agent_health import judging  # only runs that judge pay for the providers
 
             backend = await stack.enter_async_context(
                 judging.backend(judge_config, config, use_cache=not args.no_cache)

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agent_health.connectors import readonly
 
 StepType = Literal["tool_call", "tool_result", "assistant", "thinking", "user"]
 
 
-class Step(BaseModel):
-    """One step of an agent's trajectory."""
+class Step(readonly.ReadOnlyModel):
+    """One step of an agent's trajectory; read-only all the way down (its arguments and
+    output too: see :mod:`~agent_health.connectors.readonly`)."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     type: StepType
     content: str | None = None
@@ -26,19 +29,45 @@ class Step(BaseModel):
     status: Literal["ok", "error"] | None = None
     latency_ms: float | None = None
 
+    @model_validator(mode="after")
+    def _read_only(self) -> Step:
+        # One validator for the three mutable parts: it runs for every step of every run.
+        fields = self.__dict__
+        if fields["tool_args"] is not None:
+            fields["tool_args"] = readonly.freeze(fields["tool_args"])
+        if fields["tool_output"] is not None:
+            fields["tool_output"] = readonly.freeze(fields["tool_output"])
+        extra = self.__pydantic_extra__
+        if extra:
+            object.__setattr__(self, "__pydantic_extra__", readonly.freeze(extra))
+        return self
 
-class TokenUsage(BaseModel):
-    """Token counts reported by the agent (or summed from its LLM calls)."""
 
-    model_config = ConfigDict(frozen=True)
+class TokenUsage(readonly.ReadOnlyModel):
+    """Token counts reported by the agent (or summed from its LLM calls).
 
-    prompt: int = Field(default=0, ge=0)
-    completion: int = Field(default=0, ge=0)
-    total: int = Field(default=0, ge=0)
+    A count the agent did not report is ``None``, never ``0``: ``TokenUsage()`` means "no
+    usage reported", and a gate on tokens then fails saying so instead of passing on a zero.
+    ``total`` is the sum when only ``prompt`` and ``completion`` were reported.
+    """
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    prompt: int | None = Field(default=None, ge=0)
+    completion: int | None = Field(default=None, ge=0)
+    total: int | None = Field(default=None, ge=0)
 
     def model_post_init(self, __context: Any) -> None:
-        if self.total == 0 and (self.prompt or self.completion):
-            object.__setattr__(self, "total", self.prompt + self.completion)
+        prompt, completion = self.prompt, self.completion
+        if self.total is None and prompt is not None and completion is not None:
+            object.__setattr__(self, "total", prompt + completion)
+        elif self.total == 0 and (prompt or completion):
+            object.__setattr__(self, "total", (prompt or 0) + (completion or 0))
+
+    @property
+    def reported(self) -> bool:
+        """Whether the agent reported any count at all."""
+        return self.total is not None or self.prompt is not None or self.completion is not None
 
     @classmethod
     def from_counts(cls, value: Any) -> TokenUsage | None:
@@ -65,10 +94,10 @@ _COUNT_NAMES = {
 }
 
 
-class ContextItem(BaseModel):
+class ContextItem(readonly.ReadOnlyModel):
     """A piece of context handed to the agent with the prompt."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     description: str
     value: str
@@ -77,7 +106,7 @@ class ContextItem(BaseModel):
 class AgentRequest(BaseModel):
     """What ``agent.run()`` sends (the body of a REST v1 request)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     prompt: str
     context: tuple[ContextItem, ...] = ()
@@ -88,10 +117,21 @@ class AgentRequest(BaseModel):
 
 
 class AgentReply(BaseModel):
-    """What the agent answers (the body of a REST v1 response)."""
+    """What the agent answers (the body of a REST v1 response). ``output`` is required: a
+    reply without it is not an empty answer but a broken one (the test errors, cause agent).
+    A reply without ``trajectory`` or ``token_usage`` did not report them (see
+    :attr:`unreported`): that is not an empty trajectory or zero tokens."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
-    output: str = ""
+    output: str
     trajectory: tuple[Step, ...] = ()
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
+
+    @property
+    def unreported(self) -> frozenset[str]:
+        """The protocol's optional fields the agent left out: ``trajectory``, ``token_usage``."""
+        missing = {"trajectory"} - self.model_fields_set
+        if not self.token_usage.reported:
+            missing.add("token_usage")
+        return frozenset(missing)

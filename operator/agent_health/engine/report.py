@@ -1,23 +1,48 @@
 """The run report: every TestResult plus aggregates, in its versioned JSON shape
 (docs/writing-tests.md).
 
-Aggregates: counts, pass rate (passed / (passed + failed); errored and skipped excluded),
-mean score, tokens and cost, a per-label breakdown, and with ``--repeat k``: pass@k (a test
-passes at least once in k) and pass^k (all k pass) per test and overall, and flaky tests.
+Aggregates: counts, errored counts by cause, the pass rate, mean score, tokens and cost, a
+per-label breakdown, and with ``--repeat k``: pass@k (a test passes at least once in k) and
+pass^k (all k pass) per test and overall, and flaky tests.
+
+The pass rate is ``passed / (passed + failed + errored[agent])``: an error the agent under
+test caused (refused, error status, malformed reply, timeout, crash) counts against it like a
+failure; errors of the judge, the test or the infrastructure, and skipped tests, are left out
+(they say nothing about the agent). pass@k and pass^k count an agent-caused error the same way.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.sdk.results import TestResult
+from agent_health.sdk.results import CAUSES, Cause, TestResult
 from agent_health.traces import metrics
 
 REPORT_VERSION = 1
+
+
+def decided(passed: int, failed: int, errored_by_agent: int) -> int:
+    """The pass rate's denominator: the results that say something about the agent."""
+    return passed + failed + errored_by_agent
+
+
+def pass_rate(passed: int, failed: int, errored_by_agent: int) -> float | None:
+    """``passed / (passed + failed + errored[agent])``, or ``None`` when nothing was decided."""
+    total = decided(passed, failed, errored_by_agent)
+    return round(passed / total, 6) if total else None
+
+
+def by_cause(results: Sequence[TestResult]) -> dict[Cause, int]:
+    """How many of ``results`` errored, per cause (every cause present, zeros included)."""
+    counts: dict[Cause, int] = dict.fromkeys(CAUSES, 0)
+    for r in results:
+        if r.status == "errored" and r.cause is not None:
+            counts[r.cause] += 1
+    return counts
 
 
 class LabelStats(BaseModel):
@@ -29,6 +54,7 @@ class LabelStats(BaseModel):
     failed: int = 0
     errored: int = 0
     skipped: int = 0
+    errored_by_agent: int = 0
     pass_rate: float | None = None
     score: float | None = None
 
@@ -42,6 +68,7 @@ class RepeatStats(BaseModel):
     passed: int
     failed: int
     errored: int
+    errored_by_agent: int = 0
     pass_at_k: float | None
     pass_hat_k: float | None
 
@@ -66,7 +93,13 @@ class Summary(BaseModel):
     pass_rate: float | None
     score: float | None
     duration_ms: float
-    tokens: int
+    tokens: int | None = Field(
+        description="agent tokens summed over the runs that reported them; None if none did"
+    )
+    errored_by_cause: dict[Cause, int] = Field(
+        default_factory=lambda: dict.fromkeys(CAUSES, 0),
+        description="errored tests by cause: agent, judge, test, infra",
+    )
     repeats: int = 1
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
@@ -75,8 +108,11 @@ class Summary(BaseModel):
     interrupted: bool = False
     not_run: int = 0
     judge_tokens: dict[str, Any] | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tokens_unreported: int = Field(
+        default=0, description="runs of the agent that reported no token usage (not counted)"
+    )
     cost_usd: float | None = None
     unpriced: int = 0
     labels: dict[str, LabelStats] = Field(default_factory=dict)
@@ -108,22 +144,24 @@ class RunReport(BaseModel):
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
             counts[r.status] += 1
-        decided = counts["passed"] + counts["failed"]
+        causes = by_cause(results)
         scores = [r.score for r in results if r.score is not None]
         summary: dict[str, Any] = dict(
             total=len(results),
             **counts,
-            pass_rate=round(counts["passed"] / decided, 6) if decided else None,
+            errored_by_cause=causes,
+            pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"]),
             score=round(sum(scores) / len(scores), 6) if scores else None,
             duration_ms=round(duration_ms, 3),
-            tokens=sum(r.token_usage.total for r in results),
+            tokens=_known_sum(r.token_usage.total for r in results),
             repeats=repeats,
             load_errors=list(load_errors),
             interrupted=interrupted,
             not_run=not_run,
             judge_tokens=judge_tokens,
-            input_tokens=sum(r.token_usage.prompt for r in results),
-            output_tokens=sum(r.token_usage.completion for r in results),
+            input_tokens=_known_sum(r.token_usage.prompt for r in results),
+            output_tokens=_known_sum(r.token_usage.completion for r in results),
+            tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
             labels=_labels(results),
             recommendations=_recommendations(results),
             **_cost(results),
@@ -133,30 +171,40 @@ class RunReport(BaseModel):
         return cls(summary=Summary(**summary), tests=[_test_entry(r) for r in results])
 
 
+def _known_sum(values: Iterable[int | None]) -> int | None:
+    """The sum of the known values; ``None`` when none is known (never a made-up zero)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
 
 def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
     counts: dict[str, dict[str, int]] = defaultdict(
-        lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
+        lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0, "errored_by_agent": 0}
     )
     scores: dict[str, list[float]] = defaultdict(list)
     for r in results:
         for label in r.labels:
             counts[label][r.status] += 1
+            counts[label]["errored_by_agent"] += _agent_errored(r)
             if r.score is not None:
                 scores[label].append(r.score)
     out = {}
     for label in sorted(counts):
         c = counts[label]
-        decided = c["passed"] + c["failed"]
         out[label] = LabelStats(
             **c,
-            pass_rate=round(c["passed"] / decided, 6) if decided else None,
+            pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"]),
             score=_mean(scores[label]),
         )
     return out
+
+
+def _agent_errored(r: TestResult) -> int:
+    return 1 if r.status == "errored" and r.cause == "agent" else 0
 
 
 def _recommendations(results: Sequence[TestResult], limit: int = 10) -> list[Recommendation]:
@@ -180,17 +228,21 @@ def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
 
 
 def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
-    """pass@k and pass^k over the decided repeats of each test (errored repeats excluded)."""
+    """pass@k and pass^k over the decided repeats of each test: passed, failed and errored by
+    the agent (a repeat the agent errored is not a pass); other errored repeats excluded."""
     by_test: dict[str, list[str]] = defaultdict(list)
+    agent_errors: dict[str, int] = defaultdict(int)
     titles: dict[str, str] = {}
     for r in results:
         by_test[r.id].append(r.status)
+        agent_errors[r.id] += _agent_errored(r)
         titles[r.id] = r.title
     per_test = {}
     at_k: list[float] = []
     hat_k: list[float] = []
     for test_id, statuses in by_test.items():
         decided = [s for s in statuses if s in ("passed", "failed")]
+        decided += ["errored"] * agent_errors[test_id]
         at = (1.0 if "passed" in decided else 0.0) if decided else None
         hat = (1.0 if all(s == "passed" for s in decided) else 0.0) if decided else None
         if at is not None and hat is not None:
@@ -201,10 +253,13 @@ def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
             passed=statuses.count("passed"),
             failed=statuses.count("failed"),
             errored=statuses.count("errored"),
+            errored_by_agent=agent_errors[test_id],
             pass_at_k=at,
             pass_hat_k=hat,
         )
-    flaky = sorted(titles[t] for t, s in per_test.items() if s.passed and s.failed)
+    flaky = sorted(
+        titles[t] for t, s in per_test.items() if s.passed and (s.failed or s.errored_by_agent)
+    )
     return {
         "pass_at_k": _mean(at_k),
         "pass_hat_k": _mean(hat_k),
@@ -224,6 +279,7 @@ def _test_entry(r: TestResult) -> dict[str, Any]:
         "status": r.status,
         "score": r.score,
         "error": r.error,
+        "cause": r.cause,
         "skip_reason": r.skip_reason,
         "run_id": r.run_id,
         "prompt": r.prompt,

@@ -85,6 +85,8 @@ class Gateway:
                 repeat=s.repeat,
                 run_id=s.run_id or s.cell,
                 images=s.images,
+                cell=s.cell,
+                attempt=s.attempt,
             )
             try:
                 await self.recorder.open_cell(s.cell, meta)
@@ -99,6 +101,7 @@ class Gateway:
             auto_decompress=False,  # bytes pass through as the upstream sent them
             cookie_jar=aiohttp.DummyCookieJar(),  # never carry one caller's cookies to another
             trust_env=False,
+            read_bufsize=proxy.CHUNK_BYTES // 2,
         )
         try:
             for route in s.routes:

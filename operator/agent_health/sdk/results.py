@@ -7,12 +7,24 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from agent_health.connectors import readonly
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
 
 Status = Literal["passed", "failed", "errored", "skipped"]
+Cause = Literal["agent", "judge", "test", "infra"]
+"""Why a test errored: who is to blame decides whether it counts in the pass rate.
+
+* ``agent`` — the agent under test refused the connection, answered an error status, a
+  malformed or incomplete reply, did not answer in time, or its container crashed. Counts
+  against the agent: ``pass_rate = passed / (passed + failed + errored[agent])``.
+* ``judge`` — the judge could not give a verdict (provider down, unparseable answer).
+* ``test`` — the test's own code: the body, a fixture, a hook, a misconfigured connector.
+* ``infra`` — scheduling, eviction, node loss, the gateway, an interrupted run.
+"""
+CAUSES: tuple[Cause, ...] = ("agent", "judge", "test", "infra")
 SignalKind = Literal["deterministic", "judge", "metric"]
 Role = Literal["gate", "observe", "neutral"]
 
@@ -50,10 +62,16 @@ def unbind_traces(token: contextvars.Token[TraceResolver]) -> None:
     _resolver.reset(token)
 
 
-class RunResult(BaseModel):
-    """The immutable capture of one ``agent.run()``."""
+class RunResult(readonly.ReadOnlyModel):
+    """The immutable capture of one ``agent.run()``.
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    Read-only all the way down: its fields, its steps and their arguments and outputs, the
+    raw answer, the token usage and what :meth:`json` returns all raise ``TypeError`` on
+    any change, so what matchers, metrics, judges and the ledger read is what the agent
+    answered. Copy a part (``dict(step.tool_args)``) to change a copy.
+    """
+
+    model_config = ConfigDict(defer_build=True, frozen=True, arbitrary_types_allowed=True)
 
     run_id: str
     prompt: str
@@ -64,11 +82,27 @@ class RunResult(BaseModel):
     duration_ms: float = 0.0
     raw: dict[str, Any] = Field(default_factory=dict)
     traceparent: str | None = None
+    unreported: frozenset[str] = Field(
+        default=frozenset(),
+        description='what the agent left out of its reply: "trajectory", "token_usage" '
+        "(unknown, not empty: a check that needs it fails saying so)",
+    )
     _traces: Any = PrivateAttr(default=None)
+
+    @field_validator("raw", mode="after")
+    @classmethod
+    def _read_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        frozen: dict[str, Any] = readonly.freeze(value)
+        return frozen
 
     @property
     def trajectory(self) -> Trajectory:
         return Trajectory(self.trajectory_steps)
+
+    @property
+    def trajectory_reported(self) -> bool:
+        """Whether the agent reported its steps (an empty list is a report: no steps)."""
+        return "trajectory" not in self.unreported
 
     def tool_calls(self, name: str | None = None) -> list[Step]:
         return self.trajectory.tool_calls(name)
@@ -76,7 +110,7 @@ class RunResult(BaseModel):
     def json(self) -> Any:  # type: ignore[override]
         """The output parsed as JSON (raises a clear error when it is not JSON)."""
         try:
-            return json.loads(self.output)
+            return readonly.freeze(json.loads(self.output))
         except ValueError as err:
             raise errors.ExpectationFailed(
                 f"agent output is not JSON: {self.output[:120]!r}"
@@ -107,7 +141,7 @@ class RunResult(BaseModel):
 class Signal(BaseModel):
     """One observation recorded during a test."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     kind: SignalKind
     role: Role
@@ -130,7 +164,7 @@ class Signal(BaseModel):
 class Verdict(BaseModel):
     """A judge's answer, handed back to the body."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     criteria: str
     passed: bool | None
@@ -148,7 +182,9 @@ class Verdict(BaseModel):
     def to_pass(self) -> Verdict:
         """Assert that the verdict passed (a failed test otherwise; skipped passes)."""
         if self.errored:
-            raise errors.JudgeError(f"judge errored on {self.criteria!r}: {self.error}")
+            raise errors.JudgeError(
+                f"judge errored on {self.criteria!r}: {self.error}", cause="judge"
+            )
         if self.passed is False:
             raise errors.JudgeFailed(f"judge: {self.criteria!r} not met: {self.reasoning}")
         return self
@@ -162,7 +198,7 @@ class TestResult(BaseModel):
     """The outcome of one (test, repeat)."""
 
     __test__ = False
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str
@@ -174,6 +210,9 @@ class TestResult(BaseModel):
     status: Status
     score: float | None = None
     error: str | None = None
+    cause: Cause | None = Field(
+        default=None, description="why an errored test errored; None for any other status"
+    )
     run_id: str
     prompt: str | None = None
     duration_ms: float = 0.0
@@ -184,6 +223,17 @@ class TestResult(BaseModel):
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
     content_hash: str = ""
     skip_reason: str | None = None
+
+    @model_validator(mode="after")
+    def _cause_of_errored(self) -> TestResult:
+        # A cause decides whether an error counts against the agent: never guessed here.
+        if self.status == "errored" and self.cause is None:
+            raise ValueError(
+                f"test {self.id!r} errored without a cause; give cause= one of {', '.join(CAUSES)}"
+            )
+        if self.status != "errored" and self.cause is not None:
+            raise ValueError(f"test {self.id!r} is {self.status}: only an errored test has a cause")
+        return self
 
     def gates(self) -> Iterator[Signal]:
         return (s for s in self.signals if s.role == "gate")

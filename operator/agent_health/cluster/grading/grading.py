@@ -12,6 +12,11 @@ evidence — the grade is ``errored`` with a precise reason, never ``passed``, w
 * the agent was called (the gateway saw the target talk) but no ``run-result`` was recorded,
   or a record is malformed, duplicated, or claims a trusted principal without token evidence.
 
+Every errored grade has a ``cause`` (``agent``, ``judge``, ``test``, ``infra``). A cell whose
+test ran takes the controller's (its ``cell-end``, and the ``run-result`` that says why the
+agent call failed); doubtful evidence is the agent's (:class:`errors.DoubtfulEvidence`), so
+breaking a failed test's evidence can never lift it out of the pass rate.
+
 The checks, and why records without a principal field are the controller's, are in
 :mod:`~agent_health.cluster.grading.evidence`.
 
@@ -21,7 +26,8 @@ disagrees, the disagreement is kept on the grade (``discrepancy``); the recomput
 wins, except that a disagreement never yields ``passed`` (it becomes ``errored``).
 
 Infrastructure failures that leave no usable ledger (image pull, eviction, a sidecar's
-OOM, the pod's deadline) are graded by :func:`grade_failed_pod`, with the retry decision.
+OOM, the pod's deadline) are graded by :func:`grade_failed_pod`, with the retry decision:
+only a failure whose cause is ``infra`` is retried (:func:`error_cause`).
 """
 
 from __future__ import annotations
@@ -44,12 +50,30 @@ from agent_health.sdk import results
 from agent_health.traces import metrics, settings
 
 InfraCause = Literal[
-    "image-pull", "evicted", "sidecar-oom", "unschedulable", "node-lost", "deadline", "other"
+    "image-pull",
+    "evicted",
+    "sidecar-oom",
+    "gateway-restart",
+    "unschedulable",
+    "node-lost",
+    "deadline",
+    "target-crash",
+    "target-oom",
+    "other",
 ]
 # A retry can heal these; a deadline means the cell ran out of time and would again.
 RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(
-    {"image-pull", "evicted", "sidecar-oom", "unschedulable", "node-lost"}
+    {"image-pull", "evicted", "sidecar-oom", "gateway-restart", "unschedulable", "node-lost"}
 )
+# Ways a pod can fail that are the agent's doing: its own container crashed or was OOM-killed.
+# Never retried: a retry would hand the agent best-of-N.
+AGENT_CAUSES: frozenset[InfraCause] = frozenset({"target-crash", "target-oom"})
+
+
+def error_cause(cause: InfraCause) -> results.Cause:
+    """Whom a failed pod's ``cause`` blames: the agent for :data:`AGENT_CAUSES`, else the
+    infrastructure; only an ``infra`` one may be retried."""
+    return "agent" if cause in AGENT_CAUSES else "infra"
 
 
 class ExpectedCell(pydantic.BaseModel):
@@ -65,6 +89,10 @@ class ExpectedCell(pydantic.BaseModel):
     line: int = 0
     labels: tuple[str, ...] = ()
     content_hash: str = ""
+    ledger_cell: str | None = None
+    """The ledger cell of the attempt graded (``CELL`` or ``CELL.aN``); with ``attempt``, the
+    ledger's sealed cell-meta must name both, so no other cell's or attempt's ledger passes."""
+    attempt: int | None = pydantic.Field(default=None, ge=0)
 
 
 class CellGrade(pydantic.BaseModel):
@@ -78,6 +106,9 @@ class CellGrade(pydantic.BaseModel):
     status: results.Status
     score: float | None = None
     error: str | None = None
+    cause: results.Cause | None = pydantic.Field(
+        default=None, description="why an errored cell errored (agent, judge, test, infra)"
+    )
     reported_status: results.Status | None = pydantic.Field(
         default=None, description="what the controller's cell-end said"
     )
@@ -135,8 +166,10 @@ def grade_lines(
     """:func:`grade_cell` without the I/O: grade a finished cell's ledger lines."""
     try:
         return _grade(cell_name, lines, key, expected, prices)
+    except errors.IncompleteEvidence as gap:
+        return _errored(cell_name, expected, str(gap), "infra").model_copy(update={"infra": True})
     except errors.DoubtfulEvidence as doubt:
-        return _errored(cell_name, expected, str(doubt))
+        return _errored(cell_name, expected, str(doubt), "agent")
 
 
 def grade_failed_pod(
@@ -151,22 +184,26 @@ def grade_failed_pod(
     """An ``errored`` grade for a cell the infrastructure failed, and whether to retry it.
 
     ``attempt`` counts the infrastructure retries already made (0 for the first try). A
-    retry is allowed for causes a new pod can heal (:data:`RETRYABLE_CAUSES`) while
-    ``attempt < policy.infra_retries``, after ``policy.backoff_seconds``. A test that ran
-    to its end is graded by :func:`grade_cell` and is never retried.
+    retry is allowed for infrastructure causes a new pod can heal (:data:`RETRYABLE_CAUSES`)
+    while ``attempt < policy.infra_retries``, after ``policy.backoff_seconds``; never for a
+    failure the agent caused (a retry would hand it best-of-N). A test that ran to its end
+    is graded by :func:`grade_cell` and is never retried.
     """
-    retryable = cause in RETRYABLE_CAUSES and attempt < policy.infra_retries
+    blamed = error_cause(cause)
+    healable = blamed == "infra" and cause in RETRYABLE_CAUSES
+    retryable = healable and attempt < policy.infra_retries
     if retryable:
         note = f"retry {attempt + 1} of {policy.infra_retries}"
-    elif cause in RETRYABLE_CAUSES:
+    elif healable:
         note = f"no retries left ({policy.infra_retries} allowed)"
     else:
         note = "not retried"
-    message = f"infrastructure failure ({cause}): {reason}; {note}"
-    grade = _errored(cell_name, expected, message)
+    what = "infrastructure failure" if blamed == "infra" else f"{blamed} failure"
+    message = f"{what} ({cause}): {reason}; {note}"
+    grade = _errored(cell_name, expected, message, blamed)
     return grade.model_copy(
         update={
-            "infra": True,
+            "infra": blamed == "infra",
             "retryable": retryable,
             "retry_after_seconds": float(policy.backoff_seconds) if retryable else None,
         }
@@ -187,13 +224,12 @@ def _grade(
         test_id=expected.test_id,
         repeat=expected.repeat,
         run_id=expected.run_id,
+        ledger_cell=expected.ledger_cell,
+        attempt=expected.attempt,
     )
     end = found.end
     derived = metrics.derive(found.run, prices)
-    # Mirror the engine: the body's errors (cell-end), else judge calls that errored.
-    problems = [end.error] if end.error else _judge_errors(found.signals)
-    if end.status == "errored" and not problems:
-        problems = ["the controller reported errored without a message"]
+    problems, cause = _problems(found)
     recomputed = engine_grading.decide(found.signals, problems, end.status == "skipped")
     status, error, discrepancy = recomputed, "; ".join(problems) or None, None
     if recomputed != end.status:
@@ -202,8 +238,11 @@ def _grade(
         )
         if recomputed == "passed":
             status, error = "errored", f"doubtful evidence: {discrepancy}"
+            cause = "agent"  # as for any doubtful evidence: it must not raise the pass rate
     result = _test_result(
-        expected,
+        expected.model_copy(
+            update={"content_hash": expected.content_hash or end.content_hash or ""}
+        ),
         status,
         error,
         tuple(found.signals),
@@ -211,6 +250,7 @@ def _grade(
         derived,
         duration_ms=end.duration_ms or 0.0,
         started_at=found.meta.started_at.timestamp(),
+        cause=cause if status == "errored" else None,
     )
     return CellGrade(
         cell=cell_name,
@@ -219,6 +259,7 @@ def _grade(
         status=status,
         score=result.score,
         error=error,
+        cause=result.cause,
         reported_status=end.status,
         discrepancy=discrepancy,
         records=found.records,
@@ -228,6 +269,24 @@ def _grade(
         judge=judge_usage.summarize([result]),
         result=result,
     )
+
+
+def _problems(found: evidence.Evidence) -> tuple[list[str], results.Cause]:
+    """Why the test errored, as the engine decided it, and whom that blames.
+
+    The body's errors come from the controller's cell-end (with their cause, or the cause
+    of the failed agent call); without them, judge calls that errored.
+    """
+    end = found.end
+    failed_call = found.run_error.cause if found.run_error is not None else None
+    if end.error:
+        return [end.error], end.cause or failed_call or "test"
+    judged = _judge_errors(found.signals)
+    if judged:
+        return judged, "judge"
+    if end.status == "errored":
+        return ["the controller reported errored without a message"], end.cause or "test"
+    return [], "test"
 
 
 def _judge_errors(signals: list[results.Signal]) -> list[str]:
@@ -248,6 +307,7 @@ def _test_result(
     *,
     duration_ms: float = 0.0,
     started_at: float = 0.0,
+    cause: results.Cause | None = None,
 ) -> results.TestResult:
     title = expected.title or expected.test_id
     return results.TestResult(
@@ -261,6 +321,7 @@ def _test_result(
         status=status,
         score=engine_grading.score(signals, status),
         error=error,
+        cause=cause,
         run_id=expected.run_id,
         prompt=run.prompt if run is not None else None,
         duration_ms=duration_ms,
@@ -272,13 +333,16 @@ def _test_result(
     )
 
 
-def _errored(cell_name: str, expected: ExpectedCell, reason: str) -> CellGrade:
-    result = _test_result(expected, "errored", reason, (), None, {})
+def _errored(
+    cell_name: str, expected: ExpectedCell, reason: str, cause: results.Cause
+) -> CellGrade:
+    result = _test_result(expected, "errored", reason, (), None, {}, cause=cause)
     return CellGrade(
         cell=cell_name,
         test_id=expected.test_id,
         repeat=expected.repeat,
         status="errored",
         error=reason,
+        cause=cause,
         result=result,
     )

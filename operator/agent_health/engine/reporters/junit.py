@@ -67,8 +67,12 @@ def render(report: RunReport) -> bytes:
                     f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed
                 )
             elif test["status"] == "errored":
+                cause = test.get("cause") or "test"
                 node = ET.SubElement(
-                    case, "error", message=test["error"] or "errored", type="AgentHealthError"
+                    case,
+                    "error",
+                    message=f"{cause} error: {test['error'] or 'errored'}",
+                    type=f"AgentHealthError.{cause}",
                 )
                 node.text = test["error"]
             elif test["status"] == "skipped":
@@ -76,6 +80,8 @@ def render(report: RunReport) -> bytes:
             props = ET.SubElement(case, "properties")
             for key in ("run_id", "score"):
                 ET.SubElement(props, "property", name=key, value=str(test[key]))
+            if test.get("cause"):
+                ET.SubElement(props, "property", name="cause", value=str(test["cause"]))
             for label in test["labels"]:
                 ET.SubElement(props, "property", name="label", value=label)
             if test["signals"]:

@@ -27,7 +27,7 @@ def _line(result: TestResult) -> str:
     repeat = f" [repeat {result.repeat}]" if result.repeat else ""
     extra = ""
     if result.status == "errored" and result.error:
-        extra = f" — {result.error}"
+        extra = f" — {_cause_word(result.cause)}{result.error}"
     elif result.status == "skipped" and result.skip_reason:
         extra = f" — {result.skip_reason}"
     return (
@@ -106,13 +106,14 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             metrics = t["metrics"] or {}
             title = f"{t['file']} › {t['name']}" + (f" [r{t['repeat']}]" if t["repeat"] else "")
             table.add_row(
-                f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]",
+                f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]"
+                + (f" ({t['cause']})" if t.get("cause") else ""),
                 escape(title),
                 "" if t["score"] is None else f"{t['score']:.2f}",
                 f"{t['duration_ms'] / 1000:.2f}s",
-                str(metrics.get("total_tokens", "")),
+                _count(metrics, "total_tokens"),
                 _money(metrics.get("cost_usd")),
-                str(metrics.get("tool_calls", "")),
+                _count(metrics, "tool_calls"),
                 *((escape(_notes(metrics)),) if with_notes else ()),
             )
         console.print(table)
@@ -126,7 +127,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             + (f" [repeat {t['repeat']}]" if t["repeat"] else "")
         )
         if t["error"]:
-            console.print(f"  error: {escape(t['error'])}", highlight=False)
+            why = _cause_word(t.get("cause"))
+            console.print(f"  error: {escape(why + t['error'])}", highlight=False)
         for s in t["signals"]:
             if s["role"] == "gate" and s["passed"] is False:
                 detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
@@ -139,10 +141,11 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         console.print(f"[red]load error[/] {escape(error)}", highlight=False)
     for hint in hints or []:
         console.print(f"[dim]hint: {escape(hint)}[/]")
+    causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
     parts = [
         f"{s.passed} passed",
         f"{s.failed} failed",
-        f"{s.errored} errored",
+        f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
         f"{s.skipped} skipped",
     ]
     rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}"
@@ -151,7 +154,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     unpriced = f" ({s.unpriced} runs unpriced)" if s.cost_usd is not None and s.unpriced else ""
     console.print(
         f"\n{', '.join(parts)} — pass rate {rate}, score {score}, "
-        f"{s.tokens} tokens{cost}{unpriced}, {s.duration_ms / 1000:.2f}s"
+        f"{_tokens(s.tokens, s.tokens_unreported)}{cost}{unpriced}, {s.duration_ms / 1000:.2f}s"
     )
     if s.repeats > 1:
         console.print(
@@ -164,6 +167,27 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+
+
+def _count(metrics: dict[str, Any], key: str) -> str:
+    """A metric for the table: blank when the agent never ran, ``n/a`` when not reported."""
+    if key not in metrics:
+        return ""
+    value = metrics[key]
+    return "n/a" if value is None else str(value)
+
+
+def _tokens(tokens: int | None, unreported: int) -> str:
+    """``1234 tokens``, saying how many runs reported none (their tokens are unknown)."""
+    if tokens is None:
+        return "tokens not reported" if unreported else "0 tokens"
+    return f"{tokens} tokens" + (f" ({unreported} runs reported none)" if unreported else "")
+
+
+def _cause_word(cause: str | None) -> str:
+    """``agent error: `` before an error message — whom it blames (counts in the pass rate
+    only when it is the agent)."""
+    return f"{cause} error: " if cause else ""
 
 
 def _money(value: Any) -> str:
