@@ -263,6 +263,7 @@ async def cluster(root: Path) -> AsyncIterator[Cluster]:
             await node.close()
             for task in tasks:
                 task.cancel()
+            emulator.store.close()  # the operator's watches end with it, not after a timeout
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -297,6 +298,14 @@ def dump(cluster: Cluster, run: str | None = None) -> str:
         lines += [f"  test {json.dumps(t)}" for t in status.get("tests") or [] if t.get("error")]
     for pod in cluster.node.pods.values():
         labels = pod.body["metadata"].get("labels") or {}
+        if labels.get("app.kubernetes.io/component") == "operator":
+            for c in pod.containers.values():
+                for number, ran in enumerate(c.runs):
+                    tail = ran.log.read_text(errors="replace")[-2500:]
+                    lines.append(
+                        f"operator log (run {number}):\n    " + tail.replace("\n", "\n    ")
+                    )
+            continue
         if run is not None and labels.get("agenthealth.dev/run") != run:
             continue
         lines.append(f"pod {pod.namespace}/{pod.name}: {pod.phase}")

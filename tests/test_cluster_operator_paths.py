@@ -6,9 +6,19 @@ import base64
 import pwd
 from typing import Any
 
+import httpx
 import pytest
 from agent_health.cluster.cells import cellsecrets
-from operator_support import Cell, Kubelet, cluster, kubelet, listing, pod_creations, until
+from operator_support import (
+    RUNS,
+    Cell,
+    Kubelet,
+    cluster,
+    kubelet,
+    listing,
+    pod_creations,
+    until,
+)
 
 pytestmark = pytest.mark.slow
 LEDGER = "configmap://default/triage-ledger"
@@ -183,3 +193,30 @@ async def test_the_operator_starts_as_a_uid_without_a_user_name(
         monkeypatch.delenv(name, raising=False)
     async with cluster() as k8s, k8s.operator() as op:
         assert op.ports["health"] > 0
+
+
+async def test_judge_calls_of_runs_not_yet_taken_over_after_a_restart_are_asked_to_retry() -> None:
+    """A restarted operator knows a cell's token only once it has taken over the cell's run:
+    until every run found at start is, an unknown token gets 502 (the cell's judge call
+    retries) instead of 401 (the cell's test errored)."""
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        await k8s.apply(run)  # without its RunSpec, the run cannot be taken over yet
+        answer = await k8s.client.patch(
+            f"{RUNS}/{run['metadata']['name']}/status",
+            json={"status": {"phase": "Running"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert answer.status_code == 200, answer.text
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+        async with kubelet(fake), k8s.operator() as op, httpx.AsyncClient() as client:
+            url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
+            call = {"text": "x", "criteria": "says x"}
+            headers = {"Authorization": "Bearer not-known-yet"}
+            early = await client.post(url, json=call, headers=headers)
+            assert early.status_code == 502, early.text
+            assert "not taken over every run yet" in early.text
+            await k8s.apply(runspec)
+            await until(lambda: not op.runs.taking_over(), "the run to be taken over")
+            late = await client.post(url, json=call, headers=headers)
+            assert late.status_code == 401, late.text

@@ -146,22 +146,29 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
     }, writers
 
 
+def pod_creations(k8s: e2e.Cluster, run: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event in k8s.emulator.store.events:
+        meta = event.object["metadata"]
+        if (
+            event.kind.plural == "pods"
+            and event.type == "ADDED"
+            and meta.get("labels", {}).get("agenthealth.dev/run") == run
+            and meta.get("labels", {}).get("agenthealth.dev/component") == "cell"
+        ):
+            counts[meta["name"]] = counts.get(meta["name"], 0) + 1
+    return counts
+
+
 # -- one RunSpec, many runs -----------------------------------------------------------------
-
-
-DEFECT_1 = (
-    "#12 defect 1: a second EvaluationRun of a RunSpec that is already resolved never starts "
-    "(Pending -> Running refused by the phase machine)"
-)
 
 
 def resolved(k8s: e2e.Cluster, name: str) -> bool:
     body = k8s.read("runspecs.agenthealth.dev", "default", name) or {}
     conditions = {c["type"]: c["status"] for c in body.get("status", {}).get("conditions", [])}
-    return conditions.get("Resolved") == conditions.get("Discovered") == "True"
+    return conditions.get("Ready") == "True"
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_1)
 async def test_a_runspec_runs_again_after_its_first_run(k8s: e2e.Cluster) -> None:
     await k8s.apply(runspec_of("again", k8s.model.url))
     await k8s.apply(run_of("again-1", "again", selection={"grep": "payment"}))
@@ -172,7 +179,6 @@ async def test_a_runspec_runs_again_after_its_first_run(k8s: e2e.Cluster) -> Non
     assert second["status"]["counts"]["passed"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_1)
 async def test_two_runs_of_a_ready_runspec_run_side_by_side(k8s: e2e.Cluster) -> None:
     await k8s.apply(runspec_of("twice", k8s.model.url))
     await e2e.until(lambda: resolved(k8s, "twice"), "RunSpec twice to be resolved")
@@ -194,7 +200,7 @@ from agent_health import test
 
 @test("a slow diagnosis")
 async def slow(agent, expect):
-    result = await agent.run("Why is the payment service failing?", env={"DELAY_S": "30"})
+    result = await agent.run("Why is the payment service failing?", env={"DELAY_S": "8"})
     expect(result.output).to_contain("db-primary")
 """
 
@@ -209,51 +215,49 @@ def established(pid: int, port: int) -> bool:
     return False
 
 
-async def test_a_gateway_killed_mid_test_errors_its_cell_and_the_run_ends(
+async def test_a_gateway_killed_mid_test_is_an_infra_failure_and_the_cell_is_retried(
     k8s: e2e.Cluster,
 ) -> None:
     await k8s.config_map("default", "slow-suite", {"test_slow.py": textwrap.dedent(SLOW_SUITE)})
     await k8s.apply(runspec_of("gw", k8s.model.url, suite="slow-suite"))
-    await k8s.apply(run_of("gw-1", "gw"))
+    await k8s.apply(run_of("gw-1", "gw", retry={"infraRetries": 1, "backoffSeconds": 1}))
     pod = await e2e.until(lambda: cells_of(k8s, "gw-1"), "the cell pod")
     name = pod[0]["metadata"]["name"]
+    first = None
 
     def target_busy() -> bool:
+        nonlocal first
         try:
-            target = k8s.node.pod("default", name).containers["target"]
+            first = k8s.node.pod("default", name)
         except KeyError:
             return False
+        target = first.containers["target"]
         return target.run is not None and established(target.run.pid, 8080)
 
     # The controller's call has gone through the gateway to the target, which holds it.
     await e2e.until(target_busy, "the agent call to reach the target")
-    gateway = k8s.node.pod("default", name).containers["gateway"]
+    assert first is not None
+    gateway = first.containers["gateway"]
     assert gateway.run is not None
     gateway.run.signal(signal.SIGKILL)
     done = await finished(k8s, "gw-1")
-    counts = done["status"]["counts"]
-    assert counts["errored"] == 1, done["status"]
-    assert counts["passed"] == counts["failed"] == 0, done["status"]
-    restarted = k8s.read("pods", "default", name) or {}
-    statuses = {s["name"]: s for s in restarted["status"]["initContainerStatuses"]}
-    assert statuses["gateway"]["restartCount"] >= 1
+    # The attempt the gateway died in is the infrastructure's failure, never a pass; its
+    # retry, with a gateway that stays up, passes.
+    assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "gw-1")
+    assert done["status"]["counts"]["passed"] == 1, e2e.dump(k8s, "gw-1")
+    assert pod_creations(k8s, "gw-1") == {name: 2}
+    assert gateway.restarts >= 1
+    reasons = {
+        e.get("reason")
+        for e in k8s.emulator.store.list(
+            k8s.emulator.store.kinds[("", "events")], "default", lambda _l: True
+        )
+        if e.get("involvedObject", {}).get("name") == "gw-1"
+    }
+    assert "CellInfraFailure" in reasons, reasons
 
 
 # -- the operator restarted in the middle of a run ------------------------------------------
-
-
-def pod_creations(k8s: e2e.Cluster, run: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for event in k8s.emulator.store.events:
-        meta = event.object["metadata"]
-        if (
-            event.kind.plural == "pods"
-            and event.type == "ADDED"
-            and meta.get("labels", {}).get("agenthealth.dev/run") == run
-            and meta.get("labels", {}).get("agenthealth.dev/component") == "cell"
-        ):
-            counts[meta["name"]] = counts.get(meta["name"], 0) + 1
-    return counts
 
 
 async def test_an_operator_killed_mid_run_is_restarted_and_the_run_completes(
@@ -286,36 +290,36 @@ async def test_an_operator_killed_mid_run_is_restarted_and_the_run_completes(
 # -- a ledger nobody can write ---------------------------------------------------------------
 
 
-DEFECT_4 = (
-    "#12 defect 4: an unusable ledger URL (the kind values' configmap://agent-health-ledger, "
-    "or configmap://NAME without a namespace) leaves the RunSpec in Resolving, retried forever"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=DEFECT_4)
-@pytest.mark.parametrize(
-    "ledger",
-    [
-        pytest.param(None, id="the-charts-default-ledger"),
-        pytest.param({"url": "configmap://triage-ledger"}, id="a-ledger-without-namespace"),
-    ],
-)
-async def test_a_bad_ledger_url_fails_the_run_with_a_reason(
-    k8s: e2e.Cluster, ledger: dict[str, str] | None
-) -> None:
-    name = "noledger" if ledger is None else "badledger"
-    runspec = runspec_of(name, k8s.model.url)
-    if ledger is None:
-        del runspec["spec"]["ledger"]
-    else:
-        runspec["spec"]["ledger"] = ledger
+async def test_a_bad_ledger_url_fails_the_run_with_a_reason(k8s: e2e.Cluster) -> None:
+    runspec = runspec_of("badledger", k8s.model.url, ledger={"url": "configmap://triage-ledger"})
     await k8s.apply(runspec)
-    await k8s.apply(run_of(f"{name}-1", name))
-    done = await finished(k8s, f"{name}-1", seconds=90)
-    assert done["status"]["phase"] == "Failed", done["status"]
+    await k8s.apply(run_of("badledger-1", "badledger"))
+    done = await finished(k8s, "badledger-1", seconds=90)
+    assert done["status"]["phase"] == "Failed", e2e.dump(k8s, "badledger-1")
     messages = " ".join(c.get("message", "") for c in done["status"].get("conditions", []))
-    assert "ledger" in messages, done["status"]
-    assert cells_of(k8s, f"{name}-1") == []
+    assert "configmap://triage-ledger" in messages, done["status"]
+    assert cells_of(k8s, "badledger-1") == []
+    spec = k8s.read("runspecs.agenthealth.dev", "default", "badledger") or {}
+    conditions = {c["type"]: c for c in spec.get("status", {}).get("conditions", [])}
+    assert conditions["Ready"]["status"] == "False", conditions
+
+
+async def test_a_runspec_without_a_ledger_records_into_the_charts_default(
+    k8s: e2e.Cluster,
+) -> None:
+    runspec = runspec_of("defaultledger", k8s.model.url)
+    del runspec["spec"]["ledger"]
+    await k8s.apply(runspec)
+    await k8s.apply(run_of("defaultledger-1", "defaultledger", selection={"grep": "payment"}))
+    done = await finished(k8s, "defaultledger-1")
+    assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "defaultledger-1")
+    assert done["status"]["counts"]["passed"] == 1
+    # The kind values' --ledger-url, filled in for this run, in the run's namespace.
+    (pod,) = cells_of(k8s, "defaultledger-1")
+    url = "configmap://default/agent-health-ledger-defaultledger-1"
+    key = k8s.ledger_key("defaultledger-1")
+    ledger = await k8s.ledger(url, pod["metadata"]["name"], key)
+    assert isinstance(ledger[-1], records.CellEnd)
 
 
 # -- Agent Sandbox isolation -----------------------------------------------------------------

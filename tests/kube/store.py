@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import copy
 import datetime
 import uuid
@@ -85,6 +86,8 @@ class Store:
     objects: dict[Key, Body] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     revision: int = 0
+    closed: bool = False
+    """Set by :meth:`close`: every watch ends (a server can stop without waiting for them)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- reading ---------------------------------------------------------------------------
@@ -293,6 +296,11 @@ class Store:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def close(self) -> None:
+        """End every watch now (their clients may be gone without the server noticing)."""
+        self.closed = True
+        self._changed.set()
+
     # -- watching --------------------------------------------------------------------------
 
     async def watch(
@@ -323,8 +331,9 @@ class Store:
                 yield self._bookmark(kind, initial=True)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            fresh = [e for e in self.events if e.rv > since]
+        while not self.closed:
+            # Events are in revision order: start after the last one this watch has seen.
+            fresh = self.events[bisect.bisect_right(self.events, since, key=lambda e: e.rv) :]
             for event in fresh:
                 since = event.rv
                 if wanted(event):

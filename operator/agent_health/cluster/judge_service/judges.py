@@ -2,7 +2,9 @@
 
 :meth:`RunJudges.resolve` is the judge service's resolver
 (:func:`agent_health.judging.service.serving`): a bearer token that is no live cell's
-controller token resolves to ``None`` (401); a cell whose RunSpec names no ``spec.judge``
+controller token resolves to ``None`` (401) — except while a restarted operator is still
+taking over the runs it found, when it may be one of their cells' (502, and the cell
+retries); a cell whose RunSpec names no ``spec.judge``
 gets the operator's own judge (``AGENT_HEALTH_JUDGE_*``); any other gets a backend built
 from its RunSpec's judge — once per distinct (namespace, provider, model, baseUrl, Secret
 name, key), lazily, on its first call. The key is read from ``spec.judge.secretRef`` in the
@@ -56,6 +58,13 @@ class RunJudges:
         """The backend answering ``token``: ``None`` unless it is a live cell's token."""
         found = self.runs.judge_of(token)
         if found is None:
+            if token is not None and self.runs.taking_over():
+                # A restarted operator: the cell may be one of a run not taken over yet. The
+                # service answers 502 and the cell's judge call retries (judging.remote).
+                raise judging_errors.ProviderError(
+                    "the operator restarted and has not taken over every run yet; this cell "
+                    "is not known yet, retry"
+                )
             return None
         ref, judge = found
         if judge is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agent_health.cluster import kube, metrics
@@ -38,7 +38,12 @@ from agent_health.cluster.reconcile import (
     reactions,
     specs,
 )
+from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
+
+TAKEOVER_WINDOW = 300.0
+"""The longest a restarted operator treats an unknown judge token as possibly a cell of a run
+it has not taken over yet (see :meth:`Runs.taking_over`)."""
 
 
 @dataclasses.dataclass
@@ -58,6 +63,9 @@ class Runs:
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
     wait_seconds: float = 60.0
     clock: Callable[[], float] = time.monotonic
+    expected: set[batcher.RunRef] = dataclasses.field(default_factory=set)
+    """Runs unfinished when the operator started and not taken over yet (see :meth:`expect`)."""
+    _expected_until: float = 0.0
     board: lifecycle.Board = dataclasses.field(init=False)
     intake: intake.Intake = dataclasses.field(init=False)
     reactions: reactions.Reactions = dataclasses.field(init=False)
@@ -95,9 +103,26 @@ class Runs:
             return None
         return ref, run.spec.spec.judge
 
+    def expect(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        """The runs that exist as the operator starts. Until each is taken over (its cells'
+        tokens read back), a judge call from one of its cells cannot be told from a stranger's:
+        :meth:`taking_over` says so, for at most :data:`TAKEOVER_WINDOW` seconds."""
+        for body in bodies:
+            if (body.get("status") or {}).get("phase") not in status_mod.TERMINAL:
+                self.expected.add(batcher.RunRef.of(body))
+        self._expected_until = self.clock() + TAKEOVER_WINDOW
+
+    def taking_over(self) -> bool:
+        """Whether some run found at start is not taken over yet (an unknown token may be
+        one of its cells': the judge service asks it to retry instead of refusing it)."""
+        if self.expected and self.clock() >= self._expected_until:
+            self.expected.clear()
+        return bool(self.expected)
+
     async def start(self, body: Mapping[str, Any]) -> None:
         """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""
         await self.intake.start(body)
+        self.expected.discard(batcher.RunRef.of(body))
 
     def cell_event(self, event_type: str, body: Mapping[str, Any]) -> None:
         """A watch event of a cell (Pod or Sandbox) owned by an EvaluationRun."""
@@ -105,6 +130,7 @@ class Runs:
 
     def forget(self, body: Mapping[str, Any]) -> None:
         """The run was deleted: stop scheduling it (its cells are garbage-collected)."""
+        self.expected.discard(batcher.RunRef.of(body))
         self.board.forget(body)
 
     async def close(self) -> None:
