@@ -90,6 +90,7 @@ async def serve(
             image_pull_secrets=options.image_pull_secrets,
             gateway_service_account=options.gateway_service_account,
             ledger_credentials_secret=options.ledger_credentials_secret,
+            startup_seconds=options.startup_seconds,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())
@@ -163,11 +164,12 @@ class Operator:
         scheduler = runs.Runs(
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,
-            stuck_grace=options.stuck_grace, fence=_fence(options),
+            stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
+            retry_delay=options.retry_delay, fence=_fence(options),
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
-            wait_seconds=options.discovery_wait,
+            wait_seconds=options.discovery_wait, retry_delay=options.retry_delay,
         )  # fmt: skip
         reconcilers = handlers.Reconcilers(
             reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes

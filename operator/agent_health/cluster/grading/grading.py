@@ -53,6 +53,7 @@ InfraCause = Literal[
     "image-pull",
     "evicted",
     "sidecar-oom",
+    "sidecar-crash",
     "gateway-restart",
     "unschedulable",
     "node-lost",
@@ -63,7 +64,15 @@ InfraCause = Literal[
 ]
 # A retry can heal these; a deadline means the cell ran out of time and would again.
 RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(
-    {"image-pull", "evicted", "sidecar-oom", "gateway-restart", "unschedulable", "node-lost"}
+    {
+        "image-pull",
+        "evicted",
+        "sidecar-oom",
+        "sidecar-crash",
+        "gateway-restart",
+        "unschedulable",
+        "node-lost",
+    }
 )
 # Ways a pod can fail that are the agent's doing: its own container crashed or was OOM-killed.
 # Never retried: a retry would hand the agent best-of-N.

@@ -13,7 +13,7 @@ import dataclasses
 
 from agent_health.cluster import kube
 from agent_health.cluster.cells import cellsecrets, manifests, observed
-from agent_health.cluster.reconcile import creation, lifecycle, plan, reactions
+from agent_health.cluster.reconcile import creation, handoff, lifecycle, plan, reactions
 
 
 @dataclasses.dataclass
@@ -23,6 +23,7 @@ class Adoption:
     board: lifecycle.Board
     creator: creation.Creator
     reactions: reactions.Reactions
+    handoff: handoff.Handoff
 
     async def adopt(self, run: plan.Run) -> None:
         """Take over the cells that already exist, with their tokens; queue the rest."""
@@ -50,4 +51,5 @@ class Adoption:
                 self.board.tokens[cell.token] = run.ref
             elif observed.state(body) in ("waiting", "running"):
                 self.board.spawn(self.creator.secret(run, cell, body))
+            self.handoff.keep_deadline(run, cell, plan.created_at(body))
             self.reactions.apply(run, "ADDED", body)

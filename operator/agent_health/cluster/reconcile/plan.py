@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import re
 from collections import deque
 from collections.abc import Mapping
@@ -156,6 +157,15 @@ def reason(text: str) -> str:
 
 def generation(body: Mapping[str, Any]) -> int:
     return int((body.get("metadata") or {}).get("generation") or 0)
+
+
+def created_at(body: Mapping[str, Any]) -> datetime.datetime | None:
+    """The object's ``metadata.creationTimestamp`` (``None`` when absent or unreadable)."""
+    stamp = (body.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None
 
 
 def owned_by(body: Mapping[str, Any], uid: str) -> bool:

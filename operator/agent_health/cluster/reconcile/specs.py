@@ -27,7 +27,9 @@ again from the discovery pod after a restart (:meth:`Discoveries.tests`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,10 +39,15 @@ import kopf
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
 from agent_health.cluster.cells import discovery, ledgerurl, manifests
+from agent_health.cluster.reconcile import events
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
 
 LOG_LIMIT = 8 * 1024 * 1024
+MAX_ATTEMPTS = 6
+DISCOVERY_GRACE = 60.0
+RETRY_DELAY = 5.0
+MAX_RETRY_DELAY = 300.0
 RESOLVED, DISCOVERED, READY = "Resolved", "Discovered", "Ready"
 Key = tuple[str, str]  # namespace, pod name
 
@@ -164,6 +171,16 @@ class Discoveries:
         return await self.observe(pod)
 
 
+def _age(body: Mapping[str, Any]) -> float:
+    """Seconds since the object was created (0 when it does not say)."""
+    stamp = (body.get("metadata") or {}).get("creationTimestamp")
+    try:
+        created = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (status_mod.utcnow() - created).total_seconds()
+
+
 def condition(body: Mapping[str, Any], type: str) -> Mapping[str, Any] | None:
     """A condition of an object body, by type."""
     for found in (body.get("status") or {}).get("conditions") or []:
@@ -211,12 +228,40 @@ class SpecReconciler:
     insecure_registries: Sequence[str] = ()
     discovery_deadline: int = 300
     wait_seconds: float = 120.0
+    retry_delay: float = RETRY_DELAY
+    failures: dict[tuple[str, int | None], int] = dataclasses.field(default_factory=dict)
+    """Failed attempts per (uid, generation), until one succeeds."""
 
     async def reconcile(self, body: Mapping[str, Any]) -> None:
+        """Resolve and discover; an error other than waiting is retried a bounded number of
+        times with ``Resolved=Unknown`` naming it, then ``Resolved=False ReconcileError``."""
         metadata = body.get("metadata") or {}
         namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
         generation = metadata.get("generation")
         writer = _StatusWriter(self.api, namespace, name, generation, body)
+        key = (str(metadata.get("uid")), generation)
+        try:
+            await self._reconcile(body, writer)
+        except (kopf.TemporaryError, kopf.PermanentError, asyncio.CancelledError):
+            raise
+        except Exception as err:
+            attempt = self.failures[key] = self.failures.get(key, 0) + 1
+            why = f"{type(err).__name__}: {err}"
+            if attempt >= MAX_ATTEMPTS:
+                del self.failures[key]
+                message = f"the operator could not resolve the RunSpec ({attempt} attempts): {why}"
+                with contextlib.suppress(Exception):
+                    await writer.set(RESOLVED, "False", "ReconcileError", message)
+                raise kopf.PermanentError(message) from err
+            delay = min(self.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+            message = f"attempt {attempt} of {MAX_ATTEMPTS} failed, next in {delay:.0f} s: {why}"
+            with contextlib.suppress(Exception):
+                await writer.set(RESOLVED, "Unknown", events.to_reason(type(err).__name__), message)
+            raise kopf.TemporaryError(message, delay=delay) from err
+        self.failures.pop(key, None)
+
+    async def _reconcile(self, body: Mapping[str, Any], writer: _StatusWriter) -> None:
+        namespace, name = writer.namespace, writer.name
         try:
             spec = meta.parse(runspec.RunSpec, dict(body), what=f"RunSpec {namespace}/{name}")
         except errors.SpecError as err:
@@ -237,6 +282,13 @@ class SpecReconciler:
         outcome = await self.discoveries.observe(created) or await self.discoveries.wait(
             key, self.wait_seconds
         )
+        if outcome is None and _age(created) > self.discovery_deadline + DISCOVERY_GRACE:
+            # Never scheduled, or its node is gone: the kubelet's deadline never started.
+            message = f"discovery pod {key[1]} did not end within {self.discovery_deadline} s"
+            await writer.set(DISCOVERED, "False", "DiscoveryTimedOut", message)
+            with contextlib.suppress(kube.ApiError):
+                await self.api.delete(kube.PODS, namespace, key[1])
+            raise kopf.PermanentError(message)
         if outcome is None:
             await writer.set(DISCOVERED, "Unknown", "Discovering", f"waiting for pod {key[1]}")
             raise kopf.TemporaryError(f"discovery pod {key[1]} is still running", delay=5)
