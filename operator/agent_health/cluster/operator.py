@@ -29,7 +29,7 @@ from agent_health.cluster import kube, metrics
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.cells import manifests, netpol
 from agent_health.cluster.judge_service import judges
-from agent_health.cluster.reconcile import batcher, events, handlers, runs, specs
+from agent_health.cluster.reconcile import batcher, events, handlers, listing, runs, specs
 from agent_health.cluster.registry import registry
 from agent_health.judging import dispatch, service
 from agent_health.ledger import store
@@ -160,7 +160,7 @@ class Operator:
             return await api.patch(kube.EVALUATIONRUNS, ref.namespace, ref.name, body, status=True)
 
         status = batcher.StatusBatcher(patch, interval=options.status_interval)
-        discoveries = specs.Discoveries(api)
+        discoveries = listing.Discoveries(api)
         scheduler = runs.Runs(
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,

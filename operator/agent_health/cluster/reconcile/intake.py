@@ -34,6 +34,7 @@ from agent_health.cluster.reconcile import (
     batcher,
     handoff,
     lifecycle,
+    listing,
     plan,
     reactions,
     specs,
@@ -54,7 +55,7 @@ class Intake:
 
     board: lifecycle.Board
     settings: manifests.Settings
-    discoveries: specs.Discoveries
+    discoveries: listing.Discoveries
     handoff: handoff.Handoff
     reactions: reactions.Reactions
     adoption: adoption.Adoption

@@ -20,7 +20,7 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import ledgerurl, manifests
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import batcher, events, specs
+from agent_health.cluster.reconcile import batcher, events, listing
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
 
@@ -33,7 +33,7 @@ class Cell:
     """One (test, repeat) of a run."""
 
     name: str
-    test: specs.Test
+    test: listing.Test
     repeat: int
     attempt: int = 0
     state: CellState = "queued"
@@ -129,7 +129,9 @@ class Bulletin:
         return self.serial(key), self._bodies.get(key)
 
 
-def select(tests: tuple[specs.Test, ...], selection: evaluationrun.Selection) -> list[specs.Test]:
+def select(
+    tests: tuple[listing.Test, ...], selection: evaluationrun.Selection
+) -> list[listing.Test]:
     """The tests a run executes, chosen as ``agent-health run --grep/--label`` chooses."""
     chosen = [t for t in tests if t.mode == "only"] or list(tests)
     if selection.grep:

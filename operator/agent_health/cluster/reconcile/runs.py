@@ -34,9 +34,9 @@ from agent_health.cluster.reconcile import (
     handoff,
     intake,
     lifecycle,
+    listing,
     plan,
     reactions,
-    specs,
 )
 from agent_health.ledger import store
 
@@ -47,7 +47,7 @@ class Runs:
 
     api: kube.Client
     settings: manifests.Settings
-    discoveries: specs.Discoveries
+    discoveries: listing.Discoveries
     status: batcher.StatusBatcher
     metrics: metrics.OperatorMetrics
     recorder: events.EventRecorder
