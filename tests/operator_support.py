@@ -61,9 +61,12 @@ class Registry:
 
     missing: set[str] = dataclasses.field(default_factory=set)
     host: str = ""
+    asked: list[str] = dataclasses.field(default_factory=list)
+    """Every ``name:ref`` asked for, in order."""
 
     async def manifest(self, request: web.Request) -> web.Response:
         name, ref = request.match_info["name"], request.match_info["ref"]
+        self.asked.append(f"{name}:{ref}")
         if name in self.missing:
             return web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)
         body = json.dumps({"schemaVersion": 2, "name": name, "ref": ref}).encode()
