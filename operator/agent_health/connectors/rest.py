@@ -25,7 +25,7 @@ class RestConnector:
         async with wire.translating(self.url, timeout), self._clients.lease() as client:
             response = await client.post(
                 self.url,
-                content=request.model_dump_json(),
+                content=request.wire_json(),
                 headers={**wire.run_headers(request), "content-type": "application/json"},
                 timeout=timeout,
             )
