@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from agent_health import connectors
-from agent_health.connectors import agui, errors, openai_chat, rest, wire
+from agent_health.connectors import agui, errors, openai_chat, rest, transport, wire
 from aiohttp import web
 from loopback import event, request, serving
 
@@ -91,11 +91,11 @@ async def test_rest_malformed_and_off_protocol_answers() -> None:
 @pytest.mark.parametrize("kind", KINDS)
 async def test_client_seam_takes_a_transport(kind: str) -> None:
     """Every HTTP connector accepts a transport, so a unit test may pass a function."""
-    sent: list[wire.Request] = []
+    sent: list[transport.Request] = []
 
-    def handler(req: wire.Request) -> wire.MockResponse:
+    def handler(req: transport.Request) -> transport.MockResponse:
         sent.append(req)
-        return wire.MockResponse(418, b"teapot")
+        return transport.MockResponse(418, b"teapot")
 
     classes = {
         "rest": rest.RestConnector,
@@ -103,7 +103,7 @@ async def test_client_seam_takes_a_transport(kind: str) -> None:
         "openai": openai_chat.OpenAIChatConnector,
     }
     spec = connectors.ConnectorSpec(connector=kind, url="http://agent.invalid/x")
-    conn = classes[kind](spec, transport=wire.MockTransport(handler))
+    conn = classes[kind](spec, transport=transport.MockTransport(handler))
     with pytest.raises(errors.AgentHTTPError, match="HTTP 418: teapot"):
         await conn.run(request())
     await conn.aclose()

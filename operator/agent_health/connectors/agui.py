@@ -20,6 +20,7 @@ from typing import Any
 from ag_ui import core
 
 from agent_health.connectors import agui_fold, errors, sse, wire
+from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 
@@ -43,7 +44,7 @@ class AguiConnector:
         self,
         spec: ConnectorSpec,
         *,
-        transport: wire.Transport | None = None,
+        transport: http.Transport | None = None,
         on_event: EventCallback | None = None,
         observe: wire.Observer | None = None,
     ) -> None:
@@ -80,7 +81,7 @@ class AguiConnector:
         return AgentReply.model_validate({**fold.reply_fields(), "events": events})
 
     async def _read(
-        self, response: wire.Response, fold: agui_fold.Fold, events: list[dict[str, Any]]
+        self, response: http.Response, fold: agui_fold.Fold, events: list[dict[str, Any]]
     ) -> None:
         content_type = response.headers.get("content-type") or "none"
         if "text/event-stream" not in content_type.partition(";")[0]:

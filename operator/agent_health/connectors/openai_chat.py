@@ -23,6 +23,7 @@ import os
 from typing import Any
 
 from agent_health.connectors import errors, wire
+from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
 
@@ -34,7 +35,7 @@ class OpenAIChatConnector:
         self,
         spec: ConnectorSpec,
         *,
-        transport: wire.Transport | None = None,
+        transport: http.Transport | None = None,
         observe: wire.Observer | None = None,
     ) -> None:
         base = wire.require_url(spec, "openai").rstrip("/")

@@ -1,10 +1,11 @@
-"""The REST agent protocol v1 (DESIGN.md §9): POST the request as JSON, read one JSON answer."""
+"""The REST agent protocol v1 (docs/agent-protocol.md): POST JSON, read one JSON answer."""
 
 from __future__ import annotations
 
 import pydantic
 
 from agent_health.connectors import errors, wire
+from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 
@@ -19,7 +20,7 @@ class RestConnector:
         self,
         spec: ConnectorSpec,
         *,
-        transport: wire.Transport | None = None,
+        transport: http.Transport | None = None,
         observe: wire.Observer | None = None,
     ) -> None:
         self.url = wire.require_url(spec, "rest")

@@ -1,7 +1,7 @@
 """HTTP plumbing shared by the HTTP connectors (REST, AG-UI, OpenAI-compatible).
 
-:class:`Http` is one connector's client: it sends through a :class:`Transport` (aiohttp by
-default; :class:`MockTransport` lets a unit test pass a function instead of a server), adds
+:class:`Http` is one connector's client: it sends through a :class:`~.transport.Transport`
+(aiohttp by default; :class:`~.transport.MockTransport` lets a unit test pass a function), adds
 the run headers every request carries, bounds the whole exchange by the run's timeout,
 reports every failure in the same words for every connector (:mod:`.errors`), and — when
 the local ledger asks for it — hands an :class:`Observation` of each call to an observer,
@@ -19,17 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import inspect
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pydantic
 
-from agent_health.connectors import errors
+from agent_health.connectors import errors, transport
 from agent_health.connectors.protocol import AgentRequest
 
 if TYPE_CHECKING:
@@ -37,40 +36,6 @@ if TYPE_CHECKING:
 
 RUN_ID_HEADER = "X-Agent-Health-Run-Id"
 KEEP_BODY_BYTES = 1024 * 1024  # an observed response up to this size is kept whole (usage)
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One HTTP request as a connector sends it."""
-
-    method: str
-    url: str
-    headers: Mapping[str, str]
-    body: bytes
-
-
-class Response(Protocol):
-    """The answer a :class:`Transport` yields: status and headers first, the body on demand."""
-
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        """Looked up case-insensitively."""
-        ...
-
-    async def read(self) -> bytes: ...
-
-    def iter_chunks(self) -> AsyncIterator[bytes]: ...
-
-
-class Transport(Protocol):
-    """Sends a request; the response is open for the duration of the context."""
-
-    def send(self, request: Request) -> contextlib.AbstractAsyncContextManager[Response]: ...
-
-    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +68,10 @@ class Http:
     def __init__(
         self,
         spec: ConnectorSpec,
-        transport: Transport | None = None,
+        via: transport.Transport | None = None,
         observe: Observer | None = None,
     ) -> None:
-        self._transport = transport or AiohttpTransport()
+        self._transport = via or transport.AiohttpTransport()
         self._headers = dict(spec.headers)
         self._observe = observe
 
@@ -118,13 +83,15 @@ class Http:
         body: bytes,
         headers: Mapping[str, str],
         timeout: float,
-    ) -> AsyncIterator[Response]:
+    ) -> AsyncIterator[transport.Response]:
         """POST ``body`` to ``url`` for ``request``'s run; yield the open response.
 
         The whole block (sending, the answer's head, reading its body) is bounded by
         ``timeout`` seconds, and transport failures arrive as connector errors.
         """
-        sent = Request("POST", url, {**self._headers, **run_headers(request), **headers}, body)
+        sent = transport.Request(
+            "POST", url, {**self._headers, **run_headers(request), **headers}, body
+        )
         meter = _Meter(request.run_id, sent) if self._observe is not None else None
         deadline = asyncio.timeout(timeout)
         error: BaseException | None = None
@@ -149,7 +116,7 @@ class Http:
 class _Meter:
     """Hashes and counts what passes, for the :class:`Observation` of one exchange."""
 
-    def __init__(self, run_id: str, request: Request) -> None:
+    def __init__(self, run_id: str, request: transport.Request) -> None:
         self.run_id = run_id
         self.request = request
         self.started_at = time.time()
@@ -159,7 +126,7 @@ class _Meter:
         self.size = 0
         self.kept: bytearray | None = bytearray()
 
-    def watch(self, response: Response) -> Response:
+    def watch(self, response: transport.Response) -> transport.Response:
         self.status = response.status
         self.content_type = response.headers.get("content-type")
         return _Metered(response, self)
@@ -209,7 +176,7 @@ def _observed_error(error: BaseException | None, elapsed: float, timeout: float)
 class _Metered:
     """A response whose body is metered as it is read."""
 
-    def __init__(self, response: Response, meter: _Meter) -> None:
+    def __init__(self, response: transport.Response, meter: _Meter) -> None:
         self._response = response
         self._meter = meter
         self.status = response.status
@@ -224,138 +191,6 @@ class _Metered:
         async for chunk in self._response.iter_chunks():
             self._meter.update(chunk)
             yield chunk
-
-
-class AiohttpTransport:
-    """The default transport: one aiohttp session per connector, made in the running loop.
-
-    Connections are pooled without a limit (the engine's ``-j`` bounds the calls in
-    flight); no cookie jar, so one test's cookies never reach another's call.
-    """
-
-    def __init__(self) -> None:
-        self._session: Any = None
-
-    def _open(self) -> Any:
-        import aiohttp  # loaded by the first HTTP call, not by importing the connectors
-
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=None),  # Http.exchange bounds the whole call
-        )
-        return self._session
-
-    @contextlib.asynccontextmanager
-    async def send(self, request: Request) -> AsyncIterator[Response]:
-        import aiohttp
-
-        session = self._session or self._open()
-        url = request.url
-        try:
-            async with session.request(
-                request.method, url, data=request.body, headers=request.headers
-            ) as response:
-                yield _AiohttpResponse(response, url)
-        except aiohttp.ClientConnectorError as err:
-            raise errors.AgentUnreachable(
-                f"cannot connect to agent at {url}: {reason(err.os_error)} (is it running?)"
-            ) from err
-        except (aiohttp.ClientError, OSError) as err:
-            message = f"request to agent at {url} failed: {reason(err)}"
-            raise errors.AgentUnreachable(message) from err
-
-    async def aclose(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
-
-
-class _AiohttpResponse:
-    """An aiohttp response whose body failures arrive as connector errors where they happen
-    (an AG-UI stream cut mid-event is told apart from one that never started)."""
-
-    def __init__(self, response: Any, url: str) -> None:
-        self._response = response
-        self._url = url
-        self.status: int = response.status
-        self.headers: Mapping[str, str] = response.headers
-
-    async def read(self) -> bytes:
-        import aiohttp
-
-        try:
-            data: bytes = await self._response.read()
-        except (aiohttp.ClientError, OSError) as err:
-            raise self._broken(err) from err
-        return data
-
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        import aiohttp
-
-        try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-        except (aiohttp.ClientError, OSError) as err:
-            raise self._broken(err) from err
-
-    def _broken(self, err: BaseException) -> errors.AgentUnreachable:
-        return errors.AgentUnreachable(f"request to agent at {self._url} failed: {reason(err)}")
-
-
-@dataclass
-class MockResponse:
-    """What a :class:`MockTransport` handler answers: a status, headers, a body in chunks."""
-
-    status: int = 200
-    body: bytes | Sequence[bytes] = b""
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class MockTransport:
-    """Answers every request with ``handler(request)`` (sync or async): a unit test passes a
-    function instead of a server, as with httpx's ``MockTransport``."""
-
-    def __init__(
-        self, handler: Callable[[Request], MockResponse | Awaitable[MockResponse]]
-    ) -> None:
-        self._handler = handler
-
-    @contextlib.asynccontextmanager
-    async def send(self, request: Request) -> AsyncIterator[Response]:
-        answer = self._handler(request)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        assert isinstance(answer, MockResponse)
-        yield _MockResponse(answer)
-
-    async def aclose(self) -> None:
-        return None
-
-
-class _MockResponse:
-    def __init__(self, answer: MockResponse) -> None:
-        self.status = answer.status
-        self.headers = _Headers(answer.headers)
-        chunks = [answer.body] if isinstance(answer.body, bytes) else list(answer.body)
-        self._chunks = [c for c in chunks if c]
-
-    async def read(self) -> bytes:
-        return b"".join(self._chunks)
-
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        for chunk in self._chunks:
-            yield chunk
-
-
-class _Headers(dict[str, str]):
-    """Headers looked up case-insensitively, like aiohttp's."""
-
-    def __init__(self, headers: Mapping[str, str]) -> None:
-        super().__init__({k.lower(): v for k, v in headers.items()})
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return super().get(key.lower(), default)
 
 
 def require_url(spec: ConnectorSpec, kind: str) -> str:
@@ -415,9 +250,7 @@ def validation_reason(err: pydantic.ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
-def reason(err: BaseException) -> str:
-    """An exception's message, or its type name when it has none."""
-    return str(err) or type(err).__name__
+reason = transport.reason
 
 
 def snippet(text: str, limit: int = 200) -> str:
