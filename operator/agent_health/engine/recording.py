@@ -171,7 +171,7 @@ class LocalLedger:
     async def _write(self, cell: _Cell, items: list[records.Record]) -> None:
         sealer = chain.Sealer(self._key)
         try:
-            lines = [sealer.seal_line(r)[1] for r in (cell.meta, *cell.exchanges, *items)]
+            lines = [sealer.line(r) for r in (cell.meta, *cell.exchanges, *items)]
             if not self._key_written:
                 await asyncio.to_thread(_write_key, self.key_file, self._key)
                 self._key_written = True
