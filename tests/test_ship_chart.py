@@ -187,8 +187,7 @@ def test_the_chart_crds_are_byte_identical_to_the_generated_ones() -> None:
     assert shipped == generated
     for name in generated:
         assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
-            f"charts/agent-health/crds/{name} differs from crds/{name}: cp crds/*.yaml "
-            "charts/agent-health/crds/"
+            f"charts/agent-health/crds/{name} differs from crds/{name}: run `make generate`"
         )
 
 
@@ -225,7 +224,7 @@ def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
     minimal = _args(render(helm, "minimal"))
     assert minimal["namespace"] == "evals"
     kind = _args(render(helm, "kind"))
-    assert kind["ledger-url"] == "configmap://agent-health-ledger"
+    assert kind["ledger-url"] == "configmap://{namespace}/agent-health-ledger-{run}"
 
 
 def test_probes_ports_and_security(helm: Path) -> None:
