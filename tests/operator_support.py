@@ -28,7 +28,7 @@ import yaml
 from agent_health.cluster import operator
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.api import crds
-from agent_health.cluster.cells import cellsecrets, manifests
+from agent_health.cluster.cells import manifests
 from agent_health.ledger import backends, chain, records, store
 from agent_health.sdk import results
 from aiohttp import web
@@ -91,6 +91,16 @@ def _died(name: str, reason: str, exit_code: int) -> dict[str, Any]:
         "restartCount": 1,
         "state": {"terminated": {"exitCode": 143, "reason": "Error"}},
         "lastState": {"terminated": {"exitCode": exit_code, "reason": reason}},
+    }
+
+
+def _crash_loop(name: str) -> dict[str, Any]:
+    """A sidecar that keeps dying: restarted 3 times, now waiting in CrashLoopBackOff."""
+    return {
+        "name": name,
+        "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+        "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}},
     }
 
 
@@ -291,12 +301,16 @@ class Cell:
     attempt: int
     ledger_cell: str
     """Where this attempt's gateway records: its ``--cell`` argument."""
+    key_secret: str
+    """The Secret holding the key the gateway seals with (its ``ledger-key`` volume)."""
+    key_item: str
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> Cell:
         meta = pod["metadata"]
         gateway = next(c for c in pod["spec"]["initContainers"] if c["name"] == "gateway")
         args = gateway["args"]
+        key = next(v for v in pod["spec"]["volumes"] if v["name"] == "ledger-key")
         return cls(
             name=meta["name"],
             run=meta["ownerReferences"][0]["name"],
@@ -304,6 +318,8 @@ class Cell:
             repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
             attempt=int(args[args.index("--attempt") + 1]),
             ledger_cell=args[args.index("--cell") + 1],
+            key_secret=key["secret"]["secretName"],
+            key_item=key["secret"]["items"][0]["key"],
         )
 
 
@@ -316,7 +332,8 @@ class Kubelet:
     ledger_url: str
     outcome: Callable[[Cell], str] = lambda _cell: "passed"
     """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
-    key) or "hold" (keeps running until :meth:`release`)."""
+    key), "hold" (keeps running until :meth:`release`), "never-starts" (no status ever),
+    "crashloop:CONTAINER" (a sidecar restarting over and over) or a sidecar death."""
     seen: list[str] = dataclasses.field(default_factory=list)
     held: dict[str, Cell] = dataclasses.field(default_factory=dict)
     cell_seconds: float = 0.0
@@ -367,8 +384,18 @@ class Kubelet:
     async def cell(self, pod: dict[str, Any]) -> None:
         cell = Cell.of(pod)
         self.seen.append(cell.name)
-        await self.status(cell.name, {"phase": "Running"})
         outcome = self.outcome(cell)
+        if outcome == "never-starts":  # e.g. a node that never runs it: no status at all
+            self.held[cell.name] = cell
+            return
+        if outcome.startswith("crashloop:"):  # restarted 3 times, waiting in back-off
+            name = outcome.removeprefix("crashloop:")
+            phase = "Pending" if name == "gateway" else "Running"  # its startup probe failed
+            looping = [_crash_loop(name)]
+            await self.status(cell.name, {"phase": phase, "initContainerStatuses": looping})
+            self.held[cell.name] = cell
+            return
+        await self.status(cell.name, {"phase": "Running"})
         if outcome == "hold":
             self.held[cell.name] = cell
         else:
@@ -383,7 +410,7 @@ class Kubelet:
             evicted = {"phase": "Failed", "reason": "Evicted", "message": "node ran out of memory"}
             await self.status(cell.name, evicted)
             return
-        key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell.run)
+        key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell)
         writer = chain.Writer(self.backend(), cell.ledger_cell, key)
         await writer.append(
             *cell_records(
@@ -398,11 +425,16 @@ class Kubelet:
         phase = "Failed" if outcome == "failed" else "Succeeded"
         await self.finish(cell.name, phase, exit_code=1, sidecars=SIDECAR_DEATHS.get(outcome, []))
 
-    async def ledger_key(self, run: str) -> bytes:
-        secret = self.cluster.emulator.read(
-            "secrets", "default", cellsecrets.ledger_key_secret_name(run)
-        )
-        return base64.b64decode(secret["data"][cellsecrets.LEDGER_KEY])
+    async def ledger_key(self, cell: Cell) -> bytes:
+        """The key the cell's gateway has mounted: from the Secret its pod names, as the
+        kubelet mounts it (waiting, as the kubelet does, until the Secret exists)."""
+        for _ in range(600):
+            with contextlib.suppress(Exception):
+                secret = self.cluster.emulator.read("secrets", "default", cell.key_secret)
+                data = secret["data"][cell.key_item]
+                return base64.b64decode(data)
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no Secret {cell.key_secret} for cell {cell.name}")
 
     async def status(self, name: str, status: dict[str, Any]) -> None:
         answer = await self.cluster.client.patch(
