@@ -28,7 +28,7 @@ import httpx
 import operator_support
 import ship_support
 import yaml
-from agent_health.ledger import backends, chain, records, store
+from agent_health.ledger import backends, chain, keys, records, store
 from judge_servers import Answer, ScriptedModel
 from kube import ApiError, Emulator, Kind, serve
 from node import controllers, images, kubelet, network, services
@@ -191,14 +191,15 @@ class Cluster:
         return base64.b64decode(secret["data"]["key"])
 
     async def ledger(self, url: str, cell: str, key: bytes) -> list[records.Record]:
-        """A cell's records, their HMAC chain verified with ``key``."""
+        """A cell's records, their HMAC chain verified with the cell's key (derived from the
+        run's ``key``, as the operator derives it)."""
         options = store.Options(kube_api_url=self.url, kube_token="test")
         backend = backends.from_url(url, options)
         try:
             lines = await backend.read(cell)
         finally:
             await backend.close()
-        verified = chain.verify(lines, key)
+        verified = chain.verify(lines, keys.cell_key(key, cell))
         assert verified.ok, f"ledger cell {cell}: {verified.problem}"
         return [records.parse_line(line) for line in lines]
 
