@@ -83,7 +83,7 @@ def phase(k8s: e2e.Cluster, run: str) -> str | None:
     return k8s.run(run).get("status", {}).get("phase")
 
 
-async def finished(k8s: e2e.Cluster, run: str, seconds: float = 240) -> dict[str, Any]:
+async def finished(k8s: e2e.Cluster, run: str, seconds: float = 300) -> dict[str, Any]:
     """The run once it is in a terminal phase."""
     try:
         await e2e.until(
@@ -174,8 +174,8 @@ async def test_a_runspec_runs_again_after_its_first_run(k8s: e2e.Cluster) -> Non
     await k8s.apply(run_of("again-1", "again", selection={"grep": "payment"}))
     assert (await finished(k8s, "again-1"))["status"]["phase"] == "Succeeded"
     await k8s.apply(run_of("again-2", "again", selection={"grep": "payment"}))
-    second = await finished(k8s, "again-2", seconds=90)
-    assert second["status"]["phase"] == "Succeeded", second["status"]
+    second = await finished(k8s, "again-2")
+    assert second["status"]["phase"] == "Succeeded", e2e.dump(k8s, "again-2")
     assert second["status"]["counts"]["passed"] == 1
 
 
@@ -183,13 +183,12 @@ async def test_two_runs_of_a_ready_runspec_run_side_by_side(k8s: e2e.Cluster) ->
     await k8s.apply(runspec_of("twice", k8s.model.url))
     await e2e.until(lambda: resolved(k8s, "twice"), "RunSpec twice to be resolved")
     for name in ("twice-a", "twice-b"):
-        await k8s.apply(run_of(name, "twice", repeats=2, parallelism=2,
-                               selection={"grep": "payment"}))  # fmt: skip
+        await k8s.apply(run_of(name, "twice", selection={"grep": "payment"}))
     for name in ("twice-a", "twice-b"):
-        done = await finished(k8s, name, seconds=90)
-        assert done["status"]["phase"] == "Succeeded", done["status"]
-        assert done["status"]["counts"]["passed"] == 2
-        assert len(cells_of(k8s, name)) == 2
+        done = await finished(k8s, name)
+        assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, name)
+        assert done["status"]["counts"]["passed"] == 1, e2e.dump(k8s, name)
+        assert len(cells_of(k8s, name)) == 1
 
 
 # -- a gateway killed in the middle of a test -----------------------------------------------
@@ -247,14 +246,17 @@ async def test_a_gateway_killed_mid_test_is_an_infra_failure_and_the_cell_is_ret
     assert done["status"]["counts"]["passed"] == 1, e2e.dump(k8s, "gw-1")
     assert pod_creations(k8s, "gw-1") == {name: 2}
     assert gateway.restarts >= 1
-    reasons = {
-        e.get("reason")
-        for e in k8s.emulator.store.list(
-            k8s.emulator.store.kinds[("", "events")], "default", lambda _l: True
-        )
-        if e.get("involvedObject", {}).get("name") == "gw-1"
-    }
-    assert "CellInfraFailure" in reasons, reasons
+
+    def reasons() -> set[str]:
+        events = k8s.emulator.store.kinds[("", "events")]
+        return {
+            str(e.get("reason"))
+            for e in k8s.emulator.store.list(events, "default", lambda _l: True)
+            if e.get("involvedObject", {}).get("name") == "gw-1"
+        }
+
+    # Events are posted beside the status, so one may land just after the run ends.
+    await e2e.until(lambda: "CellInfraFailure" in reasons(), "the CellInfraFailure Event")
 
 
 # -- the operator restarted in the middle of a run ------------------------------------------

@@ -82,14 +82,24 @@ class Network:
         if reason is not None:
             raise NetworkError(reason)
         await _remove_leftovers()
-        subnet = await _free_subnet()
         pid = os.getpid()
-        network = cls(subnet=subnet, bridge=f"ahb{pid:x}", pid=pid)
-        await _ip(
-            f"link add {network.bridge} type bridge",
-            f"addr add {network.node_ip}/{subnet.prefixlen} dev {network.bridge}",
-            f"link set {network.bridge} up",
-        )
+        network: Network | None = None
+        for attempt in range(8):
+            subnet = await _free_subnet(skip=attempt)
+            network = cls(subnet=subnet, bridge=f"ahb{pid:x}", pid=pid)
+            await _ip(
+                f"link add {network.bridge} type bridge",
+                f"addr add {network.node_ip}/{subnet.prefixlen} dev {network.bridge}",
+                f"link set {network.bridge} up",
+            )
+            # Another test run may have taken the same /16 at the same moment: keep it only
+            # when this bridge is alone in it.
+            if await _alone(network.bridge, subnet):
+                break
+            await _ip(f"link del {network.bridge}", check=False)
+            network = None
+        if network is None:
+            raise NetworkError("no /16 for the node's bridge stayed free; too many test runs?")
         try:
             yield network
         finally:
@@ -165,19 +175,34 @@ async def _show(*argv: str) -> str:
     return out.decode()
 
 
-async def _free_subnet() -> ipaddress.IPv4Network:
-    """A 10.N.0.0/16 that no address of this host (any earlier run's bridge included) is in."""
-    used = [
-        ipaddress.ip_interface(word).network
-        for line in (await _show("-4", "-o", "addr", "show")).splitlines()
-        for word in line.split()[3:4]
-    ]
-    start = 64 + os.getpid() % 128
+async def _addresses() -> list[tuple[str, ipaddress.IPv4Network]]:
+    """(interface, network) of every IPv4 address of this host."""
+    found = []
+    for line in (await _show("-4", "-o", "addr", "show")).splitlines():
+        words = line.split()
+        if len(words) > 3:
+            found.append((words[1], ipaddress.ip_interface(words[3]).network))
+    return found
+
+
+async def _free_subnet(skip: int = 0) -> ipaddress.IPv4Network:
+    """A 10.N.0.0/16 that no address of this host is in (the ``skip``-th such, counting from
+    one chosen by the pid, so runs side by side start apart)."""
+    used = [network for _, network in await _addresses()]
+    start = os.getpid() % 128
     for offset in range(128):
-        subnet = ipaddress.ip_network(f"10.{64 + (start + offset) % 128}.0.0/16")
+        subnet = ipaddress.IPv4Network(f"10.{64 + (start + offset) % 128}.0.0/16")
         if not any(subnet.overlaps(other) for other in used):
-            return subnet
+            if skip == 0:
+                return subnet
+            skip -= 1
     raise NetworkError("no free 10.N.0.0/16 for the node's bridge")
+
+
+async def _alone(bridge: str, subnet: ipaddress.IPv4Network) -> bool:
+    return all(
+        name == bridge or not subnet.overlaps(network) for name, network in await _addresses()
+    )
 
 
 async def _remove_leftovers() -> None:

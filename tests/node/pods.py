@@ -14,6 +14,9 @@ the pod is ``Succeeded`` (every main container exited 0) or ``Failed``.
 everything. Every change is reported to the pod's ``status`` (phase, conditions, IPs,
 ``initContainerStatuses`` and ``containerStatuses`` with restarts, ``lastState`` and
 termination messages), batched into at most one patch in flight.
+
+(Longer than most modules: one pod's life reads here from start to end, in the order the
+kubelet goes through it.)
 """
 
 from __future__ import annotations
