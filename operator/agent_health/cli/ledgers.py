@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import platform
 from typing import Any
 
 from agent_health import ledger
 from agent_health.cli import common
-from agent_health.engine import reporters
+from agent_health.engine import provenance, reporters
 from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
 
@@ -31,9 +32,7 @@ def add_commands(sub: Any) -> None:
     grade_cmd = sub.add_parser("grade", help="grade a recorded ledger again, cell by cell")
     grade_cmd.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
     grade_cmd.add_argument("--key-file", help="the ledger key (default: $AGENT_HEALTH_LEDGER_KEY)")
-    grade_cmd.add_argument(
-        "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH]"
-    )
+    grade_cmd.add_argument("--reporter", action="append", default=[], help=reporters.HELP)
     grade_cmd.set_defaults(handler=grade)
 
 
@@ -67,7 +66,17 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(str(err)) from err
     if not results:
         raise common.UsageError(f"no ledger cells found at {args.url}")
-    report = RunReport.build(results, duration_ms=sum(r.duration_ms for r in results))
+    report = RunReport.build(
+        results,
+        duration_ms=sum(r.duration_ms for r in results),
+        repeats=max(r.repeat for r in results) + 1,
+        provenance=provenance.Provenance(
+            agent_health_version=provenance.version(),
+            python_version=platform.python_version(),
+            ledger=provenance.redact_url(args.url),
+            command_line=getattr(args, "command_line", []),
+        ),
+    )
     terminal.summary(consoles.out, report)
     common.write_reports(outputs, report, consoles.out)
     return common.exit_code(report)

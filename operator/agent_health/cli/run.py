@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from agent_health.cli import common
 from agent_health.engine import (
     agent_process,
     loader,
+    provenance,
     recording,
     reporters,
     runner,
@@ -29,6 +31,7 @@ from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal
 from agent_health.sdk import config as config_mod
 from agent_health.sdk.judges import NO_JUDGE_HINT
+from agent_health.sdk.results import TestResult
 
 
 def add_commands(sub: Any) -> None:
@@ -54,7 +57,7 @@ def add_commands(sub: Any) -> None:
         "--reporter",
         action="append",
         default=[],
-        help="list, json[:PATH], junit[:PATH] (repeatable)",
+        help=reporters.HELP,
     )
     run.add_argument("--timeout", type=float, help="per-test timeout in seconds")
     run.add_argument(
@@ -106,6 +109,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     )
     judge_config = config.judge_from_env()
     list_lines = any(kind == "list" for kind, _ in outputs)
+    started_at = datetime.now(UTC)
 
     outcome, hints, recorded = asyncio.run(
         _execute(
@@ -121,14 +125,29 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         )
     )
     judge_usage = _judge_usage(outcome, judge_config)
+    what_ran = provenance.collect(
+        paths=paths,
+        argv=getattr(args, "command_line", ["agent-health", "run"]),
+        agent=_agent_info(config, args.agent, spec),
+        judge=provenance.JudgeInfo(
+            provider=judge_config.provider if judge_config else None,
+            model=judge_config.model if judge_config else None,
+            skipped=skip_judge,
+        ),
+        config_file=_config_path(args, paths),
+        ledger=recorded.url if recorded is not None else None,
+        started_at=started_at,
+        ended_at=datetime.now(UTC),
+    )
     report = RunReport.build(
-        outcome.results,
+        _with_cells(outcome.results, recorded),
         duration_ms=outcome.duration_ms,
         repeats=args.repeat,
         load_errors=[*load_errors, *outcome.hook_errors],
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
+        provenance=what_ran,
     )
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:
@@ -149,13 +168,41 @@ def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console
     )
 
 
+def _config_path(args: argparse.Namespace, paths: list[Path]) -> Path | None:
+    if getattr(args, "config", None):
+        return Path(args.config)
+    return loader.find_config(paths[0] if paths else Path.cwd())
+
+
 def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
-    path = (
-        Path(args.config)
-        if getattr(args, "config", None)
-        else loader.find_config(paths[0] if paths else Path.cwd())
+    return loader.load_config(_config_path(args, paths))
+
+
+def _agent_info(
+    config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec | None
+) -> provenance.AgentInfo | None:
+    if spec is None:
+        return None
+    return provenance.AgentInfo(
+        name=config.agent_name(chosen),
+        connector=spec.connector,
+        url=provenance.redact_url(spec.url),
+        command=list(spec.command) if spec.command else None,
     )
-    return loader.load_config(path)
+
+
+def _with_cells(
+    results: list[TestResult], recorded: recording.LocalLedger | None
+) -> list[TestResult]:
+    """Each result with the name of the ledger cell that recorded it (when one did)."""
+    if recorded is None:
+        return results
+    cells = set(recorded.cells)
+    out = []
+    for r in results:
+        cell = recording.cell_name(r.id, r.repeat)
+        out.append(r.model_copy(update={"ledger_cell": cell}) if cell in cells else r)
+    return out
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
@@ -243,7 +290,10 @@ async def _execute(
             insights_llm=backend.ask if backend is not None and backend.provider else None,
         )
         with terminal.LiveProgress(
-            console, len(cases) * args.repeat, list_lines=list_lines
+            console,
+            len(session.plan(cases, args.repeat)),
+            list_lines=list_lines,
+            repeats=args.repeat,
         ) as progress:
             outcome = await session.run(
                 cases,

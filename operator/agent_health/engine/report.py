@@ -3,6 +3,11 @@
 Aggregates: counts, pass rate (passed / (passed + failed); errored and skipped excluded),
 mean score, tokens and cost, a per-label breakdown, and with ``--repeat k``: pass@k (a test
 passes at least once in k) and pass^k (all k pass) per test and overall, and flaky tests.
+
+Version 2 adds, per test, what the agent was asked and did (``context``, ``output``,
+``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
+``ledger_cell``, and per run the ``provenance`` (what ran). Version 1 files still load:
+their tests lack those fields (readers such as ``compare`` and the HTML report accept both).
 """
 
 from __future__ import annotations
@@ -13,10 +18,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.engine import entries
+from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import TestResult
-from agent_health.traces import metrics
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+# What the headline numbers mean, in one place: the terminal's legend and the HTML report
+# both print these.
+LEGEND = {
+    "pass_rate": "passed / (passed + failed); errored and skipped left out",
+    "score": "mean test score, 0-1 (a test's: weighted mean of its judge scores and checks, "
+    "1 pass 0 fail)",
+    "pass_at_k": "tests passing in at least 1 of k repeats",
+    "pass_hat_k": "tests passing in all k repeats",
+}
 
 
 class LabelStats(BaseModel):
@@ -90,6 +107,7 @@ class RunReport(BaseModel):
 
     version: int = REPORT_VERSION
     summary: Summary
+    provenance: Provenance | None = None
     tests: list[dict[str, Any]]
 
     @classmethod
@@ -103,6 +121,7 @@ class RunReport(BaseModel):
         interrupted: bool = False,
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
+        provenance: Provenance | None = None,
     ) -> RunReport:
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
@@ -129,7 +148,11 @@ class RunReport(BaseModel):
         )
         if repeats > 1:
             summary.update(_pass_at_k(results))
-        return cls(summary=Summary(**summary), tests=[_test_entry(r) for r in results])
+        return cls(
+            summary=Summary(**summary),
+            provenance=provenance,
+            tests=[entries.from_result(r) for r in results],
+        )
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -209,40 +232,4 @@ def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
         "pass_hat_k": _mean(hat_k),
         "flaky": flaky,
         "per_test": per_test,
-    }
-
-
-def _test_entry(r: TestResult) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "name": r.title,
-        "file": r.file,
-        "line": r.line,
-        "labels": list(r.labels),
-        "repeat": r.repeat,
-        "status": r.status,
-        "score": r.score,
-        "error": r.error,
-        "skip_reason": r.skip_reason,
-        "run_id": r.run_id,
-        "prompt": r.prompt,
-        "duration_ms": round(r.duration_ms, 3),
-        "content_hash": r.content_hash,
-        "signals": [
-            {
-                "kind": s.kind,
-                "role": s.role,
-                "name": s.name,
-                "passed": s.passed,
-                "score": s.score,
-                "weight": s.weight,
-                "evidence": s.evidence,
-                "reasoning": s.reasoning,
-                "error": s.error,
-                "location": s.location,
-            }
-            for s in (*r.signals, *metrics.metric_signals(r.metrics))
-        ],
-        "metrics": r.metrics,
-        "insights": r.insights,
     }

@@ -176,6 +176,9 @@ class TestResult(BaseModel):
     error: str | None = None
     run_id: str
     prompt: str | None = None
+    context: tuple[ContextItem, ...] = ()
+    output: str | None = Field(default=None, description="None when the agent never ran")
+    trajectory: tuple[Step, ...] = ()
     duration_ms: float = 0.0
     started_at: float = 0.0
     signals: tuple[Signal, ...] = ()
@@ -184,6 +187,7 @@ class TestResult(BaseModel):
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
     content_hash: str = ""
     skip_reason: str | None = None
+    ledger_cell: str | None = Field(default=None, description="the ledger cell that recorded it")
 
     def gates(self) -> Iterator[Signal]:
         return (s for s in self.signals if s.role == "gate")

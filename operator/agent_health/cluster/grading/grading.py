@@ -211,6 +211,7 @@ def _grade(
         derived,
         duration_ms=end.duration_ms or 0.0,
         started_at=found.meta.started_at.timestamp(),
+        cell=cell_name,
     )
     return CellGrade(
         cell=cell_name,
@@ -248,6 +249,7 @@ def _test_result(
     *,
     duration_ms: float = 0.0,
     started_at: float = 0.0,
+    cell: str | None = None,
 ) -> results.TestResult:
     title = expected.title or expected.test_id
     return results.TestResult(
@@ -263,17 +265,21 @@ def _test_result(
         error=error,
         run_id=expected.run_id,
         prompt=run.prompt if run is not None else None,
+        context=run.context if run is not None else (),
+        output=run.output if run is not None else None,
+        trajectory=run.trajectory_steps if run is not None else (),
         duration_ms=duration_ms,
         started_at=started_at,
         signals=signals,
         metrics=derived,
         token_usage=run.token_usage if run is not None else protocol.TokenUsage(),
         content_hash=expected.content_hash,
+        ledger_cell=cell,
     )
 
 
 def _errored(cell_name: str, expected: ExpectedCell, reason: str) -> CellGrade:
-    result = _test_result(expected, "errored", reason, (), None, {})
+    result = _test_result(expected, "errored", reason, (), None, {}, cell=cell_name)
     return CellGrade(
         cell=cell_name,
         test_id=expected.test_id,

@@ -1,16 +1,32 @@
-"""Reporters: live progress and a summary on the terminal, JSON, JUnit and plain lists."""
+"""Reporters: live progress and a summary on the terminal, JSON, JUnit, HTML and plain lists.
+
+File reporters are found by kind in :data:`FILE_REPORTERS` (the module that writes them) and
+imported only when a run asks for one, so a run without ``--reporter html`` never loads the
+HTML report's code.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Protocol, cast
 
 from agent_health.engine.report import RunReport
-from agent_health.engine.reporters import json_file, junit
 from agent_health.sdk import errors
 
-FILE_REPORTERS = {"json": json_file.write, "junit": junit.write}
-DEFAULT_PATHS = {"json": "agent-health-report.json", "junit": "agent-health-junit.xml"}
-KINDS = ("list", "json", "junit")
+# kind → (module with a ``write(path, report)``, default path, what the path is)
+FILE_REPORTERS = {
+    "json": ("agent_health.engine.reporters.json_file", "agent-health-report.json"),
+    "junit": ("agent_health.engine.reporters.junit", "agent-health-junit.xml"),
+    "html": ("agent_health.engine.reporters.html", "agent-health-report"),
+}
+DEFAULT_PATHS = {kind: default for kind, (_, default) in FILE_REPORTERS.items()}
+KINDS = ("list", *FILE_REPORTERS)
+HELP = "list, json[:PATH], junit[:PATH], html[:DIR] (repeatable)"
+
+
+class _Writer(Protocol):
+    def write(self, path: Path, report: RunReport) -> object: ...
 
 
 def parse(value: str) -> tuple[str, Path | None]:
@@ -25,6 +41,10 @@ def parse(value: str) -> tuple[str, Path | None]:
     return kind, Path(path or DEFAULT_PATHS[kind])
 
 
-def write(kind: str, path: Path, report: RunReport) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    FILE_REPORTERS[kind](path, report)
+def write(kind: str, path: Path, report: RunReport) -> Path:
+    """Write one file report; the file written (``DIR/index.html`` for html)."""
+    module = cast(_Writer, importlib.import_module(FILE_REPORTERS[kind][0]))
+    if kind != "html":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    written = module.write(path, report)
+    return written if isinstance(written, Path) else path
