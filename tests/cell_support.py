@@ -87,7 +87,10 @@ def cell_settings(
         run_id=CELL,
         token=TOKEN,
         admin=proxy.admin_url,
-        judge_url=proxy.url("controller", "judge"),
+        # A cell without a judge route skips judge() (as a cell of an unjudged run does).
+        judge_url=(
+            proxy.url("controller", "judge") if ("controller", "judge") in proxy.listeners else None
+        ),
         judge_model=None,
         skip_judge=False,
         timeout=60,

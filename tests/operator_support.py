@@ -26,6 +26,7 @@ import httpx
 import kopf
 import yaml
 from agent_health.cluster import operator
+from agent_health.cluster import options as options_mod
 from agent_health.cluster.api import crds
 from agent_health.cluster.cells import cellsecrets, manifests
 from agent_health.ledger import backends, chain, records, store
@@ -95,7 +96,7 @@ class Cluster:
     def connection(self) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(server=self.url, insecure=True, token="operator")
 
-    def options(self, **more: Any) -> operator.Options:
+    def options(self, **more: Any) -> options_mod.Options:
         image = f"{self.registry.host}/agent-health"
         fields: dict[str, Any] = {
             "controller_image": f"{image}/controller{PINNED}",
@@ -107,7 +108,7 @@ class Cluster:
             "insecure_registries": (self.registry.host,),
             "stuck_grace": 0.0,
         }
-        return operator.Options(**(fields | more))
+        return options_mod.Options(**(fields | more))
 
     def operator(
         self, *, environ: dict[str, str] | None = None, **more: Any

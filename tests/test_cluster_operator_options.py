@@ -1,22 +1,23 @@
-"""``agent-health operator`` flags and environment variables become :class:`operator.Options`."""
+"""``agent-health operator`` flags and environment variables become :class:`options.Options`."""
 
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
-from agent_health.cluster import operator
+from agent_health.cluster import options
 from agent_health.cluster.cells import netpol
 
 IMAGES = ["--controller-image=c@sha256:" + "a" * 64, "--gateway-image=g@sha256:" + "b" * 64]
 
 
-def parse(argv: list[str], monkeypatch: pytest.MonkeyPatch, **env: str) -> operator.Options:
+def parse(argv: list[str], monkeypatch: pytest.MonkeyPatch, **env: str) -> options.Options:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     parser = argparse.ArgumentParser()
-    operator.add_arguments(parser)
-    return operator.options(parser.parse_args([*IMAGES, *argv]))
+    options.add_arguments(parser)
+    return options.from_args(parser.parse_args([*IMAGES, *argv]))
 
 
 def test_the_gateway_account_credentials_and_fence_are_off_by_default(
@@ -86,3 +87,39 @@ def test_egress_is_cidr_excepts_and_ports(text: str, expected: netpol.Egress) ->
 def test_a_malformed_egress_is_a_usage_error_naming_it(text: str) -> None:
     with pytest.raises(ValueError, match=r"--egress .*expected CIDR"):
         netpol.egress(text)
+
+
+def test_operator_help_names_each_flags_variable_and_default(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_health.cli import app
+
+    with pytest.raises(SystemExit) as ended:
+        app.main(["operator", "--help"])
+    assert ended.value.code == 0
+    text = capsys.readouterr().out
+    assert ":class:" not in text  # not the module's reStructuredText
+    assert "====" not in text
+    # Each flag's entry: from its line to the next flag's, compared without the wrapping.
+    entries = [e.split() for e in re.split(r"\n(?=  -)", text)]
+    for flag in options.FLAGS:
+        line = "".join(next(e for e in entries if e and e[0] == flag.name))
+        assert f"env{flag.env}" in line, line
+        default = "default off" if flag.kind == "switch" else f"default {flag.default}"
+        wanted = default if flag.default or flag.kind == "switch" else "no default"
+        assert wanted.replace(" ", "") in line, line
+
+
+def test_every_flag_reads_its_environment_variable() -> None:
+    environ = {
+        f.env: ("1" if f.kind == "switch" else f"from-{f.env.lower()}") for f in options.FLAGS
+    }
+    parser = argparse.ArgumentParser()
+    options.add_arguments(parser, environ)
+    parsed = vars(parser.parse_args([]))
+    for flag in options.FLAGS:
+        value = parsed[flag.name[2:].replace("-", "_")]
+        expected = {"switch": True, "list": [f"from-{flag.env.lower()}"]}.get(
+            flag.kind, f"from-{flag.env.lower()}"
+        )
+        assert value == expected, flag.name

@@ -1,8 +1,18 @@
 """A deterministic, tool-using incident-triage agent that speaks REST v1, AG-UI and OpenAI chat.
 
-No LLM: it reads the prompt and context, calls its tools over HTTP (a small logs service and
-a status service that this same process serves on a second port), and writes an answer.
-Its trajectory, latencies and token counts are real records of what it did.
+No LLM: it reads the prompt and context, calls its tools over HTTP (``/search_logs`` and
+``/service_status``), and writes an answer. Its trajectory, latencies and token counts are
+real records of what it did.
+
+Where the tools live:
+
+* ``--tools-url URL``, else the environment variable ``AGENT_HEALTH_PEER_LOGS_URL`` — the
+  tools of a separate log server (``log_server.py``). In a cluster cell the operator sets
+  that variable for a RunSpec peer named ``logs``: it is the cell gateway's listener for
+  target → ``peer:logs`` calls, so every tool call is recorded in the cell's ledger as the
+  target's call to its peer.
+* otherwise this process serves the same tools itself on a second loopback port, so a local
+  run (``make demo``) needs nothing else and stays deterministic.
 
     python triage_agent.py --port 8080
     # REST v1:           POST http://127.0.0.1:8080/run
@@ -15,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import time
 import uuid
@@ -31,6 +42,9 @@ from aiohttp import web
 FAULT = web.AppKey("fault", str)
 TOOLS_URL = web.AppKey("tools_url", str)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
+
+PEER_URL_ENV = "AGENT_HEALTH_PEER_LOGS_URL"
+"""Set by a cluster cell for a RunSpec peer named ``logs`` (see the module docstring)."""
 
 SERVICES = ("payment", "checkout", "auth", "inventory", "search")
 
@@ -318,24 +332,37 @@ def agent_app(tools_url: str) -> web.Application:
 
 
 async def start(
-    host: str = "127.0.0.1", port: int = 0, *, fault: str | None = None
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    fault: str | None = None,
+    tools_url: str | None = None,
 ) -> tuple[list[web.AppRunner], str]:
-    """Start the tool service and the agent; return the runners and the agent's /run URL."""
-    tools_runner = web.AppRunner(tools_app(fault))
-    await tools_runner.setup()
-    tools_site = web.TCPSite(tools_runner, host, 0)
-    await tools_site.start()
-    tools_port = tools_runner.addresses[0][1]
-    agent_runner = web.AppRunner(agent_app(f"http://{host}:{tools_port}"))
+    """Start the agent; return the runners and the agent's /run URL.
+
+    With ``tools_url`` the agent calls the tools there (a log server, or a cell gateway's
+    listener in front of one); without it, it serves its own on a free loopback port
+    (``fault`` applies to those only).
+    """
+    runners = []
+    if tools_url is None:
+        tools_runner = web.AppRunner(tools_app(fault))
+        await tools_runner.setup()
+        await web.TCPSite(tools_runner, "127.0.0.1", 0).start()
+        tools_url = f"http://127.0.0.1:{tools_runner.addresses[0][1]}"
+        runners.append(tools_runner)
+    agent_runner = web.AppRunner(agent_app(tools_url.rstrip("/")))
     await agent_runner.setup()
     await web.TCPSite(agent_runner, host, port).start()
     agent_port = agent_runner.addresses[0][1]
-    return [agent_runner, tools_runner], f"http://{host}:{agent_port}/run"
+    url_host = "127.0.0.1" if host == "0.0.0.0" else host
+    return [agent_runner, *runners], f"http://{url_host}:{agent_port}/run"
 
 
-async def _main(host: str, port: int, fault: str | None) -> None:
-    runners, url = await start(host, port, fault=fault)
-    print(f"triage agent listening on {url}", flush=True)
+async def _main(host: str, port: int, fault: str | None, tools_url: str | None) -> None:
+    runners, url = await start(host, port, fault=fault, tools_url=tools_url)
+    where = tools_url or "its own tool service"
+    print(f"triage agent listening on {url}, tools at {where}", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
@@ -347,10 +374,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--fault", choices=["tool_error"], help="make the log tool fail")
+    parser.add_argument(
+        "--fault", choices=["tool_error"], help="make the log tool fail (own tools only)"
+    )
+    parser.add_argument(
+        "--tools-url",
+        default=os.environ.get(PEER_URL_ENV) or None,
+        help=f"call the tools of this log server (default: ${PEER_URL_ENV}, else serve them)",
+    )
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args.host, args.port, args.fault))
+        asyncio.run(_main(args.host, args.port, args.fault, args.tools_url))
 
 
 if __name__ == "__main__":

@@ -57,13 +57,14 @@ def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
 
 def operator(argv: list[str]) -> int:
-    from agent_health.cluster import operator
+    from agent_health.cluster import operator, options
 
-    parser = argparse.ArgumentParser(prog="agent-health operator", description=operator.__doc__)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    operator.add_arguments(parser)
+    parser = argparse.ArgumentParser(
+        prog="agent-health operator", description=options.DESCRIPTION, epilog=options.EPILOG
+    )
+    options.add_arguments(parser)
     try:
-        chosen = operator.options(parser.parse_args(argv))
+        chosen = options.from_args(parser.parse_args(argv))
     except ValueError as err:
         raise common.UsageError(str(err)) from err
     return operator.run(chosen)

@@ -1,0 +1,217 @@
+"""``agent-health operator``'s flags: each one, its environment variable and its default.
+
+Flags win over environment variables; the Helm chart sets the environment. Every flag's
+``--help`` text names its variable and default (:func:`add_arguments`); :func:`from_args`
+turns the parsed flags into :class:`Options`, what :mod:`.operator` serves with.
+
+The judge service's own model is configured by environment only (:func:`judge_config`):
+``AGENT_HEALTH_JUDGE_PROVIDER`` (openai, anthropic, bedrock), ``AGENT_HEALTH_JUDGE_MODEL``
+(unset: every verdict is a neutral skip), ``AGENT_HEALTH_JUDGE_BASE_URL``,
+``AGENT_HEALTH_JUDGE_API_KEY_ENV`` (the name of the variable holding the key) and
+``AGENT_HEALTH_JUDGE_REGION``. It answers RunSpecs that name no ``spec.judge``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+
+from agent_health.cluster.cells import netpol
+from agent_health.sdk import config as config_mod
+
+DESCRIPTION = (
+    "The Kubernetes operator of agent-health: kopf reconciling RunSpecs and EvaluationRuns, "
+    "the judge service cells call, Prometheus metrics and health probes, in one process. "
+    "Each flag falls back to the environment variable named in its help (the Helm chart "
+    "sets those)."
+)
+EPILOG = (
+    "The judge service's own model (for RunSpecs without spec.judge) comes from the "
+    "environment: AGENT_HEALTH_JUDGE_PROVIDER (openai, anthropic, bedrock), "
+    "AGENT_HEALTH_JUDGE_MODEL (unset: verdicts are neutral skips), AGENT_HEALTH_JUDGE_BASE_URL, "
+    "AGENT_HEALTH_JUDGE_API_KEY_ENV (the variable holding the key), AGENT_HEALTH_JUDGE_REGION."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The operator's configuration (each flag's help says what it is)."""
+
+    controller_image: str
+    gateway_image: str
+    metrics_addr: str = "0.0.0.0:9090"
+    judge_addr: str = "0.0.0.0:8090"
+    health_addr: str = "0.0.0.0:8080"
+    judge_service_url: str | None = None
+    ledger_url: str | None = None
+    judge_cache: str | None = None
+    namespace: str | None = None
+    operator_namespace: str = "agent-health"
+    judge_pod_labels: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {"app.kubernetes.io/name": "agent-health"}
+    )
+    image_pull_secrets: tuple[str, ...] = ()
+    insecure_registries: tuple[str, ...] = ()
+    sandboxes: bool = False
+    gateway_service_account: str | None = None
+    ledger_credentials_secret: str | None = None
+    network_policy: bool = False
+    egress: tuple[netpol.Egress, ...] = ()
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {"k8s-app": "kube-dns"}
+    )
+    stuck_grace: float = 120.0
+    status_interval: float = 1.0
+    discovery_wait: float = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Flag:
+    name: str
+    env: str
+    help: str
+    default: str | None = None
+    kind: str = "value"  # "value", "list" (repeatable; comma-separated in env), "switch"
+    metavar: str | None = None
+
+
+FLAGS = (
+    _Flag("--metrics-addr", "AGENT_HEALTH_METRICS_ADDR", "where /metrics listens",
+          "0.0.0.0:9090", metavar="HOST:PORT"),
+    _Flag("--judge-addr", "AGENT_HEALTH_JUDGE_ADDR", "where the judge service (/api/judge) "
+          "listens", "0.0.0.0:8090", metavar="HOST:PORT"),
+    _Flag("--health-addr", "AGENT_HEALTH_HEALTH_ADDR", "where /healthz and /readyz listen",
+          "0.0.0.0:8080", metavar="HOST:PORT"),
+    _Flag("--controller-image", "AGENT_HEALTH_CONTROLLER_IMAGE", "required: the stock "
+          "controller image cells run (a tag is pinned to its digest at start)",
+          metavar="IMAGE"),
+    _Flag("--gateway-image", "AGENT_HEALTH_GATEWAY_IMAGE", "required: the gateway sidecar "
+          "image (pinned to its digest at start)", metavar="IMAGE"),
+    _Flag("--judge-service-url", "AGENT_HEALTH_JUDGE_SERVICE_URL", "the judge service URL "
+          "cells call, e.g. http://agent-health-judge.agent-health.svc:8090; unset: cells "
+          "skip judge()", metavar="URL"),
+    _Flag("--ledger-url", "AGENT_HEALTH_LEDGER_URL", "the ledger of RunSpecs that name none "
+          "(configmap://NAMESPACE/NAME, s3://, gs://, file://); {namespace}, {run} and "
+          "{runspec} are filled in; unset: such runs fail with NoLedger", metavar="URL"),
+    _Flag("--judge-cache", "AGENT_HEALTH_JUDGE_CACHE", "the persistent judge cache, a SQLite "
+          "file shared by every judge of the operator; unset: no cache across restarts",
+          metavar="PATH"),
+    _Flag("--namespace", "AGENT_HEALTH_WATCH_NAMESPACE", "watch one namespace only; unset: "
+          "cluster-wide", metavar="NAMESPACE"),
+    _Flag("--operator-namespace", "AGENT_HEALTH_NAMESPACE", "where the operator runs (the "
+          "cells' NetworkPolicy lets them reach its judge service there)", "agent-health",
+          metavar="NAMESPACE"),
+    _Flag("--judge-pod-labels", "AGENT_HEALTH_JUDGE_POD_LABELS", "labels of the operator's "
+          "pods, for the cells' NetworkPolicy", "app.kubernetes.io/name=agent-health",
+          metavar="K=V,..."),
+    _Flag("--image-pull-secret", "AGENT_HEALTH_IMAGE_PULL_SECRETS", "a pull Secret, read in "
+          "each RunSpec's namespace to resolve digests and set on its cells (repeatable; "
+          "comma-separated in the environment)", kind="list", metavar="NAME"),
+    _Flag("--insecure-registry", "AGENT_HEALTH_INSECURE_REGISTRIES", "a registry spoken to "
+          "over plain HTTP (repeatable; comma-separated in the environment)", kind="list",
+          metavar="HOST[:PORT]"),
+    _Flag("--sandboxes", "AGENT_HEALTH_SANDBOXES", "also watch Agent Sandboxes "
+          "(agents.x-k8s.io; the CRD must be installed); the variable is on when 1",
+          kind="switch"),
+    _Flag("--gateway-service-account", "AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT", "the "
+          "ServiceAccount cells run as; its token is projected into the gateway container "
+          "only, which writes the ledger; unset: the namespace's default, no token",
+          metavar="NAME"),
+    _Flag("--ledger-credentials-secret", "AGENT_HEALTH_LEDGER_CREDENTIALS_SECRET", "a Secret "
+          "in each run's namespace given to the gateway only (envFrom; object-store "
+          "credentials)", metavar="NAME"),
+    _Flag("--network-policy", "AGENT_HEALTH_NETWORK_POLICY", "fence each run with its own "
+          "NetworkPolicy, created before its first cell: no ingress; egress only to DNS, the "
+          "judge service and --egress; the variable is on when 1", kind="switch"),
+    _Flag("--egress", "AGENT_HEALTH_EGRESS", "declared egress of fenced cells, "
+          "CIDR[~EXCEPT...][:PORT[+PORT...]], e.g. 172.18.0.0/16:6443 for the API server of "
+          "a ConfigMap ledger (repeatable; comma-separated in the environment)", kind="list",
+          metavar="RULE"),
+    _Flag("--dns-namespace", "AGENT_HEALTH_DNS_NAMESPACE", "where cluster DNS runs (the "
+          "fence lets cells reach it)", "kube-system", metavar="NAMESPACE"),
+    _Flag("--dns-pod-labels", "AGENT_HEALTH_DNS_POD_LABELS", "labels of the cluster DNS pods",
+          "k8s-app=kube-dns", metavar="K=V,..."),
+)  # fmt: skip
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
+) -> None:
+    """Every operator flag, its default read from ``environ`` (the process environment)."""
+    env = os.environ if environ is None else environ
+    for flag in FLAGS:
+        where = f"env {flag.env}"
+        if flag.kind == "switch":
+            on = env.get(flag.env) == "1"
+            parser.add_argument(flag.name, action="store_true", default=on,
+                                help=f"{flag.help} ({where}; default off)")  # fmt: skip
+            continue
+        default = f"default {flag.default}" if flag.default is not None else "no default"
+        text = f"{flag.help} ({where}; {default})"
+        if flag.kind == "list":
+            parser.add_argument(
+                flag.name, action="append", default=_csv(env.get(flag.env)),
+                metavar=flag.metavar, help=text,
+            )  # fmt: skip
+        else:
+            parser.add_argument(
+                flag.name, default=env.get(flag.env, flag.default), metavar=flag.metavar,
+                help=text,
+            )  # fmt: skip
+
+
+def from_args(args: argparse.Namespace) -> Options:
+    """:class:`Options` from parsed flags; a missing image is a usage error (ValueError)."""
+    for flag in ("controller_image", "gateway_image"):
+        if not getattr(args, flag):
+            name = flag.replace("_", "-")
+            raise ValueError(f"--{name} (or AGENT_HEALTH_{flag.upper()}) is required")
+    return Options(
+        controller_image=args.controller_image,
+        gateway_image=args.gateway_image,
+        metrics_addr=args.metrics_addr,
+        judge_addr=args.judge_addr,
+        health_addr=args.health_addr,
+        judge_service_url=args.judge_service_url,
+        ledger_url=args.ledger_url,
+        judge_cache=args.judge_cache,
+        namespace=args.namespace,
+        operator_namespace=args.operator_namespace,
+        judge_pod_labels=labels(args.judge_pod_labels),
+        image_pull_secrets=tuple(args.image_pull_secret),
+        insecure_registries=tuple(args.insecure_registry),
+        sandboxes=args.sandboxes,
+        gateway_service_account=args.gateway_service_account or None,
+        ledger_credentials_secret=args.ledger_credentials_secret or None,
+        network_policy=args.network_policy,
+        egress=tuple(netpol.egress(e) for e in args.egress),
+        dns_namespace=args.dns_namespace,
+        dns_pod_labels=labels(args.dns_pod_labels),
+    )
+
+
+def judge_config(environ: Mapping[str, str], cache: str | None) -> config_mod.JudgeConfig | None:
+    """The judge service's model from ``AGENT_HEALTH_JUDGE_*``; ``None`` when no model is set."""
+    model = environ.get("AGENT_HEALTH_JUDGE_MODEL")
+    if not model:
+        return None
+    return config_mod.JudgeConfig(
+        provider=environ.get("AGENT_HEALTH_JUDGE_PROVIDER", "openai"),  # type: ignore[arg-type]
+        model=model,
+        base_url=environ.get("AGENT_HEALTH_JUDGE_BASE_URL") or None,
+        api_key_env=environ.get("AGENT_HEALTH_JUDGE_API_KEY_ENV") or None,
+        region=environ.get("AGENT_HEALTH_JUDGE_REGION") or None,
+        cache_path=cache,
+    )
+
+
+def labels(value: str | None) -> dict[str, str]:
+    """``k=v,k2=v2`` as a mapping (parts without ``=`` are ignored)."""
+    return dict(p.split("=", 1) for p in _csv(value) if "=" in p)
+
+
+def _csv(value: str | None) -> list[str]:
+    return [p.strip() for p in (value or "").split(",") if p.strip()]

@@ -1,0 +1,166 @@
+"""Starting a run: wait for its RunSpec, plan its cells, prepare what they share, adopt.
+
+:meth:`Intake.start` (kopf's create and resume handlers) waits for the RunSpec to be
+resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
+selects the tests, plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
+exists (a random key, kept in the Secret so a restarted operator reads it back), creates the
+run's NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
+so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
+Then it creates cells up to ``parallelism``; from there everything is driven by watch
+events (:mod:`.reactions`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from agent_health.cluster import errors, kube
+from agent_health.cluster.api import evaluationrun, meta, runspec
+from agent_health.cluster.cells import cellsecrets, manifests, netpol
+from agent_health.cluster.reconcile import (
+    adoption,
+    batcher,
+    handoff,
+    lifecycle,
+    plan,
+    reactions,
+    specs,
+)
+from agent_health.cluster.reconcile import status as status_mod
+from agent_health.ledger import backends, store
+
+
+@dataclasses.dataclass
+class Intake:
+    """Starts (or adopts) runs; see the module docstring."""
+
+    board: lifecycle.Board
+    settings: manifests.Settings
+    discoveries: specs.Discoveries
+    handoff: handoff.Handoff
+    reactions: reactions.Reactions
+    adoption: adoption.Adoption
+    bulletin: plan.Bulletin = dataclasses.field(default_factory=plan.Bulletin)
+    ledger_options: store.Options = dataclasses.field(default_factory=store.Options)
+    fence: netpol.Fence | None = None
+    """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
+    wait_seconds: float = 60.0
+
+    async def start(self, body: Mapping[str, Any]) -> None:
+        """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""
+        board = self.board
+        ref = batcher.RunRef.of(body)
+        if ref in board.runs:
+            return
+        metadata = body.get("metadata") or {}
+        what = f"EvaluationRun {ref.namespace}/{ref.name}"
+        model = meta.parse(evaluationrun.EvaluationRun, dict(body), what=what)
+        tally = status_mod.RunTally(
+            repeats=model.spec.repeats, generation=metadata.get("generation"), previous=model.status
+        )
+        run = plan.Run(ref, str(metadata.get("uid")), model, tally, phase=tally.phase)
+        board.status.seed(ref, body.get("status") or {})
+        if tally.phase in status_mod.TERMINAL:
+            board.finished(run)
+            return
+        board.runs[ref] = run
+        try:
+            await self._prepare(run)
+        except BaseException:
+            board.runs.pop(ref, None)
+            raise
+
+    async def _prepare(self, run: plan.Run) -> None:
+        board = self.board
+        if run.tally.phase is None:
+            run.tally.advance("Pending", reason="Accepted", message="waiting for the RunSpec")
+            await board.changed(run)
+        spec_body = await self._runspec(run)
+        if spec_body is None:
+            return
+        try:
+            spec = meta.parse(runspec.RunSpec, spec_body, what=f"RunSpec {run.runspec}")
+            outcome = await self.discoveries.tests(spec)
+            if outcome is None or outcome.error is not None:
+                why = outcome.error if outcome else "its discovery pod is gone; edit the RunSpec"
+                return await board.fail(run, "DiscoveryFailed", f"RunSpec {run.runspec}: {why}")
+            chosen = plan.select(outcome.tests, run.model.spec.selection)
+        except errors.SpecError as err:
+            return await board.fail(run, "InvalidSpec", str(err))
+        if not chosen:
+            return await board.fail(run, "NoTestsSelected", "spec.selection matches no test")
+        template = spec.spec.ledger.url if spec.spec.ledger else self.settings.ledger_url
+        if template is None:
+            return await board.fail(run, "NoLedger", "set spec.ledger.url on the RunSpec")
+        url = plan.ledger_url(template, run.model)
+        if spec.spec.ledger is not None:
+            ledger = runspec.Ledger(url=url)
+            spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
+        run.spec, run.settings = spec, dataclasses.replace(self.settings, ledger_url=url)
+        run.backend = backends.from_url(url, self.ledger_options)
+        run.key = await self._ledger_key(run)
+        if self.fence is not None:
+            await self._network_policy(run, self.fence)
+        for test in chosen:
+            for repeat in range(run.model.spec.repeats):
+                name = manifests.cell_name(run.ref.name, test.id, repeat)
+                run.cells[name] = plan.Cell(name, test, repeat)
+        run.tally.plan(run.cells)
+        run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
+        await self.adoption.adopt(run)
+        run.started = True
+        for event_type, body in run.buffered.values():
+            self.reactions.apply(run, event_type, body)
+        run.buffered.clear()
+        self.handoff.fill(run)
+        await board.changed(run)
+
+    async def _runspec(self, run: plan.Run) -> dict[str, Any] | None:
+        """The RunSpec once it is ready; ``None`` when the run failed for it."""
+        key = (run.ref.namespace, run.runspec)
+        try:
+            body = await self.board.api.get(kube.RUNSPECS, *key)
+        except kube.ApiError as err:
+            if err.status != 404:
+                raise kopf.TemporaryError(f"cannot read RunSpec {run.runspec}: {err}") from err
+            message = f"RunSpec {run.runspec} does not exist in namespace {run.ref.namespace}"
+            await self.board.fail(run, "RunSpecMissing", message)
+            return None
+        while True:
+            state, reason, message = specs.readiness(body)
+            if state == "ready":
+                return body
+            if state == "failed":
+                await self.board.fail(run, reason, f"RunSpec {run.runspec}: {message}")
+                return None
+            if run.tally.advance("Resolving", reason="WaitingForRunSpec", message=message):
+                await self.board.changed(run)
+            await self.bulletin.wait(key, self.wait_seconds)
+            posted = self.bulletin.bodies.pop(key, None)
+            if posted is None:
+                raise kopf.TemporaryError(f"RunSpec {run.runspec}: {message}", delay=5)
+            if plan.generation(posted) >= plan.generation(body):  # an older body is a stale event
+                body = posted
+
+    async def _ledger_key(self, run: plan.Run) -> bytes:
+        manifest = cellsecrets.ledger_key_secret(run.model, secrets.token_bytes(32))
+        stored, _ = await self.board.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
+        return base64.b64decode(stored["data"][cellsecrets.LEDGER_KEY])
+
+    async def _network_policy(self, run: plan.Run, fence: netpol.Fence) -> None:
+        """The run's NetworkPolicy, owned by the run; one that exists already (409) is kept."""
+        assert run.settings is not None
+        manifest = fence.policy(run.model, run.settings)
+        try:
+            await self.board.api.create(kube.NETWORKPOLICIES, run.ref.namespace, manifest)
+        except kube.ApiError as err:
+            if err.status != 409:
+                name = manifest["metadata"]["name"]
+                message = f"cannot create NetworkPolicy {name}: {err}"
+                raise kopf.TemporaryError(message, delay=10) from err

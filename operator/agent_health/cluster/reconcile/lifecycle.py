@@ -1,0 +1,149 @@
+"""The life of a started run: its status and Events, its end, and the work in flight for it.
+
+:class:`Board` is what the other parts of the scheduler share: every run this operator
+drives, the controller token of each live cell (the judge service's allow-list), and the
+background tasks. It writes a run's status through :class:`.batcher.StatusBatcher` (≤ 1
+patch/s per run; the last one at once), posts an Event on each phase change, and when the
+run ends forgets it, closes its ledger backend and, after ``ttlSecondsAfterFinished``,
+deletes its cells (their token Secrets go with them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from agent_health.cluster import kube, metrics
+from agent_health.cluster.cells import manifests
+from agent_health.cluster.reconcile import batcher, events, plan
+from agent_health.cluster.reconcile import status as status_mod
+
+
+@dataclasses.dataclass
+class Board:
+    """Every run this operator drives, and what happens to them as a whole."""
+
+    api: kube.Client
+    status: batcher.StatusBatcher
+    metrics: metrics.OperatorMetrics
+    recorder: events.EventRecorder
+    runs: dict[batcher.RunRef, plan.Run] = dataclasses.field(default_factory=dict)
+    tokens: dict[str, batcher.RunRef] = dataclasses.field(default_factory=dict)
+    """The controller token of each live cell → its run."""
+    _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+
+    def live(self, run: plan.Run) -> bool:
+        """Whether ``run`` is still driven (not deleted, not ended, not replaced)."""
+        return self.runs.get(run.ref) is run
+
+    # -- status and events -----------------------------------------------------------------
+
+    async def changed(self, run: plan.Run) -> None:
+        """The run's tally changed: post an Event on a new phase and write the status."""
+        if run.phase != run.tally.phase and run.tally.phase is not None:
+            emit = self.recorder.phase_changed(run.involved, run.phase, run.tally.phase)
+            run.phase = run.tally.phase
+            self.spawn(self.event(emit))
+        if run.tally.phase in status_mod.TERMINAL:
+            await self.status.flush(run.ref, lambda: self._snapshot(run))
+            self.finished(run)
+        else:
+            await self.status.update(run.ref, lambda: self._snapshot(run))
+
+    def _snapshot(self, run: plan.Run) -> dict[str, Any]:
+        current = run.tally.status()
+        self.metrics.observe_run(run.ref.namespace, run.runspec, run.ref.name, current)
+        return current.wire()
+
+    async def fail(self, run: plan.Run, reason: str, message: str) -> None:
+        """The run cannot be executed: ``Failed`` with ``reason`` (CamelCased) and ``message``."""
+        run.tally.fail(plan.reason(reason), message)
+        await self.changed(run)
+
+    async def event(self, emit: events.Emit) -> None:
+        """Post (or bump) one Event; a refusal only counts as a reconcile error."""
+        try:
+            if emit.action == "bump" and emit.patch is not None:
+                try:
+                    await self.api.patch(kube.EVENTS, emit.namespace, emit.name, emit.patch)
+                    return
+                except kube.ApiError as err:
+                    if err.status != 404:
+                        raise
+            await self.api.create(kube.EVENTS, emit.namespace, emit.body)
+        except kube.ApiError:
+            self.metrics.reconcile_error("event")
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def finished(self, run: plan.Run) -> None:
+        """The run is over: nothing more to schedule; its cells wait for the TTL, if any."""
+        if self.live(run):
+            del self.runs[run.ref]
+        self.drop_tokens(run)
+        if run.backend is not None:
+            self.spawn(run.backend.close())
+            run.backend = None
+        ttl = run.model.spec.ttl_seconds_after_finished
+        if ttl is not None:
+            done = run.tally.completion_time or status_mod.utcnow()
+            left = (done - status_mod.utcnow()).total_seconds() + ttl
+            self.spawn(self.later(max(left, 0.0), lambda: self.spawn(self._expire(run))))
+
+    def forget(self, body: Mapping[str, Any]) -> None:
+        """The run was deleted: stop scheduling it (its cells are garbage-collected)."""
+        ref = batcher.RunRef.of(body)
+        run = self.runs.pop(ref, None)
+        if run is not None:
+            self.drop_tokens(run)
+        runspec_name = str(((body.get("spec") or {}).get("runSpecRef") or {}).get("name") or "")
+        self.metrics.forget_run(ref.namespace, runspec_name, ref.name)
+        self.status.forget(ref)
+
+    async def _expire(self, run: plan.Run) -> None:
+        """``ttlSecondsAfterFinished``: delete the cells (their token Secrets go with them)."""
+        labels = manifests.run_labels(run.model, "cell")
+        resource = resource_of(run)
+        for body in await self.api.list(resource, run.ref.namespace, labels):
+            if plan.owned_by(body, run.uid):
+                await self.api.delete(resource, run.ref.namespace, body["metadata"]["name"])
+
+    def drop_tokens(self, run: plan.Run) -> None:
+        for cell in run.cells.values():
+            if cell.token is not None:
+                self.tokens.pop(cell.token, None)
+                cell.token = None
+
+    # -- work in flight --------------------------------------------------------------------
+
+    async def later(self, delay: float, then: Callable[[], None]) -> None:
+        await asyncio.sleep(delay)
+        then()
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background; a failure counts as a reconcile error."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.metrics.reconcile_error("runs")
+
+    async def close(self) -> None:
+        """Cancel every pending task (the operator stops)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for run in self.runs.values():
+            if run.backend is not None:
+                await run.backend.close()
+
+
+def resource_of(run: plan.Run) -> kube.Resource:
+    """The kind of object the run's cells are: Pods, or Agent Sandboxes."""
+    sandboxed = run.spec is not None and run.spec.spec.isolation.mode == "agentSandbox"
+    return kube.SANDBOXES if sandboxed else kube.PODS

@@ -1,0 +1,94 @@
+"""What a watch event of a cell means for its run.
+
+Every Pod or Sandbox event of a cell owned by an EvaluationRun this operator drives comes to
+:meth:`Reactions.cell_event`. Events that arrive while the run is still being started are
+buffered and applied once its plan exists. Then, for the cell's current attempt:
+
+* it ended → graded (:meth:`.handoff.Handoff.grade`);
+* it runs → counted as running;
+* it is stuck (:func:`.observed.stuck`: unschedulable, an image that cannot be pulled) for
+  longer than ``stuck_grace`` → an infrastructure failure, and the cell is deleted;
+* it was deleted while active → an infrastructure failure (``evicted``); deleted while being
+  replaced → the next attempt is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agent_health.cluster.cells import observed
+from agent_health.cluster.reconcile import batcher, handoff, lifecycle, plan
+
+
+@dataclasses.dataclass
+class Reactions:
+    """Turns cell watch events into grades, retries and counts; see the module docstring."""
+
+    board: lifecycle.Board
+    handoff: handoff.Handoff
+    stuck_grace: float = 120.0
+    clock: Callable[[], float] = time.monotonic
+
+    def cell_event(self, event_type: str, body: Mapping[str, Any]) -> None:
+        """A watch event of a cell (Pod or Sandbox) owned by an EvaluationRun."""
+        owner = next(
+            (
+                o
+                for o in body["metadata"].get("ownerReferences") or []
+                if o.get("kind") == "EvaluationRun"
+            ),
+            None,
+        )
+        if owner is None:
+            return
+        ref = batcher.RunRef(str(body["metadata"].get("namespace")), owner["name"])
+        run = self.board.runs.get(ref)
+        if run is None or owner.get("uid") != run.uid:
+            return
+        if not run.started:
+            run.buffered[body["metadata"]["name"]] = (event_type, dict(body))
+            return
+        self.apply(run, event_type, dict(body))
+
+    def apply(self, run: plan.Run, event_type: str, body: dict[str, Any]) -> None:
+        """Apply one event of one of the run's cells."""
+        spawn = self.board.spawn
+        cell = run.cells.get(body["metadata"]["name"])
+        if cell is None or plan.attempt(body) < cell.attempt:
+            if cell is not None and cell.state == "replacing" and event_type == "DELETED":
+                spawn(self.handoff.launch(run, cell))
+            return
+        if event_type == "DELETED":
+            if cell.state == "replacing":
+                spawn(self.handoff.launch(run, cell))
+            elif cell.state == "active":
+                spawn(self.handoff.infra(run, cell, body, ("evicted", "the cell was deleted")))
+            return
+        if cell.state != "active":
+            return
+        cell.last = body
+        state = observed.state(body)
+        if state in ("succeeded", "failed"):
+            cell.state = "ended"
+            run.tally.ended(cell.name)
+            spawn(self.handoff.grade(run, cell, body))
+        elif state == "running":
+            cell.stuck_since = None
+            run.tally.started(cell.name)
+            spawn(self.board.changed(run))
+        elif (failure := observed.stuck(body)) is not None:
+            now = self.clock()
+            cell.stuck_since = cell.stuck_since if cell.stuck_since is not None else now
+            left = cell.stuck_since + self.stuck_grace - now
+            if left <= 0:
+                cell.state = "ended"
+                spawn(self.handoff.infra(run, cell, body, failure, delete=True))
+            else:
+                spawn(self.board.later(left, lambda: self._recheck(run, cell, body)))
+
+    def _recheck(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
+        if cell.last is body:  # nothing newer came: it is still stuck
+            self.apply(run, "MODIFIED", body)
