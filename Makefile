@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools bench bench-operator clean
+.PHONY: demo test lint tools bench bench-operator screenshot clean
 
 $(BIN)/agent-health: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,10 +40,15 @@ bench: $(BIN)/agent-health
 	$(BIN)/python bench/judge_cache.py
 	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/gateway_overhead.py
+	$(BIN)/python bench/html_report.py
 
 # The operator at scale on the API emulator: 1,000 cells take about 20 minutes here.
 bench-operator: $(BIN)/agent-health
 	$(BIN)/python bench/operator_scale.py
+
+# The README's picture of the HTML report, from a real run of examples/04-diagnosis.
+screenshot: $(BIN)/agent-health tools
+	$(BIN)/python scripts/report-screenshot.py --out docs/images/html-report.png
 
 clean:
 	rm -rf $(VENV) .agent-health .mypy_cache .pytest_cache .ruff_cache

@@ -62,12 +62,12 @@ async def test_a_local_run_writes_a_verified_cell_per_test_and_repeat(
     assert run.code == 1
     key = recording.key_path(f"file://{ledger}")
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert f"ledger: file://{ledger} (6 cells)" in capsys.readouterr().out
+    assert f"ledger: file://{ledger} (5 cells)" in capsys.readouterr().out
     verify = ["ledger", "verify", f"file://{ledger}", "--key-file", str(key)]
     assert await asyncio.to_thread(cli.main, verify) == 0
 
     cells = _cells(ledger)
-    assert len(cells) == 6  # 3 tests x 2 repeats, the skipped one included
+    assert len(cells) == 5  # 2 tests x 2 repeats, and the skipped one once
     for test in run.report["tests"]:
         cell = cells[recording.cell_name(test["id"], test["repeat"])]
         meta, end = cell[0], cell[-1]

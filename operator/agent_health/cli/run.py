@@ -183,8 +183,9 @@ def _agent_info(
 ) -> provenance.AgentInfo | None:
     if spec is None:
         return None
+    name = config.agent_name(chosen)
     return provenance.AgentInfo(
-        name=config.agent_name(chosen),
+        name=provenance.redact_argv([name])[0] if name else None,
         connector=spec.connector,
         url=provenance.redact_url(spec.url),
         command=list(spec.command) if spec.command else None,

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 GIT_TIMEOUT = 5.0  # seconds; a hung git (a network filesystem) must not hold up the run
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 
 
 class AgentInfo(BaseModel):
@@ -96,8 +96,8 @@ def redact_url(url: str | None) -> str | None:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command line with ``user:password@`` taken out of any URL in it."""
-    return [_URL_USERINFO.sub(r"\g<scheme>", arg) for arg in argv]
+    """The command line with every URL in it redacted (:func:`redact_url`)."""
+    return [_URL.sub(lambda m: redact_url(m.group(0)) or "", arg) for arg in argv]
 
 
 def file_hash(path: Path | None) -> str | None:

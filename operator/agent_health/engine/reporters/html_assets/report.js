@@ -490,7 +490,7 @@
     const head = ["#", "result", "role", "kind", "check", "score", "evidence or reasoning"];
     return section("Signals (in body order)", el("table", { class: "signals" },
       el("thead", null, el("tr", null, head.map((h) => el("th", { text: h })))),
-      el("tbody", null, body.map((s, i) => el("tr", { class: "signal " + s.kind },
+      el("tbody", null, body.map((s, i) => el("tr", { class: "signal kind-" + s.kind },
         el("td", { text: i + 1 }),
         el("td", null, verdict(s)),
         el("td", { text: s.role }),
@@ -502,13 +502,14 @@
         el("td", { class: "detail" },
           s.error ? pre(s.error) : null,
           s.reasoning ? el("div", { class: "reasoning", text: s.reasoning }) : null,
-          s.evidence && !s.reasoning ? pre(json(s.evidence)) : null))))));
+          s.evidence && !s.reasoning ? el("div", { class: "mono", text: brief(s.evidence) })
+            : null))))));
   }
 
   function judges(run) {
     const found = (run.signals || []).filter((s) => s.kind === "judge");
     if (!found.length) return null;
-    return section("Judge verdicts", found.map((s) => el("div", { class: "judge" },
+    return section("Judge verdicts", found.map((s) => el("div", { class: "verdict-card" },
       el("div", { class: "step-head" }, verdict(s), el("strong", { text: s.name }),
         el("span", { class: "muted", text: s.role
           + (typeof s.score === "number" ? " · score " + s.score.toFixed(2) : "")
@@ -584,6 +585,7 @@
     renderList();
     renderInspector();
     document.body.dataset.ready = "1";
+    performance.mark("agent-health-ready"); // the benchmark reads how long loading took
   }
 
   start();
