@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools bench bench-operator screenshot clean
+.PHONY: demo test lint tools docs bench bench-operator screenshot clean
 
 $(BIN)/agent-health: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ lint: $(BIN)/agent-health
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# Regenerate what docs/ derives from the code: the CRD field reference in docs/operator.md.
+docs: $(BIN)/agent-health
+	$(BIN)/python -m agent_health.cluster.api.reference docs/operator.md
 
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.
 # Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.

@@ -1,11 +1,18 @@
-"""The "Run on a cluster" instructions: the files they name exist and the names they use match."""
+"""README and docs/: the files and names they use exist, links resolve inside the repository,
+nothing refers to a file outside it, and the CRD field reference matches the models.
+
+(The runnable code blocks of the same pages are run by ``test_ship_docs_runnable.py``.)
+"""
 
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import ship_support
 import yaml
+from agent_health.cluster.api import crds, reference
 from ship_support import CHART, ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -50,3 +57,134 @@ def test_the_commands_use_the_names_the_chart_and_the_example_create() -> None:
     secret = kind_values["judge"]["apiKey"]["existingSecret"]
     assert f"-n agent-health create secret generic {secret} " in SECTION
     assert f"agent-health/operator:{kind_values['image']['operator']['tag']}" in SECTION
+
+
+# -- the pages in docs/ and README ---------------------------------------------------------
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOC_NAMES = ("architecture", "writing-tests", "agent-protocol", "operator", "ledger")
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^(```|~~~)")
+
+
+def _prose(text: str) -> str:
+    """``text`` without its fenced code blocks (links inside them are code, not links)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line.lstrip()):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out.append(line)
+    return "\n".join(out)
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation gone, spaces as hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found = set()
+    for line in _prose(page.read_text()).splitlines():
+        match = re.match(r"^#{1,6}\s+(.*)$", line)
+        if match:
+            found.add(slug(match[1]))
+    return found
+
+
+def test_every_page_exists_and_readme_links_to_each() -> None:
+    for name in DOC_NAMES:
+        assert (ROOT / "docs" / f"{name}.md").is_file(), f"docs/{name}.md is missing"
+        assert f"](docs/{name}.md)" in README, f"README.md does not link to docs/{name}.md"
+
+
+def test_the_slug_of_a_heading_is_githubs() -> None:
+    assert slug("Pass rate, pass@k and pass^k") == "pass-rate-passk-and-passk"
+    assert slug("REST v1") == "rest-v1"
+    assert slug("`agent.run()` and `RunResult`") == "agentrun-and-runresult"
+
+
+def test_every_relative_link_in_the_pages_reaches_a_file_and_heading_in_the_repository() -> None:
+    checked = 0
+    for page in PAGES:
+        for target in _LINK.findall(_prose(page.read_text())):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue  # https:, mailto: — outside links are allowed, files are not
+            path, _, anchor = target.partition("#")
+            where = (page.parent / path).resolve() if path else page
+            assert where.is_relative_to(ROOT), f"{page.name} links outside the repository: {target}"
+            assert where.exists(), f"{page.name} links to {target}, which does not exist"
+            if anchor and where.suffix == ".md":
+                assert anchor in anchors(where), f"{page.name} links to {target}: no such heading"
+            checked += 1
+    assert checked > 20
+
+
+def _tracked_text_files() -> list[Path]:
+    done = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
+    )
+    files = []
+    for name in done.stdout.decode().split("\0"):
+        path = ROOT / name
+        if not name or not path.is_file() or path.suffix in (".png", ".gz", ".whl"):
+            continue
+        try:
+            path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        files.append(path)
+    return files
+
+
+# Spelled in pieces so this file does not match itself.
+_OUTSIDE = re.compile(
+    "|".join(["\\.\\./" + "shared", "/" + "work/", "DESIGN" + "\\.md", "STYLE" + "\\.md"])
+)
+_MD_NAME = re.compile(r"(?<![\w/.-])((?:\.\./|\./)?[\w./-]*[\w-]\.md)\b")
+
+
+def test_nothing_in_the_repository_refers_to_a_file_outside_it() -> None:
+    files = _tracked_text_files()
+    assert len(files) > 100
+    basenames = {p.name for p in files}
+    problems = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for number, line in enumerate(text.splitlines(), start=1):
+            where = f"{path.relative_to(ROOT)}:{number}"
+            if _OUTSIDE.search(line):
+                problems.append(f"{where}: {line.strip()}")
+                continue
+            if path.is_relative_to(ROOT / "tests"):
+                continue  # tests make pages of their own in temporary directories
+            for name in _MD_NAME.findall(line):
+                local = (path.parent / name).resolve()
+                inside = local.is_relative_to(ROOT) and local.exists()
+                if not (inside or (ROOT / name).exists() or Path(name).name in basenames):
+                    problems.append(f"{where}: names {name}, which is not in the repository")
+    assert not problems, "references to files outside the repository:\n" + "\n".join(problems)
+
+
+def test_the_crd_field_reference_in_operator_md_is_generated_from_the_models() -> None:
+    page = (ROOT / "docs" / "operator.md").read_text()
+    assert page == reference.rewrite(page), "docs/operator.md is stale: run `make docs`"
+    for kind in crds.KINDS:
+        schema = crds.open_api_schema(kind)
+        for field in schema["properties"]["spec"]["properties"]:
+            assert f"`spec.{field}`" in page, f"{kind.kind} spec.{field} is not documented"
+
+
+def test_a_stale_reference_is_found_and_rewritten(tmp_path: Path) -> None:
+    page = tmp_path / "operator.md"
+    page.write_text(f"# x\n\n{reference.BEGIN}\n| old |\n{reference.END}\n\nafter\n")
+    assert reference.main(["--check", str(page)]) == 1
+    assert reference.main([str(page)]) == 0
+    assert reference.main(["--check", str(page)]) == 0
+    text = page.read_text()
+    assert "| old |" not in text
+    assert "`spec.runSpecRef.name`" in text
+    assert text.endswith(f"{reference.END}\n\nafter\n")

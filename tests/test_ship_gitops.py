@@ -111,19 +111,34 @@ def test_the_generated_names_are_wired_through(built: list[dict[str, Any]]) -> N
     ]
 
 
-def test_the_suite_copies_stay_the_quickstarts(built: list[dict[str, Any]]) -> None:
+def test_the_suite_is_the_quickstarts_own_files_without_a_copy(
+    built: list[dict[str, Any]],
+) -> None:
+    quickstart = ROOT / "examples" / "01-quickstart"
+    assert not (GITOPS / "suite").exists(), "the GitOps example keeps no copy of the suite"
+    kustomization = yaml.safe_load((GITOPS / "kustomization.yaml").read_text())
+    assert "../01-quickstart" in kustomization["resources"]
     suite = next(d for d in built if d["metadata"]["name"].startswith("triage-suite"))
+    shipped = sorted(p.name for p in quickstart.iterdir() if p.suffix in (".py", ".json"))
+    shipped.remove("agent-health.config.py")  # cells get their agent from the RunSpec
+    assert sorted(suite["data"]) == shipped, "every test file of the quickstart is shipped"
     for name, text in suite["data"].items():
-        assert text == (ROOT / "examples" / "01-quickstart" / name).read_text(), (
-            f"examples/gitops/suite/{name} differs from examples/01-quickstart/{name}"
-        )
+        assert text == (quickstart / name).read_text()
 
 
 @pytest.mark.slow
-async def test_the_suite_runs_against_the_example_agent(triage_url: str, tmp_path: Path) -> None:
+async def test_the_suite_runs_against_the_example_agent(
+    built: list[dict[str, Any]], triage_url: str, tmp_path: Path
+) -> None:
+    # The files as a cell gets them: the generated ConfigMap's data, mounted as /suite.
+    suite_map = next(d for d in built if d["metadata"]["name"].startswith("triage-suite"))
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name, text in suite_map["data"].items():
+        (suite / name).write_text(text)
     script = Path(sys.executable).parent / "agent-health"
     process = await asyncio.create_subprocess_exec(
-        str(script), "run", str(GITOPS / "suite"), "--agent", f"rest+{triage_url}",
+        str(script), "run", str(suite), "--agent", f"rest+{triage_url}",
         "--no-judge", "--reporter", f"json:{tmp_path / 'report.json'}",
         "--ledger", f"file://{tmp_path / 'ledger'}",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path,

@@ -1,10 +1,12 @@
-"""The Dockerfiles under images/: what can be checked without a Docker engine.
+"""images/Dockerfile: what can be checked without a Docker engine.
 
 No machine here runs a Docker daemon, so nothing is built. What is checked: hadolint passes;
-every COPY source exists and survives .dockerignore; the base is pinned by digest; the final
-stage copies only the builder's venv (and, for the example agents, their source), installs
-nothing and runs as uid 65532; each entry point is the ``agent-health`` script with a
-subcommand of the CLI; each image installs exactly the extra it needs.
+there is one Dockerfile, with one target per image; every COPY source exists and survives
+.dockerignore, and every ``COPY --from`` names an earlier stage; every base is pinned by
+digest; the wheel is built once and each image installs it with exactly its extra; each
+image's own stages install nothing, copy only a venv (and, for the example agents, their
+source) and run as uid 65532; each entry point is the ``agent-health`` script with a
+subcommand of the CLI, or an example script that exists.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ import pytest
 from ship_support import ROOT
 
 IMAGES = ROOT / "images"
-DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
+DOCKERFILE = IMAGES / "Dockerfile"
 HADOLINT = Path(sys.executable).parent / "hadolint"
 DIGEST_PINNED = re.compile(r"^[\w.:/-]+@sha256:[0-9a-f]{64}$")
-# Each image → (its entry point, the extra its venv installs).
+# Each image target → (its entry point, the extra its venv installs).
 EXPECTED = {
     "operator": (["agent-health", "operator"], "[operator]"),
     "controller": (["agent-health", "cell"], ""),
@@ -36,9 +38,17 @@ EXPECTED = {
     "triage-agent": (["python", "/app/triage_agent.py", "--host", "0.0.0.0", "--port", "8080"], ""),
     "log-server": (["python", "/app/log_server.py", "--host", "0.0.0.0", "--port", "9000"], ""),
 }
-# Subcommands the CLI is being given in parallel work (the operator's reconciler and the
-# cell runner); until they land, the entry points name them from the CLI contract
-# (DESIGN.md §9). Remove a name here once `agent-health --help` lists it.
+# The stages each image is made of (FROM and COPY --from, transitively): one wheel for all.
+USES = {
+    "operator": {"wheel", "venv-operator", "runtime", "operator"},
+    "controller": {"wheel", "venv", "runtime", "controller"},
+    "gateway": {"wheel", "venv-gateway", "runtime", "gateway"},
+    "triage-agent": {"wheel", "venv", "runtime", "triage-agent"},
+    "log-server": {"wheel", "venv", "runtime", "log-server"},
+}
+# Subcommands the CLI is being given in parallel work; until they land, the entry points
+# name them from the CLI contract (README.md's command table). Remove a name here once
+# `agent-health --help` lists it.
 CONTRACT_ONLY: set[str] = set()
 
 
@@ -47,6 +57,9 @@ class Stage:
     base: str
     name: str | None
     instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [rest for k, rest in self.instructions if k == keyword]
 
 
 def parse(path: Path) -> tuple[dict[str, str], list[Stage]]:
@@ -71,6 +84,42 @@ def parse(path: Path) -> tuple[dict[str, str], list[Stage]]:
     return args, stages
 
 
+ARGS, STAGES = parse(DOCKERFILE)
+BY_NAME = {s.name: s for s in STAGES if s.name}
+
+
+def copy_from(stage: Stage) -> list[str]:
+    """The stages ``stage`` copies from."""
+    return re.findall(r"--from=(\S+)", " ".join(stage.all("COPY")))
+
+
+def chain(name: str) -> list[Stage]:
+    """The stage ``name`` and the stages it is built FROM, base first."""
+    stages = [BY_NAME[name]]
+    while stages[0].base in BY_NAME:
+        stages.insert(0, BY_NAME[stages[0].base])
+    return stages
+
+
+def uses(name: str) -> set[str]:
+    """Every stage the target ``name`` needs, through FROM and COPY --from."""
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.add(current)
+        stage = BY_NAME[current]
+        todo.extend(s for s in (stage.base, *copy_from(stage)) if s in BY_NAME)
+    return found
+
+
+def effective(name: str, keyword: str) -> list[str]:
+    """Every ``keyword`` instruction of the target's FROM chain, in build order."""
+    return [rest for stage in chain(name) for rest in stage.all(keyword)]
+
+
 def dockerignored(relative: str) -> bool:
     """Whether .dockerignore (last matching pattern wins, ``!`` re-includes) drops a path."""
     ignored = False
@@ -90,18 +139,22 @@ def dockerignored(relative: str) -> bool:
     return ignored
 
 
-def _id(path: Path) -> str:
-    return path.parent.name
+def test_one_dockerfile_with_a_target_per_image() -> None:
+    assert not list(IMAGES.glob("*/Dockerfile")), "the per-image Dockerfiles are replaced"
+    assert [p.name for p in IMAGES.iterdir() if "Dockerfile" in p.name] == ["Dockerfile"]
+    images = [s.name for s in STAGES if s.base == "runtime"]
+    assert sorted(images) == sorted(EXPECTED)
+    assert len({s.name for s in STAGES}) == len(STAGES), "stage names are unique"
 
 
-def test_every_image_is_there() -> None:
-    assert sorted(_id(p) for p in DOCKERFILES) == sorted(EXPECTED)
+@pytest.mark.parametrize("image", sorted(EXPECTED))
+def test_the_stages_each_image_uses(image: str) -> None:
+    assert uses(image) == USES[image]
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_id)
-def test_hadolint_passes(dockerfile: Path) -> None:
+def test_hadolint_passes() -> None:
     done = subprocess.run(
-        [str(HADOLINT), "--no-color", str(dockerfile)], capture_output=True, text=True, check=False
+        [str(HADOLINT), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -116,38 +169,36 @@ def test_hadolint_does_reject_a_careless_dockerfile(tmp_path: Path) -> None:
     assert "DL3013" in done.stdout  # unpinned pip install
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_id)
-def test_the_base_is_pinned_by_digest(dockerfile: Path) -> None:
-    args, stages = parse(dockerfile)
-    assert len(stages) == 2, "a builder stage and a final stage"
-    for stage in stages:
-        base = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), stage.base)
-        assert DIGEST_PINNED.match(base), f"{dockerfile}: FROM {stage.base} is not pinned"
-    assert stages[0].name == "builder"
+def test_every_base_is_pinned_by_digest_or_an_earlier_stage() -> None:
+    assert ARGS["PYTHON_IMAGE"].startswith("docker.io/library/python:3.11")
+    earlier: set[str] = set()
+    for stage in STAGES:
+        if stage.base not in earlier:
+            base = re.sub(r"\$\{?(\w+)\}?", lambda m: ARGS.get(m[1], m[0]), stage.base)
+            assert DIGEST_PINNED.match(base), f"FROM {stage.base} is not pinned"
+            assert stage.base == "${PYTHON_IMAGE}", "every stage starts from the one base"
+        earlier.add(stage.name or "")
 
 
-def test_every_image_starts_from_the_same_base() -> None:
-    bases = {parse(p)[0]["PYTHON_IMAGE"] for p in DOCKERFILES}
-    assert len(bases) == 1, f"the images disagree on the base: {bases}"
-    assert next(iter(bases)).startswith("docker.io/library/python:3.11")
-
-
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_id)
-def test_every_copy_source_exists_and_reaches_the_build(dockerfile: Path) -> None:
-    _, stages = parse(dockerfile)
-    for stage in stages:
-        for keyword, rest in stage.instructions:
-            if keyword not in ("COPY", "ADD"):
-                continue
+def test_every_copy_source_exists_and_reaches_the_build() -> None:
+    sources = 0
+    earlier: set[str] = set()
+    for stage in STAGES:
+        for rest in stage.all("COPY") + stage.all("ADD"):
             words = [w for w in shlex.split(rest) if not w.startswith("--")]
-            if "--from=" in rest:
+            source_stage = re.search(r"--from=(\S+)", rest)
+            if source_stage:
+                assert source_stage[1] in earlier, f"COPY {rest}: no earlier stage of that name"
                 continue
             for source in words[:-1]:
                 matches = list(ROOT.glob(source.rstrip("/")))
-                assert matches, f"{dockerfile}: COPY source {source} does not exist"
+                assert matches, f"COPY source {source} does not exist"
                 for match in matches:
                     relative = match.relative_to(ROOT).as_posix()
                     assert not dockerignored(relative), f"{relative} is excluded by .dockerignore"
+                sources += 1
+        earlier.add(stage.name or "")
+    assert sources >= 4
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
@@ -162,56 +213,62 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert dockerignored("operator/agent_health/cli/__pycache__/app.cpython-311.pyc")
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_id)
-def test_the_final_stage_is_small_and_runs_as_65532(dockerfile: Path) -> None:
-    _, (builder, final) = parse(dockerfile)
-    keywords = [k for k, _ in final.instructions]
-    assert "RUN" not in keywords, "the final stage installs nothing: no build tools reach it"
-    copies = [rest for k, rest in final.instructions if k == "COPY"]
-    assert copies[0] == "--from=builder /opt/venv /opt/venv"
-    for rest in copies[1:]:
-        assert rest == "examples/agents/ /app/", rest
-    users = [rest for k, rest in final.instructions if k == "USER"]
-    assert users == ["65532:65532"]
-    assert keywords.index("USER") > max(i for i, k in enumerate(keywords) if k == "COPY")
-    assert any(k == "ENV" and "PATH=/opt/venv/bin:$PATH" in rest for k, rest in final.instructions)
-    builder_runs = " ".join(rest for k, rest in builder.instructions if k == "RUN")
-    assert "pip wheel" in builder_runs
-    assert "python -m venv /opt/venv" in builder_runs
+def test_the_wheel_is_built_once() -> None:
+    builds = [(s.name, r) for s in STAGES for r in s.all("RUN") if "pip wheel" in r]
+    assert [name for name, _ in builds] == ["wheel"]
+    venvs = [s for s in STAGES if "wheel" in copy_from(s)]
+    assert sorted(s.name or "" for s in venvs) == ["venv", "venv-gateway", "venv-operator"]
+    for stage in venvs:
+        assert stage.all("COPY") == ["--from=wheel /dist /dist"]
+        (install,) = stage.all("RUN")
+        assert "python -m venv /opt/venv" in install
+        assert "pip install" in install
+        assert "pip wheel" not in install
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_id)
-def test_each_image_installs_only_its_extra(dockerfile: Path) -> None:
-    _, (builder, _) = parse(dockerfile)
-    install = next(rest for k, rest in builder.instructions if k == "RUN")
+@pytest.mark.parametrize("image", sorted(EXPECTED))
+def test_each_image_installs_only_its_extra(image: str) -> None:
+    (venv,) = [s for s in copy_from(BY_NAME[image]) if s.startswith("venv")]
+    (install,) = BY_NAME[venv].all("RUN")
     extra = re.search(r"agent_health-\*\.whl\)(\[\w+\])?\"", install)
     assert extra, install
-    assert (extra.group(1) or "") == EXPECTED[_id(dockerfile)][1]
+    assert (extra[1] or "") == EXPECTED[image][1]
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    if extra.group(1):
-        assert extra.group(1).strip("[]") in declared["optional-dependencies"]
+    if extra[1]:
+        assert extra[1].strip("[]") in declared["optional-dependencies"]
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_id)
-def test_the_entry_point_exists(dockerfile: Path) -> None:
-    _, (_, final) = parse(dockerfile)
-    (entry,) = [rest for k, rest in final.instructions if k == "ENTRYPOINT"]
+@pytest.mark.parametrize("image", sorted(EXPECTED))
+def test_the_image_installs_nothing_and_runs_as_65532(image: str) -> None:
+    own = chain(image)  # from `runtime`, whose base is the pinned Python image
+    assert [s.name for s in own] == ["runtime", image]
+    assert not [r for s in own for r in s.all("RUN")], "no build tool reaches an image"
+    copies = [r for s in own for r in s.all("COPY")]
+    assert copies[0] == f"--from={copy_from(BY_NAME[image])[0]} /opt/venv /opt/venv"
+    for rest in copies[1:]:
+        assert rest == "examples/agents/ /app/", rest
+    assert effective(image, "USER")[-1] == "65532:65532"
+    assert any("PATH=/opt/venv/bin:$PATH" in rest for rest in effective(image, "ENV"))
+
+
+@pytest.mark.parametrize("image", sorted(EXPECTED))
+def test_the_entry_point_exists(image: str) -> None:
+    (entry,) = effective(image, "ENTRYPOINT")
     argv = eval_json_array(entry)
-    assert argv == EXPECTED[_id(dockerfile)][0]
+    assert argv == EXPECTED[image][0]
     if argv[0] == "agent-health":
         scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
         assert "agent-health" in scripts
         subcommands = set(_subcommands())
         assert argv[1] in subcommands | CONTRACT_ONLY, f"agent-health has no {argv[1]} command"
     else:
-        workdir = [rest for k, rest in final.instructions if k == "WORKDIR"]
-        assert workdir == ["/app"]
+        assert effective(image, "WORKDIR")[-1] == "/app"
         assert (ROOT / "examples" / "agents" / Path(argv[1]).name).exists()
 
 
 def test_the_contract_only_subcommands_are_not_yet_in_the_cli() -> None:
-    # When the operator or cell command lands, drop it from CONTRACT_ONLY so the entry point
-    # test checks it against the real CLI.
+    # When a command lands, drop it from CONTRACT_ONLY so the entry point test checks it
+    # against the real CLI.
     assert not CONTRACT_ONLY & set(_subcommands())
 
 

@@ -1,4 +1,4 @@
-"""The wire models every connector speaks: the REST agent protocol v1 (DESIGN.md §9).
+"""The wire models every connector speaks: the REST agent protocol v1 (docs/agent-protocol.md).
 
 Other connectors (AG-UI, OpenAI-compatible, subprocess) translate their protocol into
 these same models, so the rest of the harness sees one shape of trajectory.

@@ -1,4 +1,4 @@
-"""The REST agent protocol v1 over httpx (DESIGN.md §9)."""
+"""The REST agent protocol v1 over httpx (docs/agent-protocol.md)."""
 
 from __future__ import annotations
 

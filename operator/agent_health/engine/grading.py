@@ -1,4 +1,4 @@
-"""Statuses and scores from signals (DESIGN.md §2 and §4).
+"""Statuses and scores from signals (docs/writing-tests.md, "Statuses" and "Score").
 
 * ``skipped`` — the test did not run.
 * ``errored`` — something other than the agent's behaviour went wrong (the body, a fixture,

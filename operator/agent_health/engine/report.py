@@ -1,4 +1,5 @@
-"""The run report: every TestResult plus aggregates, in the versioned JSON shape of DESIGN.md §9.
+"""The run report: every TestResult plus aggregates, in its versioned JSON shape
+(docs/writing-tests.md).
 
 Aggregates: counts, pass rate (passed / (passed + failed); errored and skipped excluded),
 mean score, tokens and cost, a per-label breakdown, and with ``--repeat k``: pass@k (a test

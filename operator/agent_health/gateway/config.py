@@ -2,8 +2,8 @@
 
 A route is one listener: calls arriving on ``listen`` come *from* ``principal`` (as claimed
 by the port; a token proves it) and go *to* ``to`` at ``upstream``. A cell has one route per
-edge of DESIGN.md §6: ``controller → target``, ``target → peer:NAME`` for each peer, and
-``controller → judge``. Routes are given as repeated flags::
+edge (docs/operator.md, "Cell anatomy"): ``controller → target``, ``target → peer:NAME`` for
+each peer, and ``controller → judge``. Routes are given as repeated flags::
 
     --route principal=controller,listen=127.0.0.1:15001,upstream=http://127.0.0.1:8080
     --route principal=target,to=peer:tools,listen=127.0.0.1:15002,upstream=http://127.0.0.1:9000

@@ -1,4 +1,4 @@
-"""The ledger: per-cell, append-only, tamper-evident records of what happened (DESIGN.md §6).
+"""The ledger: per-cell, append-only, tamper-evident records of what happened (docs/ledger.md).
 
 A cell's ledger is JSON lines, one versioned pydantic record per line
 (:mod:`~agent_health.ledger.records`), in this order:

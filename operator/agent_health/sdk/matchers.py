@@ -1,3 +1,4 @@
+# Over 350 lines: one Expectation class whose methods are the matcher API, kept in one place.
 """``expect(value).to_*`` — deterministic checks that record gate signals.
 
 A failed check does not raise: it records a failed gate signal with evidence (what was

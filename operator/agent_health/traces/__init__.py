@@ -1,4 +1,4 @@
-"""Traces of a run and the metrics derived from them (DESIGN.md §4).
+"""Traces of a run and the metrics derived from them (docs/writing-tests.md, "Traces").
 
 * :mod:`view` — ``result.traces``: the :class:`~view.TracesView` of one run.
 * :mod:`records` — the span/log records and the ``TraceSource`` seam.

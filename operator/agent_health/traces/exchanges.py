@@ -1,6 +1,6 @@
 """A trace source over the exchanges the gateway recorded for this run.
 
-The gateway (DESIGN.md §6) records every call that crosses it: who called
+The gateway (docs/ledger.md) records every call that crosses it: who called
 (``principal``: ``controller``, ``target`` or ``peer:NAME``), whom (``upstream``), the
 method, path, status, start and end time, and the token usage it read from model answers.
 This module needs only those fields, so it states them as the :class:`Exchange` Protocol

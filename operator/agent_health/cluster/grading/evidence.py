@@ -9,7 +9,7 @@ saw, summed by consumer (``target``, ``judge``, ``peer:NAME``). Anything doubtfu
 
 ``run-result``, ``signal`` and ``cell-end`` records carry no principal field. They are the
 controller's because the gateway holds the only HMAC key and appends them only on its
-controller route, which checks the controller's per-cell token (DESIGN.md §6): a chain that
+controller route, which checks the controller's per-cell token (docs/ledger.md): a chain that
 verifies proves the controller sent them. Exchanges do carry a principal; one that claims a
 trusted principal (controller, peer) without token evidence is doubtful.
 """

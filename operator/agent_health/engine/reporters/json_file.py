@@ -1,4 +1,4 @@
-"""The versioned JSON report (DESIGN.md §9): written by runs, read back by ``report``."""
+"""The versioned JSON report (docs/writing-tests.md): written by runs, read back by ``report``."""
 
 from __future__ import annotations
 
