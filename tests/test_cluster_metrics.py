@@ -32,7 +32,14 @@ def value(found: Samples, name: str, **labels: str) -> float | None:
 
 def cell(name: str, state: results.Status, *, seconds: float = 0.0) -> grading.CellGrade:
     result = results.TestResult(
-        id="t", name="t", title="t", file="t.py", line=1, status=state, run_id="r"
+        id="t",
+        name="t",
+        title="t",
+        file="t.py",
+        line=1,
+        status=state,
+        run_id="r",
+        cause="agent" if state == "errored" else None,
     )
     usage = {
         "target": ledger_usage.TokenUsage(input_tokens=100, output_tokens=20, total_tokens=120),

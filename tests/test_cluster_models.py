@@ -229,8 +229,9 @@ def test_a_full_status_round_trips_through_schema_and_model() -> None:
     assert _schema_problems(body) == []
     parsed = evaluationrun.EvaluationRun.model_validate(body)
     assert parsed.wire()["status"] == body["status"] | {
-        "counts": body["status"]["counts"] | {"skipped": 0},
-        "tests": [body["status"]["tests"][0] | {"errored": 0}],
+        "counts": body["status"]["counts"]
+        | {"skipped": 0, "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0}},
+        "tests": [body["status"]["tests"][0] | {"errored": 0, "erroredByAgent": 0}],
         "startTime": "2026-01-01T00:00:00Z",
     }
 

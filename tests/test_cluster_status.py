@@ -47,12 +47,19 @@ def grade(
     state: results.Status,
     score: float | None = None,
     error: str | None = None,
+    cause: results.Cause = "infra",
 ) -> grading.CellGrade:
     expected = grading.ExpectedCell(test_id=test_id, repeat=repeat, run_id=f"r-{cell}")
-    if state == "errored":
+    if state == "errored" and cause == "agent":  # doubtful evidence is the agent's
         return grading.grade_lines(cell, [], b"k" * 32, expected).model_copy(
             update={"error": error or f"no ledger for cell {cell}"}
         )
+    if state == "errored":
+        lost = grading.grade_failed_pod(
+            cell, expected, "node gone", cause="node-lost", attempt=0,
+            policy=evaluationrun.Retry(infra_retries=0),
+        )  # fmt: skip
+        return lost.model_copy(update={"error": error or lost.error}) if error else lost
     result = results.TestResult(
         id=test_id,
         name=test_id,
@@ -107,7 +114,8 @@ def test_a_retryable_infra_grade_returns_the_cell_to_pending() -> None:
         "a0", expected, "evicted", cause="evicted", attempt=1, policy=retry
     )
     tally.record(last)
-    assert tally.counts() == evaluationrun.Counts(total=1, errored=1)
+    by_cause = evaluationrun.ErroredByCause(infra=1)
+    assert tally.counts() == evaluationrun.Counts(total=1, errored=1, errored_by_cause=by_cause)
     assert tally.phase == "Succeeded"  # the run measured what it could; errored is data
 
 
@@ -124,11 +132,35 @@ def test_pass_rate_excludes_errored_and_pass_at_k_matches_the_engine() -> None:
     for g in grades:
         tally.record(g)
     got = tally.status()
-    assert got.pass_rate == pytest.approx(3 / 5)  # errored excluded
+    assert got.pass_rate == pytest.approx(3 / 5)  # errored by the infrastructure: excluded
     assert got.score == pytest.approx((1.0 + 0.2 + 0.8 + 1.0 + 0.0) / 5)
     engine = report.RunReport.build([g.result for g in grades], duration_ms=0, repeats=2).summary
     assert (got.pass_at_k, got.pass_hat_k) == (engine.pass_at_k, engine.pass_hat_k)
     assert (got.pass_at_k, got.pass_hat_k) == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+
+
+def test_cells_the_agent_errored_count_against_it_and_the_status_names_every_cause() -> None:
+    grades = [
+        grade("a0", "a", 0, "passed", 1.0),
+        grade("b0", "b", 0, "errored", cause="agent"),
+        grade("c0", "c", 0, "errored", cause="agent"),
+        grade("d0", "d", 0, "errored", cause="infra"),
+        grade("e0", "e", 0, "failed", 0.0),
+    ]
+    tally = running_tally(Clock(), [g.cell for g in grades])
+    for g in grades:
+        tally.record(g)
+    got = tally.status()
+    assert got.pass_rate == pytest.approx(1 / 4)  # passed / (passed + failed + errored[agent])
+    assert got.counts.errored_by_cause == evaluationrun.ErroredByCause(agent=2, infra=1)
+    engine = report.RunReport.build([g.result for g in grades], duration_ms=0).summary
+    assert got.pass_rate == engine.pass_rate
+    by_id = {t.id: t for t in got.tests}
+    assert (by_id["b"].cause, by_id["b"].errored_by_agent) == ("agent", 1)
+    assert (by_id["d"].cause, by_id["d"].errored_by_agent) == ("infra", 0)
+    assert {t.id for t in got.tests[:3]} == {"b", "c", "e"}  # agent errors rank with failures
+    tests_passed = next(c for c in got.conditions if c.type == "TestsPassed")
+    assert tests_passed.message == "1 failed and 3 errored (2 agent, 1 infra) of 5 cells"
 
 
 def test_the_test_summary_is_bounded_and_worst_first() -> None:
@@ -378,6 +410,7 @@ async def test_statuses_are_accepted_by_the_crd_and_echoes_are_recognised(
         "failed": 1,
         "errored": 1,
         "skipped": 0,
+        "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 1},
     }
     assert stored["status"]["passAtK"] == 1.0
     assert stored["status"]["passHatK"] == 0.5

@@ -134,7 +134,12 @@ def test_repeats_are_matched_by_id_and_repeat() -> None:
     result = compare.compare(base, new)
     assert [(c.id, c.repeat) for c in result.newly_failing] == [("test_a.py::a", 0)]
     assert [(c.id, c.repeat) for c in result.newly_passing] == [("test_a.py::a", 1)]
-    assert not result.regressed  # pass rate unchanged
+    # The pass rate is unchanged, but a repeat that passed now fails: a regression by default,
+    # tolerated when the threshold allows that share of the compared tests to flip.
+    assert result.regressions == [
+        "1 of 2 tests newly failing (0 of them errored), more than --max-pass-rate-drop 0 allows"
+    ]
+    assert not compare.compare(base, new, max_pass_rate_drop=0.5).regressed
 
 
 @pytest.mark.parametrize(

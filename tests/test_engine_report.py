@@ -23,6 +23,7 @@ def tr(title: str, status: str, repeat: int = 0, **kw: Any) -> TestResult:
         "repeat": repeat,
         "run_id": f"{title}-{repeat}",
         "score": {"passed": 1.0, "failed": 0.0}.get(status),
+        "cause": "infra" if status == "errored" else None,  # left out of the pass rate
         **kw,
     }
     return TestResult(**fields)
@@ -66,6 +67,7 @@ def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
             "failed": 1,
             "errored": 1,
             "skipped": 0,
+            "errored_by_agent": 0,
             "pass_rate": 0.5,
             "score": 0.5,
         },
@@ -74,11 +76,49 @@ def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
             "failed": 0,
             "errored": 0,
             "skipped": 1,
+            "errored_by_agent": 0,
             "pass_rate": 1.0,
             "score": 1.0,
         },
     }
     assert "pass_at_k" not in s or s["pass_at_k"] is None
+    assert s["errored_by_cause"] == {"agent": 0, "judge": 0, "test": 0, "infra": 1}
+
+
+def test_errors_the_agent_caused_count_against_it_and_others_are_left_out() -> None:
+    # The attack of issue 13: one pass and three self-inflicted errors used to score 100%.
+    results = [
+        tr("honest", "passed", labels=("rca",)),
+        tr("answers 500", "errored", labels=("rca",), cause="agent", error="HTTP 500"),
+        tr("malformed JSON", "errored", cause="agent", error="malformed JSON"),
+        tr("hangs", "errored", cause="agent", error="timed out"),
+        tr("judge down", "errored", cause="judge", error="judge errored"),
+        tr("fixture bug", "errored", cause="test", error="KeyError"),
+        tr("evicted", "errored", cause="infra", error="evicted"),
+        tr("failed", "failed"),
+    ]
+    s = RunReport.build(results, duration_ms=1.0).summary
+    assert s.pass_rate == round(1 / 5, 6)  # 1 / (1 passed + 1 failed + 3 errored[agent])
+    assert s.errored_by_cause == {"agent": 3, "judge": 1, "test": 1, "infra": 1}
+    assert s.labels["rca"].pass_rate == 0.5
+    assert s.labels["rca"].errored_by_agent == 1
+    only_errors = RunReport.build([results[1]], duration_ms=1.0).summary
+    assert only_errors.pass_rate == 0.0  # not n/a: the agent was asked and did not answer
+    assert RunReport.build([results[4]], duration_ms=1.0).summary.pass_rate is None
+
+
+def test_an_agent_error_in_a_repeat_is_not_a_pass_for_pass_at_k() -> None:
+    results = [
+        tr("t", "passed", 0),
+        tr("t", "errored", 1, cause="agent", error="HTTP 500"),
+        tr("u", "errored", 0, cause="agent", error="HTTP 500"),
+        tr("u", "errored", 1, cause="infra", error="evicted"),
+    ]
+    s = RunReport.build(results, duration_ms=1.0, repeats=2).summary
+    assert s.per_test["test_a.py::t"].pass_hat_k == 0.0  # one repeat the agent errored
+    assert s.per_test["test_a.py::t"].pass_at_k == 1.0
+    assert s.per_test["test_a.py::u"].pass_at_k == 0.0  # never passed; infra repeat left out
+    assert s.flaky == ["t"]
 
 
 def test_no_prices_means_no_cost_not_zero() -> None:

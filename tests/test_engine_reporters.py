@@ -13,6 +13,8 @@ from rich.console import Console
 
 
 def _result(name: str, status: Any, **kw: Any) -> TestResult:
+    if status == "errored":
+        kw.setdefault("cause", "agent")
     return TestResult(
         id=f"f.py::{name}",
         name=name,
@@ -55,7 +57,7 @@ def test_plain_progress_prints_one_line_per_test() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("✓ passed  f.py › ok")
     assert lines[1].startswith("✗ failed  f.py › bad")
-    assert lines[2].endswith("— cannot connect to agent at http://x (is it running?)")
+    assert lines[2].endswith("— agent error: cannot connect to agent at http://x (is it running?)")
 
 
 def test_tty_progress_shows_a_bar_and_failures() -> None:
@@ -78,9 +80,12 @@ def test_summary_lists_reasons_and_totals() -> None:
     text = out.getvalue()
     assert "to_equal(2) (f.py:9)" in text
     assert '"expected": 2, "actual": 1' in text
-    assert "error: cannot connect" in text
+    assert "error: agent error: cannot connect" in text
     assert "hint: a hint" in text
-    assert "1 passed, 1 failed, 1 errored, 0 skipped — pass rate 50%" in text
+    # The agent's own error counts against it: 1 / (1 passed + 1 failed + 1 errored[agent]).
+    assert "1 passed, 1 failed, 1 errored (1 agent), 0 skipped — pass rate 33%" in text
+    assert "✗ failed" in text
+    assert "! errored (agent)" in text
 
 
 def test_json_report_shape() -> None:
@@ -97,7 +102,9 @@ def test_json_report_shape() -> None:
         "duration_ms",
         "tokens",
     ]
-    assert report["summary"]["pass_rate"] == 0.5
+    assert report["summary"]["pass_rate"] == round(1 / 3, 6)  # the agent's error counts
+    assert report["summary"]["errored_by_cause"]["agent"] == 1
+    assert report["tests"][2]["cause"] == "agent"
     assert report["summary"]["score"] == 0.5  # errored has no score, never a zero
     first = report["tests"][0]
     for key in (

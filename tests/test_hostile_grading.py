@@ -70,6 +70,28 @@ async def test_an_edited_ledger_that_would_pass_is_errored_as_tampered(
     assert graded.status == "errored"
     assert graded.error is not None
     assert graded.error.startswith(f"ledger tampered at record {len(lines) - 1} (edited: mac")
+    assert graded.cause == "agent"  # broken evidence never lifts a result out of the pass rate
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [("500", "answered HTTP 500"), ("malformed", "malformed JSON"), ("no-output", "no output")],
+)
+async def test_a_target_that_answers_badly_is_errored_by_the_agent_not_doubtful(
+    tmp_path: Path, judge_service: tuple[str, ScriptedModel], answer: str, why: str
+) -> None:
+    code, _, _ = await run_attacked_cell(tmp_path, judge_service, answer=answer, attacks="")
+    assert code == 3
+    run = next(
+        r
+        for r in map(records.parse_line, ledger_lines(tmp_path))
+        if isinstance(r, records.RunResultRecord)
+    )
+    assert (run.cause, run.output) == ("agent", "")  # the controller's account of the exchange
+    graded = await grade(tmp_path)
+    assert (graded.status, graded.cause) == ("errored", "agent")
+    assert why in (graded.error or "")
+    assert "doubtful" not in (graded.error or "")  # before: "no run-result record from controller"
 
 
 async def test_a_forger_with_the_key_still_cannot_claim_the_controller_without_its_token(

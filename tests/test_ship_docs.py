@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import ship_support
@@ -99,6 +100,22 @@ def test_every_page_exists_and_readme_links_to_each() -> None:
     for name in DOC_NAMES:
         assert (ROOT / "docs" / f"{name}.md").is_file(), f"docs/{name}.md is missing"
         assert f"](docs/{name}.md)" in README, f"README.md does not link to docs/{name}.md"
+
+
+def test_architecture_names_every_import_contract() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = pyproject["tool"]["importlinter"]["contracts"]
+    assert len(contracts) >= 8
+    for contract in contracts:
+        assert f"| {contract['name']} |" in page, (
+            f"docs/architecture.md does not explain the contract {contract['name']!r}"
+        )
+        for layer in contract.get("layers", []):
+            for room in layer.split("|"):
+                assert f"`{room.strip()}`" in page, (
+                    f"docs/architecture.md: contract {contract['name']!r} names {room.strip()!r}"
+                )
 
 
 def test_the_slug_of_a_heading_is_githubs() -> None:

@@ -103,8 +103,9 @@ def test_every_panel_has_a_datasource_variable_and_a_unique_id() -> None:
 
 
 def _cell(name: str, status: results.Status, seconds: float) -> grading.CellGrade:
+    cause: results.Cause | None = "agent" if status == "errored" else None
     result = results.TestResult(
-        id="t", name="t", title="t", file="t.py", line=1, status=status, run_id=name
+        id="t", name="t", title="t", file="t.py", line=1, status=status, run_id=name, cause=cause
     )
     usage = {
         "target": ledger_usage.TokenUsage(input_tokens=300, output_tokens=50, total_tokens=350),

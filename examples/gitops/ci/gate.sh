@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gate a pipeline on an EvaluationRun: wait until it is Complete, then fail unless it
-# Succeeded with a pass rate of at least MIN_PASS_RATE (0-1; errored cells are excluded
-# from the pass rate, so a run whose every cell errored has none and fails the gate).
+# Succeeded with a pass rate of at least MIN_PASS_RATE (0-1; cells the agent errored count as
+# not passed, other errored cells are excluded from the pass rate, so a run whose every cell
+# errored for the infrastructure has none and fails the gate).
 #
 #   run=$(kubectl create -f examples/gitops/ci/pr-run.yaml -o name)
 #   NAMESPACE=evals examples/gitops/ci/gate.sh "$run" 0.8 30m

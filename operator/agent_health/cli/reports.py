@@ -37,6 +37,12 @@ def add_commands(sub: Any) -> None:
         type=float,
         help="largest allowed mean-score drop (default: no gate)",
     )
+    cmp.add_argument(
+        "--max-errored-rise",
+        type=int,
+        default=0,
+        help="largest allowed rise in the number of errored tests (default 0: any rise fails)",
+    )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(handler=compare)
 
@@ -67,14 +73,21 @@ def add_commands(sub: Any) -> None:
 def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine import compare
 
-    if args.max_pass_rate_drop < 0 or (args.max_score_drop is not None and args.max_score_drop < 0):
-        raise common.UsageError("--max-pass-rate-drop and --max-score-drop must not be negative")
+    if (
+        args.max_pass_rate_drop < 0
+        or (args.max_score_drop is not None and args.max_score_drop < 0)
+        or args.max_errored_rise < 0
+    ):
+        raise common.UsageError(
+            "--max-pass-rate-drop, --max-score-drop and --max-errored-rise must not be negative"
+        )
     try:
         result = compare.compare_files(
             Path(args.base),
             Path(args.new),
             max_pass_rate_drop=args.max_pass_rate_drop,
             max_score_drop=args.max_score_drop,
+            max_errored_rise=args.max_errored_rise,
         )
     except compare.CompareError as err:
         raise common.UsageError(str(err)) from err

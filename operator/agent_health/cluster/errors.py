@@ -51,4 +51,9 @@ class PhaseError(ClusterError):
 
 
 class DoubtfulEvidence(ClusterError):
-    """A cell's ledger cannot be trusted (tampered, missing, another cell's); never a pass."""
+    """A cell's ledger cannot be trusted (tampered, missing, another cell's); never a pass.
+
+    Its grade is ``errored`` with cause ``agent``: evidence that cannot be checked must not
+    lift a result out of the pass rate, or breaking the evidence of a failed test would
+    raise the agent's grade.
+    """

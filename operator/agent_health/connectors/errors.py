@@ -13,12 +13,15 @@
      └── ConnectorConfigError      the connector spec itself is wrong (unknown kind, bad URL)
 
 Every error carries a one-line message that says which of these happened; the engine
-turns it into an ``errored`` test with that message.
+turns it into an ``errored`` test with that message, and ``error_cause`` says whom the
+error blames: the agent under test, except for a wrong connector spec (the test's setup).
 """
 
 
 class ConnectorError(Exception):
     """The agent could not be reached or its answer could not be used."""
+
+    error_cause: str = "agent"
 
 
 class AgentUnreachable(ConnectorError):
@@ -51,3 +54,5 @@ class AgentStreamIncomplete(AgentProtocolError):
 
 class ConnectorConfigError(ConnectorError):
     """The connector is configured wrongly (unknown kind, missing URL, ...)."""
+
+    error_cause: str = "test"

@@ -31,6 +31,7 @@ class RestConnector:
             )
         wire.ensure_success(response, self.url)
         body = wire.json_body(response, self.url)
+        wire.require_output(body, f"agent at {self.url}")
         try:
             return AgentReply.model_validate(body)
         except pydantic.ValidationError as err:

@@ -162,6 +162,7 @@ def _step(item: dict[str, Any], name: str, number: int) -> Step:
 
 
 def _validate(body: dict[str, Any], name: str, what: str) -> AgentReply:
+    wire.require_output(body, f"agent command {name!r}")
     try:
         return AgentReply.model_validate(body)
     except pydantic.ValidationError as err:

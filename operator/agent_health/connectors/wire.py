@@ -129,6 +129,16 @@ def json_body(response: httpx.Response, url: str) -> Any:
         ) from err
 
 
+def require_output(body: Any, who: str) -> None:
+    """The protocol's one required field: a reply without ``output`` is broken, not empty."""
+    if isinstance(body, dict) and "output" not in body:
+        keys = ", ".join(sorted(map(str, body))[:10]) or "none"
+        raise errors.AgentProtocolError(
+            f'{who}: reply has no output (REST protocol v1 requires an "output" string; '
+            f"the reply's fields: {keys})"
+        )
+
+
 def validation_reason(err: pydantic.ValidationError) -> str:
     """``where: what`` of the first validation error, for one-line messages."""
     first = err.errors()[0]

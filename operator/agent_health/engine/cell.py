@@ -131,8 +131,10 @@ class GatewayRecords:
     async def begin(self, info: ctx_mod.TestInfo) -> None:
         """Nothing: the gateway wrote the cell-meta record when it started."""
 
-    async def finish(self, result: TestResult, run: RunResult | None) -> None:
-        await self.append(recording.controller_records(result, run))
+    async def finish(
+        self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
+    ) -> None:
+        await self.append(recording.controller_records(result, run, agent_error=agent_error))
 
     async def append(self, items: list[records.Record]) -> None:
         body = [records.to_object(r, with_mac=False) for r in items]
@@ -195,7 +197,8 @@ async def run_cell(settings: CellSettings) -> tuple[int, TestResult | None]:
         except (CellError, errors.ConfigError, connectors.ConnectorError) as err:
             # Say why in the ledger too, so the grade names the reason, not a missing record.
             if ledger is not None:
-                await ledger.append([records.CellEnd(status="errored", error=str(err))])
+                end = records.CellEnd(status="errored", error=str(err), cause="test")
+                await ledger.append([end])
             raise
         return await _run(settings, case, config, connector, ledger)
 

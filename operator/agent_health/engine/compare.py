@@ -1,9 +1,15 @@
 """``agent-health compare BASE.json NEW.json``: what changed between two runs, for CI gates.
 
 Tests are matched by id and repeat. A test whose ``content_hash`` differs was edited between
-the runs, and is marked ``changed`` so a new failure can be told from a changed test. The
-comparison is a regression when the pass rate dropped by more than ``max_pass_rate_drop``
-(default 0: any drop) or the mean score by more than ``max_score_drop`` (when given).
+the runs, and is marked ``changed`` so a new failure can be told from a changed test. A test
+that passed and now failed *or errored* (whatever the cause) is newly failing. The
+comparison is a regression when:
+
+* tests are newly failing: more than ``max_pass_rate_drop`` of the compared tests (default
+  0: any one) — an error is never a way out of the gate;
+* the pass rate dropped by more than ``max_pass_rate_drop``;
+* the mean score dropped by more than ``max_score_drop`` (when given);
+* the errored count rose by more than ``max_errored_rise`` (default 0).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Change(BaseModel):
     base_score: float | None = None
     new_score: float | None = None
     error: str | None = None
+    cause: str | None = None
 
 
 class Comparison(BaseModel):
@@ -63,8 +70,10 @@ class Comparison(BaseModel):
     changed_tests: list[str] = Field(default_factory=list)
     added: list[str] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
+    compared: int = 0
     pass_rate: Delta
     score: Delta
+    errored: Delta
     tokens: Delta
     cost_usd: Delta
     regressions: list[str] = Field(default_factory=list)
@@ -108,6 +117,7 @@ def compare(
     new_file: str = "NEW",
     max_pass_rate_drop: float = 0.0,
     max_score_drop: float | None = None,
+    max_errored_rise: int = 0,
 ) -> Comparison:
     """Compare two loaded reports (see :func:`load`)."""
     before = {(t["id"], t.get("repeat", 0)): t for t in base["tests"]}
@@ -135,6 +145,7 @@ def compare(
             base_score=was.get("score"),
             new_score=now.get("score"),
             error=now.get("error"),
+            cause=now.get("cause"),
         )
         if was["status"] == "passed" and now["status"] in NOT_PASSING:
             failing.append(change)
@@ -154,12 +165,20 @@ def compare(
         changed_tests=sorted(edited),
         added=sorted({k[0] for k in after} - {k[0] for k in before}),
         removed=sorted({k[0] for k in before} - {k[0] for k in after}),
+        compared=sum(1 for key in after if key in before),
         pass_rate=_delta(s0.get("pass_rate"), s1.get("pass_rate")),
         score=_delta(s0.get("score"), s1.get("score")),
+        errored=_delta(s0.get("errored"), s1.get("errored")),
         tokens=_delta(s0.get("tokens"), s1.get("tokens")),
         cost_usd=_delta(s0.get("cost_usd"), s1.get("cost_usd")),
     )
     reasons = []
+    if failing and len(failing) > max_pass_rate_drop * result.compared + 1e-9:
+        errored = sum(1 for c in failing if c.new == "errored")
+        reasons.append(
+            f"{len(failing)} of {result.compared} tests newly failing ({errored} of them "
+            f"errored), more than --max-pass-rate-drop {max_pass_rate_drop:g} allows"
+        )
     drop = result.pass_rate.delta
     if drop is not None and -drop > max_pass_rate_drop + 1e-9:
         reasons.append(
@@ -173,11 +192,22 @@ def compare(
             f"score dropped {-sdrop:.3f} ({result.score.base:.3f} → {result.score.new:.3f}), "
             f"more than --max-score-drop {max_score_drop:g}"
         )
+    rise = result.errored.delta
+    if rise is not None and rise > max_errored_rise:
+        reasons.append(
+            f"errored tests rose by {rise:.0f} ({result.errored.base:.0f} → "
+            f"{result.errored.new:.0f}), more than --max-errored-rise {max_errored_rise}"
+        )
     return result.model_copy(update={"regressions": reasons})
 
 
 def compare_files(
-    base: Path, new: Path, *, max_pass_rate_drop: float = 0.0, max_score_drop: float | None = None
+    base: Path,
+    new: Path,
+    *,
+    max_pass_rate_drop: float = 0.0,
+    max_score_drop: float | None = None,
+    max_errored_rise: int = 0,
 ) -> Comparison:
     return compare(
         load(base),
@@ -186,6 +216,7 @@ def compare_files(
         new_file=str(new),
         max_pass_rate_drop=max_pass_rate_drop,
         max_score_drop=max_score_drop,
+        max_errored_rise=max_errored_rise,
     )
 
 
@@ -208,7 +239,8 @@ def render(c: Comparison) -> list[str]:
             repeat = f" [repeat {ch.repeat}]" if ch.repeat else ""
             note = " (test changed)" if ch.changed else ""
             why = f" — {ch.error}" if ch.error and ch.new == "errored" else ""
-            lines.append(f"  {ch.base} → {ch.new}  {ch.id}{repeat}{note}{why}")
+            new = f"{ch.new} ({ch.cause})" if ch.new == "errored" and ch.cause else ch.new
+            lines.append(f"  {ch.base} → {new}  {ch.id}{repeat}{note}{why}")
     if c.score_changes:
         lines.append("score changes:")
         for ch in c.score_changes:
@@ -221,8 +253,8 @@ def render(c: Comparison) -> list[str]:
     lines.append(
         f"pass rate {_pct(c.pass_rate.base)} → {_pct(c.pass_rate.new)}"
         + (f" ({c.pass_rate.delta:+.1%})" if c.pass_rate.delta is not None else "")
-        + f"; score {_num(c.score, '.3f')}; tokens {_num(c.tokens, '.0f')}; "
-        f"cost USD {_num(c.cost_usd, '.6f')}"
+        + f"; score {_num(c.score, '.3f')}; errored {_num(c.errored, '.0f')}; "
+        f"tokens {_num(c.tokens, '.0f')}; cost USD {_num(c.cost_usd, '.6f')}"
     )
     if c.regressions:
         lines.extend(f"REGRESSION: {r}" for r in c.regressions)

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import bounds
-from agent_health.sdk.results import Role, SignalKind, Status, TestResult
+from agent_health.sdk.results import Cause, Role, SignalKind, Status, TestResult
 from agent_health.traces import metrics
 
 
@@ -36,7 +36,8 @@ class SignalEntry(BaseModel):
 
 
 class TestEntry(BaseModel):
-    """One (test, repeat). Fields after ``prompt`` up to ``ledger_cell`` are new in v2."""
+    """One (test, repeat). ``cause`` and the fields after ``prompt`` up to ``ledger_cell``
+    are new in v2."""
 
     __test__ = False
     model_config = ConfigDict(frozen=True, extra="allow")
@@ -50,6 +51,9 @@ class TestEntry(BaseModel):
     status: Status
     score: float | None = None
     error: str | None = None
+    cause: Cause | None = Field(
+        default=None, description="whom an errored test blames: agent, judge, test, infra"
+    )
     skip_reason: str | None = None
     run_id: str = ""
     prompt: str | None = Field(default=None, description="the prompt agent.run() sent")
@@ -84,6 +88,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "status": r.status,
         "score": r.score,
         "error": r.error,
+        "cause": r.cause,
         "skip_reason": r.skip_reason,
         "run_id": r.run_id,
         "prompt": prompt,

@@ -1,8 +1,9 @@
 """Statuses and scores from signals (docs/writing-tests.md, "Statuses" and "Score").
 
 * ``skipped`` — the test did not run.
-* ``errored`` — something other than the agent's behaviour went wrong (the body, a fixture,
-  the connector, the judge, a timeout). It carries the real message and no score.
+* ``errored`` — the run could not be graded: the agent did not answer usably, the judge, the
+  test's own code or the infrastructure failed. It carries the real message, a ``cause``
+  (:data:`~agent_health.sdk.results.Cause`) and no score.
 * ``failed`` — at least one gate signal failed.
 * ``passed`` — every gate signal passed. Observe and neutral signals never gate.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_health.sdk.results import Signal, Status
+from agent_health.sdk.results import CAUSES, Cause, Signal, Status
 
 
 def decide(signals: Sequence[Signal], errors: Sequence[str], skipped: bool) -> Status:
@@ -38,3 +39,30 @@ def score(signals: Sequence[Signal], status: Status) -> float | None:
     if weights == 0:
         return None  # nothing was scored: no number is more honest than an invented one
     return round(total / weights, 6)
+
+
+def cause(causes: Sequence[Cause]) -> Cause | None:
+    """The cause of a test that errored for these reasons (in the order they happened).
+
+    The agent's, if any of them is: once the agent under test failed, what broke after it
+    (a teardown that wanted its answer, a judge that had nothing to judge) does not move
+    the blame, nor lift the error out of the pass rate. Otherwise the first one's.
+    """
+    if not causes:
+        return None
+    return "agent" if "agent" in causes else causes[0]
+
+
+def cause_of(err: BaseException) -> Cause:
+    """Whom an exception blames: by the ``error_cause`` of it and of the errors it came from
+    (``raise ... from err``, or raised while handling one), as :func:`cause` ranks them;
+    an exception that names none is the test's own code."""
+    found: list[Cause] = []
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        named = getattr(current, "error_cause", None)
+        found.extend(c for c in CAUSES if c == named)
+        current = current.__cause__ or current.__context__
+    return cause(found) or "test"

@@ -193,9 +193,11 @@ class LocalLedger:
         self._recorder.bind(info.run_id, cell)
         self._open[info.run_id] = (cell, time.perf_counter())
 
-    async def finish(self, result: TestResult, run: RunResult | None) -> None:
+    async def finish(
+        self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
+    ) -> None:
         """Append the run's result, its signals and the cell's end, after its exchanges."""
-        await self._end(result.run_id, controller_records(result, run))
+        await self._end(result.run_id, controller_records(result, run, agent_error=agent_error))
 
     async def _end(self, run_id: str, items: list[records.Record]) -> None:
         cell, _ = self._open.pop(run_id, (None, 0.0))
@@ -209,9 +211,25 @@ class LocalLedger:
             self._recorder.unbind(run_id)
 
 
-def controller_records(result: TestResult, run: RunResult | None) -> list[records.Record]:
-    """What a cell's controller appends after its test: run-result, signals, cell-end."""
+def controller_records(
+    result: TestResult, run: RunResult | None, *, agent_error: str | None = None
+) -> list[records.Record]:
+    """What a cell's controller appends after its test: run-result, signals, cell-end.
+
+    When ``agent.run()`` failed (``agent_error``), the run-result says why instead of what
+    the agent answered: the gateway saw the target answer, and the grader needs the
+    controller's account of that exchange.
+    """
     items: list[records.Record] = []
+    if run is None and agent_error is not None:
+        items.append(
+            records.RunResultRecord(
+                run_id=result.run_id,
+                prompt=result.prompt,
+                error=agent_error,
+                cause=result.cause or "agent",
+            )
+        )
     if run is not None:
         items.append(
             records.RunResultRecord(
@@ -233,6 +251,8 @@ def controller_records(result: TestResult, run: RunResult | None) -> list[record
             exit_code=None,
             error=result.error or result.skip_reason,
             duration_ms=max(0.0, result.duration_ms),
+            cause=result.cause,
+            content_hash=result.content_hash or None,
         )
     )
     return items

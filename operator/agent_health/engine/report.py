@@ -1,9 +1,14 @@
 """The run report: every TestResult plus aggregates, in its versioned JSON shape
 (docs/writing-tests.md).
 
-Aggregates: counts, pass rate (passed / (passed + failed); errored and skipped excluded),
-mean score, tokens and cost, a per-label breakdown, and with ``--repeat k``: pass@k (a test
-passes at least once in k) and pass^k (all k pass) per test and overall, and flaky tests.
+Aggregates: counts, errored counts by cause, the pass rate, mean score, tokens and cost, a
+per-label breakdown, and with ``--repeat k``: pass@k (a test passes at least once in k) and
+pass^k (all k pass) per test and overall, and flaky tests.
+
+The pass rate is ``passed / (passed + failed + errored[agent])``: an error the agent under
+test caused (refused, error status, malformed reply, timeout, crash) counts against it like a
+failure; errors of the judge, the test or the infrastructure, and skipped tests, are left out
+(they say nothing about the agent). pass@k and pass^k count an agent-caused error the same way.
 
 Version 2 adds, per test, what the agent was asked and did (``context``, ``output``,
 ``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
@@ -21,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import entries
 from agent_health.engine.provenance import Provenance
-from agent_health.sdk.results import TestResult
+from agent_health.sdk.results import CAUSES, Cause, TestResult
 
 REPORT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -29,12 +34,33 @@ READABLE_VERSIONS = (1, 2)
 # What the headline numbers mean, in one place: the terminal's legend and the HTML report
 # both print these.
 LEGEND = {
-    "pass_rate": "passed / (passed + failed); errored and skipped left out",
+    "pass_rate": "passed / (passed + failed + errored by the agent); other errors and "
+    "skipped left out",
     "score": "mean test score, 0-1 (a test's: weighted mean of its judge scores and checks, "
     "1 pass 0 fail)",
     "pass_at_k": "tests passing in at least 1 of k repeats",
     "pass_hat_k": "tests passing in all k repeats",
 }
+
+
+def decided(passed: int, failed: int, errored_by_agent: int) -> int:
+    """The pass rate's denominator: the results that say something about the agent."""
+    return passed + failed + errored_by_agent
+
+
+def pass_rate(passed: int, failed: int, errored_by_agent: int) -> float | None:
+    """``passed / (passed + failed + errored[agent])``, or ``None`` when nothing was decided."""
+    total = decided(passed, failed, errored_by_agent)
+    return round(passed / total, 6) if total else None
+
+
+def by_cause(results: Sequence[TestResult]) -> dict[Cause, int]:
+    """How many of ``results`` errored, per cause (every cause present, zeros included)."""
+    counts: dict[Cause, int] = dict.fromkeys(CAUSES, 0)
+    for r in results:
+        if r.status == "errored" and r.cause is not None:
+            counts[r.cause] += 1
+    return counts
 
 
 class LabelStats(BaseModel):
@@ -46,6 +72,7 @@ class LabelStats(BaseModel):
     failed: int = 0
     errored: int = 0
     skipped: int = 0
+    errored_by_agent: int = 0
     pass_rate: float | None = None
     score: float | None = None
 
@@ -59,6 +86,7 @@ class RepeatStats(BaseModel):
     passed: int
     failed: int
     errored: int
+    errored_by_agent: int = 0
     pass_at_k: float | None
     pass_hat_k: float | None
 
@@ -84,6 +112,10 @@ class Summary(BaseModel):
     score: float | None
     duration_ms: float
     tokens: int
+    errored_by_cause: dict[Cause, int] = Field(
+        default_factory=lambda: dict.fromkeys(CAUSES, 0),
+        description="errored tests by cause: agent, judge, test, infra",
+    )
     repeats: int = 1
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
@@ -127,12 +159,13 @@ class RunReport(BaseModel):
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
             counts[r.status] += 1
-        decided = counts["passed"] + counts["failed"]
+        causes = by_cause(results)
         scores = [r.score for r in results if r.score is not None]
         summary: dict[str, Any] = dict(
             total=len(results),
             **counts,
-            pass_rate=round(counts["passed"] / decided, 6) if decided else None,
+            errored_by_cause=causes,
+            pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"]),
             score=round(sum(scores) / len(scores), 6) if scores else None,
             duration_ms=round(duration_ms, 3),
             tokens=sum(r.token_usage.total for r in results),
@@ -162,24 +195,28 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
     counts: dict[str, dict[str, int]] = defaultdict(
-        lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
+        lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0, "errored_by_agent": 0}
     )
     scores: dict[str, list[float]] = defaultdict(list)
     for r in results:
         for label in r.labels:
             counts[label][r.status] += 1
+            counts[label]["errored_by_agent"] += _agent_errored(r)
             if r.score is not None:
                 scores[label].append(r.score)
     out = {}
     for label in sorted(counts):
         c = counts[label]
-        decided = c["passed"] + c["failed"]
         out[label] = LabelStats(
             **c,
-            pass_rate=round(c["passed"] / decided, 6) if decided else None,
+            pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"]),
             score=_mean(scores[label]),
         )
     return out
+
+
+def _agent_errored(r: TestResult) -> int:
+    return 1 if r.status == "errored" and r.cause == "agent" else 0
 
 
 def _recommendations(results: Sequence[TestResult], limit: int = 10) -> list[Recommendation]:
@@ -203,17 +240,21 @@ def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
 
 
 def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
-    """pass@k and pass^k over the decided repeats of each test (errored repeats excluded)."""
+    """pass@k and pass^k over the decided repeats of each test: passed, failed and errored by
+    the agent (a repeat the agent errored is not a pass); other errored repeats excluded."""
     by_test: dict[str, list[str]] = defaultdict(list)
+    agent_errors: dict[str, int] = defaultdict(int)
     titles: dict[str, str] = {}
     for r in results:
         by_test[r.id].append(r.status)
+        agent_errors[r.id] += _agent_errored(r)
         titles[r.id] = r.title
     per_test = {}
     at_k: list[float] = []
     hat_k: list[float] = []
     for test_id, statuses in by_test.items():
         decided = [s for s in statuses if s in ("passed", "failed")]
+        decided += ["errored"] * agent_errors[test_id]
         at = (1.0 if "passed" in decided else 0.0) if decided else None
         hat = (1.0 if all(s == "passed" for s in decided) else 0.0) if decided else None
         if at is not None and hat is not None:
@@ -224,10 +265,13 @@ def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
             passed=statuses.count("passed"),
             failed=statuses.count("failed"),
             errored=statuses.count("errored"),
+            errored_by_agent=agent_errors[test_id],
             pass_at_k=at,
             pass_hat_k=hat,
         )
-    flaky = sorted(titles[t] for t, s in per_test.items() if s.passed and s.failed)
+    flaky = sorted(
+        titles[t] for t, s in per_test.items() if s.passed and (s.failed or s.errored_by_agent)
+    )
     return {
         "pass_at_k": _mean(at_k),
         "pass_hat_k": _mean(hat_k),

@@ -35,7 +35,9 @@ class CellLedger(Protocol):
 
     async def begin(self, info: ctx_mod.TestInfo) -> None: ...
 
-    async def finish(self, result: TestResult, run: RunResult | None) -> None: ...
+    async def finish(
+        self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ async def run_case(
             0.0,
             skip_reason=case.skip_reason,
         )
-        return await _finish(env, None, result)
+        return await _finish(env, None, result, None)
     ctx = ctx_mod.TestContext(
         case=case,
         info=info,
@@ -184,6 +186,7 @@ async def run_case(
             duration,
             skip_reason=skip_reason,
             derived=derived,
+            cause=grading.cause(ctx.causes) if status == "errored" else None,
         )
         fn = env.config.insights if env.config else None
         if fn is not None and status != "skipped":
@@ -196,7 +199,7 @@ async def run_case(
                 timeout=timeout,
             )
             result = result.model_copy(update={"insights": found})
-        return await _finish(env, ctx.result, result)
+        return await _finish(env, ctx.result, result, ctx.agent_error)
     finally:
         results_mod.unbind_traces(traces_token)
         await traces.aclose()
@@ -216,9 +219,9 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
     except TimeoutError as err:
         # Only our own deadline is "timed out"; a TimeoutError the body raised is its error.
         if deadline.expired():
-            ctx.record_error(f"timed out after {timeout:g} s")
+            _timed_out(ctx, timeout)
         else:
-            ctx.record_error(describe_error(err, case.file))
+            ctx.record_error(describe_error(err, case.file), grading.cause_of(err))
     except errors.TestSkipped as err:
         skip_reason = str(err)
     except AssertionError as err:
@@ -233,15 +236,29 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
             )
         )
     except Exception as err:
-        ctx.record_error(describe_error(err, case.file))
+        ctx.record_error(describe_error(err, case.file), grading.cause_of(err))
     finally:
         await _after(ctx, scope, case, timeout)
     return skip_reason
 
 
-async def _finish(env: RunEnv, run: RunResult | None, result: TestResult) -> TestResult:
+def _timed_out(ctx: ctx_mod.TestContext, timeout: float) -> None:
+    """The test's deadline expired: the fault of whoever it was waiting on, else the test's."""
+    blamed = ctx.cut_short[0] if ctx.cut_short else "test"
+    if blamed == "agent":
+        ctx.agent_error = f"the agent did not answer within the test's timeout of {timeout:g} s"
+        ctx.record_error(f"timed out after {timeout:g} s waiting for the agent", "agent")
+    elif blamed == "judge":
+        ctx.record_error(f"timed out after {timeout:g} s waiting for the judge", "judge")
+    else:
+        ctx.record_error(f"timed out after {timeout:g} s", blamed)
+
+
+async def _finish(
+    env: RunEnv, run: RunResult | None, result: TestResult, agent_error: str | None
+) -> TestResult:
     if env.ledger is not None:
-        await env.ledger.finish(result, run)
+        await env.ledger.finish(result, run, agent_error=agent_error)
     return result
 
 
@@ -272,7 +289,7 @@ async def _after(
                     except AssertionError as err:
                         ctx.record_error(f"after_each hook failed: {err}")
                     except Exception as err:
-                        ctx.record_error(describe_error(err))
+                        ctx.record_error(describe_error(err), grading.cause_of(err))
             for message in await scope.teardown():
                 ctx.record_error(message)
     except TimeoutError:
@@ -291,6 +308,7 @@ def _result(
     duration_ms: float,
     skip_reason: str | None = None,
     derived: dict[str, Any] | None = None,
+    cause: results_mod.Cause | None = None,
 ) -> TestResult:
     run = ctx.result if ctx else None
     return TestResult(
@@ -304,6 +322,7 @@ def _result(
         status=status,
         score=grading.score(signals, status),
         error=error,
+        cause=cause,
         run_id=run_id,
         prompt=ctx.prompt_sent if ctx else case.default_prompt,
         context=run.context if run else (),
@@ -319,6 +338,10 @@ def _result(
     )
 
 
-def errored_result(case: declare.TestCase, repeat: int, message: str) -> TestResult:
+def errored_result(
+    case: declare.TestCase, repeat: int, message: str, cause: results_mod.Cause
+) -> TestResult:
     """A result for a test that could not run at all (a before_all failed, interrupted)."""
-    return _result(case, repeat, uuid.uuid4().hex, "errored", message, (), None, time.time(), 0.0)
+    return _result(
+        case, repeat, uuid.uuid4().hex, "errored", message, (), None, time.time(), 0.0, cause=cause
+    )

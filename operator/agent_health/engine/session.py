@@ -135,7 +135,7 @@ async def run(
             state = files[case.file]
             failure = await state.enter()
             if failure is not None:
-                result = runner.errored_result(case, r, failure)
+                result = runner.errored_result(case, r, failure, "test")
             else:
                 result = await runner.run_case(case, r, env)
             del running[slot]
@@ -157,7 +157,7 @@ async def run(
         everything.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         for case, r in running.values():
-            result = runner.errored_result(case, r, "interrupted before it finished")
+            result = runner.errored_result(case, r, "interrupted before it finished", "infra")
             results.append(result)
             if listener is not None:
                 listener.on_test_end(result)

@@ -17,7 +17,8 @@
     JudgeCacheWarning (UserWarning) the cache file was corrupt and rebuilt, or cannot be used
 
 Every ``JudgingError`` except ``UsageError`` becomes an ``errored`` verdict with its
-message; a ``UsageError`` is a bug in the test and makes the test ``errored`` at once.
+message (the test errors with cause ``judge``); a ``UsageError`` is a bug in the test and
+makes the test ``errored`` at once (cause ``test``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from agent_health.sdk import errors as sdk_errors
 
 class JudgingError(Exception):
     """A judge call could not give a verdict."""
+
+    error_cause: str = "judge"
 
 
 class ProviderError(JudgingError):
@@ -68,6 +71,8 @@ class EvaluatorFailed(JudgingError):
 
 class UsageError(JudgingError, sdk_errors.JudgeError):
     """``judge()`` was called in a way that cannot work (a bug in the test)."""
+
+    error_cause: str = "test"
 
 
 class UnknownEvaluator(UsageError):

@@ -12,6 +12,11 @@ version 1 still reads every ledger that needs nothing newer. Version 2 adds one 
 its admin listener refused for want of the controller's token, or a call refused under load.
 A version-1 reader meets such a record with "unknown record version 2; upgrade".
 
+Fields added after a record kind first shipped are left out of the line while they are
+unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
+what an older writer wrote and an older reader still reads it: ``cause`` and ``content_hash`` of
+``cell-end``, ``error`` and ``cause`` of ``run-result``.
+
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
 """
@@ -21,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -45,6 +50,8 @@ GATEWAY = "gateway"
 """The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
 Status = Literal["passed", "failed", "errored", "skipped"]
+Cause = Literal["agent", "judge", "test", "infra"]
+"""Why an errored test errored (the SDK's ``results.Cause``; the ledger imports no SDK)."""
 
 
 def _now() -> datetime:
@@ -53,6 +60,9 @@ def _now() -> datetime:
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    """Fields added later: written only when set (see the module docstring)."""
 
     version: Literal[1, 2] = BASE_VERSION
     seq: int = Field(default=0, ge=0, description="0-based position in the cell; set by Writer")
@@ -128,7 +138,11 @@ class Exchange(_Record):
 
 
 class RunResultRecord(_Record):
-    """The agent's reply to the one ``agent.run()`` of the test, as the controller saw it."""
+    """The agent's reply to the one ``agent.run()`` of the test, as the controller saw it;
+    or, when the call failed, why (``error``, ``cause``): the gateway then saw the target
+    answer, and this record says what the controller made of it."""
+
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"error", "cause"})
 
     kind: Literal["run-result"] = "run-result"
     run_id: str
@@ -140,6 +154,8 @@ class RunResultRecord(_Record):
     trajectory: list[dict[str, Any]] = Field(default_factory=list)
     token_usage: dict[str, int] = Field(default_factory=dict)
     duration_ms: float = Field(default=0.0, ge=0)
+    error: str | None = Field(default=None, description="why agent.run() failed, if it did")
+    cause: Cause | None = Field(default=None, description="whom that failure blames")
 
 
 class SignalRecord(_Record):
@@ -152,11 +168,19 @@ class SignalRecord(_Record):
 class CellEnd(_Record):
     """The controller's last word: the status it saw and how it exited."""
 
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cause", "content_hash"})
+
     kind: Literal["cell-end"] = "cell-end"
     status: Status
     exit_code: int | None = None
     error: str | None = None
     duration_ms: float | None = Field(default=None, ge=0)
+    cause: Cause | None = Field(default=None, description="why an errored test errored")
+    content_hash: str | None = Field(
+        default=None,
+        description="the test's content hash (name, labels, body), so a re-grade compares "
+        "with the run's own report",
+    )
 
 
 Record = Annotated[
@@ -216,8 +240,13 @@ def parse_lines(lines: list[str]) -> list[Record]:
 
 
 def to_object(record: Record, *, with_mac: bool = True) -> dict[str, Any]:
-    """The record as plain JSON data (pydantic ``mode="json"``), optionally without ``mac``."""
-    return record.model_dump(mode="json", exclude=None if with_mac else {"mac"})
+    """The record as plain JSON data (pydantic ``mode="json"``), optionally without ``mac``;
+    late fields that are unset are left out."""
+    data = record.model_dump(mode="json", exclude=None if with_mac else {"mac"})
+    for name in record.LATE_FIELDS:
+        if data.get(name) is None:
+            del data[name]
+    return data
 
 
 def canonical(payload: dict[str, Any]) -> bytes:

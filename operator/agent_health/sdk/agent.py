@@ -89,7 +89,12 @@ class Agent:
             timeout_s=timeout,
         )
         started = time.perf_counter()
-        reply = await ctx.agent_caller(request)
+        try:
+            with ctx.waiting("agent"):
+                reply = await ctx.agent_caller(request)
+        except Exception as err:
+            ctx.agent_error = str(err) or type(err).__name__
+            raise
         duration_ms = (time.perf_counter() - started) * 1000
         result = RunResult(
             run_id=request.run_id,

@@ -7,16 +7,18 @@ it up, so two tests running at once can never see each other's signals.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import errors
-from agent_health.sdk.results import Role, RunResult, Signal, Verdict
+from agent_health.sdk.results import Cause, Role, RunResult, Signal, Verdict
 
 if TYPE_CHECKING:
     from agent_health.sdk.declare import TestCase
@@ -92,15 +94,32 @@ class TestContext:
     result: RunResult | None = None
     prompt_sent: str | None = None
     errors: list[str] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)
+    """The cause of each of ``errors``, in the same order."""
+    agent_error: str | None = None
+    """Why ``agent.run()`` failed, when it did (recorded in the ledger's run-result)."""
+    cut_short: list[Cause] = field(default_factory=list)
+    """Who was being waited on when the test's deadline cancelled the call: whom it blames."""
     on_judge_call: Callable[[JudgeRequest], Awaitable[None]] | None = None
 
     def record(self, signal: Signal) -> Signal:
         self.signals.append(signal)
         return signal
 
-    def record_error(self, message: str) -> None:
+    def record_error(self, message: str, cause: Cause = "test") -> None:
         """An error that makes the test ``errored`` without stopping the body."""
         self.errors.append(message)
+        self.causes.append(cause)
+
+    @contextlib.contextmanager
+    def waiting(self, on: Cause) -> Iterator[None]:
+        """A call to ``on`` (the agent, the judge): if the test's deadline cuts it short,
+        the timeout is ``on``'s, not the test's."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            self.cut_short.append(on)
+            raise
 
 
 _current: contextvars.ContextVar[TestContext] = contextvars.ContextVar("agent_health_test")

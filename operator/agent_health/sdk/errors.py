@@ -16,12 +16,16 @@
           └── JudgeFailed       verdict.to_pass() / verdict.or_throw() on a failed verdict
 
 Errors that are not ``AssertionError`` make a test ``errored``; ``AssertionError`` (a
-plain ``assert`` too) makes it ``failed``.
+plain ``assert`` too) makes it ``failed``. An error's ``error_cause`` (``agent``, ``judge``,
+``test``, ``infra``; see :data:`agent_health.sdk.results.Cause`) says whom it blames; an
+exception without one is the test's own.
 """
 
 
 class AgentHealthError(Exception):
     """Base of the SDK's own errors."""
+
+    error_cause: str = "test"
 
 
 class DefinitionError(AgentHealthError):
@@ -41,7 +45,11 @@ class MatcherUsageError(AgentHealthError, TypeError):
 
 
 class JudgeError(AgentHealthError):
-    """The judge could not be asked."""
+    """The judge could not be asked (a bug in the test), or an errored verdict was asserted."""
+
+    def __init__(self, message: str, *, cause: str = "test") -> None:
+        super().__init__(message)
+        self.error_cause = cause  # per instance: who failed this call
 
 
 class ConfigError(AgentHealthError):

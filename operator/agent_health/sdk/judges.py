@@ -72,7 +72,8 @@ async def ask(
             options=options or {},
         )
         try:
-            verdict = await ctx.judge_backend(request)
+            with ctx.waiting("judge"):
+                verdict = await ctx.judge_backend(request)
         except errors.JudgeError:
             raise
         except Exception as err:  # the backend's failure is data, not a crash
@@ -86,7 +87,7 @@ async def ask(
         if verdict.role != role and not verdict.skipped:
             verdict = verdict.model_copy(update={"role": role})
     if verdict.errored:
-        ctx.record_error(f"judge errored on {criteria!r}: {verdict.error}")
+        ctx.record_error(f"judge errored on {criteria!r}: {verdict.error}", cause="judge")
     ctx.record(
         Signal(
             kind="judge",

@@ -7,12 +7,23 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
 
 Status = Literal["passed", "failed", "errored", "skipped"]
+Cause = Literal["agent", "judge", "test", "infra"]
+"""Why a test errored: who is to blame decides whether it counts in the pass rate.
+
+* ``agent`` — the agent under test refused the connection, answered an error status, a
+  malformed or incomplete reply, did not answer in time, or its container crashed. Counts
+  against the agent: ``pass_rate = passed / (passed + failed + errored[agent])``.
+* ``judge`` — the judge could not give a verdict (provider down, unparseable answer).
+* ``test`` — the test's own code: the body, a fixture, a hook, a misconfigured connector.
+* ``infra`` — scheduling, eviction, node loss, the gateway, an interrupted run.
+"""
+CAUSES: tuple[Cause, ...] = ("agent", "judge", "test", "infra")
 SignalKind = Literal["deterministic", "judge", "metric"]
 Role = Literal["gate", "observe", "neutral"]
 
@@ -148,7 +159,9 @@ class Verdict(BaseModel):
     def to_pass(self) -> Verdict:
         """Assert that the verdict passed (a failed test otherwise; skipped passes)."""
         if self.errored:
-            raise errors.JudgeError(f"judge errored on {self.criteria!r}: {self.error}")
+            raise errors.JudgeError(
+                f"judge errored on {self.criteria!r}: {self.error}", cause="judge"
+            )
         if self.passed is False:
             raise errors.JudgeFailed(f"judge: {self.criteria!r} not met: {self.reasoning}")
         return self
@@ -174,6 +187,9 @@ class TestResult(BaseModel):
     status: Status
     score: float | None = None
     error: str | None = None
+    cause: Cause | None = Field(
+        default=None, description="why an errored test errored; None for any other status"
+    )
     run_id: str
     prompt: str | None = None
     context: tuple[ContextItem, ...] = ()
@@ -188,6 +204,17 @@ class TestResult(BaseModel):
     content_hash: str = ""
     skip_reason: str | None = None
     ledger_cell: str | None = Field(default=None, description="the ledger cell that recorded it")
+
+    @model_validator(mode="after")
+    def _cause_of_errored(self) -> TestResult:
+        # A cause decides whether an error counts against the agent: never guessed here.
+        if self.status == "errored" and self.cause is None:
+            raise ValueError(
+                f"test {self.id!r} errored without a cause; give cause= one of {', '.join(CAUSES)}"
+            )
+        if self.status != "errored" and self.cause is not None:
+            raise ValueError(f"test {self.id!r} is {self.status}: only an errored test has a cause")
+        return self
 
     def gates(self) -> Iterator[Signal]:
         return (s for s in self.signals if s.role == "gate")

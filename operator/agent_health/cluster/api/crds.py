@@ -78,6 +78,7 @@ KINDS: tuple[Kind, ...] = (
             _column("Passed", ".status.counts.passed", "integer"),
             _column("Failed", ".status.counts.failed", "integer"),
             _column("Errored", ".status.counts.errored", "integer"),
+            _column("Agent errors", ".status.counts.erroredByCause.agent", "integer", priority=1),
             _column("Pass rate", ".status.passRate", "number"),
             _column("Score", ".status.score", "number", priority=1),
             _AGE,

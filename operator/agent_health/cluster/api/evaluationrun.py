@@ -63,6 +63,20 @@ class Spec(meta.Model):
     ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = None
 
 
+Cause = Literal["agent", "judge", "test", "infra"]
+
+
+class ErroredByCause(meta.Model):
+    """Errored cells by whom the error blames; only ``agent`` counts in the pass rate."""
+
+    agent: Count = pydantic.Field(
+        default=0, description="the agent under test: refused, error status, bad reply, timeout"
+    )
+    judge: Count = 0
+    test: Count = pydantic.Field(default=0, description="the test's body, a fixture or a hook")
+    infra: Count = pydantic.Field(default=0, description="scheduling, eviction, node, gateway")
+
+
 class Counts(meta.Model):
     """Cells by state; a cell is one (test, repeat)."""
 
@@ -73,6 +87,7 @@ class Counts(meta.Model):
     failed: Count = 0
     errored: Count = 0
     skipped: Count = 0
+    errored_by_cause: ErroredByCause = pydantic.Field(default_factory=ErroredByCause)
 
 
 class TestSummary(meta.Model):
@@ -84,20 +99,24 @@ class TestSummary(meta.Model):
     passed: Count = 0
     failed: Count = 0
     errored: Count = 0
+    errored_by_agent: Count = 0
     score: Fraction | None = None
     error: Annotated[str, pydantic.Field(max_length=1024)] | None = pydantic.Field(
         default=None, description="The first error of an errored repeat (truncated)."
     )
+    cause: Cause | None = pydantic.Field(default=None, description="That error's cause.")
 
 
 class Status(meta.Model):
-    """The run's tally; pass rates exclude errored cells."""
+    """The run's tally; pass rates count cells errored by the agent as not passed."""
 
     observed_generation: Annotated[int, pydantic.Field(ge=0)] | None = None
     phase: Phase | None = None
     counts: Counts = pydantic.Field(default_factory=Counts)
     pass_rate: Fraction | None = pydantic.Field(
-        default=None, description="passed / (passed + failed); errored cells excluded."
+        default=None,
+        description="passed / (passed + failed + errored by the agent); cells errored by the "
+        "judge, the test or the infrastructure are excluded.",
     )
     score: Fraction | None = None
     pass_at_k: Fraction | None = pydantic.Field(

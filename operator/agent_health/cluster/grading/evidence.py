@@ -30,6 +30,7 @@ from agent_health.traces import metrics
 
 _TRUSTED = ("controller", "peer:")
 Usage = dict[str, ledger_usage.TokenUsage]
+RunRecord = records.RunResultRecord  # named here: Evidence has a field called ``records``
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Evidence:
     signals: list[results.Signal]
     usage: Usage
     records: int
+    run_error: RunRecord | None = None
+    """The run-result that says why ``agent.run()`` failed (then ``run`` is ``None``)."""
 
 
 def read(
@@ -71,6 +74,8 @@ def read(
         )
     _check_meta(meta, test_id, repeat, run_id)
     run_record, signals, usage = _read_body(parsed[1:-1], meta)
+    if run_record is not None and run_record.error is not None:
+        return Evidence(meta, end, None, signals, usage, checked.records, run_error=run_record)
     run = _run_result(run_record) if run_record is not None else None
     return Evidence(meta, end, run, signals, usage, checked.records)
 

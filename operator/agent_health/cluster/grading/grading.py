@@ -12,6 +12,11 @@ evidence — the grade is ``errored`` with a precise reason, never ``passed``, w
 * the agent was called (the gateway saw the target talk) but no ``run-result`` was recorded,
   or a record is malformed, duplicated, or claims a trusted principal without token evidence.
 
+Every errored grade has a ``cause`` (``agent``, ``judge``, ``test``, ``infra``). A cell whose
+test ran takes the controller's (its ``cell-end``, and the ``run-result`` that says why the
+agent call failed); doubtful evidence is the agent's (:class:`errors.DoubtfulEvidence`), so
+breaking a failed test's evidence can never lift it out of the pass rate.
+
 The checks, and why records without a principal field are the controller's, are in
 :mod:`~agent_health.cluster.grading.evidence`.
 
@@ -21,7 +26,8 @@ disagrees, the disagreement is kept on the grade (``discrepancy``); the recomput
 wins, except that a disagreement never yields ``passed`` (it becomes ``errored``).
 
 Infrastructure failures that leave no usable ledger (image pull, eviction, a sidecar's
-OOM, the pod's deadline) are graded by :func:`grade_failed_pod`, with the retry decision.
+OOM, the pod's deadline) are graded by :func:`grade_failed_pod`, with the retry decision:
+only a failure whose cause is ``infra`` is retried (:func:`error_cause`).
 """
 
 from __future__ import annotations
@@ -50,6 +56,14 @@ InfraCause = Literal[
 RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(
     {"image-pull", "evicted", "sidecar-oom", "unschedulable", "node-lost"}
 )
+# Ways a pod can fail that are the agent's doing (its own container crashed): none yet here.
+AGENT_CAUSES: frozenset[InfraCause] = frozenset()
+
+
+def error_cause(cause: InfraCause) -> results.Cause:
+    """Whom a failed pod's ``cause`` blames: the agent for :data:`AGENT_CAUSES`, else the
+    infrastructure; only an ``infra`` one may be retried."""
+    return "agent" if cause in AGENT_CAUSES else "infra"
 
 
 class ExpectedCell(pydantic.BaseModel):
@@ -78,6 +92,9 @@ class CellGrade(pydantic.BaseModel):
     status: results.Status
     score: float | None = None
     error: str | None = None
+    cause: results.Cause | None = pydantic.Field(
+        default=None, description="why an errored cell errored (agent, judge, test, infra)"
+    )
     reported_status: results.Status | None = pydantic.Field(
         default=None, description="what the controller's cell-end said"
     )
@@ -136,7 +153,7 @@ def grade_lines(
     try:
         return _grade(cell_name, lines, key, expected, prices)
     except errors.DoubtfulEvidence as doubt:
-        return _errored(cell_name, expected, str(doubt))
+        return _errored(cell_name, expected, str(doubt), "agent")
 
 
 def grade_failed_pod(
@@ -151,22 +168,26 @@ def grade_failed_pod(
     """An ``errored`` grade for a cell the infrastructure failed, and whether to retry it.
 
     ``attempt`` counts the infrastructure retries already made (0 for the first try). A
-    retry is allowed for causes a new pod can heal (:data:`RETRYABLE_CAUSES`) while
-    ``attempt < policy.infra_retries``, after ``policy.backoff_seconds``. A test that ran
-    to its end is graded by :func:`grade_cell` and is never retried.
+    retry is allowed for infrastructure causes a new pod can heal (:data:`RETRYABLE_CAUSES`)
+    while ``attempt < policy.infra_retries``, after ``policy.backoff_seconds``; never for a
+    failure the agent caused (a retry would hand it best-of-N). A test that ran to its end
+    is graded by :func:`grade_cell` and is never retried.
     """
-    retryable = cause in RETRYABLE_CAUSES and attempt < policy.infra_retries
+    blamed = error_cause(cause)
+    healable = blamed == "infra" and cause in RETRYABLE_CAUSES
+    retryable = healable and attempt < policy.infra_retries
     if retryable:
         note = f"retry {attempt + 1} of {policy.infra_retries}"
-    elif cause in RETRYABLE_CAUSES:
+    elif healable:
         note = f"no retries left ({policy.infra_retries} allowed)"
     else:
         note = "not retried"
-    message = f"infrastructure failure ({cause}): {reason}; {note}"
-    grade = _errored(cell_name, expected, message)
+    what = "infrastructure failure" if blamed == "infra" else f"{blamed} failure"
+    message = f"{what} ({cause}): {reason}; {note}"
+    grade = _errored(cell_name, expected, message, blamed)
     return grade.model_copy(
         update={
-            "infra": True,
+            "infra": blamed == "infra",
             "retryable": retryable,
             "retry_after_seconds": float(policy.backoff_seconds) if retryable else None,
         }
@@ -190,10 +211,7 @@ def _grade(
     )
     end = found.end
     derived = metrics.derive(found.run, prices)
-    # Mirror the engine: the body's errors (cell-end), else judge calls that errored.
-    problems = [end.error] if end.error else _judge_errors(found.signals)
-    if end.status == "errored" and not problems:
-        problems = ["the controller reported errored without a message"]
+    problems, cause = _problems(found)
     recomputed = engine_grading.decide(found.signals, problems, end.status == "skipped")
     status, error, discrepancy = recomputed, "; ".join(problems) or None, None
     if recomputed != end.status:
@@ -202,8 +220,11 @@ def _grade(
         )
         if recomputed == "passed":
             status, error = "errored", f"doubtful evidence: {discrepancy}"
+            cause = "agent"  # as for any doubtful evidence: it must not raise the pass rate
     result = _test_result(
-        expected,
+        expected.model_copy(
+            update={"content_hash": expected.content_hash or end.content_hash or ""}
+        ),
         status,
         error,
         tuple(found.signals),
@@ -212,6 +233,7 @@ def _grade(
         duration_ms=end.duration_ms or 0.0,
         started_at=found.meta.started_at.timestamp(),
         cell=cell_name,
+        cause=cause if status == "errored" else None,
     )
     return CellGrade(
         cell=cell_name,
@@ -220,6 +242,7 @@ def _grade(
         status=status,
         score=result.score,
         error=error,
+        cause=result.cause,
         reported_status=end.status,
         discrepancy=discrepancy,
         records=found.records,
@@ -229,6 +252,24 @@ def _grade(
         judge=judge_usage.summarize([result]),
         result=result,
     )
+
+
+def _problems(found: evidence.Evidence) -> tuple[list[str], results.Cause]:
+    """Why the test errored, as the engine decided it, and whom that blames.
+
+    The body's errors come from the controller's cell-end (with their cause, or the cause
+    of the failed agent call); without them, judge calls that errored.
+    """
+    end = found.end
+    failed_call = found.run_error.cause if found.run_error is not None else None
+    if end.error:
+        return [end.error], end.cause or failed_call or "test"
+    judged = _judge_errors(found.signals)
+    if judged:
+        return judged, "judge"
+    if end.status == "errored":
+        return ["the controller reported errored without a message"], end.cause or "test"
+    return [], "test"
 
 
 def _judge_errors(signals: list[results.Signal]) -> list[str]:
@@ -250,6 +291,7 @@ def _test_result(
     duration_ms: float = 0.0,
     started_at: float = 0.0,
     cell: str | None = None,
+    cause: results.Cause | None = None,
 ) -> results.TestResult:
     title = expected.title or expected.test_id
     return results.TestResult(
@@ -263,6 +305,7 @@ def _test_result(
         status=status,
         score=engine_grading.score(signals, status),
         error=error,
+        cause=cause,
         run_id=expected.run_id,
         prompt=run.prompt if run is not None else None,
         context=run.context if run is not None else (),
@@ -278,13 +321,16 @@ def _test_result(
     )
 
 
-def _errored(cell_name: str, expected: ExpectedCell, reason: str) -> CellGrade:
-    result = _test_result(expected, "errored", reason, (), None, {}, cell=cell_name)
+def _errored(
+    cell_name: str, expected: ExpectedCell, reason: str, cause: results.Cause
+) -> CellGrade:
+    result = _test_result(expected, "errored", reason, (), None, {}, cell=cell_name, cause=cause)
     return CellGrade(
         cell=cell_name,
         test_id=expected.test_id,
         repeat=expected.repeat,
         status="errored",
         error=reason,
+        cause=cause,
         result=result,
     )

@@ -147,8 +147,11 @@ class RunTally:
     def counts(self) -> evaluationrun.Counts:
         states = list(self._cells.values())
         by_status: dict[str, int] = defaultdict(int)
+        by_cause: dict[str, int] = defaultdict(int)
         for grade in self._grades.values():
             by_status[grade.status] += 1
+            if grade.status == "errored":
+                by_cause[grade.cause or "test"] += 1
         return evaluationrun.Counts(
             total=len(states) + len(self._grades),
             pending=states.count("pending"),
@@ -157,6 +160,7 @@ class RunTally:
             failed=by_status["failed"],
             errored=by_status["errored"],
             skipped=by_status["skipped"],
+            errored_by_cause=evaluationrun.ErroredByCause(**by_cause),
         )
 
     # -- phase -----------------------------------------------------------------------------
@@ -251,7 +255,10 @@ class RunTally:
         now = self._clock()
         bad = counts.failed + counts.errored
         if bad:
-            message = f"{counts.failed} failed and {counts.errored} errored of {counts.total} cells"
+            message = (
+                f"{counts.failed} failed and {counts.errored} errored{_causes(counts)} of "
+                f"{counts.total} cells"
+            )
             self._set("TestsPassed", "False", "CellsFailed", message, now=now)
         elif self.phase == "Succeeded":
             message = f"{counts.passed} of {counts.total} cells passed"
@@ -262,8 +269,8 @@ class RunTally:
     def _summary_line(self) -> str:
         c = self.counts()
         return (
-            f"{c.passed} passed, {c.failed} failed, {c.errored} errored, {c.skipped} skipped "
-            f"of {c.total} cells"
+            f"{c.passed} passed, {c.failed} failed, {c.errored} errored{_causes(c)}, "
+            f"{c.skipped} skipped of {c.total} cells"
         )
 
 
@@ -274,24 +281,33 @@ _RESOLVED: dict[Phase, tuple[ConditionStatus, str, str]] = {
 }
 
 
+def _causes(counts: evaluationrun.Counts) -> str:
+    """`` (2 agent, 1 infra)`` — the causes of the errored cells, when there are any."""
+    by = counts.errored_by_cause.model_dump()
+    named = [f"{n} {cause}" for cause, n in by.items() if n]
+    return f" ({', '.join(named)})" if named else ""
+
+
 def _summary(test_id: str, grades: list[grading.CellGrade]) -> evaluationrun.TestSummary:
     grades = sorted(grades, key=lambda g: g.repeat)
     statuses = [g.status for g in grades]
     scores = [g.score for g in grades if g.score is not None]
-    error = next((g.error for g in grades if g.status == "errored" and g.error), None)
+    first = next((g for g in grades if g.status == "errored" and g.error), None)
     return evaluationrun.TestSummary(
         id=test_id[:512],
         passed=statuses.count("passed"),
         failed=statuses.count("failed"),
         errored=statuses.count("errored"),
+        errored_by_agent=sum(g.status == "errored" and g.cause == "agent" for g in grades),
         score=round(sum(scores) / len(scores), 6) if scores else None,
-        error=_truncate(error, MAX_ERROR) if error else None,
+        error=_truncate(first.error, MAX_ERROR) if first is not None and first.error else None,
+        cause=first.cause if first is not None else None,
     )
 
 
 def _badness(entry: evaluationrun.TestSummary) -> tuple[int, float, float, str]:
-    rank = 0 if entry.failed else 1 if entry.errored else 2
-    decided = entry.passed + entry.failed
+    rank = 0 if entry.failed or entry.errored_by_agent else 1 if entry.errored else 2
+    decided = entry.passed + entry.failed + entry.errored_by_agent
     share = entry.passed / decided if decided else 1.0
     return rank, share, entry.score if entry.score is not None else 1.0, entry.id
 

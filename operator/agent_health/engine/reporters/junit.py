@@ -61,8 +61,12 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
             f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed
         )
     elif test["status"] == "errored":
+        cause = test.get("cause") or "test"
         node = ET.SubElement(
-            case, "error", message=test["error"] or "errored", type="AgentHealthError"
+            case,
+            "error",
+            message=f"{cause} error: {test['error'] or 'errored'}",
+            type=f"AgentHealthError.{cause}",
         )
         node.text = test["error"]
     elif test["status"] == "skipped":
@@ -70,6 +74,8 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
     props = ET.SubElement(case, "properties")
     for key in ("run_id", "score"):
         ET.SubElement(props, "property", name=key, value=str(test[key]))
+    if test.get("cause"):
+        ET.SubElement(props, "property", name="cause", value=str(test["cause"]))
     if test.get("ledger_cell"):
         ET.SubElement(props, "property", name="ledger_cell", value=test["ledger_cell"])
     for label_name in test["labels"]:

@@ -31,7 +31,7 @@ def _line(result: TestResult, repeats: int = 1) -> str:
     repeat = f" {label}" if label else ""
     extra = ""
     if result.status == "errored" and result.error:
-        extra = f" — {result.error}"
+        extra = f" — {_cause_word(result.cause)}{result.error}"
     elif result.status == "skipped" and result.skip_reason:
         extra = f" — {result.skip_reason}"
     return (
@@ -117,7 +117,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             label = entries.repeat_label(t["repeat"], k)
             title = f"{t['file']} › {t['name']}" + (f" {label}" if label else "")
             table.add_row(
-                f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]",
+                f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]"
+                + (f" ({t['cause']})" if t.get("cause") else ""),
                 escape(title),
                 "" if t["score"] is None else f"{t['score']:.2f}",
                 f"{t['duration_ms'] / 1000:.2f}s",
@@ -137,10 +138,11 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         console.print(f"[red]load error[/] {escape(error)}", highlight=False)
     for hint in hints or []:
         console.print(f"[dim]hint: {escape(hint)}[/]")
+    causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
     parts = [
         f"{s.passed} passed",
         f"{s.failed} failed",
-        f"{s.errored} errored",
+        f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
         f"{s.skipped} skipped",
     ]
     rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}"
@@ -164,6 +166,12 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+
+
+def _cause_word(cause: str | None) -> str:
+    """``agent error: `` before an error message — whom it blames (counts in the pass rate
+    only when it is the agent)."""
+    return f"{cause} error: " if cause else ""
 
 
 def _money(value: Any) -> str:
@@ -233,7 +241,7 @@ def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:
 
 def _reasons(t: dict[str, Any]) -> list[str]:
     """Why one (test, repeat) did not pass: its error and each failed gate with evidence."""
-    found = [f"error: {t['error']}"] if t["error"] else []
+    found = [f"error: {_cause_word(t.get('cause'))}{t['error']}"] if t["error"] else []
     for s in t["signals"]:
         if s["role"] == "gate" and s["passed"] is False:
             detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
