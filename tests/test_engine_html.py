@@ -115,7 +115,7 @@ def test_the_csp_allows_exactly_the_pages_own_script_and_style() -> None:
 
 def test_output_cannot_end_the_data_or_become_markup() -> None:
     report = RunReport.build(
-        [_result(output=HOSTILE, prompt=HOSTILE, error=HOSTILE, status="errored")],
+        [_result(output=HOSTILE, prompt=HOSTILE, error=HOSTILE, status="errored", cause="agent")],
         duration_ms=1.0,
     )
     page = html.render(report)

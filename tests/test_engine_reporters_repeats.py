@@ -71,12 +71,12 @@ def test_one_repeat_label_everywhere_and_failures_once(
     assert out.count('✗ to_equal(2) (test_mixed.py:14): {"expected": 2, "actual": 1}') == 1
     assert "FAILED test_mixed.py::flaky — failed in [2/3]" in out
     assert "ERRORED test_mixed.py::breaks on the last try — errored in [3/3]" in out
-    assert out.count("error: RuntimeError: the fixture went away") == 1
+    assert out.count("\n  error: test error: RuntimeError: the fixture went away (at") == 1
     # the skipped test counted once, not once per repeat
-    assert "7 passed, 4 failed, 1 errored, 1 skipped" in out
+    assert "7 passed, 4 failed, 1 errored (1 test), 1 skipped" in out
     # the legend says what the numbers mean
     [legend] = [line for line in out.splitlines() if line.startswith("legend:")]
-    assert "pass rate = passed / (passed + failed)" in legend
+    assert "pass rate = passed / (passed + failed + errored by the agent)" in legend
     assert "score = mean test score, 0-1" in legend
     assert "pass@3 = tests passing in at least 1 of 3 repeats" in legend
     assert "pass^3 = tests passing in all 3 repeats" in legend
