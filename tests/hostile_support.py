@@ -103,6 +103,35 @@ async def hostile_target(
         await proc.wait()
 
 
+def rss(pid: int) -> int:
+    """Resident memory of ``pid`` in bytes (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+class Sampler:
+    """The peak RSS of a process, sampled in a thread every few milliseconds."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.baseline = rss(pid)
+        self.peak = self.baseline
+        self.samples = 0
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, await asyncio.to_thread(rss, self.pid))
+            self.samples += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), 0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 def read_report(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []

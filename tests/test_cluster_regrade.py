@@ -45,6 +45,17 @@ async def test_a_local_ledger_grades_to_the_same_statuses(
     assert code == run.code == 1
     regraded = {t["name"]: t["status"] for t in json.loads(out.read_text())["tests"]}
     assert regraded == {t["name"]: t["status"] for t in run.report["tests"]}
+    # The re-grade keeps each test's content hash (from the ledger's cell-end), so it
+    # compares cleanly with the run's own report: no test looks edited, nothing regressed.
+    hashes = {t["id"]: t["content_hash"] for t in json.loads(out.read_text())["tests"]}
+    assert hashes == {t["id"]: t["content_hash"] for t in run.report["tests"]}
+    assert all(hashes.values())
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps(run.report))
+    capsys.readouterr()
+    assert await asyncio.to_thread(cli.main, ["compare", str(own), str(out), "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert (compared["changed_tests"], compared["newly_failing"]) == ([], [])
 
 
 async def test_a_tampered_cell_grades_errored(

@@ -289,10 +289,11 @@ async def test_usage_and_output_from_run_finished() -> None:
     assert reply.token_usage.model_dump() == {"prompt": 11, "completion": 6, "total": 17}
 
 
-async def test_no_usage_reported_is_zeros() -> None:
+async def test_no_usage_reported_is_unknown_not_zeros() -> None:
     async with serving(sse_handler(run_started(), run_finished())) as url:
         reply = await run(url)
-    assert reply.token_usage.model_dump() == {"prompt": 0, "completion": 0, "total": 0}
+    assert reply.token_usage.model_dump() == {"prompt": None, "completion": None, "total": None}
+    assert reply.unreported == {"token_usage"}  # the events are its trajectory: reported
     assert reply.output == ""
 
 

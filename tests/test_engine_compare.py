@@ -201,3 +201,35 @@ def test_example_04_compares_a_healthy_and_a_faulty_agent(tmp_path: Path) -> Non
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "passed → failed  test_diagnosis.py::payment RCA uses its tools cleanly" in gate.stdout
     assert agent_health("compare", str(base), str(base)).returncode == 0
+
+
+def test_a_test_that_now_errors_is_a_regression_even_when_the_pass_rate_holds(
+    tmp_path: Path, capsys: Any
+) -> None:
+    # The attack of issue 13: errored results left the pass rate, so "passed → errored"
+    # printed as newly failing and still exited 0. An infra error keeps the pass rate.
+    base = report([entry("a", "passed", 1.0), entry("b", "passed", 1.0)], errored=0)
+    new = report(
+        [entry("a", "passed", 1.0), entry("b", "errored", None, cause="infra", error="evicted")],
+        errored=1,
+    )
+    assert base["summary"]["pass_rate"] == new["summary"]["pass_rate"] == 1.0
+    paths = write(tmp_path, "base.json", base), write(tmp_path, "new.json", new)
+    code, out, _ = run(capsys, *paths)
+    assert code == 1
+    assert "passed → errored (infra)  test_a.py::b — evicted" in out
+    assert "REGRESSION: 1 of 2 tests newly failing (1 of them errored)" in out
+    assert "REGRESSION: errored tests rose by 1 (0 → 1), more than --max-errored-rise 0" in out
+    # Thresholds as before: half the tests may flip, and one more error may be tolerated.
+    assert run(capsys, *paths, "--max-pass-rate-drop", "0.5")[0] == 1  # the errors still rose
+    loose = run(capsys, *paths, "--max-pass-rate-drop", "0.5", "--max-errored-rise", "1")
+    assert loose[0] == 0
+    assert run(capsys, *paths, "--max-errored-rise", "-1")[0] == 2
+
+
+def test_a_fix_that_removes_errors_is_no_regression(tmp_path: Path, capsys: Any) -> None:
+    base = report([entry("a", "errored", None, cause="agent")], errored=1)
+    new = report([entry("a", "passed", 1.0)], errored=0)
+    code, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "n.json", new))
+    assert code == 0
+    assert "errored 1 → 0 (-1)" in out

@@ -161,6 +161,7 @@ def test_terminal_summary_shows_metrics_labels_insights_and_cost() -> None:
             "passed",
             labels=("smoke",),
             metrics={**metrics(0.003, 123), "retries": 1},
+            token_usage=TokenUsage(prompt=100, completion=23),
             insights={"summary": "fine", "why": "tools worked", "recommendations": ["cache"]},
         ),
         tr("b", "failed", labels=("smoke",), insights={"error": "insights crashed"}),
@@ -176,7 +177,7 @@ def test_terminal_summary_shows_metrics_labels_insights_and_cost() -> None:
     assert "insights error: insights crashed" in text
     assert "by label" in text
     assert "smoke" in text
-    assert "0 tokens, $0.003000, " in text  # b never ran the agent: not counted as unpriced
+    assert "123 tokens, $0.003000, " in text  # b never ran the agent: not counted as unpriced
     assert "1 tests: cache" in text
 
 

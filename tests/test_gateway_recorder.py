@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from agent_health.gateway import recorder
-from agent_health.ledger import chain, errors, filestore, records
+from agent_health.ledger import chain, errors, filestore, records, usage
 from gateway_support import KEY
 
 
@@ -95,14 +94,7 @@ async def test_open_refuses_a_tampered_cell_and_a_second_open(tmp_path: Path) ->
         await recorder.Recorder(backend, KEY).open_cell("c", _meta("c"))
 
 
-async def test_usage_is_read_from_plain_and_gzip_bodies_but_not_from_errors() -> None:
-    body = b'{"usage": {"input_tokens": 4, "output_tokens": 2}}'
-    plain = await recorder.exchange(_seen("r", body=body, content_type="application/json"))
-    packed = await recorder.exchange(_seen("r", body=gzip.compress(body), content_encoding="gzip"))
-    failed = await recorder.exchange(_seen("r", body=body, status=500))
-    assert plain.usage is not None
-    assert (plain.usage.input_tokens, plain.usage.output_tokens) == (4, 2)
-    assert packed.usage == plain.usage
-    assert failed.usage is None
-    unknown = await recorder.exchange(_seen("r", body=body, content_encoding="br"))
-    assert unknown.usage is None
+def test_the_exchange_record_carries_the_usage_the_proxy_read() -> None:
+    read = usage.TokenUsage(input_tokens=4, output_tokens=2, total_tokens=6)
+    assert recorder.exchange(_seen("r", usage=read)).usage == read
+    assert recorder.exchange(_seen("r")).usage is None

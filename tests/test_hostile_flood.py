@@ -18,41 +18,12 @@ import pytest
 from agent_health import gateway
 from agent_health.ledger import chain, records
 from hostile_agent import stream_until_answered
-from hostile_support import CELL, TOKEN, free_port, hostile_target, read_report
+from hostile_support import CELL, TOKEN, Sampler, free_port, hostile_target, read_report
 
 KEY = b"f" * 48
 HUGE = 200 * 1024 * 1024
 MAX_CONNECTIONS, MAX_UNTRUSTED, ADMIN_MAX, REFUSED_CAP = 64, 16, 4 * 1024 * 1024, 500
 RSS_BOUND = 150 * 1024 * 1024
-
-
-def rss(pid: int) -> int:
-    """Resident memory of ``pid`` in bytes (Linux /proc)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-class Sampler:
-    """The peak RSS of a process, sampled in a thread every few milliseconds."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.baseline = rss(pid)
-        self.peak = self.baseline
-        self.samples = 0
-        self._stop = asyncio.Event()
-
-    async def run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, await asyncio.to_thread(rss, self.pid))
-            self.samples += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), 0.02)
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 @contextlib.asynccontextmanager

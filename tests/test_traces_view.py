@@ -81,6 +81,18 @@ async def test_no_token_usage_is_an_error_not_zero() -> None:
         await traces.total_tokens()
 
 
+async def test_no_trajectory_reported_leaves_step_counts_unknown_not_zero() -> None:
+    silent = result(trajectory=(), unreported=frozenset({"trajectory"}))
+    traces = view.build(silent, settings.TracesSettings(), agent=None)
+    assert await traces.total_tokens() == 42  # the usage it did report is still there
+    for question in (traces.tool_calls, traces.llm_calls, traces.tool_histogram):
+        with pytest.raises(errors.TracesNotFound, match="the agent reported no trajectory"):
+            await question()
+    assert (await traces.metrics())["tool_calls"] is None
+    empty = view.build(result(trajectory=()), settings.TracesSettings(), agent=None)
+    assert await empty.tool_calls() == 0  # an empty trajectory it reported: a real zero
+
+
 async def test_cost_needs_a_price() -> None:
     cfg = settings.TracesSettings(
         prices={"m1": settings.Price(input_per_mtok=1, output_per_mtok=2)}

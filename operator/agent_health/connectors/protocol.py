@@ -28,17 +28,30 @@ class Step(BaseModel):
 
 
 class TokenUsage(BaseModel):
-    """Token counts reported by the agent (or summed from its LLM calls)."""
+    """Token counts reported by the agent (or summed from its LLM calls).
+
+    A count the agent did not report is ``None``, never ``0``: ``TokenUsage()`` means "no
+    usage reported", and a gate on tokens then fails saying so instead of passing on a zero.
+    ``total`` is the sum when only ``prompt`` and ``completion`` were reported.
+    """
 
     model_config = ConfigDict(frozen=True)
 
-    prompt: int = Field(default=0, ge=0)
-    completion: int = Field(default=0, ge=0)
-    total: int = Field(default=0, ge=0)
+    prompt: int | None = Field(default=None, ge=0)
+    completion: int | None = Field(default=None, ge=0)
+    total: int | None = Field(default=None, ge=0)
 
     def model_post_init(self, __context: Any) -> None:
-        if self.total == 0 and (self.prompt or self.completion):
-            object.__setattr__(self, "total", self.prompt + self.completion)
+        prompt, completion = self.prompt, self.completion
+        if self.total is None and prompt is not None and completion is not None:
+            object.__setattr__(self, "total", prompt + completion)
+        elif self.total == 0 and (prompt or completion):
+            object.__setattr__(self, "total", (prompt or 0) + (completion or 0))
+
+    @property
+    def reported(self) -> bool:
+        """Whether the agent reported any count at all."""
+        return self.total is not None or self.prompt is not None or self.completion is not None
 
     @classmethod
     def from_counts(cls, value: Any) -> TokenUsage | None:
@@ -89,10 +102,20 @@ class AgentRequest(BaseModel):
 
 class AgentReply(BaseModel):
     """What the agent answers (the body of a REST v1 response). ``output`` is required: a
-    reply without it is not an empty answer but a broken one (the test errors, cause agent)."""
+    reply without it is not an empty answer but a broken one (the test errors, cause agent).
+    A reply without ``trajectory`` or ``token_usage`` did not report them (see
+    :attr:`unreported`): that is not an empty trajectory or zero tokens."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
     output: str
     trajectory: tuple[Step, ...] = ()
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
+
+    @property
+    def unreported(self) -> frozenset[str]:
+        """The protocol's optional fields the agent left out: ``trajectory``, ``token_usage``."""
+        missing = {"trajectory"} - self.model_fields_set
+        if not self.token_usage.reported:
+            missing.add("token_usage")
+        return frozenset(missing)

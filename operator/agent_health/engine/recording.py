@@ -238,8 +238,9 @@ def controller_records(
                 context=[item.model_dump() for item in run.context],
                 output=run.output,
                 trajectory=[s.model_dump(mode="json") for s in run.trajectory],
-                token_usage=run.token_usage.model_dump(),
+                token_usage=run.token_usage.model_dump(exclude_none=True),
                 duration_ms=max(0.0, run.duration_ms),
+                unreported=sorted(run.unreported) or None,
             )
         )
     items.extend(

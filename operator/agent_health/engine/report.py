@@ -19,7 +19,7 @@ their tests lack those fields (readers such as ``compare`` and the HTML report a
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,7 +111,9 @@ class Summary(BaseModel):
     pass_rate: float | None
     score: float | None
     duration_ms: float
-    tokens: int
+    tokens: int | None = Field(
+        description="agent tokens summed over the runs that reported them; None if none did"
+    )
     errored_by_cause: dict[Cause, int] = Field(
         default_factory=lambda: dict.fromkeys(CAUSES, 0),
         description="errored tests by cause: agent, judge, test, infra",
@@ -124,8 +126,11 @@ class Summary(BaseModel):
     interrupted: bool = False
     not_run: int = 0
     judge_tokens: dict[str, Any] | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tokens_unreported: int = Field(
+        default=0, description="runs of the agent that reported no token usage (not counted)"
+    )
     cost_usd: float | None = None
     unpriced: int = 0
     labels: dict[str, LabelStats] = Field(default_factory=dict)
@@ -168,14 +173,15 @@ class RunReport(BaseModel):
             pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"]),
             score=round(sum(scores) / len(scores), 6) if scores else None,
             duration_ms=round(duration_ms, 3),
-            tokens=sum(r.token_usage.total for r in results),
+            tokens=_known_sum(r.token_usage.total for r in results),
             repeats=repeats,
             load_errors=list(load_errors),
             interrupted=interrupted,
             not_run=not_run,
             judge_tokens=judge_tokens,
-            input_tokens=sum(r.token_usage.prompt for r in results),
-            output_tokens=sum(r.token_usage.completion for r in results),
+            input_tokens=_known_sum(r.token_usage.prompt for r in results),
+            output_tokens=_known_sum(r.token_usage.completion for r in results),
+            tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
             labels=_labels(results),
             recommendations=_recommendations(results),
             **_cost(results),
@@ -187,6 +193,12 @@ class RunReport(BaseModel):
             provenance=provenance,
             tests=[entries.from_result(r) for r in results],
         )
+
+
+def _known_sum(values: Iterable[int | None]) -> int | None:
+    """The sum of the known values; ``None`` when none is known (never a made-up zero)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -2,9 +2,11 @@
 
 Bodies are never buffered whole: each request chunk goes upstream as it arrives and each
 response chunk goes to the caller as it arrives (server-sent events pass through live), while
-both are hashed and counted. Only a response of at most ``usage_max_bytes`` is kept, to read
-token usage from. Hop-by-hop headers are dropped both ways; status codes, reasons and the
-other headers pass unchanged. The caller's token header is checked and never forwarded.
+both are hashed and counted, and the response's token usage is read as it passes
+(:class:`~agent_health.ledger.usage.Reader`, bounded memory; at most ``usage_max_bytes``
+decoded bytes are read). No body is ever held whole, whatever its size or encoding.
+Hop-by-hop headers are dropped both ways; status codes, reasons and the other headers pass
+unchanged. The caller's token header is checked and never forwarded.
 
 An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON reason; an
 upstream that breaks off a response already started aborts the caller's connection, so a
@@ -32,6 +34,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from agent_health.gateway import config, guard, recorder
+from agent_health.ledger import usage
 
 HOP_BY_HOP = frozenset(
     {
@@ -53,6 +56,10 @@ SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
 # fixed-size body gains nothing from streaming and saves a syscall and a wake-up each way.
 # Anything larger, or without a length (chunked, server-sent events), streams chunk by chunk.
 WHOLE_BODY_BYTES = 64 * 1024
+# A streamed response is copied at most this much at a time: reading all that is buffered
+# (readany) took 256 KiB and more per call in flight, which a target multiplies by the calls
+# it makes at once.
+CHUNK_BYTES = 64 * 1024
 
 
 class _Meter:
@@ -75,11 +82,9 @@ class _State:
 
     sent: _Meter = field(default_factory=_Meter)
     received: _Meter = field(default_factory=_Meter)
-    kept: bytearray | None = field(default_factory=bytearray)
+    usage: usage.Reader | None = None
     status: int | None = None
     error: str | None = "the gateway stopped before the exchange finished"
-    content_type: str | None = None
-    content_encoding: str | None = None
 
 
 def _dropped(headers: CIMultiDictProxy[str], extra: frozenset[str]) -> CIMultiDict[str]:
@@ -190,9 +195,7 @@ class Proxy:
                         response_sha256=(
                             state.received.hash.hexdigest() if state.status is not None else None
                         ),
-                        body=bytes(state.kept) if state.kept else None,
-                        content_type=state.content_type,
-                        content_encoding=state.content_encoding,
+                        usage=state.usage.result() if state.usage is not None else None,
                         error=state.error,
                     )
                 )
@@ -224,8 +227,12 @@ class Proxy:
             return self._failure(504 if isinstance(err, TimeoutError) else 502, state.error)
         try:
             state.status = upstream.status
-            state.content_type = upstream.headers.get("Content-Type")
-            state.content_encoding = upstream.headers.get("Content-Encoding")
+            if upstream.status < 400 and request.method != "HEAD":
+                state.usage = usage.Reader(
+                    upstream.headers.get("Content-Type"),
+                    upstream.headers.get("Content-Encoding"),
+                    limit=self.settings.usage_max_bytes,
+                )
             headers = _dropped(upstream.headers, frozenset())
             length = upstream.content_length
             if length is not None and length <= WHOLE_BODY_BYTES and request.method != "HEAD":
@@ -257,8 +264,8 @@ class Proxy:
                 request.transport.close()
             return web.Response(status=502)
         state.received.update(body)
-        if len(body) <= self.settings.usage_max_bytes and state.kept is not None:
-            state.kept.extend(body)
+        if state.usage is not None:
+            state.usage.feed(body)
         headers.popall("Content-Length", None)
         response = web.Response(
             status=upstream.status, reason=upstream.reason, headers=headers, body=body
@@ -279,12 +286,12 @@ class Proxy:
         state: _State,
     ) -> str | None:
         """Copy the upstream body to the caller chunk by chunk; the error, if any."""
-        limit, received = self.settings.usage_max_bytes, state.received
+        received, reader = state.received, state.usage
         try:
             await response.prepare(request)
             while True:
                 try:
-                    chunk = await upstream.content.readany()
+                    chunk = await upstream.content.read(CHUNK_BYTES)
                 except (aiohttp.ClientError, OSError, TimeoutError) as err:
                     # Headers are out: cutting the connection is the only way to say
                     # "incomplete" to the caller.
@@ -297,11 +304,8 @@ class Proxy:
                 if not chunk:
                     break
                 received.update(chunk)
-                if state.kept is not None:
-                    if received.size <= limit:
-                        state.kept.extend(chunk)
-                    else:
-                        state.kept = None
+                if reader is not None:
+                    reader.feed(chunk)
                 await response.write(chunk)
             await response.write_eof()
         except ConnectionError as err:

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from agent_health.ledger import chain, errors, records, store, usage
 
 log = logging.getLogger("agent_health.gateway")
-_PARSE_INLINE_BYTES = 64 * 1024  # larger bodies are parsed in a worker thread
 
 
 @dataclass(frozen=True)
 class Observation:
-    """Everything the proxy saw of one exchange (no token, no body beyond ``body``)."""
+    """Everything the proxy saw of one exchange (no token, no body)."""
 
     principal: str
     evidence: str
@@ -43,9 +41,7 @@ class Observation:
     response_bytes: int
     request_sha256: str
     response_sha256: str | None
-    body: bytes | None = None  # the whole response body when small enough to parse usage
-    content_type: str | None = None
-    content_encoding: str | None = None
+    usage: usage.TokenUsage | None = None  # read as the response streamed past
     error: str | None = None
 
 
@@ -169,7 +165,7 @@ class Recorder:
     async def _drain(self, cell: str, state: _Cell) -> None:
         while state.pending:
             batch, state.pending = state.pending, []
-            exchanges = [await exchange(o) for o in batch]
+            exchanges = [exchange(o) for o in batch]
             try:
                 await state.writer.append(*exchanges)
             except errors.LedgerError as err:
@@ -214,8 +210,8 @@ class Recorder:
         await self.backend.close()
 
 
-async def exchange(observation: Observation) -> records.Exchange:
-    """The ``exchange`` record of an observation, with token usage parsed from its body."""
+def exchange(observation: Observation) -> records.Exchange:
+    """The ``exchange`` record of an observation."""
     o = observation
     return records.Exchange(
         principal=o.principal,
@@ -231,32 +227,6 @@ async def exchange(observation: Observation) -> records.Exchange:
         response_bytes=o.response_bytes,
         request_sha256=o.request_sha256,
         response_sha256=o.response_sha256,
-        usage=await _usage(o),
+        usage=o.usage,
         error=o.error,
     )
-
-
-async def _usage(o: Observation) -> usage.TokenUsage | None:
-    if not o.body or o.status is None or o.status >= 400:
-        return None
-    body = _decoded(o.body, o.content_encoding)
-    if body is None:
-        return None
-    if len(body) <= _PARSE_INLINE_BYTES:
-        return usage.parse(body, o.content_type)
-    return await asyncio.to_thread(usage.parse, body, o.content_type)
-
-
-def _decoded(body: bytes, encoding: str | None) -> bytes | None:
-    """The body without gzip/deflate; ``None`` for encodings the stdlib cannot undo."""
-    name = (encoding or "identity").strip().lower()
-    if name == "identity":
-        return body
-    if name not in ("gzip", "x-gzip", "deflate"):
-        return None
-    wbits = 31 if "gzip" in name else 15
-    try:
-        # Bounded output: a small compressed body must not inflate into gigabytes.
-        return zlib.decompressobj(wbits).decompress(body, 8 * len(body) + 1024 * 1024)
-    except zlib.error:
-        return None

@@ -99,6 +99,7 @@ class Gateway:
             auto_decompress=False,  # bytes pass through as the upstream sent them
             cookie_jar=aiohttp.DummyCookieJar(),  # never carry one caller's cookies to another
             trust_env=False,
+            read_bufsize=proxy.CHUNK_BYTES // 2,
         )
         try:
             for route in s.routes:

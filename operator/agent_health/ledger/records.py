@@ -15,7 +15,7 @@ A version-1 reader meets such a record with "unknown record version 2; upgrade".
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause`` and ``content_hash`` of
-``cell-end``, ``error`` and ``cause`` of ``run-result``.
+``cell-end``, ``error``, ``cause`` and ``unreported`` of ``run-result``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
@@ -142,7 +142,7 @@ class RunResultRecord(_Record):
     or, when the call failed, why (``error``, ``cause``): the gateway then saw the target
     answer, and this record says what the controller made of it."""
 
-    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"error", "cause"})
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"error", "cause", "unreported"})
 
     kind: Literal["run-result"] = "run-result"
     run_id: str
@@ -156,6 +156,11 @@ class RunResultRecord(_Record):
     duration_ms: float = Field(default=0.0, ge=0)
     error: str | None = Field(default=None, description="why agent.run() failed, if it did")
     cause: Cause | None = Field(default=None, description="whom that failure blames")
+    unreported: list[str] | None = Field(
+        default=None,
+        description='protocol fields the agent left out ("trajectory", "token_usage"): '
+        "unknown, not empty",
+    )
 
 
 class SignalRecord(_Record):

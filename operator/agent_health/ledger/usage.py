@@ -9,18 +9,28 @@ Understands the two common shapes, whole or streamed as server-sent events:
   streams carry it in ``response.completed``).
 
 Anything else yields ``None``: a body without usage is normal, not an error.
+
+:class:`Reader` reads a body as it streams past, in bounded memory (the gateway's way);
+:func:`parse` reads one that is already whole.
 """
 
 from __future__ import annotations
 
-import json
+import re
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.ledger import usagescan
+
 _INPUT_KEYS = ("prompt_tokens", "input_tokens")
 _OUTPUT_KEYS = ("completion_tokens", "output_tokens")
+_PIECE = 64 * 1024  # decoded bytes produced per step: a gzip bomb inflates a piece at a time
+_FIELD_END = re.compile(rb"[:\n]")
+_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib's names for the two formats
+_MAX_FIELD = 16  # longest event-stream field name kept ("data" is the one read)
 
 
 class TokenUsage(BaseModel):
@@ -40,38 +50,173 @@ def parse(body: bytes | str, content_type: str | None = None) -> TokenUsage | No
     >>> parse(b'{"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}')
     TokenUsage(input_tokens=3, output_tokens=4, total_tokens=7, model='m')
     """
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
-    if _is_event_stream(text, content_type):
-        return _merge(_sse_payloads(text))
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        return None
-    return _merge(iter([payload]))
+    reader = Reader(content_type)
+    reader.feed(body.encode("utf-8") if isinstance(body, str) else body)
+    return reader.result()
 
 
-def _is_event_stream(text: str, content_type: str | None) -> bool:
-    if content_type and "text/event-stream" in content_type.lower():
-        return True
-    head = text.lstrip()[:6]
-    return head.startswith(("data:", "event:"))
+class Reader:
+    """Token usage of a response read chunk by chunk, as the gateway streams it through.
+
+    It holds no body: chunks are decoded (gzip and deflate undone piece by piece) and scanned
+    (:class:`.usagescan.Scanner`), so its memory stays bounded however large the response.
+    ``limit`` caps the *decoded* bytes read: past it — a gzip bomb, or a response larger than
+    any usage report needs — reading stops and :meth:`result` is ``None``, with the reason in
+    :attr:`unread`. An encoding the standard library cannot undo (``br``, ``zstd``) gives
+    ``None`` too.
+
+    >>> r = Reader("application/json")
+    >>> r.feed(b'{"usage": {"input_tokens": 2,')
+    >>> r.feed(b' "output_tokens": 5}}')
+    >>> r.result()
+    TokenUsage(input_tokens=2, output_tokens=5, total_tokens=7, model=None)
+    """
+
+    def __init__(
+        self,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        *,
+        limit: int | None = None,
+    ) -> None:
+        self.limit = limit
+        self.decoded = 0
+        self.unread: str | None = None
+        """Why usage was not read (over the limit, an unknown encoding); ``None`` if it was."""
+        encoding = (content_encoding or "identity").strip().lower()
+        self._wbits = _WBITS.get(encoding, 0)
+        self._inflate = zlib.decompressobj(self._wbits) if self._wbits else None
+        if self._inflate is None and encoding not in ("identity", ""):
+            self.unread = f"content encoding {content_encoding!r} is not read for usage"
+        self._stream = bool(content_type and "text/event-stream" in content_type.lower())
+        self._sniffed = self._stream
+        self._documents: list[dict[str, Any]] = []
+        self._scanner: usagescan.Scanner | None = None
+        self._events = _Events(self._documents)
+
+    def feed(self, chunk: bytes) -> None:
+        """Read the next chunk of the response body, as it came off the wire."""
+        if self.unread is not None or not chunk:
+            return
+        if self._inflate is None:
+            self._decoded(chunk)
+            return
+        data = chunk
+        while data and self.unread is None:
+            try:
+                piece = self._inflate.decompress(data, _PIECE)
+            except zlib.error as err:
+                self.unread = f"the body does not decompress: {err}"
+                return
+            self._decoded(piece)
+            if self._inflate.eof:  # a gzip body may be several members, one after another
+                data, self._inflate = self._inflate.unused_data, zlib.decompressobj(self._wbits)
+            else:
+                data = self._inflate.unconsumed_tail
+
+    def result(self) -> TokenUsage | None:
+        """The usage the whole response reported, or ``None``."""
+        if self.unread is not None:
+            return None
+        if self._stream:
+            self._events.end()
+        elif self._scanner is not None:
+            document = self._scanner.document()
+            if document is not None:
+                self._documents.append(document)
+        return merge(iter(self._documents))
+
+    def _decoded(self, data: bytes) -> None:
+        if not data:
+            return
+        self.decoded += len(data)
+        if self.limit is not None and self.decoded > self.limit:
+            self.unread = (
+                f"more than {self.limit} decoded bytes (the gateway's --usage-max-bytes); "
+                "usage not read"
+            )
+            return
+        if not self._sniffed:
+            head = data.lstrip()
+            if not head:
+                return
+            # A body that does not open a JSON object is read as an event stream: it finds
+            # data: lines if there are any, and nothing otherwise.
+            self._stream, self._sniffed = head[:1] != b"{", True
+        if self._stream:
+            self._events.feed(data)
+        else:
+            if self._scanner is None:
+                self._scanner = usagescan.Scanner()
+            self._scanner.feed(data)
 
 
-def _sse_payloads(text: str) -> Iterator[Any]:
-    """The JSON ``data:`` payloads of an event stream; ``[DONE]`` and non-JSON are skipped."""
-    for event in text.replace("\r\n", "\n").split("\n\n"):
-        data = "\n".join(
-            line[5:].lstrip(" ") for line in event.split("\n") if line.startswith("data:")
-        )
-        if not data or data.strip() == "[DONE]":
-            continue
-        try:
-            yield json.loads(data)
-        except ValueError:
-            continue
+class _Events:
+    """Server-sent events read line by line; the JSON of each event's ``data`` is scanned."""
+
+    def __init__(self, documents: list[dict[str, Any]]) -> None:
+        self._documents = documents
+        self._field = bytearray()  # the current line's field name, while it is read
+        self._in_field = True  # at the start of a line, reading its field name
+        self._in_data = False  # in the value of a data: line
+        self._skip_space = False  # the value's first space is not part of it
+        self._data_lines = 0
+        self._scanner = usagescan.Scanner()
+
+    def feed(self, data: bytes) -> None:
+        i, n = 0, len(data)
+        while i < n:
+            if self._in_data:
+                newline = data.find(b"\n", i)
+                end = n if newline < 0 else newline
+                if self._skip_space and i < end:
+                    self._skip_space = False
+                    i += data[i] == 0x20
+                self._scanner.feed(data[i:end])
+                if newline < 0:
+                    return
+                self._in_data, self._in_field, i = False, True, newline + 1
+            elif self._in_field:
+                found = _FIELD_END.search(data, i)
+                end = n if found is None else found.start()
+                if len(self._field) < _MAX_FIELD:
+                    self._field += data[i : min(end, i + _MAX_FIELD)]
+                if found is None:
+                    return
+                i = self._line_field(data[end]) + end
+            else:  # a line that is not data: skip to its end
+                newline = data.find(b"\n", i)
+                if newline < 0:
+                    return
+                self._in_field, i = True, newline + 1
+
+    def _line_field(self, stop: int) -> int:
+        """The field name ended at ``stop`` (a colon or a newline); how far to step."""
+        name, self._field = bytes(self._field).rstrip(b"\r"), bytearray()
+        self._in_field = False
+        if stop == 0x0A:  # a line without a colon
+            self._in_field = True
+            if not name:
+                self.end()  # a blank line ends the event
+            return 1
+        if name == b"data":
+            if self._data_lines:
+                self._scanner.feed(b"\n")
+            self._data_lines += 1
+            self._in_data, self._skip_space = True, True
+        return 1
+
+    def end(self) -> None:
+        """The event is complete: keep what its data held."""
+        if self._data_lines:
+            document = self._scanner.document()
+            if document is not None:
+                self._documents.append(document)
+            self._scanner = usagescan.Scanner()
+        self._data_lines = 0
 
 
-def _merge(payloads: Iterator[Any]) -> TokenUsage | None:
+def merge(payloads: Iterator[Any]) -> TokenUsage | None:
     """Fold usage over payloads: later values win, as streams report running totals."""
     found = False
     tokens = {"input": 0, "output": 0, "total": 0}

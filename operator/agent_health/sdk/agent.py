@@ -106,6 +106,7 @@ class Agent:
             duration_ms=duration_ms,
             raw=reply.model_extra or {},
             traceparent=request.traceparent,
+            unreported=reply.unreported,
         )
         ctx.result = result
         return result

@@ -6,6 +6,10 @@ expected, what was seen) on the running test's own context, and the body goes on
 run reports every broken expectation. ``.or_throw()`` on the returned signal stops the body.
 A check that cannot be made (``to_have_called_tool`` on a string) raises
 :class:`~agent_health.sdk.errors.MatcherUsageError`: that is a bug in the test.
+
+No silent zeros: a check on something the agent did not report — its token usage, or its
+steps when it sent no trajectory at all — fails, and its evidence says what was missing
+(``{"missing": ...}``). A zero it did not report would pass any "at most" gate.
 """
 
 from __future__ import annotations
@@ -29,6 +33,23 @@ def _steps(value: Any, matcher: str) -> Sequence[Step]:
         f"expect(...).{matcher} needs a RunResult (what agent.run() returned), "
         f"got {type(value).__name__}"
     )
+
+
+NO_TRAJECTORY = (
+    "the agent reported no trajectory (its reply has no 'trajectory' field), so its tool "
+    "calls are unknown"
+)
+NO_USAGE = (
+    "the agent reported no token usage (its reply has no 'token_usage' with a total), so the "
+    "tokens it used are unknown"
+)
+
+
+def _missing_steps(value: Any) -> str | None:
+    """Why the steps cannot be checked, or ``None`` when they can."""
+    if isinstance(value, RunResult) and not value.trajectory_reported:
+        return NO_TRAJECTORY
+    return None
 
 
 def _args_match(actual: Mapping[str, Any] | None, expected: Mapping[str, Any]) -> bool:
@@ -77,7 +98,13 @@ class Expectation:
         self._value = value
         self._ctx = ctx
 
-    def _record(self, name: str, passed: bool, ev: dict[str, Any], weight: float) -> Signal:
+    def _record(
+        self, name: str, passed: bool, ev: dict[str, Any], weight: float, *, steps: bool = False
+    ) -> Signal:
+        """Record the signal; ``steps``: it checks the agent's steps, which must be known."""
+        missing = _missing_steps(self._value) if steps else None
+        if missing is not None:
+            passed, ev = False, {**ev, "missing": missing}
         return self._ctx.record(
             Signal(
                 kind="deterministic",
@@ -120,6 +147,7 @@ class Expectation:
                 },
             ),
             weight,
+            steps=True,
         )
 
     def not_to_have_called_tool(
@@ -138,6 +166,7 @@ class Expectation:
             not matching,
             evidence({"tool": name, "args": args, "times": 0}, [s.tool_args for s in matching]),
             weight,
+            steps=True,
         )
 
     def to_have_called_tools_in_order(self, names: Sequence[str], *, weight: float = 1.0) -> Signal:
@@ -151,6 +180,7 @@ class Expectation:
             passed,
             evidence(list(names), called),
             weight,
+            steps=True,
         )
 
     def to_have_no_tool_errors(self, *, weight: float = 1.0) -> Signal:
@@ -161,6 +191,7 @@ class Expectation:
             not failed,
             evidence([], [{"tool": s.tool_name, "output": s.tool_output} for s in failed]),
             weight,
+            steps=True,
         )
 
     def to_complete_within(
@@ -189,6 +220,13 @@ class Expectation:
                 f"got {type(self._value).__name__}"
             )
         used = self._value.token_usage.total
+        if used is None:
+            return self._record(
+                f"to_use_at_most_tokens({limit})",
+                False,
+                evidence({"max_tokens": limit}, {"total_tokens": None}, missing=NO_USAGE),
+                weight,
+            )
         return self._record(
             f"to_use_at_most_tokens({limit})",
             used <= limit,

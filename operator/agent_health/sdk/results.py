@@ -75,11 +75,21 @@ class RunResult(BaseModel):
     duration_ms: float = 0.0
     raw: dict[str, Any] = Field(default_factory=dict)
     traceparent: str | None = None
+    unreported: frozenset[str] = Field(
+        default=frozenset(),
+        description='what the agent left out of its reply: "trajectory", "token_usage" '
+        "(unknown, not empty: a check that needs it fails saying so)",
+    )
     _traces: Any = PrivateAttr(default=None)
 
     @property
     def trajectory(self) -> Trajectory:
         return Trajectory(self.trajectory_steps)
+
+    @property
+    def trajectory_reported(self) -> bool:
+        """Whether the agent reported its steps (an empty list is a report: no steps)."""
+        return "trajectory" not in self.unreported
 
     def tool_calls(self, name: str | None = None) -> list[Step]:
         return self.trajectory.tool_calls(name)

@@ -3,9 +3,10 @@
 One pass over the trajectory, so the cost per step stays flat from 10 to 100,000 steps
 (``bench/metrics.py`` measures it). The keys, also written to the JSON report:
 
-* ``total_tokens``, ``input_tokens``, ``output_tokens`` — as the agent reported them.
+* ``total_tokens``, ``input_tokens``, ``output_tokens`` — as the agent reported them;
+  ``None`` for a count it did not report, never a made-up zero.
 * ``cost_usd`` — from the price table (``define_config(prices={...})``); ``None`` when the
-  table has no price for the model or the agent reported no tokens, never a made-up zero.
+  table has no price for the model or the agent reported no tokens.
 * ``latency_ms`` — end to end; ``step_latency_ms`` — count/total/mean/max over the steps that
   carry a latency.
 * ``llm_calls`` — model turns: a run of consecutive model steps (thinking, assistant text,
@@ -16,6 +17,10 @@ One pass over the trajectory, so the cost per step stays flat from 10 to 100,000
 * ``retries`` — a call of a tool whose previous result was an error.
 * ``ignored_tool_errors`` — an error result after which the agent neither called that tool
   again nor acknowledged the failure in later assistant text.
+
+Every count read from the trajectory (``llm_calls``, ``tool_calls``, ``tool_histogram``,
+the smells, ``step_latency_ms``) is ``None`` when the agent reported no trajectory at all:
+unknown, not zero.
 """
 
 from __future__ import annotations
@@ -57,19 +62,24 @@ def derive(result: RunResult | None, prices: settings.PriceTable | None = None) 
     """Tokens, cost, latency and tool use of one run (empty when the agent never ran)."""
     if result is None:
         return {}
-    stats = tool_stats(result.trajectory_steps)
     usage = result.token_usage
     model = model_of(result)
     cost = None
-    if prices and usage.total:
+    # Input and output are priced apart: without both counts the cost is unknown.
+    if prices and usage.prompt is not None and usage.completion is not None:
         cost = prices.cost(model, usage.prompt, usage.completion)
-    return {
+    derived: dict[str, Any] = {
         "total_tokens": usage.total,
         "input_tokens": usage.prompt,
         "output_tokens": usage.completion,
         "cost_usd": None if cost is None else round(cost, 8),
         "model": model,
         "latency_ms": round(result.duration_ms, 3),
+    }
+    if not result.trajectory_reported:
+        return derived | dict.fromkeys(_TRAJECTORY_KEYS)
+    stats = tool_stats(result.trajectory_steps)
+    return derived | {
         "step_latency_ms": stats.latency(),
         "llm_calls": stats.llm_calls,
         "tool_calls": stats.tool_calls,
@@ -80,6 +90,19 @@ def derive(result: RunResult | None, prices: settings.PriceTable | None = None) 
         "tool_errors": stats.tool_errors,
         "steps": stats.steps,
     }
+
+
+_TRAJECTORY_KEYS = (
+    "step_latency_ms",
+    "llm_calls",
+    "tool_calls",
+    "tool_histogram",
+    "redundant_tool_calls",
+    "ignored_tool_errors",
+    "retries",
+    "tool_errors",
+    "steps",
+)
 
 
 def model_of(result: RunResult) -> str | None:

@@ -25,6 +25,7 @@ class TrajectorySource:
 
     def __init__(self, result: RunResult) -> None:
         self._result = result
+        self.steps_known = result.trajectory_reported
 
     async def spans(self, run_id: str, traceparent: str | None) -> Sequence[records.Span]:
         self._check(run_id)
@@ -47,8 +48,9 @@ def to_spans(result: RunResult) -> list[records.Span]:
     root_id = _span_id(result.run_id, -1)
     root_attrs: dict[str, Any] = {records.OPERATION: records.INVOKE_AGENT}
     usage = result.token_usage
-    if usage.total:
+    if usage.prompt is not None:
         root_attrs[records.INPUT_TOKENS] = usage.prompt
+    if usage.completion is not None:
         root_attrs[records.OUTPUT_TOKENS] = usage.completion
     model = metrics.model_of(result)
     if model:

@@ -38,18 +38,30 @@ class TraceSnapshot:
     source: str
     spans: tuple[records.Span, ...]
     prices: settings.PriceTable = field(default_factory=settings.PriceTable)
+    steps_known: bool = True
+    """False when the source has no record of the agent's steps (it reported none)."""
 
     @property
     def llm_calls(self) -> int:
+        self._need_steps("llm_calls")
         return sum(1 for s in self.spans if s.is_llm_call)
 
     @property
     def tool_calls(self) -> int:
+        self._need_steps("tool_calls")
         return sum(1 for s in self.spans if s.is_tool_call)
 
     @property
     def tool_histogram(self) -> dict[str, int]:
+        self._need_steps("tool_histogram")
         return dict(Counter(s.tool_name or "?" for s in self.spans if s.is_tool_call))
+
+    def _need_steps(self, what: str) -> None:
+        if not self.steps_known:
+            raise errors.TracesNotFound(
+                f"{what} of run {self.run_id} is unknown: the agent reported no trajectory "
+                f"and {self.source} has no other record of its steps"
+            )
 
     @property
     def error_spans(self) -> list[records.Span]:
@@ -166,6 +178,7 @@ class TracesView:
                     source=chosen.name,
                     spans=tuple(spans),
                     prices=self._prices,
+                    steps_known=getattr(chosen, "steps_known", True),
                 )
             return self._loaded[chosen.name]
 

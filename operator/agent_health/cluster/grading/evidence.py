@@ -171,6 +171,7 @@ def _run_result(record: records.RunResultRecord) -> results.RunResult:
         trajectory=steps,
         token_usage=protocol.TokenUsage.from_counts(record.token_usage) or protocol.TokenUsage(),
         duration_ms=record.duration_ms,
+        unreported=frozenset(record.unreported or ()),
     )
 
 

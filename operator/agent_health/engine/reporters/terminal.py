@@ -122,9 +122,9 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
                 escape(title),
                 "" if t["score"] is None else f"{t['score']:.2f}",
                 f"{t['duration_ms'] / 1000:.2f}s",
-                str(metrics.get("total_tokens", "")),
+                _count(metrics, "total_tokens"),
                 _money(metrics.get("cost_usd")),
-                str(metrics.get("tool_calls", "")),
+                _count(metrics, "tool_calls"),
                 *((escape(_notes(metrics)),) if with_notes else ()),
             )
         console.print(table)
@@ -151,7 +151,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     unpriced = f" ({s.unpriced} runs unpriced)" if s.cost_usd is not None and s.unpriced else ""
     console.print(
         f"\n{', '.join(parts)} — pass rate {rate}, score {score}, "
-        f"{s.tokens} tokens{cost}{unpriced}, {s.duration_ms / 1000:.2f}s"
+        f"{_tokens(s.tokens, s.tokens_unreported)}{cost}{unpriced}, {s.duration_ms / 1000:.2f}s"
     )
     if s.repeats > 1:
         console.print(
@@ -166,6 +166,21 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+
+
+def _count(metrics: dict[str, Any], key: str) -> str:
+    """A metric for the table: blank when the agent never ran, ``n/a`` when not reported."""
+    if key not in metrics:
+        return ""
+    value = metrics[key]
+    return "n/a" if value is None else str(value)
+
+
+def _tokens(tokens: int | None, unreported: int) -> str:
+    """``1234 tokens``, saying how many runs reported none (their tokens are unknown)."""
+    if tokens is None:
+        return "tokens not reported" if unreported else "0 tokens"
+    return f"{tokens} tokens" + (f" ({unreported} runs reported none)" if unreported else "")
 
 
 def _cause_word(cause: str | None) -> str:
