@@ -258,6 +258,7 @@ def test_hostile_output_stays_text(chromium: Any, tmp_path: Path) -> None:
     url = written.as_uri()
     with browser.watched_page(chromium) as seen:
         _open(seen, url)
+        assert "n/a\ntokens" in seen.page.inner_text("#summary")  # none reported: not a zero
         seen.page.click("#test-list .test-row")
         assert seen.page.locator("#inspector h2").inner_text() == "hostile <b>name</b>"
         assert hostile in seen.page.locator("#inspector").inner_text()

@@ -64,6 +64,10 @@
     return typeof value === "number" ? value.toFixed(digits) : "n/a";
   }
 
+  function count(value) {
+    return typeof value === "number" ? String(value) : "n/a"; // unknown is not zero
+  }
+
   function money(value) {
     if (typeof value !== "number") return "n/a";
     return "$" + (value >= 0.01 ? value.toFixed(4) : value.toFixed(6));
@@ -175,8 +179,10 @@
       card("score", "score", num(SUMMARY.score, 2), LEGEND.score),
       K > 1 ? card("at-k", "pass@" + K, pct(SUMMARY.pass_at_k), LEGEND.pass_at_k) : null,
       K > 1 ? card("hat-k", "pass^" + K, pct(SUMMARY.pass_hat_k), LEGEND.pass_hat_k) : null,
-      card("tokens", "tokens", String(SUMMARY.tokens ?? 0),
-        "input " + (SUMMARY.input_tokens ?? 0) + ", output " + (SUMMARY.output_tokens ?? 0)),
+      card("tokens", "tokens", count(SUMMARY.tokens),
+        "input " + count(SUMMARY.input_tokens) + ", output " + count(SUMMARY.output_tokens)
+        + (SUMMARY.tokens_unreported ? "; " + SUMMARY.tokens_unreported + " runs reported none"
+          : "")),
       card("cost", "cost", money(SUMMARY.cost_usd),
         SUMMARY.unpriced ? SUMMARY.unpriced + " runs unpriced" : null),
       card("duration", "duration", seconds(SUMMARY.duration_ms),
