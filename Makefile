@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools docs bench bench-operator screenshot clean
+.PHONY: demo test lint tools generate bench bench-operator screenshot clean
 
 $(BIN)/agent-health: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,11 @@ lint: $(BIN)/agent-health
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Regenerate what docs/ derives from the code: the CRD field reference in docs/operator.md.
-docs: $(BIN)/agent-health
+# Regenerate what is derived from the CRD models: crds/, the chart's copy, and the field
+# reference in docs/operator.md. Tests fail until these match the models.
+generate: $(BIN)/agent-health
+	$(BIN)/agent-health crds --out crds
+	cp crds/*.yaml charts/agent-health/crds/
 	$(BIN)/python -m agent_health.cluster.api.reference docs/operator.md
 
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.

@@ -48,12 +48,13 @@ class BenchError(Exception):
 
 @dataclass(frozen=True)
 class Sample:
-    """One subprocess run: wall seconds, peak RSS in MiB, exit code and output."""
+    """One subprocess run: wall seconds, peak RSS in MiB, exit code, output, CPU seconds."""
 
     wall_s: float
     rss_mib: float
     code: int
     output: str
+    cpu_s: float = 0.0  # user + system time of the command itself (from wait4)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def measure(argv: list[str], cwd: Path) -> Sample:
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
         out.seek(0)
         output = out.read().decode(errors="replace")
-    return Sample(wall, usage.ru_maxrss / 1024, proc.returncode, output)  # ru_maxrss is KiB
+    cpu = usage.ru_utime + usage.ru_stime
+    return Sample(wall, usage.ru_maxrss / 1024, proc.returncode, output, cpu)  # ru_maxrss: KiB
 
 
 def check(label: str, sample: Sample, n: int, passed: re.Pattern[str]) -> None:

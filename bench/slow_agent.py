@@ -1,7 +1,8 @@
-"""A REST protocol v1 agent on 127.0.0.1 that takes a fixed time to answer.
+"""A REST protocol v1 agent on 127.0.0.1 that takes a fixed time to answer (or never does).
 
 It runs on its own event loop in a background thread of the benchmark process, so the
-engine under test (a subprocess) reaches it over real loopback HTTP.
+engine under test (a subprocess) reaches it over real loopback HTTP. ``latency=None`` is an
+agent that hangs: it reads the request and never answers.
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ from collections.abc import Iterator
 from aiohttp import web
 
 
-def _app(latency: float) -> web.Application:
+def _app(latency: float | None) -> web.Application:
+    shutdown = asyncio.Event()
+
     async def run(request: web.Request) -> web.Response:
         body = await request.json()
-        await asyncio.sleep(latency)
+        if latency is None:
+            await shutdown.wait()  # hangs until the server shuts down
+            return web.Response(status=503)
+        else:
+            await asyncio.sleep(latency)
         return web.json_response(
             {
                 "output": "pong" if body.get("prompt") == "ping" else "?",
@@ -26,16 +33,21 @@ def _app(latency: float) -> web.Application:
             }
         )
 
+    async def on_shutdown(_app: web.Application) -> None:
+        shutdown.set()
+
     app = web.Application()
     app.router.add_post("/run", run)
+    app.on_shutdown.append(on_shutdown)
     return app
 
 
 @contextlib.contextmanager
-def serving(latency: float) -> Iterator[str]:
+def serving(latency: float | None) -> Iterator[str]:
     """Serve the slow agent for the duration of the block; yields its ``/run`` URL."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(_app(latency), access_log=None)
+    # A short shutdown: a hanging agent's handlers are cut, not waited for.
+    runner = web.AppRunner(_app(latency), access_log=None, shutdown_timeout=0.5)
     ready = threading.Event()
     url: list[str] = []
 

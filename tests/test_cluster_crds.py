@@ -37,9 +37,9 @@ def _nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str
 def test_the_committed_crds_are_the_generated_ones() -> None:
     for kind in crds.KINDS:
         committed = ROOT / "crds" / kind.file_name
-        assert committed.exists(), f"{committed} is missing: run `agent-health crds --out crds/`"
+        assert committed.exists(), f"{committed} is missing: run `make generate`"
         assert committed.read_text() == crds.dump(crds.definition(kind)), (
-            f"{committed} is out of date with the models: run `agent-health crds --out crds/`"
+            f"{committed} is out of date with the models: run `make generate`"
         )
 
 

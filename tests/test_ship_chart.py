@@ -187,8 +187,7 @@ def test_the_chart_crds_are_byte_identical_to_the_generated_ones() -> None:
     assert shipped == generated
     for name in generated:
         assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
-            f"charts/agent-health/crds/{name} differs from crds/{name}: cp crds/*.yaml "
-            "charts/agent-health/crds/"
+            f"charts/agent-health/crds/{name} differs from crds/{name}: run `make generate`"
         )
 
 

@@ -188,7 +188,7 @@ def test_nothing_in_the_repository_refers_to_a_file_outside_it() -> None:
 
 def test_the_crd_field_reference_in_operator_md_is_generated_from_the_models() -> None:
     page = (ROOT / "docs" / "operator.md").read_text()
-    assert page == reference.rewrite(page), "docs/operator.md is stale: run `make docs`"
+    assert page == reference.rewrite(page), "docs/operator.md is stale: run `make generate`"
     for kind in crds.KINDS:
         schema = crds.open_api_schema(kind)
         for field in schema["properties"]["spec"]["properties"]:

@@ -1,4 +1,7 @@
-"""The entry point: build the parser from each command group, dispatch, map errors to exit 2."""
+"""The entry point: build the parser from each command group, dispatch, map errors to exit 2.
+
+Every command group is cheap to import; what a command needs loads when it runs.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from agent_health import connectors, ledger
 from agent_health.cli import cluster, common, ledgers, reports, run
-from agent_health.gateway import errors as gateway_errors
+from agent_health.connectors import errors as connector_errors
 from agent_health.sdk import errors
 
 
@@ -26,9 +28,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     consoles = common.Consoles()
-    if argv[:1] == ["operator"]:  # its own parser, so `operator --help` shows its flags
+    # Their own parsers, so `operator --help` and `gateway --help` show their flags.
+    own = {"operator": cluster.operator, "gateway": cluster.gateway}.get(argv[0] if argv else "")
+    if own is not None:
         try:
-            return cluster.operator(argv[1:])
+            return own(argv[1:])
         except common.UsageError as err:
             consoles.err.print(f"[red]error:[/] {err}")
             return common.EXIT_USAGE
@@ -37,13 +41,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: common.Handler = args.handler
     try:
         return handler(args, consoles)
-    except (
+    except Exception as err:
+        if not isinstance(err, _usage_errors()):
+            raise
+        consoles.err.print(f"[red]error:[/] {err}")
+        return common.EXIT_USAGE
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """The errors that mean bad input (exit 2). The ledger's are imported only here: a
+    command that never loaded the ledger cannot have raised one."""
+    from agent_health.ledger import errors as ledger_errors
+
+    return (
         common.UsageError,
         errors.ConfigError,
         errors.DefinitionError,
-        connectors.ConnectorError,
-        ledger.LedgerError,
-        gateway_errors.GatewayError,
-    ) as err:
-        consoles.err.print(f"[red]error:[/] {err}")
-        return common.EXIT_USAGE
+        connector_errors.ConnectorError,
+        ledger_errors.LedgerError,
+    )

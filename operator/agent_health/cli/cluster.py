@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from agent_health.cli import common
-from agent_health.gateway import command as gateway_command
 
 
 def add_commands(sub: Any) -> None:
@@ -25,11 +24,14 @@ def add_commands(sub: Any) -> None:
     cell_cmd.add_argument("--suite", default=".", help="the suite's folder (default: .)")
     cell_cmd.set_defaults(handler=cell)
 
-    gateway_cmd = sub.add_parser("gateway", help="the recording sidecar proxy of a cell")
-    gateway_command.add_arguments(gateway_cmd)
-    gateway_cmd.set_defaults(handler=lambda args, _consoles: gateway_command.run(args))
+    # The gateway and the operator parse their own flags (app.main hands them argv), so their
+    # servers load only when they run; these entries are for the command list and `--help`.
+    gateway_cmd = sub.add_parser(
+        "gateway", help="the recording sidecar proxy of a cell", add_help=False
+    )
+    gateway_cmd.add_argument("gateway_args", nargs=argparse.REMAINDER)
+    gateway_cmd.set_defaults(handler=lambda args, _consoles: gateway(args.gateway_args))
 
-    # The operator parses its own flags (app.main hands it argv); this entry is for `--help`.
     operator_cmd = sub.add_parser(
         "operator",
         help="the Kubernetes operator: kopf, judge service, metrics, probes",
@@ -54,6 +56,16 @@ def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:
     for path in crds.write(Path(args.out)):
         consoles.out.print(f"wrote {path}")
     return common.EXIT_OK
+
+
+def gateway(argv: list[str]) -> int:
+    from agent_health.gateway import command
+
+    parser = argparse.ArgumentParser(
+        prog="agent-health gateway", description="The recording sidecar proxy of a cell."
+    )
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(argv))
 
 
 def operator(argv: list[str]) -> int:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import platform
 from typing import Any
 
-from agent_health import ledger
 from agent_health.cli import common
-from agent_health.engine import provenance, reporters
-from agent_health.engine.report import RunReport
-from agent_health.engine.reporters import terminal
+
+KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"  # ledger.chain.KEY_ENV, named here to keep --help cheap
 
 
 def add_commands(sub: Any) -> None:
@@ -21,7 +18,7 @@ def add_commands(sub: Any) -> None:
     verify_cmd.add_argument(
         "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
     )
-    verify_cmd.add_argument("--key-file", help=f"the ledger key (default: ${ledger.chain.KEY_ENV})")
+    verify_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
     verify_cmd.add_argument(
         "--allow-open",
         action="store_true",
@@ -31,12 +28,18 @@ def add_commands(sub: Any) -> None:
 
     grade_cmd = sub.add_parser("grade", help="grade a recorded ledger again, cell by cell")
     grade_cmd.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
-    grade_cmd.add_argument("--key-file", help="the ledger key (default: $AGENT_HEALTH_LEDGER_KEY)")
-    grade_cmd.add_argument("--reporter", action="append", default=[], help=reporters.HELP)
+    grade_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
+    grade_cmd.add_argument(
+        "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH], html[:DIR]"
+    )
     grade_cmd.set_defaults(handler=grade)
 
 
 def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    import asyncio
+
+    from agent_health import ledger
+
     try:
         key = ledger.load_key(args.key_file)
         report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
@@ -55,8 +58,14 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
 
 def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    # Imported here: grading a ledger is the operator's code; other commands never load it.
+    # Grading a ledger is the operator's code; other commands never load it.
+    import asyncio
+
+    from agent_health import ledger
     from agent_health.cluster.grading import regrade
+    from agent_health.engine import provenance, reporters
+    from agent_health.engine.report import RunReport
+    from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter]
     try:
@@ -74,7 +83,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
             agent_health_version=provenance.version(),
             python_version=platform.python_version(),
             ledger=provenance.redact_url(args.url),
-            command_line=getattr(args, "command_line", []),
+            command_line=provenance.redact_argv(getattr(args, "command_line", [])),
         ),
     )
     terminal.summary(consoles.out, report)

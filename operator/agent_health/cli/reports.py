@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import http.server
 import json
 import sys
-import tempfile
-import webbrowser
 from pathlib import Path
 from typing import Any
 
 from agent_health.cli import common
-from agent_health.engine import reporters
+
+HTML_DIR = "agent-health-report"  # reporters.DEFAULT_PATHS["html"], named here for a cheap --help
 
 
 def add_commands(sub: Any) -> None:
@@ -52,7 +49,7 @@ def add_commands(sub: Any) -> None:
         "--reporter",
         action="append",
         default=[],
-        help=reporters.HELP + "; default html:" + reporters.DEFAULT_PATHS["html"],
+        help=f"list, json[:PATH], junit[:PATH], html[:DIR] (repeatable; default html:{HTML_DIR})",
     )
     rep.set_defaults(handler=report)
 
@@ -60,7 +57,7 @@ def add_commands(sub: Any) -> None:
     show.add_argument(
         "path",
         nargs="?",
-        default=reporters.DEFAULT_PATHS["html"],
+        default=HTML_DIR,
         help="the report's folder (default: agent-health-report), its index.html, or a JSON "
         "report to render first",
     )
@@ -110,6 +107,7 @@ def _read(path: Path) -> Any:
 
 
 def report(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    from agent_health.engine import reporters
     from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter or ["html"]]
@@ -119,16 +117,11 @@ def report(args: argparse.Namespace, consoles: common.Consoles) -> int:
     return common.EXIT_OK
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves the report's folder; no log line per request on the terminal."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
 def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:
     """The folder to serve: the given one, an index.html's, or a JSON report rendered now."""
     if path.is_file() and path.suffix == ".json":
+        import tempfile
+
         from agent_health.engine.reporters import html
 
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agent-health-")))
@@ -145,6 +138,16 @@ def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:
 
 
 def show_report(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    import functools
+    import http.server
+    import webbrowser
+
+    class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+        """Serves the report's folder; no log line per request on the terminal."""
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
     with contextlib.ExitStack() as stack:
         folder = _report_dir(Path(args.path), stack)
         handler = functools.partial(_QuietHandler, directory=str(folder))

@@ -1,9 +1,12 @@
-"""``run`` and ``list``: discover a suite, run its tests against an agent, report."""
+"""``run`` and ``list``: discover a suite, run its tests against an agent, report.
+
+The engine, the connectors, the ledger and rich load inside the handlers, only for the command
+that runs: ``list`` imports the loader and nothing else (``tests/test_cli_imports.py``).
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -11,27 +14,19 @@ import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from agent_health import connectors
 from agent_health.cli import common
-from agent_health.engine import (
-    agent_process,
-    loader,
-    provenance,
-    recording,
-    reporters,
-    runner,
-    select,
-    session,
-)
-from agent_health.engine.report import RunReport
-from agent_health.engine.reporters import terminal
-from agent_health.sdk import config as config_mod
-from agent_health.sdk.judges import NO_JUDGE_HINT
-from agent_health.sdk.results import TestResult
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from rich.console import Console
+
+    from agent_health import connectors
+    from agent_health.engine import loader, provenance, recording, session
+    from agent_health.sdk import config as config_mod
+    from agent_health.sdk.results import TestResult
 
 
 def add_commands(sub: Any) -> None:
@@ -57,7 +52,7 @@ def add_commands(sub: Any) -> None:
         "--reporter",
         action="append",
         default=[],
-        help=reporters.HELP,
+        help="list, json[:PATH], junit[:PATH], html[:DIR] (repeatable)",
     )
     run.add_argument("--timeout", type=float, help="per-test timeout in seconds")
     run.add_argument(
@@ -82,6 +77,12 @@ def add_commands(sub: Any) -> None:
 
 
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    import asyncio
+
+    from agent_health.engine import loader, provenance, reporters, select
+    from agent_health.engine.report import RunReport
+    from agent_health.engine.reporters import terminal
+
     console, err_console = consoles.out, consoles.err
     if args.concurrency < 1:
         raise common.UsageError("-j/--concurrency must be at least 1")
@@ -169,18 +170,24 @@ def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console
 
 
 def _config_path(args: argparse.Namespace, paths: list[Path]) -> Path | None:
+    from agent_health.engine import loader
+
     if getattr(args, "config", None):
         return Path(args.config)
     return loader.find_config(paths[0] if paths else Path.cwd())
 
 
 def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
+    from agent_health.engine import loader
+
     return loader.load_config(_config_path(args, paths))
 
 
 def _agent_info(
     config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec | None
 ) -> provenance.AgentInfo | None:
+    from agent_health.engine import provenance
+
     if spec is None:
         return None
     name = config.agent_name(chosen)
@@ -198,6 +205,8 @@ def _with_cells(
     """Each result with the name of the ledger cell that recorded it (when one did)."""
     if recorded is None:
         return results
+    from agent_health.engine import recording
+
     cells = set(recorded.cells)
     out = []
     for r in results:
@@ -207,12 +216,13 @@ def _with_cells(
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    console, err_console = consoles.out, consoles.err
+    from agent_health.engine import loader, select
+
     paths = [Path(p) for p in args.paths]
     suite = loader.load(paths)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label)
     for error in suite.errors:
-        err_console.print(f"[red]load error[/] {error}")
+        consoles.err.print(f"[red]load error[/] {error}")
     if args.json:
         payload = [
             {
@@ -236,8 +246,8 @@ def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         for c in cases:
             labels = f"  [{', '.join(c.labels)}]" if c.labels else ""
             mode = f"  ({c.mode})" if c.mode != "run" else ""
-            console.print(f"{c.id}{labels}{mode}", markup=False)
-        console.print(f"{len(cases)} tests in {len(suite.files)} files")
+            sys.stdout.write(f"{c.id}{labels}{mode}\n")
+        sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK
 
 
@@ -252,6 +262,13 @@ async def _execute(
     console: Console,
     list_lines: bool,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
+    import asyncio
+
+    from agent_health import connectors
+    from agent_health.engine import agent_process, recording, runner, session
+    from agent_health.engine.reporters import terminal
+    from agent_health.sdk.judges import NO_JUDGE_HINT
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -272,9 +289,7 @@ async def _execute(
             caller = recorded.wrap(connector.run) if recorded is not None else connector.run
         backend = None
         if not skip_judge and (judge_config is not None or config.evaluators):
-            from agent_health import (
-                judging,
-            )  # only runs that judge pay for the providers
+            from agent_health import judging  # only runs that judge pay for the providers
 
             backend = await stack.enter_async_context(
                 judging.backend(judge_config, config, use_cache=not args.no_cache)

@@ -35,7 +35,7 @@ class Connector(Protocol):
 class ConnectorSpec(BaseModel):
     """How to reach an agent: the value of one ``agents={...}`` entry in the config."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     connector: str = "rest"
     url: str | None = None

@@ -16,7 +16,7 @@ StepType = Literal["tool_call", "tool_result", "assistant", "thinking", "user"]
 class Step(BaseModel):
     """One step of an agent's trajectory."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     type: StepType
     content: str | None = None
@@ -35,7 +35,7 @@ class TokenUsage(BaseModel):
     ``total`` is the sum when only ``prompt`` and ``completion`` were reported.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     prompt: int | None = Field(default=None, ge=0)
     completion: int | None = Field(default=None, ge=0)
@@ -81,7 +81,7 @@ _COUNT_NAMES = {
 class ContextItem(BaseModel):
     """A piece of context handed to the agent with the prompt."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     description: str
     value: str
@@ -90,7 +90,7 @@ class ContextItem(BaseModel):
 class AgentRequest(BaseModel):
     """What ``agent.run()`` sends (the body of a REST v1 request)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     prompt: str
     context: tuple[ContextItem, ...] = ()
@@ -106,7 +106,7 @@ class AgentReply(BaseModel):
     A reply without ``trajectory`` or ``token_usage`` did not report them (see
     :attr:`unreported`): that is not an empty trajectory or zero tokens."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     output: str
     trajectory: tuple[Step, ...] = ()

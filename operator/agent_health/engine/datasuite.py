@@ -21,7 +21,7 @@ from agent_health.sdk.matchers import BoundExpect
 
 
 class TrajectoryStep(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(defer_build=True, extra="allow", populate_by_name=True)
 
     step: int | None = None
     description: str = ""
@@ -29,7 +29,7 @@ class TrajectoryStep(BaseModel):
 
 
 class ContextEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     description: str = ""
     value: str
@@ -38,7 +38,7 @@ class ContextEntry(BaseModel):
 class DataCase(BaseModel):
     """One case of a JSON suite (unknown keys are kept for the record but ignored)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(defer_build=True, extra="allow", populate_by_name=True)
 
     name: str = Field(min_length=1)
     description: str | None = None

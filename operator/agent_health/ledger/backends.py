@@ -13,27 +13,35 @@ backend; sealing and verifying them is :mod:`agent_health.ledger.chain`'s job.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from agent_health.ledger import configmap, errors, filestore, objectstore, store
+from agent_health.ledger import errors, store
+
+# scheme → (module, class): a store's module (and its client library) loads when first used.
+BUILTINS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "file": ("agent_health.ledger.filestore", "FileBackend"),
+        "configmap": ("agent_health.ledger.configmap", "ConfigMapBackend"),
+        "s3": ("agent_health.ledger.objectstore", "ObjectStoreBackend"),
+        "gs": ("agent_health.ledger.objectstore", "ObjectStoreBackend"),
+        "gcs": ("agent_health.ledger.objectstore", "ObjectStoreBackend"),
+    }
+)
 
 
-def _builtins() -> Mapping[str, store.Factory]:
-    return MappingProxyType(
-        {
-            "file": filestore.FileBackend.from_url,
-            "configmap": configmap.ConfigMapBackend.from_url,
-            "s3": objectstore.ObjectStoreBackend.from_url,
-            "gs": objectstore.ObjectStoreBackend.from_url,
-            "gcs": objectstore.ObjectStoreBackend.from_url,
-        }
-    )
+def _builtin(scheme: str) -> store.Factory | None:
+    where = BUILTINS.get(scheme)
+    if where is None:
+        return None
+    factory: store.Factory = getattr(importlib.import_module(where[0]), where[1]).from_url
+    return factory
 
 
 def schemes(extra: Mapping[str, store.Factory] | None = None) -> list[str]:
     """The URL schemes that name a backend, built-in and user-supplied."""
-    return sorted({*_builtins(), *(extra or {})})
+    return sorted({*BUILTINS, *(extra or {})})
 
 
 def from_url(
@@ -47,8 +55,7 @@ def from_url(
     scheme, sep, _ = url.partition("://")
     if not sep:
         url, scheme = f"file://{url}", "file"
-    table = {**_builtins(), **(extra or {})}
-    factory = table.get(scheme.lower())
+    factory = (extra or {}).get(scheme.lower()) or _builtin(scheme.lower())
     if factory is None:
         raise errors.BackendConfigError(
             f"unknown ledger URL scheme {scheme!r} in {url!r}; use one of "

@@ -22,7 +22,7 @@ class RetryConfig(BaseModel):
     A ``Retry-After`` from the provider is honoured as long as it fits in ``max_time``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     max_attempts: int = Field(default=4, ge=1)
     initial_wait: float = Field(default=0.5, ge=0)
@@ -33,7 +33,7 @@ class RetryConfig(BaseModel):
 class JudgeConfig(BaseModel):
     """Which model judges, how to reach it, and how calls are retried, limited and cached."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     provider: Literal["openai", "anthropic", "bedrock"] = "openai"
     model: str
@@ -56,7 +56,9 @@ class JudgeConfig(BaseModel):
 class Config(BaseModel):
     """The whole config. Built with :func:`define_config`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        defer_build=True, frozen=True, extra="forbid", arbitrary_types_allowed=True
+    )
 
     agents: dict[str, ConnectorSpec] = Field(default_factory=dict)
     default_agent: str | None = None

@@ -7,7 +7,6 @@ it up, so two tests running at once can never see each other's signals.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import inspect
@@ -115,6 +114,8 @@ class TestContext:
     def waiting(self, on: Cause) -> Iterator[None]:
         """A call to ``on`` (the agent, the judge): if the test's deadline cuts it short,
         the timeout is ``on``'s, not the test's."""
+        import asyncio  # loaded by then (a test is running); importing the SDK does not need it
+
         try:
             yield
         except asyncio.CancelledError:

@@ -64,7 +64,7 @@ def unbind_traces(token: contextvars.Token[TraceResolver]) -> None:
 class RunResult(BaseModel):
     """The immutable capture of one ``agent.run()``."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(defer_build=True, frozen=True, arbitrary_types_allowed=True)
 
     run_id: str
     prompt: str
@@ -128,7 +128,7 @@ class RunResult(BaseModel):
 class Signal(BaseModel):
     """One observation recorded during a test."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     kind: SignalKind
     role: Role
@@ -151,7 +151,7 @@ class Signal(BaseModel):
 class Verdict(BaseModel):
     """A judge's answer, handed back to the body."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     criteria: str
     passed: bool | None
@@ -185,7 +185,7 @@ class TestResult(BaseModel):
     """The outcome of one (test, repeat)."""
 
     __test__ = False
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str

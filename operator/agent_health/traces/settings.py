@@ -31,7 +31,7 @@ DEFAULT_PRICE_KEY = "default"
 class Price(BaseModel):
     """What one model costs, in US dollars per million tokens."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
@@ -43,7 +43,7 @@ class Price(BaseModel):
 class OpenSearchSettings(BaseModel):
     """Where OTel spans of the agent land (indexed by Data Prepper) and how long to wait."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     hosts: list[str] = Field(min_length=1)
     index: str = "otel-v1-apm-span-*"
@@ -61,7 +61,7 @@ class OpenSearchSettings(BaseModel):
 class TracesSettings(BaseModel):
     """Which agents have traces, where extra spans come from, and the price table."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     enabled: bool | list[str] = True
     opensearch: OpenSearchSettings | None = None

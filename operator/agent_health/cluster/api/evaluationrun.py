@@ -26,7 +26,7 @@ Count = Annotated[int, pydantic.Field(ge=0)]
 class RunSpecRef(meta.Model):
     """The RunSpec this run executes, in the run's own namespace."""
 
-    name: meta.DnsSubdomain
+    name: meta.DnsSubdomain = pydantic.Field(description="The RunSpec's name.")
 
 
 class Selection(meta.Model):
@@ -35,7 +35,9 @@ class Selection(meta.Model):
     labels: Annotated[
         list[Annotated[str, pydantic.Field(min_length=1, max_length=256)]],
         pydantic.Field(max_length=32),
-    ] = pydantic.Field(default_factory=list)
+    ] = pydantic.Field(
+        default_factory=list, description="Run only tests that carry every one of these labels."
+    )
     grep: Annotated[str, pydantic.Field(min_length=1, max_length=1024)] | None = pydantic.Field(
         default=None, description="A regular expression matched against test ids and titles."
     )
@@ -44,23 +46,35 @@ class Selection(meta.Model):
 class Retry(meta.Model):
     """Retries of a cell for infrastructure failures only (never for a failed or errored test)."""
 
-    infra_retries: Annotated[int, pydantic.Field(ge=0, le=10)] = 2
-    backoff_seconds: Annotated[int, pydantic.Field(ge=1, le=3600)] = 10
+    infra_retries: Annotated[int, pydantic.Field(ge=0, le=10)] = pydantic.Field(
+        default=2, description="New pods for a cell the infrastructure failed (eviction, ...)."
+    )
+    backoff_seconds: Annotated[int, pydantic.Field(ge=1, le=3600)] = pydantic.Field(
+        default=10, description="The wait before such a retry."
+    )
 
 
 class Spec(meta.Model):
     """The desired run."""
 
     run_spec_ref: RunSpecRef
-    repeats: Annotated[int, pydantic.Field(ge=1, le=100)] = 1
-    parallelism: Annotated[int, pydantic.Field(ge=1, le=1000)] = 1
+    repeats: Annotated[int, pydantic.Field(ge=1, le=100)] = pydantic.Field(
+        default=1, description="Cells per test (pass@k and pass^k need more than one)."
+    )
+    parallelism: Annotated[int, pydantic.Field(ge=1, le=1000)] = pydantic.Field(
+        default=1, description="Cells of this run at once."
+    )
     selection: Selection = pydantic.Field(default_factory=Selection)
     timeout_seconds: Annotated[int, pydantic.Field(ge=1, le=86400)] | None = pydantic.Field(
         default=None, description="Per-test timeout; defaults to the RunSpec's timeoutSeconds."
     )
     retry: Retry = pydantic.Field(default_factory=Retry)
-    skip_judge: bool = False
-    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = None
+    skip_judge: bool = pydantic.Field(
+        default=False, description="Every judge() call is a neutral skip."
+    )
+    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = pydantic.Field(
+        default=None, description="Delete the run (and its cells) this long after it finished."
+    )
 
 
 Cause = Literal["agent", "judge", "test", "infra"]

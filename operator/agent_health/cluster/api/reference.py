@@ -2,7 +2,7 @@
 
 Each kind gets one Markdown table of its ``spec`` and ``status`` fields (path, type, default,
 limits, description), read from :func:`.crds.open_api_schema` — the schema the API server
-enforces — so the page cannot drift from the models. ``make docs`` rewrites the part of the
+enforces — so the page cannot drift from the models. ``make generate`` rewrites the part of the
 page between :data:`BEGIN` and :data:`END`; a test fails while the page is stale::
 
     python -m agent_health.cluster.api.reference docs/operator.md           # rewrite
@@ -20,7 +20,7 @@ from typing import Any
 
 from agent_health.cluster.api import crds
 
-BEGIN = "<!-- BEGIN GENERATED: CRD fields (make docs) -->"
+BEGIN = "<!-- BEGIN GENERATED: CRD fields (make generate) -->"
 END = "<!-- END GENERATED: CRD fields -->"
 
 
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fresh = rewrite(page)
     if args.check:
         if fresh != page:
-            print(f"{args.page} is stale: run `make docs`", file=sys.stderr)
+            print(f"{args.page} is stale: run `make generate`", file=sys.stderr)
             return 1
         return 0
     args.page.write_text(fresh, encoding="utf-8")

@@ -19,7 +19,9 @@ PLURAL = "runspecs"
 class ConfigMapSuite(meta.Model):
     """Test files in a ConfigMap, mounted into the stock controller image."""
 
-    name: meta.DnsSubdomain
+    name: meta.DnsSubdomain = pydantic.Field(
+        description="The ConfigMap in the RunSpec's namespace; each key is one file of the suite."
+    )
 
 
 class Suite(meta.Model):
@@ -37,7 +39,9 @@ class Suite(meta.Model):
     image: meta.Image | None = pydantic.Field(
         default=None, description="A controller image that contains the suite."
     )
-    config_map: ConfigMapSuite | None = None
+    config_map: ConfigMapSuite | None = pydantic.Field(
+        default=None, description="A ConfigMap of test files, mounted into the stock controller."
+    )
     path: Annotated[str, pydantic.Field(pattern=r"^/", max_length=1024)] = pydantic.Field(
         default="/suite", description="The suite root inside the controller container."
     )
@@ -61,13 +65,20 @@ class Target(meta.Model):
         )
     )
 
-    image: meta.Image
-    port: meta.Port | None = None
-    connector: Literal["rest", "agui", "openai", "subprocess"] = "rest"
+    image: meta.Image = pydantic.Field(description="The agent's image, pinned to a digest once.")
+    port: meta.Port | None = pydantic.Field(
+        default=None, description="The port the agent listens on (its startup probe waits for it)."
+    )
+    connector: Literal["rest", "agui", "openai", "subprocess"] = pydantic.Field(
+        default="rest", description="The protocol the controller speaks to the agent."
+    )
     path: Annotated[str, pydantic.Field(pattern=r"^/", max_length=1024)] = pydantic.Field(
         default="/", description="The HTTP path the connector calls on the target."
     )
-    env: meta.EnvList = pydantic.Field(default_factory=list)
+    env: meta.EnvList = pydantic.Field(
+        default_factory=list,
+        description="The agent's environment; literal URLs of peers are pointed at the gateway.",
+    )
     resources: meta.Resources = pydantic.Field(default_factory=dict)
 
     @pydantic.model_validator(mode="after")
@@ -80,19 +91,27 @@ class Target(meta.Model):
 class Peer(meta.Model):
     """A simulated user, tool server or other agent the target talks to."""
 
-    name: meta.DnsLabel
-    image: meta.Image
-    port: meta.Port
-    env: meta.EnvList = pydantic.Field(default_factory=list)
+    name: meta.DnsLabel = pydantic.Field(
+        description="The peer's name: principal peer:NAME, and AGENT_HEALTH_PEER_<NAME>_URL."
+    )
+    image: meta.Image = pydantic.Field(description="The peer's image, pinned to a digest once.")
+    port: meta.Port = pydantic.Field(description="The port the peer listens on.")
+    env: meta.EnvList = pydantic.Field(default_factory=list, description="The peer's environment.")
     resources: meta.Resources = pydantic.Field(default_factory=dict)
 
 
 class Judge(meta.Model):
     """The judge model; its credentials stay in the operator, never in a cell."""
 
-    provider: Literal["openai", "anthropic", "bedrock"]
-    model: Annotated[str, pydantic.Field(min_length=1, max_length=256)]
-    base_url: Annotated[str, pydantic.Field(pattern=r"^https?://", max_length=2048)] | None = None
+    provider: Literal["openai", "anthropic", "bedrock"] = pydantic.Field(
+        description="openai is any OpenAI-compatible endpoint (vLLM, Ollama, LiteLLM, ...)."
+    )
+    model: Annotated[str, pydantic.Field(min_length=1, max_length=256)] = pydantic.Field(
+        description="The model that judges this RunSpec's cells."
+    )
+    base_url: Annotated[str, pydantic.Field(pattern=r"^https?://", max_length=2048)] | None = (
+        pydantic.Field(default=None, description="The provider's endpoint (default: its own).")
+    )
     secret_ref: meta.SecretKeyRef | None = pydantic.Field(
         default=None, description="The Secret key holding the provider's API key."
     )
@@ -101,7 +120,11 @@ class Judge(meta.Model):
 class Ledger(meta.Model):
     """Where cells record exchanges, run results and signals (chosen by URL scheme)."""
 
-    url: Annotated[str, pydantic.Field(pattern=r"^(configmap|s3|gs|file)://.+", max_length=2048)]
+    url: Annotated[
+        str, pydantic.Field(pattern=r"^(configmap|s3|gs|file)://.+", max_length=2048)
+    ] = pydantic.Field(
+        description="configmap://NAMESPACE/NAME, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX."
+    )
 
 
 class OpenSearch(meta.Model):
@@ -133,8 +156,12 @@ class Isolation(meta.Model):
         )
     )
 
-    mode: Literal["pod", "agentSandbox"] = "pod"
-    runtime_class_name: meta.DnsSubdomain | None = None
+    mode: Literal["pod", "agentSandbox"] = pydantic.Field(
+        default="pod", description="agentSandbox wraps each cell in an agents.x-k8s.io Sandbox."
+    )
+    runtime_class_name: meta.DnsSubdomain | None = pydantic.Field(
+        default=None, description="The Sandbox pod's RuntimeClass, e.g. gvisor."
+    )
 
     @pydantic.model_validator(mode="after")
     def _runtime_class_needs_sandbox(self) -> Isolation:
@@ -150,9 +177,13 @@ class Spec(meta.Model):
     target: Target
     peers: Annotated[
         list[Peer], pydantic.Field(max_length=16, json_schema_extra=meta.list_map("name"))
-    ] = pydantic.Field(default_factory=list)
-    judge: Judge | None = None
-    ledger: Ledger | None = None
+    ] = pydantic.Field(default_factory=list, description="Containers the target talks to.")
+    judge: Judge | None = pydantic.Field(
+        default=None, description="This RunSpec's judge; unset: the operator's own judge."
+    )
+    ledger: Ledger | None = pydantic.Field(
+        default=None, description="Where cells record; unset: the operator's --ledger-url."
+    )
     traces: Traces | None = None
     isolation: Isolation = pydantic.Field(default_factory=Isolation)
     timeout_seconds: Annotated[int, pydantic.Field(ge=1, le=86400)] = pydantic.Field(

@@ -1,25 +1,31 @@
 """Reporters: live progress and a summary on the terminal, JSON, JUnit, HTML and plain lists.
 
-File reporters are found by kind in :data:`FILE_REPORTERS` (the module that writes them) and
-imported only when a run asks for one, so a run without ``--reporter html`` never loads the
-HTML report's code.
+A file reporter is named by the module that writes it, imported only when a run asks for it:
+a run without ``--reporter junit`` never loads an XML library, nor one without
+``--reporter html`` the HTML report's code.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol, cast
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Protocol, cast
 
-from agent_health.engine.report import RunReport
 from agent_health.sdk import errors
 
-# kind → (module with a ``write(path, report)``, default path, what the path is)
-FILE_REPORTERS = {
-    "json": ("agent_health.engine.reporters.json_file", "agent-health-report.json"),
-    "junit": ("agent_health.engine.reporters.junit", "agent-health-junit.xml"),
-    "html": ("agent_health.engine.reporters.html", "agent-health-report"),
-}
+if TYPE_CHECKING:
+    from agent_health.engine.report import RunReport
+
+# kind → (the module whose ``write(path, report)`` writes it, the default path)
+FILE_REPORTERS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "json": ("agent_health.engine.reporters.json_file", "agent-health-report.json"),
+        "junit": ("agent_health.engine.reporters.junit", "agent-health-junit.xml"),
+        "html": ("agent_health.engine.reporters.html", "agent-health-report"),
+    }
+)
 DEFAULT_PATHS = {kind: default for kind, (_, default) in FILE_REPORTERS.items()}
 KINDS = ("list", *FILE_REPORTERS)
 HELP = "list, json[:PATH], junit[:PATH], html[:DIR] (repeatable)"
@@ -43,8 +49,8 @@ def parse(value: str) -> tuple[str, Path | None]:
 
 def write(kind: str, path: Path, report: RunReport) -> Path:
     """Write one file report; the file written (``DIR/index.html`` for html)."""
-    module = cast(_Writer, importlib.import_module(FILE_REPORTERS[kind][0]))
-    if kind != "html":
+    module = cast("_Writer", importlib.import_module(FILE_REPORTERS[kind][0]))
+    if kind != "html":  # html writes into the folder it is given
         path.parent.mkdir(parents=True, exist_ok=True)
     written = module.write(path, report)
     return written if isinstance(written, Path) else path

@@ -1,0 +1,129 @@
+"""Fast start: each command imports what it uses and nothing else.
+
+These tests check *which* modules a command leaves in ``sys.modules`` (never how long it took):
+a module that is not imported costs nothing, and an import added by accident shows up here as
+a name, on any machine. ``bench/defaults.py`` measures what the difference is worth.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ONE_TEST = """
+from agent_health import test
+
+
+@test("one", default_prompt="ping")
+async def one(agent, expect):
+    result = await agent.run()
+    expect(result.output).to_equal("pong")
+"""
+INPROC_CONFIG = """
+from agent_health import define_config
+from agent_health.connectors import AgentReply
+
+
+class Inproc:
+    def __init__(self, spec):
+        pass
+
+    async def run(self, request):
+        return AgentReply(output="pong")
+
+    async def aclose(self):
+        pass
+
+
+config = define_config(connectors={"inproc": Inproc}, agents={"a": {"connector": "inproc"}})
+"""
+# Never needed by `run` or `list` on a laptop: the servers, the cluster, the judge's providers.
+SERVER_SIDE = (
+    "aiohttp.web",
+    "kopf",
+    "kubernetes",
+    "agent_health.cluster",
+    "agent_health.gateway",
+    "agent_health.judging",
+    "tenacity",
+    "yaml",
+)
+
+
+def imported_by(argv: list[str], cwd: Path) -> set[str]:
+    """The modules in ``sys.modules`` after ``agent-health ARGV`` ran in a fresh interpreter."""
+    out = cwd / "modules.json"
+    code = (
+        "import json, sys\n"
+        "from agent_health.cli import app\n"
+        f"code = app.main({argv!r})\n"
+        f"json.dump(sorted(sys.modules), open({str(out)!r}, 'w'))\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return set(json.loads(out.read_text()))
+
+
+def loaded(modules: set[str], *names: str) -> list[str]:
+    """Those of ``names`` (packages included with their submodules) that were imported."""
+    return sorted(m for m in modules for n in names if m == n or m.startswith(n + "."))
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    (tmp_path / "test_one.py").write_text(ONE_TEST)
+    (tmp_path / "agent-health.config.py").write_text(INPROC_CONFIG)
+    return tmp_path
+
+
+def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: Path) -> None:
+    modules = imported_by(["list", str(suite)], suite)
+    assert "agent_health.engine.loader" in modules  # the check would pass on a crash otherwise
+    assert not loaded(
+        modules,
+        *SERVER_SIDE,
+        "aiohttp",
+        "httpx",
+        "rich",
+        "xml",
+        "asyncio",
+        "ag_ui",
+        "agent_health.ledger",
+        "agent_health.engine.runner",
+        "agent_health.engine.reporters",
+        "agent_health.traces.metrics",
+    )
+
+
+def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite: Path) -> None:
+    modules = imported_by(["run", str(suite)], suite)
+    assert "agent_health.engine.runner" in modules
+    assert "agent_health.ledger.chain" in modules  # the default local ledger recorded the run
+    # The local ledger still records through the in-process gateway (aiohttp's server).
+    server_side = [m for m in SERVER_SIDE if m not in ("aiohttp.web", "agent_health.gateway")]
+    assert not loaded(
+        modules,
+        *server_side,
+        "xml",
+        "ag_ui",
+        "httpx_sse",
+        "agent_health.connectors.rest",
+        "agent_health.connectors.agui",
+        "agent_health.engine.reporters.junit",
+        "agent_health.ledger.configmap",
+        "agent_health.ledger.objectstore",
+    )
+
+
+def test_a_reporter_loads_when_it_is_asked_for(suite: Path) -> None:
+    report = suite / "junit.xml"
+    modules = imported_by(["run", str(suite), "--reporter", f"junit:{report}"], suite)
+    assert "agent_health.engine.reporters.junit" in modules
+    assert report.read_text().startswith("<?xml")
