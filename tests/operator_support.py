@@ -61,14 +61,35 @@ class Registry:
 
     missing: set[str] = dataclasses.field(default_factory=set)
     host: str = ""
+    asked: list[str] = dataclasses.field(default_factory=list)
+    """Every ``name:ref`` asked for, in order."""
 
     async def manifest(self, request: web.Request) -> web.Response:
         name, ref = request.match_info["name"], request.match_info["ref"]
+        self.asked.append(f"{name}:{ref}")
         if name in self.missing:
             return web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)
         body = json.dumps({"schemaVersion": 2, "name": name, "ref": ref}).encode()
         digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
         return web.Response(body=body, headers={"Docker-Content-Digest": digest})
+
+
+def _died(name: str, reason: str, exit_code: int) -> dict[str, Any]:
+    """A sidecar the kubelet restarted once: its first instance ended with ``reason``."""
+    return {
+        "name": name,
+        "restartCount": 1,
+        "state": {"terminated": {"exitCode": 143, "reason": "Error"}},
+        "lastState": {"terminated": {"exitCode": exit_code, "reason": reason}},
+    }
+
+
+# Outcomes whose pod ends with a passing ledger but a sidecar that died during the cell.
+SIDECAR_DEATHS: dict[str, list[dict[str, Any]]] = {
+    "target-oom": [_died("target", "OOMKilled", 137)],
+    "target-crash": [_died("target", "Error", 1)],
+    "gateway-restart": [_died("gateway", "Error", 2)],
+}
 
 
 @contextlib.asynccontextmanager
@@ -186,7 +207,15 @@ def listing(*tests: tuple[str, list[str]]) -> list[dict[str, Any]]:
     ]
 
 
-def cell_records(test_id: str, repeat: int, cell: str, passed: bool) -> list[records.Record]:
+def cell_records(
+    test_id: str,
+    repeat: int,
+    cell: str,
+    passed: bool,
+    *,
+    ledger_cell: str | None = None,
+    attempt: int | None = None,
+) -> list[records.Record]:
     """A cell's ledger as a real one looks: meta, exchanges, run result, signals, end."""
     gate = results.Signal(
         kind="deterministic",
@@ -196,7 +225,14 @@ def cell_records(test_id: str, repeat: int, cell: str, passed: bool) -> list[rec
         score=float(passed),
     )
     return [
-        records.CellMeta(test_id=test_id, repeat=repeat, run_id=cell, started_at=T0),
+        records.CellMeta(
+            test_id=test_id,
+            repeat=repeat,
+            run_id=cell,
+            started_at=T0,
+            cell=ledger_cell,
+            attempt=attempt,
+        ),
         records.Exchange(
             principal="controller",
             evidence="tok",
@@ -251,7 +287,7 @@ class Cell:
             run=meta["ownerReferences"][0]["name"],
             test_id=meta["annotations"][manifests.ANNOTATION_TEST_ID],
             repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
-            attempt=int(meta["annotations"].get("agenthealth.dev/attempt", "0")),
+            attempt=int(args[args.index("--attempt") + 1]),
             ledger_cell=args[args.index("--cell") + 1],
         )
 
@@ -335,10 +371,17 @@ class Kubelet:
         key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell.run)
         writer = chain.Writer(self.backend(), cell.ledger_cell, key)
         await writer.append(
-            *cell_records(cell.test_id, cell.repeat, cell.name, outcome != "failed")
+            *cell_records(
+                cell.test_id,
+                cell.repeat,
+                cell.name,
+                outcome != "failed",
+                ledger_cell=cell.ledger_cell,
+                attempt=cell.attempt,
+            )
         )
         phase = "Failed" if outcome == "failed" else "Succeeded"
-        await self.finish(cell.name, phase, exit_code=1)
+        await self.finish(cell.name, phase, exit_code=1, sidecars=SIDECAR_DEATHS.get(outcome, []))
 
     async def ledger_key(self, run: str) -> bytes:
         secret = self.cluster.emulator.read(
@@ -354,18 +397,26 @@ class Kubelet:
         )
         assert answer.status_code == 200, answer.text
 
-    async def finish(self, name: str, phase: str, *, message: str = "", exit_code: int = 0) -> None:
+    async def finish(
+        self,
+        name: str,
+        phase: str,
+        *,
+        message: str = "",
+        exit_code: int = 0,
+        sidecars: list[dict[str, Any]] | None = None,
+    ) -> None:
         container = "discover" if "-discover-" in name else "controller"
         terminated = {"exitCode": exit_code if phase == "Failed" else 0, "reason": "Completed"}
         if message:
             terminated["message"] = message
-        await self.status(
-            name,
-            {
-                "phase": phase,
-                "containerStatuses": [{"name": container, "state": {"terminated": terminated}}],
-            },
-        )
+        status: dict[str, Any] = {
+            "phase": phase,
+            "containerStatuses": [{"name": container, "state": {"terminated": terminated}}],
+        }
+        if sidecars:
+            status["initContainerStatuses"] = sidecars
+        await self.status(name, status)
 
     async def close(self) -> None:
         if self._backend is not None:

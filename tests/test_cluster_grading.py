@@ -415,3 +415,38 @@ def test_a_failed_pod_is_errored_and_retried_only_for_infrastructure(
     assert graded.error == f"infrastructure failure ({cause}): pod lost; {note}"
     assert graded.result.status == "errored"
     assert graded.score is None
+
+
+async def test_a_ledger_moved_to_another_attempt_is_another_cells(
+    backend: filestore.FileBackend,
+) -> None:
+    """Attempts of a cell share test, repeat and run id; their sealed cell-meta tells them
+    apart, so the first attempt's ledger (say, a pass) cannot stand in for the retry's."""
+    first = [meta().model_copy(update={"cell": "c1", "attempt": 0}), *passing_cell()[1:]]
+    await write(backend, "c1", first)
+    await backend.append("c1.a1", await backend.read("c1"))  # copied into the retry's place
+    retry = EXPECTED.model_copy(update={"ledger_cell": "c1.a1", "attempt": 1})
+    graded = await grading.grade_cell(backend, "c1", KEY, retry, ledger_cell="c1.a1")
+    assert (graded.status, graded.cause) == ("errored", "agent")
+    assert graded.error == (
+        "ledger belongs to another cell (cell 'c1', expected 'c1.a1'; attempt 0, expected 1)"
+    )
+    own = EXPECTED.model_copy(update={"ledger_cell": "c1", "attempt": 0})
+    assert (await grading.grade_cell(backend, "c1", KEY, own)).status == "passed"
+    unnamed = [meta(), *passing_cell()[1:]]  # a cell-meta that names no attempt
+    await write(backend, "c2", unnamed)
+    graded = await grading.grade_cell(backend, "c2", KEY, own, ledger_cell="c2")
+    assert graded.error is not None
+    assert graded.error.startswith("ledger belongs to another cell (cell None, expected 'c1'")
+
+
+async def test_a_gateway_restart_on_record_is_errored_infra_never_passed(
+    backend: filestore.FileBackend,
+) -> None:
+    items = passing_cell()
+    restarted = meta().model_copy(update={"restarted": True})
+    await write(backend, "c1", [*items[:2], restarted, *items[2:]])
+    graded = await grade(backend)
+    assert (graded.status, graded.cause, graded.infra) == ("errored", "infra", True)
+    assert graded.error is not None
+    assert graded.error.startswith("the gateway restarted during the cell (record 2)")

@@ -69,7 +69,7 @@ async def test_the_example_run_is_resolved_scheduled_graded_and_reported() -> No
             assert spec_status["testCount"] == 4
             assert len(spec_status["discoveredTests"]) == 4
             kinds = {c["type"]: c["status"] for c in spec_status["conditions"]}
-            assert kinds == {"Resolved": "True", "Discovered": "True"}
+            assert kinds == {"Resolved": "True", "Discovered": "True", "Ready": "True"}
 
             # The run: 2 tests selected × 3 repeats, one failing repeat.
             status = done["status"]

@@ -132,3 +132,37 @@ async def test_an_evicted_cell_is_retried_per_policy_and_a_tampered_ledger_is_er
             )
         }
         assert {"LedgerTampered", "CellInfraFailure"} <= reasons
+
+
+async def test_a_dead_target_blames_the_agent_and_is_never_retried_a_gateway_restart_is() -> None:
+    """A target OOM-killed (seen only in lastState, its ledger passing) or crashed is the
+    agent's error and gets no second try; a gateway that restarted is the infrastructure's."""
+    outcomes = {"oom": "target-oom", "crash": "target-crash", "restart": "gateway-restart"}
+
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda cell: outcomes[cell.run])
+        async with kubelet(fake), k8s.operator():
+            await k8s.apply(runspec)
+            for name in outcomes:
+                body = run | {"metadata": {"name": name, "namespace": "default"}}
+                body["spec"] = run["spec"] | {
+                    "repeats": 1,
+                    "selection": {"grep": "payment rca"},
+                    "retry": {"infraRetries": 1, "backoffSeconds": 1},
+                }
+                await k8s.apply(body)
+            done = {n: await until(lambda n=n: finished(k8s, n), n) for n in outcomes}
+    created = pod_creations(k8s.emulator)
+    for name, cause in (("oom", "target-oom"), ("crash", "target-crash")):
+        [test] = done[name]["tests"]
+        assert (test["errored"], test["erroredByAgent"], test["cause"]) == (1, 1, "agent"), test
+        assert test["error"].startswith(f"agent failure ({cause}): the target container")
+        assert test["error"].endswith("; not retried")
+        assert done[name]["counts"]["erroredByCause"]["agent"] == 1
+        assert done[name]["passRate"] == 0.0  # the agent's own death counts against it
+        assert [t for n, t in created.items() if n.startswith(name)] == [1]  # never retried
+    [test] = done["restart"]["tests"]
+    assert (test["errored"], test["erroredByAgent"], test["cause"]) == (1, 0, "infra"), test
+    assert "infrastructure failure (gateway-restart): the gateway restarted" in test["error"]
+    assert [t for n, t in created.items() if n.startswith("restart")] == [2]  # retried once

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from agent_health import cli, gateway
 from agent_health.gateway import config
-from agent_health.ledger import chain, errors, filestore
+from agent_health.ledger import chain, errors, filestore, records
 from aiohttp import web
 from gateway_support import (
     CELL,
@@ -155,7 +155,9 @@ async def test_only_the_controller_appends_records_and_only_its_kinds(
     assert chain.verify(lines, KEY).ok
 
 
-async def test_a_restarted_gateway_continues_the_cell(tmp_path: Path, upstream: str) -> None:
+async def test_a_restarted_gateway_continues_the_cell_and_says_it_restarted(
+    tmp_path: Path, upstream: str
+) -> None:
     for _ in range(2):
         async with (
             _gateway(tmp_path, upstream) as gw,
@@ -163,8 +165,14 @@ async def test_a_restarted_gateway_continues_the_cell(tmp_path: Path, upstream: 
             client.get(gw.url("controller") + "/echo") as response,
         ):
             assert response.status == 200
-    kinds = [r.kind for r in read_cell(tmp_path)]
-    assert kinds == ["cell-meta", "exchange", "exchange"]
+    found = read_cell(tmp_path)
+    assert [r.kind for r in found] == ["cell-meta", "exchange", "cell-meta", "exchange"]
+    first, again = found[0], found[2]
+    assert isinstance(first, records.CellMeta)
+    assert isinstance(again, records.CellMeta)
+    assert (first.restarted, again.restarted) == (None, True)
+    lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
+    assert chain.verify(lines, KEY, complete=False).ok
 
 
 async def test_a_port_in_use_is_a_clear_error(tmp_path: Path, upstream: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,19 @@ async def test_env_variable_chooses_the_file(
     assert cache.default_path(None, {"XDG_CACHE_HOME": "/x"}) == Path(
         "/x/agent-health/judge.sqlite"
     )
+
+
+async def test_a_directory_holds_the_cache_as_judge_sqlite(server: Any, tmp_path: Path) -> None:
+    volume = tmp_path / "judge"  # what the chart mounts: a directory
+    volume.mkdir()
+    config = judge_config(server, cache_path=str(volume), cache=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", judging.JudgeCacheWarning)  # no "cannot be used"
+        first, second = await _twice(config)
+    assert not first.cached
+    assert second.cached
+    assert (volume / cache.FILE_NAME).is_file()
+    assert cache.default_path(f"{tmp_path}/new/") == tmp_path / "new" / cache.FILE_NAME
 
 
 async def test_corrupt_file_is_reported_and_rebuilt(server: Any, tmp_path: Path) -> None:

@@ -224,7 +224,7 @@ def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
     minimal = _args(render(helm, "minimal"))
     assert minimal["namespace"] == "evals"
     kind = _args(render(helm, "kind"))
-    assert kind["ledger-url"] == "configmap://agent-health-ledger"
+    assert kind["ledger-url"] == "configmap://{namespace}/agent-health-ledger-{run}"
 
 
 def test_probes_ports_and_security(helm: Path) -> None:

@@ -2,7 +2,8 @@
 
 The marking (documented in docs/architecture.md, "Runnable examples in these pages") is the
 fence's info string: ```` ```python runnable ```` is a test file run against the bundled
-example agent, ```` ```python runnable agent ```` an agent program driven by a probe test,
+example agent, ```` ```python runnable agent ```` a REST agent and ```` ```python runnable
+cmd ```` a subprocess agent, each driven by a probe test,
 ```` ```sh runnable ```` a shell script run beside a copy of ``examples/``; ``exit=N``
 expects exit code N instead of 0.
 """
@@ -44,6 +45,12 @@ config = define_config(
             "command": ["python", "agent.py", "{port}"],
         }
     }
+)
+"""
+COMMAND_CONFIG = """from agent_health import define_config
+
+config = define_config(
+    agents={"doc": {"connector": "subprocess", "command": ["python", "agent.py"]}}
 )
 """
 
@@ -125,9 +132,10 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def run_block(block: Block, tmp: Path) -> subprocess.CompletedProcess[str]:
     """Run one block the way its marking says; return the finished process."""
     agent_health = str(BIN / "agent-health")
-    if block.language == "python" and block.flags == ("agent",):
+    if block.language == "python" and block.flags in (("agent",), ("cmd",)):
         (tmp / "agent.py").write_text(block.code + "\n")
-        (tmp / "agent-health.config.py").write_text(AGENT_CONFIG)
+        config = AGENT_CONFIG if block.flags == ("agent",) else COMMAND_CONFIG
+        (tmp / "agent-health.config.py").write_text(config)
         (tmp / "test_probe.py").write_text(PROBE)
         return _run([agent_health, "run", "--no-ledger", "test_probe.py"], tmp)
     if block.language == "python" and not block.flags:
@@ -139,13 +147,14 @@ def run_block(block: Block, tmp: Path) -> subprocess.CompletedProcess[str]:
         return _run(["bash", "-euo", "pipefail", "-c", block.code], tmp)
     raise AssertionError(
         f"{block.name}: cannot run a {block.language!r} block {block.flags}; the markings are "
-        "`python runnable`, `python runnable agent` and `sh runnable` (docs/architecture.md)"
+        "`python runnable`, `python runnable agent`, `python runnable cmd` and `sh runnable` "
+        "(docs/architecture.md)"
     )
 
 
 def test_the_pages_have_runnable_blocks_of_every_kind() -> None:
     kinds = {(b.language, b.flags) for b in BLOCKS}
-    assert {("python", ()), ("python", ("agent",)), ("sh", ())} <= kinds
+    assert {("python", ()), ("python", ("agent",)), ("python", ("cmd",)), ("sh", ())} <= kinds
     assert any(b.page.name == "README.md" for b in BLOCKS)
     assert any(b.exit != 0 for b in BLOCKS), "no block shows a failing run"
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_health.cli import common
+
+if TYPE_CHECKING:
+    from agent_health.ledger import store
 
 KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"  # ledger.chain.KEY_ENV, named here to keep --help cheap
 
@@ -42,7 +45,9 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     try:
         key = ledger.load_key(args.key_file)
-        report = asyncio.run(ledger.verify_url(args.url, key, complete=not args.allow_open))
+        options = access(args.url)
+        checked = ledger.verify_url(args.url, key, options=options, complete=not args.allow_open)
+        report = asyncio.run(checked)
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
     if not report.cells:
@@ -70,7 +75,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     outputs = [reporters.parse(r) for r in args.reporter]
     try:
         key = ledger.load_key(args.key_file)
-        results = asyncio.run(regrade.grade_ledger(args.url, key))
+        results = asyncio.run(regrade.grade_ledger(args.url, key, access(args.url)))
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
     if not results:
@@ -89,3 +94,27 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     terminal.summary(consoles.out, report)
     common.write_reports(outputs, report, consoles.out)
     return common.exit_code(report)
+
+
+def access(url: str) -> store.Options | None:
+    """How to reach a ``configmap://`` ledger: the pod's service account, else the kubeconfig."""
+    if not url.startswith("configmap://"):
+        return None
+    import asyncio
+
+    try:
+        from agent_health.cluster import errors, kube
+    except ImportError as err:  # kopf: the operator extra
+        raise common.UsageError(
+            f"reading {url} needs the Kubernetes client of the operator extra: "
+            "pip install 'agent-health[operator]'"
+        ) from err
+
+    async def login() -> store.Options:
+        info, token_file = await kube.login()
+        return await asyncio.to_thread(kube.ledger_options, info, token_file)
+
+    try:
+        return asyncio.run(login())
+    except errors.ClusterError as err:
+        raise common.UsageError(f"reading {url}: {err}") from err

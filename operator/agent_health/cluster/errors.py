@@ -8,6 +8,7 @@
      ├── LedgerUnavailable  a cell's ledger cannot be read now (the store failed); grade it later
      ├── PhaseError         an EvaluationRun phase change the lifecycle does not allow (a bug)
      ├── DoubtfulEvidence   a cell's ledger proves nothing; grading turns it into an errored grade
+     │    └── IncompleteEvidence  the infrastructure left a gap in it (the gateway restarted)
      └── RegistryError      an image reference could not be pinned to a digest
           ├── PermanentRegistryError  retrying will not help: no such tag, access refused,
           │                           a malformed pull secret
@@ -56,4 +57,12 @@ class DoubtfulEvidence(ClusterError):
     Its grade is ``errored`` with cause ``agent``: evidence that cannot be checked must not
     lift a result out of the pass rate, or breaking the evidence of a failed test would
     raise the agent's grade.
+    """
+
+
+class IncompleteEvidence(DoubtfulEvidence):
+    """The infrastructure left a gap in a cell's ledger (its gateway restarted mid-cell).
+
+    Its grade is ``errored`` with cause ``infra``: the ledger the gateway kept is sound, but
+    what passed while it was down is not on record, so the test cannot be graded on it.
     """

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import ssl
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -31,7 +31,9 @@ import httpx
 import kopf
 
 from agent_health.cluster import errors
+from agent_health.ledger import store
 
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 MERGE_PATCH = "application/merge-patch+json"
 TOKEN_REFRESH_SECONDS = 60.0
 
@@ -121,18 +123,7 @@ class Client:
 
         ``token_file``: where the token came from, to follow its rotation.
         """
-        verify: ssl.SSLContext | bool = True
-        if info.insecure:
-            verify = False
-        elif info.ca_path or info.ca_data or info.certificate_path or info.certificate_data:
-            context = ssl.create_default_context(
-                cafile=str(info.ca_path) if info.ca_path else None,
-                cadata=_text(info.ca_data) if info.ca_data else None,
-            )
-            cert = _file(info.certificate_path, info.certificate_data)
-            if cert is not None:
-                context.load_cert_chain(cert, _file(info.private_key_path, info.private_key_data))
-            verify = context
+        verify = info.as_ssl_context()  # CA and client certificate, as data or as files
         token = info.token if (info.scheme or "Bearer").lower() == "bearer" else None
         if token_file is not None:
             token = None
@@ -301,16 +292,47 @@ def _error(method: str, path: str, response: httpx.Response) -> ApiError:
     )
 
 
-def _text(data: str | bytes) -> str:
-    return data.decode() if isinstance(data, bytes) else data
+async def login(
+    given: kopf.ConnectionInfo | None = None,
+) -> tuple[kopf.ConnectionInfo, str | None]:
+    """Who to be, and the token file to follow (``None``: the token is used as it is).
+
+    In a pod, its service account. Elsewhere the kubeconfig (``$KUBECONFIG``, else
+    ``~/.kube/config``, its current context), read as kubectl reads it — exec plugins such
+    as ``gke-gcloud-auth-plugin`` or ``aws eks get-token`` included — when the
+    ``kubernetes`` package is installed (the ``operator`` extra), else by kopf's own reader
+    (tokens and client certificates).
+    """
+    if given is not None:
+        return given, None
+    settings = kopf.OperatorSettings()
+    info = await asyncio.to_thread(kopf.login_with_service_account, settings=settings)
+    if info is not None:
+        return info, SERVICE_ACCOUNT_TOKEN
+    logger = logging.getLogger("agent_health.kube")
+    try:
+        info = await asyncio.to_thread(kopf.login_via_client, logger=logger, settings=settings)
+        if info is None:  # no kubernetes package
+            info = await asyncio.to_thread(kopf.login_with_kubeconfig, settings=settings)
+    except (kopf.LoginError, OSError, KeyError, ValueError) as err:
+        raise errors.ClusterError(
+            f"cannot log in to Kubernetes: no service account here and the kubeconfig "
+            f"($KUBECONFIG or ~/.kube/config) is unusable: {err}"
+        ) from err
+    if info is None:
+        raise errors.ClusterError(
+            "cannot log in to Kubernetes: no service account here and no kubeconfig "
+            "($KUBECONFIG or ~/.kube/config)"
+        )
+    return info, None
 
 
-def _file(path: Any, data: str | bytes | None) -> str | None:
-    """A path for a PEM given as a path or as data (data goes to a private temp file)."""
-    if path:
-        return str(path)
-    if not data:
-        return None
-    with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as handle:
-        handle.write(data if isinstance(data, bytes) else data.encode())
-        return handle.name
+def ledger_options(info: kopf.ConnectionInfo, token_file: str | None) -> store.Options:
+    """How a ConfigMap ledger reaches the API server with the identity of ``info``."""
+    if token_file is not None:  # in a pod: the backend reads the mounted token and CA
+        return store.Options(kube_token=info.token)
+    return store.Options(
+        kube_api_url=info.server,
+        kube_headers=info.as_http_headers(),
+        kube_verify=info.as_ssl_context(),
+    )

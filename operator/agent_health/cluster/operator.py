@@ -35,7 +35,6 @@ from agent_health.judging import dispatch, service
 from agent_health.ledger import store
 from agent_health.sdk import config as config_mod
 
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 log = logging.getLogger("agent_health.operator")
 
 
@@ -55,19 +54,6 @@ def kopf_settings(options: options_mod.Options) -> kopf.OperatorSettings:
     settings.networking.request_timeout = 60
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
     return settings
-
-
-async def _login(given: kopf.ConnectionInfo | None) -> tuple[kopf.ConnectionInfo, str | None]:
-    if given is not None:
-        return given, None
-    settings = kopf.OperatorSettings()
-    info = await asyncio.to_thread(kopf.login_with_service_account, settings=settings)
-    if info is not None:
-        return info, SERVICE_ACCOUNT_TOKEN
-    info = await asyncio.to_thread(kopf.login_with_kubeconfig, settings=settings)
-    if info is None:
-        raise kopf.LoginError("no in-cluster service account and no kubeconfig to log in with")
-    return info, None
 
 
 async def _pinned(image: str, insecure: tuple[str, ...]) -> str:
@@ -91,7 +77,7 @@ async def serve(
     stop = stop or asyncio.Event()
     ready = ready or asyncio.Event()
     environ = os.environ if environ is None else environ
-    info, token_file = await _login(connection)
+    info, token_file = await kube.login(connection)
     judge = options_mod.judge_config(environ, options.judge_cache)
     async with contextlib.AsyncExitStack() as stack:
         api = kube.Client.from_connection(info, token_file=token_file)
@@ -108,7 +94,8 @@ async def serve(
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())
         )
-        operator = Operator.build(options, api, settings, backend, info, token_file)
+        ledgers = await asyncio.to_thread(kube.ledger_options, info, token_file)
+        operator = Operator.build(options, api, settings, backend, ledgers)
         stack.push_async_callback(operator.runs.close)
         stack.push_async_callback(operator.judges.close)
         for server, addr, app in (
@@ -164,8 +151,7 @@ class Operator:
         api: kube.Client,
         settings: manifests.Settings,
         backend: dispatch.Judging | None,
-        info: kopf.ConnectionInfo,
-        token_file: str | None,
+        ledger_options: store.Options,
     ) -> Operator:
         sink = metrics.OperatorMetrics()
 
@@ -174,9 +160,6 @@ class Operator:
 
         status = batcher.StatusBatcher(patch, interval=options.status_interval)
         discoveries = specs.Discoveries(api)
-        ledger_options = store.Options(
-            kube_api_url=info.server if token_file is None else None, kube_token=info.token
-        )
         scheduler = runs.Runs(
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,

@@ -18,7 +18,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from agent_health.cluster.cells import netpol
+from agent_health.cluster.cells import ledgerurl, netpol
 from agent_health.sdk import config as config_mod
 
 DESCRIPTION = (
@@ -93,11 +93,14 @@ FLAGS = (
     _Flag("--judge-service-url", "AGENT_HEALTH_JUDGE_SERVICE_URL", "the judge service URL "
           "cells call, e.g. http://agent-health-judge.agent-health.svc:8090; unset: cells "
           "skip judge()", metavar="URL"),
-    _Flag("--ledger-url", "AGENT_HEALTH_LEDGER_URL", "the ledger of RunSpecs that name none "
-          "(configmap://NAMESPACE/NAME, s3://, gs://, file://); {namespace}, {run} and "
-          "{runspec} are filled in; unset: such runs fail with NoLedger", metavar="URL"),
-    _Flag("--judge-cache", "AGENT_HEALTH_JUDGE_CACHE", "the persistent judge cache, a SQLite "
-          "file shared by every judge of the operator; unset: no cache across restarts",
+    _Flag("--ledger-url", "AGENT_HEALTH_LEDGER_URL", "the ledger of RunSpecs that name none, "
+          "e.g. configmap://{namespace}/agent-health-ledger-{run}, s3://BUCKET/PREFIX, "
+          "gs://BUCKET/PREFIX; {namespace}, {run} and {runspec} are filled in per run; a "
+          "malformed URL stops the operator at start; unset: such runs fail with NoLedger",
+          metavar="URL"),
+    _Flag("--judge-cache", "AGENT_HEALTH_JUDGE_CACHE", "the persistent judge cache shared by "
+          "every judge of the operator: a SQLite file, or a directory (a mounted volume) to "
+          "keep judge.sqlite in; unset: no cache across restarts",
           metavar="PATH"),
     _Flag("--namespace", "AGENT_HEALTH_WATCH_NAMESPACE", "watch one namespace only; unset: "
           "cluster-wide", metavar="NAMESPACE"),
@@ -169,6 +172,8 @@ def from_args(args: argparse.Namespace) -> Options:
         if not getattr(args, flag):
             name = flag.replace("_", "-")
             raise ValueError(f"--{name} (or AGENT_HEALTH_{flag.upper()}) is required")
+    if args.ledger_url and (wrong := ledgerurl.problem(args.ledger_url)) is not None:
+        raise ValueError(f"--ledger-url (or AGENT_HEALTH_LEDGER_URL): {wrong}")
     return Options(
         controller_image=args.controller_image,
         gateway_image=args.gateway_image,

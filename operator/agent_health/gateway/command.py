@@ -28,6 +28,7 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "run_id": "run_id",
     "test_id": "test_id",
     "repeat": "repeat",
+    "attempt": "attempt",
     "admin": "admin",
     "connect_timeout": "connect_timeout",
     "timeout": "total_timeout",
@@ -60,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--run-id", help="the cell's run id, added as X-Agent-Health-Run-Id when absent")
     add("--test-id", help="test id for the cell-meta record")
     add("--repeat", type=int, help="repeat index for the cell-meta record")
+    add("--attempt", type=int, help="the cell's attempt for the cell-meta record (default 0)")
     add("--image", action="append", default=[], metavar="NAME=IMAGE", help="pinned image")
     add(
         "--token",

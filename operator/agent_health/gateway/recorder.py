@@ -90,7 +90,8 @@ class Recorder:
         return list(self._cells)
 
     async def open_cell(self, cell: str, meta: records.CellMeta) -> None:
-        """Open ``cell`` for appending: continue its stored chain, or start it with ``meta``."""
+        """Open ``cell`` for appending: start it with ``meta``, or continue its stored chain
+        after ``meta`` marked ``restarted`` (a gateway started again on a cell under way)."""
         store.check_cell(cell)
         if cell in self._cells:
             raise errors.ChainError(f"cell {cell} is already open in this gateway")
@@ -106,6 +107,10 @@ class Recorder:
         state = _Cell(chain.Writer(self.backend, cell, self._key, sealer), ended=stored.ended)
         if stored.records == 0:
             await state.writer.append(meta)
+        elif not stored.ended:
+            # Started again on a cell under way (the kubelet restarted us): whatever passed
+            # while we were down is not on record, and the grade must know it.
+            await state.writer.append(meta.model_copy(update={"restarted": True}))
         self._cells[cell] = state
 
     def bind(self, run_id: str, cell: str) -> None:

@@ -85,6 +85,8 @@ class Gateway:
                 repeat=s.repeat,
                 run_id=s.run_id or s.cell,
                 images=s.images,
+                cell=s.cell,
+                attempt=s.attempt,
             )
             try:
                 await self.recorder.open_cell(s.cell, meta)

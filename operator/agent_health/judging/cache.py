@@ -31,6 +31,7 @@ from agent_health.judging import errors
 
 SCHEMA_VERSION = 1
 ENV = "AGENT_HEALTH_JUDGE_CACHE"
+FILE_NAME = "judge.sqlite"
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS verdicts ("
@@ -47,13 +48,18 @@ def key(parts: Mapping[str, Any]) -> str:
 
 
 def default_path(configured: str | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """Where the cache lives (env, then config, then the user's cache directory)."""
+    """Where the cache lives (env, then config, then the user's cache directory).
+
+    A directory (one that exists, or a path ending in ``/``) holds the cache as
+    ``judge.sqlite``: a volume mounted for the cache is a directory.
+    """
     env = os.environ if environ is None else environ
     chosen = env.get(ENV) or configured
     if chosen:
-        return Path(chosen).expanduser()
+        path = Path(chosen).expanduser()
+        return path / FILE_NAME if chosen.endswith("/") or path.is_dir() else path
     base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agent-health" / "judge.sqlite"
+    return Path(base) / "agent-health" / FILE_NAME
 
 
 class Cache:

@@ -8,7 +8,8 @@ Kubernetes 1 MiB limit the append fails with :class:`~agent_health.ledger.errors
 LedgerTooLarge` — the ledger is never truncated.
 
 The Kubernetes API is spoken with plain httpx: the base URL and bearer token come from the
-pod's service-account mount unless given in :class:`~agent_health.ledger.store.Options`.
+pod's service-account mount unless given in :class:`~agent_health.ledger.store.Options`
+(outside a cluster, what ``agent_health.cluster.kube.ledger_options`` read from a kubeconfig).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import base64
 import gzip
 import os
 import re
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from agent_health.ledger import errors, store
 CHUNK_BYTES = 256 * 1024
 MAX_ATTEMPTS = 20
 _KEY = re.compile(r"^(?P<cell>.+)\.jsonl\.gz\.(?P<index>\d+)$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 ConfigMap = dict[str, Any]
 
@@ -58,7 +62,18 @@ class ConfigMapBackend:
             raise errors.BackendConfigError(
                 f"ledger URL {url!r} must be configmap://NAMESPACE/NAME"
             )
-        return cls(parts[0], parts[1], options)
+        namespace, name = parts
+        if not _DNS_LABEL.match(namespace):
+            raise errors.BackendConfigError(
+                f"ledger URL {url!r}: namespace {namespace!r} is not a Kubernetes namespace "
+                "name (lower-case letters, digits and '-', at most 63)"
+            )
+        if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+            raise errors.BackendConfigError(
+                f"ledger URL {url!r}: {name!r} is not a ConfigMap name (lower-case letters, "
+                "digits, '-' and '.', at most 253)"
+            )
+        return cls(namespace, name, options)
 
     async def append(self, cell: str, lines: Sequence[str]) -> None:
         store.check_cell(cell)
@@ -194,14 +209,17 @@ class ConfigMapBackend:
         if self._client is None:
             base, token, verify = await asyncio.to_thread(self._connection)
             headers = {"Authorization": f"Bearer {token}"} if token else {}
+            headers.update(self._options.kube_headers)
             self._client = httpx.AsyncClient(
                 base_url=base, headers=headers, verify=verify, timeout=30.0
             )
         return self._client
 
-    def _connection(self) -> tuple[str, str | None, str | bool]:
+    def _connection(self) -> tuple[str, str | None, ssl.SSLContext | str | bool]:
         """Base URL, token and TLS verification: explicit options, else the pod's mount."""
         opts = self._options
+        if opts.kube_api_url is not None and (opts.kube_headers or opts.kube_verify):
+            return opts.kube_api_url, opts.kube_token, opts.kube_verify or True  # a kubeconfig
         base = opts.kube_api_url
         if base is None:
             host = os.environ.get("KUBERNETES_SERVICE_HOST")

@@ -15,7 +15,8 @@ A version-1 reader meets such a record with "unknown record version 2; upgrade".
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause`` and ``content_hash`` of
-``cell-end``, ``error``, ``cause`` and ``unreported`` of ``run-result``.
+``cell-end``, ``error``, ``cause`` and ``unreported`` of ``run-result``, ``cell``, ``attempt``
+and ``restarted`` of ``cell-meta``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
@@ -73,6 +74,8 @@ class _Record(BaseModel):
 class CellMeta(_Record):
     """What the cell is: the first record of every cell."""
 
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cell", "attempt", "restarted"})
+
     kind: Literal["cell-meta"] = "cell-meta"
     test_id: str
     repeat: int = Field(ge=0)
@@ -81,6 +84,17 @@ class CellMeta(_Record):
         default_factory=dict, description="container name → image pinned by digest"
     )
     started_at: datetime = Field(default_factory=_now)
+    cell: str | None = Field(
+        default=None,
+        description="the ledger cell these records belong to (an attempt's: CELL or CELL.aN): "
+        "sealed in, so a ledger cannot pass for another cell's or another attempt's",
+    )
+    attempt: int | None = Field(default=None, ge=0, description="0 first, N the Nth retry")
+    restarted: bool | None = Field(
+        default=None,
+        description="set on a cell-meta the gateway appends when it starts again on a cell "
+        "that already has records: what passed while it was down is not on record",
+    )
 
 
 class Exchange(_Record):

@@ -7,6 +7,7 @@ The stores (:mod:`.filestore`, :mod:`.configmap`, :mod:`.objectstore`) implement
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,7 +48,7 @@ class Backend(Protocol):
 class Options(BaseModel):
     """Backend settings that do not belong in a URL (credentials, API servers)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     kube_api_url: str | None = Field(
         default=None, description="Kubernetes API base URL; default: in-cluster service env"
@@ -56,6 +57,13 @@ class Options(BaseModel):
         default=None, description="bearer token; default: the mounted service-account token"
     )
     kube_ca_file: str | None = None
+    kube_headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="headers for the API, e.g. Authorization from a kubeconfig",
+    )
+    kube_verify: ssl.SSLContext | None = Field(
+        default=None, exclude=True, description="TLS for the API (CA, client certificate)"
+    )
     kube_service_account_dir: str = Field(
         default="/var/run/secrets/kubernetes.io/serviceaccount",
         description="where the pod's token and ca.crt are mounted",

@@ -185,7 +185,11 @@ class Spec(meta.Model):
         default=None, description="Where cells record; unset: the operator's --ledger-url."
     )
     traces: Traces | None = None
-    isolation: Isolation = pydantic.Field(default_factory=Isolation)
+    isolation: Isolation = pydantic.Field(
+        default_factory=Isolation,
+        # The API server fills in {} and then its mode: `kubectl get` shows Isolation "pod".
+        json_schema_extra={"default": {}},
+    )
     timeout_seconds: Annotated[int, pydantic.Field(ge=1, le=86400)] = pydantic.Field(
         default=600, description="Default per-test timeout; an EvaluationRun may override it."
     )

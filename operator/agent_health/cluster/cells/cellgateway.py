@@ -76,6 +76,7 @@ class Identity:
     test_id: str
     repeat: int
     images: Mapping[str, str]
+    attempt: int = 0
     """Container name → image pinned by digest."""
 
 
@@ -102,7 +103,7 @@ def gateway_args(
         ]
     args += ["--ledger", ledger, "--cell", identity.ledger_cell, "--key-file", key_file]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
-    args += ["--repeat", str(identity.repeat)]
+    args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
     for name, image in identity.images.items():
         args += ["--image", f"{name}={image}"]
     for principal, path in tokens.items():

@@ -115,6 +115,7 @@ def cell_pod(
                 ledger_cell=manifests.ledger_cell(cell, attempt),
                 test_id=test_id,
                 repeat=repeat,
+                attempt=attempt,
                 images={
                     TARGET: manifests.pinned(target.image, digests),
                     **{

@@ -3,10 +3,17 @@
 A trusted principal (the controller, each peer) proves who it is to the gateway with a
 token only its own container has mounted; the ledger key, which seals the ledger's HMAC
 chain, is mounted only into the gateway. Each Secret is immutable and owned by the run.
+
+The ledger key travels as text (:func:`new_ledger_key`: 32 random bytes in base64), the
+form ``agent-health ledger verify --key-file`` and the gateway read: a key file's trailing
+whitespace (a newline from ``echo``) is ignored, so raw random bytes that happen to end in
+a whitespace byte would lose it and no longer seal or verify.
 """
 
 from __future__ import annotations
 
+import base64
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,8 +68,13 @@ def token_secret(
     )
 
 
+def new_ledger_key() -> bytes:
+    """A fresh run ledger key: 256 random bits as base64 text (44 bytes, no whitespace)."""
+    return base64.b64encode(secrets.token_bytes(32))
+
+
 def ledger_key_secret(run: evaluationrun.EvaluationRun, key: bytes) -> dict[str, Any]:
-    """The run's ledger key Secret (at least 32 random bytes from the caller)."""
+    """The run's ledger key Secret (the key from :func:`new_ledger_key`)."""
     namespace, name, _ = manifests.identity(run)
     return manifests.secret(
         ledger_key_secret_name(name),

@@ -5,19 +5,24 @@ running or has ended; :func:`infra_failure` says whether the *infrastructure* fa
 then :func:`.grading.grade_failed_pod` grades it and decides on a retry — or whether the
 test ran (even if it failed), so its ledger decides the grade:
 
-==========================================  ===============  ===========================
-what the object says                        cause            when
-==========================================  ===============  ===========================
-``status.reason`` Evicted / Preempting      evicted          ended
-``status.reason`` DeadlineExceeded          deadline         ended
-``status.reason`` NodeLost, NodeShutdown …  node-lost        ended
-a sidecar (init container) OOMKilled        sidecar-oom      ended
-ImagePullBackOff / ErrImagePull …           image-pull       waiting longer than a grace
-``PodScheduled=False`` Unschedulable        unschedulable    waiting longer than a grace
-the pod was deleted before it ended         evicted          deleted
-==========================================  ===============  ===========================
+=============================================  ===============  ============================
+what the object says                           cause            when
+=============================================  ===============  ============================
+``status.reason`` Evicted / Preempting         evicted          ended
+``status.reason`` DeadlineExceeded             deadline         ended
+``status.reason`` NodeLost, NodeShutdown …     node-lost        ended
+the target died (``state`` or ``lastState``)   target-crash     ended; blames the agent
+the target was OOMKilled                       target-oom       ended; blames the agent
+the gateway restarted (OOMKilled or not)       gateway-restart  ended
+another sidecar (a peer) OOMKilled             sidecar-oom      ended
+ImagePullBackOff / ErrImagePull …              image-pull       waiting longer than a grace
+``PodScheduled=False`` Unschedulable           unschedulable    waiting longer than a grace
+the pod was deleted before it ended            evicted          deleted
+=============================================  ===============  ============================
 
 A pod that ended with the controller terminated by itself (any exit code) ran its test.
+A dead target blames the agent under test (cause ``agent``, never retried: a retry would
+hand it best-of-N); every other cause is the infrastructure's (``infra``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agent_health.cluster.cells import cellpod, sandbox
+from agent_health.cluster.cells import cellgateway, cellpod, sandbox
 from agent_health.cluster.grading import grading
 
 State = Literal["waiting", "running", "succeeded", "failed"]
@@ -77,13 +82,48 @@ def infra_failure(body: Mapping[str, Any]) -> Failure | None:
     message = str(status.get("message") or reason)
     if reason in _ENDED_REASONS:
         return _ENDED_REASONS[reason], message
-    for sidecar in status.get("initContainerStatuses") or []:
+    sidecars = {str(s.get("name")): s for s in status.get("initContainerStatuses") or []}
+    target = sidecars.pop(cellpod.TARGET, None)
+    if target is not None and (crashed := _crashed(target)) is not None:
+        return crashed
+    gateway = sidecars.get(cellgateway.NAME)
+    if gateway is not None and (why := _restarted(gateway)) is not None:
+        return "gateway-restart", (
+            f"the gateway restarted during the cell ({why}): exchanges in flight were lost "
+            "and its ports were free meanwhile, so the ledger is not complete evidence"
+        )
+    for name, sidecar in sidecars.items():
         for key in ("state", "lastState"):
             ended = (sidecar.get(key) or {}).get("terminated") or {}
             if ended.get("reason") == "OOMKilled":
-                return "sidecar-oom", f"sidecar {sidecar.get('name')} was OOMKilled"
+                return "sidecar-oom", f"sidecar {name} was OOMKilled"
     if state(body) == "failed" and _controller_ended(status) is None:
         return "other", f"the pod failed before the controller ran ({message or 'no reason'})"
+    return None
+
+
+def _crashed(target: Mapping[str, Any]) -> Failure | None:
+    """How the target container died during the cell, if it did.
+
+    Any earlier instance (``lastState``, or a restart count) means it died and the kubelet
+    restarted it; an OOM kill shows in ``state`` too when the pod ended with it. A target that
+    was merely stopped when the controller finished is neither.
+    """
+    last = (target.get("lastState") or {}).get("terminated") or {}
+    now = (target.get("state") or {}).get("terminated") or {}
+    if "OOMKilled" in (last.get("reason"), now.get("reason")):
+        return "target-oom", "the target container was OOM-killed (over its memory limit)"
+    if last or int(target.get("restartCount") or 0) > 0:
+        code, why = last.get("exitCode"), last.get("reason") or "no reason"
+        return "target-crash", f"the target container died (exit code {code}, {why})"
+    return None
+
+
+def _restarted(sidecar: Mapping[str, Any]) -> str | None:
+    """Why a sidecar's earlier instance ended, if it restarted."""
+    last = (sidecar.get("lastState") or {}).get("terminated") or {}
+    if last or int(sidecar.get("restartCount") or 0) > 0:
+        return f"{last.get('reason') or 'terminated'}, exit code {last.get('exitCode')}"
     return None
 
 

@@ -48,9 +48,19 @@ class Evidence:
 
 
 def read(
-    cell_name: str, lines: list[str], key: bytes, *, test_id: str, repeat: int, run_id: str
+    cell_name: str,
+    lines: list[str],
+    key: bytes,
+    *,
+    test_id: str,
+    repeat: int,
+    run_id: str,
+    ledger_cell: str | None = None,
+    attempt: int | None = None,
 ) -> Evidence:
-    """The evidence in a finished cell's ``lines``; raises ``DoubtfulEvidence``."""
+    """The evidence in a finished cell's ``lines``; raises ``DoubtfulEvidence``.
+
+    ``ledger_cell`` and ``attempt``, when given, must be what the sealed cell-meta names."""
     if not any(line.strip() for line in lines):
         raise errors.DoubtfulEvidence(f"no ledger for cell {cell_name}")
     checked = chain.verify(lines, key, complete=True)
@@ -73,6 +83,8 @@ def read(
             f"the ledger of cell {cell_name} does not start with cell-meta and end with cell-end"
         )
     _check_meta(meta, test_id, repeat, run_id)
+    if ledger_cell is not None or attempt is not None:
+        _check_attempt(meta, ledger_cell, attempt)
     run_record, signals, usage = _read_body(parsed[1:-1], meta)
     if run_record is not None and run_record.error is not None:
         return Evidence(meta, end, None, signals, usage, checked.records, run_error=run_record)
@@ -94,6 +106,21 @@ def _check_meta(meta: records.CellMeta, test_id: str, repeat: int, run_id: str) 
         raise errors.DoubtfulEvidence(f"ledger belongs to another cell ({'; '.join(wrong)})")
 
 
+def _check_attempt(meta: records.CellMeta, ledger_cell: str | None, attempt: int | None) -> None:
+    """The sealed cell-meta names this attempt's ledger cell: a ledger moved from another
+    cell or another attempt of this one (``CELL`` / ``CELL.aN``) is another cell's."""
+    wrong = [
+        f"{name} {got!r}, expected {want!r}"
+        for name, got, want in (
+            ("cell", meta.cell, ledger_cell),
+            ("attempt", meta.attempt, attempt),
+        )
+        if want is not None and got != want
+    ]
+    if wrong:
+        raise errors.DoubtfulEvidence(f"ledger belongs to another cell ({'; '.join(wrong)})")
+
+
 def _read_body(
     body: list[records.Record], meta: records.CellMeta
 ) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage]:
@@ -104,6 +131,12 @@ def _read_body(
     target_seen: int | None = None
     for record in body:
         if isinstance(record, records.CellMeta):
+            if record.restarted:
+                raise errors.IncompleteEvidence(
+                    f"the gateway restarted during the cell (record {record.seq}): exchanges "
+                    "in flight were lost and its ports were free meanwhile, so the ledger is "
+                    "not complete evidence"
+                )
             raise errors.DoubtfulEvidence(f"a second cell-meta record at record {record.seq}")
         if isinstance(record, records.Exchange):
             if record.principal.startswith(_TRUSTED) and record.evidence == "none":

@@ -50,14 +50,24 @@ from agent_health.sdk import results
 from agent_health.traces import metrics, settings
 
 InfraCause = Literal[
-    "image-pull", "evicted", "sidecar-oom", "unschedulable", "node-lost", "deadline", "other"
+    "image-pull",
+    "evicted",
+    "sidecar-oom",
+    "gateway-restart",
+    "unschedulable",
+    "node-lost",
+    "deadline",
+    "target-crash",
+    "target-oom",
+    "other",
 ]
 # A retry can heal these; a deadline means the cell ran out of time and would again.
 RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(
-    {"image-pull", "evicted", "sidecar-oom", "unschedulable", "node-lost"}
+    {"image-pull", "evicted", "sidecar-oom", "gateway-restart", "unschedulable", "node-lost"}
 )
-# Ways a pod can fail that are the agent's doing (its own container crashed): none yet here.
-AGENT_CAUSES: frozenset[InfraCause] = frozenset()
+# Ways a pod can fail that are the agent's doing: its own container crashed or was OOM-killed.
+# Never retried: a retry would hand the agent best-of-N.
+AGENT_CAUSES: frozenset[InfraCause] = frozenset({"target-crash", "target-oom"})
 
 
 def error_cause(cause: InfraCause) -> results.Cause:
@@ -79,6 +89,10 @@ class ExpectedCell(pydantic.BaseModel):
     line: int = 0
     labels: tuple[str, ...] = ()
     content_hash: str = ""
+    ledger_cell: str | None = None
+    """The ledger cell of the attempt graded (``CELL`` or ``CELL.aN``); with ``attempt``, the
+    ledger's sealed cell-meta must name both, so no other cell's or attempt's ledger passes."""
+    attempt: int | None = pydantic.Field(default=None, ge=0)
 
 
 class CellGrade(pydantic.BaseModel):
@@ -152,6 +166,8 @@ def grade_lines(
     """:func:`grade_cell` without the I/O: grade a finished cell's ledger lines."""
     try:
         return _grade(cell_name, lines, key, expected, prices)
+    except errors.IncompleteEvidence as gap:
+        return _errored(cell_name, expected, str(gap), "infra").model_copy(update={"infra": True})
     except errors.DoubtfulEvidence as doubt:
         return _errored(cell_name, expected, str(doubt), "agent")
 
@@ -208,6 +224,8 @@ def _grade(
         test_id=expected.test_id,
         repeat=expected.repeat,
         run_id=expected.run_id,
+        ledger_cell=expected.ledger_cell,
+        attempt=expected.attempt,
     )
     end = found.end
     derived = metrics.derive(found.run, prices)

@@ -9,7 +9,7 @@ work: ``file://``, ``configmap://``, ``s3://``.
 from __future__ import annotations
 
 from agent_health.cluster.grading import grading
-from agent_health.ledger import backends, records
+from agent_health.ledger import backends, records, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk.results import TestResult
 
@@ -36,9 +36,11 @@ def expected_from(cell: str, lines: list[str]) -> grading.ExpectedCell:
     return grading.ExpectedCell(test_id=cell, repeat=0, run_id=cell)
 
 
-async def grade_ledger(url: str, key: bytes) -> list[TestResult]:
+async def grade_ledger(
+    url: str, key: bytes, options: store.Options | None = None
+) -> list[TestResult]:
     """Every cell at ``url`` graded from its records, in cell-name order."""
-    backend = backends.from_url(url)
+    backend = backends.from_url(url, options)
     try:
         results = []
         for cell in sorted(await backend.cells()):

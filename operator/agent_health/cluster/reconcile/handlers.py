@@ -88,7 +88,9 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
 
     @kopf.on.event(GROUP, VERSION, "runspecs", registry=found)
     async def runspec_seen(event: kopf.RawEvent, **_: Any) -> None:
-        if event.get("type") != "DELETED":
+        if event.get("type") == "DELETED":
+            reconcilers.runs.bulletin.forget(event["object"])
+        else:
             reconcilers.runs.bulletin.post(event["object"])
 
     @kopf.on.create(GROUP, VERSION, "evaluationruns", registry=found)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ from agent_health.cluster.reconcile import (
 )
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import backends, store
+from agent_health.ledger import errors as ledger_errors
 
 
 @dataclasses.dataclass
@@ -99,11 +99,19 @@ class Intake:
         if template is None:
             return await board.fail(run, "NoLedger", "set spec.ledger.url on the RunSpec")
         url = plan.ledger_url(template, run.model)
+        try:
+            run.backend = backends.from_url(url, self.ledger_options)
+        except ledger_errors.LedgerError as err:
+            where = (
+                f"RunSpec {run.runspec} spec.ledger.url"
+                if spec.spec.ledger
+                else "the operator's --ledger-url (AGENT_HEALTH_LEDGER_URL)"
+            )
+            return await board.fail(run, "InvalidLedgerUrl", f"{where}: {err}")
         if spec.spec.ledger is not None:
             ledger = runspec.Ledger(url=url)
             spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
         run.spec, run.settings = spec, dataclasses.replace(self.settings, ledger_url=url)
-        run.backend = backends.from_url(url, self.ledger_options)
         run.key = await self._ledger_key(run)
         if self.fence is not None:
             await self._network_policy(run, self.fence)
@@ -122,17 +130,24 @@ class Intake:
         await board.changed(run)
 
     async def _runspec(self, run: plan.Run) -> dict[str, Any] | None:
-        """The RunSpec once it is ready; ``None`` when the run failed for it."""
+        """The RunSpec once it is ready; ``None`` when the run failed for it.
+
+        Any number of runs may wait for one RunSpec, and a RunSpec already resolved (for
+        this generation) is used at once: it is resolved once, not once per run.
+        """
         key = (run.ref.namespace, run.runspec)
+        seen = self.bulletin.serial(key)  # taken before the read: no event falls in between
         try:
-            body = await self.board.api.get(kube.RUNSPECS, *key)
+            body: dict[str, Any] | None = await self.board.api.get(kube.RUNSPECS, *key)
         except kube.ApiError as err:
             if err.status != 404:
                 raise kopf.TemporaryError(f"cannot read RunSpec {run.runspec}: {err}") from err
-            message = f"RunSpec {run.runspec} does not exist in namespace {run.ref.namespace}"
-            await self.board.fail(run, "RunSpecMissing", message)
-            return None
+            body = None
         while True:
+            if body is None:
+                message = f"RunSpec {run.runspec} does not exist in namespace {run.ref.namespace}"
+                await self.board.fail(run, "RunSpecMissing", message)
+                return None
             state, reason, message = specs.readiness(body)
             if state == "ready":
                 return body
@@ -141,15 +156,15 @@ class Intake:
                 return None
             if run.tally.advance("Resolving", reason="WaitingForRunSpec", message=message):
                 await self.board.changed(run)
-            await self.bulletin.wait(key, self.wait_seconds)
-            posted = self.bulletin.bodies.pop(key, None)
-            if posted is None:
+            newer, posted = await self.bulletin.wait(key, seen, self.wait_seconds)
+            if newer == seen:  # nothing came: kopf calls again (bounded by the run's deadline)
                 raise kopf.TemporaryError(f"RunSpec {run.runspec}: {message}", delay=5)
-            if plan.generation(posted) >= plan.generation(body):  # an older body is a stale event
-                body = posted
+            seen = newer
+            if posted is None or plan.generation(posted) >= plan.generation(body):
+                body = posted  # None: deleted; an older generation is a stale event
 
     async def _ledger_key(self, run: plan.Run) -> bytes:
-        manifest = cellsecrets.ledger_key_secret(run.model, secrets.token_bytes(32))
+        manifest = cellsecrets.ledger_key_secret(run.model, cellsecrets.new_ledger_key())
         stored, _ = await self.board.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
         return base64.b64decode(stored["data"][cellsecrets.LEDGER_KEY])
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import manifests
+from agent_health.cluster.cells import ledgerurl, manifests
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, events, specs
 from agent_health.cluster.reconcile import status as status_mod
@@ -76,25 +76,56 @@ class Run:
 
 
 class Bulletin:
-    """The latest RunSpec bodies seen, and runs waiting for one to change."""
+    """The latest body of each RunSpec seen, and runs waiting for one to change.
+
+    Any number of runs may wait for the same RunSpec: a posted body is kept (never handed
+    to one waiter only), and each waiter asks for what came after the serial it last saw.
+    """
 
     def __init__(self) -> None:
         self._changed: dict[tuple[str, str], asyncio.Event] = {}
-        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self._serials: dict[tuple[str, str], int] = {}
+
+    @staticmethod
+    def key_of(body: Mapping[str, Any]) -> tuple[str, str]:
+        metadata = body.get("metadata") or {}
+        return str(metadata.get("namespace")), str(metadata.get("name"))
 
     def post(self, body: Mapping[str, Any]) -> None:
-        metadata = body.get("metadata") or {}
-        key = (str(metadata.get("namespace")), str(metadata.get("name")))
-        self.bodies[key] = dict(body)
-        self._changed.pop(key, asyncio.Event()).set()
+        """A RunSpec event's object: keep it and wake whoever waits for it."""
+        key = self.key_of(body)
+        self._bodies[key] = dict(body)
+        self._serials[key] = self._serials.get(key, 0) + 1
+        changed = self._changed.pop(key, None)
+        if changed is not None:
+            changed.set()
 
-    async def wait(self, key: tuple[str, str], timeout: float) -> None:
-        """Until a body of ``key`` is posted (at once if one is waiting), or ``timeout``."""
-        if key in self.bodies:
-            return
-        changed = self._changed.setdefault(key, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout)
+    def forget(self, body: Mapping[str, Any]) -> None:
+        """The RunSpec was deleted: drop its body (waiters wake and read it again)."""
+        key = self.key_of(body)
+        self._bodies.pop(key, None)
+        self._serials[key] = self._serials.get(key, 0) + 1
+        changed = self._changed.pop(key, None)
+        if changed is not None:
+            changed.set()
+
+    def serial(self, key: tuple[str, str]) -> int:
+        """How many bodies of ``key`` were posted so far (to wait for a later one)."""
+        return self._serials.get(key, 0)
+
+    async def wait(
+        self, key: tuple[str, str], after: int, timeout: float
+    ) -> tuple[int, dict[str, Any] | None]:
+        """The serial and body of ``key`` once one later than ``after`` was posted (at once if
+        one was), or ``(after, None)`` after ``timeout`` seconds."""
+        if self.serial(key) <= after:
+            changed = self._changed.setdefault(key, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout)
+        if self.serial(key) <= after:
+            return after, None
+        return self.serial(key), self._bodies.get(key)
 
 
 def select(tests: tuple[specs.Test, ...], selection: evaluationrun.Selection) -> list[specs.Test]:
@@ -114,8 +145,8 @@ def select(tests: tuple[specs.Test, ...], selection: evaluationrun.Selection) ->
 def ledger_url(template: str, run: evaluationrun.EvaluationRun) -> str:
     """A ledger URL with ``{namespace}``, ``{run}`` and ``{runspec}`` filled in."""
     namespace, name, _ = manifests.identity(run)
-    values = {"namespace": namespace, "run": name, "runspec": run.spec.run_spec_ref.name}
-    return re.sub(r"\{(namespace|run|runspec)\}", lambda m: values[m[1]], template)
+    spec_name = run.spec.run_spec_ref.name
+    return ledgerurl.fill(template, namespace=namespace, run=name, runspec=spec_name)
 
 
 def reason(text: str) -> str:
@@ -154,4 +185,6 @@ def expected(cell: Cell) -> grading.ExpectedCell:
         line=test.line,
         labels=test.labels,
         content_hash=test.content_hash,
+        ledger_cell=manifests.ledger_cell(cell.name, cell.attempt),
+        attempt=cell.attempt,
     )

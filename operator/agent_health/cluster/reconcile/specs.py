@@ -15,6 +15,10 @@ spec (never on status echoes). It
 3. reads ``agent-health list --json`` from the pod's termination message, else its log,
    and stores the test ids (bounded) and ``testCount`` with a ``Discovered`` condition.
 
+``Ready`` sums the two up (True once both are True for this generation; False with the
+failing one's reason): the ``Ready`` column of ``kubectl get runspecs``. A RunSpec is
+resolved once per generation; every EvaluationRun of it uses that resolution.
+
 The operator never imports user code: the listing is the only thing it reads. The full
 listing (labels and titles, which EvaluationRuns select on) is kept in memory and read
 again from the discovery pod after a restart (:meth:`Discoveries.tests`).
@@ -32,12 +36,12 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
-from agent_health.cluster.cells import discovery, manifests
+from agent_health.cluster.cells import discovery, ledgerurl, manifests
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
 
 LOG_LIMIT = 8 * 1024 * 1024
-RESOLVED, DISCOVERED = "Resolved", "Discovered"
+RESOLVED, DISCOVERED, READY = "Resolved", "Discovered", "Ready"
 Key = tuple[str, str]  # namespace, pod name
 
 
@@ -168,6 +172,21 @@ def condition(body: Mapping[str, Any], type: str) -> Mapping[str, Any] | None:
     return None
 
 
+def ready(
+    conditions: Sequence[meta.Condition], generation: int | None
+) -> tuple[status_mod.ConditionStatus, str, str]:
+    """The ``Ready`` condition (status, reason, message) that ``Resolved`` and ``Discovered``
+    make together: what ``kubectl get runspecs`` shows, and ``kubectl wait`` can wait for."""
+    found = {c.type: c for c in conditions}
+    for type in (RESOLVED, DISCOVERED):
+        condition = found.get(type)
+        if condition is None or condition.observed_generation != generation:
+            return "Unknown", "Resolving", f"{type} is not yet known"
+        if condition.status != "True":
+            return condition.status, condition.reason, condition.message
+    return "True", "Ready", "images pinned and tests discovered: runs may start"
+
+
 def readiness(body: Mapping[str, Any]) -> tuple[str, str, str]:
     """``("ready"|"failed"|"waiting", reason, message)`` of a RunSpec for its runs."""
     generation = (body.get("metadata") or {}).get("generation")
@@ -203,6 +222,12 @@ class SpecReconciler:
         except errors.SpecError as err:
             await writer.set(RESOLVED, "False", "InvalidSpec", str(err))
             raise kopf.PermanentError(str(err)) from err
+        if spec.spec.ledger is not None:
+            wrong = ledgerurl.problem(spec.spec.ledger.url)
+            if wrong is not None:
+                message = f"RunSpec {namespace}/{name} spec.ledger.url: {wrong}"
+                await writer.set(RESOLVED, "False", "InvalidLedgerUrl", message)
+                raise kopf.PermanentError(message)
         digests = await self._digests(spec, writer)
         pod = discovery.discovery_pod(
             spec, digests=digests, settings=self.settings, deadline_seconds=self.discovery_deadline
@@ -296,9 +321,13 @@ class _StatusWriter:
     ) -> None:
         current = (self.body.get("status") or {}).get("conditions") or []
         kept = [meta.Condition.model_validate(c) for c in current]
+        now = status_mod.utcnow()
         conditions = status_mod.set_condition(
-            kept, type, status, reason, message, generation=self.generation,
-            now=status_mod.utcnow(),
+            kept, type, status, reason, message, generation=self.generation, now=now
+        )
+        conditions = status_mod.set_condition(
+            conditions, READY, *ready(conditions, self.generation), generation=self.generation,
+            now=now,
         )  # fmt: skip
         patch = {
             "observedGeneration": self.generation,

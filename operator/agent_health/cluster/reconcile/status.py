@@ -3,10 +3,14 @@
 Lifecycle (``status.phase``)::
 
     Pending ─► Resolving ─► Running ─► Grading ─► Succeeded
+       │                       ▲
+       └───────────────────────┘  (the RunSpec was already resolved)
        └──────────┴────────────┴──────────┴─────► Failed
 
-* ``Pending`` — accepted, nothing done yet. ``Resolving`` — images pinned to digests, tests
-  discovered. ``Running`` — cells are scheduled. ``Grading`` — every cell has ended; the
+* ``Pending`` — accepted, nothing done yet. ``Resolving`` — waiting for the RunSpec's images
+  to be pinned to digests and its tests discovered; a run of a RunSpec that is already
+  resolved (its second run, and every later one) skips it. ``Running`` — cells are
+  scheduled. ``Grading`` — every cell has ended; the
   last ledgers are being graded. The tally moves Running → Grading → Succeeded by itself as
   cells end and are graded; the reconciler drives the rest.
 * ``Succeeded`` — every planned cell has a grade, **whatever the grades are**: a run whose
@@ -36,7 +40,7 @@ Phase = evaluationrun.Phase
 TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
 _NEXT: dict[Phase | None, frozenset[Phase]] = {
     None: frozenset({"Pending", "Resolving", "Failed"}),
-    "Pending": frozenset({"Resolving", "Failed"}),
+    "Pending": frozenset({"Resolving", "Running", "Failed"}),
     "Resolving": frozenset({"Running", "Failed"}),
     "Running": frozenset({"Grading", "Succeeded", "Failed"}),
     "Grading": frozenset({"Succeeded", "Failed"}),

@@ -1,0 +1,46 @@
+"""The run's ledger key reaches every reader intact, whatever random bytes it holds."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import yaml
+from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.cells import cellsecrets
+from agent_health.ledger import chain
+
+ROOT = Path(__file__).parent.parent
+KEYS = 5000  # the old raw-bytes key lost a byte about once in 43 runs
+
+
+def _run() -> evaluationrun.EvaluationRun:
+    docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples" / "run.yaml").read_text())}
+    body = docs["EvaluationRun"]
+    body["metadata"]["uid"] = "0c1d2e3f-0000-4000-8000-000000000001"
+    return evaluationrun.EvaluationRun.model_validate(body)
+
+
+def test_every_generated_ledger_key_loads_from_the_file_the_gateway_mounts(
+    tmp_path: Path,
+) -> None:
+    run = _run()
+    mounted = tmp_path / cellsecrets.LEDGER_KEY
+    seen: set[bytes] = set()
+    for _ in range(KEYS):
+        key = cellsecrets.new_ledger_key()
+        secret = cellsecrets.ledger_key_secret(run, key)
+        # The operator reads the Secret back; the kubelet writes its decoded value as the file.
+        stored = base64.b64decode(secret["data"][cellsecrets.LEDGER_KEY])
+        mounted.write_bytes(stored)
+        assert chain.load_key(mounted) == stored == key  # the gateway's and the CLI's reader
+        seen.add(key)
+    assert len(seen) == KEYS  # fresh every time
+    assert all(len(base64.b64decode(k)) == 32 for k in seen)  # 256 random bits each
+
+
+def test_a_key_file_written_by_echo_still_loads(tmp_path: Path) -> None:
+    key = cellsecrets.new_ledger_key()
+    path = tmp_path / "key"
+    path.write_bytes(key + b"\n")
+    assert chain.load_key(path) == key
