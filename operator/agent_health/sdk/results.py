@@ -120,6 +120,16 @@ class RunResult(BaseModel):
             self._traces = resolver(self)
         return self._traces
 
+    def kept(self) -> dict[str, Any]:
+        """What a :class:`TestResult` keeps of this run (its fields of the same names)."""
+        return {
+            "prompt": self.prompt,
+            "context": self.context,
+            "output": self.output,
+            "trajectory": self.trajectory_steps,
+            "token_usage": self.token_usage,
+        }
+
     def attach_traces(self, view: Any) -> None:
         """Attach the traces view (the engine does this; a test never needs to)."""
         self._traces = view

@@ -40,7 +40,6 @@ import pydantic
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import evidence
-from agent_health.connectors import protocol
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
@@ -250,7 +249,6 @@ def _grade(
         derived,
         duration_ms=end.duration_ms or 0.0,
         started_at=found.meta.started_at.timestamp(),
-        cell=cell_name,
         cause=cause if status == "errored" else None,
     )
     return CellGrade(
@@ -308,7 +306,6 @@ def _test_result(
     *,
     duration_ms: float = 0.0,
     started_at: float = 0.0,
-    cell: str | None = None,
     cause: results.Cause | None = None,
 ) -> results.TestResult:
     title = expected.title or expected.test_id
@@ -325,24 +322,19 @@ def _test_result(
         error=error,
         cause=cause,
         run_id=expected.run_id,
-        prompt=run.prompt if run is not None else None,
-        context=run.context if run is not None else (),
-        output=run.output if run is not None else None,
-        trajectory=run.trajectory_steps if run is not None else (),
+        **(run.kept() if run is not None else {}),
         duration_ms=duration_ms,
         started_at=started_at,
         signals=signals,
         metrics=derived,
-        token_usage=run.token_usage if run is not None else protocol.TokenUsage(),
         content_hash=expected.content_hash,
-        ledger_cell=cell,
     )
 
 
 def _errored(
     cell_name: str, expected: ExpectedCell, reason: str, cause: results.Cause
 ) -> CellGrade:
-    result = _test_result(expected, "errored", reason, (), None, {}, cell=cell_name, cause=cause)
+    result = _test_result(expected, "errored", reason, (), None, {}, cause=cause)
     return CellGrade(
         cell=cell_name,
         test_id=expected.test_id,

@@ -46,7 +46,7 @@ async def grade_ledger(
         for cell in sorted(await backend.cells()):
             lines = await backend.read(cell)
             grade = grading.grade_lines(cell, lines, key, expected_from(cell, lines))
-            results.append(grade.result)
+            results.append(grade.result.model_copy(update={"ledger_cell": cell}))
         return results
     finally:
         await backend.close()
