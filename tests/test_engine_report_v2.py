@@ -18,6 +18,7 @@ import pytest
 from agent_health import cli
 from agent_health.connectors.protocol import ContextItem, Step
 from agent_health.engine import bounds, entries, provenance, recording
+from agent_health.ledger import backends
 from agent_health.engine.report import RunReport
 from agent_health.sdk.results import TestResult
 from helpers import run_cli
@@ -76,9 +77,14 @@ async def test_a_run_records_prompt_context_output_trajectory_and_its_cell(
     assert test["truncated"] == []
     cell = test["ledger_cell"]
     assert cell == recording.cell_name(test["id"], 0)
-    assert (ledger / f"{cell}.jsonl").is_file()
+    backend = backends.from_url(f"file://{ledger}")
+    try:
+        assert cell in await backend.cells()  # the cell that recorded this run is there
+    finally:
+        await backend.close()
     plain = run.by_name("no agent at all")
     assert (plain["output"], plain["trajectory"], plain["prompt"]) == (None, [], None)
+    assert plain["ledger_cell"] is None  # a test that never ran the agent records no cell
     for entry in run.report["tests"]:
         entries.TestEntry.model_validate(entry)  # the documented shape, field for field
     assert list(run.report["tests"][0]) == [
