@@ -41,6 +41,7 @@ generate: $(BIN)/agent-health
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.
 # Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.
 bench: $(BIN)/agent-health
+	$(BIN)/python bench/defaults.py
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/judge_cache.py
 	$(BIN)/python bench/metrics.py
