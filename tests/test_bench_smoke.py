@@ -148,3 +148,19 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
         ("hang", 1.2),
     ]
     assert all(r["ratio"] > 0 for r in saved)
+
+
+@pytest.mark.slow
+def test_the_connector_benchmark_prints_cpu_per_call_for_each_connector() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "connectors.py"), "--calls", "20", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("bare aiohttp POST (baseline)", "rest connector", "openai connector"):
+        assert name in done.stdout, done.stdout
+    assert done.stdout.count("target <= 0.20") == 3
