@@ -2,7 +2,8 @@
 
 The request is the ``ag-ui-protocol`` package's :class:`ag_ui.core.RunAgentInput`: the run
 id is both ``threadId`` and ``runId``, the prompt is one user message, the context items
-are AG-UI ``context`` and ``agent.run(env=...)`` travels as ``forwardedProps.env``.
+are AG-UI ``context`` and ``agent.run(env=...)`` travels as ``forwardedProps.env``
+(``provisioned=`` and ``files=`` as ``forwardedProps.provisioned`` / ``.files``, when given).
 The events are folded into the trajectory by :mod:`agent_health.connectors.agui_fold` as
 they arrive; an optional ``on_event`` callback sees each one as soon as it is read.
 
@@ -84,7 +85,11 @@ class AguiConnector:
                 core.Context(description=item.description, value=item.value)
                 for item in request.context
             ],
-            forwarded_props={**options.get("forwarded_props", {}), "env": request.env},
+            forwarded_props={
+                **options.get("forwarded_props", {}),
+                "env": request.env,
+                **request.provisioning(),
+            },
         )
 
     def body(self, request: AgentRequest) -> bytes:

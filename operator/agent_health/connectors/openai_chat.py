@@ -13,7 +13,8 @@ The prompt goes as one user message (the context items as a system message befor
 
 ``spec.options`` may also give ``api_key_env`` (an environment variable holding a bearer
 token; never the key itself) and ``extra_body`` (merged into the request body).
-``agent.run(env=...)`` travels as the request's ``metadata``.
+``agent.run(env=...)`` travels as the request's ``metadata``; ``provisioned=`` and ``files=``
+as top-level ``provisioned`` / ``files`` fields of the body, only when given.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class OpenAIChatConnector:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if request.env:  # chat-completions metadata is a map of strings, as env is
             body["metadata"] = dict(request.env)
+        # Structured values do not fit metadata (strings only): top-level fields, for the
+        # agent behind the endpoint to read. Only when given: OpenAI's own API refuses them.
+        body.update(request.provisioning())
         return {**body, **self.spec.options.get("extra_body", {})}
 
     async def run(self, request: AgentRequest) -> AgentReply:

@@ -28,7 +28,7 @@ class RestConnector:
         self._http = wire.Http(spec, transport, observe)
 
     async def run(self, request: AgentRequest) -> AgentReply:
-        body = request.model_dump_json().encode()
+        body = request.wire_json().encode()
         timeout = wire.timeout_of(request, self.spec)
         async with self._http.exchange(request, self.url, body, _JSON, timeout) as response:
             data = await response.read()
