@@ -104,7 +104,7 @@ class AguiConnector:
             ],
             "tools": self._tools,
             "context": [{"description": c.description, "value": c.value} for c in request.context],
-            "forwardedProps": {**self._forwarded, "env": request.env},
+            "forwardedProps": {**self._forwarded, "env": request.env, **request.provisioning()},
         }
         return json.dumps(payload, separators=(",", ":")).encode()
 
