@@ -58,7 +58,7 @@ class Clients:
             headers=self._spec.headers,
             timeout=httpx.Timeout(self._spec.timeout),
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=1),
-            transport=self._transport,
+            transport=self._transport or _socket(self._spec),
             verify=self._tls,
         )
         self._every.append(made)
@@ -68,6 +68,10 @@ class Clients:
         every, self._every, self._idle = self._every, [], []
         for made in every:
             await made.aclose()
+
+
+def _socket(spec: ConnectorSpec) -> httpx.AsyncHTTPTransport | None:
+    return httpx.AsyncHTTPTransport(uds=spec.uds) if spec.uds else None
 
 
 def require_url(spec: ConnectorSpec, kind: str) -> str:
