@@ -229,11 +229,10 @@ async def _execute(
         caller = None
         if spec is not None:
             live_spec = await stack.enter_async_context(agent_process.serving(spec))
-            if recorded is not None:
-                live_spec = await recorded.route(live_spec)
-            connector = connectors.create(live_spec, config.connectors)
+            observe = recorded.observe if recorded is not None else None
+            connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
-            caller = recorded.wrap(connector.run) if recorded is not None else connector.run
+            caller = connector.run
         backend = None
         if not skip_judge and (judge_config is not None or config.evaluators):
             from agent_health import judging  # only runs that judge pay for the providers
