@@ -40,7 +40,7 @@ class Judging:
         provider: providers_mod.Provider | None,
         custom: Mapping[str, Callable[..., Any]] | None = None,
         cache: cache_mod.Cache | None = None,
-        sources: tools.SourceFactory = tools.RunResultSource,
+        sources: tools.SourceFactory = tools.source_for,
     ) -> None:
         self.judge = judge
         self.provider = provider
@@ -266,7 +266,7 @@ async def backend(
     *,
     use_cache: bool = True,
     providers: Mapping[str, providers_mod.ProviderFactory] = providers_mod.PROVIDERS,
-    sources: tools.SourceFactory = tools.RunResultSource,
+    sources: tools.SourceFactory = tools.source_for,
     api_key: str | None = None,
     key_source: str | None = None,
     cache: cache_mod.Cache | None = None,
