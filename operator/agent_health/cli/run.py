@@ -131,6 +131,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
+        rollup=outcome.rollup,
     )
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:

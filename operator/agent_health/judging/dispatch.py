@@ -36,6 +36,8 @@ from agent_health.sdk.results import Verdict
 
 NO_JUDGE_HINT = judges.NO_JUDGE_HINT
 LLM_EVALUATOR = "llm"
+ASK = "ask"
+"""The cache's evaluator name for free-form questions (:meth:`Judging.ask`)."""
 
 
 class Judging:
@@ -140,9 +142,31 @@ class Judging:
         return _verdict(request, fields, cached=False)
 
     async def ask(self, text: str, *, system: str = "") -> str:
-        """One free-form completion from the judge model (the ``llm`` helper of insights)."""
+        """One free-form completion from the judge model (the ``llm`` helper of insights,
+        and the run-level rollup).
+
+        Answers are kept in the judge cache, keyed like verdicts by who answers (endpoint,
+        model, partition) and the exact question: the same question in another run (the
+        same insights prompt of an unchanged test) is answered from the cache, with no
+        model call. Ask with run ids or timings in the text and every run is a new question.
+        """
         if self.provider is None or self.judge is None:
             raise errors.NoJudgeModel("asked the judge model, but no judge model is configured")
+        address = cache_mod.key(
+            {
+                "evaluator": ASK,
+                "judge": _endpoint(self.judge),
+                "model": self.judge.model,
+                "partition": self.partition,
+                "system": system,
+                "text": text,
+                "max_tokens": self.judge.max_output_tokens,
+            }
+        )
+        if self.cache is not None:
+            stored = await self.cache.get(address)
+            if stored is not None and isinstance(stored.get("text"), str):
+                return str(stored["text"])
         completion = await self.provider(
             chat.ChatRequest(
                 model=self.judge.model,
@@ -151,6 +175,8 @@ class Judging:
                 max_tokens=self.judge.max_output_tokens,
             )
         )
+        if self.cache is not None:
+            await self.cache.put(address, {"text": completion.text})
         return completion.text
 
     def _evaluator(self, name: str | None) -> Callable[..., Any] | None:

@@ -251,6 +251,7 @@ def _grade(
         duration_ms=end.duration_ms or 0.0,
         started_at=found.meta.started_at.timestamp(),
         cause=cause if status == "errored" else None,
+        insights=end.insights,
     )
     return CellGrade(
         cell=cell_name,
@@ -309,6 +310,7 @@ def _test_result(
     duration_ms: float = 0.0,
     started_at: float = 0.0,
     cause: results.Cause | None = None,
+    insights: dict[str, Any] | None = None,
 ) -> results.TestResult:
     title = expected.title or expected.test_id
     return results.TestResult(
@@ -331,6 +333,7 @@ def _test_result(
         metrics=derived,
         token_usage=run.token_usage if run is not None else protocol.TokenUsage(),
         content_hash=expected.content_hash,
+        insights=insights,  # what the cell's insights said, kept as the cell recorded it
     )
 
 
