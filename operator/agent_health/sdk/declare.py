@@ -402,8 +402,7 @@ class TestAPI:
             chosen = opts.get("insights")
             if not (chosen is None or chosen is False or callable(chosen)):
                 raise errors.DefinitionError(
-                    f"test {name!r}: insights= takes a function (or False for none), "
-                    f"got {chosen!r}"
+                    f"test {name!r}: insights= takes a function (or False for none), got {chosen!r}"
                 )
             case = TestCase(
                 name=name,
