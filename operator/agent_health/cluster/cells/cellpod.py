@@ -199,7 +199,7 @@ def cell_pod(
     if settings.gateway_service_account is not None:
         pod_spec["serviceAccountName"] = settings.gateway_service_account
     pod_spec |= {
-        "activeDeadlineSeconds": timeout + settings.startup_seconds,
+        "activeDeadlineSeconds": deadline_seconds(run, spec, settings),
         "terminationGracePeriodSeconds": 15,
         "initContainers": sidecars,
         "containers": [controller],
@@ -220,6 +220,13 @@ def cell_pod(
         },
         "spec": pod_spec,
     }
+
+
+def deadline_seconds(
+    run: evaluationrun.EvaluationRun, spec: runspec.RunSpec, settings: manifests.Settings
+) -> int:
+    """A cell's ``activeDeadlineSeconds``: the test's timeout plus the startup slack."""
+    return (run.spec.timeout_seconds or spec.spec.timeout_seconds) + settings.startup_seconds
 
 
 def cell(

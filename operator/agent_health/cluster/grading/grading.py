@@ -33,7 +33,7 @@ only a failure whose cause is ``infra`` is retried (:func:`error_cause`).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pydantic
 
@@ -53,6 +53,7 @@ InfraCause = Literal[
     "image-pull",
     "evicted",
     "sidecar-oom",
+    "sidecar-crash",
     "gateway-restart",
     "unschedulable",
     "node-lost",
@@ -61,10 +62,10 @@ InfraCause = Literal[
     "target-oom",
     "other",
 ]
-# A retry can heal these; a deadline means the cell ran out of time and would again.
-RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(
-    {"image-pull", "evicted", "sidecar-oom", "gateway-restart", "unschedulable", "node-lost"}
-)
+# A retry can heal every cause but these: a deadline would run out again, the agent's own
+# failures must not be retried, and an unknown one is not known to heal.
+_LASTING = {"deadline", "target-crash", "target-oom", "other"}
+RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(get_args(InfraCause)) - _LASTING
 # Ways a pod can fail that are the agent's doing: its own container crashed or was OOM-killed.
 # Never retried: a retry would hand the agent best-of-N.
 AGENT_CAUSES: frozenset[InfraCause] = frozenset({"target-crash", "target-oom"})
