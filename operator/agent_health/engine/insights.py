@@ -28,6 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_health.sdk import config as config_mod
+from agent_health.sdk import declare
 from agent_health.sdk.results import RunResult, TestResult
 
 LLM = Callable[[str], Awaitable[str]]
@@ -44,6 +46,22 @@ class Insights(BaseModel):
     summary: str
     why: str | None = None
     recommendations: list[str] = Field(default_factory=list)
+
+
+def function_for(case: declare.TestCase, config: config_mod.Config | None) -> Any:
+    """The test's own insights function, else the config's (``insights=False``: none)."""
+    if case.insights is False:
+        return None
+    if case.insights is not None:
+        return case.insights
+    return config.insights if config else None
+
+
+def tool_pack(run: RunResult) -> Any:
+    """The run's ``trace_query`` tool pack (the judge's), for an insights function."""
+    from agent_health.judging import tools  # only an insights function that asks pays
+
+    return tools.TracePack(tools.source_for(run), run.run_id)
 
 
 async def explain(

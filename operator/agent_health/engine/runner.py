@@ -188,7 +188,7 @@ async def run_case(
             derived=derived,
             cause=grading.cause(ctx.causes) if status == "errored" else None,
         )
-        fn = _insights_of(case, env)
+        fn = insights.function_for(case, env.config)
         if fn is not None and status != "skipped":
             run = ctx.result
             found = await insights.explain(
@@ -198,29 +198,13 @@ async def run_case(
                 traces=traces.for_insights(run),
                 llm=env.insights_llm,
                 timeout=timeout,
-                tools=(lambda: _tool_pack(run)) if run is not None else None,
+                tools=(lambda: insights.tool_pack(run)) if run is not None else None,
             )
             result = result.model_copy(update={"insights": found})
         return await _finish(env, ctx.result, result, ctx.agent_error)
     finally:
         results_mod.unbind_traces(traces_token)
         await traces.aclose()
-
-
-def _insights_of(case: declare.TestCase, env: RunEnv) -> Any:
-    """The test's own insights function, else the config's (``insights=False``: none)."""
-    if case.insights is False:
-        return None
-    if case.insights is not None:
-        return case.insights
-    return env.config.insights if env.config else None
-
-
-def _tool_pack(run: RunResult) -> Any:
-    """The run's ``trace_query`` tool pack (the judge's), for an insights function."""
-    from agent_health.judging import tools  # only an insights function that asks pays
-
-    return tools.TracePack(tools.source_for(run), run.run_id)
 
 
 async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float) -> str | None:

@@ -24,7 +24,15 @@ from typing import Any
 
 import httpx
 
-from agent_health.judging import agentic, chat, contextual, errors, evaluators, prompt, tools
+from agent_health.judging import (
+    agentic,
+    asking,
+    contextual,
+    errors,
+    evaluators,
+    prompt,
+    tools,
+)
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import providers as providers_mod
 from agent_health.judging.chat import Tally
@@ -36,8 +44,6 @@ from agent_health.sdk.results import Verdict
 
 NO_JUDGE_HINT = judges.NO_JUDGE_HINT
 LLM_EVALUATOR = "llm"
-ASK = "ask"
-"""The cache's evaluator name for free-form questions (:meth:`Judging.ask`)."""
 
 
 class Judging:
@@ -143,41 +149,11 @@ class Judging:
 
     async def ask(self, text: str, *, system: str = "") -> str:
         """One free-form completion from the judge model (the ``llm`` helper of insights,
-        and the run-level rollup).
-
-        Answers are kept in the judge cache, keyed like verdicts by who answers (endpoint,
-        model, partition) and the exact question: the same question in another run (the
-        same insights prompt of an unchanged test) is answered from the cache, with no
-        model call. Ask with run ids or timings in the text and every run is a new question.
-        """
+        and the run-level rollup), through the judge cache (:mod:`.asking`)."""
         if self.provider is None or self.judge is None:
             raise errors.NoJudgeModel("asked the judge model, but no judge model is configured")
-        address = cache_mod.key(
-            {
-                "evaluator": ASK,
-                "judge": _endpoint(self.judge),
-                "model": self.judge.model,
-                "partition": self.partition,
-                "system": system,
-                "text": text,
-                "max_tokens": self.judge.max_output_tokens,
-            }
-        )
-        if self.cache is not None:
-            stored = await self.cache.get(address)
-            if stored is not None and isinstance(stored.get("text"), str):
-                return str(stored["text"])
-        completion = await self.provider(
-            chat.ChatRequest(
-                model=self.judge.model,
-                system=system,
-                messages=(chat.Message("user", text),),
-                max_tokens=self.judge.max_output_tokens,
-            )
-        )
-        if self.cache is not None:
-            await self.cache.put(address, {"text": completion.text})
-        return completion.text
+        who = {"judge": _endpoint(self.judge), "partition": self.partition}
+        return await asking.ask(self.provider, self.judge, self.cache, who, text, system)
 
     def _evaluator(self, name: str | None) -> Callable[..., Any] | None:
         if name is None:
