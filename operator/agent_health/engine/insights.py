@@ -57,11 +57,18 @@ def function_for(case: declare.TestCase, config: config_mod.Config | None) -> An
     return config.insights if config else None
 
 
-def tool_pack(run: RunResult) -> Any:
-    """The run's ``trace_query`` tool pack (the judge's), for an insights function."""
-    from agent_health.judging import tools  # only an insights function that asks pays
+def tools_for(run: RunResult | None) -> Callable[[], Any] | None:
+    """What makes the run's ``trace_query`` tool pack (the judge's) for an insights
+    function that asks for ``tools``; ``None`` when the agent never ran."""
+    if run is None:
+        return None
 
-    return tools.TracePack(tools.source_for(run), run.run_id)
+    def pack() -> Any:
+        from agent_health.judging import tools  # only an insights function that asks pays
+
+        return tools.TracePack(tools.source_for(run), run.run_id)
+
+    return pack
 
 
 async def explain(

@@ -190,15 +190,14 @@ async def run_case(
         )
         fn = insights.function_for(case, env.config)
         if fn is not None and status != "skipped":
-            run = ctx.result
             found = await insights.explain(
                 fn,
                 result,
-                run=run,
-                traces=traces.for_insights(run),
+                run=ctx.result,
+                traces=traces.for_insights(ctx.result),
                 llm=env.insights_llm,
                 timeout=timeout,
-                tools=(lambda: insights.tool_pack(run)) if run is not None else None,
+                tools=insights.tools_for(ctx.result),
             )
             result = result.model_copy(update={"insights": found})
         return await _finish(env, ctx.result, result, ctx.agent_error)
