@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent_health.engine import rollup as rollup_mod
 from agent_health.engine import runner
 from agent_health.sdk import declare
 from agent_health.sdk.results import TestResult
@@ -27,6 +28,8 @@ class Outcome:
     interrupted: bool = False
     not_run: int = 0
     hook_errors: list[str] = field(default_factory=list)
+    rollup: rollup_mod.Rollup | None = None
+    """The run-level insights rollup (None when no test has insights)."""
 
     def __repr__(self) -> str:
         # Short on purpose: when asyncio.run() restores the SIGINT handler it formats the
@@ -88,6 +91,20 @@ async def _call_hook(hook: declare.Hook) -> None:
         await value
 
 
+SKIPPED_MODES = ("skip", "fixme")
+
+
+def plan(cases: Sequence[declare.TestCase], repeat: int) -> list[tuple[declare.TestCase, int]]:
+    """Every (case, repeat) to run, repeats outermost. A test marked skip or fixme is
+    reported once, not once per repeat: nothing about it changes between repeats."""
+    return [
+        (case, r)
+        for r in range(repeat)
+        for case in cases
+        if r == 0 or case.mode not in SKIPPED_MODES
+    ]
+
+
 async def run(
     cases: Sequence[declare.TestCase],
     hooks: dict[str, list[declare.Hook]],
@@ -103,7 +120,8 @@ async def run(
     Setting ``stop`` (Ctrl-C) stops the workers; tests that finished are kept,
     tests cut short are ``errored`` ("interrupted"), tests never started are counted.
     """
-    items = deque((case, r) for r in range(repeat) for case in cases)
+    planned = plan(cases, repeat)
+    items = deque(planned)
     per_file: dict[str, int] = {}
     for case, _ in items:
         per_file[case.file] = per_file.get(case.file, 0) + 1
@@ -150,12 +168,17 @@ async def run(
         everything.result()  # a bug in the engine itself must surface, not vanish
     for waiter in waiters[1:]:
         waiter.cancel()
-    order = {(c.id, r): i for i, (c, r) in enumerate((c, r) for r in range(repeat) for c in cases)}
+    order = {(c.id, r): i for i, (c, r) in enumerate(planned)}
     results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
+    duration_ms = (time.perf_counter() - started) * 1000
+    # One question to the judge model over every test's insights (grouped without one, or
+    # after Ctrl-C: an interrupted run asks nothing more).
+    llm = None if interrupted else env.insights_llm
     return Outcome(
         results=results,
-        duration_ms=(time.perf_counter() - started) * 1000,
+        duration_ms=duration_ms,
         interrupted=interrupted,
         not_run=len(items),
         hook_errors=hook_errors,
+        rollup=await rollup_mod.synthesise(results, llm),
     )

@@ -71,6 +71,7 @@ class RemoteJudging:
         self._url = url.rstrip("/") + "/api/judge"
         self._model = model
         self._patience = patience
+        self.ask = RemoteAsk(client, url, patience)
         local_judge = JudgeConfig(model=model) if model else None
         # Custom evaluators run here; their llm helper reaches the service's model.
         self._local = dispatch.Judging(
@@ -88,6 +89,26 @@ class RemoteJudging:
         payload = call.model_dump(mode="json", by_alias=True)
         data = await _post(self._client, self._url, payload, self._patience)
         return Verdict.model_validate(data)
+
+
+class RemoteAsk:
+    """The ``llm`` helper of a cell's insights: questions go to the judge service's model
+    (``/api/judge/ask``), which answers through its shared cache."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, patience: float = RESTART_PATIENCE
+    ) -> None:
+        self._client = client
+        self._url = url.rstrip("/") + "/api/judge/ask"
+        self._patience = patience
+
+    async def __call__(self, text: str, *, system: str = "") -> str:
+        payload = {"text": text, "system": system}
+        data = await _post(self._client, self._url, payload, self._patience)
+        answer = data.get("text")
+        if not isinstance(answer, str):
+            raise errors.ProviderError(f"judge service at {self._url} answered {data!r:.200}")
+        return answer
 
 
 async def _send(
@@ -151,14 +172,16 @@ async def remote_backend(
     model: str | None = None,
     evaluators: Mapping[str, Callable[..., Any]] | None = None,
     headers: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
     patience: float = RESTART_PATIENCE,
 ) -> AsyncIterator[RemoteJudging]:
     """The judge backend of a cell: the service at ``url``, presenting ``token``.
 
     ``headers`` go on every call too (a cell adds its gateway token header, so the gateway
-    records the call as the controller's). A call waits up to ``patience`` seconds for a
+    records the call as the controller's); ``transport`` is the connection seam (a cell's
+    goes to its gateway's Unix socket). A call waits up to ``patience`` seconds for a
     service that is away (an operator restarting), then the verdict is errored.
     """
     headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
-    async with httpx.AsyncClient(timeout=TIMEOUT, headers=headers) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT, headers=headers, transport=transport) as client:
         yield RemoteJudging(client, url, model=model, evaluators=evaluators, patience=patience)
