@@ -62,7 +62,7 @@ async def test_a_local_run_writes_a_verified_cell_per_test_and_repeat(
     assert run.code == 1
     key = recording.key_path(f"file://{ledger}")
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert f"ledger: file://{ledger} (6 cells)" in capsys.readouterr().out
+    assert f"ledger: file://{ledger} (6 cells, key {key})" in capsys.readouterr().out
     verify = ["ledger", "verify", f"file://{ledger}", "--key-file", str(key)]
     assert await asyncio.to_thread(cli.main, verify) == 0
 
@@ -115,7 +115,7 @@ def test_the_default_ledger_lives_under_dot_agent_health(
     error = run.by_name("payment")["error"]
     assert error.startswith("cannot connect to agent at http://127.0.0.1:9")
     [ledger] = [p for p in (tmp_path / ".agent-health" / "ledger").iterdir() if p.is_dir()]
-    assert f"ledger: file://.agent-health/ledger/{ledger.name} (1 cells)" in capsys.readouterr().out
+    assert f"ledger: file://.agent-health/ledger/{ledger.name} (1 cells, key " in capsys.readouterr().out
     [cell] = _cells(ledger).values()
     assert [r.kind for r in cell][:2] == ["cell-meta", "exchange"]
     exchange = cell[1]
@@ -133,7 +133,8 @@ def test_no_ledger_records_nothing(
     monkeypatch.chdir(tmp_path)
     run = run_cli_sync(suite, "--agent", "rest+http://127.0.0.1:9/run", "--no-ledger")
     assert run.code == 3
-    assert not (tmp_path / ".agent-health").exists()
+    assert not (tmp_path / ".agent-health" / "ledger").exists()
+    assert not list((tmp_path / ".agent-health").glob("*.key"))
     both = run_cli_sync(suite, "--ledger", "file:///tmp/x", "--no-ledger")
     assert both.code == 2
 

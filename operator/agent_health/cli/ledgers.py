@@ -20,7 +20,10 @@ def add_commands(sub: Any) -> None:
     verify_cmd.add_argument(
         "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
     )
-    verify_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
+    verify_cmd.add_argument(
+        "--key-file",
+        help=f"the ledger key (default: DIR.key beside a local ledger DIR, else ${KEY_ENV})",
+    )
     verify_cmd.add_argument(
         "--allow-open",
         action="store_true",
@@ -30,7 +33,10 @@ def add_commands(sub: Any) -> None:
 
     grade_cmd = sub.add_parser("grade", help="grade a recorded ledger again, cell by cell")
     grade_cmd.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
-    grade_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
+    grade_cmd.add_argument(
+        "--key-file",
+        help=f"the ledger key (default: DIR.key beside a local ledger DIR, else ${KEY_ENV})",
+    )
     grade_cmd.add_argument(
         "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH]"
     )
@@ -43,7 +49,7 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health import ledger
 
     try:
-        key = ledger.load_key(args.key_file)
+        key, source = ledger.find_key(args.url, args.key_file)
         options = access(args.url)
         checked = ledger.verify_url(args.url, key, options=options, complete=not args.allow_open)
         report = asyncio.run(checked)
@@ -57,7 +63,7 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
         return common.EXIT_FAILED
     for cell in report.cells:
         consoles.out.print(str(cell))
-    consoles.out.print(f"{len(report.cells)} cells verified")
+    consoles.out.print(f"{len(report.cells)} cells verified with the {source}", markup=False)
     return common.EXIT_OK
 
 
@@ -72,8 +78,9 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter]
+    common.check_reports(outputs)
     try:
-        key = ledger.load_key(args.key_file)
+        key, _ = ledger.find_key(args.url, args.key_file)
         results = asyncio.run(regrade.grade_ledger(args.url, key, access(args.url)))
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
@@ -81,8 +88,9 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(f"no ledger cells found at {args.url}")
     report = RunReport.build(results, duration_ms=sum(r.duration_ms for r in results))
     terminal.summary(consoles.out, report)
-    common.write_reports(outputs, report, consoles.out)
-    return common.exit_code(report)
+    written = common.write_reports(outputs, report, consoles.out)
+    code = common.exit_code(report)
+    return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
 
 
 def access(url: str) -> store.Options | None:

@@ -1,4 +1,9 @@
-"""JUnit XML, the format CI systems read (one testsuite per file)."""
+"""JUnit XML, the format CI systems read (one testsuite per file).
+
+A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure`` or
+``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
+``system-out`` / ``system-err``.
+"""
 
 from __future__ import annotations
 
@@ -77,6 +82,13 @@ def render(report: RunReport) -> bytes:
                 node.text = test["error"]
             elif test["status"] == "skipped":
                 ET.SubElement(case, "skipped", message=test["skip_reason"] or "skipped")
+            elif test["status"] == "flaky":
+                for attempt in test.get("attempts") or []:
+                    if attempt["status"] in ("failed", "errored"):
+                        kind = "flakyFailure" if attempt["status"] == "failed" else "flakyError"
+                        ET.SubElement(
+                            case, kind, message=attempt["reason"] or attempt["status"]
+                        ).text = attempt["reason"]
             props = ET.SubElement(case, "properties")
             for key in ("run_id", "score"):
                 ET.SubElement(props, "property", name=key, value=str(test[key]))
@@ -84,13 +96,19 @@ def render(report: RunReport) -> bytes:
                 ET.SubElement(props, "property", name="cause", value=str(test["cause"]))
             for label in test["labels"]:
                 ET.SubElement(props, "property", name="label", value=label)
-            if test["signals"]:
-                out = ET.SubElement(case, "system-out")
-                out.text = "\n".join(
-                    f"[{sig['role']}] {sig['name']}: "
-                    f"{'pass' if sig['passed'] else 'skip' if sig['passed'] is None else 'FAIL'}"
-                    for sig in test["signals"]
-                )
+            if test["status"] == "flaky":
+                ET.SubElement(props, "property", name="flaky", value="true")
+            lines = [
+                f"[{sig['role']}] {sig['name']}: "
+                f"{'pass' if sig['passed'] else 'skip' if sig['passed'] is None else 'FAIL'}"
+                for sig in test["signals"]
+            ]
+            if test.get("stdout"):
+                lines.append(test["stdout"])
+            if lines:
+                ET.SubElement(case, "system-out").text = "\n".join(lines)
+            if test.get("stderr"):
+                ET.SubElement(case, "system-err").text = test["stderr"]
     ET.indent(root)
     data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return data

@@ -18,8 +18,15 @@ from rich.table import Table
 from agent_health.engine.report import RunReport
 from agent_health.sdk.results import TestResult
 
-MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-"}
-COLOR = {"passed": "green", "failed": "red", "errored": "yellow", "skipped": "dim"}
+MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
+COLOR = {
+    "passed": "green",
+    "failed": "red",
+    "errored": "yellow",
+    "skipped": "dim",
+    "flaky": "magenta",
+}
+CAPTURE_LINES = 40  # lines of a failed test's captured output shown (all are in the JSON)
 TABLE_LIMIT = 50
 
 
@@ -30,6 +37,8 @@ def _line(result: TestResult) -> str:
         extra = f" — {_cause_word(result.cause)}{result.error}"
     elif result.status == "skipped" and result.skip_reason:
         extra = f" — {result.skip_reason}"
+    elif result.status == "flaky":
+        extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
     return (
         f"{MARK[result.status]} {result.status:<7} {result.file} › {result.title}{repeat} "
         f"({result.duration_ms:.0f} ms){extra}"
@@ -69,7 +78,7 @@ class LiveProgress:
     def _counts(self) -> str:
         return " ".join(
             f"[{COLOR[s]}]{self.counts[s]} {s}[/]"
-            for s in ("passed", "failed", "errored", "skipped")
+            for s in ("passed", "flaky", "failed", "errored", "skipped")
             if self.counts[s]
         )
 
@@ -77,7 +86,7 @@ class LiveProgress:
         self.counts[result.status] += 1
         if self._progress is not None:
             self._progress.update(self._task, advance=1, description=self._counts())
-            if result.status in ("failed", "errored"):
+            if result.status in ("failed", "errored", "flaky"):
                 self._progress.console.print(f"[{COLOR[result.status]}]{escape(_line(result))}")
         else:
             # markup=False prints the same text as escaping it for markup, at less cost per test.
@@ -120,12 +129,15 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         if len(shown) < len(tests):
             console.print(f"({len(tests) - len(shown)} passed tests not listed)")
     for t in tests:
-        if t["status"] not in ("failed", "errored"):
+        if t["status"] not in ("failed", "errored", "flaky"):
             continue
         console.print(
             f"\n[{COLOR[t['status']]}]{t['status'].upper()}[/] {escape(t['id'])}"
             + (f" [repeat {t['repeat']}]" if t["repeat"] else "")
         )
+        _attempts(console, t)
+        if t["status"] == "flaky":
+            continue
         if t["error"]:
             why = _cause_word(t.get("cause"))
             console.print(f"  error: {escape(why + t['error'])}", highlight=False)
@@ -134,6 +146,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
                 detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
                 where = f" ({s['location']})" if s["location"] else ""
                 console.print(f"  ✗ {escape(s['name'])}{where}: {escape(detail)}", highlight=False)
+        _captured(console, t)
     _insights(console, shown)
     s = report.summary
     _labels(console, report)
@@ -144,6 +157,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
     parts = [
         f"{s.passed} passed",
+        *([f"{s.flaky_count} flaky"] if s.flaky_count else []),
         f"{s.failed} failed",
         f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
         f"{s.skipped} skipped",
@@ -167,6 +181,33 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+    elif s.stopped:
+        console.print(f"[yellow]{escape(s.stopped)}[/]: {s.not_run} tests never started")
+
+
+def _attempts(console: Console, test: dict[str, Any]) -> None:
+    """The tries of a retried test: what each came to."""
+    tries = test.get("attempts") or []
+    for n, attempt in enumerate(tries, 1):
+        reason = attempt.get("reason")
+        why = f" — {_cause_word(attempt.get('cause'))}{reason}" if reason else ""
+        console.print(
+            f"  try {n} of {len(tries)}: {attempt['status']}{escape(why)}", highlight=False
+        )
+
+
+def _captured(console: Console, test: dict[str, Any]) -> None:
+    """What the body printed, under its failure (the last lines; the JSON report has all)."""
+    for stream in ("stdout", "stderr"):
+        text = test.get(stream)
+        if not text:
+            continue
+        lines = text.rstrip("\n").splitlines()
+        many = len(lines) > CAPTURE_LINES
+        shown = f" (last {CAPTURE_LINES} of {len(lines)} lines)" if many else ""
+        console.print(f"  captured {stream}{shown}:", highlight=False)
+        for line in lines[-CAPTURE_LINES:]:
+            console.print(f"    {line}", markup=False, highlight=False)
 
 
 def _count(metrics: dict[str, Any], key: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Protocol
 
+from agent_health.judging import errors as judging_errors
 from agent_health.judging.chat import ChatRequest, Completion
 from agent_health.judging.providers import anthropic, bedrock, openai
 from agent_health.judging.providers.http import Endpoint
@@ -55,4 +56,16 @@ def create(
     return factory(config, endpoint)
 
 
-__all__ = ["PROVIDERS", "Endpoint", "Provider", "ProviderFactory", "create"]
+class Unusable:
+    """A provider that cannot be used this run (its key is missing): every call errors with
+    the reason, so the judge calls error (cause ``judge``) and everything else still runs."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+
+    async def __call__(self, request: ChatRequest) -> Completion:
+        raise judging_errors.AuthError(self.reason)
+
+
+__all__ = ["PROVIDERS", "Endpoint", "Provider", "ProviderFactory", "Unusable", "create"]
