@@ -115,7 +115,10 @@ def test_the_default_ledger_lives_under_dot_agent_health(
     error = run.by_name("payment")["error"]
     assert error.startswith("cannot connect to agent at http://127.0.0.1:9")
     [ledger] = [p for p in (tmp_path / ".agent-health" / "ledger").iterdir() if p.is_dir()]
-    assert f"ledger: file://.agent-health/ledger/{ledger.name} (1 cells, key " in capsys.readouterr().out
+    assert (
+        f"ledger: file://.agent-health/ledger/{ledger.name} (1 cells, key "
+        in capsys.readouterr().out
+    )
     [cell] = _cells(ledger).values()
     assert [r.kind for r in cell][:2] == ["cell-meta", "exchange"]
     exchange = cell[1]

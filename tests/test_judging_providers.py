@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 from agent_health import judging
-from agent_health.sdk import errors
 from agent_health.sdk.config import Config
 from judge_servers import (
     USAGE_IN,

@@ -133,9 +133,14 @@ class Collector:
     def add(self, case: TestCase) -> None:
         for other in self.cases:
             if other.title == case.title:
+                each = (
+                    "; put a key that differs between rows (or {index}) in the test.each title"
+                    if case.values is not None
+                    else ""
+                )
                 raise errors.DefinitionError(
                     f"duplicate test name {case.title!r} (lines {other.line} and {case.line}); "
-                    "test names must be unique within a file"
+                    f"test names must be unique within a file{each}"
                 )
         self.cases.append(case)
 
