@@ -28,7 +28,7 @@ import yaml
 from agent_health.cluster import operator
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.api import crds
-from agent_health.cluster.cells import cellsecrets, manifests
+from agent_health.cluster.cells import manifests
 from agent_health.ledger import backends, chain, records, store
 from agent_health.sdk import results
 from aiohttp import web
@@ -276,12 +276,16 @@ class Cell:
     attempt: int
     ledger_cell: str
     """Where this attempt's gateway records: its ``--cell`` argument."""
+    key_secret: str
+    """The Secret holding the key the gateway seals with (its ``ledger-key`` volume)."""
+    key_item: str
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> Cell:
         meta = pod["metadata"]
         gateway = next(c for c in pod["spec"]["initContainers"] if c["name"] == "gateway")
         args = gateway["args"]
+        key = next(v for v in pod["spec"]["volumes"] if v["name"] == "ledger-key")
         return cls(
             name=meta["name"],
             run=meta["ownerReferences"][0]["name"],
@@ -289,6 +293,8 @@ class Cell:
             repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
             attempt=int(args[args.index("--attempt") + 1]),
             ledger_cell=args[args.index("--cell") + 1],
+            key_secret=key["secret"]["secretName"],
+            key_item=key["secret"]["items"][0]["key"],
         )
 
 
@@ -368,7 +374,7 @@ class Kubelet:
             evicted = {"phase": "Failed", "reason": "Evicted", "message": "node ran out of memory"}
             await self.status(cell.name, evicted)
             return
-        key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell.run)
+        key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell)
         writer = chain.Writer(self.backend(), cell.ledger_cell, key)
         await writer.append(
             *cell_records(
@@ -383,11 +389,16 @@ class Kubelet:
         phase = "Failed" if outcome == "failed" else "Succeeded"
         await self.finish(cell.name, phase, exit_code=1, sidecars=SIDECAR_DEATHS.get(outcome, []))
 
-    async def ledger_key(self, run: str) -> bytes:
-        secret = self.cluster.emulator.read(
-            "secrets", "default", cellsecrets.ledger_key_secret_name(run)
-        )
-        return base64.b64decode(secret["data"][cellsecrets.LEDGER_KEY])
+    async def ledger_key(self, cell: Cell) -> bytes:
+        """The key the cell's gateway has mounted: from the Secret its pod names, as the
+        kubelet mounts it (waiting, as the kubelet does, until the Secret exists)."""
+        for _ in range(600):
+            with contextlib.suppress(Exception):
+                secret = self.cluster.emulator.read("secrets", "default", cell.key_secret)
+                data = secret["data"][cell.key_item]
+                return base64.b64decode(data)
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no Secret {cell.key_secret} for cell {cell.name}")
 
     async def status(self, name: str, status: dict[str, Any]) -> None:
         answer = await self.cluster.client.patch(

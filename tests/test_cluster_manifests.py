@@ -3,6 +3,7 @@ secrets mounted only where they belong, stable names, every image by digest."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import re
@@ -77,6 +78,7 @@ def _pod(
     settings: manifests.Settings = SETTINGS,
     test_id: str = TEST_ID,
     repeat: int = 0,
+    attempt: int = 0,
 ) -> dict[str, Any]:
     spec = spec or _runspec()
     return cellpod.cell_pod(
@@ -86,6 +88,7 @@ def _pod(
         repeat=repeat,
         digests=_digests(spec),
         settings=settings,
+        attempt=attempt,
     )
 
 
@@ -205,7 +208,9 @@ def test_the_other_objects_validate_strictly_against_kubernetes() -> None:
     run, spec = _run(), _runspec()
     tokens = {p: f"token-{p}" for p in cellsecrets.principals(spec)}
     objects = [
-        cellsecrets.token_secret(run, spec, test_id=TEST_ID, repeat=0, tokens=tokens),
+        cellsecrets.token_secret(
+            run, spec, test_id=TEST_ID, repeat=0, tokens=tokens, ledger_key=b"k" * 44
+        ),
         cellsecrets.ledger_key_secret(run, b"k" * 32),
         discovery.discovery_pod(spec, digests=_digests(spec), settings=SETTINGS),
         netpol.network_policy(
@@ -325,8 +330,11 @@ def test_the_pod_has_no_api_token_no_shared_processes_no_host_namespaces() -> No
 def test_the_ledger_key_and_credentials_reach_only_the_gateway() -> None:
     pod = _pod()
     spec = pod["spec"]
-    (key_volume,) = _volumes_of_secret(spec, cellsecrets.ledger_key_secret_name("triage-nightly"))
-    assert _mounted_by(spec, key_volume["name"]) == {"gateway"}
+    assert not _volumes_of_secret(spec, cellsecrets.ledger_key_secret_name("triage-nightly"))
+    own = _volumes_of_secret(spec, cellsecrets.token_secret_name(pod["metadata"]["name"]))
+    [key_volume] = [v for v in own if v["secret"]["items"][0]["key"] == "ledger-key"]
+    assert key_volume["secret"]["items"] == [{"key": "ledger-key", "path": "key"}]
+    assert _mounted_by(spec, key_volume["name"]) == {"gateway"}  # the cell's key, not the run's
     assert [c["name"] for c in _containers(spec) if "envFrom" in c] == ["gateway"]
     assert _by_name(spec)["gateway"]["envFrom"] == [{"secretRef": {"name": "ledger-s3"}}]
     assert _mounted_by(spec, cellgateway.SERVICE_ACCOUNT_VOLUME) == {"gateway"}
@@ -348,6 +356,7 @@ def test_each_token_reaches_only_its_owner_and_the_gateway() -> None:
         "controller": {"controller", "gateway"},
         "peer-logs": {"peer-logs", "gateway"},
         "peer-user": {"peer-user", "gateway"},
+        "ledger-key": {"gateway"},
     }
     assert all(len(v["secret"]["items"]) == 1 for v in volumes), "one token per volume"
 
@@ -644,17 +653,26 @@ def test_an_object_not_read_from_the_api_server_cannot_own_children() -> None:
 def test_the_token_secret_carries_one_key_per_principal_and_matches_the_pod() -> None:
     run, spec = _run(), _runspec()
     tokens = {"controller": "c-token", "peer:logs": "l-token"}
-    secret = cellsecrets.token_secret(run, spec, test_id=TEST_ID, repeat=0, tokens=tokens)
-    assert set(secret["data"]) == {"controller", "peer-logs"}
+    secret = cellsecrets.token_secret(
+        run, spec, test_id=TEST_ID, repeat=0, tokens=tokens, ledger_key=b"k" * 44
+    )
+    assert set(secret["data"]) == {"controller", "peer-logs", "ledger-key"}
+    assert base64.b64decode(secret["data"]["ledger-key"]) == b"k" * 44
     assert secret["immutable"] is True
     pod = _pod()
     referenced = {v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v}
-    assert referenced == {
-        secret["metadata"]["name"],
-        cellsecrets.ledger_key_secret(run, b"k" * 32)["metadata"]["name"],
-    }
+    assert referenced == {secret["metadata"]["name"]}  # the run's ledger key is not mounted
+    retry = cellsecrets.token_secret(
+        run, spec, test_id=TEST_ID, repeat=0, tokens=tokens, ledger_key=b"k" * 44, attempt=2
+    )
+    assert retry["metadata"]["name"] == secret["metadata"]["name"].replace("-tokens", "-a2-tokens")
+    retried = _pod(attempt=2)
+    referenced = {v["secret"]["secretName"] for v in retried["spec"]["volumes"] if "secret" in v}
+    assert referenced == {retry["metadata"]["name"]}
     with pytest.raises(ValueError, match="tokens must cover exactly"):
-        cellsecrets.token_secret(run, spec, test_id=TEST_ID, repeat=0, tokens={"controller": "x"})
+        cellsecrets.token_secret(
+            run, spec, test_id=TEST_ID, repeat=0, tokens={"controller": "x"}, ledger_key=b"k" * 44
+        )
 
 
 def test_a_subprocess_target_is_refused_with_a_hint() -> None:

@@ -15,6 +15,7 @@ import httpx
 import kubernetes_validate
 import pytest
 from agent_health.cluster.cells import cellsecrets, manifests, netpol
+from agent_health.ledger import keys
 from judge_servers import Answer, ScriptedModel
 from operator_support import (
     RUNS,
@@ -156,7 +157,15 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
                 )
                 owner = secret["metadata"]["ownerReferences"][0]
                 assert (owner["kind"], owner["name"]) == ("Pod", cell)
-                assert set(secret["data"]) == {"controller", "peer-logs"}
+                assert set(secret["data"]) == {"controller", "peer-logs", "ledger-key"}
+                run_key = base64.b64decode(
+                    k8s.emulator.read(
+                        "secrets", "default", cellsecrets.ledger_key_secret_name("triage-nightly")
+                    )["data"]["key"]
+                )
+                # The cell's gateway gets a key derived for this cell alone, never the run's.
+                cell_key = base64.b64decode(secret["data"]["ledger-key"])
+                assert cell_key == keys.cell_key(run_key, cell) != run_key
                 token = base64.b64decode(secret["data"]["controller"]).decode()
                 peer = base64.b64decode(secret["data"]["peer-logs"]).decode()
                 url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"

@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 import pytest
-from agent_health.cluster.cells import cellsecrets
+from agent_health.cluster.cells import cellsecrets, manifests
 from operator_support import Cell, Kubelet, cluster, kubelet, listing, pod_creations, until
 
 pytestmark = pytest.mark.slow
@@ -166,3 +166,61 @@ async def test_a_dead_target_blames_the_agent_and_is_never_retried_a_gateway_res
     assert (test["errored"], test["erroredByAgent"], test["cause"]) == (1, 0, "infra"), test
     assert "infrastructure failure (gateway-restart): the gateway restarted" in test["error"]
     assert [t for n, t in created.items() if n.startswith("restart")] == [2]  # retried once
+
+
+async def test_objects_of_a_cells_name_that_another_owner_made_are_never_adopted() -> None:
+    """A tenant creates, before the run, a Pod with a cell's name, a Secret with another
+    cell's token Secret name (tokens and a ledger key the tenant knows), and the run's ledger
+    key Secret of a second run. None is used: their cells are errored, the planted Pod is
+    left alone, the planted token is never honoured, the second run fails with the reason."""
+    planted_token = "planted-controller-token-0123456789abcdef"
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        run["spec"] |= {"repeats": 2, "selection": {"grep": "payment rca"}}
+        pod_cell, secret_cell = (
+            manifests.cell_name("triage-nightly", "suite/rca.py::payment rca", r) for r in (0, 1)
+        )
+        planted = {"controller": planted_token, "peer-logs": "p", "ledger-key": "k" * 44}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": cellsecrets.token_secret_name(secret_cell)},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in planted.items()},
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod_cell},
+            "spec": {"containers": [{"name": "mine", "image": "busybox"}]},
+        }
+        key = {"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": cellsecrets.ledger_key_secret_name("stolen")},
+               "data": {"key": base64.b64encode(b"k" * 44).decode()}}  # fmt: skip
+        for path, body in (("secrets", secret), ("pods", pod), ("secrets", key)):
+            answer = await k8s.client.post(f"/api/v1/namespaces/default/{path}", json=body)
+            assert answer.status_code == 201, answer.text
+        stolen = run | {"metadata": {"name": "stolen", "namespace": "default"}}
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+        async with kubelet(fake), k8s.operator() as op:
+            await k8s.apply(runspec)
+            await k8s.apply(run)
+            await k8s.apply(stolen)
+            done = await until(lambda: finished(k8s, "triage-nightly"), "the run")
+            failed = await until(lambda: finished(k8s, "stolen"), "the run with a planted key")
+            assert not op.runs.authorize(planted_token)
+    [test] = done["tests"]
+    assert (test["errored"], test["erroredByAgent"]) == (2, 0)
+    errors = {e["message"] for e in k8s.emulator.store.list(
+        k8s.emulator.store.kinds[("", "events")], "default", lambda _l: True)}  # fmt: skip
+    assert any(f"a Pod named {pod_cell} already exists" in m and "not this run's" in m
+               for m in errors), errors  # fmt: skip
+    assert any(f"Secret {secret_cell}-tokens already exists" in m for m in errors), errors
+    untouched = k8s.emulator.read("pods", "default", pod_cell)
+    assert untouched["spec"]["containers"][0]["name"] == "mine"
+    assert "ownerReferences" not in untouched["metadata"]
+    assert not [p for p in k8s.pods() if p["metadata"]["name"] == secret_cell]  # stopped
+    assert failed["phase"] == "Failed"
+    [condition] = [c for c in failed["conditions"] if c["status"] == "False" or
+                   c.get("reason") == "LedgerKeyNotOwned"][:1]  # fmt: skip
+    assert condition["reason"] == "LedgerKeyNotOwned", failed["conditions"]
+    assert "will not use a ledger key it did not make" in condition["message"]

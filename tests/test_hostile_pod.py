@@ -94,7 +94,9 @@ def test_the_target_container_holds_no_token_no_account_and_no_window_on_others(
 def test_no_token_is_written_into_the_pod_itself() -> None:
     run, spec = _objects()
     tokens = {p: f"secret-token-of-{p}-0123456789" for p in cellsecrets.principals(spec)}
-    secret = cellsecrets.token_secret(run, spec, test_id=TEST_ID, repeat=0, tokens=tokens)
+    secret = cellsecrets.token_secret(
+        run, spec, test_id=TEST_ID, repeat=0, tokens=tokens, ledger_key=b"k" * 44
+    )
     rendered = json.dumps(_pod())
     assert not any(token in rendered for token in tokens.values())
     assert secret["metadata"]["name"] in rendered  # the pod only names the Secret

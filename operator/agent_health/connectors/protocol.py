@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agent_health.connectors import readonly
 
 StepType = Literal["tool_call", "tool_result", "assistant", "thinking", "user"]
 
 
-class Step(BaseModel):
-    """One step of an agent's trajectory."""
+class Step(readonly.ReadOnlyModel):
+    """One step of an agent's trajectory; read-only all the way down (its arguments and
+    output too: see :mod:`~agent_health.connectors.readonly`)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
@@ -26,8 +29,21 @@ class Step(BaseModel):
     status: Literal["ok", "error"] | None = None
     latency_ms: float | None = None
 
+    @model_validator(mode="after")
+    def _read_only(self) -> Step:
+        # One validator for the three mutable parts: it runs for every step of every run.
+        fields = self.__dict__
+        if fields["tool_args"] is not None:
+            fields["tool_args"] = readonly.freeze(fields["tool_args"])
+        if fields["tool_output"] is not None:
+            fields["tool_output"] = readonly.freeze(fields["tool_output"])
+        extra = self.__pydantic_extra__
+        if extra:
+            object.__setattr__(self, "__pydantic_extra__", readonly.freeze(extra))
+        return self
 
-class TokenUsage(BaseModel):
+
+class TokenUsage(readonly.ReadOnlyModel):
     """Token counts reported by the agent (or summed from its LLM calls).
 
     A count the agent did not report is ``None``, never ``0``: ``TokenUsage()`` means "no
@@ -78,7 +94,7 @@ _COUNT_NAMES = {
 }
 
 
-class ContextItem(BaseModel):
+class ContextItem(readonly.ReadOnlyModel):
     """A piece of context handed to the agent with the prompt."""
 
     model_config = ConfigDict(defer_build=True, frozen=True)

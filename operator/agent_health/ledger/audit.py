@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_health.ledger import backends, chain, errors, filestore, store
+from agent_health.ledger import backends, chain, errors, filestore, keys, store
 
 
 class CellReport(BaseModel):
@@ -55,7 +55,8 @@ async def verify_backend(
     reports = []
     for cell in await backend.cells():
         lines = await backend.read(cell)
-        result = await asyncio.to_thread(chain.verify, lines, key, complete=complete)
+        sealed_with = keys.sealing_key(key, cell, lines)
+        result = await asyncio.to_thread(chain.verify, lines, sealed_with, complete=complete)
         reports.append(CellReport(cell=cell, result=result))
     return LedgerReport(url=backend.url, cells=reports)
 

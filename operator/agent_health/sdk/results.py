@@ -7,8 +7,9 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from agent_health.connectors import readonly
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
 
@@ -64,8 +65,14 @@ def unbind_traces(token: contextvars.Token[TraceResolver]) -> None:
     _resolver.reset(token)
 
 
-class RunResult(BaseModel):
-    """The immutable capture of one ``agent.run()``."""
+class RunResult(readonly.ReadOnlyModel):
+    """The immutable capture of one ``agent.run()``.
+
+    Read-only all the way down: its fields, its steps and their arguments and outputs, the
+    raw answer, the token usage and what :meth:`json` returns all raise ``TypeError`` on
+    any change, so what matchers, metrics, judges and the ledger read is what the agent
+    answered. Copy a part (``dict(step.tool_args)``) to change a copy.
+    """
 
     model_config = ConfigDict(defer_build=True, frozen=True, arbitrary_types_allowed=True)
 
@@ -85,6 +92,12 @@ class RunResult(BaseModel):
     )
     _traces: Any = PrivateAttr(default=None)
 
+    @field_validator("raw", mode="after")
+    @classmethod
+    def _read_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        frozen: dict[str, Any] = readonly.freeze(value)
+        return frozen
+
     @property
     def trajectory(self) -> Trajectory:
         return Trajectory(self.trajectory_steps)
@@ -100,7 +113,7 @@ class RunResult(BaseModel):
     def json(self) -> Any:  # type: ignore[override]
         """The output parsed as JSON (raises a clear error when it is not JSON)."""
         try:
-            return json.loads(self.output)
+            return readonly.freeze(json.loads(self.output))
         except ValueError as err:
             raise errors.ExpectationFailed(
                 f"agent output is not JSON: {self.output[:120]!r}"

@@ -11,8 +11,9 @@ target → peer NAME     one port per peer   target, unless a valid token says o
 peer NAME → target     one port per peer   peer:NAME (its token), else target
 =====================  ==================  ==========================================
 
-The gateway alone mounts the ledger key, every token (to verify callers), the ledger
-credentials and — when the operator names a ServiceAccount for it — that account's token.
+The gateway alone mounts its cell's ledger key (derived for this attempt, never the run's),
+every token (to verify callers), the ledger credentials and — when the operator names a
+ServiceAccount for it — that account's token.
 """
 
 from __future__ import annotations
@@ -164,9 +165,10 @@ def container(
     return body
 
 
-def volumes(run_name: str, settings: manifests.Settings) -> list[dict[str, Any]]:
-    """The volumes only the gateway mounts: the ledger key and its service-account token."""
-    found = [cellsecrets.ledger_key_volume(run_name)]
+def volumes(cell: str, attempt: int, settings: manifests.Settings) -> list[dict[str, Any]]:
+    """The volumes only the gateway mounts: this attempt's ledger key (never the run's) and
+    its service-account token."""
+    found = [cellsecrets.ledger_key_volume(cell, attempt)]
     if settings.gateway_service_account is not None:
         found.append(_service_account_volume())
     return found

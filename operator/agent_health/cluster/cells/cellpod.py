@@ -30,7 +30,7 @@ OWN_TOKEN_DIR = "/var/run/agent-health/token"
 # Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
 # in -<hash>-r<repeat>) and any run's ledger key (<run>-ledger-key).
 _OUR_SECRETS = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+-tokens|.*-ledger-key)$"
+    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-ledger-key)$"
 )
 
 
@@ -66,9 +66,10 @@ def cell_pod(
 ) -> dict[str, Any]:
     """The Pod of one (test, repeat) of ``run``; ``digests`` maps each RunSpec image to its digest.
 
-    The caller also creates :func:`.cellsecrets.token_secret` for this cell and
-    :func:`.cellsecrets.ledger_key_secret` for the run. A target with the ``subprocess``
-    connector cannot run in a cell (it would have to share the controller's container).
+    The caller also creates :func:`.cellsecrets.token_secret` for this attempt (its tokens
+    and its ledger key) and :func:`.cellsecrets.ledger_key_secret` for the run. A target
+    with the ``subprocess`` connector cannot run in a cell (it would have to share the
+    controller's container).
     The judge listener exists only when the operator serves a judge, the RunSpec names one
     and the run does not skip judging; otherwise ``judge()`` in the cell is skipped.
     """
@@ -97,8 +98,8 @@ def cell_pod(
             cellgateway.Route(peer_principal, TARGET, plan.peer_target[peer.name], target_url)
         )
 
-    tokens = {p: cellsecrets.token_volume(p, cell) for p in cellsecrets.principals(spec)}
-    volumes += [*tokens.values(), *cellgateway.volumes(run_name, settings)]
+    tokens = {p: cellsecrets.token_volume(p, cell, attempt) for p in cellsecrets.principals(spec)}
+    volumes += [*tokens.values(), *cellgateway.volumes(cell, attempt, settings)]
     scratch: dict[str, dict[str, Any]] = {}
     peers = [peer_container_name(p.name) for p in spec.spec.peers]
     for name in [cellgateway.NAME, TARGET, *peers, CONTROLLER]:

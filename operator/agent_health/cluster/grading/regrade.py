@@ -9,7 +9,7 @@ work: ``file://``, ``configmap://``, ``s3://``.
 from __future__ import annotations
 
 from agent_health.cluster.grading import grading
-from agent_health.ledger import backends, records, store
+from agent_health.ledger import backends, keys, records, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk.results import TestResult
 
@@ -45,7 +45,8 @@ async def grade_ledger(
         results = []
         for cell in sorted(await backend.cells()):
             lines = await backend.read(cell)
-            grade = grading.grade_lines(cell, lines, key, expected_from(cell, lines))
+            sealed_with = keys.sealing_key(key, cell, lines)  # a cluster cell's own key
+            grade = grading.grade_lines(cell, lines, sealed_with, expected_from(cell, lines))
             results.append(grade.result)
         return results
     finally:

@@ -2,7 +2,9 @@
 
 The run's cells are listed by label; those owned by this run (by uid) and in its plan are
 adopted: marked active with their attempt, their controller token read back from their
-Secret (or the Secret created if the cell is still waiting or running without one), and
+Secret — only one that pod owns (by uid) — or the Secret created if the cell is still
+waiting or running without one (:meth:`.creation.Creator.secret` refuses one of that name
+that another owner holds, and stops the cell), and
 their current state applied as an event. Planned cells that do not exist are queued.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from typing import Any
 
 from agent_health.cluster import kube
 from agent_health.cluster.cells import cellsecrets, manifests, observed
@@ -36,7 +39,7 @@ class Adoption:
             run.queue.extend(run.cells)
             return
         stored = await api.list(kube.SECRETS, run.ref.namespace, labels)
-        tokens = {s["metadata"]["name"]: s.get("data") or {} for s in stored}
+        secrets = {s["metadata"]["name"]: s for s in stored}
         adopted = {b["metadata"]["name"] for b in mine}
         run.queue.extend(n for n in run.cells if n not in adopted)
         for body in mine:
@@ -44,10 +47,19 @@ class Adoption:
             cell.attempt = plan.attempt(body)
             cell.state = "active"
             run.active.add(cell.name)
-            data = tokens.get(cellsecrets.token_secret_name(cell.name), {})
+            secret = secrets.get(cellsecrets.token_secret_name(cell.name, cell.attempt), {})
+            # Only a Secret this very pod owns holds tokens the operator made for it.
+            owned = bool(secret) and plan.owned_by(secret, body["metadata"]["uid"])
+            data = (secret.get("data") or {}) if owned else {}
             if cellsecrets.CONTROLLER in data:
                 cell.token = base64.b64decode(data[cellsecrets.CONTROLLER]).decode()
                 self.board.tokens[cell.token] = run.ref
             elif observed.state(body) in ("waiting", "running"):
-                self.board.spawn(self.creator.secret(run, cell, body))
+                self.board.spawn(self._secret(run, cell, body))
             self.reactions.apply(run, "ADDED", body)
+
+    async def _secret(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
+        """Make the Secret a live cell lacks; one that cannot be made fails the cell."""
+        failure = await self.creator.secret(run, cell, body)
+        if failure is not None:
+            await self.reactions.handoff.infra(run, cell, body, failure)

@@ -1,5 +1,9 @@
 """Creating one cell: its object (Pod or Sandbox), then its token Secret owned by it.
 
+Nothing is adopted by name alone: a Pod (or Sandbox) of the cell's name that another owner
+holds is left alone and the cell fails; a Secret of its name that the cell does not own is
+never read (its tokens and key would be someone else's) and the cell is stopped.
+
 Writes per cell: the cell, then its token Secret owned by the cell — so deleting the cell
 (``ttlSecondsAfterFinished``, a retry, the run's deletion) also collects its Secret. Cell
 names are deterministic (:func:`.manifests.cell_name`) and creation is idempotent (409
@@ -16,8 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_health.cluster import kube
-from agent_health.cluster.cells import cellpod, cellsecrets, observed, sandbox
+from agent_health.cluster.cells import cellpod, cellsecrets, manifests, observed, sandbox
 from agent_health.cluster.reconcile import lifecycle, plan
+from agent_health.ledger import keys
 
 
 @dataclasses.dataclass
@@ -42,21 +47,32 @@ class Creator:
         if manifest["kind"] == sandbox.KIND:
             template = manifest["spec"]["podTemplate"]["metadata"]
             template["annotations"][plan.ATTEMPT] = str(cell.attempt)
+        resource = lifecycle.resource_of(run)
         try:
-            resource = lifecycle.resource_of(run)
             stored, _ = await self.board.api.ensure(resource, run.ref.namespace, manifest)
-            await self.secret(run, cell, stored)
         except kube.ApiError as err:
             return "other", f"cannot create cell {cell.name}: {err}"
-        return None
+        if not plan.owned_by(stored, run.uid):
+            # Same name, another owner: someone made it before us. Not ours to use or delete.
+            return "other", (
+                f"a {stored.get('kind', 'Pod')} named {cell.name} already exists in namespace "
+                f"{run.ref.namespace} and is not this run's (its owners: {_owners(stored)}); "
+                "the operator will not adopt it: delete it and run again"
+            )
+        return await self.secret(run, cell, stored)
 
-    async def secret(self, run: plan.Run, cell: plan.Cell, owner: Mapping[str, Any]) -> None:
-        """The cell's token Secret, owned by the cell object itself."""
+    async def secret(
+        self, run: plan.Run, cell: plan.Cell, owner: Mapping[str, Any]
+    ) -> observed.Failure | None:
+        """The Secret of this attempt at the cell (tokens and its own ledger key), owned by
+        the cell object itself; why it could not be made, if it could not."""
         assert run.spec is not None
         tokens = {p: secrets.token_urlsafe(32) for p in cellsecrets.principals(run.spec)}
+        ledger_cell = manifests.ledger_cell(cell.name, cell.attempt)
         manifest = cellsecrets.token_secret(
-            run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, tokens=tokens
-        )
+            run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, tokens=tokens,
+            ledger_key=keys.cell_key(run.key, ledger_cell), attempt=cell.attempt,
+        )  # fmt: skip
         metadata = owner["metadata"]
         manifest["metadata"]["ownerReferences"] = [
             {
@@ -67,8 +83,27 @@ class Creator:
                 "controller": True,
             }
         ]
-        stored, _ = await self.board.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
+        name = manifest["metadata"]["name"]
+        try:
+            stored, _ = await self.board.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
+        except kube.ApiError as err:
+            return "other", f"cannot create Secret {name} of cell {cell.name}: {err}"
+        if not plan.owned_by(stored, metadata["uid"]):
+            # A Secret of that name made by someone else holds tokens and a key they know:
+            # the cell (ours) must not run with it. Stop the cell; never read the Secret.
+            await self.board.api.delete(lifecycle.resource_of(run), run.ref.namespace, cell.name)
+            return "other", (
+                f"Secret {name} already exists in namespace {run.ref.namespace} and is not "
+                f"cell {cell.name}'s (its owners: {_owners(stored)}); the operator will not use "
+                "tokens or keys it did not make: delete the Secret and run again"
+            )
         token = base64.b64decode(stored["data"][cellsecrets.CONTROLLER]).decode()
         if cell.state == "active":
             cell.token = token
             self.board.tokens[token] = run.ref
+        return None
+
+
+def _owners(body: Mapping[str, Any]) -> str:
+    found = body.get("metadata", {}).get("ownerReferences") or []
+    return ", ".join(f"{o.get('kind')}/{o.get('name')} uid {o.get('uid')}" for o in found) or "none"

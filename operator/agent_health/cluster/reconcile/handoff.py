@@ -21,6 +21,7 @@ from agent_health.cluster import errors
 from agent_health.cluster.cells import manifests, observed
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import creation, lifecycle, plan
+from agent_health.ledger import keys
 
 LEDGER_READS = 5
 
@@ -61,12 +62,13 @@ class Handoff:
         grade: grading.CellGrade | None = None
         for attempt in range(LEDGER_READS):
             try:
+                ledger_cell = manifests.ledger_cell(cell.name, cell.attempt)
                 grade = await grading.grade_cell(
                     run.backend,
                     cell.name,
-                    run.key,
+                    keys.cell_key(run.key, ledger_cell),  # that attempt's key alone verifies it
                     plan.expected(cell),
-                    ledger_cell=manifests.ledger_cell(cell.name, cell.attempt),
+                    ledger_cell=ledger_cell,
                 )
                 break
             except errors.LedgerUnavailable as err:

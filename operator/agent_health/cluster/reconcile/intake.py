@@ -112,7 +112,10 @@ class Intake:
             ledger = runspec.Ledger(url=url)
             spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
         run.spec, run.settings = spec, dataclasses.replace(self.settings, ledger_url=url)
-        run.key = await self._ledger_key(run)
+        try:
+            run.key = await self._ledger_key(run)
+        except errors.SpecError as err:
+            return await board.fail(run, "LedgerKeyNotOwned", str(err))
         if self.fence is not None:
             await self._network_policy(run, self.fence)
         for test in chosen:
@@ -166,6 +169,14 @@ class Intake:
     async def _ledger_key(self, run: plan.Run) -> bytes:
         manifest = cellsecrets.ledger_key_secret(run.model, cellsecrets.new_ledger_key())
         stored, _ = await self.board.api.ensure(kube.SECRETS, run.ref.namespace, manifest)
+        if not plan.owned_by(stored, run.uid):
+            # A key someone else made could seal any ledger of this run: never use it.
+            name = manifest["metadata"]["name"]
+            raise errors.SpecError(
+                f"Secret {name} already exists in namespace {run.ref.namespace} and is not "
+                f"EvaluationRun {run.ref.name}'s; the operator will not use a ledger key it did "
+                "not make: delete the Secret and create the run again"
+            )
         return base64.b64decode(stored["data"][cellsecrets.LEDGER_KEY])
 
     async def _network_policy(self, run: plan.Run, fence: netpol.Fence) -> None:
