@@ -1,3 +1,4 @@
+# Over 350 lines: `run` has many flags, each a few lines of argparse; its handler reads top down.
 """``run`` and ``list``: discover a suite, run its tests against an agent, report.
 
 The engine, the connectors, the ledger and rich load inside the handlers, only for the command
@@ -134,7 +135,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
     suite = loader.load(paths)
-    _forbid_only(args, suite.cases)
+    select.forbid_only(suite.cases, args.forbid_only)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
     if args.last_failed:
         from agent_health.engine import lastfailed
@@ -142,7 +143,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         cases, note = lastfailed.choose(cases, lastfailed.failed(suite.root))
         err_console.print(note, markup=False)
     if args.list:
-        return _print_cases(cases, suite, as_json=False, err_console=err_console)
+        return _print_cases(cases, suite, as_json=False, consoles=consoles)
     common.check_reports(outputs)
     config = _config(args, paths)
     load_errors = [str(e) for e in suite.errors]
@@ -208,22 +209,6 @@ def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console
     )
 
 
-def _forbid_only(args: argparse.Namespace, cases: list[Any]) -> None:
-    """``test.only`` left in a suite must not silently drop every other test in CI."""
-    forbid = args.forbid_only
-    if forbid is None:
-        forbid = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-    focused = [c for c in cases if c.mode == "only"]
-    if forbid and focused:
-        where = "; ".join(f"{c.file}:{c.line} {c.title!r}" for c in focused)
-        why = "--forbid-only" if args.forbid_only else "CI is set, so --forbid-only is on"
-        raise common.UsageError(
-            f"test.only is forbidden ({why}), and {len(focused)} test"
-            f"{'s are' if len(focused) != 1 else ' is'} marked only: {where}. "
-            "Remove the .only (it would run just those tests), or pass --no-forbid-only"
-        )
-
-
 def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
     from agent_health.engine import loader
 
@@ -241,15 +226,15 @@ def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     paths = [Path(p) for p in args.paths]
     suite = loader.load(paths)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label)
-    return _print_cases(cases, suite, as_json=args.json, err_console=consoles.err)
+    return _print_cases(cases, suite, as_json=args.json, consoles=consoles)
 
 
 def _print_cases(
-    cases: list[Any], suite: loader.Suite, *, as_json: bool, err_console: Console
+    cases: list[Any], suite: loader.Suite, *, as_json: bool, consoles: common.Consoles
 ) -> int:
     """What ``list`` (and ``run --list``) prints: every selected test, or JSON."""
     for error in suite.errors:
-        err_console.print(f"[red]load error[/] {error}")
+        consoles.err.print(f"[red]load error[/] {error}")
     if as_json:
         payload = [
             {
