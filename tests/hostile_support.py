@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import socket
 import sqlite3
 import sys
@@ -54,10 +55,21 @@ async def diagnoses(agent, expect, judge):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A loopback port that is free now, for a server another process binds a moment later.
+
+    Drawn below the kernel's ephemeral range (32768–60999 on Linux), so the outgoing
+    connections of this and every other test on the machine cannot take it in between.
+    """
+    chooser = random.Random()
+    for _ in range(200):
+        port = chooser.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port in 20000-32767")
 
 
 @contextlib.asynccontextmanager

@@ -8,6 +8,7 @@ captured per test.
 from __future__ import annotations
 
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from agent_health import cli
 from helpers import run_cli_sync
 
+ROOT = Path(__file__).resolve().parents[1]
 TWO = """
 from agent_health import test
 
@@ -274,13 +276,38 @@ def test_flaky_does_not_fail_the_run_unless_asked(write_suite: Any) -> None:
 
 
 def test_each_retry_is_its_own_ledger_cell(write_suite: Any, tmp_path: Path) -> None:
-    suite = write_suite(**{"test_flaky.py": FLAKY.split('@test("always fails")')[0]})
+    agent = ROOT / "examples" / "agents" / "triage_cli.py"
+    suite = write_suite(
+        **{
+            "test_flaky.py": """
+            from agent_health import test
+
+            @test("flaky")
+            async def flaky(agent, expect, test_info):
+                await agent.run("Diagnose the payment service")
+                expect(test_info.retry).to_equal(1)
+            """
+        }
+    )
     ledger = tmp_path / "ledger"
-    run = run_cli_sync(suite, "--retries", "1", "--ledger", f"file://{ledger}")
+    run = run_cli_sync(
+        suite,
+        "--retries",
+        "1",
+        "--agent",
+        f"cmd:{sys.executable} {agent}",
+        "--ledger",
+        f"file://{ledger}",
+    )
     assert run.code == 0
-    cells = sorted(p.name for p in ledger.rglob("*.jsonl"))
+    assert run.by_name("flaky")["status"] == "flaky"
+    cells = {
+        json.loads(line)["cell"]
+        for line in (ledger / "run.jsonl").read_text().splitlines()
+        if '"cell"' in line[:10]
+    }
     assert len(cells) == 2
-    assert any(name.endswith(".r0.a1.jsonl") for name in cells), cells
+    assert any(name.endswith(".r0.a1") for name in cells), cells
     assert cli.main(["ledger", "verify", f"file://{ledger}"]) == 0
 
 

@@ -7,6 +7,7 @@ a name, on any machine. ``bench/defaults.py`` measures what the difference is wo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -106,11 +107,9 @@ def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite
     modules = imported_by(["run", str(suite)], suite)
     assert "agent_health.engine.runner" in modules
     assert "agent_health.ledger.chain" in modules  # the default local ledger recorded the run
-    # The local ledger still records through the in-process gateway (aiohttp's server).
-    server_side = [m for m in SERVER_SIDE if m not in ("aiohttp.web", "agent_health.gateway")]
     assert not loaded(
         modules,
-        *server_side,
+        *SERVER_SIDE,
         "xml",
         "ag_ui",
         "httpx_sse",
@@ -127,3 +126,19 @@ def test_a_reporter_loads_when_it_is_asked_for(suite: Path) -> None:
     modules = imported_by(["run", str(suite), "--reporter", f"junit:{report}"], suite)
     assert "agent_health.engine.reporters.junit" in modules
     assert report.read_text().startswith("<?xml")
+
+
+async def test_a_rest_run_loads_the_aiohttp_client_and_not_httpx(suite: Path) -> None:
+    from aiohttp import web
+    from loopback import serving
+
+    async def agent(request: web.Request) -> web.Response:
+        return web.json_response({"output": "pong"})
+
+    async with serving(agent, path="/run") as url:
+        modules = await asyncio.to_thread(
+            imported_by, ["run", str(suite), "--agent", f"rest+{url}"], suite
+        )
+    assert "agent_health.connectors.rest" in modules
+    assert "aiohttp.client" in modules
+    assert not loaded(modules, *SERVER_SIDE, "httpx", "httpx_sse", "xml", "ag_ui")

@@ -15,12 +15,15 @@ from agent_health import cli
 from agent_health.cli import common
 
 ROOT = Path(__file__).resolve().parents[1]
+# A test records a ledger cell when it runs the agent: the example agent as a subprocess.
+AGENT = f"cmd:{sys.executable} {ROOT / 'examples' / 'agents' / 'triage_cli.py'}"
 SUITE = """
 from agent_health import test
 
 @test("one")
-async def one(expect):
-    expect(1).to_equal(1)
+async def one(agent, expect):
+    result = await agent.run("Diagnose the payment service")
+    expect(result.output).to_contain("db-primary")
 """
 
 
@@ -50,7 +53,7 @@ def test_the_printed_verify_command_runs_as_printed(tmp_path: Path, how: str) ->
         else [os.path.relpath(script, where)]
     )
     ran = subprocess.run(
-        [*program, "run", os.path.relpath(suite, where)],
+        [*program, "run", os.path.relpath(suite, where), "--agent", AGENT],
         cwd=where,
         env=_env(),
         capture_output=True,
@@ -67,21 +70,23 @@ def test_the_printed_verify_command_runs_as_printed(tmp_path: Path, how: str) ->
         command, cwd=where, env=_env(), capture_output=True, text=True, timeout=120
     )
     assert checked.returncode == 0, checked.stderr
-    assert "1 cells verified with the key file .agent-health/ledger/" in checked.stdout
+    assert "1 cells verified (run file sealed) with the key file .agent-health/ledger/" in (
+        checked.stdout
+    )
 
 
-def test_verify_finds_the_key_beside_the_ledger_even_for_one_cell(
+def test_verify_finds_the_key_beside_the_ledger_given_its_folder_or_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AGENT_HEALTH_LEDGER_KEY", raising=False)
     (tmp_path / "test_one.py").write_text(SUITE)
     ledger = tmp_path / "runs" / "first"
-    assert cli.main(["run", str(tmp_path), "--ledger", f"file://{ledger}"]) == 0
+    assert cli.main(["run", str(tmp_path), "--agent", AGENT, "--ledger", f"file://{ledger}"]) == 0
     assert (tmp_path / "runs" / "first.key").is_file()
-    [cell] = list(ledger.rglob("*.jsonl"))
+    [run_file] = list(ledger.rglob("*.jsonl"))
     assert cli.main(["ledger", "verify", str(ledger)]) == 0
-    assert cli.main(["ledger", "verify", str(cell)]) == 0
+    assert cli.main(["ledger", "verify", str(run_file)]) == 0
     assert cli.main(["grade", f"file://{ledger}"]) == 0
     capsys.readouterr()
     # Without the key beside it, the error says where a local run puts it.

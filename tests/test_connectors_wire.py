@@ -4,14 +4,14 @@ mapping of failures: each case runs against every one of them on loopback."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
-import httpx
 import pytest
 from agent_health import connectors
-from agent_health.connectors import agui, errors, openai_chat, rest, wire
+from agent_health.connectors import agui, errors, openai_chat, rest, transport, wire
 from aiohttp import web
-from loopback import request, serving
+from loopback import event, request, serving
 
 KINDS = ["rest", "agui", "openai"]
 CHAT = "/v1/chat/completions"
@@ -90,12 +90,12 @@ async def test_rest_malformed_and_off_protocol_answers() -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_client_seam_takes_a_transport(kind: str) -> None:
-    """Every HTTP connector accepts an httpx transport, so a unit test may pass a function."""
-    sent: list[httpx.Request] = []
+    """Every HTTP connector accepts a transport, so a unit test may pass a function."""
+    sent: list[transport.Request] = []
 
-    def handler(req: httpx.Request) -> httpx.Response:
+    def handler(req: transport.Request) -> transport.MockResponse:
         sent.append(req)
-        return httpx.Response(418, text="teapot")
+        return transport.MockResponse(418, b"teapot")
 
     classes = {
         "rest": rest.RestConnector,
@@ -103,8 +103,98 @@ async def test_client_seam_takes_a_transport(kind: str) -> None:
         "openai": openai_chat.OpenAIChatConnector,
     }
     spec = connectors.ConnectorSpec(connector=kind, url="http://agent.invalid/x")
-    conn = classes[kind](spec, transport=httpx.MockTransport(handler))
+    conn = classes[kind](spec, transport=transport.MockTransport(handler))
     with pytest.raises(errors.AgentHTTPError, match="HTTP 418: teapot"):
         await conn.run(request())
     await conn.aclose()
     assert sent[0].headers[wire.RUN_ID_HEADER] == "run-1"
+
+
+def _answer(kind: str) -> web.Response:
+    if kind == "openai":
+        return web.json_response({"choices": [{"message": {"content": "ok"}}]})
+    if kind == "agui":
+        frames = event("RUN_STARTED", threadId="t", runId="r") + event(
+            "RUN_FINISHED", threadId="t", runId="r"
+        )
+        return web.Response(body=frames, content_type="text/event-stream")
+    return web.json_response({"output": "ok"})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_every_exchange_is_observed_with_sizes_and_hashes(kind: str) -> None:
+    seen: list[wire.Observation] = []
+    bodies: list[bytes] = []
+
+    async def handler(req: web.Request) -> web.StreamResponse:
+        bodies.append(await req.read())
+        return _answer(kind)
+
+    async with serving(handler, path=path_for(kind)) as url:
+        spec = connectors.ConnectorSpec(connector=kind, url=url)
+        conn = connectors.create(spec, observe=seen.append)
+        try:
+            await conn.run(request())
+        finally:
+            await conn.aclose()
+    [seen_one] = seen
+    answer = _answer(kind).body
+    assert isinstance(answer, bytes)
+    assert (seen_one.run_id, seen_one.method, seen_one.path) == ("run-1", "POST", path_for(kind))
+    assert seen_one.status == 200
+    assert seen_one.error is None
+    assert seen_one.request_bytes == len(bodies[0])
+    assert seen_one.request_sha256 == hashlib.sha256(bodies[0]).hexdigest()
+    assert seen_one.response_sha256 == hashlib.sha256(answer).hexdigest()
+    assert seen_one.body == answer
+    assert seen_one.started_at <= seen_one.ended_at
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_cancelled_exchange_is_observed_at_once_as_cancelled(kind: str) -> None:
+    """A test's deadline cancels agent.run(): the exchange is recorded then, not later."""
+    seen: list[wire.Observation] = []
+    arrived = asyncio.Event()
+
+    async def handler(req: web.Request) -> web.StreamResponse:
+        arrived.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async with serving(handler, path=path_for(kind)) as url:
+        spec = connectors.ConnectorSpec(connector=kind, url=url)
+        conn = connectors.create(spec, observe=seen.append)
+        call = asyncio.ensure_future(conn.run(request()))
+        await asyncio.wait_for(arrived.wait(), 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert len(seen) == 1  # already there: nobody waited for the agent
+        await conn.aclose()
+    assert seen[0].status is None
+    assert seen[0].error is not None
+    assert seen[0].error.startswith("cancelled after ")
+
+
+async def test_a_refused_connection_is_observed_with_its_reason() -> None:
+    seen: list[wire.Observation] = []
+    spec = connectors.ConnectorSpec(connector="rest", url="http://127.0.0.1:9/run")
+    conn = connectors.create(spec, observe=seen.append)
+    with pytest.raises(errors.AgentUnreachable):
+        await conn.run(request())
+    await conn.aclose()
+    assert seen[0].status is None
+    assert "cannot connect to agent at http://127.0.0.1:9/run" in (seen[0].error or "")
+
+
+async def test_a_custom_connector_is_not_handed_the_observer() -> None:
+    made: list[Any] = []
+
+    def factory(spec: connectors.ConnectorSpec) -> Any:
+        made.append(spec)
+        return rest.RestConnector(spec)
+
+    spec = connectors.ConnectorSpec(connector="mine", url="http://127.0.0.1:9/run")
+    conn = connectors.create(spec, {"mine": factory}, observe=lambda _o: None)
+    assert made == [spec]
+    await conn.aclose()

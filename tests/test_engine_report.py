@@ -193,3 +193,29 @@ def test_recommendations_roll_up_across_the_suite() -> None:
     ]
     rollup = RunReport.build(results, duration_ms=1.0, repeats=2).summary.recommendations
     assert [(r.text, r.tests) for r in rollup] == [("retry search_logs", 2), ("cache", 1)]
+
+
+def test_metric_signals_in_the_report_are_the_metrics_as_observe_signals() -> None:
+    """The report writes each derived metric as a signal dict without making a Signal model
+    per metric; the dicts are what metrics.metric_signals' models would dump."""
+    from agent_health.sdk.results import Signal
+    from agent_health.traces import metrics
+
+    derived = {"total_tokens": 7, "tool_calls": 2, "cost_usd": None, "not_a_metric": 1}
+    gate = Signal(kind="deterministic", role="gate", name="to_equal", passed=True, score=1.0)
+    result = TestResult(
+        id="t.py::a", name="a", title="a", file="t.py", line=1, status="passed", run_id="r",
+        signals=(gate,), metrics=derived,
+    )  # fmt: skip
+    [entry] = RunReport.build([result], duration_ms=1.0).tests
+    fields = ("kind", "role", "name", "passed", "score", "weight", "evidence", "reasoning")
+    expected = [gate, *metrics.metric_signals(derived)]
+    assert [{k: s[k] for k in fields} for s in entry["signals"]] == [
+        {k: getattr(s, k) for k in fields} for s in expected
+    ]
+    assert {s["name"] for s in entry["signals"]} == {
+        "to_equal",
+        "total_tokens",
+        "tool_calls",
+        "cost_usd",
+    }

@@ -13,6 +13,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import ledger_support
 import pytest
 from agent_health import cli
 from agent_health.ledger import records
@@ -111,8 +112,7 @@ async def test_a_reply_without_output_is_recorded_as_the_agents_error_in_the_led
         tmp_path, suite, "by-prompt", "--grep", "without output", "--ledger", f"file://{ledger}"
     )
     assert report["summary"]["errored_by_cause"]["agent"] == 1
-    (cell,) = ledger.glob("*.jsonl")
-    parsed = [records.parse_line(line) for line in cell.read_text().splitlines()]
+    (parsed,) = ledger_support.parsed(ledger).values()
     run = next(r for r in parsed if isinstance(r, records.RunResultRecord))
     end = parsed[-1]
     assert isinstance(end, records.CellEnd)
@@ -164,12 +164,15 @@ async def test_a_tampered_ledger_cannot_turn_a_failure_into_an_excluded_error(
 
     assert (await regrade())["summary"]["pass_rate"] == 0.5
     failed = next(t for t in report["tests"] if t["status"] == "failed")
-    cell = next(p for p in ledger.glob("*.jsonl") if failed["id"] in p.read_text().splitlines()[0])
-    lines = cell.read_text().splitlines()
-    end = json.loads(lines[-1])
-    # The attack: say the test errored (for the infrastructure), so it leaves the pass rate.
-    lines[-1] = json.dumps({**end, "status": "errored", "error": "node lost", "cause": "infra"})
-    cell.write_text("\n".join(lines) + "\n")
+    cell = ledger_support.cell_where(ledger, failed["id"])
+
+    def attack(lines: list[str]) -> list[str]:
+        # Say the test errored (for the infrastructure), so it leaves the pass rate.
+        end = json.loads(lines[-1])
+        forged = {**end, "status": "errored", "error": "node lost", "cause": "infra"}
+        return [*lines[:-1], json.dumps(forged)]
+
+    ledger_support.rewrite(ledger, cell, attack)
     tampered = await regrade()
     test = next(t for t in tampered["tests"] if t["id"] == failed["id"])
     assert (test["status"], test["cause"]) == ("errored", "agent")

@@ -154,16 +154,27 @@ async def test_judge_down_makes_tests_errored_and_the_run_goes_on(
     finally:
         await server.close()
     assert run.code == 3  # errored only: nothing failed
-    for name in ("judged pass", "judged fail", "observed", "agentic"):
+    for name in ("judged pass", "judged fail", "agentic"):
         test = run.by_name(name)
         assert test["status"] == "errored", name
         assert "HTTP 500: model is on fire" in test["error"]
         assert "gave up after 2 attempts" in test["error"]
         assert test["score"] is None
+    # An observation never changes the gate: the unreachable judge is recorded on the
+    # verdict, and the test (no gates of its own) stays passed.
+    observed = run.by_name("observed")
+    assert (observed["status"], observed["error"], observed["score"]) == ("passed", None, None)
+    verdict = _judge_signal(observed)
+    assert (verdict["role"], verdict["passed"], verdict["evidence"]["errored"]) == (
+        "observe",
+        None,
+        True,
+    )
+    assert "HTTP 500: model is on fire" in verdict["error"]
     assert run.by_name("custom")["status"] == "passed"  # needs no model
     assert run.by_name("no judge at all")["status"] == "passed"
     summary = run.report["summary"]
-    assert (summary["passed"], summary["failed"], summary["errored"]) == (2, 0, 4)
+    assert (summary["passed"], summary["failed"], summary["errored"]) == (3, 0, 3)
     assert summary["pass_rate"] == 1.0
     assert summary["judge_tokens"]["errored"] == 4
     # errored verdicts were not cached: the second run asked the model again

@@ -235,7 +235,9 @@ def test_load_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_load_key_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(chain.KEY_ENV, raising=False)
-    with pytest.raises(errors.LedgerKeyError, match=r"no ledger key: .*--key-file.* or set AGENT_HEALTH_LEDGER_KEY"):
+    with pytest.raises(
+        errors.LedgerKeyError, match=r"no ledger key: .*--key-file.* or set AGENT_HEALTH_LEDGER_KEY"
+    ):
         chain.load_key()
     with pytest.raises(errors.LedgerKeyError, match=r"cannot read the ledger key file .*/nope"):
         chain.load_key(tmp_path / "nope")
@@ -271,3 +273,18 @@ def test_any_single_change_is_caught_at_or_before_that_record(
     assert not result.ok
     assert result.problem is not None
     assert result.problem.line == index + 1
+
+
+def test_a_sealed_line_is_the_canonical_json_of_the_sealed_record() -> None:
+    """Sealer.line() serializes the keys either side of "mac" once each; the line must be
+    byte for byte canonical(record with mac), nested "mac" keys and all."""
+    key = b"k" * 32
+    items = [
+        records.CellMeta(test_id="t", repeat=0, run_id="r"),
+        records.SignalRecord(signal={"mac": "nested", "a": [1, {"z": None, "b": 2.5}], "zz": "é"}),
+        records.CellEnd(status="passed"),
+    ]
+    by_line, by_record = chain.Sealer(key), chain.Sealer(key)
+    lines = [by_line.line(item) for item in items]
+    assert lines == [records.dump_line(by_record.seal(item)) for item in items]
+    assert chain.verify(lines, key).ok

@@ -116,17 +116,77 @@ def test_same_args_after_an_error_is_a_retry_not_a_duplicate() -> None:
 
 
 def test_all_errors_acknowledged_or_ignored() -> None:
-    steps = (call("a"), err("a"), call("b"), err("b"), call("a"), err("a"))
-    acknowledged = metrics.derive(run(*steps, say("I could not reach the log service.")))
+    steps = (
+        call("search_logs"),
+        err("search_logs"),
+        call("service_status"),
+        err("service_status"),
+        call("search_logs"),
+        err("search_logs"),
+    )
+    acknowledged = metrics.derive(
+        run(*steps, say("search_logs failed twice and I could not get the service status."))
+    )
     assert acknowledged["tool_errors"] == 3
     assert acknowledged["retries"] == 1
     assert acknowledged["ignored_tool_errors"] == 0
     ignored = metrics.derive(run(*steps, say("Everything looks healthy.")))
-    # the first error of `a` was retried; the error of `b` and the last of `a` were ignored
+    # the first error of search_logs was retried; the other two were ignored
     assert ignored["ignored_tool_errors"] == 2
-    # naming the tool counts as acknowledging that tool only
-    named = metrics.derive(run(*steps, say("The b tool said no; all good otherwise.")))
-    assert named["ignored_tool_errors"] == 1
+    # acknowledging one tool's failure says nothing about the other's
+    one = metrics.derive(run(*steps, say("The service_status tool was unavailable.")))
+    assert one["ignored_tool_errors"] == 1
+    # an admission that names no failed tool acknowledges nothing
+    vague = metrics.derive(run(*steps, say("I could not reach the log service.")))
+    assert vague["ignored_tool_errors"] == 2
+
+
+def rca(tool_error: str, answer: str, *, in_output: bool = False) -> int:
+    """ignored_tool_errors of a root-cause run: search_logs fails, then the agent answers."""
+    steps = [
+        call("search_logs", {"service": "payment"}),
+        {
+            "type": "tool_result",
+            "tool_name": "search_logs",
+            "status": "error",
+            "tool_output": {"error": tool_error},
+        },
+        call("service_status", {"name": "db-primary"}),
+        ok("service_status"),
+    ]
+    if not in_output:
+        steps.append(say(answer))
+    result = run(*steps, output=answer)
+    count: int = metrics.derive(result)["ignored_tool_errors"]
+    return count
+
+
+def test_root_cause_answers_do_not_acknowledge_by_accident() -> None:
+    """The words of a diagnosis ("cannot", "failed", "unable") speak of the system."""
+    error = "log backend answered HTTP 503 Service Unavailable"
+    for answer in (
+        "Root cause: the payment service cannot reach its database db-primary.",
+        "The payment-service failed because db-primary is unable to accept connections.",
+        "search_logs shows the payment service cannot connect to db-primary:5432.",
+        "According to search_logs, checkout requests failed with connection refused.",
+        "Root cause: db-primary is down. Payments failed and refunds are unavailable.",
+    ):
+        assert rca(error, answer) == 1, answer
+        assert rca(error, answer, in_output=True) == 1, answer
+
+
+def test_root_cause_answers_that_own_the_failed_tool() -> None:
+    error = "log backend answered HTTP 503 Service Unavailable"
+    for answer in (
+        "I could not search the logs, but db-primary reports as down: that is the root cause.",
+        "Root cause: db-primary is down (search_logs failed, so this rests on service_status).",
+        "The search_logs tool returned an error; the service status shows db-primary down.",
+        "Log search was unavailable. The payment service cannot reach db-primary.",
+        "The logs were not available (HTTP 503 Service Unavailable); db-primary is down.",
+    ):
+        assert rca(error, answer) == 0, answer
+        # the final output acknowledges too, without a last assistant step
+        assert rca(error, answer, in_output=True) == 0, answer
 
 
 def test_acknowledgement_must_come_after_the_error() -> None:

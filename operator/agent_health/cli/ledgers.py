@@ -18,7 +18,7 @@ def add_commands(sub: Any) -> None:
     ledger_sub = ledger_cmd.add_subparsers(dest="ledger_command", required=True)
     verify_cmd = ledger_sub.add_parser("verify", help="check every cell's HMAC chain")
     verify_cmd.add_argument(
-        "url", help="file://DIR, a directory, CELL.jsonl, configmap://NS/NAME, s3://..."
+        "url", help="file://DIR, a directory, CELL.jsonl, run.jsonl, configmap://NS/NAME, s3://..."
     )
     verify_cmd.add_argument(
         "--key-file",
@@ -27,7 +27,8 @@ def add_commands(sub: Any) -> None:
     verify_cmd.add_argument(
         "--allow-open",
         action="store_true",
-        help="accept cells without a cell-end record",
+        help="accept cells without a cell-end record and a run file without its seal "
+        "(a run still going)",
     )
     verify_cmd.set_defaults(handler=verify)
 
@@ -58,12 +59,15 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if not report.cells:
         raise common.UsageError(f"no ledger cells found at {args.url}")
     bad = report.first_bad
-    if bad is not None:
-        consoles.err.print(f"[red]tampered:[/] {bad}")
+    if bad is not None or report.problems:
+        consoles.err.print(f"[red]tampered:[/] {bad if bad is not None else report.problems[0]}")
         return common.EXIT_FAILED
     for cell in report.cells:
-        consoles.out.print(str(cell))
-    consoles.out.print(f"{len(report.cells)} cells verified with the {source}", markup=False)
+        consoles.out.print(str(cell), markup=False)
+    sealed = " (run file sealed)" if report.sealed else ""
+    consoles.out.print(
+        f"{len(report.cells)} cells verified{sealed} with the {source}", markup=False
+    )
     return common.EXIT_OK
 
 

@@ -200,6 +200,12 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
 def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
     for failure in recorded.failures:
         err_console.print(f"[red]ledger error:[/] {failure}", markup=True)
+    if not recorded.cells:
+        console.print(
+            f"ledger: {recorded.url} (0 cells): no test called agent.run(), nothing recorded",
+            markup=False,
+        )
+        return
     # The key sits beside the ledger, where `ledger verify` looks for it: the command needs
     # no --key-file, and runs as printed from the directory the run was started in.
     console.print(
@@ -294,11 +300,10 @@ async def _execute(
         caller = None
         if spec is not None:
             live_spec = await stack.enter_async_context(agent_process.serving(spec))
-            if recorded is not None:
-                live_spec = await recorded.route(live_spec)
-            connector = connectors.create(live_spec, config.connectors)
+            observe = recorded.observe if recorded is not None else None
+            connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
-            caller = recorded.wrap(connector.run) if recorded is not None else connector.run
+            caller = connector.run
         backend = None
         if not skip_judge and (judge_config is not None or config.evaluators):
             from agent_health import judging  # only runs that judge pay for the providers

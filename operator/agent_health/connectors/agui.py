@@ -2,7 +2,8 @@
 
 The request is the ``ag-ui-protocol`` package's :class:`ag_ui.core.RunAgentInput`: the run
 id is both ``threadId`` and ``runId``, the prompt is one user message, the context items
-are AG-UI ``context`` and ``agent.run(env=...)`` travels as ``forwardedProps.env``.
+are AG-UI ``context`` and ``agent.run(env=...)`` travels as ``forwardedProps.env``
+(``provisioned=`` and ``files=`` as ``forwardedProps.provisioned`` / ``.files``, when given).
 The events are folded into the trajectory by :mod:`agent_health.connectors.agui_fold` as
 they arrive; an optional ``on_event`` callback sees each one as soon as it is read.
 
@@ -17,14 +18,18 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
-import httpx_sse
 from ag_ui import core
 
-from agent_health.connectors import agui_fold, errors, wire
+from agent_health.connectors import agui_fold, errors, sse, wire
+from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 
+_SSE = {
+    "content-type": "application/json",
+    "accept": "text/event-stream",
+    "cache-control": "no-store",
+}
 EventCallback = Callable[[Mapping[str, Any]], object]
 """Called with each event (its wire form) right after it is folded; may be async."""
 
@@ -40,13 +45,14 @@ class AguiConnector:
         self,
         spec: ConnectorSpec,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: http.Transport | None = None,
         on_event: EventCallback | None = None,
+        observe: wire.Observer | None = None,
     ) -> None:
         self.url = wire.require_url(spec, "agui")
         self.spec = spec
         self.on_event = on_event
-        self._clients = wire.Clients(spec, transport)
+        self._http = wire.Http(spec, transport, observe)
 
     def run_input(self, request: AgentRequest) -> core.RunAgentInput:
         """The ``RunAgentInput`` that :meth:`run` posts for ``request``."""
@@ -61,59 +67,51 @@ class AguiConnector:
                 core.Context(description=item.description, value=item.value)
                 for item in request.context
             ],
-            forwarded_props={**options.get("forwarded_props", {}), "env": request.env},
+            forwarded_props={
+                **options.get("forwarded_props", {}),
+                "env": request.env,
+                **request.provisioning(),
+            },
         )
 
     async def run(self, request: AgentRequest) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)
-        body = self.run_input(request).model_dump_json(by_alias=True)
-        headers = {
-            **wire.run_headers(request),
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-            "cache-control": "no-store",
-        }
+        body = self.run_input(request).model_dump_json(by_alias=True).encode()
         fold = agui_fold.Fold(self.url)
         events: list[dict[str, Any]] = []
-        async with (
-            wire.translating(self.url, timeout),
-            self._clients.lease() as client,
-            client.stream(
-                "POST", self.url, content=body, headers=headers, timeout=timeout
-            ) as response,
-        ):
-            if not response.is_success:
-                await response.aread()
-                wire.ensure_success(response, self.url)
+        async with self._http.exchange(request, self.url, body, _SSE, timeout) as response:
+            if not 200 <= response.status < 300:
+                wire.ensure_success(response.status, await response.read(), self.url)
             await self._read(response, fold, events)
         return AgentReply.model_validate({**fold.reply_fields(), "events": events})
 
     async def _read(
-        self, response: httpx.Response, fold: agui_fold.Fold, events: list[dict[str, Any]]
+        self, response: http.Response, fold: agui_fold.Fold, events: list[dict[str, Any]]
     ) -> None:
-        source = httpx_sse.EventSource(response)
-        try:
-            async for sse in source.aiter_sse():
-                if not sse.data:
-                    continue  # a keep-alive or comment-only event
-                event = fold.feed(sse.data)
-                events.append(event)
-                if self.on_event is not None:
-                    outcome = self.on_event(event)
-                    if inspect.isawaitable(outcome):
-                        await outcome
-                if fold.finished:
-                    return  # anything after RUN_FINISHED belongs to no run
-        except httpx_sse.SSEError as err:
+        content_type = response.headers.get("content-type") or "none"
+        if "text/event-stream" not in content_type.partition(";")[0]:
             raise errors.AgentProtocolError(
                 f"agent at {self.url} did not answer with an SSE event stream "
-                f"(content-type {response.headers.get('content-type', 'none')!r}); "
-                "an AG-UI agent answers text/event-stream"
-            ) from err
-        except (httpx.RemoteProtocolError, httpx.ReadError) as err:
+                f"(content-type {content_type!r}); an AG-UI agent answers text/event-stream"
+            )
+        decoder = sse.Decoder()
+        try:
+            async for chunk in response.iter_chunks():
+                for message in decoder.feed(chunk):
+                    if not message.data:
+                        continue  # an empty keep-alive event
+                    event = fold.feed(message.data)
+                    events.append(event)
+                    if self.on_event is not None:
+                        outcome = self.on_event(event)
+                        if inspect.isawaitable(outcome):
+                            await outcome
+                    if fold.finished:
+                        return  # anything after RUN_FINISHED belongs to no run
+        except errors.AgentUnreachable as err:
             raise errors.AgentStreamIncomplete(
                 f"agent at {self.url} cut its AG-UI stream after {fold.count} events, "
-                f"before RUN_FINISHED: {wire.reason(err)}"
+                f"before RUN_FINISHED: {err.__cause__ or err}"
             ) from err
         raise errors.AgentStreamIncomplete(
             f"agent at {self.url} ended its AG-UI stream after {fold.count} events "
@@ -121,4 +119,4 @@ class AguiConnector:
         )
 
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        await self._http.aclose()

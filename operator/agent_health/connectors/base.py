@@ -12,7 +12,7 @@ import importlib
 import shlex
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -103,6 +103,10 @@ BUILTINS: Mapping[str, tuple[str, str]] = MappingProxyType(
 )
 
 
+HTTP_KINDS = frozenset({"rest", "agui", "openai"})
+"""The built-in kinds that speak HTTP (and take an ``observe`` callback)."""
+
+
 def _builtin(name: str) -> ConnectorFactory | None:
     where = BUILTINS.get(name)
     if where is None:
@@ -116,13 +120,28 @@ def known(extra: Mapping[str, ConnectorFactory] | None = None) -> list[str]:
     return sorted({*BUILTINS, *(extra or {})})
 
 
-def create(spec: ConnectorSpec, extra: Mapping[str, ConnectorFactory] | None = None) -> Connector:
-    """Build the connector that ``spec`` names; user kinds in ``extra`` win over built-ins."""
-    factory = (extra or {}).get(spec.connector) or _builtin(spec.connector)
+def create(
+    spec: ConnectorSpec,
+    extra: Mapping[str, ConnectorFactory] | None = None,
+    *,
+    observe: Callable[[Any], None] | None = None,
+) -> Connector:
+    """Build the connector that ``spec`` names; user kinds in ``extra`` win over built-ins.
+
+    ``observe`` is handed to the built-in HTTP connectors, which tell it about every
+    exchange (a :class:`~agent_health.connectors.wire.Observation`); the local ledger
+    records them. A user's connector owns its transport and is not observed.
+    """
+    user = (extra or {}).get(spec.connector)
+    if user is not None:
+        return user(spec)
+    factory = _builtin(spec.connector)
     if factory is None:
         raise errors.ConnectorConfigError(
             f"unknown connector {spec.connector!r}; known: {', '.join(known(extra))}"
         )
+    if observe is not None and spec.connector in HTTP_KINDS:
+        return cast(Callable[..., Connector], factory)(spec, observe=observe)
     return factory(spec)
 
 

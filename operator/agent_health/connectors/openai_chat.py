@@ -13,7 +13,8 @@ The prompt goes as one user message (the context items as a system message befor
 
 ``spec.options`` may also give ``api_key_env`` (an environment variable holding a bearer
 token; never the key itself) and ``extra_body`` (merged into the request body).
-``agent.run(env=...)`` travels as the request's ``metadata``.
+``agent.run(env=...)`` travels as the request's ``metadata``; ``provisioned=`` and ``files=``
+as top-level ``provisioned`` / ``files`` fields of the body, only when given.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import json
 import os
 from typing import Any
 
-import httpx
-
 from agent_health.connectors import errors, wire
+from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
 
@@ -33,7 +33,11 @@ class OpenAIChatConnector:
     """POSTs a chat-completions request and reads the agent's tool calls and answer."""
 
     def __init__(
-        self, spec: ConnectorSpec, *, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        spec: ConnectorSpec,
+        *,
+        transport: http.Transport | None = None,
+        observe: wire.Observer | None = None,
     ) -> None:
         base = wire.require_url(spec, "openai").rstrip("/")
         self.url = base if base.endswith("/chat/completions") else base + "/chat/completions"
@@ -48,7 +52,7 @@ class OpenAIChatConnector:
                     f"the openai connector reads its API key from ${key_env}, which is not set"
                 )
             self._auth = {"authorization": f"Bearer {key}"}
-        self._clients = wire.Clients(spec, transport)
+        self._http = wire.Http(spec, transport, observe)
 
     def body(self, request: AgentRequest) -> dict[str, Any]:
         """The chat-completions request body for ``request``."""
@@ -60,19 +64,19 @@ class OpenAIChatConnector:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if request.env:  # chat-completions metadata is a map of strings, as env is
             body["metadata"] = dict(request.env)
+        # Structured values do not fit metadata (strings only): top-level fields, for the
+        # agent behind the endpoint to read. Only when given: OpenAI's own API refuses them.
+        body.update(request.provisioning())
         return {**body, **self.spec.options.get("extra_body", {})}
 
     async def run(self, request: AgentRequest) -> AgentReply:
+        body = json.dumps(self.body(request)).encode()
+        headers = {"content-type": "application/json", **self._auth}
         timeout = wire.timeout_of(request, self.spec)
-        async with wire.translating(self.url, timeout), self._clients.lease() as client:
-            response = await client.post(
-                self.url,
-                json=self.body(request),
-                headers={**wire.run_headers(request), **self._auth},
-                timeout=timeout,
-            )
-        wire.ensure_success(response, self.url)
-        return self.reply(wire.json_body(response, self.url))
+        async with self._http.exchange(request, self.url, body, headers, timeout) as response:
+            data = await response.read()
+        wire.ensure_success(response.status, data, self.url)
+        return self.reply(wire.json_body(data, self.url))
 
     def reply(self, body: Any) -> AgentReply:
         """Turn a chat-completions answer into an :class:`AgentReply` (raises on bad shape)."""
@@ -114,7 +118,7 @@ class OpenAIChatConnector:
         )
 
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        await self._http.aclose()
 
 
 class _Steps:

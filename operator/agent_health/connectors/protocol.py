@@ -6,6 +6,7 @@ these same models, so the rest of the harness sees one shape of trajectory.
 
 from __future__ import annotations
 
+import base64
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -103,8 +104,32 @@ class ContextItem(readonly.ReadOnlyModel):
     value: str
 
 
+class FileItem(BaseModel):
+    """A file ``agent.run(files=...)`` provisions for the run: a relative path and its bytes.
+
+    Text travels as is (``encoding: "utf-8"``); bytes as base64 (``encoding: "base64"``).
+    """
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    path: str
+    content: str
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+
+    def data(self) -> bytes:
+        """The file's bytes."""
+        if self.encoding == "base64":
+            return base64.b64decode(self.content)
+        return self.content.encode("utf-8")
+
+
 class AgentRequest(BaseModel):
-    """What ``agent.run()`` sends (the body of a REST v1 request)."""
+    """What ``agent.run()`` sends (the body of a REST v1 request).
+
+    ``files`` and ``provisioned`` (structured provisioning, next to the string-only ``env``)
+    are on the wire only when the test gave them (:meth:`wire`), so an agent that never
+    uses them sees the same body as before they existed.
+    """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -112,8 +137,26 @@ class AgentRequest(BaseModel):
     context: tuple[ContextItem, ...] = ()
     run_id: str
     env: dict[str, str] = Field(default_factory=dict)
+    files: tuple[FileItem, ...] = ()
+    provisioned: dict[str, Any] = Field(default_factory=dict)
     traceparent: str | None = Field(default=None, exclude=True)
     timeout_s: float | None = Field(default=None, exclude=True)
+
+    def wire(self) -> dict[str, Any]:
+        """The REST v1 body as JSON data: ``files`` / ``provisioned`` only when given."""
+        return self.model_dump(mode="json", exclude=self._unset())
+
+    def wire_json(self) -> str:
+        """:meth:`wire` as a JSON string."""
+        return self.model_dump_json(exclude=self._unset())
+
+    def _unset(self) -> set[str]:
+        return {name for name in ("files", "provisioned") if not getattr(self, name)}
+
+    def provisioning(self) -> dict[str, Any]:
+        """What a connector without a body of its own forwards: ``provisioned`` and
+        ``files`` (as JSON data), each only when given."""
+        return self.model_dump(mode="json", include={"provisioned", "files"} - self._unset())
 
 
 class AgentReply(BaseModel):

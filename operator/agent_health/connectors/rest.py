@@ -1,36 +1,39 @@
-"""The REST agent protocol v1 over httpx (docs/agent-protocol.md)."""
+"""The REST agent protocol v1 (docs/agent-protocol.md): POST JSON, read one JSON answer."""
 
 from __future__ import annotations
 
-import httpx
 import pydantic
 
 from agent_health.connectors import errors, wire
+from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 
 RUN_ID_HEADER = wire.RUN_ID_HEADER
+_JSON = {"content-type": "application/json"}
 
 
 class RestConnector:
     """POSTs the request as JSON and reads one JSON answer."""
 
-    def __init__(self, spec: ConnectorSpec, *, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self,
+        spec: ConnectorSpec,
+        *,
+        transport: http.Transport | None = None,
+        observe: wire.Observer | None = None,
+    ) -> None:
         self.url = wire.require_url(spec, "rest")
         self.spec = spec
-        self._clients = wire.Clients(spec, transport)
+        self._http = wire.Http(spec, transport, observe)
 
     async def run(self, request: AgentRequest) -> AgentReply:
+        body = request.wire_json().encode()
         timeout = wire.timeout_of(request, self.spec)
-        async with wire.translating(self.url, timeout), self._clients.lease() as client:
-            response = await client.post(
-                self.url,
-                content=request.model_dump_json(),
-                headers={**wire.run_headers(request), "content-type": "application/json"},
-                timeout=timeout,
-            )
-        wire.ensure_success(response, self.url)
-        body = wire.json_body(response, self.url)
+        async with self._http.exchange(request, self.url, body, _JSON, timeout) as response:
+            data = await response.read()
+        wire.ensure_success(response.status, data, self.url)
+        body = wire.json_body(data, self.url)
         wire.require_output(body, f"agent at {self.url}")
         try:
             return AgentReply.model_validate(body)
@@ -41,4 +44,4 @@ class RestConnector:
             ) from err
 
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        await self._http.aclose()

@@ -3,7 +3,9 @@
 The command starts in its own process group with the REST v1 request JSON on stdin; the
 prompt is also in ``$AGENT_HEALTH_PROMPT`` (and the run id in ``$AGENT_HEALTH_RUN_ID``,
 the W3C trace context in ``$TRACEPARENT``, ``agent.run(env=...)`` as variables of their
-own). Its stdout is either
+own, ``provisioned=`` as JSON in ``$AGENT_HEALTH_PROVISIONED``). ``agent.run(files=...)``
+are written into a fresh directory named by ``$AGENT_HEALTH_FILES_DIR``, removed when the
+run ends. Its stdout is either
 
 * one REST protocol v1 JSON answer (``{"output": ..., "trajectory": [...], ...}``), or
 * JSON lines: one step per line (``{"type": "tool_call", ...}``) and a final
@@ -21,8 +23,11 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -53,6 +58,15 @@ class SubprocessConnector:
         self._live: set[asyncio.subprocess.Process] = set()
 
     async def run(self, request: AgentRequest) -> AgentReply:
+        if not request.files:
+            return await self._run(request, None)
+        where = await asyncio.to_thread(_materialise, request)
+        try:
+            return await self._run(request, where)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, where, True)
+
+    async def _run(self, request: AgentRequest, files_dir: str | None) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)
         env = {
             **os.environ,
@@ -62,6 +76,10 @@ class SubprocessConnector:
         }
         if request.traceparent:
             env["TRACEPARENT"] = request.traceparent
+        if request.provisioned:
+            env["AGENT_HEALTH_PROVISIONED"] = json.dumps(request.provisioned)
+        if files_dir is not None:
+            env["AGENT_HEALTH_FILES_DIR"] = files_dir
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv,
@@ -86,7 +104,7 @@ class SubprocessConnector:
         ]
         try:
             async with asyncio.timeout(timeout):
-                await _feed(proc, request.model_dump_json().encode())
+                await _feed(proc, request.wire_json().encode())
                 await asyncio.gather(*readers)
                 code = await proc.wait()
         except TimeoutError as err:
@@ -106,6 +124,19 @@ class SubprocessConnector:
     async def aclose(self) -> None:
         for proc in list(self._live):
             await _stop(proc)
+
+
+def _materialise(request: AgentRequest) -> str:
+    """Write the run's files into a new private directory and return its path."""
+    root = Path(tempfile.mkdtemp(prefix=f"agent-health-{request.run_id[:12]}-"))
+    for item in request.files:
+        target = (root / item.path).resolve()
+        if not target.is_relative_to(root.resolve()):  # agent.run checked; a custom caller may not
+            shutil.rmtree(root, ignore_errors=True)
+            raise errors.ConnectorConfigError(f"file path {item.path!r} leaves the files dir")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(item.data())
+    return str(root)
 
 
 def parse(text: str, name: str) -> AgentReply:

@@ -1,13 +1,18 @@
-"""A local run records through the in-process gateway, so its ledger has a cell's shape.
+"""A local run records every (test, repeat) that ran the agent as a ledger cell.
 
-``agent-health run`` starts one gateway listener (``controller → target``) in its own event
-loop and points the connector at it; every (test, repeat) is one ledger cell::
+The cells have the shape a cluster's have (:mod:`agent_health.ledger`)::
 
-    cell-meta, exchange… (from the gateway), run-result, signal…, cell-end (from the engine)
+    cell-meta, exchange… (what the connector sent and got), run-result, signal…, cell-end
 
-Concurrent tests share the listener: the connector sends each test's run id in
-``X-Agent-Health-Run-Id`` and :meth:`LocalLedger.begin` binds that run id to the test's cell.
-The connector presents a controller token, so its calls are recorded as the controller's.
+but cost the run almost nothing. The built-in HTTP connectors tell :meth:`LocalLedger.observe`
+about each exchange as it ends — also when the test's timeout cancels it, so a hanging agent
+is recorded at once, never waited for. A cell is sealed into its HMAC chain in one batch when
+its test ends; a test that never ran the agent writes nothing. All cells of a ``file://``
+ledger go into one append-only ``run.jsonl``, buffered and written off the event loop, and
+sealed when the run ends (:mod:`agent_health.ledger.runfile`); other stores get one cell per
+batch. No gateway sits between the engine and the agent: locally the recorder is the
+controller itself, so an exchange is the controller's with evidence ``in-process``. In a cell
+pod the gateway sidecar records instead (:mod:`agent_health.engine.cell`).
 
 The HMAC key is random per run and written next to the ledger (mode 0600) so that
 ``agent-health ledger verify`` can check it: a local ledger is for inspection; anyone who can
@@ -23,25 +28,21 @@ import math
 import os
 import re
 import secrets
-import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from agent_health import gateway
-from agent_health.connectors import errors as connector_errors
-from agent_health.connectors.base import ConnectorSpec
-from agent_health.connectors.protocol import AgentReply, AgentRequest
-from agent_health.gateway import config as gateway_config
-from agent_health.ledger import backends, chain, records, store
+from agent_health.connectors import wire
+from agent_health.ledger import backends, chain, records, runfile, store, usage
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
-FLUSH_WAIT = 30.0  # seconds a cell waits for its exchanges still in flight when the test ends
+IN_PROCESS = "in-process"
+"""The evidence of a locally recorded exchange: the recorder is the caller itself."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -86,132 +87,148 @@ def _write_key(path: Path, key: bytes) -> None:
         os.close(fd)
 
 
+@dataclass
+class _Cell:
+    """A test's cell between begin() and finish(): nothing is written until it ends."""
+
+    name: str
+    meta: records.CellMeta
+    exchanges: list[records.Record] = field(default_factory=list)
+
+
 class LocalLedger:
-    """The ledger of one local run: key, backend, in-process gateway and cell bookkeeping."""
+    """The ledger of one local run: key, store, and the cells of the tests in flight."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.key_file = key_path(url)
         self.failures: list[str] = []
+        self.cells: list[str] = []  # written, in the order their tests ended
+        self.unrouted = 0  # exchanges of no test in flight (not recorded)
         self._key = secrets.token_hex(32).encode("ascii")
-        self._token = secrets.token_urlsafe(32)
-        self._recorder: gateway.Recorder | None = None
-        self._gateway: gateway.Gateway | None = None
-        self._open: dict[str, tuple[str, float]] = {}  # run id → (cell, perf_counter start)
-        self._via: tuple[str, str] | None = None  # (gateway base URL, agent base URL)
-
-    @property
-    def cells(self) -> list[str]:
-        return self._recorder.cells if self._recorder is not None else []
+        self._open: dict[str, _Cell] = {}  # run id → its cell
+        self._chains: dict[str, tuple[int, str]] = {}  # cell → (records, last mac): the seal
+        self._runfile: runfile.RunFile | None = None
+        self._backend: store.Backend | None = None
+        self._key_written = False
 
     async def __aenter__(self) -> LocalLedger:
-        await asyncio.to_thread(_write_key, self.key_file, self._key)
-        backend = await asyncio.to_thread(backends.from_url, self.url)
-        self.url = backend.url
-        self._recorder = gateway.Recorder(backend, self._key)
+        directory = _directory(self.url)
+        if directory is None:
+            backend = await asyncio.to_thread(backends.from_url, self.url)
+            self.url, self._backend = backend.url, backend
+            return self
+        taken = await asyncio.to_thread(_holds_a_ledger, directory)
+        if taken is not None:
+            raise ledger_errors.BackendConfigError(
+                f"the ledger directory {directory} already holds a run ({taken}); pass a new "
+                "--ledger directory (the default makes one per run)"
+            )
+        self._runfile = runfile.RunFile(directory)
+        self.url = self._runfile.url
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for run_id in list(self._open):
-            await self._end(run_id, [records.CellEnd(status="errored", error="interrupted")])
-        if self._gateway is not None:
-            await self._gateway.stop()
-        if self._recorder is not None:
-            await self._recorder.close(wait=FLUSH_WAIT)
-            self.failures.extend(self._recorder.failures)
+        for cell in list(self._open.values()):
+            if cell.exchanges:  # the run stopped mid-test: keep what the agent was sent
+                await self._write(cell, [records.CellEnd(status="errored", error="interrupted")])
+        self._open.clear()
+        try:
+            if self._runfile is not None:
+                seal = runfile.seal_line(self._key, self._chains) if self._chains else None
+                await self._runfile.close(seal)
+            elif self._backend is not None:
+                await self._backend.close()
+        except ledger_errors.LedgerError as err:
+            self.failures.append(f"{self.url}: {err}")
 
-    async def route(self, spec: ConnectorSpec) -> ConnectorSpec:
-        """``spec`` pointed at the gateway listener (started now), with the controller token."""
-        if spec.url is None or self._recorder is None:
-            return spec  # nothing on the wire to record (a subprocess agent)
-        parts = urlsplit(spec.url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            return spec
-        settings = gateway_config.build(
-            {
-                "routes": [
-                    {
-                        "principal": "controller",
-                        "to": "target",
-                        "listen": "127.0.0.1:0",
-                        "upstream": f"{parts.scheme}://{parts.netloc}",
-                    }
-                ],
-                "connect_timeout": min(10.0, spec.timeout),
-                "grace": 5.0,
-            }
-        )
-        self._gateway = gateway.Gateway(
-            settings,
-            tokens=gateway.Tokens({"controller": self._token}),
-            record=self._recorder,
-        )
-        await self._gateway.start()
-        via = self._gateway.url("controller", "target")
-        self._via = (via, f"{parts.scheme}://{parts.netloc}")
-        target = via + (parts.path or "/")
-        if parts.query:
-            target += f"?{parts.query}"
-        headers = {**spec.headers, gateway.TOKEN_HEADER: self._token}
-        return spec.model_copy(update={"url": target, "headers": headers})
-
-    def wrap(self, caller: ctx_mod.AgentCaller) -> ctx_mod.AgentCaller:
-        """``caller`` whose errors name the agent, not the gateway in front of it."""
-        if self._via is None:
-            return caller
-        via, agent = self._via
-        recorder = self._recorder
-
-        async def call(request: AgentRequest) -> AgentReply:
-            try:
-                return await caller(request)
-            except connector_errors.ConnectorError as err:
-                reason = recorder.unreached(request.run_id) if recorder is not None else None
-                if isinstance(err, connector_errors.AgentHTTPError) and reason is not None:
-                    # The gateway's own 502/504: the agent was never reached.
-                    detail = reason.split(": ", 1)[-1]
-                    kind = (
-                        connector_errors.AgentTimeout
-                        if err.status == 504
-                        else connector_errors.AgentUnreachable
-                    )
-                    raise kind(
-                        f"cannot connect to agent at {agent}: {detail} (is it running?)"
-                    ) from err
-                raise _renamed(err, via, agent) from err.__cause__
-
-        return call
+    def observe(self, seen: wire.Observation) -> None:
+        """The connectors' observer: one finished (or failed, or cancelled) exchange."""
+        cell = self._open.get(seen.run_id)
+        if cell is None:
+            self.unrouted += 1
+            log.warning(
+                "exchange of run %s belongs to no test in flight; not recorded", seen.run_id
+            )
+            return
+        cell.exchanges.append(exchange_record(seen))
 
     async def begin(self, info: ctx_mod.TestInfo) -> None:
-        """Open the cell of a (test, repeat) and route its run id's exchanges to it."""
-        if self._recorder is None:
-            return
-        cell = cell_name(info.id, info.repeat, info.retry)
-        meta = records.CellMeta(test_id=info.id, repeat=info.repeat, run_id=info.run_id)
-        try:
-            await self._recorder.open_cell(cell, meta)
-        except ledger_errors.LedgerError as err:
-            self.failures.append(f"cell {cell}: {err}")
-            return
-        self._recorder.bind(info.run_id, cell)
-        self._open[info.run_id] = (cell, time.perf_counter())
+        """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
+        now = datetime.now(UTC)
+        meta = records.CellMeta(
+            test_id=info.id, repeat=info.repeat, run_id=info.run_id, started_at=now, time=now
+        )
+        self._open[info.run_id] = _Cell(cell_name(info.id, info.repeat, info.retry), meta)
 
     async def finish(
         self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
     ) -> None:
-        """Append the run's result, its signals and the cell's end, after its exchanges."""
-        await self._end(result.run_id, controller_records(result, run, agent_error=agent_error))
-
-    async def _end(self, run_id: str, items: list[records.Record]) -> None:
-        cell, _ = self._open.pop(run_id, (None, 0.0))
-        if cell is None or self._recorder is None:
+        """Seal the cell — meta, exchanges, run-result, signals, cell-end — in one batch; a
+        test that never ran the agent writes nothing."""
+        cell = self._open.pop(result.run_id, None)
+        if cell is None or (run is None and agent_error is None and not cell.exchanges):
             return
+        await self._write(cell, controller_records(result, run, agent_error=agent_error))
+
+    async def _write(self, cell: _Cell, items: list[records.Record]) -> None:
+        sealer = chain.Sealer(self._key)
         try:
-            await self._recorder.append(cell, *items, wait=FLUSH_WAIT)
-        except ledger_errors.LedgerError as err:
-            self.failures.append(f"cell {cell}: {err}")
-        finally:
-            self._recorder.unbind(run_id)
+            lines = [sealer.line(r) for r in (cell.meta, *cell.exchanges, *items)]
+            if not self._key_written:
+                await asyncio.to_thread(_write_key, self.key_file, self._key)
+                self._key_written = True
+            if self._runfile is not None:
+                await self._runfile.append(cell.name, lines)
+            elif self._backend is not None:
+                await self._backend.append(cell.name, lines)
+        except (ledger_errors.LedgerError, OSError) as err:
+            self.failures.append(f"cell {cell.name}: {err}")
+            return
+        self._chains[cell.name] = (sealer.next_seq, sealer.previous_mac)
+        self.cells.append(cell.name)
+
+
+def exchange_record(seen: wire.Observation) -> records.Exchange:
+    """The ``exchange`` record of what a connector saw, with token usage read from the answer."""
+    found = None
+    if seen.body and seen.status is not None and seen.status < 400:
+        found = usage.parse(seen.body, seen.content_type)
+    return records.Exchange(
+        principal="controller",
+        evidence=IN_PROCESS,
+        upstream="target",
+        run_id=seen.run_id,
+        method=seen.method,
+        path=seen.path,
+        status=seen.status,
+        started_at=datetime.fromtimestamp(seen.started_at, UTC),
+        ended_at=datetime.fromtimestamp(seen.ended_at, UTC),
+        request_bytes=seen.request_bytes,
+        response_bytes=seen.response_bytes,
+        request_sha256=seen.request_sha256,
+        response_sha256=seen.response_sha256,
+        usage=found,
+        error=seen.error,
+    )
+
+
+def _directory(url: str) -> Path | None:
+    """The directory of a ``file://`` URL or plain path; ``None`` for other stores."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() != "file":
+        return None
+    path = rest if sep else url
+    if not path:
+        raise ledger_errors.BackendConfigError(f"ledger URL {url!r} names no directory: file://DIR")
+    return Path(path).expanduser()
+
+
+def _holds_a_ledger(directory: Path) -> str | None:
+    """The name of a ledger file already in ``directory``, if any."""
+    if not directory.is_dir():
+        return None
+    return next((p.name for p in sorted(directory.glob("*.jsonl"))), None)
 
 
 def controller_records(
@@ -271,10 +288,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
-
-
-def _renamed(err: connector_errors.ConnectorError, via: str, agent: str) -> Exception:
-    """``err`` with the gateway's URL in its message replaced by the agent's."""
-    if err.args and isinstance(err.args[0], str) and via in err.args[0]:
-        err.args = (err.args[0].replace(via, agent), *err.args[1:])
-    return err

@@ -319,19 +319,39 @@ def _test_entry(r: TestResult) -> dict[str, Any]:
         "stdout": r.stdout,
         "stderr": r.stderr,
         "signals": [
-            {
-                "kind": s.kind,
-                "role": s.role,
-                "name": s.name,
-                "passed": s.passed,
-                "score": s.score,
-                "weight": s.weight,
-                "evidence": s.evidence,
-                "reasoning": s.reasoning,
-                "error": s.error,
-                "location": s.location,
-            }
-            for s in (*r.signals, *metrics.metric_signals(r.metrics))
+            *(
+                {
+                    "kind": s.kind,
+                    "role": s.role,
+                    "name": s.name,
+                    "passed": s.passed,
+                    "score": s.score,
+                    "weight": s.weight,
+                    "evidence": s.evidence,
+                    "reasoning": s.reasoning,
+                    "error": s.error,
+                    "location": s.location,
+                }
+                for s in r.signals
+            ),
+            # The derived metrics as observe-role signals (metrics.metric_signals), written
+            # directly: a model per metric per test only to dump it again costs more.
+            *(
+                {
+                    "kind": "metric",
+                    "role": "observe",
+                    "name": key,
+                    "passed": None,
+                    "score": None,
+                    "weight": 1.0,
+                    "evidence": {"value": r.metrics[key]},
+                    "reasoning": None,
+                    "error": None,
+                    "location": None,
+                }
+                for key in metrics.METRIC_KEYS
+                if key in r.metrics
+            ),
         ],
         "metrics": r.metrics,
         "insights": r.insights,

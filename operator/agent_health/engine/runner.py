@@ -246,16 +246,18 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
     except errors.TestSkipped as err:
         skip_reason = str(err)
     except AssertionError as err:
-        ctx.record(
-            Signal(
-                kind="deterministic",
-                role="gate",
-                name="assert",
-                passed=False,
-                score=0.0,
-                evidence={"message": describe_error(err, case.file)},
+        # or_throw() / to_pass() on a failure already recorded as a gate: it counts once.
+        if not getattr(err, "recorded", False):
+            ctx.record(
+                Signal(
+                    kind="deterministic",
+                    role="gate",
+                    name="assert",
+                    passed=False,
+                    score=0.0,
+                    evidence={"message": describe_error(err, case.file)},
+                )
             )
-        )
     except Exception as err:
         ctx.record_error(describe_error(err, case.file), grading.cause_of(err))
     finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_health.ledger import backends, chain, errors, filestore, keys, store
+from agent_health.ledger import backends, chain, errors, filestore, keys, runfile, store
 
 
 class CellReport(BaseModel):
@@ -31,16 +31,20 @@ class CellReport(BaseModel):
 
 
 class LedgerReport(BaseModel):
-    """Every cell of a ledger. ``ok`` only when there is at least one cell and all verify."""
+    """Every cell of a ledger, and what is wrong with the ledger as a whole (a local run's
+    file: its seal, lines that belong to no cell). ``ok`` only when there is at least one
+    cell, every cell verifies and there is no such problem."""
 
     model_config = ConfigDict(frozen=True)
 
     url: str
     cells: list[CellReport]
+    problems: list[str] = []
+    sealed: bool = False  # a run file whose seal holds
 
     @property
     def ok(self) -> bool:
-        return bool(self.cells) and all(c.result.ok for c in self.cells)
+        return bool(self.cells) and all(c.result.ok for c in self.cells) and not self.problems
 
     @property
     def first_bad(self) -> CellReport | None:
@@ -51,14 +55,22 @@ class LedgerReport(BaseModel):
 async def verify_backend(
     backend: store.Backend, key: bytes, *, complete: bool = True
 ) -> LedgerReport:
-    """Read and verify every cell of an open backend."""
+    """Read and verify every cell of an open backend (and a directory's run file's seal)."""
     reports = []
     for cell in await backend.cells():
         lines = await backend.read(cell)
         sealed_with = keys.sealing_key(key, cell, lines)
         result = await asyncio.to_thread(chain.verify, lines, sealed_with, complete=complete)
         reports.append(CellReport(cell=cell, result=result))
-    return LedgerReport(url=backend.url, cells=reports)
+    run = await backend.run_file() if isinstance(backend, filestore.FileBackend) else None
+    if run is None:
+        return LedgerReport(url=backend.url, cells=reports)
+    chains = {r.cell: (r.result.records, r.result.last_mac) for r in reports if r.cell in run.cells}
+    problems = list(run.problems)
+    seal = runfile.check_seal(key, run, chains)
+    if seal is not None and not (run.seal is None and not complete):
+        problems.append(seal)
+    return LedgerReport(url=backend.url, cells=reports, problems=problems, sealed=seal is None)
 
 
 async def verify_url(
@@ -68,7 +80,8 @@ async def verify_url(
     options: store.Options | None = None,
     complete: bool = True,
 ) -> LedgerReport:
-    """Verify the ledger at ``url``: a backend URL, a directory, or one ``CELL.jsonl`` file."""
+    """Verify the ledger at ``url``: a backend URL, a directory, one ``CELL.jsonl`` file, or
+    a local run's ``run.jsonl``."""
     backend = await asyncio.to_thread(_open, url, options)
     try:
         return await verify_backend(backend, key, complete=complete)
@@ -83,6 +96,8 @@ def _open(url: str, options: store.Options | None) -> store.Backend:
     if path is not None and path.suffix == filestore.SUFFIX:
         if not path.is_file():
             raise errors.BackendError(f"no ledger file {path}")
+        if path.name == runfile.NAME:  # a local run's file: the cells of its directory
+            return filestore.FileBackend(path.parent)
         return _SingleFile(path)
     return backends.from_url(url, options)
 

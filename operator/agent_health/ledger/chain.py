@@ -141,6 +141,13 @@ class Sealer:
 
     def seal_line(self, record: records.Record) -> tuple[records.Record, str]:
         """Seal ``record`` and also return its ledger line, serializing it only once."""
+        line = self.line(record)
+        sealed = record.model_copy(update={"seq": self.next_seq - 1, "mac": self.previous_mac})
+        return sealed, line
+
+    def line(self, record: records.Record) -> str:
+        """Seal ``record`` into the chain and return only its ledger line (no sealed copy of
+        the model: what a writer that keeps no records needs, at less cost)."""
         if self.ended:
             raise errors.ChainError("the cell has ended (cell-end written); nothing may follow")
         if self.next_seq == 0 and record.kind != "cell-meta":
@@ -149,13 +156,20 @@ class Sealer:
             )
         payload = records.to_object(record, with_mac=False)
         payload["seq"] = self.next_seq
-        mac = link(self._key, self.previous_mac, payload)
-        payload["mac"] = mac
-        sealed = record.model_copy(update={"seq": self.next_seq, "mac": mac})
+        # Canonical JSON sorts the keys, and "mac" falls between the others: the keys before
+        # it and after it are serialized once each, hashed joined, and joined again around
+        # the mac for the line (the same bytes as canonical(payload with mac)).
+        before = records.canonical({k: v for k, v in payload.items() if k < "mac"})[1:-1]
+        after = records.canonical({k: v for k, v in payload.items() if k > "mac"})[1:-1]
+        body = b"{" + b",".join(part for part in (before, after) if part) + b"}"
+        mac = hmac.new(self._key, self.previous_mac.encode("ascii") + body, hashlib.sha256)
+        mac_hex = mac.hexdigest()
+        field = b'"mac":"' + mac_hex.encode("ascii") + b'"'
+        line = b"{" + b",".join(part for part in (before, field, after) if part) + b"}"
         self.next_seq += 1
-        self.previous_mac = mac
+        self.previous_mac = mac_hex
         self.ended = record.kind == "cell-end"
-        return sealed, records.canonical(payload).decode("ascii")
+        return line.decode("ascii")
 
 
 class Writer:

@@ -2,6 +2,8 @@
 
 Each append is one ``write`` on a file opened with ``O_APPEND``, then ``fsync``, run in a
 worker thread so the event loop never blocks; a per-cell lock keeps batches in call order.
+This is how a cell's gateway writes. A local run writes every cell into one ``run.jsonl``
+instead (:mod:`.runfile`); reading, this backend sees the cells of both layouts.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent_health.ledger import errors, store
+from agent_health.ledger import errors, runfile, store
 
 SUFFIX = ".jsonl"
+_RUN = runfile.NAME.removesuffix(SUFFIX)
 
 
 class FileBackend:
@@ -23,6 +26,7 @@ class FileBackend:
         self.directory = Path(directory)
         self.url = f"file://{self.directory}"
         self._locks: dict[str, asyncio.Lock] = {}
+        self._run: tuple[tuple[int, int], runfile.Parsed] | None = None  # (mtime, size), parsed
 
     @classmethod
     def from_url(cls, url: str, options: store.Options) -> FileBackend:
@@ -33,7 +37,30 @@ class FileBackend:
 
     def path(self, cell: str) -> Path:
         """The file that holds ``cell``."""
-        return self.directory / f"{store.check_cell(cell)}{SUFFIX}"
+        if store.check_cell(cell) == _RUN:
+            raise errors.BackendConfigError(
+                f"the cell name {cell!r} is taken by the run file ({runfile.NAME}); choose another"
+            )
+        return self.directory / f"{cell}{SUFFIX}"
+
+    async def run_file(self) -> runfile.Parsed | None:
+        """The directory's run file, parsed (``None`` when there is none)."""
+        path = self.directory / runfile.NAME
+
+        def load() -> runfile.Parsed | None:
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                return None
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if self._run is None or self._run[0] != stamp:
+                self._run = stamp, runfile.parse(path, path.read_text(encoding="utf-8"))
+            return self._run[1]
+
+        try:
+            return await asyncio.to_thread(load)
+        except OSError as err:
+            raise errors.BackendError(f"cannot read ledger {path}: {err.strerror or err}") from err
 
     async def append(self, cell: str, lines: Sequence[str]) -> None:
         path = self.path(cell)
@@ -45,23 +72,27 @@ class FileBackend:
 
     async def read(self, cell: str) -> list[str]:
         path = self.path(cell)
+        run = await self.run_file()
+        from_run = run.cells.get(cell, []) if run is not None else []
         try:
             text = await asyncio.to_thread(path.read_text, encoding="utf-8")
         except FileNotFoundError:
-            return []
+            return list(from_run)
         except OSError as err:
             raise errors.BackendError(f"cannot read ledger {path}: {err.strerror or err}") from err
         lines = text.split("\n")
-        return lines[:-1] if lines and lines[-1] == "" else lines
+        return [*(lines[:-1] if lines and lines[-1] == "" else lines), *from_run]
 
     async def cells(self) -> list[str]:
         def scan() -> list[str]:
             if not self.directory.is_dir():
                 return []
-            return sorted(p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}"))
+            return [p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}")]
 
         try:
-            return await asyncio.to_thread(scan)
+            found = set(await asyncio.to_thread(scan)) - {_RUN}
+            run = await self.run_file()
+            return sorted(found | set(run.cells if run is not None else ()))
         except OSError as err:
             raise errors.BackendError(
                 f"cannot list ledger directory {self.directory}: {err.strerror or err}"

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
 
-from agent_health.connectors.protocol import AgentRequest, ContextItem
+from agent_health.connectors.protocol import AgentRequest, ContextItem, FileItem
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
 from agent_health.sdk.results import RunResult
@@ -36,6 +40,65 @@ def _context_items(
     return tuple(items)
 
 
+def _files(value: Mapping[str, str | bytes] | None, test: str) -> tuple[FileItem, ...]:
+    """``files={"relative/path": text or bytes}`` as wire items; a bad path or value is an
+    error naming it (an agent that writes the files must never be steered outside its dir)."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise errors.AgentRunError(
+            f"test {test!r}: agent.run(files=...) takes a mapping of relative path to "
+            f"content, got {type(value).__name__}"
+        )
+    items = []
+    for path, content in value.items():
+        where = f"test {test!r}: agent.run(files=...) entry {path!r}"
+        if not isinstance(path, str) or not path.strip():
+            raise errors.AgentRunError(f"{where}: a path must be a non-empty string")
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in path or path.startswith("~"):
+            raise errors.AgentRunError(
+                f"{where}: use a relative path inside the agent's files (no leading '/', "
+                "'~', '..' or backslashes)"
+            )
+        if isinstance(content, bytes):
+            encoded = base64.b64encode(content).decode("ascii")
+            items.append(FileItem(path=str(pure), content=encoded, encoding="base64"))
+        elif isinstance(content, str):
+            items.append(FileItem(path=str(pure), content=content))
+        else:
+            raise errors.AgentRunError(
+                f"{where}: content must be str or bytes, got {type(content).__name__}"
+            )
+    return tuple(items)
+
+
+def _provisioned(value: Mapping[str, Any] | None, test: str) -> dict[str, Any]:
+    """``provisioned={...}``: structured values for the agent, which must be plain JSON."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise errors.AgentRunError(
+            f"test {test!r}: agent.run(provisioned=...) takes a mapping of name to JSON "
+            f"value, got {type(value).__name__}"
+        )
+    plain: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise errors.AgentRunError(
+                f"test {test!r}: agent.run(provisioned=...) keys must be strings, got {key!r}"
+            )
+        try:
+            # Round-trip: the agent receives exactly what JSON can carry, nothing shared.
+            plain[key] = json.loads(json.dumps(item, allow_nan=False))
+        except (TypeError, ValueError) as err:
+            raise errors.AgentRunError(
+                f"test {test!r}: agent.run(provisioned=...) value {key!r} is not plain JSON "
+                f"(dicts, lists, str, numbers, bools, None): {err}"
+            ) from err
+    return plain
+
+
 class Agent:
     """Runs the agent under test, once per test."""
 
@@ -50,10 +113,15 @@ class Agent:
         *,
         context: Sequence[Mapping[str, str] | ContextItem] | None = None,
         env: Mapping[str, str] | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        provisioned: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> RunResult:
         """Send ``prompt`` (or the test's ``default_prompt``) and return what the agent did.
 
+        ``env`` (string → string), ``files`` (relative path → text or bytes) and
+        ``provisioned`` (name → any JSON value) provision the run: each connector passes
+        them to the agent as docs/agent-protocol.md says (REST: fields of the request body).
         A second call in the same test raises: one test is one run of the agent.
         """
         ctx = self._ctx
@@ -78,13 +146,25 @@ class Agent:
                 "no agent to run: pass --agent NAME|URL or set default_agent in "
                 "agent-health.config.py"
             )
-        ctx.prompt_sent = text
         items = _context_items(context if context is not None else case.context, case.title)
+        bad_env = [
+            k for k, v in (env or {}).items() if not isinstance(k, str) or not isinstance(v, str)
+        ]
+        if bad_env:
+            raise errors.AgentRunError(
+                f"test {case.title!r}: agent.run(env=...) maps strings to strings; "
+                f"{bad_env[0]!r} is not (pass structured values as provisioned=...)"
+            )
+        file_items = _files(files, case.title)
+        values = _provisioned(provisioned, case.title)
+        ctx.prompt_sent = text
         request = AgentRequest(
             prompt=text,
             context=items,
             run_id=ctx.info.run_id,
             env=dict(env or {}),
+            files=file_items,
+            provisioned=values,
             traceparent=traceparent(),
             timeout_s=timeout,
         )

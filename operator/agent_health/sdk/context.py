@@ -101,15 +101,27 @@ class TestContext:
     cut_short: list[Cause] = field(default_factory=list)
     """Who was being waited on when the test's deadline cancelled the call: whom it blames."""
     on_judge_call: Callable[[JudgeRequest], Awaitable[None]] | None = None
+    judged: list[tuple[Verdict, Signal]] = field(default_factory=list)
+    """Each verdict the body got back, with the signal it recorded (see :meth:`signal_of`)."""
 
     def record(self, signal: Signal) -> Signal:
         self.signals.append(signal)
         return signal
 
     def record_error(self, message: str, cause: Cause = "test") -> None:
-        """An error that makes the test ``errored`` without stopping the body."""
+        """An error that makes the test ``errored`` without stopping the body.
+
+        The same error twice (an errored verdict, then ``verdict.to_pass()`` raising it
+        into the body) is kept once.
+        """
+        if (message, cause) in zip(self.errors, self.causes, strict=True):
+            return
         self.errors.append(message)
         self.causes.append(cause)
+
+    def signal_of(self, verdict: Verdict) -> Signal | None:
+        """The signal ``judge()`` recorded for this very verdict (``None``: not from here)."""
+        return next((s for v, s in self.judged if v is verdict), None)
 
     @contextlib.contextmanager
     def waiting(self, on: Cause) -> Iterator[None]:

@@ -23,11 +23,13 @@ Example::
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import contextvars
 import functools
 import hashlib
 import inspect
+import linecache
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -106,11 +108,55 @@ class TestCase:
             except (OSError, TypeError):
                 source = getattr(self.fn, "__qualname__", "")
         digest = hashlib.sha256()
-        row = parametrize.canonical(self.values) if self.values is not None else ""
-        for part in (self.title, "\x00".join(self.labels), source, row):
+        parts = [self.title, "\x00".join(self.labels), source]
+        if self.values is not None:  # a test.each row: its values are part of what it tests
+            parts.append(parametrize.canonical(self.values))
+        for part in parts:
             digest.update(part.encode())
             digest.update(b"\x01")
         return digest.hexdigest()[:16]
+
+
+def _blocks(path: str) -> dict[int, tuple[int, int]]:
+    """First line → (first, last line) of every function in ``path``, as inspect counts them:
+    from the first decorator to the body's last line or its last comment indented with it."""
+    lines = linecache.getlines(path)
+    try:
+        tree = ast.parse("".join(lines))
+    except (SyntaxError, ValueError):
+        return {}
+    blocks: dict[int, tuple[int, int]] = {}
+    for node in _functions(tree.body):
+        if node.end_lineno is None:
+            continue
+        first = min((d.lineno for d in node.decorator_list), default=node.lineno)
+        last = node.end_lineno
+        body = node.body[0]
+        if body.lineno > node.lineno:  # an indented body: trailing comments may belong to it
+            column = body.col_offset
+            for number in range(last + 1, len(lines) + 1):
+                text = lines[number - 1]
+                stripped = text.lstrip()
+                if not stripped.strip():
+                    continue
+                if not stripped.startswith("#"):
+                    break
+                if len(text) - len(stripped) >= column:
+                    last = number
+        blocks[first] = (first, last)
+    return blocks
+
+
+def _functions(body: list[ast.stmt]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function defined in ``body``, at any depth of statements (expressions, where
+    most of a file's nodes are, are not walked: a test body is a statement)."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, name, None)
+            if isinstance(inner, list) and inner:
+                yield from _functions(inner)
 
 
 @dataclass
@@ -119,6 +165,8 @@ class Collector:
 
     file: str
     cases: list[TestCase] = field(default_factory=list)
+    titles: dict[str, TestCase] = field(default_factory=dict)  # title → case, for duplicates
+    _blocks: dict[int, tuple[int, int]] | None = None  # the file's functions (source_of)
     hooks: list[Hook] = field(default_factory=list)
     describe_stack: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
@@ -130,18 +178,39 @@ class Collector:
     def describe_labels(self) -> tuple[str, ...]:
         return tuple(label for _, labels in self.describe_stack for label in labels)
 
+    def source_of(self, fn: Callable[..., Any]) -> str | None:
+        """``inspect.getsource(fn)`` for a function of this file, from one parse of the file.
+
+        ``inspect.getsource`` tokenizes each body anew (about half a millisecond per test);
+        this finds the same lines — from the first decorator to the end of the body, with
+        the comments inspect counts as part of it — in the file's syntax tree. ``None``
+        when the function is not found there (``content_hash`` then asks inspect).
+        """
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_filename != self.file:
+            return None
+        if self._blocks is None:
+            linecache.checkcache(self.file)  # the file as imported now, not as last cached
+            self._blocks = _blocks(self.file)
+        found = self._blocks.get(code.co_firstlineno)
+        if found is None:
+            return None
+        return "".join(linecache.getlines(self.file)[found[0] - 1 : found[1]])
+
     def add(self, case: TestCase) -> None:
-        for other in self.cases:
-            if other.title == case.title:
-                each = (
-                    "; put a key that differs between rows (or {index}) in the test.each title"
-                    if case.values is not None
-                    else ""
-                )
-                raise errors.DefinitionError(
-                    f"duplicate test name {case.title!r} (lines {other.line} and {case.line}); "
-                    f"test names must be unique within a file{each}"
-                )
+        title = case.title
+        other = self.titles.get(title)
+        if other is not None:
+            each = (
+                "; put a key that differs between rows (or {index}) in the test.each title"
+                if case.values is not None
+                else ""
+            )
+            raise errors.DefinitionError(
+                f"duplicate test name {title!r} (lines {other.line} and {case.line}); "
+                f"test names must be unique within a file{each}"
+            )
+        self.titles[title] = case
         self.cases.append(case)
 
 
@@ -364,6 +433,8 @@ class TestAPI:
                 skip_reason=reason if mode in ("skip", "fixme") else None,
                 **opts,
             )
+            if case.source is None:  # the body's source, cut from the file parsed once
+                case.source = collector.source_of(fn)
             collector.add(case)
             return fn
 

@@ -63,7 +63,16 @@ class TestSkipped(AgentHealthError):
 
 
 class ExpectationFailed(AssertionError):
-    """A check failed and the body cannot go on."""
+    """A check failed and the body cannot go on.
+
+    ``recorded``: the failure is already a failed gate signal of the test (``or_throw()`` on
+    a matcher's signal, ``to_pass()`` on a gate verdict), so the engine does not count it a
+    second time; a plain ``assert`` or an unrecorded failure becomes one ``assert`` signal.
+    """
+
+    def __init__(self, message: str = "", *, recorded: bool = False) -> None:
+        super().__init__(message)
+        self.recorded = recorded
 
 
 class JudgeFailed(ExpectationFailed):

@@ -3,7 +3,10 @@
 The SDK side only shapes the request and records the verdict; the answer comes from the
 :class:`~agent_health.sdk.context.JudgeBackend` the engine installed (``agent_health.judging``).
 Judging never fails silently: a backend error gives an ``errored`` verdict and makes the
-test ``errored``; skip mode and "no judge configured" give neutral ``skipped`` verdicts.
+test ``errored`` — unless the call only observes (``judge.observe``, ``gate=False``): an
+observation never changes the gate, so its errored verdict is recorded with the message and
+the status stays what the gates say. Skip mode and "no judge configured" give ``skipped``
+verdicts whose signals are neutral; the verdict keeps the role it was asked with.
 """
 
 from __future__ import annotations
@@ -54,9 +57,7 @@ async def ask(
             if ctx.judge_backend is not None or ctx.skip_judge or ctx.case.skip_judge
             else (ctx.judge_hint or NO_JUDGE_HINT)
         )
-        verdict = Verdict(
-            criteria=criteria, passed=None, role="neutral", skipped=True, reasoning=reason
-        )
+        verdict = Verdict(criteria=criteria, passed=None, role=role, skipped=True, reasoning=reason)
     else:
         request = ctx_mod.JudgeRequest(
             result=subject if isinstance(subject, RunResult) else None,
@@ -84,11 +85,14 @@ async def ask(
                 errored=True,
                 error=f"{type(err).__name__}: {err}",
             )
-        if verdict.role != role and not verdict.skipped:
-            verdict = verdict.model_copy(update={"role": role})
-    if verdict.errored:
+    if verdict.role != role:
+        # A skipped or errored verdict keeps the role it was asked with.
+        verdict = verdict.model_copy(update={"role": role})
+    if verdict.errored and role == "gate":
+        # An observation never changes the gate: an errored observe verdict is recorded
+        # (errored, with its message) and the test's status stays what its gates say.
         ctx.record_error(f"judge errored on {criteria!r}: {verdict.error}", cause="judge")
-    ctx.record(
+    signal = ctx.record(
         Signal(
             kind="judge",
             role="neutral" if verdict.skipped else verdict.role,
@@ -110,6 +114,7 @@ async def ask(
             },
         )
     )
+    ctx.judged.append((verdict, signal))
     return verdict
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from agent_health.connectors.protocol import Step
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
-from agent_health.sdk.results import RunResult, Signal, Trajectory, evidence
+from agent_health.sdk.results import RunResult, Signal, Trajectory, Verdict, evidence
 
 
 def _steps(value: Any, matcher: str) -> Sequence[Step]:
@@ -231,6 +231,51 @@ class Expectation:
             f"to_use_at_most_tokens({limit})",
             used <= limit,
             evidence({"max_tokens": limit}, {"total_tokens": used}),
+            weight,
+        )
+
+    # -- verdicts -----------------------------------------------------------------------
+
+    def to_pass(self, *, weight: float = 1.0) -> Signal:
+        """The judge's verdict passed: ``expect(await judge.observe(r, "...")).to_pass()``.
+
+        A gate verdict already gates through its own signal: that signal is returned and no
+        second one is recorded, so one failure counts once (``.or_throw()`` still stops the
+        body). An ``observe`` verdict becomes a gate here. A skipped verdict passes (neutral);
+        an errored one makes the test errored (cause judge).
+        """
+        verdict = self._value
+        if not isinstance(verdict, Verdict):
+            raise errors.MatcherUsageError(
+                "expect(...).to_pass needs a Verdict (what await judge(...) returned), "
+                f"got {type(verdict).__name__}"
+            )
+        own = self._ctx.signal_of(verdict)
+        if verdict.errored:
+            self._ctx.record_error(
+                f"judge errored on {verdict.criteria!r}: {verdict.error}", cause="judge"
+            )
+        if own is not None and (verdict.role == "gate" or verdict.skipped or verdict.errored):
+            return own
+        if verdict.skipped or verdict.errored:
+            return self._ctx.record(
+                Signal(
+                    kind="judge",
+                    role="neutral",
+                    name=f"to_pass({verdict.criteria!r})",
+                    passed=None,
+                    error=verdict.error,
+                    location=ctx_mod.caller_location(),
+                )
+            )
+        return self._record(
+            f"to_pass({verdict.criteria!r})",
+            verdict.passed is True,
+            evidence(
+                "passed",
+                {"passed": verdict.passed, "score": verdict.score, "role": verdict.role},
+                reasoning=verdict.reasoning,
+            ),
             weight,
         )
 

@@ -160,7 +160,8 @@ class Signal(BaseModel):
     def or_throw(self) -> Signal:
         """Stop the body here when this check failed: ``expect(x).to_equal(1).or_throw()``."""
         if self.passed is False and self.role == "gate":
-            raise errors.ExpectationFailed(f"{self.name} failed: {self.evidence}")
+            # This signal already fails the test: stopping here must not count it twice.
+            raise errors.ExpectationFailed(f"{self.name} failed: {self.evidence}", recorded=True)
         return self
 
 
@@ -183,13 +184,21 @@ class Verdict(BaseModel):
     output_tokens: int = 0
 
     def to_pass(self) -> Verdict:
-        """Assert that the verdict passed (a failed test otherwise; skipped passes)."""
+        """Assert that the verdict passed (a failed test otherwise; skipped passes).
+
+        A failed gate verdict already fails the test through its own signal, so asserting
+        it stops the body without counting the failure again; asserting a failed
+        ``observe`` verdict makes it count once, as a gate.
+        """
         if self.errored:
             raise errors.JudgeError(
                 f"judge errored on {self.criteria!r}: {self.error}", cause="judge"
             )
         if self.passed is False:
-            raise errors.JudgeFailed(f"judge: {self.criteria!r} not met: {self.reasoning}")
+            raise errors.JudgeFailed(
+                f"judge: {self.criteria!r} not met: {self.reasoning}",
+                recorded=self.role == "gate",
+            )
         return self
 
     def or_throw(self) -> Verdict:

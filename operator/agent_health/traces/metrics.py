@@ -16,7 +16,8 @@ One pass over the trajectory, so the cost per step stays flat from 10 to 100,000
   whitespace and ``1`` vs ``1.0`` do not matter) repeat an earlier call that did not fail.
 * ``retries`` — a call of a tool whose previous result was an error.
 * ``ignored_tool_errors`` — an error result after which the agent neither called that tool
-  again nor acknowledged the failure in later assistant text.
+  again nor acknowledged that failure in later text: naming the tool with an admission
+  close to it, or repeating the tool's error message (:mod:`~agent_health.traces.acknowledge`).
 
 Every count read from the trajectory (``llm_calls``, ``tool_calls``, ``tool_histogram``,
 the smells, ``step_latency_ms``) is ``None`` when the agent reported no trajectory at all:
@@ -26,7 +27,6 @@ unknown, not zero.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +34,7 @@ from typing import Any
 
 from agent_health.connectors.protocol import Step
 from agent_health.sdk.results import RunResult, Signal
-from agent_health.traces import settings
+from agent_health.traces import acknowledge, settings
 
 METRIC_KEYS = (
     "total_tokens",
@@ -50,12 +50,6 @@ METRIC_KEYS = (
     "retries",
 )
 MODEL_STEPS = frozenset({"thinking", "assistant", "tool_call"})
-# Words with which an answer admits that something did not work.
-_ACKNOWLEDGES = re.compile(
-    r"\b(fail(?:ed|s|ure|ing)?|unable|could ?n[o']t|cannot|can't|unavailable|"
-    r"timed? ?out|did ?n[o']t work|not (?:reachable|available|respond\w*)|errored)\b",
-    re.IGNORECASE,
-)
 
 
 def derive(result: RunResult | None, prices: settings.PriceTable | None = None) -> dict[str, Any]:
@@ -78,7 +72,7 @@ def derive(result: RunResult | None, prices: settings.PriceTable | None = None) 
     }
     if not result.trajectory_reported:
         return derived | dict.fromkeys(_TRAJECTORY_KEYS)
-    stats = tool_stats(result.trajectory_steps)
+    stats = tool_stats(result.trajectory_steps, final=result.output)
     return derived | {
         "step_latency_ms": stats.latency(),
         "llm_calls": stats.llm_calls,
@@ -154,15 +148,19 @@ class ToolStats:
         }
 
 
-def tool_stats(steps: Sequence[Step]) -> ToolStats:
-    """Count calls, turns, duplicates, retries and ignored errors in one linear pass."""
+def tool_stats(steps: Sequence[Step], final: str | None = None) -> ToolStats:
+    """Count calls, turns, duplicates, retries and ignored errors in one linear pass.
+
+    ``final`` is the run's output: it may acknowledge an error even when the agent did not
+    repeat it as a last ``assistant`` step.
+    """
     stats = ToolStats(steps=len(steps))
     live_keys: set[tuple[str, str]] = set()  # calls made that have not failed
     awaiting: dict[str, deque[tuple[int, tuple[str, str]]]] = {}  # tool → calls without result
     by_id: dict[str, tuple[int, tuple[str, str]]] = {}
     last_call: dict[str, int] = {}
     failed_last: set[str] = set()
-    error_results: list[tuple[int, str]] = []
+    error_results: list[tuple[int, str, str]] = []
     answers: list[tuple[int, str]] = []
     in_turn = False
     for i, step in enumerate(steps):
@@ -200,14 +198,20 @@ def tool_stats(steps: Sequence[Step]) -> ToolStats:
             if step.status == "error":
                 stats.tool_errors += 1
                 failed_last.add(name)
-                error_results.append((i, name))
+                error_results.append(
+                    (i, name, acknowledge.error_text(step.tool_output, step.content))
+                )
                 if call is not None:
                     live_keys.discard(call[1])
             else:
                 failed_last.discard(name)
         elif kind == "assistant" and step.content:
             answers.append((i, step.content))
-    stats.ignored_errors = _ignored(error_results, answers, last_call)
+    if final and (not answers or answers[-1][1] != final):
+        answers.append((len(steps), final))
+    # An error the agent retried (called the tool again) is handled, whatever it said.
+    unretried = [e for e in error_results if last_call.get(e[1], -1) < e[0]]
+    stats.ignored_errors = acknowledge.count_ignored(unretried, answers)
     return stats
 
 
@@ -233,36 +237,6 @@ def _match(
     if oldest is None:
         return None
     return awaiting[oldest[1][0]].popleft()
-
-
-def _ignored(
-    error_results: list[tuple[int, str]], answers: list[tuple[int, str]], last_call: dict[str, int]
-) -> int:
-    """Errors not retried and not acknowledged by any later assistant text (linear)."""
-    unretried = [(i, name) for i, name in error_results if last_call.get(name, -1) < i]
-    if not unretried:
-        return 0
-    tools = {name for _, name in unretried}
-    spoken = {
-        name: re.compile(
-            rf"\b(?:{re.escape(name)}|{re.escape(name.replace('_', ' '))})\b", re.IGNORECASE
-        )
-        for name in tools
-    }
-    # Walk backwards: what the answers after position i acknowledge.
-    ignored = 0
-    generic = False
-    mentioned: set[str] = set()
-    a = len(answers) - 1
-    for i, name in reversed(unretried):
-        while a >= 0 and answers[a][0] > i:
-            text = answers[a][1]
-            generic = generic or bool(_ACKNOWLEDGES.search(text))
-            mentioned.update(t for t, pattern in spoken.items() if pattern.search(text))
-            a -= 1
-        if not generic and name not in mentioned:
-            ignored += 1
-    return ignored
 
 
 def metric_signals(derived: Mapping[str, Any]) -> list[Signal]:

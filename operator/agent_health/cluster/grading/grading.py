@@ -290,10 +290,11 @@ def _problems(found: evidence.Evidence) -> tuple[list[str], results.Cause]:
 
 
 def _judge_errors(signals: list[results.Signal]) -> list[str]:
+    """Gate judge calls that errored; an errored observation never changes the gate."""
     return [
         f"judge errored on {s.name!r}: {s.error}"
         for s in signals
-        if s.kind == "judge" and (s.evidence or {}).get("errored")
+        if s.kind == "judge" and s.role == "gate" and (s.evidence or {}).get("errored")
     ]
 
 

@@ -1,0 +1,222 @@
+"""One file for a whole local run: every cell's records in ``DIR/run.jsonl``, sealed at the end.
+
+A local ``agent-health run`` records every (test, repeat) that ran the agent as a cell, like a
+cluster does, but into one append-only file instead of one file per cell. Each line holds
+one record of one cell::
+
+    {"cell":"test_a.py-one.5d2c0b1e.r0","record":{...the cell's record, as in CELL.jsonl...}}
+
+so each cell's records, read in file order, are exactly its chain (:mod:`.chain`) and verify
+as they would in their own file. The last line seals the run::
+
+    {"seal":{"cells":{"CELL":{"mac":"<its last mac>","records":N},...},"records":TOTAL,
+     "version":1},"mac":"<HMAC-SHA256(key, 'run-seal:' || canonical(seal))>"}
+
+A cell whose lines were removed whole, or added after the end, leaves the chains intact but
+not the seal; a file without a seal is a run that did not finish (or was cut).
+
+Writing costs the event loop almost nothing: :meth:`RunFile.append` buffers the encoded
+lines and returns; a background task hands the buffer to a worker thread every
+``flush_delay`` seconds (sooner when ``flush_bytes`` are waiting), one write at a time and in
+order. :meth:`RunFile.close` writes the rest and the seal, then ``fsync``\\ s once: a run
+that is killed mid-way loses at most its last unwritten buffer, which the missing seal tells.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_health.ledger import errors, records
+
+NAME = "run.jsonl"
+"""The run file in a ledger directory (a name no cell may take)."""
+SEAL_VERSION = 1
+_SEAL_DOMAIN = b"run-seal:"  # a seal's MAC can never be taken for a record's (hex || JSON)
+
+
+def frame(cell: str, line: str) -> str:
+    """The run-file line that holds ``line`` (a sealed record) of ``cell``."""
+    return f'{{"cell":{json.dumps(cell)},"record":{line}}}'
+
+
+def seal_line(key: bytes, cells: Mapping[str, tuple[int, str]]) -> str:
+    """The seal of a run whose cells end as given: ``cell → (records, last mac)``."""
+    seal = {
+        "cells": {name: {"mac": mac, "records": n} for name, (n, mac) in sorted(cells.items())},
+        "records": sum(n for n, _ in cells.values()),
+        "version": SEAL_VERSION,
+    }
+    mac = _seal_mac(key, seal)
+    return records.canonical({"mac": mac, "seal": seal}).decode("ascii")
+
+
+def _seal_mac(key: bytes, seal: Any) -> str:
+    return hmac.new(key, _SEAL_DOMAIN + records.canonical(seal), hashlib.sha256).hexdigest()
+
+
+@dataclass
+class Parsed:
+    """A run file read back: each cell's record lines, the seal, and lines that are neither."""
+
+    path: Path
+    cells: dict[str, list[str]] = field(default_factory=dict)
+    seal: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def parse(path: Path, text: str) -> Parsed:
+    """Split a run file into its cells (line order kept), its seal and its problems."""
+    parsed = Parsed(path)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if parsed.seal is not None:
+            parsed.problems.append(f"{path.name} line {number}: a line after the seal")
+            continue
+        try:
+            payload = json.loads(line)
+        except ValueError as err:
+            parsed.problems.append(f"{path.name} line {number}: not JSON ({err})")
+            continue
+        if isinstance(payload, dict) and set(payload) == {"seal", "mac"}:
+            parsed.seal = payload
+            continue
+        cell = payload.get("cell") if isinstance(payload, dict) else None
+        record = payload.get("record") if isinstance(payload, dict) else None
+        if not isinstance(cell, str) or not isinstance(record, dict):
+            parsed.problems.append(
+                f'{path.name} line {number}: not a {{"cell": ..., "record": {{...}}}} line'
+            )
+            continue
+        prefix = f'{{"cell":{json.dumps(cell)},"record":'
+        # The record's own text when the line is as written; re-encoded when it was reformatted
+        # (the chain recomputes each MAC from the data, so both verify alike).
+        if line.startswith(prefix) and line.endswith("}"):
+            text_of_record = line[len(prefix) : -1]
+        else:
+            text_of_record = json.dumps(record)
+        parsed.cells.setdefault(cell, []).append(text_of_record)
+    return parsed
+
+
+def check_seal(key: bytes, parsed: Parsed, chains: Mapping[str, tuple[int, str]]) -> str | None:
+    """Why the run file's seal does not hold, given each cell's verified ``(records, last
+    mac)``; ``None`` when it holds."""
+    if parsed.seal is None:
+        return f"{parsed.path.name} has no seal: the run did not finish, or its end was cut off"
+    seal, mac = parsed.seal.get("seal"), parsed.seal.get("mac")
+    if not isinstance(seal, dict) or not isinstance(mac, str):
+        return f"{parsed.path.name}: the seal line is malformed"
+    if not hmac.compare_digest(_seal_mac(key, seal), mac):
+        return f"{parsed.path.name}: the seal's mac does not match (edited, or another key)"
+    sealed = seal.get("cells")
+    if not isinstance(sealed, dict):
+        return f"{parsed.path.name}: the seal lists no cells"
+    for cell in sorted(set(sealed) | set(chains)):
+        if cell not in chains:
+            return f"{parsed.path.name}: cell {cell} is sealed but its records are gone"
+        if cell not in sealed:
+            return f"{parsed.path.name}: cell {cell} was added after the run was sealed"
+        entry = sealed[cell]
+        n, last = chains[cell]
+        if not isinstance(entry, dict) or (entry.get("records"), entry.get("mac")) != (n, last):
+            return (
+                f"{parsed.path.name}: cell {cell} does not end where the seal says "
+                "(records removed from its end, or added)"
+            )
+    return None
+
+
+class RunFile:
+    """Appends framed lines to ``DIR/run.jsonl`` off the event loop, then seals it."""
+
+    def __init__(
+        self, directory: Path, *, flush_delay: float = 0.25, flush_bytes: int = 1024 * 1024
+    ) -> None:
+        self.directory = directory
+        self.path = directory / NAME
+        self.url = f"file://{directory}"
+        self._delay = flush_delay
+        self._limit = flush_bytes
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._writer: asyncio.Task[None] | None = None
+        self._fd: int | None = None
+        self.error: errors.BackendError | None = None
+
+    async def append(self, cell: str, lines: Sequence[str]) -> None:
+        """Buffer ``lines`` of ``cell``; they reach the file within ``flush_delay`` seconds."""
+        data = "".join(frame(cell, line) + "\n" for line in lines).encode("ascii")
+        self._buffer.append(data)
+        self._buffered += len(data)
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_loop())
+        if self._buffered >= self._limit or not self._wake.is_set():
+            self._wake.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            if not self._closing and self._buffered < self._limit:
+                await asyncio.sleep(self._delay)  # let more lines gather into one write
+            self._wake.clear()
+            data, self._buffer, self._buffered = b"".join(self._buffer), [], 0
+            if data and self.error is None:
+                try:
+                    await asyncio.to_thread(self._write, data)
+                except errors.BackendError as err:
+                    self.error = err
+            if self._closing and not self._buffer:
+                return
+
+    def _write(self, data: bytes) -> None:
+        try:
+            if self._fd is None:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as err:
+            raise errors.BackendError(
+                f"cannot append to ledger {self.path}: {err.strerror or err}"
+            ) from err
+
+    async def close(self, seal: str | None = None) -> None:
+        """Write what is buffered and ``seal`` (the last line), ``fsync`` once, close.
+
+        Raises :class:`~agent_health.ledger.errors.BackendError` when a write failed.
+        """
+        if seal is not None:
+            self._buffer.append(seal.encode("ascii") + b"\n")
+        if self._writer is not None or self._buffer:
+            if self._writer is None:
+                self._writer = asyncio.create_task(self._write_loop())
+            self._closing = True
+            self._wake.set()
+            await self._writer
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            await asyncio.to_thread(_sync_and_close, fd)
+        if self.error is not None:
+            raise self.error
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

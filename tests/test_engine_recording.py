@@ -1,0 +1,280 @@
+"""``agent-health run`` records the tests that ran the agent as cells of one sealed run file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import ledger_support
+import pytest
+from agent_health import cli
+from agent_health.engine import recording
+from agent_health.ledger import records, runfile
+from aiohttp import web
+from helpers import run_cli, run_cli_sync
+from loopback import serving
+
+SUITE = {
+    "test_triage.py": """
+    from agent_health import test
+
+    @test("payment", labels=["smoke"])
+    async def payment(agent, expect):
+        result = await agent.run("Diagnose the payment service")
+        expect(result).to_have_called_tool("search_logs")
+        expect(result.output).to_match("db-primary")
+
+    @test("restarts the pod")
+    async def restarts(agent, expect):
+        result = await agent.run("Diagnose the auth service")
+        expect(result).to_have_called_tool("restart_pod")
+
+    @test.skip("not yet")
+    async def later(agent):
+        await agent.run("x")
+
+    @test("pure data")
+    async def pure(expect):
+        expect(1 + 1).to_equal(2)
+    """
+}
+
+
+def verify(ledger: Path, *extra: str) -> int:
+    key = recording.key_path(f"file://{ledger}")
+    return cli.main(["ledger", "verify", str(ledger), "--key-file", str(key), *extra])
+
+
+async def test_a_local_run_writes_one_sealed_file_with_a_cell_per_test_that_ran_the_agent(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = write_suite(**SUITE)
+    ledger = tmp_path / "ledger"
+    run = await run_cli(
+        suite, "--agent", f"rest+{triage_url}", "--ledger", f"file://{ledger}", "-j", "3",
+        "--repeat", "2",
+    )  # fmt: skip
+    assert run.code == 1
+    key = recording.key_path(f"file://{ledger}")
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert f"ledger: file://{ledger} (4 cells, key {key})" in capsys.readouterr().out
+    assert [p.name for p in ledger.iterdir()] == [runfile.NAME]  # one file for the whole run
+    assert await asyncio.to_thread(verify, ledger) == 0
+    assert "4 cells verified (run file sealed)" in capsys.readouterr().out
+
+    cells = ledger_support.parsed(ledger)
+    ran = [t for t in run.report["tests"] if t["name"] in ("payment", "restarts the pod")]
+    assert len(ran) == 4  # 2 tests x 2 repeats; the skipped and the pure-data one wrote nothing
+    assert sorted(cells) == sorted(recording.cell_name(t["id"], t["repeat"]) for t in ran)
+    for test in ran:
+        cell = cells[recording.cell_name(test["id"], test["repeat"])]
+        meta, end = cell[0], cell[-1]
+        assert isinstance(meta, records.CellMeta)
+        assert (meta.test_id, meta.repeat, meta.run_id) == (
+            test["id"],
+            test["repeat"],
+            test["run_id"],
+        )
+        assert isinstance(end, records.CellEnd)
+        assert end.status == test["status"]
+        kinds = [r.kind for r in cell]
+        assert kinds[:3] == ["cell-meta", "exchange", "run-result"]
+        exchange = cell[1]
+        assert isinstance(exchange, records.Exchange)
+        assert (exchange.principal, exchange.upstream, exchange.path, exchange.status) == (
+            "controller",
+            "target",
+            "/run",
+            200,
+        )
+        assert exchange.evidence == recording.IN_PROCESS
+        assert exchange.run_id == test["run_id"]
+        assert exchange.request_bytes > 0
+        assert exchange.response_sha256
+        result = cell[2]
+        assert isinstance(result, records.RunResultRecord)
+        assert result.prompt == test["prompt"]
+        assert result.trajectory[1]["tool_name"] == "search_logs"
+        signals = [r.signal for r in cell if isinstance(r, records.SignalRecord)]
+        body_signals = [s["name"] for s in test["signals"] if s["kind"] != "metric"]
+        assert [s["name"] for s in signals] == body_signals  # metrics are derived, not recorded
+
+
+def test_the_default_ledger_lives_under_dot_agent_health(
+    write_suite: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    suite = write_suite(**SUITE)
+    monkeypatch.chdir(tmp_path)
+    run = run_cli_sync(suite, "--agent", "rest+http://127.0.0.1:9/run", "--grep", "payment")
+    assert run.code == 3
+    error = run.by_name("payment")["error"]
+    assert error.startswith("cannot connect to agent at http://127.0.0.1:9")
+    [ledger] = [p for p in (tmp_path / ".agent-health" / "ledger").iterdir() if p.is_dir()]
+    assert f"ledger: file://.agent-health/ledger/{ledger.name} (1 cells, key " in (
+        capsys.readouterr().out
+    )
+    [cell] = ledger_support.parsed(ledger).values()
+    assert [r.kind for r in cell][:2] == ["cell-meta", "exchange"]
+    exchange = cell[1]
+    assert isinstance(exchange, records.Exchange)
+    assert exchange.status is None
+    assert "cannot connect to agent at http://127.0.0.1:9/run" in (exchange.error or "")
+    assert isinstance(cell[-1], records.CellEnd)
+    assert cell[-1].status == "errored"
+
+
+@pytest.fixture
+async def hanging_agent() -> AsyncIterator[str]:
+    async def handler(req: web.Request) -> web.StreamResponse:
+        await req.read()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async with serving(handler, path="/run") as url:
+        yield url
+
+
+async def test_a_timeout_records_the_open_exchange_as_cancelled_at_once(
+    write_suite: Any, hanging_agent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The test's deadline cancels the call: the exchange is closed and recorded then, and the
+    run neither waits for the agent nor loses the exchange."""
+    suite = write_suite(**SUITE)
+    ledger = tmp_path / "ledger"
+    run = await run_cli(
+        suite, "--agent", f"rest+{hanging_agent}", "--grep", "payment", "--timeout", "0.5",
+        "--ledger", str(ledger),
+    )  # fmt: skip
+    assert run.code == 3
+    assert "timed out" in run.by_name("payment")["error"]
+    out = capsys.readouterr()
+    assert "ledger error" not in out.err
+    [cell] = ledger_support.parsed(ledger).values()
+    exchange = cell[1]
+    assert isinstance(exchange, records.Exchange)
+    assert exchange.status is None
+    assert (exchange.error or "").startswith("cancelled after ")
+    assert isinstance(cell[-1], records.CellEnd)
+    assert cell[-1].status == "errored"
+    assert await asyncio.to_thread(verify, ledger) == 0
+
+
+def test_no_ledger_records_nothing(
+    write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = write_suite(**SUITE)
+    monkeypatch.chdir(tmp_path)
+    run = run_cli_sync(suite, "--agent", "rest+http://127.0.0.1:9/run", "--no-ledger")
+    assert run.code == 3
+    assert not (tmp_path / ".agent-health" / "ledger").exists()  # (the --last-failed cache
+    assert not list((tmp_path / ".agent-health").glob("*.key"))  # may be there)
+    both = run_cli_sync(suite, "--ledger", "file:///tmp/x", "--no-ledger")
+    assert both.code == 2
+
+
+def test_a_run_whose_tests_never_ran_the_agent_writes_nothing(
+    write_suite: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = write_suite(**SUITE)
+    ledger = tmp_path / "ledger"
+    run = run_cli_sync(suite, "--grep", "pure data", "--ledger", str(ledger))
+    assert run.code == 0
+    assert not ledger.exists()
+    assert not recording.key_path(str(ledger)).exists()
+    assert f"ledger: file://{ledger} (0 cells)" in capsys.readouterr().out
+
+
+async def test_a_ledger_directory_is_not_reused_by_a_second_run(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = write_suite(**SUITE)
+    ledger = tmp_path / "ledger"
+    args = ("--agent", f"rest+{triage_url}", "--grep", "payment", "--ledger", str(ledger))
+    assert (await run_cli(suite, *args)).code == 0
+    capsys.readouterr()
+    assert (await run_cli(suite, *args)).code == 2
+    assert f"the ledger directory {ledger} already holds a run (run.jsonl)" in (
+        capsys.readouterr().err
+    )
+
+
+async def recorded(write_suite: Any, url: str, ledger: Path) -> None:
+    suite = write_suite(**SUITE)
+    await run_cli(suite, "--agent", f"rest+{url}", "--ledger", str(ledger), "--grep", "pod|pay")
+
+
+async def test_tampering_with_the_run_file_is_caught_by_verify(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = tmp_path / "ledger"
+    await recorded(write_suite, triage_url, ledger)
+    pristine = (ledger / runfile.NAME).read_text()
+    victim = ledger_support.cell_where(ledger, "restarts the pod")
+
+    async def check(expected: str, *extra: str) -> None:
+        capsys.readouterr()
+        assert await asyncio.to_thread(verify, ledger, *extra) == 1
+        err = capsys.readouterr().err
+        assert expected in err, err
+        (ledger / runfile.NAME).write_text(pristine)
+
+    # An edited record breaks its cell's chain at that record.
+    ledger_support.rewrite(
+        ledger, victim, lambda lines: [line.replace('"failed"', '"passed"') for line in lines]
+    )
+    await check(f"{victim}: line")
+    # A whole cell removed leaves the other chains intact, not the seal.
+    lines = pristine.splitlines()
+    kept = [line for line in lines if json.loads(line).get("cell") != victim]
+    (ledger / runfile.NAME).write_text("\n".join(kept) + "\n")
+    await check(f"cell {victim} is sealed but its records are gone")
+    # A run cut before its seal did not finish (accepted with --allow-open).
+    (ledger / runfile.NAME).write_text("\n".join(lines[:-1]) + "\n")
+    await check("has no seal: the run did not finish")
+    (ledger / runfile.NAME).write_text("\n".join(lines[:-1]) + "\n")
+    capsys.readouterr()
+    assert await asyncio.to_thread(verify, ledger, "--allow-open") == 0
+    # A line that belongs to no cell.
+    (ledger / runfile.NAME).write_text("garbage\n" + pristine)
+    await check("run.jsonl line 1: not JSON")
+    assert await asyncio.to_thread(verify, ledger) == 0
+
+
+async def test_verify_and_grade_read_the_old_one_file_per_cell_layout(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = tmp_path / "ledger"
+    await recorded(write_suite, triage_url, ledger)
+    key = recording.key_path(str(ledger))
+    old = tmp_path / "old"
+    old.mkdir()
+    for cell, lines in ledger_support.cells(ledger).items():
+        (old / f"{cell}.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    argv = ["ledger", "verify", str(old), "--key-file", str(key)]
+    assert await asyncio.to_thread(cli.main, argv) == 0
+    assert "2 cells verified with the key file" in capsys.readouterr().out
+    out = tmp_path / "old.json"
+    argv = ["grade", str(old), "--key-file", str(key), "--reporter", f"json:{out}"]
+    assert await asyncio.to_thread(cli.main, argv) == 1
+    assert sorted(t["status"] for t in json.loads(out.read_text())["tests"]) == [
+        "failed",
+        "passed",
+    ]
+
+
+def test_cell_names_are_safe_unique_and_stable() -> None:
+    a = recording.cell_name("dir/test_a.py::group > one: two", 3)
+    assert a == recording.cell_name("dir/test_a.py::group > one: two", 3)
+    assert a.endswith(".r3")
+    assert a.startswith("dir-test_a.py-group-one-two.")
+    assert recording.cell_name("x?", 0) != recording.cell_name("x!", 0)
+    assert len(recording.cell_name("t" * 500, 0)) <= 200
+    assert json.dumps(recording.cell_name("ünïcode", 0)).isascii()
