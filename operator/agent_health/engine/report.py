@@ -205,16 +205,8 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
-    counts: dict[str, dict[str, int]] = defaultdict(
-        lambda: {
-            "passed": 0,
-            "failed": 0,
-            "errored": 0,
-            "skipped": 0,
-            "flaky": 0,
-            "errored_by_agent": 0,
-        }
-    )
+    keys = ("passed", "failed", "errored", "skipped", "flaky", "errored_by_agent")
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(keys, 0))
     scores: dict[str, list[float]] = defaultdict(list)
     for r in results:
         for label in r.labels:
