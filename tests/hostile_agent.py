@@ -27,7 +27,10 @@ Attacks (``--attack``, comma-separated):
             with the other cell's token;
 ``flood``   in the background, see :func:`flood` (the controller's call is answered at once);
 ``memory``  see :func:`memory`: many large responses through the gateway at once, then a
-            gzip bomb as the answer to the controller.
+            gzip bomb as the answer to the controller;
+``squat``   from the start, keep trying to bind the ports in ``HOSTILE_SQUAT`` (JSON list) on
+            127.0.0.1, as a target would while the kubelet restarts its gateway, and report
+            every request that comes to them with the token it carries (:func:`squat`).
 
 Answers (``--answer``): ``good`` (calls search_logs, names db-primary), ``bad`` (no tools, no
 diagnosis), ``inject`` (a bad diagnosis wrapped in prompt injections aimed at the judge),
@@ -290,6 +293,37 @@ async def serve(port: int, hostile: Hostile) -> AsyncIterator[int]:
         await runner.cleanup()
 
 
+# -- squatting the gateway's ports -----------------------------------------------------------
+
+
+async def squat(hostile: Hostile, ports: list[int]) -> None:
+    """Bind each port as soon as it is free (the gateway died) and harvest what comes:
+    ``{"squatted": PORT}`` once bound, ``{"harvested": PORT, "token": ..., "path": ...}``
+    per request, answered like the target would, so a caller sees nothing wrong."""
+
+    async def harvest(port: int, request: web.Request) -> web.Response:
+        await request.read()
+        token = request.headers.get(TOKEN_HEADER) or request.headers.get("Authorization")
+        hostile.report(harvested=port, token=token, path=request.path)
+        return web.json_response(hostile.reply(""))
+
+    async def one(port: int) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", lambda r: harvest(port, r))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        while True:
+            try:
+                await web.TCPSite(runner, "127.0.0.1", port).start()
+            except OSError:
+                await asyncio.sleep(0.02)  # still the gateway's
+                continue
+            hostile.report(squatted=port)
+            return
+
+    await asyncio.gather(*(one(p) for p in ports))
+
+
 # -- the memory attack ----------------------------------------------------------------------
 
 
@@ -545,6 +579,9 @@ async def main() -> None:
     args = parser.parse_args()
     hostile = Hostile(args.answer, [a for a in args.attack.split(",") if a])
     async for port in serve(args.port, hostile):
+        if "squat" in hostile.attacks:
+            ports = json.loads(os.environ.get("HOSTILE_SQUAT", "[]"))
+            hostile.tasks.add(asyncio.ensure_future(reported(hostile, squat(hostile, ports))))
         print(json.dumps({"port": port}), flush=True)
         await asyncio.Event().wait()
 

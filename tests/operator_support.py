@@ -84,6 +84,16 @@ def _died(name: str, reason: str, exit_code: int) -> dict[str, Any]:
     }
 
 
+def _crash_loop(name: str) -> dict[str, Any]:
+    """A sidecar that keeps dying: restarted 3 times, now waiting in CrashLoopBackOff."""
+    return {
+        "name": name,
+        "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+        "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}},
+    }
+
+
 # Outcomes whose pod ends with a passing ledger but a sidecar that died during the cell.
 SIDECAR_DEATHS: dict[str, list[dict[str, Any]]] = {
     "target-oom": [_died("target", "OOMKilled", 137)],
@@ -307,7 +317,8 @@ class Kubelet:
     ledger_url: str
     outcome: Callable[[Cell], str] = lambda _cell: "passed"
     """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
-    key) or "hold" (keeps running until :meth:`release`)."""
+    key), "hold" (keeps running until :meth:`release`), "never-starts" (no status ever),
+    "crashloop:CONTAINER" (a sidecar restarting over and over) or a sidecar death."""
     seen: list[str] = dataclasses.field(default_factory=list)
     held: dict[str, Cell] = dataclasses.field(default_factory=dict)
     cell_seconds: float = 0.0
@@ -358,8 +369,18 @@ class Kubelet:
     async def cell(self, pod: dict[str, Any]) -> None:
         cell = Cell.of(pod)
         self.seen.append(cell.name)
-        await self.status(cell.name, {"phase": "Running"})
         outcome = self.outcome(cell)
+        if outcome == "never-starts":  # e.g. a node that never runs it: no status at all
+            self.held[cell.name] = cell
+            return
+        if outcome.startswith("crashloop:"):  # restarted 3 times, waiting in back-off
+            name = outcome.removeprefix("crashloop:")
+            phase = "Pending" if name == "gateway" else "Running"  # its startup probe failed
+            looping = [_crash_loop(name)]
+            await self.status(cell.name, {"phase": phase, "initContainerStatuses": looping})
+            self.held[cell.name] = cell
+            return
+        await self.status(cell.name, {"phase": "Running"})
         if outcome == "hold":
             self.held[cell.name] = cell
         else:

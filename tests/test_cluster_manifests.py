@@ -390,10 +390,27 @@ def test_the_gateway_starts_first_and_every_sidecar_is_native() -> None:
 
 def test_the_gateway_is_probed_where_it_serves_health() -> None:
     gateway = _by_name(_pod()["spec"])["gateway"]
-    (health,) = _arg(gateway["args"], "--admin")
+    (health,) = _arg(gateway["args"], "--health")
     port = gateway["startupProbe"]["httpGet"]["port"]
-    assert health == f"0.0.0.0:{port}"
+    assert health == f"0.0.0.0:{port}"  # /healthz alone: records go to the admin socket
+    assert _arg(gateway["args"], "--admin") == [f"unix:{cellgateway.ADMIN_SOCKET}"]
     assert gateway["readinessProbe"]["httpGet"] == gateway["startupProbe"]["httpGet"]
+
+
+def test_the_controller_and_the_gateway_alone_share_the_sockets_directory() -> None:
+    spec = _pod()["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == cellgateway.SOCKET_VOLUME]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    assert _mounted_by(spec, cellgateway.SOCKET_VOLUME) == {"gateway", "controller"}
+    controller = _by_name(spec)["controller"]
+    env = {e["name"]: e.get("value") for e in controller["env"]}
+    sockets = {k: v for k, v in env.items() if k.endswith("_SOCKET")}
+    assert sockets == {
+        "AGENT_HEALTH_AGENT_SOCKET": cellgateway.AGENT_SOCKET,
+        "AGENT_HEALTH_GATEWAY_ADMIN_SOCKET": cellgateway.ADMIN_SOCKET,
+        "AGENT_HEALTH_JUDGE_SOCKET": cellgateway.JUDGE_SOCKET,
+    }
+    assert all(path.startswith(cellgateway.SOCKET_DIR + "/") for path in sockets.values())
 
 
 def test_gateway_routes_connect_every_caller_to_its_callee() -> None:
@@ -403,9 +420,10 @@ def test_gateway_routes_connect_every_caller_to_its_callee() -> None:
     routes = _arg(gateway["args"], "--route")
     plan = cellgateway.ports(_runspec())
     assert routes == [
-        f"principal=controller,to=target,listen=127.0.0.1:{plan.agent},"
+        f"principal=controller,to=target,listen=unix:{cellgateway.AGENT_SOCKET},"
         "upstream=http://127.0.0.1:8080",
-        f"principal=controller,to=judge,listen=127.0.0.1:{plan.judge},upstream={JUDGE.url}",
+        f"principal=controller,to=judge,listen=unix:{cellgateway.JUDGE_SOCKET},"
+        f"upstream={JUDGE.url}",
         f"principal=target,to=peer:logs,listen=127.0.0.1:{plan.peers['logs']},"
         "upstream=http://127.0.0.1:9000",
         f"principal=peer:logs,to=target,listen=127.0.0.1:{plan.peer_target['logs']},"
@@ -453,9 +471,9 @@ def test_the_controller_reaches_target_and_judge_only_through_the_gateway() -> N
     pod = _pod()
     controller = _by_name(pod["spec"])["controller"]
     env = {e["name"]: e["value"] for e in controller["env"]}
-    plan = cellgateway.ports(_runspec())
-    assert env["AGENT_HEALTH_AGENT_URL"] == f"rest+http://127.0.0.1:{plan.agent}/run"
-    assert env["AGENT_HEALTH_JUDGE_URL"] == f"http://127.0.0.1:{plan.judge}"
+    # Host names only: the connections go to the gateway's sockets (AGENT_HEALTH_*_SOCKET).
+    assert env["AGENT_HEALTH_AGENT_URL"] == "rest+http://gateway/run"
+    assert env["AGENT_HEALTH_JUDGE_URL"] == "http://gateway"
     assert env["AGENT_HEALTH_JUDGE_MODEL"] == _runspec().spec.judge.model  # type: ignore[union-attr]
     assert env["AGENT_HEALTH_RUN_ID"] == env["AGENT_HEALTH_CELL"] == pod["metadata"]["name"]
     assert env["AGENT_HEALTH_TIMEOUT"] == "300"

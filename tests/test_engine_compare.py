@@ -148,7 +148,7 @@ def test_repeats_are_matched_by_id_and_repeat() -> None:
         (None, "no such report file"),
         ("{not json", "not JSON"),
         ('{"summary": {}}', "not an agent-health JSON report"),
-        ('{"version": 2, "summary": {}, "tests": []}', "report version 2 is not supported"),
+        ('{"version": 3, "summary": {}, "tests": []}', "report version 3 is not supported"),
         ('{"version": 1, "summary": {}}', "no summary object or tests list"),
         ('{"version": 1, "summary": {}, "tests": [{"status": "passed"}]}', "tests[0] has no id"),
     ],

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -258,3 +260,38 @@ async def test_the_gateway_command_serves_records_and_stops_on_sigterm(
     assert code == 0
     meta = json.loads((ledger / "pod-1.jsonl").read_text().splitlines()[0])
     assert (meta["test_id"], meta["run_id"]) == ("t.py::x", "run-9")
+
+
+async def test_the_health_listener_answers_healthz_and_takes_no_records(
+    tmp_path: Path, upstream: str
+) -> None:
+    """In a cell, records go only to the admin socket; the TCP listener the kubelet probes
+    refuses an append even with the controller's token, and the refusal is on record."""
+    sockets = Path(tempfile.mkdtemp(prefix="ah-gw-"))
+    try:
+        gw = _gateway(
+            tmp_path, upstream, cell=CELL, admin=f"unix:{sockets}/admin.sock", health="127.0.0.1:0"
+        )
+        async with gw, aiohttp.ClientSession() as client:
+            assert gw.admin_url == f"unix:{sockets}/admin.sock"
+            assert gw.health_url is not None
+            async with client.get(gw.health_url + "/healthz") as response:
+                assert response.status == 200
+            ending = [{"kind": "cell-end", "status": "passed"}]
+            mine = {gateway.TOKEN_HEADER: CONTROLLER_TOKEN}
+            url = gw.health_url + "/ledger/records"
+            async with client.post(url, json=ending, headers=mine) as response:
+                assert response.status == 404
+                assert "serves GET /healthz only" in await response.text()
+            through = aiohttp.UnixConnector(path=f"{sockets}/admin.sock")
+            async with (
+                aiohttp.ClientSession(connector=through) as local,
+                local.post("http://gateway/ledger/records", json=ending, headers=mine) as response,
+            ):
+                assert response.status == 200, await response.text()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    found = read_cell(tmp_path)
+    assert [r.kind for r in found] == ["cell-meta", "exchange", "cell-end"]
+    [refused] = [r for r in found if isinstance(r, records.Exchange)]
+    assert (refused.principal, refused.upstream, refused.status) == ("controller", "gateway", 404)

@@ -210,3 +210,67 @@ async def test_custom_evaluator_verdicts_are_cached_without_a_judge(
             verdicts.append(await backend(judge_request(evaluator="counted")))
     assert [v.cached for v in verdicts] == [False, True]
     assert calls == ["run-1"]
+
+
+async def test_a_pass_everything_endpoint_under_the_same_model_name_cannot_fill_the_cache(
+    server: Any, tmp_path: Path
+) -> None:
+    # The attack of issue 13: the key named the model only, so a run whose judge answered
+    # "pass" to everything, under the real model's name, filled the cache for everyone.
+    liar = await ScriptedModel.start("openai", default=Answer(True, 1.0, "looks great"))
+    honest = await ScriptedModel.start("openai", default=Answer(False, 0.0, "no diagnosis"))
+    try:
+        lying = judge_config(liar, tmp_path)
+        real = judge_config(honest, tmp_path)
+        assert (lying.model, real.model) == ("judge-model", "judge-model")
+        assert lying.cache_path == real.cache_path  # one shared cache file
+        async with judging.backend(lying, Config()) as backend:
+            assert backend is not None
+            assert (await backend(judge_request())).passed is True
+        async with judging.backend(real, Config()) as backend:
+            assert backend is not None
+            verdict = await backend(judge_request())
+        assert (verdict.passed, verdict.cached) == (False, False)
+        assert len(honest.requests) == 1  # the real judge was asked
+    finally:
+        await liar.close()
+        await honest.close()
+
+
+async def test_the_key_names_provider_options_and_partition(server: Any, tmp_path: Path) -> None:
+    config = judge_config(server, tmp_path)
+    async with judging.backend(config, Config()) as backend:
+        assert backend is not None
+        first = await backend.partitioned("team-a")(judge_request())
+        again = await backend.partitioned("team-a")(judge_request())
+        other_tenant = await backend.partitioned("team-b")(judge_request())
+    tuned = judge_config(server, tmp_path, options={"temperature": 1.5})
+    async with judging.backend(tuned, Config()) as backend:
+        assert backend is not None
+        other_options = await backend.partitioned("team-a")(judge_request())
+    assert (first.cached, again.cached) == (False, True)
+    assert not other_tenant.cached  # one namespace's verdicts are never served to another
+    assert not other_options.cached
+    assert len(server.requests) == 3
+
+
+async def test_evidence_that_differs_only_by_run_id_is_the_same_question(
+    server: Any, tmp_path: Path
+) -> None:
+    config = judge_config(server, tmp_path)
+    context = ("output", "trajectory", "traces", "logs")
+    async with judging.backend(config, Config()) as backend:
+        assert backend is not None
+        first = await backend(judge_request(run_result(run_id="run-1"), context=context))
+        second = await backend(judge_request(run_result(run_id="run-2"), context=context))
+        echoed = run_result("run-3 could not reach db-primary:5432.", run_id="run-3")
+        third = await backend(judge_request(echoed, context=context))
+        fourth = await backend(
+            judge_request(run_result("run-4 could not reach db-primary:5432.", run_id="run-4"),
+                          context=context)
+        )  # fmt: skip
+    assert (first.cached, second.cached) == (False, True)  # spans and logs name their run
+    assert (third.cached, fourth.cached) == (False, True)  # the output quotes the run id
+    assert len(server.requests) == 2
+    sent = server.requests[0].body["messages"][-1]["content"]
+    assert "run-1" in sent  # the judge still sees the run's own records

@@ -70,22 +70,24 @@ def check_reports(outputs: list[tuple[str, Path | None]]) -> None:
 def write_reports(
     outputs: list[tuple[str, Path | None]], report: RunReport, console: Console
 ) -> bool:
-    """Write every file reporter's output (``json:PATH``, ``junit:PATH``); ``False`` when one
-    could not be written (said on stderr; the reporters after it are still written)."""
+    """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``);
+    ``False`` when one could not be written (said on stderr; the ones after it still are)."""
     from agent_health.engine import reporters
 
-    written = True
+    ok = True
     for kind, path in outputs:
         if path is None:
             continue
         try:
-            reporters.write(kind, path, report)
+            written = reporters.write(kind, path, report)
         except OSError as err:
-            written = False
+            ok = False
             print(f"error: cannot write the {kind} report {path}: {err}", file=sys.stderr)
             continue
-        console.print(f"{kind} report: {path}", markup=False)
-    return written
+        console.print(f"{kind} report: {written}", markup=False)
+        if kind == "html":
+            console.print(f"open it with: {invocation()} show-report {path}", markup=False)
+    return ok
 
 
 def exit_code(report: RunReport, *, fail_on_flaky: bool = False) -> int:

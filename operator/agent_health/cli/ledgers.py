@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import platform
 from typing import TYPE_CHECKING, Any
 
 from agent_health.cli import common
@@ -39,7 +40,7 @@ def add_commands(sub: Any) -> None:
         help=f"the ledger key (default: DIR.key beside a local ledger DIR, else ${KEY_ENV})",
     )
     grade_cmd.add_argument(
-        "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH]"
+        "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH], html[:DIR]"
     )
     grade_cmd.set_defaults(handler=grade)
 
@@ -77,7 +78,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     from agent_health import ledger
     from agent_health.cluster.grading import regrade
-    from agent_health.engine import reporters
+    from agent_health.engine import provenance, reporters
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
@@ -90,7 +91,17 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(str(err)) from err
     if not results:
         raise common.UsageError(f"no ledger cells found at {args.url}")
-    report = RunReport.build(results, duration_ms=sum(r.duration_ms for r in results))
+    report = RunReport.build(
+        results,
+        duration_ms=sum(r.duration_ms for r in results),
+        repeats=max(r.repeat for r in results) + 1,
+        provenance=provenance.Provenance(
+            agent_health_version=provenance.version(),
+            python_version=platform.python_version(),
+            ledger=provenance.redact_url(args.url),
+            command_line=provenance.redact_argv(getattr(args, "command_line", [])),
+        ),
+    )
     terminal.summary(consoles.out, report)
     written = common.write_reports(outputs, report, consoles.out)
     code = common.exit_code(report)

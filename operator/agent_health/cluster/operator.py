@@ -29,7 +29,7 @@ from agent_health.cluster import kube, metrics
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.cells import manifests, netpol
 from agent_health.cluster.judge_service import judges
-from agent_health.cluster.reconcile import batcher, events, handlers, runs, specs
+from agent_health.cluster.reconcile import batcher, events, handlers, listing, runs, specs
 from agent_health.cluster.registry import registry
 from agent_health.judging import dispatch, service
 from agent_health.ledger import store
@@ -90,6 +90,7 @@ async def serve(
             image_pull_secrets=options.image_pull_secrets,
             gateway_service_account=options.gateway_service_account,
             ledger_credentials_secret=options.ledger_credentials_secret,
+            startup_seconds=options.startup_seconds,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())
@@ -159,15 +160,16 @@ class Operator:
             return await api.patch(kube.EVALUATIONRUNS, ref.namespace, ref.name, body, status=True)
 
         status = batcher.StatusBatcher(patch, interval=options.status_interval)
-        discoveries = specs.Discoveries(api)
+        discoveries = listing.Discoveries(api)
         scheduler = runs.Runs(
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,
-            stuck_grace=options.stuck_grace, fence=_fence(options),
+            stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
+            retry_delay=options.retry_delay, fence=_fence(options),
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
-            wait_seconds=options.discovery_wait,
+            wait_seconds=options.discovery_wait, retry_delay=options.retry_delay,
         )  # fmt: skip
         reconcilers = handlers.Reconcilers(
             reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes

@@ -64,6 +64,13 @@ class Options:
         default_factory=lambda: {"k8s-app": "kube-dns"}
     )
     stuck_grace: float = 120.0
+    """Seconds a cell may stay unschedulable or unable to pull before it is errored."""
+    deadline_grace: float = 60.0
+    """Seconds past a cell's deadline before the operator ends it itself."""
+    startup_seconds: int = 180
+    retry_delay: float = 5.0
+    """The first delay before a failed reconcile is tried again (it doubles, up to 5 min)."""
+    """A cell's slack on top of its test timeout (its ``activeDeadlineSeconds``)."""
     status_interval: float = 1.0
     discovery_wait: float = 120.0
 

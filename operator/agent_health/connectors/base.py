@@ -52,6 +52,11 @@ class ConnectorSpec(BaseModel):
     ready_timeout: float = Field(default=30.0, gt=0)
     cwd: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    uds: str | None = Field(
+        default=None,
+        description="connect through this Unix socket instead of TCP (the URL's host is then "
+        "only the Host header): a cell's controller reaches its gateway this way",
+    )
 
     @field_validator("command", mode="before")
     @classmethod

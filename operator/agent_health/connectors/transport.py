@@ -58,14 +58,21 @@ class AiohttpTransport:
     flight); no cookie jar, so one test's cookies never reach another's call.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, uds: str | None = None) -> None:
         self._session: Any = None
+        self._uds = uds
+        """A Unix socket every connection goes to (a cell's gateway); None: TCP."""
 
     def _open(self) -> Any:
         import aiohttp  # loaded by the first HTTP call, not by importing the connectors
 
+        connector = (
+            aiohttp.UnixConnector(path=self._uds, limit=0)
+            if self._uds
+            else aiohttp.TCPConnector(limit=0)
+        )
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
+            connector=connector,
             cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(total=None),  # Http.exchange bounds the whole call
         )

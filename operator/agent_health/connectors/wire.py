@@ -71,7 +71,7 @@ class Http:
         via: transport.Transport | None = None,
         observe: Observer | None = None,
     ) -> None:
-        self._transport = via or transport.AiohttpTransport()
+        self._transport = via or transport.AiohttpTransport(spec.uds)
         self._headers = dict(spec.headers)
         self._observe = observe
 

@@ -15,6 +15,9 @@ Settings come from the environment the cell pod sets (see ``cluster/cellpod.py``
 ``AGENT_HEALTH_RUN_ID``        the cell's run id (the gateway wrote it in the cell-meta)
 ``AGENT_HEALTH_GATEWAY_ADMIN`` where the controller appends its records
 ``AGENT_HEALTH_JUDGE_URL``     the judge service through the gateway (absent: judging skipped)
+``AGENT_HEALTH_*_SOCKET``      the gateway's Unix sockets for the agent, admin (``GATEWAY_ADMIN``)
+                               and judge URLs: the connections go there, so the token never
+                               reaches a port the target could hold
 ``AGENT_HEALTH_JUDGE_MODEL``   the model a custom evaluator's ``llm`` asks for (optional)
 ``AGENT_HEALTH_SKIP_JUDGE``    ``1`` skips every ``judge()``
 ``AGENT_HEALTH_TIMEOUT``       the test's timeout in seconds
@@ -76,6 +79,11 @@ class CellSettings:
     judge_model: str | None
     skip_judge: bool
     timeout: float | None
+    agent_socket: str | None = None
+    """Unix sockets of the gateway (a cell's): the connections go there, never to a port
+    the target could bind while the gateway restarts, so the token goes only to the gateway."""
+    admin_socket: str | None = None
+    judge_socket: str | None = None
 
     @classmethod
     def from_env(
@@ -110,6 +118,9 @@ class CellSettings:
             token=token or None,
             admin=env.get("AGENT_HEALTH_GATEWAY_ADMIN") or None,
             judge_url=env.get("AGENT_HEALTH_JUDGE_URL") or None,
+            agent_socket=env.get("AGENT_HEALTH_AGENT_SOCKET") or None,
+            admin_socket=env.get("AGENT_HEALTH_GATEWAY_ADMIN_SOCKET") or None,
+            judge_socket=env.get("AGENT_HEALTH_JUDGE_SOCKET") or None,
             judge_model=env.get("AGENT_HEALTH_JUDGE_MODEL") or None,
             skip_judge=env.get("AGENT_HEALTH_SKIP_JUDGE", "") not in ("", "0"),
             timeout=seconds,
@@ -123,9 +134,12 @@ class CellSettings:
 class GatewayRecords:
     """The controller's half of the cell's ledger: its records, appended via the gateway."""
 
-    def __init__(self, client: httpx.AsyncClient, admin: str, token: str | None) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, admin: str, token: str | None, socket: str | None = None
+    ) -> None:
         self._client = client
         self._url = admin.rstrip("/") + "/ledger/records"
+        self._where = self._url + (f" (through {socket})" if socket else "")
         self._headers = {TOKEN_HEADER: token} if token else {}
 
     async def begin(self, info: ctx_mod.TestInfo) -> None:
@@ -143,7 +157,7 @@ class GatewayRecords:
         try:
             response = await self._client.post(self._url, json=body, headers=self._headers)
         except httpx.HTTPError as err:
-            raise RecordingFailed(f"cannot reach the gateway at {self._url}: {err}") from err
+            raise RecordingFailed(f"cannot reach the gateway at {self._where}: {err}") from err
         if not response.is_success:
             raise RecordingFailed(
                 f"the gateway refused the controller's records (HTTP {response.status_code}): "
@@ -179,20 +193,33 @@ async def _judge(
         model=settings.judge_model,
         evaluators=config.evaluators,
         headers=settings.token_headers,
+        transport=_through(settings.judge_socket),
     ) as backend:
         yield backend
 
 
+def _through(socket: str | None) -> httpx.AsyncHTTPTransport | None:
+    """A transport whose connections go to the Unix socket ``socket`` (None: TCP as usual)."""
+    return httpx.AsyncHTTPTransport(uds=socket) if socket else None
+
+
 async def run_cell(settings: CellSettings) -> tuple[int, TestResult | None]:
     """Run the cell's one test and record it; the exit code and the result."""
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0)) as client:
-        ledger = GatewayRecords(client, settings.admin, settings.token) if settings.admin else None
+    admin_transport = _through(settings.admin_socket)
+    timeout = httpx.Timeout(60.0, connect=10.0)
+    async with httpx.AsyncClient(timeout=timeout, transport=admin_transport) as client:
+        ledger = (
+            GatewayRecords(client, settings.admin, settings.token, settings.admin_socket)
+            if settings.admin
+            else None
+        )
         try:
             suite = loader.load([settings.suite])
             case = find(suite, settings.test_id)
             config = loader.load_config(loader.find_config(settings.suite))
             spec = ConnectorSpec.parse(settings.agent)
-            spec = spec.model_copy(update={"headers": {**spec.headers, **settings.token_headers}})
+            headers = {**spec.headers, **settings.token_headers}
+            spec = spec.model_copy(update={"headers": headers, "uds": settings.agent_socket})
             connector = connectors.create(spec, config.connectors)
         except (CellError, errors.ConfigError, connectors.ConnectorError) as err:
             # Say why in the ledger too, so the grade names the reason, not a missing record.

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine.report import REPORT_VERSION
+from agent_health.engine import report as report_mod
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -95,10 +95,11 @@ def load(path: Path) -> dict[str, Any]:
         raise CompareError(f"{path}: not JSON ({err})") from err
     if not isinstance(data, dict) or "version" not in data:
         raise CompareError(f"{path}: not an agent-health JSON report (no version field)")
-    if data["version"] != REPORT_VERSION:
+    if data["version"] not in report_mod.READABLE_VERSIONS:
+        readable = " or ".join(str(v) for v in report_mod.READABLE_VERSIONS)
         raise CompareError(
             f"{path}: report version {data['version']!r} is not supported (expected "
-            f"{REPORT_VERSION}); re-run with this agent-health to compare"
+            f"{readable}); re-run with this agent-health to compare"
         )
     if not isinstance(data.get("summary"), dict) or not isinstance(data.get("tests"), list):
         raise CompareError(f"{path}: report has no summary object or tests list")

@@ -192,7 +192,9 @@ class LocalLedger:
 def exchange_record(seen: wire.Observation) -> records.Exchange:
     """The ``exchange`` record of what a connector saw, with token usage read from the answer."""
     found = None
-    if seen.body and seen.status is not None and seen.status < 400:
+    # Usage is reported under a "usage" key (usage.Reader's shapes); an answer without one
+    # (a REST protocol v1 reply) is not scanned, which costs more than the rest of the record.
+    if seen.body and b'"usage"' in seen.body and seen.status is not None and seen.status < 400:
         found = usage.parse(seen.body, seen.content_type)
     return records.Exchange(
         principal="controller",
@@ -255,6 +257,7 @@ def controller_records(
             records.RunResultRecord(
                 run_id=run.run_id,
                 prompt=run.prompt,
+                context=[item.model_dump() for item in run.context],
                 output=run.output,
                 trajectory=[s.model_dump(mode="json") for s in run.trajectory],
                 token_usage=run.token_usage.model_dump(exclude_none=True),

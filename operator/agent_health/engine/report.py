@@ -14,6 +14,11 @@ A ``flaky`` result (it failed or errored, then passed on a retry, ``--retries``)
 passed: in the denominator, not the numerator. Retries keep a run green; they never raise the
 grade. ``summary.flaky`` names every flaky test: flaky on a retry, or passing in some repeats
 and not others.
+
+Version 2 adds, per test, what the agent was asked and did (``context``, ``output``,
+``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
+``ledger_cell``, and per run the ``provenance`` (what ran). Version 1 files still load:
+their tests lack those fields (readers such as ``compare`` and the HTML report accept both).
 """
 
 from __future__ import annotations
@@ -24,10 +29,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.engine import entries
+from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
-from agent_health.traces import metrics
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+# What the headline numbers mean, in one place: the terminal's legend and the HTML report
+# both print these.
+LEGEND = {
+    "pass_rate": "passed / (passed + failed + errored by the agent + flaky); other errors and "
+    "skipped left out",
+    "score": "mean test score, 0-1 (a test's: weighted mean of its judge scores and checks, "
+    "1 pass 0 fail)",
+    "pass_at_k": "tests passing in at least 1 of k repeats",
+    "pass_hat_k": "tests passing in all k repeats",
+}
 
 
 def decided(passed: int, failed: int, errored_by_agent: int, flaky: int = 0) -> int:
@@ -140,6 +158,7 @@ class RunReport(BaseModel):
 
     version: int = REPORT_VERSION
     summary: Summary
+    provenance: Provenance | None = None
     tests: list[dict[str, Any]]
 
     @classmethod
@@ -154,6 +173,7 @@ class RunReport(BaseModel):
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
         stopped: str | None = None,
+        provenance: Provenance | None = None,
     ) -> RunReport:
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         flaky = 0
@@ -191,7 +211,11 @@ class RunReport(BaseModel):
         retried_flaky = sorted({r.title for r in results if r.status == "flaky"})
         if retried_flaky:
             summary["flaky"] = sorted({*summary.get("flaky", []), *retried_flaky})
-        return cls(summary=Summary(**summary), tests=[_test_entry(r) for r in results])
+        return cls(
+            summary=Summary(**summary),
+            provenance=provenance,
+            tests=[entries.from_result(r) for r in results],
+        )
 
 
 def _known_sum(values: Iterable[int | None]) -> int | None:
@@ -287,64 +311,4 @@ def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
         "pass_hat_k": _mean(hat_k),
         "flaky": flaky,
         "per_test": per_test,
-    }
-
-
-def _test_entry(r: TestResult) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "name": r.title,
-        "file": r.file,
-        "line": r.line,
-        "labels": list(r.labels),
-        "repeat": r.repeat,
-        "status": r.status,
-        "score": r.score,
-        "error": r.error,
-        "cause": r.cause,
-        "skip_reason": r.skip_reason,
-        "run_id": r.run_id,
-        "prompt": r.prompt,
-        "duration_ms": round(r.duration_ms, 3),
-        "content_hash": r.content_hash,
-        "attempts": [a.model_dump() for a in r.attempts],
-        "stdout": r.stdout,
-        "stderr": r.stderr,
-        "signals": [
-            *(
-                {
-                    "kind": s.kind,
-                    "role": s.role,
-                    "name": s.name,
-                    "passed": s.passed,
-                    "score": s.score,
-                    "weight": s.weight,
-                    "evidence": s.evidence,
-                    "reasoning": s.reasoning,
-                    "error": s.error,
-                    "location": s.location,
-                }
-                for s in r.signals
-            ),
-            # The derived metrics as observe-role signals (metrics.metric_signals), written
-            # directly: a model per metric per test only to dump it again costs more.
-            *(
-                {
-                    "kind": "metric",
-                    "role": "observe",
-                    "name": key,
-                    "passed": None,
-                    "score": None,
-                    "weight": 1.0,
-                    "evidence": {"value": r.metrics[key]},
-                    "reasoning": None,
-                    "error": None,
-                    "location": None,
-                }
-                for key in metrics.METRIC_KEYS
-                if key in r.metrics
-            ),
-        ],
-        "metrics": r.metrics,
-        "insights": r.insights,
     }

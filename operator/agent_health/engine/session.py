@@ -90,6 +90,20 @@ async def _call_hook(hook: declare.Hook) -> None:
         await value
 
 
+SKIPPED_MODES = ("skip", "fixme")
+
+
+def plan(cases: Sequence[declare.TestCase], repeat: int) -> list[tuple[declare.TestCase, int]]:
+    """Every (case, repeat) to run, repeats outermost. A test marked skip or fixme is
+    reported once, not once per repeat: nothing about it changes between repeats."""
+    return [
+        (case, r)
+        for r in range(repeat)
+        for case in cases
+        if r == 0 or case.mode not in SKIPPED_MODES
+    ]
+
+
 @dataclass(frozen=True)
 class Policy:
     """How a run goes on after a test did not pass.
@@ -137,7 +151,7 @@ class _Pool:
         listener: Listener | None,
         policy: Policy,
     ) -> None:
-        self.planned = [(case, r) for r in range(repeat) for case in cases]
+        self.planned = plan(cases, repeat)
         self.items = deque(self.planned)
         per_file: dict[str, int] = {}
         for case, _ in self.items:

@@ -1,5 +1,10 @@
 """The admin listener: ``GET /healthz`` and ``POST /ledger/records`` (the controller's records).
 
+In a cell the admin listener is a Unix socket in a directory only the gateway and the
+controller mount, and a second, health-only listener on TCP answers the kubelet's probes:
+a target that binds the TCP ports while the gateway restarts reaches neither the socket nor
+anything the controller sends through it.
+
 ``/healthz`` answers 200 while the gateway serves and every ledger write succeeded, else 503,
 with a JSON summary (routes, exchanges recorded, refused calls, the last ledger failures).
 
@@ -51,8 +56,10 @@ class Gateway(Protocol):
 class Admin:
     """The admin listener's handler (an aiohttp low-level server handler)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, records: bool = True) -> None:
         self.gateway = gateway
+        self.records = records
+        """False on the health listener: it answers ``/healthz`` and refuses everything else."""
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path == HEALTH_PATH and request.method in ("GET", "HEAD"):
@@ -60,6 +67,11 @@ class Admin:
             return web.json_response(body, status=200 if ok else 503)
         started_at = datetime.now(UTC)
         principal, evidence = self.gateway.tokens.evidence(request.headers.get(config.TOKEN_HEADER))
+        if not self.records:
+            # Anyone reaches this listener (the kubelet probes it on the pod IP): records
+            # come only through the admin socket, whatever token is presented here.
+            reason = f"this listener serves GET {HEALTH_PATH} only"
+            return self._refuse(request, principal, evidence, 404, reason, started_at)
         if principal != "controller":
             status, reason = _refusal(request)
             return self._refuse(request, principal, evidence, status, reason, started_at)

@@ -30,6 +30,7 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "repeat": "repeat",
     "attempt": "attempt",
     "admin": "admin",
+    "health": "health",
     "connect_timeout": "connect_timeout",
     "timeout": "total_timeout",
     "idle_timeout": "idle_timeout",
@@ -70,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PRINCIPAL=FILE",
         help="a trusted principal's token file (repeatable)",
     )
-    add("--admin", help="HOST:PORT of the /healthz and /ledger listener")
+    add("--admin", help="HOST:PORT or unix:/PATH of the /healthz and /ledger listener")
+    add("--health", help="HOST:PORT of a listener answering /healthz alone (kubelet probes)")
     add("--connect-timeout", type=float, help="seconds to connect upstream (default 10)")
     add("--timeout", type=float, help="total seconds per exchange (default: none)")
     add("--idle-timeout", type=float, help="max seconds of upstream silence (default 300)")

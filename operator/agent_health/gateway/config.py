@@ -51,12 +51,36 @@ def _principal(value: str) -> str:
     return value
 
 
+UNIX = "unix:"
+"""Prefix of a listen address that is a Unix socket: ``unix:/ABSOLUTE/PATH``."""
+
+
+def socket_path(value: str) -> str | None:
+    """The path of a ``unix:/PATH`` listen address, else ``None`` (a TCP one)."""
+    if not value.startswith(UNIX):
+        return None
+    path = value[len(UNIX) :]
+    if not path.startswith("/") or "\0" in path:
+        raise ValueError(f"listen address {value!r}: a Unix socket needs an absolute path")
+    return path
+
+
 def split_listen(value: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:80`` for IPv6) as ``(host, port)``; port 0 picks a free one."""
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"listen address {value!r} is not HOST:PORT (e.g. 127.0.0.1:15001)")
+        raise ValueError(
+            f"listen address {value!r} is not HOST:PORT (e.g. 127.0.0.1:15001) "
+            "or unix:/PATH (a Unix socket)"
+        )
     return host.strip("[]"), int(port)
+
+
+def check_listen(value: str) -> str:
+    """``value`` if it is ``HOST:PORT`` or ``unix:/PATH``; else a ValueError saying so."""
+    if socket_path(value) is None:
+        split_listen(value)
+    return value
 
 
 class Route(BaseModel):
@@ -66,7 +90,10 @@ class Route(BaseModel):
 
     principal: str = Field(description="who calls through this listener (claimed, see tokens)")
     to: str = Field(default="target", description="the callee, named like a principal")
-    listen: str = Field(description="HOST:PORT to listen on")
+    listen: str = Field(
+        description="HOST:PORT to listen on, or unix:/PATH: a Unix socket, reachable only by "
+        "the containers that mount its directory (a cell's controller, never its target)"
+    )
     upstream: str = Field(description="base URL the calls are forwarded to")
 
     _check_principal = field_validator("principal", "to")(_principal)
@@ -74,8 +101,7 @@ class Route(BaseModel):
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
-        split_listen(value)
-        return value
+        return check_listen(value)
 
     @field_validator("upstream")
     @classmethod
@@ -117,7 +143,14 @@ class Settings(BaseModel):
     token_files: dict[str, str] = Field(
         default_factory=dict, description="principal → file holding its per-cell token"
     )
-    admin: str | None = Field(default=None, description="HOST:PORT for /healthz and /ledger")
+    admin: str | None = Field(
+        default=None, description="HOST:PORT or unix:/PATH for /healthz and /ledger/records"
+    )
+    health: str | None = Field(
+        default=None,
+        description="HOST:PORT answering /healthz alone (for the kubelet's probes), when the "
+        "admin listener is a Unix socket only the controller reaches",
+    )
     connect_timeout: float = Field(default=10.0, gt=0)
     total_timeout: float | None = Field(default=None, gt=0, description="None: no total bound")
     idle_timeout: float = Field(default=300.0, gt=0, description="max silence while streaming")
@@ -168,12 +201,10 @@ class Settings(BaseModel):
                 raise ValueError("the target gets no token: calls without one are the target's")
         return value
 
-    @field_validator("admin")
+    @field_validator("admin", "health")
     @classmethod
     def _admin(cls, value: str | None) -> str | None:
-        if value is not None:
-            split_listen(value)
-        return value
+        return check_listen(value) if value is not None else None
 
     @model_validator(mode="after")
     def _room_for_trusted_callers(self) -> Settings:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import stat
 from typing import Any
 
 import aiohttp
@@ -53,6 +55,7 @@ class Gateway:
         self._runners: list[web.BaseRunner] = []
         self._urls: dict[tuple[str, str], str] = {}
         self._admin_url: str | None = None
+        self._health_url: str | None = None
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -114,17 +117,28 @@ class Gateway:
             if s.admin is not None:
                 listener = guard.Listener(admin.Admin(self), s, "admin")
                 self._admin_url = await self._listen(listener, s.admin)
+            if s.health is not None:
+                listener = guard.Listener(admin.Admin(self, records=False), s, "health")
+                self._health_url = await self._listen(listener, s.health)
         except BaseException:
             await self.stop()
             raise
 
     async def _listen(self, listener: guard.Listener, listen: str) -> str:
-        host, port = config.split_listen(listen)
+        """Start one listener; its URL (``unix:/PATH`` for a Unix socket)."""
         runner = web.ServerRunner(listener, shutdown_timeout=self.settings.grace)
         await runner.setup()
         self._listeners.append(listener)
         self._runners.append(runner)
+        path = config.socket_path(listen)
         try:
+            if path is not None:
+                # A socket left by our previous instance (the kubelet restarted us): only the
+                # containers that mount its directory could have made it, so replace it.
+                await asyncio.to_thread(_remove_stale_socket, path)
+                await web.UnixSite(runner, path).start()
+                return listen
+            host, port = config.split_listen(listen)
             await web.TCPSite(runner, host, port).start()
         except OSError as err:
             raise errors.GatewayConfigError(
@@ -151,6 +165,10 @@ class Gateway:
     @property
     def admin_url(self) -> str | None:
         return self._admin_url
+
+    @property
+    def health_url(self) -> str | None:
+        return self._health_url
 
     async def stop(self) -> None:
         """Stop accepting, let exchanges finish (``grace``), flush the ledger, close."""
@@ -196,3 +214,12 @@ async def serve(settings: config.Settings, stop: asyncio.Event) -> None:
             log.info("gateway: %s → %s listening on %s", principal, to, url)
         await stop.wait()
         log.info("gateway: stopping (grace %ss)", settings.grace)
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove a Unix socket at ``path``; anything else there is left, and listening fails."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        return

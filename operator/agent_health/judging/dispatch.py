@@ -4,11 +4,19 @@ It picks the mode (a custom evaluator, agentic with ``tools=["trace_query"]``, e
 contextual), looks the call up in the cache, asks the provider, and turns any failure into
 an ``errored`` verdict carrying the provider's message (usage errors, such as an unknown
 evaluator, are raised into the test instead). Errored verdicts are never cached.
+
+The cache key names who would answer — provider, base URL, region, model and the judge's
+options, not the model name alone, so an endpoint that answers "pass" to everything under a
+real model's name fills only its own entries — and, in the operator, the tenant
+(``partition``: the RunSpec's namespace), so one namespace's verdicts are never served to
+another. The evidence is keyed without this run's identifiers (run id, trace and span ids):
+the same work by another run is the same question.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -41,12 +49,23 @@ class Judging:
         custom: Mapping[str, Callable[..., Any]] | None = None,
         cache: cache_mod.Cache | None = None,
         sources: tools.SourceFactory = tools.RunResultSource,
+        partition: str | None = None,
     ) -> None:
         self.judge = judge
         self.provider = provider
         self.custom = dict(custom or {})
         self.cache = cache
         self.sources = sources
+        self.partition = partition
+        """Whose verdicts these are (the operator: the RunSpec's namespace); part of the key."""
+
+    def partitioned(self, partition: str) -> Judging:
+        """This backend answering for ``partition`` (same provider and cache, its own keys)."""
+        if partition == self.partition:
+            return self
+        other = copy.copy(self)
+        other.partition = partition
+        return other
 
     async def __call__(self, request: JudgeRequest) -> Verdict:
         custom = self._evaluator(request.evaluator)
@@ -71,11 +90,13 @@ class Judging:
         address = cache_mod.key(
             {
                 "evaluator": _identity(request.evaluator, custom),
+                "judge": _endpoint(self.judge),
                 "model": model,
+                "partition": self.partition,
                 "criteria": request.criteria,
                 "context": sorted(set(request.context)),
                 "tools": sorted(set(request.tools)),
-                "evidence": parts,
+                "evidence": prompt.without_run_ids(parts, result.run_id if result else None),
                 "options": dict(request.options),
                 "repeat": request.repeat,
                 "prompt": prompt.PROMPT_VERSION,
@@ -232,6 +253,18 @@ def _tool_packs(names: tuple[str, ...]) -> bool:
             f"judge(tools=...) got {unknown}; the only tool pack is {tools.PACK_NAME!r}"
         )
     return bool(names)
+
+
+def _endpoint(judge: JudgeConfig | None) -> dict[str, Any] | None:
+    """Who answers: the same model name behind another endpoint is another judge."""
+    if judge is None:
+        return None
+    return {
+        "provider": judge.provider,
+        "base_url": judge.base_url,
+        "region": judge.region,
+        "options": judge.options,
+    }
 
 
 def _identity(name: str | None, fn: Callable[..., Any] | None) -> str:

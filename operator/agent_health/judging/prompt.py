@@ -111,6 +111,37 @@ def evidence(
     return parts
 
 
+# Fields that name one run's records rather than what happened in it (trace sources, OTel).
+_RUN_IDENTIFIERS = frozenset(
+    {"run_id", "trace_id", "span_id", "parent_span_id", "traceparent"}
+    | {"traceId", "spanId", "parentSpanId", "runId"}
+)
+RUN_ID_PLACEHOLDER = "<run>"
+
+
+def without_run_ids(parts: Mapping[str, Any], run_id: str | None) -> dict[str, Any]:
+    """The evidence as the cache keys it: without this run's identifiers.
+
+    Trace and log records carry the run id, and trace and span ids that differ on every run
+    (random, or derived from the run id); any text may quote the run id. Two runs that did
+    the same work are the same question to the judge, so the key drops the identifier fields
+    and writes the run id as a placeholder. The prompt itself keeps them.
+    """
+    return {key: _scrub(value, run_id) for key, value in parts.items()}
+
+
+def _scrub(value: Any, run_id: str | None) -> Any:
+    if isinstance(value, Mapping):
+        return {
+            str(k): _scrub(v, run_id) for k, v in value.items() if str(k) not in _RUN_IDENTIFIERS
+        }
+    if isinstance(value, (list, tuple)):
+        return [_scrub(v, run_id) for v in value]
+    if isinstance(value, str) and run_id:
+        return value.replace(run_id, RUN_ID_PLACEHOLDER)
+    return value
+
+
 # json.dumps escapes the C0 controls (\n, \r, \v, \f, \x1c-\x1e among them) but, without
 # ensure_ascii, leaves the other characters str.splitlines() and many tokenizers break lines
 # at; < and > are escaped so that "</evidence>" can only ever be the real end of the block.

@@ -98,12 +98,14 @@ async def remote_backend(
     model: str | None = None,
     evaluators: Mapping[str, Callable[..., Any]] | None = None,
     headers: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[RemoteJudging]:
     """The judge backend of a cell: the service at ``url``, presenting ``token``.
 
     ``headers`` go on every call too (a cell adds its gateway token header, so the gateway
-    records the call as the controller's).
+    records the call as the controller's); ``transport`` is the connection seam (a cell's
+    goes to its gateway's Unix socket).
     """
     headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
-    async with httpx.AsyncClient(timeout=TIMEOUT, headers=headers) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT, headers=headers, transport=transport) as client:
         yield RemoteJudging(client, url, model=model, evaluators=evaluators)

@@ -16,6 +16,8 @@ from agent_health.cluster.api import meta
 KIND = "EvaluationRun"
 PLURAL = "evaluationruns"
 MAX_TEST_SUMMARIES = 200
+DEFAULT_DEADLINE = 24 * 3600  # every run ends, even one whose RunSpec never resolves
+MAX_DEADLINE = 30 * 24 * 3600
 
 Phase = Literal["Pending", "Resolving", "Running", "Grading", "Succeeded", "Failed"]
 PHASES: tuple[Phase, ...] = ("Pending", "Resolving", "Running", "Grading", "Succeeded", "Failed")
@@ -74,6 +76,12 @@ class Spec(meta.Model):
     )
     ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = pydantic.Field(
         default=None, description="Delete the run (and its cells) this long after it finished."
+    )
+    active_deadline_seconds: Annotated[int, pydantic.Field(ge=1, le=MAX_DEADLINE)] = pydantic.Field(
+        default=DEFAULT_DEADLINE,
+        description="The whole run's time limit, counted from its creation: when it "
+        "passes, cells still running are stopped and the run fails with reason "
+        "DeadlineExceeded (cells graded by then keep their grades).",
     )
 
 

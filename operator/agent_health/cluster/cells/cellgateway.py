@@ -5,11 +5,17 @@ Every exchange of a cell goes through one of the gateway's loopback listeners:
 =====================  ==================  ==========================================
 caller → callee        listener            who is recorded
 =====================  ==================  ==========================================
-controller → target    ``agent`` port      controller (its token), else target
-controller → judge     ``judge`` port      controller; the judge service checks it too
+controller → target    ``agent.sock``      controller (its token), else target
+controller → judge     ``judge.sock``      controller; the judge service checks it too
 target → peer NAME     one port per peer   target, unless a valid token says otherwise
 peer NAME → target     one port per peer   peer:NAME (its token), else target
 =====================  ==================  ==========================================
+
+The controller talks to the gateway only through Unix sockets (``agent.sock``,
+``judge.sock``, ``admin.sock`` in :data:`SOCKET_DIR`, an ``emptyDir`` mounted into those two
+containers alone): its token never goes to a TCP port, which the target could bind while the
+kubelet restarts the gateway. The kubelet's probes use a TCP listener that serves
+``/healthz`` and nothing else.
 
 The gateway alone mounts its cell's ledger key (derived for this attempt, never the run's),
 every token (to verify callers), the ledger credentials and — when the operator names a
@@ -35,14 +41,30 @@ HEALTH_PATH = "/healthz"
 FIRST_PORT = 15000
 
 
+SOCKET_DIR = "/var/run/agent-health/gateway"
+SOCKET_VOLUME = "gateway-socket"
+AGENT_SOCKET, JUDGE_SOCKET, ADMIN_SOCKET = (
+    f"{SOCKET_DIR}/{name}.sock" for name in ("agent", "judge", "admin")
+)
+SOCKET_HOST = "gateway"
+"""The host name the controller's URLs carry: the connection itself goes to a socket."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """One gateway listener on 127.0.0.1: ``principal``'s calls to ``to`` go to ``upstream``."""
+    """One gateway listener: ``principal``'s calls to ``to`` go to ``upstream``. ``listen``
+    is a port on 127.0.0.1, or the path of a Unix socket in :data:`SOCKET_DIR`."""
 
     principal: str
     to: str
-    listen: int
+    listen: int | str
     upstream: str
+
+    @property
+    def address(self) -> str:
+        if isinstance(self.listen, str):
+            return f"unix:{self.listen}"
+        return f"127.0.0.1:{self.listen}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +122,7 @@ def gateway_args(
         args += [
             "--route",
             f"principal={route.principal},to={route.to},"
-            f"listen=127.0.0.1:{route.listen},upstream={route.upstream}",
+            f"listen={route.address},upstream={route.upstream}",
         ]
     args += ["--ledger", ledger, "--cell", identity.ledger_cell, "--key-file", key_file]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
@@ -109,9 +131,9 @@ def gateway_args(
         args += ["--image", f"{name}={image}"]
     for principal, path in tokens.items():
         args += ["--token", f"{principal}={path}"]
-    # The kubelet probes the pod IP, so the admin listener (/healthz, and /ledger/records,
-    # which only the controller's token may use) listens beyond loopback.
-    return [*args, "--admin", f"0.0.0.0:{health}"]
+    # The controller's records go to a Unix socket only it and the gateway mount; the kubelet
+    # probes the pod IP, so /healthz alone is also served on TCP beyond loopback.
+    return [*args, "--admin", f"unix:{ADMIN_SOCKET}", "--health", f"0.0.0.0:{health}"]
 
 
 def container(
@@ -125,7 +147,11 @@ def container(
     settings: manifests.Settings,
 ) -> dict[str, Any]:
     """The gateway's native-sidecar container (its volumes come from :func:`volumes`)."""
-    mounts = [scratch, {"name": "ledger-key", "mountPath": LEDGER_KEY_DIR, "readOnly": True}]
+    mounts = [
+        scratch,
+        {"name": "ledger-key", "mountPath": LEDGER_KEY_DIR, "readOnly": True},
+        socket_mount(),
+    ]
     token_files = {}
     for principal, volume in token_volumes.items():
         directory = f"{TOKENS_DIR}/{cellsecrets.secret_key(principal)}"
@@ -168,10 +194,22 @@ def container(
 def volumes(cell: str, attempt: int, settings: manifests.Settings) -> list[dict[str, Any]]:
     """The volumes only the gateway mounts: this attempt's ledger key (never the run's) and
     its service-account token."""
-    found = [cellsecrets.ledger_key_volume(cell, attempt)]
+    found = [cellsecrets.ledger_key_volume(cell, attempt), socket_volume()]
     if settings.gateway_service_account is not None:
         found.append(_service_account_volume())
     return found
+
+
+def socket_volume() -> dict[str, Any]:
+    """The directory of the gateway's sockets for the controller: an ``emptyDir`` mounted
+    into those two containers alone, so the target can neither reach the sockets nor put
+    one of its own in their place (while the gateway restarts, say) to take the
+    controller's token."""
+    return {"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+
+
+def socket_mount() -> dict[str, Any]:
+    return {"name": SOCKET_VOLUME, "mountPath": SOCKET_DIR}
 
 
 def _service_account_volume() -> dict[str, Any]:

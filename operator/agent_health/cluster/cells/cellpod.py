@@ -87,9 +87,12 @@ def cell_pod(
     judged = settings.judge is not None and spec.spec.judge is not None and not run.spec.skip_judge
     target_url = f"http://127.0.0.1:{target.port}"
 
-    routes = [cellgateway.Route(CONTROLLER, TARGET, plan.agent, target_url)]
+    routes = [cellgateway.Route(CONTROLLER, TARGET, cellgateway.AGENT_SOCKET, target_url)]
     if judged and settings.judge is not None:
-        routes.append(cellgateway.Route(CONTROLLER, "judge", plan.judge, settings.judge.url))
+        judge_route = cellgateway.Route(
+            CONTROLLER, "judge", cellgateway.JUDGE_SOCKET, settings.judge.url
+        )
+        routes.append(judge_route)
     for peer in spec.spec.peers:
         peer_url = f"http://127.0.0.1:{peer.port}"
         peer_principal = f"peer:{peer.name}"
@@ -166,7 +169,8 @@ def cell_pod(
     )
 
     timeout = run.spec.timeout_seconds or spec.spec.timeout_seconds
-    agent_url = f"{target.connector}+http://127.0.0.1:{plan.agent}{target.path}"
+    gateway = cellgateway.SOCKET_HOST
+    agent_url = f"{target.connector}+http://{gateway}{target.path}"
     env = [
         *manifests.python_env(),
         {"name": "AGENT_HEALTH_AGENT_URL", "value": agent_url},
@@ -175,10 +179,13 @@ def cell_pod(
         {"name": "AGENT_HEALTH_CELL", "value": cell},
         {"name": "AGENT_HEALTH_EVALUATION_RUN", "value": run_name},
         {"name": "AGENT_HEALTH_TIMEOUT", "value": str(timeout)},
-        {"name": "AGENT_HEALTH_GATEWAY_ADMIN", "value": f"http://127.0.0.1:{plan.health}"},
+        {"name": "AGENT_HEALTH_AGENT_SOCKET", "value": cellgateway.AGENT_SOCKET},
+        {"name": "AGENT_HEALTH_GATEWAY_ADMIN", "value": f"http://{gateway}"},
+        {"name": "AGENT_HEALTH_GATEWAY_ADMIN_SOCKET", "value": cellgateway.ADMIN_SOCKET},
     ]
     if judged and spec.spec.judge is not None:
-        env.append({"name": "AGENT_HEALTH_JUDGE_URL", "value": f"http://127.0.0.1:{plan.judge}"})
+        env.append({"name": "AGENT_HEALTH_JUDGE_URL", "value": f"http://{gateway}"})
+        env.append({"name": "AGENT_HEALTH_JUDGE_SOCKET", "value": cellgateway.JUDGE_SOCKET})
         env.append({"name": "AGENT_HEALTH_JUDGE_MODEL", "value": spec.spec.judge.model})
     if run.spec.skip_judge:
         env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
@@ -188,7 +195,12 @@ def cell_pod(
         "command": list(manifests.COMMAND),
         "args": cell_args(test_id, repeat, spec.spec.suite.path),
         "env": env,
-        "volumeMounts": [scratch[CONTROLLER], own_token(CONTROLLER), *suite_mounts],
+        "volumeMounts": [
+            scratch[CONTROLLER],
+            own_token(CONTROLLER),
+            cellgateway.socket_mount(),
+            *suite_mounts,
+        ],
         "resources": manifests.resources(settings.controller_resources),
         # A crash before the cell could record anything still leaves its reason on the pod.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -199,7 +211,7 @@ def cell_pod(
     if settings.gateway_service_account is not None:
         pod_spec["serviceAccountName"] = settings.gateway_service_account
     pod_spec |= {
-        "activeDeadlineSeconds": timeout + settings.startup_seconds,
+        "activeDeadlineSeconds": deadline_seconds(run, spec, settings),
         "terminationGracePeriodSeconds": 15,
         "initContainers": sidecars,
         "containers": [controller],
@@ -220,6 +232,13 @@ def cell_pod(
         },
         "spec": pod_spec,
     }
+
+
+def deadline_seconds(
+    run: evaluationrun.EvaluationRun, spec: runspec.RunSpec, settings: manifests.Settings
+) -> int:
+    """A cell's ``activeDeadlineSeconds``: the test's timeout plus the startup slack."""
+    return (run.spec.timeout_seconds or spec.spec.timeout_seconds) + settings.startup_seconds
 
 
 def cell(

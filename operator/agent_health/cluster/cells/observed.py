@@ -15,12 +15,15 @@ the target died (``state`` or ``lastState``)   target-crash     ended; blames th
 the target was OOMKilled                       target-oom       ended; blames the agent
 the gateway restarted (OOMKilled or not)       gateway-restart  ended
 another sidecar (a peer) OOMKilled             sidecar-oom      ended
+a container restarted 3 times                  sidecar-crash    not ended (a crash loop)
 ImagePullBackOff / ErrImagePull …              image-pull       waiting longer than a grace
 ``PodScheduled=False`` Unschedulable           unschedulable    waiting longer than a grace
 the pod was deleted before it ended            evicted          deleted
 =============================================  ===============  ============================
 
 A pod that ended with the controller terminated by itself (any exit code) ran its test.
+:func:`doomed` says the same of a cell still waiting or running, so it ends at once: a
+dead target, a restarted gateway, an OOMKilled sidecar, or any container in a crash loop.
 A dead target blames the agent under test (cause ``agent``, never retried: a retry would
 hand it best-of-N); every other cause is the infrastructure's (``infra``).
 """
@@ -47,6 +50,7 @@ _ENDED_REASONS: Mapping[str, grading.InfraCause] = {
     "UnexpectedAdmissionError": "node-lost",
 }
 Failure = tuple[grading.InfraCause, str]
+CRASH_LOOP_RESTARTS = 3
 
 
 def is_sandbox(body: Mapping[str, Any]) -> bool:
@@ -82,6 +86,40 @@ def infra_failure(body: Mapping[str, Any]) -> Failure | None:
     message = str(status.get("message") or reason)
     if reason in _ENDED_REASONS:
         return _ENDED_REASONS[reason], message
+    failed = _sidecar_failure(status)
+    if failed is not None:
+        return failed
+    if state(body) == "failed" and _controller_ended(status) is None:
+        return "other", f"the pod failed before the controller ran ({message or 'no reason'})"
+    return None
+
+
+def doomed(body: Mapping[str, Any], restarts: int = CRASH_LOOP_RESTARTS) -> Failure | None:
+    """Why a cell that has *not* ended can no longer be graded from its ledger.
+
+    What :func:`infra_failure` would say once it ended (the target died, the gateway
+    restarted, a sidecar was OOMKilled), or a container that restarted ``restarts`` times
+    (a crash loop: ``sidecar-crash``). The reconciler ends such a cell at once instead of
+    leaving it to its deadline.
+    """
+    if is_sandbox(body):
+        return None  # a Sandbox does not report its containers
+    status = body.get("status") or {}
+    failed = _sidecar_failure(status)
+    if failed is not None:
+        return failed
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            count = int(container.get("restartCount") or 0)
+            if count >= restarts:
+                why = _restarted(container) or "restarted"
+                name = container.get("name")
+                return "sidecar-crash", f"container {name} restarted {count} times ({why})"
+    return None
+
+
+def _sidecar_failure(status: Mapping[str, Any]) -> Failure | None:
+    """The target died, the gateway restarted, or another sidecar was OOMKilled."""
     sidecars = {str(s.get("name")): s for s in status.get("initContainerStatuses") or []}
     target = sidecars.pop(cellpod.TARGET, None)
     if target is not None and (crashed := _crashed(target)) is not None:
@@ -97,8 +135,6 @@ def infra_failure(body: Mapping[str, Any]) -> Failure | None:
             ended = (sidecar.get(key) or {}).get("terminated") or {}
             if ended.get("reason") == "OOMKilled":
                 return "sidecar-oom", f"sidecar {name} was OOMKilled"
-    if state(body) == "failed" and _controller_ended(status) is None:
-        return "other", f"the pod failed before the controller ran ({message or 'no reason'})"
     return None
 
 

@@ -33,14 +33,13 @@ only a failure whose cause is ``infra`` is retried (:func:`error_cause`).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pydantic
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import evidence
-from agent_health.connectors import protocol
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
@@ -53,6 +52,7 @@ InfraCause = Literal[
     "image-pull",
     "evicted",
     "sidecar-oom",
+    "sidecar-crash",
     "gateway-restart",
     "unschedulable",
     "node-lost",
@@ -61,10 +61,10 @@ InfraCause = Literal[
     "target-oom",
     "other",
 ]
-# A retry can heal these; a deadline means the cell ran out of time and would again.
-RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(
-    {"image-pull", "evicted", "sidecar-oom", "gateway-restart", "unschedulable", "node-lost"}
-)
+# A retry can heal every cause but these: a deadline would run out again, the agent's own
+# failures must not be retried, and an unknown one is not known to heal.
+_LASTING = {"deadline", "target-crash", "target-oom", "other"}
+RETRYABLE_CAUSES: frozenset[InfraCause] = frozenset(get_args(InfraCause)) - _LASTING
 # Ways a pod can fail that are the agent's doing: its own container crashed or was OOM-killed.
 # Never retried: a retry would hand the agent best-of-N.
 AGENT_CAUSES: frozenset[InfraCause] = frozenset({"target-crash", "target-oom"})
@@ -324,12 +324,11 @@ def _test_result(
         error=error,
         cause=cause,
         run_id=expected.run_id,
-        prompt=run.prompt if run is not None else None,
+        **(run.kept() if run is not None else {}),
         duration_ms=duration_ms,
         started_at=started_at,
         signals=signals,
         metrics=derived,
-        token_usage=run.token_usage if run is not None else protocol.TokenUsage(),
         content_hash=expected.content_hash,
     )
 

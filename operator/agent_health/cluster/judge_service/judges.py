@@ -7,7 +7,9 @@ gets the operator's own judge (``AGENT_HEALTH_JUDGE_*``); any other gets a backe
 from its RunSpec's judge — once per distinct (namespace, provider, model, baseUrl, Secret
 name, key), lazily, on its first call. The key is read from ``spec.judge.secretRef`` in the
 run's namespace and handed to the provider directly (never through an environment
-variable). Every backend shares one persistent judge cache (its key includes the model).
+variable). Every backend shares one persistent judge cache; its keys name the endpoint and
+model and the run's namespace, so one namespace's verdicts are never served to another —
+the operator's own judge too answers each namespace in its own partition.
 
 A Secret that cannot be read, or lacks the key, is a
 :class:`~agent_health.judging.errors.ProviderError` naming it: the service answers 502 and
@@ -59,7 +61,7 @@ class RunJudges:
             return None
         ref, judge = found
         if judge is None:
-            return self.fallback
+            return self.fallback.partitioned(ref.namespace)
         secret = judge.secret_ref
         key: Key = (
             ref.namespace,
@@ -104,7 +106,7 @@ class RunJudges:
                 f"the RunSpec's spec.judge in namespace {namespace} cannot be used: {err}"
             ) from err
         assert backend is not None  # a judge is configured
-        return backend
+        return backend.partitioned(namespace)
 
     async def _key(self, namespace: str, judge: runspec.Judge) -> tuple[str | None, str | None]:
         ref = judge.secret_ref

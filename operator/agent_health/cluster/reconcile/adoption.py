@@ -16,7 +16,7 @@ from typing import Any
 
 from agent_health.cluster import kube
 from agent_health.cluster.cells import cellsecrets, manifests, observed
-from agent_health.cluster.reconcile import creation, lifecycle, plan, reactions
+from agent_health.cluster.reconcile import creation, handoff, lifecycle, plan, reactions
 
 
 @dataclasses.dataclass
@@ -26,6 +26,7 @@ class Adoption:
     board: lifecycle.Board
     creator: creation.Creator
     reactions: reactions.Reactions
+    handoff: handoff.Handoff
 
     async def adopt(self, run: plan.Run) -> None:
         """Take over the cells that already exist, with their tokens; queue the rest."""
@@ -56,10 +57,11 @@ class Adoption:
                 self.board.tokens[cell.token] = run.ref
             elif observed.state(body) in ("waiting", "running"):
                 self.board.spawn(self._secret(run, cell, body))
+            self.handoff.keep_deadline(run, cell, plan.created_at(body))
             self.reactions.apply(run, "ADDED", body)
 
     async def _secret(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
         """Make the Secret a live cell lacks; one that cannot be made fails the cell."""
         failure = await self.creator.secret(run, cell, body)
         if failure is not None:
-            await self.reactions.handoff.infra(run, cell, body, failure)
+            await self.handoff.infra(run, cell, body, failure)

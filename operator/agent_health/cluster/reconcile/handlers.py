@@ -31,7 +31,7 @@ import kopf
 
 from agent_health.cluster import errors, kube, metrics
 from agent_health.cluster.cells import manifests
-from agent_health.cluster.reconcile import runs, specs
+from agent_health.cluster.reconcile import listing, runs, specs
 
 GROUP, VERSION = "agenthealth.dev", "v1alpha1"
 RETRY_DELAY = 10.0
@@ -43,7 +43,7 @@ class Reconcilers:
 
     runspecs: specs.SpecReconciler
     runs: runs.Runs
-    discoveries: specs.Discoveries
+    discoveries: listing.Discoveries
     metrics: metrics.OperatorMetrics
     sandboxes: bool = False
     """Watch Agent Sandbox ``Sandbox`` objects too (the CRD must be installed)."""

@@ -8,22 +8,29 @@ cannot be read yet is read again, up to :data:`LEDGER_READS` times, then the cel
 retried: the cell is deleted and, once the deletion is seen, recreated with the next
 ``agenthealth.dev/attempt``. A test that ran is never retried. Otherwise its slot is free
 and :meth:`Handoff.fill` creates the next queued cell, keeping ``parallelism`` of them going.
+
+Every cell ends: one still going :data:`DEADLINE_GRACE` seconds past its
+``activeDeadlineSeconds`` is errored (cause ``deadline``) and deleted, and one whose
+background work failed (an operator error) is errored with that error, so its run goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+import datetime
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from agent_health.cluster import errors
-from agent_health.cluster.cells import manifests, observed
+from agent_health.cluster import errors, kube
+from agent_health.cluster.cells import cellpod, manifests, observed
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import creation, lifecycle, plan
+from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import keys
 
 LEDGER_READS = 5
+DEADLINE_GRACE = 60.0
 
 
 @dataclasses.dataclass
@@ -32,6 +39,8 @@ class Handoff:
 
     board: lifecycle.Board
     creator: creation.Creator
+    deadline_grace: float = DEADLINE_GRACE
+    """Seconds past a cell's ``activeDeadlineSeconds`` before the operator ends it itself."""
 
     # -- slots -----------------------------------------------------------------------------
 
@@ -41,7 +50,7 @@ class Handoff:
             cell = run.cells[run.queue.popleft()]
             cell.state = "active"
             run.active.add(cell.name)
-            self.board.spawn(self.launch(run, cell))
+            self.spawn(run, cell, self.launch(run, cell))
         depth = sum(len(r.queue) for r in self.board.runs.values())
         self.board.metrics.set_queue_depth("cells", depth)
 
@@ -50,6 +59,43 @@ class Handoff:
         failure = await self.creator.create(run, cell)
         if failure is not None:
             await self.infra(run, cell, {}, failure)
+        elif self.board.live(run) and cell.state == "active":
+            self.keep_deadline(run, cell, None)
+
+    def spawn(self, run: plan.Run, cell: plan.Cell, work: Coroutine[Any, Any, None]) -> None:
+        """Run work of one cell in the background; if it fails, the cell ends errored."""
+
+        async def recover(err: Exception) -> None:
+            if self.board.live(run) and cell.state in ("active", "ended"):
+                why = f"the operator failed on this cell: {type(err).__name__}: {err}"
+                await self.infra(run, cell, cell.last or {}, ("other", why))
+
+        self.board.spawn(work, recover=recover)
+
+    # -- deadlines -------------------------------------------------------------------------
+
+    def keep_deadline(
+        self, run: plan.Run, cell: plan.Cell, created: datetime.datetime | None
+    ) -> None:
+        """End the cell (errored, cause ``deadline``) if it is still going past its deadline.
+
+        The kubelet enforces a pod's ``activeDeadlineSeconds`` only once the pod started;
+        this covers the rest (a pod never scheduled, a lost node, a Sandbox).
+        """
+        assert run.spec is not None
+        assert run.settings is not None
+        seconds = cellpod.deadline_seconds(run.model, run.spec, run.settings)
+        since = created or status_mod.utcnow()
+        left = (since - status_mod.utcnow()).total_seconds() + seconds + self.deadline_grace
+        attempt = cell.attempt
+
+        def overdue() -> None:
+            if self.board.live(run) and cell.attempt == attempt and cell.state == "active":
+                why = f"the cell did not end within its deadline ({seconds} s)"
+                work = self.infra(run, cell, cell.last or {}, ("deadline", why), delete=True)
+                self.spawn(run, cell, work)
+
+        self.board.spawn(self.board.later(max(left, 0.0), overdue))
 
     # -- grading ---------------------------------------------------------------------------
 
@@ -101,7 +147,10 @@ class Handoff:
         )  # fmt: skip
         if delete and not grade.retryable:
             resource = lifecycle.resource_of(run)
-            await self.board.api.delete(resource, run.ref.namespace, cell.name)
+            try:
+                await self.board.api.delete(resource, run.ref.namespace, cell.name)
+            except kube.ApiError:  # graded all the same; the run's deletion collects it
+                self.board.metrics.reconcile_error("cell-delete")
         await self.record(run, cell, grade)
 
     async def record(self, run: plan.Run, cell: plan.Cell, grade: grading.CellGrade) -> None:
@@ -119,7 +168,7 @@ class Handoff:
             cell.token = None
         if grade.retryable:
             cell.state, cell.attempt = "replacing", cell.attempt + 1
-            board.spawn(self._retry(run, cell, grade.retry_after_seconds or 0.0))
+            self.spawn(run, cell, self._retry(run, cell, grade.retry_after_seconds or 0.0))
         else:
             cell.state = "done"
             run.active.discard(cell.name)
@@ -129,5 +178,11 @@ class Handoff:
     async def _retry(self, run: plan.Run, cell: plan.Cell, delay: float) -> None:
         await asyncio.sleep(delay)
         resource = lifecycle.resource_of(run)
-        if not await self.board.api.delete(resource, run.ref.namespace, cell.name):
+        try:
+            deleted = await self.board.api.delete(resource, run.ref.namespace, cell.name)
+        except kube.ApiError as err:
+            cell.state = "active"  # the old attempt stays: end the cell instead of waiting
+            why = f"cannot delete the failed attempt to retry it: {err}"
+            return await self.infra(run, cell, cell.last or {}, ("other", why))
+        if not deleted:
             await self.launch(run, cell)  # already gone: no DELETED event will come

@@ -8,11 +8,18 @@ run's NetworkPolicy when the operator fences runs (``--network-policy``; owned b
 so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
 Then it creates cells up to ``parallelism``; from there everything is driven by watch
 events (:mod:`.reactions`).
+
+Every run ends. Its ``activeDeadlineSeconds`` timer starts here (:class:`.lifecycle.Board`).
+Waiting for a RunSpec is not an error (kopf calls again); any other failure to start a run —
+an API error, a bug — sets ``Reconciled=False`` with the error and is retried with a growing
+delay, at most :data:`MAX_ATTEMPTS` times; then the run fails with ``ReconcileError``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +34,7 @@ from agent_health.cluster.reconcile import (
     batcher,
     handoff,
     lifecycle,
+    listing,
     plan,
     reactions,
     specs,
@@ -35,6 +43,11 @@ from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import backends, store
 from agent_health.ledger import errors as ledger_errors
 
+RECONCILED = "Reconciled"
+MAX_ATTEMPTS = 6
+RETRY_DELAY = 5.0
+MAX_RETRY_DELAY = 300.0
+
 
 @dataclasses.dataclass
 class Intake:
@@ -42,7 +55,7 @@ class Intake:
 
     board: lifecycle.Board
     settings: manifests.Settings
-    discoveries: specs.Discoveries
+    discoveries: listing.Discoveries
     handoff: handoff.Handoff
     reactions: reactions.Reactions
     adoption: adoption.Adoption
@@ -51,6 +64,9 @@ class Intake:
     fence: netpol.Fence | None = None
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
     wait_seconds: float = 60.0
+    retry_delay: float = RETRY_DELAY
+    failures: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Failed attempts to start each run (by uid), until one succeeds."""
 
     async def start(self, body: Mapping[str, Any]) -> None:
         """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""
@@ -70,11 +86,43 @@ class Intake:
             board.finished(run)
             return
         board.runs[ref] = run
+        board.keep_deadline(run, plan.created_at(body))
         try:
             await self._prepare(run)
-        except BaseException:
-            board.runs.pop(ref, None)
-            raise
+        except (kopf.TemporaryError, kopf.PermanentError, asyncio.CancelledError):
+            self._drop(run)
+            raise  # waiting for the RunSpec, or stopping: not an error of this run
+        except Exception as err:
+            self._drop(run)
+            await self._failed(run, err)
+            return
+        if self.failures.pop(run.uid, None) is not None and board.live(run):
+            run.tally.note(RECONCILED, "True", "Recovered", "the run started after errors")
+            await board.changed(run)
+
+    def _drop(self, run: plan.Run) -> None:
+        if self.board.live(run):
+            del self.board.runs[run.ref]
+
+    async def _failed(self, run: plan.Run, err: Exception) -> None:
+        """An error starting the run: a ``Reconciled=False`` condition naming it and a retry
+        after a backoff, at most :data:`MAX_ATTEMPTS` times; then the run fails."""
+        attempt = self.failures[run.uid] = self.failures.get(run.uid, 0) + 1
+        why = f"{type(err).__name__}: {err}"
+        if run.tally.phase in status_mod.TERMINAL:
+            self.failures.pop(run.uid, None)
+            return
+        if attempt >= MAX_ATTEMPTS:
+            self.failures.pop(run.uid, None)
+            message = f"the operator could not start the run ({attempt} attempts): {why}"
+            await self.board.fail(run, "ReconcileError", message)
+            return
+        delay = min(self.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+        message = f"attempt {attempt} of {MAX_ATTEMPTS} failed, next in {delay:.0f} s: {why}"
+        run.tally.note(RECONCILED, "False", plan.reason(type(err).__name__), message)
+        with contextlib.suppress(Exception):  # the API may be what failed: retry regardless
+            await self.board.status.flush(run.ref, run.tally.wire)
+        raise kopf.TemporaryError(message, delay=delay) from err
 
     async def _prepare(self, run: plan.Run) -> None:
         board = self.board
@@ -82,7 +130,7 @@ class Intake:
             run.tally.advance("Pending", reason="Accepted", message="waiting for the RunSpec")
             await board.changed(run)
         spec_body = await self._runspec(run)
-        if spec_body is None:
+        if spec_body is None or not board.live(run):
             return
         try:
             spec = meta.parse(runspec.RunSpec, spec_body, what=f"RunSpec {run.runspec}")
@@ -118,6 +166,8 @@ class Intake:
             return await board.fail(run, "LedgerKeyNotOwned", str(err))
         if self.fence is not None:
             await self._network_policy(run, self.fence)
+        if not board.live(run):  # its deadline passed meanwhile
+            return
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
                 name = manifests.cell_name(run.ref.name, test.id, repeat)
@@ -125,6 +175,8 @@ class Intake:
         run.tally.plan(run.cells)
         run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
         await self.adoption.adopt(run)
+        if not board.live(run):
+            return
         run.started = True
         for event_type, body in run.buffered.values():
             self.reactions.apply(run, event_type, body)
@@ -144,9 +196,11 @@ class Intake:
             body: dict[str, Any] | None = await self.board.api.get(kube.RUNSPECS, *key)
         except kube.ApiError as err:
             if err.status != 404:
-                raise kopf.TemporaryError(f"cannot read RunSpec {run.runspec}: {err}") from err
+                raise
             body = None
         while True:
+            if not self.board.live(run):
+                return None  # its deadline passed while it waited
             if body is None:
                 message = f"RunSpec {run.runspec} does not exist in namespace {run.ref.namespace}"
                 await self.board.fail(run, "RunSpecMissing", message)
@@ -188,5 +242,4 @@ class Intake:
         except kube.ApiError as err:
             if err.status != 409:
                 name = manifest["metadata"]["name"]
-                message = f"cannot create NetworkPolicy {name}: {err}"
-                raise kopf.TemporaryError(message, delay=10) from err
+                raise errors.ClusterError(f"cannot create NetworkPolicy {name}: {err}") from err

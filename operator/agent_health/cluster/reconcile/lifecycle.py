@@ -5,13 +5,16 @@ drives, the controller token of each live cell (the judge service's allow-list),
 background tasks. It writes a run's status through :class:`.batcher.StatusBatcher` (≤ 1
 patch/s per run; the last one at once), posts an Event on each phase change, and when the
 run ends forgets it, closes its ledger backend and, after ``ttlSecondsAfterFinished``,
-deletes its cells (their token Secrets go with them).
+deletes its cells (their token Secrets go with them). Every run ends: when its
+``activeDeadlineSeconds`` (counted from its creation) pass, the cells still running are
+deleted and the run fails with reason ``DeadlineExceeded``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -19,6 +22,9 @@ from agent_health.cluster import kube, metrics
 from agent_health.cluster.cells import manifests
 from agent_health.cluster.reconcile import batcher, events, plan
 from agent_health.cluster.reconcile import status as status_mod
+
+Recovery = Callable[[Exception], Coroutine[Any, Any, None]]
+"""What to do when a background task failed (e.g. grade its cell as errored)."""
 
 
 @dataclasses.dataclass
@@ -33,6 +39,7 @@ class Board:
     tokens: dict[str, batcher.RunRef] = dataclasses.field(default_factory=dict)
     """The controller token of each live cell → its run."""
     _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+    _deadlines: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
 
     def live(self, run: plan.Run) -> bool:
         """Whether ``run`` is still driven (not deleted, not ended, not replaced)."""
@@ -82,6 +89,7 @@ class Board:
         """The run is over: nothing more to schedule; its cells wait for the TTL, if any."""
         if self.live(run):
             del self.runs[run.ref]
+        self._drop_deadline(run.uid)
         self.drop_tokens(run)
         if run.backend is not None:
             self.spawn(run.backend.close())
@@ -92,12 +100,51 @@ class Board:
             left = (done - status_mod.utcnow()).total_seconds() + ttl
             self.spawn(self.later(max(left, 0.0), lambda: self.spawn(self._expire(run))))
 
+    def keep_deadline(self, run: plan.Run, created: datetime.datetime | None) -> None:
+        """End the run when its ``activeDeadlineSeconds`` have passed since ``created``
+        (one timer per run, whichever attempt of its start handler set it)."""
+        if run.uid in self._deadlines:
+            return
+        left = deadline_left(run, created)
+        task = asyncio.ensure_future(self._at_deadline(run.ref, run.uid, left))
+        self._deadlines[run.uid] = task
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._done(done, None))
+
+    async def _at_deadline(self, ref: batcher.RunRef, uid: str, left: float) -> None:
+        await asyncio.sleep(max(left, 0.0))
+        self._deadlines.pop(uid, None)
+        run = self.runs.get(ref)
+        if run is not None and run.uid == uid:
+            await self._overdue(run)
+
+    async def _overdue(self, run: plan.Run) -> None:
+        seconds = run.model.spec.active_deadline_seconds
+        stopped = sorted(run.active)
+        counts = run.tally.counts()
+        graded = counts.passed + counts.failed + counts.errored + counts.skipped
+        if run.started:
+            message = (
+                f"activeDeadlineSeconds ({seconds} s) passed: {graded} of {counts.total} cells "
+                f"graded, {len(stopped)} running stopped, {counts.pending} never started"
+            )
+        else:
+            message = f"activeDeadlineSeconds ({seconds} s) passed before the run could start"
+        await self.fail(run, "DeadlineExceeded", message)
+        resource = resource_of(run)
+        for name in stopped:
+            try:
+                await self.api.delete(resource, run.ref.namespace, name)
+            except kube.ApiError:
+                self.metrics.reconcile_error("deadline")
+
     def forget(self, body: Mapping[str, Any]) -> None:
         """The run was deleted: stop scheduling it (its cells are garbage-collected)."""
         ref = batcher.RunRef.of(body)
         run = self.runs.pop(ref, None)
         if run is not None:
             self.drop_tokens(run)
+        self._drop_deadline(str((body.get("metadata") or {}).get("uid")))
         runspec_name = str(((body.get("spec") or {}).get("runSpecRef") or {}).get("name") or "")
         self.metrics.forget_run(ref.namespace, runspec_name, ref.name)
         self.status.forget(ref)
@@ -109,6 +156,11 @@ class Board:
         for body in await self.api.list(resource, run.ref.namespace, labels):
             if plan.owned_by(body, run.uid):
                 await self.api.delete(resource, run.ref.namespace, body["metadata"]["name"])
+
+    def _drop_deadline(self, uid: str) -> None:
+        task = self._deadlines.pop(uid, None)
+        if task is not None:
+            task.cancel()
 
     def drop_tokens(self, run: plan.Run) -> None:
         for cell in run.cells.values():
@@ -122,16 +174,22 @@ class Board:
         await asyncio.sleep(delay)
         then()
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` in the background; a failure counts as a reconcile error."""
+    def spawn(self, work: Coroutine[Any, Any, None], *, recover: Recovery | None = None) -> None:
+        """Run ``work`` in the background; a failure counts as a reconcile error and, with
+        ``recover``, is handed to it (so that a cell whose work failed still ends)."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(lambda done: self._done(done, recover))
 
-    def _done(self, task: asyncio.Task[None]) -> None:
+    def _done(self, task: asyncio.Task[None], recover: Recovery | None) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled():
+            return
+        failure = task.exception()
+        if failure is not None:
             self.metrics.reconcile_error("runs")
+            if recover is not None and isinstance(failure, Exception):
+                self.spawn(recover(failure))
 
     async def close(self) -> None:
         """Cancel every pending task (the operator stops)."""
@@ -147,3 +205,10 @@ def resource_of(run: plan.Run) -> kube.Resource:
     """The kind of object the run's cells are: Pods, or Agent Sandboxes."""
     sandboxed = run.spec is not None and run.spec.spec.isolation.mode == "agentSandbox"
     return kube.SANDBOXES if sandboxed else kube.PODS
+
+
+def deadline_left(run: plan.Run, created: datetime.datetime | None) -> float:
+    """Seconds until the run's ``activeDeadlineSeconds`` pass (counted from ``created``)."""
+    start = created or status_mod.utcnow()
+    seconds = run.model.spec.active_deadline_seconds
+    return (start - status_mod.utcnow()).total_seconds() + seconds

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import re
 from collections import deque
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import ledgerurl, manifests
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import batcher, events, specs
+from agent_health.cluster.reconcile import batcher, events, listing
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
 
@@ -32,7 +33,7 @@ class Cell:
     """One (test, repeat) of a run."""
 
     name: str
-    test: specs.Test
+    test: listing.Test
     repeat: int
     attempt: int = 0
     state: CellState = "queued"
@@ -128,7 +129,9 @@ class Bulletin:
         return self.serial(key), self._bodies.get(key)
 
 
-def select(tests: tuple[specs.Test, ...], selection: evaluationrun.Selection) -> list[specs.Test]:
+def select(
+    tests: tuple[listing.Test, ...], selection: evaluationrun.Selection
+) -> list[listing.Test]:
     """The tests a run executes, chosen as ``agent-health run --grep/--label`` chooses."""
     chosen = [t for t in tests if t.mode == "only"] or list(tests)
     if selection.grep:
@@ -156,6 +159,15 @@ def reason(text: str) -> str:
 
 def generation(body: Mapping[str, Any]) -> int:
     return int((body.get("metadata") or {}).get("generation") or 0)
+
+
+def created_at(body: Mapping[str, Any]) -> datetime.datetime | None:
+    """The object's ``metadata.creationTimestamp`` (``None`` when absent or unreadable)."""
+    stamp = (body.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None
 
 
 def owned_by(body: Mapping[str, Any], uid: str) -> bool:

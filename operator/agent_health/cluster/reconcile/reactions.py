@@ -6,6 +6,8 @@ buffered and applied once its plan exists. Then, for the cell's current attempt:
 
 * it ended → graded (:meth:`.handoff.Handoff.grade`);
 * it runs → counted as running;
+* it can no longer pass (:func:`.observed.doomed`: a crash loop, a dead target, a restarted
+  gateway) → errored at once with that cause, and the cell is deleted (or retried);
 * it is stuck (:func:`.observed.stuck`: unschedulable, an image that cannot be pulled) for
   longer than ``stuck_grace`` → an infrastructure failure, and the cell is deleted;
 * it was deleted while active → an infrastructure failure (``evicted``); deleted while being
@@ -59,13 +61,14 @@ class Reactions:
         cell = run.cells.get(body["metadata"]["name"])
         if cell is None or plan.attempt(body) < cell.attempt:
             if cell is not None and cell.state == "replacing" and event_type == "DELETED":
-                spawn(self.handoff.launch(run, cell))
+                self.handoff.spawn(run, cell, self.handoff.launch(run, cell))
             return
         if event_type == "DELETED":
             if cell.state == "replacing":
-                spawn(self.handoff.launch(run, cell))
+                self.handoff.spawn(run, cell, self.handoff.launch(run, cell))
             elif cell.state == "active":
-                spawn(self.handoff.infra(run, cell, body, ("evicted", "the cell was deleted")))
+                deleted: observed.Failure = ("evicted", "the cell was deleted")
+                self.handoff.spawn(run, cell, self.handoff.infra(run, cell, body, deleted))
             return
         if cell.state != "active":
             return
@@ -74,7 +77,10 @@ class Reactions:
         if state in ("succeeded", "failed"):
             cell.state = "ended"
             run.tally.ended(cell.name)
-            spawn(self.handoff.grade(run, cell, body))
+            self.handoff.spawn(run, cell, self.handoff.grade(run, cell, body))
+        elif (doomed := observed.doomed(body)) is not None:
+            cell.state = "ended"  # a crash loop or a dead target: end it now, not at its deadline
+            self.handoff.spawn(run, cell, self.handoff.infra(run, cell, body, doomed, delete=True))
         elif state == "running":
             cell.stuck_since = None
             run.tally.started(cell.name)
@@ -85,7 +91,9 @@ class Reactions:
             left = cell.stuck_since + self.stuck_grace - now
             if left <= 0:
                 cell.state = "ended"
-                spawn(self.handoff.infra(run, cell, body, failure, delete=True))
+                self.handoff.spawn(
+                    run, cell, self.handoff.infra(run, cell, body, failure, delete=True)
+                )
             else:
                 spawn(self.board.later(left, lambda: self._recheck(run, cell, body)))
 

@@ -34,9 +34,9 @@ from agent_health.cluster.reconcile import (
     handoff,
     intake,
     lifecycle,
+    listing,
     plan,
     reactions,
-    specs,
 )
 from agent_health.ledger import store
 
@@ -47,13 +47,15 @@ class Runs:
 
     api: kube.Client
     settings: manifests.Settings
-    discoveries: specs.Discoveries
+    discoveries: listing.Discoveries
     status: batcher.StatusBatcher
     metrics: metrics.OperatorMetrics
     recorder: events.EventRecorder
     bulletin: plan.Bulletin = dataclasses.field(default_factory=plan.Bulletin)
     ledger_options: store.Options = dataclasses.field(default_factory=store.Options)
     stuck_grace: float = 120.0
+    deadline_grace: float = handoff.DEADLINE_GRACE
+    retry_delay: float = intake.RETRY_DELAY
     fence: netpol.Fence | None = None
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
     wait_seconds: float = 60.0
@@ -65,12 +67,13 @@ class Runs:
     def __post_init__(self) -> None:
         self.board = lifecycle.Board(self.api, self.status, self.metrics, self.recorder)
         creator = creation.Creator(self.board)
-        handing = handoff.Handoff(self.board, creator)
+        handing = handoff.Handoff(self.board, creator, self.deadline_grace)
         self.reactions = reactions.Reactions(self.board, handing, self.stuck_grace, self.clock)
         self.intake = intake.Intake(
             self.board, self.settings, self.discoveries, handing, self.reactions,
-            adoption.Adoption(self.board, creator, self.reactions), bulletin=self.bulletin,
+            adoption.Adoption(self.board, creator, self.reactions, handing), bulletin=self.bulletin,
             ledger_options=self.ledger_options, fence=self.fence, wait_seconds=self.wait_seconds,
+            retry_delay=self.retry_delay,
         )  # fmt: skip
 
     @property

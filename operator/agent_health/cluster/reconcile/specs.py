@@ -19,16 +19,16 @@ spec (never on status echoes). It
 failing one's reason): the ``Ready`` column of ``kubectl get runspecs``. A RunSpec is
 resolved once per generation; every EvaluationRun of it uses that resolution.
 
-The operator never imports user code: the listing is the only thing it reads. The full
-listing (labels and titles, which EvaluationRuns select on) is kept in memory and read
-again from the discovery pod after a restart (:meth:`Discoveries.tests`).
+The operator never imports user code: the listing is the only thing it reads
+(:mod:`.discoveries` keeps it, and reads it again from the pod after a restart).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import json
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,131 +37,25 @@ import kopf
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
 from agent_health.cluster.cells import discovery, ledgerurl, manifests
+from agent_health.cluster.reconcile import events, listing
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
 
-LOG_LIMIT = 8 * 1024 * 1024
+MAX_ATTEMPTS = 6
+DISCOVERY_GRACE = 60.0
+RETRY_DELAY = 5.0
+MAX_RETRY_DELAY = 300.0
 RESOLVED, DISCOVERED, READY = "Resolved", "Discovered", "Ready"
-Key = tuple[str, str]  # namespace, pod name
 
 
-@dataclasses.dataclass(frozen=True)
-class Test:
-    """One test as ``agent-health list --json`` describes it."""
-
-    id: str
-    title: str
-    file: str = ""
-    line: int = 0
-    labels: tuple[str, ...] = ()
-    content_hash: str = ""
-    mode: str = "run"
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """A finished discovery: its tests, or why it failed."""
-
-    tests: tuple[Test, ...] = ()
-    error: str | None = None
-
-
-def parse_listing(text: str, *, pod: str) -> tuple[Test, ...]:
-    """The tests in ``list --json`` output; a clear :class:`errors.SpecError` otherwise."""
+def _age(body: Mapping[str, Any]) -> float:
+    """Seconds since the object was created (0 when it does not say)."""
+    stamp = (body.get("metadata") or {}).get("creationTimestamp")
     try:
-        items = json.loads(text)
-        if not isinstance(items, list):
-            raise TypeError(f"a JSON list was expected, got {type(items).__name__}")
-        return tuple(
-            Test(
-                id=str(item["id"]),
-                title=str(item.get("title") or item["id"]),
-                file=str(item.get("file") or ""),
-                line=int(item.get("line") or 0),
-                labels=tuple(str(label) for label in item.get("labels") or ()),
-                content_hash=str(item.get("content_hash") or ""),
-                mode=str(item.get("mode") or "run"),
-            )
-            for item in items
-        )
-    except (ValueError, TypeError, KeyError) as err:
-        raise errors.SpecError(
-            f"discovery pod {pod}: its output is not `agent-health list --json` ({err})"
-        ) from err
-
-
-def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        if container.get("name") == discovery.CONTAINER:
-            return (container.get("state") or {}).get("terminated") or {}
-    return {}
-
-
-class Discoveries:
-    """Finished discovery pods by (namespace, name), and the handlers waiting for them."""
-
-    def __init__(self, api: kube.Client) -> None:
-        self._api = api
-        self._outcomes: dict[Key, Outcome] = {}
-        self._ended: dict[Key, asyncio.Event] = {}
-
-    async def observe(self, pod: Mapping[str, Any]) -> Outcome | None:
-        """Read a discovery pod that has ended (a watch event, or a fetched pod)."""
-        metadata = pod.get("metadata") or {}
-        key = (str(metadata.get("namespace")), str(metadata.get("name")))
-        phase = (pod.get("status") or {}).get("phase")
-        if phase not in ("Succeeded", "Failed"):
-            return None
-        if key in self._outcomes:
-            return self._outcomes[key]
-        terminated = _terminated(pod)
-        message = str(terminated.get("message") or "")
-        if phase == "Failed":
-            reason = (pod.get("status") or {}).get("reason") or terminated.get("reason") or "Error"
-            tail = message.strip()[-1500:] or "(no output)"
-            outcome = Outcome(error=f"discovery pod {key[1]} failed ({reason}): {tail}")
-        else:
-            outcome = await self._read(key, message)
-        self._outcomes[key] = outcome
-        self._ended.setdefault(key, asyncio.Event()).set()
-        return outcome
-
-    async def _read(self, key: Key, message: str) -> Outcome:
-        try:
-            return Outcome(tests=parse_listing(message, pod=key[1]))
-        except errors.SpecError:
-            pass  # a listing longer than a termination message: read the log
-        try:
-            text = await self._api.log(*key, discovery.CONTAINER, limit=LOG_LIMIT)
-            return Outcome(tests=parse_listing(text, pod=key[1]))
-        except errors.SpecError as err:
-            return Outcome(error=str(err))
-
-    async def wait(self, key: Key, timeout: float) -> Outcome | None:
-        """The pod's outcome once it ends, or ``None`` after ``timeout`` seconds."""
-        if key in self._outcomes:
-            return self._outcomes[key]
-        ended = self._ended.setdefault(key, asyncio.Event())
-        try:
-            await asyncio.wait_for(ended.wait(), timeout)
-        except TimeoutError:
-            return None
-        return self._outcomes.get(key)
-
-    async def tests(self, spec: runspec.RunSpec) -> Outcome | None:
-        """The listing of ``spec``'s current discovery (read from its pod after a restart)."""
-        status = spec.status or runspec.Status()
-        namespace = str(spec.metadata.get("namespace"))
-        key = (namespace, discovery.discovery_name(spec, status.image_digests))
-        if key in self._outcomes:
-            return self._outcomes[key]
-        try:
-            pod = await self._api.get(kube.PODS, *key)
-        except kube.ApiError as err:
-            if err.status == 404:
-                return None
-            raise
-        return await self.observe(pod)
+        created = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (status_mod.utcnow() - created).total_seconds()
 
 
 def condition(body: Mapping[str, Any], type: str) -> Mapping[str, Any] | None:
@@ -207,16 +101,44 @@ class SpecReconciler:
 
     api: kube.Client
     settings: manifests.Settings
-    discoveries: Discoveries
+    discoveries: listing.Discoveries
     insecure_registries: Sequence[str] = ()
     discovery_deadline: int = 300
     wait_seconds: float = 120.0
+    retry_delay: float = RETRY_DELAY
+    failures: dict[tuple[str, int | None], int] = dataclasses.field(default_factory=dict)
+    """Failed attempts per (uid, generation), until one succeeds."""
 
     async def reconcile(self, body: Mapping[str, Any]) -> None:
+        """Resolve and discover; an error other than waiting is retried a bounded number of
+        times with ``Resolved=Unknown`` naming it, then ``Resolved=False ReconcileError``."""
         metadata = body.get("metadata") or {}
         namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
         generation = metadata.get("generation")
         writer = _StatusWriter(self.api, namespace, name, generation, body)
+        key = (str(metadata.get("uid")), generation)
+        try:
+            await self._reconcile(body, writer)
+        except (kopf.TemporaryError, kopf.PermanentError, asyncio.CancelledError):
+            raise
+        except Exception as err:
+            attempt = self.failures[key] = self.failures.get(key, 0) + 1
+            why = f"{type(err).__name__}: {err}"
+            if attempt >= MAX_ATTEMPTS:
+                del self.failures[key]
+                message = f"the operator could not resolve the RunSpec ({attempt} attempts): {why}"
+                with contextlib.suppress(Exception):
+                    await writer.set(RESOLVED, "False", "ReconcileError", message)
+                raise kopf.PermanentError(message) from err
+            delay = min(self.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+            message = f"attempt {attempt} of {MAX_ATTEMPTS} failed, next in {delay:.0f} s: {why}"
+            with contextlib.suppress(Exception):
+                await writer.set(RESOLVED, "Unknown", events.to_reason(type(err).__name__), message)
+            raise kopf.TemporaryError(message, delay=delay) from err
+        self.failures.pop(key, None)
+
+    async def _reconcile(self, body: Mapping[str, Any], writer: _StatusWriter) -> None:
+        namespace, name = writer.namespace, writer.name
         try:
             spec = meta.parse(runspec.RunSpec, dict(body), what=f"RunSpec {namespace}/{name}")
         except errors.SpecError as err:
@@ -237,6 +159,13 @@ class SpecReconciler:
         outcome = await self.discoveries.observe(created) or await self.discoveries.wait(
             key, self.wait_seconds
         )
+        if outcome is None and _age(created) > self.discovery_deadline + DISCOVERY_GRACE:
+            # Never scheduled, or its node is gone: the kubelet's deadline never started.
+            message = f"discovery pod {key[1]} did not end within {self.discovery_deadline} s"
+            await writer.set(DISCOVERED, "False", "DiscoveryTimedOut", message)
+            with contextlib.suppress(kube.ApiError):
+                await self.api.delete(kube.PODS, namespace, key[1])
+            raise kopf.PermanentError(message)
         if outcome is None:
             await writer.set(DISCOVERED, "Unknown", "Discovering", f"waiting for pod {key[1]}")
             raise kopf.TemporaryError(f"discovery pod {key[1]} is still running", delay=5)

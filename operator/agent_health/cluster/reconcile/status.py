@@ -21,7 +21,9 @@ Lifecycle (``status.phase``)::
 Conditions (metav1.Condition, each with ``observedGeneration``; ``lastTransitionTime``
 changes only when a condition's status does): ``Resolved``, ``Complete`` (True once
 Succeeded), ``Failed`` (True once Failed), ``TestsPassed`` (True when every graded cell
-passed, False as soon as one failed or errored — ``kubectl wait --for=condition=...``).
+passed, False as soon as one failed or errored — ``kubectl wait --for=condition=...``),
+and ``Reconciled`` (only after the operator failed to start the run: False with the error and
+the attempt, True once a later attempt succeeded).
 """
 
 from __future__ import annotations
@@ -197,6 +199,14 @@ class RunTally:
     def fail(self, reason: str, message: str) -> bool:
         """The run cannot be executed (unresolvable image, discovery failure, ...)."""
         return self.advance("Failed", reason=reason, message=message)
+
+    def note(self, type: str, status: ConditionStatus, reason: str, message: str) -> None:
+        """Set a condition that no phase implies (e.g. ``Reconciled`` after an error)."""
+        self._set(type, status, reason, message, now=self._clock())
+
+    def condition(self, type: str) -> str | None:
+        """The status of condition ``type`` (``None`` when it is not set)."""
+        return self._condition(type)
 
     def _condition(self, type: str) -> str | None:
         return next((c.status for c in self.conditions if c.type == type), None)
