@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.engine import entries
 from agent_health.engine import report as report_mod
 from agent_health.sdk import errors
 
@@ -64,6 +65,7 @@ class Comparison(BaseModel):
 
     base_file: str
     new_file: str
+    repeats: int = Field(default=1, description="repeats per test in the new run (labels)")
     newly_failing: list[Change] = Field(default_factory=list)
     newly_passing: list[Change] = Field(default_factory=list)
     score_changes: list[Change] = Field(default_factory=list)
@@ -159,6 +161,7 @@ def compare(
     result = Comparison(
         base_file=base_file,
         new_file=new_file,
+        repeats=max(int(new["summary"].get("repeats") or 1), 1),
         newly_failing=failing,
         newly_passing=passing,
         score_changes=moved[:TOP_DELTAS],
@@ -236,7 +239,8 @@ def render(c: Comparison) -> list[str]:
     for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
         lines.append(f"{title}: {len(changes)}")
         for ch in changes:
-            repeat = f" [repeat {ch.repeat}]" if ch.repeat else ""
+            label = entries.repeat_label(ch.repeat, c.repeats)
+            repeat = f" {label}" if label else ""
             note = " (test changed)" if ch.changed else ""
             why = f" — {ch.error}" if ch.error and ch.new == "errored" else ""
             new = f"{ch.new} ({ch.cause})" if ch.new == "errored" and ch.cause else ch.new
@@ -245,7 +249,8 @@ def render(c: Comparison) -> list[str]:
         lines.append("score changes:")
         for ch in c.score_changes:
             d = (ch.new_score or 0.0) - (ch.base_score or 0.0)
-            lines.append(f"  {d:+.3f}  {ch.id}" + (f" [repeat {ch.repeat}]" if ch.repeat else ""))
+            label = entries.repeat_label(ch.repeat, c.repeats)
+            lines.append(f"  {d:+.3f}  {ch.id}" + (f" {label}" if label else ""))
     listed = (("changed tests", c.changed_tests), ("added", c.added), ("removed", c.removed))
     for title, ids in listed:
         if ids:
