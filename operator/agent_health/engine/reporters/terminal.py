@@ -1,3 +1,5 @@
+# Over 350 lines: everything the terminal prints (progress, table, failures with their tries and
+# printed output, legend, labels, insights) reads in one place, in the order it is printed.
 """Live progress while tests run, and the summary at the end.
 
 On a terminal: a progress bar with counts. Elsewhere (CI logs, pipes): one plain line per
