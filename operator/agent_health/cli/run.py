@@ -203,6 +203,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
         stopped=outcome.stopped,
+        rollup=outcome.rollup,
         provenance=what_ran,
     )
     terminal.summary(console, report, hints=hints)
@@ -292,32 +293,16 @@ def _print_cases(
     cases: list[Any], suite: loader.Suite, *, as_json: bool, consoles: common.Consoles
 ) -> int:
     """What ``list`` (and ``run --list``) prints: every selected test, or JSON."""
+    from agent_health.engine import listing
+
     for error in suite.errors:
         consoles.err.print(f"[red]load error[/] {error}")
     if as_json:
-        payload = [
-            {
-                "id": c.id,
-                "name": c.name,
-                "title": c.title,
-                "file": c.file,
-                "line": c.line,
-                "labels": list(c.labels),
-                "description": c.description,
-                "default_prompt": c.default_prompt,
-                "timeout": c.timeout,
-                "expected_outcomes": list(c.expected_outcomes),
-                "mode": c.mode,
-                "content_hash": c.content_hash,
-            }
-            for c in cases
-        ]
+        payload = [listing.entry(c) for c in cases]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         for c in cases:
-            labels = f"  [{', '.join(c.labels)}]" if c.labels else ""
-            mode = f"  ({c.mode})" if c.mode != "run" else ""
-            sys.stdout.write(f"{c.id}{labels}{mode}\n")
+            sys.stdout.write(listing.line(c) + "\n")
         sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent_health.engine import capture, runner
+from agent_health.engine import rollup as rollup_mod
 from agent_health.sdk import declare
 from agent_health.sdk.results import Attempt, TestResult
 
@@ -29,6 +30,8 @@ class Outcome:
     not_run: int = 0
     hook_errors: list[str] = field(default_factory=list)
     stopped: str | None = None  # why no more tests started (--max-failures), if they did not
+    rollup: rollup_mod.Rollup | None = None
+    """The run-level insights rollup (None when no test has insights)."""
 
     def __repr__(self) -> str:
         # Short on purpose: when asyncio.run() restores the SIGINT handler it formats the
@@ -208,13 +211,18 @@ class _Pool:
         await self._after_all_of_started_files()
         order = {(c.id, r): i for i, (c, r) in enumerate(self.planned)}
         self.results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
+        duration_ms = (time.perf_counter() - started) * 1000
+        # One question to the judge model over every test's insights (grouped without one, or
+        # after Ctrl-C: an interrupted run asks nothing more).
+        llm = None if interrupted else self.env.insights_llm
         return Outcome(
             results=self.results,
-            duration_ms=(time.perf_counter() - started) * 1000,
+            duration_ms=duration_ms,
             interrupted=interrupted,
             not_run=len(self.items),
             hook_errors=self.hook_errors,
             stopped=self.stopped,
+            rollup=await rollup_mod.synthesise(self.results, llm),
         )
 
     async def worker(self, slot: int) -> None:
