@@ -328,14 +328,7 @@ async def backend(
                 auth_hint=key_source if api_key else http.auth_hint(judge),
                 api_key=api_key,
             )
-            try:
-                provider = providers_mod.create(judge, endpoint, providers)
-            except errors.MissingKey as err:
-                # A missing key must not stop the tests that need no judge: each judge call
-                # errors with the reason (cause judge) and the run goes on.
-                provider = providers_mod.Unusable(
-                    judge.provider, f"{err} (or pass --no-judge to skip judging)"
-                )
+            provider = providers_mod.create_or_unusable(judge, endpoint, providers)
         store = cache
         if store is None and use_cache and (judge is None or judge.cache):
             store = await cache_mod.Cache.open(

@@ -68,4 +68,24 @@ class Unusable:
         raise judging_errors.AuthError(self.reason)
 
 
-__all__ = ["PROVIDERS", "Endpoint", "Provider", "ProviderFactory", "Unusable", "create"]
+def create_or_unusable(
+    config: JudgeConfig, endpoint: Endpoint, table: Mapping[str, ProviderFactory] = PROVIDERS
+) -> Provider:
+    """:func:`create`, except that a missing key gives an :class:`Unusable` provider: it
+    must not stop the tests that need no judge; each judge call errors with the reason
+    (cause ``judge``) and the run goes on."""
+    try:
+        return create(config, endpoint, table)
+    except judging_errors.MissingKey as err:
+        return Unusable(config.provider, f"{err} (or pass --no-judge to skip judging)")
+
+
+__all__ = [
+    "PROVIDERS",
+    "Endpoint",
+    "Provider",
+    "ProviderFactory",
+    "Unusable",
+    "create",
+    "create_or_unusable",
+]
