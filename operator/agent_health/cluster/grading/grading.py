@@ -39,7 +39,7 @@ import pydantic
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
-from agent_health.cluster.grading import evidence
+from agent_health.cluster.grading import claims, evidence
 from agent_health.connectors import protocol
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage
@@ -90,6 +90,8 @@ class ExpectedCell(pydantic.BaseModel):
     line: int = 0
     labels: tuple[str, ...] = ()
     content_hash: str = ""
+    peer_tools: dict[str, tuple[str, ...]] = pydantic.Field(default_factory=dict)
+    """Peer name → the tools it serves (``peers[].tools``): claims of those are checked."""
     ledger_cell: str | None = None
     """The ledger cell of the attempt graded (``CELL`` or ``CELL.aN``); with ``attempt``, the
     ledger's sealed cell-meta must name both, so no other cell's or attempt's ledger passes."""
@@ -127,6 +129,9 @@ class CellGrade(pydantic.BaseModel):
         description='tokens seen by the gateway, by consumer: "target", "judge", "peer:NAME"',
     )
     judge: judge_usage.JudgeUsage = pydantic.Field(default_factory=judge_usage.JudgeUsage)
+    unverified_claims: int = pydantic.Field(
+        default=0, ge=0, description="tool calls claimed on a declared peer the gateway never saw"
+    )
     result: results.TestResult
 
 
@@ -230,8 +235,19 @@ def _grade(
     )
     end = found.end
     derived = metrics.derive(found.run, prices)
+    model = found.usage.get("target")
+    if model is not None:
+        # The target's model calls went through the gateway (its model is a declared peer):
+        # count what the model's responses said, not what the agent says it used.
+        derived |= {
+            "input_tokens": model.input_tokens,
+            "output_tokens": model.output_tokens,
+            "total_tokens": model.total_tokens,
+        }
+    checked = claims.check(found.signals, found.run, found.calls, expected.peer_tools)
+    signals = checked.signals
     problems, cause = _problems(found)
-    recomputed = engine_grading.decide(found.signals, problems, end.status == "skipped")
+    recomputed = engine_grading.decide(signals, problems, end.status == "skipped")
     status, error, discrepancy = recomputed, "; ".join(problems) or None, None
     if recomputed != end.status:
         discrepancy = (
@@ -246,7 +262,7 @@ def _grade(
         ),
         status,
         error,
-        tuple(found.signals),
+        tuple(signals),
         found.run,
         derived,
         duration_ms=end.duration_ms or 0.0,
@@ -268,6 +284,7 @@ def _grade(
         metrics=derived,
         usage=found.usage,
         judge=judge_usage.summarize([result]),
+        unverified_claims=checked.unverified,
         result=result,
     )
 
