@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools generate bench bench-operator clean
+.PHONY: demo test lint tools generate bench bench-peers bench-operator clean
 
 $(BIN)/agent-health: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,10 +41,19 @@ generate: $(BIN)/agent-health
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.
 # Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.
 bench: $(BIN)/agent-health
+	$(BIN)/python bench/defaults.py
 	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/connectors.py
 	$(BIN)/python bench/judge_cache.py
 	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/gateway_overhead.py
+
+# The same 400-call work through Inspect AI and promptfoo (pinned, installed on demand into
+# .cache/bench-peers: a venv and an npm prefix, never the project's), agent-health and no
+# harness; not part of `make test`.
+bench-peers: $(BIN)/agent-health
+	PYTHON=$(PYTHON) bench/peers/install.sh >/dev/null
+	$(BIN)/python bench/peers/run.py
 
 # The operator at scale on the API emulator: 1,000 cells take about 20 minutes here.
 bench-operator: $(BIN)/agent-health

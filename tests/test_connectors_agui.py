@@ -331,3 +331,25 @@ async def test_raw_events_are_json_round_trippable() -> None:
     async with serving(sse_handler(run_started(), run_finished(result={"x": [1]}))) as url:
         reply = await run(url)
     assert json.loads(reply.model_dump_json())["events"][1]["result"] == {"x": [1]}
+
+
+def test_the_posted_body_is_the_run_agent_input_in_wire_form() -> None:
+    """run() posts body(): RunAgentInput's wire form, built without the models' serializer."""
+    spec = connectors.ConnectorSpec(
+        connector="agui",
+        url="http://agent.invalid/agui",
+        options={
+            "state": {"step": 1},
+            "tools": [{"name": "search", "description": "d", "parameters": {"type": "object"}}],
+            "forwarded_props": {"team": "sre"},
+        },
+    )
+    conn = agui.AguiConnector(spec)
+    for item in (request(), request(prompt='quotes " and é', env={"A": "1"})):
+        assert json.loads(conn.body(item)) == json.loads(
+            conn.run_input(item).model_dump_json(by_alias=True)
+        )
+    bare = agui.AguiConnector(connectors.ConnectorSpec(connector="agui", url="http://x.invalid"))
+    assert json.loads(bare.body(request())) == json.loads(
+        bare.run_input(request()).model_dump_json(by_alias=True)
+    )

@@ -15,6 +15,7 @@ A run must end with ``RUN_FINISHED``. ``RUN_ERROR`` is
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,6 +54,23 @@ class AguiConnector:
         self.spec = spec
         self.on_event = on_event
         self._http = wire.Http(spec, transport, observe)
+        # What every RunAgentInput of this connector shares, validated by the package's
+        # types once and kept in wire form (the models' serializer costs more per call than
+        # the rest of the call).
+        shared = json.loads(
+            core.RunAgentInput(
+                thread_id="-",
+                run_id="-",
+                state=spec.options.get("state", {}),
+                messages=[],
+                tools=[core.Tool.model_validate(t) for t in spec.options.get("tools", [])],
+                context=[],
+                forwarded_props=spec.options.get("forwarded_props", {}),
+            ).model_dump_json(by_alias=True)
+        )
+        self._state = shared.get("state", {})
+        self._tools = shared.get("tools", [])
+        self._forwarded = shared.get("forwardedProps") or {}
 
     def run_input(self, request: AgentRequest) -> core.RunAgentInput:
         """The ``RunAgentInput`` that :meth:`run` posts for ``request``."""
@@ -74,9 +92,25 @@ class AguiConnector:
             },
         )
 
+    def body(self, request: AgentRequest) -> bytes:
+        """:meth:`run_input` in wire form (camelCase, unset fields left out), built without
+        the models' serializer for the parts that change per request."""
+        payload = {
+            "threadId": request.run_id,
+            "runId": request.run_id,
+            "state": self._state,
+            "messages": [
+                {"id": f"{request.run_id}-prompt", "role": "user", "content": request.prompt}
+            ],
+            "tools": self._tools,
+            "context": [{"description": c.description, "value": c.value} for c in request.context],
+            "forwardedProps": {**self._forwarded, "env": request.env, **request.provisioning()},
+        }
+        return json.dumps(payload, separators=(",", ":")).encode()
+
     async def run(self, request: AgentRequest) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)
-        body = self.run_input(request).model_dump_json(by_alias=True).encode()
+        body = self.body(request)
         fold = agui_fold.Fold(self.url)
         events: list[dict[str, Any]] = []
         async with self._http.exchange(request, self.url, body, _SSE, timeout) as response:

@@ -189,7 +189,9 @@ class LocalLedger:
 def exchange_record(seen: wire.Observation) -> records.Exchange:
     """The ``exchange`` record of what a connector saw, with token usage read from the answer."""
     found = None
-    if seen.body and seen.status is not None and seen.status < 400:
+    # Usage is reported under a "usage" key (usage.Reader's shapes); an answer without one
+    # (a REST protocol v1 reply) is not scanned, which costs more than the rest of the record.
+    if seen.body and b'"usage"' in seen.body and seen.status is not None and seen.status < 400:
         found = usage.parse(seen.body, seen.content_type)
     return records.Exchange(
         principal="controller",
