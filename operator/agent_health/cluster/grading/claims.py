@@ -9,6 +9,8 @@ declared tool, the grader holds the claim to the record:
   claims of that peer's tools: "claimed by the agent, not seen by the gateway";
 * calls the gateway recorded that the trajectory leaves out are evidence too: an observe-role
   signal per peer says how many;
+* token metrics come from the gateway's record of the target's model calls when there is one
+  (:func:`tokens`);
 * every signal says where its evidence came from: ``evidence.source`` is ``gateway`` for the
   checked ones and ``agent`` for the rest (taken on the agent's word).
 
@@ -22,6 +24,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results
 
 NOT_SEEN = "claimed by the agent, not seen by the gateway"
@@ -110,3 +113,16 @@ def _tool_of(signal: results.Signal) -> str | None:
         if isinstance(part, dict) and isinstance(part.get("tool"), str):
             return str(part["tool"])
     return None
+
+
+def tokens(usage: Mapping[str, ledger_usage.TokenUsage]) -> dict[str, int]:
+    """Token metrics from the gateway's record of the target's model calls (its model is a
+    declared peer), to replace what the agent says it used; empty when there is none."""
+    model = usage.get("target")
+    if model is None:
+        return {}
+    return {
+        "input_tokens": model.input_tokens,
+        "output_tokens": model.output_tokens,
+        "total_tokens": model.total_tokens,
+    }

@@ -50,18 +50,9 @@ from agent_health.sdk import results
 from agent_health.traces import metrics, settings
 
 InfraCause = Literal[
-    "image-pull",
-    "evicted",
-    "sidecar-oom",
-    "sidecar-crash",
-    "gateway-restart",
-    "unschedulable",
-    "node-lost",
-    "deadline",
-    "target-crash",
-    "target-oom",
-    "other",
-]
+    "image-pull", "evicted", "sidecar-oom", "sidecar-crash", "gateway-restart", "unschedulable",
+    "node-lost", "deadline", "target-crash", "target-oom", "other"
+]  # fmt: skip
 # A retry can heal every cause but these: a deadline would run out again, the agent's own
 # failures must not be retried, and an unknown one is not known to heal.
 _LASTING = {"deadline", "target-crash", "target-oom", "other"}
@@ -235,15 +226,7 @@ def _grade(
     )
     end = found.end
     derived = metrics.derive(found.run, prices)
-    model = found.usage.get("target")
-    if model is not None:
-        # The target's model calls went through the gateway (its model is a declared peer):
-        # count what the model's responses said, not what the agent says it used.
-        derived |= {
-            "input_tokens": model.input_tokens,
-            "output_tokens": model.output_tokens,
-            "total_tokens": model.total_tokens,
-        }
+    derived |= claims.tokens(found.usage)
     checked = claims.check(found.signals, found.run, found.calls, expected.peer_tools)
     signals = checked.signals
     problems, cause = _problems(found)
