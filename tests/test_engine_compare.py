@@ -142,13 +142,26 @@ def test_repeats_are_matched_by_id_and_repeat() -> None:
     assert not compare.compare(base, new, max_pass_rate_drop=0.5).regressed
 
 
+def test_repeats_are_labelled_as_every_reporter_labels_them() -> None:
+    base = report([entry("a", "passed", 1.0, 0), entry("a", "failed", 0.0, 1)], repeats=2)
+    new = report([entry("a", "failed", 0.0, 0), entry("a", "passed", 1.0, 1)], repeats=2)
+    lines = compare.render(compare.compare(base, new))
+    assert "  passed → failed  test_a.py::a [1/2]" in lines
+    assert "  failed → passed  test_a.py::a [2/2]" in lines
+    assert not any("[repeat" in line for line in lines)
+    single = compare.render(
+        compare.compare(report([entry("b", "passed", 1.0)]), report([entry("b", "failed", 0.0)]))
+    )
+    assert "  passed → failed  test_a.py::b" in single  # one run per test: no label
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         (None, "no such report file"),
         ("{not json", "not JSON"),
         ('{"summary": {}}', "not an agent-health JSON report"),
-        ('{"version": 2, "summary": {}, "tests": []}', "report version 2 is not supported"),
+        ('{"version": 3, "summary": {}, "tests": []}', "report version 3 is not supported"),
         ('{"version": 1, "summary": {}}', "no summary object or tests list"),
         ('{"version": 1, "summary": {}, "tests": [{"status": "passed"}]}', "tests[0] has no id"),
     ],

@@ -90,7 +90,7 @@ def test_summary_lists_reasons_and_totals() -> None:
 
 def test_json_report_shape() -> None:
     report = RunReport.build(RESULTS, duration_ms=10.0).model_dump(mode="json")
-    assert report["version"] == 1
+    assert report["version"] == 2
     assert list(report["summary"])[:9] == [
         "total",
         "passed",

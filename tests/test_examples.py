@@ -34,7 +34,7 @@ def test_quickstart_passes_against_the_example_agent(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(report.read_text())
-    assert data["version"] == 1
+    assert data["version"] == 2
     assert data["summary"]["passed"] == 5
     assert "hint: no judge configured" in proc.stdout
     rca = next(t for t in data["tests"] if t["name"] == "payment RCA names the DB outage")

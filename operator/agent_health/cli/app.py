@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             consoles.err.print(f"[red]error:[/] {err}")
             return common.EXIT_USAGE
     args = parser().parse_args(argv)
+    args.command_line = ["agent-health", *argv]  # what ran, for the report's provenance
     handler: common.Handler = args.handler
     try:
         return handler(args, consoles)

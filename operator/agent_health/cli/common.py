@@ -58,13 +58,15 @@ Handler = Callable[[argparse.Namespace, Consoles], int]
 def write_reports(
     outputs: list[tuple[str, Path | None]], report: RunReport, console: Console
 ) -> None:
-    """Write every file reporter's output (``json:PATH``, ``junit:PATH``)."""
+    """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``)."""
     from agent_health.engine import reporters
 
     for kind, path in outputs:
         if path is not None:
-            reporters.write(kind, path, report)
-            console.print(f"{kind} report: {path}")
+            written = reporters.write(kind, path, report)
+            console.print(f"{kind} report: {written}", markup=False)
+            if kind == "html":
+                console.print(f"open it with: agent-health show-report {path}", markup=False)
 
 
 def exit_code(report: RunReport) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import platform
 from typing import TYPE_CHECKING, Any
 
 from agent_health.cli import common
@@ -33,7 +34,7 @@ def add_commands(sub: Any) -> None:
     grade_cmd.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
     grade_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
     grade_cmd.add_argument(
-        "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH]"
+        "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH], html[:DIR]"
     )
     grade_cmd.set_defaults(handler=grade)
 
@@ -69,7 +70,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     from agent_health import ledger
     from agent_health.cluster.grading import regrade
-    from agent_health.engine import reporters
+    from agent_health.engine import provenance, reporters
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
@@ -81,7 +82,17 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(str(err)) from err
     if not results:
         raise common.UsageError(f"no ledger cells found at {args.url}")
-    report = RunReport.build(results, duration_ms=sum(r.duration_ms for r in results))
+    report = RunReport.build(
+        results,
+        duration_ms=sum(r.duration_ms for r in results),
+        repeats=max(r.repeat for r in results) + 1,
+        provenance=provenance.Provenance(
+            agent_health_version=provenance.version(),
+            python_version=platform.python_version(),
+            ledger=provenance.redact_url(args.url),
+            command_line=provenance.redact_argv(getattr(args, "command_line", [])),
+        ),
+    )
     terminal.summary(consoles.out, report)
     common.write_reports(outputs, report, consoles.out)
     return common.exit_code(report)

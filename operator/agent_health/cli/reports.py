@@ -1,14 +1,22 @@
-"""``compare``: two JSON reports side by side; non-zero on a regression."""
+"""Saved reports: ``compare`` two runs, ``report`` renders one again, ``show-report`` serves one.
+
+``report RUN.json --reporter html:DIR`` gives a CI artifact or a re-graded cluster run the
+same page as a local run. ``show-report`` serves an HTML report on localhost (the page also
+opens from ``file://``; serving it gives a link to share within a machine and a stable tab).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from agent_health.cli import common
+
+HTML_DIR = "agent-health-report"  # reporters.DEFAULT_PATHS["html"], named here for a cheap --help
 
 
 def add_commands(sub: Any) -> None:
@@ -34,6 +42,29 @@ def add_commands(sub: Any) -> None:
     )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(handler=compare)
+
+    rep = sub.add_parser("report", help="render a saved JSON report (html, junit, json, list)")
+    rep.add_argument("file", help="a JSON report (agent-health run --reporter json:PATH)")
+    rep.add_argument(
+        "--reporter",
+        action="append",
+        default=[],
+        help=f"list, json[:PATH], junit[:PATH], html[:DIR] (repeatable; default html:{HTML_DIR})",
+    )
+    rep.set_defaults(handler=report)
+
+    show = sub.add_parser("show-report", help="serve an HTML report on localhost and open it")
+    show.add_argument(
+        "path",
+        nargs="?",
+        default=HTML_DIR,
+        help="the report's folder (default: agent-health-report), its index.html, or a JSON "
+        "report to render first",
+    )
+    show.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    show.add_argument("--port", type=int, default=9323, help="port (0: any free port)")
+    show.add_argument("--no-open", action="store_true", help="do not open a browser")
+    show.set_defaults(handler=show_report)
 
 
 def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
@@ -64,3 +95,75 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
         for line in compare.render(result):
             consoles.out.print(line, markup=False)
     return common.EXIT_FAILED if result.regressed else common.EXIT_OK
+
+
+def _read(path: Path) -> Any:
+    from agent_health.engine.reporters import json_file
+
+    try:
+        return json_file.read(path)
+    except json_file.ReportFileError as err:
+        raise common.UsageError(str(err)) from err
+
+
+def report(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    from agent_health.engine import reporters
+    from agent_health.engine.reporters import terminal
+
+    outputs = [reporters.parse(r) for r in args.reporter or ["html"]]
+    saved = _read(Path(args.file))
+    terminal.summary(consoles.out, saved)
+    common.write_reports(outputs, saved, consoles.out)
+    return common.EXIT_OK
+
+
+def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:
+    """The folder to serve: the given one, an index.html's, or a JSON report rendered now."""
+    if path.is_file() and path.suffix == ".json":
+        import tempfile
+
+        from agent_health.engine.reporters import html
+
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agent-health-")))
+        html.write(folder, _read(path))
+        return folder
+    folder = path.parent if path.is_file() else path
+    if not (folder / "index.html").is_file():
+        raise common.UsageError(
+            f"{path}: no HTML report here (no index.html); make one with "
+            f"`agent-health run --reporter html:{path}` or "
+            f"`agent-health report RUN.json --reporter html:{path}`"
+        )
+    return folder
+
+
+def show_report(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    import functools
+    import http.server
+    import webbrowser
+
+    class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+        """Serves the report's folder; no log line per request on the terminal."""
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    with contextlib.ExitStack() as stack:
+        folder = _report_dir(Path(args.path), stack)
+        handler = functools.partial(_QuietHandler, directory=str(folder))
+        try:
+            server = http.server.ThreadingHTTPServer((args.host, args.port), handler)
+        except OSError as err:
+            raise common.UsageError(
+                f"cannot listen on {args.host}:{args.port} ({err.strerror}); "
+                "pass another --port (0 picks a free one)"
+            ) from err
+        stack.callback(server.server_close)
+        url = f"http://{args.host}:{server.server_port}/"
+        consoles.out.print(f"serving {folder} at {url} (Ctrl+C to stop)", markup=False)
+        sys.stdout.flush()
+        if not args.no_open:
+            webbrowser.open(url)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+    return common.EXIT_OK

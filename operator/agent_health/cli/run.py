@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors
-    from agent_health.engine import loader, recording, session
+    from agent_health.engine import loader, provenance, recording, session
     from agent_health.sdk import config as config_mod
+    from agent_health.sdk.results import TestResult
 
 
 def add_commands(sub: Any) -> None:
@@ -50,7 +52,7 @@ def add_commands(sub: Any) -> None:
         "--reporter",
         action="append",
         default=[],
-        help="list, json[:PATH], junit[:PATH] (repeatable)",
+        help="list, json[:PATH], junit[:PATH], html[:DIR] (repeatable)",
     )
     run.add_argument("--timeout", type=float, help="per-test timeout in seconds")
     run.add_argument(
@@ -77,7 +79,7 @@ def add_commands(sub: Any) -> None:
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
 
-    from agent_health.engine import loader, reporters, select
+    from agent_health.engine import loader, provenance, reporters, select
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
@@ -108,6 +110,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     )
     judge_config = config.judge_from_env()
     list_lines = any(kind == "list" for kind, _ in outputs)
+    started_at = datetime.now(UTC)
 
     outcome, hints, recorded = asyncio.run(
         _execute(
@@ -123,14 +126,29 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         )
     )
     judge_usage = _judge_usage(outcome, judge_config)
+    what_ran = provenance.collect(
+        paths=paths,
+        argv=getattr(args, "command_line", ["agent-health", "run"]),
+        agent=_agent_info(config, args.agent, spec),
+        judge=provenance.JudgeInfo(
+            provider=judge_config.provider if judge_config else None,
+            model=judge_config.model if judge_config else None,
+            skipped=skip_judge,
+        ),
+        config_file=_config_path(args, paths),
+        ledger=recorded.url if recorded is not None else None,
+        started_at=started_at,
+        ended_at=datetime.now(UTC),
+    )
     report = RunReport.build(
-        outcome.results,
+        _with_cells(outcome.results, recorded),
         duration_ms=outcome.duration_ms,
         repeats=args.repeat,
         load_errors=[*load_errors, *outcome.hook_errors],
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
+        provenance=what_ran,
     )
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:
@@ -151,15 +169,50 @@ def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console
     )
 
 
+def _config_path(args: argparse.Namespace, paths: list[Path]) -> Path | None:
+    from agent_health.engine import loader
+
+    if getattr(args, "config", None):
+        return Path(args.config)
+    return loader.find_config(paths[0] if paths else Path.cwd())
+
+
 def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
     from agent_health.engine import loader
 
-    path = (
-        Path(args.config)
-        if getattr(args, "config", None)
-        else loader.find_config(paths[0] if paths else Path.cwd())
+    return loader.load_config(_config_path(args, paths))
+
+
+def _agent_info(
+    config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec | None
+) -> provenance.AgentInfo | None:
+    from agent_health.engine import provenance
+
+    if spec is None:
+        return None
+    name = config.agent_name(chosen)
+    return provenance.AgentInfo(
+        name=provenance.redact_argv([name])[0] if name else None,
+        connector=spec.connector,
+        url=provenance.redact_url(spec.url),
+        command=list(spec.command) if spec.command else None,
     )
-    return loader.load_config(path)
+
+
+def _with_cells(
+    results: list[TestResult], recorded: recording.LocalLedger | None
+) -> list[TestResult]:
+    """Each result with the name of the ledger cell that recorded it (when one did)."""
+    if recorded is None:
+        return results
+    from agent_health.engine import recording
+
+    cells = set(recorded.cells)
+    out = []
+    for r in results:
+        cell = recording.cell_name(r.id, r.repeat)
+        out.append(r.model_copy(update={"ledger_cell": cell}) if cell in cells else r)
+    return out
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
@@ -252,7 +305,10 @@ async def _execute(
             insights_llm=backend.ask if backend is not None and backend.provider else None,
         )
         with terminal.LiveProgress(
-            console, len(cases) * args.repeat, list_lines=list_lines
+            console,
+            len(session.plan(cases, args.repeat)),
+            list_lines=list_lines,
+            repeats=args.repeat,
         ) as progress:
             outcome = await session.run(
                 cases,

@@ -53,6 +53,10 @@ def kopf_settings(options: options_mod.Options) -> kopf.OperatorSettings:
     settings.watching.reconnect_backoff = 1.0
     settings.networking.request_timeout = 60
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
+    # One named namespace (--namespace) needs no scanning of the cluster's namespaces: kopf
+    # would list them cluster-wide only to learn that this one exists. CRDs (Agent Sandbox)
+    # are then found once, at start.
+    settings.scanning.disabled = options.namespace is not None
     return settings
 
 

@@ -109,8 +109,9 @@ FLAGS = (
           "every judge of the operator: a SQLite file, or a directory (a mounted volume) to "
           "keep judge.sqlite in; unset: no cache across restarts",
           metavar="PATH"),
-    _Flag("--namespace", "AGENT_HEALTH_WATCH_NAMESPACE", "watch one namespace only; unset: "
-          "cluster-wide", metavar="NAMESPACE"),
+    _Flag("--namespace", "AGENT_HEALTH_WATCH_NAMESPACE", "watch one namespace only (the "
+          "cluster is then not scanned: install the Agent Sandbox CRD before the operator); "
+          "unset: cluster-wide", metavar="NAMESPACE"),
     _Flag("--operator-namespace", "AGENT_HEALTH_NAMESPACE", "where the operator runs (the "
           "cells' NetworkPolicy lets them reach its judge service there)", "agent-health",
           metavar="NAMESPACE"),

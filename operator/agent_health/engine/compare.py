@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine.report import REPORT_VERSION
+from agent_health.engine import entries
+from agent_health.engine import report as report_mod
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -64,6 +65,7 @@ class Comparison(BaseModel):
 
     base_file: str
     new_file: str
+    repeats: int = Field(default=1, description="repeats per test in the new run (labels)")
     newly_failing: list[Change] = Field(default_factory=list)
     newly_passing: list[Change] = Field(default_factory=list)
     score_changes: list[Change] = Field(default_factory=list)
@@ -95,10 +97,11 @@ def load(path: Path) -> dict[str, Any]:
         raise CompareError(f"{path}: not JSON ({err})") from err
     if not isinstance(data, dict) or "version" not in data:
         raise CompareError(f"{path}: not an agent-health JSON report (no version field)")
-    if data["version"] != REPORT_VERSION:
+    if data["version"] not in report_mod.READABLE_VERSIONS:
+        readable = " or ".join(str(v) for v in report_mod.READABLE_VERSIONS)
         raise CompareError(
             f"{path}: report version {data['version']!r} is not supported (expected "
-            f"{REPORT_VERSION}); re-run with this agent-health to compare"
+            f"{readable}); re-run with this agent-health to compare"
         )
     if not isinstance(data.get("summary"), dict) or not isinstance(data.get("tests"), list):
         raise CompareError(f"{path}: report has no summary object or tests list")
@@ -158,6 +161,7 @@ def compare(
     result = Comparison(
         base_file=base_file,
         new_file=new_file,
+        repeats=max(int(new["summary"].get("repeats") or 1), 1),
         newly_failing=failing,
         newly_passing=passing,
         score_changes=moved[:TOP_DELTAS],
@@ -235,7 +239,8 @@ def render(c: Comparison) -> list[str]:
     for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
         lines.append(f"{title}: {len(changes)}")
         for ch in changes:
-            repeat = f" [repeat {ch.repeat}]" if ch.repeat else ""
+            label = entries.repeat_label(ch.repeat, c.repeats)
+            repeat = f" {label}" if label else ""
             note = " (test changed)" if ch.changed else ""
             why = f" — {ch.error}" if ch.error and ch.new == "errored" else ""
             new = f"{ch.new} ({ch.cause})" if ch.new == "errored" and ch.cause else ch.new
@@ -244,7 +249,8 @@ def render(c: Comparison) -> list[str]:
         lines.append("score changes:")
         for ch in c.score_changes:
             d = (ch.new_score or 0.0) - (ch.base_score or 0.0)
-            lines.append(f"  {d:+.3f}  {ch.id}" + (f" [repeat {ch.repeat}]" if ch.repeat else ""))
+            label = entries.repeat_label(ch.repeat, c.repeats)
+            lines.append(f"  {d:+.3f}  {ch.id}" + (f" {label}" if label else ""))
     listed = (("changed tests", c.changed_tests), ("added", c.added), ("removed", c.removed))
     for title, ids in listed:
         if ids:

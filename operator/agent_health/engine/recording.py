@@ -254,6 +254,7 @@ def controller_records(
             records.RunResultRecord(
                 run_id=run.run_id,
                 prompt=run.prompt,
+                context=[item.model_dump() for item in run.context],
                 output=run.output,
                 trajectory=[s.model_dump(mode="json") for s in run.trajectory],
                 token_usage=run.token_usage.model_dump(exclude_none=True),

@@ -9,6 +9,11 @@ The pass rate is ``passed / (passed + failed + errored[agent])``: an error the a
 test caused (refused, error status, malformed reply, timeout, crash) counts against it like a
 failure; errors of the judge, the test or the infrastructure, and skipped tests, are left out
 (they say nothing about the agent). pass@k and pass^k count an agent-caused error the same way.
+
+Version 2 adds, per test, what the agent was asked and did (``context``, ``output``,
+``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
+``ledger_cell``, and per run the ``provenance`` (what ran). Version 1 files still load:
+their tests lack those fields (readers such as ``compare`` and the HTML report accept both).
 """
 
 from __future__ import annotations
@@ -19,10 +24,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.engine import entries
+from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
-from agent_health.traces import metrics
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+# What the headline numbers mean, in one place: the terminal's legend and the HTML report
+# both print these.
+LEGEND = {
+    "pass_rate": "passed / (passed + failed + errored by the agent); other errors and "
+    "skipped left out",
+    "score": "mean test score, 0-1 (a test's: weighted mean of its judge scores and checks, "
+    "1 pass 0 fail)",
+    "pass_at_k": "tests passing in at least 1 of k repeats",
+    "pass_hat_k": "tests passing in all k repeats",
+}
 
 
 def decided(passed: int, failed: int, errored_by_agent: int) -> int:
@@ -127,6 +145,7 @@ class RunReport(BaseModel):
 
     version: int = REPORT_VERSION
     summary: Summary
+    provenance: Provenance | None = None
     tests: list[dict[str, Any]]
 
     @classmethod
@@ -140,6 +159,7 @@ class RunReport(BaseModel):
         interrupted: bool = False,
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
+        provenance: Provenance | None = None,
     ) -> RunReport:
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
@@ -168,7 +188,11 @@ class RunReport(BaseModel):
         )
         if repeats > 1:
             summary.update(_pass_at_k(results))
-        return cls(summary=Summary(**summary), tests=[_test_entry(r) for r in results])
+        return cls(
+            summary=Summary(**summary),
+            provenance=provenance,
+            tests=[entries.from_result(r) for r in results],
+        )
 
 
 def _known_sum(values: Iterable[int | None]) -> int | None:
@@ -265,61 +289,4 @@ def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
         "pass_hat_k": _mean(hat_k),
         "flaky": flaky,
         "per_test": per_test,
-    }
-
-
-def _test_entry(r: TestResult) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "name": r.title,
-        "file": r.file,
-        "line": r.line,
-        "labels": list(r.labels),
-        "repeat": r.repeat,
-        "status": r.status,
-        "score": r.score,
-        "error": r.error,
-        "cause": r.cause,
-        "skip_reason": r.skip_reason,
-        "run_id": r.run_id,
-        "prompt": r.prompt,
-        "duration_ms": round(r.duration_ms, 3),
-        "content_hash": r.content_hash,
-        "signals": [
-            *(
-                {
-                    "kind": s.kind,
-                    "role": s.role,
-                    "name": s.name,
-                    "passed": s.passed,
-                    "score": s.score,
-                    "weight": s.weight,
-                    "evidence": s.evidence,
-                    "reasoning": s.reasoning,
-                    "error": s.error,
-                    "location": s.location,
-                }
-                for s in r.signals
-            ),
-            # The derived metrics as observe-role signals (metrics.metric_signals), written
-            # directly: a model per metric per test only to dump it again costs more.
-            *(
-                {
-                    "kind": "metric",
-                    "role": "observe",
-                    "name": key,
-                    "passed": None,
-                    "score": None,
-                    "weight": 1.0,
-                    "evidence": {"value": r.metrics[key]},
-                    "reasoning": None,
-                    "error": None,
-                    "location": None,
-                }
-                for key in metrics.METRIC_KEYS
-                if key in r.metrics
-            ),
-        ],
-        "metrics": r.metrics,
-        "insights": r.insights,
     }

@@ -88,6 +88,20 @@ async def _call_hook(hook: declare.Hook) -> None:
         await value
 
 
+SKIPPED_MODES = ("skip", "fixme")
+
+
+def plan(cases: Sequence[declare.TestCase], repeat: int) -> list[tuple[declare.TestCase, int]]:
+    """Every (case, repeat) to run, repeats outermost. A test marked skip or fixme is
+    reported once, not once per repeat: nothing about it changes between repeats."""
+    return [
+        (case, r)
+        for r in range(repeat)
+        for case in cases
+        if r == 0 or case.mode not in SKIPPED_MODES
+    ]
+
+
 async def run(
     cases: Sequence[declare.TestCase],
     hooks: dict[str, list[declare.Hook]],
@@ -103,7 +117,8 @@ async def run(
     Setting ``stop`` (Ctrl-C) stops the workers; tests that finished are kept,
     tests cut short are ``errored`` ("interrupted"), tests never started are counted.
     """
-    items = deque((case, r) for r in range(repeat) for case in cases)
+    planned = plan(cases, repeat)
+    items = deque(planned)
     per_file: dict[str, int] = {}
     for case, _ in items:
         per_file[case.file] = per_file.get(case.file, 0) + 1
@@ -150,7 +165,7 @@ async def run(
         everything.result()  # a bug in the engine itself must surface, not vanish
     for waiter in waiters[1:]:
         waiter.cancel()
-    order = {(c.id, r): i for i, (c, r) in enumerate((c, r) for r in range(repeat) for c in cases)}
+    order = {(c.id, r): i for i, (c, r) in enumerate(planned)}
     results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
     return Outcome(
         results=results,

@@ -161,6 +161,9 @@ class RunResultRecord(_Record):
     kind: Literal["run-result"] = "run-result"
     run_id: str
     prompt: str | None = None
+    context: list[dict[str, str]] = Field(
+        default_factory=list, description="the context items sent with the prompt"
+    )
     output: str = ""
     trajectory: list[dict[str, Any]] = Field(default_factory=list)
     token_usage: dict[str, int] = Field(default_factory=dict)

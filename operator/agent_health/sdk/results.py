@@ -133,6 +133,16 @@ class RunResult(readonly.ReadOnlyModel):
             self._traces = resolver(self)
         return self._traces
 
+    def kept(self) -> dict[str, Any]:
+        """What a :class:`TestResult` keeps of this run (its fields of the same names)."""
+        return {
+            "prompt": self.prompt,
+            "context": self.context,
+            "output": self.output,
+            "trajectory": self.trajectory_steps,
+            "token_usage": self.token_usage,
+        }
+
     def attach_traces(self, view: Any) -> None:
         """Attach the traces view (the engine does this; a test never needs to)."""
         self._traces = view
@@ -224,6 +234,9 @@ class TestResult(BaseModel):
     )
     run_id: str
     prompt: str | None = None
+    context: tuple[ContextItem, ...] = ()
+    output: str | None = Field(default=None, description="None when the agent never ran")
+    trajectory: tuple[Step, ...] = ()
     duration_ms: float = 0.0
     started_at: float = 0.0
     signals: tuple[Signal, ...] = ()
@@ -232,6 +245,7 @@ class TestResult(BaseModel):
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
     content_hash: str = ""
     skip_reason: str | None = None
+    ledger_cell: str | None = Field(default=None, description="the ledger cell that recorded it")
 
     @model_validator(mode="after")
     def _cause_of_errored(self) -> TestResult:

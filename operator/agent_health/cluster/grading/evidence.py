@@ -201,14 +201,16 @@ def _signal(record: records.SignalRecord) -> results.Signal:
 def _run_result(record: records.RunResultRecord) -> results.RunResult:
     try:
         steps = tuple(protocol.Step.model_validate(s) for s in record.trajectory)
+        context = tuple(protocol.ContextItem.model_validate(c) for c in record.context)
     except pydantic.ValidationError as err:
         raise errors.DoubtfulEvidence(
-            f"run-result at record {record.seq}: a trajectory step is invalid: "
+            f"run-result at record {record.seq}: a trajectory step or context item is invalid: "
             f"{err.errors()[0]['msg']}"
         ) from err
     return results.RunResult(
         run_id=record.run_id,
         prompt=record.prompt or "",
+        context=context,
         output=record.output,
         trajectory=steps,
         token_usage=protocol.TokenUsage.from_counts(record.token_usage) or protocol.TokenUsage(),

@@ -40,7 +40,6 @@ import pydantic
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import claims, evidence
-from agent_health.connectors import protocol
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
@@ -325,12 +324,11 @@ def _test_result(
         error=error,
         cause=cause,
         run_id=expected.run_id,
-        prompt=run.prompt if run is not None else None,
+        **(run.kept() if run is not None else {}),
         duration_ms=duration_ms,
         started_at=started_at,
         signals=signals,
         metrics=derived,
-        token_usage=run.token_usage if run is not None else protocol.TokenUsage(),
         content_hash=expected.content_hash,
     )
 

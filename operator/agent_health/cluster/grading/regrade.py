@@ -47,7 +47,7 @@ async def grade_ledger(
             lines = await backend.read(cell)
             sealed_with = keys.sealing_key(key, cell, lines)  # a cluster cell's own key
             grade = grading.grade_lines(cell, lines, sealed_with, expected_from(cell, lines))
-            results.append(grade.result)
+            results.append(grade.result.model_copy(update={"ledger_cell": cell}))
         return results
     finally:
         await backend.close()

@@ -1,4 +1,9 @@
-"""JUnit XML, the format CI systems read (one testsuite per file)."""
+"""JUnit XML, the format CI systems read (one testsuite per file).
+
+Honest counts: a file that failed to load is an ``<error>`` testcase (CI shows red, as the
+run's exit code 2 says), every repeat is its own testcase named with its ``[2/3]`` label,
+and each derived metric is a ``metric.NAME`` property with its value.
+"""
 
 from __future__ import annotations
 
@@ -8,89 +13,118 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from agent_health.engine import entries
 from agent_health.engine.report import RunReport
 
-
-def _case_name(test: dict[str, Any]) -> str:
-    name = str(test["name"])
-    return f"{name} [repeat {test['repeat']}]" if test["repeat"] else name
+LOAD_ERROR = "load error"
 
 
 def _failed_signals(test: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in test["signals"] if s["role"] == "gate" and s["passed"] is False]
 
 
+def _load_error_file(text: str) -> str:
+    """The file a load error names (``FILE[:LINE]: message``)."""
+    where = text.partition(": ")[0]
+    return where.rsplit(":", 1)[0] if where.rsplit(":", 1)[-1].isdigit() else where
+
+
+def _signal_line(sig: dict[str, Any]) -> str:
+    if sig["kind"] == "metric":
+        value = (sig["evidence"] or {}).get("value")
+        return f"[metric] {sig['name']} = {json.dumps(value, default=str)}"
+    verdict = "pass" if sig["passed"] else "skip" if sig["passed"] is None else "FAIL"
+    score = f" (score {sig['score']:g})" if isinstance(sig["score"], (int, float)) else ""
+    return f"[{sig['role']}] {sig['name']}: {verdict}{score}"
+
+
+def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
+    label = entries.repeat_label(test["repeat"], repeats)
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        name=f"{test['name']} {label}" if label else str(test["name"]),
+        classname=test["file"],
+        file=test["file"],
+        line=str(test["line"]),
+        time=f"{test['duration_ms'] / 1000:.3f}",
+    )
+    if test["status"] == "failed":
+        failed = _failed_signals(test)
+        node = ET.SubElement(
+            case,
+            "failure",
+            message="; ".join(f["name"] for f in failed) or "failed",
+            type="AgentHealthFailure",
+        )
+        node.text = "\n".join(
+            f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed
+        )
+    elif test["status"] == "errored":
+        cause = test.get("cause") or "test"
+        node = ET.SubElement(
+            case,
+            "error",
+            message=f"{cause} error: {test['error'] or 'errored'}",
+            type=f"AgentHealthError.{cause}",
+        )
+        node.text = test["error"]
+    elif test["status"] == "skipped":
+        ET.SubElement(case, "skipped", message=test["skip_reason"] or "skipped")
+    props = ET.SubElement(case, "properties")
+    for key in ("run_id", "score"):
+        ET.SubElement(props, "property", name=key, value=str(test[key]))
+    if test.get("cause"):
+        ET.SubElement(props, "property", name="cause", value=str(test["cause"]))
+    if test.get("ledger_cell"):
+        ET.SubElement(props, "property", name="ledger_cell", value=test["ledger_cell"])
+    for label_name in test["labels"]:
+        ET.SubElement(props, "property", name="label", value=label_name)
+    for key, value in (test["metrics"] or {}).items():
+        shown = value if isinstance(value, (str, int, float)) else json.dumps(value)
+        ET.SubElement(props, "property", name=f"metric.{key}", value=str(shown))
+    if test["signals"]:
+        out = ET.SubElement(case, "system-out")
+        out.text = "\n".join(_signal_line(sig) for sig in test["signals"])
+
+
 def render(report: RunReport) -> bytes:
     s = report.summary
+    load_errors = list(s.load_errors)
     root = ET.Element(
         "testsuites",
         name="agent-health",
-        tests=str(s.total),
+        tests=str(s.total + len(load_errors)),
         failures=str(s.failed),
-        errors=str(s.errored),
+        errors=str(s.errored + len(load_errors)),
         skipped=str(s.skipped),
         time=f"{s.duration_ms / 1000:.3f}",
     )
     by_file: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    errors_by_file: dict[str, list[str]] = defaultdict(list)
+    for text in load_errors:
+        errors_by_file[_load_error_file(text)].append(text)
     for test in report.tests:
         by_file[test["file"]].append(test)
-    for file, tests in by_file.items():
+    for file in [*by_file, *(f for f in errors_by_file if f not in by_file)]:
+        tests, errors = by_file.get(file, []), errors_by_file.get(file, [])
         suite = ET.SubElement(
             root,
             "testsuite",
             name=file,
-            tests=str(len(tests)),
+            tests=str(len(tests) + len(errors)),
             failures=str(sum(t["status"] == "failed" for t in tests)),
-            errors=str(sum(t["status"] == "errored" for t in tests)),
+            errors=str(sum(t["status"] == "errored" for t in tests) + len(errors)),
             skipped=str(sum(t["status"] == "skipped" for t in tests)),
             time=f"{sum(t['duration_ms'] for t in tests) / 1000:.3f}",
         )
+        for text in errors:
+            name = "hook error" if " hook " in text else LOAD_ERROR
+            case = ET.SubElement(suite, "testcase", name=name, classname=file, file=file)
+            node = ET.SubElement(case, "error", message=text, type="AgentHealthLoadError")
+            node.text = text
         for test in tests:
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                name=_case_name(test),
-                classname=file,
-                file=file,
-                line=str(test["line"]),
-                time=f"{test['duration_ms'] / 1000:.3f}",
-            )
-            if test["status"] == "failed":
-                failed = _failed_signals(test)
-                node = ET.SubElement(
-                    case,
-                    "failure",
-                    message="; ".join(f["name"] for f in failed) or "failed",
-                    type="AgentHealthFailure",
-                )
-                node.text = "\n".join(
-                    f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed
-                )
-            elif test["status"] == "errored":
-                cause = test.get("cause") or "test"
-                node = ET.SubElement(
-                    case,
-                    "error",
-                    message=f"{cause} error: {test['error'] or 'errored'}",
-                    type=f"AgentHealthError.{cause}",
-                )
-                node.text = test["error"]
-            elif test["status"] == "skipped":
-                ET.SubElement(case, "skipped", message=test["skip_reason"] or "skipped")
-            props = ET.SubElement(case, "properties")
-            for key in ("run_id", "score"):
-                ET.SubElement(props, "property", name=key, value=str(test[key]))
-            if test.get("cause"):
-                ET.SubElement(props, "property", name="cause", value=str(test["cause"]))
-            for label in test["labels"]:
-                ET.SubElement(props, "property", name="label", value=label)
-            if test["signals"]:
-                out = ET.SubElement(case, "system-out")
-                out.text = "\n".join(
-                    f"[{sig['role']}] {sig['name']}: "
-                    f"{'pass' if sig['passed'] else 'skip' if sig['passed'] is None else 'FAIL'}"
-                    for sig in test["signals"]
-                )
+            _case(suite, test, s.repeats)
     ET.indent(root)
     data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return data

@@ -1,7 +1,9 @@
 """Live progress while tests run, and the summary at the end.
 
 On a terminal: a progress bar with counts. Elsewhere (CI logs, pipes): one plain line per
-finished test. The summary lists every test that did not pass with its reason.
+finished test. The summary lists every test that did not pass with its reasons, once per
+test (the failing repeats named), and ends with the totals and a legend of the numbers.
+With ``--repeat k`` every line names its repeat the same way: ``[2/3]``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agent_health.engine.report import RunReport
+from agent_health.engine import entries
+from agent_health.engine.report import LEGEND, RunReport
 from agent_health.sdk.results import TestResult
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-"}
@@ -23,8 +26,9 @@ COLOR = {"passed": "green", "failed": "red", "errored": "yellow", "skipped": "di
 TABLE_LIMIT = 50
 
 
-def _line(result: TestResult) -> str:
-    repeat = f" [repeat {result.repeat}]" if result.repeat else ""
+def _line(result: TestResult, repeats: int = 1) -> str:
+    label = entries.repeat_label(result.repeat, repeats)
+    repeat = f" {label}" if label else ""
     extra = ""
     if result.status == "errored" and result.error:
         extra = f" — {_cause_word(result.cause)}{result.error}"
@@ -39,9 +43,12 @@ def _line(result: TestResult) -> str:
 class LiveProgress:
     """Prints progress as tests finish."""
 
-    def __init__(self, console: Console, total: int, *, list_lines: bool = False) -> None:
+    def __init__(
+        self, console: Console, total: int, *, list_lines: bool = False, repeats: int = 1
+    ) -> None:
         self.console = console
         self.total = total
+        self.repeats = repeats
         self.counts: Counter[str] = Counter()
         self.live = console.is_terminal and not list_lines
         self._progress: Progress | None = None
@@ -78,18 +85,20 @@ class LiveProgress:
         if self._progress is not None:
             self._progress.update(self._task, advance=1, description=self._counts())
             if result.status in ("failed", "errored"):
-                self._progress.console.print(f"[{COLOR[result.status]}]{escape(_line(result))}")
+                line = escape(_line(result, self.repeats))
+                self._progress.console.print(f"[{COLOR[result.status]}]{line}")
         else:
             # A plain line, as console.print(markup=False, highlight=False, soft_wrap=True)
             # would print it, without rendering it (a fifth of a trivial test's cost).
             out = self.console.file
-            out.write(_line(result) + "\n")
+            out.write(_line(result, self.repeats) + "\n")
             out.flush()
 
 
 def summary(console: Console, report: RunReport, *, hints: list[str] | None = None) -> None:
     """The table of results, the reasons of what did not pass, and the totals."""
     tests = report.tests
+    k = report.summary.repeats
     shown = tests if len(tests) <= TABLE_LIMIT else [t for t in tests if t["status"] != "passed"]
     if shown:
         table = Table(title="agent-health results", show_lines=False)
@@ -107,7 +116,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             table.add_column(column, justify=justify)
         for t in shown:
             metrics = t["metrics"] or {}
-            title = f"{t['file']} › {t['name']}" + (f" [r{t['repeat']}]" if t["repeat"] else "")
+            label = entries.repeat_label(t["repeat"], k)
+            title = f"{t['file']} › {t['name']}" + (f" {label}" if label else "")
             table.add_row(
                 f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]"
                 + (f" ({t['cause']})" if t.get("cause") else ""),
@@ -122,22 +132,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         console.print(table)
         if len(shown) < len(tests):
             console.print(f"({len(tests) - len(shown)} passed tests not listed)")
-    for t in tests:
-        if t["status"] not in ("failed", "errored"):
-            continue
-        console.print(
-            f"\n[{COLOR[t['status']]}]{t['status'].upper()}[/] {escape(t['id'])}"
-            + (f" [repeat {t['repeat']}]" if t["repeat"] else "")
-        )
-        if t["error"]:
-            why = _cause_word(t.get("cause"))
-            console.print(f"  error: {escape(why + t['error'])}", highlight=False)
-        for s in t["signals"]:
-            if s["role"] == "gate" and s["passed"] is False:
-                detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
-                where = f" ({s['location']})" if s["location"] else ""
-                console.print(f"  ✗ {escape(s['name'])}{where}: {escape(detail)}", highlight=False)
-    _insights(console, shown)
+    _failures(console, tests, k)
+    _insights(console, shown, k)
     s = report.summary
     _labels(console, report)
     for error in s.load_errors:
@@ -164,6 +160,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             f"pass@{s.repeats} {_pct(s.pass_at_k)}, pass^{s.repeats} {_pct(s.pass_hat_k)}"
             + (f"; flaky: {', '.join(s.flaky)}" if s.flaky else "")
         )
+    if s.total:
+        console.print(f"[dim]{escape(legend(s.repeats))}[/]", highlight=False)
     if s.recommendations:
         console.print("across the suite:")
         for rec in s.recommendations:
@@ -212,24 +210,85 @@ def _notes(metrics: dict[str, Any]) -> str:
     return ", ".join(notes)
 
 
-def _insights(console: Console, tests: list[dict[str, Any]]) -> None:
-    """Each test's insights: the summary, why, and what to change (or the insights error)."""
+def legend(repeats: int) -> str:
+    """One line that says what the summary's numbers mean."""
+    parts = [f"pass rate = {LEGEND['pass_rate']}", f"score = {LEGEND['score']}"]
+    if repeats > 1:
+        parts += [
+            f"pass@{repeats} = " + LEGEND["pass_at_k"].replace(" k ", f" {repeats} "),
+            f"pass^{repeats} = " + LEGEND["pass_hat_k"].replace(" k ", f" {repeats} "),
+        ]
+    return "legend: " + "; ".join(parts)
+
+
+def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> None:
+    """Each test that did not pass, once: its failing repeats and each distinct reason."""
+    runs: dict[str, int] = Counter(t["id"] for t in tests)
+    bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
-        found = t.get("insights")
-        if not found:
-            continue
-        head = f"\n[bold]insights[/] {escape(t['id'])}" + (
-            f" [repeat {t['repeat']}]" if t["repeat"] else ""
-        )
-        console.print(head)
-        if found.get("error"):
-            console.print(f"  [yellow]insights error:[/] {escape(str(found['error']))}")
-            continue
-        console.print(f"  {escape(str(found.get('summary', '')))}", highlight=False)
-        if found.get("why"):
-            console.print(f"  why: {escape(str(found['why']))}", highlight=False)
-        for rec in found.get("recommendations") or []:
-            console.print(f"  → {escape(str(rec))}", highlight=False)
+        if t["status"] in ("failed", "errored"):
+            bad.setdefault(t["id"], []).append(t)
+    for test_id, failing in bad.items():
+        status = "failed" if any(t["status"] == "failed" for t in failing) else "errored"
+        head = f"\n[{COLOR[status]}]{status.upper()}[/] {escape(test_id)}"
+        if repeats > 1:
+            head += escape(f" — {_which(failing, runs[test_id], repeats)}")
+        console.print(head, highlight=False)
+        reasons: dict[str, list[int]] = {}
+        for t in failing:
+            for reason in _reasons(t):
+                reasons.setdefault(reason, []).append(t["repeat"])
+        for reason, where in reasons.items():
+            labels = ""
+            if repeats > 1 and len(where) < len(failing):
+                labels = " " + " ".join(entries.repeat_label(r, repeats) for r in where)
+            console.print(f"  {escape(reason)}{escape(labels)}", highlight=False)
+
+
+def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:
+    """``failed in all 3 repeats`` or ``failed in [1/3] [3/3], errored in [2/3]``."""
+    statuses = {t["status"] for t in failing}
+    if len(failing) == runs and len(statuses) == 1:
+        return f"{failing[0]['status']} in all {runs} repeats"
+    by_status: dict[str, list[str]] = {}
+    for t in failing:
+        by_status.setdefault(t["status"], []).append(entries.repeat_label(t["repeat"], repeats))
+    return ", ".join(f"{status} in {' '.join(labels)}" for status, labels in by_status.items())
+
+
+def _reasons(t: dict[str, Any]) -> list[str]:
+    """Why one (test, repeat) did not pass: its error and each failed gate with evidence."""
+    found = [f"error: {_cause_word(t.get('cause'))}{t['error']}"] if t["error"] else []
+    for s in t["signals"]:
+        if s["role"] == "gate" and s["passed"] is False:
+            detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
+            where = f" ({s['location']})" if s["location"] else ""
+            found.append(f"✗ {s['name']}{where}: {detail}")
+    return found
+
+
+def _insights(console: Console, tests: list[dict[str, Any]], repeats: int) -> None:
+    """Each test's insights, once per distinct answer: summary, why, what to change."""
+    found: dict[str, dict[str, tuple[dict[str, Any], list[int]]]] = {}
+    for t in tests:
+        if t.get("insights"):
+            key = json.dumps(t["insights"], sort_keys=True, default=str)
+            seen = found.setdefault(t["id"], {})
+            seen.setdefault(key, (t["insights"], []))[1].append(t["repeat"])
+    for test_id, answers in found.items():
+        for insight, where in answers.values():
+            labels = ""
+            if repeats > 1 and (len(answers) > 1 or len(where) < repeats):
+                labels = " " + " ".join(entries.repeat_label(r, repeats) for r in where)
+            console.print(f"\n[bold]insights[/] {escape(test_id + labels)}")
+            if insight.get("error"):
+                console.print(f"  [yellow]insights error:[/] {escape(str(insight['error']))}")
+                continue
+            console.print(f"  {escape(str(insight.get('summary', '')))}", highlight=False)
+            if insight.get("why"):
+                console.print(f"  why: {escape(str(insight['why']))}", highlight=False)
+            for rec in insight.get("recommendations") or []:
+                console.print(f"  → {escape(str(rec))}", highlight=False)
 
 
 def _labels(console: Console, report: RunReport) -> None:

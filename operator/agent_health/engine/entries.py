@@ -1,0 +1,149 @@
+"""One test's entry in the JSON report: what it is, what it did, how it was judged.
+
+:class:`TestEntry` is the documented, validated shape of ``tests[]`` (README "JSON report"
+lists the same fields); :func:`from_result` makes one from a :class:`TestResult`, cutting
+long fields to their caps (:mod:`.bounds`). Entries are kept as plain dicts in the report:
+readers index them by key, and a saved report of either version is checked with
+:class:`TestEntry` when it is read back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_health.engine import bounds
+from agent_health.sdk.results import Cause, Role, SignalKind, Status, TestResult
+from agent_health.traces import metrics
+
+
+class SignalEntry(BaseModel):
+    """One signal: a matcher, a judge verdict or a derived metric, in body order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: SignalKind
+    role: Role
+    name: str
+    passed: bool | None = None
+    score: float | None = None
+    weight: float = 1.0
+    evidence: dict[str, Any] | None = None
+    reasoning: str | None = None
+    error: str | None = None
+    location: str | None = None
+
+
+class TestEntry(BaseModel):
+    """One (test, repeat). ``cause`` and the fields after ``prompt`` up to ``ledger_cell``
+    are new in v2."""
+
+    __test__ = False
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    id: str = Field(description="stable id: file relative to the suite root :: title")
+    name: str
+    file: str = ""
+    line: int = 0
+    labels: list[str] = Field(default_factory=list)
+    repeat: int = Field(default=0, description="0-based repeat index")
+    status: Status
+    score: float | None = None
+    error: str | None = None
+    cause: Cause | None = Field(
+        default=None, description="whom an errored test blames: agent, judge, test, infra"
+    )
+    skip_reason: str | None = None
+    run_id: str = ""
+    prompt: str | None = Field(default=None, description="the prompt agent.run() sent")
+    context: list[dict[str, Any]] = Field(default_factory=list)
+    output: str | None = Field(default=None, description="None when the agent never ran")
+    trajectory: list[dict[str, Any]] = Field(default_factory=list)
+    truncated: list[str] = Field(
+        default_factory=list, description="fields cut to their caps, e.g. trajectory[3].content"
+    )
+    ledger_cell: str | None = None
+    duration_ms: float = 0.0
+    content_hash: str = ""
+    signals: list[SignalEntry] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    insights: dict[str, Any] | None = None
+
+
+def from_result(r: TestResult) -> dict[str, Any]:
+    """The report entry of one result (a plain dict, in :class:`TestEntry`'s field order)."""
+    cut = bounds.Bounded()
+    prompt = cut.text(r.prompt, "prompt")
+    context = cut.context(r.context)
+    output = cut.text(r.output, "output", cut.output_chars)
+    trajectory = cut.trajectory(r.trajectory)
+    return {
+        "id": r.id,
+        "name": r.title,
+        "file": r.file,
+        "line": r.line,
+        "labels": list(r.labels),
+        "repeat": r.repeat,
+        "status": r.status,
+        "score": r.score,
+        "error": r.error,
+        "cause": r.cause,
+        "skip_reason": r.skip_reason,
+        "run_id": r.run_id,
+        "prompt": prompt,
+        "context": context,
+        "output": output,
+        "trajectory": trajectory,
+        "truncated": cut.truncated,
+        "ledger_cell": r.ledger_cell,
+        "duration_ms": round(r.duration_ms, 3),
+        "content_hash": r.content_hash,
+        "signals": [
+            *(
+                {
+                    "kind": s.kind,
+                    "role": s.role,
+                    "name": s.name,
+                    "passed": s.passed,
+                    "score": s.score,
+                    "weight": s.weight,
+                    "evidence": s.evidence,
+                    "reasoning": s.reasoning,
+                    "error": s.error,
+                    "location": s.location,
+                }
+                for s in r.signals
+            ),
+            # The derived metrics as observe-role signals (metrics.metric_signals), written
+            # directly: a model per metric per test only to dump it again costs more.
+            *(
+                {
+                    "kind": "metric",
+                    "role": "observe",
+                    "name": key,
+                    "passed": None,
+                    "score": None,
+                    "weight": 1.0,
+                    "evidence": {"value": r.metrics[key]},
+                    "reasoning": None,
+                    "error": None,
+                    "location": None,
+                }
+                for key in metrics.METRIC_KEYS
+                if key in r.metrics
+            ),
+        ],
+        "metrics": r.metrics,
+        "insights": r.insights,
+    }
+
+
+def repeat_label(repeat: int, repeats: int) -> str:
+    """How every reporter names a repeat: ``[2/3]`` (1-based), nothing when there is one."""
+    return f"[{repeat + 1}/{repeats}]" if repeats > 1 else ""
+
+
+def check(entry: dict[str, Any]) -> dict[str, Any]:
+    """A saved entry validated and completed with defaults (raises ``ValidationError``)."""
+    return TestEntry.model_validate(entry).model_dump(mode="json")

@@ -1,0 +1,166 @@
+"""What ran: the ``provenance`` of a JSON report (v2), so a result can be traced to its cause.
+
+A pass rate means little without knowing which agent, which judge model, which version of
+the suite and of agent-health produced it. :func:`collect` gathers that once per run, from
+the command line, the config and the suite's git checkout. Nothing here is secret: URLs lose
+their user info and query (where tokens hide), headers and environment are never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import re
+import subprocess
+from collections.abc import Sequence
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIT_TIMEOUT = 5.0  # seconds; a hung git (a network filesystem) must not hold up the run
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+class AgentInfo(BaseModel):
+    """The agent under test, as the run reached it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None = Field(default=None, description="the config key or --agent value")
+    connector: str | None = Field(default=None, description="rest, agui, openai, subprocess…")
+    url: str | None = Field(default=None, description="without user info or query string")
+    command: list[str] | None = Field(default=None, description="a started or cmd: agent")
+    image: str | None = Field(default=None, description="the pinned image (cluster runs)")
+
+
+class JudgeInfo(BaseModel):
+    """The judge model, or why there was none."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str | None = None
+    model: str | None = None
+    skipped: bool = Field(default=False, description="--no-judge or AGENT_HEALTH_SKIP_JUDGE")
+
+
+class SuiteInfo(BaseModel):
+    """Where the tests came from: the paths given and the git commit they are at."""
+
+    model_config = ConfigDict(frozen=True)
+
+    paths: list[str] = Field(default_factory=list)
+    git_commit: str | None = Field(default=None, description="None outside a git checkout")
+    git_dirty: bool | None = Field(
+        default=None, description="uncommitted or untracked changes under the suite's paths"
+    )
+
+
+class Provenance(BaseModel):
+    """What ran. Every field is optional: a report rendered from a ledger knows less."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: AgentInfo | None = None
+    judge: JudgeInfo | None = None
+    agent_health_version: str | None = None
+    python_version: str | None = None
+    suite: SuiteInfo | None = None
+    config_file: str | None = None
+    config_hash: str | None = Field(default=None, description="sha256 of the config file")
+    ledger: str | None = Field(default=None, description="the ledger URL the run recorded to")
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    command_line: list[str] = Field(default_factory=list)
+
+
+def version() -> str | None:
+    """The installed agent-health's version (None when running from an uninstalled tree)."""
+    try:
+        return metadata.version("agent-health")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` without user info, query or fragment (they are where credentials hide)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command line with every URL in it redacted (:func:`redact_url`)."""
+    return [_URL.sub(lambda m: redact_url(m.group(0)) or "", arg) for arg in argv]
+
+
+def file_hash(path: Path | None) -> str | None:
+    """``sha256:<hex>`` of a file's bytes, or None when there is no file."""
+    if path is None or not path.is_file():
+        return None
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def git_state(paths: Sequence[Path]) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git checkout holding ``paths``; (None, None) outside one.
+
+    Blocking (runs ``git``): call it before the event loop starts or in a thread.
+    """
+    if not paths:
+        return None, None
+    first = paths[0].resolve()
+    where = first if first.is_dir() else first.parent
+    commit = _git(where, "rev-parse", "HEAD")
+    if commit is None:
+        return None, None
+    status = _git(where, "status", "--porcelain", "--", *(str(p.resolve()) for p in paths))
+    return commit, None if status is None else bool(status)
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def collect(
+    *,
+    paths: Sequence[Path],
+    argv: Sequence[str],
+    agent: AgentInfo | None,
+    judge: JudgeInfo | None,
+    config_file: Path | None,
+    ledger: str | None,
+    started_at: datetime,
+    ended_at: datetime,
+) -> Provenance:
+    """The provenance of a local run (blocking: reads files and runs git)."""
+    commit, dirty = git_state(paths)
+    return Provenance(
+        agent=agent,
+        judge=judge,
+        agent_health_version=version(),
+        python_version=platform.python_version(),
+        suite=SuiteInfo(paths=[str(p) for p in paths], git_commit=commit, git_dirty=dirty),
+        config_file=str(config_file) if config_file is not None else None,
+        config_hash=file_hash(config_file),
+        ledger=ledger,
+        started_at=started_at,
+        ended_at=ended_at,
+        command_line=redact_argv(argv),
+    )

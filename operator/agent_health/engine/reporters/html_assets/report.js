@@ -1,0 +1,598 @@
+// The agent-health run inspector. Reads the JSON report embedded in the page (version 1 or
+// 2) and renders the summary, a searchable list of tests and, for the selected test, its
+// prompt, trajectory, signals, judge reasoning, metrics and insights. Every value from the
+// report is set as text (never parsed as HTML) and nothing is fetched: the page's
+// Content-Security-Policy forbids any network request.
+(function () {
+  "use strict";
+
+  const DATA = JSON.parse(document.getElementById("report-data").textContent);
+  const LEGEND = DATA.legend || {};
+  const REPORT = DATA.report || {};
+  const SUMMARY = REPORT.summary || {};
+  const TESTS = Array.isArray(REPORT.tests) ? REPORT.tests : [];
+  const PROVENANCE = REPORT.provenance || null;
+  const VERSION = REPORT.version || 1;
+  const K = Math.max(1, SUMMARY.repeats || 1);
+  const STATUSES = ["passed", "failed", "errored", "skipped"];
+  const MARK = { passed: "✓", failed: "✗", errored: "!", skipped: "–" };
+  const PAGE = 300;
+
+  // ---- small DOM helpers --------------------------------------------------------------
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    if (props) {
+      for (const [key, value] of Object.entries(props)) {
+        if (value === null || value === undefined || value === false) continue;
+        if (key === "class") node.className = value;
+        else if (key === "text") node.textContent = String(value);
+        else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+        else node.setAttribute(key, value === true ? "" : String(value));
+      }
+    }
+    append(node, children);
+    return node;
+  }
+
+  function append(node, children) {
+    for (const child of children) {
+      if (child === null || child === undefined || child === false) continue;
+      if (Array.isArray(child)) append(node, child);
+      else node.append(child instanceof Node ? child : String(child));
+    }
+  }
+
+  function pre(text, cls) {
+    return el("pre", { class: cls }, text === null || text === undefined ? "" : String(text));
+  }
+
+  function json(value) {
+    if (typeof value === "string") return value;
+    try {
+      return JSON.stringify(value, null, 2);
+    } catch (err) {
+      return String(value);
+    }
+  }
+
+  function pct(value) {
+    return typeof value === "number" ? Math.round(value * 1000) / 10 + "%" : "n/a";
+  }
+
+  function num(value, digits) {
+    return typeof value === "number" ? value.toFixed(digits) : "n/a";
+  }
+
+  function count(value) {
+    return typeof value === "number" ? String(value) : "n/a"; // unknown is not zero
+  }
+
+  function money(value) {
+    if (typeof value !== "number") return "n/a";
+    return "$" + (value >= 0.01 ? value.toFixed(4) : value.toFixed(6));
+  }
+
+  function seconds(ms) {
+    return typeof ms === "number" ? (ms / 1000).toFixed(2) + " s" : "n/a";
+  }
+
+  function repeatLabel(repeat) {
+    return K > 1 ? "[" + ((repeat || 0) + 1) + "/" + K + "]" : "";
+  }
+
+  function section(title, ...children) {
+    return el("section", { class: "part" }, el("h3", { text: title }), children);
+  }
+
+  // ---- the tests, grouped by id (one group per test, one run per repeat) --------------
+
+  const groups = [];
+  const byId = new Map();
+  for (const run of TESTS) {
+    let group = byId.get(run.id);
+    if (!group) {
+      group = { id: run.id, name: run.name, file: run.file, line: run.line,
+                labels: run.labels || [], runs: [] };
+      byId.set(run.id, group);
+      groups.push(group);
+    }
+    group.runs.push(run);
+  }
+  for (const group of groups) {
+    group.runs.sort((a, b) => (a.repeat || 0) - (b.repeat || 0));
+    const count = (status) => group.runs.filter((r) => r.status === status).length;
+    group.counts = Object.fromEntries(STATUSES.map((s) => [s, count(s)]));
+    const c = group.counts;
+    group.status = c.failed ? "failed" : c.errored ? "errored"
+      : c.passed ? "passed" : "skipped";
+    group.flaky = c.passed > 0 && c.failed > 0;
+    group.search = null; // built on the first search: loading stays fast
+  }
+
+  function searchText(group) {
+    if (group.search === null) {
+      const parts = [group.id, group.name, group.file, ...group.labels];
+      for (const run of group.runs) {
+        parts.push(run.status, run.error, run.cause, run.skip_reason, run.prompt, run.output);
+        for (const signal of run.signals || []) parts.push(signal.name, signal.reasoning);
+      }
+      group.search = parts.filter((p) => typeof p === "string").join("\n").toLowerCase();
+    }
+    return group.search;
+  }
+
+  // ---- state, kept in the URL's fragment so a link opens the same view ----------------
+
+  const state = { q: "", status: "all", label: "", test: null, repeat: null, shown: PAGE };
+
+  function readHash() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    state.q = params.get("q") || "";
+    state.status = params.get("status") || "all";
+    state.label = params.get("label") || "";
+    state.test = params.get("test");
+    const repeat = params.get("repeat");
+    state.repeat = repeat === null ? null : Number(repeat);
+  }
+
+  function writeHash() {
+    const params = new URLSearchParams();
+    if (state.q) params.set("q", state.q);
+    if (state.status !== "all") params.set("status", state.status);
+    if (state.label) params.set("label", state.label);
+    if (state.test !== null) params.set("test", state.test);
+    if (state.repeat !== null) params.set("repeat", String(state.repeat));
+    const hash = params.toString();
+    try {
+      history.replaceState(null, "", hash ? "#" + hash : location.pathname + location.search);
+    } catch (err) {
+      // Some viewers refuse history changes on file:// pages; the view still works.
+    }
+  }
+
+  // ---- the summary --------------------------------------------------------------------
+
+  function card(cls, label, value, definition) {
+    return el("div", { class: "card " + cls },
+      el("div", { class: "value", text: value }),
+      el("div", { class: "label", text: label }),
+      definition ? el("div", { class: "def", text: definition }) : null);
+  }
+
+  function erroredCauses() {
+    const causes = SUMMARY.errored_by_cause;
+    if (!causes || typeof causes !== "object") return "";
+    const parts = Object.entries(causes).filter(([, n]) => n).map(([c, n]) => n + " " + c);
+    return parts.length ? "by cause: " + parts.join(", ") : "";
+  }
+
+  function renderSummary() {
+    const root = document.getElementById("summary");
+    const testsCount = groups.length;
+    const cards = el("div", { class: "cards" },
+      card("total", "results", String(SUMMARY.total ?? TESTS.length),
+        K > 1 ? testsCount + " tests × " + K + " repeats" : testsCount + " tests"),
+      STATUSES.map((s) => card(s, s, String(SUMMARY[s] ?? 0),
+        s === "errored" ? erroredCauses() : null)),
+      card("rate", "pass rate", pct(SUMMARY.pass_rate), LEGEND.pass_rate),
+      card("score", "score", num(SUMMARY.score, 2), LEGEND.score),
+      K > 1 ? card("at-k", "pass@" + K, pct(SUMMARY.pass_at_k), LEGEND.pass_at_k) : null,
+      K > 1 ? card("hat-k", "pass^" + K, pct(SUMMARY.pass_hat_k), LEGEND.pass_hat_k) : null,
+      card("tokens", "tokens", count(SUMMARY.tokens),
+        "input " + count(SUMMARY.input_tokens) + ", output " + count(SUMMARY.output_tokens)
+        + (SUMMARY.tokens_unreported ? "; " + SUMMARY.tokens_unreported + " runs reported none"
+          : "")),
+      card("cost", "cost", money(SUMMARY.cost_usd),
+        SUMMARY.unpriced ? SUMMARY.unpriced + " runs unpriced" : null),
+      card("duration", "duration", seconds(SUMMARY.duration_ms),
+        SUMMARY.interrupted ? "interrupted: " + (SUMMARY.not_run || 0) + " never started" : null));
+    root.replaceChildren(cards);  // the summary is built once, at load
+    const loadErrors = SUMMARY.load_errors || [];
+    if (loadErrors.length) {
+      root.append(el("div", { class: "load-errors", role: "alert" },
+        el("strong", { text: loadErrors.length + " load error" + (loadErrors.length > 1 ? "s" : "") }),
+        el("ul", null, loadErrors.map((e) => el("li", null, pre(e))))));
+    }
+    if (K > 1 && (SUMMARY.flaky || []).length) {
+      root.append(el("p", null, el("span", { class: "flaky", text: "flaky: " }),
+        SUMMARY.flaky.join(", ")));
+    }
+    const recs = SUMMARY.recommendations || [];
+    if (recs.length) {
+      root.append(el("div", { class: "rollup" }, el("h2", { text: "Insights across the suite" }),
+        el("ul", null, recs.map((r) => el("li", null,
+          el("strong", { text: r.tests + (r.tests === 1 ? " test: " : " tests: ") }), r.text)))));
+    }
+    append(root, [labelTable(), provenanceDetails()]);
+    document.getElementById("provenance-line").textContent = provenanceLine();
+  }
+
+  function labelTable() {
+    const labels = Object.entries(SUMMARY.labels || {});
+    if (!labels.length) return null;
+    const head = ["label", "passed", "failed", "errored", "skipped", "pass rate", "score"];
+    return el("details", { class: "by-label" }, el("summary", { text: "by label" }),
+      el("table", { class: "signals" },
+        el("thead", null, el("tr", null, head.map((h) => el("th", { text: h })))),
+        el("tbody", null, labels.map(([name, s]) => el("tr", null,
+          el("td", { text: name }), el("td", { text: s.passed }), el("td", { text: s.failed }),
+          el("td", { text: s.errored }), el("td", { text: s.skipped }),
+          el("td", { text: pct(s.pass_rate) }), el("td", { text: num(s.score, 2) }))))));
+  }
+
+  function provenanceLine() {
+    if (!PROVENANCE) return VERSION < 2 ? "JSON report version " + VERSION : "";
+    const p = PROVENANCE;
+    const parts = [];
+    if (p.agent) parts.push("agent " + (p.agent.name || p.agent.url || p.agent.image || "?")
+      + (p.agent.connector ? " (" + p.agent.connector + ")" : ""));
+    if (p.judge) parts.push(judgeText(p.judge));
+    if (p.suite && p.suite.git_commit) parts.push("commit " + p.suite.git_commit.slice(0, 12)
+      + (p.suite.git_dirty ? " (dirty)" : ""));
+    if (p.started_at) parts.push(p.started_at.replace("T", " ").slice(0, 19));
+    if (p.agent_health_version) parts.push("agent-health " + p.agent_health_version);
+    return parts.join(" · ");
+  }
+
+  function judgeText(judge) {
+    if (judge.skipped) return "judge skipped";
+    const name = [judge.provider, judge.model].filter(Boolean).join("/");
+    return name ? "judge " + name : "no judge configured";
+  }
+
+  function provenanceDetails() {
+    if (!PROVENANCE) return null;
+    const rows = [];
+    const add = (name, value) => {
+      if (value === null || value === undefined || value === "") return;
+      rows.push(el("dt", { text: name }), el("dd", { class: "mono",
+        text: typeof value === "object" ? JSON.stringify(value) : String(value) }));
+    };
+    const p = PROVENANCE;
+    const a = p.agent || {};
+    add("agent", a.name); add("connector", a.connector); add("agent URL", a.url);
+    add("agent command", a.command ? a.command.join(" ") : null); add("agent image", a.image);
+    if (p.judge) add("judge", judgeText(p.judge));
+    if (p.suite) {
+      add("suite", (p.suite.paths || []).join(" "));
+      add("git commit", p.suite.git_commit);
+      add("git dirty", p.suite.git_dirty === null ? null : String(p.suite.git_dirty));
+    }
+    add("config", p.config_file); add("config hash", p.config_hash);
+    add("ledger", p.ledger);
+    add("started", p.started_at); add("ended", p.ended_at);
+    add("agent-health", p.agent_health_version); add("python", p.python_version);
+    add("command line", (p.command_line || []).join(" "));
+    return el("details", { class: "provenance" }, el("summary", { text: "what ran" }),
+      el("dl", null, rows));
+  }
+
+  // ---- the list -----------------------------------------------------------------------
+
+  function matches(group, q) {
+    if (state.status === "flaky" ? !group.flaky
+      : state.status !== "all" && !group.counts[state.status]) return false;
+    if (state.label && !group.labels.includes(state.label)) return false;
+    return !q || searchText(group).includes(q);
+  }
+
+  function renderFilters() {
+    const box = document.getElementById("status-filters");
+    const counts = { all: groups.length, flaky: groups.filter((g) => g.flaky).length };
+    for (const s of STATUSES) counts[s] = groups.filter((g) => g.counts[s]).length;
+    const kinds = ["all", ...STATUSES, ...(K > 1 ? ["flaky"] : [])];
+    box.replaceChildren(...kinds.map((kind) => el("button", {
+      type: "button", "data-status": kind, "aria-pressed": String(state.status === kind),
+      onclick: () => { state.status = kind; state.shown = PAGE; update(); },
+    }, kind + " " + counts[kind])));
+    const select = document.getElementById("label-filter");
+    const labels = [...new Set(groups.flatMap((g) => g.labels))].sort();
+    select.replaceChildren(el("option", { value: "", text: "all labels" }),
+      ...labels.map((l) => el("option", { value: l, text: l })));
+    select.value = state.label;
+    select.hidden = labels.length === 0;
+  }
+
+  function row(group) {
+    const selected = state.test === group.id;
+    const decided = group.counts.passed + group.counts.failed;
+    const right = group.runs.length > 1
+      ? group.counts.passed + "/" + group.runs.length + " passed"
+      : (typeof group.runs[0].score === "number" ? "score " + group.runs[0].score.toFixed(2) : "");
+    return el("li", {
+      class: "test-row", role: "option", tabindex: "0", "data-id": group.id,
+      "aria-selected": String(selected), title: group.id,
+      onclick: () => select(group.id, null),
+      onkeydown: (event) => { if (event.key === "Enter") select(group.id, null); },
+    },
+      el("span", { class: "mark " + group.status, text: MARK[group.status],
+        "aria-label": group.status }),
+      el("span", { class: "title", text: group.name }),
+      el("span", { class: "right", text: right, title: decided ? "" : "no decided repeat" }),
+      el("span", { class: "sub" },
+        el("span", { text: group.file + (group.line ? ":" + group.line : "") }),
+        group.labels.map((l) => el("span", { class: "tag", text: l })),
+        group.runs.length > 1 ? el("span", { class: "dots" }, group.runs.map((r) =>
+          el("span", { class: "dot " + r.status, title: repeatLabel(r.repeat) + " " + r.status })))
+          : null,
+        group.flaky ? el("span", { class: "flaky", text: "flaky" }) : null));
+  }
+
+  function renderList() {
+    const q = state.q.trim().toLowerCase();
+    const found = groups.filter((g) => matches(g, q));
+    const list = document.getElementById("test-list");
+    list.replaceChildren(...found.slice(0, state.shown).map(row));
+    document.getElementById("list-count").textContent =
+      found.length === groups.length ? groups.length + " tests"
+        : found.length + " of " + groups.length + " tests";
+    const more = document.getElementById("show-more");
+    const left = found.length - state.shown;
+    more.hidden = left <= 0;
+    more.textContent = "show " + Math.min(PAGE, left) + " more (" + left + " not shown)";
+    for (const button of document.querySelectorAll("#status-filters button")) {
+      button.setAttribute("aria-pressed", String(button.dataset.status === state.status));
+    }
+  }
+
+  // ---- the inspector ------------------------------------------------------------------
+
+  function select(id, repeat) {
+    state.test = id;
+    state.repeat = repeat;
+    update();
+    document.getElementById("inspector").focus({ preventScroll: true });
+  }
+
+  function chosenRun(group) {
+    if (state.repeat !== null) {
+      const found = group.runs.find((r) => (r.repeat || 0) === state.repeat);
+      if (found) return found;
+    }
+    return group.runs.find((r) => r.status === "failed" || r.status === "errored") || group.runs[0];
+  }
+
+  function renderInspector() {
+    const root = document.getElementById("inspector");
+    const group = state.test === null ? null : byId.get(state.test);
+    if (!group) {
+      root.replaceChildren(el("p", { class: "muted",
+        text: state.test === null ? "Select a test to see its prompt, trajectory, signals, "
+          + "judge reasoning and insights." : "No test " + state.test + " in this report." }));
+      return;
+    }
+    const run = chosenRun(group);
+    root.replaceChildren();
+    append(root, [
+      el("div", { class: "insp-head" },
+        el("h2", { text: group.name }),
+        el("span", { class: "status " + run.status,
+          text: MARK[run.status] + " " + run.status + (run.cause ? " (" + run.cause + ")" : "") }),
+        group.flaky ? el("span", { class: "flaky", text: "flaky: "
+          + group.counts.passed + "/" + group.runs.length + " passed" }) : null),
+      el("div", { class: "muted mono", text: group.id }),
+      group.runs.length > 1 ? el("div", { class: "repeat-tabs", role: "tablist" },
+        group.runs.map((r) => el("button", {
+          type: "button", role: "tab", "aria-pressed": String(r === run),
+          "data-repeat": String(r.repeat || 0),
+          onclick: () => select(group.id, r.repeat || 0),
+        }, repeatLabel(r.repeat) + " " + MARK[r.status]))) : null,
+      facts(run),
+      problem(run),
+      run.truncated && run.truncated.length ? el("p", { class: "truncated",
+        text: "cut to fit the report: " + run.truncated.join(", ")
+          + " (the ledger cell has everything)" }) : null,
+      signals(run),
+      judges(run),
+      insightsPart(run),
+      section("Prompt", run.prompt ? pre(run.prompt) : el("p", { class: "muted",
+        text: "No prompt was sent (the test did not run the agent)." })),
+      context(run),
+      output(run),
+      trajectory(run),
+      metricsPart(run)]);
+  }
+
+  function facts(run) {
+    const m = run.metrics || {};
+    const items = [
+      repeatLabel(run.repeat),
+      "score " + num(run.score, 2),
+      "time " + seconds(run.duration_ms),
+      typeof m.total_tokens === "number" ? m.total_tokens + " tokens" : null,
+      typeof m.cost_usd === "number" ? money(m.cost_usd) : null,
+      "run " + run.run_id,
+      run.ledger_cell ? "ledger cell " + run.ledger_cell : null,
+    ];
+    return el("div", { class: "facts" }, items.filter(Boolean).map((t) => el("span", { text: t })));
+  }
+
+  function problem(run) {
+    if (run.status === "errored") {
+      return el("div", { class: "error-box", role: "alert" },
+        el("strong", { text: "errored" + (run.cause ? " — cause: " + run.cause : "") }),
+        pre(run.error || "(no message)"));
+    }
+    if (run.status === "skipped") {
+      return el("div", { class: "error-box" }, el("strong", { text: "skipped" }),
+        run.skip_reason ? pre(run.skip_reason) : null);
+    }
+    if (run.status === "failed") {
+      const failing = (run.signals || []).filter((s) => s.role === "gate" && s.passed === false);
+      return el("div", { class: "error-box failed", role: "alert" },
+        el("strong", { text: failing.length === 1 ? "failed: 1 gate" : failing.length
+          ? "failed: " + failing.length + " gates" : "failed" }),
+        el("ul", { class: "gates" }, failing.map((s) => el("li", null,
+          el("code", { text: s.name }),
+          s.location ? el("span", { class: "muted", text: " " + s.location }) : null,
+          el("div", { class: "reasoning", text: s.reasoning || brief(s.evidence) })))),
+        run.error ? pre(run.error) : null);
+    }
+    return null;
+  }
+
+  function brief(evidence) {
+    if (!evidence || typeof evidence !== "object") return "";
+    if ("expected" in evidence && "actual" in evidence) {
+      return "expected " + JSON.stringify(evidence.expected) + ", got "
+        + JSON.stringify(evidence.actual);
+    }
+    return JSON.stringify(evidence);
+  }
+
+  function context(run) {
+    const items = run.context || [];
+    if (!items.length) return null;
+    return section("Context", items.map((c) =>
+      el("div", null, el("div", { class: "muted", text: c.description }), pre(c.value))));
+  }
+
+  function notRecorded() {
+    return el("p", { class: "muted", text: VERSION < 2
+      ? "Not in this report: JSON report version " + VERSION + " does not record it."
+      : "The agent did not run in this test." });
+  }
+
+  function output(run) {
+    return section("Output", typeof run.output === "string" ? pre(run.output) : notRecorded());
+  }
+
+  function trajectory(run) {
+    const steps = run.trajectory;
+    if (!Array.isArray(steps)) return section("Trajectory", notRecorded());
+    if (!steps.length) return section("Trajectory", el("p", { class: "muted",
+      text: typeof run.output === "string" ? "The agent reported no steps."
+        : "The agent did not run in this test." }));
+    return section("Trajectory (" + steps.length + " steps)",
+      el("ol", { class: "timeline" }, steps.map((step, i) => {
+        const failed = step.status === "error";
+        return el("li", { class: "step " + step.type + (failed ? " error" : "") },
+          el("div", { class: "step-head" },
+            el("span", { class: "muted", text: "#" + (i + 1) }),
+            el("span", { class: "step-type", text: String(step.type).replace("_", " ") }),
+            step.tool_name ? el("code", { text: step.tool_name }) : null,
+            failed ? el("span", { class: "status failed", text: "error" }) : null,
+            typeof step.latency_ms === "number"
+              ? el("span", { class: "muted", text: step.latency_ms.toFixed(0) + " ms" }) : null),
+          step.content ? pre(step.content) : null,
+          step.tool_args && Object.keys(step.tool_args).length
+            ? [el("div", { class: "muted", text: "arguments" }), pre(json(step.tool_args))] : null,
+          step.tool_output !== null && step.tool_output !== undefined
+            ? [el("div", { class: "muted", text: "result" }), pre(json(step.tool_output))] : null);
+      })));
+  }
+
+  function verdict(signal) {
+    if (signal.passed === true) return el("span", { class: "status passed", text: "✓ pass" });
+    if (signal.passed === false) return el("span", { class: "status failed", text: "✗ fail" });
+    return el("span", { class: "status skipped", text: signal.error ? "! error" : "– skip" });
+  }
+
+  function signals(run) {
+    const body = (run.signals || []).filter((s) => s.kind !== "metric");
+    if (!body.length) return section("Signals", el("p", { class: "muted",
+      text: "The test recorded no checks." }));
+    const head = ["#", "result", "role", "kind", "check", "score", "evidence or reasoning"];
+    return section("Signals (in body order)", el("table", { class: "signals" },
+      el("thead", null, el("tr", null, head.map((h) => el("th", { text: h })))),
+      el("tbody", null, body.map((s, i) => el("tr", { class: "signal kind-" + s.kind },
+        el("td", { text: i + 1 }),
+        el("td", null, verdict(s)),
+        el("td", { text: s.role }),
+        el("td", { text: s.kind }),
+        el("td", null, el("div", { text: s.name }),
+          s.location ? el("div", { class: "muted mono", text: s.location }) : null),
+        el("td", { text: typeof s.score === "number"
+          ? s.score.toFixed(2) + (s.weight && s.weight !== 1 ? " ×" + s.weight : "") : "" }),
+        el("td", { class: "detail" },
+          s.error ? pre(s.error) : null,
+          s.reasoning ? el("div", { class: "reasoning", text: s.reasoning }) : null,
+          s.evidence && !s.reasoning ? el("div", { class: "mono", text: brief(s.evidence) })
+            : null))))));
+  }
+
+  function judges(run) {
+    const found = (run.signals || []).filter((s) => s.kind === "judge");
+    if (!found.length) return null;
+    return section("Judge verdicts", found.map((s) => el("div", { class: "verdict-card" },
+      el("div", { class: "step-head" }, verdict(s), el("strong", { text: s.name }),
+        el("span", { class: "muted", text: s.role
+          + (typeof s.score === "number" ? " · score " + s.score.toFixed(2) : "")
+          + (s.evidence && s.evidence.model ? " · " + s.evidence.model : "")
+          + (s.evidence && s.evidence.cached ? " · cached" : "") })),
+      s.error ? pre(s.error) : null,
+      el("p", { class: "reasoning", text: s.reasoning || "(no reasoning given)" }))));
+  }
+
+  function metricsPart(run) {
+    const m = run.metrics || {};
+    const keys = Object.keys(m);
+    if (!keys.length) return null;
+    return section("Metrics", el("div", { class: "metrics" }, keys.map((key) => [
+      el("span", { class: "muted", text: key }),
+      el("span", { class: "mono", text: typeof m[key] === "object" ? JSON.stringify(m[key])
+        : String(m[key]) })])));
+  }
+
+  function insightsPart(run) {
+    const found = run.insights;
+    if (!found) return null;
+    if (found.error) return section("Insights", el("div", { class: "error-box" },
+      el("strong", { text: "insights error" }), pre(found.error)));
+    return section("Insights",
+      found.summary ? el("p", { text: found.summary }) : null,
+      found.why ? el("p", null, el("strong", { text: "Why: " }), found.why) : null,
+      (found.recommendations || []).length ? el("ul", null,
+        found.recommendations.map((r) => el("li", { text: r }))) : null);
+  }
+
+  // ---- wiring -------------------------------------------------------------------------
+
+  function update() {
+    writeHash();
+    renderList();
+    renderInspector();
+  }
+
+  function start() {
+    readHash();
+    renderSummary();
+    renderFilters();
+    const search = document.getElementById("search");
+    search.value = state.q;
+    let timer = null;
+    search.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => { state.q = search.value; state.shown = PAGE; update(); }, 120);
+    });
+    document.getElementById("label-filter").addEventListener("change", (event) => {
+      state.label = event.target.value;
+      state.shown = PAGE;
+      update();
+    });
+    document.getElementById("show-more").addEventListener("click", () => {
+      state.shown += PAGE;
+      renderList();
+    });
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "/" && document.activeElement !== search) {
+        event.preventDefault();
+        search.focus();
+      }
+    });
+    window.addEventListener("hashchange", () => {
+      readHash();
+      search.value = state.q;
+      document.getElementById("label-filter").value = state.label;
+      renderList();
+      renderInspector();
+    });
+    renderList();
+    renderInspector();
+    document.body.dataset.ready = "1";
+    performance.mark("agent-health-ready"); // the benchmark reads how long loading took
+  }
+
+  start();
+})();

@@ -1,0 +1,401 @@
+"""The HTML report in a real headless Chromium, used the way a person uses it.
+
+A real run (the example triage agent and a scripted judge model, both on loopback) writes
+the report; Playwright opens ``index.html`` from ``file://`` (and once through
+``agent-health show-report``), searches, filters, opens tests and reads what they show.
+Every page is watched: a request for anything but the report itself, or any script error
+or console error, fails the test.
+
+The browser is Debian's ``chromium-headless-shell`` (``scripts/get-chromium.sh``, run by
+``make test``). When it is missing these tests fail and say how to install it: they are
+never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import triage_agent
+from agent_health import cli
+from agent_health.engine import reporters
+from agent_health.engine.report import RunReport
+from agent_health.sdk.results import TestResult
+from helpers import Run, run_cli
+from judge_servers import ScriptedModel, quoted_rule
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import browser  # noqa: E402
+from playwright.sync_api import expect  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """
+from agent_health import define_config
+
+async def explain(result, traces, llm):
+    if result.status == "passed":
+        return None
+    return {
+        "summary": f"{result.status} after {result.metrics.get('tool_calls', 0)} tool calls",
+        "why": "the agent never mentioned an upgrade",
+        "recommendations": ["ask the agent to cite the log line it relied on"],
+    }
+
+config = define_config(judge={"model": "placeholder"}, insights=explain)
+"""
+
+SUITE = """
+from agent_health import test
+
+@test("payment RCA names the database", labels=["category:RCA"])
+async def names_database(agent, expect, judge):
+    result = await agent.run(
+        "Diagnose why the payment service is failing.",
+        context=[{"description": "Error log", "value": "Connection refused to db-primary:5432"}],
+    )
+    expect(result).to_have_called_tool("search_logs")
+    await judge(result, 'says "db-primary"')
+
+@test("payment RCA blames an upgrade", labels=["category:RCA"])
+async def blames_upgrade(agent, judge):
+    result = await agent.run("Diagnose why the payment service is failing.")
+    await judge(result, 'says "kubernetes upgrade"')
+
+@test("steady only on the first try", labels=["category:flaky"])
+async def first_try(agent, expect, test_info):
+    await agent.run("Is the search service healthy?")
+    expect(test_info.repeat).to_equal(0)
+
+@test("a broken fixture")
+async def broken(agent):
+    raise RuntimeError("the fixture database is down")
+"""
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    try:
+        with browser.chromium() as launched:
+            yield launched
+    except browser.BrowserMissing as err:
+        pytest.fail(str(err), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def judged_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    """A real run: 4 tests x 2 repeats against the triage agent, judged by a scripted model."""
+    suite = tmp_path_factory.mktemp("suite")
+    (suite / "agent-health.config.py").write_text(CONFIG)
+    (suite / "test_rca.py").write_text(SUITE)
+    out = tmp_path_factory.mktemp("html")
+
+    async def run() -> Run:
+        runners, url = await triage_agent.start()
+        judge = await ScriptedModel.start("openai", default=quoted_rule)
+        try:
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv("AGENT_HEALTH_JUDGE_BASE_URL", judge.url)
+                env.setenv("AGENT_HEALTH_JUDGE_MODEL", "scripted-judge")
+                env.setenv("AGENT_HEALTH_JUDGE_CACHE", str(suite / "judge.sqlite"))
+                env.delenv("AGENT_HEALTH_SKIP_JUDGE", raising=False)
+                return await run_cli(
+                    suite,
+                    "--agent",
+                    f"rest+{url}",
+                    "--repeat",
+                    "2",
+                    "--ledger",
+                    f"file://{suite / 'ledger'}",
+                    "--reporter",
+                    f"html:{out}",
+                )
+        finally:
+            await judge.close()
+            for runner in runners:
+                await runner.cleanup()
+
+    # In a thread of its own: Playwright's sync API keeps an event loop running in this one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        done = pool.submit(asyncio.run, run()).result()
+    return done, out / "index.html"
+
+
+def _open(seen: browser.Watched, url: str) -> None:
+    seen.page.goto(url)
+    seen.page.wait_for_selector("body[data-ready='1']", state="attached")
+
+
+def _clean(seen: browser.Watched, url: str) -> None:
+    assert seen.outside(url) == [], "the page made network requests"
+    assert seen.errors == [], "the page hit script or console errors"
+
+
+def test_find_a_failing_test_and_read_why(chromium: Any, judged_run: tuple[Run, Path]) -> None:
+    run, page_path = judged_run
+    assert run.code == 1
+    url = page_path.as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        page = seen.page
+        assert page.locator("#test-list .test-row").count() == 4
+        page.fill("#search", "upgrade")
+        expect(page.locator("#test-list .test-row")).to_have_count(1)
+        assert page.inner_text("#list-count") == "1 of 4 tests"
+        page.click("#test-list .test-row")
+        inspector = page.locator("#inspector")
+        assert inspector.locator("h2").inner_text() == "payment RCA blames an upgrade"
+        text = inspector.inner_text()
+        assert "✗ failed" in text
+        # the judge's verdict and reasoning, as the scripted model gave them
+        judge = inspector.locator(".verdict-card")
+        assert judge.locator("strong").inner_text() == 'says "kubernetes upgrade"'
+        assert "'kubernetes upgrade' missing" in judge.inner_text()
+        assert "scripted-judge" in judge.inner_text()
+        # the trajectory: the tool the agent called, with its arguments and result
+        steps = inspector.locator(".timeline .step")
+        assert steps.count() >= 3
+        call = inspector.locator(".step.tool_call").first
+        assert call.locator("code").inner_text() == "search_logs"
+        assert '"service": "payment"' in call.inner_text()
+        assert "db-primary" in inspector.locator(".step.tool_result").first.inner_text()
+        # the insights panel, and the repeat tabs
+        assert "ask the agent to cite the log line it relied on" in text
+        assert page.locator(".repeat-tabs button").all_inner_texts() == ["[1/2] ✗", "[2/2] ✗"]
+        _clean(seen, url)
+
+
+def test_summary_explains_its_numbers_and_rolls_up_insights(
+    chromium: Any, judged_run: tuple[Run, Path]
+) -> None:
+    run, page_path = judged_run
+    url = page_path.as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        summary = seen.page.inner_text("#summary")
+        s = run.report["summary"]
+        assert f"{s['passed']}\npassed" in summary
+        assert f"{s['errored']}\nerrored" in summary
+        assert "4 tests × 2 repeats" in summary
+        assert "pass@2" in summary
+        assert "tests passing in at least 1 of k repeats" in summary
+        assert "pass^2" in summary
+        assert "tests passing in all k repeats" in summary
+        assert "Insights across the suite" in summary
+        assert "ask the agent to cite the log line it relied on" in summary
+        line = seen.page.inner_text("#provenance-line")
+        assert "judge openai/scripted-judge" in line
+        assert re.search(r"agent rest\+http://127\.0\.0\.1:\d+/run \(rest\)", line)
+        _clean(seen, url)
+
+
+def test_filters_repeats_and_links(chromium: Any, judged_run: tuple[Run, Path]) -> None:
+    _, page_path = judged_run
+    url = page_path.as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        page = seen.page
+        page.click("#status-filters button[data-status='flaky']")
+        rows = page.locator("#test-list .test-row")
+        assert rows.count() == 1
+        assert rows.first.locator(".title").inner_text() == "steady only on the first try"
+        assert rows.first.locator(".flaky").inner_text() == "flaky"
+        assert rows.first.locator(".right").inner_text() == "1/2 passed"
+        rows.first.click()
+        # a flaky test opens on its failing repeat; the other is one click away
+        assert page.locator(".repeat-tabs button[aria-pressed='true']").inner_text() == "[2/2] ✗"
+        page.click(".repeat-tabs button[data-repeat='0']")
+        assert page.locator("#inspector .status").first.inner_text() == "✓ passed"
+        assert "repeat=0" in page.evaluate("location.hash")
+        page.click("#status-filters button[data-status='errored']")
+        assert rows.count() == 1
+        rows.first.click()
+        alert = page.locator("#inspector .error-box").inner_text()
+        assert "RuntimeError: the fixture database is down" in alert
+        page.select_option("#label-filter", "category:RCA")
+        page.click("#status-filters button[data-status='all']")
+        assert rows.count() == 2
+        # a link with the fragment opens the same view in a fresh page
+        link = page.evaluate("location.href")
+        _clean(seen, url)
+    with browser.watched_page(chromium) as seen:
+        seen.page.goto(link)
+        seen.page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert seen.page.locator("#test-list .test-row").count() == 2
+        assert seen.page.input_value("#label-filter") == "category:RCA"
+        assert seen.page.locator("#inspector h2").inner_text() == "a broken fixture"
+        _clean(seen, url)
+
+
+def test_hostile_output_stays_text(chromium: Any, tmp_path: Path) -> None:
+    hostile = (
+        "</script><script>window.pwned = 1</script>"
+        '<img src="http://127.0.0.1:9/x" onerror="window.pwned = 2">'
+    )
+    result = TestResult(
+        id="t.py::hostile",
+        name="hostile <b>name</b>",
+        title="hostile <b>name</b>",
+        file="t.py",
+        line=1,
+        status="failed",
+        run_id="r",
+        prompt=hostile,
+        output=hostile,
+        labels=("<i>label</i>",),
+    )
+    written = reporters.write("html", tmp_path, RunReport.build([result], duration_ms=1.0))
+    url = written.as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        assert "n/a\ntokens" in seen.page.inner_text("#summary")  # none reported: not a zero
+        seen.page.click("#test-list .test-row")
+        assert seen.page.locator("#inspector h2").inner_text() == "hostile <b>name</b>"
+        assert hostile in seen.page.locator("#inspector").inner_text()
+        assert seen.page.evaluate("window.pwned") is None
+        assert seen.page.locator("#inspector img, #inspector b, #test-list i").count() == 0
+        _clean(seen, url)
+
+
+def test_a_version_1_report_renders_and_says_what_it_lacks(chromium: Any, tmp_path: Path) -> None:
+    v1 = {
+        "version": 1,
+        "summary": {
+            "total": 1,
+            "passed": 0,
+            "failed": 1,
+            "errored": 0,
+            "skipped": 0,
+            "pass_rate": 0.0,
+            "score": 0.0,
+            "duration_ms": 5.0,
+            "tokens": 10,
+        },
+        "tests": [
+            {
+                "id": "t.py::old",
+                "name": "old",
+                "file": "t.py",
+                "line": 1,
+                "labels": [],
+                "repeat": 0,
+                "status": "failed",
+                "score": 0.0,
+                "error": None,
+                "skip_reason": None,
+                "run_id": "r",
+                "prompt": "hello",
+                "duration_ms": 5.0,
+                "content_hash": "h",
+                "signals": [
+                    {
+                        "kind": "deterministic",
+                        "role": "gate",
+                        "name": "to_equal(2)",
+                        "passed": False,
+                        "score": 0.0,
+                        "weight": 1.0,
+                        "evidence": {"expected": 2, "actual": 1},
+                        "reasoning": None,
+                        "error": None,
+                        "location": "t.py:4",
+                    }
+                ],
+                "metrics": {},
+                "insights": None,
+            }
+        ],
+    }
+    saved = tmp_path / "v1.json"
+    saved.write_text(json.dumps(v1))
+    out = tmp_path / "html"
+    assert cli.main(["report", str(saved), "--reporter", f"html:{out}"]) == 0
+    url = (out / "index.html").as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url + "#test=t.py%3A%3Aold")
+        text = seen.page.inner_text("#inspector")
+        assert "to_equal(2)" in text
+        assert "expected 2, got 1" in text
+        assert "Not in this report: JSON report version 1 does not record it." in text
+        _clean(seen, url)
+
+
+def test_show_report_serves_the_page(chromium: Any, judged_run: tuple[Run, Path]) -> None:
+    _, page_path = judged_run
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_health.cli",
+            "show-report",
+            str(page_path.parent),
+            "--port",
+            "0",
+            "--no-open",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        match = re.search(r"at (http://127\.0\.0\.1:\d+/) ", line)
+        assert match, line + (server.stderr.read() if server.stderr else "")
+        url = match.group(1)
+        with browser.watched_page(chromium) as seen:
+            _open(seen, url)
+            assert seen.page.locator("#test-list .test-row").count() == 4
+            assert seen.outside(url) == [], "the page asked the server for more than itself"
+            assert seen.errors == []
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_benchmark_prints_size_and_load_time(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "html_report.py"),
+            "--tests",
+            "30",
+            "--repeats",
+            "2",
+            "--rounds",
+            "1",
+            "--json",
+            str(figures),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in (
+        "60 (30 tests x 2 repeats)",
+        "HTML report size",
+        "ratio size (HTML / JSON)",
+        "load: HTML report, usable",
+        "ratio load (report / bare page)",
+        "search to list updated",
+        "open a test",
+    ):
+        assert line in done.stdout, done.stdout
+    saved = json.loads(figures.read_text())
+    assert saved["results"] == 60
+    assert saved["html_bytes"] > 0
+    assert saved["load_s"] > 0
+    assert saved["bare_load_s"] > 0
