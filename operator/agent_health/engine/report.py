@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import entries
+from agent_health.engine import rollup as rollup_mod
 from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
 
@@ -92,7 +93,8 @@ class RepeatStats(BaseModel):
 
 
 class Recommendation(BaseModel):
-    """One insights recommendation and how many tests made it (the run-level rollup)."""
+    """One recommendation of the run-level rollup and how many tests it applies to (the
+    whole rollup, with the test ids, is ``Summary.insights``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -136,6 +138,11 @@ class Summary(BaseModel):
     labels: dict[str, LabelStats] = Field(default_factory=dict)
     per_test: dict[str, RepeatStats] = Field(default_factory=dict)
     recommendations: list[Recommendation] = Field(default_factory=list)
+    insights: rollup_mod.Rollup | None = Field(
+        default=None,
+        description="the run-level insights rollup: synthesised by the judge model (source "
+        "llm) or grouped deterministically (source grouped); None without insights",
+    )
 
 
 class RunReport(BaseModel):
@@ -159,8 +166,12 @@ class RunReport(BaseModel):
         interrupted: bool = False,
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
+        rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
     ) -> RunReport:
+        """``rollup``: the run's insights rollup when it was synthesised (an async step,
+        :func:`~agent_health.engine.rollup.synthesise`); else grouped here."""
+        rollup = rollup if rollup is not None else rollup_mod.group(results)
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
             counts[r.status] += 1
@@ -183,7 +194,11 @@ class RunReport(BaseModel):
             output_tokens=_known_sum(r.token_usage.completion for r in results),
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
             labels=_labels(results),
-            recommendations=_recommendations(results),
+            recommendations=[
+                Recommendation(text=item.text, tests=len(item.tests))
+                for item in (rollup.recommendations if rollup else [])
+            ],
+            insights=rollup,
             **_cost(results),
         )
         if repeats > 1:
@@ -229,16 +244,6 @@ def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
 
 def _agent_errored(r: TestResult) -> int:
     return 1 if r.status == "errored" and r.cause == "agent" else 0
-
-
-def _recommendations(results: Sequence[TestResult], limit: int = 10) -> list[Recommendation]:
-    """Recommendations across the suite, most common first ("3 tests: handle tool errors")."""
-    counts: dict[str, set[str]] = defaultdict(set)
-    for r in results:
-        for text in (r.insights or {}).get("recommendations") or []:
-            counts[str(text)].add(r.id)
-    ranked = sorted(counts.items(), key=lambda item: (-len(item[1]), item[0]))
-    return [Recommendation(text=text, tests=len(ids)) for text, ids in ranked[:limit]]
 
 
 def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
