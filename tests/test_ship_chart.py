@@ -219,6 +219,7 @@ def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
         "gateway-image": "ghcr.io/agent-health/gateway:0.1.0",
         "judge-service-url": f"http://{RELEASE}-agent-health-judge.{NAMESPACE}.svc:8090",
         "judge-cache": "/var/cache/agent-health/judge",
+        "operator-namespace": NAMESPACE,  # no RunSpec may name a Secret there
         "gateway-service-account": f"{RELEASE}-agent-health-cell-gateway",
     }
     minimal = _args(render(helm, "minimal"))

@@ -29,7 +29,15 @@ from agent_health.cluster import kube, metrics
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.cells import manifests, netpol
 from agent_health.cluster.judge_service import judges
-from agent_health.cluster.reconcile import batcher, events, handlers, listing, runs, specs
+from agent_health.cluster.reconcile import (
+    batcher,
+    events,
+    handlers,
+    listing,
+    runs,
+    secretrefs,
+    specs,
+)
 from agent_health.cluster.registry import registry
 from agent_health.judging import dispatch, service
 from agent_health.ledger import store
@@ -164,12 +172,13 @@ class Operator:
             return await api.patch(kube.EVALUATIONRUNS, ref.namespace, ref.name, body, status=True)
 
         status = batcher.StatusBatcher(patch, interval=options.status_interval)
+        own = own_secrets(options)
         discoveries = listing.Discoveries(api)
         scheduler = runs.Runs(
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,
             stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
-            retry_delay=options.retry_delay, fence=_fence(options),
+            retry_delay=options.retry_delay, fence=_fence(options), own_secrets=own,
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
@@ -179,7 +188,9 @@ class Operator:
             reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes
         )
         judge = backend or dispatch.Judging(judge=None, provider=None)
-        per_run = judges.RunJudges(api, scheduler, judge, cache_path=options.judge_cache)
+        per_run = judges.RunJudges(
+            api, scheduler, judge, cache_path=options.judge_cache, own_secrets=own
+        )
         return cls(api, sink, status, scheduler, reconcilers, judge, per_run)
 
     def metrics_app(self) -> web.Application:
@@ -222,6 +233,15 @@ class Operator:
                 outcome = "errored"
             self.metrics.observe_judge(model, outcome, time.monotonic() - started)
         return response
+
+
+def own_secrets(options: options_mod.Options) -> secretrefs.Own:
+    """The Secrets no RunSpec may name: everything in the operator's namespace, and the
+    Secrets it uses in every namespace (ledger credentials, image pull Secrets)."""
+    names = {*options.image_pull_secrets}
+    if options.ledger_credentials_secret:
+        names.add(options.ledger_credentials_secret)
+    return secretrefs.Own(options.operator_namespace, frozenset(names))
 
 
 def _judge_service(options: options_mod.Options) -> manifests.JudgeService | None:

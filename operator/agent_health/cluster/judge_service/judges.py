@@ -6,10 +6,11 @@ controller token resolves to ``None`` (401); a cell whose RunSpec names no ``spe
 gets the operator's own judge (``AGENT_HEALTH_JUDGE_*``); any other gets a backend built
 from its RunSpec's judge — once per distinct (namespace, provider, model, baseUrl, Secret
 name, key), lazily, on its first call. The key is read from ``spec.judge.secretRef`` in the
-run's namespace and handed to the provider directly (never through an environment
-variable). Every backend shares one persistent judge cache; its keys name the endpoint and
-model and the run's namespace, so one namespace's verdicts are never served to another —
-the operator's own judge too answers each namespace in its own partition.
+run's namespace — only from a Secret offered to runs and not one of agent-health's own
+(:mod:`..reconcile.secretrefs`) — and handed to the provider directly (never through an
+environment variable). Every backend shares one persistent judge cache; its keys name the
+endpoint and model and the run's namespace, so one namespace's verdicts are never served to
+another — the operator's own judge too answers each namespace in its own partition.
 
 A Secret that cannot be read, or lacks the key, is a
 :class:`~agent_health.judging.errors.ProviderError` naming it: the service answers 502 and
@@ -26,9 +27,9 @@ import contextlib
 import dataclasses
 
 from agent_health import judging
-from agent_health.cluster import kube
+from agent_health.cluster import errors, kube
 from agent_health.cluster.api import runspec
-from agent_health.cluster.reconcile import runs
+from agent_health.cluster.reconcile import runs, secretrefs
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import dispatch
 from agent_health.judging import errors as judging_errors
@@ -49,6 +50,8 @@ class RunJudges:
     """The operator's env-configured judge (a RunSpec without ``spec.judge``)."""
     cache_path: str | None = None
     """Where the shared cache lives when the fallback has none open (``--judge-cache``)."""
+    own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
+    """Secrets no RunSpec may name as its judge's key (:mod:`..reconcile.secretrefs`)."""
     built: dict[Key, dispatch.Judging] = dataclasses.field(default_factory=dict)
     _cache: cache_mod.Cache | None = None
     _building: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
@@ -113,8 +116,11 @@ class RunJudges:
         if ref is None:
             return None, None
         where = f"Secret {namespace}/{ref.name}"
+        field = secretrefs.Reference("spec.judge.secretRef", ref.name, ref.key)
         try:
-            secret = await self.api.get(kube.SECRETS, namespace, ref.name)
+            secret = await secretrefs.read(self.api, namespace, field, self.own_secrets)
+        except errors.SecretNotOffered as err:
+            raise judging_errors.ProviderError(f"the judge's key: {err}") from err
         except kube.ApiError as err:
             raise judging_errors.ProviderError(
                 f"cannot read the judge's key from {where} (spec.judge.secretRef): {err}"

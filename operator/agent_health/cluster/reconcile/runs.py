@@ -37,6 +37,7 @@ from agent_health.cluster.reconcile import (
     listing,
     plan,
     reactions,
+    secretrefs,
 )
 from agent_health.ledger import store
 
@@ -58,6 +59,8 @@ class Runs:
     retry_delay: float = intake.RETRY_DELAY
     fence: netpol.Fence | None = None
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
+    own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
+    """Secrets no RunSpec may name: the operator's own (:mod:`.secretrefs`)."""
     wait_seconds: float = 60.0
     clock: Callable[[], float] = time.monotonic
     board: lifecycle.Board = dataclasses.field(init=False)
@@ -73,7 +76,7 @@ class Runs:
             self.board, self.settings, self.discoveries, handing, self.reactions,
             adoption.Adoption(self.board, creator, self.reactions, handing), bulletin=self.bulletin,
             ledger_options=self.ledger_options, fence=self.fence, wait_seconds=self.wait_seconds,
-            retry_delay=self.retry_delay,
+            retry_delay=self.retry_delay, own_secrets=self.own_secrets,
         )  # fmt: skip
 
     @property
