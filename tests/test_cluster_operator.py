@@ -146,15 +146,19 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
     try:
         async with cluster() as k8s:
             runspec, run = k8s.example(ledger=LEDGER)
-            del runspec["spec"]["judge"]  # no judge of its own: the operator's env judge answers
+            del runspec["spec"]["judge"]  # none of its own: the operator's judge, offered to all
             run["spec"] |= {"repeats": 1, "parallelism": 1}
             fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
             cache = str(tmp_path / "judge.sqlite")
-            async with kubelet(fake), k8s.operator(judge_cache=cache, environ=environ) as op:
+            offered = {"judge_cache": cache, "environ": environ, "judge_for_all_runs": True}
+            async with kubelet(fake), k8s.operator(**offered) as op:
                 await k8s.apply(runspec)
                 await k8s.apply(run)
                 await until(lambda: op.runs.tokens, "a live cell's token")
                 cell = k8s.pods()[0]["metadata"]["name"]
+                controller = k8s.pods()[0]["spec"]["containers"][0]
+                env = {e["name"]: e.get("value") for e in controller["env"]}
+                assert env["AGENT_HEALTH_JUDGE_MODEL"] == "judge-model"  # offered to all runs
                 secret = k8s.emulator.read(
                     "secrets", "default", cellsecrets.token_secret_name(cell)
                 )
