@@ -36,6 +36,12 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
     run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
     run.add_argument("--repeat", type=int, default=1, help="run each test N times")
+    run.add_argument(
+        "--pass-at",
+        metavar="K[,K...]",
+        help="report pass@k and pass^k for these k, e.g. 1,3,5 (each at most --repeat; "
+        "default: --repeat when it is more than 1)",
+    )
     run.add_argument("--grep", help="only tests whose title or id matches this regex")
     run.add_argument(
         "--label",
@@ -92,6 +98,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("--timeout must be positive")
     if args.ledger and args.no_ledger:
         raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
+    pass_at = _pass_at(args.pass_at, args.repeat)
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
@@ -149,6 +156,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
         provenance=what_ran,
+        pass_at=pass_at,
     )
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:
@@ -157,6 +165,26 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if recorded is not None:
         _print_ledger(recorded, console, err_console)
     return common.exit_code(report)
+
+
+def _pass_at(value: str | None, repeat: int) -> list[int] | None:
+    """``--pass-at 1,3,5`` as a list of k (``None`` when not given)."""
+    if value is None:
+        return None
+    try:
+        ks = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError as err:
+        raise common.UsageError(
+            f"--pass-at takes whole numbers separated by commas, e.g. 1,3,5; got {value!r}"
+        ) from err
+    if not ks or any(k < 1 for k in ks):
+        raise common.UsageError(f"--pass-at needs k of at least 1, e.g. 1,3,5; got {value!r}")
+    if max(ks) > repeat:
+        raise common.UsageError(
+            f"--pass-at {max(ks)} needs at least {max(ks)} repeats of each test: pass "
+            f"--repeat {max(ks)} (or more)"
+        )
+    return sorted(set(ks))
 
 
 def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:

@@ -3,7 +3,10 @@
 
 Aggregates: counts, errored counts by cause, the pass rate, mean score, tokens and cost, a
 per-label breakdown, and with ``--repeat k``: pass@k (a test passes at least once in k) and
-pass^k (all k pass) per test and overall, and flaky tests.
+pass^k (all k pass) per test and overall, and flaky tests. Every pass rate, score, pass@k and
+pass^k carries a 95% interval (:mod:`.uncertainty`); pass@k and pass^k are the unbiased
+estimators over each test's decided repeats, for k = the repeats and every k of
+``--pass-at``.
 
 The pass rate is ``passed / (passed + failed + errored[agent])``: an error the agent under
 test caused (refused, error status, malformed reply, timeout, crash) counts against it like a
@@ -24,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import entries
+from agent_health.engine import entries, stats, uncertainty
 from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
 
@@ -40,6 +43,7 @@ LEGEND = {
     "1 pass 0 fail)",
     "pass_at_k": "tests passing in at least 1 of k repeats",
     "pass_hat_k": "tests passing in all k repeats",
+    "interval": "[low, high]: 95% interval (Wilson for rates, bootstrap over tests for scores)",
 }
 
 
@@ -75,6 +79,8 @@ class LabelStats(BaseModel):
     errored_by_agent: int = 0
     pass_rate: float | None = None
     score: float | None = None
+    pass_rate_interval: uncertainty.Interval | None = None
+    score_interval: uncertainty.Interval | None = None
 
 
 class RepeatStats(BaseModel):
@@ -136,6 +142,14 @@ class Summary(BaseModel):
     labels: dict[str, LabelStats] = Field(default_factory=dict)
     per_test: dict[str, RepeatStats] = Field(default_factory=dict)
     recommendations: list[Recommendation] = Field(default_factory=list)
+    confidence: float = Field(default=uncertainty.CONFIDENCE, description="of every interval")
+    pass_rate_interval: uncertainty.Interval | None = None
+    score_interval: uncertainty.Interval | None = None
+    pass_at_k_interval: uncertainty.Interval | None = None
+    pass_hat_k_interval: uncertainty.Interval | None = None
+    pass_at: list[uncertainty.PassAtK] = Field(
+        default_factory=list, description="pass@k and pass^k for k = the repeats and --pass-at"
+    )
 
 
 class RunReport(BaseModel):
@@ -160,7 +174,12 @@ class RunReport(BaseModel):
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
         provenance: Provenance | None = None,
+        pass_at: Sequence[int] | None = None,
+        bootstrap: bool = True,
     ) -> RunReport:
+        """The report of ``results``. ``pass_at`` lists the k of pass@k (default: the
+        repeats, when more than one); ``bootstrap=False`` leaves out the scores' bootstrap
+        intervals, which cost a resampling each, for a tally rebuilt often."""
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
             counts[r.status] += 1
@@ -182,12 +201,23 @@ class RunReport(BaseModel):
             input_tokens=_known_sum(r.token_usage.prompt for r in results),
             output_tokens=_known_sum(r.token_usage.completion for r in results),
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
-            labels=_labels(results),
+            labels=_labels(results, bootstrap),
             recommendations=_recommendations(results),
             **_cost(results),
         )
+        tallies = _tallies(results)
+        summary["pass_rate_interval"] = uncertainty.proportion(list(tallies.values()))
+        if bootstrap:
+            summary["score_interval"] = uncertainty.score(list(tallies.values()))
+        ks = list(pass_at) if pass_at is not None else ([repeats] if repeats > 1 else [])
         if repeats > 1:
-            summary.update(_pass_at_k(results))
+            summary.update(_pass_at_k(results, tallies, repeats))
+        if ks:
+            summary["pass_at"] = uncertainty.pass_at(tallies, ks)
+            own = next((p for p in summary["pass_at"] if p.k == repeats), None)
+            if own is not None:
+                summary["pass_at_k_interval"] = own.pass_at_k_interval
+                summary["pass_hat_k_interval"] = own.pass_hat_k_interval
         return cls(
             summary=Summary(**summary),
             provenance=provenance,
@@ -205,26 +235,50 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
 
-def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
+def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, LabelStats]:
     counts: dict[str, dict[str, int]] = defaultdict(
         lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0, "errored_by_agent": 0}
     )
     scores: dict[str, list[float]] = defaultdict(list)
+    members: dict[str, list[TestResult]] = defaultdict(list)
     for r in results:
         for label in r.labels:
             counts[label][r.status] += 1
             counts[label]["errored_by_agent"] += _agent_errored(r)
+            members[label].append(r)
             if r.score is not None:
                 scores[label].append(r.score)
     out = {}
     for label in sorted(counts):
         c = counts[label]
+        tallies = list(_tallies(members[label]).values())
         out[label] = LabelStats(
             **c,
             pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"]),
             score=_mean(scores[label]),
+            pass_rate_interval=uncertainty.proportion(tallies),
+            score_interval=uncertainty.score(tallies) if bootstrap else None,
         )
     return out
+
+
+def _tallies(results: Sequence[TestResult]) -> dict[str, uncertainty.Tally]:
+    """Per test id: its decided repeats (passed, failed, errored by the agent) and scores."""
+    found: dict[str, list[float]] = {}
+    for r in results:
+        tally = found.setdefault(r.id, [0, 0, 0.0, 0])
+        if r.status == "passed" or r.status == "failed" or _agent_errored(r):
+            tally[1] += 1
+            tally[0] += r.status == "passed"
+        if r.score is not None:
+            tally[2] += r.score
+            tally[3] += 1
+    return {
+        test_id: uncertainty.Tally(
+            passed=int(t[0]), decided=int(t[1]), score_sum=t[2], scored=int(t[3])
+        )
+        for test_id, t in found.items()
+    }
 
 
 def _agent_errored(r: TestResult) -> int:
@@ -251,42 +305,38 @@ def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
     }
 
 
-def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
-    """pass@k and pass^k over the decided repeats of each test: passed, failed and errored by
-    the agent (a repeat the agent errored is not a pass); other errored repeats excluded."""
-    by_test: dict[str, list[str]] = defaultdict(list)
-    agent_errors: dict[str, int] = defaultdict(int)
+def _pass_at_k(
+    results: Sequence[TestResult], tallies: dict[str, uncertainty.Tally], k: int
+) -> dict[str, Any]:
+    """pass@k and pass^k for k = the repeats, per test and overall (the unbiased estimators
+    over each test's decided repeats: passed, failed and errored by the agent, which is not
+    a pass; other errored repeats are left out, and a test with fewer than k decided
+    repeats has no pass@k), and the flaky tests."""
+    statuses: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
     for r in results:
-        by_test[r.id].append(r.status)
-        agent_errors[r.id] += _agent_errored(r)
+        statuses[r.id].append(r.status)
         titles[r.id] = r.title
+    (overall,) = uncertainty.pass_at(tallies, [k], intervals=False)
     per_test = {}
-    at_k: list[float] = []
-    hat_k: list[float] = []
-    for test_id, statuses in by_test.items():
-        decided = [s for s in statuses if s in ("passed", "failed")]
-        decided += ["errored"] * agent_errors[test_id]
-        at = (1.0 if "passed" in decided else 0.0) if decided else None
-        hat = (1.0 if all(s == "passed" for s in decided) else 0.0) if decided else None
-        if at is not None and hat is not None:
-            at_k.append(at)
-            hat_k.append(hat)
+    for test_id, seen in statuses.items():
+        t = tallies[test_id]
+        enough = t.decided >= k
         per_test[test_id] = RepeatStats(
-            runs=len(statuses),
-            passed=statuses.count("passed"),
-            failed=statuses.count("failed"),
-            errored=statuses.count("errored"),
-            errored_by_agent=agent_errors[test_id],
-            pass_at_k=at,
-            pass_hat_k=hat,
+            runs=len(seen),
+            passed=seen.count("passed"),
+            failed=seen.count("failed"),
+            errored=seen.count("errored"),
+            errored_by_agent=t.decided - seen.count("passed") - seen.count("failed"),
+            pass_at_k=round(stats.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
+            pass_hat_k=round(stats.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
         )
     flaky = sorted(
         titles[t] for t, s in per_test.items() if s.passed and (s.failed or s.errored_by_agent)
     )
     return {
-        "pass_at_k": _mean(at_k),
-        "pass_hat_k": _mean(hat_k),
+        "pass_at_k": overall.pass_at_k,
+        "pass_hat_k": overall.pass_hat_k,
         "flaky": flaky,
         "per_test": per_test,
     }

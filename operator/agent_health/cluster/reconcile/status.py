@@ -36,7 +36,7 @@ from typing import Any, Literal
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta
 from agent_health.cluster.grading import grading
-from agent_health.engine import report
+from agent_health.engine import report, uncertainty
 
 Phase = evaluationrun.Phase
 TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
@@ -52,6 +52,9 @@ _NEXT: dict[Phase | None, frozenset[Phase]] = {
 ConditionStatus = Literal["True", "False", "Unknown"]
 _CellState = Literal["pending", "running", "ended"]
 MAX_ERROR = 1024
+# How stale the score's bootstrap interval may get while cells are graded: resampling a
+# thousand tests costs a tenth of a second, and a busy run's status is rebuilt every second.
+BOOTSTRAP_EVERY = datetime.timedelta(seconds=30)
 
 
 def utcnow() -> datetime.datetime:
@@ -108,6 +111,8 @@ class RunTally:
         self._grades: dict[str, grading.CellGrade] = {}
         # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
         self._aggregates: tuple[report.Summary, list[evaluationrun.TestSummary]] | None = None
+        self._score_interval: evaluationrun.Interval | None = None
+        self._bootstrapped_at: datetime.datetime | None = None
         self.phase: Phase | None = previous.phase if previous else None
         self.conditions: list[meta.Condition] = list(previous.conditions) if previous else []
         self.start_time = previous.start_time if previous else None
@@ -181,6 +186,8 @@ class RunTally:
             )
         now = self._clock()
         self.phase = phase
+        if phase in TERMINAL:
+            self._aggregates = None  # the final status gets fresh intervals
         if phase == "Running" and self.start_time is None:
             self.start_time = now
         if phase in TERMINAL:
@@ -231,7 +238,15 @@ class RunTally:
         counts = self.counts()
         if self._aggregates is None:
             graded = [g.result for g in self._grades.values()]
-            built = report.RunReport.build(graded, duration_ms=0.0, repeats=self.repeats)
+            now = self._clock()
+            last = self._bootstrapped_at
+            due = self.phase in TERMINAL or last is None or now - last >= BOOTSTRAP_EVERY
+            built = report.RunReport.build(
+                graded, duration_ms=0.0, repeats=self.repeats, bootstrap=due
+            )
+            if due:
+                self._score_interval = _interval(built.summary.score_interval)
+                self._bootstrapped_at = now
             self._aggregates = (built.summary, self.test_summaries())
         summary, tests = self._aggregates
         self._tests_passed(counts)
@@ -240,9 +255,13 @@ class RunTally:
             phase=self.phase,
             counts=counts,
             pass_rate=summary.pass_rate,
+            pass_rate_interval=_interval(summary.pass_rate_interval),
             score=summary.score,
+            score_interval=self._score_interval if summary.score is not None else None,
             pass_at_k=summary.pass_at_k,
+            pass_at_k_interval=_interval(summary.pass_at_k_interval),
             pass_hat_k=summary.pass_hat_k,
+            pass_hat_k_interval=_interval(summary.pass_hat_k_interval),
             tests=tests,
             conditions=self.conditions,
             start_time=self.start_time,
@@ -293,6 +312,10 @@ _RESOLVED: dict[Phase, tuple[ConditionStatus, str, str]] = {
     "Resolving": ("Unknown", "Resolving", "resolving image digests and discovering tests"),
     "Running": ("True", "Resolved", "images pinned by digest and tests discovered"),
 }
+
+
+def _interval(found: uncertainty.Interval | None) -> evaluationrun.Interval | None:
+    return None if found is None else evaluationrun.Interval(low=found.low, high=found.high)
 
 
 def _causes(counts: evaluationrun.Counts) -> str:

@@ -1,0 +1,150 @@
+"""The intervals a report carries beside its numbers, and pass@k for each k asked.
+
+* A pass rate: the Wilson interval over its decided results, shrunk to the effective sample
+  size when a test's repeats are alike (:func:`stats.clustered_wilson`).
+* A score: a seeded percentile bootstrap over tests, each test's repeats resampled together.
+  When every test has the same mean score there is nothing to resample and the bootstrap
+  would claim certainty; the interval is then the Wilson interval of that mean as a share of
+  the tests (a value in [0, 1] varies at most as much as a pass/fail one with its mean).
+* pass@k and pass^k: each test's unbiased estimate from its decided repeats, and the Wilson
+  interval of their mean over tests: exact in kind when each estimate is 0 or 1 (k = the
+  repeats), conservative when they are fractions, for the same reason.
+
+docs/statistics.md gives the maths and a worked example.
+
+The functions take plain per-test tallies, so a report of one agent, a label's slice of it,
+or each agent of a matrix is summarised the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_health.engine import stats
+
+CONFIDENCE = stats.CONFIDENCE
+
+
+class Interval(BaseModel):
+    """A confidence interval (at the report's ``confidence``, 95% unless said otherwise)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    low: float
+    high: float
+    method: Literal["wilson", "bootstrap", "newcombe"]
+    n: int = Field(description="what it rests on: decided results (wilson), tests (bootstrap)")
+    effective_n: float | None = Field(
+        default=None,
+        description="wilson over repeats: the results counted after the design effect",
+    )
+    resamples: int | None = Field(default=None, description="bootstrap resamples drawn")
+
+    def text(self, fmt: str = ".0%") -> str:
+        """``[62%, 91%]`` (or ``[0.41, 0.77]`` with ``fmt=".2f"``)."""
+        return f"[{format(self.low, fmt)}, {format(self.high, fmt)}]"
+
+
+class PassAtK(BaseModel):
+    """pass@k and pass^k for one k, over the tests with at least k decided repeats."""
+
+    model_config = ConfigDict(frozen=True)
+
+    k: int
+    tests: int = Field(description="tests with at least k decided repeats (the others are out)")
+    pass_at_k: float | None = None
+    pass_at_k_interval: Interval | None = None
+    pass_hat_k: float | None = None
+    pass_hat_k_interval: Interval | None = None
+
+
+class Tally(BaseModel):
+    """One test's decided repeats and scores: what every interval is computed from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    passed: int = 0
+    decided: int = 0
+    score_sum: float = 0.0
+    scored: int = 0
+
+
+def proportion(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Interval | None:
+    """The pass rate's interval; ``None`` when nothing was decided."""
+    groups = [(t.passed, t.decided) for t in tallies if t.decided]
+    if not groups:
+        return None
+    low, high, effective = stats.clustered_wilson(groups, confidence)
+    trials = sum(n for _, n in groups)
+    return Interval(
+        low=_round(low),
+        high=_round(high),
+        method="wilson",
+        n=trials,
+        effective_n=round(effective, 3) if effective != trials else None,
+    )
+
+
+def score(
+    tallies: Sequence[Tally], confidence: float = CONFIDENCE, seed: int = stats.SEED
+) -> Interval | None:
+    """The mean score's interval, bootstrapped over tests; ``None`` when nothing was scored."""
+    clusters = [(t.score_sum, float(t.scored)) for t in tallies if t.scored]
+    if not clusters:
+        return None
+    if len({s / c for s, c in clusters}) == 1:
+        return share([s / c for s, c in clusters], confidence)
+    resamples = stats.resamples_for(len(clusters))
+    low, high = stats.bootstrap_ratio(
+        clusters, confidence=confidence, resamples=resamples, seed=seed
+    )
+    return Interval(
+        low=_round(low), high=_round(high), method="bootstrap", n=len(clusters),
+        resamples=resamples,
+    )  # fmt: skip
+
+
+def share(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval | None:
+    """The Wilson interval of a mean of per-test values in [0, 1], as a share of the tests."""
+    if not values:
+        return None
+    low, high = stats.wilson(min(sum(values), len(values)), len(values), confidence)
+    return Interval(low=_round(low), high=_round(high), method="wilson", n=len(values))
+
+
+def pass_at(
+    tallies: Mapping[str, Tally],
+    ks: Sequence[int],
+    *,
+    intervals: bool = True,
+    confidence: float = CONFIDENCE,
+) -> list[PassAtK]:
+    """pass@k and pass^k for each k: per test the unbiased estimators from its decided
+    repeats (a test with fewer than k is left out), then the mean over tests."""
+    out = []
+    for k in sorted(set(ks)):
+        eligible = [t for t in tallies.values() if t.decided >= k]
+        at = [stats.pass_at_k(t.decided, t.passed, k) for t in eligible]
+        hat = [stats.pass_hat_k(t.decided, t.passed, k) for t in eligible]
+        out.append(
+            PassAtK(
+                k=k,
+                tests=len(eligible),
+                pass_at_k=_average(at),
+                pass_at_k_interval=share(at, confidence) if intervals else None,
+                pass_hat_k=_average(hat),
+                pass_hat_k_interval=share(hat, confidence) if intervals else None,
+            )
+        )
+    return out
+
+
+def _average(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 6) if values else None
+
+
+def _round(value: float) -> float:
+    return round(value, 6)
