@@ -58,7 +58,8 @@ bench-peers: $(BIN)/agent-health
 	PYTHON=$(PYTHON) bench/peers/install.sh >/dev/null
 	$(BIN)/python bench/peers/run.py
 
-# The operator at scale on the API emulator: 1,000 cells take about 20 minutes here.
+# The operator at scale on the API emulator: 200 cells by default (a few minutes); for the
+# 1,000-cell figure: .venv/bin/python bench/operator_scale.py --cells 1000.
 bench-operator: $(BIN)/agent-health
 	$(BIN)/python bench/operator_scale.py
 

@@ -328,6 +328,8 @@ class Kubelet:
     cell_seconds: float = 0.0
     """How long each cell runs before it ends."""
     namespace: str = "default"
+    gateway_appends: bool = False
+    """Append a cell's ledger in the gateway's three batches (the scale benchmark), else one."""
     _backends: dict[str, store.Backend] = dataclasses.field(default_factory=dict)
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
@@ -335,7 +337,8 @@ class Kubelet:
         chosen = self.ledger_url or url
         assert chosen is not None, "a Kubelet without ledger_url needs the pod's --ledger"
         if chosen not in self._backends:
-            options = store.Options(kube_api_url=self.cluster.url, kube_token="kubelet")
+            # It writes the ledger as the cell's gateway would: with the gateway's identity.
+            options = store.Options(kube_api_url=self.cluster.url, kube_token="gateway")
             self._backends[chosen] = backends.from_url(chosen, options)
         return self._backends[chosen]
 
@@ -409,16 +412,20 @@ class Kubelet:
             return
         key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell)
         writer = chain.Writer(self.backend(cell.ledger), cell.ledger_cell, key)
-        await writer.append(
-            *cell_records(
-                cell.test_id,
-                cell.repeat,
-                cell.name,
-                outcome != "failed",
-                ledger_cell=cell.ledger_cell,
-                attempt=cell.attempt,
-            )
+        written = cell_records(
+            cell.test_id,
+            cell.repeat,
+            cell.name,
+            outcome != "failed",
+            ledger_cell=cell.ledger_cell,
+            attempt=cell.attempt,
         )
+        if self.gateway_appends:  # as a gateway does: its meta, the exchanges, then the rest
+            await writer.append(written[0])
+            await writer.append(*(r for r in written[1:] if r.kind == "exchange"))
+            await writer.append(*(r for r in written[1:] if r.kind != "exchange"))
+        else:
+            await writer.append(*written)
         phase = "Failed" if outcome == "failed" else "Succeeded"
         await self.finish(cell.name, phase, exit_code=1, sidecars=SIDECAR_DEATHS.get(outcome, []))
 

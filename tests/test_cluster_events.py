@@ -110,7 +110,7 @@ def test_phase_changes_and_errored_cells() -> None:
     assert emitted is not None
     assert emitted.body["reason"] == "LedgerTampered"
     assert emitted.body["message"].startswith(
-        "suite/a.py::a (repeat 2, cell c7): ledger tampered at record 0"
+        "suite/a.py::a (repeat 2, cell c7, cause agent): ledger tampered at record 0"
     )
     missing = grading.grade_lines("c8", [], b"k" * 32, expected)
     assert recorder.cell_errored(REF, missing).body["reason"] == "LedgerMissing"  # type: ignore[union-attr]

@@ -86,7 +86,7 @@ async def test_the_gateway_role_is_what_the_configmap_ledger_sends() -> None:
                 lambda: k8s.run("triage-nightly").get("status", {}).get("phase") == "Succeeded",
                 "the run",
             )
-        gateway = [r for r in k8s.emulator if r.headers.get("Authorization") == "Bearer kubelet"]
+        gateway = [r for r in k8s.emulator if r.headers.get("Authorization") == "Bearer gateway"]
         used = {p for p in map(permission, gateway) if p is not None and p[1] == "configmaps"}
     granted = {
         (group, resource, verb)

@@ -38,6 +38,12 @@ async def body_wraps(agent):
         raise RuntimeError("could not run the agent") from err
 
 
+@test("the body reads a field the agent's answer lacks")
+async def reads_missing(agent):
+    result = await agent.run("check the auth service")
+    result.tool_calls()[0].tool_args["cluster"]
+
+
 @test("the judge is unreachable")
 async def judge_down(agent, judge):
     result = await agent.run("check the auth service")
@@ -80,6 +86,9 @@ config = define_config(
         "the body raises after the agent answered": ("errored", "test"),
         # An agent error stays the agent's through ``raise ... from err``.
         "the body raises while handling the agent's failure": ("errored", "agent"),
+        # A KeyError on the agent's own answer is a failed check, not the test's bug: the
+        # agent cannot leave a check out of the pass rate by leaving out what it reads.
+        "the body reads a field the agent's answer lacks": ("failed", None),
         "the judge is unreachable": ("errored", "judge"),
         "the test's deadline expires in the body": ("errored", "test"),
     }
@@ -89,7 +98,10 @@ config = define_config(
         "test": 3,
         "infra": 0,
     }
-    assert run.report["summary"]["pass_rate"] == 0.0  # 0 / (errored by the agent: 1)
+    assert run.report["summary"]["pass_rate"] == 0.0  # 0 / (1 failed + 1 errored[agent])
+    lacking = next(t for t in run.report["tests"] if "lacks" in t["name"])
+    (check,) = [s for s in lacking["signals"] if s["name"] == "assert"]
+    assert "the agent's answer has no key 'cluster'" in check["evidence"]["message"]
     judged = next(t for t in run.report["tests"] if t["name"] == "the judge is unreachable")
     assert "unreachable" in judged["error"]
 

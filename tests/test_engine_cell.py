@@ -3,8 +3,9 @@ service, then the operator's grader reads the ledger the gateway wrote."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import cell_support
@@ -14,7 +15,7 @@ from agent_health.engine import cell
 from agent_health.gateway import config as gateway_config
 from agent_health.ledger import records
 from cell_support import CELL, TEST_ID, TOKEN
-from judge_servers import Answer, ScriptedModel
+from judge_servers import Action, Answer, ScriptedModel, Text, prompt_text
 
 SUITE = """
 from agent_health import test
@@ -113,3 +114,45 @@ def test_settings_come_from_the_pod_environment(tmp_path: Path) -> None:
 
 def test_the_cell_names_the_gateway_token_header() -> None:
     assert cell.TOKEN_HEADER == gateway_config.TOKEN_HEADER
+
+
+INSIGHTS_CONFIG = """
+from agent_health import define_config
+
+async def explain(result, llm):
+    return {"summary": result.status, "why": await llm(f"why did {result.title} pass?")}
+
+config = define_config(insights=explain)
+"""
+
+
+def _explains(body: Mapping[str, Any]) -> Action:
+    if "why did" in prompt_text(body):
+        return Text("the judge service's model says it named db-primary")
+    return Answer(True, 0.9, "names db-primary")
+
+
+async def test_a_cell_explains_with_the_judge_service_and_records_the_insights(
+    tmp_path: Path, triage_url: str
+) -> None:
+    async with cell_support.judge_service(tmp_path, _explains) as (judge_url, model):
+        proxy = await _cell_gateway(tmp_path, triage_url, judge_url)
+        try:
+            settings = cell_support.cell_settings(tmp_path, proxy, SUITE)
+            (settings.suite / "agent-health.config.py").write_text(INSIGHTS_CONFIG)
+            code, result = await cell.run_cell(settings)
+        finally:
+            await proxy.stop()
+        asked = [prompt_text(r.body) for r in model.requests]
+    assert code == 0
+    assert result is not None
+    why = "the judge service's model says it named db-primary"
+    assert result.insights == {"summary": "passed", "why": why, "recommendations": []}
+    assert any("why did diagnoses the payment outage pass?" in text for text in asked)
+    # The ledger carries them, so the operator's grade (and `agent-health grade`) keeps them.
+    graded = await cell_support.grade(tmp_path)
+    assert graded.status == "passed", graded.error
+    assert graded.result.insights == result.insights
+    [end] = [r for r in map(records.parse_line, cell_support.ledger_lines(tmp_path))
+             if isinstance(r, records.CellEnd)]  # fmt: skip
+    assert end.insights == result.insights

@@ -27,6 +27,28 @@ CASES = [
         "initialPrompt": "Is the search service healthy?",
         "expectedTrajectory": [{"step": 1, "description": "x", "requiredTools": ["restart_pod"]}],
     },
+    {
+        # The example agent searches the logs first, then checks the service status.
+        "name": "steps in the wrong order",
+        "initialPrompt": "Diagnose why the payment service is failing.",
+        "expectedTrajectory": [
+            {"step": 2, "description": "logs", "requiredTools": ["search_logs"]},
+            {"step": 1, "description": "status", "requiredTools": ["service_status"]},
+        ],
+    },
+    {
+        "name": "steps listed out of order but numbered right",
+        "initialPrompt": "Diagnose why the payment service is failing.",
+        "expectedTrajectory": [
+            {"step": 2, "description": "status", "requiredTools": ["service_status"]},
+            {"step": 1, "description": "logs", "requiredTools": ["search_logs"]},
+        ],
+    },
+    {
+        "name": "nothing to check",
+        "initialPrompt": "Diagnose why the payment service is failing.",
+        "expectedTrajectory": [{"step": 1, "description": "think it over"}],
+    },
 ]
 
 
@@ -38,10 +60,31 @@ async def test_cases_run_as_tests(write_suite: Any, triage_url: str) -> None:
     assert payment["labels"] == ["category:RCA", "difficulty:hard"]
     assert payment["prompt"] == "Diagnose why the payment service is failing."
     kinds = [(s["kind"], s["role"]) for s in payment["signals"] if s["kind"] != "metric"]
-    assert kinds == [("deterministic", "gate"), ("deterministic", "gate"), ("judge", "neutral")]
+    assert kinds == [("deterministic", "gate")] * 3 + [("judge", "neutral")]
+    order = payment["signals"][2]
+    assert order["name"] == "to_have_called_tools_in_steps([['search_logs'], ['service_status']])"
+    assert order["passed"] is True
     missing = run.by_name("needs a tool it never calls")
     assert missing["status"] == "failed"
     assert missing["labels"] == ["custom"]
+    # One missing tool is one failure: no order signal counts it again.
+    assert [s["passed"] for s in missing["signals"] if s["kind"] != "metric"] == [False]
+    wrong = run.by_name("steps in the wrong order")
+    assert wrong["status"] == "failed"
+    failed = [s for s in wrong["signals"] if s["passed"] is False]
+    assert [s["name"] for s in failed] == [
+        "to_have_called_tools_in_steps([['service_status'], ['search_logs']])"
+    ]
+    assert failed[0]["evidence"]["broken_at"] == {"step": 2, "tool": "search_logs"}
+    assert failed[0]["evidence"]["actual"] == ["search_logs", "service_status"]
+    assert wrong["score"] == round(2 / 3, 6)
+    assert run.by_name("steps listed out of order but numbered right")["status"] == "passed"
+    # A case that checks nothing is not a pass: it is skipped, saying why, and never run.
+    empty = run.by_name("nothing to check")
+    assert (empty["status"], empty["signals"], empty["metrics"]) == ("skipped", [], {})
+    assert "nothing to grade" in empty["skip_reason"]
+    assert "no expectedOutcomes and no requiredTools" in empty["skip_reason"]
+    assert run.report["summary"]["skipped"] == 1
     assert run.code == 1
 
 

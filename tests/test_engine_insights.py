@@ -233,4 +233,6 @@ config = define_config(
     finally:
         await model.close()
     assert run.by_name("ok")["insights"]["why"] == "the log tool was slow"
-    assert "why did ok end passed?" in str(model.requests[-1].body)
+    # The test's question first; then the one run-level rollup question.
+    assert "why did ok end passed?" in str(model.requests[0].body)
+    assert len(model.requests) == 2

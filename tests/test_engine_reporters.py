@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import io
+import xml.etree.ElementTree as ET
 from typing import Any
 
 from agent_health.engine.report import RunReport
-from agent_health.engine.reporters import terminal
+from agent_health.engine.reporters import junit, terminal
 from agent_health.sdk.results import Signal, TestResult
 from helpers import run_cli_sync
 from rich.console import Console
@@ -145,3 +146,14 @@ def test_matcher_misuse_errors_the_test_with_one_line(write_suite: Any) -> None:
         "expect(...).to_have_called_tool needs a RunResult (what agent.run() returned), got str"
     )
     assert run.code == 3
+
+
+def test_junit_names_the_cause_of_each_error() -> None:
+    root = ET.fromstring(junit.render(RunReport.build(RESULTS, duration_ms=1.0)))
+    case = next(c for c in root.iter("testcase") if c.get("name") == "boom")
+    error = case.find("error")
+    assert error is not None
+    assert error.get("type") == "AgentHealthError.agent"
+    assert (error.get("message") or "").startswith("agent error: cannot connect to agent")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["cause"] == "agent"

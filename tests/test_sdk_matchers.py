@@ -54,6 +54,23 @@ CASES: list[tuple[str, Any, Any, bool]] = [
     ("to_have_called_tools_in_order", RESULT, (["search_logs", "service_status"],), True),
     ("to_have_called_tools_in_order", RESULT, (["service_status", "search_logs"],), True),
     ("to_have_called_tools_in_order", RESULT, (["service_status", "service_status"],), False),
+    # calls: search_logs, service_status, search_logs
+    ("to_have_called_tools_in_steps", RESULT, ([["search_logs"], ["service_status"]],), True),
+    ("to_have_called_tools_in_steps", RESULT, ([["service_status", "search_logs"]],), True),
+    ("to_have_called_tools_in_steps", RESULT, ([["service_status"], ["search_logs"]],), True),
+    (
+        "to_have_called_tools_in_steps",
+        RESULT,
+        ([["search_logs", "service_status"], ["search_logs"]],),
+        True,
+    ),
+    (
+        "to_have_called_tools_in_steps",
+        RESULT,
+        ([["search_logs", "service_status"], ["service_status"]],),
+        False,
+    ),
+    ("to_have_called_tools_in_steps", RESULT, ([["search_logs"], ["restart"]],), False),
     ("to_have_no_tool_errors", RESULT, (), False),
     ("to_use_at_most_tokens", RESULT, (150,), True),
     ("to_use_at_most_tokens", RESULT, (149,), False),

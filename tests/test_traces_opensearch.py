@@ -1,16 +1,10 @@
-"""The OpenSearch source against a loopback server answering recorded-shape ``_search`` replies.
-
-There is no OpenSearch server on these machines: the real opensearch-py ``AsyncOpenSearch``
-client talks HTTP to an aiohttp server on 127.0.0.1 that records each query and answers
-with documents in the shape Data Prepper indexes OTel spans (``otel-v1-apm-span-*``).
-"""
+"""The OpenSearch source against a loopback server answering recorded-shape ``_search`` replies
+(``tests/opensearch_support.py``)."""
 
 from __future__ import annotations
 
 import base64
-import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,148 +13,23 @@ from agent_health.sdk.results import RunResult
 from agent_health.traces import errors, opensearch, settings, view
 from aiohttp import web
 from helpers import run_cli
-
-TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
-Docs = list[dict[str, Any]]
-
-
-def span_doc(span_id: str, name: str, parent: str, **attrs: Any) -> dict[str, Any]:
-    """One span as Data Prepper stores it (attribute dots written as '@')."""
-    status = attrs.pop("status_code", 0)
-    doc = {
-        "traceId": TRACE_ID,
-        "spanId": span_id,
-        "traceState": "",
-        "parentSpanId": parent,
-        "name": name,
-        "kind": "SPAN_KIND_INTERNAL",
-        "startTime": attrs.pop("start", "2026-01-05T10:00:00.000000000Z"),
-        "endTime": attrs.pop("end", "2026-01-05T10:00:01.250000000Z"),
-        "durationInNanos": 1_250_000_000,
-        "serviceName": "triage-agent",
-        "events": [],
-        "links": [],
-        "droppedAttributesCount": 0,
-        "traceGroup": "invoke_agent triage",
-        "traceGroupFields.endTime": "2026-01-05T10:00:03.000000000Z",
-        "traceGroupFields.statusCode": 0,
-        "traceGroupFields.durationInNanos": 3_000_000_000,
-        "resource.attributes.service@name": "triage-agent",
-        "status.code": status,
-    }
-    for key, value in attrs.items():
-        doc["span.attributes." + key.replace("__", "@")] = value
-    return doc
-
-
-TRACE: Docs = [
-    span_doc(
-        "a1",
-        "invoke_agent triage",
-        "00f067aa0ba902b7",
-        gen_ai__operation__name="invoke_agent",
-        agent_health__run_id="run-42",
-        start="2026-01-05T10:00:00.000000000Z",
-        end="2026-01-05T10:00:03.000000000Z",
-    ),
-    span_doc(
-        "c1",
-        "chat gpt-4o-mini",
-        "a1",
-        gen_ai__operation__name="chat",
-        gen_ai__request__model="gpt-4o-mini",
-        gen_ai__usage__input_tokens=120,
-        gen_ai__usage__output_tokens="30",
-    ),
-    span_doc(
-        "t1",
-        "execute_tool search_logs",
-        "a1",
-        gen_ai__operation__name="execute_tool",
-        gen_ai__tool__name="search_logs",
-        status_code=2,
-    ),
-    span_doc(
-        "c2",
-        "chat gpt-4o-mini",
-        "a1",
-        gen_ai__request__model="gpt-4o-mini",
-        gen_ai__usage__input_tokens=200,
-        gen_ai__usage__output_tokens=50,
-        start="2026-01-05T10:00:02.123456789Z",
-        end="2026-01-05T10:00:02.623456789Z",
-    ),
-]
-
-
-@dataclass
-class FakeOpenSearch:
-    """Answers each ``_search`` with the next page of ``answers`` (the last one repeats)."""
-
-    url: str = ""
-    answers: list[Callable[[dict[str, Any]], Docs]] = field(default_factory=list)
-    status: int = 200
-    requests: list[dict[str, Any]] = field(default_factory=list)
-
-    async def search(self, request: web.Request) -> web.Response:
-        body = json.loads(await request.text() or "{}")
-        self.requests.append(
-            {
-                "method": request.method,
-                "index": request.match_info["index"],
-                "body": body,
-                "auth": request.headers.get("Authorization"),
-            }
-        )
-        if self.status != 200:
-            return web.json_response(
-                {"error": {"type": "security_exception", "reason": "no"}, "status": self.status},
-                status=self.status,
-            )
-        answer = self.answers[min(len(self.requests), len(self.answers)) - 1]
-        docs = answer(body)
-        return web.json_response(
-            {
-                "took": 4,
-                "timed_out": False,
-                "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-                "hits": {
-                    "total": {"value": len(docs), "relation": "eq"},
-                    "max_score": 1.0 if docs else None,
-                    "hits": [
-                        {
-                            "_index": "otel-v1-apm-span-000001",
-                            "_id": d.get("spanId", str(i)),
-                            "_score": 1.0,
-                            "_source": d,
-                        }
-                        for i, d in enumerate(docs)
-                    ],
-                },
-            }
-        )
+from opensearch_support import (
+    TRACE,
+    TRACE_ID,
+    TRACEPARENT,
+    Docs,
+    FakeOpenSearch,
+    cfg,
+    queried,
+    serving,
+    span_doc,
+)
 
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOpenSearch]:
-    server = FakeOpenSearch(answers=[lambda body: TRACE])
-    app = web.Application()
-    app.router.add_route("*", "/{index}/_search", server.search)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    server.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving() as server:
         yield server
-    finally:
-        await runner.cleanup()
-
-
-def cfg(url: str, **kw: Any) -> settings.OpenSearchSettings:
-    return settings.OpenSearchSettings(
-        hosts=[url], **{"wait_seconds": 2, "poll_seconds": 0.05, **kw}
-    )
 
 
 async def read_spans(source: opensearch.OpenSearchSource, run_id: str = "run-42") -> Any:
@@ -322,10 +191,7 @@ async def test_a_suite_gates_on_opensearch_tokens(
     fake: FakeOpenSearch, write_suite: Any, triage_url: str
 ) -> None:
     def for_the_queried_trace(body: dict[str, Any]) -> Docs:
-        trace_id = next(
-            c["term"]["traceId"] for c in body["query"]["bool"]["should"] if "traceId" in c["term"]
-        )
-        return [{**doc, "traceId": trace_id} for doc in TRACE]
+        return queried(body, TRACE)
 
     fake.answers = [for_the_queried_trace]
     suite: Path = write_suite(
@@ -363,3 +229,78 @@ async def test_a_suite_gates_on_opensearch_tokens(
     assert many["signals"][0]["evidence"]["actual"] == 400
     assert run.code == 1
     assert len(fake.requests) == 2
+
+
+OTHER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+FOREIGN: Docs = [
+    # another trace, no run id: another run's model call
+    span_doc(
+        "x1",
+        "chat gpt-4o",
+        "x0",
+        gen_ai__operation__name="chat",
+        gen_ai__usage__input_tokens=9000,
+        gen_ai__usage__output_tokens=1000,
+    )
+    | {"traceId": OTHER_TRACE},
+    # this trace, but naming another run (an agent that reused the trace id)
+    span_doc(
+        "x2",
+        "chat gpt-4o",
+        "a1",
+        gen_ai__operation__name="chat",
+        agent_health__run_id="run-other",
+        gen_ai__usage__input_tokens=5000,
+        gen_ai__usage__output_tokens=500,
+    ),
+]
+OURS_ELSEWHERE = span_doc(
+    "y1",
+    "execute_tool service_status",
+    "a1",
+    gen_ai__operation__name="execute_tool",
+    gen_ai__tool__name="service_status",
+    agent_health__run_id="run-42",
+) | {"traceId": OTHER_TRACE}  # another trace, but it names this run: ours
+
+
+async def test_the_source_drops_spans_of_other_runs(fake: FakeOpenSearch) -> None:
+    fake.answers = [lambda body: [*TRACE, *FOREIGN, OURS_ELSEWHERE]]
+    spans = await read_spans(opensearch.OpenSearchSource(cfg(fake.url)))
+    assert sorted(s.span_id for s in spans) == ["a1", "c1", "c2", "t1", "y1"]
+
+
+async def test_only_foreign_spans_is_no_trace_and_says_so(fake: FakeOpenSearch) -> None:
+    fake.answers = [lambda body: FOREIGN]
+    source = opensearch.OpenSearchSource(cfg(fake.url, wait_seconds=0))
+    with pytest.raises(
+        errors.TracesNotFound, match="2 spans of other runs were returned and dropped"
+    ):
+        await read_spans(source)
+
+
+class OverReturning:
+    """A remote source that returns whatever the backend had, other runs included."""
+
+    name = "opensearch"
+    remote = True
+    run_id_attribute = "agent_health.run_id"
+
+    async def spans(self, run_id: str, traceparent: str | None) -> list[Any]:
+        return [opensearch.parse_span(d) for d in (*TRACE, *FOREIGN, OURS_ELSEWHERE)]
+
+    async def logs(self, run_id: str, traceparent: str | None = None) -> list[Any]:
+        mine = {"traceId": TRACE_ID, "body": "search_logs: upstream 503", "severityText": "ERROR"}
+        theirs = {"traceId": OTHER_TRACE, "body": "another tenant's secret"}
+        return [opensearch.parse_log(d) for d in (mine, theirs)]
+
+
+async def test_the_view_trusts_no_backend() -> None:
+    run = RunResult(run_id="run-42", prompt="p", traceparent=TRACEPARENT)
+    traces = view.TracesView(run, [OverReturning()])
+    snapshot = await traces.load()
+    assert sorted(s.span_id for s in snapshot.spans) == ["a1", "c1", "c2", "t1", "y1"]
+    assert snapshot.foreign == 2
+    assert await traces.total_tokens() == 400  # the foreign 15,500 tokens are not counted
+    assert await traces.tool_histogram() == {"search_logs": 1, "service_status": 1}
+    assert [r.body for r in await traces.logs()] == ["search_logs: upstream 503"]

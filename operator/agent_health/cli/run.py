@@ -155,6 +155,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
+        rollup=outcome.rollup,
         provenance=what_ran,
         pass_at=pass_at,
     )
@@ -244,7 +245,7 @@ def _with_cells(
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import loader, select
+    from agent_health.engine import listing, loader, select
 
     paths = [Path(p) for p in args.paths]
     suite = loader.load(paths)
@@ -252,29 +253,11 @@ def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     for error in suite.errors:
         consoles.err.print(f"[red]load error[/] {error}")
     if args.json:
-        payload = [
-            {
-                "id": c.id,
-                "name": c.name,
-                "title": c.title,
-                "file": c.file,
-                "line": c.line,
-                "labels": list(c.labels),
-                "description": c.description,
-                "default_prompt": c.default_prompt,
-                "timeout": c.timeout,
-                "expected_outcomes": list(c.expected_outcomes),
-                "mode": c.mode,
-                "content_hash": c.content_hash,
-            }
-            for c in cases
-        ]
+        payload = [listing.entry(c) for c in cases]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         for c in cases:
-            labels = f"  [{', '.join(c.labels)}]" if c.labels else ""
-            mode = f"  ({c.mode})" if c.mode != "run" else ""
-            sys.stdout.write(f"{c.id}{labels}{mode}\n")
+            sys.stdout.write(listing.line(c) + "\n")
         sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK
 

@@ -28,10 +28,28 @@ def _refuse(what: str, action: str) -> NoReturn:
     raise TypeError(f"{what} is read-only: cannot {action}; {HINT}")
 
 
+class MissingFromAnswer(KeyError, AssertionError):
+    """A key the agent's answer does not have (``tool_args["x"]``, ``result.json()["x"]``).
+
+    Still a ``KeyError`` (code that catches one keeps working), and an ``AssertionError``: the
+    test *fails* — the agent's answer lacks what the test needs — instead of erroring with
+    cause ``test``, which would leave it out of the pass rate. An agent cannot escape a check
+    by leaving out the field the check reads.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "missing key"
+
+
 class ReadOnlyDict(dict[str, Any]):
-    """A ``dict`` that refuses every change (see the module docstring)."""
+    """A ``dict`` that refuses every change (see the module docstring). Reading a key it does
+    not have raises :class:`MissingFromAnswer`."""
 
     __slots__ = ()
+
+    def __missing__(self, key: str) -> NoReturn:
+        have = ", ".join(map(repr, list(self)[:10])) or "none"
+        raise MissingFromAnswer(f"the agent's answer has no key {key!r} (its keys: {have})")
 
     def __setitem__(self, key: str, value: Any) -> NoReturn:
         _refuse(PART, f"set key {key!r}")

@@ -245,6 +245,8 @@ async def _run(
             timeout=settings.timeout,
             config=config,
             ledger=ledger,
+            # Insights ask the judge service's model (through its cache), as judge() does.
+            insights_llm=getattr(judge, "ask", None),
         )
         try:
             result = await runner.run_case(case, settings.repeat, env, run_id=settings.run_id)

@@ -2,8 +2,9 @@
 
 Each case ``{name, description, category, difficulty, labels, initialPrompt, context,
 expectedOutcomes, expectedTrajectory: [{step, description, requiredTools}]}`` becomes a
-test whose body runs the prompt, checks every required tool and judges every expected
-outcome, so existing case libraries run unchanged.
+test whose body runs the prompt, checks every required tool, checks that the steps' tools
+were called in step order, and judges every expected outcome, so existing case libraries
+run unchanged. A case with none of these checks is ``skipped`` ("nothing to grade").
 """
 
 from __future__ import annotations
@@ -72,6 +73,23 @@ class DataCase(BaseModel):
             tools.extend(t for t in step.required_tools if t not in tools)
         return tools
 
+    def tool_steps(self) -> list[list[str]]:
+        """The required tools of each expected step, in step order (by ``step`` when every
+        step is numbered, else as listed); steps that require no tool are left out."""
+        ordered = list(self.expected_trajectory)
+        if ordered and all(s.step is not None for s in ordered):
+            ordered.sort(key=lambda s: s.step or 0)
+        return [list(s.required_tools) for s in ordered if s.required_tools]
+
+    def nothing_to_grade(self) -> str | None:
+        """Why the case cannot be graded, when it has no check at all (else ``None``)."""
+        if self.expected_outcomes or self.required_tools():
+            return None
+        return (
+            f"nothing to grade: case {self.name!r} has no expectedOutcomes and no "
+            "requiredTools in its expectedTrajectory; add one so the run can pass or fail"
+        )
+
 
 def is_data_file(path: Path) -> bool:
     name = path.name
@@ -80,12 +98,19 @@ def is_data_file(path: Path) -> bool:
 
 def _body(case: DataCase) -> Callable[..., Any]:
     tools = case.required_tools()
+    steps = case.tool_steps()
     outcomes = list(case.expected_outcomes)
 
     async def data_case(agent: Any, expect: BoundExpect, judge: BoundJudge) -> None:
         result = await agent.run()
         for tool in tools:
             expect(result).to_have_called_tool(tool)
+        # The order of the steps, among the tools that were called: a missing tool already
+        # failed above, and one failure counts once.
+        called = {s.tool_name for s in result.tool_calls()}
+        present = [kept for step in steps if (kept := [t for t in step if t in called])]
+        if len(present) > 1:
+            expect(result).to_have_called_tools_in_steps(present)
         for outcome in outcomes:
             await judge(result, outcome)
 
@@ -124,7 +149,13 @@ def load(path: Path) -> list[declare.TestCase]:
 
 
 def _declare(case: DataCase, path: Path, raw: Any) -> declare.TestCase:
+    # A case with no check would pass whatever the agent did: it is reported skipped, with
+    # the reason, and the agent is not called (and not paid for). Not errored: the case is
+    # valid in the established format, and a library with placeholder cases must still run.
+    empty = case.nothing_to_grade()
     return declare.TestCase(
+        mode="skip" if empty else "run",
+        skip_reason=empty,
         name=case.name,
         describe_path=(),
         fn=_body(case),

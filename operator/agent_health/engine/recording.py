@@ -273,6 +273,7 @@ def controller_records(
             duration_ms=max(0.0, result.duration_ms),
             cause=result.cause,
             content_hash=result.content_hash or None,
+            insights=_plain(result.insights) if result.insights is not None else None,
         )
     )
     return items

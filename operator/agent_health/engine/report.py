@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import entries, stats, uncertainty
+from agent_health.engine import rollup as rollup_mod
 from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
 
@@ -98,7 +99,8 @@ class RepeatStats(BaseModel):
 
 
 class Recommendation(BaseModel):
-    """One insights recommendation and how many tests made it (the run-level rollup)."""
+    """One recommendation of the run-level rollup and how many tests it applies to (the
+    whole rollup, with the test ids, is ``Summary.insights``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -142,6 +144,11 @@ class Summary(BaseModel):
     labels: dict[str, LabelStats] = Field(default_factory=dict)
     per_test: dict[str, RepeatStats] = Field(default_factory=dict)
     recommendations: list[Recommendation] = Field(default_factory=list)
+    insights: rollup_mod.Rollup | None = Field(
+        default=None,
+        description="the run-level insights rollup: synthesised by the judge model (source "
+        "llm) or grouped deterministically (source grouped); None without insights",
+    )
     confidence: float = Field(default=uncertainty.CONFIDENCE, description="of every interval")
     pass_rate_interval: uncertainty.Interval | None = None
     score_interval: uncertainty.Interval | None = None
@@ -173,13 +180,17 @@ class RunReport(BaseModel):
         interrupted: bool = False,
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
+        rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
         pass_at: Sequence[int] | None = None,
         bootstrap: bool = True,
     ) -> RunReport:
-        """The report of ``results``. ``pass_at`` lists the k of pass@k (default: the
-        repeats, when more than one); ``bootstrap=False`` leaves out the scores' bootstrap
-        intervals, which cost a resampling each, for a tally rebuilt often."""
+        """The report of ``results``. ``rollup``: the run's insights rollup when it was
+        synthesised (an async step, :func:`~agent_health.engine.rollup.synthesise`); else
+        grouped here. ``pass_at`` lists the k of pass@k (default: the repeats, when more than
+        one); ``bootstrap=False`` leaves out the scores' bootstrap intervals, which cost a
+        resampling each, for a tally rebuilt often."""
+        rollup = rollup if rollup is not None else rollup_mod.group(results)
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         for r in results:
             counts[r.status] += 1
@@ -202,7 +213,11 @@ class RunReport(BaseModel):
             output_tokens=_known_sum(r.token_usage.completion for r in results),
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
             labels=_labels(results, bootstrap),
-            recommendations=_recommendations(results),
+            recommendations=[
+                Recommendation(text=item.text, tests=len(item.tests))
+                for item in (rollup.recommendations if rollup else [])
+            ],
+            insights=rollup,
             **_cost(results),
         )
         tallies = _tallies(results)
@@ -283,16 +298,6 @@ def _tallies(results: Sequence[TestResult]) -> dict[str, uncertainty.Tally]:
 
 def _agent_errored(r: TestResult) -> int:
     return 1 if r.status == "errored" and r.cause == "agent" else 0
-
-
-def _recommendations(results: Sequence[TestResult], limit: int = 10) -> list[Recommendation]:
-    """Recommendations across the suite, most common first ("3 tests: handle tool errors")."""
-    counts: dict[str, set[str]] = defaultdict(set)
-    for r in results:
-        for text in (r.insights or {}).get("recommendations") or []:
-            counts[str(text)].add(r.id)
-    ranked = sorted(counts.items(), key=lambda item: (-len(item[1]), item[0]))
-    return [Recommendation(text=text, tests=len(ids)) for text, ids in ranked[:limit]]
 
 
 def _cost(results: Sequence[TestResult]) -> dict[str, Any]:

@@ -188,7 +188,7 @@ async def run_case(
             derived=derived,
             cause=grading.cause(ctx.causes) if status == "errored" else None,
         )
-        fn = env.config.insights if env.config else None
+        fn = insights.function_for(case, env.config)
         if fn is not None and status != "skipped":
             found = await insights.explain(
                 fn,
@@ -197,6 +197,7 @@ async def run_case(
                 traces=traces.for_insights(ctx.result),
                 llm=env.insights_llm,
                 timeout=timeout,
+                tools=insights.tools_for(ctx.result),
             )
             result = result.model_copy(update={"insights": found})
         return await _finish(env, ctx.result, result, ctx.agent_error)

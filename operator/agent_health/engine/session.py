@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent_health.engine import rollup as rollup_mod
 from agent_health.engine import runner
 from agent_health.sdk import declare
 from agent_health.sdk.results import TestResult
@@ -27,6 +28,8 @@ class Outcome:
     interrupted: bool = False
     not_run: int = 0
     hook_errors: list[str] = field(default_factory=list)
+    rollup: rollup_mod.Rollup | None = None
+    """The run-level insights rollup (None when no test has insights)."""
 
     def __repr__(self) -> str:
         # Short on purpose: when asyncio.run() restores the SIGINT handler it formats the
@@ -167,10 +170,15 @@ async def run(
         waiter.cancel()
     order = {(c.id, r): i for i, (c, r) in enumerate(planned)}
     results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
+    duration_ms = (time.perf_counter() - started) * 1000
+    # One question to the judge model over every test's insights (grouped without one, or
+    # after Ctrl-C: an interrupted run asks nothing more).
+    llm = None if interrupted else env.insights_llm
     return Outcome(
         results=results,
-        duration_ms=(time.perf_counter() - started) * 1000,
+        duration_ms=duration_ms,
         interrupted=interrupted,
         not_run=len(items),
         hook_errors=hook_errors,
+        rollup=await rollup_mod.synthesise(results, llm),
     )

@@ -172,7 +172,7 @@ class Recorder:
             batch, state.pending = state.pending, []
             exchanges = [exchange(o) for o in batch]
             try:
-                await state.writer.append(*exchanges)
+                await state.writer.write(*exchanges)
             except errors.LedgerError as err:
                 self.failures.append(f"cell {cell}: {len(batch)} exchanges lost: {err}")
                 log.error("ledger cell %s: cannot append %d exchanges: %s", cell, len(batch), err)

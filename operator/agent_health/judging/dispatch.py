@@ -24,7 +24,15 @@ from typing import Any
 
 import httpx
 
-from agent_health.judging import agentic, chat, contextual, errors, evaluators, prompt, tools
+from agent_health.judging import (
+    agentic,
+    asking,
+    contextual,
+    errors,
+    evaluators,
+    prompt,
+    tools,
+)
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import providers as providers_mod
 from agent_health.judging.chat import Tally
@@ -48,7 +56,7 @@ class Judging:
         provider: providers_mod.Provider | None,
         custom: Mapping[str, Callable[..., Any]] | None = None,
         cache: cache_mod.Cache | None = None,
-        sources: tools.SourceFactory = tools.RunResultSource,
+        sources: tools.SourceFactory = tools.source_for,
         partition: str | None = None,
     ) -> None:
         self.judge = judge
@@ -140,18 +148,12 @@ class Judging:
         return _verdict(request, fields, cached=False)
 
     async def ask(self, text: str, *, system: str = "") -> str:
-        """One free-form completion from the judge model (the ``llm`` helper of insights)."""
+        """One free-form completion from the judge model (the ``llm`` helper of insights,
+        and the run-level rollup), through the judge cache (:mod:`.asking`)."""
         if self.provider is None or self.judge is None:
             raise errors.NoJudgeModel("asked the judge model, but no judge model is configured")
-        completion = await self.provider(
-            chat.ChatRequest(
-                model=self.judge.model,
-                system=system,
-                messages=(chat.Message("user", text),),
-                max_tokens=self.judge.max_output_tokens,
-            )
-        )
-        return completion.text
+        who = {"judge": _endpoint(self.judge), "partition": self.partition}
+        return await asking.ask(self.provider, self.judge, self.cache, who, text, system)
 
     def _evaluator(self, name: str | None) -> Callable[..., Any] | None:
         if name is None:
@@ -299,7 +301,7 @@ async def backend(
     *,
     use_cache: bool = True,
     providers: Mapping[str, providers_mod.ProviderFactory] = providers_mod.PROVIDERS,
-    sources: tools.SourceFactory = tools.RunResultSource,
+    sources: tools.SourceFactory = tools.source_for,
     api_key: str | None = None,
     key_source: str | None = None,
     cache: cache_mod.Cache | None = None,

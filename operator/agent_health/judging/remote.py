@@ -50,6 +50,7 @@ class RemoteJudging:
         self._client = client
         self._url = url.rstrip("/") + "/api/judge"
         self._model = model
+        self.ask = RemoteAsk(client, url)
         local_judge = JudgeConfig(model=model) if model else None
         # Custom evaluators run here; their llm helper reaches the service's model.
         self._local = dispatch.Judging(
@@ -67,6 +68,22 @@ class RemoteJudging:
         payload = call.model_dump(mode="json", by_alias=True)
         data = await _post(self._client, self._url, payload)
         return Verdict.model_validate(data)
+
+
+class RemoteAsk:
+    """The ``llm`` helper of a cell's insights: questions go to the judge service's model
+    (``/api/judge/ask``), which answers through its shared cache."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+        self._client = client
+        self._url = url.rstrip("/") + "/api/judge/ask"
+
+    async def __call__(self, text: str, *, system: str = "") -> str:
+        data = await _post(self._client, self._url, {"text": text, "system": system})
+        answer = data.get("text")
+        if not isinstance(answer, str):
+            raise errors.ProviderError(f"judge service at {self._url} answered {data!r:.200}")
+        return answer
 
 
 async def _post(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> dict[str, Any]:

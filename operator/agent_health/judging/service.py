@@ -6,12 +6,14 @@ it (:func:`serving`; the operator answers each cell with its own RunSpec's judge
 ``None`` — 401. :func:`app` is the simple case: one backend for every token ``authorize``
 accepts. A resolver that cannot build the backend (e.g. its key Secret is missing) raises
 a :class:`~agent_health.judging.errors.JudgingError`: 502 with the message, which the
-cell records as an ``errored`` verdict. Two routes:
+cell records as an ``errored`` verdict. Three routes:
 
 * ``POST /api/judge`` — a :class:`~agent_health.judging.wire.WireJudgeRequest` → a Verdict
   (contextual and agentic modes, through the shared cache);
 * ``POST /api/judge/chat`` — one model call for a custom evaluator's ``llm`` helper running
-  in the cell (no cache: the evaluator's own call is cached by its caller).
+  in the cell (no cache: the evaluator's own call is cached by its caller);
+* ``POST /api/judge/ask`` — ``{"text", "system"?}`` → ``{"text"}``: a free-form question
+  to the judge model through the shared cache (a cell's insights ``llm``).
 
 A usage error in the request (unknown tool pack, bad option) answers 422 with the message;
 the client raises it into the test. A provider failure is an ``errored`` verdict (200).
@@ -93,6 +95,26 @@ async def _chat(request: web.Request) -> web.Response:
     return web.json_response(wire.completion_to_json(completion))
 
 
+async def _ask(request: web.Request) -> web.Response:
+    """One free-form question to the judge model, through the shared cache (a cell's
+    insights ``llm`` and anything else that asks in words rather than for a verdict)."""
+    judging = judging_of(request)
+    try:
+        body = await request.json()
+        text, system = body["text"], body.get("system", "")
+        if not isinstance(text, str) or not isinstance(system, str):
+            raise TypeError("text and system must be strings")
+    except (ValueError, KeyError, TypeError) as err:
+        return web.json_response({"error": f"bad ask request: {err}"}, status=400)
+    try:
+        answer = await judging.ask(text, system=system)
+    except errors.NoJudgeModel as err:
+        return web.json_response({"error": str(err)}, status=409)
+    except errors.JudgingError as err:
+        return web.json_response({"error": str(err)}, status=502)
+    return web.json_response({"text": answer})
+
+
 async def _healthz(_: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
@@ -108,6 +130,7 @@ def serving(resolve: Resolve) -> web.Application:
     application[RESOLVE] = resolve
     application.router.add_post("/api/judge", _judge)
     application.router.add_post("/api/judge/chat", _chat)
+    application.router.add_post("/api/judge/ask", _ask)
     application.router.add_get("/healthz", _healthz)
     return application
 

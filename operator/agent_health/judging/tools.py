@@ -6,8 +6,12 @@ cannot name another run (an argument ``run_id`` that differs is refused) and eve
 source returns is filtered to this run again, so a prompt injection in the agent's output
 cannot read another run's data even through a source that over-returns. Nothing writes.
 
-Until the traces package lands, :class:`RunResultSource` derives spans, logs and metrics
-from the RunResult; an OpenSearch or ledger source plugs in by implementing the protocol.
+Where the records come from (:func:`source_for`): when the run's traces come from
+OpenSearch (``traces={"opensearch": {...}}``), :class:`ViewSource` reads the OTel spans and
+log records there, through the run's own traces view (which drops another run's records
+before the pack filters again); otherwise :class:`RunResultSource` derives spans, logs and
+metrics from the RunResult, one span per trajectory step. Any other source plugs in by
+implementing :class:`TraceSource`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agent_health.judging.chat import ToolSpec
+from agent_health.sdk import errors as sdk_errors
 from agent_health.sdk.results import RunResult
+from agent_health.traces import errors as traces_errors
 from agent_health.traces import metrics as metrics_mod
 
 PACK_NAME = "trace_query"
@@ -36,6 +42,22 @@ class TraceSource(Protocol):
 
 
 SourceFactory = Callable[[RunResult], TraceSource]
+
+
+def source_for(result: RunResult) -> TraceSource:
+    """The tools' source for ``result``: its OpenSearch traces when that is where its
+    traces come from, else its own trajectory (the default :data:`SourceFactory`).
+
+    The traces view is the one the test body sees (``result.traces``), so the judge and the
+    body read the same spans; outside the test (the judge service) there is none.
+    """
+    try:
+        view = result.traces
+    except (sdk_errors.AgentHealthError, traces_errors.TracesError):
+        return RunResultSource(result)  # traces off, or not inside the test that ran it
+    if getattr(view, "source", None) == "opensearch":
+        return ViewSource(result, view)
+    return RunResultSource(result)
 
 
 class RunResultSource:
@@ -83,6 +105,59 @@ class RunResultSource:
         return metrics_mod.derive(self.result) if run_id == self.result.run_id else {}
 
 
+class ViewSource:
+    """Spans, logs and metrics of one run from its traces view (OpenSearch): OTel spans with
+    their GenAI attributes, the run's log records, and the derived metrics plus what the
+    trace itself says (tokens, model calls, tool calls)."""
+
+    def __init__(self, result: RunResult, view: Any) -> None:
+        self.result = result
+        self.view = view
+
+    async def spans(self, run_id: str) -> Sequence[Mapping[str, Any]]:
+        if run_id != self.result.run_id:
+            return []
+        snapshot = await self.view.load()
+        return [
+            {"run_id": run_id, **span.to_dict(), "kind": span.operation} for span in snapshot.spans
+        ]
+
+    async def logs(self, run_id: str) -> Sequence[Mapping[str, Any]]:
+        if run_id != self.result.run_id:
+            return []
+        try:
+            found = await self.view.logs()
+        except traces_errors.TracesNotEnabled:
+            # No logs index configured: the agent's own steps are the run's only log.
+            return await RunResultSource(self.result).logs(run_id)
+        return [
+            {
+                "run_id": run_id,
+                "span_id": record.span_id,
+                "trace_id": record.trace_id,
+                "time_ms": record.time_ms,
+                "level": (record.severity or "info").lower(),
+                "message": record.body,
+                "attributes": dict(record.attributes),
+            }
+            for record in found
+        ]
+
+    async def metrics(self, run_id: str) -> Mapping[str, Any]:
+        if run_id != self.result.run_id:
+            return {}
+        derived = dict(await self.view.metrics())
+        snapshot = await self.view.load()
+        trace: dict[str, Any] = {"source": snapshot.source, "spans": len(snapshot.spans)}
+        for name in ("llm_calls", "tool_calls", "tool_histogram", "total_tokens", "error_spans"):
+            try:
+                value = getattr(snapshot, name)
+            except traces_errors.TracesError as err:
+                value = {"unknown": str(err)}  # the trace lacks it: say so, never a zero
+            trace[name] = len(value) if name == "error_spans" else value
+        return {**derived, "trace": trace}
+
+
 def _schema(properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "additionalProperties": False}
 
@@ -91,8 +166,9 @@ _LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
 SPECS = (
     ToolSpec(
         "get_spans",
-        "Spans of this run (one per agent step: tool calls, results, answers), optionally "
-        "only those whose name, kind or status match.",
+        "Spans of this run (OTel spans when the run is traced, else one per agent step: tool "
+        "calls, results, answers), optionally only those whose name, kind (the operation: "
+        "invoke_agent, chat, execute_tool, ...) or status match.",
         _schema(
             {
                 "name": {"type": "string"},
@@ -191,6 +267,8 @@ class TracePack:
             value: Any = await getattr(self, name)(**args)
         except (TypeError, ValueError, AttributeError) as err:
             return _json({"error": f"{name}: bad arguments: {err}"})
+        except traces_errors.TracesError as err:  # e.g. no spans landed: the model is told
+            return _json({"error": f"{name}: {err}"})
         return _json(value)
 
     def _own(self, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

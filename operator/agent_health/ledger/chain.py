@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -156,6 +156,7 @@ class Writer:
         self.cell = cell
         self._sealer = sealer or Sealer(key)
         self._lock = asyncio.Lock()
+        self._macs: list[str] = []  # of the last batch appended
 
     @classmethod
     async def open(cls, backend: Backend, cell: str, key: bytes) -> Writer:
@@ -178,13 +179,29 @@ class Writer:
     async def append(self, *items: records.Record) -> list[records.Record]:
         """Seal ``items`` in order, append them as one batch, and return the sealed records."""
         async with self._lock:
-            trial = self._sealer.fork()
-            pairs = [trial.seal_line(item) for item in items]
-            await self.backend.append(self.cell, [line for _, line in pairs])
-            sealed = [record for record, _ in pairs]
-            # Only a stored batch advances the chain, so a failed write can be retried.
-            self._sealer = trial
-            return sealed
+            first = self._sealer.next_seq
+            await self._append(items)
+            return [
+                item.model_copy(update={"seq": first + n, "mac": mac})
+                for n, (item, mac) in enumerate(zip(items, self._macs, strict=True))
+            ]
+
+    async def write(self, *items: records.Record) -> None:
+        """Seal and append ``items`` as one batch, without making sealed copies of them (the
+        gateway's exchanges: nobody reads them back)."""
+        async with self._lock:
+            await self._append(items)
+
+    async def _append(self, items: Sequence[records.Record]) -> None:
+        trial = self._sealer.fork()
+        lines, macs = [], []
+        for item in items:
+            lines.append(trial.line(item))
+            macs.append(trial.previous_mac)
+        await self.backend.append(self.cell, lines)
+        # Only a stored batch advances the chain, so a failed write can be retried.
+        self._sealer = trial
+        self._macs = macs
 
 
 class Problem(BaseModel):

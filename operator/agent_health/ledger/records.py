@@ -14,9 +14,9 @@ A version-1 reader meets such a record with "unknown record version 2; upgrade".
 
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
-what an older writer wrote and an older reader still reads it: ``cause`` and ``content_hash`` of
-``cell-end``, ``error``, ``cause`` and ``unreported`` of ``run-result``, ``cell``, ``attempt``
-and ``restarted`` of ``cell-meta``.
+what an older writer wrote and an older reader still reads it: ``cause``, ``content_hash``
+and ``insights`` of ``cell-end``, ``error``, ``cause`` and ``unreported`` of ``run-result``,
+``cell``, ``attempt`` and ``restarted`` of ``cell-meta``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
@@ -187,7 +187,7 @@ class SignalRecord(_Record):
 class CellEnd(_Record):
     """The controller's last word: the status it saw and how it exited."""
 
-    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cause", "content_hash"})
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cause", "content_hash", "insights"})
 
     kind: Literal["cell-end"] = "cell-end"
     status: Status
@@ -199,6 +199,11 @@ class CellEnd(_Record):
         default=None,
         description="the test's content hash (name, labels, body), so a re-grade compares "
         "with the run's own report",
+    )
+    insights: dict[str, Any] | None = Field(
+        default=None,
+        description="what the test's insights function said ({summary, why, "
+        "recommendations} or {error}); kept so a re-grade and the operator keep it",
     )
 
 

@@ -87,6 +87,8 @@ class TestCase:
     expected_outcomes: tuple[str, ...] = ()
     expected_trajectory: tuple[Any, ...] = ()
     skip_judge: bool = False
+    insights: Callable[..., Any] | Literal[False] | None = None
+    """This test's insights function; ``False``: none for this test; ``None``: the config's."""
     mode: Mode = "run"
     skip_reason: str | None = None
     id: str = ""
@@ -295,8 +297,13 @@ class TestAPI:
         expected_outcomes: Sequence[str] = (),
         expected_trajectory: Sequence[Any] = (),
         skip_judge: bool = False,
+        insights: Callable[..., Any] | Literal[False] | None = None,
     ) -> Callable[[Body], Body]:
-        """Declare a test whose body is the decorated ``async def``."""
+        """Declare a test whose body is the decorated ``async def``.
+
+        ``insights=fn`` explains this test with ``fn`` instead of the config's insights
+        function; ``insights=False`` explains it with none.
+        """
         return self._declare(
             name,
             mode="run",
@@ -310,6 +317,7 @@ class TestAPI:
                 expected_outcomes=tuple(expected_outcomes),
                 expected_trajectory=tuple(expected_trajectory),
                 skip_judge=skip_judge,
+                insights=insights,
             ),
         )
 
@@ -391,6 +399,11 @@ class TestAPI:
                 return fn  # imported outside the loader: declare nothing
             opts = dict(options)
             opts["labels"] = (*collector.describe_labels, *tuple(opts.get("labels", ())))
+            chosen = opts.get("insights")
+            if not (chosen is None or chosen is False or callable(chosen)):
+                raise errors.DefinitionError(
+                    f"test {name!r}: insights= takes a function (or False for none), got {chosen!r}"
+                )
             case = TestCase(
                 name=name,
                 describe_path=collector.describe_path,

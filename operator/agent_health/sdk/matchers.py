@@ -183,6 +183,34 @@ class Expectation:
             steps=True,
         )
 
+    def to_have_called_tools_in_steps(
+        self, groups: Sequence[Sequence[str]], *, weight: float = 1.0
+    ) -> Signal:
+        """The tools of each step were all called, each step after the one before it.
+
+        ``groups`` is a list of steps, each a list of tools in any order
+        (``[["search_logs", "service_status"], ["restart_pod"]]``): every tool of a step is
+        called after the previous step's tools have all been called; other calls may come
+        between. A tool that two steps need must be called in both.
+        """
+        steps = _steps(self._value, "to_have_called_tools_in_steps")
+        if isinstance(groups, str) or any(isinstance(group, str) for group in groups):
+            raise errors.MatcherUsageError(
+                "to_have_called_tools_in_steps takes a list of steps, each a list of tool "
+                'names: [["search_logs"], ["restart_pod"]]'
+            )
+        wanted = [list(group) for group in groups]
+        called = [s.tool_name for s in steps if s.type == "tool_call"]
+        broken = _first_step_out_of_order(called, wanted)
+        extra = {} if broken is None else {"broken_at": {"step": broken[0] + 1, "tool": broken[1]}}
+        return self._record(
+            f"to_have_called_tools_in_steps({wanted!r})",
+            broken is None,
+            evidence(wanted, called, **extra),
+            weight,
+            steps=True,
+        )
+
     def to_have_no_tool_errors(self, *, weight: float = 1.0) -> Signal:
         steps = _steps(self._value, "to_have_no_tool_errors")
         failed = [s for s in steps if s.status == "error"]
@@ -403,6 +431,24 @@ class Expectation:
             evidence(what, _clip(self._value)),
             weight,
         )
+
+
+def _first_step_out_of_order(
+    called: Sequence[str | None], groups: Sequence[Sequence[str]]
+) -> tuple[int, str] | None:
+    """(step index, tool) of the first required tool not called after the previous step
+    completed, or ``None`` when every step is met in order. Greedy earliest matching is
+    optimal: finishing a step as early as possible leaves the most calls for the next."""
+    start = 0
+    for index, group in enumerate(groups):
+        done = start
+        for tool in group:
+            at = next((i for i in range(start, len(called)) if called[i] == tool), None)
+            if at is None:
+                return index, tool
+            done = max(done, at + 1)
+        start = done
+    return None
 
 
 def _clip(value: Any, limit: int = 500) -> Any:

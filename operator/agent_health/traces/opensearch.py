@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_health.traces import errors, records, settings
 
 if TYPE_CHECKING:
     from opensearchpy import AsyncOpenSearch
 
+T = TypeVar("T")
 SPAN_PREFIXES = ("span.attributes.", "attributes.")
 LOG_PREFIXES = ("log.attributes.", "attributes.")
 STATUS = {0: "unset", 1: "ok", 2: "error"}
@@ -159,18 +160,36 @@ def _attributes(source: Mapping[str, Any], prefixes: Sequence[str]) -> dict[str,
 
 
 class OpenSearchSource:
-    """Spans (and logs, with ``logs_index``) of one run from OpenSearch."""
+    """Spans (and logs, with ``logs_index``) of one run from OpenSearch.
+
+    ``remote``: a queried backend, which may return records of other runs; they are dropped
+    here (:func:`records.belongs`) and again by the traces view, which trusts no backend.
+    """
 
     name = "opensearch"
+    remote = True
 
     def __init__(self, cfg: settings.OpenSearchSettings) -> None:
         self.cfg = cfg
         self._client: AsyncOpenSearch | None = None
 
+    @property
+    def run_id_attribute(self) -> str:
+        return self.cfg.run_id_attribute
+
     async def spans(self, run_id: str, traceparent: str | None) -> Sequence[records.Span]:
         body = span_query(run_id, traceparent, self.cfg)
-        hits = await self._poll(self.cfg.index, body, "spans", run_id, _spans_settled)
-        spans = [parse_span(h) for h in hits]
+
+        def own(span: records.Span) -> bool:
+            return records.belongs(
+                span.trace_id,
+                span.attributes,
+                run_id=run_id,
+                traceparent=traceparent,
+                run_id_attribute=self.cfg.run_id_attribute,
+            )
+
+        spans = await self._poll(self.cfg.index, body, "spans", run_id, parse_span, own, _settled)
         spans.sort(key=lambda s: (s.start_ms is None, s.start_ms or 0.0))
         return spans
 
@@ -183,8 +202,17 @@ class OpenSearchSource:
                 "OpenSearch"
             )
         body = log_query(run_id, traceparent, self.cfg)
-        hits = await self._poll(self.cfg.logs_index, body, "logs", run_id, _any_hits)
-        logs = [parse_log(h) for h in hits]
+
+        def own(record: records.LogRecord) -> bool:
+            return records.belongs(
+                record.trace_id,
+                record.attributes,
+                run_id=run_id,
+                traceparent=traceparent,
+                run_id_attribute=self.cfg.run_id_attribute,
+            )
+
+        logs = await self._poll(self.cfg.logs_index, body, "logs", run_id, parse_log, own, bool)
         logs.sort(key=lambda r: (r.time_ms is None, r.time_ms or 0.0))
         return logs
 
@@ -199,13 +227,20 @@ class OpenSearchSource:
         body: dict[str, Any],
         what: str,
         run_id: str,
-        settled: Any,
-    ) -> list[Mapping[str, Any]]:
+        parse: Callable[[Mapping[str, Any]], T],
+        own: Callable[[T], bool],
+        settled: Callable[[list[T]], bool],
+    ) -> list[T]:
+        """This run's records, parsed: searched until they settle or the wait is over.
+
+        Records of other runs are dropped before anything else looks at them: another run's
+        root span must not end the wait for this one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.wait_seconds
-        previous: list[Mapping[str, Any]] | None = None
+        previous: list[T] | None = None
         while True:
-            hits = await self._search(index, body)
+            found = [parse(doc) for doc in await self._search(index, body)]
+            hits = [record for record in found if own(record)]
             if hits and (settled(hits) or (previous is not None and len(previous) == len(hits))):
                 return hits
             remaining = deadline - loop.time()
@@ -216,6 +251,11 @@ class OpenSearchSource:
                     f"no {what} for run {run_id} in index {index} after "
                     f"{self.cfg.wait_seconds:g} s (is the agent exporting OTel {what} with "
                     f"{self.cfg.run_id_attribute} or the traceparent it was sent?)"
+                    + (
+                        f"; {len(found)} {what} of other runs were returned and dropped"
+                        if found
+                        else ""
+                    )
                 )
             previous = hits
             await asyncio.sleep(min(self.cfg.poll_seconds, remaining))
@@ -270,18 +310,9 @@ class OpenSearchSource:
         return values[0], values[1]
 
 
-def _spans_settled(hits: list[Mapping[str, Any]]) -> bool:
+def _settled(spans: list[records.Span]) -> bool:
     """The agent's root span has landed: the trace is complete."""
-    for h in hits:
-        op = h.get(attribute_field("span.attributes.", records.OPERATION))
-        name = str(h.get("name", ""))
-        if op == records.INVOKE_AGENT or name.split(" ", 1)[0] == records.INVOKE_AGENT:
-            return True
-    return False
-
-
-def _any_hits(hits: list[Mapping[str, Any]]) -> bool:
-    return bool(hits)
+    return any(s.operation == records.INVOKE_AGENT for s in spans)
 
 
 def _describe(err: Any, index: str, cfg: settings.OpenSearchSettings) -> str:

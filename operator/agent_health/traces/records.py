@@ -20,6 +20,9 @@ OPERATION = "gen_ai.operation.name"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
 
+RUN_ID_ATTRIBUTE = "agent_health.run_id"
+"""The span attribute naming the agent-health run (``traces.opensearch.run_id_attribute``)."""
+
 INVOKE_AGENT = "invoke_agent"
 CHAT = "chat"
 EXECUTE_TOOL = "execute_tool"
@@ -147,6 +150,28 @@ class TraceSource(Protocol):
     async def spans(self, run_id: str, traceparent: str | None) -> Sequence[Span]: ...
 
     async def logs(self, run_id: str, traceparent: str | None = None) -> Sequence[LogRecord]: ...
+
+
+def belongs(
+    trace_id: str | None,
+    attributes: Mapping[str, Any],
+    *,
+    run_id: str,
+    traceparent: str | None,
+    run_id_attribute: str,
+) -> bool:
+    """Whether a span or log record a backend returned is this run's.
+
+    A record that carries the run id attribute belongs when it names this run (a record of
+    another run in the same trace, e.g. an agent that reused a trace id, does not); one
+    without it belongs when it is in this run's trace (the ``traceparent`` it was sent).
+    Anything else is another run's: a backend that over-returns must not add its tokens.
+    """
+    named = attributes.get(run_id_attribute)
+    if named is not None:
+        return str(named) == run_id
+    own = trace_id_of(traceparent)
+    return own is not None and trace_id == own
 
 
 def trace_id_of(traceparent: str | None) -> str | None:

@@ -40,6 +40,8 @@ class TraceSnapshot:
     prices: settings.PriceTable = field(default_factory=settings.PriceTable)
     steps_known: bool = True
     """False when the source has no record of the agent's steps (it reported none)."""
+    foreign: int = 0
+    """Spans the source returned that belong to another run (dropped, never counted)."""
 
     @property
     def llm_calls(self) -> int:
@@ -172,21 +174,39 @@ class TracesView:
         chosen = self._pick(source)
         async with self._lock:
             if chosen.name not in self._loaded:
-                spans = await chosen.spans(self.run_id, self._result.traceparent)
+                returned = await chosen.spans(self.run_id, self._result.traceparent)
+                spans = [s for s in returned if self._own(chosen, s.trace_id, s.attributes)]
                 self._loaded[chosen.name] = TraceSnapshot(
                     run_id=self.run_id,
                     source=chosen.name,
                     spans=tuple(spans),
                     prices=self._prices,
                     steps_known=getattr(chosen, "steps_known", True),
+                    foreign=len(returned) - len(spans),
                 )
             return self._loaded[chosen.name]
+
+    def _own(self, source: records.TraceSource, trace_id: str | None, attributes: Any) -> bool:
+        """Whether a record a source returned is this run's. A local source (the trajectory,
+        the gateway's exchanges) is made from this run alone; a ``remote`` one (a queried
+        backend such as OpenSearch) is not trusted: another run's records are dropped."""
+        if not getattr(source, "remote", False):
+            return True
+        return records.belongs(
+            trace_id,
+            attributes,
+            run_id=self.run_id,
+            traceparent=self._result.traceparent,
+            run_id_attribute=getattr(source, "run_id_attribute", records.RUN_ID_ATTRIBUTE),
+        )
 
     async def spans(self, source: str | None = None) -> list[records.Span]:
         return list((await self.load(source)).spans)
 
     async def logs(self, source: str | None = None) -> list[records.LogRecord]:
-        return list(await self._pick(source).logs(self.run_id, self._result.traceparent))
+        chosen = self._pick(source)
+        returned = await chosen.logs(self.run_id, self._result.traceparent)
+        return [r for r in returned if self._own(chosen, r.trace_id, r.attributes)]
 
     async def total_tokens(self, source: str | None = None) -> int:
         return (await self.load(source)).total_tokens

@@ -251,6 +251,7 @@ def _grade(
         duration_ms=end.duration_ms or 0.0,
         started_at=found.meta.started_at.timestamp(),
         cause=cause if status == "errored" else None,
+        insights=end.insights,
     )
     return CellGrade(
         cell=cell_name,
@@ -272,11 +273,9 @@ def _grade(
 
 
 def _problems(found: evidence.Evidence) -> tuple[list[str], results.Cause]:
-    """Why the test errored, as the engine decided it, and whom that blames.
-
-    The body's errors come from the controller's cell-end (with their cause, or the cause
-    of the failed agent call); without them, judge calls that errored.
-    """
+    """Why the test errored, as the engine decided it, and whom that blames: the errors of
+    the controller's cell-end (with their cause, or the failed agent call's); without them,
+    gate judge calls that errored."""
     end = found.end
     failed_call = found.run_error.cause if found.run_error is not None else None
     if end.error:
@@ -290,8 +289,7 @@ def _problems(found: evidence.Evidence) -> tuple[list[str], results.Cause]:
 
 
 def _judge_errors(signals: list[results.Signal]) -> list[str]:
-    """Gate judge calls that errored; an errored observation never changes the gate."""
-    return [
+    return [  # gate calls only: an errored observation never changes the gate
         f"judge errored on {s.name!r}: {s.error}"
         for s in signals
         if s.kind == "judge" and s.role == "gate" and (s.evidence or {}).get("errored")
@@ -309,12 +307,12 @@ def _test_result(
     duration_ms: float = 0.0,
     started_at: float = 0.0,
     cause: results.Cause | None = None,
+    insights: dict[str, Any] | None = None,
 ) -> results.TestResult:
-    title = expected.title or expected.test_id
     return results.TestResult(
         id=expected.test_id,
-        name=title,
-        title=title,
+        name=expected.title or expected.test_id,
+        title=expected.title or expected.test_id,
         file=expected.file,
         line=expected.line,
         labels=expected.labels,
@@ -330,6 +328,7 @@ def _test_result(
         signals=signals,
         metrics=derived,
         content_hash=expected.content_hash,
+        insights=insights,  # what the cell's insights said, as the cell recorded it
     )
 
 

@@ -229,7 +229,8 @@ class EventRecorder:
             return None
         error = grade.error or "errored"
         reason = next((r for text, r in _GRADE_REASONS if text in error), "CellErrored")
-        message = f"{grade.test_id} (repeat {grade.repeat}, cell {grade.cell}): {error}"
+        blame = f", cause {grade.cause}" if grade.cause else ""
+        message = f"{grade.test_id} (repeat {grade.repeat}, cell {grade.cell}{blame}): {error}"
         return self.event(involved, "Warning", reason, message, action="Grade")
 
     def _expire(self, now: datetime.datetime) -> None:

@@ -168,10 +168,15 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         )
     if s.total:
         console.print(f"[dim]{escape(legend(s.repeats))}[/]", highlight=False)
-    if s.recommendations:
-        console.print("across the suite:")
-        for rec in s.recommendations:
-            console.print(f"  {rec.tests} tests: {escape(rec.text)}", highlight=False)
+    if s.insights is not None:
+        how = "the judge model's synthesis" if s.insights.source == "llm" else "grouped"
+        console.print(f"across the suite ({how}): {escape(s.insights.summary)}", highlight=False)
+        for rec in s.insights.recommendations:
+            console.print(f"  {len(rec.tests)} tests: {escape(rec.text)}", highlight=False)
+        for pattern in s.insights.patterns:
+            console.print(f"  • {escape(pattern)}", highlight=False)
+        if s.insights.error:
+            console.print(f"  [yellow]{escape(s.insights.error)}[/]", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
 
