@@ -9,7 +9,7 @@ import random
 import statistics
 
 import pytest
-from agent_health.engine import stats
+from agent_health.engine import resample, stats
 
 Z = 1.959964  # the 97.5% standard normal quantile
 
@@ -199,7 +199,7 @@ def test_draws_pick_every_test_equally_often(n: int) -> None:
     rng = random.Random(3)
     rounds = 400
     for target in sorted({0, n // 2, n - 1}):
-        draws = stats._Draws([complex(i == target) for i in range(n)])
+        draws = resample.Draws([complex(i == target) for i in range(n)])
         hits = sum(draws.total(rng).real for _ in range(rounds))
         # Binomial(rounds · n, 1/n): mean `rounds`, sd about sqrt(rounds)
         assert abs(hits - rounds) <= 5 * math.sqrt(rounds), (n, target, hits)

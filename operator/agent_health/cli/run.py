@@ -85,7 +85,7 @@ def add_commands(sub: Any) -> None:
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
 
-    from agent_health.engine import loader, provenance, reporters, select
+    from agent_health.engine import loader, provenance, reporters, select, uncertainty
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
@@ -98,7 +98,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("--timeout must be positive")
     if args.ledger and args.no_ledger:
         raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
-    pass_at = _pass_at(args.pass_at, args.repeat)
+    pass_at = uncertainty.parse_pass_at(args.pass_at, args.repeat)
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
@@ -166,26 +166,6 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if recorded is not None:
         _print_ledger(recorded, console, err_console)
     return common.exit_code(report)
-
-
-def _pass_at(value: str | None, repeat: int) -> list[int] | None:
-    """``--pass-at 1,3,5`` as a list of k (``None`` when not given)."""
-    if value is None:
-        return None
-    try:
-        ks = [int(part) for part in value.split(",") if part.strip()]
-    except ValueError as err:
-        raise common.UsageError(
-            f"--pass-at takes whole numbers separated by commas, e.g. 1,3,5; got {value!r}"
-        ) from err
-    if not ks or any(k < 1 for k in ks):
-        raise common.UsageError(f"--pass-at needs k of at least 1, e.g. 1,3,5; got {value!r}")
-    if max(ks) > repeat:
-        raise common.UsageError(
-            f"--pass-at {max(ks)} needs at least {max(ks)} repeats of each test: pass "
-            f"--repeat {max(ks)} (or more)"
-        )
-    return sorted(set(ks))
 
 
 def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:

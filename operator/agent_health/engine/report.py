@@ -21,6 +21,7 @@ their tests lack those fields (readers such as ``compare`` and the HTML report a
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -285,7 +286,7 @@ def _tallies(results: Sequence[TestResult]) -> dict[str, uncertainty.Tally]:
         if r.status == "passed" or r.status == "failed" or _agent_errored(r):
             tally[1] += 1
             tally[0] += r.status == "passed"
-        if r.score is not None:
+        if r.score is not None and math.isfinite(r.score):  # a NaN score has no interval
             tally[2] += r.score
             tally[3] += 1
     return {

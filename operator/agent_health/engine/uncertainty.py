@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import stats
+from agent_health.sdk import errors
 
 CONFIDENCE = stats.CONFIDENCE
 
@@ -140,6 +141,27 @@ def pass_at(
             )
         )
     return out
+
+
+def parse_pass_at(value: str | None, repeats: int) -> list[int] | None:
+    """``--pass-at 1,3,5`` as a sorted list of k (``None`` when not given); each k must be
+    at least 1 and at most the repeats."""
+    if value is None:
+        return None
+    try:
+        ks = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError as err:
+        raise errors.ConfigError(
+            f"--pass-at takes whole numbers separated by commas, e.g. 1,3,5; got {value!r}"
+        ) from err
+    if not ks or any(k < 1 for k in ks):
+        raise errors.ConfigError(f"--pass-at needs k of at least 1, e.g. 1,3,5; got {value!r}")
+    if max(ks) > repeats:
+        raise errors.ConfigError(
+            f"--pass-at {max(ks)} needs at least {max(ks)} repeats of each test: pass "
+            f"--repeat {max(ks)} (or more)"
+        )
+    return sorted(set(ks))
 
 
 def _average(values: Sequence[float]) -> float | None:

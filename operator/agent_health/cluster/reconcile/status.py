@@ -10,9 +10,8 @@ Lifecycle (``status.phase``)::
 * ``Pending`` — accepted, nothing done yet. ``Resolving`` — waiting for the RunSpec's images
   to be pinned to digests and its tests discovered; a run of a RunSpec that is already
   resolved (its second run, and every later one) skips it. ``Running`` — cells are
-  scheduled. ``Grading`` — every cell has ended; the
-  last ledgers are being graded. The tally moves Running → Grading → Succeeded by itself as
-  cells end and are graded; the reconciler drives the rest.
+  scheduled. ``Grading`` — every cell has ended; the last ledgers are being graded. The
+  tally moves Running → Grading → Succeeded by itself as cells end and are graded.
 * ``Succeeded`` — every planned cell has a grade, **whatever the grades are**: a run whose
   tests fail has still succeeded in measuring the agent (see the ``TestsPassed`` condition).
 * ``Failed`` — the run could not be executed: an image did not resolve, discovery failed,
@@ -52,8 +51,7 @@ _NEXT: dict[Phase | None, frozenset[Phase]] = {
 ConditionStatus = Literal["True", "False", "Unknown"]
 _CellState = Literal["pending", "running", "ended"]
 MAX_ERROR = 1024
-# How stale the score's bootstrap interval may get while cells are graded: resampling a
-# thousand tests costs a tenth of a second, and a busy run's status is rebuilt every second.
+# The score's bootstrap interval while cells are graded (resampling costs ~0.1 s per 1,000 tests)
 BOOTSTRAP_EVERY = datetime.timedelta(seconds=30)
 
 
@@ -238,11 +236,10 @@ class RunTally:
         counts = self.counts()
         if self._aggregates is None:
             graded = [g.result for g in self._grades.values()]
-            now = self._clock()
-            last = self._bootstrapped_at
+            now, last = self._clock(), self._bootstrapped_at
             due = self.phase in TERMINAL or last is None or now - last >= BOOTSTRAP_EVERY
             built = report.RunReport.build(
-                graded, duration_ms=0.0, repeats=self.repeats, bootstrap=due
+                graded, duration_ms=0, repeats=self.repeats, bootstrap=due
             )
             if due:
                 self._score_interval = _interval(built.summary.score_interval)
