@@ -83,9 +83,12 @@ def _per_test(tests: Iterable[Mapping[str, Any]]) -> dict[str, _PerTest]:
     for t in tests:
         one = out.setdefault(str(t["id"]), _PerTest())
         status = t.get("status")
-        # errored counts as a decided non-pass only when the agent caused it (version-1
+        # flaky (passed only on a retry) is a decided non-pass; errored only when the agent
+        # caused it (version-1
         # reports have no cause: their errored results are left out, as they were then)
-        if status in ("passed", "failed") or (status == "errored" and t.get("cause") == "agent"):
+        if status in ("passed", "failed", "flaky") or (
+            status == "errored" and t.get("cause") == "agent"
+        ):
             one.decided += 1
             one.passed += status == "passed"
         score = t.get("score")

@@ -13,6 +13,11 @@ test caused (refused, error status, malformed reply, timeout, crash) counts agai
 failure; errors of the judge, the test or the infrastructure, and skipped tests, are left out
 (they say nothing about the agent). pass@k and pass^k count an agent-caused error the same way.
 
+A ``flaky`` result (it failed or errored, then passed on a retry, ``--retries``) counts as not
+passed: in the denominator, not the numerator. Retries keep a run green; they never raise the
+grade. ``summary.flaky`` names every flaky test: flaky on a retry, or passing in some repeats
+and not others.
+
 Version 2 adds, per test, what the agent was asked and did (``context``, ``output``,
 ``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
 ``ledger_cell``, and per run the ``provenance`` (what ran). Version 1 files still load:
@@ -21,7 +26,6 @@ their tests lack those fields (readers such as ``compare`` and the HTML report a
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -39,7 +43,7 @@ READABLE_VERSIONS = (1, 2)
 # What the headline numbers mean, in one place: the terminal's legend and the HTML report
 # both print these.
 LEGEND = {
-    "pass_rate": "passed / (passed + failed + errored by the agent); other errors and "
+    "pass_rate": "passed / (passed + failed + errored by the agent + flaky); other errors and "
     "skipped left out",
     "score": "mean test score, 0-1 (a test's: weighted mean of its judge scores and checks, "
     "1 pass 0 fail)",
@@ -49,14 +53,15 @@ LEGEND = {
 }
 
 
-def decided(passed: int, failed: int, errored_by_agent: int) -> int:
+def decided(passed: int, failed: int, errored_by_agent: int, flaky: int = 0) -> int:
     """The pass rate's denominator: the results that say something about the agent."""
-    return passed + failed + errored_by_agent
+    return passed + failed + errored_by_agent + flaky
 
 
-def pass_rate(passed: int, failed: int, errored_by_agent: int) -> float | None:
-    """``passed / (passed + failed + errored[agent])``, or ``None`` when nothing was decided."""
-    total = decided(passed, failed, errored_by_agent)
+def pass_rate(passed: int, failed: int, errored_by_agent: int, flaky: int = 0) -> float | None:
+    """``passed / (passed + failed + errored[agent] + flaky)``, or ``None`` when nothing was
+    decided."""
+    total = decided(passed, failed, errored_by_agent, flaky)
     return round(passed / total, 6) if total else None
 
 
@@ -78,6 +83,7 @@ class LabelStats(BaseModel):
     failed: int = 0
     errored: int = 0
     skipped: int = 0
+    flaky: int = 0
     errored_by_agent: int = 0
     pass_rate: float | None = None
     score: float | None = None
@@ -131,9 +137,15 @@ class Summary(BaseModel):
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
     flaky: list[str] = Field(default_factory=list)
+    flaky_count: int = Field(
+        default=0, description="results that passed only on a retry (status flaky)"
+    )
     load_errors: list[str] = Field(default_factory=list)
     interrupted: bool = False
     not_run: int = 0
+    stopped: str | None = Field(
+        default=None, description="why no more tests started (e.g. --max-failures), if so"
+    )
     judge_tokens: dict[str, Any] | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -181,6 +193,7 @@ class RunReport(BaseModel):
         interrupted: bool = False,
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
+        stopped: str | None = None,
         rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
         pass_at: Sequence[int] | None = None,
@@ -193,15 +206,20 @@ class RunReport(BaseModel):
         resampling each, for a tally rebuilt often."""
         rollup = rollup if rollup is not None else rollup_mod.group(results)
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
+        flaky = 0
         for r in results:
-            counts[r.status] += 1
+            if r.status == "flaky":
+                flaky += 1
+            else:
+                counts[r.status] += 1
         causes = by_cause(results)
         scores = [r.score for r in results if r.score is not None]
         summary: dict[str, Any] = dict(
             total=len(results),
             **counts,
+            flaky_count=flaky,
             errored_by_cause=causes,
-            pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"]),
+            pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"], flaky),
             score=round(sum(scores) / len(scores), 6) if scores else None,
             duration_ms=round(duration_ms, 3),
             tokens=_known_sum(r.token_usage.total for r in results),
@@ -209,6 +227,7 @@ class RunReport(BaseModel):
             load_errors=list(load_errors),
             interrupted=interrupted,
             not_run=not_run,
+            stopped=stopped,
             judge_tokens=judge_tokens,
             input_tokens=_known_sum(r.token_usage.prompt for r in results),
             output_tokens=_known_sum(r.token_usage.completion for r in results),
@@ -221,7 +240,7 @@ class RunReport(BaseModel):
             insights=rollup,
             **_cost(results),
         )
-        tallies = _tallies(results)
+        tallies = uncertainty.tallies(results)
         summary["pass_rate_interval"] = uncertainty.proportion(list(tallies.values()))
         if bootstrap:
             summary["score_interval"] = uncertainty.score(list(tallies.values()))
@@ -234,6 +253,9 @@ class RunReport(BaseModel):
             if own is not None:
                 summary["pass_at_k_interval"] = own.pass_at_k_interval
                 summary["pass_hat_k_interval"] = own.pass_hat_k_interval
+        retried_flaky = sorted({r.title for r in results if r.status == "flaky"})
+        if retried_flaky:
+            summary["flaky"] = sorted({*summary.get("flaky", []), *retried_flaky})
         return cls(
             summary=Summary(**summary),
             provenance=provenance,
@@ -252,9 +274,8 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, LabelStats]:
-    counts: dict[str, dict[str, int]] = defaultdict(
-        lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0, "errored_by_agent": 0}
-    )
+    keys = ("passed", "failed", "errored", "skipped", "flaky", "errored_by_agent")
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(keys, 0))
     scores: dict[str, list[float]] = defaultdict(list)
     members: dict[str, list[TestResult]] = defaultdict(list)
     for r in results:
@@ -267,34 +288,15 @@ def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, 
     out = {}
     for label in sorted(counts):
         c = counts[label]
-        tallies = list(_tallies(members[label]).values())
+        tallies = list(uncertainty.tallies(members[label]).values())
         out[label] = LabelStats(
             **c,
-            pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"]),
+            pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"], c["flaky"]),
             score=_mean(scores[label]),
             pass_rate_interval=uncertainty.proportion(tallies),
             score_interval=uncertainty.score(tallies) if bootstrap else None,
         )
     return out
-
-
-def _tallies(results: Sequence[TestResult]) -> dict[str, uncertainty.Tally]:
-    """Per test id: its decided repeats (passed, failed, errored by the agent) and scores."""
-    found: dict[str, list[float]] = {}
-    for r in results:
-        tally = found.setdefault(r.id, [0, 0, 0.0, 0])
-        if r.status == "passed" or r.status == "failed" or _agent_errored(r):
-            tally[1] += 1
-            tally[0] += r.status == "passed"
-        if r.score is not None and math.isfinite(r.score):  # a NaN score has no interval
-            tally[2] += r.score
-            tally[3] += 1
-    return {
-        test_id: uncertainty.Tally(
-            passed=int(t[0]), decided=int(t[1]), score_sum=t[2], scored=int(t[3])
-        )
-        for test_id, t in found.items()
-    }
 
 
 def _agent_errored(r: TestResult) -> int:
@@ -315,8 +317,8 @@ def _pass_at_k(
     results: Sequence[TestResult], tallies: dict[str, uncertainty.Tally], k: int
 ) -> dict[str, Any]:
     """pass@k and pass^k for k = the repeats, per test and overall (the unbiased estimators
-    over each test's decided repeats: passed, failed and errored by the agent, which is not
-    a pass; other errored repeats are left out, and a test with fewer than k decided
+    over each test's decided repeats: passed, failed, flaky and errored by the agent, which
+    are not passes; other errored repeats are left out, and a test with fewer than k decided
     repeats has no pass@k), and the flaky tests."""
     statuses: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
@@ -333,7 +335,7 @@ def _pass_at_k(
             passed=seen.count("passed"),
             failed=seen.count("failed"),
             errored=seen.count("errored"),
-            errored_by_agent=t.decided - seen.count("passed") - seen.count("failed"),
+            errored_by_agent=t.decided - len([s for s in seen if s in uncertainty.DECIDED]),
             pass_at_k=round(stats.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
             pass_hat_k=round(stats.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
         )

@@ -12,12 +12,14 @@
 
 docs/statistics.md gives the maths and a worked example.
 
-The functions take plain per-test tallies, so a report of one agent, a label's slice of it,
-or each agent of a matrix is summarised the same way.
+The functions take per-test :class:`Tally` objects (:func:`tallies` makes them from
+results), so a report of one agent, a label's slice of it, or each agent of a matrix is
+summarised the same way.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -25,8 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import stats
 from agent_health.sdk import errors
+from agent_health.sdk.results import TestResult
 
 CONFIDENCE = stats.CONFIDENCE
+DECIDED = ("passed", "failed", "flaky")
+"""Statuses that always say something about the agent; errored only when it caused it."""
 
 
 class Interval(BaseModel):
@@ -71,6 +76,24 @@ class Tally(BaseModel):
     decided: int = 0
     score_sum: float = 0.0
     scored: int = 0
+
+
+def tallies(results: Sequence[TestResult]) -> dict[str, Tally]:
+    """Per test id: its decided repeats (passed, failed, flaky — failed, then passed on a
+    retry —, errored by the agent) and its scores."""
+    found: dict[str, list[float]] = {}
+    for r in results:
+        tally = found.setdefault(r.id, [0, 0, 0.0, 0])
+        if r.status in DECIDED or (r.status == "errored" and r.cause == "agent"):
+            tally[1] += 1
+            tally[0] += r.status == "passed"
+        if r.score is not None and math.isfinite(r.score):  # a NaN score has no interval
+            tally[2] += r.score
+            tally[3] += 1
+    return {
+        test_id: Tally(passed=int(t[0]), decided=int(t[1]), score_sum=t[2], scored=int(t[3]))
+        for test_id, t in found.items()
+    }
 
 
 def proportion(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Interval | None:

@@ -328,7 +328,7 @@ async def backend(
                 auth_hint=key_source if api_key else http.auth_hint(judge),
                 api_key=api_key,
             )
-            provider = providers_mod.create(judge, endpoint, providers)
+            provider = providers_mod.create_or_unusable(judge, endpoint, providers)
         store = cache
         if store is None and use_cache and (judge is None or judge.cache):
             store = await cache_mod.Cache.open(

@@ -66,6 +66,7 @@ class TestInfo:
     repeat: int
     run_id: str
     timeout: float | None
+    retry: int = 0  # 0 on the first try; n on the n-th retry (``--retries``)
     annotations: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, reason: str = "") -> None:
