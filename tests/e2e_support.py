@@ -118,7 +118,12 @@ class Cluster:
             if all(p["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())
         ]
 
-    async def secret(self, namespace: str, name: str, **data: str) -> None:
+    async def secret(
+        self, namespace: str, name: str, *, offered: bool = False, **data: str
+    ) -> None:
+        """A Secret of ``data`` (``_`` in a key becomes ``-``); ``offered``: labelled for
+        RunSpecs to use, as README says (``agenthealth.dev/usable-by-runs=true``)."""
+        labels = {"agenthealth.dev/usable-by-runs": "true"} if offered else {}
         encoded = {
             k.replace("_", "-"): base64.b64encode(v.encode()).decode() for k, v in data.items()
         }
@@ -126,7 +131,7 @@ class Cluster:
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {"name": name, "namespace": namespace},
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
                 "data": encoded,
             }
         )

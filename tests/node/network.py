@@ -87,8 +87,12 @@ class Network:
         for attempt in range(8):
             subnet = await _free_subnet(skip=attempt)
             network = cls(subnet=subnet, bridge=f"ahb{pid:x}", pid=pid)
+            # A bridge without an address of its own takes the lowest of its ports' and
+            # changes it as pods come and go; every pod's ARP entry for the node would then
+            # point at a MAC nobody answers to until it expires (tens of seconds of lost
+            # packets to the API server). A fixed, locally administered MAC stays.
             await _ip(
-                f"link add {network.bridge} type bridge",
+                f"link add {network.bridge} address {_mac(pid)} type bridge",
                 f"addr add {network.node_ip}/{subnet.prefixlen} dev {network.bridge}",
                 f"link set {network.bridge} up",
             )
@@ -217,6 +221,12 @@ async def _remove_leftovers() -> None:
         found = _BRIDGE.match(name)
         if found and not _alive(int(found.group(1), 16)):
             await _ip(f"link del {name}", check=False)
+
+
+def _mac(pid: int) -> str:
+    """A locally administered unicast MAC address for the bridge of test run ``pid``."""
+    octets = [0x02, 0xAE, *(pid & 0xFFFFFFFF).to_bytes(4, "big")]
+    return ":".join(f"{o:02x}" for o in octets)
 
 
 def _alive(pid: int) -> bool:
