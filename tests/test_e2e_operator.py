@@ -10,9 +10,11 @@ has RunSpecs and runs of its own.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import signal
+import sqlite3
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -352,3 +354,28 @@ async def test_agent_sandbox_isolation_runs_each_cell_as_a_sandbox(k8s: e2e.Clus
     assert sandbox is not None
     finished_condition = {c["type"]: c for c in sandbox["status"]["conditions"]}["Finished"]
     assert finished_condition["reason"] == "PodSucceeded"
+
+
+# -- the judge cache on the chart's volume ---------------------------------------------------
+
+
+def cached_verdicts(k8s: e2e.Cluster) -> int:
+    """Verdicts in the judge cache the chart's volume holds (0 when there is no cache file)."""
+    operator_pod = k8s.operator_pod()
+    assert operator_pod is not None
+    running = k8s.node.pod(e2e.NAMESPACE, operator_pod["metadata"]["name"])
+    database = running.volumes["judge-cache"] / "judge.sqlite"
+    if not database.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        (count,) = connection.execute("SELECT COUNT(*) FROM verdicts").fetchone()
+    return int(count)
+
+
+async def test_judge_verdicts_are_cached_in_the_charts_cache_volume(k8s: e2e.Cluster) -> None:
+    # The chart passes the mounted directory as --judge-cache; the cache is judge.sqlite in it.
+    await k8s.apply(runspec_of("cached", k8s.model.url))
+    await k8s.apply(run_of("cached-1", "cached", selection={"grep": "payment"}))
+    done = await finished(k8s, "cached-1")
+    assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "cached-1")
+    assert cached_verdicts(k8s) > 0
