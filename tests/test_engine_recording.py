@@ -317,7 +317,7 @@ async def test_cells_that_end_together_write_the_key_once(
                 repeat=0,
                 run_id=f"run{i}",
                 timeout=10.0,
-            )  # fmt: skip
+            )
             for i in range(20)
         ]
         for info in infos:
@@ -329,7 +329,8 @@ async def test_cells_that_end_together_write_the_key_once(
             )
         )
     assert writes == [ledger.key_file]
-    assert len(ledger.cells) == 20 and not ledger.failures
+    assert len(ledger.cells) == 20
+    assert not ledger.failures
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
 
 
