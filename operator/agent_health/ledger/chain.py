@@ -16,7 +16,6 @@ True
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 import os
@@ -115,7 +114,7 @@ def link(key: bytes, previous_mac: str, payload: dict[str, Any]) -> str:
     """The MAC of one record's JSON data (``mac`` excluded) following ``previous_mac``."""
     body = {k: v for k, v in payload.items() if k != "mac"}
     message = previous_mac.encode("ascii") + records.canonical(body)
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hmac.digest(key, message, "sha256").hex()
 
 
 class Sealer:
@@ -162,8 +161,7 @@ class Sealer:
         before = records.canonical({k: v for k, v in payload.items() if k < "mac"})[1:-1]
         after = records.canonical({k: v for k, v in payload.items() if k > "mac"})[1:-1]
         body = b"{" + b",".join(part for part in (before, after) if part) + b"}"
-        mac = hmac.new(self._key, self.previous_mac.encode("ascii") + body, hashlib.sha256)
-        mac_hex = mac.hexdigest()
+        mac_hex = hmac.digest(self._key, self.previous_mac.encode("ascii") + body, "sha256").hex()
         field = b'"mac":"' + mac_hex.encode("ascii") + b'"'
         line = b"{" + b",".join(part for part in (before, field, after) if part) + b"}"
         self.next_seq += 1
