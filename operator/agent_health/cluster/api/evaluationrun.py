@@ -41,7 +41,9 @@ class Selection(meta.Model):
         default_factory=list, description="Run only tests that carry every one of these labels."
     )
     grep: Annotated[str, pydantic.Field(min_length=1, max_length=1024)] | None = pydantic.Field(
-        default=None, description="A regular expression matched against test ids and titles."
+        default=None,
+        description="A regular expression (RE2 syntax: no backreferences or lookarounds) "
+        "matched against test ids and titles.",
     )
 
 
