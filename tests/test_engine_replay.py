@@ -251,11 +251,14 @@ async def test_a_changed_body_is_replayed_and_a_changed_prompt_errors(
     slow = by_name["a slow answer misses its budget"]
     assert (slow["status"], slow["cause"]) == ("errored", "test")
     assert "prompt differs from the recording" in slow["error"]
+    assert "test 'a slow answer misses its budget'" in slow["error"]  # names the test
+    assert "run it against the agent to record the new prompt" in slow["error"]  # what to do
     assert "'Answer slowly'" in slow["error"]
     assert "'Answer slowly, please'" in slow["error"]
     new = by_name["a new test"]
     assert (new["status"], new["cause"]) == ("errored", "test")
-    assert "no recording of this test" in new["error"]
+    assert "no recording of test 'a new test'" in new["error"]
+    assert "run it against the agent to record it" in new["error"]
     huge = by_name["a huge answer"]  # its recording was cut: not the whole answer
     assert next(t["status"] for t in first["tests"] if t["name"] == "a huge answer") == "passed"
     assert (huge["status"], huge["cause"]) == ("errored", "infra")

@@ -234,34 +234,35 @@ class Replayer:
         key = (ctx.info.id, ctx.info.repeat)
         found = self.recording.runs.get(key)
         repeat = f" repeat {ctx.info.repeat + 1}" if ctx.info.repeat else ""
+        test = f"test {ctx.info.title!r}{repeat}"
         if found is None:
             raise ReplayError(
-                f"no recording of this test{repeat} in {self.recording.source} "
+                f"no recording of {test} in {self.recording.source} "
                 f"({self._why_missing(key)}); run it against the agent to record it"
             )
         run = found.run
         if run is None:
             raise ReplayError(
-                f"the recorded run of this test{repeat} never called agent.run() (cell "
+                f"the recorded run of {test} never called agent.run() (cell "
                 f"{found.cell}); run it against the agent to record it"
             )
         if run.truncated:
             raise ReplayError(
-                f"the recording of this test{repeat} was cut to its caps "
+                f"the recording of {test} was cut to its caps "
                 f"({', '.join(run.truncated[:3])}): it is not the whole answer; run it "
                 "against the agent",
                 cause="infra",
             )
         if (run.prompt or "") != request.prompt:
             raise ReplayError(
-                f"{DIFFERS}: recorded {_snip(run.prompt or '')!r}, the body now sends "
+                f"{DIFFERS} ({test}): recorded {_snip(run.prompt or '')!r}, the body now sends "
                 f"{_snip(request.prompt)!r}; run it against the agent to record the new prompt"
             )
         sent = [{"description": c.description, "value": c.value} for c in request.context]
         if [{"description": c.get("description", ""), "value": c.get("value", "")}
                 for c in run.context] != sent:  # fmt: skip
             raise ReplayError(
-                "context differs from the recording (the prompt is the same); run it "
+                f"context differs from the recording ({test}; the prompt is the same); run it "
                 "against the agent to record the new context"
             )
         if run.error is not None:
