@@ -549,7 +549,9 @@ def test_the_target_and_peers_are_probed_on_their_own_ports() -> None:
 def test_target_env_and_resources_are_carried_over() -> None:
     target = _by_name(_pod()["spec"])["target"]
     assert {"name": "LOG_LEVEL", "value": "info"} in target["env"]
-    assert target["resources"] == EXAMPLE["RunSpec"]["spec"]["target"]["resources"]
+    asked = EXAMPLE["RunSpec"]["spec"]["target"]["resources"]
+    for kind in ("requests", "limits"):  # the RunSpec's own, the rest from the defaults
+        assert target["resources"][kind] == SETTINGS.resources.target.wire()[kind] | asked[kind]
 
 
 # --- pinning ---------------------------------------------------------------------------
@@ -805,7 +807,7 @@ def test_editing_a_manifest_leaves_the_settings_and_the_next_manifest_alone() ->
     for container in _containers(pod["spec"]):
         container["command"] = ["sh"]
         container.get("resources", {}).get("requests", {})["cpu"] = "64"
-    assert SETTINGS.gateway_resources["requests"]["cpu"] == "50m"
+    assert SETTINGS.resources.gateway.requests["cpu"] == "50m"
     assert manifests.COMMAND == ("agent-health",)
     assert _pod() != pod
 

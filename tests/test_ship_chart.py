@@ -18,7 +18,7 @@ import pytest
 import ship_support
 import yaml
 from agent_health.cluster import rbac
-from agent_health.cluster.cells import netpol
+from agent_health.cluster.cells import netpol, resources
 from ship_support import (
     CHART,
     NAMESPACE,
@@ -211,6 +211,9 @@ def test_the_default_install_is_the_operator_and_what_it_needs(helm: Path) -> No
 
 def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
     args = _args(render(helm, "default"))
+    # Every cell container's CPU and memory: the chart's defaults are the operator's own.
+    cells = resources.parse(args.pop("cell-resources"))
+    assert cells == resources.CellResources()
     assert args == {
         "health-addr": "0.0.0.0:8080",
         "judge-addr": "0.0.0.0:8090",
@@ -236,6 +239,7 @@ def test_probes_ports_and_security(helm: Path) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["resources"]["requests"]
     assert container["resources"]["limits"]["memory"]
+    assert container["resources"]["limits"]["cpu"]
     assert pod["securityContext"]["runAsUser"] == 65532
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

@@ -95,6 +95,9 @@ async def serve(
             gateway_service_account=options.gateway_service_account,
             ledger_credentials_secret=options.ledger_credentials_secret,
             startup_seconds=options.startup_seconds,
+            resources=options.cell_resources,
+            runtime_class=options.cell_runtime_class,
+            sandbox_runtime_class=options.sandbox_runtime_class,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())

@@ -183,7 +183,7 @@ def container(
         "startupProbe": probe(1, failureThreshold=settings.startup_seconds),
         "readinessProbe": probe(5),
         "volumeMounts": mounts,
-        "resources": manifests.resources(settings.gateway_resources),
+        "resources": settings.resources.gateway.wire(),
         "securityContext": manifests.container_security_context(settings),
     }
     if settings.ledger_credentials_secret is not None:

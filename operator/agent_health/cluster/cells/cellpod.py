@@ -12,6 +12,13 @@ its own container and the gateway. The target gets no token and no service-accou
 and reaches its peers only through the gateway, whose listeners replace the peers' URLs.
 Nor may a RunSpec hand the target or a peer one of agent-health's Secrets through ``env``
 (any cell's tokens, a run's ledger key, the ledger credentials): that is a SpecError.
+
+Every container has CPU and memory limits (:mod:`.resources`; a RunSpec's own for its target
+and peers, within the operator's cap); the pod names every container but the gateway in
+``eks.amazonaws.com/skip-containers``, so EKS's identity webhook gives the cells'
+ServiceAccount role to the gateway alone; an operator that requires a RuntimeClass
+(``--cell-runtime-class``) runs every cell with it. :func:`admit` checks a RunSpec against
+these rules before anything is created.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
-from agent_health.cluster.cells import cellgateway, cellsecrets, manifests, sandbox
+from agent_health.cluster.cells import cellgateway, cellsecrets, manifests, resources, sandbox
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
@@ -81,7 +88,7 @@ def cell_pod(
             "in a cluster cell; serve the agent over HTTP (rest, agui or openai) with a port"
         )
     cell = manifests.cell_name(run_name, test_id, repeat)
-    _refuse_our_secrets(spec, settings)
+    admit(spec, settings)
     plan = cellgateway.ports(spec)
     controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
     judged = settings.judge is not None and spec.spec.judge is not None and not run.spec.skip_judge
@@ -149,7 +156,7 @@ def cell_pod(
                     {"name": "AGENT_HEALTH_TARGET_URL", "value": to_target},
                 ],
                 mounts=[scratch[container_name], own_token(f"peer:{peer.name}")],
-                resources=peer.resources,
+                compute=_resources(spec, settings, peer),
                 port=peer.port,
                 settings=settings,
             )
@@ -162,7 +169,7 @@ def cell_pod(
             manifests.pinned(target.image, digests),
             env=_target_env(spec, plan),
             mounts=[scratch[TARGET]],
-            resources=target.resources,
+            compute=_resources(spec, settings, None),
             port=target.port,
             settings=settings,
         )
@@ -201,7 +208,7 @@ def cell_pod(
             cellgateway.socket_mount(),
             *suite_mounts,
         ],
-        "resources": manifests.resources(settings.controller_resources),
+        "resources": settings.resources.controller.wire(),
         # A crash before the cell could record anything still leaves its reason on the pod.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": manifests.container_security_context(settings),
@@ -227,6 +234,7 @@ def cell_pod(
             "annotations": {
                 manifests.ANNOTATION_TEST_ID: test_id,
                 manifests.ANNOTATION_RUNSPEC: run.spec.run_spec_ref.name,
+                **manifests.skip_cloud_identity(pod_spec, keep=cellgateway.NAME),
             },
             "ownerReferences": [manifests.owner_reference(run)],
         },
@@ -261,8 +269,40 @@ def cell(
     )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":
-        return sandbox.sandbox(pod, runtime_class_name=isolation.runtime_class_name)
+        chosen = isolation.runtime_class_name or settings.sandbox_runtime_class
+        return sandbox.sandbox(pod, runtime_class_name=chosen or settings.runtime_class)
     return pod
+
+
+def admit(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
+    """Refuse a RunSpec the operator's rules forbid (a SpecError naming the field and rule):
+    a target or peer reading agent-health's own Secrets, a RuntimeClass other than the one
+    every cell must use, resources beyond the operator's cap."""
+    _refuse_our_secrets(spec, settings)
+    name = f"RunSpec {spec.metadata.get('namespace', '?')}/{spec.metadata.get('name', '?')}"
+    chosen = spec.spec.isolation.runtime_class_name
+    if settings.runtime_class is not None and chosen not in (None, settings.runtime_class):
+        raise errors.SpecError(
+            f"{name} spec.isolation.runtimeClassName: {chosen!r} is not allowed: this operator "
+            f"runs every cell with RuntimeClass {settings.runtime_class!r} "
+            "(--cell-runtime-class); leave the field out or name that one"
+        )
+    _resources(spec, settings, None)
+    for peer in spec.spec.peers:
+        _resources(spec, settings, peer)
+
+
+def _resources(
+    spec: runspec.RunSpec, settings: manifests.Settings, peer: runspec.Peer | None
+) -> dict[str, Any]:
+    """The target's (``peer`` None) or a peer's resources: the RunSpec's within the cap."""
+    name = f"RunSpec {spec.metadata.get('namespace', '?')}/{spec.metadata.get('name', '?')}"
+    cells = settings.resources
+    if peer is None:
+        where = f"{name} spec.target.resources"
+        return resources.effective(cells.target, spec.spec.target.resources, cells.max, where=where)
+    where = f"{name} spec.peers[{peer.name}].resources"
+    return resources.effective(cells.peer, peer.resources, cells.max, where=where)
 
 
 def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
@@ -317,7 +357,7 @@ def _sidecar(
     *,
     env: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
-    resources: Mapping[str, Any],
+    compute: dict[str, Any],
     port: int,
     settings: manifests.Settings,
 ) -> dict[str, Any]:
@@ -333,6 +373,6 @@ def _sidecar(
             "failureThreshold": settings.startup_seconds,
         },
         "volumeMounts": mounts,
-        "resources": manifests.resources(resources),
+        "resources": compute,
         "securityContext": manifests.container_security_context(settings),
     }
