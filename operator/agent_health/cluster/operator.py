@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -103,7 +105,8 @@ async def serve(
             judging.backend(judge, config_mod.define_config())
         )
         ledgers = await asyncio.to_thread(kube.ledger_options, info, token_file)
-        operator = Operator.build(options, api, settings, backend, ledgers)
+        fence = await _fence(options, api, info.server if token_file is not None else None)
+        operator = Operator.build(options, api, settings, backend, ledgers, fence)
         stack.push_async_callback(operator.runs.close)
         stack.push_async_callback(operator.judges.close)
         for server, addr, app in (
@@ -160,6 +163,7 @@ class Operator:
         settings: manifests.Settings,
         backend: dispatch.Judging | None,
         ledger_options: store.Options,
+        fence: netpol.Fence | None = None,
     ) -> Operator:
         sink = metrics.OperatorMetrics()
 
@@ -172,11 +176,12 @@ class Operator:
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,
             stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
-            retry_delay=options.retry_delay, fence=_fence(options),
+            retry_delay=options.retry_delay, fence=fence,
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
             wait_seconds=options.discovery_wait, retry_delay=options.retry_delay,
+            fenced=fence is not None,
         )  # fmt: skip
         reconcilers = handlers.Reconcilers(
             reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes
@@ -238,10 +243,51 @@ def _judge_service(options: options_mod.Options) -> manifests.JudgeService | Non
     )
 
 
-def _fence(options: options_mod.Options) -> netpol.Fence | None:
+async def _fence(
+    options: options_mod.Options, api: kube.Client, service: str | None
+) -> netpol.Fence | None:
+    """The cells' fence (``--network-policy``), with the API server's addresses found now."""
     if not options.network_policy:
         return None
-    return netpol.Fence(options.egress, options.dns_namespace, dict(options.dns_pod_labels))
+    return netpol.Fence(
+        options.egress, options.dns_namespace, dict(options.dns_pod_labels),
+        api_server=await _api_server(api, service),
+    )  # fmt: skip
+
+
+async def _api_server(api: kube.Client, service: str | None) -> tuple[netpol.Egress, ...]:
+    """Where a cell would reach the API server: the endpoints of Service ``default/kubernetes``
+    (a NetworkPolicy sees a Service's traffic after its address is translated to them) and,
+    in a pod, the Service's own address (``service``, the URL the operator itself uses)."""
+    found: list[netpol.Egress] = []
+    try:
+        body = await api.get(kube.ENDPOINTS, "default", "kubernetes")
+    except kube.ApiError as err:
+        log.warning(
+            "cannot read Endpoints default/kubernetes (%s): the cells' NetworkPolicy cannot "
+            "carve the API server out of --egress blocks, nor let ConfigMap-ledger runs reach "
+            "it unless --egress names it",
+            err,
+        )
+        body = {}
+    for subset in body.get("subsets") or []:
+        ports = tuple(
+            int(p["port"]) for p in subset.get("ports") or [] if p.get("protocol", "TCP") == "TCP"
+        )
+        for address in subset.get("addresses") or []:
+            with contextlib.suppress(KeyError, ValueError):
+                found.append(netpol.Egress(_host_network(address["ip"]), ports))
+    if service is not None:
+        parts = urllib.parse.urlsplit(service)
+        with contextlib.suppress(ValueError):
+            port = parts.port or 443
+            found.append(netpol.Egress(_host_network(parts.hostname or ""), (port,)))
+    return tuple(found)
+
+
+def _host_network(ip: str) -> str:
+    """``ip`` as a one-address CIDR; a ValueError when it is not an IP address."""
+    return str(ipaddress.ip_network(ip))
 
 
 async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, addr: str) -> int:

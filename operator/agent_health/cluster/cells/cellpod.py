@@ -3,8 +3,10 @@
 ``controller`` is the main container (``agent-health cell``); ``gateway``, ``target`` and
 each peer are native sidecars (init containers with ``restartPolicy: Always``), so the pod
 completes when the controller exits. The gateway starts first and must pass its startup
-probe before the target starts; the target and each peer must accept TCP on their port
-(on the pod IP, as the kubelet probes it there) before the next container starts.
+probe (run in its own container, over its admin socket) before anything else starts; the
+target and each peer must accept TCP on their port (on the pod IP, as the kubelet probes it
+there) before the next container starts. No other pod reaches those ports: the run's
+NetworkPolicy admits no ingress.
 
 Secrets are mounted per container (see :mod:`.cellgateway` for who is recorded how): the
 ledger key and ledger credentials only into the gateway; each principal's token only into
@@ -139,7 +141,6 @@ def cell_pod(
             routes=routes,
             token_volumes=tokens,
             ledger=_ledger_url(spec, settings),
-            health=plan.health,
             scratch=scratch[cellgateway.NAME],
             settings=settings,
         ),
