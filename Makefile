@@ -5,15 +5,30 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint tools generate bench bench-peers bench-operator screenshot clean
 
-$(BIN)/agent-health: pyproject.toml
+# Two installs into one venv: the demo's (the package and what it needs at run time, no
+# extras) and the developers' (the dev extra on top: pytest, mypy, moto, kopf, ...). A venv
+# that has the dev install has the demo's too.
+CORE := $(VENV)/.installed-core
+DEV := $(VENV)/.installed-dev
+
+$(CORE): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(DEV): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $@
+	touch $@ $(CORE)
+
+# The developers' venv, by the name of the command it installs.
+$(BIN)/agent-health: $(DEV)
 
 # The main job: run the quickstart suite against the bundled example agent.
-demo: $(BIN)/agent-health
-	cd examples/01-quickstart && ../../$(BIN)/agent-health run
+demo: $(CORE)
+	cd examples/01-quickstart && $(abspath $(BIN))/agent-health run
 
 # Everything CI runs: lint, format check, types, layer contracts, the test suite.
 test: $(BIN)/agent-health lint tools

@@ -28,6 +28,8 @@ Attacks (``--attack``, comma-separated):
 ``flood``   in the background, see :func:`flood` (the controller's call is answered at once);
 ``memory``  see :func:`memory`: many large responses through the gateway at once, then a
             gzip bomb as the answer to the controller;
+``call-peer`` call the peer (``HOSTILE_TARGETS["peer"]``, through the gateway) before
+            answering, as an honest agent whose trajectory claims ``search_logs`` would;
 ``squat``   from the start, keep trying to bind the ports in ``HOSTILE_SQUAT`` (JSON list) on
             127.0.0.1, as a target would while the kubelet restarts its gateway, and report
             every request that comes to them with the token it carries (:func:`squat`).
@@ -246,6 +248,12 @@ async def run(request: web.Request) -> web.Response:
             await hostile.judge(client)
         if "replay" in hostile.attacks and len(hostile.seen) == 1:
             await hostile.replay(client)
+    if "call-peer" in hostile.attacks:  # honest: the call it will claim, made for real
+        async with aiohttp.ClientSession() as client:
+            await hostile.attempt(
+                client, "call-peer", "search_logs", hostile.targets["peer"] + "/sink",
+                json={"tool": "search_logs", "q": "payment"},
+            )  # fmt: skip
     answer = hostile.answer_to(body.get("prompt", ""))
     if answer == "hang":
         await asyncio.Event().wait()  # never answer: the controller is stopped meanwhile

@@ -230,7 +230,11 @@ def test_a_full_status_round_trips_through_schema_and_model() -> None:
     parsed = evaluationrun.EvaluationRun.model_validate(body)
     assert parsed.wire()["status"] == body["status"] | {
         "counts": body["status"]["counts"]
-        | {"skipped": 0, "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0}},
+        | {
+            "skipped": 0,
+            "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0},
+            "unverifiedClaims": 0,
+        },
         "tests": [body["status"]["tests"][0] | {"errored": 0, "erroredByAgent": 0}],
         "startTime": "2026-01-01T00:00:00Z",
     }

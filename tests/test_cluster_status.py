@@ -411,6 +411,7 @@ async def test_statuses_are_accepted_by_the_crd_and_echoes_are_recognised(
         "errored": 1,
         "skipped": 0,
         "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 1},
+        "unverifiedClaims": 0,
     }
     assert stored["status"]["passAtK"] == 1.0
     assert stored["status"]["passHatK"] == 0.5

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from agent_health import cli
+from agent_health.cli import common
 from agent_health.engine import reporters
 from agent_health.engine.report import LEGEND, RunReport
 from agent_health.engine.reporters import html
@@ -201,7 +202,8 @@ def test_a_run_writes_the_page_and_says_how_to_open_it(
     assert code == 0
     text = capsys.readouterr().out
     assert f"html report: {out / 'index.html'}" in text
-    assert f"agent-health show-report {out}" in text
+    # the command as this process was invoked (here pytest's argv[0]; see common.invocation)
+    assert f"open it with: {common.invocation()} show-report {out}" in text
     page = (out / "index.html").read_text()
     data = json.loads(_parse(page).blocks["script"][0])
     assert [t["name"] for t in data["report"]["tests"]] == ["adds up"]

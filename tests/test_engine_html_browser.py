@@ -399,3 +399,48 @@ def test_benchmark_prints_size_and_load_time(tmp_path: Path) -> None:
     assert saved["html_bytes"] > 0
     assert saved["load_s"] > 0
     assert saved["bare_load_s"] > 0
+
+
+def test_a_flaky_test_shows_its_tries_and_what_it_printed(chromium: Any, tmp_path: Path) -> None:
+    from agent_health.engine import session
+
+    def result(status: Any, score: float, **extra: Any) -> TestResult:
+        return TestResult(
+            id="t.py::sometimes",
+            name="sometimes",
+            title="sometimes",
+            file="t.py",
+            line=1,
+            status=status,
+            score=score,
+            run_id=f"r-{status}",
+            **extra,
+        )
+
+    steady = TestResult(
+        id="t.py::steady", name="steady", title="steady", file="t.py", line=9, status="passed",
+        run_id="r-steady",
+    )  # fmt: skip
+    failed = result("failed", 0.0, error="the agent named the wrong service")
+    passed = result("passed", 1.0, stdout="checked the payment service\n", stderr="warn: slow\n")
+    flaky = session.retried([failed, passed])
+    report = RunReport.build([flaky, steady], duration_ms=1.0)
+    written = reporters.write("html", tmp_path, report)
+    url = written.as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        page = seen.page
+        assert "1\nflaky" in page.inner_text("#summary")
+        page.click("#status-filters button[data-status='flaky']")
+        rows = page.locator("#test-list .test-row")
+        assert rows.count() == 1
+        rows.first.click()
+        inspector = page.locator("#inspector")
+        assert inspector.locator(".status").first.inner_text() == "~ flaky"
+        text = inspector.inner_text()
+        assert "Tries (2, --retries)" in text
+        assert "✗ failed — the agent named the wrong service" in text
+        assert "Printed by the body" in text
+        assert "checked the payment service" in text
+        assert "warn: slow" in text
+        _clean(seen, url)

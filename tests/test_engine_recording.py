@@ -61,7 +61,7 @@ async def test_a_local_run_writes_one_sealed_file_with_a_cell_per_test_that_ran_
     assert run.code == 1
     key = recording.key_path(f"file://{ledger}")
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert f"ledger: file://{ledger} (4 cells)" in capsys.readouterr().out
+    assert f"ledger: file://{ledger} (4 cells, key {key})" in capsys.readouterr().out
     assert [p.name for p in ledger.iterdir()] == [runfile.NAME]  # one file for the whole run
     assert await asyncio.to_thread(verify, ledger) == 0
     assert "4 cells verified (run file sealed)" in capsys.readouterr().out
@@ -117,7 +117,9 @@ def test_the_default_ledger_lives_under_dot_agent_health(
     error = run.by_name("payment")["error"]
     assert error.startswith("cannot connect to agent at http://127.0.0.1:9")
     [ledger] = [p for p in (tmp_path / ".agent-health" / "ledger").iterdir() if p.is_dir()]
-    assert f"ledger: file://.agent-health/ledger/{ledger.name} (1 cells)" in capsys.readouterr().out
+    assert f"ledger: file://.agent-health/ledger/{ledger.name} (1 cells, key " in (
+        capsys.readouterr().out
+    )
     [cell] = ledger_support.parsed(ledger).values()
     assert [r.kind for r in cell][:2] == ["cell-meta", "exchange"]
     exchange = cell[1]
@@ -171,7 +173,8 @@ def test_no_ledger_records_nothing(
     monkeypatch.chdir(tmp_path)
     run = run_cli_sync(suite, "--agent", "rest+http://127.0.0.1:9/run", "--no-ledger")
     assert run.code == 3
-    assert not (tmp_path / ".agent-health").exists()
+    assert not (tmp_path / ".agent-health" / "ledger").exists()  # (the --last-failed cache
+    assert not list((tmp_path / ".agent-health").glob("*.key"))  # may be there)
     both = run_cli_sync(suite, "--ledger", "file:///tmp/x", "--no-ledger")
     assert both.code == 2
 
@@ -257,7 +260,7 @@ async def test_verify_and_grade_read_the_old_one_file_per_cell_layout(
     capsys.readouterr()
     argv = ["ledger", "verify", str(old), "--key-file", str(key)]
     assert await asyncio.to_thread(cli.main, argv) == 0
-    assert "2 cells verified\n" in capsys.readouterr().out
+    assert "2 cells verified with the key file" in capsys.readouterr().out
     out = tmp_path / "old.json"
     argv = ["grade", str(old), "--key-file", str(key), "--reporter", f"json:{out}"]
     assert await asyncio.to_thread(cli.main, argv) == 1

@@ -260,7 +260,7 @@ def test_report_renders_a_saved_report_again(
         ('{"version": 2, "summary": {}}', "no tests list"),
         (
             '{"version": 2, "summary": {}, "tests": [{"id": "a", "name": "a", "status": "odd"}]}',
-            "tests.0.status: Input should be 'passed', 'failed', 'errored' or 'skipped'",
+            "tests.0.status: Input should be 'passed', 'failed', 'errored', 'skipped' or 'flaky'",
         ),
         ('{"version": 2, "summary": {}, "tests": []}', "summary.total: Field required"),
     ],

@@ -183,6 +183,36 @@ async def test_judge_down_makes_tests_errored_and_the_run_goes_on(
 
 
 @pytest.mark.slow
+async def test_a_missing_judge_key_errors_the_judge_calls_and_the_run_goes_on(
+    write_suite: Any,
+    triage_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server = await ScriptedModel.start("openai", default=quoted_rule)
+    try:
+        suite = write_suite(**{"agent-health.config.py": CONFIG, "test_judged.py": SUITE})
+        _judge_env(monkeypatch, server, tmp_path / "judge.sqlite")
+        monkeypatch.delenv("SCRIPTED_JUDGE_KEY")
+        run = await run_cli(suite, "--agent", f"rest+{triage_url}", "--no-cache")
+    finally:
+        await server.close()
+    assert run.code == 3  # errored only: the deterministic test still ran and passed
+    assert run.by_name("no judge at all")["status"] == "passed"
+    assert run.by_name("custom")["status"] == "passed"  # needs no model
+    for name in ("judged pass", "judged fail", "agentic"):
+        test = run.by_name(name)
+        assert (test["status"], test["cause"]) == ("errored", "judge"), name
+        assert "SCRIPTED_JUDGE_KEY is not set" in test["error"]
+        assert "--no-judge" in test["error"]
+    assert server.requests == []  # nothing was sent without credentials
+    out = capsys.readouterr().out
+    assert "hint: judge calls errored (cause judge), the other checks ran" in out
+    assert "--no-judge" in out
+
+
+@pytest.mark.slow
 async def test_example_02_runs_against_the_scripted_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

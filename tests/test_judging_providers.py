@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 from agent_health import judging
-from agent_health.sdk import errors
 from agent_health.sdk.config import Config
 from judge_servers import (
     USAGE_IN,
@@ -125,16 +124,21 @@ async def test_401_is_not_retried_and_names_the_env_var(
     assert len(server.requests) == 1
 
 
-async def test_unset_key_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_unset_key_variable_errors_each_judge_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing key does not stop the run: every judge call is an errored verdict naming
+    the variable and --no-judge, and no request is sent without credentials."""
     monkeypatch.delenv("NOPE_KEY", raising=False)
     server = await ScriptedModel.start("anthropic")
     try:
         config = judge_config(server, api_key_env="NOPE_KEY")
-        with pytest.raises(errors.ConfigError, match="NOPE_KEY is not set"):
-            async with judging.backend(config, Config()):
-                pass
+        async with judging.backend(config, Config()) as backend:
+            assert backend is not None
+            verdict = await backend(judge_request())
     finally:
         await server.close()
+    assert verdict.errored
+    assert "NOPE_KEY is not set" in (verdict.error or "")
+    assert "--no-judge" in (verdict.error or "")
     assert server.requests == []
 
 

@@ -235,7 +235,9 @@ def test_load_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_load_key_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(chain.KEY_ENV, raising=False)
-    with pytest.raises(errors.LedgerKeyError, match=r"no ledger key: set AGENT_HEALTH_LEDGER_KEY"):
+    with pytest.raises(
+        errors.LedgerKeyError, match=r"no ledger key: .*--key-file.* or set AGENT_HEALTH_LEDGER_KEY"
+    ):
         chain.load_key()
     with pytest.raises(errors.LedgerKeyError, match=r"cannot read the ledger key file .*/nope"):
         chain.load_key(tmp_path / "nope")

@@ -205,3 +205,21 @@ def test_a_stale_reference_is_found_and_rewritten(tmp_path: Path) -> None:
     assert "| old |" not in text
     assert "`spec.runSpecRef.name`" in text
     assert text.endswith(f"{reference.END}\n\nafter\n")
+
+
+def test_readme_documents_every_flag_of_run() -> None:
+    """Every option of ``agent-health run`` is in README's `run` flags paragraph."""
+    from agent_health.cli import app
+
+    top = app.parser()
+    sub = next(a for a in top._actions if a.dest == "command")
+    run = sub.choices["run"]  # type: ignore[attr-defined]
+    flags = README.split("`run` flags:", 1)[1].split("\n\n", 1)[0]
+    missing = [
+        option
+        for action in run._actions
+        for option in action.option_strings
+        if option not in ("-h", "--help")
+        and not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", flags)
+    ]
+    assert missing == [], f"README's `run` flags paragraph lacks {missing}"

@@ -8,6 +8,9 @@ command first uses them (``tests/test_cli_imports.py`` holds the line).
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,29 +58,81 @@ class Consoles:
 Handler = Callable[[argparse.Namespace, Consoles], int]
 
 
-def write_reports(
-    outputs: list[tuple[str, Path | None]], report: RunReport, console: Console
-) -> None:
-    """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``)."""
+def check_reports(outputs: list[tuple[str, Path | None]]) -> None:
+    """Every file reporter's destination can be written: checked before anything runs."""
     from agent_health.engine import reporters
 
     for kind, path in outputs:
         if path is not None:
+            reporters.check(kind, path)
+
+
+def write_reports(
+    outputs: list[tuple[str, Path | None]], report: RunReport, console: Console
+) -> bool:
+    """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``);
+    ``False`` when one could not be written (said on stderr; the ones after it still are)."""
+    from agent_health.engine import reporters
+
+    ok = True
+    for kind, path in outputs:
+        if path is None:
+            continue
+        try:
             written = reporters.write(kind, path, report)
-            console.print(f"{kind} report: {written}", markup=False)
-            if kind == "html":
-                console.print(f"open it with: agent-health show-report {path}", markup=False)
+        except OSError as err:
+            ok = False
+            print(f"error: cannot write the {kind} report {path}: {err}", file=sys.stderr)
+            continue
+        console.print(f"{kind} report: {written}", markup=False)
+        if kind == "html":
+            console.print(f"open it with: {invocation()} show-report {path}", markup=False)
+    return ok
 
 
-def exit_code(report: RunReport) -> int:
+def exit_code(report: RunReport, *, fail_on_flaky: bool = False) -> int:
     """The exit code of a run (or a re-grade) from its summary."""
     s = report.summary
     if s.interrupted:
         return EXIT_INTERRUPTED
     if s.load_errors:
         return EXIT_USAGE
-    if s.failed:
+    if s.failed or (fail_on_flaky and s.flaky_count):
         return EXIT_FAILED
     if s.errored:
         return EXIT_ERRORED
     return EXIT_OK
+
+
+def invocation(argv0: str | None = None, executable: str | None = None) -> str:
+    """How the user can run this command again from the directory they ran it in.
+
+    ``agent-health`` when that name on PATH is this program; the path they typed (e.g.
+    ``../../.venv/bin/agent-health``) when it is not on PATH; ``python -m agent_health.cli``
+    (with this interpreter) when they ran the module.
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    executable = sys.executable if executable is None else executable
+    path = Path(argv0)
+    if path.name == "__main__.py" or path.suffix == ".py" or not argv0:
+        python = Path(executable).name
+        found = shutil.which(python)
+        runner = python if found and _same(found, executable) else executable
+        return f"{_quote(runner)} -m agent_health.cli"
+    found = shutil.which(path.name)
+    if found and _same(found, argv0):
+        return path.name
+    return _quote(argv0)
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _quote(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value)

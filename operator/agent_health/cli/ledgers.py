@@ -21,7 +21,10 @@ def add_commands(sub: Any) -> None:
     verify_cmd.add_argument(
         "url", help="file://DIR, a directory, CELL.jsonl, run.jsonl, configmap://NS/NAME, s3://..."
     )
-    verify_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
+    verify_cmd.add_argument(
+        "--key-file",
+        help=f"the ledger key (default: DIR.key beside a local ledger DIR, else ${KEY_ENV})",
+    )
     verify_cmd.add_argument(
         "--allow-open",
         action="store_true",
@@ -32,7 +35,10 @@ def add_commands(sub: Any) -> None:
 
     grade_cmd = sub.add_parser("grade", help="grade a recorded ledger again, cell by cell")
     grade_cmd.add_argument("url", help="file://DIR, a directory, configmap://NS/NAME, s3://...")
-    grade_cmd.add_argument("--key-file", help=f"the ledger key (default: ${KEY_ENV})")
+    grade_cmd.add_argument(
+        "--key-file",
+        help=f"the ledger key (default: DIR.key beside a local ledger DIR, else ${KEY_ENV})",
+    )
     grade_cmd.add_argument(
         "--reporter", action="append", default=[], help="json[:PATH], junit[:PATH], html[:DIR]"
     )
@@ -45,7 +51,7 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health import ledger
 
     try:
-        key = ledger.load_key(args.key_file)
+        key, source = ledger.find_key(args.url, args.key_file)
         options = access(args.url)
         checked = ledger.verify_url(args.url, key, options=options, complete=not args.allow_open)
         report = asyncio.run(checked)
@@ -60,7 +66,9 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     for cell in report.cells:
         consoles.out.print(str(cell), markup=False)
     sealed = " (run file sealed)" if report.sealed else ""
-    consoles.out.print(f"{len(report.cells)} cells verified{sealed}")
+    consoles.out.print(
+        f"{len(report.cells)} cells verified{sealed} with the {source}", markup=False
+    )
     return common.EXIT_OK
 
 
@@ -75,8 +83,9 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter]
+    common.check_reports(outputs)
     try:
-        key = ledger.load_key(args.key_file)
+        key, _ = ledger.find_key(args.url, args.key_file)
         results = asyncio.run(regrade.grade_ledger(args.url, key, access(args.url)))
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
@@ -94,8 +103,9 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         ),
     )
     terminal.summary(consoles.out, report)
-    common.write_reports(outputs, report, consoles.out)
-    return common.exit_code(report)
+    written = common.write_reports(outputs, report, consoles.out)
+    code = common.exit_code(report)
+    return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
 
 
 def access(url: str) -> store.Options | None:

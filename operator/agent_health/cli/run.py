@@ -1,3 +1,4 @@
+# Over 350 lines: `run` has many flags, each a few lines of argparse; its handler reads top down.
 """``run`` and ``list``: discover a suite, run its tests against an agent, report.
 
 The engine, the connectors, the ledger and rich load inside the handlers, only for the command
@@ -65,6 +66,42 @@ def add_commands(sub: Any) -> None:
         help="record every exchange and result here (default: file://.agent-health/ledger/TIME/)",
     )
     run.add_argument("--no-ledger", action="store_true", help="record no ledger")
+    run.add_argument(
+        "--list", action="store_true", help="list the tests that would run and run nothing"
+    )
+    run.add_argument(
+        "--forbid-only",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fail (exit 2) when a test is marked test.only (default: on when $CI is set)",
+    )
+    run.add_argument(
+        "--last-failed",
+        "--lf",
+        action="store_true",
+        help="run only the tests that failed or errored last time (all when none did)",
+    )
+    run.add_argument(
+        "-x",
+        dest="max_failures",
+        action="store_const",
+        const=1,
+        help="stop at the first failed or errored test (--max-failures 1)",
+    )
+    run.add_argument(
+        "--max-failures",
+        type=int,
+        metavar="N",
+        help="start no new test after N failed or errored tests",
+    )
+    run.add_argument(
+        "--retries",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a failed or errored test again up to N times; one that then passes is flaky",
+    )
+    run.add_argument("--fail-on-flaky", action="store_true", help="exit 1 when any test is flaky")
 
     run.set_defaults(handler=run_command)
 
@@ -92,12 +129,25 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("--timeout must be positive")
     if args.ledger and args.no_ledger:
         raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
+    if args.retries < 0:
+        raise common.UsageError("--retries must be 0 or more")
+    if args.max_failures is not None and args.max_failures < 1:
+        raise common.UsageError("--max-failures must be at least 1")
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
-    config = _config(args, paths)
     suite = loader.load(paths)
+    select.forbid_only(suite.cases, args.forbid_only)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
+    if args.last_failed:
+        from agent_health.engine import lastfailed
+
+        cases, note = lastfailed.choose(cases, lastfailed.failed(suite.root))
+        err_console.print(note, markup=False)
+    if args.list:
+        return _print_cases(cases, suite, as_json=False, consoles=consoles)
+    common.check_reports(outputs)
+    config = _config(args, paths)
     load_errors = [str(e) for e in suite.errors]
     if not cases and not load_errors:
         console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
@@ -126,6 +176,10 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         )
     )
     judge_usage = _judge_usage(outcome, judge_config)
+    from agent_health.engine import lastfailed
+
+    with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
+        lastfailed.update(suite.root, outcome.results)
     what_ran = provenance.collect(
         paths=paths,
         argv=getattr(args, "command_line", ["agent-health", "run"]),
@@ -148,24 +202,34 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
+        stopped=outcome.stopped,
         rollup=outcome.rollup,
         provenance=what_ran,
     )
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:
         console.print(judge_usage.line())
-    common.write_reports(outputs, report, console)
+    written = common.write_reports(outputs, report, console)
     if recorded is not None:
         _print_ledger(recorded, console, err_console)
-    return common.exit_code(report)
+    code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
+    return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
 
 
 def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
     for failure in recorded.failures:
         err_console.print(f"[red]ledger error:[/] {failure}", markup=True)
+    if not recorded.cells:
+        console.print(
+            f"ledger: {recorded.url} (0 cells): no test called agent.run(), nothing recorded",
+            markup=False,
+        )
+        return
+    # The key sits beside the ledger, where `ledger verify` looks for it: the command needs
+    # no --key-file, and runs as printed from the directory the run was started in.
     console.print(
-        f"ledger: {recorded.url} ({len(recorded.cells)} cells); check it with: "
-        f"agent-health ledger verify {recorded.url} --key-file {recorded.key_file}",
+        f"ledger: {recorded.url} ({len(recorded.cells)} cells, key {recorded.key_file}); "
+        f"check it with: {common.invocation()} ledger verify {recorded.url}",
         markup=False,
     )
 
@@ -217,14 +281,23 @@ def _with_cells(
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import listing, loader, select
+    from agent_health.engine import loader, select
 
     paths = [Path(p) for p in args.paths]
     suite = loader.load(paths)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label)
+    return _print_cases(cases, suite, as_json=args.json, consoles=consoles)
+
+
+def _print_cases(
+    cases: list[Any], suite: loader.Suite, *, as_json: bool, consoles: common.Consoles
+) -> int:
+    """What ``list`` (and ``run --list``) prints: every selected test, or JSON."""
+    from agent_health.engine import listing
+
     for error in suite.errors:
         consoles.err.print(f"[red]load error[/] {error}")
-    if args.json:
+    if as_json:
         payload = [listing.entry(c) for c in cases]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
@@ -301,11 +374,15 @@ async def _execute(
                 repeat=args.repeat,
                 listener=progress,
                 stop=stop,
+                policy=session.Policy(retries=args.retries, max_failures=args.max_failures),
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(NO_JUDGE_HINT)
+    reason = getattr(getattr(backend, "provider", None), "reason", None)
+    if reason is not None:
+        hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
     return outcome, hints, recorded
 
 

@@ -9,11 +9,12 @@ than mutating module state.
 from __future__ import annotations
 
 import importlib
+import shlex
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol, cast, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent_health.connectors import errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
@@ -44,7 +45,8 @@ class ConnectorSpec(BaseModel):
     command: tuple[str, ...] | None = Field(
         default=None,
         description="Start the agent with this command before the run (like Playwright's "
-        "webServer); '{port}' is replaced by a free port, also in url and ready_url.",
+        "webServer); '{port}' is replaced by a free port, also in url and ready_url. A list "
+        "of arguments, or one string split as a shell would split it (no shell runs it).",
     )
     ready_url: str | None = None
     ready_timeout: float = Field(default=30.0, gt=0)
@@ -56,12 +58,31 @@ class ConnectorSpec(BaseModel):
         "only the Host header): a cell's controller reaches its gateway this way",
     )
 
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_command(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                words = shlex.split(value)
+            except ValueError as err:  # an unclosed quote
+                raise ValueError(f"cannot split {value!r} into arguments: {err}") from err
+            if not words:
+                raise ValueError("is empty; give the program to start and its arguments")
+            return tuple(words)
+        return value
+
     @classmethod
     def parse(cls, value: str) -> ConnectorSpec:
         """Parse the URL forms of ``--agent``: ``rest+http://...``, ``agui+http://...``,
         ``openai+http://...``, ``cmd:PROGRAM`` or a bare ``http://...`` (REST)."""
         if value.startswith("cmd:"):
-            return cls(connector="subprocess", command=tuple(value[4:].split()))
+            try:
+                return cls.model_validate({"connector": "subprocess", "command": value[4:]})
+            except ValidationError as err:
+                problem = err.errors()[0]["msg"].removeprefix("Value error, ")
+                raise errors.ConnectorConfigError(
+                    f"--agent {value!r}: the command {problem}"
+                ) from err
         scheme, sep, rest = value.partition("+")
         if sep and rest.startswith(("http://", "https://")):
             return cls(connector=scheme, url=rest)

@@ -52,7 +52,7 @@ from agent_health.sdk import errors
 from agent_health.sdk.results import RunResult, TestResult
 
 TOKEN_HEADER = "X-Agent-Health-Token"  # the gateway's (gateway.config.TOKEN_HEADER; tested)
-EXIT = {"passed": 0, "skipped": 0, "failed": 1, "errored": 3}
+EXIT = {"passed": 0, "skipped": 0, "flaky": 0, "failed": 1, "errored": 3}
 EXIT_MISCONFIGURED, EXIT_UNRECORDED = 2, 4
 
 

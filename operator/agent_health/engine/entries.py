@@ -66,6 +66,13 @@ class TestEntry(BaseModel):
     ledger_cell: str | None = None
     duration_ms: float = 0.0
     content_hash: str = ""
+    attempts: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="every try of a retried test (--retries): status, reason, cause, score, "
+        "duration_ms, run_id; empty when it ran once",
+    )
+    stdout: str | None = Field(default=None, description="what the body printed; None: nothing")
+    stderr: str | None = Field(default=None, description="what the body wrote to stderr")
     signals: list[SignalEntry] = Field(default_factory=list)
     metrics: dict[str, Any] = Field(default_factory=dict)
     insights: dict[str, Any] | None = None
@@ -99,6 +106,9 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "ledger_cell": r.ledger_cell,
         "duration_ms": round(r.duration_ms, 3),
         "content_hash": r.content_hash,
+        "attempts": [a.model_dump() for a in r.attempts],
+        "stdout": r.stdout,
+        "stderr": r.stderr,
         "signals": [
             *(
                 {

@@ -20,11 +20,15 @@ class FixtureScope:
     """The fixtures of one running test."""
 
     def __init__(
-        self, builtins: Mapping[str, Callable[[], Any]], defs: Mapping[str, declare.FixtureDef]
+        self,
+        builtins: Mapping[str, Callable[[], Any]],
+        defs: Mapping[str, declare.FixtureDef],
+        values: Mapping[str, Any] | None = None,
     ) -> None:
         self._builtins = builtins
         self._defs = defs
-        self._values: dict[str, Any] = {}
+        # A test.each row's values, given by parameter name like fixtures (never clash).
+        self._values: dict[str, Any] = dict(values or {})
         self._teardowns: list[tuple[str, Teardown]] = []
 
     async def get(self, name: str) -> Any:

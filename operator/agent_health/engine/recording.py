@@ -52,15 +52,19 @@ def default_url(root: Path = DEFAULT_ROOT, now: datetime | None = None) -> str:
     return f"file://{root / f'{stamp}-{secrets.token_hex(2)}'}"
 
 
-def cell_name(test_id: str, repeat: int) -> str:
-    """A ledger cell name for (test, repeat): a readable slug of the id, made unique by a hash.
+def cell_name(test_id: str, repeat: int, retry: int = 0) -> str:
+    """A ledger cell name for (test, repeat, retry): a readable slug of the id, made unique by
+    a hash; a retry (``--retries``) is its own cell, ``.aN`` as the operator's attempts.
 
     >>> cell_name("test_triage.py::budgets > a healthy service", 0)
     'test_triage.py-budgets-a-healthy-service.bac067be.r0'
+    >>> cell_name("test_triage.py::budgets > a healthy service", 0, retry=1)
+    'test_triage.py-budgets-a-healthy-service.bac067be.r0.a1'
     """
     slug = _UNSAFE.sub("-", test_id).strip("-._")[:150] or "test"
     digest = hashlib.sha256(test_id.encode("utf-8")).hexdigest()[:8]
-    return store.check_cell(f"{slug}.{digest}.r{repeat}")
+    attempt = f".a{retry}" if retry else ""
+    return store.check_cell(f"{slug}.{digest}.r{repeat}{attempt}")
 
 
 def key_path(url: str) -> Path:
@@ -68,8 +72,7 @@ def key_path(url: str) -> Path:
     ``.agent-health/ledger/``."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme == "file":
-        directory = Path(rest if sep else url).expanduser()
-        return directory.parent / f"{directory.name or 'ledger'}.key"
+        return chain.key_beside(url)  # where `ledger verify` looks for it
     safe = _UNSAFE.sub("-", rest).strip("-") or "ledger"
     return DEFAULT_ROOT / f"{safe}.key"
 
@@ -156,7 +159,7 @@ class LocalLedger:
         meta = records.CellMeta(
             test_id=info.id, repeat=info.repeat, run_id=info.run_id, started_at=now, time=now
         )
-        self._open[info.run_id] = _Cell(cell_name(info.id, info.repeat), meta)
+        self._open[info.run_id] = _Cell(cell_name(info.id, info.repeat, info.retry), meta)
 
     async def finish(
         self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
@@ -267,7 +270,8 @@ def controller_records(
     )
     items.append(
         records.CellEnd(
-            status=result.status,
+            # A cell is one try: a try passes or not; only the run's fold of tries is flaky.
+            status="passed" if result.status == "flaky" else result.status,
             exit_code=None,
             error=result.error or result.skip_reason,
             duration_ms=max(0.0, result.duration_ms),

@@ -10,6 +10,11 @@ test caused (refused, error status, malformed reply, timeout, crash) counts agai
 failure; errors of the judge, the test or the infrastructure, and skipped tests, are left out
 (they say nothing about the agent). pass@k and pass^k count an agent-caused error the same way.
 
+A ``flaky`` result (it failed or errored, then passed on a retry, ``--retries``) counts as not
+passed: in the denominator, not the numerator. Retries keep a run green; they never raise the
+grade. ``summary.flaky`` names every flaky test: flaky on a retry, or passing in some repeats
+and not others.
+
 Version 2 adds, per test, what the agent was asked and did (``context``, ``output``,
 ``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
 ``ledger_cell``, and per run the ``provenance`` (what ran). Version 1 files still load:
@@ -35,7 +40,7 @@ READABLE_VERSIONS = (1, 2)
 # What the headline numbers mean, in one place: the terminal's legend and the HTML report
 # both print these.
 LEGEND = {
-    "pass_rate": "passed / (passed + failed + errored by the agent); other errors and "
+    "pass_rate": "passed / (passed + failed + errored by the agent + flaky); other errors and "
     "skipped left out",
     "score": "mean test score, 0-1 (a test's: weighted mean of its judge scores and checks, "
     "1 pass 0 fail)",
@@ -44,14 +49,15 @@ LEGEND = {
 }
 
 
-def decided(passed: int, failed: int, errored_by_agent: int) -> int:
+def decided(passed: int, failed: int, errored_by_agent: int, flaky: int = 0) -> int:
     """The pass rate's denominator: the results that say something about the agent."""
-    return passed + failed + errored_by_agent
+    return passed + failed + errored_by_agent + flaky
 
 
-def pass_rate(passed: int, failed: int, errored_by_agent: int) -> float | None:
-    """``passed / (passed + failed + errored[agent])``, or ``None`` when nothing was decided."""
-    total = decided(passed, failed, errored_by_agent)
+def pass_rate(passed: int, failed: int, errored_by_agent: int, flaky: int = 0) -> float | None:
+    """``passed / (passed + failed + errored[agent] + flaky)``, or ``None`` when nothing was
+    decided."""
+    total = decided(passed, failed, errored_by_agent, flaky)
     return round(passed / total, 6) if total else None
 
 
@@ -73,6 +79,7 @@ class LabelStats(BaseModel):
     failed: int = 0
     errored: int = 0
     skipped: int = 0
+    flaky: int = 0
     errored_by_agent: int = 0
     pass_rate: float | None = None
     score: float | None = None
@@ -124,9 +131,15 @@ class Summary(BaseModel):
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
     flaky: list[str] = Field(default_factory=list)
+    flaky_count: int = Field(
+        default=0, description="results that passed only on a retry (status flaky)"
+    )
     load_errors: list[str] = Field(default_factory=list)
     interrupted: bool = False
     not_run: int = 0
+    stopped: str | None = Field(
+        default=None, description="why no more tests started (e.g. --max-failures), if so"
+    )
     judge_tokens: dict[str, Any] | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -166,6 +179,7 @@ class RunReport(BaseModel):
         interrupted: bool = False,
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
+        stopped: str | None = None,
         rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
     ) -> RunReport:
@@ -173,15 +187,20 @@ class RunReport(BaseModel):
         :func:`~agent_health.engine.rollup.synthesise`); else grouped here."""
         rollup = rollup if rollup is not None else rollup_mod.group(results)
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
+        flaky = 0
         for r in results:
-            counts[r.status] += 1
+            if r.status == "flaky":
+                flaky += 1
+            else:
+                counts[r.status] += 1
         causes = by_cause(results)
         scores = [r.score for r in results if r.score is not None]
         summary: dict[str, Any] = dict(
             total=len(results),
             **counts,
+            flaky_count=flaky,
             errored_by_cause=causes,
-            pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"]),
+            pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"], flaky),
             score=round(sum(scores) / len(scores), 6) if scores else None,
             duration_ms=round(duration_ms, 3),
             tokens=_known_sum(r.token_usage.total for r in results),
@@ -189,6 +208,7 @@ class RunReport(BaseModel):
             load_errors=list(load_errors),
             interrupted=interrupted,
             not_run=not_run,
+            stopped=stopped,
             judge_tokens=judge_tokens,
             input_tokens=_known_sum(r.token_usage.prompt for r in results),
             output_tokens=_known_sum(r.token_usage.completion for r in results),
@@ -203,6 +223,9 @@ class RunReport(BaseModel):
         )
         if repeats > 1:
             summary.update(_pass_at_k(results))
+        retried_flaky = sorted({r.title for r in results if r.status == "flaky"})
+        if retried_flaky:
+            summary["flaky"] = sorted({*summary.get("flaky", []), *retried_flaky})
         return cls(
             summary=Summary(**summary),
             provenance=provenance,
@@ -221,9 +244,8 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
-    counts: dict[str, dict[str, int]] = defaultdict(
-        lambda: {"passed": 0, "failed": 0, "errored": 0, "skipped": 0, "errored_by_agent": 0}
-    )
+    keys = ("passed", "failed", "errored", "skipped", "flaky", "errored_by_agent")
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(keys, 0))
     scores: dict[str, list[float]] = defaultdict(list)
     for r in results:
         for label in r.labels:
@@ -236,7 +258,7 @@ def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
         c = counts[label]
         out[label] = LabelStats(
             **c,
-            pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"]),
+            pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"], c["flaky"]),
             score=_mean(scores[label]),
         )
     return out
@@ -270,7 +292,7 @@ def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
     at_k: list[float] = []
     hat_k: list[float] = []
     for test_id, statuses in by_test.items():
-        decided = [s for s in statuses if s in ("passed", "failed")]
+        decided = [s for s in statuses if s in ("passed", "failed", "flaky")]
         decided += ["errored"] * agent_errors[test_id]
         at = (1.0 if "passed" in decided else 0.0) if decided else None
         hat = (1.0 if all(s == "passed" for s in decided) else 0.0) if decided else None

@@ -1,3 +1,5 @@
+# Over 350 lines: one test's whole life (fixtures, hooks, deadline, teardown, grading, captured
+# output) reads in one place.
 """Running one (test, repeat): fixtures, hooks around the body, timeout, teardown, grading."""
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Protocol
 
 from agent_health.connectors.errors import ConnectorError
 from agent_health.connectors.protocol import TokenUsage
-from agent_health.engine import fixtures, grading, insights
+from agent_health.engine import capture, fixtures, grading, insights
 from agent_health.sdk import agent as agent_mod
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
@@ -119,12 +121,30 @@ def describe_error(err: BaseException, case_file: str | None = None) -> str:
 
 
 async def run_case(
-    case: declare.TestCase, repeat: int, env: RunEnv, *, run_id: str | None = None
+    case: declare.TestCase,
+    repeat: int,
+    env: RunEnv,
+    *,
+    run_id: str | None = None,
+    retry: int = 0,
 ) -> TestResult:
     """Run one test once and return its result; never raises for the test's own failures.
 
     ``run_id`` is given in a cell (its gateway already recorded it); else a new one is made.
+    ``retry`` counts the tries before this one (``--retries``). What the body prints is kept
+    on the result (``stdout``/``stderr``) while :func:`.capture.installed` is on.
     """
+    with capture.capturing() as captured:
+        result = await _run_case(case, repeat, env, run_id=run_id, retry=retry)
+    stdout, stderr = captured.stdout, captured.stderr
+    if stdout is None and stderr is None:
+        return result
+    return result.model_copy(update={"stdout": stdout, "stderr": stderr})
+
+
+async def _run_case(
+    case: declare.TestCase, repeat: int, env: RunEnv, *, run_id: str | None, retry: int
+) -> TestResult:
     run_id = run_id or uuid.uuid4().hex
     timeout = case.timeout or env.timeout or DEFAULT_TIMEOUT
     info = ctx_mod.TestInfo(
@@ -136,6 +156,7 @@ async def run_case(
         repeat=repeat,
         run_id=run_id,
         timeout=timeout,
+        retry=retry,
     )
     started_at = time.time()
     started = time.perf_counter()
@@ -208,7 +229,7 @@ async def run_case(
 
 async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float) -> str | None:
     """before_each hooks and the body, then after_each and teardown; the skip reason if any."""
-    scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures)
+    scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures, case.values)
     skip_reason: str | None = None
     deadline = asyncio.timeout(timeout)
     try:
@@ -342,9 +363,25 @@ def _result(
 
 
 def errored_result(
-    case: declare.TestCase, repeat: int, message: str, cause: results_mod.Cause
+    case: declare.TestCase,
+    repeat: int,
+    message: str,
+    cause: results_mod.Cause,
+    *,
+    started_at: float | None = None,
+    duration_ms: float = 0.0,
 ) -> TestResult:
-    """A result for a test that could not run at all (a before_all failed, interrupted)."""
+    """A result for a test that could not run (a before_all failed) or was cut short
+    (interrupted: ``started_at`` and ``duration_ms`` say how long it had run)."""
     return _result(
-        case, repeat, uuid.uuid4().hex, "errored", message, (), None, time.time(), 0.0, cause=cause
+        case,
+        repeat,
+        uuid.uuid4().hex,
+        "errored",
+        message,
+        (),
+        None,
+        time.time() if started_at is None else started_at,
+        duration_ms,
+        cause=cause,
     )

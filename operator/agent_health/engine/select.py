@@ -1,9 +1,11 @@
-"""Choosing which tests run: ``--grep``, ``--label``, ``--shard i/n`` and ``test.only``."""
+"""Choosing which tests run: ``--grep``, ``--label``, ``--shard i/n``, ``test.only`` and
+``--forbid-only``."""
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from agent_health.sdk import declare, errors
 
@@ -47,3 +49,25 @@ def select(
         keep = {c.id for i, c in enumerate(ordered) if i % total == index - 1}
         chosen = [c for c in chosen if c.id in keep]
     return chosen
+
+
+def forbid_only(
+    cases: Sequence[declare.TestCase],
+    forbid: bool | None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """``--forbid-only``: a ``test.only`` left in a suite must not silently drop every other
+    test in CI. ``forbid`` ``None`` means on when ``$CI`` is set (to anything but 0/false)."""
+    env = os.environ if environ is None else environ
+    on = forbid if forbid is not None else env.get("CI", "").lower() not in ("", "0", "false")
+    focused = [c for c in cases if c.mode == "only"]
+    if not on or not focused:
+        return
+    where = "; ".join(f"{c.file}:{c.line} {c.title!r}" for c in focused)
+    why = "--forbid-only" if forbid else "CI is set, so --forbid-only is on"
+    many = len(focused) != 1
+    raise errors.ConfigError(
+        f"test.only is forbidden ({why}), and {len(focused)} test{'s are' if many else ' is'} "
+        f"marked only: {where}. Remove the .only (it would run just those tests), or pass "
+        "--no-forbid-only"
+    )

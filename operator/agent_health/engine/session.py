@@ -1,4 +1,5 @@
-"""Running many tests: a pool of workers, per-file all-hooks, repeats, clean interruption."""
+"""Running many tests: a pool of workers, per-file all-hooks, repeats, retries, a failure
+limit and clean interruption."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent_health.engine import capture, runner
 from agent_health.engine import rollup as rollup_mod
-from agent_health.engine import runner
 from agent_health.sdk import declare
-from agent_health.sdk.results import TestResult
+from agent_health.sdk.results import Attempt, TestResult
 
 
 class Listener(Protocol):
@@ -28,6 +29,7 @@ class Outcome:
     interrupted: bool = False
     not_run: int = 0
     hook_errors: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why no more tests started (--max-failures), if they did not
     rollup: rollup_mod.Rollup | None = None
     """The run-level insights rollup (None when no test has insights)."""
 
@@ -38,7 +40,7 @@ class Outcome:
         return (
             f"Outcome(results=<{len(self.results)} results>, duration_ms={self.duration_ms!r}, "
             f"interrupted={self.interrupted!r}, not_run={self.not_run!r}, "
-            f"hook_errors={self.hook_errors!r})"
+            f"hook_errors={self.hook_errors!r}, stopped={self.stopped!r})"
         )
 
 
@@ -105,6 +107,19 @@ def plan(cases: Sequence[declare.TestCase], repeat: int) -> list[tuple[declare.T
     ]
 
 
+@dataclass(frozen=True)
+class Policy:
+    """How a run goes on after a test did not pass.
+
+    ``retries``: a failed or errored test runs again up to this many times; one that then
+    passes is ``flaky``. ``max_failures``: after this many failed or errored tests no new
+    test starts (the tests already running finish); ``None`` never stops.
+    """
+
+    retries: int = 0
+    max_failures: int | None = None
+
+
 async def run(
     cases: Sequence[declare.TestCase],
     hooks: dict[str, list[declare.Hook]],
@@ -114,71 +129,182 @@ async def run(
     repeat: int = 1,
     listener: Listener | None = None,
     stop: asyncio.Event | None = None,
+    policy: Policy | None = None,
 ) -> Outcome:
     """Run every (case, repeat) with at most ``concurrency`` at once.
 
-    Setting ``stop`` (Ctrl-C) stops the workers; tests that finished are kept,
-    tests cut short are ``errored`` ("interrupted"), tests never started are counted.
+    Setting ``stop`` (Ctrl-C) stops the workers; tests that finished are kept, tests cut
+    short are ``errored`` ("interrupted", with the time they ran), tests never started are
+    counted. What each body prints is captured into its result (:mod:`.capture`).
     """
-    planned = plan(cases, repeat)
-    items = deque(planned)
-    per_file: dict[str, int] = {}
-    for case, _ in items:
-        per_file[case.file] = per_file.get(case.file, 0) + 1
-    files = {f: _FileHooks(f, hooks.get(f, []), n) for f, n in per_file.items()}
-    results: list[TestResult] = []
-    running: dict[int, tuple[declare.TestCase, int]] = {}
-    hook_errors: list[str] = []
-    started = time.perf_counter()
+    with capture.installed():
+        pool = _Pool(cases, hooks, env, repeat, listener, policy or Policy())
+        return await pool.run(concurrency, stop)
 
-    async def worker(slot: int) -> None:
-        while items:
-            case, r = items.popleft()
-            running[slot] = (case, r)
-            state = files[case.file]
+
+class _Pool:
+    """The workers of one run and what they share."""
+
+    def __init__(
+        self,
+        cases: Sequence[declare.TestCase],
+        hooks: dict[str, list[declare.Hook]],
+        env: runner.RunEnv,
+        repeat: int,
+        listener: Listener | None,
+        policy: Policy,
+    ) -> None:
+        self.planned = plan(cases, repeat)
+        self.items = deque(self.planned)
+        per_file: dict[str, int] = {}
+        for case, _ in self.items:
+            per_file[case.file] = per_file.get(case.file, 0) + 1
+        self.files = {f: _FileHooks(f, hooks.get(f, []), n) for f, n in per_file.items()}
+        self.env = env
+        self.listener = listener
+        self.policy = policy
+        self.results: list[TestResult] = []
+        # slot → (case, repeat, wall-clock start, perf_counter start) of the test it runs
+        self.running: dict[int, tuple[declare.TestCase, int, float, float]] = {}
+        self.hook_errors: list[str] = []
+        self.failures = 0
+        self.stopped: str | None = None
+
+    async def run(self, concurrency: int, stop: asyncio.Event | None) -> Outcome:
+        started = time.perf_counter()
+        workers = [
+            asyncio.ensure_future(self.worker(i))
+            for i in range(max(1, min(concurrency, len(self.items))))
+        ]
+        stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        pending: set[asyncio.Future[Any]] = {*workers, *([stopper] if stopper else [])}
+        interrupted = False
+        while not all(w.done() for w in workers):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if stopper is not None and stopper in done:
+                interrupted = True
+                break
+            if any(w.done() and not w.cancelled() and w.exception() for w in workers):
+                break  # a bug in the engine itself: stop the others, then surface it below
+        for worker in workers:
+            worker.cancel()
+        # Every worker's end is retrieved here, so a cancelled one is never logged as an
+        # exception nobody retrieved.
+        ended = await asyncio.gather(*workers, return_exceptions=True)
+        if stopper is not None:
+            stopper.cancel()
+            await asyncio.gather(stopper, return_exceptions=True)
+        for end in ended:
+            if isinstance(end, Exception):
+                raise end  # a bug in the engine itself must surface, not vanish
+        now = time.perf_counter()
+        for case, r, wall, perf in self.running.values():
+            result = runner.errored_result(
+                case,
+                r,
+                "interrupted before it finished",
+                "infra",
+                started_at=wall,
+                duration_ms=(now - perf) * 1000,
+            )
+            self._done(result)
+        await self._after_all_of_started_files()
+        order = {(c.id, r): i for i, (c, r) in enumerate(self.planned)}
+        self.results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
+        duration_ms = (time.perf_counter() - started) * 1000
+        # One question to the judge model over every test's insights (grouped without one, or
+        # after Ctrl-C: an interrupted run asks nothing more).
+        llm = None if interrupted else self.env.insights_llm
+        return Outcome(
+            results=self.results,
+            duration_ms=duration_ms,
+            interrupted=interrupted,
+            not_run=len(self.items),
+            hook_errors=self.hook_errors,
+            stopped=self.stopped,
+            rollup=await rollup_mod.synthesise(self.results, llm),
+        )
+
+    async def worker(self, slot: int) -> None:
+        while self.items and self.stopped is None:
+            case, r = self.items.popleft()
+            self.running[slot] = (case, r, time.time(), time.perf_counter())
+            state = self.files[case.file]
             failure = await state.enter()
             if failure is not None:
                 result = runner.errored_result(case, r, failure, "test")
             else:
-                result = await runner.run_case(case, r, env)
-            del running[slot]
-            results.append(result)
-            if listener is not None:
-                listener.on_test_end(result)
-            await state.leave(hook_errors)
+                result = await self.attempts(slot, case, r)
+            del self.running[slot]
+            self._done(result)
+            await state.leave(self.hook_errors)
 
-    workers = [
-        asyncio.ensure_future(worker(i)) for i in range(max(1, min(concurrency, len(items))))
-    ]
-    everything = asyncio.gather(*workers)
-    waiters: list[asyncio.Future[Any]] = [everything]
-    if stop is not None:
-        waiters.append(asyncio.ensure_future(stop.wait()))
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    interrupted = not everything.done()
-    if interrupted:
-        everything.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-        for case, r in running.values():
-            result = runner.errored_result(case, r, "interrupted before it finished", "infra")
-            results.append(result)
-            if listener is not None:
-                listener.on_test_end(result)
-    else:
-        everything.result()  # a bug in the engine itself must surface, not vanish
-    for waiter in waiters[1:]:
-        waiter.cancel()
-    order = {(c.id, r): i for i, (c, r) in enumerate(planned)}
-    results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
-    duration_ms = (time.perf_counter() - started) * 1000
-    # One question to the judge model over every test's insights (grouped without one, or
-    # after Ctrl-C: an interrupted run asks nothing more).
-    llm = None if interrupted else env.insights_llm
-    return Outcome(
-        results=results,
-        duration_ms=duration_ms,
-        interrupted=interrupted,
-        not_run=len(items),
-        hook_errors=hook_errors,
-        rollup=await rollup_mod.synthesise(results, llm),
+    async def attempts(self, slot: int, case: declare.TestCase, r: int) -> TestResult:
+        """The test, then its retries while it fails and retries are left."""
+        result = await runner.run_case(case, r, self.env)
+        tries = [result]
+        while result.status in NOT_PASSED and len(tries) <= self.policy.retries:
+            self.running[slot] = (case, r, time.time(), time.perf_counter())
+            result = await runner.run_case(case, r, self.env, retry=len(tries))
+            tries.append(result)
+        return retried(tries) if len(tries) > 1 else result
+
+    def _done(self, result: TestResult) -> None:
+        self.results.append(result)
+        if self.listener is not None:
+            self.listener.on_test_end(result)
+        if result.status in NOT_PASSED:
+            self.failures += 1
+            limit = self.policy.max_failures
+            if limit is not None and self.failures >= limit and self.stopped is None:
+                self.stopped = (
+                    f"stopped after {self.failures} failed or errored "
+                    f"test{'s' if self.failures != 1 else ''} (--max-failures {limit})"
+                )
+
+    async def _after_all_of_started_files(self) -> None:
+        """after_all hooks of files whose tests did not all run (stopped, interrupted): they
+        clean up what before_all made, as a fixture's teardown does."""
+        for state in self.files.values():
+            if state.started and state.remaining > 0:
+                state.remaining = 1
+                await state.leave(self.hook_errors)
+
+
+NOT_PASSED = ("failed", "errored")
+
+
+def retried(tries: Sequence[TestResult]) -> TestResult:
+    """One result for a test tried several times: the last try, with every try listed.
+
+    It is ``flaky`` when the last try passed. Its score is the mean of the tries' scores
+    (an errored try has none): a retry shows what the agent does on average, not its best.
+    """
+    last = tries[-1]
+    scores = [t.score for t in tries if t.score is not None]
+    return last.model_copy(
+        update={
+            "status": "flaky" if last.status == "passed" else last.status,
+            "score": round(sum(scores) / len(scores), 6) if scores else None,
+            "duration_ms": sum(t.duration_ms for t in tries),
+            "attempts": tuple(
+                Attempt(
+                    status=t.status,
+                    reason=_reason(t),
+                    cause=t.cause,
+                    score=t.score,
+                    duration_ms=t.duration_ms,
+                    run_id=t.run_id,
+                )
+                for t in tries
+            ),
+        }
     )
+
+
+def _reason(result: TestResult) -> str | None:
+    """Why a try did not pass, in a line: its error, or the checks that failed."""
+    if result.error:
+        return result.error
+    failed = [s.name for s in result.gates() if s.passed is False]
+    return f"failed: {', '.join(failed)}" if failed else None

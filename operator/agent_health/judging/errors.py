@@ -14,6 +14,8 @@
           ├── UnknownEvaluator      ``judge(evaluator="x")`` names no evaluator of the config
           └── UnknownTools          ``judge(tools=[...])`` names a tool pack that does not exist
 
+    MissingKey (sdk.errors.ConfigError)  the variable that should hold the judge's key is unset:
+                                    a local run goes on, each judge call errors with this
     JudgeCacheWarning (UserWarning) the cache file was corrupt and rebuilt, or cannot be used
 
 Every ``JudgingError`` except ``UsageError`` becomes an ``errored`` verdict with its
@@ -81,6 +83,10 @@ class UnknownEvaluator(UsageError):
 
 class UnknownTools(UsageError):
     """The named tool pack does not exist."""
+
+
+class MissingKey(sdk_errors.ConfigError):
+    """The environment variable named for the judge's key is not set."""
 
 
 class JudgeCacheWarning(UserWarning):

@@ -28,6 +28,8 @@ from agent_health.ledger.chain import (
     Sealer,
     VerifyResult,
     Writer,
+    find_key,
+    key_beside,
     load_key,
     verify,
 )
@@ -76,7 +78,9 @@ __all__ = [
     "VerifyResult",
     "Writer",
     "dump_line",
+    "find_key",
     "from_url",
+    "key_beside",
     "load_key",
     "parse_line",
     "schemes",

@@ -50,6 +50,37 @@ Reason = Literal[
 ]
 
 
+def key_beside(url: str) -> Path:
+    """Where a local run keeps the key of the file ledger ``url``: ``DIR.key`` beside ``DIR``.
+
+    >>> key_beside("file://.agent-health/ledger/20260101T000000Z-ab12")
+    PosixPath('.agent-health/ledger/20260101T000000Z-ab12.key')
+    """
+    _, sep, rest = url.partition("://")
+    directory = Path(rest if sep else url).expanduser()
+    return directory.parent / f"{directory.name or 'ledger'}.key"
+
+
+def find_key(url: str, path: str | Path | None = None, env: str = KEY_ENV) -> tuple[bytes, str]:
+    """The key to check ``url`` with, and where it came from.
+
+    ``path`` when given; else, for a local (``file://`` or plain path) ledger, the ``DIR.key``
+    its run wrote beside it (for one cell file ``DIR/CELL.jsonl``, beside ``DIR``); else the
+    environment variable ``env``. A key beside the ledger wins over the variable: it was
+    written for this ledger, the variable may be meant for another.
+    """
+    if path is not None:
+        return load_key(path, env), f"key file {path}"
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme == "file":
+        local = Path(rest if sep else url).expanduser()
+        for candidate in (local, local.parent):
+            beside = key_beside(str(candidate))
+            if candidate.name and beside.is_file():
+                return load_key(beside, env), f"key file {beside}"
+    return load_key(None, env), f"${env}"
+
+
 def load_key(path: str | Path | None = None, env: str = KEY_ENV) -> bytes:
     """The ledger key: the contents of ``path`` if given, else the environment variable ``env``.
 
@@ -67,8 +98,8 @@ def load_key(path: str | Path | None = None, env: str = KEY_ENV) -> bytes:
         value = os.environ.get(env, "")
         if not value:
             raise errors.LedgerKeyError(
-                f"no ledger key: set {env} or pass a key file (--key-file); "
-                f"make one with: head -c 32 /dev/urandom | base64"
+                f"no ledger key: pass the key file the ledger was written with (--key-file; "
+                f"a local run writes DIR.key beside its ledger DIR) or set {env}"
             )
         key = value.strip().encode("utf-8")
         source = f"${env}"

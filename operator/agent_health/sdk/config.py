@@ -5,8 +5,11 @@ Secrets never live here: the judge names the *environment variable* that holds i
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Callable, Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -119,7 +122,8 @@ class Config(BaseModel):
             return JudgeConfig.model_validate({**base, **overrides})
         except ValidationError as err:
             raise errors.ConfigError(
-                f"AGENT_HEALTH_JUDGE_* environment overrides are incomplete: {_first(err)}"
+                "AGENT_HEALTH_JUDGE_* environment overrides are incomplete: "
+                + _first(err, JudgeConfig)
             ) from err
 
 
@@ -143,9 +147,53 @@ def define_config(**kwargs: Any) -> Config:
         raise errors.ConfigError(f"define_config: {_first(err)}") from err
 
 
-def _first(err: ValidationError) -> str:
+def _first(err: ValidationError, model: type[BaseModel] = Config) -> str:
+    """The first few problems, each at its place; an unknown key gets "did you mean"."""
     parts = []
     for e in err.errors()[:3]:
         where = ".".join(str(p) for p in e["loc"])
-        parts.append(f"{where}: {e['msg']}" if where else e["msg"])
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            message = _unknown_key(model, e["loc"])
+        parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)
+
+
+def _unknown_key(model: type[BaseModel], loc: Sequence[int | str]) -> str:
+    """ "unknown key 'modle'; did you mean 'model'?" for a key at ``loc`` under ``model``."""
+    owner = _owner(model, loc[:-1])
+    key = str(loc[-1])
+    if owner is None:
+        return f"unknown key {key!r}"
+    known = sorted(n for n in owner.model_fields if n != "source")
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+    return f"unknown key {key!r}; {hint}"
+
+
+def _owner(model: type[BaseModel], path: Sequence[int | str]) -> type[BaseModel] | None:
+    """The model that holds the key at ``path`` (dict keys and list indexes stepped over)."""
+    current: Any = model
+    for part in path:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            if field is None:
+                return None
+            current = _unwrap(field.annotation)
+            continue
+        if typing.get_origin(current) in (dict, Mapping, list, tuple, Sequence):
+            args = typing.get_args(current)
+            current = _unwrap(args[-1]) if args else None
+            continue
+        return None
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return current
+    return None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X | None`` → ``X``."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return options[0] if len(options) == 1 else annotation
+    return annotation

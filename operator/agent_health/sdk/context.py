@@ -50,6 +50,9 @@ class JudgeRequest:
     repeat: int
     test_id: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    trace: Mapping[str, Any] | None = None
+    """The run's telemetry read where the test ran (spans, logs, metrics), for a judge that
+    answers elsewhere (a cell's judge service) and cannot read the run's traces itself."""
 
 
 @dataclass
@@ -66,6 +69,7 @@ class TestInfo:
     repeat: int
     run_id: str
     timeout: float | None
+    retry: int = 0  # 0 on the first try; n on the n-th retry (``--retries``)
     annotations: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, reason: str = "") -> None:

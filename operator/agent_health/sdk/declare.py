@@ -30,12 +30,12 @@ import functools
 import hashlib
 import inspect
 import linecache
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from agent_health.sdk import errors
+from agent_health.sdk import errors, parametrize
 
 BUILTIN_FIXTURES = ("agent", "expect", "judge", "traces", "test_info")
 HookKind = Literal["before_each", "after_each", "before_all", "after_all"]
@@ -94,6 +94,7 @@ class TestCase:
     id: str = ""
     hooks: tuple[Hook, ...] = ()
     source: str | None = None  # what content_hash reads instead of the body (data cases)
+    values: Mapping[str, Any] | None = None  # a test.each row: injected by parameter name
 
     @property
     def title(self) -> str:
@@ -109,7 +110,10 @@ class TestCase:
             except (OSError, TypeError):
                 source = getattr(self.fn, "__qualname__", "")
         digest = hashlib.sha256()
-        for part in (self.title, "\x00".join(self.labels), source):
+        parts = [self.title, "\x00".join(self.labels), source]
+        if self.values is not None:  # a test.each row: its values are part of what it tests
+            parts.append(parametrize.canonical(self.values))
+        for part in parts:
             digest.update(part.encode())
             digest.update(b"\x01")
         return digest.hexdigest()[:16]
@@ -199,9 +203,14 @@ class Collector:
         title = case.title
         other = self.titles.get(title)
         if other is not None:
+            each = (
+                "; put a key that differs between rows (or {index}) in the test.each title"
+                if case.values is not None
+                else ""
+            )
             raise errors.DefinitionError(
                 f"duplicate test name {title!r} (lines {other.line} and {case.line}); "
-                "test names must be unique within a file"
+                f"test names must be unique within a file{each}"
             )
         self.titles[title] = case
         self.cases.append(case)
@@ -333,6 +342,20 @@ class TestAPI:
         """Declare a focused test: when any test is ``only``, just those run."""
         return self._declare(name, mode="only", reason=None, options=options)
 
+    def each(self, rows: Iterable[Mapping[str, Any]]) -> parametrize.Each:
+        """Declare one test per row: ``@test.each(rows)("title {key}", **options)``.
+
+        Each row is a dict; the body takes its keys as parameters (beside fixtures), and the
+        title is formatted with the row (and ``{index}``, from 0) so every row's test has its
+        own stable id::
+
+            @test.each([{"service": "payment"}, {"service": "search"}])("diagnoses {service}")
+            async def diagnoses(agent, expect, service):
+                result = await agent.run(f"Why is the {service} service failing?")
+                expect(result.output).to_contain(service)
+        """
+        return parametrize.Each(self, rows)
+
     def describe(self, name: str, *, labels: Sequence[str] = ()) -> Describe:
         return Describe(name, labels)
 
@@ -390,8 +413,15 @@ class TestAPI:
                     f"test {name!r}: the body {getattr(fn, '__qualname__', fn)!r} "
                     "must be an `async def`"
                 )
-            params = _params(fn)
-            _check_params(f"test {name!r}", params, self._fixtures)
+            takes = _params(fn)
+            row = options.get("values")
+            if row is None:
+                _check_params(f"test {name!r}", takes, self._fixtures)
+            else:
+                parametrize.check_row(
+                    f"test {name!r}", takes, row, {*BUILTIN_FIXTURES, *self._fixtures}
+                )
+                _check_params(f"test {name!r}", [p for p in takes if p not in row], self._fixtures)
             file, line = _where(fn)
             try:
                 collector = _collector.get()
@@ -408,7 +438,7 @@ class TestAPI:
                 name=name,
                 describe_path=collector.describe_path,
                 fn=fn,
-                params=params,
+                params=takes,
                 fixtures=self._fixtures,
                 file=file,
                 line=line,

@@ -13,7 +13,10 @@ from agent_health.connectors import readonly
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
 
-Status = Literal["passed", "failed", "errored", "skipped"]
+Status = Literal["passed", "failed", "errored", "skipped", "flaky"]
+"""``flaky``: failed or errored, then passed when retried (``--retries N``). It does not fail
+the run (unless ``--fail-on-flaky``), and the pass rate counts it as not passed: retries keep
+CI green on a flaky agent, they never raise its grade."""
 Cause = Literal["agent", "judge", "test", "infra"]
 """Why a test errored: who is to blame decides whether it counts in the pass rate.
 
@@ -213,6 +216,21 @@ class Verdict(BaseModel):
         return self.to_pass()
 
 
+class Attempt(BaseModel):
+    """One try of a test that was retried (``--retries N``): what it came to, and why."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    status: Status
+    reason: str | None = Field(
+        default=None, description="the error of an errored try; the failed checks of a failed one"
+    )
+    cause: Cause | None = None
+    score: float | None = None
+    duration_ms: float = 0.0
+    run_id: str
+
+
 class TestResult(BaseModel):
     """The outcome of one (test, repeat)."""
 
@@ -245,6 +263,14 @@ class TestResult(BaseModel):
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
     content_hash: str = ""
     skip_reason: str | None = None
+    stdout: str | None = Field(
+        default=None, description="what the body printed (print(), sys.stdout); None: nothing"
+    )
+    stderr: str | None = Field(default=None, description="what the body wrote to sys.stderr")
+    attempts: tuple[Attempt, ...] = Field(
+        default=(),
+        description="every try of a retried test, first to last (empty when it ran once)",
+    )
     ledger_cell: str | None = Field(default=None, description="the ledger cell that recorded it")
 
     @model_validator(mode="after")

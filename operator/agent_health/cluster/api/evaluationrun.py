@@ -110,6 +110,11 @@ class Counts(meta.Model):
     errored: Count = 0
     skipped: Count = 0
     errored_by_cause: ErroredByCause = pydantic.Field(default_factory=ErroredByCause)
+    unverified_claims: Count = pydantic.Field(
+        default=0,
+        description="Tool calls the agents claimed on a peer's declared tools (peers[].tools) "
+        "that the gateway never saw.",
+    )
 
 
 class TestSummary(meta.Model):

@@ -98,6 +98,15 @@ class Peer(meta.Model):
     port: meta.Port = pydantic.Field(description="The port the peer listens on.")
     env: meta.EnvList = pydantic.Field(default_factory=list, description="The peer's environment.")
     resources: meta.Resources = pydantic.Field(default_factory=dict)
+    tools: Annotated[
+        list[Annotated[str, pydantic.Field(min_length=1, max_length=128)]],
+        pydantic.Field(max_length=256),
+    ] = pydantic.Field(
+        default_factory=list,
+        description="The tools this peer serves. A tool matcher on one of them is checked "
+        "against the calls the gateway recorded from the target to this peer: a call the "
+        "agent claims and the gateway did not see fails the matcher.",
+    )
 
 
 class Judge(meta.Model):

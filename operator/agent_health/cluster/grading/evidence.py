@@ -16,6 +16,7 @@ trusted principal (controller, peer) without token evidence is doubtful.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pydantic
@@ -45,6 +46,8 @@ class Evidence:
     records: int
     run_error: RunRecord | None = None
     """The run-result that says why ``agent.run()`` failed (then ``run`` is ``None``)."""
+    calls: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Calls from the target that reached each peer, by peer name (the gateway's record)."""
 
 
 def read(
@@ -85,11 +88,13 @@ def read(
     _check_meta(meta, test_id, repeat, run_id)
     if ledger_cell is not None or attempt is not None:
         _check_attempt(meta, ledger_cell, attempt)
-    run_record, signals, usage = _read_body(parsed[1:-1], meta)
+    run_record, signals, usage, calls = _read_body(parsed[1:-1], meta)
     if run_record is not None and run_record.error is not None:
-        return Evidence(meta, end, None, signals, usage, checked.records, run_error=run_record)
+        return Evidence(
+            meta, end, None, signals, usage, checked.records, run_error=run_record, calls=calls
+        )
     run = _run_result(run_record) if run_record is not None else None
-    return Evidence(meta, end, run, signals, usage, checked.records)
+    return Evidence(meta, end, run, signals, usage, checked.records, calls=calls)
 
 
 def _check_meta(meta: records.CellMeta, test_id: str, repeat: int, run_id: str) -> None:
@@ -123,11 +128,13 @@ def _check_attempt(meta: records.CellMeta, ledger_cell: str | None, attempt: int
 
 def _read_body(
     body: list[records.Record], meta: records.CellMeta
-) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage]:
-    """The run-result, the signals and token usage by consumer, checking each record."""
+) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage, dict[str, int]]:
+    """The run-result, the signals, token usage by consumer and the target's calls to each
+    peer, checking each record."""
     run_record: records.RunResultRecord | None = None
     signals: list[results.Signal] = []
     usage: Usage = {}
+    calls: dict[str, int] = {}  # target → peer:NAME exchanges that reached the peer, by NAME
     target_seen: int | None = None
     for record in body:
         if isinstance(record, records.CellMeta):
@@ -147,6 +154,10 @@ def _read_body(
             # A call the gateway refused (callee "gateway") reached no one: it is an attempt
             # on record, not a sign that the agent ran.
             reached = record.upstream != "gateway"
+            to_peer = record.upstream.startswith("peer:") and record.status is not None
+            if record.principal == "target" and to_peer:
+                peer = record.upstream.removeprefix("peer:")
+                calls[peer] = calls.get(peer, 0) + 1
             if target_seen is None and reached and "target" in (record.principal, record.upstream):
                 target_seen = record.seq
             if record.usage is not None:
@@ -173,7 +184,7 @@ def _read_body(
         )
     # Derived metrics are recomputed from the run; the controller's copies are dropped.
     kept = [s for s in signals if not (s.kind == "metric" and s.name in metrics.METRIC_KEYS)]
-    return run_record, kept, usage
+    return run_record, kept, usage, calls
 
 
 def _signal(record: records.SignalRecord) -> results.Signal:

@@ -39,7 +39,7 @@ import pydantic
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
-from agent_health.cluster.grading import evidence
+from agent_health.cluster.grading import claims, evidence
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
@@ -49,18 +49,9 @@ from agent_health.sdk import results
 from agent_health.traces import metrics, settings
 
 InfraCause = Literal[
-    "image-pull",
-    "evicted",
-    "sidecar-oom",
-    "sidecar-crash",
-    "gateway-restart",
-    "unschedulable",
-    "node-lost",
-    "deadline",
-    "target-crash",
-    "target-oom",
-    "other",
-]
+    "image-pull", "evicted", "sidecar-oom", "sidecar-crash", "gateway-restart", "unschedulable",
+    "node-lost", "deadline", "target-crash", "target-oom", "other"
+]  # fmt: skip
 # A retry can heal every cause but these: a deadline would run out again, the agent's own
 # failures must not be retried, and an unknown one is not known to heal.
 _LASTING = {"deadline", "target-crash", "target-oom", "other"}
@@ -89,6 +80,8 @@ class ExpectedCell(pydantic.BaseModel):
     line: int = 0
     labels: tuple[str, ...] = ()
     content_hash: str = ""
+    peer_tools: dict[str, tuple[str, ...]] = pydantic.Field(default_factory=dict)
+    """Peer name → the tools it serves (``peers[].tools``): claims of those are checked."""
     ledger_cell: str | None = None
     """The ledger cell of the attempt graded (``CELL`` or ``CELL.aN``); with ``attempt``, the
     ledger's sealed cell-meta must name both, so no other cell's or attempt's ledger passes."""
@@ -126,6 +119,9 @@ class CellGrade(pydantic.BaseModel):
         description='tokens seen by the gateway, by consumer: "target", "judge", "peer:NAME"',
     )
     judge: judge_usage.JudgeUsage = pydantic.Field(default_factory=judge_usage.JudgeUsage)
+    unverified_claims: int = pydantic.Field(
+        default=0, ge=0, description="tool calls claimed on a declared peer the gateway never saw"
+    )
     result: results.TestResult
 
 
@@ -229,8 +225,11 @@ def _grade(
     )
     end = found.end
     derived = metrics.derive(found.run, prices)
+    derived |= claims.tokens(found.usage)
+    checked = claims.check(found.signals, found.run, found.calls, expected.peer_tools)
+    signals = checked.signals
     problems, cause = _problems(found)
-    recomputed = engine_grading.decide(found.signals, problems, end.status == "skipped")
+    recomputed = engine_grading.decide(signals, problems, end.status == "skipped")
     status, error, discrepancy = recomputed, "; ".join(problems) or None, None
     if recomputed != end.status:
         discrepancy = (
@@ -245,7 +244,7 @@ def _grade(
         ),
         status,
         error,
-        tuple(found.signals),
+        tuple(signals),
         found.run,
         derived,
         duration_ms=end.duration_ms or 0.0,
@@ -268,6 +267,7 @@ def _grade(
         metrics=derived,
         usage=found.usage,
         judge=judge_usage.summarize([result]),
+        unverified_claims=checked.unverified,
         result=result,
     )
 

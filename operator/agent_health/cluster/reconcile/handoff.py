@@ -113,7 +113,7 @@ class Handoff:
                     run.backend,
                     cell.name,
                     keys.cell_key(run.key, ledger_cell),  # that attempt's key alone verifies it
-                    plan.expected(cell),
+                    plan.expected(cell, plan.peer_tools(run.spec)),
                     ledger_cell=ledger_cell,
                 )
                 break

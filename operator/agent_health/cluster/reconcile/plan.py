@@ -186,9 +186,19 @@ def unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.
     )  # fmt: skip
 
 
-def expected(cell: Cell) -> grading.ExpectedCell:
+def peer_tools(spec: runspec.RunSpec | None) -> dict[str, tuple[str, ...]]:
+    """Peer name → the tools it declares serving (``peers[].tools``)."""
+    if spec is None:
+        return {}
+    return {p.name: tuple(p.tools) for p in spec.spec.peers if p.tools}
+
+
+def expected(
+    cell: Cell, tools: Mapping[str, tuple[str, ...]] | None = None
+) -> grading.ExpectedCell:
     test = cell.test
     return grading.ExpectedCell(
+        peer_tools=dict(tools or {}),
         test_id=test.id,
         repeat=cell.repeat,
         run_id=cell.name,

@@ -167,6 +167,7 @@ class RunTally:
             errored=by_status["errored"],
             skipped=by_status["skipped"],
             errored_by_cause=evaluationrun.ErroredByCause(**by_cause),
+            unverified_claims=sum(g.unverified_claims for g in self._grades.values()),
         )
 
     # -- phase -----------------------------------------------------------------------------

@@ -8,6 +8,8 @@ a run without ``--reporter junit`` never loads an XML library, nor one without
 from __future__ import annotations
 
 import importlib
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -45,6 +47,37 @@ def parse(value: str) -> tuple[str, Path | None]:
     if kind == "list":
         return kind, None
     return kind, Path(path or DEFAULT_PATHS[kind])
+
+
+def check(kind: str, path: Path) -> None:
+    """Fail now, before any test runs, when ``path`` cannot be written: a clear error naming
+    it, rather than a traceback after the run with the reporters after it skipped.
+
+    Creates nothing: it finds the nearest folder that exists on the way to ``path`` and
+    makes (and removes) a temporary file there, which also catches what permission bits do
+    not show (a read-only filesystem, ``/proc``, running as root).
+    """
+    where = f"--reporter {kind}:{path}"
+    if kind == "html":  # a folder, made if missing
+        if path.exists() and not path.is_dir():
+            raise errors.ConfigError(f"{where}: {path} is a file; name a folder")
+        path = path / "index.html"
+    elif path.is_dir():
+        raise errors.ConfigError(f"{where}: {path} is a directory; name a file")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise errors.ConfigError(f"{where}: cannot create {path.parent}: {folder} is a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise errors.ConfigError(f"{where}: {path} is not writable")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".agent-health-check-"):
+            pass
+    except OSError as err:
+        raise errors.ConfigError(
+            f"{where}: cannot write in {folder}: {err.strerror or err}; choose another path"
+        ) from err
 
 
 def write(kind: str, path: Path, report: RunReport) -> Path:

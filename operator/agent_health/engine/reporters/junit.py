@@ -3,6 +3,10 @@
 Honest counts: a file that failed to load is an ``<error>`` testcase (CI shows red, as the
 run's exit code 2 says), every repeat is its own testcase named with its ``[2/3]`` label,
 and each derived metric is a ``metric.NAME`` property with its value.
+
+A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure`` or
+``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
+``system-out`` / ``system-err``.
 """
 
 from __future__ import annotations
@@ -71,6 +75,12 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
         node.text = test["error"]
     elif test["status"] == "skipped":
         ET.SubElement(case, "skipped", message=test["skip_reason"] or "skipped")
+    elif test["status"] == "flaky":
+        for attempt in test.get("attempts") or []:
+            if attempt["status"] in ("failed", "errored"):
+                kind = "flakyFailure" if attempt["status"] == "failed" else "flakyError"
+                node = ET.SubElement(case, kind, message=attempt["reason"] or attempt["status"])
+                node.text = attempt["reason"]
     props = ET.SubElement(case, "properties")
     for key in ("run_id", "score"):
         ET.SubElement(props, "property", name=key, value=str(test[key]))
@@ -83,9 +93,15 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
     for key, value in (test["metrics"] or {}).items():
         shown = value if isinstance(value, (str, int, float)) else json.dumps(value)
         ET.SubElement(props, "property", name=f"metric.{key}", value=str(shown))
-    if test["signals"]:
-        out = ET.SubElement(case, "system-out")
-        out.text = "\n".join(_signal_line(sig) for sig in test["signals"])
+    if test["status"] == "flaky":
+        ET.SubElement(props, "property", name="flaky", value="true")
+    lines = [_signal_line(sig) for sig in test["signals"]]
+    if test.get("stdout"):
+        lines.append(test["stdout"])
+    if lines:
+        ET.SubElement(case, "system-out").text = "\n".join(lines)
+    if test.get("stderr"):
+        ET.SubElement(case, "system-err").text = test["stderr"]
 
 
 def render(report: RunReport) -> bytes:

@@ -1,3 +1,5 @@
+# Over 350 lines: everything the terminal prints (progress, table, failures with their tries and
+# printed output, legend, labels, insights) reads in one place, in the order it is printed.
 """Live progress while tests run, and the summary at the end.
 
 On a terminal: a progress bar with counts. Elsewhere (CI logs, pipes): one plain line per
@@ -21,8 +23,15 @@ from agent_health.engine import entries
 from agent_health.engine.report import LEGEND, RunReport
 from agent_health.sdk.results import TestResult
 
-MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-"}
-COLOR = {"passed": "green", "failed": "red", "errored": "yellow", "skipped": "dim"}
+MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
+COLOR = {
+    "passed": "green",
+    "failed": "red",
+    "errored": "yellow",
+    "skipped": "dim",
+    "flaky": "magenta",
+}
+CAPTURE_LINES = 40  # lines of a failed test's captured output shown (all are in the JSON)
 TABLE_LIMIT = 50
 
 
@@ -34,6 +43,8 @@ def _line(result: TestResult, repeats: int = 1) -> str:
         extra = f" — {_cause_word(result.cause)}{result.error}"
     elif result.status == "skipped" and result.skip_reason:
         extra = f" — {result.skip_reason}"
+    elif result.status == "flaky":
+        extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
     return (
         f"{MARK[result.status]} {result.status:<7} {result.file} › {result.title}{repeat} "
         f"({result.duration_ms:.0f} ms){extra}"
@@ -76,7 +87,7 @@ class LiveProgress:
     def _counts(self) -> str:
         return " ".join(
             f"[{COLOR[s]}]{self.counts[s]} {s}[/]"
-            for s in ("passed", "failed", "errored", "skipped")
+            for s in ("passed", "flaky", "failed", "errored", "skipped")
             if self.counts[s]
         )
 
@@ -84,7 +95,7 @@ class LiveProgress:
         self.counts[result.status] += 1
         if self._progress is not None:
             self._progress.update(self._task, advance=1, description=self._counts())
-            if result.status in ("failed", "errored"):
+            if result.status in ("failed", "errored", "flaky"):
                 line = escape(_line(result, self.repeats))
                 self._progress.console.print(f"[{COLOR[result.status]}]{line}")
         else:
@@ -143,6 +154,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
     parts = [
         f"{s.passed} passed",
+        *([f"{s.flaky_count} flaky"] if s.flaky_count else []),
         f"{s.failed} failed",
         f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
         f"{s.skipped} skipped",
@@ -173,6 +185,36 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  [yellow]{escape(s.insights.error)}[/]", highlight=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+    elif s.stopped:
+        console.print(f"[yellow]{escape(s.stopped)}[/]: {s.not_run} tests never started")
+
+
+def _attempts(console: Console, test: dict[str, Any], label: str = "") -> None:
+    """The tries of a retried test: what each came to."""
+    tries = test.get("attempts") or []
+    where = f" {label}" if label else ""
+    for n, attempt in enumerate(tries, 1):
+        reason = attempt.get("reason")
+        why = f" — {_cause_word(attempt.get('cause'))}{reason}" if reason else ""
+        console.print(
+            f"  try {n} of {len(tries)}{escape(where)}: {attempt['status']}{escape(why)}",
+            highlight=False,
+        )
+
+
+def _captured(console: Console, test: dict[str, Any], label: str = "") -> None:
+    """What the body printed, under its failure (the last lines; the JSON report has all)."""
+    for stream in ("stdout", "stderr"):
+        text = test.get(stream)
+        if not text:
+            continue
+        lines = text.rstrip("\n").splitlines()
+        many = len(lines) > CAPTURE_LINES
+        shown = f" (last {CAPTURE_LINES} of {len(lines)} lines)" if many else ""
+        where = f" {label}" if label else ""
+        console.print(f"  captured {stream}{escape(where)}{shown}:", highlight=False)
+        for line in lines[-CAPTURE_LINES:]:
+            console.print(f"    {line}", markup=False, highlight=False)
 
 
 def _count(metrics: dict[str, Any], key: str) -> str:
@@ -231,10 +273,11 @@ def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> No
     runs: dict[str, int] = Counter(t["id"] for t in tests)
     bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
-        if t["status"] in ("failed", "errored"):
+        if t["status"] in ("failed", "errored", "flaky"):
             bad.setdefault(t["id"], []).append(t)
     for test_id, failing in bad.items():
-        status = "failed" if any(t["status"] == "failed" for t in failing) else "errored"
+        statuses = {t["status"] for t in failing}
+        status = next(s for s in ("failed", "errored", "flaky") if s in statuses)
         head = f"\n[{COLOR[status]}]{status.upper()}[/] {escape(test_id)}"
         if repeats > 1:
             head += escape(f" — {_which(failing, runs[test_id], repeats)}")
@@ -248,6 +291,10 @@ def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> No
             if repeats > 1 and len(where) < len(failing):
                 labels = " " + " ".join(entries.repeat_label(r, repeats) for r in where)
             console.print(f"  {escape(reason)}{escape(labels)}", highlight=False)
+        for t in failing:
+            label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
+            _attempts(console, t, label)
+            _captured(console, t, label)
 
 
 def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:

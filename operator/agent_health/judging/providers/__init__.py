@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Protocol
 
+from agent_health.judging import errors as judging_errors
 from agent_health.judging.chat import ChatRequest, Completion
 from agent_health.judging.providers import anthropic, bedrock, openai
 from agent_health.judging.providers.http import Endpoint
@@ -55,4 +56,36 @@ def create(
     return factory(config, endpoint)
 
 
-__all__ = ["PROVIDERS", "Endpoint", "Provider", "ProviderFactory", "create"]
+class Unusable:
+    """A provider that cannot be used this run (its key is missing): every call errors with
+    the reason, so the judge calls error (cause ``judge``) and everything else still runs."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+
+    async def __call__(self, request: ChatRequest) -> Completion:
+        raise judging_errors.AuthError(self.reason)
+
+
+def create_or_unusable(
+    config: JudgeConfig, endpoint: Endpoint, table: Mapping[str, ProviderFactory] = PROVIDERS
+) -> Provider:
+    """:func:`create`, except that a missing key gives an :class:`Unusable` provider: it
+    must not stop the tests that need no judge; each judge call errors with the reason
+    (cause ``judge``) and the run goes on."""
+    try:
+        return create(config, endpoint, table)
+    except judging_errors.MissingKey as err:
+        return Unusable(config.provider, f"{err} (or pass --no-judge to skip judging)")
+
+
+__all__ = [
+    "PROVIDERS",
+    "Endpoint",
+    "Provider",
+    "ProviderFactory",
+    "Unusable",
+    "create",
+    "create_or_unusable",
+]

@@ -30,7 +30,6 @@ from tenacity import (
 )
 
 from agent_health.judging import errors
-from agent_health.sdk import errors as sdk_errors
 from agent_health.sdk.config import JudgeConfig, RetryConfig
 
 # The key variable a provider reads when judge.api_key_env is not given.
@@ -202,7 +201,7 @@ def api_key(config: JudgeConfig, given: str | None = None) -> str | None:
         return None
     value = os.environ.get(name)
     if not value:
-        raise sdk_errors.ConfigError(
+        raise errors.MissingKey(
             f"judge: environment variable {name} is not set; export the {config.provider} "
             "key there, or point judge.api_key_env (AGENT_HEALTH_JUDGE_API_KEY_ENV) at the "
             "variable that holds it"

@@ -15,7 +15,7 @@
   const VERSION = REPORT.version || 1;
   const K = Math.max(1, SUMMARY.repeats || 1);
   const STATUSES = ["passed", "failed", "errored", "skipped"];
-  const MARK = { passed: "✓", failed: "✗", errored: "!", skipped: "–" };
+  const MARK = { passed: "✓", failed: "✗", errored: "!", skipped: "–", flaky: "~" };
   const PAGE = 300;
 
   // ---- small DOM helpers --------------------------------------------------------------
@@ -102,11 +102,12 @@
   for (const group of groups) {
     group.runs.sort((a, b) => (a.repeat || 0) - (b.repeat || 0));
     const count = (status) => group.runs.filter((r) => r.status === status).length;
-    group.counts = Object.fromEntries(STATUSES.map((s) => [s, count(s)]));
+    group.counts = Object.fromEntries([...STATUSES, "flaky"].map((s) => [s, count(s)]));
     const c = group.counts;
     group.status = c.failed ? "failed" : c.errored ? "errored"
-      : c.passed ? "passed" : "skipped";
-    group.flaky = c.passed > 0 && c.failed > 0;
+      : c.flaky ? "flaky" : c.passed ? "passed" : "skipped";
+    // flaky: passing in some repeats and not others, or passing only on a retry (--retries)
+    group.flaky = (c.passed > 0 && c.failed > 0) || c.flaky > 0;
     group.search = null; // built on the first search: loading stays fast
   }
 
@@ -114,7 +115,8 @@
     if (group.search === null) {
       const parts = [group.id, group.name, group.file, ...group.labels];
       for (const run of group.runs) {
-        parts.push(run.status, run.error, run.cause, run.skip_reason, run.prompt, run.output);
+        parts.push(run.status, run.error, run.cause, run.skip_reason, run.prompt, run.output,
+          run.stdout, run.stderr);
         for (const signal of run.signals || []) parts.push(signal.name, signal.reasoning);
       }
       group.search = parts.filter((p) => typeof p === "string").join("\n").toLowerCase();
@@ -175,6 +177,8 @@
         K > 1 ? testsCount + " tests × " + K + " repeats" : testsCount + " tests"),
       STATUSES.map((s) => card(s, s, String(SUMMARY[s] ?? 0),
         s === "errored" ? erroredCauses() : null)),
+      SUMMARY.flaky_count ? card("flaky", "flaky", String(SUMMARY.flaky_count),
+        "passed only on a retry (--retries); counted as not passed") : null,
       card("rate", "pass rate", pct(SUMMARY.pass_rate), LEGEND.pass_rate),
       card("score", "score", num(SUMMARY.score, 2), LEGEND.score),
       K > 1 ? card("at-k", "pass@" + K, pct(SUMMARY.pass_at_k), LEGEND.pass_at_k) : null,
@@ -281,7 +285,7 @@
     const box = document.getElementById("status-filters");
     const counts = { all: groups.length, flaky: groups.filter((g) => g.flaky).length };
     for (const s of STATUSES) counts[s] = groups.filter((g) => g.counts[s]).length;
-    const kinds = ["all", ...STATUSES, ...(K > 1 ? ["flaky"] : [])];
+    const kinds = ["all", ...STATUSES, ...(K > 1 || counts.flaky ? ["flaky"] : [])];
     box.replaceChildren(...kinds.map((kind) => el("button", {
       type: "button", "data-status": kind, "aria-pressed": String(state.status === kind),
       onclick: () => { state.status = kind; state.shown = PAGE; update(); },
@@ -370,7 +374,8 @@
         el("span", { class: "status " + run.status,
           text: MARK[run.status] + " " + run.status + (run.cause ? " (" + run.cause + ")" : "") }),
         group.flaky ? el("span", { class: "flaky", text: "flaky: "
-          + group.counts.passed + "/" + group.runs.length + " passed" }) : null),
+          + (group.counts.passed + group.counts.flaky) + "/" + group.runs.length
+          + " passed" + (group.counts.flaky ? " (on a retry)" : "") }) : null),
       el("div", { class: "muted mono", text: group.id }),
       group.runs.length > 1 ? el("div", { class: "repeat-tabs", role: "tablist" },
         group.runs.map((r) => el("button", {
@@ -380,6 +385,7 @@
         }, repeatLabel(r.repeat) + " " + MARK[r.status]))) : null,
       facts(run),
       problem(run),
+      tries(run),
       run.truncated && run.truncated.length ? el("p", { class: "truncated",
         text: "cut to fit the report: " + run.truncated.join(", ")
           + " (the ledger cell has everything)" }) : null,
@@ -390,6 +396,7 @@
         text: "No prompt was sent (the test did not run the agent)." })),
       context(run),
       output(run),
+      printed(run),
       trajectory(run),
       metricsPart(run)]);
   }
@@ -430,6 +437,25 @@
         run.error ? pre(run.error) : null);
     }
     return null;
+  }
+
+  function tries(run) {
+    const all = run.attempts || [];
+    if (!all.length) return null;
+    return section("Tries (" + all.length + ", --retries)", el("ol", null, all.map((a) =>
+      el("li", null, el("span", { class: "status " + a.status, text: MARK[a.status] + " "
+        + a.status + (a.cause ? " (" + a.cause + ")" : "") }),
+        a.reason ? el("span", { class: "muted", text: " — " + a.reason }) : null,
+        el("span", { class: "muted", text: " " + seconds(a.duration_ms) })))));
+  }
+
+  function printed(run) {
+    if (!run.stdout && !run.stderr) return null;
+    return section("Printed by the body",
+      run.stdout ? el("div", null, el("div", { class: "muted", text: "stdout" }), pre(run.stdout))
+        : null,
+      run.stderr ? el("div", null, el("div", { class: "muted", text: "stderr" }), pre(run.stderr))
+        : null);
   }
 
   function brief(evidence) {
