@@ -227,7 +227,6 @@ def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
         "gateway-service-account": f"{RELEASE}-agent-health-cell-gateway",
         # Cells are fenced by default: one NetworkPolicy per run.
         "network-policy": "",
-        "operator-namespace": NAMESPACE,
         "judge-pod-labels": "app.kubernetes.io/component=operator,"
         f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=agent-health",
         "dns-namespace": "kube-system",
