@@ -21,7 +21,14 @@ import pytest
 import yaml
 from agent_health.cluster import errors, options
 from agent_health.cluster.api import evaluationrun, runspec
-from agent_health.cluster.cells import cellgateway, cellpod, discovery, manifests, resources
+from agent_health.cluster.cells import (
+    admission,
+    cellgateway,
+    cellpod,
+    discovery,
+    manifests,
+    resources,
+)
 from operator_support import Kubelet, cluster, kubelet, listing, until
 from ship_support import helm, one, render
 
@@ -151,7 +158,7 @@ def test_a_runspec_beyond_the_cap_is_refused_naming_the_field(
     target = EXAMPLE["RunSpec"]["spec"]["target"] | {"resources": asked}
     spec = _runspec(target=target)
     with pytest.raises(errors.SpecError, match="RunSpec default/triage") as caught:
-        cellpod.admit(spec, SETTINGS)
+        admission.admit(spec, SETTINGS)
     assert message in str(caught.value)
     with pytest.raises(errors.SpecError):  # and no pod is made of it either
         _cell(spec)
@@ -164,7 +171,7 @@ def test_a_peer_has_its_own_resources_within_the_same_cap() -> None:
     assert found["limits"] == {"cpu": "500m", "memory": "2Gi"}
     greedy = peer | {"resources": {"limits": {"memory": "1Ti"}}}
     with pytest.raises(errors.SpecError, match=r"spec\.peers\[logs\]\.resources"):
-        cellpod.admit(_runspec(peers=[greedy]), SETTINGS)
+        admission.admit(_runspec(peers=[greedy]), SETTINGS)
 
 
 def test_the_admin_sets_defaults_and_the_cap() -> None:
@@ -182,7 +189,7 @@ def test_the_admin_sets_defaults_and_the_cap() -> None:
         c["name"]: c for c in _containers(_pod_spec(_cell(_runspec(target=target), settings)))
     }
     assert container["target"]["resources"]["limits"]["cpu"] == "8"
-    cellpod.admit(_runspec(target=target | {"resources": {"limits": {"cpu": "12"}}}), settings)
+    admission.admit(_runspec(target=target | {"resources": {"limits": {"cpu": "12"}}}), settings)
 
 
 @pytest.mark.parametrize(
@@ -259,7 +266,7 @@ def test_a_required_runtime_class_runs_every_cell_and_discovery_pod() -> None:
     settings = _settings(runtime_class="gvisor")
     for isolation in ({"mode": "pod"}, {"mode": "agentSandbox"}):
         spec = _runspec(isolation=isolation)
-        cellpod.admit(spec, settings)
+        admission.admit(spec, settings)
         assert _pod_spec(_cell(spec, settings))["runtimeClassName"] == "gvisor"
         box = discovery.discovery_pod(spec, digests=_digests(spec), settings=settings)
         assert box["spec"]["runtimeClassName"] == "gvisor"
@@ -268,8 +275,8 @@ def test_a_required_runtime_class_runs_every_cell_and_discovery_pod() -> None:
 def test_a_runspec_choosing_another_runtime_class_is_refused() -> None:
     spec = _runspec(isolation={"mode": "agentSandbox", "runtimeClassName": "runc"})
     with pytest.raises(errors.SpecError, match=r"spec\.isolation\.runtimeClassName: 'runc'"):
-        cellpod.admit(spec, _settings(runtime_class="gvisor"))
-    cellpod.admit(_runspec(), _settings(runtime_class="gvisor"))  # naming the same is fine
+        admission.admit(spec, _settings(runtime_class="gvisor"))
+    admission.admit(_runspec(), _settings(runtime_class="gvisor"))  # naming the same is fine
 
 
 def _parse(argv: list[str], environ: dict[str, str]) -> options.Options:

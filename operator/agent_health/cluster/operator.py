@@ -15,11 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import logging
 import os
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -29,7 +27,7 @@ from aiohttp import web
 from agent_health import judging
 from agent_health.cluster import kube, metrics
 from agent_health.cluster import options as options_mod
-from agent_health.cluster.cells import manifests, netpol
+from agent_health.cluster.cells import apiserver, manifests, netpol
 from agent_health.cluster.judge_service import judges, limits
 from agent_health.cluster.reconcile import (
     batcher,
@@ -277,43 +275,8 @@ async def _fence(
         return None
     return netpol.Fence(
         options.egress, options.dns_namespace, dict(options.dns_pod_labels),
-        api_server=await _api_server(api, service),
+        api_server=await apiserver.addresses(api, service),
     )  # fmt: skip
-
-
-async def _api_server(api: kube.Client, service: str | None) -> tuple[netpol.Egress, ...]:
-    """Where a cell would reach the API server: the endpoints of Service ``default/kubernetes``
-    (a NetworkPolicy sees a Service's traffic after its address is translated to them) and,
-    in a pod, the Service's own address (``service``, the URL the operator itself uses)."""
-    found: list[netpol.Egress] = []
-    try:
-        body = await api.get(kube.ENDPOINTS, "default", "kubernetes")
-    except kube.ApiError as err:
-        log.warning(
-            "cannot read Endpoints default/kubernetes (%s): the cells' NetworkPolicy cannot "
-            "carve the API server out of --egress blocks, nor let ConfigMap-ledger runs reach "
-            "it unless --egress names it",
-            err,
-        )
-        body = {}
-    for subset in body.get("subsets") or []:
-        ports = tuple(
-            int(p["port"]) for p in subset.get("ports") or [] if p.get("protocol", "TCP") == "TCP"
-        )
-        for address in subset.get("addresses") or []:
-            with contextlib.suppress(KeyError, ValueError):
-                found.append(netpol.Egress(_host_network(address["ip"]), ports))
-    if service is not None:
-        parts = urllib.parse.urlsplit(service)
-        with contextlib.suppress(ValueError):
-            port = parts.port or 443
-            found.append(netpol.Egress(_host_network(parts.hostname or ""), (port,)))
-    return tuple(found)
-
-
-def _host_network(ip: str) -> str:
-    """``ip`` as a one-address CIDR; a ValueError when it is not an IP address."""
-    return str(ipaddress.ip_network(ip))
 
 
 async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, addr: str) -> int:

@@ -13,14 +13,14 @@ ledger key and ledger credentials only into the gateway; each principal's token 
 its own container and the gateway. The target gets no token and no service-account token,
 and reaches its peers only through the gateway, whose listeners replace the peers' URLs.
 Nor may a RunSpec hand the target or a peer one of agent-health's Secrets through ``env``
-(any cell's tokens, a run's ledger key, the ledger credentials): that is a SpecError.
+(:func:`.admission.refuse_our_secrets`).
 
 Every container has CPU and memory limits (:mod:`.resources`; a RunSpec's own for its target
 and peers, within the operator's cap); the pod names every container but the gateway in
 ``eks.amazonaws.com/skip-containers``, so EKS's identity webhook gives the cells'
 ServiceAccount role to the gateway alone; an operator that requires a RuntimeClass
-(``--cell-runtime-class``) runs every cell with it. :func:`admit` checks a RunSpec against
-these rules before anything is created.
+(``--cell-runtime-class``) runs every cell with it. :func:`.admission.admit` checks a
+RunSpec against the operator's rules before anything is created.
 """
 
 from __future__ import annotations
@@ -31,16 +31,11 @@ from typing import Any
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
-from agent_health.cluster.cells import cellgateway, cellsecrets, manifests, resources, sandbox
+from agent_health.cluster.cells import admission, cellgateway, cellsecrets, manifests, sandbox
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
-# Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
-# in -<hash>-r<repeat>) and any run's ledger key (<run>-ledger-key).
-_OUR_SECRETS = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-ledger-key)$"
-)
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -90,7 +85,8 @@ def cell_pod(
             "in a cluster cell; serve the agent over HTTP (rest, agui or openai) with a port"
         )
     cell = manifests.cell_name(run_name, test_id, repeat)
-    admit(spec, settings)
+    admission.admit(spec, settings)
+    admission.refuse_our_secrets(spec, settings)
     plan = cellgateway.ports(spec)
     controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
     model = manifests.judge_model(run, spec, settings)
@@ -158,7 +154,7 @@ def cell_pod(
                     {"name": "AGENT_HEALTH_TARGET_URL", "value": to_target},
                 ],
                 mounts=[scratch[container_name], own_token(f"peer:{peer.name}")],
-                compute=_resources(spec, settings, peer),
+                compute=admission.resources_of(spec, settings, peer),
                 port=peer.port,
                 settings=settings,
             )
@@ -171,7 +167,7 @@ def cell_pod(
             manifests.pinned(target.image, digests),
             env=_target_env(spec, plan),
             mounts=[scratch[TARGET]],
-            compute=_resources(spec, settings, None),
+            compute=admission.resources_of(spec, settings, None),
             port=target.port,
             settings=settings,
         )
@@ -276,37 +272,6 @@ def cell(
     return pod
 
 
-def admit(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
-    """Refuse a RunSpec the operator's rules forbid (a SpecError naming the field and rule):
-    a target or peer reading agent-health's own Secrets, a RuntimeClass other than the one
-    every cell must use, resources beyond the operator's cap."""
-    _refuse_our_secrets(spec, settings)
-    name = f"RunSpec {spec.metadata.get('namespace', '?')}/{spec.metadata.get('name', '?')}"
-    chosen = spec.spec.isolation.runtime_class_name
-    if settings.runtime_class is not None and chosen not in (None, settings.runtime_class):
-        raise errors.SpecError(
-            f"{name} spec.isolation.runtimeClassName: {chosen!r} is not allowed: this operator "
-            f"runs every cell with RuntimeClass {settings.runtime_class!r} "
-            "(--cell-runtime-class); leave the field out or name that one"
-        )
-    _resources(spec, settings, None)
-    for peer in spec.spec.peers:
-        _resources(spec, settings, peer)
-
-
-def _resources(
-    spec: runspec.RunSpec, settings: manifests.Settings, peer: runspec.Peer | None
-) -> dict[str, Any]:
-    """The target's (``peer`` None) or a peer's resources: the RunSpec's within the cap."""
-    name = f"RunSpec {spec.metadata.get('namespace', '?')}/{spec.metadata.get('name', '?')}"
-    cells = settings.resources
-    if peer is None:
-        where = f"{name} spec.target.resources"
-        return resources.effective(cells.target, spec.spec.target.resources, cells.max, where=where)
-    where = f"{name} spec.peers[{peer.name}].resources"
-    return resources.effective(cells.peer, peer.resources, cells.max, where=where)
-
-
 def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
     if spec.spec.ledger is not None:
         return spec.spec.ledger.url
@@ -316,23 +281,6 @@ def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
         f"RunSpec {spec.metadata.get('name', '?')}: spec.ledger.url is unset and the operator "
         "has no default ledger; set spec.ledger.url"
     )
-
-
-def _refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
-    """A target or peer that read our tokens or ledger key could speak as the controller."""
-    envs = [("target", spec.spec.target.env)]
-    envs += [(f"peers[{p.name}]", p.env) for p in spec.spec.peers]
-    for where, env in envs:
-        for var in env:
-            ref = var.value_from.secret_key_ref if var.value_from is not None else None
-            if ref is None:
-                continue
-            if _OUR_SECRETS.match(ref.name) or ref.name == settings.ledger_credentials_secret:
-                raise errors.SpecError(
-                    f"RunSpec {spec.metadata.get('name', '?')}: {where}.env {var.name} reads "
-                    f"Secret {ref.name!r}, one of agent-health's own (principal tokens, ledger "
-                    "key or ledger credentials); the target and peers must never hold them"
-                )
 
 
 def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
-from agent_health.cluster.cells import cellpod, discovery, ledgerurl, manifests, netpol
+from agent_health.cluster.cells import admission, discovery, ledgerurl, manifests, netpol
 from agent_health.cluster.reconcile import events, listing
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
@@ -161,7 +161,7 @@ class SpecReconciler:
                 await writer.set(RESOLVED, "False", "InvalidLedgerUrl", message)
                 raise kopf.PermanentError(message)
         try:  # before any pod: discovery runs the suite's code too
-            cellpod.admit(spec, self.settings)
+            admission.admit(spec, self.settings)
         except errors.SpecError as err:
             await writer.set(RESOLVED, "False", "NotAllowed", str(err))
             raise kopf.PermanentError(str(err)) from err
