@@ -168,23 +168,18 @@ class Sealer:
         end = at + len(placeholder)
         if at < 0 or text.find(placeholder, end) >= 0:  # never by chance: the data holds it
             return self._line_in_parts(record, payload)
-        if text[end : end + 1] == b",":
-            body = text[:at] + text[end + 1 :]
-        else:  # the last key: drop the comma before it
-            body = text[: at - 1] + text[end:]
+        body = text[:at] + text[end + 1 :]  # "seq" always follows: the field and its comma
         mac_hex = hmac.digest(self._key, self.previous_mac.encode("ascii") + body, "sha256").hex()
         line = text[:at] + b'"mac":"' + mac_hex.encode("ascii") + b'"' + text[end:]
         return self._advance(record, mac_hex, line)
 
     def _line_in_parts(self, record: records.Record, payload: dict[str, Any]) -> str:
-        """:meth:`line` the long way: the keys before "mac" and after it encoded apart."""
-        before = records.canonical({k: v for k, v in payload.items() if k < "mac"})[1:-1]
-        after = records.canonical({k: v for k, v in payload.items() if k > "mac"})[1:-1]
-        body = b"{" + b",".join(part for part in (before, after) if part) + b"}"
+        """:meth:`line` the long way, encoded without the mac and with it."""
+        del payload["mac"]
+        body = records.canonical(payload)
         mac_hex = hmac.digest(self._key, self.previous_mac.encode("ascii") + body, "sha256").hex()
-        field = b'"mac":"' + mac_hex.encode("ascii") + b'"'
-        line = b"{" + b",".join(part for part in (before, field, after) if part) + b"}"
-        return self._advance(record, mac_hex, line)
+        payload["mac"] = mac_hex
+        return self._advance(record, mac_hex, records.canonical(payload))
 
     def _advance(self, record: records.Record, mac_hex: str, line: bytes) -> str:
         self.next_seq += 1
