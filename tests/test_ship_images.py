@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from agent_health import gateway
 from ship_support import ROOT
 
 IMAGES = ROOT / "images"
@@ -325,3 +327,53 @@ async def test_the_example_peer_runs_as_a_process() -> None:
     finally:
         process.terminate()
         await process.wait()
+
+
+async def test_in_a_cell_the_example_peer_serves_only_the_gateways_calls(tmp_path: Path) -> None:
+    """The peer process as a cell runs it: its own token in $AGENT_HEALTH_TOKEN_FILE. A call
+    without the gateway's header (the target, straight over loopback) is refused."""
+    sys.path.insert(0, str(ROOT / "examples" / "agents"))
+    import log_server
+
+    assert log_server.VIA_HEADER == gateway.VIA_HEADER  # the example speaks the gateway's header
+    token = "peer-logs-token-c41d"
+    (tmp_path / "token").write_text(token + "\n")
+    script = ROOT / "examples" / "agents" / "log_server.py"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), "--port", "0",
+        env={**os.environ, "AGENT_HEALTH_TOKEN_FILE": str(tmp_path / "token")},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        url = (await process.stdout.readline()).decode().rsplit(" ", 1)[-1].strip()
+        async with httpx.AsyncClient(base_url=url) as client:
+            direct = await client.get("/service_status", params={"name": "db-primary"})
+            guessed = await client.get(
+                "/service_status", params={"name": "db-primary"}, headers={gateway.VIA_HEADER: "x"}
+            )
+            forwarded = await client.get(
+                "/service_status",
+                params={"name": "db-primary"},
+                headers={gateway.VIA_HEADER: token},
+            )
+            health = await client.get("/healthz")  # the kubelet's probe carries no header
+    finally:
+        process.terminate()
+        await process.wait()
+    assert (direct.status_code, guessed.status_code) == (403, 403)
+    assert forwarded.json() == {"name": "db-primary", "status": "down"}
+    assert health.json() == {"ok": True}
+
+
+async def test_the_example_peer_refuses_to_start_on_an_empty_token_file(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("\n")
+    script = ROOT / "examples" / "agents" / "log_server.py"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), "--port", "0",
+        env={**os.environ, "AGENT_HEALTH_TOKEN_FILE": str(tmp_path / "token")},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await process.communicate()
+    assert process.returncode != 0
+    assert b"is empty" in err

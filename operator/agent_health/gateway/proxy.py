@@ -6,7 +6,9 @@ both are hashed and counted, and the response's token usage is read as it passes
 (:class:`~agent_health.ledger.usage.Reader`, bounded memory; at most ``usage_max_bytes``
 decoded bytes are read). No body is ever held whole, whatever its size or encoding.
 Hop-by-hop headers are dropped both ways; status codes, reasons and the other headers pass
-unchanged. The caller's token header is checked and never forwarded.
+unchanged. The caller's token header is checked and never forwarded; a call to a peer
+carries that peer's own token in ``X-Agent-Health-Via-Gateway`` instead (whatever the caller
+sent there is dropped), so a peer can refuse the target calling it directly on loopback.
 
 An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON reason; an
 upstream that breaks off a response already started aborts the caller's connection, so a
@@ -50,7 +52,10 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-_NOT_FORWARDED = frozenset({"host", "expect", config.TOKEN_HEADER.lower()})
+# A caller's own token and any claim to have come through the gateway stop here.
+_NOT_FORWARDED = frozenset(
+    {"host", "expect", config.TOKEN_HEADER.lower(), config.VIA_HEADER.lower()}
+)
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
 # Bodies with a Content-Length up to this size are read whole and sent in one write: a small
 # fixed-size body gains nothing from streaming and saves a syscall and a wake-up each way.
@@ -124,6 +129,9 @@ class Proxy:
         # The judge is the controller's alone: on a route to it, the gateway refuses a
         # caller without the route principal's token rather than leave it to the service.
         self._token_required = route.to == "judge" and tokens.principal_of(route.principal)
+        # A peer learns a call came through its gateway by its own token (config.VIA_HEADER);
+        # no other callee is handed a token, the target least of all.
+        self._via = tokens.token_of(route.to) if route.to.startswith("peer:") else None
         upstream = URL(route.upstream)
         # raw_path keeps the caller's percent-encoding and query exactly as sent.
         self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
@@ -206,6 +214,8 @@ class Proxy:
         headers = _dropped(request.headers, _NOT_FORWARDED)
         if run_id:
             headers[config.RUN_ID_HEADER] = run_id
+        if self._via is not None:
+            headers[config.VIA_HEADER] = self._via
         body: bytes | AsyncIterator[bytes] | None = None
         length = request.content_length
         if length is not None and length <= WHOLE_BODY_BYTES:
