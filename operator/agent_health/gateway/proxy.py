@@ -7,8 +7,7 @@ both are hashed and counted, and the response's token usage is read as it passes
 decoded bytes are read). No body is ever held whole, whatever its size or encoding.
 Hop-by-hop headers are dropped both ways; status codes, reasons and the other headers pass
 unchanged. The caller's token header is checked and never forwarded; a call to a peer
-carries that peer's own token in ``X-Agent-Health-Via-Gateway`` instead (whatever the caller
-sent there is dropped), so a peer can refuse the target calling it directly on loopback.
+carries the peer's own token instead (:data:`~.config.VIA_HEADER`; a caller's copy dropped).
 
 An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON reason; an
 upstream that breaks off a response already started aborts the caller's connection, so a
@@ -38,21 +37,10 @@ from yarl import URL
 from agent_health.gateway import config, guard, recorder
 from agent_health.ledger import usage
 
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-# A caller's own token and any claim to have come through the gateway stop here.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+})  # fmt: skip
 _NOT_FORWARDED = frozenset(
     {"host", "expect", config.TOKEN_HEADER.lower(), config.VIA_HEADER.lower()}
 )
@@ -129,8 +117,7 @@ class Proxy:
         # The judge is the controller's alone: on a route to it, the gateway refuses a
         # caller without the route principal's token rather than leave it to the service.
         self._token_required = route.to == "judge" and tokens.principal_of(route.principal)
-        # A peer learns a call came through its gateway by its own token (config.VIA_HEADER);
-        # no other callee is handed a token, the target least of all.
+        # A peer knows the gateway's calls by its own token; no other callee gets a token.
         self._via = tokens.token_of(route.to) if route.to.startswith("peer:") else None
         upstream = URL(route.upstream)
         # raw_path keeps the caller's percent-encoding and query exactly as sent.
