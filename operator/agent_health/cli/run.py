@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors
-    from agent_health.engine import loader, provenance, recording, session
+    from agent_health.engine import budget, loader, provenance, recording, session
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
 
@@ -102,6 +102,24 @@ def add_commands(sub: Any) -> None:
         help="run a failed or errored test again up to N times; one that then passes is flaky",
     )
     run.add_argument("--fail-on-flaky", action="store_true", help="exit 1 when any test is flaky")
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="budget: start no new test once agent + judge cost reaches USD (needs prices)",
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="budget: start no new test once agent + judge tokens reach N",
+    )
+    run.add_argument(
+        "--max-duration",
+        type=float,
+        metavar="S",
+        help="budget: start no new test after S seconds",
+    )
 
     run.set_defaults(handler=run_command)
 
@@ -133,6 +151,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("--retries must be 0 or more")
     if args.max_failures is not None and args.max_failures < 1:
         raise common.UsageError("--max-failures must be at least 1")
+    limits = _limits(args)
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
@@ -159,6 +178,13 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         "0",
     )
     judge_config = config.judge_from_env()
+    if limits is not None and limits.max_cost_usd is not None and not config.price_table():
+        raise common.UsageError(
+            f"--max-cost needs the agent's prices: add prices={{'default': {{'input_per_mtok': "
+            f"..., 'output_per_mtok': ...}}}} to define_config() in "
+            f"{_config_path(args, paths) or 'agent-health.config.py'} (and the judge's "
+            "input_cost_per_mtok/output_cost_per_mtok when it judges)"
+        )
     list_lines = any(kind == "list" for kind, _ in outputs)
     started_at = datetime.now(UTC)
 
@@ -173,6 +199,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             args,
             console,
             list_lines,
+            limits,
         )
     )
     judge_usage = _judge_usage(outcome, judge_config)
@@ -205,6 +232,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         stopped=outcome.stopped,
         rollup=outcome.rollup,
         provenance=what_ran,
+        budget=outcome.budget,
     )
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:
@@ -317,6 +345,7 @@ async def _execute(
     args: argparse.Namespace,
     console: Console,
     list_lines: bool,
+    limits: budget.Limits | None = None,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
     import asyncio
 
@@ -375,6 +404,7 @@ async def _execute(
                 listener=progress,
                 stop=stop,
                 policy=session.Policy(retries=args.retries, max_failures=args.max_failures),
+                meter=_meter(limits, judge_config),
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
@@ -384,6 +414,36 @@ async def _execute(
     if reason is not None:
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
     return outcome, hints, recorded
+
+
+def _limits(args: argparse.Namespace) -> budget.Limits | None:
+    """The run's budget from --max-cost, --max-tokens and --max-duration (None: no budget)."""
+    given = {"--max-cost": args.max_cost, "--max-tokens": args.max_tokens}
+    given["--max-duration"] = args.max_duration
+    for flag, value in given.items():
+        if value is not None and value <= 0:
+            raise common.UsageError(f"{flag} must be positive, got {value:g}")
+    if all(v is None for v in given.values()):
+        return None
+    from agent_health.engine import budget
+
+    return budget.Limits(
+        max_cost_usd=args.max_cost, max_tokens=args.max_tokens, max_duration_s=args.max_duration
+    )
+
+
+def _meter(
+    limits: budget.Limits | None, judge_config: config_mod.JudgeConfig | None
+) -> budget.Meter | None:
+    if limits is None:
+        return None
+    from agent_health.engine import budget
+
+    prices = budget.Prices(
+        input_per_mtok=judge_config.input_cost_per_mtok if judge_config else None,
+        output_per_mtok=judge_config.output_cost_per_mtok if judge_config else None,
+    )
+    return budget.Meter(limits, prices)
 
 
 def _judge_usage(outcome: session.Outcome, judge_config: config_mod.JudgeConfig | None) -> Any:

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.engine import budget as budget_mod
 from agent_health.engine import entries
 from agent_health.engine import rollup as rollup_mod
 from agent_health.engine.provenance import Provenance
@@ -141,6 +142,11 @@ class Summary(BaseModel):
         default=None, description="why no more tests started (e.g. --max-failures), if so"
     )
     judge_tokens: dict[str, Any] | None = None
+    budget: budget_mod.Report | None = Field(
+        default=None,
+        description="the run's budget (--max-cost/--max-tokens/--max-duration), what it spent "
+        "and which limit stopped it; None without a budget",
+    )
     input_tokens: int | None = None
     output_tokens: int | None = None
     tokens_unreported: int = Field(
@@ -182,6 +188,7 @@ class RunReport(BaseModel):
         stopped: str | None = None,
         rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
+        budget: budget_mod.Report | None = None,
     ) -> RunReport:
         """``rollup``: the run's insights rollup when it was synthesised (an async step,
         :func:`~agent_health.engine.rollup.synthesise`); else grouped here."""
@@ -210,6 +217,7 @@ class RunReport(BaseModel):
             not_run=not_run,
             stopped=stopped,
             judge_tokens=judge_tokens,
+            budget=budget,
             input_tokens=_known_sum(r.token_usage.prompt for r in results),
             output_tokens=_known_sum(r.token_usage.completion for r in results),
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),

@@ -362,6 +362,13 @@ def _result(
     )
 
 
+def skipped_result(case: declare.TestCase, repeat: int, reason: str) -> TestResult:
+    """A result for a test that was never started (a budget was reached first)."""
+    return _result(
+        case, repeat, uuid.uuid4().hex, "skipped", None, (), None, time.time(), 0.0, reason
+    )
+
+
 def errored_result(
     case: declare.TestCase,
     repeat: int,

@@ -1,5 +1,5 @@
 """Running many tests: a pool of workers, per-file all-hooks, repeats, retries, a failure
-limit and clean interruption."""
+limit, a budget (:mod:`.budget`) and clean interruption."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent_health.engine import budget as budget_mod
 from agent_health.engine import capture, runner
 from agent_health.engine import rollup as rollup_mod
 from agent_health.sdk import declare
@@ -29,7 +30,9 @@ class Outcome:
     interrupted: bool = False
     not_run: int = 0
     hook_errors: list[str] = field(default_factory=list)
-    stopped: str | None = None  # why no more tests started (--max-failures), if they did not
+    stopped: str | None = None  # why no more tests started (--max-failures, a budget), if so
+    budget: budget_mod.Report | None = None
+    """The run's budget and spend (None without a budget)."""
     rollup: rollup_mod.Rollup | None = None
     """The run-level insights rollup (None when no test has insights)."""
 
@@ -130,15 +133,19 @@ async def run(
     listener: Listener | None = None,
     stop: asyncio.Event | None = None,
     policy: Policy | None = None,
+    meter: budget_mod.Meter | None = None,
 ) -> Outcome:
     """Run every (case, repeat) with at most ``concurrency`` at once.
+
+    With a ``meter``, each test's spend is counted as it ends; once a budget is reached no new
+    test starts and the tests never started are ``skipped`` with reason ``budget``.
 
     Setting ``stop`` (Ctrl-C) stops the workers; tests that finished are kept, tests cut
     short are ``errored`` ("interrupted", with the time they ran), tests never started are
     counted. What each body prints is captured into its result (:mod:`.capture`).
     """
     with capture.installed():
-        pool = _Pool(cases, hooks, env, repeat, listener, policy or Policy())
+        pool = _Pool(cases, hooks, env, repeat, listener, policy or Policy(), meter)
         return await pool.run(concurrency, stop)
 
 
@@ -153,6 +160,7 @@ class _Pool:
         repeat: int,
         listener: Listener | None,
         policy: Policy,
+        meter: budget_mod.Meter | None = None,
     ) -> None:
         self.planned = plan(cases, repeat)
         self.items = deque(self.planned)
@@ -169,6 +177,7 @@ class _Pool:
         self.hook_errors: list[str] = []
         self.failures = 0
         self.stopped: str | None = None
+        self.meter = meter
 
     async def run(self, concurrency: int, stop: asyncio.Event | None) -> Outcome:
         started = time.perf_counter()
@@ -208,6 +217,8 @@ class _Pool:
                 duration_ms=(now - perf) * 1000,
             )
             self._done(result)
+        if not interrupted:
+            self._skip_for_budget()
         await self._after_all_of_started_files()
         order = {(c.id, r): i for i, (c, r) in enumerate(self.planned)}
         self.results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
@@ -223,10 +234,11 @@ class _Pool:
             hook_errors=self.hook_errors,
             stopped=self.stopped,
             rollup=await rollup_mod.synthesise(self.results, llm),
+            budget=self.meter.report() if self.meter is not None else None,
         )
 
     async def worker(self, slot: int) -> None:
-        while self.items and self.stopped is None:
+        while self.items and self.stopped is None and not self._over_budget():
             case, r = self.items.popleft()
             self.running[slot] = (case, r, time.time(), time.perf_counter())
             state = self.files[case.file]
@@ -242,12 +254,41 @@ class _Pool:
     async def attempts(self, slot: int, case: declare.TestCase, r: int) -> TestResult:
         """The test, then its retries while it fails and retries are left."""
         result = await runner.run_case(case, r, self.env)
+        self._spent(result)
         tries = [result]
-        while result.status in NOT_PASSED and len(tries) <= self.policy.retries:
+        while (
+            result.status in NOT_PASSED
+            and len(tries) <= self.policy.retries
+            and not self._over_budget()
+        ):
             self.running[slot] = (case, r, time.time(), time.perf_counter())
             result = await runner.run_case(case, r, self.env, retry=len(tries))
+            self._spent(result)
             tries.append(result)
         return retried(tries) if len(tries) > 1 else result
+
+    def _spent(self, result: TestResult) -> None:
+        """Count what one try spent, then stop starting tests if a budget is reached."""
+        if self.meter is not None:
+            self.meter.add_result(result)
+            self._over_budget()
+
+    def _over_budget(self) -> bool:
+        """Whether a budget is reached (then no new test or retry starts)."""
+        if self.meter is None or self.meter.check() is None:
+            return False
+        if self.stopped is None:
+            self.stopped = f"budget: {self.meter.reason}"
+        return True
+
+    def _skip_for_budget(self) -> None:
+        """Every test a budget kept from starting is ``skipped``, reason ``budget``."""
+        if self.meter is None or self.meter.exhausted is None:
+            return
+        while self.items:
+            case, r = self.items.popleft()
+            self.meter.skipped += 1
+            self._done(runner.skipped_result(case, r, budget_mod.SKIP_REASON))
 
     def _done(self, result: TestResult) -> None:
         self.results.append(result)

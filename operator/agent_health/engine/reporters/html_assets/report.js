@@ -190,8 +190,15 @@
       card("cost", "cost", money(SUMMARY.cost_usd),
         SUMMARY.unpriced ? SUMMARY.unpriced + " runs unpriced" : null),
       card("duration", "duration", seconds(SUMMARY.duration_ms),
-        SUMMARY.interrupted ? "interrupted: " + (SUMMARY.not_run || 0) + " never started" : null));
+        SUMMARY.interrupted ? "interrupted: " + (SUMMARY.not_run || 0) + " never started" : null),
+      budgetCard());
     root.replaceChildren(cards);  // the summary is built once, at load
+    const budget = SUMMARY.budget;
+    if (budget && budget.exhausted) {
+      root.append(el("div", { class: "budget-stop", role: "status" },
+        el("strong", { text: "Stopped by the budget: " }), budget.reason || budget.exhausted,
+        " — " + budget.skipped + " tests skipped (reason budget)"));
+    }
     const loadErrors = SUMMARY.load_errors || [];
     if (loadErrors.length) {
       root.append(el("div", { class: "load-errors", role: "alert" },
@@ -210,6 +217,31 @@
     }
     append(root, [labelTable(), provenanceDetails()]);
     document.getElementById("provenance-line").textContent = provenanceLine();
+  }
+
+  // Spend so far against each limit of the run's budget (--max-cost/--max-tokens/--max-duration
+  // or spec.budget); an estimate for tests whose spend is unknown is marked with "~".
+  function budgetCard() {
+    const budget = SUMMARY.budget;
+    if (!budget) return null;
+    const spent = budget.spent || {};
+    const limits = budget.limits || {};
+    const parts = [];
+    const estimated = (value, unknown, shown) => value === null || value === undefined
+      ? "unknown (" + unknown + " tests reported no usage)"
+      : (unknown ? "~" + shown + " (" + unknown + " estimated)" : shown);
+    if (limits.max_tokens != null) parts.push(estimated(spent.tokens_estimated,
+      spent.tokens_unknown, count(spent.tokens_estimated)) + " of " + count(limits.max_tokens)
+      + " tokens");
+    if (limits.max_cost_usd != null) parts.push(estimated(spent.cost_usd_estimated,
+      spent.cost_unknown, money(spent.cost_usd_estimated)) + " of " + money(limits.max_cost_usd));
+    if (limits.max_duration_s != null) parts.push(num(spent.duration_s, 1) + " of "
+      + limits.max_duration_s + " s");
+    return card("budget" + (budget.exhausted ? " exhausted" : ""), "budget",
+      budget.exhausted ? "stopped" : "within",
+      parts.join(", ") + "; agent " + count(spent.agent_tokens) + " tokens "
+      + money(spent.agent_cost_usd) + ", judge " + count(spent.judge_tokens) + " tokens "
+      + money(spent.judge_cost_usd));
   }
 
   function labelTable() {
