@@ -111,10 +111,11 @@ def report(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter or ["html"]]
+    common.check_reports(outputs)
     saved = _read(Path(args.file))
     terminal.summary(consoles.out, saved)
-    common.write_reports(outputs, saved, consoles.out)
-    return common.EXIT_OK
+    written = common.write_reports(outputs, saved, consoles.out)
+    return common.EXIT_OK if written else common.EXIT_USAGE
 
 
 def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:
