@@ -188,7 +188,7 @@ class Operator:
         return app
 
     def judge_app(self) -> web.Application:
-        app = service.serving(self.judges.resolve)
+        app = service.serving(self.judges.resolve, self.runs.judged)
         app.middlewares.append(self._judge_metrics)
         return app
 

@@ -29,6 +29,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.sdk.results import TestResult
+from agent_health.traces import settings
 
 _N = TypeVar("_N", int, float)
 Kind = Literal["max_cost_usd", "max_tokens", "max_duration_s"]
@@ -108,20 +109,30 @@ def _add(a: _N | None, b: _N | None) -> _N | None:
     return None if a is None or b is None else a + b
 
 
-def of_result(result: TestResult, judge_prices: Prices | None = None) -> TestSpend:
+def of_result(
+    result: TestResult,
+    judge_prices: Prices | None = None,
+    agent_prices: settings.PriceTable | None = None,
+) -> TestSpend:
     """The spend of one test result: its agent run and its judge calls.
 
     The agent ran when the result has metrics (a reply came back) or it errored because of
     the agent (the agent was asked and may have spent before failing: unknown, not zero).
+    Its tokens are the metrics' (in a cell, what the gateway recorded of the target's model
+    calls when it did); ``agent_prices`` prices them here instead of the metrics' own cost.
     """
     agent_failed = result.status == "errored" and result.cause == "agent"
-    ran = bool(result.metrics) or agent_failed
+    metrics = result.metrics or {}
+    ran = bool(metrics) or agent_failed
     agent_tokens: int | None = 0
     agent_cost: float | None = 0.0
     if ran:
-        agent_tokens = result.token_usage.total
-        cost = result.metrics.get("cost_usd") if result.metrics else None
+        total = metrics.get("total_tokens", result.token_usage.total)
+        agent_tokens = total if isinstance(total, int) else None
+        cost = metrics.get("cost_usd")
         agent_cost = float(cost) if isinstance(cost, (int, float)) else None
+        if agent_prices is not None:
+            agent_cost = _priced(agent_prices, metrics)
     tokens_in = tokens_out = 0
     for signal in result.signals:
         evidence = signal.evidence or {}
@@ -136,6 +147,14 @@ def of_result(result: TestResult, judge_prices: Prices | None = None) -> TestSpe
         judge_tokens=tokens_in + tokens_out,
         judge_cost_usd=(judge_prices or Prices()).cost(tokens_in, tokens_out),
     )
+
+
+def _priced(prices: settings.PriceTable, metrics: dict[str, object]) -> float | None:
+    tokens_in, tokens_out = metrics.get("input_tokens"), metrics.get("output_tokens")
+    if not isinstance(tokens_in, int) or not isinstance(tokens_out, int):
+        return None
+    model = metrics.get("model")
+    return prices.cost(model if isinstance(model, str) else None, tokens_in, tokens_out)
 
 
 class Spend(BaseModel):
@@ -192,6 +211,9 @@ class Meter:
         self.exhausted: Kind | None = None
         self.reason: str | None = None
         self.skipped = 0
+        self.judge_floor = (0, 0)
+        """(input, output) tokens the judge service says it spent for this run: the judge's
+        spend is at least this, whatever the tests' signals add up to (the operator)."""
 
     def add(self, spend: TestSpend) -> None:
         self.spends.append(spend)
@@ -240,7 +262,20 @@ class Meter:
         return self.exhausted
 
     def spent(self, now: float | None = None) -> Spend:
-        return _total(self.spends, self.elapsed(now))
+        spends = list(self.spends)
+        floor_in, floor_out = self.judge_floor
+        extra = floor_in + floor_out - sum(s.judge_tokens for s in spends)
+        if extra > 0:  # what the judge service spent beyond what the cells' signals say
+            share = extra / (floor_in + floor_out)
+            spends.append(
+                TestSpend(
+                    judge_tokens=extra,
+                    judge_cost_usd=self.judge_prices.cost(
+                        round(floor_in * share), extra - round(floor_in * share)
+                    ),
+                )
+            )
+        return _total(spends, self.elapsed(now))
 
     def report(self, now: float | None = None) -> Report:
         return Report(

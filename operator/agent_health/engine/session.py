@@ -283,9 +283,7 @@ class _Pool:
 
     def _skip_for_budget(self) -> None:
         """Every test a budget kept from starting is ``skipped``, reason ``budget``."""
-        if self.meter is None or self.meter.exhausted is None:
-            return
-        while self.items:
+        while self.items and self.meter is not None and self.meter.exhausted is not None:
             case, r = self.items.popleft()
             self.meter.skipped += 1
             self._done(runner.skipped_result(case, r, budget_mod.SKIP_REASON))

@@ -78,7 +78,10 @@ class Intake:
         what = f"EvaluationRun {ref.namespace}/{ref.name}"
         model = meta.parse(evaluationrun.EvaluationRun, dict(body), what=what)
         tally = status_mod.RunTally(
-            repeats=model.spec.repeats, generation=metadata.get("generation"), previous=model.status
+            repeats=model.spec.repeats,
+            generation=metadata.get("generation"),
+            previous=model.status,
+            budget=model.spec.budget,
         )
         run = plan.Run(ref, str(metadata.get("uid")), model, tally, phase=tally.phase)
         board.status.seed(ref, body.get("status") or {})

@@ -20,9 +20,10 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import ledgerurl, manifests
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import batcher, events, listing
+from agent_health.cluster.reconcile import batcher, events, listing, spending
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
+from agent_health.sdk import results
 
 ATTEMPT = "agenthealth.dev/attempt"
 CellState = Literal["queued", "active", "ended", "replacing", "done"]
@@ -60,6 +61,11 @@ class Run:
     started: bool = False
     buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     phase: evaluationrun.Phase | None = None
+
+    @property
+    def budget(self) -> spending.RunBudget | None:
+        """``spec.budget`` and the spend against it (``None`` without a budget)."""
+        return self.tally.budget
 
     @property
     def runspec(self) -> str:
@@ -177,6 +183,19 @@ def owned_by(body: Mapping[str, Any], uid: str) -> bool:
 def attempt(body: Mapping[str, Any]) -> int:
     value = ((body.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT, "0")
     return int(value) if str(value).isdigit() else 0
+
+
+def skipped(cell: Cell, reason: str) -> grading.CellGrade:
+    """The grade of a cell never started (``reason``: ``budget``): ``skipped``."""
+    test = cell.test
+    result = results.TestResult(
+        id=test.id, name=test.title, title=test.title, file=test.file, line=test.line,
+        labels=test.labels, repeat=cell.repeat, status="skipped", run_id=cell.name,
+        content_hash=test.content_hash, skip_reason=reason,
+    )  # fmt: skip
+    return grading.CellGrade(
+        cell=cell.name, test_id=test.id, repeat=cell.repeat, status="skipped", result=result
+    )
 
 
 def unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta
 from agent_health.cluster.grading import grading
+from agent_health.cluster.reconcile import spending
 from agent_health.engine import report
 
 Phase = evaluationrun.Phase
@@ -100,8 +101,10 @@ class RunTally:
         generation: int | None = None,
         previous: evaluationrun.Status | None = None,
         clock: Callable[[], datetime.datetime] = utcnow,
+        budget: evaluationrun.Budget | None = None,
     ) -> None:
         self.repeats = repeats
+        self.budget = spending.RunBudget(budget) if budget is not None else None
         self.generation = generation
         self._clock = clock
         self._cells: dict[str, _CellState] = {}
@@ -170,6 +173,18 @@ class RunTally:
             unverified_claims=sum(g.unverified_claims for g in self._grades.values()),
         )
 
+    # -- budget ----------------------------------------------------------------------------
+
+    def over_budget(self) -> bool:
+        """Whether ``spec.budget`` is reached (:mod:`.spending`); keeps ``BudgetExhausted``."""
+        if self.budget is None:
+            return False
+        over = self.budget.check((g.result for g in self._grades.values()), self.start_time)
+        status, reason, message = self.budget.condition()
+        if self._condition(spending.CONDITION) != status:
+            self._set(spending.CONDITION, status, reason, message, now=self._clock())
+        return over
+
     # -- phase -----------------------------------------------------------------------------
 
     def advance(self, phase: Phase, *, reason: str, message: str = "") -> bool:
@@ -236,6 +251,9 @@ class RunTally:
             self._aggregates = (built.summary, self.test_summaries())
         summary, tests = self._aggregates
         self._tests_passed(counts)
+        spent = None
+        if self.budget is not None:
+            spent = self.budget.status((g.result for g in self._grades.values()), self.start_time)
         return evaluationrun.Status(
             observed_generation=self.generation,
             phase=self.phase,
@@ -245,6 +263,7 @@ class RunTally:
             pass_at_k=summary.pass_at_k,
             pass_hat_k=summary.pass_hat_k,
             tests=tests,
+            budget=spent,
             conditions=self.conditions,
             start_time=self.start_time,
             completion_time=self.completion_time,
