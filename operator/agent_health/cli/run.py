@@ -33,7 +33,13 @@ if TYPE_CHECKING:
 def add_commands(sub: Any) -> None:
     run = sub.add_parser("run", help="discover and run tests")
     run.add_argument("paths", nargs="*", default=["."], help="test files or directories")
-    run.add_argument("--agent", help="a name from the config's agents, or rest+http://..., ...")
+    run.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        help="a name from the config's agents, or rest+http://..., ...; repeat it to run the "
+        "suite against each agent (a matrix)",
+    )
     run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
     run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
     run.add_argument("--repeat", type=int, default=1, help="run each test N times")
@@ -172,7 +178,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
         common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
         return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
-    spec = config.agent(args.agent) if (args.agent or config.agents) else None
+    lanes = _lanes(config, args.agent)
     skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in (
         "",
         "0",
@@ -193,7 +199,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             suite,
             cases,
             config,
-            spec,
+            lanes,
             judge_config,
             skip_judge,
             args,
@@ -210,7 +216,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     what_ran = provenance.collect(
         paths=paths,
         argv=getattr(args, "command_line", ["agent-health", "run"]),
-        agent=_agent_info(config, args.agent, spec),
+        agent=_agent_info(config, *lanes[0]) if lanes else None,
+        agents=[_agent_info(config, *lane) for lane in lanes] if len(lanes) > 1 else [],
         judge=provenance.JudgeInfo(
             provider=judge_config.provider if judge_config else None,
             model=judge_config.model if judge_config else None,
@@ -276,13 +283,26 @@ def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
     return loader.load_config(_config_path(args, paths))
 
 
+def _lanes(
+    config: config_mod.Config, chosen: list[str]
+) -> list[tuple[str | None, connectors.ConnectorSpec]]:
+    """Each agent to run against (``--agent``, repeatable), with its spec; none when no agent
+    is chosen or configured (data tests only)."""
+    if not chosen:
+        return [(None, config.agent(None))] if config.agents else []
+    twice = sorted({name for name in chosen if chosen.count(name) > 1})
+    if twice:
+        raise common.UsageError(
+            f"--agent {twice[0]} is given twice; name each agent of a matrix once"
+        )
+    return [(name, config.agent(name)) for name in chosen]
+
+
 def _agent_info(
-    config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec | None
-) -> provenance.AgentInfo | None:
+    config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec
+) -> provenance.AgentInfo:
     from agent_health.engine import provenance
 
-    if spec is None:
-        return None
     name = config.agent_name(chosen)
     return provenance.AgentInfo(
         name=provenance.redact_argv([name])[0] if name else None,
@@ -303,7 +323,7 @@ def _with_cells(
     cells = set(recorded.cells)
     out = []
     for r in results:
-        cell = recording.cell_name(r.id, r.repeat)
+        cell = recording.cell_name(r.id, r.repeat, agent=r.agent)
         out.append(r.model_copy(update={"ledger_cell": cell}) if cell in cells else r)
     return out
 
@@ -339,7 +359,7 @@ async def _execute(
     suite: loader.Suite,
     cases: list[Any],
     config: config_mod.Config,
-    spec: connectors.ConnectorSpec | None,
+    lanes: list[tuple[str | None, connectors.ConnectorSpec]],
     judge_config: config_mod.JudgeConfig | None,
     skip_judge: bool,
     args: argparse.Namespace,
@@ -348,6 +368,7 @@ async def _execute(
     limits: budget.Limits | None = None,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
     import asyncio
+    import dataclasses
 
     from agent_health import connectors
     from agent_health.engine import agent_process, recording, runner, session
@@ -364,13 +385,13 @@ async def _execute(
         if not args.no_ledger:
             url = args.ledger or recording.default_url()
             recorded = await stack.enter_async_context(recording.LocalLedger(url))
-        caller = None
-        if spec is not None:
+        callers = []
+        for _, spec in lanes:
             live_spec = await stack.enter_async_context(agent_process.serving(spec))
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
-            caller = connector.run
+            callers.append(connector.run)
         backend = None
         if not skip_judge and (judge_config is not None or config.evaluators):
             from agent_health import judging  # only runs that judge pay for the providers
@@ -379,19 +400,24 @@ async def _execute(
                 judging.backend(judge_config, config, use_cache=not args.no_cache)
             )
         env = runner.RunEnv(
-            agent_caller=caller,
+            agent_caller=callers[0] if callers else None,
             judge_backend=backend,
             skip_judge=skip_judge,
             judge_hint=NO_JUDGE_HINT,
             timeout=args.timeout or config.timeout,
             config=config,
-            agent_name=config.agent_name(args.agent),
+            agent_name=config.agent_name(lanes[0][0] if lanes else None),
             ledger=recorded,
             insights_llm=backend.ask if backend is not None and backend.provider else None,
         )
+        # A matrix: one environment per agent, each naming its lane.
+        matrix = [
+            dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
+            for (name, _), caller in zip(lanes, callers, strict=True)
+        ] if len(lanes) > 1 else []  # fmt: skip
         with terminal.LiveProgress(
             console,
-            len(session.plan(cases, args.repeat)),
+            len(session.plan(cases, args.repeat)) * max(1, len(matrix)),
             list_lines=list_lines,
             repeats=args.repeat,
         ) as progress:
@@ -405,6 +431,7 @@ async def _execute(
                 stop=stop,
                 policy=session.Policy(retries=args.retries, max_failures=args.max_failures),
                 meter=_meter(limits, judge_config),
+                lanes=matrix,
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)

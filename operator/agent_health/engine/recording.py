@@ -52,7 +52,7 @@ def default_url(root: Path = DEFAULT_ROOT, now: datetime | None = None) -> str:
     return f"file://{root / f'{stamp}-{secrets.token_hex(2)}'}"
 
 
-def cell_name(test_id: str, repeat: int, retry: int = 0) -> str:
+def cell_name(test_id: str, repeat: int, retry: int = 0, agent: str | None = None) -> str:
     """A ledger cell name for (test, repeat, retry): a readable slug of the id, made unique by
     a hash; a retry (``--retries``) is its own cell, ``.aN`` as the operator's attempts.
 
@@ -60,11 +60,26 @@ def cell_name(test_id: str, repeat: int, retry: int = 0) -> str:
     'test_triage.py-budgets-a-healthy-service.bac067be.r0'
     >>> cell_name("test_triage.py::budgets > a healthy service", 0, retry=1)
     'test_triage.py-budgets-a-healthy-service.bac067be.r0.a1'
+
+    In an agent matrix each agent's run of a test is its own cell, named after the agent:
+
+    >>> cell_name("test_triage.py::budgets > a healthy service", 0, agent="triage-faulty")
+    'test_triage.py-budgets-a-healthy-service.bac067be.triage-faulty.r0'
     """
     slug = _UNSAFE.sub("-", test_id).strip("-._")[:150] or "test"
     digest = hashlib.sha256(test_id.encode("utf-8")).hexdigest()[:8]
     attempt = f".a{retry}" if retry else ""
-    return store.check_cell(f"{slug}.{digest}.r{repeat}{attempt}")
+    lane = f".{_lane(agent)}" if agent else ""
+    return store.check_cell(f"{slug}.{digest}{lane}.r{repeat}{attempt}")
+
+
+def _lane(agent: str) -> str:
+    """An agent's name in a cell name: as given when it is a plain name, else a slug made
+    unique by a hash (a URL)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", agent).strip("-_")[:60]
+    if slug == agent:
+        return slug
+    return f"{slug or 'agent'}-{hashlib.sha256(agent.encode('utf-8')).hexdigest()[:6]}"
 
 
 def key_path(url: str) -> Path:
@@ -159,7 +174,8 @@ class LocalLedger:
         meta = records.CellMeta(
             test_id=info.id, repeat=info.repeat, run_id=info.run_id, started_at=now, time=now
         )
-        self._open[info.run_id] = _Cell(cell_name(info.id, info.repeat, info.retry), meta)
+        name = cell_name(info.id, info.repeat, info.retry, info.agent)
+        self._open[info.run_id] = _Cell(name, meta)
 
     async def finish(
         self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import budget as budget_mod
 from agent_health.engine import entries
+from agent_health.engine import matrix as matrix_mod
 from agent_health.engine import rollup as rollup_mod
 from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
@@ -173,6 +174,11 @@ class RunReport(BaseModel):
     summary: Summary
     provenance: Provenance | None = None
     tests: list[dict[str, Any]]
+    matrix: matrix_mod.Matrix | None = Field(
+        default=None,
+        description="an agent matrix (--agent a --agent b): each agent's summary, the tests "
+        "side by side and the paired statistics of each pair; None for one agent",
+    )
 
     @classmethod
     def build(
@@ -189,6 +195,7 @@ class RunReport(BaseModel):
         rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
         budget: budget_mod.Report | None = None,
+        pairing: matrix_mod.Pairing | None = None,
     ) -> RunReport:
         """``rollup``: the run's insights rollup when it was synthesised (an async step,
         :func:`~agent_health.engine.rollup.synthesise`); else grouped here."""
@@ -234,10 +241,17 @@ class RunReport(BaseModel):
         retried_flaky = sorted({r.title for r in results if r.status == "flaky"})
         if retried_flaky:
             summary["flaky"] = sorted({*summary.get("flaky", []), *retried_flaky})
+        tests = [entries.from_result(r) for r in results]
+
+        def alone(of_agent: Sequence[TestResult]) -> dict[str, Any]:
+            built = cls.build(of_agent, duration_ms=duration_ms, repeats=repeats)
+            return built.summary.model_dump(mode="json")
+
         return cls(
             summary=Summary(**summary),
             provenance=provenance,
-            tests=[entries.from_result(r) for r in results],
+            tests=tests,
+            matrix=matrix_mod.build(results, tests, alone, pairing),
         )
 
 
@@ -293,9 +307,10 @@ def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
     agent_errors: dict[str, int] = defaultdict(int)
     titles: dict[str, str] = {}
     for r in results:
-        by_test[r.id].append(r.status)
-        agent_errors[r.id] += _agent_errored(r)
-        titles[r.id] = r.title
+        key = r.id if r.agent is None else f"{r.agent}: {r.id}"  # a matrix: per agent
+        by_test[key].append(r.status)
+        agent_errors[key] += _agent_errored(r)
+        titles[key] = r.title if r.agent is None else f"{r.title} [{r.agent}]"
     per_test = {}
     at_k: list[float] = []
     hat_k: list[float] = []

@@ -56,6 +56,8 @@ class RunEnv:
     insights_llm: insights.LLM | None = None
     read_exchanges: exchanges.ExchangeReader | None = None
     ledger: CellLedger | None = None
+    lane: str | None = None
+    """The agent's name in an agent matrix (``--agent a --agent b``); ``None`` otherwise."""
 
     @property
     def prices(self) -> settings.PriceTable:
@@ -157,6 +159,7 @@ async def _run_case(
         run_id=run_id,
         timeout=timeout,
         retry=retry,
+        agent=env.lane,
     )
     started_at = time.time()
     started = time.perf_counter()

@@ -19,9 +19,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agent_health.engine import budget as budget_mod
 from agent_health.engine import entries
 from agent_health.engine.report import LEGEND, RunReport
+from agent_health.engine.reporters import terminal_budget, terminal_matrix
 from agent_health.sdk.results import TestResult
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
@@ -39,6 +39,7 @@ TABLE_LIMIT = 50
 def _line(result: TestResult, repeats: int = 1) -> str:
     label = entries.repeat_label(result.repeat, repeats)
     repeat = f" {label}" if label else ""
+    repeat += f" [{result.agent}]" if result.agent else ""
     extra = ""
     if result.status == "errored" and result.error:
         extra = f" — {_cause_word(result.cause)}{result.error}"
@@ -130,6 +131,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             metrics = t["metrics"] or {}
             label = entries.repeat_label(t["repeat"], k)
             title = f"{t['file']} › {t['name']}" + (f" {label}" if label else "")
+            title += f" [{t['agent']}]" if t.get("agent") else ""
             table.add_row(
                 f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]"
                 + (f" ({t['cause']})" if t.get("cause") else ""),
@@ -184,8 +186,10 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  • {escape(pattern)}", highlight=False)
         if s.insights.error:
             console.print(f"  [yellow]{escape(s.insights.error)}[/]", highlight=False)
+    if report.matrix is not None:
+        terminal_matrix.show(console, report.matrix)
     if s.budget is not None:
-        console.print(budget_line(s.budget), highlight=False, markup=False)
+        console.print(terminal_budget.line(s.budget), highlight=False, markup=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
     elif s.budget is not None and s.budget.exhausted is not None:
@@ -195,40 +199,6 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         )
     elif s.stopped:
         console.print(f"[yellow]{escape(s.stopped)}[/]: {s.not_run} tests never started")
-
-
-def budget_line(budget: budget_mod.Report) -> str:
-    """``budget: 1,234 of 5,000 tokens, $0.0100 of $1.00, 12.3 of 60 s`` — spend so far
-    against each limit set, agent and judge apart, and what was estimated."""
-    spent, limits = budget.spent, budget.limits
-    parts = []
-    if limits.max_tokens is not None:
-        parts.append(
-            f"{_estimated(spent.tokens_estimated, spent.tokens_unknown, '{:,}')} of "
-            f"{limits.max_tokens:,} tokens"
-        )
-    if limits.max_cost_usd is not None:
-        parts.append(
-            f"{_estimated(spent.cost_usd_estimated, spent.cost_unknown, '${:.4f}')} of "
-            f"${limits.max_cost_usd:g}"
-        )
-    if limits.max_duration_s is not None:
-        parts.append(f"{spent.duration_s:.1f} of {limits.max_duration_s:g} s")
-    priced = limits.max_cost_usd is not None or spent.cost_usd > 0
-    agent_cost = f" ${spent.agent_cost_usd:.4f}" if priced else ""
-    judge_cost = f" ${spent.judge_cost_usd:.4f}" if priced else ""
-    split = (
-        f" (known: agent {spent.agent_tokens:,} tokens{agent_cost}, "
-        f"judge {spent.judge_tokens:,} tokens{judge_cost})"
-    )
-    return "budget: " + ", ".join(parts) + split
-
-
-def _estimated(value: float | None, unknown: int, fmt: str) -> str:
-    if value is None:
-        return f"unknown ({unknown} tests reported no usage)"
-    shown = fmt.format(value)
-    return f"~{shown} ({unknown} tests estimated)" if unknown else shown
 
 
 def _attempts(console: Console, test: dict[str, Any], label: str = "") -> None:
@@ -312,11 +282,11 @@ def legend(repeats: int) -> str:
 
 def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> None:
     """Each test that did not pass, once: its failing repeats and each distinct reason."""
-    runs: dict[str, int] = Counter(t["id"] for t in tests)
+    runs: dict[str, int] = Counter(_key(t) for t in tests)
     bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
         if t["status"] in ("failed", "errored", "flaky"):
-            bad.setdefault(t["id"], []).append(t)
+            bad.setdefault(_key(t), []).append(t)
     for test_id, failing in bad.items():
         statuses = {t["status"] for t in failing}
         status = next(s for s in ("failed", "errored", "flaky") if s in statuses)
@@ -337,6 +307,11 @@ def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> No
             label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
             _attempts(console, t, label)
             _captured(console, t, label)
+
+
+def _key(t: dict[str, Any]) -> str:
+    """A test's id, and its agent in an agent matrix."""
+    return f"{t['id']} [{t['agent']}]" if t.get("agent") else str(t["id"])
 
 
 def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:

@@ -1,4 +1,5 @@
-"""The HTML report shows a run's budget: spend against each limit, and why it stopped."""
+"""The HTML report shows a run's budget (spend against each limit, and why it stopped) and an
+agent matrix (the tests side by side, each pair compared)."""
 
 from __future__ import annotations
 
@@ -63,5 +64,36 @@ def test_the_summary_shows_spend_and_the_budget_that_stopped_the_run(
         assert "of $2.00" in summary
         assert "Stopped by the budget: --max-tokens 300 reached: 360 tokens spent" in summary
         assert "1 tests skipped (reason budget)" in summary
+        assert seen.outside(url) == []
+        assert seen.errors == []
+
+
+def test_an_agent_matrix_shows_the_tests_side_by_side(chromium: Any, tmp_path: Path) -> None:
+    results = [
+        _result("rca", "passed", agent="good", score=1.0),
+        _result("rca", "failed", agent="faulty", score=0.5),
+        _result("cheap", "passed", agent="good", score=1.0),
+        _result("cheap", "passed", agent="faulty", score=1.0),
+    ]
+    report = RunReport.build(results, duration_ms=10.0)
+    url = reporters.write("html", tmp_path, report).as_uri()
+    with browser.watched_page(chromium) as seen:
+        page = seen.page
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        table = page.locator(".matrix-table")
+        assert table.locator("th").all_inner_texts() == ["test", "good", "faulty"]
+        rows = table.locator("tbody tr").all_inner_texts()
+        assert rows[0].split("\t") == ["rca", "✓ 1/1 · 1.00", "✗ 0/1 · 0.50"]
+        assert rows[-1].split("\t") == ["pass rate · score", "100% · 1.00", "50% · 0.75"]
+        pair = page.locator(".pairs li").inner_text()
+        assert pair.startswith(
+            "good → faulty: pass rate -50.0 pts over 2 tests (1 worse, 0 better)"
+        )
+        # one entry per (test, agent) in the list; the inspector names the agent
+        assert page.locator("#test-list .test-row").count() == 4
+        page.click("#test-list .test-row >> nth=1")
+        assert page.locator("#inspector h2").inner_text() == "rca [faulty]"
+        assert "agent faulty" in page.locator("#inspector .facts").inner_text()
         assert seen.outside(url) == []
         assert seen.errors == []
