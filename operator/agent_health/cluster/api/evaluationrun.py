@@ -220,6 +220,13 @@ class BudgetStatus(meta.Model):
     skipped: Count = pydantic.Field(default=0, description="Cells never started because of it.")
 
 
+class Interval(meta.Model):
+    """A 95% confidence interval of the value beside it (docs/statistics.md)."""
+
+    low: Fraction
+    high: Fraction
+
+
 class Status(meta.Model):
     """The run's tally; pass rates count cells errored by the agent as not passed."""
 
@@ -231,12 +238,33 @@ class Status(meta.Model):
         description="passed / (passed + failed + errored by the agent); cells errored by the "
         "judge, the test or the infrastructure are excluded.",
     )
+    pass_rate_interval: Interval | None = pydantic.Field(
+        default=None,
+        description="95% Wilson interval of passRate, over the decided cells, shrunk to the "
+        "effective sample size when a test's repeats are alike.",
+    )
     score: Fraction | None = None
+    score_interval: Interval | None = pydantic.Field(
+        default=None,
+        description="95% bootstrap interval of score over tests (a test's repeats resampled "
+        "together); refreshed at most every 30 seconds while cells are graded, and when the "
+        "run ends.",
+    )
     pass_at_k: Fraction | None = pydantic.Field(
-        default=None, description="Share of tests with at least one passing repeat."
+        default=None,
+        description="pass@k for k = repeats: the mean over tests with k decided repeats of "
+        "whether one passed.",
+    )
+    pass_at_k_interval: Interval | None = pydantic.Field(
+        default=None, description="95% Wilson interval of passAtK over those tests."
     )
     pass_hat_k: Fraction | None = pydantic.Field(
-        default=None, description="Share of tests whose every decided repeat passed."
+        default=None,
+        description="pass^k for k = repeats: the share of tests with k decided repeats whose "
+        "every one passed.",
+    )
+    pass_hat_k_interval: Interval | None = pydantic.Field(
+        default=None, description="95% Wilson interval of passHatK over those tests."
     )
     tests: Annotated[
         list[TestSummary],
