@@ -62,6 +62,11 @@ async def test_two_agents_side_by_side_with_paired_changes(
     assert sorted(pair["worse"]) == sorted(f"test_diagnosis.py::{name}" for name in TESTS)
     assert pair["better"] == []
     assert pair["score_delta"] < 0
+    # compare's paired test: exact McNemar on the 2 tests that changed, both one way
+    paired = pair["paired"]["pass_rate"]
+    assert (paired["method"], paired["worse"], paired["better"]) == ("exact McNemar", 2, 0)
+    assert paired["p_value"] == pytest.approx(0.5)
+    assert paired["significant"] is False
     # each agent's run of a test is its own ledger cell
     cells = {t["ledger_cell"] for t in run.report["tests"]}
     assert len(cells) == 6
@@ -70,6 +75,7 @@ async def test_two_agents_side_by_side_with_paired_changes(
     out = capsys.readouterr().out
     assert "agents side by side" in out
     assert "triage → triage-faulty over 3 tests: pass rate -66.7 pts (2 worse, 0 better)" in out
+    assert "pass rate exact McNemar p=0.5, 95% CI [-0.939, +0.059]: not distinguishable" in out
     assert f"FAILED test_diagnosis.py::{TESTS[0]} [triage-faulty]" in out
     verified = await asyncio.to_thread(cli.main, ["ledger", "verify", f"file://{ledger}"])
     assert verified == 0
