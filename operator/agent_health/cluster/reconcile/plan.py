@@ -36,6 +36,8 @@ class Cell:
     name: str
     test: listing.Test
     repeat: int
+    agent: str | None = None
+    """The agent of an agent matrix (a RunSpec ``spec.targets`` name); ``None``: ``target``."""
     attempt: int = 0
     state: CellState = "queued"
     token: str | None = None
@@ -151,6 +153,20 @@ def select(
     return [t for t in chosen if all(label in t.labels for label in selection.labels)]
 
 
+def agents(run: evaluationrun.EvaluationRun, spec: runspec.RunSpec) -> list[str | None]:
+    """The agents a run's cells run against: ``spec.agents`` (an agent matrix), each a name of
+    the RunSpec's ``spec.targets``; ``[None]`` (its ``target``) when it names none."""
+    declared = [t.name for t in spec.spec.targets]
+    for name in run.spec.agents:
+        if name not in declared:
+            raise errors.SpecError(
+                f"spec.agents names {name!r}, which RunSpec {run.spec.run_spec_ref.name} does "
+                f"not declare in spec.targets (declared: {', '.join(declared) or 'none'}); add "
+                "it there or remove it from the run"
+            )
+    return list(run.spec.agents) or [None]
+
+
 def ledger_url(template: str, run: evaluationrun.EvaluationRun) -> str:
     """A ledger URL with ``{namespace}``, ``{run}`` and ``{runspec}`` filled in."""
     namespace, name, _ = manifests.identity(run)
@@ -191,7 +207,7 @@ def skipped(cell: Cell, reason: str) -> grading.CellGrade:
     result = results.TestResult(
         id=test.id, name=test.title, title=test.title, file=test.file, line=test.line,
         labels=test.labels, repeat=cell.repeat, status="skipped", run_id=cell.name,
-        content_hash=test.content_hash, skip_reason=reason,
+        content_hash=test.content_hash, skip_reason=reason, agent=cell.agent,
     )  # fmt: skip
     return grading.CellGrade(
         cell=cell.name, test_id=test.id, repeat=cell.repeat, status="skipped", result=result
@@ -228,4 +244,5 @@ def expected(
         content_hash=test.content_hash,
         ledger_cell=manifests.ledger_cell(cell.name, cell.attempt),
         attempt=cell.attempt,
+        agent=cell.agent,
     )

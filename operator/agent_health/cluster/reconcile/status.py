@@ -36,8 +36,8 @@ from typing import Any, Literal
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import spending
-from agent_health.engine import report, uncertainty
+from agent_health.cluster.reconcile import sidebyside, spending
+from agent_health.engine import matrix, report, uncertainty
 
 Phase = evaluationrun.Phase
 TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
@@ -112,7 +112,9 @@ class RunTally:
         self._cells: dict[str, _CellState] = {}
         self._grades: dict[str, grading.CellGrade] = {}
         # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
-        self._aggregates: tuple[report.Summary, list[evaluationrun.TestSummary]] | None = None
+        self._aggregates: (
+            tuple[report.Summary, list[evaluationrun.TestSummary], matrix.Matrix | None] | None
+        ) = None
         self._score_interval: evaluationrun.Interval | None = None
         self._bootstrapped_at: datetime.datetime | None = None
         self.phase: Phase | None = previous.phase if previous else None
@@ -261,8 +263,8 @@ class RunTally:
             if due:
                 self._score_interval = _interval(built.summary.score_interval)
                 self._bootstrapped_at = now
-            self._aggregates = (built.summary, self.test_summaries())
-        summary, tests = self._aggregates
+            self._aggregates = (built.summary, self.test_summaries(), built.matrix)
+        summary, tests, side_by_side = self._aggregates
         self._tests_passed(counts)
         spent = None
         if self.budget is not None:
@@ -281,6 +283,8 @@ class RunTally:
             pass_hat_k_interval=_interval(summary.pass_hat_k_interval),
             tests=tests,
             budget=spent,
+            agents=sidebyside.agents(side_by_side),
+            pairs=sidebyside.pairs(side_by_side),
             conditions=self.conditions,
             start_time=self.start_time,
             completion_time=self.completion_time,
@@ -357,6 +361,7 @@ def _summary(test_id: str, grades: list[grading.CellGrade]) -> evaluationrun.Tes
         score=round(sum(scores) / len(scores), 6) if scores else None,
         error=_truncate(first.error, MAX_ERROR) if first is not None and first.error else None,
         cause=first.cause if first is not None else None,
+        agents=sidebyside.per_agent(grades),
     )
 
 
