@@ -5,6 +5,7 @@ a real process on loopback, side by side in one run."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,15 @@ async def test_two_agents_side_by_side_with_paired_changes(
     assert f"FAILED test_diagnosis.py::{TESTS[0]} [triage-faulty]" in out
     verified = await asyncio.to_thread(cli.main, ["ledger", "verify", f"file://{ledger}"])
     assert verified == 0
+    # grading the ledger again keeps each cell's agent, and so the matrix
+    regraded = diagnosis / "regraded.json"
+    argv = ["grade", f"file://{ledger}", "--reporter", f"json:{regraded}"]
+    await asyncio.to_thread(cli.main, argv)
+    again = json.loads(regraded.read_text())
+    assert sorted(again["matrix"]["agents"]) == ["triage", "triage-faulty"]
+    (regraded_pair,) = again["matrix"]["pairs"]  # in the ledger's cell order
+    changed = regraded_pair["worse"] + regraded_pair["better"]
+    assert sorted(changed) == sorted(pair["worse"])
 
 
 async def test_junit_names_each_agents_testcase(diagnosis: Path) -> None:

@@ -42,10 +42,12 @@ async def test_max_tokens_stops_starting_cells_and_skips_the_rest() -> None:
     async with cluster() as k8s:
         runspec, run = k8s.example(ledger=LEDGER)
         fake = Kubelet(k8s, TESTS, LEDGER)
-        async with kubelet(fake), k8s.operator():
+        async with kubelet(fake), k8s.operator() as op:
             await k8s.apply(runspec)
             await k8s.apply(named(run, "capped", budget={"maxTokens": 600}))
             status = await until(lambda: finished(k8s, "capped"), "the run to end")
+            async with httpx.AsyncClient() as client:
+                scraped = await client.get(f"http://127.0.0.1:{op.ports['metrics']}/metrics")
     # 340 tokens a cell: after the second, 680 >= 600; the third never starts
     assert len(fake.seen) == 2
     assert status["phase"] == "Succeeded", status
@@ -59,6 +61,14 @@ async def test_max_tokens_stops_starting_cells_and_skips_the_rest() -> None:
     exhausted = condition(status, "BudgetExhausted")
     assert (exhausted["status"], exhausted["reason"]) == ("True", "MaxTokens")
     assert "680 tokens" in exhausted["message"]
+    # /metrics agrees with the status: the skipped cells are counted as graded
+    assert 'agent_health_cells_graded_total{namespace="default"' in scraped.text
+    skipped = [
+        line
+        for line in scraped.text.splitlines()
+        if line.startswith("agent_health_cells_graded_total") and 'status="skipped"' in line
+    ]
+    assert skipped and skipped[0].endswith(" 3.0")
 
 
 async def test_cells_running_finish_and_a_run_within_budget_says_so() -> None:

@@ -172,7 +172,12 @@ class LocalLedger:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         now = datetime.now(UTC)
         meta = records.CellMeta(
-            test_id=info.id, repeat=info.repeat, run_id=info.run_id, started_at=now, time=now
+            test_id=info.id,
+            repeat=info.repeat,
+            run_id=info.run_id,
+            started_at=now,
+            time=now,
+            agent=info.agent,
         )
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
         self._open[info.run_id] = _Cell(name, meta)

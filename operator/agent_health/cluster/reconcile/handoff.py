@@ -52,7 +52,11 @@ class Handoff:
             while run.queue:
                 cell = run.cells[run.queue.popleft()]
                 cell.state = "done"
-                run.tally.record(plan.skipped(cell, budget.SKIP_REASON))
+                grade = plan.skipped(cell, budget.SKIP_REASON)
+                run.tally.record(grade)
+                self.board.metrics.observe_grade(
+                    run.ref.namespace, run.runspec, run.ref.name, grade
+                )
                 if run.budget is not None:
                     run.budget.skipped += 1
         while run.queue and len(run.active) < run.model.spec.parallelism:
