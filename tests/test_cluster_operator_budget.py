@@ -68,7 +68,8 @@ async def test_max_tokens_stops_starting_cells_and_skips_the_rest() -> None:
         for line in scraped.text.splitlines()
         if line.startswith("agent_health_cells_graded_total") and 'status="skipped"' in line
     ]
-    assert skipped and skipped[0].endswith(" 3.0")
+    assert skipped
+    assert skipped[0].endswith(" 3.0")
 
 
 async def test_cells_running_finish_and_a_run_within_budget_says_so() -> None:
