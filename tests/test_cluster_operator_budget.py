@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.api import runbudget
 from agent_health.cluster.cells import cellsecrets
 from judge_servers import Answer, ScriptedModel
 from operator_support import Kubelet, cluster, kubelet, listing, until
@@ -115,7 +115,8 @@ async def test_the_judge_services_spend_counts_in_the_cost(
             del runspec["spec"]["judge"]  # the operator's env judge answers
             fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
             cache = str(tmp_path / "judge.sqlite")
-            async with kubelet(fake), k8s.operator(judge_cache=cache, environ=environ) as op:
+            offered = {"judge_cache": cache, "environ": environ, "judge_for_all_runs": True}
+            async with kubelet(fake), k8s.operator(**offered) as op:
                 await k8s.apply(runspec)
                 await k8s.apply(named(run, "judged", budget=budget))
                 await until(lambda: fake.held, "the first cell")
@@ -149,7 +150,7 @@ async def test_the_judge_services_spend_counts_in_the_cost(
 
 def test_a_cost_budget_needs_prices_in_the_model_and_the_crd() -> None:
     with pytest.raises(ValueError, match=r"maxCostUsd needs spec\.budget\.prices"):
-        evaluationrun.Budget.model_validate({"maxCostUsd": 5})
+        runbudget.Budget.model_validate({"maxCostUsd": 5})
     from agent_health.cluster.api import crds
 
     definition = next(
@@ -158,5 +159,5 @@ def test_a_cost_budget_needs_prices_in_the_model_and_the_crd() -> None:
     schema = definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     budget = schema["properties"]["spec"]["properties"]["budget"]
     rules = [r["message"] for r in budget["x-kubernetes-validations"]]
-    assert evaluationrun.BUDGET_NEEDS_PRICES[1] in rules
+    assert runbudget.BUDGET_NEEDS_PRICES[1] in rules
     assert set(budget["properties"]) >= {"maxCostUsd", "maxTokens", "maxDurationSeconds"}

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from agent_health.cluster.api import meta
+from agent_health.cluster.api import meta, runbudget
 
 KIND = "EvaluationRun"
 PLURAL = "evaluationruns"
@@ -41,7 +41,9 @@ class Selection(meta.Model):
         default_factory=list, description="Run only tests that carry every one of these labels."
     )
     grep: Annotated[str, pydantic.Field(min_length=1, max_length=1024)] | None = pydantic.Field(
-        default=None, description="A regular expression matched against test ids and titles."
+        default=None,
+        description="A regular expression (RE2 syntax: no backreferences or lookarounds) "
+        "matched against test ids and titles.",
     )
 
 
@@ -54,57 +56,6 @@ class Retry(meta.Model):
     backoff_seconds: Annotated[int, pydantic.Field(ge=1, le=3600)] = pydantic.Field(
         default=10, description="The wait before such a retry."
     )
-
-
-class Price(meta.Model):
-    """USD per million tokens."""
-
-    input_per_mtok: Annotated[float, pydantic.Field(ge=0)] = pydantic.Field(
-        description="USD per million input (prompt) tokens."
-    )
-    output_per_mtok: Annotated[float, pydantic.Field(ge=0)] = pydantic.Field(
-        description="USD per million output (completion) tokens."
-    )
-
-
-BUDGET_NEEDS_PRICES = (
-    "!has(self.maxCostUsd) || (has(self.prices) && size(self.prices) > 0)",
-    "spec.budget.maxCostUsd needs spec.budget.prices (a 'default' price, or one per model)",
-)
-
-
-class Budget(meta.Model):
-    """What the run may spend. When the running total of the graded cells (agent tokens as
-    the gateway recorded them, and what the judge service spent for the run) reaches a
-    limit, no new cell starts; cells already running finish; the rest are skipped with
-    reason ``budget`` and the ``BudgetExhausted`` condition says which limit stopped the run.
-    A cell whose spend is unknown is charged the largest known spend of a cell of the run;
-    with none known the budget is exhausted at once (unknown spend is not zero)."""
-
-    model_config = pydantic.ConfigDict(json_schema_extra=meta.cel(BUDGET_NEEDS_PRICES))
-
-    max_cost_usd: Annotated[float, pydantic.Field(gt=0)] | None = pydantic.Field(
-        default=None, description="USD, agent and judge together (needs prices)."
-    )
-    max_tokens: Annotated[int, pydantic.Field(gt=0)] | None = pydantic.Field(
-        default=None, description="Tokens, agent and judge together."
-    )
-    max_duration_seconds: Annotated[int, pydantic.Field(ge=1)] | None = pydantic.Field(
-        default=None, description="Seconds since the run started running its cells."
-    )
-    prices: Annotated[dict[str, Price], pydantic.Field(max_length=64)] = pydantic.Field(
-        default_factory=dict,
-        description="The agent's prices by model name ('default' for any other model).",
-    )
-    judge_price: Price | None = pydantic.Field(
-        default=None, description="The judge model's price; without it the judge's cost is unknown."
-    )
-
-    @pydantic.model_validator(mode="after")
-    def _prices_for_cost(self) -> Budget:
-        if self.max_cost_usd is not None and not self.prices:
-            raise ValueError(BUDGET_NEEDS_PRICES[1])
-        return self
 
 
 class Spec(meta.Model):
@@ -142,7 +93,7 @@ class Spec(meta.Model):
         description="An agent matrix: run every test against each of these RunSpec "
         "spec.targets (by name), side by side; empty: the RunSpec's target alone.",
     )
-    budget: Budget | None = pydantic.Field(
+    budget: runbudget.Budget | None = pydantic.Field(
         default=None,
         description="Cost, token and duration limits; reaching one stops starting cells "
         "(BudgetExhausted).",
@@ -247,36 +198,6 @@ class AgentPair(meta.Model):
     )
 
 
-BudgetKind = Literal["maxCostUsd", "maxTokens", "maxDurationSeconds"]
-
-
-class BudgetStatus(meta.Model):
-    """Spend so far against ``spec.budget``: known spend, and the estimate for the unknown."""
-
-    tokens: Count = pydantic.Field(description="Known tokens, agent and judge.")
-    agent_tokens: Count = 0
-    judge_tokens: Count = 0
-    cost_usd: Annotated[float, pydantic.Field(ge=0)] = pydantic.Field(
-        default=0.0, description="Known cost, agent and judge."
-    )
-    agent_cost_usd: Annotated[float, pydantic.Field(ge=0)] = 0.0
-    judge_cost_usd: Annotated[float, pydantic.Field(ge=0)] = 0.0
-    duration_seconds: Annotated[float, pydantic.Field(ge=0)] = 0.0
-    tokens_unknown: Count = pydantic.Field(
-        default=0, description="Cells whose token spend is unknown (charged an estimate)."
-    )
-    cost_unknown: Count = pydantic.Field(default=0, description="Cells whose cost is unknown.")
-    tokens_estimated: Count | None = pydantic.Field(
-        default=None, description="Known tokens plus the estimate; unset: nothing to estimate from."
-    )
-    cost_usd_estimated: Annotated[float, pydantic.Field(ge=0)] | None = None
-    exhausted: BudgetKind | None = pydantic.Field(
-        default=None, description="The limit that stopped the run."
-    )
-    reason: Annotated[str, pydantic.Field(max_length=1024)] | None = None
-    skipped: Count = pydantic.Field(default=0, description="Cells never started because of it.")
-
-
 class Interval(meta.Model):
     """A 95% confidence interval of the value beside it (docs/statistics.md)."""
 
@@ -327,7 +248,7 @@ class Status(meta.Model):
         list[TestSummary],
         pydantic.Field(max_length=MAX_TEST_SUMMARIES, json_schema_extra=meta.list_map("id")),
     ] = pydantic.Field(default_factory=list)
-    budget: BudgetStatus | None = pydantic.Field(
+    budget: runbudget.BudgetStatus | None = pydantic.Field(
         default=None, description="Spend against spec.budget (unset without a budget)."
     )
     agents: Annotated[

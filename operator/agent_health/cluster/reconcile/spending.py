@@ -19,13 +19,13 @@ import datetime
 from collections.abc import Iterable
 from typing import Literal
 
-from agent_health.cluster.api import evaluationrun
+from agent_health.cluster.api import runbudget
 from agent_health.engine import budget
 from agent_health.sdk.results import TestResult
 from agent_health.traces import settings
 
 CONDITION = "BudgetExhausted"
-KINDS: dict[budget.Kind, evaluationrun.BudgetKind] = {
+KINDS: dict[budget.Kind, runbudget.BudgetKind] = {
     "max_cost_usd": "maxCostUsd",
     "max_tokens": "maxTokens",
     "max_duration_s": "maxDurationSeconds",
@@ -45,7 +45,7 @@ _FIELDS: dict[str, str] = {
 class RunBudget:
     """The budget of one run; see the module docstring."""
 
-    def __init__(self, spec: evaluationrun.Budget) -> None:
+    def __init__(self, spec: runbudget.Budget) -> None:
         self.spec = spec
         self.limits = budget.Limits(
             max_cost_usd=spec.max_cost_usd,
@@ -101,9 +101,9 @@ class RunBudget:
 
     def status(
         self, results: Iterable[TestResult], started: datetime.datetime | None
-    ) -> evaluationrun.BudgetStatus:
+    ) -> runbudget.BudgetStatus:
         spent = self.meter(results, started).spent(now=0.0)
-        return evaluationrun.BudgetStatus(
+        return runbudget.BudgetStatus(
             tokens=spent.tokens,
             agent_tokens=spent.agent_tokens,
             judge_tokens=spent.judge_tokens,

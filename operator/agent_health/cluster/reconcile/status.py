@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from agent_health.cluster import errors
-from agent_health.cluster.api import evaluationrun, meta
+from agent_health.cluster.api import evaluationrun, meta, runbudget
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import sidebyside, spending
 from agent_health.engine import matrix, report, uncertainty
@@ -103,7 +103,7 @@ class RunTally:
         generation: int | None = None,
         previous: evaluationrun.Status | None = None,
         clock: Callable[[], datetime.datetime] = utcnow,
-        budget: evaluationrun.Budget | None = None,
+        budget: runbudget.Budget | None = None,
     ) -> None:
         self.repeats = repeats
         self.budget = spending.RunBudget(budget) if budget is not None else None
