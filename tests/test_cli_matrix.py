@@ -89,6 +89,22 @@ async def test_two_agents_side_by_side_with_paired_changes(
     (regraded_pair,) = again["matrix"]["pairs"]  # in the ledger's cell order
     changed = regraded_pair["worse"] + regraded_pair["better"]
     assert sorted(changed) == sorted(pair["worse"])
+    # A recorded matrix replays as a matrix: each agent's answers from its own cells, with
+    # neither agent started (were either called, its test would error, not pass or fail).
+    recorded = diagnosis / "matrix.json"
+    recorded.write_text(json.dumps(run.report))
+    for source in (recorded, ledger):
+        replayed = await run_cli(diagnosis, "--replay", str(source))
+        assert replayed.code == common.EXIT_FAILED
+        assert by(replayed, "triage") == by(run, "triage")
+        assert by(replayed, "triage-faulty") == by(run, "triage-faulty")
+        assert all(t["replayed"] for t in replayed.report["tests"])
+        assert replayed.report["provenance"]["agents"] == []  # no agent was started
+        (again_pair,) = replayed.report["matrix"]["pairs"]
+        assert (again_pair["base"], again_pair["new"]) == ("triage", "triage-faulty")
+        assert again_pair["pass_rate_delta"] == pair["pass_rate_delta"]
+        ids = {(t["agent"], t["name"]): t["run_id"] for t in replayed.report["tests"]}
+        assert ids == {(t["agent"], t["name"]): t["run_id"] for t in run.report["tests"]}
 
 
 async def test_junit_names_each_agents_testcase(diagnosis: Path) -> None:

@@ -67,6 +67,9 @@ class TestEntry(BaseModel):
     agent: str | None = Field(
         default=None, description="the agent it ran against in an agent matrix; else null"
     )
+    replayed: bool = Field(
+        default=False, description="agent.run() was answered from a recording (--replay)"
+    )
     duration_ms: float = 0.0
     content_hash: str = ""
     attempts: list[dict[str, Any]] = Field(
@@ -108,6 +111,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "truncated": cut.truncated,
         "ledger_cell": r.ledger_cell,
         "agent": r.agent,
+        "replayed": r.replayed,
         "duration_ms": round(r.duration_ms, 3),
         "content_hash": r.content_hash,
         "attempts": [a.model_dump() for a in r.attempts],

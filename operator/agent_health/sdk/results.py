@@ -275,6 +275,10 @@ class TestResult(BaseModel):
     agent: str | None = Field(
         default=None, description="the agent it ran against in an agent matrix; None otherwise"
     )
+    replayed: bool = Field(
+        default=False,
+        description="from a --replay run: agent.run() was answered from a recording",
+    )
 
     @model_validator(mode="after")
     def _cause_of_errored(self) -> TestResult:
