@@ -65,6 +65,10 @@ async def test_two_agents_get_a_cell_each_and_a_side_by_side_status() -> None:
         images[agent].add(target["image"])
         controller = next(c for c in pod["spec"]["containers"] if c["name"] == "controller")
         assert {"name": "AGENT_HEALTH_AGENT", "value": agent} in controller["env"]
+        # the gateway seals the agent into the cell-meta: grade and --replay know whose cell
+        containers = [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]
+        gateway = next(c for c in containers if c["name"] == "gateway")
+        assert gateway["args"][gateway["args"].index("--agent") + 1] == agent
     assert len(images["good"]) == len(images["faulty"]) == 1
     (good_image,), (faulty_image,) = images["good"], images["faulty"]
     assert "triage-agent@sha256:" in good_image

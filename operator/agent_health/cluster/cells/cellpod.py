@@ -123,6 +123,7 @@ def cell_pod(
                 test_id=test_id,
                 repeat=repeat,
                 attempt=attempt,
+                agent=agent,
                 images={
                     TARGET: manifests.pinned(target.image, digests),
                     **{
