@@ -2,7 +2,7 @@
 
 Every run that records a ledger (the default; a cluster's cells always do) keeps, per
 (test, repeat), what ``agent.run()`` returned: the ``run-result`` record
-(:func:`.recording.run_record`). A replay runs the *current* test bodies and answers
+(:func:`.runrecord.run_record`). A replay runs the *current* test bodies and answers
 ``agent.run()`` from those records instead of calling the agent, so assertions, judges,
 metrics and insights can be changed and run again without the agent (and, through the judge
 cache, without paying for unchanged judge calls).
