@@ -10,6 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from agent_health.cluster.cells import manifests
+from agent_health.engine import stats
 from operator_support import PINNED, Cell, Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
@@ -88,6 +89,17 @@ async def test_two_agents_get_a_cell_each_and_a_side_by_side_status() -> None:
     assert pair["passRateDelta"] == -0.5
     assert pair["pValue"] == 0.5  # exact McNemar: 2 changed, both for the worse
     assert pair["significant"] is False
+    # and the intervals beside them: Wilson per agent, Newcombe's for the paired change
+    good_low, good_high = stats.wilson(4, 4)
+    assert agents["good"]["passRateInterval"] == pytest.approx({"low": good_low, "high": 1.0})
+    assert good_high == 1.0
+    faulty_low, faulty_high = stats.wilson(2, 4)
+    assert agents["faulty"]["passRateInterval"] == pytest.approx(
+        {"low": faulty_low, "high": faulty_high}, abs=1e-6
+    )
+    low, high = stats.newcombe_paired(2, 2, 0, 0)  # 2 passed with both, 2 only with good
+    assert pair["passRateDeltaInterval"] == pytest.approx({"low": low, "high": high}, abs=1e-6)
+    assert low < -0.5 < high
     broken = next(t for t in status["tests"] if t["id"] == "suite/t.py::test 0")
     sides = {a["name"]: a for a in broken["agents"]}
     assert (sides["good"]["passed"], sides["faulty"]["failed"]) == (1, 1)

@@ -155,6 +155,20 @@ class TestSummary(meta.Model):
     )
 
 
+class Interval(meta.Model):
+    """A 95% confidence interval of the value beside it (docs/statistics.md)."""
+
+    low: Fraction
+    high: Fraction
+
+
+class ChangeInterval(meta.Model):
+    """The interval of a change between two agents (1 − alpha; docs/statistics.md)."""
+
+    low: Annotated[float, pydantic.Field(ge=-1, le=1)]
+    high: Annotated[float, pydantic.Field(ge=-1, le=1)]
+
+
 class AgentTestSummary(meta.Model):
     """One test's outcome for one agent of a matrix."""
 
@@ -176,6 +190,7 @@ class AgentSummary(meta.Model):
     errored: Count = 0
     skipped: Count = 0
     pass_rate: Fraction | None = None
+    pass_rate_interval: Interval | None = None
     score: Fraction | None = None
     pass_at_k: Fraction | None = None
 
@@ -190,19 +205,15 @@ class AgentPair(meta.Model):
     better: Count = pydantic.Field(default=0, description="Tests whose pass share rose.")
     pass_rate_delta: Annotated[float, pydantic.Field(ge=-1, le=1)] | None = None
     score_delta: Annotated[float, pydantic.Field(ge=-1, le=1)] | None = None
+    pass_rate_delta_interval: ChangeInterval | None = pydantic.Field(
+        default=None, description="The interval of the pass-rate change (as compare gives it)."
+    )
     p_value: Fraction | None = pydantic.Field(
         default=None, description="The paired test of the pass rate (as compare runs it)."
     )
     significant: bool | None = pydantic.Field(
         default=None, description="Whether the change in pass rate is more than noise at 0.05."
     )
-
-
-class Interval(meta.Model):
-    """A 95% confidence interval of the value beside it (docs/statistics.md)."""
-
-    low: Fraction
-    high: Fraction
 
 
 class Status(meta.Model):

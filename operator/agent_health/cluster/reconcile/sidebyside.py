@@ -27,6 +27,7 @@ def agents(found: matrix.Matrix | None) -> list[evaluationrun.AgentSummary]:
             errored=summary.get("errored", 0),
             skipped=summary.get("skipped", 0),
             pass_rate=summary.get("pass_rate"),
+            pass_rate_interval=_bounds(summary.get("pass_rate_interval")),
             score=summary.get("score"),
             pass_at_k=summary.get("pass_at_k"),
         )
@@ -47,6 +48,7 @@ def pairs(found: matrix.Matrix | None) -> list[evaluationrun.AgentPair]:
             better=len(pair.better),
             pass_rate_delta=pair.pass_rate_delta,
             score_delta=pair.score_delta,
+            pass_rate_delta_interval=_change(_of(pair.paired, "interval")),
             p_value=_of(pair.paired, "p_value"),
             significant=_of(pair.paired, "significant"),
         )
@@ -82,3 +84,16 @@ def _of(paired: dict[str, Any] | None, field: str) -> Any:
     """A field of the pass rate's paired test (``None`` when there was none)."""
     test = (paired or {}).get("pass_rate")
     return test.get(field) if isinstance(test, dict) else None
+
+
+def _bounds(found: Any) -> evaluationrun.Interval | None:
+    """An interval of the report (``{low, high, method, ...}``) as the status keeps it."""
+    if not isinstance(found, dict):
+        return None
+    return evaluationrun.Interval(low=found["low"], high=found["high"])
+
+
+def _change(found: Any) -> evaluationrun.ChangeInterval | None:
+    if not isinstance(found, dict):
+        return None
+    return evaluationrun.ChangeInterval(low=found["low"], high=found["high"])
