@@ -3,6 +3,7 @@ agent matrix (the tests side by side, each pair compared)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,7 +86,11 @@ def test_an_agent_matrix_shows_the_tests_side_by_side(chromium: Any, tmp_path: P
         assert table.locator("th").all_inner_texts() == ["test", "good", "faulty"]
         rows = table.locator("tbody tr").all_inner_texts()
         assert rows[0].split("\t") == ["rca", "✓ 1/1 · 1.00", "✗ 0/1 · 0.50"]
-        assert rows[-1].split("\t") == ["pass rate · score", "100% · 1.00", "50% · 0.75"]
+        totals = rows[-1].split("\t")
+        assert totals[0] == "pass rate · score"
+        # each agent's totals with their 95% intervals (Wilson; the score's bootstrap)
+        assert re.fullmatch(r"100% \[\d+(\.\d)?%–100%\] · 1\.00 \[0\.\d\d–1\.00\]", totals[1])
+        assert re.fullmatch(r"50% \[\d+(\.\d)?%–\d+(\.\d)?%\] · 0\.75 \[0\.\d\d–1\.00\]", totals[2])
         pair = page.locator(".pairs li").inner_text()
         assert pair.startswith(
             "good → faulty: pass rate -50.0 pts over 2 tests (1 worse, 0 better)"

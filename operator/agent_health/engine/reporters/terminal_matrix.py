@@ -29,6 +29,8 @@ def show(console: Console, matrix: matrix_mod.Matrix) -> None:
         s = matrix.summaries[agent]
         rate = "n/a" if s.get("pass_rate") is None else f"{s['pass_rate']:.0%}"
         score = "n/a" if s.get("score") is None else f"{s['score']:.2f}"
+        rate += _ci(s.get("pass_rate_interval"), ".0%") if s.get("pass_rate") is not None else ""
+        score += _ci(s.get("score_interval"), ".2f") if s.get("score") is not None else ""
         totals.append(f"pass rate {rate}, score {score}")
     table.add_row("[b]all tests[/]", *totals)
     console.print(table)
@@ -91,3 +93,11 @@ def _bounds(interval: Any) -> tuple[float | None, float | None]:
     if isinstance(interval, dict):
         return interval.get("low"), interval.get("high")
     return None, None
+
+
+def _ci(interval: Any, fmt: str) -> str:
+    """`` [62%, 91%]``: an agent's 95% interval beside its number (nothing without one)."""
+    low, high = _bounds(interval)
+    if low is None or high is None:
+        return ""
+    return f" [{low:{fmt}}, {high:{fmt}}]"

@@ -325,7 +325,9 @@
     };
     const totals = agents.map((a) => {
       const s = (MATRIX.summaries || {})[a] || {};
-      return el("td", { text: pct(s.pass_rate) + " · " + num(s.score, 2) });
+      const ci = (i, fmt) => i ? " [" + fmt(i.low) + "–" + fmt(i.high) + "]" : "";
+      return el("td", { text: pct(s.pass_rate) + ci(s.pass_rate_interval, pct) + " · "
+        + num(s.score, 2) + ci(s.score_interval, (v) => num(v, 2)) });
     });
     const pairs = (MATRIX.pairs || []).map((p) => el("li", null,
       el("strong", { text: p.base + " → " + p.new + ": " }),
