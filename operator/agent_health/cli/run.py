@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from agent_health import connectors
+    from agent_health import connectors, judging
     from agent_health.engine import budget, loader, provenance, recording, replay, session
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
@@ -214,7 +214,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     list_lines = any(kind == "list" for kind, _ in outputs)
     started_at = datetime.now(UTC)
 
-    outcome, hints, recorded = asyncio.run(
+    outcome, hints, recorded, asked = asyncio.run(
         _execute(
             suite,
             cases,
@@ -229,7 +229,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             recording,
         )
     )
-    judge_usage = _judge_usage(outcome, judge_config)
+    judge_usage = _judge_usage(outcome, judge_config, asked)
     from agent_health.engine import lastfailed
 
     with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
@@ -413,7 +413,7 @@ async def _execute(
     list_lines: bool,
     limits: budget.Limits | None = None,
     replayed: replay.Recording | None = None,
-) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
+) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
     import asyncio
     import dataclasses
 
@@ -497,7 +497,7 @@ async def _execute(
     reason = getattr(getattr(backend, "provider", None), "reason", None)
     if reason is not None:
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
-    return outcome, hints, recorded
+    return outcome, hints, recorded, backend.asked if backend is not None else None
 
 
 def _limits(args: argparse.Namespace) -> budget.Limits | None:
@@ -530,13 +530,18 @@ def _meter(
     return budget.Meter(limits, prices)
 
 
-def _judge_usage(outcome: session.Outcome, judge_config: config_mod.JudgeConfig | None) -> Any:
-    """The judge's calls and tokens, when any judge() call ran."""
-    if not any(s.kind == "judge" for r in outcome.results for s in r.signals):
+def _judge_usage(
+    outcome: session.Outcome,
+    judge_config: config_mod.JudgeConfig | None,
+    asked: judging.Asked | None,
+) -> Any:
+    """The judge's calls and tokens, when any judge() call ran or insights asked it."""
+    judged = any(s.kind == "judge" for r in outcome.results for s in r.signals)
+    if not judged and not (asked and asked.calls):
         return None
     from agent_health import judging
 
-    return judging.summarize(outcome.results, judge_config)
+    return judging.summarize(outcome.results, judge_config, asked)
 
 
 def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
