@@ -28,9 +28,11 @@ CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
 # Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
-# in -<hash>-r<repeat>) and any run's ledger key (<run>-ledger-key).
+# in -<hash>-r<repeat>), any run's shared tokens (<run>-tokens-N) and ledger key
+# (<run>-ledger-key).
 _OUR_SECRETS = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-ledger-key)$"
+    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-tokens-[0-9]+"
+    r"|.*-ledger-key)$"
 )
 
 
@@ -63,11 +65,14 @@ def cell_pod(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     attempt: int = 0,
+    place: cellsecrets.Place | None = None,
 ) -> dict[str, Any]:
     """The Pod of one (test, repeat) of ``run``; ``digests`` maps each RunSpec image to its digest.
 
-    The caller also creates :func:`.cellsecrets.token_secret` for this attempt (its tokens
-    and its ledger key) and :func:`.cellsecrets.ledger_key_secret` for the run. A target
+    The attempt's tokens and ledger key are mounted from ``place``: the run's shared Secret
+    (:func:`.cellsecrets.shared_secret`), or by default the attempt's own
+    (:func:`.cellsecrets.token_secret`), which the caller creates, as it creates
+    :func:`.cellsecrets.ledger_key_secret` for the run. A target
     with the ``subprocess`` connector cannot run in a cell (it would have to share the
     controller's container).
     The judge listener exists only when the operator serves a judge, the RunSpec names one
@@ -101,8 +106,9 @@ def cell_pod(
             cellgateway.Route(peer_principal, TARGET, plan.peer_target[peer.name], target_url)
         )
 
-    tokens = {p: cellsecrets.token_volume(p, cell, attempt) for p in cellsecrets.principals(spec)}
-    volumes += [*tokens.values(), *cellgateway.volumes(cell, attempt, settings)]
+    place = place or cellsecrets.Place.own(cell, attempt)
+    tokens = {p: cellsecrets.token_volume(p, place) for p in cellsecrets.principals(spec)}
+    volumes += [*tokens.values(), *cellgateway.volumes(place, settings)]
     scratch: dict[str, dict[str, Any]] = {}
     peers = [peer_container_name(p.name) for p in spec.spec.peers]
     for name in [cellgateway.NAME, TARGET, *peers, CONTROLLER]:
@@ -250,14 +256,16 @@ def cell(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     attempt: int = 0,
+    place: cellsecrets.Place | None = None,
 ) -> dict[str, Any]:
     """The object to create for one cell: the Pod, or a Sandbox around it (``agentSandbox``).
 
     ``attempt`` counts infrastructure retries; each attempt records into its own ledger cell.
+    ``place``: where its tokens and ledger key are (default: the attempt's own Secret).
     """
     pod = cell_pod(
         run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings,
-        attempt=attempt,
+        attempt=attempt, place=place,
     )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":

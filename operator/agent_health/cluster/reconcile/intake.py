@@ -3,7 +3,8 @@
 :meth:`Intake.start` (kopf's create and resume handlers) waits for the RunSpec to be
 resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
 selects the tests, plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
-exists (a random key, kept in the Secret so a restarted operator reads it back), creates the
+exists (a random key, kept in the Secret so a restarted operator reads it back) and, for a
+``configmap://`` ledger, its ConfigMap (409 means it is there), creates the
 run's NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
 so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
 Then it creates cells up to ``parallelism``; from there everything is driven by watch
@@ -40,7 +41,7 @@ from agent_health.cluster.reconcile import (
     specs,
 )
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends, store
+from agent_health.ledger import backends, configmap, store
 from agent_health.ledger import errors as ledger_errors
 
 RECONCILED = "Reconciled"
@@ -164,6 +165,9 @@ class Intake:
             run.key = await self._ledger_key(run)
         except errors.SpecError as err:
             return await board.fail(run, "LedgerKeyNotOwned", str(err))
+        if isinstance(run.backend, configmap.ConfigMapBackend):
+            # Made once here, its cells' gateways only patch it: no create races, no 409s.
+            await run.backend.create()
         if self.fence is not None:
             await self._network_policy(run, self.fence)
         if not board.live(run):  # its deadline passed meanwhile
@@ -173,6 +177,7 @@ class Intake:
                 name = manifests.cell_name(run.ref.name, test.id, repeat)
                 run.cells[name] = plan.Cell(name, test, repeat)
         run.tally.plan(run.cells)
+        board.status.pace(run.ref, batcher.interval_for(run.model.spec.parallelism))
         run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
         await self.adoption.adopt(run)
         if not board.live(run):
