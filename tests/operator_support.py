@@ -29,6 +29,7 @@ from agent_health.cluster import operator
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.api import crds
 from agent_health.cluster.cells import cellsecrets, manifests
+from agent_health.cluster.reconcile import secretrefs
 from agent_health.gateway import recorder
 from agent_health.ledger import backends, chain, records, spool, store
 from agent_health.sdk import results
@@ -43,6 +44,8 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "run.yaml"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 PINNED = "@sha256:" + "c" * 64
 COMPONENT = manifests.LABEL_COMPONENT
+EXAMPLE_SECRETS = ("judge-credentials", "triage-agent-llm")
+"""The Secrets ``examples/run.yaml`` names, created (offered to runs) in every test cluster."""
 NETWORK_POLICIES = Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 
 
@@ -208,7 +211,23 @@ async def cluster() -> AsyncIterator[Cluster]:
                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=definition
             )
             assert answer.status_code == 201, answer.text
+        for name in EXAMPLE_SECRETS:  # what README has a user create for examples/run.yaml
+            answer = await client.post(
+                "/api/v1/namespaces/default/secrets", json=offered_secret(name, "default")
+            )
+            assert answer.status_code == 201, answer.text
         yield Cluster(emulator, url, client, fake)
+
+
+def offered_secret(name: str, namespace: str, *, offered: bool = True) -> dict[str, Any]:
+    """A tenant's Secret with an API key, labelled as offered to runs (or not)."""
+    labels = {secretrefs.LABEL: secretrefs.OFFERED} if offered else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "data": {"api-key": base64.b64encode(b"sk-tenant").decode()},
+    }
 
 
 # -- what a cell records -------------------------------------------------------------------

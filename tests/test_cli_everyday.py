@@ -355,3 +355,17 @@ def test_print_is_captured_per_test_and_shown_with_its_failure(
     assert "    test 1 line 2" in failure
     assert out.count("test 1 line 0") == 1
     assert "test 2 line" not in out  # a passing test's output stays in the report
+
+
+def test_report_and_grade_check_their_reporter_paths_too(
+    write_suite: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = write_suite(**{"test_two.py": TWO})
+    saved = tmp_path / "run.json"
+    run_cli_sync(suite, "--no-ledger", "--reporter", f"json:{saved}")
+    (tmp_path / "afile").write_text("a file")
+    bad = f"junit:{tmp_path / 'afile' / 'x.xml'}"
+    assert cli.main(["report", str(saved), "--reporter", bad]) == 2
+    assert "afile is a file" in capsys.readouterr().err
+    assert cli.main(["grade", str(tmp_path / "no-ledger"), "--reporter", bad]) == 2
+    assert "afile is a file" in capsys.readouterr().err

@@ -19,7 +19,7 @@ import pytest
 from agent_health import judging
 from agent_health.cluster.api import runspec
 from agent_health.cluster.judge_service import judges
-from agent_health.cluster.reconcile import batcher
+from agent_health.cluster.reconcile import batcher, runs
 from agent_health.judging import service
 from agent_health.sdk.config import define_config
 from aiohttp import web
@@ -39,12 +39,13 @@ class Board:
     def __init__(self, cells: dict[str, tuple[str, runspec.Judge | None]]) -> None:
         self.cells = cells
 
-    def judge_of(self, token: str | None) -> tuple[batcher.RunRef, runspec.Judge | None] | None:
+    def judge_of(self, token: str | None) -> runs.Judged | None:
         found = self.cells.get(token or "")
         if found is None:
             return None
         namespace, judge = found
-        return batcher.RunRef(namespace=namespace, name="nightly"), judge
+        ref = batcher.RunRef(namespace=namespace, name="nightly")
+        return runs.Judged(ref, "triage", judge, skip_judge=False)
 
 
 @contextlib.asynccontextmanager
@@ -53,7 +54,12 @@ async def judge_service(
 ) -> AsyncIterator[tuple[str, judges.RunJudges]]:
     async with judging.backend(judge_config(model, tmp_path), define_config()) as fallback:
         assert fallback is not None
-        run_judges = judges.RunJudges(api=None, runs=board, fallback=fallback)  # type: ignore[arg-type]
+        run_judges = judges.RunJudges(
+            api=None,  # type: ignore[arg-type]
+            runs=board,  # type: ignore[arg-type]
+            fallback=fallback,
+            for_all=True,  # the operator's own judge is offered to every run here
+        )
         runner = web.AppRunner(service.serving(run_judges.resolve))
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -15,6 +15,7 @@ import httpx
 import kubernetes_validate
 import pytest
 from agent_health.cluster.cells import cellsecrets, manifests, netpol
+from agent_health.cluster.reconcile import secretrefs
 from agent_health.ledger import keys
 from judge_servers import Answer, ScriptedModel
 from operator_support import (
@@ -25,6 +26,7 @@ from operator_support import (
     kubelet,
     listing,
     max_unfinished,
+    offered_secret,
     pod_creations,
     until,
 )
@@ -144,16 +146,20 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
     try:
         async with cluster() as k8s:
             runspec, run = k8s.example(ledger=LEDGER)
-            del runspec["spec"]["judge"]  # no judge of its own: the operator's env judge answers
+            del runspec["spec"]["judge"]  # none of its own: the operator's judge, offered to all
             run["spec"] |= {"repeats": 1, "parallelism": 1}
             fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
             cache = str(tmp_path / "judge.sqlite")
-            async with kubelet(fake), k8s.operator(judge_cache=cache, environ=environ) as op:
+            offered = {"judge_cache": cache, "environ": environ, "judge_for_all_runs": True}
+            async with kubelet(fake), k8s.operator(**offered) as op:
                 await k8s.apply(runspec)
                 await k8s.apply(run)
                 await until(lambda: op.runs.tokens, "a live cell's token")
                 pod = k8s.pods()[0]
                 cell = pod["metadata"]["name"]
+                controller = pod["spec"]["containers"][0]
+                env = {e["name"]: e.get("value") for e in controller["env"]}
+                assert env["AGENT_HEALTH_JUDGE_MODEL"] == "judge-model"  # offered to all runs
                 secret, items = k8s.cell_secret(pod)
                 owner = secret["metadata"]["ownerReferences"][0]
                 assert (owner["kind"], owner["name"]) == ("EvaluationRun", "triage-nightly")
@@ -209,14 +215,22 @@ def judged_run(run: dict[str, Any], name: str, runspec: str) -> dict[str, Any]:
 
 
 async def secret(k8s: Any, name: str, key: str) -> None:
-    body = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": "default"},
-        "data": {"api-key": base64.b64encode(key.encode()).decode()},
-    }
+    """A judge key in a Secret offered to runs (``agenthealth.dev/usable-by-runs=true``)."""
+    body = offered_secret(name, "default")
+    body["data"] = {"api-key": base64.b64encode(key.encode()).decode()}
     answer = await k8s.client.post("/api/v1/namespaces/default/secrets", json=body)
     assert answer.status_code == 201, answer.text
+
+
+async def offer(k8s: Any, name: str, offered: bool) -> None:
+    """Label the Secret as offered to runs, or take the label off."""
+    value = secretrefs.OFFERED if offered else None
+    answer = await k8s.client.patch(
+        f"/api/v1/namespaces/default/secrets/{name}",
+        json={"metadata": {"labels": {secretrefs.LABEL: value}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert answer.status_code == 200, answer.text
 
 
 async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_key(
@@ -233,7 +247,8 @@ async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_ke
             example, template = k8s.example(ledger=LEDGER)
             fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
             cache = str(tmp_path / "judge.sqlite")
-            await secret(k8s, "judge-a", "sk-a")  # judge-b is created later
+            await secret(k8s, "judge-a", "sk-a")
+            await secret(k8s, "judge-b", "sk-b")
             async with kubelet(fake), k8s.operator(judge_cache=cache) as op:
                 await k8s.apply(
                     judged_runspec(example, "spec-a", "model-a", model_a.url, "judge-a")
@@ -257,14 +272,18 @@ async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_ke
                         return await client.post(url, json=call, headers=headers)
 
                     a = await judge(tokens["run-a"], "model-a")
+                    await offer(k8s, "judge-b", False)  # withdrawn after the run started
                     missing = await judge(tokens["run-b"], "model-b")
-                    await secret(k8s, "judge-b", "sk-b")
+                    await offer(k8s, "judge-b", True)
                     b = await judge(tokens["run-b"], "model-b")
                     unknown = await judge("not-a-cell", "model-a")
                 assert a.status_code == 200, a.text
                 assert (a.json()["passed"], a.json()["reasoning"]) == (True, "a: says x")
                 assert missing.status_code == 502
-                assert "Secret default/judge-b" in missing.json()["error"]
+                assert (
+                    "Secret default/judge-b, which is not offered to runs"
+                    in (missing.json()["error"])
+                )
                 assert b.status_code == 200, b.text
                 assert (b.json()["passed"], b.json()["reasoning"]) == (False, "b: no")
                 assert unknown.status_code == 401

@@ -137,7 +137,52 @@ def test_pass_rate_excludes_errored_and_pass_at_k_matches_the_engine() -> None:
     assert got.score == pytest.approx((1.0 + 0.2 + 0.8 + 1.0 + 0.0) / 5)
     engine = report.RunReport.build([g.result for g in grades], duration_ms=0, repeats=2).summary
     assert (got.pass_at_k, got.pass_hat_k) == (engine.pass_at_k, engine.pass_hat_k)
-    assert (got.pass_at_k, got.pass_hat_k) == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    # c has one decided repeat (the other errored by the infrastructure), too few for
+    # pass@2: a (pass, fail) and b (pass, pass) decide it.
+    assert (got.pass_at_k, got.pass_hat_k) == (1.0, 0.5)
+
+
+def test_status_carries_each_rates_interval_and_refreshes_the_bootstrap_sparingly() -> None:
+    clock = Clock()
+    cells = [f"t{i}" for i in range(10)]
+    tally = running_tally(clock, cells)
+    for i, cell in enumerate(cells[:5]):
+        passed = i < 4
+        state: results.Status = "passed" if passed else "failed"
+        tally.record(grade(cell, cell, 0, state, 0.9 if passed else 0.2))
+    got = tally.status()
+    # 4 of 5 decided, Wilson: z²/n = 0.7682918; centre = 1.1841459 / 1.7682918 = 0.6696553;
+    # half = 1.959964 · sqrt(0.032 + 0.0384146) / 1.7682918 = 0.2941206
+    assert got.pass_rate_interval is not None
+    assert got.pass_rate_interval.low == pytest.approx(0.3755346, abs=1e-6)
+    assert got.pass_rate_interval.high == pytest.approx(0.9637759, abs=1e-6)
+    engine = report.RunReport.build([g.result for g in tally.grades], duration_ms=0).summary
+    assert engine.score_interval is not None
+    assert got.score_interval is not None
+    assert (got.score_interval.low, got.score_interval.high) == (
+        engine.score_interval.low,
+        engine.score_interval.high,
+    )
+    first = got.score_interval
+    # More grades within 30 s: the score moves, its bootstrap interval waits (stale is named
+    # in the CRD's description); the pass rate's Wilson interval follows at once.
+    clock.t = 10.0
+    tally.record(grade("t5", "t5", 0, "failed", 0.0))
+    soon = tally.status()
+    assert soon.score_interval == first
+    assert soon.pass_rate_interval != got.pass_rate_interval
+    clock.t = 40.0
+    tally.record(grade("t6", "t6", 0, "failed", 0.0))
+    assert tally.status().score_interval != first
+    for cell in cells[7:]:
+        tally.record(grade(cell, cell, 0, "passed", 1.0))
+    final = tally.status()  # the last grade ends the run: a fresh interval, at once
+    assert tally.phase == "Succeeded"
+    engine = report.RunReport.build([g.result for g in tally.grades], duration_ms=0).summary
+    assert engine.score_interval is not None
+    assert final.score_interval is not None
+    assert final.score_interval.low == engine.score_interval.low
+    assert final.score_interval.high == engine.score_interval.high
 
 
 def test_cells_the_agent_errored_count_against_it_and_the_status_names_every_cause() -> None:
@@ -432,8 +477,9 @@ async def test_statuses_are_accepted_by_the_crd_and_echoes_are_recognised(
         "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 1},
         "unverifiedClaims": 0,
     }
+    # b's infra-errored repeat leaves it one decided repeat, too few for pass@2: a decides.
     assert stored["status"]["passAtK"] == 1.0
-    assert stored["status"]["passHatK"] == 0.5
+    assert stored["status"]["passHatK"] == 0.0
     assert json.loads(json.dumps(stored["status"]))["tests"][0]["id"] == "a"
     assert patches.is_own_echo(stored)
     # Someone else changes the object: not our echo.

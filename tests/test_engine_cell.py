@@ -3,19 +3,22 @@ service, then the operator's grader reads the ledger the gateway wrote."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import cell_support
+import opensearch_support
 import pytest
 from agent_health import gateway
 from agent_health.engine import cell
 from agent_health.gateway import config as gateway_config
 from agent_health.ledger import records
 from cell_support import CELL, TEST_ID, TOKEN
-from judge_servers import Action, Answer, ScriptedModel, Text, prompt_text
+from judge_servers import VERDICT_TOOL, Action, Answer, Calls, ScriptedModel, Text, prompt_text
+from opensearch_support import TRACE
 
 SUITE = """
 from agent_health import test
@@ -156,3 +159,57 @@ async def test_a_cell_explains_with_the_judge_service_and_records_the_insights(
     [end] = [r for r in map(records.parse_line, cell_support.ledger_lines(tmp_path))
              if isinstance(r, records.CellEnd)]  # fmt: skip
     assert end.insights == result.insights
+
+
+TRACED_SUITE = """
+from agent_health import test
+
+@test("diagnoses the payment outage")
+async def diagnoses(agent, judge):
+    result = await agent.run("Diagnose why the payment service is failing.")
+    await judge(result, "the log search failed", tools=["trace_query"])
+"""
+
+
+def _queries_traces(body: Mapping[str, Any]) -> Action:
+    """An agentic judge: reads the spans, then the metrics, then submits."""
+    answered = [m for m in body.get("messages", []) if m.get("role") == "tool"]
+    if len(answered) == 0:
+        return Calls((("get_spans", {}),))
+    if len(answered) == 1:
+        return Calls((("metrics", {}),))
+    return Calls(((VERDICT_TOOL, {"passed": True, "score": 1.0, "reasoning": "t1 failed"}),))
+
+
+async def test_a_cells_judge_reads_its_opensearch_traces_through_the_service(
+    tmp_path: Path, triage_url: str
+) -> None:
+    async with (
+        opensearch_support.serving(lambda body: opensearch_support.queried(body, TRACE)) as fake,
+        cell_support.judge_service(tmp_path, _queries_traces) as (judge_url, model),
+    ):
+        proxy = await _cell_gateway(tmp_path, triage_url, judge_url)
+        try:
+            settings = cell_support.cell_settings(tmp_path, proxy, TRACED_SUITE)
+            (settings.suite / "agent-health.config.py").write_text(
+                "from agent_health import define_config\n"
+                "config = define_config(traces={'opensearch': {'hosts': "
+                f"[{fake.url!r}], 'wait_seconds': 5, 'poll_seconds': 0.05}}}})\n"
+            )
+            code, result = await cell.run_cell(settings)
+        finally:
+            await proxy.stop()
+        answers = [m["content"] for m in model.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert code == 0, result
+    spans, metrics = (json.loads(a) for a in answers)
+    # The service answered from the spans the cell read in OpenSearch, not step-N spans.
+    assert [s["span_id"] for s in spans] == ["a1", "c1", "t1", "c2"]
+    assert metrics["trace"] == {
+        "source": "opensearch",
+        "spans": 4,
+        "llm_calls": 2,
+        "tool_calls": 1,
+        "tool_histogram": {"search_logs": 1},
+        "total_tokens": 400,
+        "error_spans": 1,
+    }

@@ -175,6 +175,11 @@ def test_find_a_failing_test_and_read_why(chromium: Any, judged_run: tuple[Run, 
         _clean(seen, url)
 
 
+def _pct(value: float) -> str:
+    """As the page prints a share: one decimal, no trailing zero."""
+    return f"{round(value * 1000) / 10:g}%"
+
+
 def test_summary_explains_its_numbers_and_rolls_up_insights(
     chromium: Any, judged_run: tuple[Run, Path]
 ) -> None:
@@ -188,9 +193,17 @@ def test_summary_explains_its_numbers_and_rolls_up_insights(
         assert f"{s['errored']}\nerrored" in summary
         assert "4 tests × 2 repeats" in summary
         assert "pass@2" in summary
-        assert "tests passing in at least 1 of k repeats" in summary
+        assert "tests passing in at least 1 of 2 repeats" in summary
         assert "pass^2" in summary
-        assert "tests passing in all k repeats" in summary
+        assert "tests passing in all 2 repeats" in summary
+        # every rate and score with its interval, as the JSON report has it
+        rate = s["pass_rate_interval"]
+        assert f"95% CI {_pct(rate['low'])}–{_pct(rate['high'])}" in summary
+        score = s["score_interval"]
+        assert f"95% CI {score['low']:.2f}–{score['high']:.2f}" in summary
+        (two,) = s["pass_at"]
+        at = two["pass_at_k_interval"]
+        assert f"95% CI {_pct(at['low'])}–{_pct(at['high'])}" in summary
         assert "Insights across the suite" in summary
         assert "ask the agent to cite the log line it relied on" in summary
         line = seen.page.inner_text("#provenance-line")

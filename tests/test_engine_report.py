@@ -71,6 +71,22 @@ def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
             "errored_by_agent": 0,
             "pass_rate": 0.5,
             "score": 0.5,
+            "pass_rate_interval": {
+                "low": 0.094531,  # Wilson, 1 of 2 (docs/statistics.md)
+                "high": 0.905469,
+                "method": "wilson",
+                "n": 2,
+                "effective_n": None,
+                "resamples": None,
+            },
+            "score_interval": {
+                "low": 0.0,  # two tests, scores 1 and 0: resamples give 0, 0.5 or 1
+                "high": 1.0,
+                "method": "bootstrap",
+                "n": 2,
+                "effective_n": None,
+                "resamples": 1000,
+            },
         },
         "smoke": {
             "passed": 1,
@@ -81,6 +97,22 @@ def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
             "errored_by_agent": 0,
             "pass_rate": 1.0,
             "score": 1.0,
+            "pass_rate_interval": {
+                "low": 0.206549,  # Wilson, 1 of 1
+                "high": 1.0,
+                "method": "wilson",
+                "n": 1,
+                "effective_n": None,
+                "resamples": None,
+            },
+            "score_interval": {  # one test: nothing to resample, Wilson of 1 of 1
+                "low": 0.206549,
+                "high": 1.0,
+                "method": "wilson",
+                "n": 1,
+                "effective_n": None,
+                "resamples": None,
+            },
         },
     }
     assert "pass_at_k" not in s or s["pass_at_k"] is None
@@ -119,7 +151,9 @@ def test_an_agent_error_in_a_repeat_is_not_a_pass_for_pass_at_k() -> None:
     s = RunReport.build(results, duration_ms=1.0, repeats=2).summary
     assert s.per_test["test_a.py::t"].pass_hat_k == 0.0  # one repeat the agent errored
     assert s.per_test["test_a.py::t"].pass_at_k == 1.0
-    assert s.per_test["test_a.py::u"].pass_at_k == 0.0  # never passed; infra repeat left out
+    # u's infra repeat is left out: one decided repeat is too few for pass@2 (n >= k)
+    assert s.per_test["test_a.py::u"].pass_at_k is None
+    assert (s.pass_at_k, s.pass_hat_k) == (1.0, 0.0)  # over t alone
     assert s.flaky == ["t"]
 
 
@@ -146,14 +180,22 @@ def test_repeats_give_pass_at_k_per_test_and_overall() -> None:
         tr("down", "errored", 2),
     ]
     s = RunReport.build(results, duration_ms=1.0, repeats=3).summary
-    assert s.pass_at_k == round(2 / 3, 6)  # stable and flaky pass at least once; down excluded
-    assert s.pass_hat_k == round(1 / 3, 6)  # only stable passes every decided repeat
+    # pass@3 needs 3 decided repeats: flaky (one errored by the infrastructure) and down are
+    # left out, so stable and broken decide it.
+    assert s.pass_at_k == 0.5
+    assert s.pass_hat_k == 0.5
     assert s.flaky == ["flaky"]
     flaky = s.per_test["test_a.py::flaky"]
     assert (flaky.runs, flaky.passed, flaky.failed, flaky.errored) == (3, 1, 1, 1)
-    assert (flaky.pass_at_k, flaky.pass_hat_k) == (1.0, 0.0)
+    assert (flaky.pass_at_k, flaky.pass_hat_k) == (None, None)
     down = s.per_test["test_a.py::down"]
     assert (down.pass_at_k, down.pass_hat_k) == (None, None)
+    (three,) = s.pass_at
+    assert (three.k, three.tests, three.pass_at_k, three.pass_hat_k) == (3, 2, 0.5, 0.5)
+    # pass@1 and pass@2 count flaky too: the unbiased estimators over its 2 decided repeats.
+    one, two = RunReport.build(results, duration_ms=1.0, repeats=3, pass_at=[2, 1]).summary.pass_at
+    assert (one.k, one.tests, one.pass_at_k) == (1, 3, round((1 + 0.5 + 0) / 3, 6))
+    assert (two.k, two.tests, two.pass_at_k, two.pass_hat_k) == (2, 3, round(2 / 3, 6), 0.333333)
 
 
 def test_terminal_summary_shows_metrics_labels_insights_and_cost() -> None:

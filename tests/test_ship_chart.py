@@ -219,6 +219,7 @@ def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
         "gateway-image": "ghcr.io/agent-health/gateway:0.1.0",
         "judge-service-url": f"http://{RELEASE}-agent-health-judge.{NAMESPACE}.svc:8090",
         "judge-cache": "/var/cache/agent-health/judge",
+        "operator-namespace": NAMESPACE,  # no RunSpec may name a Secret there
         "gateway-service-account": f"{RELEASE}-agent-health-cell-gateway",
     }
     minimal = _args(render(helm, "minimal"))
@@ -313,7 +314,8 @@ def test_the_judge_key_comes_from_a_secret_and_never_from_values(helm: Path) -> 
     assert env["OPENAI_API_KEY"] == {
         "secretKeyRef": {"name": "judge-credentials", "key": "api-key"}
     }
-    assert _env(render(helm, "default")) == {}
+    assert "AGENT_HEALTH_JUDGE_FOR_ALL_RUNS" not in env  # offered to all runs only if asked
+    assert _env(render(helm, "default")) == {"AGENT_HEALTH_JUDGE_MAX_TOKENS": "4096"}
 
 
 def test_the_minimal_scenario_renders_no_monitoring_objects(helm: Path) -> None:

@@ -26,7 +26,15 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_support import Kubelet, cluster, kubelet, listing, until
+from operator_support import (
+    EXAMPLE_SECRETS,
+    Kubelet,
+    cluster,
+    kubelet,
+    listing,
+    offered_secret,
+    until,
+)
 from ship_support import SCENARIOS, by_kind, helm, render
 
 pytestmark = pytest.mark.slow
@@ -111,6 +119,12 @@ async def test_the_rendered_operator_completes_a_run(scenario: str | None, tmp_p
             )
             try:
                 async with kubelet(fake):
+                    if namespace != "default":  # the example's Secrets, offered to runs there
+                        for name in EXAMPLE_SECRETS:
+                            secret = offered_secret(name, namespace)
+                            path = f"/api/v1/namespaces/{namespace}/secrets"
+                            answer = await k8s.client.post(path, json=secret)
+                            assert answer.status_code == 201, answer.text
                     for body in (runspec, run):
                         plural = "runspecs" if body["kind"] == "RunSpec" else "evaluationruns"
                         path = f"/apis/agenthealth.dev/v1alpha1/namespaces/{namespace}/{plural}"

@@ -102,8 +102,8 @@ judge.cache.volume is persistentVolumeClaim (an existing claim, or the one the c
 
 {{/*
 agent-health.operatorEnv: the operator container's environment: the judge settings
-(AGENT_HEALTH_JUDGE_*, the API key from its Secret), insecure registries, the sandbox
-RuntimeClass and operator.extraEnv. Empty when none is set.
+(AGENT_HEALTH_JUDGE_*, the API key from its Secret, whether it is offered to all runs, the
+token ceiling), insecure registries, the sandbox RuntimeClass and operator.extraEnv.
 */}}
 {{- define "agent-health.operatorEnv" -}}
 {{- with .Values.judge.provider }}
@@ -118,6 +118,12 @@ RuntimeClass and operator.extraEnv. Empty when none is set.
 - name: AGENT_HEALTH_JUDGE_BASE_URL
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.judge.offerToAllRuns }}
+- name: AGENT_HEALTH_JUDGE_FOR_ALL_RUNS
+  value: "1"
+{{- end }}
+- name: AGENT_HEALTH_JUDGE_MAX_TOKENS
+  value: {{ .Values.judge.maxTokens | quote }}
 {{- if .Values.judge.apiKey.existingSecret }}
 - name: AGENT_HEALTH_JUDGE_API_KEY_ENV
   value: {{ .Values.judge.apiKey.env | quote }}

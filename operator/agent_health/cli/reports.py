@@ -40,6 +40,21 @@ def add_commands(sub: Any) -> None:
         default=0,
         help="largest allowed rise in the number of errored tests (default 0: any rise fails)",
     )
+    cmp.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level of the paired tests; their intervals are at 1 - alpha "
+        "(default 0.05)",
+    )
+    cmp.add_argument(
+        "--gate",
+        choices=("thresholds", "significant"),
+        default="thresholds",
+        help="thresholds (default): fail on any drop beyond the --max-* thresholds; "
+        "significant: fail only on a drop the paired test finds significant at --alpha "
+        "(and beyond the thresholds)",
+    )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(handler=compare)
 
@@ -78,6 +93,8 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(
             "--max-pass-rate-drop, --max-score-drop and --max-errored-rise must not be negative"
         )
+    if not 0 < args.alpha < 1:
+        raise common.UsageError(f"--alpha must be between 0 and 1 (e.g. 0.05), got {args.alpha:g}")
     try:
         result = compare.compare_files(
             Path(args.base),
@@ -85,6 +102,8 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
             max_pass_rate_drop=args.max_pass_rate_drop,
             max_score_drop=args.max_score_drop,
             max_errored_rise=args.max_errored_rise,
+            alpha=args.alpha,
+            gate=args.gate,
         )
     except compare.CompareError as err:
         raise common.UsageError(str(err)) from err
@@ -111,10 +130,11 @@ def report(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter or ["html"]]
+    common.check_reports(outputs)
     saved = _read(Path(args.file))
     terminal.summary(consoles.out, saved)
-    common.write_reports(outputs, saved, consoles.out)
-    return common.EXIT_OK
+    written = common.write_reports(outputs, saved, consoles.out)
+    return common.EXIT_OK if written else common.EXIT_USAGE
 
 
 def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:

@@ -37,6 +37,12 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
     run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
     run.add_argument("--repeat", type=int, default=1, help="run each test N times")
+    run.add_argument(
+        "--pass-at",
+        metavar="K[,K...]",
+        help="report pass@k and pass^k for these k, e.g. 1,3,5 (each at most --repeat; "
+        "default: --repeat when it is more than 1)",
+    )
     run.add_argument("--grep", help="only tests whose title or id matches this regex")
     run.add_argument(
         "--label",
@@ -116,7 +122,7 @@ def add_commands(sub: Any) -> None:
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
 
-    from agent_health.engine import loader, provenance, reporters, select
+    from agent_health.engine import loader, provenance, reporters, select, uncertainty
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
@@ -129,6 +135,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("--timeout must be positive")
     if args.ledger and args.no_ledger:
         raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
+    pass_at = uncertainty.parse_pass_at(args.pass_at, args.repeat)
     if args.retries < 0:
         raise common.UsageError("--retries must be 0 or more")
     if args.max_failures is not None and args.max_failures < 1:
@@ -205,6 +212,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         stopped=outcome.stopped,
         rollup=outcome.rollup,
         provenance=what_ran,
+        pass_at=pass_at,
     )
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:

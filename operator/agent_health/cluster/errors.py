@@ -4,6 +4,7 @@
 
     ClusterError
      ├── SpecError          a RunSpec or EvaluationRun fails its model (the user's object is wrong)
+     │    └── SecretNotOffered  it names a Secret not offered to runs, or one of the operator's
      ├── SchemaError        a model cannot become a structural CRD schema (a bug in the models)
      ├── LedgerUnavailable  a cell's ledger cannot be read now (the store failed); grade it later
      ├── PhaseError         an EvaluationRun phase change the lifecycle does not allow (a bug)
@@ -25,6 +26,11 @@ class ClusterError(Exception):
 
 class SpecError(ClusterError, ValueError):
     """A custom resource does not satisfy its model; the message names the object and field."""
+
+
+class SecretNotOffered(SpecError):
+    """A RunSpec names a Secret the operator will not use for it (not labelled as offered to
+    runs, or one of agent-health's own); the message names the field and the label to add."""
 
 
 class SchemaError(ClusterError):

@@ -28,8 +28,16 @@ from agent_health import judging
 from agent_health.cluster import kube, metrics
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.cells import manifests, netpol
-from agent_health.cluster.judge_service import judges
-from agent_health.cluster.reconcile import batcher, events, handlers, listing, runs, specs
+from agent_health.cluster.judge_service import judges, limits
+from agent_health.cluster.reconcile import (
+    batcher,
+    events,
+    handlers,
+    listing,
+    runs,
+    secretrefs,
+    specs,
+)
 from agent_health.cluster.registry import registry
 from agent_health.judging import dispatch, service
 from agent_health.ledger import store
@@ -89,7 +97,7 @@ async def serve(
         settings = manifests.Settings(
             controller_image=await _pinned(options.controller_image, options.insecure_registries),
             gateway_image=await _pinned(options.gateway_image, options.insecure_registries),
-            judge=_judge_service(options),
+            judge=_judge_service(options, judge),
             ledger_url=options.ledger_url,
             image_pull_secrets=options.image_pull_secrets,
             gateway_service_account=options.gateway_service_account,
@@ -164,12 +172,13 @@ class Operator:
             return await api.patch(kube.EVALUATIONRUNS, ref.namespace, ref.name, body, status=True)
 
         status = batcher.StatusBatcher(patch, interval=options.status_interval)
+        own = own_secrets(options)
         discoveries = listing.Discoveries(api)
         scheduler = runs.Runs(
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,
             stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
-            retry_delay=options.retry_delay, fence=_fence(options),
+            retry_delay=options.retry_delay, fence=_fence(options), own_secrets=own,
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
@@ -179,7 +188,10 @@ class Operator:
             reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes
         )
         judge = backend or dispatch.Judging(judge=None, provider=None)
-        per_run = judges.RunJudges(api, scheduler, judge, cache_path=options.judge_cache)
+        per_run = judges.RunJudges(
+            api, scheduler, judge, cache_path=options.judge_cache, own_secrets=own,
+            for_all=options.judge_for_all_runs, ceiling=options.judge_max_tokens,
+        )  # fmt: skip
         return cls(api, sink, status, scheduler, reconcilers, judge, per_run)
 
     def metrics_app(self) -> web.Application:
@@ -189,6 +201,8 @@ class Operator:
 
     def judge_app(self) -> web.Application:
         app = service.serving(self.judges.resolve)
+        # After the service's authentication: a live cell's token, held to its RunSpec's limits.
+        app.middlewares.append(limits.middleware(self.judges.limits))
         app.middlewares.append(self._judge_metrics)
         return app
 
@@ -224,7 +238,18 @@ class Operator:
         return response
 
 
-def _judge_service(options: options_mod.Options) -> manifests.JudgeService | None:
+def own_secrets(options: options_mod.Options) -> secretrefs.Own:
+    """The Secrets no RunSpec may name: everything in the operator's namespace, and the
+    Secrets it uses in every namespace (ledger credentials, image pull Secrets)."""
+    names = {*options.image_pull_secrets}
+    if options.ledger_credentials_secret:
+        names.add(options.ledger_credentials_secret)
+    return secretrefs.Own(options.operator_namespace, frozenset(names))
+
+
+def _judge_service(
+    options: options_mod.Options, own: config_mod.JudgeConfig | None
+) -> manifests.JudgeService | None:
     if not options.judge_service_url:
         return None
     return manifests.JudgeService(
@@ -232,6 +257,7 @@ def _judge_service(options: options_mod.Options) -> manifests.JudgeService | Non
         namespace=options.operator_namespace,
         pod_labels=dict(options.judge_pod_labels),
         port=_split(options.judge_addr)[1],
+        offered_model=own.model if own is not None and options.judge_for_all_runs else None,
     )
 
 

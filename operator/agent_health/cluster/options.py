@@ -8,7 +8,8 @@ The judge service's own model is configured by environment only (:func:`judge_co
 ``AGENT_HEALTH_JUDGE_PROVIDER`` (openai, anthropic, bedrock), ``AGENT_HEALTH_JUDGE_MODEL``
 (unset: every verdict is a neutral skip), ``AGENT_HEALTH_JUDGE_BASE_URL``,
 ``AGENT_HEALTH_JUDGE_API_KEY_ENV`` (the name of the variable holding the key) and
-``AGENT_HEALTH_JUDGE_REGION``. It answers RunSpecs that name no ``spec.judge``.
+``AGENT_HEALTH_JUDGE_REGION``. It answers RunSpecs that name no ``spec.judge`` only when
+``--judge-for-all-runs`` offers it to them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ DESCRIPTION = (
     "sets those)."
 )
 EPILOG = (
-    "The judge service's own model (for RunSpecs without spec.judge) comes from the "
+    "The judge service's own model (for RunSpecs without spec.judge, with "
+    "--judge-for-all-runs) comes from the "
     "environment: AGENT_HEALTH_JUDGE_PROVIDER (openai, anthropic, bedrock), "
     "AGENT_HEALTH_JUDGE_MODEL (unset: verdicts are neutral skips), AGENT_HEALTH_JUDGE_BASE_URL, "
     "AGENT_HEALTH_JUDGE_API_KEY_ENV (the variable holding the key), AGENT_HEALTH_JUDGE_REGION."
@@ -63,6 +65,10 @@ class Options:
     dns_pod_labels: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {"k8s-app": "kube-dns"}
     )
+    judge_for_all_runs: bool = False
+    """Whether the operator's own judge answers cells of RunSpecs that name none."""
+    judge_max_tokens: int = 4096
+    """The most output tokens any judge call through the service may ask for."""
     stuck_grace: float = 120.0
     """Seconds a cell may stay unschedulable or unable to pull before it is errored."""
     deadline_grace: float = 60.0
@@ -105,6 +111,14 @@ FLAGS = (
           "gs://BUCKET/PREFIX; {namespace}, {run} and {runspec} are filled in per run; a "
           "malformed URL stops the operator at start; unset: such runs fail with NoLedger",
           metavar="URL"),
+    _Flag("--judge-for-all-runs", "AGENT_HEALTH_JUDGE_FOR_ALL_RUNS", "offer the operator's "
+          "own judge (AGENT_HEALTH_JUDGE_*) to cells of RunSpecs that name no spec.judge; off, "
+          "those cells skip judge() and the judge service refuses them (403), so no tenant "
+          "spends the operator's key unless it is offered; the variable is on when 1",
+          kind="switch"),
+    _Flag("--judge-max-tokens", "AGENT_HEALTH_JUDGE_MAX_TOKENS", "the most output tokens one "
+          "model call through the judge service may ask for, whatever a RunSpec's "
+          "spec.judge.maxTokens says", "4096", metavar="N"),
     _Flag("--judge-cache", "AGENT_HEALTH_JUDGE_CACHE", "the persistent judge cache shared by "
           "every judge of the operator: a SQLite file, or a directory (a mounted volume) to "
           "keep judge.sqlite in; unset: no cache across restarts",
@@ -182,6 +196,15 @@ def from_args(args: argparse.Namespace) -> Options:
             raise ValueError(f"--{name} (or AGENT_HEALTH_{flag.upper()}) is required")
     if args.ledger_url and (wrong := ledgerurl.problem(args.ledger_url)) is not None:
         raise ValueError(f"--ledger-url (or AGENT_HEALTH_LEDGER_URL): {wrong}")
+    try:
+        max_tokens = int(args.judge_max_tokens)
+        if max_tokens < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"--judge-max-tokens (or AGENT_HEALTH_JUDGE_MAX_TOKENS) must be a positive "
+            f"integer, got {args.judge_max_tokens!r}"
+        ) from None
     return Options(
         controller_image=args.controller_image,
         gateway_image=args.gateway_image,
@@ -191,6 +214,8 @@ def from_args(args: argparse.Namespace) -> Options:
         judge_service_url=args.judge_service_url,
         ledger_url=args.ledger_url,
         judge_cache=args.judge_cache,
+        judge_for_all_runs=args.judge_for_all_runs,
+        judge_max_tokens=max_tokens,
         namespace=args.namespace,
         operator_namespace=args.operator_namespace,
         judge_pod_labels=labels(args.judge_pod_labels),

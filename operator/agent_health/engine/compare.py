@@ -10,6 +10,12 @@ comparison is a regression when:
 * the pass rate dropped by more than ``max_pass_rate_drop``;
 * the mean score dropped by more than ``max_score_drop`` (when given);
 * the errored count rose by more than ``max_errored_rise`` (default 0).
+
+Beside the deltas, the tests paired by id go through a paired test of "no change"
+(:mod:`.pairing`): its p-value, the effect's interval and whether the change can be told from
+noise at this sample size. With ``gate="significant"`` the comparison is a regression only
+when that test finds a significant drop: of the pass rate (by more than
+``max_pass_rate_drop``), or of the score when ``max_score_drop`` is given.
 """
 
 from __future__ import annotations
@@ -17,16 +23,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import entries
+from agent_health.engine import entries, pairing
 from agent_health.engine import report as report_mod
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
 TOP_DELTAS = 20
+Gate = Literal["thresholds", "significant"]
+GATES: tuple[Gate, ...] = ("thresholds", "significant")
 
 
 class CompareError(errors.AgentHealthError):
@@ -78,6 +86,8 @@ class Comparison(BaseModel):
     errored: Delta
     tokens: Delta
     cost_usd: Delta
+    paired: pairing.Paired = Field(default_factory=pairing.Paired)
+    gate: Gate = "thresholds"
     regressions: list[str] = Field(default_factory=list)
 
     @property
@@ -120,6 +130,8 @@ def compare(
     max_pass_rate_drop: float = 0.0,
     max_score_drop: float | None = None,
     max_errored_rise: int = 0,
+    alpha: float = pairing.ALPHA,
+    gate: Gate = "thresholds",
 ) -> Comparison:
     """Compare two loaded reports (see :func:`load`)."""
     before = {(t["id"], t.get("repeat", 0)): t for t in base["tests"]}
@@ -174,7 +186,12 @@ def compare(
         errored=_delta(s0.get("errored"), s1.get("errored")),
         tokens=_delta(s0.get("tokens"), s1.get("tokens")),
         cost_usd=_delta(s0.get("cost_usd"), s1.get("cost_usd")),
+        paired=pairing.compare(base["tests"], new["tests"], alpha=alpha),
+        gate=gate,
     )
+    if gate == "significant":
+        reasons = _significant(result.paired, max_pass_rate_drop, max_score_drop)
+        return result.model_copy(update={"regressions": reasons})
     reasons = []
     if failing and len(failing) > max_pass_rate_drop * result.compared + 1e-9:
         errored = sum(1 for c in failing if c.new == "errored")
@@ -204,6 +221,34 @@ def compare(
     return result.model_copy(update={"regressions": reasons})
 
 
+def _significant(
+    found: pairing.Paired, max_pass_rate_drop: float, max_score_drop: float | None
+) -> list[str]:
+    """The regressions of ``--gate significant``: significant drops beyond the thresholds."""
+    reasons = []
+    rate = found.pass_rate
+    if rate is not None and rate.regressed and -rate.effect > max_pass_rate_drop + 1e-9:
+        allowed = f", more than --max-pass-rate-drop {max_pass_rate_drop:g}"
+        reasons.append(
+            f"pass rate dropped {-rate.effect:.1%} over {rate.tests} paired tests, significant "
+            f"at α = {found.alpha:g} ({rate.method} p = {rate.p_value:.3g})"
+            + (allowed if max_pass_rate_drop else "")
+        )
+    score = found.score
+    if (
+        max_score_drop is not None
+        and score is not None
+        and score.regressed
+        and -score.effect > max_score_drop + 1e-9
+    ):
+        reasons.append(
+            f"score dropped {-score.effect:.3f} over {score.tests} paired tests, significant at "
+            f"α = {found.alpha:g} ({score.method} p = {score.p_value:.3g}), more than "
+            f"--max-score-drop {max_score_drop:g}"
+        )
+    return reasons
+
+
 def compare_files(
     base: Path,
     new: Path,
@@ -211,6 +256,8 @@ def compare_files(
     max_pass_rate_drop: float = 0.0,
     max_score_drop: float | None = None,
     max_errored_rise: int = 0,
+    alpha: float = pairing.ALPHA,
+    gate: Gate = "thresholds",
 ) -> Comparison:
     return compare(
         load(base),
@@ -220,6 +267,8 @@ def compare_files(
         max_pass_rate_drop=max_pass_rate_drop,
         max_score_drop=max_score_drop,
         max_errored_rise=max_errored_rise,
+        alpha=alpha,
+        gate=gate,
     )
 
 
@@ -261,8 +310,11 @@ def render(c: Comparison) -> list[str]:
         + f"; score {_num(c.score, '.3f')}; errored {_num(c.errored, '.0f')}; "
         f"tokens {_num(c.tokens, '.0f')}; cost USD {_num(c.cost_usd, '.6f')}"
     )
+    lines.extend(pairing.render(c.paired))
     if c.regressions:
         lines.extend(f"REGRESSION: {r}" for r in c.regressions)
+    elif c.gate == "significant":
+        lines.append("no significant regression")
     else:
         lines.append("no regression beyond the thresholds")
     return lines

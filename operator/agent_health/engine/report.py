@@ -3,7 +3,10 @@
 
 Aggregates: counts, errored counts by cause, the pass rate, mean score, tokens and cost, a
 per-label breakdown, and with ``--repeat k``: pass@k (a test passes at least once in k) and
-pass^k (all k pass) per test and overall, and flaky tests.
+pass^k (all k pass) per test and overall, and flaky tests. Every pass rate, score, pass@k and
+pass^k carries a 95% interval (:mod:`.uncertainty`); pass@k and pass^k are the unbiased
+estimators over each test's decided repeats, for k = the repeats and every k of
+``--pass-at``.
 
 The pass rate is ``passed / (passed + failed + errored[agent])``: an error the agent under
 test caused (refused, error status, malformed reply, timeout, crash) counts against it like a
@@ -29,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import entries
+from agent_health.engine import entries, stats, uncertainty
 from agent_health.engine import rollup as rollup_mod
 from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
@@ -46,6 +49,7 @@ LEGEND = {
     "1 pass 0 fail)",
     "pass_at_k": "tests passing in at least 1 of k repeats",
     "pass_hat_k": "tests passing in all k repeats",
+    "interval": "[low, high]: 95% interval (Wilson for rates, bootstrap over tests for scores)",
 }
 
 
@@ -83,6 +87,8 @@ class LabelStats(BaseModel):
     errored_by_agent: int = 0
     pass_rate: float | None = None
     score: float | None = None
+    pass_rate_interval: uncertainty.Interval | None = None
+    score_interval: uncertainty.Interval | None = None
 
 
 class RepeatStats(BaseModel):
@@ -156,6 +162,14 @@ class Summary(BaseModel):
         description="the run-level insights rollup: synthesised by the judge model (source "
         "llm) or grouped deterministically (source grouped); None without insights",
     )
+    confidence: float = Field(default=uncertainty.CONFIDENCE, description="of every interval")
+    pass_rate_interval: uncertainty.Interval | None = None
+    score_interval: uncertainty.Interval | None = None
+    pass_at_k_interval: uncertainty.Interval | None = None
+    pass_hat_k_interval: uncertainty.Interval | None = None
+    pass_at: list[uncertainty.PassAtK] = Field(
+        default_factory=list, description="pass@k and pass^k for k = the repeats and --pass-at"
+    )
 
 
 class RunReport(BaseModel):
@@ -182,9 +196,14 @@ class RunReport(BaseModel):
         stopped: str | None = None,
         rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
+        pass_at: Sequence[int] | None = None,
+        bootstrap: bool = True,
     ) -> RunReport:
-        """``rollup``: the run's insights rollup when it was synthesised (an async step,
-        :func:`~agent_health.engine.rollup.synthesise`); else grouped here."""
+        """The report of ``results``. ``rollup``: the run's insights rollup when it was
+        synthesised (an async step, :func:`~agent_health.engine.rollup.synthesise`); else
+        grouped here. ``pass_at`` lists the k of pass@k (default: the repeats, when more than
+        one); ``bootstrap=False`` leaves out the scores' bootstrap intervals, which cost a
+        resampling each, for a tally rebuilt often."""
         rollup = rollup if rollup is not None else rollup_mod.group(results)
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         flaky = 0
@@ -213,7 +232,7 @@ class RunReport(BaseModel):
             input_tokens=_known_sum(r.token_usage.prompt for r in results),
             output_tokens=_known_sum(r.token_usage.completion for r in results),
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
-            labels=_labels(results),
+            labels=_labels(results, bootstrap),
             recommendations=[
                 Recommendation(text=item.text, tests=len(item.tests))
                 for item in (rollup.recommendations if rollup else [])
@@ -221,8 +240,19 @@ class RunReport(BaseModel):
             insights=rollup,
             **_cost(results),
         )
+        tallies = uncertainty.tallies(results)
+        summary["pass_rate_interval"] = uncertainty.proportion(list(tallies.values()))
+        if bootstrap:
+            summary["score_interval"] = uncertainty.score(list(tallies.values()))
+        ks = list(pass_at) if pass_at is not None else ([repeats] if repeats > 1 else [])
         if repeats > 1:
-            summary.update(_pass_at_k(results))
+            summary.update(_pass_at_k(results, tallies, repeats))
+        if ks:
+            summary["pass_at"] = uncertainty.pass_at(tallies, ks)
+            own = next((p for p in summary["pass_at"] if p.k == repeats), None)
+            if own is not None:
+                summary["pass_at_k_interval"] = own.pass_at_k_interval
+                summary["pass_hat_k_interval"] = own.pass_hat_k_interval
         retried_flaky = sorted({r.title for r in results if r.status == "flaky"})
         if retried_flaky:
             summary["flaky"] = sorted({*summary.get("flaky", []), *retried_flaky})
@@ -243,23 +273,28 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
 
-def _labels(results: Sequence[TestResult]) -> dict[str, LabelStats]:
+def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, LabelStats]:
     keys = ("passed", "failed", "errored", "skipped", "flaky", "errored_by_agent")
     counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(keys, 0))
     scores: dict[str, list[float]] = defaultdict(list)
+    members: dict[str, list[TestResult]] = defaultdict(list)
     for r in results:
         for label in r.labels:
             counts[label][r.status] += 1
             counts[label]["errored_by_agent"] += _agent_errored(r)
+            members[label].append(r)
             if r.score is not None:
                 scores[label].append(r.score)
     out = {}
     for label in sorted(counts):
         c = counts[label]
+        tallies = list(uncertainty.tallies(members[label]).values())
         out[label] = LabelStats(
             **c,
             pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"], c["flaky"]),
             score=_mean(scores[label]),
+            pass_rate_interval=uncertainty.proportion(tallies),
+            score_interval=uncertainty.score(tallies) if bootstrap else None,
         )
     return out
 
@@ -278,42 +313,38 @@ def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
     }
 
 
-def _pass_at_k(results: Sequence[TestResult]) -> dict[str, Any]:
-    """pass@k and pass^k over the decided repeats of each test: passed, failed and errored by
-    the agent (a repeat the agent errored is not a pass); other errored repeats excluded."""
-    by_test: dict[str, list[str]] = defaultdict(list)
-    agent_errors: dict[str, int] = defaultdict(int)
+def _pass_at_k(
+    results: Sequence[TestResult], tallies: dict[str, uncertainty.Tally], k: int
+) -> dict[str, Any]:
+    """pass@k and pass^k for k = the repeats, per test and overall (the unbiased estimators
+    over each test's decided repeats: passed, failed, flaky and errored by the agent, which
+    are not passes; other errored repeats are left out, and a test with fewer than k decided
+    repeats has no pass@k), and the flaky tests."""
+    statuses: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
     for r in results:
-        by_test[r.id].append(r.status)
-        agent_errors[r.id] += _agent_errored(r)
+        statuses[r.id].append(r.status)
         titles[r.id] = r.title
+    (overall,) = uncertainty.pass_at(tallies, [k], intervals=False)
     per_test = {}
-    at_k: list[float] = []
-    hat_k: list[float] = []
-    for test_id, statuses in by_test.items():
-        decided = [s for s in statuses if s in ("passed", "failed", "flaky")]
-        decided += ["errored"] * agent_errors[test_id]
-        at = (1.0 if "passed" in decided else 0.0) if decided else None
-        hat = (1.0 if all(s == "passed" for s in decided) else 0.0) if decided else None
-        if at is not None and hat is not None:
-            at_k.append(at)
-            hat_k.append(hat)
+    for test_id, seen in statuses.items():
+        t = tallies[test_id]
+        enough = t.decided >= k
         per_test[test_id] = RepeatStats(
-            runs=len(statuses),
-            passed=statuses.count("passed"),
-            failed=statuses.count("failed"),
-            errored=statuses.count("errored"),
-            errored_by_agent=agent_errors[test_id],
-            pass_at_k=at,
-            pass_hat_k=hat,
+            runs=len(seen),
+            passed=seen.count("passed"),
+            failed=seen.count("failed"),
+            errored=seen.count("errored"),
+            errored_by_agent=t.decided - len([s for s in seen if s in uncertainty.DECIDED]),
+            pass_at_k=round(stats.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
+            pass_hat_k=round(stats.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
         )
     flaky = sorted(
         titles[t] for t, s in per_test.items() if s.passed and (s.failed or s.errored_by_agent)
     )
     return {
-        "pass_at_k": _mean(at_k),
-        "pass_hat_k": _mean(hat_k),
+        "pass_at_k": overall.pass_at_k,
+        "pass_hat_k": overall.pass_hat_k,
         "flaky": flaky,
         "per_test": per_test,
     }

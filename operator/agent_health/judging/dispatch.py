@@ -40,7 +40,7 @@ from agent_health.judging.providers import http
 from agent_health.sdk import judges
 from agent_health.sdk.config import Config, JudgeConfig
 from agent_health.sdk.context import JudgeRequest
-from agent_health.sdk.results import Verdict
+from agent_health.sdk.results import RunResult, Verdict
 
 NO_JUDGE_HINT = judges.NO_JUDGE_HINT
 LLM_EVALUATOR = "llm"
@@ -87,7 +87,7 @@ class Judging:
                 reasoning=NO_JUDGE_HINT,
             )
         result = request.result
-        pack = tools.TracePack(self.sources(result), result.run_id) if result else None
+        pack = tools.TracePack(self._source(request, result), result.run_id) if result else None
         if use_tools and pack is None and custom is None:
             raise errors.UsageError(
                 f"judge(tools={list(request.tools)}) queries a run's traces: pass the "
@@ -154,6 +154,12 @@ class Judging:
             raise errors.NoJudgeModel("asked the judge model, but no judge model is configured")
         who = {"judge": _endpoint(self.judge), "partition": self.partition}
         return await asking.ask(self.provider, self.judge, self.cache, who, text, system)
+
+    def _source(self, request: JudgeRequest, result: RunResult) -> tools.TraceSource:
+        """The trace tools' source: the telemetry a cell shipped with the call, else ours."""
+        if request.trace is not None:
+            return tools.ShippedSource(request.trace)
+        return self.sources(result)
 
     def _evaluator(self, name: str | None) -> Callable[..., Any] | None:
         if name is None:

@@ -10,6 +10,7 @@
      ├── LoopExhausted              the agentic loop hit max_steps / max_tokens without a verdict
      ├── NoJudgeModel               a custom evaluator used ``llm`` but no judge model is configured
      ├── EvaluatorFailed            a custom evaluator raised, or returned no verdict
+     ├── NotServed                  the judge service does not judge for this caller (403)
      └── UsageError (also sdk.errors.JudgeError)   raised into the test body, not a verdict
           ├── UnknownEvaluator      ``judge(evaluator="x")`` names no evaluator of the config
           └── UnknownTools          ``judge(tools=[...])`` names a tool pack that does not exist
@@ -36,6 +37,12 @@ class JudgingError(Exception):
 
 class ProviderError(JudgingError):
     """The model provider could not answer."""
+
+
+class NotServed(JudgingError):
+    """The judge service does not judge for this caller: a live cell whose RunSpec names no
+    judge (and the operator's own is not offered to all runs), or whose run skips judging.
+    The service answers 403 with the message; the cell records an errored verdict."""
 
 
 class AuthError(ProviderError):

@@ -3,18 +3,21 @@
 :class:`RemoteJudging` is the :class:`~agent_health.sdk.context.JudgeBackend` a cell
 installs. LLM-judged calls are answered by the service (through its shared cache); custom
 evaluators run here, in the cell, and their ``llm`` helper calls the service's model
-through :class:`RemoteProvider`.
+through :class:`RemoteProvider`. When the run's traces come from OpenSearch, a call that
+reads them (``tools=["trace_query"]``, ``context=["traces"|"logs"]``) carries the spans,
+logs and metrics the cell read (:func:`tools.ship`): the service cannot reach them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
 
-from agent_health.judging import chat, dispatch, errors, wire
+from agent_health.judging import chat, dispatch, errors, tools, wire
 from agent_health.sdk.config import JudgeConfig
 from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import Verdict
@@ -62,6 +65,9 @@ class RemoteJudging:
     async def __call__(self, request: JudgeRequest) -> Verdict:
         if request.evaluator is not None:
             return await self._local(request)
+        if request.result is not None and _reads_traces(request):
+            # The service cannot reach this run's OpenSearch traces: ship what the tools read.
+            request = dataclasses.replace(request, trace=await tools.ship(request.result))
         call = wire.WireJudgeRequest.of(request)
         if call.model is None and self._model is not None:
             call = call.model_copy(update={"model": self._model})  # the RunSpec's judge model
@@ -84,6 +90,10 @@ class RemoteAsk:
         if not isinstance(answer, str):
             raise errors.ProviderError(f"judge service at {self._url} answered {data!r:.200}")
         return answer
+
+
+def _reads_traces(request: JudgeRequest) -> bool:
+    return bool(request.tools) or bool({"traces", "logs"} & set(request.context))
 
 
 async def _post(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> dict[str, Any]:

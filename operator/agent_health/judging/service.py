@@ -4,8 +4,10 @@ In a cluster the operator serves this app; a cell holds no LLM credentials and r
 through its gateway. Each request's bearer token is resolved to the backend that answers
 it (:func:`serving`; the operator answers each cell with its own RunSpec's judge), or to
 ``None`` — 401. :func:`app` is the simple case: one backend for every token ``authorize``
-accepts. A resolver that cannot build the backend (e.g. its key Secret is missing) raises
-a :class:`~agent_health.judging.errors.JudgingError`: 502 with the message, which the
+accepts. A resolver that will not judge for a known caller raises
+:class:`~agent_health.judging.errors.NotServed`: 403 with the message. A resolver that
+cannot build the backend (e.g. its key Secret is missing) raises a
+:class:`~agent_health.judging.errors.JudgingError`: 502 with the message, which the
 cell records as an ``errored`` verdict. Three routes:
 
 * ``POST /api/judge`` — a :class:`~agent_health.judging.wire.WireJudgeRequest` → a Verdict
@@ -50,6 +52,8 @@ async def _auth(
     if request.path.startswith("/api/"):
         try:
             judging = await request.app[RESOLVE](_token(request))
+        except errors.NotServed as err:
+            return web.json_response({"error": str(err)}, status=403)
         except errors.JudgingError as err:
             return web.json_response({"error": str(err)}, status=502)
         if judging is None:

@@ -158,6 +158,48 @@ class ViewSource:
         return {**derived, "trace": trace}
 
 
+class ShippedSource:
+    """Telemetry read where the test ran and shipped with the judge call (:func:`ship`): the
+    judge service answers a cell's trace tools from it, as the cell would from OpenSearch. A
+    part that could not be read raises what reading it raised there."""
+
+    def __init__(self, trace: Mapping[str, Any]) -> None:
+        self.trace = trace
+
+    def _part(self, name: str) -> Any:
+        part = self.trace.get(name)
+        if isinstance(part, Mapping) and "error" in part:
+            raise traces_errors.TracesError(str(part["error"]))
+        return part
+
+    async def spans(self, run_id: str) -> Sequence[Mapping[str, Any]]:
+        return [s for s in self._part("spans") or () if s.get("run_id") == run_id]
+
+    async def logs(self, run_id: str) -> Sequence[Mapping[str, Any]]:
+        return [r for r in self._part("logs") or () if r.get("run_id") == run_id]
+
+    async def metrics(self, run_id: str) -> Mapping[str, Any]:
+        found = self._part("metrics") or {}
+        return dict(found) if self.trace.get("run_id") == run_id else {}
+
+
+async def ship(result: RunResult) -> dict[str, Any] | None:
+    """The run's OpenSearch telemetry as JSON data for a judge that answers elsewhere (the
+    judge service, from a cell); ``None`` when the tools would read the trajectory, which
+    the judge has anyway. A part that cannot be read is shipped as its error."""
+    source = source_for(result)
+    if not isinstance(source, ViewSource):
+        return None
+    run_id = result.run_id
+    shipped: dict[str, Any] = {"run_id": run_id, "source": "opensearch"}
+    for name, read in (("spans", source.spans), ("logs", source.logs), ("metrics", source.metrics)):
+        try:
+            shipped[name] = json.loads(json.dumps(await read(run_id), default=str))
+        except traces_errors.TracesError as err:
+            shipped[name] = {"error": str(err)}
+    return shipped
+
+
 def _schema(properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "additionalProperties": False}
 

@@ -26,6 +26,10 @@ class WireJudgeRequest(BaseModel):
     repeat: int = Field(default=0, ge=0)
     test_id: str = ""
     options: dict[str, Any] = Field(default_factory=dict)
+    trace: dict[str, Any] | None = Field(
+        default=None,
+        description="the run's OpenSearch telemetry, read by the cell (tools.ship)",
+    )
 
     @classmethod
     def of(cls, request: JudgeRequest) -> WireJudgeRequest:
@@ -40,6 +44,7 @@ class WireJudgeRequest(BaseModel):
             repeat=request.repeat,
             test_id=request.test_id,
             options=dict(request.options),
+            trace=dict(request.trace) if request.trace is not None else None,
         )
 
     def request(self) -> JudgeRequest:
@@ -55,6 +60,7 @@ class WireJudgeRequest(BaseModel):
             repeat=self.repeat,
             test_id=self.test_id,
             options=self.options,
+            trace=self.trace,
         )
 
 

@@ -50,6 +50,9 @@ class JudgeRequest:
     repeat: int
     test_id: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    trace: Mapping[str, Any] | None = None
+    """The run's telemetry read where the test ran (spans, logs, metrics), for a judge that
+    answers elsewhere (a cell's judge service) and cannot read the run's traces itself."""
 
 
 @dataclass

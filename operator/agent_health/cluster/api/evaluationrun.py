@@ -41,7 +41,9 @@ class Selection(meta.Model):
         default_factory=list, description="Run only tests that carry every one of these labels."
     )
     grep: Annotated[str, pydantic.Field(min_length=1, max_length=1024)] | None = pydantic.Field(
-        default=None, description="A regular expression matched against test ids and titles."
+        default=None,
+        description="A regular expression (RE2 syntax: no backreferences or lookarounds) "
+        "matched against test ids and titles.",
     )
 
 
@@ -134,6 +136,13 @@ class TestSummary(meta.Model):
     cause: Cause | None = pydantic.Field(default=None, description="That error's cause.")
 
 
+class Interval(meta.Model):
+    """A 95% confidence interval of the value beside it (docs/statistics.md)."""
+
+    low: Fraction
+    high: Fraction
+
+
 class Status(meta.Model):
     """The run's tally; pass rates count cells errored by the agent as not passed."""
 
@@ -145,12 +154,33 @@ class Status(meta.Model):
         description="passed / (passed + failed + errored by the agent); cells errored by the "
         "judge, the test or the infrastructure are excluded.",
     )
+    pass_rate_interval: Interval | None = pydantic.Field(
+        default=None,
+        description="95% Wilson interval of passRate, over the decided cells, shrunk to the "
+        "effective sample size when a test's repeats are alike.",
+    )
     score: Fraction | None = None
+    score_interval: Interval | None = pydantic.Field(
+        default=None,
+        description="95% bootstrap interval of score over tests (a test's repeats resampled "
+        "together); refreshed at most every 30 seconds while cells are graded, and when the "
+        "run ends.",
+    )
     pass_at_k: Fraction | None = pydantic.Field(
-        default=None, description="Share of tests with at least one passing repeat."
+        default=None,
+        description="pass@k for k = repeats: the mean over tests with k decided repeats of "
+        "whether one passed.",
+    )
+    pass_at_k_interval: Interval | None = pydantic.Field(
+        default=None, description="95% Wilson interval of passAtK over those tests."
     )
     pass_hat_k: Fraction | None = pydantic.Field(
-        default=None, description="Share of tests whose every decided repeat passed."
+        default=None,
+        description="pass^k for k = repeats: the share of tests with k decided repeats whose "
+        "every one passed.",
+    )
+    pass_hat_k_interval: Interval | None = pydantic.Field(
+        default=None, description="95% Wilson interval of passHatK over those tests."
     )
     tests: Annotated[
         list[TestSummary],

@@ -14,6 +14,8 @@ from agent_health.cluster.api import meta
 
 KIND = "RunSpec"
 PLURAL = "runspecs"
+MAX_TOKENS = 32768
+"""The most output tokens any RunSpec's judge may allow one call (``spec.judge.maxTokens``)."""
 
 
 class ConfigMapSuite(meta.Model):
@@ -122,8 +124,27 @@ class Judge(meta.Model):
         pydantic.Field(default=None, description="The provider's endpoint (default: its own).")
     )
     secret_ref: meta.SecretKeyRef | None = pydantic.Field(
-        default=None, description="The Secret key holding the provider's API key."
+        default=None,
+        description="The Secret key holding the provider's API key; the Secret must be "
+        "labelled agenthealth.dev/usable-by-runs=true.",
     )
+    models: Annotated[
+        list[Annotated[str, pydantic.Field(min_length=1, max_length=256)]],
+        pydantic.Field(max_length=8),
+    ] = pydantic.Field(
+        default_factory=list,
+        description="Other models a cell may ask for (judge(model=...), an evaluator's llm); "
+        "model is always allowed, nothing else is.",
+    )
+    max_tokens: Annotated[int, pydantic.Field(ge=1, le=MAX_TOKENS)] = pydantic.Field(
+        default=1024,
+        description="The most output tokens one model call of this judge may ask for "
+        "(capped by the operator's --judge-max-tokens).",
+    )
+
+    def allowed_models(self) -> frozenset[str]:
+        """Every model a cell of this RunSpec may have the judge service call."""
+        return frozenset({self.model, *self.models})
 
 
 class Ledger(meta.Model):

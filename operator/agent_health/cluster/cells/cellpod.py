@@ -75,8 +75,8 @@ def cell_pod(
     :func:`.cellsecrets.ledger_key_secret` for the run. A target
     with the ``subprocess`` connector cannot run in a cell (it would have to share the
     controller's container).
-    The judge listener exists only when the operator serves a judge, the RunSpec names one
-    and the run does not skip judging; otherwise ``judge()`` in the cell is skipped.
+    The judge listener exists only when the cell is judged (:func:`.manifests.judge_model`);
+    otherwise ``judge()`` in the cell is skipped.
     """
     namespace, run_name, _ = manifests.identity(run)
     target = spec.spec.target
@@ -89,7 +89,8 @@ def cell_pod(
     _refuse_our_secrets(spec, settings)
     plan = cellgateway.ports(spec)
     controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
-    judged = settings.judge is not None and spec.spec.judge is not None and not run.spec.skip_judge
+    model = manifests.judge_model(run, spec, settings)
+    judged = model is not None
     target_url = f"http://127.0.0.1:{target.port}"
 
     routes = [cellgateway.Route(CONTROLLER, TARGET, cellgateway.AGENT_SOCKET, target_url)]
@@ -189,10 +190,10 @@ def cell_pod(
         {"name": "AGENT_HEALTH_GATEWAY_ADMIN", "value": f"http://{gateway}"},
         {"name": "AGENT_HEALTH_GATEWAY_ADMIN_SOCKET", "value": cellgateway.ADMIN_SOCKET},
     ]
-    if judged and spec.spec.judge is not None:
+    if model is not None:
         env.append({"name": "AGENT_HEALTH_JUDGE_URL", "value": f"http://{gateway}"})
         env.append({"name": "AGENT_HEALTH_JUDGE_SOCKET", "value": cellgateway.JUDGE_SOCKET})
-        env.append({"name": "AGENT_HEALTH_JUDGE_MODEL", "value": spec.spec.judge.model})
+        env.append({"name": "AGENT_HEALTH_JUDGE_MODEL", "value": model})
     if run.spec.skip_judge:
         env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
     controller = {

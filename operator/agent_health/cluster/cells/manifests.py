@@ -65,6 +65,9 @@ class JudgeService:
     """Labels of the operator pods serving the judge."""
     port: int
     """The *pod* port the judge listens on (a NetworkPolicy sees pod ports, not Service ports)."""
+    offered_model: str | None = None
+    """The operator's own judge model when it is offered to all runs (``--judge-for-all-runs``):
+    cells of RunSpecs without ``spec.judge`` are judged with it; ``None``, they skip judge()."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +110,20 @@ class Settings:
                 raise ValueError(f"operator setting {field} must be pinned (name@sha256:...)")
         if self.run_as_user <= 0 or self.run_as_group <= 0:
             raise ValueError("operator settings run_as_user and run_as_group must be non-zero")
+
+
+def judge_model(
+    run: evaluationrun.EvaluationRun, spec: runspec.RunSpec, settings: Settings
+) -> str | None:
+    """The model a run's cells are judged with, or ``None`` when they are not judged: the
+    operator serves no judge, the run skips judging, or the RunSpec names no judge and the
+    operator's own is not offered to all runs. Only judged cells get a route to the judge
+    service (and, fenced, may reach it)."""
+    if settings.judge is None or run.spec.skip_judge:
+        return None
+    if spec.spec.judge is not None:
+        return spec.spec.judge.model
+    return settings.judge.offered_model
 
 
 def short_hash(text: str, chars: int = HASH_CHARS) -> str:

@@ -6,10 +6,11 @@ controller token resolves to ``None`` (401); a cell whose RunSpec names no ``spe
 gets the operator's own judge (``AGENT_HEALTH_JUDGE_*``); any other gets a backend built
 from its RunSpec's judge — once per distinct (namespace, provider, model, baseUrl, Secret
 name, key), lazily, on its first call. The key is read from ``spec.judge.secretRef`` in the
-run's namespace and handed to the provider directly (never through an environment
-variable). Every backend shares one persistent judge cache; its keys name the endpoint and
-model and the run's namespace, so one namespace's verdicts are never served to another —
-the operator's own judge too answers each namespace in its own partition.
+run's namespace — only from a Secret offered to runs and not one of agent-health's own
+(:mod:`..reconcile.secretrefs`) — and handed to the provider directly (never through an
+environment variable). Every backend shares one persistent judge cache; its keys name the
+endpoint and model and the run's namespace, so one namespace's verdicts are never served to
+another — the operator's own judge too answers each namespace in its own partition.
 
 A Secret that cannot be read, or lacks the key, is a
 :class:`~agent_health.judging.errors.ProviderError` naming it: the service answers 502 and
@@ -26,17 +27,19 @@ import contextlib
 import dataclasses
 
 from agent_health import judging
-from agent_health.cluster import kube
+from agent_health.cluster import errors, kube
 from agent_health.cluster.api import runspec
-from agent_health.cluster.reconcile import runs
+from agent_health.cluster.judge_service import limits as limits_mod
+from agent_health.cluster.reconcile import runs, secretrefs
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import dispatch
 from agent_health.judging import errors as judging_errors
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import errors as sdk_errors
 
-Key = tuple[str, str, str, str | None, str | None, str | None]
-"""(namespace, provider, model, base URL, Secret name, Secret key)."""
+MAX_STEPS = limits_mod.MAX_STEPS
+Key = tuple[str, str, str, str | None, str | None, str | None, int]
+"""(namespace, provider, model, base URL, Secret name, Secret key, output tokens per call)."""
 
 
 @dataclasses.dataclass
@@ -49,18 +52,38 @@ class RunJudges:
     """The operator's env-configured judge (a RunSpec without ``spec.judge``)."""
     cache_path: str | None = None
     """Where the shared cache lives when the fallback has none open (``--judge-cache``)."""
+    own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
+    """Secrets no RunSpec may name as its judge's key (:mod:`..reconcile.secretrefs`)."""
+    for_all: bool = False
+    """Whether the operator's own judge answers cells of RunSpecs that name none
+    (``--judge-for-all-runs``); off, they are refused (403) and spend nothing."""
+    ceiling: int = limits_mod.DEFAULT_CEILING
+    """The most output tokens any call may ask for (``--judge-max-tokens``)."""
     built: dict[Key, dispatch.Judging] = dataclasses.field(default_factory=dict)
     _cache: cache_mod.Cache | None = None
     _building: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     _stack: contextlib.AsyncExitStack = dataclasses.field(default_factory=contextlib.AsyncExitStack)
 
     async def resolve(self, token: str | None) -> dispatch.Judging | None:
-        """The backend answering ``token``: ``None`` unless it is a live cell's token."""
+        """The backend answering ``token``: ``None`` unless it is a live cell's token;
+        :class:`~agent_health.judging.errors.NotServed` for a cell the service does not
+        judge for (its run skips judging; its RunSpec names no judge and the operator's own
+        is not offered to all runs)."""
         found = self.runs.judge_of(token)
         if found is None:
             return None
-        ref, judge = found
+        ref, judge = found.ref, found.judge
+        if found.skip_judge:
+            raise judging_errors.NotServed(
+                f"EvaluationRun {ref.namespace}/{ref.name} sets skipJudge: its cells are not judged"
+            )
         if judge is None:
+            if not self.for_all:
+                raise judging_errors.NotServed(
+                    f"RunSpec {ref.namespace}/{found.spec_name} names no spec.judge, and the "
+                    "operator's own judge is not offered to all runs (--judge-for-all-runs): "
+                    "give the RunSpec a judge"
+                )
             return self.fallback.partitioned(ref.namespace)
         secret = judge.secret_ref
         key: Key = (
@@ -70,6 +93,7 @@ class RunJudges:
             judge.base_url,
             secret.name if secret else None,
             secret.key if secret else None,
+            self._tokens(judge),
         )
         ready = self.built.get(key)
         if ready is not None:
@@ -79,6 +103,25 @@ class RunJudges:
                 self.built[key] = await self._build(ref.namespace, judge)
         return self.built[key]
 
+    def limits(self, token: str | None) -> limits_mod.Limits | None:
+        """What the cell holding ``token`` may ask for (``None``: not a live cell's token;
+        :meth:`resolve` answers it first)."""
+        found = self.runs.judge_of(token)
+        if found is None:
+            return None
+        owner = f"RunSpec {found.ref.namespace}/{found.spec_name}"
+        if found.judge is not None:
+            return limits_mod.Limits.of(owner, found.judge, self.ceiling)
+        own = self.fallback.judge
+        models = frozenset({own.model}) if own is not None else frozenset()
+        tokens = own.max_output_tokens if own is not None else self.ceiling
+        return limits_mod.Limits(
+            f"{owner} (the operator's own judge)", models, min(tokens, self.ceiling)
+        )
+
+    def _tokens(self, judge: runspec.Judge) -> int:
+        return min(judge.max_tokens, self.ceiling)
+
     async def close(self) -> None:
         """Close every backend built, then the cache this object opened (the operator stops)."""
         await self._stack.aclose()
@@ -87,8 +130,14 @@ class RunJudges:
     async def _build(self, namespace: str, judge: runspec.Judge) -> dispatch.Judging:
         api_key, source = await self._key(namespace, judge)
         shared = await self._shared_cache()
+        tokens = self._tokens(judge)
         config = config_mod.JudgeConfig(
-            provider=judge.provider, model=judge.model, base_url=judge.base_url
+            provider=judge.provider,
+            model=judge.model,
+            base_url=judge.base_url,
+            max_output_tokens=tokens,
+            max_steps=min(config_mod.JudgeConfig.model_fields["max_steps"].default, MAX_STEPS),
+            max_tokens=tokens * MAX_STEPS,
         )
         try:
             backend = await self._stack.enter_async_context(
@@ -113,8 +162,11 @@ class RunJudges:
         if ref is None:
             return None, None
         where = f"Secret {namespace}/{ref.name}"
+        field = secretrefs.Reference("spec.judge.secretRef", ref.name, ref.key)
         try:
-            secret = await self.api.get(kube.SECRETS, namespace, ref.name)
+            secret = await secretrefs.read(self.api, namespace, field, self.own_secrets)
+        except errors.SecretNotOffered as err:
+            raise judging_errors.ProviderError(f"the judge's key: {err}") from err
         except kube.ApiError as err:
             raise judging_errors.ProviderError(
                 f"cannot read the judge's key from {where} (spec.judge.secretRef): {err}"

@@ -2,7 +2,8 @@
 
 :meth:`Intake.start` (kopf's create and resume handlers) waits for the RunSpec to be
 resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
-selects the tests, plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
+selects the tests, checks that every Secret the RunSpec names is offered to runs
+(:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
 exists (a random key, kept in the Secret so a restarted operator reads it back) and, for a
 ``configmap://`` ledger, its ConfigMap (409 means it is there), creates the
 run's NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
@@ -38,6 +39,7 @@ from agent_health.cluster.reconcile import (
     listing,
     plan,
     reactions,
+    secretrefs,
     specs,
 )
 from agent_health.cluster.reconcile import status as status_mod
@@ -64,6 +66,8 @@ class Intake:
     ledger_options: store.Options = dataclasses.field(default_factory=store.Options)
     fence: netpol.Fence | None = None
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
+    own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
+    """Secrets no RunSpec may name (:mod:`.secretrefs`)."""
     wait_seconds: float = 60.0
     retry_delay: float = RETRY_DELAY
     failures: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -144,6 +148,10 @@ class Intake:
             return await board.fail(run, "InvalidSpec", str(err))
         if not chosen:
             return await board.fail(run, "NoTestsSelected", "spec.selection matches no test")
+        try:
+            await secretrefs.check(board.api, run.ref.namespace, spec, self.own_secrets)
+        except errors.SecretNotOffered as err:
+            return await board.fail(run, "SecretNotOffered", f"RunSpec {run.runspec}: {err}")
         template = spec.spec.ledger.url if spec.spec.ledger else self.settings.ledger_url
         if template is None:
             return await board.fail(run, "NoLedger", "set spec.ledger.url on the RunSpec")

@@ -39,8 +39,21 @@ from agent_health.cluster.reconcile import (
     listing,
     plan,
     reactions,
+    secretrefs,
 )
 from agent_health.ledger import store
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """A live cell's run, as the judge service sees it."""
+
+    ref: batcher.RunRef
+    spec_name: str
+    """Its RunSpec's name (in the run's namespace)."""
+    judge: runspec.Judge | None
+    """Its RunSpec's judge (``None``: it names none)."""
+    skip_judge: bool
 
 
 @dataclasses.dataclass
@@ -60,6 +73,8 @@ class Runs:
     retry_delay: float = intake.RETRY_DELAY
     fence: netpol.Fence | None = None
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
+    own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
+    """Secrets no RunSpec may name: the operator's own (:mod:`.secretrefs`)."""
     wait_seconds: float = 60.0
     clock: Callable[[], float] = time.monotonic
     board: lifecycle.Board = dataclasses.field(init=False)
@@ -75,7 +90,7 @@ class Runs:
             self.board, self.settings, self.discoveries, handing, self.reactions,
             adoption.Adoption(self.board, creator, self.reactions, handing), bulletin=self.bulletin,
             ledger_options=self.ledger_options, fence=self.fence, wait_seconds=self.wait_seconds,
-            retry_delay=self.retry_delay,
+            retry_delay=self.retry_delay, own_secrets=self.own_secrets,
         )  # fmt: skip
 
     @property
@@ -92,13 +107,14 @@ class Runs:
         """The judge service's check: the controller token of a live cell."""
         return token is not None and token in self.board.tokens
 
-    def judge_of(self, token: str | None) -> tuple[batcher.RunRef, runspec.Judge | None] | None:
-        """A live cell's run and its RunSpec's judge (``None``: not a live cell's token)."""
+    def judge_of(self, token: str | None) -> Judged | None:
+        """A live cell's run and what the judge service needs of it (``None``: not a live
+        cell's token)."""
         ref = self.board.tokens.get(token) if token is not None else None
         run = self.board.runs.get(ref) if ref is not None else None
         if ref is None or run is None or run.spec is None:
             return None
-        return ref, run.spec.spec.judge
+        return Judged(ref, run.runspec, run.spec.spec.judge, run.model.spec.skip_judge)
 
     async def start(self, body: Mapping[str, Any]) -> None:
         """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""

@@ -1,3 +1,4 @@
+# Over 350 lines: the tally, its phase machine and conditions are one state (see below).
 """Folding graded cells into an EvaluationRun's status: the tally, its phase and conditions.
 
 Lifecycle (``status.phase``)::
@@ -10,9 +11,8 @@ Lifecycle (``status.phase``)::
 * ``Pending`` — accepted, nothing done yet. ``Resolving`` — waiting for the RunSpec's images
   to be pinned to digests and its tests discovered; a run of a RunSpec that is already
   resolved (its second run, and every later one) skips it. ``Running`` — cells are
-  scheduled. ``Grading`` — every cell has ended; the
-  last ledgers are being graded. The tally moves Running → Grading → Succeeded by itself as
-  cells end and are graded; the reconciler drives the rest.
+  scheduled. ``Grading`` — every cell has ended; the last ledgers are being graded. The
+  tally moves Running → Grading → Succeeded by itself as cells end and are graded.
 * ``Succeeded`` — every planned cell has a grade, **whatever the grades are**: a run whose
   tests fail has still succeeded in measuring the agent (see the ``TestsPassed`` condition).
 * ``Failed`` — the run could not be executed: an image did not resolve, discovery failed,
@@ -36,7 +36,7 @@ from typing import Any, Literal
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta
 from agent_health.cluster.grading import grading
-from agent_health.engine import report
+from agent_health.engine import report, uncertainty
 
 Phase = evaluationrun.Phase
 TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
@@ -52,6 +52,8 @@ _NEXT: dict[Phase | None, frozenset[Phase]] = {
 ConditionStatus = Literal["True", "False", "Unknown"]
 _CellState = Literal["pending", "running", "ended"]
 MAX_ERROR = 1024
+# The score's bootstrap interval while cells are graded (resampling costs ~0.1 s per 1,000 tests)
+BOOTSTRAP_EVERY = datetime.timedelta(seconds=30)
 
 
 def utcnow() -> datetime.datetime:
@@ -108,6 +110,8 @@ class RunTally:
         self._grades: dict[str, grading.CellGrade] = {}
         # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
         self._aggregates: tuple[report.Summary, list[evaluationrun.TestSummary]] | None = None
+        self._score_interval: evaluationrun.Interval | None = None
+        self._bootstrapped_at: datetime.datetime | None = None
         self.phase: Phase | None = previous.phase if previous else None
         self.conditions: list[meta.Condition] = list(previous.conditions) if previous else []
         self.start_time = previous.start_time if previous else None
@@ -182,6 +186,8 @@ class RunTally:
             )
         now = self._clock()
         self.phase = phase
+        if phase in TERMINAL:
+            self._aggregates = None  # the final status gets fresh intervals
         if phase == "Running" and self.start_time is None:
             self.start_time = now
         if phase in TERMINAL:
@@ -232,7 +238,14 @@ class RunTally:
         counts = self.counts()
         if self._aggregates is None:
             graded = [g.result for g in self._grades.values()]
-            built = report.RunReport.build(graded, duration_ms=0.0, repeats=self.repeats)
+            now, last = self._clock(), self._bootstrapped_at
+            due = self.phase in TERMINAL or last is None or now - last >= BOOTSTRAP_EVERY
+            built = report.RunReport.build(
+                graded, duration_ms=0, repeats=self.repeats, bootstrap=due
+            )
+            if due:
+                self._score_interval = _interval(built.summary.score_interval)
+                self._bootstrapped_at = now
             self._aggregates = (built.summary, self.test_summaries())
         summary, tests = self._aggregates
         self._tests_passed(counts)
@@ -241,9 +254,13 @@ class RunTally:
             phase=self.phase,
             counts=counts,
             pass_rate=summary.pass_rate,
+            pass_rate_interval=_interval(summary.pass_rate_interval),
             score=summary.score,
+            score_interval=self._score_interval if summary.score is not None else None,
             pass_at_k=summary.pass_at_k,
+            pass_at_k_interval=_interval(summary.pass_at_k_interval),
             pass_hat_k=summary.pass_hat_k,
+            pass_hat_k_interval=_interval(summary.pass_hat_k_interval),
             tests=tests,
             conditions=self.conditions,
             start_time=self.start_time,
@@ -294,6 +311,10 @@ _RESOLVED: dict[Phase, tuple[ConditionStatus, str, str]] = {
     "Resolving": ("Unknown", "Resolving", "resolving image digests and discovering tests"),
     "Running": ("True", "Resolved", "images pinned by digest and tests discovered"),
 }
+
+
+def _interval(found: uncertainty.Interval | None) -> evaluationrun.Interval | None:
+    return None if found is None else evaluationrun.Interval(low=found.low, high=found.high)
 
 
 def _causes(counts: evaluationrun.Counts) -> str:

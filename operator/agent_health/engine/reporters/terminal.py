@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agent_health.engine import entries
+from agent_health.engine import entries, uncertainty
 from agent_health.engine.report import LEGEND, RunReport
 from agent_health.sdk.results import TestResult
 
@@ -159,15 +159,21 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
         f"{s.skipped} skipped",
     ]
-    rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}"
-    score = "n/a" if s.score is None else f"{s.score:.2f}"
+    rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}" + _ci(s.pass_rate_interval)
+    score = "n/a" if s.score is None else f"{s.score:.2f}" + _ci(s.score_interval, ".2f")
     cost = "" if s.cost_usd is None else f", {_money(s.cost_usd)}"
     unpriced = f" ({s.unpriced} runs unpriced)" if s.cost_usd is not None and s.unpriced else ""
     console.print(
         f"\n{', '.join(parts)} — pass rate {rate}, score {score}, "
         f"{_tokens(s.tokens, s.tokens_unreported)}{cost}{unpriced}, {s.duration_ms / 1000:.2f}s"
     )
-    if s.repeats > 1:
+    if s.pass_at:
+        console.print(
+            ", ".join(_pass_at(p, s.per_test) for p in s.pass_at)
+            + (f"; flaky: {', '.join(s.flaky)}" if s.flaky else ""),
+            highlight=False,
+        )
+    elif s.repeats > 1:
         console.print(
             f"pass@{s.repeats} {_pct(s.pass_at_k)}, pass^{s.repeats} {_pct(s.pass_hat_k)}"
             + (f"; flaky: {', '.join(s.flaky)}" if s.flaky else "")
@@ -215,6 +221,23 @@ def _captured(console: Console, test: dict[str, Any], label: str = "") -> None:
         console.print(f"  captured {stream}{escape(where)}{shown}:", highlight=False)
         for line in lines[-CAPTURE_LINES:]:
             console.print(f"    {line}", markup=False, highlight=False)
+
+
+def _ci(interval: uncertainty.Interval | None, fmt: str = ".0%") -> str:
+    """`` [62%, 91%]`` after a number: its 95% interval (nothing when there is none)."""
+    return "" if interval is None else " " + interval.text(fmt)
+
+
+def _pass_at(p: uncertainty.PassAtK, per_test: dict[str, Any]) -> str:
+    """``pass@3 80% [55%, 95%], pass^3 60% [...]`` and how many tests had too few repeats."""
+    text = (
+        f"pass@{p.k} {_pct(p.pass_at_k)}{_ci(p.pass_at_k_interval)}, "
+        f"pass^{p.k} {_pct(p.pass_hat_k)}{_ci(p.pass_hat_k_interval)}"
+    )
+    tests = len(per_test)
+    if tests and p.tests < tests:
+        text += f" (over {p.tests} of {tests} tests: the others had fewer than {p.k} decided)"
+    return text
 
 
 def _count(metrics: dict[str, Any], key: str) -> str:
@@ -265,6 +288,7 @@ def legend(repeats: int) -> str:
             f"pass@{repeats} = " + LEGEND["pass_at_k"].replace(" k ", f" {repeats} "),
             f"pass^{repeats} = " + LEGEND["pass_hat_k"].replace(" k ", f" {repeats} "),
         ]
+    parts.append(LEGEND["interval"])
     return "legend: " + "; ".join(parts)
 
 
@@ -357,10 +381,14 @@ def _labels(console: Console, report: RunReport) -> None:
             str(stats.failed),
             str(stats.errored),
             str(stats.skipped),
-            _pct(stats.pass_rate),
-            "n/a" if stats.score is None else f"{stats.score:.2f}",
+            _pct(stats.pass_rate) + _ci(stats.pass_rate_interval),
+            _score(stats.score) + _ci(stats.score_interval, ".2f"),
         )
     console.print(table)
+
+
+def _score(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _pct(value: float | None) -> str:

@@ -155,11 +155,43 @@
 
   // ---- the summary --------------------------------------------------------------------
 
-  function card(cls, label, value, definition) {
+  function card(cls, label, value, definition, interval) {
     return el("div", { class: "card " + cls },
       el("div", { class: "value", text: value }),
+      interval ? el("div", { class: "ci", title: ciTitle(interval), text: interval }) : null,
       el("div", { class: "label", text: label }),
       definition ? el("div", { class: "def", text: definition }) : null);
+  }
+
+  // A 95% interval as text: "95% CI 21%–94%" (percentages) or "95% CI 0.41–0.77".
+  function ci(interval, asPct) {
+    if (!interval || typeof interval.low !== "number") return null;
+    const show = asPct ? pct : (v) => num(v, 2);
+    const level = Math.round((SUMMARY.confidence || 0.95) * 100);
+    return level + "% CI " + show(interval.low) + "–" + show(interval.high);
+  }
+
+  function ciTitle() {
+    return LEGEND.interval || "";
+  }
+
+  function passAtCards() {
+    const rows = Array.isArray(SUMMARY.pass_at) ? SUMMARY.pass_at : [];
+    if (!rows.length) {
+      return K > 1 ? [card("at-k", "pass@" + K, pct(SUMMARY.pass_at_k), LEGEND.pass_at_k),
+        card("hat-k", "pass^" + K, pct(SUMMARY.pass_hat_k), LEGEND.pass_hat_k)] : [];
+    }
+    const out = [];
+    for (const p of rows) {
+      const over = p.tests + " tests with at least " + p.k + " decided repeats";
+      out.push(card("at-k", "pass@" + p.k, pct(p.pass_at_k),
+        (LEGEND.pass_at_k || "").replace(" k ", " " + p.k + " ") + "; " + over,
+        ci(p.pass_at_k_interval, true)));
+      out.push(card("hat-k", "pass^" + p.k, pct(p.pass_hat_k),
+        (LEGEND.pass_hat_k || "").replace(" k ", " " + p.k + " ") + "; " + over,
+        ci(p.pass_hat_k_interval, true)));
+    }
+    return out;
   }
 
   function erroredCauses() {
@@ -179,10 +211,11 @@
         s === "errored" ? erroredCauses() : null)),
       SUMMARY.flaky_count ? card("flaky", "flaky", String(SUMMARY.flaky_count),
         "passed only on a retry (--retries); counted as not passed") : null,
-      card("rate", "pass rate", pct(SUMMARY.pass_rate), LEGEND.pass_rate),
-      card("score", "score", num(SUMMARY.score, 2), LEGEND.score),
-      K > 1 ? card("at-k", "pass@" + K, pct(SUMMARY.pass_at_k), LEGEND.pass_at_k) : null,
-      K > 1 ? card("hat-k", "pass^" + K, pct(SUMMARY.pass_hat_k), LEGEND.pass_hat_k) : null,
+      card("rate", "pass rate", pct(SUMMARY.pass_rate), LEGEND.pass_rate,
+        ci(SUMMARY.pass_rate_interval, true)),
+      card("score", "score", num(SUMMARY.score, 2), LEGEND.score,
+        ci(SUMMARY.score_interval, false)),
+      passAtCards(),
       card("tokens", "tokens", count(SUMMARY.tokens),
         "input " + count(SUMMARY.input_tokens) + ", output " + count(SUMMARY.output_tokens)
         + (SUMMARY.tokens_unreported ? "; " + SUMMARY.tokens_unreported + " runs reported none"
@@ -222,7 +255,12 @@
         el("tbody", null, labels.map(([name, s]) => el("tr", null,
           el("td", { text: name }), el("td", { text: s.passed }), el("td", { text: s.failed }),
           el("td", { text: s.errored }), el("td", { text: s.skipped }),
-          el("td", { text: pct(s.pass_rate) }), el("td", { text: num(s.score, 2) }))))));
+          el("td", { text: withCi(pct(s.pass_rate), ci(s.pass_rate_interval, true)) }),
+          el("td", { text: withCi(num(s.score, 2), ci(s.score_interval, false)) }))))));
+  }
+
+  function withCi(value, interval) {
+    return interval ? value + " (" + interval + ")" : value;
   }
 
   function provenanceLine() {
