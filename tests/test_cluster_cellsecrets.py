@@ -44,3 +44,16 @@ def test_a_key_file_written_by_echo_still_loads(tmp_path: Path) -> None:
     path = tmp_path / "key"
     path.write_bytes(key + b"\n")
     assert chain.load_key(path) == key
+
+
+def test_every_name_agent_health_gives_its_secrets_is_known_as_its_own() -> None:
+    """A RunSpec may name none of them, even one not made yet (squatting a future run's)."""
+    ours = [
+        cellsecrets.token_secret_name("run-0123456789-r0"),
+        cellsecrets.token_secret_name("run-0123456789-r2", attempt=1),
+        cellsecrets.shared_secret_name("nightly", 0),
+        cellsecrets.shared_secret_name("nightly", 12),
+        cellsecrets.ledger_key_secret_name("nightly"),
+    ]
+    assert all(cellsecrets.OUR_NAMES.match(name) for name in ours), ours
+    assert not any(cellsecrets.OUR_NAMES.match(n) for n in ("api-keys", "tokens", "my-tokens-x"))

@@ -27,13 +27,6 @@ from agent_health.cluster.cells import cellgateway, cellsecrets, manifests, sand
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
-# Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
-# in -<hash>-r<repeat>), any run's shared tokens (<run>-tokens-N) and ledger key
-# (<run>-ledger-key).
-_OUR_SECRETS = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-tokens-[0-9]+"
-    r"|.*-ledger-key)$"
-)
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -294,7 +287,8 @@ def _refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> 
             ref = var.value_from.secret_key_ref if var.value_from is not None else None
             if ref is None:
                 continue
-            if _OUR_SECRETS.match(ref.name) or ref.name == settings.ledger_credentials_secret:
+            ours = cellsecrets.OUR_NAMES.match(ref.name)
+            if ours or ref.name == settings.ledger_credentials_secret:
                 raise errors.SpecError(
                     f"RunSpec {spec.metadata.get('name', '?')}: {where}.env {var.name} reads "
                     f"Secret {ref.name!r}, one of agent-health's own (principal tokens, ledger "

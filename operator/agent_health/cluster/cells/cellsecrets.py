@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,16 @@ SHARED_SECRET_BYTES = 512 * 1024
 the API server's 1 MiB limit on a Secret's data, so the object stays far below it."""
 _TOKEN_CHARS = 43  # secrets.token_urlsafe(32)
 _KEY_CHARS = 44  # new_ledger_key(): 32 bytes as base64
+
+
+OUR_NAMES = re.compile(
+    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-tokens-[0-9]+"
+    r"|.*-ledger-key)$"
+)
+"""Names agent-health gives its own Secrets: an attempt's tokens (``<cell>-tokens``, the cell
+name ending in ``-<hash>-r<repeat>``, a retry's ``-aN``), a run's shared tokens
+(``<run>-tokens-N``) and its ledger key (``<run>-ledger-key``). No RunSpec may name one,
+even before it exists (a Secret squatting a future run's name)."""
 
 
 @dataclasses.dataclass(frozen=True)

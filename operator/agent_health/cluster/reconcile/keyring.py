@@ -64,10 +64,13 @@ class Keyring:
         pending = run.keyring.get(index)
         if pending is None:
             pending = run.keyring[index] = asyncio.ensure_future(self._secret(run, index, per))
-        found: Data | observed.Failure = await asyncio.shield(pending)
+        try:
+            found: Data | observed.Failure = await asyncio.shield(pending)
+        except Exception:
+            self._forget(run, index, pending)
+            raise
         if isinstance(found, tuple):
-            if run.keyring.get(index) is pending:
-                del run.keyring[index]  # the next cell of the batch tries again
+            self._forget(run, index, pending)
             return found
         place = cellsecrets.Place.shared(run.ref.name, index, cell.name)
         wanted = [cellsecrets.secret_key(p) for p in cellsecrets.principals(run.spec)]
@@ -75,6 +78,12 @@ class Keyring:
             return None
         token = base64.b64decode(found[place.item(cellsecrets.CONTROLLER)]).decode()
         return Shared(place, token)
+
+    @staticmethod
+    def _forget(run: plan.Run, index: int, pending: asyncio.Future[Any]) -> None:
+        """A Secret that could not be made or read: the next cell of its batch tries again."""
+        if run.keyring.get(index) is pending:
+            del run.keyring[index]
 
     async def _secret(self, run: plan.Run, index: int, per: int) -> Data | observed.Failure:
         assert run.spec is not None
