@@ -62,6 +62,13 @@ async def test_a_cell_costs_its_pod_and_one_ledger_write(ledger: str, tmp_path: 
                 attempts=15000,
             )
         assert done["status"]["counts"]["passed"] == CELLS
+        pods = k8s.pods()
+        assert len(pods) == CELLS
+        for pod in pods:  # one Secret for all, yet each pod mounts its own items alone
+            cell = pod["metadata"]["name"]
+            mounted = [v["secret"] for v in pod["spec"]["volumes"] if "secret" in v]
+            assert {m["secretName"] for m in mounted} == {f"{name}-tokens-0"}
+            assert all(i["key"].startswith(f"{cell}.") for m in mounted for i in m["items"])
         operator = Counter(kind(r) for r in k8s.operator_requests() if r.method in WRITES)
         gateways = Counter(
             kind(r)
