@@ -19,7 +19,10 @@ runs (scheduler)                         read RunSpecs; create/list Secrets (led
                                          a run's ConfigMap ledger (409 when it exists)
 grading                                  read ConfigMap ledgers
 runs (``--network-policy``)              create each run's NetworkPolicy (409 when it
-                                         exists: nothing to read back)
+                                         exists: nothing to read back), and each
+                                         RunSpec's discovery policy; read the API
+                                         server's addresses once at start (Endpoints
+                                         ``default/kubernetes``, by name)
 garbage collection                       ``update`` on ``*/finalizers`` of the owners: the
                                          API server demands it to set
                                          ``blockOwnerDeletion`` on an owner reference
@@ -66,6 +69,12 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
+    {
+        "apiGroups": [""],
+        "resources": ["endpoints"],
+        "verbs": ["get"],
+        "resourceNames": ["kubernetes"],
+    },
     {
         "apiGroups": [SANDBOX_GROUP],
         "resources": ["sandboxes"],
