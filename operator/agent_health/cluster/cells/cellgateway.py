@@ -20,6 +20,11 @@ kubelet's startup probe runs *in* the gateway's container (an ``exec`` probe, a 
 asking ``/healthz`` on the admin socket: :data:`~agent_health.gateway.admin.PROBE`), so no
 port is opened for it either.
 
+Peers share that loopback with the target, which could call a peer's own port and bypass
+the record. Each peer's token is mounted into that peer (``$AGENT_HEALTH_TOKEN_FILE``) and
+the gateway sends it in ``X-Agent-Health-Via-Gateway`` on every call it forwards to the peer,
+so a peer can serve the gateway's calls alone (``examples/agents/log_server.py`` does).
+
 The gateway alone mounts its cell's ledger key (derived for this attempt, never the run's),
 every token (to verify callers), the ledger credentials and — when the operator names a
 ServiceAccount for it — that account's token.
@@ -102,6 +107,9 @@ class Identity:
     images: Mapping[str, str]
     attempt: int = 0
     """Container name → image pinned by digest."""
+    agent: str | None = None
+    """An agent matrix's agent (``spec.agents``): sealed in the cell-meta, so ``agent-health
+    grade`` and ``--replay`` of the ledger know whose cell it is."""
 
 
 def gateway_args(
@@ -130,6 +138,8 @@ def gateway_args(
     args += ["--spool", SPOOL_DIR]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
     args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
+    if identity.agent is not None:
+        args += ["--agent", identity.agent]
     for name, image in identity.images.items():
         args += ["--image", f"{name}={image}"]
     for principal, path in tokens.items():

@@ -48,7 +48,7 @@ class Creator:
         manifest = cellpod.cell(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat,
             digests=run.spec.status.image_digests if run.spec.status else {},
-            settings=run.settings, attempt=cell.attempt,
+            settings=run.settings, attempt=cell.attempt, agent=cell.agent,
             place=shared.place if shared is not None else None,
         )  # fmt: skip
         manifest["metadata"].setdefault("annotations", {})[plan.ATTEMPT] = str(cell.attempt)
@@ -89,6 +89,7 @@ class Creator:
         manifest = cellsecrets.token_secret(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, tokens=tokens,
             ledger_key=keys.cell_key(run.key, ledger_cell), attempt=cell.attempt,
+            agent=cell.agent,
         )  # fmt: skip
         metadata = owner["metadata"]
         manifest["metadata"]["ownerReferences"] = [
