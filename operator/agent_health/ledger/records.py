@@ -74,7 +74,7 @@ class _Record(BaseModel):
 class CellMeta(_Record):
     """What the cell is: the first record of every cell."""
 
-    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cell", "attempt", "restarted"})
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cell", "attempt", "restarted", "agent"})
 
     kind: Literal["cell-meta"] = "cell-meta"
     test_id: str
@@ -94,6 +94,9 @@ class CellMeta(_Record):
         default=None,
         description="set on a cell-meta the gateway appends when it starts again on a cell "
         "that already has records: what passed while it was down is not on record",
+    )
+    agent: str | None = Field(
+        default=None, description="the agent of an agent matrix this cell ran against"
     )
 
 
