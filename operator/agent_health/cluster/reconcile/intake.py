@@ -4,7 +4,8 @@
 resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
 selects the tests, checks that every Secret the RunSpec names is offered to runs
 (:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
-exists (a random key, kept in the Secret so a restarted operator reads it back), creates the
+exists (a random key, kept in the Secret so a restarted operator reads it back) and, for a
+``configmap://`` ledger, its ConfigMap (409 means it is there), creates the
 run's NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
 so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
 Then it creates cells up to ``parallelism``; from there everything is driven by watch
@@ -42,7 +43,7 @@ from agent_health.cluster.reconcile import (
     specs,
 )
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends, store
+from agent_health.ledger import backends, configmap, store
 from agent_health.ledger import errors as ledger_errors
 
 RECONCILED = "Reconciled"
@@ -177,6 +178,9 @@ class Intake:
             run.key = await self._ledger_key(run)
         except errors.SpecError as err:
             return await board.fail(run, "LedgerKeyNotOwned", str(err))
+        if isinstance(run.backend, configmap.ConfigMapBackend):
+            # Made once here, its cells' gateways only patch it: no create races, no 409s.
+            await run.backend.create()
         if self.fence is not None:
             await self._network_policy(run, self.fence)
         if not board.live(run):  # its deadline passed meanwhile
@@ -187,6 +191,7 @@ class Intake:
                     name = manifests.cell_name(run.ref.name, test.id, repeat, agent)
                     run.cells[name] = plan.Cell(name, test, repeat, agent)
         run.tally.plan(run.cells)
+        board.status.pace(run.ref, batcher.interval_for(run.model.spec.parallelism))
         run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
         await self.adoption.adopt(run)
         if not board.live(run):
