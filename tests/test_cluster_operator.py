@@ -155,26 +155,25 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
                 await k8s.apply(runspec)
                 await k8s.apply(run)
                 await until(lambda: op.runs.tokens, "a live cell's token")
-                cell = k8s.pods()[0]["metadata"]["name"]
-                controller = k8s.pods()[0]["spec"]["containers"][0]
+                pod = k8s.pods()[0]
+                cell = pod["metadata"]["name"]
+                controller = pod["spec"]["containers"][0]
                 env = {e["name"]: e.get("value") for e in controller["env"]}
                 assert env["AGENT_HEALTH_JUDGE_MODEL"] == "judge-model"  # offered to all runs
-                secret = k8s.emulator.read(
-                    "secrets", "default", cellsecrets.token_secret_name(cell)
-                )
+                secret, items = k8s.cell_secret(pod)
                 owner = secret["metadata"]["ownerReferences"][0]
-                assert (owner["kind"], owner["name"]) == ("Pod", cell)
-                assert set(secret["data"]) == {"controller", "peer-logs", "ledger-key"}
+                assert (owner["kind"], owner["name"]) == ("EvaluationRun", "triage-nightly")
+                assert secret["metadata"]["name"] == "triage-nightly-tokens-0"
+                assert set(items) == {"controller", "peer-logs", "ledger-key"}
                 run_key = base64.b64decode(
                     k8s.emulator.read(
                         "secrets", "default", cellsecrets.ledger_key_secret_name("triage-nightly")
                     )["data"]["key"]
                 )
                 # The cell's gateway gets a key derived for this cell alone, never the run's.
-                cell_key = base64.b64decode(secret["data"]["ledger-key"])
-                assert cell_key == keys.cell_key(run_key, cell) != run_key
-                token = base64.b64decode(secret["data"]["controller"]).decode()
-                peer = base64.b64decode(secret["data"]["peer-logs"]).decode()
+                assert items["ledger-key"] == keys.cell_key(run_key, cell) != run_key
+                token = items["controller"].decode()
+                peer = items["peer-logs"].decode()
                 url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
                 call = {"text": "the answer is x", "criteria": "says x"}
                 async with httpx.AsyncClient() as client:
@@ -262,12 +261,8 @@ async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_ke
                 await until(lambda: len(op.runs.tokens) == 2, "a live cell in each run")
                 tokens = {}
                 for pod in k8s.pods():
-                    name = pod["metadata"]["name"]
-                    stored = k8s.emulator.read(
-                        "secrets", "default", cellsecrets.token_secret_name(name)
-                    )
                     run_name = pod["metadata"]["ownerReferences"][0]["name"]
-                    tokens[run_name] = base64.b64decode(stored["data"]["controller"]).decode()
+                    tokens[run_name] = k8s.cell_secret(pod)[1]["controller"].decode()
                 url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
                 async with httpx.AsyncClient() as client:
 
@@ -308,19 +303,23 @@ async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_ke
 
 
 def policies(k8s: Any) -> list[dict[str, Any]]:
+    """The runs' NetworkPolicies (not the RunSpecs' discovery ones)."""
     kind = k8s.emulator.store.kinds[("networking.k8s.io", "networkpolicies")]
-    return list(k8s.emulator.store.list(kind, "default", lambda _labels: True))
+    return list(
+        k8s.emulator.store.list(kind, "default", lambda labels: manifests.LABEL_RUN in labels)
+    )
 
 
 def creations(k8s: Any) -> list[str]:
-    """What the operator POSTed, in order: ``networkpolicies`` and cell ``pods``."""
+    """What the operator POSTed, in order: runs' ``networkpolicies`` and cell ``pods``."""
     found = []
     for r in k8s.operator_requests():
         plural = r.resource.plural if r.resource else None
         if r.method.value != "POST" or plural not in ("networkpolicies", "pods"):
             continue
         labels = (r.data or {}).get("metadata", {}).get("labels", {})
-        if plural == "networkpolicies" or labels.get(manifests.LABEL_COMPONENT) == "cell":
+        run_policy = plural == "networkpolicies" and manifests.LABEL_RUN in labels
+        if run_policy or labels.get(manifests.LABEL_COMPONENT) == "cell":
             found.append(plural)
     return found
 
@@ -359,9 +358,10 @@ async def test_a_fenced_run_gets_one_network_policy_owned_by_it_before_its_first
         assert cells
         assert all(selector <= c["metadata"]["labels"].items() for c in cells)
         assert not any(selector <= p["metadata"]["labels"].items() for p in k8s.pods("discovery"))
+        ipv4_metadata = [m for m in netpol.METADATA if ":" not in m]
         assert [r["to"][0] for r in policy["spec"]["egress"][2:]] == [
             {"ipBlock": {"cidr": "172.18.0.0/16"}},
-            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}},
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", *ipv4_metadata]}},
         ]
         assert policy["spec"]["egress"][3]["ports"] == [{"protocol": "TCP", "port": 443}]
         # The gateway's ServiceAccount runs every cell (its token only in the gateway).

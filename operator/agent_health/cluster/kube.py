@@ -65,6 +65,7 @@ RUNSPECS = Resource("agenthealth.dev", "v1alpha1", "runspecs")
 EVALUATIONRUNS = Resource("agenthealth.dev", "v1alpha1", "evaluationruns")
 SANDBOXES = Resource("agents.x-k8s.io", "v1beta1", "sandboxes")
 NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
+ENDPOINTS = Resource("", "v1", "endpoints")
 
 
 class ApiError(errors.ClusterError):

@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping
 
 from agent_health.cluster.cells import ledgerurl, netpol
+from agent_health.cluster.cells import resources as resources_mod
 from agent_health.sdk import config as config_mod
 
 DESCRIPTION = (
@@ -57,7 +58,6 @@ class Options:
     image_pull_secrets: tuple[str, ...] = ()
     insecure_registries: tuple[str, ...] = ()
     sandboxes: bool = False
-    sandbox_runtime_class: str | None = None
     gateway_service_account: str | None = None
     ledger_credentials_secret: str | None = None
     network_policy: bool = False
@@ -66,6 +66,11 @@ class Options:
     dns_pod_labels: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {"k8s-app": "kube-dns"}
     )
+    cell_resources: resources_mod.CellResources = dataclasses.field(
+        default_factory=resources_mod.CellResources
+    )
+    cell_runtime_class: str | None = None
+    sandbox_runtime_class: str | None = None
     judge_for_all_runs: bool = False
     """Whether the operator's own judge answers cells of RunSpecs that name none."""
     judge_max_tokens: int = 4096
@@ -142,9 +147,6 @@ FLAGS = (
     _Flag("--sandboxes", "AGENT_HEALTH_SANDBOXES", "also watch Agent Sandboxes "
           "(agents.x-k8s.io; the CRD must be installed); the variable is on when 1",
           kind="switch"),
-    _Flag("--sandbox-runtime-class", "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS", "the RuntimeClass "
-          "of sandboxed cells whose RunSpec names none (e.g. gvisor); unset: the RunSpec "
-          "decides", metavar="NAME"),
     _Flag("--gateway-service-account", "AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT", "the "
           "ServiceAccount cells run as; its token is projected into the gateway container "
           "only, which writes the ledger; unset: the namespace's default, no token",
@@ -163,6 +165,17 @@ FLAGS = (
           "fence lets cells reach it)", "kube-system", metavar="NAMESPACE"),
     _Flag("--dns-pod-labels", "AGENT_HEALTH_DNS_POD_LABELS", "labels of the cluster DNS pods",
           "k8s-app=kube-dns", metavar="K=V,..."),
+    _Flag("--cell-resources", "AGENT_HEALTH_CELL_RESOURCES", "CPU and memory of cell and "
+          "discovery containers as JSON: requests and limits for controller, gateway, target "
+          "and peer (the target's and peers' when their RunSpec names none), and max, the "
+          'highest limit a RunSpec may ask for, e.g. {"max": {"cpu": "4", "memory": "8Gi"}}; '
+          "keys left out keep their defaults", "{}", metavar="JSON"),
+    _Flag("--cell-runtime-class", "AGENT_HEALTH_CELL_RUNTIME_CLASS", "the RuntimeClass every "
+          "cell and discovery pod runs with (e.g. gvisor); a RunSpec naming another is refused; "
+          "unset: the cluster's default (runc), sandboxed cells as below", metavar="NAME"),
+    _Flag("--sandbox-runtime-class", "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS", "the RuntimeClass "
+          "of sandboxed cells (isolation.mode agentSandbox) whose RunSpec names none",
+          metavar="NAME"),
 )  # fmt: skip
 
 
@@ -200,6 +213,12 @@ def from_args(args: argparse.Namespace) -> Options:
             raise ValueError(f"--{name} (or AGENT_HEALTH_{flag.upper()}) is required")
     if args.ledger_url and (wrong := ledgerurl.problem(args.ledger_url)) is not None:
         raise ValueError(f"--ledger-url (or AGENT_HEALTH_LEDGER_URL): {wrong}")
+    required, sandboxed = args.cell_runtime_class or None, args.sandbox_runtime_class or None
+    if required is not None and sandboxed not in (None, required):
+        raise ValueError(
+            f"--sandbox-runtime-class {sandboxed} differs from --cell-runtime-class {required}, "
+            "which every cell must use: set one, or both to the same RuntimeClass"
+        )
     try:
         max_tokens = int(args.judge_max_tokens)
         if max_tokens < 1:
@@ -226,13 +245,15 @@ def from_args(args: argparse.Namespace) -> Options:
         image_pull_secrets=tuple(args.image_pull_secret),
         insecure_registries=tuple(args.insecure_registry),
         sandboxes=args.sandboxes,
-        sandbox_runtime_class=args.sandbox_runtime_class or None,
         gateway_service_account=args.gateway_service_account or None,
         ledger_credentials_secret=args.ledger_credentials_secret or None,
         network_policy=args.network_policy,
         egress=tuple(netpol.egress(e) for e in args.egress),
         dns_namespace=args.dns_namespace,
         dns_pod_labels=labels(args.dns_pod_labels),
+        cell_resources=resources_mod.parse(args.cell_resources or ""),
+        cell_runtime_class=required,
+        sandbox_runtime_class=sandboxed,
     )
 
 

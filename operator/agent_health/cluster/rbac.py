@@ -15,10 +15,14 @@ specs (RunSpec reconciler)               read pull Secrets; create discovery Pod
                                          their logs; patch RunSpec status
 runs (scheduler)                         read RunSpecs; create/list Secrets (ledger key,
                                          cell tokens); create/get/list/delete cells; patch
-                                         EvaluationRun status; create/patch Events
+                                         EvaluationRun status; create/patch Events; create
+                                         a run's ConfigMap ledger (409 when it exists)
 grading                                  read ConfigMap ledgers
 runs (``--network-policy``)              create each run's NetworkPolicy (409 when it
-                                         exists: nothing to read back)
+                                         exists: nothing to read back), and each
+                                         RunSpec's discovery policy; read the API
+                                         server's addresses once at start (Endpoints
+                                         ``default/kubernetes``, by name)
 garbage collection                       ``update`` on ``*/finalizers`` of the owners: the
                                          API server demands it to set
                                          ``blockOwnerDeletion`` on an owner reference
@@ -26,7 +30,8 @@ garbage collection                       ``update`` on ``*/finalizers`` of the o
 
 :data:`GATEWAY_RULES` are the cell gateway's (a Role in each cell namespace, bound to
 ``--gateway-service-account``): what :mod:`agent_health.ledger.configmap` sends — GET the
-ledger, POST it the first time, PUT it after (no PATCH, no list, no delete).
+ledger, then a merge PATCH of its cell's chunks (no create: the operator made it; no PUT,
+no list, no delete).
 """
 
 from __future__ import annotations
@@ -61,9 +66,15 @@ RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
+    {
+        "apiGroups": [""],
+        "resources": ["endpoints"],
+        "verbs": ["get"],
+        "resourceNames": ["kubernetes"],
+    },
     {
         "apiGroups": [SANDBOX_GROUP],
         "resources": ["sandboxes"],
@@ -72,9 +83,10 @@ RULES: list[dict[str, Any]] = [
 ]
 
 GATEWAY_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
 ]
-"""The cell gateway's Role: a ConfigMap ledger, read, created, replaced."""
+"""The cell gateway's Role: a ConfigMap ledger (the operator made it), read, its cell's chunks
+patched in."""
 
 UNSEEN: dict[tuple[str, str, str], str] = {
     ("", "pods/log", "get"): "a listing too long for the termination message",

@@ -64,6 +64,9 @@ class Provenance(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     agent: AgentInfo | None = None
+    agents: list[AgentInfo] = Field(
+        default_factory=list, description="every agent of an agent matrix (agent: the first)"
+    )
     judge: JudgeInfo | None = None
     agent_health_version: str | None = None
     python_version: str | None = None
@@ -71,6 +74,11 @@ class Provenance(BaseModel):
     config_file: str | None = None
     config_hash: str | None = Field(default=None, description="sha256 of the config file")
     ledger: str | None = Field(default=None, description="the ledger URL the run recorded to")
+    replay: str | None = Field(
+        default=None,
+        description="--replay: the recording (a ledger URL) agent.run() was answered from; "
+        "the agent was not called",
+    )
     started_at: datetime | None = None
     ended_at: datetime | None = None
     command_line: list[str] = Field(default_factory=list)
@@ -145,6 +153,7 @@ def collect(
     agent: AgentInfo | None,
     judge: JudgeInfo | None,
     config_file: Path | None,
+    agents: Sequence[AgentInfo] = (),
     ledger: str | None,
     started_at: datetime,
     ended_at: datetime,
@@ -153,6 +162,7 @@ def collect(
     commit, dirty = git_state(paths)
     return Provenance(
         agent=agent,
+        agents=list(agents),
         judge=judge,
         agent_health_version=version(),
         python_version=platform.python_version(),

@@ -24,16 +24,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import os
 import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from agent_health.connectors import wire
+from agent_health.engine import runrecord
 from agent_health.ledger import backends, chain, records, runfile, store, usage
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
@@ -52,7 +51,7 @@ def default_url(root: Path = DEFAULT_ROOT, now: datetime | None = None) -> str:
     return f"file://{root / f'{stamp}-{secrets.token_hex(2)}'}"
 
 
-def cell_name(test_id: str, repeat: int, retry: int = 0) -> str:
+def cell_name(test_id: str, repeat: int, retry: int = 0, agent: str | None = None) -> str:
     """A ledger cell name for (test, repeat, retry): a readable slug of the id, made unique by
     a hash; a retry (``--retries``) is its own cell, ``.aN`` as the operator's attempts.
 
@@ -60,11 +59,26 @@ def cell_name(test_id: str, repeat: int, retry: int = 0) -> str:
     'test_triage.py-budgets-a-healthy-service.bac067be.r0'
     >>> cell_name("test_triage.py::budgets > a healthy service", 0, retry=1)
     'test_triage.py-budgets-a-healthy-service.bac067be.r0.a1'
+
+    In an agent matrix each agent's run of a test is its own cell, named after the agent:
+
+    >>> cell_name("test_triage.py::budgets > a healthy service", 0, agent="triage-faulty")
+    'test_triage.py-budgets-a-healthy-service.bac067be.triage-faulty.r0'
     """
     slug = _UNSAFE.sub("-", test_id).strip("-._")[:150] or "test"
     digest = hashlib.sha256(test_id.encode("utf-8")).hexdigest()[:8]
     attempt = f".a{retry}" if retry else ""
-    return store.check_cell(f"{slug}.{digest}.r{repeat}{attempt}")
+    lane = f".{_lane(agent)}" if agent else ""
+    return store.check_cell(f"{slug}.{digest}{lane}.r{repeat}{attempt}")
+
+
+def _lane(agent: str) -> str:
+    """An agent's name in a cell name: as given when it is a plain name, else a slug made
+    unique by a hash (a URL)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", agent).strip("-_")[:60]
+    if slug == agent:
+        return slug
+    return f"{slug or 'agent'}-{hashlib.sha256(agent.encode('utf-8')).hexdigest()[:6]}"
 
 
 def key_path(url: str) -> Path:
@@ -110,7 +124,9 @@ class LocalLedger:
         self._chains: dict[str, tuple[int, str]] = {}  # cell → (records, last mac): the seal
         self._runfile: runfile.RunFile | None = None
         self._backend: store.Backend | None = None
-        self._key_written = False
+        # Written once, by the first cell that ends (a run that records nothing writes none);
+        # the cells that end meanwhile wait on the same write instead of starting their own.
+        self._key_written: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> LocalLedger:
         directory = _directory(self.url)
@@ -157,9 +173,15 @@ class LocalLedger:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         now = datetime.now(UTC)
         meta = records.CellMeta(
-            test_id=info.id, repeat=info.repeat, run_id=info.run_id, started_at=now, time=now
+            test_id=info.id,
+            repeat=info.repeat,
+            run_id=info.run_id,
+            started_at=now,
+            time=now,
+            agent=info.agent,
         )
-        self._open[info.run_id] = _Cell(cell_name(info.id, info.repeat, info.retry), meta)
+        name = cell_name(info.id, info.repeat, info.retry, info.agent)
+        self._open[info.run_id] = _Cell(name, meta)
 
     async def finish(
         self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
@@ -175,9 +197,11 @@ class LocalLedger:
         sealer = chain.Sealer(self._key)
         try:
             lines = [sealer.line(r) for r in (cell.meta, *cell.exchanges, *items)]
-            if not self._key_written:
-                await asyncio.to_thread(_write_key, self.key_file, self._key)
-                self._key_written = True
+            if self._key_written is None:
+                self._key_written = asyncio.ensure_future(
+                    asyncio.to_thread(_write_key, self.key_file, self._key)
+                )
+            await asyncio.shield(self._key_written)
             if self._runfile is not None:
                 await self._runfile.append(cell.name, lines)
             elif self._backend is not None:
@@ -253,20 +277,10 @@ def controller_records(
             )
         )
     if run is not None:
-        items.append(
-            records.RunResultRecord(
-                run_id=run.run_id,
-                prompt=run.prompt,
-                context=[item.model_dump() for item in run.context],
-                output=run.output,
-                trajectory=[s.model_dump(mode="json") for s in run.trajectory],
-                token_usage=run.token_usage.model_dump(exclude_none=True),
-                duration_ms=max(0.0, run.duration_ms),
-                unreported=sorted(run.unreported) or None,
-            )
-        )
+        items.append(runrecord.run_record(run))
     items.extend(
-        records.SignalRecord(signal=_plain(s.model_dump(mode="json"))) for s in result.signals
+        records.SignalRecord(signal=runrecord.plain(s.model_dump(mode="json")))
+        for s in result.signals
     )
     items.append(
         records.CellEnd(
@@ -277,18 +291,7 @@ def controller_records(
             duration_ms=max(0.0, result.duration_ms),
             cause=result.cause,
             content_hash=result.content_hash or None,
-            insights=_plain(result.insights) if result.insights is not None else None,
+            insights=runrecord.plain(result.insights) if result.insights is not None else None,
         )
     )
     return items
-
-
-def _plain(value: Any) -> Any:
-    """JSON data without NaN/inf, which canonical ledger JSON cannot hold."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value

@@ -29,6 +29,7 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "test_id": "test_id",
     "repeat": "repeat",
     "attempt": "attempt",
+    "agent": "agent",
     "admin": "admin",
     "health": "health",
     "connect_timeout": "connect_timeout",
@@ -42,6 +43,8 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "admin_max_bytes": "admin_max_bytes",
     "body_timeout": "body_timeout",
     "max_refused_records": "max_refused_records",
+    "spool": "spool",
+    "spool_max_bytes": "spool_max_bytes",
 }
 
 
@@ -59,10 +62,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ledger", help="ledger URL: file://DIR, configmap://NS/NAME, s3://... (default: none)")
     add("--key-file", help="HMAC key file (default: $AGENT_HEALTH_LEDGER_KEY)")
     add("--cell", help="the ledger cell this gateway records (a cell pod's name)")
+    add(
+        "--spool",
+        metavar="DIR",
+        help="keep the cell's records in DIR (the gateway's own, outliving its process) and "
+        "write them to the ledger in one batch when the cell ends (default: write through)",
+    )
+    add(
+        "--spool-max-bytes",
+        type=int,
+        help="a cell's spool past this size is written before the cell ends (default 1 MiB)",
+    )
     add("--run-id", help="the cell's run id, added as X-Agent-Health-Run-Id when absent")
     add("--test-id", help="test id for the cell-meta record")
     add("--repeat", type=int, help="repeat index for the cell-meta record")
     add("--attempt", type=int, help="the cell's attempt for the cell-meta record (default 0)")
+    add("--agent", help="the agent of an agent matrix this cell runs, for the cell-meta record")
     add("--image", action="append", default=[], metavar="NAME=IMAGE", help="pinned image")
     add(
         "--token",

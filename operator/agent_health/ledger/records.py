@@ -15,8 +15,8 @@ A version-1 reader meets such a record with "unknown record version 2; upgrade".
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause``, ``content_hash``
-and ``insights`` of ``cell-end``, ``error``, ``cause`` and ``unreported`` of ``run-result``,
-``cell``, ``attempt`` and ``restarted`` of ``cell-meta``.
+and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` and
+``truncated`` of ``run-result``, ``cell``, ``attempt`` and ``restarted`` of ``cell-meta``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
@@ -74,7 +74,7 @@ class _Record(BaseModel):
 class CellMeta(_Record):
     """What the cell is: the first record of every cell."""
 
-    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cell", "attempt", "restarted"})
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cell", "attempt", "restarted", "agent"})
 
     kind: Literal["cell-meta"] = "cell-meta"
     test_id: str
@@ -94,6 +94,9 @@ class CellMeta(_Record):
         default=None,
         description="set on a cell-meta the gateway appends when it starts again on a cell "
         "that already has records: what passed while it was down is not on record",
+    )
+    agent: str | None = Field(
+        default=None, description="the agent of an agent matrix this cell ran against"
     )
 
 
@@ -156,7 +159,9 @@ class RunResultRecord(_Record):
     or, when the call failed, why (``error``, ``cause``): the gateway then saw the target
     answer, and this record says what the controller made of it."""
 
-    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"error", "cause", "unreported"})
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"error", "cause", "unreported", "raw", "truncated"}
+    )
 
     kind: Literal["run-result"] = "run-result"
     run_id: str
@@ -174,6 +179,16 @@ class RunResultRecord(_Record):
         default=None,
         description='protocol fields the agent left out ("trajectory", "token_usage"): '
         "unknown, not empty",
+    )
+    raw: dict[str, Any] | None = Field(
+        default=None,
+        description="the reply's fields beyond the protocol's (e.g. the model it used), "
+        "which metrics such as cost read",
+    )
+    truncated: list[str] | None = Field(
+        default=None,
+        description="fields cut to the recording's caps (output, trajectory[3].tool_output, "
+        "trajectory[10000:], raw): the record is not the whole answer and cannot be replayed",
     )
 
 
@@ -273,6 +288,13 @@ def to_object(record: Record, *, with_mac: bool = True) -> dict[str, Any]:
     return data
 
 
+# One encoder for every canonical line: json.dumps() with these options builds a new encoder
+# per call, which cost as much as encoding a record. It holds only its options.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+)
+
+
 def canonical(payload: dict[str, Any]) -> bytes:
     """Stable bytes of JSON data: sorted keys, no whitespace, ASCII only, no NaN.
 
@@ -280,9 +302,7 @@ def canonical(payload: dict[str, Any]) -> bytes:
     back from a line, which is what lets a reader recompute a writer's MAC.
     """
     try:
-        text = json.dumps(
-            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-        )
+        text = _CANONICAL.encode(payload)
     except ValueError as err:
         raise errors.RecordError(f"record is not representable as JSON: {err}") from err
     return text.encode("ascii")

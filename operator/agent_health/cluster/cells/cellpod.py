@@ -3,15 +3,24 @@
 ``controller`` is the main container (``agent-health cell``); ``gateway``, ``target`` and
 each peer are native sidecars (init containers with ``restartPolicy: Always``), so the pod
 completes when the controller exits. The gateway starts first and must pass its startup
-probe before the target starts; the target and each peer must accept TCP on their port
-(on the pod IP, as the kubelet probes it there) before the next container starts.
+probe (run in its own container, over its admin socket) before anything else starts; the
+target and each peer must accept TCP on their port (on the pod IP, as the kubelet probes it
+there) before the next container starts. No other pod reaches those ports: the run's
+NetworkPolicy admits no ingress.
 
 Secrets are mounted per container (see :mod:`.cellgateway` for who is recorded how): the
 ledger key and ledger credentials only into the gateway; each principal's token only into
 its own container and the gateway. The target gets no token and no service-account token,
 and reaches its peers only through the gateway, whose listeners replace the peers' URLs.
 Nor may a RunSpec hand the target or a peer one of agent-health's Secrets through ``env``
-(any cell's tokens, a run's ledger key, the ledger credentials): that is a SpecError.
+(:func:`.admission.refuse_our_secrets`).
+
+Every container has CPU and memory limits (:mod:`.resources`; a RunSpec's own for its target
+and peers, within the operator's cap); the pod names every container but the gateway in
+``eks.amazonaws.com/skip-containers``, so EKS's identity webhook gives the cells'
+ServiceAccount role to the gateway alone; an operator that requires a RuntimeClass
+(``--cell-runtime-class``) runs every cell with it. :func:`.admission.admit` checks a
+RunSpec against the operator's rules before anything is created.
 """
 
 from __future__ import annotations
@@ -22,16 +31,11 @@ from typing import Any
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
-from agent_health.cluster.cells import cellgateway, cellsecrets, manifests, sandbox
+from agent_health.cluster.cells import admission, cellgateway, cellsecrets, manifests, sandbox
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
-# Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
-# in -<hash>-r<repeat>) and any run's ledger key (<run>-ledger-key).
-_OUR_SECRETS = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-ledger-key)$"
-)
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -63,11 +67,16 @@ def cell_pod(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     attempt: int = 0,
+    agent: str | None = None,
+    place: cellsecrets.Place | None = None,
 ) -> dict[str, Any]:
     """The Pod of one (test, repeat) of ``run``; ``digests`` maps each RunSpec image to its digest.
+    ``agent``: an agent matrix's agent (``spec`` is then :meth:`RunSpec.for_agent`'s).
 
-    The caller also creates :func:`.cellsecrets.token_secret` for this attempt (its tokens
-    and its ledger key) and :func:`.cellsecrets.ledger_key_secret` for the run. A target
+    The attempt's tokens and ledger key are mounted from ``place``: the run's shared Secret
+    (:func:`.cellsecrets.shared_secret`), or by default the attempt's own
+    (:func:`.cellsecrets.token_secret`), which the caller creates, as it creates
+    :func:`.cellsecrets.ledger_key_secret` for the run. A target
     with the ``subprocess`` connector cannot run in a cell (it would have to share the
     controller's container).
     The judge listener exists only when the cell is judged (:func:`.manifests.judge_model`);
@@ -80,8 +89,9 @@ def cell_pod(
             f"RunSpec {spec.metadata.get('name', '?')}: target.connector subprocess cannot run "
             "in a cluster cell; serve the agent over HTTP (rest, agui or openai) with a port"
         )
-    cell = manifests.cell_name(run_name, test_id, repeat)
-    _refuse_our_secrets(spec, settings)
+    cell = manifests.cell_name(run_name, test_id, repeat, agent)
+    admission.admit(spec, settings)
+    admission.refuse_our_secrets(spec, settings)
     plan = cellgateway.ports(spec)
     controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
     model = manifests.judge_model(run, spec, settings)
@@ -102,8 +112,9 @@ def cell_pod(
             cellgateway.Route(peer_principal, TARGET, plan.peer_target[peer.name], target_url)
         )
 
-    tokens = {p: cellsecrets.token_volume(p, cell, attempt) for p in cellsecrets.principals(spec)}
-    volumes += [*tokens.values(), *cellgateway.volumes(cell, attempt, settings)]
+    place = place or cellsecrets.Place.own(cell, attempt)
+    tokens = {p: cellsecrets.token_volume(p, place) for p in cellsecrets.principals(spec)}
+    volumes += [*tokens.values(), *cellgateway.volumes(place, settings)]
     scratch: dict[str, dict[str, Any]] = {}
     peers = [peer_container_name(p.name) for p in spec.spec.peers]
     for name in [cellgateway.NAME, TARGET, *peers, CONTROLLER]:
@@ -121,6 +132,7 @@ def cell_pod(
                 test_id=test_id,
                 repeat=repeat,
                 attempt=attempt,
+                agent=agent,
                 images={
                     TARGET: manifests.pinned(target.image, digests),
                     **{
@@ -133,7 +145,6 @@ def cell_pod(
             routes=routes,
             token_volumes=tokens,
             ledger=_ledger_url(spec, settings),
-            health=plan.health,
             scratch=scratch[cellgateway.NAME],
             settings=settings,
         ),
@@ -150,7 +161,7 @@ def cell_pod(
                     {"name": "AGENT_HEALTH_TARGET_URL", "value": to_target},
                 ],
                 mounts=[scratch[container_name], own_token(f"peer:{peer.name}")],
-                resources=peer.resources,
+                compute=admission.resources_of(spec, settings, peer),
                 port=peer.port,
                 settings=settings,
             )
@@ -163,7 +174,7 @@ def cell_pod(
             manifests.pinned(target.image, digests),
             env=_target_env(spec, plan),
             mounts=[scratch[TARGET]],
-            resources=target.resources,
+            compute=admission.resources_of(spec, settings, None),
             port=target.port,
             settings=settings,
         )
@@ -190,6 +201,8 @@ def cell_pod(
         env.append({"name": "AGENT_HEALTH_JUDGE_MODEL", "value": model})
     if run.spec.skip_judge:
         env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
+    if agent is not None:
+        env.append({"name": "AGENT_HEALTH_AGENT", "value": agent})
     controller = {
         "name": CONTROLLER,
         "image": controller_image,
@@ -202,7 +215,7 @@ def cell_pod(
             cellgateway.socket_mount(),
             *suite_mounts,
         ],
-        "resources": manifests.resources(settings.controller_resources),
+        "resources": settings.resources.controller.wire(),
         # A crash before the cell could record anything still leaves its reason on the pod.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": manifests.container_security_context(settings),
@@ -224,10 +237,11 @@ def cell_pod(
         "metadata": {
             "name": cell,
             "namespace": namespace,
-            "labels": manifests.cell_labels(run, test_id, repeat),
+            "labels": manifests.cell_labels(run, test_id, repeat, agent),
             "annotations": {
                 manifests.ANNOTATION_TEST_ID: test_id,
                 manifests.ANNOTATION_RUNSPEC: run.spec.run_spec_ref.name,
+                **manifests.skip_cloud_identity(pod_spec, keep=cellgateway.NAME),
             },
             "ownerReferences": [manifests.owner_reference(run)],
         },
@@ -251,19 +265,24 @@ def cell(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     attempt: int = 0,
+    agent: str | None = None,
+    place: cellsecrets.Place | None = None,
 ) -> dict[str, Any]:
     """The object to create for one cell: the Pod, or a Sandbox around it (``agentSandbox``).
 
     ``attempt`` counts infrastructure retries; each attempt records into its own ledger cell.
+    ``agent`` (an agent matrix) runs that named target of ``spec`` as the cell's target.
+    ``place``: where its tokens and ledger key are (default: the attempt's own Secret).
     """
+    spec = spec.for_agent(agent)
     pod = cell_pod(
         run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings,
-        attempt=attempt,
+        attempt=attempt, agent=agent, place=place,
     )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":
-        runtime_class = isolation.runtime_class_name or settings.sandbox_runtime_class
-        return sandbox.sandbox(pod, runtime_class_name=runtime_class)
+        chosen = isolation.runtime_class_name or settings.sandbox_runtime_class
+        return sandbox.sandbox(pod, runtime_class_name=chosen or settings.runtime_class)
     return pod
 
 
@@ -276,23 +295,6 @@ def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
         f"RunSpec {spec.metadata.get('name', '?')}: spec.ledger.url is unset and the operator "
         "has no default ledger; set spec.ledger.url"
     )
-
-
-def _refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
-    """A target or peer that read our tokens or ledger key could speak as the controller."""
-    envs = [("target", spec.spec.target.env)]
-    envs += [(f"peers[{p.name}]", p.env) for p in spec.spec.peers]
-    for where, env in envs:
-        for var in env:
-            ref = var.value_from.secret_key_ref if var.value_from is not None else None
-            if ref is None:
-                continue
-            if _OUR_SECRETS.match(ref.name) or ref.name == settings.ledger_credentials_secret:
-                raise errors.SpecError(
-                    f"RunSpec {spec.metadata.get('name', '?')}: {where}.env {var.name} reads "
-                    f"Secret {ref.name!r}, one of agent-health's own (principal tokens, ledger "
-                    "key or ledger credentials); the target and peers must never hold them"
-                )
 
 
 def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:
@@ -319,7 +321,7 @@ def _sidecar(
     *,
     env: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
-    resources: Mapping[str, Any],
+    compute: dict[str, Any],
     port: int,
     settings: manifests.Settings,
 ) -> dict[str, Any]:
@@ -335,6 +337,6 @@ def _sidecar(
             "failureThreshold": settings.startup_seconds,
         },
         "volumeMounts": mounts,
-        "resources": manifests.resources(resources),
+        "resources": compute,
         "securityContext": manifests.container_security_context(settings),
     }

@@ -4,7 +4,8 @@
 resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
 selects the tests, checks that every Secret the RunSpec names is offered to runs
 (:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
-exists (a random key, kept in the Secret so a restarted operator reads it back), creates the
+exists (a random key, kept in the Secret so a restarted operator reads it back) and, for a
+``configmap://`` ledger, its ConfigMap (409 means it is there), creates the
 run's NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
 so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
 Then it creates cells up to ``parallelism``; from there everything is driven by watch
@@ -29,7 +30,7 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import cellsecrets, manifests, netpol
+from agent_health.cluster.cells import admission, cellsecrets, manifests, netpol
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
@@ -42,7 +43,7 @@ from agent_health.cluster.reconcile import (
     specs,
 )
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends, store
+from agent_health.ledger import backends, configmap, store
 from agent_health.ledger import errors as ledger_errors
 
 RECONCILED = "Reconciled"
@@ -82,7 +83,10 @@ class Intake:
         what = f"EvaluationRun {ref.namespace}/{ref.name}"
         model = meta.parse(evaluationrun.EvaluationRun, dict(body), what=what)
         tally = status_mod.RunTally(
-            repeats=model.spec.repeats, generation=metadata.get("generation"), previous=model.status
+            repeats=model.spec.repeats,
+            generation=metadata.get("generation"),
+            previous=model.status,
+            budget=model.spec.budget,
         )
         run = plan.Run(ref, str(metadata.get("uid")), model, tally, phase=tally.phase)
         board.status.seed(ref, body.get("status") or {})
@@ -138,11 +142,13 @@ class Intake:
             return
         try:
             spec = meta.parse(runspec.RunSpec, spec_body, what=f"RunSpec {run.runspec}")
+            admission.admit(spec, self.settings)
             outcome = await self.discoveries.tests(spec)
             if outcome is None or outcome.error is not None:
                 why = outcome.error if outcome else "its discovery pod is gone; edit the RunSpec"
                 return await board.fail(run, "DiscoveryFailed", f"RunSpec {run.runspec}: {why}")
             chosen = plan.select(outcome.tests, run.model.spec.selection)
+            agents = plan.agents(run.model, spec)  # an agent matrix: each a declared target
         except errors.SpecError as err:
             return await board.fail(run, "InvalidSpec", str(err))
         if not chosen:
@@ -172,15 +178,20 @@ class Intake:
             run.key = await self._ledger_key(run)
         except errors.SpecError as err:
             return await board.fail(run, "LedgerKeyNotOwned", str(err))
+        if isinstance(run.backend, configmap.ConfigMapBackend):
+            # Made once here, its cells' gateways only patch it: no create races, no 409s.
+            await run.backend.create()
         if self.fence is not None:
             await self._network_policy(run, self.fence)
         if not board.live(run):  # its deadline passed meanwhile
             return
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
-                name = manifests.cell_name(run.ref.name, test.id, repeat)
-                run.cells[name] = plan.Cell(name, test, repeat)
+                for agent in agents:  # interleaved: a budget leaves the agents the same tests
+                    name = manifests.cell_name(run.ref.name, test.id, repeat, agent)
+                    run.cells[name] = plan.Cell(name, test, repeat, agent)
         run.tally.plan(run.cells)
+        board.status.pace(run.ref, batcher.interval_for(run.model.spec.parallelism))
         run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
         await self.adoption.adopt(run)
         if not board.live(run):

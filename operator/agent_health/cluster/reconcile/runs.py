@@ -8,7 +8,8 @@ the parts, each in its own module:
 :mod:`.adoption`    taking over the cells that exist after a restart
 :mod:`.reactions`   what a cell's watch event means (ended, running, stuck, deleted)
 :mod:`.handoff`     grading an ended cell, retrying it, starting the next one
-:mod:`.creation`    creating one cell and its token Secret
+:mod:`.creation`    creating one cell (and its own token Secret, for a retry)
+:mod:`.keyring`     the run's shared token Secrets: tokens and ledger keys of its cells
 :mod:`.lifecycle`   the runs driven, their status, Events, end, and the work in flight
 ==================  ============================================================================
 
@@ -33,6 +34,7 @@ from agent_health.cluster.reconcile import (
     events,
     handoff,
     intake,
+    keyring,
     lifecycle,
     listing,
     plan,
@@ -89,7 +91,7 @@ class Runs:
 
     def __post_init__(self) -> None:
         self.board = lifecycle.Board(self.api, self.status, self.metrics, self.recorder)
-        creator = creation.Creator(self.board)
+        creator = creation.Creator(self.board, keyring.Keyring(self.board))
         handing = handoff.Handoff(self.board, creator, self.deadline_grace)
         self.reactions = reactions.Reactions(self.board, handing, self.stuck_grace, self.clock)
         self.intake = intake.Intake(
@@ -137,6 +139,13 @@ class Runs:
         if self.expected and self.clock() >= self._expected_until:
             self.expected.clear()
         return bool(self.expected)
+
+    def judged(self, token: str | None, tokens_in: int, tokens_out: int) -> None:
+        """The judge service answered a live cell's call: count it in its run's budget."""
+        ref = self.board.tokens.get(token) if token is not None else None
+        run = self.board.runs.get(ref) if ref is not None else None
+        if run is not None and run.budget is not None:
+            run.budget.judged(tokens_in, tokens_out)
 
     async def start(self, body: Mapping[str, Any]) -> None:
         """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from agent_health.engine import entries, uncertainty
 from agent_health.engine.report import LEGEND, RunReport
+from agent_health.engine.reporters import terminal_budget, terminal_matrix
 from agent_health.sdk.results import TestResult
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
@@ -38,6 +39,7 @@ TABLE_LIMIT = 50
 def _line(result: TestResult, repeats: int = 1) -> str:
     label = entries.repeat_label(result.repeat, repeats)
     repeat = f" {label}" if label else ""
+    repeat += f" [{result.agent}]" if result.agent else ""
     extra = ""
     if result.status == "errored" and result.error:
         extra = f" — {_cause_word(result.cause)}{result.error}"
@@ -45,9 +47,10 @@ def _line(result: TestResult, repeats: int = 1) -> str:
         extra = f" — {result.skip_reason}"
     elif result.status == "flaky":
         extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
+    replayed = " [replayed]" if result.replayed else ""
     return (
         f"{MARK[result.status]} {result.status:<7} {result.file} › {result.title}{repeat} "
-        f"({result.duration_ms:.0f} ms){extra}"
+        f"({result.duration_ms:.0f} ms){replayed}{extra}"
     )
 
 
@@ -112,7 +115,9 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     k = report.summary.repeats
     shown = tests if len(tests) <= TABLE_LIMIT else [t for t in tests if t["status"] != "passed"]
     if shown:
-        table = Table(title="agent-health results", show_lines=False)
+        replayed = report.provenance.replay if report.provenance else None
+        title = "agent-health results" + (" (replayed)" if replayed else "")
+        table = Table(title=title, show_lines=False)
         with_notes = any(_notes(t["metrics"] or {}) for t in shown)
         for column, justify in (
             ("status", "left"),
@@ -129,6 +134,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             metrics = t["metrics"] or {}
             label = entries.repeat_label(t["repeat"], k)
             title = f"{t['file']} › {t['name']}" + (f" {label}" if label else "")
+            title += f" [{t['agent']}]" if t.get("agent") else ""
             table.add_row(
                 f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]"
                 + (f" ({t['cause']})" if t.get("cause") else ""),
@@ -180,6 +186,12 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         )
     if s.total:
         console.print(f"[dim]{escape(legend(s.repeats))}[/]", highlight=False)
+    if report.provenance is not None and report.provenance.replay:
+        console.print(
+            f"[bold]replayed[/] from {escape(report.provenance.replay)}: agent.run() was "
+            "answered from the recording; the agent was not called",
+            highlight=False,
+        )
     if s.insights is not None:
         how = "the judge model's synthesis" if s.insights.source == "llm" else "grouped"
         console.print(f"across the suite ({how}): {escape(s.insights.summary)}", highlight=False)
@@ -189,8 +201,17 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  • {escape(pattern)}", highlight=False)
         if s.insights.error:
             console.print(f"  [yellow]{escape(s.insights.error)}[/]", highlight=False)
+    if report.matrix is not None:
+        terminal_matrix.show(console, report.matrix)
+    if s.budget is not None:
+        console.print(terminal_budget.line(s.budget), highlight=False, markup=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+    elif s.budget is not None and s.budget.exhausted is not None:
+        console.print(
+            f"[yellow]stopped by the budget[/] ({escape(s.budget.reason or '')}); "
+            f"{s.budget.skipped} tests skipped (reason budget)"
+        )
     elif s.stopped:
         console.print(f"[yellow]{escape(s.stopped)}[/]: {s.not_run} tests never started")
 
@@ -294,11 +315,11 @@ def legend(repeats: int) -> str:
 
 def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> None:
     """Each test that did not pass, once: its failing repeats and each distinct reason."""
-    runs: dict[str, int] = Counter(t["id"] for t in tests)
+    runs: dict[str, int] = Counter(_key(t) for t in tests)
     bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
         if t["status"] in ("failed", "errored", "flaky"):
-            bad.setdefault(t["id"], []).append(t)
+            bad.setdefault(_key(t), []).append(t)
     for test_id, failing in bad.items():
         statuses = {t["status"] for t in failing}
         status = next(s for s in ("failed", "errored", "flaky") if s in statuses)
@@ -319,6 +340,11 @@ def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> No
             label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
             _attempts(console, t, label)
             _captured(console, t, label)
+
+
+def _key(t: dict[str, Any]) -> str:
+    """A test's id, and its agent in an agent matrix."""
+    return f"{t['id']} [{t['agent']}]" if t.get("agent") else str(t["id"])
 
 
 def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:
