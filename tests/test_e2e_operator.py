@@ -142,7 +142,8 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
     # The judge service answered with the RunSpec's own model and key.
     keys = {r.headers.get("Authorization") for r in k8s.model.requests}
     assert keys == {f"Bearer {e2e.RUNSPEC_JUDGE_KEY}"}, keys
-    # The ledger ConfigMap was written by the cell gateways' ServiceAccount, nobody else.
+    # The ledger ConfigMap was written by the operator (which makes it) and the cell
+    # gateways' ServiceAccount, nobody else (no agent, no controller).
     writers = {
         r.headers.get("Authorization")
         for r in k8s.emulator
@@ -152,7 +153,8 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
         and r.namespace == "default"
     }
     assert writers - {"Bearer kubelet"} == {
-        f"Bearer system:serviceaccount:default:{e2e.GATEWAY_ACCOUNT}"
+        f"Bearer system:serviceaccount:default:{e2e.GATEWAY_ACCOUNT}",
+        f"Bearer system:serviceaccount:{e2e.NAMESPACE}:{e2e.RELEASE}-agent-health",
     }, writers
 
 

@@ -44,6 +44,8 @@ class Container:
     image: images.Image | None = None
     image_id: str = ""
     run: containers.Run | None = None
+    launched: dict[str, Any] | None = None
+    """The launch spec of the current run (its user and environment, for exec probes)."""
     restarts: int = 0
     state: dict[str, Any] = dataclasses.field(default_factory=dict)
     last_state: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -264,6 +266,7 @@ class Pod:
             run_dir = self.dir / "containers" / c.name / str(c.restarts)
             log = self.dir / "logs" / c.name / f"{c.restarts}.log"
             c.run = await containers.start(spec, run_dir, log)
+            c.launched = spec
             c.runs.append(c.run)
             c.state = {"running": {"startedAt": c.run.started_at}}
             self.report()
@@ -317,11 +320,16 @@ class Pod:
         fast = self.kubelet.probe_interval
         tasks = []
 
+        def inside() -> tuple[int, dict[str, Any]] | None:
+            if c.run is None or c.launched is None or c.run.exit_code is not None:
+                return None
+            return c.run.pid, c.launched
+
         async def lifecycle() -> None:
             assert c.run is not None
             startup = c.spec.get("startupProbe")
             if startup is not None:
-                passed = await probes.Probe(startup, c.spec, self.ip, fast).until_success()
+                passed = await probes.Probe(startup, c.spec, self.ip, fast, inside).until_success()
                 if not passed:
                     await c.run.stop(self._grace())
                     return
@@ -336,14 +344,19 @@ class Pod:
                 tasks.append(self._spawn(self._readiness(c, readiness)))
             liveness = c.spec.get("livenessProbe")
             if liveness is not None:
-                await probes.Probe(liveness, c.spec, self.ip, fast).until_failure()
+                await probes.Probe(liveness, c.spec, self.ip, fast, inside).until_failure()
                 await c.run.stop(self._grace())
 
         tasks.append(self._spawn(lifecycle()))
         return tasks
 
     async def _readiness(self, c: Container, spec: dict[str, Any]) -> None:
-        probe = probes.Probe(spec, c.spec, self.ip, self.kubelet.probe_interval)
+        def inside() -> tuple[int, dict[str, Any]] | None:
+            if c.run is None or c.launched is None or c.run.exit_code is not None:
+                return None
+            return c.run.pid, c.launched
+
+        probe = probes.Probe(spec, c.spec, self.ip, self.kubelet.probe_interval, inside)
         await asyncio.sleep(probe.delay)
         failures = 0
         while True:
