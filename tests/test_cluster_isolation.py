@@ -240,7 +240,8 @@ def test_the_cells_role_reaches_the_gateway_alone() -> None:
     skipped = pod["metadata"]["annotations"][manifests.SKIP_CONTAINERS].split(",")
     assert skipped == ["peer-logs", "target", "controller"]
     assert {c["name"] for c in _containers(_pod_spec(pod))} - set(skipped) == {cellgateway.NAME}
-    box = _cell(_runspec())  # a Sandbox carries it on the pod it makes
+    # A Sandbox carries it on the pod it makes.
+    box = _cell(_runspec(isolation={"mode": "agentSandbox", "runtimeClassName": "gvisor"}))
     template = box["spec"]["podTemplate"]["metadata"]["annotations"]
     assert template[manifests.SKIP_CONTAINERS] == "peer-logs,target,controller"
 
