@@ -10,7 +10,7 @@ from agent_health.cluster.cells import cellsecrets, manifests
 from operator_support import Cell, Kubelet, cluster, kubelet, listing, pod_creations, until
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/triage-ledger"
+LEDGER = "configmap://default/triage-ledger-{run}"
 TESTS = listing(
     ("suite/rca.py::payment rca", ["category:RCA"]),
     ("suite/rca.py::payment timeout", ["category:RCA"]),

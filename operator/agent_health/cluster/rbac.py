@@ -17,6 +17,11 @@ runs (scheduler)                         read RunSpecs; create/list Secrets (led
                                          cell tokens); create/get/list/delete cells; patch
                                          EvaluationRun status; create/patch Events
 grading                                  read ConfigMap ledgers
+runs (ConfigMap ledger)                  create each run's ledger ConfigMap, its writer
+                                         ServiceAccount, Role and RoleBinding (read back
+                                         on 409); ``update`` on ConfigMaps only because
+                                         the API server lets no one grant a Role more
+                                         than it holds (:func:`gateway_rules`)
 runs (``--network-policy``)              create each run's NetworkPolicy (409 when it
                                          exists: nothing to read back)
 garbage collection                       ``update`` on ``*/finalizers`` of the owners: the
@@ -24,9 +29,8 @@ garbage collection                       ``update`` on ``*/finalizers`` of the o
                                          ``blockOwnerDeletion`` on an owner reference
 =======================================  ==================================================
 
-:data:`GATEWAY_RULES` are the cell gateway's (a Role in each cell namespace, bound to
-``--gateway-service-account``): what :mod:`agent_health.ledger.configmap` sends — GET the
-ledger, POST it the first time, PUT it after (no PATCH, no list, no delete).
+:func:`gateway_rules` are a cell gateway's: a Role per run, on its ConfigMap ledger by name
+(:mod:`.cells.ledgerwriter`), for what :mod:`agent_health.ledger.configmap` sends.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 GROUP = "agenthealth.dev"
+RBAC_GROUP = "rbac.authorization.k8s.io"
 SANDBOX_GROUP = "agents.x-k8s.io"
 
 RULES: list[dict[str, Any]] = [
@@ -61,7 +66,9 @@ RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create"]},
+    {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
     {
@@ -71,10 +78,22 @@ RULES: list[dict[str, Any]] = [
     },
 ]
 
-GATEWAY_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
-]
-"""The cell gateway's Role: a ConfigMap ledger, read, created, replaced."""
+GATEWAY_VERBS = ("get", "update")
+"""What a gateway sends its run's ConfigMap ledger: GET it, PUT it back (the operator made
+it, so no POST; no PATCH, no list, no delete)."""
+
+
+def gateway_rules(ledger: str) -> list[dict[str, Any]]:
+    """The rules of a run's ledger Role: its one ConfigMap ``ledger``, by name."""
+    return [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [ledger],
+            "verbs": list(GATEWAY_VERBS),
+        }
+    ]
+
 
 UNSEEN: dict[tuple[str, str, str], str] = {
     ("", "pods/log", "get"): "a listing too long for the termination message",
@@ -82,6 +101,7 @@ UNSEEN: dict[tuple[str, str, str], str] = {
     ("", "events", "patch"): "an Event repeated within 10 minutes (a count bump)",
     (GROUP, "runspecs/finalizers", "update"): "checked by admission, not a request",
     (GROUP, "evaluationruns/finalizers", "update"): "checked by admission, not a request",
+    ("", "configmaps", "update"): "checked when the operator creates a run's ledger Role",
     **{
         (SANDBOX_GROUP, "sandboxes", verb): "isolation mode agentSandbox (--sandboxes)"
         for verb in ("get", "list", "watch", "create", "delete")

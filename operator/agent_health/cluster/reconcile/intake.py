@@ -3,9 +3,10 @@
 :meth:`Intake.start` (kopf's create and resume handlers) waits for the RunSpec to be
 resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
 selects the tests, checks that every Secret the RunSpec names is offered to runs
-(:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
-exists (a random key, kept in the Secret so a restarted operator reads it back), creates the
-run's NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
+(:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes a ConfigMap ledger and its one
+writer identity the run's (:mod:`.ledgers`), makes sure the run's ledger key Secret exists
+(a random key, kept in the Secret so a restarted operator reads it back), creates the run's
+NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
 so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
 Then it creates cells up to ``parallelism``; from there everything is driven by watch
 events (:mod:`.reactions`).
@@ -29,11 +30,12 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import cellsecrets, manifests, netpol
+from agent_health.cluster.cells import cellsecrets, ledgerurl, manifests, netpol
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
     handoff,
+    ledgers,
     lifecycle,
     listing,
     plan,
@@ -67,6 +69,8 @@ class Intake:
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
     own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
     """Secrets no RunSpec may name (:mod:`.secretrefs`)."""
+    ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
+    """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
     wait_seconds: float = 60.0
     retry_delay: float = RETRY_DELAY
     failures: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -155,19 +159,33 @@ class Intake:
         if template is None:
             return await board.fail(run, "NoLedger", "set spec.ledger.url on the RunSpec")
         url = plan.ledger_url(template, run.model)
+        where = (
+            f"RunSpec {run.runspec} spec.ledger.url"
+            if spec.spec.ledger
+            else "the operator's --ledger-url (AGENT_HEALTH_LEDGER_URL)"
+        )
+        wrong = (
+            ledgerurl.refused(url, namespace=run.ref.namespace, allowed=self.ledger_allowed)
+            if spec.spec.ledger
+            else ledgerurl.namespace_problem(url, run.ref.namespace)
+        )
+        if wrong is not None:
+            return await board.fail(run, "InvalidLedgerUrl", f"{where}: {wrong}")
         try:
             run.backend = backends.from_url(url, self.ledger_options)
         except ledger_errors.LedgerError as err:
-            where = (
-                f"RunSpec {run.runspec} spec.ledger.url"
-                if spec.spec.ledger
-                else "the operator's --ledger-url (AGENT_HEALTH_LEDGER_URL)"
-            )
             return await board.fail(run, "InvalidLedgerUrl", f"{where}: {err}")
         if spec.spec.ledger is not None:
             ledger = runspec.Ledger(url=url)
             spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
-        run.spec, run.settings = spec, dataclasses.replace(self.settings, ledger_url=url)
+        try:
+            writer = await ledgers.prepare(board.api, run, url)
+        except errors.SpecError as err:
+            return await board.fail(run, "LedgerNotOwned", str(err))
+        settings = dataclasses.replace(self.settings, ledger_url=url)
+        if writer is not None:  # the run's own ledger identity, not the operator's default
+            settings = dataclasses.replace(settings, gateway_service_account=writer)
+        run.spec, run.settings = spec, settings
         try:
             run.key = await self._ledger_key(run)
         except errors.SpecError as err:
