@@ -15,6 +15,13 @@ sys.path.insert(0, str(ROOT / "examples" / "agents"))
 import triage_agent  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _not_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests behave alike on a laptop and in CI: ``CI`` (which turns on --forbid-only) is
+    unset; a test about CI behaviour sets it itself."""
+    monkeypatch.delenv("CI", raising=False)
+
+
 @pytest.fixture
 async def triage_url() -> AsyncIterator[str]:
     """The example triage agent, served on a free loopback port for this test."""

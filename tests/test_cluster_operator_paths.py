@@ -39,12 +39,15 @@ async def test_a_restarted_operator_adopts_its_cells_and_duplicates_nothing() ->
                 first = next(iter(fake.held))
                 await fake.release(first)
                 await until(lambda: len(k8s.pods()) == 3, "a third cell after one ended")
+                # A created pod is held only once the kubelet has played it: wait for that.
+                await until(lambda: len(fake.held) == 2, "the third cell running")
             # The operator is down; a cell ends meanwhile.
             second = next(iter(fake.held))
             await fake.release(second)
             third = next(iter(fake.held))
             async with k8s.operator() as op:
                 await until(lambda: len(k8s.pods()) == 4, "the restarted operator's next cell")
+                await until(lambda: len(fake.held) == 2, "the fourth cell running")
                 secret = k8s.emulator.read(
                     "secrets", "default", cellsecrets.token_secret_name(third)
                 )

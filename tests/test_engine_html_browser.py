@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import triage_agent
 from agent_health import cli
-from agent_health.engine import reporters
+from agent_health.engine import reporters, rollup
 from agent_health.engine.report import RunReport
 from agent_health.sdk.results import TestResult
 from helpers import Run, run_cli
@@ -206,9 +206,45 @@ def test_summary_explains_its_numbers_and_rolls_up_insights(
         assert f"95% CI {_pct(at['low'])}–{_pct(at['high'])}" in summary
         assert "Insights across the suite" in summary
         assert "ask the agent to cite the log line it relied on" in summary
+        # The scripted judge answers the rollup question in prose: grouped, and it says why.
+        rolled = s["insights"]
+        assert rolled["source"] == "grouped"
+        assert "grouped by wording" in summary
+        assert rolled["error"]
+        assert rolled["error"] in summary
         line = seen.page.inner_text("#provenance-line")
         assert "judge openai/scripted-judge" in line
         assert re.search(r"agent rest\+http://127\.0\.0\.1:\d+/run \(rest\)", line)
+        _clean(seen, url)
+
+
+def test_a_synthesised_rollup_shows_its_summary_tests_and_patterns(
+    chromium: Any, tmp_path: Path
+) -> None:
+    def failing(name: str) -> TestResult:
+        return TestResult(
+            id=f"t.py::{name}", name=name, title=name, file="t.py", line=1, status="failed",
+            run_id="r", insights={"summary": "no db", "recommendations": ["cite the log line"]},
+        )  # fmt: skip
+
+    made = rollup.Rollup(
+        source="llm",
+        summary="Both RCA tests miss the database.",
+        recommendations=[rollup.Item(text="cite the log line", tests=["t.py::a", "t.py::b"])],
+        patterns=["says db-primary failed in 2 of 2 tests"],
+    )
+    report = RunReport.build([failing("a"), failing("b")], duration_ms=1.0, rollup=made)
+    url = reporters.write("html", tmp_path, report).as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        part = seen.page.locator("#summary .rollup")
+        text = part.inner_text()
+        assert "synthesised by the judge model" in text
+        assert "Both RCA tests miss the database." in text
+        assert "2 tests: cite the log line" in text
+        which = part.locator(".recommendations li").first.get_attribute("title")
+        assert which == "t.py::a\nt.py::b"  # the tests it applies to, on hover
+        assert "says db-primary failed in 2 of 2 tests" in text
         _clean(seen, url)
 
 

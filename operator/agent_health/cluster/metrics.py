@@ -64,7 +64,11 @@ class OperatorMetrics:
             registry=r,
         )  # fmt: skip
         self.run_pass_rate = prometheus_client.Gauge(
-            f"{p}_run_pass_rate", "passed / (passed + failed) of a run.", _RUN, registry=r
+            f"{p}_run_pass_rate",
+            "passed / (passed + failed + errored by the agent) of a run; cells errored by the "
+            "judge, the test or the infrastructure are left out.",
+            _RUN,
+            registry=r,
         )
         self.run_score = prometheus_client.Gauge(
             f"{p}_run_score", "Mean score of a run's graded cells.", _RUN, registry=r

@@ -235,14 +235,37 @@
       root.append(el("p", null, el("span", { class: "flaky", text: "flaky: " }),
         SUMMARY.flaky.join(", ")));
     }
-    const recs = SUMMARY.recommendations || [];
-    if (recs.length) {
-      root.append(el("div", { class: "rollup" }, el("h2", { text: "Insights across the suite" }),
-        el("ul", null, recs.map((r) => el("li", null,
-          el("strong", { text: r.tests + (r.tests === 1 ? " test: " : " tests: ") }), r.text)))));
-    }
-    append(root, [labelTable(), provenanceDetails()]);
+    append(root, [rollup(), labelTable(), provenanceDetails()]);
     document.getElementById("provenance-line").textContent = provenanceLine();
+  }
+
+  // The run-level insights rollup: the model's summary (or the deterministic grouping, and
+  // why the model's was not used), recommendations with the tests they apply to, and the
+  // patterns the signals show across tests.
+  function rollup() {
+    const found = SUMMARY.insights;
+    const recs = found ? found.recommendations || [] : SUMMARY.recommendations || [];
+    const patterns = found ? found.patterns || [] : [];
+    if (!recs.length && !patterns.length && !(found && found.summary)) return null;
+    const how = found && found.source === "llm" ? "synthesised by the judge model"
+      : "grouped by wording (no judge model)";
+    const items = recs.map((r) => {
+      const tests = Array.isArray(r.tests) ? r.tests : null;
+      const n = tests ? tests.length : r.tests;
+      return el("li", { title: tests ? tests.join("\n") : "" },
+        el("strong", { text: n + (n === 1 ? " test: " : " tests: ") }), r.text);
+    });
+    return el("div", { class: "rollup" },
+      el("h2", { text: "Insights across the suite" }),
+      found ? el("p", { class: "rollup-source", text: how }) : null,
+      found && found.summary ? el("p", { class: "rollup-summary", text: found.summary }) : null,
+      found && found.error ? el("p", { class: "rollup-error", role: "note", text: found.error })
+        : null,
+      items.length ? el("h3", { text: "Recommendations" }) : null,
+      items.length ? el("ul", { class: "recommendations" }, items) : null,
+      patterns.length ? el("h3", { text: "Patterns" }) : null,
+      patterns.length ? el("ul", { class: "patterns" }, patterns.map((p) => el("li", { text: p })))
+        : null);
   }
 
   function labelTable() {
