@@ -26,6 +26,7 @@ from agent_health.cluster.cells import (
     netpol,
     sandbox,
 )
+from agent_health.gateway import admin
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples" / "run.yaml").read_text())}
@@ -388,13 +389,15 @@ def test_the_gateway_starts_first_and_every_sidecar_is_native() -> None:
     assert "restartPolicy" not in spec["containers"][0]
 
 
-def test_the_gateway_is_probed_where_it_serves_health() -> None:
+def test_the_gateway_is_probed_inside_its_container_over_its_admin_socket() -> None:
     gateway = _by_name(_pod()["spec"])["gateway"]
-    (health,) = _arg(gateway["args"], "--health")
-    port = gateway["startupProbe"]["httpGet"]["port"]
-    assert health == f"0.0.0.0:{port}"  # /healthz alone: records go to the admin socket
+    assert "--health" not in gateway["args"]  # no listener beyond the pod's loopback
     assert _arg(gateway["args"], "--admin") == [f"unix:{cellgateway.ADMIN_SOCKET}"]
-    assert gateway["readinessProbe"]["httpGet"] == gateway["startupProbe"]["httpGet"]
+    command = gateway["startupProbe"]["exec"]["command"]
+    assert command == ["python", "-I", "-S", "-c", admin.PROBE, cellgateway.ADMIN_SOCKET]
+    assert "readinessProbe" not in gateway
+    assert "livenessProbe" not in gateway
+    assert "ports" not in gateway
 
 
 def test_the_controller_and_the_gateway_alone_share_the_sockets_directory() -> None:
@@ -535,7 +538,7 @@ def test_gateway_ports_avoid_every_port_the_runspec_uses() -> None:
     target = {**EXAMPLE["RunSpec"]["spec"]["target"], "port": 15000}
     peers = [{"name": "a", "image": "ghcr.io/acme/a:1", "port": 15002}]
     plan = cellgateway.ports(_runspec(target=target, peers=peers))
-    used = [plan.health, plan.agent, plan.judge, *plan.peers.values(), *plan.peer_target.values()]
+    used = [*plan.peers.values(), *plan.peer_target.values()]
     assert len(set(used)) == len(used)
     assert not {15000, 15002} & set(used)
 
@@ -549,7 +552,9 @@ def test_the_target_and_peers_are_probed_on_their_own_ports() -> None:
 def test_target_env_and_resources_are_carried_over() -> None:
     target = _by_name(_pod()["spec"])["target"]
     assert {"name": "LOG_LEVEL", "value": "info"} in target["env"]
-    assert target["resources"] == EXAMPLE["RunSpec"]["spec"]["target"]["resources"]
+    asked = EXAMPLE["RunSpec"]["spec"]["target"]["resources"]
+    for kind in ("requests", "limits"):  # the RunSpec's own, the rest from the defaults
+        assert target["resources"][kind] == SETTINGS.resources.target.wire()[kind] | asked[kind]
 
 
 # --- pinning ---------------------------------------------------------------------------
@@ -805,7 +810,7 @@ def test_editing_a_manifest_leaves_the_settings_and_the_next_manifest_alone() ->
     for container in _containers(pod["spec"]):
         container["command"] = ["sh"]
         container.get("resources", {}).get("requests", {})["cpu"] = "64"
-    assert SETTINGS.gateway_resources["requests"]["cpu"] == "50m"
+    assert SETTINGS.resources.gateway.requests["cpu"] == "50m"
     assert manifests.COMMAND == ("agent-health",)
     assert _pod() != pod
 

@@ -308,19 +308,23 @@ async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_ke
 
 
 def policies(k8s: Any) -> list[dict[str, Any]]:
+    """The runs' NetworkPolicies (not the RunSpecs' discovery ones)."""
     kind = k8s.emulator.store.kinds[("networking.k8s.io", "networkpolicies")]
-    return list(k8s.emulator.store.list(kind, "default", lambda _labels: True))
+    return list(
+        k8s.emulator.store.list(kind, "default", lambda labels: manifests.LABEL_RUN in labels)
+    )
 
 
 def creations(k8s: Any) -> list[str]:
-    """What the operator POSTed, in order: ``networkpolicies`` and cell ``pods``."""
+    """What the operator POSTed, in order: runs' ``networkpolicies`` and cell ``pods``."""
     found = []
     for r in k8s.operator_requests():
         plural = r.resource.plural if r.resource else None
         if r.method.value != "POST" or plural not in ("networkpolicies", "pods"):
             continue
         labels = (r.data or {}).get("metadata", {}).get("labels", {})
-        if plural == "networkpolicies" or labels.get(manifests.LABEL_COMPONENT) == "cell":
+        run_policy = plural == "networkpolicies" and manifests.LABEL_RUN in labels
+        if run_policy or labels.get(manifests.LABEL_COMPONENT) == "cell":
             found.append(plural)
     return found
 
@@ -359,9 +363,10 @@ async def test_a_fenced_run_gets_one_network_policy_owned_by_it_before_its_first
         assert cells
         assert all(selector <= c["metadata"]["labels"].items() for c in cells)
         assert not any(selector <= p["metadata"]["labels"].items() for p in k8s.pods("discovery"))
+        ipv4_metadata = [m for m in netpol.METADATA if ":" not in m]
         assert [r["to"][0] for r in policy["spec"]["egress"][2:]] == [
             {"ipBlock": {"cidr": "172.18.0.0/16"}},
-            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}},
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", *ipv4_metadata]}},
         ]
         assert policy["spec"]["egress"][3]["ports"] == [{"protocol": "TCP", "port": 443}]
         # A ConfigMap ledger's run has its own writer identity (its token only in the

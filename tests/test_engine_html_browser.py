@@ -316,6 +316,30 @@ def test_hostile_output_stays_text(chromium: Any, tmp_path: Path) -> None:
         _clean(seen, url)
 
 
+def test_a_replayed_run_says_so_in_the_summary_list_and_inspector(
+    chromium: Any, tmp_path: Path
+) -> None:
+    from agent_health.engine import provenance
+
+    result = TestResult(
+        id="t.py::replayed one", name="replayed one", title="replayed one", file="t.py",
+        line=1, status="passed", run_id="r", output="db-primary", replayed=True,
+    )  # fmt: skip
+    made = provenance.Provenance(replay="file:///runs/ledger")
+    report = RunReport.build([result], duration_ms=1.0, provenance=made)
+    url = reporters.write("html", tmp_path, report).as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        banner = seen.page.inner_text(".replayed-banner")
+        assert banner.startswith("Replayed from file:///runs/ledger: every agent.run() was")
+        assert "replayed from file:///runs/ledger" in seen.page.inner_text("#provenance-line")
+        row = seen.page.locator("#test-list .test-row").first
+        assert "replayed" in row.inner_text()
+        row.click()
+        assert "replayed" in seen.page.locator("#inspector .insp-head").inner_text()
+        _clean(seen, url)
+
+
 def test_a_version_1_report_renders_and_says_what_it_lacks(chromium: Any, tmp_path: Path) -> None:
     v1 = {
         "version": 1,

@@ -278,3 +278,44 @@ def test_cell_names_are_safe_unique_and_stable() -> None:
     assert recording.cell_name("x?", 0) != recording.cell_name("x!", 0)
     assert len(recording.cell_name("t" * 500, 0)) <= 200
     assert json.dumps(recording.cell_name("ünïcode", 0)).isascii()
+
+
+def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut() -> None:
+    from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
+    from agent_health.sdk.results import RunResult
+
+    run = RunResult(
+        run_id="r1",
+        prompt="Diagnose",
+        context=(ContextItem(description="log", value="refused"),),
+        output="db-primary is down",
+        trajectory=(Step(type="tool_call", tool_name="search_logs", tool_args={"q": "x"}),),
+        token_usage=TokenUsage(prompt=10, completion=2, total=12),
+        duration_ms=42.5,
+        raw={"model": "gpt-x", "finish": ["stop"]},
+    )
+    record = recording.run_record(run)
+    assert record.raw == {"model": "gpt-x", "finish": ["stop"]}  # what the price table reads
+    assert record.truncated is None
+    assert (record.output, record.duration_ms, record.prompt) == (run.output, 42.5, "Diagnose")
+    assert record.trajectory[0]["tool_args"] == {"q": "x"}
+    # Over the caps: cut, marked, and named — a replay refuses such a record.
+    big = run.model_copy(
+        update={
+            "output": "x" * (recording.RECORD_OUTPUT_CHARS + 5),
+            "trajectory_steps": tuple(
+                Step(type="assistant", content="y" * 10) for _ in range(recording.RECORD_STEPS + 1)
+            ),
+            "raw": {"blob": "z" * recording.RECORD_RAW_CHARS},
+        }
+    )
+    cut = recording.run_record(big)
+    assert cut.truncated == ["output", f"trajectory[{recording.RECORD_STEPS}:]", "raw"]
+    assert len(cut.trajectory) == recording.RECORD_STEPS
+    assert cut.raw is None
+    assert cut.output.endswith("… [5 more characters cut]")
+    line = records.dump_line(cut)  # the late fields are written only when set
+    assert '"truncated":' in line
+    assert '"raw"' not in records.dump_line(
+        recording.run_record(big.model_copy(update={"raw": {}}))
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from agent_health import cli, gateway
+from agent_health.cluster.cells import cellgateway
 from agent_health.gateway import config
 from agent_health.ledger import chain, errors, filestore, records
 from aiohttp import web
@@ -265,8 +266,9 @@ async def test_the_gateway_command_serves_records_and_stops_on_sigterm(
 async def test_the_health_listener_answers_healthz_and_takes_no_records(
     tmp_path: Path, upstream: str
 ) -> None:
-    """In a cell, records go only to the admin socket; the TCP listener the kubelet probes
-    refuses an append even with the controller's token, and the refusal is on record."""
+    """``--health`` (outside cells) is reachable by anyone: it answers ``{"ok": ...}`` alone
+    and refuses an append even with the controller's token — and nothing sent to it reaches
+    the ledger: a flood of pushes from another pod leaves no record."""
     sockets = Path(tempfile.mkdtemp(prefix="ah-gw-"))
     try:
         gw = _gateway(
@@ -277,12 +279,16 @@ async def test_the_health_listener_answers_healthz_and_takes_no_records(
             assert gw.health_url is not None
             async with client.get(gw.health_url + "/healthz") as response:
                 assert response.status == 200
+                assert await response.json() == {"ok": True}  # no routes, ledger or counts
             ending = [{"kind": "cell-end", "status": "passed"}]
             mine = {gateway.TOKEN_HEADER: CONTROLLER_TOKEN}
             url = gw.health_url + "/ledger/records"
             async with client.post(url, json=ending, headers=mine) as response:
                 assert response.status == 404
                 assert "serves GET /healthz only" in await response.text()
+            for n in range(150):  # more than --max-refused-records: none of it is kept
+                async with client.post(f"{gw.health_url}/x{n}", data=b"junk") as response:
+                    assert response.status == 404
             through = aiohttp.UnixConnector(path=f"{sockets}/admin.sock")
             async with (
                 aiohttp.ClientSession(connector=through) as local,
@@ -292,6 +298,32 @@ async def test_the_health_listener_answers_healthz_and_takes_no_records(
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
     found = read_cell(tmp_path)
-    assert [r.kind for r in found] == ["cell-meta", "exchange", "cell-end"]
-    [refused] = [r for r in found if isinstance(r, records.Exchange)]
-    assert (refused.principal, refused.upstream, refused.status) == ("controller", "gateway", 404)
+    assert [r.kind for r in found] == ["cell-meta", "cell-end"]
+
+
+async def test_the_cells_probe_asks_healthz_over_the_admin_socket(
+    tmp_path: Path, upstream: str
+) -> None:
+    """The exec probe a cell's gateway is started with, run for real: 0 while the gateway
+    serves and its ledger works, 1 when it does not, non-zero when nothing listens."""
+    sockets = Path(tempfile.mkdtemp(prefix="ah-gw-"))
+    admin_socket = f"{sockets}/admin.sock"
+
+    async def probe() -> int:
+        command = [sys.executable if c == "python" else c for c in cellgateway.probe_command()]
+        command[-1] = admin_socket
+        done = await asyncio.create_subprocess_exec(
+            *command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        return await done.wait()
+
+    try:
+        assert await probe() != 0  # not started: no socket
+        gw = _gateway(tmp_path, upstream, cell=CELL, admin=f"unix:{admin_socket}")
+        async with gw:
+            assert await probe() == 0
+            assert gw.recorder is not None
+            gw.recorder.failures.append("the ledger refused a write")  # unhealthy: 503
+            assert await probe() == 1
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)

@@ -19,7 +19,7 @@ import pytest
 import ship_support
 import yaml
 from agent_health.cluster import options, rbac
-from agent_health.cluster.cells import netpol
+from agent_health.cluster.cells import netpol, resources
 from ship_support import (
     CHART,
     NAMESPACE,
@@ -198,6 +198,7 @@ def test_the_default_install_is_the_operator_and_what_it_needs(helm: Path) -> No
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "NetworkPolicy",  # the operator's own: /metrics not for cells
         "Service",
         "Service",
         "ServiceAccount",
@@ -210,6 +211,9 @@ def test_the_default_install_is_the_operator_and_what_it_needs(helm: Path) -> No
 
 def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
     args = _args(render(helm, "default"))
+    # Every cell container's CPU and memory: the chart's defaults are the operator's own.
+    cells = resources.parse(args.pop("cell-resources"))
+    assert cells == resources.CellResources()
     assert args == {
         "health-addr": "0.0.0.0:8080",
         "judge-addr": "0.0.0.0:8090",
@@ -220,6 +224,12 @@ def test_the_operator_command_line_follows_the_contract(helm: Path) -> None:
         "judge-cache": "/var/cache/agent-health/judge",
         "operator-namespace": NAMESPACE,  # no RunSpec may name a Secret there
         "gateway-service-account": f"{RELEASE}-agent-health-cell-gateway",
+        # Cells are fenced by default: one NetworkPolicy per run.
+        "network-policy": "",
+        "judge-pod-labels": "app.kubernetes.io/component=operator,"
+        f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=agent-health",
+        "dns-namespace": "kube-system",
+        "dns-pod-labels": "k8s-app=kube-dns",
     }
     minimal = _args(render(helm, "minimal"))
     assert minimal["namespace"] == "evals"
@@ -236,6 +246,7 @@ def test_probes_ports_and_security(helm: Path) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["resources"]["requests"]
     assert container["resources"]["limits"]["memory"]
+    assert container["resources"]["limits"]["cpu"]
     assert pod["securityContext"]["runAsUser"] == 65532
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -278,22 +289,29 @@ def test_rbac_is_exactly_the_operators_rules(helm: Path) -> None:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
 
 
-def test_the_gke_scenario_uses_workload_identity_gvisor_and_digests(helm: Path) -> None:
+def test_the_gke_scenario_gives_cells_no_google_identity_and_runs_them_on_gvisor(
+    helm: Path,
+) -> None:
     documents = render(helm, "gke")
     accounts = {
-        (a["metadata"]["name"], a["metadata"]["namespace"]): a["metadata"]["annotations"]
+        (a["metadata"]["name"], a["metadata"]["namespace"]): a["metadata"].get("annotations", {})
         for a in by_kind(documents, "ServiceAccount")
     }
     gateway = f"{RELEASE}-agent-health-cell-gateway"
     assert set(accounts) == {
         (f"{RELEASE}-agent-health", NAMESPACE), (gateway, NAMESPACE), (gateway, "evals"),
     }  # fmt: skip
-    for noted in accounts.values():  # the operator reads, the gateway writes the ledger
-        assert noted["iam.gke.io/gcp-service-account"].endswith(".iam.gserviceaccount.com")
+    # Workload Identity would answer every container of a cell: the cells get none.
+    for noted in accounts.values():
+        assert "iam.gke.io/gcp-service-account" not in noted
+    values = (CHART / "ci" / "gke-values.yaml").read_text()
+    assert "cannot be limited to one container" in values  # and the values say why
     assert _env(documents)["AGENT_HEALTH_SANDBOX_RUNTIME_CLASS"] == "gvisor"
     args = _args(documents)
+    assert args["cell-runtime-class"] == "gvisor"
+    assert args["ledger-url"] == "configmap://{namespace}/agent-health-ledger-{run}"
+    assert "network-policy" in args
     assert re.fullmatch(r".+/controller@sha256:[0-9a-f]{64}", args["controller-image"])
-    assert args["ledger-url"].startswith("gs://")
     image = one(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert re.fullmatch(r".+-docker\.pkg\.dev/.+/operator@sha256:[0-9a-f]{64}", image)
     claim = one(documents, "PersistentVolumeClaim")
@@ -318,8 +336,10 @@ def test_the_judge_key_comes_from_a_secret_and_never_from_values(helm: Path) -> 
 
 
 def test_the_minimal_scenario_renders_no_monitoring_objects(helm: Path) -> None:
-    kinds = {d["kind"] for d in render(helm, "minimal")}
-    assert not kinds & {"ServiceMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy"}
+    documents = render(helm, "minimal")
+    kinds = {d["kind"] for d in documents}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    assert _cell_policies(documents) == []  # no static policy: the operator's per run
 
 
 def test_the_monitoring_objects_select_what_the_chart_serves(helm: Path) -> None:
@@ -343,11 +363,11 @@ def test_the_monitoring_objects_select_what_the_chart_serves(helm: Path) -> None
 
 def test_the_cell_network_policy_allows_only_dns_the_judge_and_declared_cidrs(helm: Path) -> None:
     documents = render(helm, "kind", "--set", "cellNetworkPolicy.enabled=true")
-    assert [p["metadata"]["namespace"] for p in by_kind(documents, "NetworkPolicy")] == [
+    assert [p["metadata"]["namespace"] for p in _cell_policies(documents)] == [
         NAMESPACE, "default",
     ]  # fmt: skip
     documents = [d for d in documents if d["metadata"].get("namespace") != "default"]
-    policy = one(documents, "NetworkPolicy")
+    (policy,) = _cell_policies(documents)
     spec = policy["spec"]
     assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "agent-health"}}
     assert spec["policyTypes"] == ["Ingress", "Egress"]
@@ -359,7 +379,7 @@ def test_the_cell_network_policy_allows_only_dns_the_judge_and_declared_cidrs(he
     assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
     assert peer["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     assert judge["ports"] == [{"protocol": "TCP", "port": 8090}]
-    assert [c["to"][0]["ipBlock"]["cidr"] for c in cidrs] == ["172.18.0.0/16", "0.0.0.0/0"]
+    assert [c["to"][0]["ipBlock"]["cidr"] for c in cidrs] == ["0.0.0.0/0"]
     # The operator itself is no cell: the policy must not fence it in.
     labels = pod["metadata"]["labels"]
     assert labels.get("app.kubernetes.io/managed-by") != "agent-health"
@@ -370,18 +390,25 @@ def test_the_cell_network_policy_is_rendered_per_namespace(helm: Path) -> None:
         helm, "default", "--set", "cellNetworkPolicy.enabled=true",
         "--set", "cells.namespaces={team-a,team-b}",
     )  # fmt: skip
-    policies = by_kind(documents, "NetworkPolicy")
+    policies = _cell_policies(documents)
     assert [p["metadata"]["namespace"] for p in policies] == [NAMESPACE, "team-a", "team-b"]
-    default = by_kind(
-        render(helm, "default", "--set", "cellNetworkPolicy.enabled=true"), "NetworkPolicy"
-    )
+    default = _cell_policies(render(helm, "default", "--set", "cellNetworkPolicy.enabled=true"))
     assert [p["metadata"]["namespace"] for p in default] == [NAMESPACE]
 
 
-def test_the_static_cell_policy_is_off_by_default_and_kind_fences_each_run(helm: Path) -> None:
-    assert not by_kind(render(helm, "default"), "NetworkPolicy")
-    assert not by_kind(render(helm, "kind"), "NetworkPolicy")  # the operator's per run instead
-    assert "network-policy" not in _args(render(helm, "default"))
+def _cell_policies(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The static cell policies (the operator's own policy aside)."""
+    return [
+        p for p in by_kind(documents, "NetworkPolicy") if p["metadata"]["name"].endswith("-cells")
+    ]
+
+
+def test_the_static_cell_policy_is_off_by_default_and_every_run_is_fenced(helm: Path) -> None:
+    assert not _cell_policies(render(helm, "default"))
+    assert not _cell_policies(render(helm, "kind"))  # the operator's per run instead
+    assert "network-policy" in _args(render(helm, "default"))  # on unless turned off
+    off = render(helm, "default", "--set", "cellNetworkPolicy.perRun=false")
+    assert "network-policy" not in _args(off)
 
 
 def test_per_run_policies_get_the_egress_dns_and_judge_pods_from_values(helm: Path) -> None:
@@ -389,12 +416,11 @@ def test_per_run_policies_get_the_egress_dns_and_judge_pods_from_values(helm: Pa
     argv = _argv(documents)
     assert "--network-policy" in argv
     egress = [a.removeprefix("--egress=") for a in argv if a.startswith("--egress=")]
-    assert egress == [
-        "172.18.0.0/16:6443", "0.0.0.0/0~10.0.0.0/8~172.16.0.0/12~192.168.0.0/16:443",
-    ]  # fmt: skip
+    # The API server is found by the operator and let through to ConfigMap-ledger runs only.
+    assert egress == ["0.0.0.0/0~10.0.0.0/8~172.16.0.0/12~192.168.0.0/16:443"]
     parsed = [netpol.egress(e) for e in egress]
-    assert parsed[1].excluding == ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
-    assert [p.ports for p in parsed] == [(6443,), (443,)]
+    assert parsed[0].excluding == ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+    assert [p.ports for p in parsed] == [(443,)]
     args = _args(documents)
     assert args["dns-namespace"] == "kube-system"
     assert args["dns-pod-labels"] == "k8s-app=kube-dns"

@@ -45,6 +45,7 @@ BUILTINS = (
     store.Kind("", "v1", "configmaps", "ConfigMap", short_names=("cm",)),
     store.Kind("", "v1", "secrets", "Secret"),
     store.Kind("", "v1", "services", "Service", status=True, short_names=("svc",)),
+    store.Kind("", "v1", "endpoints", "Endpoints", short_names=("ep",)),
     store.Kind("", "v1", "serviceaccounts", "ServiceAccount", short_names=("sa",)),
     store.Kind("", "v1", "events", "Event", short_names=("ev",)),
     store.Kind("events.k8s.io", "v1", "events", "Event", short_names=("ev",)),

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health.engine.report import RunReport
+    from agent_health.ledger import store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERRORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -136,3 +137,27 @@ def _quote(value: str) -> str:
     import shlex
 
     return shlex.quote(value)
+
+
+def ledger_access(url: str) -> store.Options | None:
+    """How to reach a ``configmap://`` ledger: the pod's service account, else the kubeconfig."""
+    if not url.startswith("configmap://"):
+        return None
+    import asyncio
+
+    try:
+        from agent_health.cluster import errors, kube
+    except ImportError as err:  # kopf: the operator extra
+        raise UsageError(
+            f"reading {url} needs the Kubernetes client of the operator extra: "
+            "pip install 'agent-health[operator]'"
+        ) from err
+
+    async def login() -> store.Options:
+        info, token_file = await kube.login()
+        return await asyncio.to_thread(kube.ledger_options, info, token_file)
+
+    try:
+        return asyncio.run(login())
+    except errors.ClusterError as err:
+        raise UsageError(f"reading {url}: {err}") from err

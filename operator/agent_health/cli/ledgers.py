@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import platform
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_health.cli import common
-
-if TYPE_CHECKING:
-    from agent_health.ledger import store
 
 KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"  # ledger.chain.KEY_ENV, named here to keep --help cheap
 
@@ -52,7 +49,7 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     try:
         key, source = ledger.find_key(args.url, args.key_file)
-        options = access(args.url)
+        options = common.ledger_access(args.url)
         checked = ledger.verify_url(args.url, key, options=options, complete=not args.allow_open)
         report = asyncio.run(checked)
     except ledger.LedgerError as err:
@@ -86,7 +83,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     common.check_reports(outputs)
     try:
         key, _ = ledger.find_key(args.url, args.key_file)
-        results = asyncio.run(regrade.grade_ledger(args.url, key, access(args.url)))
+        results = asyncio.run(regrade.grade_ledger(args.url, key, common.ledger_access(args.url)))
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
     if not results:
@@ -106,27 +103,3 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     written = common.write_reports(outputs, report, consoles.out)
     code = common.exit_code(report)
     return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
-
-
-def access(url: str) -> store.Options | None:
-    """How to reach a ``configmap://`` ledger: the pod's service account, else the kubeconfig."""
-    if not url.startswith("configmap://"):
-        return None
-    import asyncio
-
-    try:
-        from agent_health.cluster import errors, kube
-    except ImportError as err:  # kopf: the operator extra
-        raise common.UsageError(
-            f"reading {url} needs the Kubernetes client of the operator extra: "
-            "pip install 'agent-health[operator]'"
-        ) from err
-
-    async def login() -> store.Options:
-        info, token_file = await kube.login()
-        return await asyncio.to_thread(kube.ledger_options, info, token_file)
-
-    try:
-        return asyncio.run(login())
-    except errors.ClusterError as err:
-        raise common.UsageError(f"reading {url}: {err}") from err

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors
-    from agent_health.engine import loader, provenance, recording, session
+    from agent_health.engine import loader, provenance, recording, replay, session
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
 
@@ -36,7 +36,11 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--agent", help="a name from the config's agents, or rest+http://..., ...")
     run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
     run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
-    run.add_argument("--repeat", type=int, default=1, help="run each test N times")
+    run.add_argument(
+        "--repeat",
+        type=int,
+        help="run each test N times (default 1; with --replay, the recorded repeats)",
+    )
     run.add_argument(
         "--pass-at",
         metavar="K[,K...]",
@@ -72,6 +76,12 @@ def add_commands(sub: Any) -> None:
         help="record every exchange and result here (default: file://.agent-health/ledger/TIME/)",
     )
     run.add_argument("--no-ledger", action="store_true", help="record no ledger")
+    run.add_argument(
+        "--replay",
+        metavar="REPORT_OR_DIR",
+        help="answer agent.run() from a recorded run (its JSON report, ledger directory or "
+        "ledger URL) instead of calling the agent",
+    )
     run.add_argument(
         "--list", action="store_true", help="list the tests that would run and run nothing"
     )
@@ -127,6 +137,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine.reporters import terminal
 
     console, err_console = consoles.out, consoles.err
+    recording = _recording(args)
+    if args.repeat is None:
+        args.repeat = recording.repeats if recording is not None else 1
     if args.concurrency < 1:
         raise common.UsageError("-j/--concurrency must be at least 1")
     if args.repeat < 1:
@@ -180,6 +193,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             args,
             console,
             list_lines,
+            recording,
         )
     )
     judge_usage = _judge_usage(outcome, judge_config)
@@ -190,7 +204,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     what_ran = provenance.collect(
         paths=paths,
         argv=getattr(args, "command_line", ["agent-health", "run"]),
-        agent=_agent_info(config, args.agent, spec),
+        agent=_agent_info(config, args.agent, spec) if recording is None else None,
         judge=provenance.JudgeInfo(
             provider=judge_config.provider if judge_config else None,
             model=judge_config.model if judge_config else None,
@@ -201,6 +215,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         started_at=started_at,
         ended_at=datetime.now(UTC),
     )
+    if recording is not None:
+        what_ran = what_ran.model_copy(update={"replay": recording.ledger})
     report = RunReport.build(
         _with_cells(outcome.results, recorded),
         duration_ms=outcome.duration_ms,
@@ -222,6 +238,28 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         _print_ledger(recorded, console, err_console)
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
     return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+
+
+def _recording(args: argparse.Namespace) -> replay.Recording | None:
+    """The recording ``--replay`` names, read before anything runs (exit 2 when it cannot
+    be); a replay calls no agent and records no ledger."""
+    if not args.replay:
+        return None
+    if args.agent:
+        raise common.UsageError(
+            "--replay answers agent.run() from the recording and calls no agent; drop --agent"
+        )
+    if args.ledger:
+        raise common.UsageError("--replay calls no agent, so it records no ledger; drop --ledger")
+    import asyncio
+
+    from agent_health.engine import replay
+
+    try:
+        where = replay.locate(args.replay)
+        return asyncio.run(replay.load(args.replay, common.ledger_access(where.ledger)))
+    except replay.ReplayError as err:
+        raise common.UsageError(str(err)) from err
 
 
 def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
@@ -325,6 +363,7 @@ async def _execute(
     args: argparse.Namespace,
     console: Console,
     list_lines: bool,
+    replayed: replay.Recording | None = None,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
     import asyncio
 
@@ -340,11 +379,15 @@ async def _execute(
     hints: list[str] = []
     recorded = None
     async with contextlib.AsyncExitStack() as stack:
-        if not args.no_ledger:
+        if not args.no_ledger and replayed is None:
             url = args.ledger or recording.default_url()
             recorded = await stack.enter_async_context(recording.LocalLedger(url))
-        caller = None
-        if spec is not None:
+        caller: Any = None
+        if replayed is not None:  # the agent is neither started nor called
+            from agent_health.engine import replay
+
+            caller = replay.Replayer(replayed)
+        elif spec is not None:
             live_spec = await stack.enter_async_context(agent_process.serving(spec))
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)
@@ -367,6 +410,8 @@ async def _execute(
             agent_name=config.agent_name(args.agent),
             ledger=recorded,
             insights_llm=backend.ask if backend is not None and backend.provider else None,
+            run_ids=replayed.run_id if replayed is not None else None,
+            replaying=replayed is not None,
         )
         with terminal.LiveProgress(
             console,

@@ -68,6 +68,7 @@ NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts")
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
 ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+ENDPOINTS = Resource("", "v1", "endpoints")
 
 
 class ApiError(errors.ClusterError):

@@ -27,7 +27,7 @@ from aiohttp import web
 from agent_health import judging
 from agent_health.cluster import kube, metrics
 from agent_health.cluster import options as options_mod
-from agent_health.cluster.cells import manifests, netpol
+from agent_health.cluster.cells import apiserver, manifests, netpol
 from agent_health.cluster.judge_service import judges, limits
 from agent_health.cluster.reconcile import (
     batcher,
@@ -103,12 +103,16 @@ async def serve(
             gateway_service_account=options.gateway_service_account,
             ledger_credentials_secret=options.ledger_credentials_secret,
             startup_seconds=options.startup_seconds,
+            resources=options.cell_resources,
+            runtime_class=options.cell_runtime_class,
+            sandbox_runtime_class=options.sandbox_runtime_class,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())
         )
         ledgers = await asyncio.to_thread(kube.ledger_options, info, token_file)
-        operator = Operator.build(options, api, settings, backend, ledgers)
+        fence = await _fence(options, api, info.server if token_file is not None else None)
+        operator = Operator.build(options, api, settings, backend, ledgers, fence)
         stack.push_async_callback(operator.runs.close)
         stack.push_async_callback(operator.judges.close)
         for server, addr, app in (
@@ -165,6 +169,7 @@ class Operator:
         settings: manifests.Settings,
         backend: dispatch.Judging | None,
         ledger_options: store.Options,
+        fence: netpol.Fence | None = None,
     ) -> Operator:
         sink = metrics.OperatorMetrics()
 
@@ -178,13 +183,14 @@ class Operator:
             api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
             recorder=events.EventRecorder(), ledger_options=ledger_options,
             stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
-            retry_delay=options.retry_delay, fence=_fence(options), own_secrets=own,
+            retry_delay=options.retry_delay, fence=fence, own_secrets=own,
             ledger_allowed=options.ledger_allowed,
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
             wait_seconds=options.discovery_wait, retry_delay=options.retry_delay,
             ledger_allowed=options.ledger_allowed,
+            fenced=fence is not None,
         )  # fmt: skip
         reconcilers = handlers.Reconcilers(
             reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes
@@ -263,10 +269,16 @@ def _judge_service(
     )
 
 
-def _fence(options: options_mod.Options) -> netpol.Fence | None:
+async def _fence(
+    options: options_mod.Options, api: kube.Client, service: str | None
+) -> netpol.Fence | None:
+    """The cells' fence (``--network-policy``), with the API server's addresses found now."""
     if not options.network_policy:
         return None
-    return netpol.Fence(options.egress, options.dns_namespace, dict(options.dns_pod_labels))
+    return netpol.Fence(
+        options.egress, options.dns_namespace, dict(options.dns_pod_labels),
+        api_server=await apiserver.addresses(api, service),
+    )  # fmt: skip
 
 
 async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, addr: str) -> int:

@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping
 
 from agent_health.cluster.cells import ledgerurl, netpol
+from agent_health.cluster.cells import resources as resources_mod
 from agent_health.sdk import config as config_mod
 
 DESCRIPTION = (
@@ -67,6 +68,11 @@ class Options:
     dns_pod_labels: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {"k8s-app": "kube-dns"}
     )
+    cell_resources: resources_mod.CellResources = dataclasses.field(
+        default_factory=resources_mod.CellResources
+    )
+    cell_runtime_class: str | None = None
+    sandbox_runtime_class: str | None = None
     judge_for_all_runs: bool = False
     """Whether the operator's own judge answers cells of RunSpecs that name none."""
     judge_max_tokens: int = 4096
@@ -166,6 +172,17 @@ FLAGS = (
           "fence lets cells reach it)", "kube-system", metavar="NAMESPACE"),
     _Flag("--dns-pod-labels", "AGENT_HEALTH_DNS_POD_LABELS", "labels of the cluster DNS pods",
           "k8s-app=kube-dns", metavar="K=V,..."),
+    _Flag("--cell-resources", "AGENT_HEALTH_CELL_RESOURCES", "CPU and memory of cell and "
+          "discovery containers as JSON: requests and limits for controller, gateway, target "
+          "and peer (the target's and peers' when their RunSpec names none), and max, the "
+          'highest limit a RunSpec may ask for, e.g. {"max": {"cpu": "4", "memory": "8Gi"}}; '
+          "keys left out keep their defaults", "{}", metavar="JSON"),
+    _Flag("--cell-runtime-class", "AGENT_HEALTH_CELL_RUNTIME_CLASS", "the RuntimeClass every "
+          "cell and discovery pod runs with (e.g. gvisor); a RunSpec naming another is refused; "
+          "unset: the cluster's default (runc), sandboxed cells as below", metavar="NAME"),
+    _Flag("--sandbox-runtime-class", "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS", "the RuntimeClass "
+          "of sandboxed cells (isolation.mode agentSandbox) whose RunSpec names none",
+          metavar="NAME"),
 )  # fmt: skip
 
 
@@ -207,6 +224,12 @@ def from_args(args: argparse.Namespace) -> Options:
     for prefix in allowed:
         if (wrong := ledgerurl.prefix_problem(prefix)) is not None:
             raise ValueError(f"--ledger-allow (or AGENT_HEALTH_LEDGER_ALLOW): {wrong}")
+    required, sandboxed = args.cell_runtime_class or None, args.sandbox_runtime_class or None
+    if required is not None and sandboxed not in (None, required):
+        raise ValueError(
+            f"--sandbox-runtime-class {sandboxed} differs from --cell-runtime-class {required}, "
+            "which every cell must use: set one, or both to the same RuntimeClass"
+        )
     try:
         max_tokens = int(args.judge_max_tokens)
         if max_tokens < 1:
@@ -240,6 +263,9 @@ def from_args(args: argparse.Namespace) -> Options:
         egress=tuple(netpol.egress(e) for e in args.egress),
         dns_namespace=args.dns_namespace,
         dns_pod_labels=labels(args.dns_pod_labels),
+        cell_resources=resources_mod.parse(args.cell_resources or ""),
+        cell_runtime_class=required,
+        sandbox_runtime_class=sandboxed,
     )
 
 

@@ -23,7 +23,10 @@ runs (ConfigMap ledger)                  create each run's ledger ConfigMap, its
                                          the API server lets no one grant a Role more
                                          than it holds (:func:`gateway_rules`)
 runs (``--network-policy``)              create each run's NetworkPolicy (409 when it
-                                         exists: nothing to read back)
+                                         exists: nothing to read back), and each
+                                         RunSpec's discovery policy; read the API
+                                         server's addresses once at start (Endpoints
+                                         ``default/kubernetes``, by name)
 garbage collection                       ``update`` on ``*/finalizers`` of the owners: the
                                          API server demands it to set
                                          ``blockOwnerDeletion`` on an owner reference
@@ -71,6 +74,12 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
+    {
+        "apiGroups": [""],
+        "resources": ["endpoints"],
+        "verbs": ["get"],
+        "resourceNames": ["kubernetes"],
+    },
     {
         "apiGroups": [SANDBOX_GROUP],
         "resources": ["sandboxes"],

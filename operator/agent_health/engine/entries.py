@@ -64,6 +64,9 @@ class TestEntry(BaseModel):
         default_factory=list, description="fields cut to their caps, e.g. trajectory[3].content"
     )
     ledger_cell: str | None = None
+    replayed: bool = Field(
+        default=False, description="agent.run() was answered from a recording (--replay)"
+    )
     duration_ms: float = 0.0
     content_hash: str = ""
     attempts: list[dict[str, Any]] = Field(
@@ -104,6 +107,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "trajectory": trajectory,
         "truncated": cut.truncated,
         "ledger_cell": r.ledger_cell,
+        "replayed": r.replayed,
         "duration_ms": round(r.duration_ms, 3),
         "content_hash": r.content_hash,
         "attempts": [a.model_dump() for a in r.attempts],

@@ -71,6 +71,11 @@ class Provenance(BaseModel):
     config_file: str | None = None
     config_hash: str | None = Field(default=None, description="sha256 of the config file")
     ledger: str | None = Field(default=None, description="the ledger URL the run recorded to")
+    replay: str | None = Field(
+        default=None,
+        description="--replay: the recording (a ledger URL) agent.run() was answered from; "
+        "the agent was not called",
+    )
     started_at: datetime | None = None
     ended_at: datetime | None = None
     command_line: list[str] = Field(default_factory=list)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import math
 import os
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_health.connectors import wire
+from agent_health.engine import bounds
 from agent_health.ledger import backends, chain, records, runfile, store, usage
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
@@ -253,18 +255,7 @@ def controller_records(
             )
         )
     if run is not None:
-        items.append(
-            records.RunResultRecord(
-                run_id=run.run_id,
-                prompt=run.prompt,
-                context=[item.model_dump() for item in run.context],
-                output=run.output,
-                trajectory=[s.model_dump(mode="json") for s in run.trajectory],
-                token_usage=run.token_usage.model_dump(exclude_none=True),
-                duration_ms=max(0.0, run.duration_ms),
-                unreported=sorted(run.unreported) or None,
-            )
-        )
+        items.append(run_record(run))
     items.extend(
         records.SignalRecord(signal=_plain(s.model_dump(mode="json"))) for s in result.signals
     )
@@ -281,6 +272,52 @@ def controller_records(
         )
     )
     return items
+
+
+# The recording's caps (a report's are far lower, engine.bounds): large enough for any answer
+# a test would assert on, small enough that a runaway agent cannot fill the ledger.
+RECORD_OUTPUT_CHARS = 1_000_000
+RECORD_FIELD_CHARS = 256_000  # the prompt, each context value, each step's content/args/result
+RECORD_STEPS = 10_000
+RECORD_RAW_CHARS = 64_000  # the reply's fields beyond the protocol's, as JSON
+
+
+def run_record(run: RunResult) -> records.RunResultRecord:
+    """The run-result record of what ``agent.run()`` returned: the whole RunResult, each
+    field cut to the recording's caps, the cut ones named in ``truncated`` (``--replay``
+    refuses a cut record: it is not the whole answer)."""
+    cut = bounds.Bounded(RECORD_FIELD_CHARS, RECORD_OUTPUT_CHARS, RECORD_STEPS)
+    prompt = cut.text(run.prompt, "prompt")
+    context = [
+        {**item.model_dump(), "value": cut.text(item.value, f"context[{i}].value") or ""}
+        for i, item in enumerate(run.context)
+    ]
+    output = cut.text(run.output, "output", RECORD_OUTPUT_CHARS) or ""
+    steps = []
+    for i, step in enumerate(run.trajectory[:RECORD_STEPS]):
+        entry = step.model_dump(mode="json")
+        for key in ("content", "tool_args", "tool_output"):
+            if entry.get(key) is not None:
+                entry[key] = cut.value(entry[key], f"trajectory[{i}].{key}")
+        steps.append(entry)
+    if len(run.trajectory) > RECORD_STEPS:
+        cut.truncated.append(f"trajectory[{RECORD_STEPS}:]")
+    raw: dict[str, Any] | None = _plain(dict(run.raw)) if run.raw else None
+    if raw is not None and len(json.dumps(raw, default=str)) > RECORD_RAW_CHARS:
+        raw = None
+        cut.truncated.append("raw")
+    return records.RunResultRecord(
+        run_id=run.run_id,
+        prompt=prompt,
+        context=context,
+        output=output,
+        trajectory=steps,
+        token_usage=run.token_usage.model_dump(exclude_none=True),
+        duration_ms=max(0.0, run.duration_ms),
+        unreported=sorted(run.unreported) or None,
+        raw=raw,
+        truncated=cut.truncated or None,
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -56,6 +56,11 @@ class RunEnv:
     insights_llm: insights.LLM | None = None
     read_exchanges: exchanges.ExchangeReader | None = None
     ledger: CellLedger | None = None
+    run_ids: Callable[[str, int], str | None] | None = None
+    """The run id of a (test, repeat) when it must be a given one: a replay reuses the
+    recorded ids, so the run's traces are found again."""
+    replaying: bool = False
+    """``agent_caller`` answers from a recording (``--replay``): every result says so."""
 
     @property
     def prices(self) -> settings.PriceTable:
@@ -145,6 +150,8 @@ async def run_case(
 async def _run_case(
     case: declare.TestCase, repeat: int, env: RunEnv, *, run_id: str | None, retry: int
 ) -> TestResult:
+    if run_id is None and env.run_ids is not None:
+        run_id = env.run_ids(case.id, repeat)
     run_id = run_id or uuid.uuid4().hex
     timeout = case.timeout or env.timeout or DEFAULT_TIMEOUT
     info = ctx_mod.TestInfo(
@@ -281,6 +288,8 @@ def _timed_out(ctx: ctx_mod.TestContext, timeout: float) -> None:
 async def _finish(
     env: RunEnv, run: RunResult | None, result: TestResult, agent_error: str | None
 ) -> TestResult:
+    if env.replaying:
+        result = result.model_copy(update={"replayed": True})
     if env.ledger is not None:
         await env.ledger.finish(result, run, agent_error=agent_error)
     return result

@@ -1,9 +1,13 @@
 """The admin listener: ``GET /healthz`` and ``POST /ledger/records`` (the controller's records).
 
 In a cell the admin listener is a Unix socket in a directory only the gateway and the
-controller mount, and a second, health-only listener on TCP answers the kubelet's probes:
-a target that binds the TCP ports while the gateway restarts reaches neither the socket nor
-anything the controller sends through it.
+controller mount, and the kubelet's startup probe runs in the gateway's container and asks
+``/healthz`` over that socket (:data:`PROBE`): the gateway listens on no address another pod
+can reach, and a target that binds TCP ports while the gateway restarts reaches neither the
+socket nor anything the controller sends through it. Outside a cell, ``--health`` adds a
+health-only TCP listener: it answers ``GET /healthz`` with ``{"ok": ...}`` alone and refuses
+everything else (404) *without* a ledger record, since anyone who reaches it could otherwise
+fill the cell's ledger with refusals.
 
 ``/healthz`` answers 200 while the gateway serves and every ledger write succeeded, else 503,
 with a JSON summary (routes, exchanges recorded, refused calls, the last ledger failures).
@@ -13,11 +17,11 @@ with a JSON summary (routes, exchanges recorded, refused calls, the last ledger 
 records without ``seq`` and ``mac``, sent with the controller's token in
 ``X-Agent-Health-Token``. Exchanges and cell-meta are the gateway's own and are refused (422).
 
-Every other caller is refused before its body is read — 403 on ``/ledger/records``, 404 or
-405 elsewhere — and the refusal is recorded in the cell's ledger with the caller's principal
-and evidence (see :mod:`~agent_health.gateway.guard`): the target shares localhost with this
-listener, and a forged append must leave a trace, not a record. A body above
-``admin_max_bytes`` is answered 413; one that does not arrive within ``body_timeout``, 408.
+On the admin listener, every other caller is refused before its body is read — 403 on
+``/ledger/records``, 404 or 405 elsewhere — and the refusal is recorded in the cell's ledger
+with the caller's principal and evidence (see :mod:`~agent_health.gateway.guard`): a forged
+append must leave a trace, not a record. A body above ``admin_max_bytes`` is answered 413;
+one that does not arrive within ``body_timeout``, 408.
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ from agent_health.ledger import records
 
 CONTROLLER_KINDS = frozenset({"run-result", "signal", "cell-end"})
 HEALTH_PATH, RECORDS_PATH = "/healthz", "/ledger/records"
+PROBE = """\
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(b"GET /healthz HTTP/1.0\\r\\nHost: gateway\\r\\n\\r\\n")
+head = s.makefile("rb").readline().split()
+sys.exit(0 if head[1:2] == [b"200"] else 1)
+"""
+"""The kubelet's probe of a cell's gateway: ``python -I -S -c PROBE ADMIN_SOCKET`` in the
+gateway's container exits 0 when ``/healthz`` on the admin socket answers 200. The standard
+library alone (``-S``: no site packages), so each probe costs a bare interpreter's start."""
 
 
 class Gateway(Protocol):
@@ -64,14 +80,15 @@ class Admin:
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path == HEALTH_PATH and request.method in ("GET", "HEAD"):
             ok, body = self.gateway.health()
+            if not self.records:  # no routes, ledger or counts to whoever reaches it
+                body = {"ok": ok}
             return web.json_response(body, status=200 if ok else 503)
+        if not self.records:
+            # Anyone may reach this listener: nothing it is sent is recorded (it would fill
+            # the ledger), and records come only through the admin socket, token or not.
+            return guard.refusal(404, f"this listener serves GET {HEALTH_PATH} only")
         started_at = datetime.now(UTC)
         principal, evidence = self.gateway.tokens.evidence(request.headers.get(config.TOKEN_HEADER))
-        if not self.records:
-            # Anyone reaches this listener (the kubelet probes it on the pod IP): records
-            # come only through the admin socket, whatever token is presented here.
-            reason = f"this listener serves GET {HEALTH_PATH} only"
-            return self._refuse(request, principal, evidence, 404, reason, started_at)
         if principal != "controller":
             status, reason = _refusal(request)
             return self._refuse(request, principal, evidence, status, reason, started_at)

@@ -15,8 +15,8 @@ A version-1 reader meets such a record with "unknown record version 2; upgrade".
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause``, ``content_hash``
-and ``insights`` of ``cell-end``, ``error``, ``cause`` and ``unreported`` of ``run-result``,
-``cell``, ``attempt`` and ``restarted`` of ``cell-meta``.
+and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` and
+``truncated`` of ``run-result``, ``cell``, ``attempt`` and ``restarted`` of ``cell-meta``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
@@ -156,7 +156,9 @@ class RunResultRecord(_Record):
     or, when the call failed, why (``error``, ``cause``): the gateway then saw the target
     answer, and this record says what the controller made of it."""
 
-    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"error", "cause", "unreported"})
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"error", "cause", "unreported", "raw", "truncated"}
+    )
 
     kind: Literal["run-result"] = "run-result"
     run_id: str
@@ -174,6 +176,16 @@ class RunResultRecord(_Record):
         default=None,
         description='protocol fields the agent left out ("trajectory", "token_usage"): '
         "unknown, not empty",
+    )
+    raw: dict[str, Any] | None = Field(
+        default=None,
+        description="the reply's fields beyond the protocol's (e.g. the model it used), "
+        "which metrics such as cost read",
+    )
+    truncated: list[str] | None = Field(
+        default=None,
+        description="fields cut to the recording's caps (output, trajectory[3].tool_output, "
+        "trajectory[10000:], raw): the record is not the whole answer and cannot be replayed",
     )
 
 

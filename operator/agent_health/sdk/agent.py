@@ -176,6 +176,8 @@ class Agent:
             ctx.agent_error = str(err) or type(err).__name__
             raise
         duration_ms = (time.perf_counter() - started) * 1000
+        if ctx.replayed_duration_ms is not None:  # answered from a recording (--replay)
+            duration_ms = ctx.replayed_duration_ms
         result = RunResult(
             run_id=request.run_id,
             prompt=text,

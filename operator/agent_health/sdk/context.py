@@ -101,6 +101,9 @@ class TestContext:
     """The cause of each of ``errors``, in the same order."""
     agent_error: str | None = None
     """Why ``agent.run()`` failed, when it did (recorded in the ledger's run-result)."""
+    replayed_duration_ms: float | None = None
+    """Set by a replay (``--replay``): how long the recorded ``agent.run()`` took, which the
+    RunResult reports instead of the microseconds the recording took to answer."""
     cut_short: list[Cause] = field(default_factory=list)
     """Who was being waited on when the test's deadline cancelled the call: whom it blames."""
     on_judge_call: Callable[[JudgeRequest], Awaitable[None]] | None = None

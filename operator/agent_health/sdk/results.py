@@ -272,6 +272,10 @@ class TestResult(BaseModel):
         description="every try of a retried test, first to last (empty when it ran once)",
     )
     ledger_cell: str | None = Field(default=None, description="the ledger cell that recorded it")
+    replayed: bool = Field(
+        default=False,
+        description="from a --replay run: agent.run() was answered from a recording",
+    )
 
     @model_validator(mode="after")
     def _cause_of_errored(self) -> TestResult:

@@ -131,7 +131,8 @@ EnvList = Annotated[list[EnvVar], pydantic.Field(max_length=64, json_schema_extr
 Resources = Annotated[
     dict[str, Any],
     pydantic.Field(
-        description="Container resources (requests, limits), as in a Pod spec.",
+        description="Container resources (requests, limits), as in a Pod spec; what is left "
+        "out comes from the operator's defaults, and limits may not exceed its cap.",
         json_schema_extra={PRESERVE_UNKNOWN: True},
     ),
 ]

@@ -14,8 +14,11 @@ peer NAME → target     one port per peer   peer:NAME (its token), else target
 The controller talks to the gateway only through Unix sockets (``agent.sock``,
 ``judge.sock``, ``admin.sock`` in :data:`SOCKET_DIR`, an ``emptyDir`` mounted into those two
 containers alone): its token never goes to a TCP port, which the target could bind while the
-kubelet restarts the gateway. The kubelet's probes use a TCP listener that serves
-``/healthz`` and nothing else.
+kubelet restarts the gateway. The gateway's TCP listeners bind the pod's loopback only: no
+other pod (another run's target, say) can reach any of them, whatever the NetworkPolicy. The
+kubelet's startup probe runs *in* the gateway's container (an ``exec`` probe, a bare Python
+asking ``/healthz`` on the admin socket: :data:`~agent_health.gateway.admin.PROBE`), so no
+port is opened for it either.
 
 The gateway alone mounts its cell's ledger key (derived for this attempt, never the run's),
 every token (to verify callers), the ledger credentials and — when the operator names a
@@ -31,13 +34,13 @@ from typing import Any
 
 from agent_health.cluster.api import runspec
 from agent_health.cluster.cells import cellsecrets, manifests
+from agent_health.gateway import admin
 
 NAME = "gateway"
 TOKENS_DIR = "/var/run/agent-health/tokens"
 LEDGER_KEY_DIR = "/var/run/agent-health/ledger-key"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SERVICE_ACCOUNT_VOLUME = "gateway-sa"
-HEALTH_PATH = "/healthz"
 FIRST_PORT = 15000
 
 
@@ -69,11 +72,9 @@ class Route:
 
 @dataclasses.dataclass(frozen=True)
 class Ports:
-    """The gateway's ports, chosen from 15000 up, skipping every port the RunSpec uses."""
+    """The gateway's loopback ports, chosen from 15000 up, skipping every port the RunSpec
+    uses (the controller's listeners are Unix sockets)."""
 
-    health: int
-    agent: int
-    judge: int
     peers: Mapping[str, int]
     """Peer name → the listener the target calls to reach that peer."""
     peer_target: Mapping[str, int]
@@ -84,9 +85,8 @@ def ports(spec: runspec.RunSpec) -> Ports:
     """Deterministic listener ports for ``spec`` (every cell of a RunSpec gets the same)."""
     taken = {spec.spec.target.port, *(p.port for p in spec.spec.peers)}
     free = (p for p in itertools.count(FIRST_PORT) if p not in taken)
-    health, agent, judge = next(free), next(free), next(free)
     peers = {p.name: next(free) for p in spec.spec.peers}
-    return Ports(health, agent, judge, peers, {p.name: next(free) for p in spec.spec.peers})
+    return Ports(peers, {p.name: next(free) for p in spec.spec.peers})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +110,6 @@ def gateway_args(
     ledger: str,
     identity: Identity,
     key_file: str,
-    health: int,
 ) -> list[str]:
     """The gateway's command line (``agent-health gateway``) — the one place its flags live.
 
@@ -131,9 +130,9 @@ def gateway_args(
         args += ["--image", f"{name}={image}"]
     for principal, path in tokens.items():
         args += ["--token", f"{principal}={path}"]
-    # The controller's records go to a Unix socket only it and the gateway mount; the kubelet
-    # probes the pod IP, so /healthz alone is also served on TCP beyond loopback.
-    return [*args, "--admin", f"unix:{ADMIN_SOCKET}", "--health", f"0.0.0.0:{health}"]
+    # The controller's records, and the kubelet's probe, go to a Unix socket only the gateway
+    # and the controller mount: nothing of the gateway listens beyond the pod's loopback.
+    return [*args, "--admin", f"unix:{ADMIN_SOCKET}"]
 
 
 def container(
@@ -142,7 +141,6 @@ def container(
     routes: Sequence[Route],
     token_volumes: Mapping[str, dict[str, Any]],
     ledger: str,
-    health: int,
     scratch: dict[str, Any],
     settings: manifests.Settings,
 ) -> dict[str, Any]:
@@ -167,12 +165,7 @@ def container(
         ledger=ledger,
         identity=identity,
         key_file=f"{LEDGER_KEY_DIR}/{cellsecrets.LEDGER_KEY}",
-        health=health,
     )
-
-    def probe(period: int, **more: int) -> dict[str, Any]:
-        return {"httpGet": {"path": HEALTH_PATH, "port": health}, "periodSeconds": period, **more}
-
     body: dict[str, Any] = {
         "name": NAME,
         "image": settings.gateway_image,
@@ -180,15 +173,27 @@ def container(
         "args": args,
         "env": manifests.python_env(),
         "restartPolicy": "Always",
-        "startupProbe": probe(1, failureThreshold=settings.startup_seconds),
-        "readinessProbe": probe(5),
+        # Until it passes, no other container starts: the target cannot take a listener's
+        # port first. No readiness probe: nothing routes to a cell, and an exec per period
+        # per cell would cost its node a process start each time.
+        "startupProbe": {
+            "exec": {"command": probe_command()},
+            "periodSeconds": 1,
+            "timeoutSeconds": 5,
+            "failureThreshold": settings.startup_seconds,
+        },
         "volumeMounts": mounts,
-        "resources": manifests.resources(settings.gateway_resources),
+        "resources": settings.resources.gateway.wire(),
         "securityContext": manifests.container_security_context(settings),
     }
     if settings.ledger_credentials_secret is not None:
         body["envFrom"] = [{"secretRef": {"name": settings.ledger_credentials_secret}}]
     return body
+
+
+def probe_command() -> list[str]:
+    """The gateway's startup probe: ``/healthz`` on its admin socket, from inside its container."""
+    return ["python", "-I", "-S", "-c", admin.PROBE, ADMIN_SOCKET]
 
 
 def volumes(cell: str, attempt: int, settings: manifests.Settings) -> list[dict[str, Any]]:

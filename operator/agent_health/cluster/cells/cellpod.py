@@ -3,15 +3,24 @@
 ``controller`` is the main container (``agent-health cell``); ``gateway``, ``target`` and
 each peer are native sidecars (init containers with ``restartPolicy: Always``), so the pod
 completes when the controller exits. The gateway starts first and must pass its startup
-probe before the target starts; the target and each peer must accept TCP on their port
-(on the pod IP, as the kubelet probes it there) before the next container starts.
+probe (run in its own container, over its admin socket) before anything else starts; the
+target and each peer must accept TCP on their port (on the pod IP, as the kubelet probes it
+there) before the next container starts. No other pod reaches those ports: the run's
+NetworkPolicy admits no ingress.
 
 Secrets are mounted per container (see :mod:`.cellgateway` for who is recorded how): the
 ledger key and ledger credentials only into the gateway; each principal's token only into
 its own container and the gateway. The target gets no token and no service-account token,
 and reaches its peers only through the gateway, whose listeners replace the peers' URLs.
 Nor may a RunSpec hand the target or a peer one of agent-health's Secrets through ``env``
-(any cell's tokens, a run's ledger key, the ledger credentials): that is a SpecError.
+(:func:`.admission.refuse_our_secrets`).
+
+Every container has CPU and memory limits (:mod:`.resources`; a RunSpec's own for its target
+and peers, within the operator's cap); the pod names every container but the gateway in
+``eks.amazonaws.com/skip-containers``, so EKS's identity webhook gives the cells'
+ServiceAccount role to the gateway alone; an operator that requires a RuntimeClass
+(``--cell-runtime-class``) runs every cell with it. :func:`.admission.admit` checks a
+RunSpec against the operator's rules before anything is created.
 """
 
 from __future__ import annotations
@@ -22,16 +31,11 @@ from typing import Any
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
-from agent_health.cluster.cells import cellgateway, cellsecrets, manifests, sandbox
+from agent_health.cluster.cells import admission, cellgateway, cellsecrets, manifests, sandbox
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
-# Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
-# in -<hash>-r<repeat>) and any run's ledger key (<run>-ledger-key).
-_OUR_SECRETS = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-ledger-key)$"
-)
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -81,7 +85,8 @@ def cell_pod(
             "in a cluster cell; serve the agent over HTTP (rest, agui or openai) with a port"
         )
     cell = manifests.cell_name(run_name, test_id, repeat)
-    _refuse_our_secrets(spec, settings)
+    admission.admit(spec, settings)
+    admission.refuse_our_secrets(spec, settings)
     plan = cellgateway.ports(spec)
     controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
     model = manifests.judge_model(run, spec, settings)
@@ -133,7 +138,6 @@ def cell_pod(
             routes=routes,
             token_volumes=tokens,
             ledger=_ledger_url(spec, settings),
-            health=plan.health,
             scratch=scratch[cellgateway.NAME],
             settings=settings,
         ),
@@ -150,7 +154,7 @@ def cell_pod(
                     {"name": "AGENT_HEALTH_TARGET_URL", "value": to_target},
                 ],
                 mounts=[scratch[container_name], own_token(f"peer:{peer.name}")],
-                resources=peer.resources,
+                compute=admission.resources_of(spec, settings, peer),
                 port=peer.port,
                 settings=settings,
             )
@@ -163,7 +167,7 @@ def cell_pod(
             manifests.pinned(target.image, digests),
             env=_target_env(spec, plan),
             mounts=[scratch[TARGET]],
-            resources=target.resources,
+            compute=admission.resources_of(spec, settings, None),
             port=target.port,
             settings=settings,
         )
@@ -202,7 +206,7 @@ def cell_pod(
             cellgateway.socket_mount(),
             *suite_mounts,
         ],
-        "resources": manifests.resources(settings.controller_resources),
+        "resources": settings.resources.controller.wire(),
         # A crash before the cell could record anything still leaves its reason on the pod.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": manifests.container_security_context(settings),
@@ -228,6 +232,7 @@ def cell_pod(
             "annotations": {
                 manifests.ANNOTATION_TEST_ID: test_id,
                 manifests.ANNOTATION_RUNSPEC: run.spec.run_spec_ref.name,
+                **manifests.skip_cloud_identity(pod_spec, keep=cellgateway.NAME),
             },
             "ownerReferences": [manifests.owner_reference(run)],
         },
@@ -262,7 +267,8 @@ def cell(
     )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":
-        return sandbox.sandbox(pod, runtime_class_name=isolation.runtime_class_name)
+        chosen = isolation.runtime_class_name or settings.sandbox_runtime_class
+        return sandbox.sandbox(pod, runtime_class_name=chosen or settings.runtime_class)
     return pod
 
 
@@ -275,23 +281,6 @@ def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
         f"RunSpec {spec.metadata.get('name', '?')}: spec.ledger.url is unset and the operator "
         "has no default ledger; set spec.ledger.url"
     )
-
-
-def _refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
-    """A target or peer that read our tokens or ledger key could speak as the controller."""
-    envs = [("target", spec.spec.target.env)]
-    envs += [(f"peers[{p.name}]", p.env) for p in spec.spec.peers]
-    for where, env in envs:
-        for var in env:
-            ref = var.value_from.secret_key_ref if var.value_from is not None else None
-            if ref is None:
-                continue
-            if _OUR_SECRETS.match(ref.name) or ref.name == settings.ledger_credentials_secret:
-                raise errors.SpecError(
-                    f"RunSpec {spec.metadata.get('name', '?')}: {where}.env {var.name} reads "
-                    f"Secret {ref.name!r}, one of agent-health's own (principal tokens, ledger "
-                    "key or ledger credentials); the target and peers must never hold them"
-                )
 
 
 def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:
@@ -318,7 +307,7 @@ def _sidecar(
     *,
     env: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
-    resources: Mapping[str, Any],
+    compute: dict[str, Any],
     port: int,
     settings: manifests.Settings,
 ) -> dict[str, Any]:
@@ -334,6 +323,6 @@ def _sidecar(
             "failureThreshold": settings.startup_seconds,
         },
         "volumeMounts": mounts,
-        "resources": manifests.resources(resources),
+        "resources": compute,
         "securityContext": manifests.container_security_context(settings),
     }

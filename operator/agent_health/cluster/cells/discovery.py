@@ -1,9 +1,11 @@
 """The discovery Pod: ``agent-health list --json`` over a RunSpec's suite, nothing else.
 
-It runs the controller image with the same suite source and restricted security context
-as a cell, without gateway, target, peers or tokens, and ends by itself
-(``activeDeadlineSeconds``). The operator reads the JSON from the pod's log; on failure the
-log's tail becomes the termination message.
+It runs the controller image with the same suite source, restricted security context,
+RuntimeClass (``--cell-runtime-class``) and CPU and memory limits as a cell's controller,
+without gateway, target, peers or tokens, and ends by itself (``activeDeadlineSeconds``).
+It imports the tenant's test files, so it is fenced like a cell: no cloud identity
+(``eks.amazonaws.com/skip-containers``), no service-account token. The operator reads the
+JSON from the pod's log; on failure the log's tail becomes the termination message.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def discovery_pod(
         "args": ["list", "--json", spec.spec.suite.path],
         "env": manifests.python_env(),
         "volumeMounts": [scratch_mount, *mounts],
-        "resources": manifests.resources(settings.controller_resources),
+        "resources": settings.resources.controller.wire(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": manifests.container_security_context(settings),
     }
@@ -70,6 +72,8 @@ def discovery_pod(
         "metadata": {
             "name": discovery_name(spec, digests, revision),
             "namespace": namespace,
+            # Suite code runs here (test files are imported): no cloud identity for it.
+            "annotations": manifests.skip_cloud_identity(pod_spec),
             "labels": {
                 manifests.LABEL_MANAGED_BY: manifests.MANAGED_BY,
                 manifests.LABEL_RUNSPEC: manifests.label_value(name),

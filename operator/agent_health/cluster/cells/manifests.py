@@ -17,7 +17,6 @@ seccomp profile and a read-only root filesystem with its own ``emptyDir`` at ``/
 from __future__ import annotations
 
 import base64
-import copy
 import dataclasses
 import hashlib
 import re
@@ -26,6 +25,7 @@ from typing import Any
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.cells import resources as resources_mod
 from agent_health.cluster.registry import registry
 
 LABEL_RUN = "agenthealth.dev/run"
@@ -37,6 +37,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "agent-health"
 ANNOTATION_TEST_ID = "agenthealth.dev/test-id"
 ANNOTATION_RUNSPEC = "agenthealth.dev/runspec"
+SKIP_CONTAINERS = "eks.amazonaws.com/skip-containers"
 
 COMMAND = ("agent-health",)
 SCRATCH = "/tmp"
@@ -47,10 +48,6 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 Owner = evaluationrun.EvaluationRun | runspec.RunSpec
-
-
-def _default_resources(cpu: str, memory: str, limit: str) -> dict[str, Any]:
-    return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": limit}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +73,13 @@ class Settings:
 
     ``gateway_service_account`` names a ServiceAccount for the *gateway's* object-store
     credentials (IRSA, GKE Workload Identity, Azure Workload Identity): the pod runs as it,
-    but its token is projected into the gateway container only. Caveat: GKE's metadata
-    server and EKS's Pod Identity agent answer any container of the pod, so there, prefer
-    ``ledger_credentials_secret`` (an ``envFrom`` Secret on the gateway alone) or a
-    ConfigMap ledger.
+    its token is projected into the gateway container only, and the pod carries
+    ``eks.amazonaws.com/skip-containers`` naming every other container, so EKS's webhook
+    (IRSA and Pod Identity) gives the role to the gateway alone. GKE's metadata server
+    cannot be limited per container: with Workload Identity it gives the account's token
+    to any container of the pod that reaches it (the cells' NetworkPolicy denies it unless
+    the admin declares it), so there, prefer ``ledger_credentials_secret`` (an ``envFrom``
+    Secret on the gateway alone) or a ConfigMap ledger.
     """
 
     controller_image: str
@@ -97,12 +97,16 @@ class Settings:
     scratch_size: str = "256Mi"
     startup_seconds: int = 180
     """Slack on top of the test timeout for pulls and sidecar starts (activeDeadlineSeconds)."""
-    controller_resources: Mapping[str, Any] = dataclasses.field(
-        default_factory=lambda: _default_resources("100m", "256Mi", "1Gi")
+    resources: resources_mod.CellResources = dataclasses.field(
+        default_factory=resources_mod.CellResources
     )
-    gateway_resources: Mapping[str, Any] = dataclasses.field(
-        default_factory=lambda: _default_resources("50m", "64Mi", "256Mi")
-    )
+    """Each container's CPU and memory defaults, and the cap on a RunSpec's own."""
+    runtime_class: str | None = None
+    """Every cell and discovery pod runs with this RuntimeClass; a RunSpec naming another is
+    refused (``--cell-runtime-class``)."""
+    sandbox_runtime_class: str | None = None
+    """The RuntimeClass of sandboxed cells whose RunSpec names none
+    (``--sandbox-runtime-class``)."""
 
     def __post_init__(self) -> None:
         for field in ("controller_image", "gateway_image"):
@@ -110,6 +114,14 @@ class Settings:
                 raise ValueError(f"operator setting {field} must be pinned (name@sha256:...)")
         if self.run_as_user <= 0 or self.run_as_group <= 0:
             raise ValueError("operator settings run_as_user and run_as_group must be non-zero")
+        if self.runtime_class is not None and self.sandbox_runtime_class not in (
+            None,
+            self.runtime_class,
+        ):
+            raise ValueError(
+                f"--sandbox-runtime-class {self.sandbox_runtime_class} differs from "
+                f"--cell-runtime-class {self.runtime_class}, which every cell must use"
+            )
 
 
 def judge_model(
@@ -259,7 +271,21 @@ def pod_spec_base(settings: Settings) -> dict[str, Any]:
     }
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
+    if settings.runtime_class is not None:
+        spec["runtimeClassName"] = settings.runtime_class
     return spec
+
+
+def skip_cloud_identity(pod_spec: Mapping[str, Any], *, keep: str | None = None) -> dict[str, str]:
+    """Annotations that keep EKS's identity webhook from handing the pod's role to every
+    container: ``eks.amazonaws.com/skip-containers`` lists each one but ``keep``.
+
+    IRSA and EKS Pod Identity inject their credentials into *every* container of a pod whose
+    ServiceAccount carries a role, unless the pod names the containers to skip. A cell's
+    ServiceAccount exists for its gateway (the ledger), so all others are skipped.
+    """
+    names = [c["name"] for c in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]]
+    return {SKIP_CONTAINERS: ",".join(n for n in names if n != keep)}
 
 
 def scratch_volume(container: str, settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -284,11 +310,6 @@ def suite_source(
     volume = {"name": "suite", "configMap": {"name": suite.config_map.name, "defaultMode": 0o444}}
     mount = {"name": "suite", "mountPath": suite.path, "readOnly": True}
     return settings.controller_image, [volume], [mount]
-
-
-def resources(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A private copy of a resources block (manifests never share objects with their inputs)."""
-    return copy.deepcopy(dict(value))
 
 
 def python_env() -> list[dict[str, Any]]:

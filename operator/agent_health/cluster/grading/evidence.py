@@ -215,6 +215,7 @@ def _run_result(record: records.RunResultRecord) -> results.RunResult:
         trajectory=steps,
         token_usage=protocol.TokenUsage.from_counts(record.token_usage) or protocol.TokenUsage(),
         duration_ms=record.duration_ms,
+        raw=record.raw or {},
         unreported=frozenset(record.unreported or ()),
     )
 

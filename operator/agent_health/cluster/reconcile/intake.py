@@ -30,7 +30,7 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import cellsecrets, ledgerurl, manifests, netpol
+from agent_health.cluster.cells import admission, cellsecrets, ledgerurl, manifests, netpol
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
@@ -142,6 +142,7 @@ class Intake:
             return
         try:
             spec = meta.parse(runspec.RunSpec, spec_body, what=f"RunSpec {run.runspec}")
+            admission.admit(spec, self.settings)
             outcome = await self.discoveries.tests(spec)
             if outcome is None or outcome.error is not None:
                 why = outcome.error if outcome else "its discovery pod is gone; edit the RunSpec"

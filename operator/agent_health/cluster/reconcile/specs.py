@@ -36,7 +36,7 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
-from agent_health.cluster.cells import discovery, ledgerurl, manifests
+from agent_health.cluster.cells import admission, discovery, ledgerurl, manifests, netpol
 from agent_health.cluster.reconcile import events, listing
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
@@ -108,6 +108,8 @@ class SpecReconciler:
     retry_delay: float = RETRY_DELAY
     ledger_allowed: Sequence[str] = ledgerurl.DEFAULT_ALLOWED
     """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
+    fenced: bool = False
+    """``--network-policy``: a discovery pod runs behind a policy that lets nothing in or out."""
     failures: dict[tuple[str, int | None], int] = dataclasses.field(default_factory=dict)
     """Failed attempts per (uid, generation), until one succeeds."""
 
@@ -139,6 +141,14 @@ class SpecReconciler:
             raise kopf.TemporaryError(message, delay=delay) from err
         self.failures.pop(key, None)
 
+    async def _discovery_policy(self, spec: runspec.RunSpec, namespace: str) -> None:
+        """The RunSpec's discovery policy; one that exists already (409) is kept."""
+        try:
+            await self.api.create(kube.NETWORKPOLICIES, namespace, netpol.discovery_policy(spec))
+        except kube.ApiError as err:
+            if err.status != 409:
+                raise
+
     async def _reconcile(self, body: Mapping[str, Any], writer: _StatusWriter) -> None:
         namespace, name = writer.namespace, writer.name
         try:
@@ -156,11 +166,18 @@ class SpecReconciler:
                 message = f"RunSpec {namespace}/{name} spec.ledger.url: {wrong}"
                 await writer.set(RESOLVED, "False", "InvalidLedgerUrl", message)
                 raise kopf.PermanentError(message)
+        try:  # before any pod: discovery runs the suite's code too
+            admission.admit(spec, self.settings)
+        except errors.SpecError as err:
+            await writer.set(RESOLVED, "False", "NotAllowed", str(err))
+            raise kopf.PermanentError(str(err)) from err
         digests = await self._digests(spec, writer)
         pod = discovery.discovery_pod(
             spec, digests=digests, settings=self.settings, deadline_seconds=self.discovery_deadline
         )
         key = (namespace, pod["metadata"]["name"])
+        if self.fenced:  # first: the suite's code runs as soon as the pod does
+            await self._discovery_policy(spec, namespace)
         created, _ = await self.api.ensure(kube.PODS, namespace, pod)
         outcome = await self.discoveries.observe(created) or await self.discoveries.wait(
             key, self.wait_seconds

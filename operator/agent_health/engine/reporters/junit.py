@@ -6,7 +6,8 @@ and each derived metric is a ``metric.NAME`` property with its value.
 
 A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure`` or
 ``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
-``system-out`` / ``system-err``.
+``system-out`` / ``system-err``. A replayed result (``--replay``: the agent was not called)
+has the property ``replayed=true``, and its suites ``replayed_from`` the recording.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
         ET.SubElement(props, "property", name=f"metric.{key}", value=str(shown))
     if test["status"] == "flaky":
         ET.SubElement(props, "property", name="flaky", value="true")
+    if test.get("replayed"):
+        ET.SubElement(props, "property", name="replayed", value="true")
     lines = [_signal_line(sig) for sig in test["signals"]]
     if test.get("stdout"):
         lines.append(test["stdout"])
@@ -134,6 +137,10 @@ def render(report: RunReport) -> bytes:
             skipped=str(sum(t["status"] == "skipped" for t in tests)),
             time=f"{sum(t['duration_ms'] for t in tests) / 1000:.3f}",
         )
+        replayed = report.provenance.replay if report.provenance else None
+        if replayed:
+            props = ET.SubElement(suite, "properties")
+            ET.SubElement(props, "property", name="replayed_from", value=replayed)
         for text in errors:
             name = "hook error" if " hook " in text else LOAD_ERROR
             case = ET.SubElement(suite, "testcase", name=name, classname=file, file=file)

@@ -45,9 +45,10 @@ def _line(result: TestResult, repeats: int = 1) -> str:
         extra = f" — {result.skip_reason}"
     elif result.status == "flaky":
         extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
+    replayed = " [replayed]" if result.replayed else ""
     return (
         f"{MARK[result.status]} {result.status:<7} {result.file} › {result.title}{repeat} "
-        f"({result.duration_ms:.0f} ms){extra}"
+        f"({result.duration_ms:.0f} ms){replayed}{extra}"
     )
 
 
@@ -112,7 +113,9 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     k = report.summary.repeats
     shown = tests if len(tests) <= TABLE_LIMIT else [t for t in tests if t["status"] != "passed"]
     if shown:
-        table = Table(title="agent-health results", show_lines=False)
+        replayed = report.provenance.replay if report.provenance else None
+        title = "agent-health results" + (" (replayed)" if replayed else "")
+        table = Table(title=title, show_lines=False)
         with_notes = any(_notes(t["metrics"] or {}) for t in shown)
         for column, justify in (
             ("status", "left"),
@@ -180,6 +183,12 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         )
     if s.total:
         console.print(f"[dim]{escape(legend(s.repeats))}[/]", highlight=False)
+    if report.provenance is not None and report.provenance.replay:
+        console.print(
+            f"[bold]replayed[/] from {escape(report.provenance.replay)}: agent.run() was "
+            "answered from the recording; the agent was not called",
+            highlight=False,
+        )
     if s.insights is not None:
         how = "the judge model's synthesis" if s.insights.source == "llm" else "grouped"
         console.print(f"across the suite ({how}): {escape(s.insights.summary)}", highlight=False)

@@ -225,6 +225,12 @@
       card("duration", "duration", seconds(SUMMARY.duration_ms),
         SUMMARY.interrupted ? "interrupted: " + (SUMMARY.not_run || 0) + " never started" : null));
     root.replaceChildren(cards);  // the summary is built once, at load
+    if (PROVENANCE && PROVENANCE.replay) {
+      root.prepend(el("div", { class: "replayed-banner", role: "note" },
+        el("strong", { text: "Replayed" }),
+        " from " + PROVENANCE.replay + ": every agent.run() was answered from the recording;"
+        + " the agent was not called."));
+    }
     const loadErrors = SUMMARY.load_errors || [];
     if (loadErrors.length) {
       root.append(el("div", { class: "load-errors", role: "alert" },
@@ -295,6 +301,7 @@
     if (p.judge) parts.push(judgeText(p.judge));
     if (p.suite && p.suite.git_commit) parts.push("commit " + p.suite.git_commit.slice(0, 12)
       + (p.suite.git_dirty ? " (dirty)" : ""));
+    if (p.replay) parts.push("replayed from " + p.replay);
     if (p.started_at) parts.push(p.started_at.replace("T", " ").slice(0, 19));
     if (p.agent_health_version) parts.push("agent-health " + p.agent_health_version);
     return parts.join(" · ");
@@ -326,6 +333,7 @@
     }
     add("config", p.config_file); add("config hash", p.config_hash);
     add("ledger", p.ledger);
+    add("replayed from", p.replay);
     add("started", p.started_at); add("ended", p.ended_at);
     add("agent-health", p.agent_health_version); add("python", p.python_version);
     add("command line", (p.command_line || []).join(" "));
@@ -381,7 +389,9 @@
         group.runs.length > 1 ? el("span", { class: "dots" }, group.runs.map((r) =>
           el("span", { class: "dot " + r.status, title: repeatLabel(r.repeat) + " " + r.status })))
           : null,
-        group.flaky ? el("span", { class: "flaky", text: "flaky" }) : null));
+        group.flaky ? el("span", { class: "flaky", text: "flaky" }) : null,
+        group.runs.some((r) => r.replayed) ? el("span", { class: "replayed",
+          text: "replayed" }) : null));
   }
 
   function renderList() {
@@ -436,7 +446,9 @@
           text: MARK[run.status] + " " + run.status + (run.cause ? " (" + run.cause + ")" : "") }),
         group.flaky ? el("span", { class: "flaky", text: "flaky: "
           + (group.counts.passed + group.counts.flaky) + "/" + group.runs.length
-          + " passed" + (group.counts.flaky ? " (on a retry)" : "") }) : null),
+          + " passed" + (group.counts.flaky ? " (on a retry)" : "") }) : null,
+        run.replayed ? el("span", { class: "replayed", title: "agent.run() was answered "
+          + "from the recording (--replay)", text: "replayed" }) : null),
       el("div", { class: "muted mono", text: group.id }),
       group.runs.length > 1 ? el("div", { class: "repeat-tabs", role: "tablist" },
         group.runs.map((r) => el("button", {
