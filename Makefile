@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools generate bench bench-peers bench-operator screenshot clean
+.PHONY: demo test lint tools generate lock bench bench-peers bench-operator screenshot clean
 
 # Two installs into one venv: the demo's (the package and what it needs at run time, no
 # extras) and the developers' (the dev extra on top: pytest, mypy, moto, kopf, ...). A venv
@@ -54,6 +54,18 @@ generate: $(BIN)/agent-health
 	$(BIN)/agent-health crds --out crds
 	cp crds/*.yaml charts/agent-health/crds/
 	$(BIN)/python -m agent_health.cluster.api.reference docs/operator.md
+
+# The images' Python dependencies, pinned with every artifact's sha256 (images/locks/; the
+# Dockerfile installs them with --require-hashes). Rerun after changing a dependency in
+# pyproject.toml; test_ship_images fails until the locks satisfy it. Needs PyPI (uv resolves
+# for every platform the images build for, not just this machine).
+LOCK := $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
+	--generate-hashes --no-header --quiet
+lock: $(BIN)/agent-health
+	$(BIN)/pip install --quiet 'uv>=0.4'
+	$(LOCK) -o images/locks/base.txt
+	$(LOCK) --extra operator --extra s3 --extra gcs -o images/locks/operator.txt
+	$(LOCK) --extra gateway --extra s3 --extra gcs -o images/locks/gateway.txt
 
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.
 # Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.

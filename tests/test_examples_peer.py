@@ -23,12 +23,14 @@ from cell_support import CELL
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "examples" / "01-quickstart" / "test_triage.py"
+PEER_TOKEN = "peer-logs-token-3b9e1f07"
 PAYMENT = "test_cell.py::payment RCA names the DB outage"
 
 
 @contextlib.asynccontextmanager
-async def counted_peer() -> AsyncIterator[tuple[str, list[str]]]:
-    """The example log server on loopback; yields its URL and the paths it was asked for."""
+async def counted_peer(token: str | None = None) -> AsyncIterator[tuple[str, list[str]]]:
+    """The example log server on loopback (with ``token``: as in a cell, serving only calls
+    the gateway forwarded); yields its URL and the paths it was asked for."""
     seen: list[str] = []
 
     @web.middleware
@@ -36,8 +38,8 @@ async def counted_peer() -> AsyncIterator[tuple[str, list[str]]]:
         seen.append(request.path)
         return await handler(request)
 
-    app = log_server.app()
-    app.middlewares.append(count)
+    app = log_server.app(token=token)
+    app.middlewares.insert(0, count)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -91,14 +93,19 @@ async def test_in_a_cell_the_agents_tool_calls_are_the_targets_calls_to_its_peer
     # peer listener: hold a listening socket for the agent, start the gateway, then the agent.
     held = socket.create_server(("127.0.0.1", 0))
     agent_port = held.getsockname()[1]
-    async with counted_peer() as (peer_url, seen):
+    # The peer's own token, as the cell mounts it into the peer and the gateway alone.
+    (tmp_path / "peer-token").write_text(PEER_TOKEN)
+    tokens = {"controller": str(tmp_path / "token"), "peer:logs": str(tmp_path / "peer-token")}
+    async with counted_peer(PEER_TOKEN) as (peer_url, seen):
         routes = [
             {"principal": "controller", "to": "target", "listen": "127.0.0.1:0",
              "upstream": f"http://127.0.0.1:{agent_port}"},
             {"principal": "target", "to": "peer:logs", "listen": "127.0.0.1:0",
              "upstream": peer_url},
         ]  # fmt: skip
-        proxy = await cell_support.cell_gateway(tmp_path, agent_port, "", routes=routes)
+        proxy = await cell_support.cell_gateway(
+            tmp_path, agent_port, "", routes=routes, token_files=tokens
+        )
         agent = web.AppRunner(triage_agent.agent_app(proxy.url("target", "peer:logs")))
         try:
             await agent.setup()
@@ -107,13 +114,22 @@ async def test_in_a_cell_the_agents_tool_calls_are_the_targets_calls_to_its_peer
                 tmp_path, proxy, QUICKSTART.read_text(), test_id=PAYMENT
             )
             code, result = await cell.run_cell(settings)
+            # The target shares the loopback, knows the peer's port, and calls it directly:
+            # refused, so every tool result it has went through the gateway and its ledger.
+            async with httpx.AsyncClient() as client:
+                direct = await client.get(f"{peer_url}/search_logs", params={"service": "db"})
+                forged = await client.get(
+                    f"{peer_url}/search_logs", headers={log_server.VIA_HEADER: "a-guess"}
+                )
         finally:
             await agent.cleanup()
             await proxy.stop()
     assert code == 0
     assert result is not None
     assert result.status == "passed", result
-    assert seen == ["/search_logs", "/service_status"]
+    assert (direct.status_code, forged.status_code) == (403, 403)
+    assert "through the cell's gateway" in direct.json()["error"]
+    assert seen == ["/search_logs", "/service_status", "/search_logs", "/search_logs"]
     exchanges = [
         found
         for line in cell_support.ledger_lines(tmp_path)

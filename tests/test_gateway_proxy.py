@@ -89,6 +89,29 @@ async def test_a_peer_route_records_the_target_calling_the_peer(
     assert (record.principal, record.upstream, record.evidence) == ("target", "peer:tools", "none")
 
 
+@pytest.mark.parametrize("forged", [None, "a-guess", CONTROLLER_TOKEN])
+async def test_a_call_to_a_peer_carries_the_peers_own_token_and_nothing_the_caller_claimed(
+    tmp_path: Path, upstream: str, forged: str | None
+) -> None:
+    """The target shares the pod's loopback with its peers; a peer tells the gateway's calls
+    from the target's direct ones by its own token, which only the gateway adds."""
+    to_peer = f"principal=target,to=peer:tools,listen=127.0.0.1:0,upstream={upstream}"
+    to_target = f"principal=peer:tools,to=target,listen=127.0.0.1:0,upstream={upstream}"
+    headers = {gateway.VIA_HEADER: forged} if forged else {}
+    async with through(tmp_path, to_peer, to_target) as (gw, client):
+        async with client.get(gw.url("target", "peer:tools") + "/echo", headers=headers) as got:
+            at_peer = (await got.json())["headers"]
+        call = {**headers, gateway.TOKEN_HEADER: PEER_TOKEN}
+        async with client.get(gw.url("peer:tools", "target") + "/echo", headers=call) as got:
+            at_target = (await got.json())["headers"]
+    assert at_peer[gateway.VIA_HEADER.lower()] == PEER_TOKEN
+    # Nor does the target learn any token: not the peer's, not what a caller claimed.
+    assert gateway.VIA_HEADER.lower() not in at_target
+    assert PEER_TOKEN not in json.dumps(at_target)
+    text = (tmp_path / "cell-1.jsonl").read_text()
+    assert PEER_TOKEN not in text
+
+
 async def test_headers_hop_by_hop_dropped_run_id_and_traceparent_forwarded(
     tmp_path: Path, upstream: str
 ) -> None:

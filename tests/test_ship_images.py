@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -21,9 +22,12 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from agent_health import gateway
+from packaging import markers, requirements, utils
 from ship_support import ROOT
 
 IMAGES = ROOT / "images"
@@ -32,9 +36,9 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 DIGEST_PINNED = re.compile(r"^[\w.:/-]+@sha256:[0-9a-f]{64}$")
 # Each image target → (its entry point, the extra its venv installs).
 EXPECTED = {
-    "operator": (["agent-health", "operator"], "[operator]"),
+    "operator": (["agent-health", "operator"], "[operator,s3,gcs]"),
     "controller": (["agent-health", "cell"], ""),
-    "gateway": (["agent-health", "gateway"], "[gateway]"),
+    "gateway": (["agent-health", "gateway"], "[gateway,s3,gcs]"),
     "triage-agent": (["python", "/app/triage_agent.py", "--host", "0.0.0.0", "--port", "8080"], ""),
     "log-server": (["python", "/app/log_server.py", "--host", "0.0.0.0", "--port", "9000"], ""),
 }
@@ -46,6 +50,21 @@ USES = {
     "triage-agent": {"wheel", "venv", "runtime", "triage-agent"},
     "log-server": {"wheel", "venv", "runtime", "log-server"},
 }
+# Each venv stage's lock (images/locks/, `make lock`) and the extras it must hold.
+LOCK_OF = {
+    "venv": "images/locks/base.txt",
+    "venv-operator": "images/locks/operator.txt",
+    "venv-gateway": "images/locks/gateway.txt",
+}
+LOCK_EXTRAS = {"venv": (), "venv-operator": ("operator", "s3", "gcs"),
+               "venv-gateway": ("gateway", "s3", "gcs")}  # fmt: skip
+# Where the images run: Linux, CPython 3.11 (the base), amd64 or arm64.
+IMAGE_PLATFORMS = [
+    {"python_version": "3.11", "python_full_version": "3.11.10", "sys_platform": "linux",
+     "platform_system": "Linux", "platform_machine": machine, "os_name": "posix",
+     "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    for machine in ("x86_64", "aarch64")
+]  # fmt: skip
 # Subcommands the CLI is being given in parallel work; until they land, the entry points
 # name them from the CLI contract (README.md's command table). Remove a name here once
 # `agent-health --help` lists it.
@@ -219,7 +238,7 @@ def test_the_wheel_is_built_once() -> None:
     venvs = [s for s in STAGES if "wheel" in copy_from(s)]
     assert sorted(s.name or "" for s in venvs) == ["venv", "venv-gateway", "venv-operator"]
     for stage in venvs:
-        assert stage.all("COPY") == ["--from=wheel /dist /dist"]
+        assert stage.all("COPY") == ["--from=wheel /dist /dist", f"{LOCK_OF[stage.name]} /locks/"]
         (install,) = stage.all("RUN")
         assert "python -m venv /opt/venv" in install
         assert "pip install" in install
@@ -230,12 +249,12 @@ def test_the_wheel_is_built_once() -> None:
 def test_each_image_installs_only_its_extra(image: str) -> None:
     (venv,) = [s for s in copy_from(BY_NAME[image]) if s.startswith("venv")]
     (install,) = BY_NAME[venv].all("RUN")
-    extra = re.search(r"agent_health-\*\.whl\)(\[\w+\])?\"", install)
+    extra = re.search(r"agent_health-\*\.whl\)(\[[\w,]+\])?\"", install)
     assert extra, install
     assert (extra[1] or "") == EXPECTED[image][1]
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    if extra[1]:
-        assert extra[1].strip("[]") in declared["optional-dependencies"]
+    for name in filter(None, (extra[1] or "").strip("[]").split(",")):
+        assert name in declared["optional-dependencies"]
 
 
 @pytest.mark.parametrize("image", sorted(EXPECTED))
@@ -325,3 +344,133 @@ async def test_the_example_peer_runs_as_a_process() -> None:
     finally:
         process.terminate()
         await process.wait()
+
+
+async def test_in_a_cell_the_example_peer_serves_only_the_gateways_calls(tmp_path: Path) -> None:
+    """The peer process as a cell runs it: its own token in $AGENT_HEALTH_TOKEN_FILE. A call
+    without the gateway's header (the target, straight over loopback) is refused."""
+    sys.path.insert(0, str(ROOT / "examples" / "agents"))
+    import log_server
+
+    assert log_server.VIA_HEADER == gateway.VIA_HEADER  # the example speaks the gateway's header
+    token = "peer-logs-token-c41d"
+    (tmp_path / "token").write_text(token + "\n")
+    script = ROOT / "examples" / "agents" / "log_server.py"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), "--port", "0",
+        env={**os.environ, "AGENT_HEALTH_TOKEN_FILE": str(tmp_path / "token")},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        url = (await process.stdout.readline()).decode().rsplit(" ", 1)[-1].strip()
+        async with httpx.AsyncClient(base_url=url) as client:
+            direct = await client.get("/service_status", params={"name": "db-primary"})
+            guessed = await client.get(
+                "/service_status", params={"name": "db-primary"}, headers={gateway.VIA_HEADER: "x"}
+            )
+            forwarded = await client.get(
+                "/service_status",
+                params={"name": "db-primary"},
+                headers={gateway.VIA_HEADER: token},
+            )
+            health = await client.get("/healthz")  # the kubelet's probe carries no header
+    finally:
+        process.terminate()
+        await process.wait()
+    assert (direct.status_code, guessed.status_code) == (403, 403)
+    assert forwarded.json() == {"name": "db-primary", "status": "down"}
+    assert health.json() == {"ok": True}
+
+
+async def test_the_example_peer_refuses_to_start_on_an_empty_token_file(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("\n")
+    script = ROOT / "examples" / "agents" / "log_server.py"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), "--port", "0",
+        env={**os.environ, "AGENT_HEALTH_TOKEN_FILE": str(tmp_path / "token")},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await process.communicate()
+    assert process.returncode != 0
+    assert b"is empty" in err
+
+
+def read_lock(text: str) -> dict[str, tuple[str, str | None, list[str]]]:
+    """A pip hash-checking requirements file: name → (version, marker, sha256 hashes)."""
+    found: dict[str, tuple[str, str | None, list[str]]] = {}
+    for entry in re.sub(r"\\\n\s*", " ", text).splitlines():
+        entry = entry.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", entry)
+        spec = re.sub(r"--hash=\S+", "", entry).strip()
+        req = requirements.Requirement(spec)
+        (pin,) = req.specifier  # exactly one `==`
+        assert pin.operator == "==", f"{spec}: not pinned with =="
+        found[utils.canonicalize_name(req.name)] = (
+            pin.version,
+            str(req.marker or "") or None,
+            hashes,
+        )
+    return found
+
+
+def test_lock_reader_refuses_what_pip_would_not_take_as_locked() -> None:
+    with pytest.raises(AssertionError, match="not pinned"):
+        read_lock("aiohttp>=3.14 --hash=sha256:" + "0" * 64)
+    assert read_lock("a==1 \\\n    --hash=sha256:" + "a" * 64 + "\n    # via b\n") == {
+        "a": ("1", None, ["a" * 64])
+    }
+
+
+@pytest.mark.parametrize("stage", sorted(LOCK_OF))
+def test_every_venv_installs_its_hash_locked_dependencies_then_the_wheel_alone(
+    stage: str,
+) -> None:
+    """The images' dependencies are the locked bytes: pip's hash-checking mode refuses any
+    artifact whose sha256 is not in the lock, and the wheel brings no dependency of its own."""
+    (install,) = BY_NAME[stage].all("RUN")
+    steps = [step.strip() for step in install.split("&&")]
+    lock = "/locks/" + Path(LOCK_OF[stage]).name
+    assert steps[1] == f"/opt/venv/bin/pip install --require-hashes --no-deps -r {lock}"
+    assert steps[2].startswith("/opt/venv/bin/pip install --no-deps ")
+    assert "agent_health-*.whl" in steps[2]
+    assert steps[3] == "/opt/venv/bin/pip check"
+    for name, (version, _, hashes) in read_lock((ROOT / LOCK_OF[stage]).read_text()).items():
+        assert hashes, f"{LOCK_OF[stage]}: {name}=={version} has no --hash"
+
+
+@pytest.mark.parametrize("stage", sorted(LOCK_OF))
+def test_each_lock_satisfies_pyproject_for_its_image(stage: str) -> None:
+    """A dependency added or raised in pyproject.toml fails here until `make lock` is run."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in LOCK_EXTRAS[stage]:
+        wanted += project["optional-dependencies"][extra]
+    locked = read_lock((ROOT / LOCK_OF[stage]).read_text())
+    for platform in IMAGE_PLATFORMS:
+        env: dict[str, Any] = dict(platform)
+        installed = {
+            name: version
+            for name, (version, marker, _) in locked.items()
+            if marker is None or markers.Marker(marker).evaluate(env)
+        }
+        for line in wanted:
+            req = requirements.Requirement(line)
+            if req.marker is not None and not req.marker.evaluate(env | {"extra": ""}):
+                continue
+            name = utils.canonicalize_name(req.name)
+            assert name in installed, f"{LOCK_OF[stage]} lacks {line}: run `make lock`"
+            assert req.specifier.contains(installed[name], prereleases=True), (
+                f"{LOCK_OF[stage]} pins {name}=={installed[name]}, outside {line}: run `make lock`"
+            )
+
+
+def test_the_object_store_extras_are_in_the_images_that_touch_ledgers() -> None:
+    """The documented gs:// and s3:// ledgers work as shipped: the operator grades from them
+    and the gateway writes them."""
+    for stage in ("venv-operator", "venv-gateway"):
+        locked = read_lock((ROOT / LOCK_OF[stage]).read_text())
+        assert {"fsspec", "s3fs", "gcsfs"} <= set(locked), stage
+    assert "gcsfs" not in read_lock((ROOT / LOCK_OF["venv"]).read_text())

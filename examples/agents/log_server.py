@@ -8,6 +8,14 @@ records as ``peer:logs``.
     python log_server.py --host 0.0.0.0 --port 9000
     # GET http://127.0.0.1:9000/search_logs?service=payment&level=error
     # GET http://127.0.0.1:9000/service_status?name=db-primary
+
+In a cell, the target shares the pod's loopback with its peers, so it could call the log
+server's port directly and leave no exchange in the ledger. The cell gives this container
+its own token (the file ``$AGENT_HEALTH_TOKEN_FILE``) and the gateway sends that token in
+``X-Agent-Health-Via-Gateway`` with every call it forwards here; the target holds no token.
+So when the file is there, every tool call without it is refused (403) — only
+``/healthz``, which the kubelet probes, stays open. Outside a cell there is no file and
+nothing is checked.
 """
 
 from __future__ import annotations
@@ -15,25 +23,65 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hmac
+import os
+from pathlib import Path
 
 import triage_agent
 from aiohttp import web
+
+VIA_HEADER = "X-Agent-Health-Via-Gateway"
+TOKEN_FILE_ENV = "AGENT_HEALTH_TOKEN_FILE"
 
 
 async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-def app(fault: str | None = None) -> web.Application:
-    """The tool endpoints plus ``/healthz`` for the peer's readiness probe."""
+def gateway_only(token: str) -> web.Middleware:
+    """Refuse every call but ``/healthz`` that does not carry ``token`` in :data:`VIA_HEADER`."""
+    expected = token.encode("utf-8")
+
+    @web.middleware
+    async def check(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+        presented = request.headers.get(VIA_HEADER, "").encode("utf-8")
+        if request.path != "/healthz" and not hmac.compare_digest(presented, expected):
+            return web.json_response(
+                {"error": f"call the log server through the cell's gateway ({VIA_HEADER})"},
+                status=403,
+            )
+        return await handler(request)
+
+    return check
+
+
+def own_token() -> str | None:
+    """This container's token in a cell (``$AGENT_HEALTH_TOKEN_FILE``), else ``None``. A
+    file named but empty is an error, never a reason to serve everyone."""
+    path = os.environ.get(TOKEN_FILE_ENV)
+    if not path:
+        return None
+    token = Path(path).read_text(encoding="utf-8").strip()
+    if not token:
+        raise SystemExit(f"log server: ${TOKEN_FILE_ENV} names {path}, which is empty")
+    return token
+
+
+def app(fault: str | None = None, token: str | None = None) -> web.Application:
+    """The tool endpoints plus ``/healthz`` for the peer's readiness probe; with ``token``,
+    only calls the gateway forwarded are served."""
     served = triage_agent.tools_app(fault)
     served.router.add_get("/healthz", healthz)
+    if token is not None:
+        served.middlewares.append(gateway_only(token))
     return served
 
 
-async def start(host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, str]:
+async def start(
+    host: str = "127.0.0.1", port: int = 0, token: str | None = None
+) -> tuple[web.AppRunner, str]:
     """Serve the tools on ``host:port`` (0 = a free port); return the runner and base URL."""
-    runner = web.AppRunner(app())
+    runner = web.AppRunner(app(token=token))
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     bound = runner.addresses[0][1]
@@ -41,7 +89,7 @@ async def start(host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, 
 
 
 async def _main(host: str, port: int) -> None:
-    runner, url = await start(host, port)
+    runner, url = await start(host, port, own_token())
     print(f"log server listening on {url}", flush=True)
     try:
         await asyncio.Event().wait()

@@ -19,6 +19,7 @@ image stays small.
 from agent_health.gateway.config import (
     RUN_ID_HEADER,
     TOKEN_HEADER,
+    VIA_HEADER,
     Route,
     Settings,
     Tokens,
@@ -32,6 +33,7 @@ from agent_health.gateway.server import Gateway, serve
 __all__ = [
     "RUN_ID_HEADER",
     "TOKEN_HEADER",
+    "VIA_HEADER",
     "Gateway",
     "GatewayConfigError",
     "GatewayError",

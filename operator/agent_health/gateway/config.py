@@ -37,6 +37,10 @@ from agent_health.gateway import errors
 
 TOKEN_HEADER = "X-Agent-Health-Token"
 RUN_ID_HEADER = "X-Agent-Health-Run-Id"
+VIA_HEADER = "X-Agent-Health-Via-Gateway"
+"""On every call the gateway forwards to a peer: that peer's own token, which only the gateway
+and the peer hold. A peer that answers only calls carrying it is reachable by the target
+through the gateway alone (the target shares the pod's loopback, but holds no token)."""
 CONFIG_ENV = "AGENT_HEALTH_GATEWAY_CONFIG"
 NO_TOKEN, INVALID_TOKEN = "none", "invalid-token"  # the evidence of a call without a valid token
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
@@ -268,10 +272,12 @@ class Tokens:
 
     def __init__(self, tokens: Mapping[str, str]) -> None:
         self._by_digest: dict[bytes, tuple[str, str]] = {}
+        self._by_principal: dict[str, str] = {}
         for principal, token in tokens.items():
             _principal(principal)
             if not token:
                 raise errors.GatewayConfigError(f"the token of {principal} is empty")
+            self._by_principal[principal] = token
             digest = hashlib.sha256(token.encode("utf-8")).digest()
             self._by_digest[digest] = (principal, token_id(token))
 
@@ -311,4 +317,8 @@ class Tokens:
 
     def principal_of(self, principal: str) -> bool:
         """Whether ``principal`` has a token at all."""
-        return any(p == principal for p, _ in self._by_digest.values())
+        return principal in self._by_principal
+
+    def token_of(self, principal: str) -> str | None:
+        """``principal``'s token, if it has one (for :data:`VIA_HEADER`)."""
+        return self._by_principal.get(principal)

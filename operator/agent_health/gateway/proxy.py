@@ -6,7 +6,8 @@ both are hashed and counted, and the response's token usage is read as it passes
 (:class:`~agent_health.ledger.usage.Reader`, bounded memory; at most ``usage_max_bytes``
 decoded bytes are read). No body is ever held whole, whatever its size or encoding.
 Hop-by-hop headers are dropped both ways; status codes, reasons and the other headers pass
-unchanged. The caller's token header is checked and never forwarded.
+unchanged. The caller's token header is checked and never forwarded; a call to a peer
+carries the peer's own token instead (:data:`~.config.VIA_HEADER`; a caller's copy dropped).
 
 An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON reason; an
 upstream that breaks off a response already started aborts the caller's connection, so a
@@ -36,21 +37,13 @@ from yarl import URL
 from agent_health.gateway import config, guard, recorder
 from agent_health.ledger import usage
 
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+})  # fmt: skip
+_NOT_FORWARDED = frozenset(
+    {"host", "expect", config.TOKEN_HEADER.lower(), config.VIA_HEADER.lower()}
 )
-_NOT_FORWARDED = frozenset({"host", "expect", config.TOKEN_HEADER.lower()})
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
 # Bodies with a Content-Length up to this size are read whole and sent in one write: a small
 # fixed-size body gains nothing from streaming and saves a syscall and a wake-up each way.
@@ -124,6 +117,8 @@ class Proxy:
         # The judge is the controller's alone: on a route to it, the gateway refuses a
         # caller without the route principal's token rather than leave it to the service.
         self._token_required = route.to == "judge" and tokens.principal_of(route.principal)
+        # A peer knows the gateway's calls by its own token; no other callee gets a token.
+        self._via = tokens.token_of(route.to) if route.to.startswith("peer:") else None
         upstream = URL(route.upstream)
         # raw_path keeps the caller's percent-encoding and query exactly as sent.
         self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
@@ -206,6 +201,8 @@ class Proxy:
         headers = _dropped(request.headers, _NOT_FORWARDED)
         if run_id:
             headers[config.RUN_ID_HEADER] = run_id
+        if self._via is not None:
+            headers[config.VIA_HEADER] = self._via
         body: bytes | AsyncIterator[bytes] | None = None
         length = request.content_length
         if length is not None and length <= WHOLE_BODY_BYTES:

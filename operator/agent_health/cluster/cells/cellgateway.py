@@ -20,6 +20,11 @@ kubelet's startup probe runs *in* the gateway's container (an ``exec`` probe, a 
 asking ``/healthz`` on the admin socket: :data:`~agent_health.gateway.admin.PROBE`), so no
 port is opened for it either.
 
+Peers share that loopback with the target, which could call a peer's own port and bypass
+the record. Each peer's token is mounted into that peer (``$AGENT_HEALTH_TOKEN_FILE``) and
+the gateway sends it in ``X-Agent-Health-Via-Gateway`` on every call it forwards to the peer,
+so a peer can serve the gateway's calls alone (``examples/agents/log_server.py`` does).
+
 The gateway alone mounts its cell's ledger key (derived for this attempt, never the run's),
 every token (to verify callers), the ledger credentials and — when the operator names a
 ServiceAccount for it — that account's token.
