@@ -77,7 +77,11 @@ def test_only_free_form_fields_preserve_unknown_fields() -> None:
         for path, node in _nodes(_schema(definition))
         if node.get("x-kubernetes-preserve-unknown-fields")
     ]
-    assert preserved == [".spec.target.resources", ".spec.peers[].resources"]
+    assert preserved == [
+        ".spec.target.resources",
+        ".spec.targets[].resources",  # the agent matrix's named agents: a target each
+        ".spec.peers[].resources",
+    ]
 
 
 @pytest.mark.parametrize("definition", crds.definitions(), ids=lambda d: d["metadata"]["name"])

@@ -164,6 +164,14 @@ def test_a_runspec_beyond_the_cap_is_refused_naming_the_field(
         _cell(spec)
 
 
+def test_an_agent_matrix_target_is_held_to_the_same_cap() -> None:
+    named = EXAMPLE["RunSpec"]["spec"]["target"] | {"name": "candidate"}
+    admission.admit(_runspec(targets=[named]), SETTINGS)
+    greedy = named | {"resources": {"limits": {"cpu": "64"}}}
+    with pytest.raises(errors.SpecError, match=r"spec\.targets\[candidate\]\.resources: limits"):
+        admission.admit(_runspec(targets=[greedy]), SETTINGS)
+
+
 def test_a_peer_has_its_own_resources_within_the_same_cap() -> None:
     peer = EXAMPLE["RunSpec"]["spec"]["peers"][0] | {"resources": {"limits": {"memory": "2Gi"}}}
     pod = _cell(_runspec(peers=[peer]))

@@ -15,7 +15,7 @@ from agent_health import cli
 from agent_health.engine import rollup
 from agent_health.sdk.results import Signal, TestResult
 from helpers import run_cli
-from judge_servers import Action, ScriptedModel, Text, prompt_text
+from judge_servers import USAGE_IN, USAGE_OUT, Action, ScriptedModel, Text, prompt_text
 
 CONFIG = """
 from agent_health import define_config
@@ -146,6 +146,12 @@ async def test_rollup_synthesises_once_and_identical_runs_ask_nothing_new(
     # The identical second run was answered from the judge cache: no new model call.
     assert len(model.requests) == asked
     assert second.report["summary"]["insights"] == first.report["summary"]["insights"]
+    # The questions are the run's judge usage (no judge() call here): spent, then cached.
+    spent = first.report["summary"]["judge_tokens"]
+    assert (spent["calls"], spent["asks"], spent["asks_cached"]) == (2, 2, 0)
+    assert (spent["input_tokens"], spent["output_tokens"]) == (2 * USAGE_IN, 2 * USAGE_OUT)
+    again = second.report["summary"]["judge_tokens"]
+    assert (again["asks"], again["asks_cached"], again["total_tokens"]) == (2, 2, 0)
     assert (
         second.by_name("config insights")["insights"]
         == (first.by_name("config insights")["insights"])

@@ -12,7 +12,7 @@ from typing import Any
 import ledger_support
 import pytest
 from agent_health import cli
-from agent_health.engine import recording
+from agent_health.engine import recording, runrecord
 from agent_health.ledger import records, runfile
 from aiohttp import web
 from helpers import run_cli, run_cli_sync
@@ -294,7 +294,7 @@ def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut()
         duration_ms=42.5,
         raw={"model": "gpt-x", "finish": ["stop"]},
     )
-    record = recording.run_record(run)
+    record = runrecord.run_record(run)
     assert record.raw == {"model": "gpt-x", "finish": ["stop"]}  # what the price table reads
     assert record.truncated is None
     assert (record.output, record.duration_ms, record.prompt) == (run.output, 42.5, "Diagnose")
@@ -302,20 +302,20 @@ def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut()
     # Over the caps: cut, marked, and named — a replay refuses such a record.
     big = run.model_copy(
         update={
-            "output": "x" * (recording.RECORD_OUTPUT_CHARS + 5),
+            "output": "x" * (runrecord.RECORD_OUTPUT_CHARS + 5),
             "trajectory_steps": tuple(
-                Step(type="assistant", content="y" * 10) for _ in range(recording.RECORD_STEPS + 1)
+                Step(type="assistant", content="y" * 10) for _ in range(runrecord.RECORD_STEPS + 1)
             ),
-            "raw": {"blob": "z" * recording.RECORD_RAW_CHARS},
+            "raw": {"blob": "z" * runrecord.RECORD_RAW_CHARS},
         }
     )
-    cut = recording.run_record(big)
-    assert cut.truncated == ["output", f"trajectory[{recording.RECORD_STEPS}:]", "raw"]
-    assert len(cut.trajectory) == recording.RECORD_STEPS
+    cut = runrecord.run_record(big)
+    assert cut.truncated == ["output", f"trajectory[{runrecord.RECORD_STEPS}:]", "raw"]
+    assert len(cut.trajectory) == runrecord.RECORD_STEPS
     assert cut.raw is None
     assert cut.output.endswith("… [5 more characters cut]")
     line = records.dump_line(cut)  # the late fields are written only when set
     assert '"truncated":' in line
     assert '"raw"' not in records.dump_line(
-        recording.run_record(big.model_copy(update={"raw": {}}))
+        runrecord.run_record(big.model_copy(update={"raw": {}}))
     )

@@ -43,7 +43,7 @@ def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
     ]
     report = RunReport.build(results, duration_ms=12.0)
     data = json.loads(report.model_dump_json())
-    assert list(data) == ["version", "summary", "provenance", "tests"]
+    assert list(data) == ["version", "summary", "provenance", "tests", "matrix"]
     assert list(data["summary"])[:9] == [
         "total",
         "passed",

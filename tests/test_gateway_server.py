@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import shutil
@@ -17,7 +18,7 @@ import aiohttp
 import pytest
 from agent_health import cli, gateway
 from agent_health.cluster.cells import cellgateway
-from agent_health.gateway import config
+from agent_health.gateway import command, config
 from agent_health.ledger import chain, errors, filestore, records
 from aiohttp import web
 from gateway_support import (
@@ -176,6 +177,25 @@ async def test_a_restarted_gateway_continues_the_cell_and_says_it_restarted(
     assert (first.restarted, again.restarted) == (None, True)
     lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
     assert chain.verify(lines, KEY, complete=False).ok
+
+
+async def test_a_matrix_cell_names_its_agent_in_the_cell_meta(
+    tmp_path: Path, upstream: str
+) -> None:
+    async with (
+        _gateway(tmp_path, upstream, agent="candidate") as gw,
+        aiohttp.ClientSession() as client,
+        client.get(gw.url("controller") + "/echo") as response,
+    ):
+        assert response.status == 200
+    meta = read_cell(tmp_path)[0]
+    assert isinstance(meta, records.CellMeta)
+    assert meta.agent == "candidate"
+    route = "principal=controller,listen=127.0.0.1:1,upstream=http://a:1"
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    flags = parser.parse_args(["--route", route, "--agent", "candidate"])
+    assert command.settings(flags, {}).agent == "candidate"
 
 
 async def test_a_port_in_use_is_a_clear_error(tmp_path: Path, upstream: str) -> None:

@@ -11,7 +11,8 @@ module                      commands
 ==========================  ====================================================
 
 Exit codes of ``run``: 0 all passed, 1 any failed, 2 usage/config/load error,
-3 errored tests only, 130 interrupted. ``compare``: 0 no regression, 1 regression beyond the
+3 errored tests only, 4 a budget stopped the run (nothing that ran failed or errored),
+130 interrupted. ``compare``: 0 no regression, 1 regression beyond the
 thresholds, 2 a report file is missing, not JSON or of another version.
 """
 

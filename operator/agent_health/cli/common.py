@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from agent_health.ledger import store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERRORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BUDGET = 4
+"""A budget (--max-cost, --max-tokens, --max-duration) stopped the run and nothing that ran
+failed or errored: the run is green but incomplete."""
 
 
 class UsageError(Exception):
@@ -102,6 +105,8 @@ def exit_code(report: RunReport, *, fail_on_flaky: bool = False) -> int:
         return EXIT_FAILED
     if s.errored:
         return EXIT_ERRORED
+    if s.budget is not None and s.budget.exhausted is not None:
+        return EXIT_BUDGET
     return EXIT_OK
 
 

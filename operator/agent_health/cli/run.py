@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from agent_health import connectors
-    from agent_health.engine import loader, provenance, recording, replay, session
+    from agent_health import connectors, judging
+    from agent_health.engine import budget, loader, provenance, recording, replay, session
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
 
@@ -33,7 +33,13 @@ if TYPE_CHECKING:
 def add_commands(sub: Any) -> None:
     run = sub.add_parser("run", help="discover and run tests")
     run.add_argument("paths", nargs="*", default=["."], help="test files or directories")
-    run.add_argument("--agent", help="a name from the config's agents, or rest+http://..., ...")
+    run.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        help="a name from the config's agents, or rest+http://..., ...; repeat it to run the "
+        "suite against each agent (a matrix)",
+    )
     run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
     run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
     run.add_argument(
@@ -118,6 +124,24 @@ def add_commands(sub: Any) -> None:
         help="run a failed or errored test again up to N times; one that then passes is flaky",
     )
     run.add_argument("--fail-on-flaky", action="store_true", help="exit 1 when any test is flaky")
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="budget: start no new test once agent + judge cost reaches USD (needs prices)",
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="budget: start no new test once agent + judge tokens reach N",
+    )
+    run.add_argument(
+        "--max-duration",
+        type=float,
+        metavar="S",
+        help="budget: start no new test after S seconds",
+    )
 
     run.set_defaults(handler=run_command)
 
@@ -153,6 +177,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("--retries must be 0 or more")
     if args.max_failures is not None and args.max_failures < 1:
         raise common.UsageError("--max-failures must be at least 1")
+    limits = _limits(args)
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
@@ -173,30 +198,38 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
         common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
         return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
-    spec = config.agent(args.agent) if (args.agent or config.agents) else None
+    lanes = _lanes(config, args.agent) if recording is None else []  # a replay starts none
     skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in (
         "",
         "0",
     )
     judge_config = config.judge_from_env()
+    if limits is not None and limits.max_cost_usd is not None and not config.price_table():
+        raise common.UsageError(
+            f"--max-cost needs the agent's prices: add prices={{'default': {{'input_per_mtok': "
+            f"..., 'output_per_mtok': ...}}}} to define_config() in "
+            f"{_config_path(args, paths) or 'agent-health.config.py'} (and the judge's "
+            "input_cost_per_mtok/output_cost_per_mtok when it judges)"
+        )
     list_lines = any(kind == "list" for kind, _ in outputs)
     started_at = datetime.now(UTC)
 
-    outcome, hints, recorded = asyncio.run(
+    outcome, hints, recorded, asked = asyncio.run(
         _execute(
             suite,
             cases,
             config,
-            spec,
+            lanes,
             judge_config,
             skip_judge,
             args,
             console,
             list_lines,
+            limits,
             recording,
         )
     )
-    judge_usage = _judge_usage(outcome, judge_config)
+    judge_usage = _judge_usage(outcome, judge_config, asked)
     from agent_health.engine import lastfailed
 
     with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
@@ -204,7 +237,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     what_ran = provenance.collect(
         paths=paths,
         argv=getattr(args, "command_line", ["agent-health", "run"]),
-        agent=_agent_info(config, args.agent, spec) if recording is None else None,
+        agent=_agent_info(config, *lanes[0]) if lanes else None,
+        agents=[_agent_info(config, *lane) for lane in lanes] if len(lanes) > 1 else [],
         judge=provenance.JudgeInfo(
             provider=judge_config.provider if judge_config else None,
             model=judge_config.model if judge_config else None,
@@ -228,6 +262,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         stopped=outcome.stopped,
         rollup=outcome.rollup,
         provenance=what_ran,
+        budget=outcome.budget,
         pass_at=pass_at,
     )
     terminal.summary(console, report, hints=hints)
@@ -294,13 +329,26 @@ def _config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
     return loader.load_config(_config_path(args, paths))
 
 
+def _lanes(
+    config: config_mod.Config, chosen: list[str]
+) -> list[tuple[str | None, connectors.ConnectorSpec]]:
+    """Each agent to run against (``--agent``, repeatable), with its spec; none when no agent
+    is chosen or configured (data tests only)."""
+    if not chosen:
+        return [(None, config.agent(None))] if config.agents else []
+    twice = sorted({name for name in chosen if chosen.count(name) > 1})
+    if twice:
+        raise common.UsageError(
+            f"--agent {twice[0]} is given twice; name each agent of a matrix once"
+        )
+    return [(name, config.agent(name)) for name in chosen]
+
+
 def _agent_info(
-    config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec | None
-) -> provenance.AgentInfo | None:
+    config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec
+) -> provenance.AgentInfo:
     from agent_health.engine import provenance
 
-    if spec is None:
-        return None
     name = config.agent_name(chosen)
     return provenance.AgentInfo(
         name=provenance.redact_argv([name])[0] if name else None,
@@ -321,7 +369,7 @@ def _with_cells(
     cells = set(recorded.cells)
     out = []
     for r in results:
-        cell = recording.cell_name(r.id, r.repeat)
+        cell = recording.cell_name(r.id, r.repeat, agent=r.agent)
         out.append(r.model_copy(update={"ledger_cell": cell}) if cell in cells else r)
     return out
 
@@ -357,15 +405,17 @@ async def _execute(
     suite: loader.Suite,
     cases: list[Any],
     config: config_mod.Config,
-    spec: connectors.ConnectorSpec | None,
+    lanes: list[tuple[str | None, connectors.ConnectorSpec]],
     judge_config: config_mod.JudgeConfig | None,
     skip_judge: bool,
     args: argparse.Namespace,
     console: Console,
     list_lines: bool,
+    limits: budget.Limits | None = None,
     replayed: replay.Recording | None = None,
-) -> tuple[session.Outcome, list[str], recording.LocalLedger | None]:
+) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
     import asyncio
+    import dataclasses
 
     from agent_health import connectors
     from agent_health.engine import agent_process, recording, runner, session
@@ -382,17 +432,20 @@ async def _execute(
         if not args.no_ledger and replayed is None:
             url = args.ledger or recording.default_url()
             recorded = await stack.enter_async_context(recording.LocalLedger(url))
-        caller: Any = None
+        names: list[str | None] = [name for name, _ in lanes]
+        callers: list[Any] = []
         if replayed is not None:  # the agent is neither started nor called
             from agent_health.engine import replay
 
-            caller = replay.Replayer(replayed)
-        elif spec is not None:
+            # A recorded matrix is replayed as a matrix: one lane per recorded agent.
+            names = list(replayed.agents) or [None]
+            callers = [replay.Replayer(replayed)] * len(names)
+        for _, spec in lanes:  # none for a replay
             live_spec = await stack.enter_async_context(agent_process.serving(spec))
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
-            caller = connector.run
+            callers.append(connector.run)
         backend = None
         if not skip_judge and (judge_config is not None or config.evaluators):
             from agent_health import judging  # only runs that judge pay for the providers
@@ -401,21 +454,27 @@ async def _execute(
                 judging.backend(judge_config, config, use_cache=not args.no_cache)
             )
         env = runner.RunEnv(
-            agent_caller=caller,
+            agent_caller=callers[0] if callers else None,
             judge_backend=backend,
             skip_judge=skip_judge,
             judge_hint=NO_JUDGE_HINT,
             timeout=args.timeout or config.timeout,
             config=config,
-            agent_name=config.agent_name(args.agent),
+            agent_name=config.agent_name(names[0] if names else None),
             ledger=recorded,
             insights_llm=backend.ask if backend is not None and backend.provider else None,
             run_ids=replayed.run_id if replayed is not None else None,
             replaying=replayed is not None,
+            lane=names[0] if replayed is not None and names else None,  # one recorded agent
         )
+        # A matrix: one environment per agent, each naming its lane.
+        matrix = [
+            dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
+            for name, caller in zip(names, callers, strict=True)
+        ] if len(names) > 1 else []  # fmt: skip
         with terminal.LiveProgress(
             console,
-            len(session.plan(cases, args.repeat)),
+            len(session.plan(cases, args.repeat)) * max(1, len(matrix)),
             list_lines=list_lines,
             repeats=args.repeat,
         ) as progress:
@@ -428,6 +487,8 @@ async def _execute(
                 listener=progress,
                 stop=stop,
                 policy=session.Policy(retries=args.retries, max_failures=args.max_failures),
+                meter=_meter(limits, judge_config),
+                lanes=matrix,
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
@@ -436,16 +497,51 @@ async def _execute(
     reason = getattr(getattr(backend, "provider", None), "reason", None)
     if reason is not None:
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
-    return outcome, hints, recorded
+    return outcome, hints, recorded, backend.asked if backend is not None else None
 
 
-def _judge_usage(outcome: session.Outcome, judge_config: config_mod.JudgeConfig | None) -> Any:
-    """The judge's calls and tokens, when any judge() call ran."""
-    if not any(s.kind == "judge" for r in outcome.results for s in r.signals):
+def _limits(args: argparse.Namespace) -> budget.Limits | None:
+    """The run's budget from --max-cost, --max-tokens and --max-duration (None: no budget)."""
+    given = {"--max-cost": args.max_cost, "--max-tokens": args.max_tokens}
+    given["--max-duration"] = args.max_duration
+    for flag, value in given.items():
+        if value is not None and value <= 0:
+            raise common.UsageError(f"{flag} must be positive, got {value:g}")
+    if all(v is None for v in given.values()):
+        return None
+    from agent_health.engine import budget
+
+    return budget.Limits(
+        max_cost_usd=args.max_cost, max_tokens=args.max_tokens, max_duration_s=args.max_duration
+    )
+
+
+def _meter(
+    limits: budget.Limits | None, judge_config: config_mod.JudgeConfig | None
+) -> budget.Meter | None:
+    if limits is None:
+        return None
+    from agent_health.engine import budget
+
+    prices = budget.Prices(
+        input_per_mtok=judge_config.input_cost_per_mtok if judge_config else None,
+        output_per_mtok=judge_config.output_cost_per_mtok if judge_config else None,
+    )
+    return budget.Meter(limits, prices)
+
+
+def _judge_usage(
+    outcome: session.Outcome,
+    judge_config: config_mod.JudgeConfig | None,
+    asked: judging.Asked | None,
+) -> Any:
+    """The judge's calls and tokens, when any judge() call ran or insights asked it."""
+    judged = any(s.kind == "judge" for r in outcome.results for s in r.signals)
+    if not judged and not (asked and asked.calls):
         return None
     from agent_health import judging
 
-    return judging.summarize(outcome.results, judge_config)
+    return judging.summarize(outcome.results, judge_config, asked)
 
 
 def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

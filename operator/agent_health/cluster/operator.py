@@ -208,7 +208,7 @@ class Operator:
         return app
 
     def judge_app(self) -> web.Application:
-        app = service.serving(self.judges.resolve)
+        app = service.serving(self.judges.resolve, self.runs.judged)
         # After the service's authentication: a live cell's token, held to its RunSpec's limits.
         app.middlewares.append(limits.middleware(self.judges.limits))
         app.middlewares.append(self._judge_metrics)

@@ -21,6 +21,7 @@ Settings come from the environment the cell pod sets (see ``cluster/cellpod.py``
 ``AGENT_HEALTH_JUDGE_MODEL``   the model a custom evaluator's ``llm`` asks for (optional)
 ``AGENT_HEALTH_SKIP_JUDGE``    ``1`` skips every ``judge()``
 ``AGENT_HEALTH_TIMEOUT``       the test's timeout in seconds
+``AGENT_HEALTH_AGENT``         the agent's name in an agent matrix (``test_info.agent``)
 =============================  =============================================================
 
 Exit codes: 0 passed or skipped, 1 failed, 3 errored, 2 the cell is misconfigured (no such
@@ -84,6 +85,8 @@ class CellSettings:
     the target could bind while the gateway restarts, so the token goes only to the gateway."""
     admin_socket: str | None = None
     judge_socket: str | None = None
+    matrix_agent: str | None = None
+    """The agent's name in an agent matrix (``AGENT_HEALTH_AGENT``): ``test_info.agent``."""
 
     @classmethod
     def from_env(
@@ -124,6 +127,7 @@ class CellSettings:
             judge_model=env.get("AGENT_HEALTH_JUDGE_MODEL") or None,
             skip_judge=env.get("AGENT_HEALTH_SKIP_JUDGE", "") not in ("", "0"),
             timeout=seconds,
+            matrix_agent=env.get("AGENT_HEALTH_AGENT") or None,
         )
 
     @property
@@ -247,6 +251,7 @@ async def _run(
             ledger=ledger,
             # Insights ask the judge service's model (through its cache), as judge() does.
             insights_llm=getattr(judge, "ask", None),
+            lane=settings.matrix_agent,
         )
         try:
             result = await runner.run_case(case, settings.repeat, env, run_id=settings.run_id)

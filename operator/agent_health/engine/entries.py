@@ -64,6 +64,9 @@ class TestEntry(BaseModel):
         default_factory=list, description="fields cut to their caps, e.g. trajectory[3].content"
     )
     ledger_cell: str | None = None
+    agent: str | None = Field(
+        default=None, description="the agent it ran against in an agent matrix; else null"
+    )
     replayed: bool = Field(
         default=False, description="agent.run() was answered from a recording (--replay)"
     )
@@ -107,6 +110,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "trajectory": trajectory,
         "truncated": cut.truncated,
         "ledger_cell": r.ledger_cell,
+        "agent": r.agent,
         "replayed": r.replayed,
         "duration_ms": round(r.duration_ms, 3),
         "content_hash": r.content_hash,

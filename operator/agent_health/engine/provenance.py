@@ -64,6 +64,9 @@ class Provenance(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     agent: AgentInfo | None = None
+    agents: list[AgentInfo] = Field(
+        default_factory=list, description="every agent of an agent matrix (agent: the first)"
+    )
     judge: JudgeInfo | None = None
     agent_health_version: str | None = None
     python_version: str | None = None
@@ -150,6 +153,7 @@ def collect(
     agent: AgentInfo | None,
     judge: JudgeInfo | None,
     config_file: Path | None,
+    agents: Sequence[AgentInfo] = (),
     ledger: str | None,
     started_at: datetime,
     ended_at: datetime,
@@ -158,6 +162,7 @@ def collect(
     commit, dirty = git_state(paths)
     return Provenance(
         agent=agent,
+        agents=list(agents),
         judge=judge,
         agent_health_version=version(),
         python_version=platform.python_version(),

@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
-import math
 import os
 import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from agent_health.connectors import wire
-from agent_health.engine import bounds
+from agent_health.engine import runrecord
 from agent_health.ledger import backends, chain, records, runfile, store, usage
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
@@ -54,7 +51,7 @@ def default_url(root: Path = DEFAULT_ROOT, now: datetime | None = None) -> str:
     return f"file://{root / f'{stamp}-{secrets.token_hex(2)}'}"
 
 
-def cell_name(test_id: str, repeat: int, retry: int = 0) -> str:
+def cell_name(test_id: str, repeat: int, retry: int = 0, agent: str | None = None) -> str:
     """A ledger cell name for (test, repeat, retry): a readable slug of the id, made unique by
     a hash; a retry (``--retries``) is its own cell, ``.aN`` as the operator's attempts.
 
@@ -62,11 +59,26 @@ def cell_name(test_id: str, repeat: int, retry: int = 0) -> str:
     'test_triage.py-budgets-a-healthy-service.bac067be.r0'
     >>> cell_name("test_triage.py::budgets > a healthy service", 0, retry=1)
     'test_triage.py-budgets-a-healthy-service.bac067be.r0.a1'
+
+    In an agent matrix each agent's run of a test is its own cell, named after the agent:
+
+    >>> cell_name("test_triage.py::budgets > a healthy service", 0, agent="triage-faulty")
+    'test_triage.py-budgets-a-healthy-service.bac067be.triage-faulty.r0'
     """
     slug = _UNSAFE.sub("-", test_id).strip("-._")[:150] or "test"
     digest = hashlib.sha256(test_id.encode("utf-8")).hexdigest()[:8]
     attempt = f".a{retry}" if retry else ""
-    return store.check_cell(f"{slug}.{digest}.r{repeat}{attempt}")
+    lane = f".{_lane(agent)}" if agent else ""
+    return store.check_cell(f"{slug}.{digest}{lane}.r{repeat}{attempt}")
+
+
+def _lane(agent: str) -> str:
+    """An agent's name in a cell name: as given when it is a plain name, else a slug made
+    unique by a hash (a URL)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", agent).strip("-_")[:60]
+    if slug == agent:
+        return slug
+    return f"{slug or 'agent'}-{hashlib.sha256(agent.encode('utf-8')).hexdigest()[:6]}"
 
 
 def key_path(url: str) -> Path:
@@ -159,9 +171,15 @@ class LocalLedger:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         now = datetime.now(UTC)
         meta = records.CellMeta(
-            test_id=info.id, repeat=info.repeat, run_id=info.run_id, started_at=now, time=now
+            test_id=info.id,
+            repeat=info.repeat,
+            run_id=info.run_id,
+            started_at=now,
+            time=now,
+            agent=info.agent,
         )
-        self._open[info.run_id] = _Cell(cell_name(info.id, info.repeat, info.retry), meta)
+        name = cell_name(info.id, info.repeat, info.retry, info.agent)
+        self._open[info.run_id] = _Cell(name, meta)
 
     async def finish(
         self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
@@ -255,9 +273,10 @@ def controller_records(
             )
         )
     if run is not None:
-        items.append(run_record(run))
+        items.append(runrecord.run_record(run))
     items.extend(
-        records.SignalRecord(signal=_plain(s.model_dump(mode="json"))) for s in result.signals
+        records.SignalRecord(signal=runrecord.plain(s.model_dump(mode="json")))
+        for s in result.signals
     )
     items.append(
         records.CellEnd(
@@ -268,64 +287,7 @@ def controller_records(
             duration_ms=max(0.0, result.duration_ms),
             cause=result.cause,
             content_hash=result.content_hash or None,
-            insights=_plain(result.insights) if result.insights is not None else None,
+            insights=runrecord.plain(result.insights) if result.insights is not None else None,
         )
     )
     return items
-
-
-# The recording's caps (a report's are far lower, engine.bounds): large enough for any answer
-# a test would assert on, small enough that a runaway agent cannot fill the ledger.
-RECORD_OUTPUT_CHARS = 1_000_000
-RECORD_FIELD_CHARS = 256_000  # the prompt, each context value, each step's content/args/result
-RECORD_STEPS = 10_000
-RECORD_RAW_CHARS = 64_000  # the reply's fields beyond the protocol's, as JSON
-
-
-def run_record(run: RunResult) -> records.RunResultRecord:
-    """The run-result record of what ``agent.run()`` returned: the whole RunResult, each
-    field cut to the recording's caps, the cut ones named in ``truncated`` (``--replay``
-    refuses a cut record: it is not the whole answer)."""
-    cut = bounds.Bounded(RECORD_FIELD_CHARS, RECORD_OUTPUT_CHARS, RECORD_STEPS)
-    prompt = cut.text(run.prompt, "prompt")
-    context = [
-        {**item.model_dump(), "value": cut.text(item.value, f"context[{i}].value") or ""}
-        for i, item in enumerate(run.context)
-    ]
-    output = cut.text(run.output, "output", RECORD_OUTPUT_CHARS) or ""
-    steps = []
-    for i, step in enumerate(run.trajectory[:RECORD_STEPS]):
-        entry = step.model_dump(mode="json")
-        for key in ("content", "tool_args", "tool_output"):
-            if entry.get(key) is not None:
-                entry[key] = cut.value(entry[key], f"trajectory[{i}].{key}")
-        steps.append(entry)
-    if len(run.trajectory) > RECORD_STEPS:
-        cut.truncated.append(f"trajectory[{RECORD_STEPS}:]")
-    raw: dict[str, Any] | None = _plain(dict(run.raw)) if run.raw else None
-    if raw is not None and len(json.dumps(raw, default=str)) > RECORD_RAW_CHARS:
-        raw = None
-        cut.truncated.append("raw")
-    return records.RunResultRecord(
-        run_id=run.run_id,
-        prompt=prompt,
-        context=context,
-        output=output,
-        trajectory=steps,
-        token_usage=run.token_usage.model_dump(exclude_none=True),
-        duration_ms=max(0.0, run.duration_ms),
-        unreported=sorted(run.unreported) or None,
-        raw=raw,
-        truncated=cut.truncated or None,
-    )
-
-
-def _plain(value: Any) -> Any:
-    """JSON data without NaN/inf, which canonical ledger JSON cannot hold."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value

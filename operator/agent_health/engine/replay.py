@@ -2,7 +2,7 @@
 
 Every run that records a ledger (the default; a cluster's cells always do) keeps, per
 (test, repeat), what ``agent.run()`` returned: the ``run-result`` record
-(:func:`.recording.run_record`). A replay runs the *current* test bodies and answers
+(:func:`.runrecord.run_record`). A replay runs the *current* test bodies and answers
 ``agent.run()`` from those records instead of calling the agent, so assertions, judges,
 metrics and insights can be changed and run again without the agent (and, through the judge
 cache, without paying for unchanged judge calls).
@@ -13,7 +13,8 @@ Where the recording comes from (:func:`locate`): a ledger (its directory, ``file
 cell. A report from ``agent-health grade`` names the ledger it graded, so cluster runs
 replay the same way.
 
-What is matched (:class:`Replayer`): the test id and repeat pick the record; the prompt and
+What is matched (:class:`Replayer`): the test id and repeat (and, in a recorded agent
+matrix, the agent) pick the record; the prompt and
 context the body sends must be the recorded ones. A body that asks something else errors
 with "prompt differs from the recording" and cause ``test``: the test changed, so the
 recording says nothing about how the agent would answer the new prompt — it must count
@@ -43,6 +44,9 @@ from agent_health.sdk import errors
 
 DIFFERS = "prompt differs from the recording"
 
+Key = tuple[str | None, str, int]
+"""A recorded run: (agent in a matrix or ``None``, test id, repeat)."""
+
 
 class ReplayError(errors.AgentHealthError):
     """A recording that cannot be found or read (a usage error before the run starts), or
@@ -71,6 +75,12 @@ class Recorded:
     run_id: str
     run: records.RunResultRecord | None
     """``None``: the recorded body never called ``agent.run()``."""
+    agent: str | None = None
+    """The agent of a recorded agent matrix (``--agent a --agent b``); ``None`` otherwise."""
+
+    @property
+    def key(self) -> Key:
+        return (self.agent, self.test_id, self.repeat)
 
 
 @dataclass
@@ -79,18 +89,28 @@ class Recording:
 
     source: str
     ledger: str
-    runs: dict[tuple[str, int], Recorded] = field(default_factory=dict)
+    runs: dict[Key, Recorded] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
     """Cells whose records could not be read, and why."""
+    order: list[str] = field(default_factory=list)
+    """A matrix's agents in the order the recorded run's report lists them."""
 
     @property
     def repeats(self) -> int:
         """The repeats the recorded run made (at least 1)."""
-        return max((repeat for _, repeat in self.runs), default=0) + 1
+        return max((repeat for _, _, repeat in self.runs), default=0) + 1
 
-    def run_id(self, test_id: str, repeat: int) -> str | None:
+    @property
+    def agents(self) -> list[str]:
+        """The agents of a recorded agent matrix, in the order the run named them (empty
+        when it ran one agent): a replay runs the same matrix."""
+        named = [a for a in self.order if any(k[0] == a for k in self.runs)]
+        rest = sorted({k[0] for k in self.runs if k[0] is not None} - set(named))
+        return [*named, *rest]
+
+    def run_id(self, test_id: str, repeat: int, agent: str | None = None) -> str | None:
         """The recorded run id: the replay reuses it, so traces of the run are found again."""
-        found = self.runs.get((test_id, repeat))
+        found = self.runs.get((agent, test_id, repeat))
         return found.run_id if found is not None else None
 
 
@@ -99,7 +119,9 @@ class Located:
     """A recording's ledger, and the cell of each (test, repeat) when a report names them."""
 
     ledger: str
-    cells: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    cells: Mapping[Key, str] = field(default_factory=dict)
+    agents: tuple[str, ...] = ()
+    """A matrix report's agents, in its order."""
 
 
 def locate(source: str) -> Located:
@@ -139,12 +161,14 @@ def _from_report(path: Path) -> Located:
             f"{path}: this run kept no recording (it ran with --no-ledger, or its report "
             "predates provenance); run it again with the ledger on (the default) to replay it"
         )
+    tests = [t for t in data["tests"] if isinstance(t, dict) and "id" in t]
     cells = {
-        (str(t["id"]), int(t.get("repeat") or 0)): str(t["ledger_cell"])
-        for t in data["tests"]
-        if isinstance(t, dict) and t.get("ledger_cell") and "id" in t
+        (t.get("agent"), str(t["id"]), int(t.get("repeat") or 0)): str(t["ledger_cell"])
+        for t in tests
+        if t.get("ledger_cell")
     }
-    return Located(_beside(str(url), path), cells)
+    agents = tuple(dict.fromkeys(str(t["agent"]) for t in tests if t.get("agent")))
+    return Located(_beside(str(url), path), cells, agents)
 
 
 def _beside(url: str, report: Path) -> str:
@@ -168,15 +192,16 @@ async def load(source: str, options: store.Options | None = None) -> Recording:
         backend = backends.from_url(where.ledger, options)
     except ledger_errors.LedgerError as err:
         raise ReplayError(f"--replay {source}: cannot open {where.ledger}: {err}") from err
-    recording = Recording(source=source, ledger=where.ledger)
+    recording = Recording(source=source, ledger=where.ledger, order=list(where.agents))
     try:
-        wanted = set(where.cells.values())
+        named = {cell: key for key, cell in where.cells.items()}
+        wanted = set(named)
         cells = sorted(await backend.cells())
         if wanted:
             cells = [c for c in cells if c in wanted]
         for cell in cells:
             try:
-                found = _read_cell(cell, await backend.read(cell))
+                found = _read_cell(cell, await backend.read(cell), named.get(cell))
             except (ledger_errors.LedgerError, ValueError) as err:
                 recording.unreadable[cell] = str(err)
                 continue
@@ -191,7 +216,9 @@ async def load(source: str, options: store.Options | None = None) -> Recording:
     return recording
 
 
-def _read_cell(cell: str, lines: list[str]) -> Recorded | None:
+def _read_cell(cell: str, lines: list[str], named: Key | None = None) -> Recorded | None:
+    """The cell's record; ``named``: the (agent, test, repeat) the report says the cell ran
+    (a cluster cell's own records do not name its agent: the operator knows it)."""
     meta: records.CellMeta | None = None
     run: records.RunResultRecord | None = None
     for record in records.parse_lines(lines):
@@ -201,15 +228,15 @@ def _read_cell(cell: str, lines: list[str]) -> Recorded | None:
             run = record
     if meta is None:
         return None
-    return Recorded(meta.test_id, meta.repeat, cell, meta.run_id, run)
+    if named is not None:
+        return Recorded(named[1], named[2], cell, meta.run_id, run, named[0])
+    return Recorded(meta.test_id, meta.repeat, cell, meta.run_id, run, meta.agent)
 
 
-def _keep(
-    runs: dict[tuple[str, int], Recorded], found: Recorded, named: Mapping[tuple[str, int], str]
-) -> None:
-    """Keep the cell a report names for its (test, repeat); else the one that recorded an
-    answer, the last attempt (``CELL.aN``) first."""
-    key = (found.test_id, found.repeat)
+def _keep(runs: dict[Key, Recorded], found: Recorded, named: Mapping[Key, str]) -> None:
+    """Keep the cell a report names for its (agent, test, repeat); else the one that
+    recorded an answer, the last attempt (``CELL.aN``) first."""
+    key = found.key
     if named.get(key) == found.cell:
         runs[key] = found
         return
@@ -231,10 +258,11 @@ class Replayer:
 
     async def __call__(self, request: AgentRequest) -> AgentReply:
         ctx = ctx_mod.current("agent.run()")
-        key = (ctx.info.id, ctx.info.repeat)
+        key = (ctx.info.agent, ctx.info.id, ctx.info.repeat)
         found = self.recording.runs.get(key)
         repeat = f" repeat {ctx.info.repeat + 1}" if ctx.info.repeat else ""
-        test = f"test {ctx.info.title!r}{repeat}"
+        agent = f" against agent {ctx.info.agent!r}" if ctx.info.agent else ""
+        test = f"test {ctx.info.title!r}{repeat}{agent}"
         if found is None:
             raise ReplayError(
                 f"no recording of {test} in {self.recording.source} "
@@ -271,14 +299,14 @@ class Replayer:
         self.answered += 1
         return _reply(run)
 
-    def _why_missing(self, key: tuple[str, int]) -> str:
+    def _why_missing(self, key: Key) -> str:
         if self.recording.unreadable:
             cell, reason = next(iter(self.recording.unreadable.items()))
             return (
                 f"{len(self.recording.unreadable)} recorded cells could not be read, e.g. "
                 f"{cell}: {reason}"
             )
-        if any(test_id == key[0] for test_id, _ in self.recording.runs):
+        if any(test_id == key[1] for _, test_id, _ in self.recording.runs):
             return f"it recorded {self.recording.repeats} repeats of it"
         return "the recorded run did not run this test"
 

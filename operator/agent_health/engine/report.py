@@ -1,3 +1,5 @@
+# Over 350 lines: the report is one versioned file format; its models and the aggregates that
+# fill them (counts, rates and intervals, pass@k, labels, cost, budget, matrix) read top down.
 """The run report: every TestResult plus aggregates, in its versioned JSON shape
 (docs/writing-tests.md).
 
@@ -32,7 +34,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.engine import budget as budget_mod
 from agent_health.engine import entries, stats, uncertainty
+from agent_health.engine import matrix as matrix_mod
+from agent_health.engine import pairing as pairing_mod
 from agent_health.engine import rollup as rollup_mod
 from agent_health.engine.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
@@ -147,6 +152,11 @@ class Summary(BaseModel):
         default=None, description="why no more tests started (e.g. --max-failures), if so"
     )
     judge_tokens: dict[str, Any] | None = None
+    budget: budget_mod.Report | None = Field(
+        default=None,
+        description="the run's budget (--max-cost/--max-tokens/--max-duration), what it spent "
+        "and which limit stopped it; None without a budget",
+    )
     input_tokens: int | None = None
     output_tokens: int | None = None
     tokens_unreported: int = Field(
@@ -181,6 +191,11 @@ class RunReport(BaseModel):
     summary: Summary
     provenance: Provenance | None = None
     tests: list[dict[str, Any]]
+    matrix: matrix_mod.Matrix | None = Field(
+        default=None,
+        description="an agent matrix (--agent a --agent b): each agent's summary, the tests "
+        "side by side and the paired statistics of each pair; None for one agent",
+    )
 
     @classmethod
     def build(
@@ -196,6 +211,8 @@ class RunReport(BaseModel):
         stopped: str | None = None,
         rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
+        budget: budget_mod.Report | None = None,
+        pairing: matrix_mod.Pairing | None = None,
         pass_at: Sequence[int] | None = None,
         bootstrap: bool = True,
     ) -> RunReport:
@@ -229,6 +246,7 @@ class RunReport(BaseModel):
             not_run=not_run,
             stopped=stopped,
             judge_tokens=judge_tokens,
+            budget=budget,
             input_tokens=_known_sum(r.token_usage.prompt for r in results),
             output_tokens=_known_sum(r.token_usage.completion for r in results),
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
@@ -256,10 +274,24 @@ class RunReport(BaseModel):
         retried_flaky = sorted({r.title for r in results if r.status == "flaky"})
         if retried_flaky:
             summary["flaky"] = sorted({*summary.get("flaky", []), *retried_flaky})
+        tests = [entries.from_result(r) for r in results]
+
+        def alone(of_agent: Sequence[TestResult]) -> dict[str, Any]:
+            built = cls.build(
+                of_agent,
+                duration_ms=duration_ms,
+                repeats=repeats,
+                pass_at=pass_at,
+                bootstrap=bootstrap,
+            )
+            return built.summary.model_dump(mode="json")
+
         return cls(
             summary=Summary(**summary),
             provenance=provenance,
-            tests=[entries.from_result(r) for r in results],
+            tests=tests,
+            # each pair of agents gets the paired test `compare` runs on two reports
+            matrix=matrix_mod.build(results, tests, alone, pairing or pairing_mod.compare),
         )
 
 
@@ -323,8 +355,9 @@ def _pass_at_k(
     statuses: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
     for r in results:
-        statuses[r.id].append(r.status)
-        titles[r.id] = r.title
+        key = matrix_mod.key(r)  # a matrix: per agent and test
+        statuses[key].append(r.status)
+        titles[key] = r.title if r.agent is None else f"{r.title} [{r.agent}]"
     (overall,) = uncertainty.pass_at(tallies, [k], intervals=False)
     per_test = {}
     for test_id, seen in statuses.items():

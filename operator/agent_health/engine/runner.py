@@ -56,8 +56,10 @@ class RunEnv:
     insights_llm: insights.LLM | None = None
     read_exchanges: exchanges.ExchangeReader | None = None
     ledger: CellLedger | None = None
-    run_ids: Callable[[str, int], str | None] | None = None
-    """The run id of a (test, repeat) when it must be a given one: a replay reuses the
+    lane: str | None = None
+    """The agent's name in an agent matrix (``--agent a --agent b``); ``None`` otherwise."""
+    run_ids: Callable[[str, int, str | None], str | None] | None = None
+    """The run id of a (test, repeat, agent) when it must be a given one: a replay reuses the
     recorded ids, so the run's traces are found again."""
     replaying: bool = False
     """``agent_caller`` answers from a recording (``--replay``): every result says so."""
@@ -151,7 +153,7 @@ async def _run_case(
     case: declare.TestCase, repeat: int, env: RunEnv, *, run_id: str | None, retry: int
 ) -> TestResult:
     if run_id is None and env.run_ids is not None:
-        run_id = env.run_ids(case.id, repeat)
+        run_id = env.run_ids(case.id, repeat, env.lane)
     run_id = run_id or uuid.uuid4().hex
     timeout = case.timeout or env.timeout or DEFAULT_TIMEOUT
     info = ctx_mod.TestInfo(
@@ -164,6 +166,7 @@ async def _run_case(
         run_id=run_id,
         timeout=timeout,
         retry=retry,
+        agent=env.lane,
     )
     started_at = time.time()
     started = time.perf_counter()
@@ -368,6 +371,13 @@ def _result(
         token_usage=run.token_usage if run else TokenUsage(),
         content_hash=case.content_hash,
         skip_reason=skip_reason,
+    )
+
+
+def skipped_result(case: declare.TestCase, repeat: int, reason: str) -> TestResult:
+    """A result for a test that was never started (a budget was reached first)."""
+    return _result(
+        case, repeat, uuid.uuid4().hex, "skipped", None, (), None, time.time(), 0.0, reason
     )
 
 

@@ -1,5 +1,7 @@
+# Over 350 lines: one pool's workers share its state (the queue, file hooks, retries, the
+# failure limit, the budget, the agent lanes); split, each part would reach into the others.
 """Running many tests: a pool of workers, per-file all-hooks, repeats, retries, a failure
-limit and clean interruption."""
+limit, a budget (:mod:`.budget`) and clean interruption."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent_health.engine import budget as budget_mod
 from agent_health.engine import capture, runner
 from agent_health.engine import rollup as rollup_mod
 from agent_health.sdk import declare
@@ -29,7 +32,9 @@ class Outcome:
     interrupted: bool = False
     not_run: int = 0
     hook_errors: list[str] = field(default_factory=list)
-    stopped: str | None = None  # why no more tests started (--max-failures), if they did not
+    stopped: str | None = None  # why no more tests started (--max-failures, a budget), if so
+    budget: budget_mod.Report | None = None
+    """The run's budget and spend (None without a budget)."""
     rollup: rollup_mod.Rollup | None = None
     """The run-level insights rollup (None when no test has insights)."""
 
@@ -130,15 +135,26 @@ async def run(
     listener: Listener | None = None,
     stop: asyncio.Event | None = None,
     policy: Policy | None = None,
+    meter: budget_mod.Meter | None = None,
+    lanes: Sequence[runner.RunEnv] = (),
 ) -> Outcome:
     """Run every (case, repeat) with at most ``concurrency`` at once.
+
+    ``lanes`` (an agent matrix, ``--agent a --agent b``): one environment per agent, each
+    with its ``lane`` name; every (case, repeat) runs once in each, interleaved test by test
+    so that a budget or an interruption leaves the agents with the same tests. Each result
+    names its agent (``TestResult.agent``).
+
+    With a ``meter``, each test's spend is counted as it ends; once a budget is reached no new
+    test starts and the tests never started are ``skipped`` with reason ``budget``.
 
     Setting ``stop`` (Ctrl-C) stops the workers; tests that finished are kept, tests cut
     short are ``errored`` ("interrupted", with the time they ran), tests never started are
     counted. What each body prints is captured into its result (:mod:`.capture`).
     """
     with capture.installed():
-        pool = _Pool(cases, hooks, env, repeat, listener, policy or Policy())
+        envs = list(lanes) or [env]
+        pool = _Pool(cases, hooks, envs, repeat, listener, policy or Policy(), meter)
         return await pool.run(concurrency, stop)
 
 
@@ -149,26 +165,29 @@ class _Pool:
         self,
         cases: Sequence[declare.TestCase],
         hooks: dict[str, list[declare.Hook]],
-        env: runner.RunEnv,
+        envs: list[runner.RunEnv],
         repeat: int,
         listener: Listener | None,
         policy: Policy,
+        meter: budget_mod.Meter | None = None,
     ) -> None:
-        self.planned = plan(cases, repeat)
+        self.planned = [(c, r, lane) for c, r in plan(cases, repeat) for lane in range(len(envs))]
         self.items = deque(self.planned)
         per_file: dict[str, int] = {}
-        for case, _ in self.items:
+        for case, _, _ in self.items:
             per_file[case.file] = per_file.get(case.file, 0) + 1
         self.files = {f: _FileHooks(f, hooks.get(f, []), n) for f, n in per_file.items()}
-        self.env = env
+        self.envs = envs
+        self.env = envs[0]
         self.listener = listener
         self.policy = policy
         self.results: list[TestResult] = []
-        # slot → (case, repeat, wall-clock start, perf_counter start) of the test it runs
-        self.running: dict[int, tuple[declare.TestCase, int, float, float]] = {}
+        # slot → (case, repeat, lane, wall-clock start, perf_counter start) of its test
+        self.running: dict[int, tuple[declare.TestCase, int, int, float, float]] = {}
         self.hook_errors: list[str] = []
         self.failures = 0
         self.stopped: str | None = None
+        self.meter = meter
 
     async def run(self, concurrency: int, stop: asyncio.Event | None) -> Outcome:
         started = time.perf_counter()
@@ -198,7 +217,7 @@ class _Pool:
             if isinstance(end, Exception):
                 raise end  # a bug in the engine itself must surface, not vanish
         now = time.perf_counter()
-        for case, r, wall, perf in self.running.values():
+        for case, r, lane, wall, perf in self.running.values():
             result = runner.errored_result(
                 case,
                 r,
@@ -207,10 +226,13 @@ class _Pool:
                 started_at=wall,
                 duration_ms=(now - perf) * 1000,
             )
-            self._done(result)
+            self._done(self._of(lane, result))
+        if not interrupted:
+            self._skip_for_budget()
         await self._after_all_of_started_files()
-        order = {(c.id, r): i for i, (c, r) in enumerate(self.planned)}
-        self.results.sort(key=lambda res: order.get((res.id, res.repeat), 0))
+        names = [env.lane for env in self.envs]
+        order = {(c.id, r, names[lane]): i for i, (c, r, lane) in enumerate(self.planned)}
+        self.results.sort(key=lambda res: order.get((res.id, res.repeat, res.agent), 0))
         duration_ms = (time.perf_counter() - started) * 1000
         # One question to the judge model over every test's insights (grouped without one, or
         # after Ctrl-C: an interrupted run asks nothing more).
@@ -223,31 +245,67 @@ class _Pool:
             hook_errors=self.hook_errors,
             stopped=self.stopped,
             rollup=await rollup_mod.synthesise(self.results, llm),
+            budget=self.meter.report() if self.meter is not None else None,
         )
 
     async def worker(self, slot: int) -> None:
-        while self.items and self.stopped is None:
-            case, r = self.items.popleft()
-            self.running[slot] = (case, r, time.time(), time.perf_counter())
+        while self.items and self.stopped is None and not self._over_budget():
+            case, r, lane = self.items.popleft()
+            self.running[slot] = (case, r, lane, time.time(), time.perf_counter())
             state = self.files[case.file]
             failure = await state.enter()
             if failure is not None:
                 result = runner.errored_result(case, r, failure, "test")
             else:
-                result = await self.attempts(slot, case, r)
+                result = await self.attempts(slot, case, r, self.envs[lane])
             del self.running[slot]
-            self._done(result)
+            self._done(self._of(lane, result))
             await state.leave(self.hook_errors)
 
-    async def attempts(self, slot: int, case: declare.TestCase, r: int) -> TestResult:
+    async def attempts(
+        self, slot: int, case: declare.TestCase, r: int, env: runner.RunEnv
+    ) -> TestResult:
         """The test, then its retries while it fails and retries are left."""
-        result = await runner.run_case(case, r, self.env)
+        lane = self.envs.index(env)
+        result = await runner.run_case(case, r, env)
+        self._spent(result)
         tries = [result]
-        while result.status in NOT_PASSED and len(tries) <= self.policy.retries:
-            self.running[slot] = (case, r, time.time(), time.perf_counter())
-            result = await runner.run_case(case, r, self.env, retry=len(tries))
+        while (
+            result.status in NOT_PASSED
+            and len(tries) <= self.policy.retries
+            and not self._over_budget()
+        ):
+            self.running[slot] = (case, r, lane, time.time(), time.perf_counter())
+            result = await runner.run_case(case, r, env, retry=len(tries))
+            self._spent(result)
             tries.append(result)
         return retried(tries) if len(tries) > 1 else result
+
+    def _spent(self, result: TestResult) -> None:
+        """Count what one try spent, then stop starting tests if a budget is reached."""
+        if self.meter is not None:
+            self.meter.add_result(result)
+            self._over_budget()
+
+    def _over_budget(self) -> bool:
+        """Whether a budget is reached (then no new test or retry starts)."""
+        if self.meter is None or self.meter.check() is None:
+            return False
+        if self.stopped is None:
+            self.stopped = f"budget: {self.meter.reason}"
+        return True
+
+    def _skip_for_budget(self) -> None:
+        """Every test a budget kept from starting is ``skipped``, reason ``budget``."""
+        while self.items and self.meter is not None and self.meter.exhausted is not None:
+            case, r, lane = self.items.popleft()
+            self.meter.skipped += 1
+            self._done(self._of(lane, runner.skipped_result(case, r, budget_mod.SKIP_REASON)))
+
+    def _of(self, lane: int, result: TestResult) -> TestResult:
+        """The result, naming its agent in a matrix run."""
+        name = self.envs[lane].lane
+        return result if name is None else result.model_copy(update={"agent": name})
 
     def _done(self, result: TestResult) -> None:
         self.results.append(result)

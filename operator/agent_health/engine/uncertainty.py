@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import stats
+from agent_health.engine import matrix, stats
 from agent_health.sdk import errors
 from agent_health.sdk.results import TestResult
 
@@ -83,7 +83,7 @@ def tallies(results: Sequence[TestResult]) -> dict[str, Tally]:
     retry —, errored by the agent) and its scores."""
     found: dict[str, list[float]] = {}
     for r in results:
-        tally = found.setdefault(r.id, [0, 0, 0.0, 0])
+        tally = found.setdefault(matrix.key(r), [0, 0, 0.0, 0])  # an agent matrix: apart
         if r.status in DECIDED or (r.status == "errored" and r.cause == "agent"):
             tally[1] += 1
             tally[0] += r.status == "passed"

@@ -29,6 +29,7 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "test_id": "test_id",
     "repeat": "repeat",
     "attempt": "attempt",
+    "agent": "agent",
     "admin": "admin",
     "health": "health",
     "connect_timeout": "connect_timeout",
@@ -65,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--test-id", help="test id for the cell-meta record")
     add("--repeat", type=int, help="repeat index for the cell-meta record")
     add("--attempt", type=int, help="the cell's attempt for the cell-meta record (default 0)")
+    add("--agent", help="the agent of an agent matrix this cell runs, for the cell-meta record")
     add("--image", action="append", default=[], metavar="NAME=IMAGE", help="pinned image")
     add(
         "--token",

@@ -143,6 +143,9 @@ class Settings(BaseModel):
     test_id: str | None = Field(default=None, description="for the cell-meta record")
     repeat: int = Field(default=0, ge=0)
     attempt: int = Field(default=0, ge=0, description="the cell's attempt (0, then each retry)")
+    agent: str | None = Field(
+        default=None, description="an agent matrix's agent this cell runs (cell-meta)"
+    )
     images: dict[str, str] = Field(default_factory=dict, description="container → pinned image")
     token_files: dict[str, str] = Field(
         default_factory=dict, description="principal → file holding its per-cell token"

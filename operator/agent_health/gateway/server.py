@@ -91,6 +91,7 @@ class Gateway:
                 images=s.images,
                 cell=s.cell,
                 attempt=s.attempt,
+                agent=s.agent,
             )
             try:
                 await self.recorder.open_cell(s.cell, meta)

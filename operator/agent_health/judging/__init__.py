@@ -5,6 +5,7 @@
 the SDK records neutral ``skipped`` verdicts with :data:`NO_JUDGE_HINT`.
 """
 
+from agent_health.judging.asking import Asked
 from agent_health.judging.dispatch import NO_JUDGE_HINT, Judging, backend
 from agent_health.judging.errors import JudgeCacheWarning
 from agent_health.judging.tools import RunResultSource, TracePack, TraceSource
@@ -12,6 +13,7 @@ from agent_health.judging.usage import JudgeUsage, summarize
 
 __all__ = [
     "NO_JUDGE_HINT",
+    "Asked",
     "JudgeCacheWarning",
     "JudgeUsage",
     "Judging",

@@ -66,6 +66,8 @@ class Judging:
         self.sources = sources
         self.partition = partition
         """Whose verdicts these are (the operator: the RunSpec's namespace); part of the key."""
+        self.asked = asking.Asked()
+        """What :meth:`ask` cost (shared by :meth:`partitioned` copies)."""
 
     def partitioned(self, partition: str) -> Judging:
         """This backend answering for ``partition`` (same provider and cache, its own keys)."""
@@ -153,7 +155,9 @@ class Judging:
         if self.provider is None or self.judge is None:
             raise errors.NoJudgeModel("asked the judge model, but no judge model is configured")
         who = {"judge": _endpoint(self.judge), "partition": self.partition}
-        return await asking.ask(self.provider, self.judge, self.cache, who, text, system)
+        return await asking.ask(
+            self.provider, self.judge, self.cache, who, text, system, asked=self.asked
+        )
 
     def _source(self, request: JudgeRequest, result: RunResult) -> tools.TraceSource:
         """The trace tools' source: the telemetry a cell shipped with the call, else ours."""

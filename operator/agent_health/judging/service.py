@@ -34,7 +34,11 @@ from agent_health.judging.providers import Provider
 Authorize = Callable[[str | None], bool]
 Resolve = Callable[[str | None], Awaitable[dispatch.Judging | None]]
 """A bearer token (``None``: none sent) → the backend answering it, or ``None`` (401)."""
+Spent = Callable[[str | None, int, int], None]
+"""Told, per answered call, the caller's bearer token and the model tokens (in, out) it
+spent (cache hits spend none): the operator meters each run's judge spend (``spec.budget``)."""
 RESOLVE: web.AppKey[Resolve] = web.AppKey("resolve")
+SPENT: web.AppKey[Spent | None] = web.AppKey("spent")
 RESOLVED = web.RequestKey("judging", dispatch.Judging)
 MAX_BODY = 32 * 1024 * 1024
 
@@ -79,7 +83,15 @@ async def _judge(request: web.Request) -> web.Response:
         verdict = await judging_of(request)(call.request())
     except errors.UsageError as err:
         return web.json_response({"error": str(err)}, status=422)
+    if not verdict.cached:
+        _spent(request, verdict.input_tokens, verdict.output_tokens)
     return web.json_response(text=verdict.model_dump_json())
+
+
+def _spent(request: web.Request, tokens_in: int, tokens_out: int) -> None:
+    spent = request.app.get(SPENT)
+    if spent is not None and (tokens_in or tokens_out):
+        spent(_token(request), tokens_in, tokens_out)
 
 
 async def _chat(request: web.Request) -> web.Response:
@@ -96,6 +108,7 @@ async def _chat(request: web.Request) -> web.Response:
         completion: chat.Completion = await provider(call)
     except errors.JudgingError as err:
         return web.json_response({"error": str(err)}, status=502)
+    _spent(request, completion.input_tokens, completion.output_tokens)
     return web.json_response(wire.completion_to_json(completion))
 
 
@@ -128,10 +141,12 @@ def judging_of(request: web.Request) -> dispatch.Judging:
     return request[RESOLVED]
 
 
-def serving(resolve: Resolve) -> web.Application:
-    """The judge service answering each token with the backend ``resolve`` gives for it."""
+def serving(resolve: Resolve, spent: Spent | None = None) -> web.Application:
+    """The judge service answering each token with the backend ``resolve`` gives for it;
+    ``spent`` is told what each answered call spent."""
     application = web.Application(middlewares=[_auth], client_max_size=MAX_BODY)
     application[RESOLVE] = resolve
+    application[SPENT] = spent
     application.router.add_post("/api/judge", _judge)
     application.router.add_post("/api/judge/chat", _chat)
     application.router.add_post("/api/judge/ask", _ask)

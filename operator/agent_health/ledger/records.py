@@ -16,7 +16,7 @@ Fields added after a record kind first shipped are left out of the line while th
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause``, ``content_hash``
 and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` and
-``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``dropped`` and
+``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``agent``, ``dropped`` and
 ``dropped_why`` of ``cell-meta``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
@@ -76,7 +76,7 @@ class CellMeta(_Record):
     """What the cell is: the first record of every cell."""
 
     LATE_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"cell", "attempt", "restarted", "dropped", "dropped_why"}
+        {"cell", "attempt", "restarted", "agent", "dropped", "dropped_why"}
     )
 
     kind: Literal["cell-meta"] = "cell-meta"
@@ -97,6 +97,9 @@ class CellMeta(_Record):
         default=None,
         description="set on a cell-meta the gateway appends when it starts again on a cell "
         "that already has records: what passed while it was down is not on record",
+    )
+    agent: str | None = Field(
+        default=None, description="the agent of an agent matrix this cell ran against"
     )
     dropped: int | None = Field(
         default=None,

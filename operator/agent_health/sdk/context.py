@@ -70,6 +70,7 @@ class TestInfo:
     run_id: str
     timeout: float | None
     retry: int = 0  # 0 on the first try; n on the n-th retry (``--retries``)
+    agent: str | None = None  # the agent's name in an agent matrix (``--agent a --agent b``)
     annotations: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, reason: str = "") -> None:

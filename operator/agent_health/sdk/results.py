@@ -272,6 +272,9 @@ class TestResult(BaseModel):
         description="every try of a retried test, first to last (empty when it ran once)",
     )
     ledger_cell: str | None = Field(default=None, description="the ledger cell that recorded it")
+    agent: str | None = Field(
+        default=None, description="the agent it ran against in an agent matrix; None otherwise"
+    )
     replayed: bool = Field(
         default=False,
         description="from a --replay run: agent.run() was answered from a recording",

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from agent_health.cluster.api import meta
+from agent_health.cluster.api import meta, runbudget
 
 KIND = "EvaluationRun"
 PLURAL = "evaluationruns"
@@ -85,6 +85,19 @@ class Spec(meta.Model):
         "passes, cells still running are stopped and the run fails with reason "
         "DeadlineExceeded (cells graded by then keep their grades).",
     )
+    agents: Annotated[
+        list[meta.DnsLabel],
+        pydantic.Field(max_length=16, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    ] = pydantic.Field(
+        default_factory=list,
+        description="An agent matrix: run every test against each of these RunSpec "
+        "spec.targets (by name), side by side; empty: the RunSpec's target alone.",
+    )
+    budget: runbudget.Budget | None = pydantic.Field(
+        default=None,
+        description="Cost, token and duration limits; reaching one stops starting cells "
+        "(BudgetExhausted).",
+    )
 
 
 Cause = Literal["agent", "judge", "test", "infra"]
@@ -134,6 +147,12 @@ class TestSummary(meta.Model):
         default=None, description="The first error of an errored repeat (truncated)."
     )
     cause: Cause | None = pydantic.Field(default=None, description="That error's cause.")
+    agents: Annotated[
+        list[AgentTestSummary],
+        pydantic.Field(max_length=16, json_schema_extra=meta.list_map("name")),
+    ] = pydantic.Field(
+        default_factory=list, description="An agent matrix: this test for each agent."
+    )
 
 
 class Interval(meta.Model):
@@ -141,6 +160,60 @@ class Interval(meta.Model):
 
     low: Fraction
     high: Fraction
+
+
+class ChangeInterval(meta.Model):
+    """The interval of a change between two agents (1 − alpha; docs/statistics.md)."""
+
+    low: Annotated[float, pydantic.Field(ge=-1, le=1)]
+    high: Annotated[float, pydantic.Field(ge=-1, le=1)]
+
+
+class AgentTestSummary(meta.Model):
+    """One test's outcome for one agent of a matrix."""
+
+    name: meta.DnsLabel
+    passed: Count = 0
+    failed: Count = 0
+    errored: Count = 0
+    errored_by_agent: Count = 0
+    skipped: Count = 0
+    score: Fraction | None = None
+
+
+class AgentSummary(meta.Model):
+    """One agent of a matrix over all its cells."""
+
+    name: meta.DnsLabel
+    passed: Count = 0
+    failed: Count = 0
+    errored: Count = 0
+    skipped: Count = 0
+    pass_rate: Fraction | None = None
+    pass_rate_interval: Interval | None = None
+    score: Fraction | None = None
+    pass_at_k: Fraction | None = None
+
+
+class AgentPair(meta.Model):
+    """From one agent of a matrix to another, over the tests both decided (paired by id)."""
+
+    base: meta.DnsLabel
+    new: meta.DnsLabel
+    tests: Count = 0
+    worse: Count = pydantic.Field(default=0, description="Tests whose pass share fell.")
+    better: Count = pydantic.Field(default=0, description="Tests whose pass share rose.")
+    pass_rate_delta: Annotated[float, pydantic.Field(ge=-1, le=1)] | None = None
+    score_delta: Annotated[float, pydantic.Field(ge=-1, le=1)] | None = None
+    pass_rate_delta_interval: ChangeInterval | None = pydantic.Field(
+        default=None, description="The interval of the pass-rate change (as compare gives it)."
+    )
+    p_value: Fraction | None = pydantic.Field(
+        default=None, description="The paired test of the pass rate (as compare runs it)."
+    )
+    significant: bool | None = pydantic.Field(
+        default=None, description="Whether the change in pass rate is more than noise at 0.05."
+    )
 
 
 class Status(meta.Model):
@@ -186,6 +259,16 @@ class Status(meta.Model):
         list[TestSummary],
         pydantic.Field(max_length=MAX_TEST_SUMMARIES, json_schema_extra=meta.list_map("id")),
     ] = pydantic.Field(default_factory=list)
+    budget: runbudget.BudgetStatus | None = pydantic.Field(
+        default=None, description="Spend against spec.budget (unset without a budget)."
+    )
+    agents: Annotated[
+        list[AgentSummary],
+        pydantic.Field(max_length=16, json_schema_extra=meta.list_map("name")),
+    ] = pydantic.Field(default_factory=list, description="An agent matrix: each agent's tally.")
+    pairs: Annotated[list[AgentPair], pydantic.Field(max_length=120)] = pydantic.Field(
+        default_factory=list, description="An agent matrix: each pair of agents compared."
+    )
     conditions: meta.Conditions = pydantic.Field(default_factory=list)
     start_time: datetime.datetime | None = None
     completion_time: datetime.datetime | None = None

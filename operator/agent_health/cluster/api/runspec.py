@@ -90,6 +90,19 @@ class Target(meta.Model):
         return self
 
 
+class NamedTarget(Target):
+    """One agent of an agent matrix: a target with a name that EvaluationRuns pick by
+    (``spec.agents``), pinned and fenced like ``target``."""
+
+    name: meta.DnsLabel = pydantic.Field(
+        description="The agent's name in an EvaluationRun's spec.agents, its cells and status."
+    )
+
+    def target(self) -> Target:
+        """This agent as the cell's ``target``."""
+        return Target.model_validate(self.model_dump(exclude={"name"}))
+
+
 class Peer(meta.Model):
     """A simulated user, tool server or other agent the target talks to."""
 
@@ -209,6 +222,14 @@ class Spec(meta.Model):
 
     suite: Suite
     target: Target
+    targets: Annotated[
+        list[NamedTarget],
+        pydantic.Field(max_length=16, json_schema_extra=meta.list_map("name")),
+    ] = pydantic.Field(
+        default_factory=list,
+        description="More agents, by name, for an agent matrix: an EvaluationRun's spec.agents "
+        "runs its tests against each one it names (target serves runs that name none).",
+    )
     peers: Annotated[
         list[Peer], pydantic.Field(max_length=16, json_schema_extra=meta.list_map("name"))
     ] = pydantic.Field(default_factory=list, description="Containers the target talks to.")
@@ -263,5 +284,18 @@ class RunSpec(meta.Model):
 
     def images(self) -> list[str]:
         """Every image a cell of this RunSpec runs, in a stable order, without duplicates."""
-        found = [self.spec.suite.image, self.spec.target.image, *(p.image for p in self.spec.peers)]
+        found = [self.spec.suite.image, self.spec.target.image]
+        found += [t.image for t in self.spec.targets] + [p.image for p in self.spec.peers]
         return list(dict.fromkeys(i for i in found if i is not None))
+
+    def for_agent(self, agent: str | None) -> RunSpec:
+        """This RunSpec as a cell of ``agent`` sees it: that named target as its ``target``
+        (itself for ``None``). Raises ``KeyError`` for a name it does not declare."""
+        if agent is None:
+            return self
+        named = next((t for t in self.spec.targets if t.name == agent), None)
+        if named is None:
+            raise KeyError(agent)
+        return self.model_copy(
+            update={"spec": self.spec.model_copy(update={"target": named.target()})}
+        )

@@ -47,6 +47,10 @@ def admit(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
     resources_of(spec, settings, None)
     for peer in spec.spec.peers:
         resources_of(spec, settings, peer)
+    for named in spec.spec.targets:  # an agent matrix's agents: each a target, the same cap
+        where = f"{name} spec.targets[{named.name}].resources"
+        cells = settings.resources
+        resources.effective(cells.target, named.resources, cells.max, where=where)
 
 
 def resources_of(

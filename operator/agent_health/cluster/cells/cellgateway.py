@@ -106,6 +106,9 @@ class Identity:
     images: Mapping[str, str]
     attempt: int = 0
     """Container name → image pinned by digest."""
+    agent: str | None = None
+    """An agent matrix's agent (``spec.agents``): sealed in the cell-meta, so ``agent-health
+    grade`` and ``--replay`` of the ledger know whose cell it is."""
 
 
 def gateway_args(
@@ -131,6 +134,8 @@ def gateway_args(
     args += ["--ledger", ledger, "--cell", identity.ledger_cell, "--key-file", key_file]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
     args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
+    if identity.agent is not None:
+        args += ["--agent", identity.agent]
     for name, image in identity.images.items():
         args += ["--image", f"{name}={image}"]
     for principal, path in tokens.items():

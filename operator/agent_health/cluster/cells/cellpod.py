@@ -67,8 +67,10 @@ def cell_pod(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     attempt: int = 0,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """The Pod of one (test, repeat) of ``run``; ``digests`` maps each RunSpec image to its digest.
+    ``agent``: an agent matrix's agent (``spec`` is then :meth:`RunSpec.for_agent`'s).
 
     The caller also creates :func:`.cellsecrets.token_secret` for this attempt (its tokens
     and its ledger key) and :func:`.cellsecrets.ledger_key_secret` for the run. A target
@@ -84,7 +86,7 @@ def cell_pod(
             f"RunSpec {spec.metadata.get('name', '?')}: target.connector subprocess cannot run "
             "in a cluster cell; serve the agent over HTTP (rest, agui or openai) with a port"
         )
-    cell = manifests.cell_name(run_name, test_id, repeat)
+    cell = manifests.cell_name(run_name, test_id, repeat, agent)
     admission.admit(spec, settings)
     admission.refuse_our_secrets(spec, settings)
     plan = cellgateway.ports(spec)
@@ -126,6 +128,7 @@ def cell_pod(
                 test_id=test_id,
                 repeat=repeat,
                 attempt=attempt,
+                agent=agent,
                 images={
                     TARGET: manifests.pinned(target.image, digests),
                     **{
@@ -194,6 +197,8 @@ def cell_pod(
         env.append({"name": "AGENT_HEALTH_JUDGE_MODEL", "value": model})
     if run.spec.skip_judge:
         env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
+    if agent is not None:
+        env.append({"name": "AGENT_HEALTH_AGENT", "value": agent})
     controller = {
         "name": CONTROLLER,
         "image": controller_image,
@@ -228,7 +233,7 @@ def cell_pod(
         "metadata": {
             "name": cell,
             "namespace": namespace,
-            "labels": manifests.cell_labels(run, test_id, repeat),
+            "labels": manifests.cell_labels(run, test_id, repeat, agent),
             "annotations": {
                 manifests.ANNOTATION_TEST_ID: test_id,
                 manifests.ANNOTATION_RUNSPEC: run.spec.run_spec_ref.name,
@@ -256,14 +261,17 @@ def cell(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     attempt: int = 0,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """The object to create for one cell: the Pod, or a Sandbox around it (``agentSandbox``).
 
     ``attempt`` counts infrastructure retries; each attempt records into its own ledger cell.
+    ``agent`` (an agent matrix) runs that named target of ``spec`` as the cell's target.
     """
+    spec = spec.for_agent(agent)
     pod = cell_pod(
         run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings,
-        attempt=attempt,
+        attempt=attempt, agent=agent,
     )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":

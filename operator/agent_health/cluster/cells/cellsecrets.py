@@ -61,6 +61,7 @@ def token_secret(
     tokens: Mapping[str, str],
     ledger_key: bytes,
     attempt: int = 0,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """The Secret of one attempt at a cell: ``tokens`` maps each of :func:`principals` to a
     fresh secret; ``ledger_key`` is the attempt's own ledger key
@@ -68,12 +69,12 @@ def token_secret(
     if set(tokens) != set(principals(spec)):
         raise ValueError(f"tokens must cover exactly {principals(spec)}, got {sorted(tokens)}")
     namespace, name, _ = manifests.identity(run)
-    cell = manifests.cell_name(name, test_id, repeat)
+    cell = manifests.cell_name(name, test_id, repeat, agent)
     return manifests.secret(
         token_secret_name(cell, attempt),
         namespace,
         manifests.owner_reference(run),
-        manifests.cell_labels(run, test_id, repeat),
+        manifests.cell_labels(run, test_id, repeat, agent),
         {**{secret_key(p): t.encode() for p, t in tokens.items()}, CELL_LEDGER_KEY: ledger_key},
     )
 

@@ -33,6 +33,7 @@ LABEL_RUNSPEC = "agenthealth.dev/runspec"
 LABEL_TEST_HASH = "agenthealth.dev/test-hash"
 LABEL_REPEAT = "agenthealth.dev/repeat"
 LABEL_COMPONENT = "agenthealth.dev/component"
+LABEL_AGENT = "agenthealth.dev/agent"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "agent-health"
 ANNOTATION_TEST_ID = "agenthealth.dev/test-id"
@@ -189,9 +190,10 @@ def owner_reference(obj: Owner) -> dict[str, Any]:
     }
 
 
-def cell_name(run_name: str, test_id: str, repeat: int) -> str:
-    """``<run>-<hash of test id>-r<repeat>``: a DNS-1123 label, ≤63 characters, stable."""
-    suffix = f"-{short_hash(test_id)}-r{repeat}"
+def cell_name(run_name: str, test_id: str, repeat: int, agent: str | None = None) -> str:
+    """``<run>-<hash of test id>-r<repeat>``: a DNS-1123 label, ≤63 characters, stable. In an
+    agent matrix the hash covers the agent too (its name is the cell's ``agent`` label)."""
+    suffix = f"-{short_hash(test_id if agent is None else f'{agent}/{test_id}')}-r{repeat}"
     return fit(run_name, DNS_LABEL_MAX - len(suffix)) + suffix
 
 
@@ -201,12 +203,15 @@ def ledger_cell(cell: str, attempt: int) -> str:
     return cell if attempt == 0 else f"{cell}.a{attempt}"
 
 
-def cell_labels(run: evaluationrun.EvaluationRun, test_id: str, repeat: int) -> dict[str, str]:
+def cell_labels(
+    run: evaluationrun.EvaluationRun, test_id: str, repeat: int, agent: str | None = None
+) -> dict[str, str]:
     """The labels of one cell's Pod (or Sandbox) and its token Secret."""
     return {
         **run_labels(run, "cell"),
         LABEL_TEST_HASH: short_hash(test_id),
         LABEL_REPEAT: str(repeat),
+        **({LABEL_AGENT: agent} if agent is not None else {}),
     }
 
 

@@ -86,6 +86,7 @@ class ExpectedCell(pydantic.BaseModel):
     """The ledger cell of the attempt graded (``CELL`` or ``CELL.aN``); with ``attempt``, the
     ledger's sealed cell-meta must name both, so no other cell's or attempt's ledger passes."""
     attempt: int | None = pydantic.Field(default=None, ge=0)
+    agent: str | None = None  # the agent of an agent matrix, as the operator planned it
 
 
 class CellGrade(pydantic.BaseModel):
@@ -328,6 +329,7 @@ def _test_result(
         signals=signals,
         metrics=derived,
         content_hash=expected.content_hash,
+        agent=expected.agent,
         insights=insights,  # what the cell's insights said, as the cell recorded it
     )
 

@@ -31,6 +31,7 @@ def expected_from(cell: str, lines: list[str]) -> grading.ExpectedCell:
                 run_id=first.run_id,
                 title=title if sep else None,
                 file=file if sep else "",
+                agent=first.agent,
             )
         break
     return grading.ExpectedCell(test_id=cell, repeat=0, run_id=cell)

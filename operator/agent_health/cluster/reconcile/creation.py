@@ -41,7 +41,7 @@ class Creator:
         manifest = cellpod.cell(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat,
             digests=run.spec.status.image_digests if run.spec.status else {},
-            settings=run.settings, attempt=cell.attempt,
+            settings=run.settings, attempt=cell.attempt, agent=cell.agent,
         )  # fmt: skip
         manifest["metadata"].setdefault("annotations", {})[plan.ATTEMPT] = str(cell.attempt)
         if manifest["kind"] == sandbox.KIND:
@@ -72,6 +72,7 @@ class Creator:
         manifest = cellsecrets.token_secret(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, tokens=tokens,
             ledger_key=keys.cell_key(run.key, ledger_cell), attempt=cell.attempt,
+            agent=cell.agent,
         )  # fmt: skip
         metadata = owner["metadata"]
         manifest["metadata"]["ownerReferences"] = [

@@ -27,6 +27,7 @@ from agent_health.cluster.cells import cellpod, manifests, observed
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import creation, lifecycle, plan
 from agent_health.cluster.reconcile import status as status_mod
+from agent_health.engine import budget
 from agent_health.ledger import keys
 
 LEDGER_READS = 5
@@ -45,7 +46,19 @@ class Handoff:
     # -- slots -----------------------------------------------------------------------------
 
     def fill(self, run: plan.Run) -> None:
-        """Start queued cells until ``parallelism`` of them are active."""
+        """Start queued cells until ``parallelism`` of them are active; once ``spec.budget``
+        is reached, none: every queued cell is graded ``skipped`` (reason ``budget``)."""
+        if run.queue and run.tally.over_budget():
+            while run.queue:
+                cell = run.cells[run.queue.popleft()]
+                cell.state = "done"
+                grade = plan.skipped(cell, budget.SKIP_REASON)
+                run.tally.record(grade)
+                self.board.metrics.observe_grade(
+                    run.ref.namespace, run.runspec, run.ref.name, grade
+                )
+                if run.budget is not None:
+                    run.budget.skipped += 1
         while run.queue and len(run.active) < run.model.spec.parallelism:
             cell = run.cells[run.queue.popleft()]
             cell.state = "active"

@@ -86,7 +86,10 @@ class Intake:
         what = f"EvaluationRun {ref.namespace}/{ref.name}"
         model = meta.parse(evaluationrun.EvaluationRun, dict(body), what=what)
         tally = status_mod.RunTally(
-            repeats=model.spec.repeats, generation=metadata.get("generation"), previous=model.status
+            repeats=model.spec.repeats,
+            generation=metadata.get("generation"),
+            previous=model.status,
+            budget=model.spec.budget,
         )
         run = plan.Run(ref, str(metadata.get("uid")), model, tally, phase=tally.phase)
         board.status.seed(ref, body.get("status") or {})
@@ -148,6 +151,7 @@ class Intake:
                 why = outcome.error if outcome else "its discovery pod is gone; edit the RunSpec"
                 return await board.fail(run, "DiscoveryFailed", f"RunSpec {run.runspec}: {why}")
             chosen = plan.select(outcome.tests, run.model.spec.selection)
+            agents = plan.agents(run.model, spec)  # an agent matrix: each a declared target
         except errors.SpecError as err:
             return await board.fail(run, "InvalidSpec", str(err))
         if not chosen:
@@ -197,8 +201,9 @@ class Intake:
             return
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
-                name = manifests.cell_name(run.ref.name, test.id, repeat)
-                run.cells[name] = plan.Cell(name, test, repeat)
+                for agent in agents:  # interleaved: a budget leaves the agents the same tests
+                    name = manifests.cell_name(run.ref.name, test.id, repeat, agent)
+                    run.cells[name] = plan.Cell(name, test, repeat, agent)
         run.tally.plan(run.cells)
         run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
         await self.adoption.adopt(run)

@@ -15,12 +15,14 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import ledgerurl, manifests
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import batcher, events, listing, pattern
+from agent_health.cluster.reconcile import batcher, events, listing, pattern, spending
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
+from agent_health.sdk import results
 
 ATTEMPT = "agenthealth.dev/attempt"
 CellState = Literal["queued", "active", "ended", "replacing", "done"]
@@ -33,6 +35,8 @@ class Cell:
     name: str
     test: listing.Test
     repeat: int
+    agent: str | None = None
+    """The agent of an agent matrix (a RunSpec ``spec.targets`` name); ``None``: ``target``."""
     attempt: int = 0
     state: CellState = "queued"
     token: str | None = None
@@ -58,6 +62,11 @@ class Run:
     started: bool = False
     buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     phase: evaluationrun.Phase | None = None
+
+    @property
+    def budget(self) -> spending.RunBudget | None:
+        """``spec.budget`` and the spend against it (``None`` without a budget)."""
+        return self.tally.budget
 
     @property
     def runspec(self) -> str:
@@ -140,6 +149,20 @@ def select(
     return [t for t in chosen if all(label in t.labels for label in selection.labels)]
 
 
+def agents(run: evaluationrun.EvaluationRun, spec: runspec.RunSpec) -> list[str | None]:
+    """The agents a run's cells run against: ``spec.agents`` (an agent matrix), each a name of
+    the RunSpec's ``spec.targets``; ``[None]`` (its ``target``) when it names none."""
+    declared = [t.name for t in spec.spec.targets]
+    for name in run.spec.agents:
+        if name not in declared:
+            raise errors.SpecError(
+                f"spec.agents names {name!r}, which RunSpec {run.spec.run_spec_ref.name} does "
+                f"not declare in spec.targets (declared: {', '.join(declared) or 'none'}); add "
+                "it there or remove it from the run"
+            )
+    return list(run.spec.agents) or [None]
+
+
 def ledger_url(template: str, run: evaluationrun.EvaluationRun) -> str:
     """A ledger URL with ``{namespace}``, ``{run}`` and ``{runspec}`` filled in."""
     namespace, name, _ = manifests.identity(run)
@@ -174,6 +197,19 @@ def attempt(body: Mapping[str, Any]) -> int:
     return int(value) if str(value).isdigit() else 0
 
 
+def skipped(cell: Cell, reason: str) -> grading.CellGrade:
+    """The grade of a cell never started (``reason``: ``budget``): ``skipped``."""
+    test = cell.test
+    result = results.TestResult(
+        id=test.id, name=test.title, title=test.title, file=test.file, line=test.line,
+        labels=test.labels, repeat=cell.repeat, status="skipped", run_id=cell.name,
+        content_hash=test.content_hash, skip_reason=reason, agent=cell.agent,
+    )  # fmt: skip
+    return grading.CellGrade(
+        cell=cell.name, test_id=test.id, repeat=cell.repeat, status="skipped", result=result
+    )
+
+
 def unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
     return grading.grade_failed_pod(
         cell.name, expected(cell), f"cannot grade the ledger: {reason}", cause="other",
@@ -204,4 +240,5 @@ def expected(
         content_hash=test.content_hash,
         ledger_cell=manifests.ledger_cell(cell.name, cell.attempt),
         attempt=cell.attempt,
+        agent=cell.agent,
     )

@@ -117,6 +117,13 @@ class Runs:
             return None
         return Judged(ref, run.runspec, run.spec.spec.judge, run.model.spec.skip_judge)
 
+    def judged(self, token: str | None, tokens_in: int, tokens_out: int) -> None:
+        """The judge service answered a live cell's call: count it in its run's budget."""
+        ref = self.board.tokens.get(token) if token is not None else None
+        run = self.board.runs.get(ref) if ref is not None else None
+        if run is not None and run.budget is not None:
+            run.budget.judged(tokens_in, tokens_out)
+
     async def start(self, body: Mapping[str, Any]) -> None:
         """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""
         await self.intake.start(body)

@@ -34,9 +34,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from agent_health.cluster import errors
-from agent_health.cluster.api import evaluationrun, meta
+from agent_health.cluster.api import evaluationrun, meta, runbudget
 from agent_health.cluster.grading import grading
-from agent_health.engine import report, uncertainty
+from agent_health.cluster.reconcile import sidebyside, spending
+from agent_health.engine import matrix, report, uncertainty
 
 Phase = evaluationrun.Phase
 TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
@@ -102,14 +103,18 @@ class RunTally:
         generation: int | None = None,
         previous: evaluationrun.Status | None = None,
         clock: Callable[[], datetime.datetime] = utcnow,
+        budget: runbudget.Budget | None = None,
     ) -> None:
         self.repeats = repeats
+        self.budget = spending.RunBudget(budget) if budget is not None else None
         self.generation = generation
         self._clock = clock
         self._cells: dict[str, _CellState] = {}
         self._grades: dict[str, grading.CellGrade] = {}
         # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
-        self._aggregates: tuple[report.Summary, list[evaluationrun.TestSummary]] | None = None
+        self._aggregates: (
+            tuple[report.Summary, list[evaluationrun.TestSummary], matrix.Matrix | None] | None
+        ) = None
         self._score_interval: evaluationrun.Interval | None = None
         self._bootstrapped_at: datetime.datetime | None = None
         self.phase: Phase | None = previous.phase if previous else None
@@ -173,6 +178,18 @@ class RunTally:
             errored_by_cause=evaluationrun.ErroredByCause(**by_cause),
             unverified_claims=sum(g.unverified_claims for g in self._grades.values()),
         )
+
+    # -- budget ----------------------------------------------------------------------------
+
+    def over_budget(self) -> bool:
+        """Whether ``spec.budget`` is reached (:mod:`.spending`); keeps ``BudgetExhausted``."""
+        if self.budget is None:
+            return False
+        over = self.budget.check((g.result for g in self._grades.values()), self.start_time)
+        status, reason, message = self.budget.condition()
+        if self._condition(spending.CONDITION) != status:
+            self._set(spending.CONDITION, status, reason, message, now=self._clock())
+        return over
 
     # -- phase -----------------------------------------------------------------------------
 
@@ -246,9 +263,12 @@ class RunTally:
             if due:
                 self._score_interval = _interval(built.summary.score_interval)
                 self._bootstrapped_at = now
-            self._aggregates = (built.summary, self.test_summaries())
-        summary, tests = self._aggregates
+            self._aggregates = (built.summary, self.test_summaries(), built.matrix)
+        summary, tests, side_by_side = self._aggregates
         self._tests_passed(counts)
+        spent = None
+        if self.budget is not None:
+            spent = self.budget.status((g.result for g in self._grades.values()), self.start_time)
         return evaluationrun.Status(
             observed_generation=self.generation,
             phase=self.phase,
@@ -262,6 +282,9 @@ class RunTally:
             pass_hat_k=summary.pass_hat_k,
             pass_hat_k_interval=_interval(summary.pass_hat_k_interval),
             tests=tests,
+            budget=spent,
+            agents=sidebyside.agents(side_by_side),
+            pairs=sidebyside.pairs(side_by_side),
             conditions=self.conditions,
             start_time=self.start_time,
             completion_time=self.completion_time,
@@ -338,6 +361,7 @@ def _summary(test_id: str, grades: list[grading.CellGrade]) -> evaluationrun.Tes
         score=round(sum(scores) / len(scores), 6) if scores else None,
         error=_truncate(first.error, MAX_ERROR) if first is not None and first.error else None,
         cause=first.cause if first is not None else None,
+        agents=sidebyside.per_agent(grades),
     )
 
 

@@ -45,10 +45,11 @@ def _signal_line(sig: dict[str, Any]) -> str:
 
 def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
     label = entries.repeat_label(test["repeat"], repeats)
+    agent = f" [{test['agent']}]" if test.get("agent") else ""  # an agent matrix
     case = ET.SubElement(
         suite,
         "testcase",
-        name=f"{test['name']} {label}" if label else str(test["name"]),
+        name=(f"{test['name']} {label}" if label else str(test["name"])) + agent,
         classname=test["file"],
         file=test["file"],
         line=str(test["line"]),

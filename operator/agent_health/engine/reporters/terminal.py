@@ -21,6 +21,7 @@ from rich.table import Table
 
 from agent_health.engine import entries, uncertainty
 from agent_health.engine.report import LEGEND, RunReport
+from agent_health.engine.reporters import terminal_budget, terminal_matrix
 from agent_health.sdk.results import TestResult
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
@@ -38,6 +39,7 @@ TABLE_LIMIT = 50
 def _line(result: TestResult, repeats: int = 1) -> str:
     label = entries.repeat_label(result.repeat, repeats)
     repeat = f" {label}" if label else ""
+    repeat += f" [{result.agent}]" if result.agent else ""
     extra = ""
     if result.status == "errored" and result.error:
         extra = f" — {_cause_word(result.cause)}{result.error}"
@@ -132,6 +134,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             metrics = t["metrics"] or {}
             label = entries.repeat_label(t["repeat"], k)
             title = f"{t['file']} › {t['name']}" + (f" {label}" if label else "")
+            title += f" [{t['agent']}]" if t.get("agent") else ""
             table.add_row(
                 f"[{COLOR[t['status']]}]{MARK[t['status']]} {t['status']}[/]"
                 + (f" ({t['cause']})" if t.get("cause") else ""),
@@ -198,8 +201,17 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
             console.print(f"  • {escape(pattern)}", highlight=False)
         if s.insights.error:
             console.print(f"  [yellow]{escape(s.insights.error)}[/]", highlight=False)
+    if report.matrix is not None:
+        terminal_matrix.show(console, report.matrix)
+    if s.budget is not None:
+        console.print(terminal_budget.line(s.budget), highlight=False, markup=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
+    elif s.budget is not None and s.budget.exhausted is not None:
+        console.print(
+            f"[yellow]stopped by the budget[/] ({escape(s.budget.reason or '')}); "
+            f"{s.budget.skipped} tests skipped (reason budget)"
+        )
     elif s.stopped:
         console.print(f"[yellow]{escape(s.stopped)}[/]: {s.not_run} tests never started")
 
@@ -303,11 +315,11 @@ def legend(repeats: int) -> str:
 
 def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> None:
     """Each test that did not pass, once: its failing repeats and each distinct reason."""
-    runs: dict[str, int] = Counter(t["id"] for t in tests)
+    runs: dict[str, int] = Counter(_key(t) for t in tests)
     bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
         if t["status"] in ("failed", "errored", "flaky"):
-            bad.setdefault(t["id"], []).append(t)
+            bad.setdefault(_key(t), []).append(t)
     for test_id, failing in bad.items():
         statuses = {t["status"] for t in failing}
         status = next(s for s in ("failed", "errored", "flaky") if s in statuses)
@@ -328,6 +340,11 @@ def _failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> No
             label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
             _attempts(console, t, label)
             _captured(console, t, label)
+
+
+def _key(t: dict[str, Any]) -> str:
+    """A test's id, and its agent in an agent matrix."""
+    return f"{t['id']} [{t['agent']}]" if t.get("agent") else str(t["id"])
 
 
 def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:

@@ -86,15 +86,19 @@
   }
 
   // ---- the tests, grouped by id (one group per test, one run per repeat) --------------
+  // In an agent matrix, one group per (test, agent): its key names the agent too.
 
+  const MATRIX = REPORT.matrix || null;
   const groups = [];
   const byId = new Map();
   for (const run of TESTS) {
-    let group = byId.get(run.id);
+    const key = run.agent ? run.agent + ":" + run.id : run.id;
+    let group = byId.get(key);
     if (!group) {
-      group = { id: run.id, name: run.name, file: run.file, line: run.line,
+      group = { key: key, id: run.id, name: run.name + (run.agent ? " [" + run.agent + "]" : ""),
+                file: run.file, line: run.line, agent: run.agent || null,
                 labels: run.labels || [], runs: [] };
-      byId.set(run.id, group);
+      byId.set(key, group);
       groups.push(group);
     }
     group.runs.push(run);
@@ -113,7 +117,7 @@
 
   function searchText(group) {
     if (group.search === null) {
-      const parts = [group.id, group.name, group.file, ...group.labels];
+      const parts = [group.id, group.name, group.file, group.agent, ...group.labels];
       for (const run of group.runs) {
         parts.push(run.status, run.error, run.cause, run.skip_reason, run.prompt, run.output,
           run.stdout, run.stderr);
@@ -223,8 +227,15 @@
       card("cost", "cost", money(SUMMARY.cost_usd),
         SUMMARY.unpriced ? SUMMARY.unpriced + " runs unpriced" : null),
       card("duration", "duration", seconds(SUMMARY.duration_ms),
-        SUMMARY.interrupted ? "interrupted: " + (SUMMARY.not_run || 0) + " never started" : null));
+        SUMMARY.interrupted ? "interrupted: " + (SUMMARY.not_run || 0) + " never started" : null),
+      budgetCard());
     root.replaceChildren(cards);  // the summary is built once, at load
+    const budget = SUMMARY.budget;
+    if (budget && budget.exhausted) {
+      root.append(el("div", { class: "budget-stop", role: "status" },
+        el("strong", { text: "Stopped by the budget: " }), budget.reason || budget.exhausted,
+        " — " + budget.skipped + " tests skipped (reason budget)"));
+    }
     if (PROVENANCE && PROVENANCE.replay) {
       root.prepend(el("div", { class: "replayed-banner", role: "note" },
         el("strong", { text: "Replayed" }),
@@ -241,7 +252,7 @@
       root.append(el("p", null, el("span", { class: "flaky", text: "flaky: " }),
         SUMMARY.flaky.join(", ")));
     }
-    append(root, [rollup(), labelTable(), provenanceDetails()]);
+    append(root, [rollup(), matrixTable(), labelTable(), provenanceDetails()]);
     document.getElementById("provenance-line").textContent = provenanceLine();
   }
 
@@ -274,6 +285,83 @@
         : null);
   }
 
+  // Spend so far against each limit of the run's budget (--max-cost/--max-tokens/--max-duration
+  // or spec.budget); an estimate for tests whose spend is unknown is marked with "~".
+  function budgetCard() {
+    const budget = SUMMARY.budget;
+    if (!budget) return null;
+    const spent = budget.spent || {};
+    const limits = budget.limits || {};
+    const parts = [];
+    const estimated = (value, unknown, shown) => value === null || value === undefined
+      ? "unknown (" + unknown + " tests reported no usage)"
+      : (unknown ? "~" + shown + " (" + unknown + " estimated)" : shown);
+    if (limits.max_tokens != null) parts.push(estimated(spent.tokens_estimated,
+      spent.tokens_unknown, count(spent.tokens_estimated)) + " of " + count(limits.max_tokens)
+      + " tokens");
+    if (limits.max_cost_usd != null) parts.push(estimated(spent.cost_usd_estimated,
+      spent.cost_unknown, money(spent.cost_usd_estimated)) + " of " + money(limits.max_cost_usd));
+    if (limits.max_duration_s != null) parts.push(num(spent.duration_s, 1) + " of "
+      + limits.max_duration_s + " s");
+    return card("budget" + (budget.exhausted ? " exhausted" : ""), "budget",
+      budget.exhausted ? "stopped" : "within",
+      parts.join(", ") + "; agent " + count(spent.agent_tokens) + " tokens "
+      + money(spent.agent_cost_usd) + ", judge " + count(spent.judge_tokens) + " tokens "
+      + money(spent.judge_cost_usd));
+  }
+
+  // An agent matrix (--agent a --agent b, or spec.agents): every test with each agent's
+  // outcome side by side, each agent's totals, and each pair compared (paired by test id).
+  function matrixTable() {
+    if (!MATRIX || !Array.isArray(MATRIX.agents)) return null;
+    const agents = MATRIX.agents;
+    const side = (s) => {
+      if (!s) return el("td", { class: "muted", text: "–" });
+      const decided = s.passed + s.failed + (s.errored_by_agent || 0);
+      const ok = decided > 0 && s.passed === decided;
+      return el("td", { class: decided ? (ok ? "passed" : "failed") : "muted",
+        text: decided ? (ok ? "✓ " : "✗ ") + s.passed + "/" + decided
+          + (typeof s.score === "number" ? " · " + s.score.toFixed(2) : "") : "n/a" });
+    };
+    const totals = agents.map((a) => {
+      const s = (MATRIX.summaries || {})[a] || {};
+      const ci = (i, fmt) => i ? " [" + fmt(i.low) + "–" + fmt(i.high) + "]" : "";
+      return el("td", { text: pct(s.pass_rate) + ci(s.pass_rate_interval, pct) + " · "
+        + num(s.score, 2) + ci(s.score_interval, (v) => num(v, 2)) });
+    });
+    const pairs = (MATRIX.pairs || []).map((p) => el("li", null,
+      el("strong", { text: p.base + " → " + p.new + ": " }),
+      "pass rate " + (typeof p.pass_rate_delta === "number"
+        ? (p.pass_rate_delta >= 0 ? "+" : "") + (p.pass_rate_delta * 100).toFixed(1) + " pts" : "n/a")
+      + " over " + p.tests + " tests (" + (p.worse || []).length + " worse, "
+      + (p.better || []).length + " better), score "
+      + (typeof p.score_delta === "number" ? (p.score_delta >= 0 ? "+" : "")
+        + p.score_delta.toFixed(2) : "n/a") + pairedText(p.paired)));
+    return el("div", { class: "matrix" }, el("h2", { text: "Agents side by side" }),
+      el("table", { class: "signals matrix-table" },
+        el("thead", null, el("tr", null, el("th", { text: "test" }),
+          agents.map((a) => el("th", { text: a })))),
+        el("tbody", null, (MATRIX.tests || []).map((t) => el("tr", null,
+          el("td", { text: t.name }), agents.map((a) => side((t.agents || {})[a])))),
+          el("tr", { class: "totals" }, el("td", { text: "pass rate · score" }), totals))),
+      pairs.length ? el("ul", { class: "pairs" }, pairs) : null);
+  }
+
+  function pairedText(paired) {
+    if (!paired) return "";
+    const parts = [];
+    for (const metric of ["pass_rate", "score"]) {
+      const t = paired[metric];
+      if (!t) continue;
+      const ci = t.interval ? ", CI [" + num(t.interval.low, 3) + ", " + num(t.interval.high, 3)
+        + "]" : "";
+      parts.push(metric.replace("_", " ") + " " + (t.method || "paired test") + " p="
+        + num(t.p_value, 3) + ci + ": "
+        + (t.significant ? "significant" : "not distinguishable from noise"));
+    }
+    return parts.length ? "; " + parts.join("; ") : "";
+  }
+
   function labelTable() {
     const labels = Object.entries(SUMMARY.labels || {});
     if (!labels.length) return null;
@@ -296,8 +384,10 @@
     if (!PROVENANCE) return VERSION < 2 ? "JSON report version " + VERSION : "";
     const p = PROVENANCE;
     const parts = [];
-    if (p.agent) parts.push("agent " + (p.agent.name || p.agent.url || p.agent.image || "?")
-      + (p.agent.connector ? " (" + p.agent.connector + ")" : ""));
+    const agentName = (a) => (a.name || a.url || a.image || "?")
+      + (a.connector ? " (" + a.connector + ")" : "");
+    if ((p.agents || []).length > 1) parts.push("agents " + p.agents.map(agentName).join(", "));
+    else if (p.agent) parts.push("agent " + agentName(p.agent));
     if (p.judge) parts.push(judgeText(p.judge));
     if (p.suite && p.suite.git_commit) parts.push("commit " + p.suite.git_commit.slice(0, 12)
       + (p.suite.git_dirty ? " (dirty)" : ""));
@@ -368,16 +458,16 @@
   }
 
   function row(group) {
-    const selected = state.test === group.id;
+    const selected = state.test === group.key;
     const decided = group.counts.passed + group.counts.failed;
     const right = group.runs.length > 1
       ? group.counts.passed + "/" + group.runs.length + " passed"
       : (typeof group.runs[0].score === "number" ? "score " + group.runs[0].score.toFixed(2) : "");
     return el("li", {
-      class: "test-row", role: "option", tabindex: "0", "data-id": group.id,
+      class: "test-row", role: "option", tabindex: "0", "data-id": group.key,
       "aria-selected": String(selected), title: group.id,
-      onclick: () => select(group.id, null),
-      onkeydown: (event) => { if (event.key === "Enter") select(group.id, null); },
+      onclick: () => select(group.key, null),
+      onkeydown: (event) => { if (event.key === "Enter") select(group.key, null); },
     },
       el("span", { class: "mark " + group.status, text: MARK[group.status],
         "aria-label": group.status }),
@@ -454,7 +544,7 @@
         group.runs.map((r) => el("button", {
           type: "button", role: "tab", "aria-pressed": String(r === run),
           "data-repeat": String(r.repeat || 0),
-          onclick: () => select(group.id, r.repeat || 0),
+          onclick: () => select(group.key, r.repeat || 0),
         }, repeatLabel(r.repeat) + " " + MARK[r.status]))) : null,
       facts(run),
       problem(run),
@@ -477,6 +567,7 @@
   function facts(run) {
     const m = run.metrics || {};
     const items = [
+      run.agent ? "agent " + run.agent : null,
       repeatLabel(run.repeat),
       "score " + num(run.score, 2),
       "time " + seconds(run.duration_ms),

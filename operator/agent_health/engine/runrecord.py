@@ -1,0 +1,71 @@
+"""The run-result record of a ledger cell: what ``agent.run()`` returned, whole, within caps.
+
+:mod:`.recording` writes it into each local cell, the cell controller into a cluster's
+(:mod:`.cell`); ``agent-health run --replay`` (:mod:`.replay`) answers ``agent.run()`` from it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from agent_health.engine import bounds
+from agent_health.ledger import records
+from agent_health.sdk.results import RunResult
+
+# The recording's caps (a report's are far lower, engine.bounds): large enough for any answer
+# a test would assert on, small enough that a runaway agent cannot fill the ledger.
+RECORD_OUTPUT_CHARS = 1_000_000
+RECORD_FIELD_CHARS = 256_000  # the prompt, each context value, each step's content/args/result
+RECORD_STEPS = 10_000
+RECORD_RAW_CHARS = 64_000  # the reply's fields beyond the protocol's, as JSON
+
+
+def run_record(run: RunResult) -> records.RunResultRecord:
+    """The run-result record of what ``agent.run()`` returned: the whole RunResult, each
+    field cut to the recording's caps, the cut ones named in ``truncated`` (``--replay``
+    refuses a cut record: it is not the whole answer)."""
+    cut = bounds.Bounded(RECORD_FIELD_CHARS, RECORD_OUTPUT_CHARS, RECORD_STEPS)
+    prompt = cut.text(run.prompt, "prompt")
+    context = [
+        {**item.model_dump(), "value": cut.text(item.value, f"context[{i}].value") or ""}
+        for i, item in enumerate(run.context)
+    ]
+    output = cut.text(run.output, "output", RECORD_OUTPUT_CHARS) or ""
+    steps = []
+    for i, step in enumerate(run.trajectory[:RECORD_STEPS]):
+        entry = step.model_dump(mode="json")
+        for key in ("content", "tool_args", "tool_output"):
+            if entry.get(key) is not None:
+                entry[key] = cut.value(entry[key], f"trajectory[{i}].{key}")
+        steps.append(entry)
+    if len(run.trajectory) > RECORD_STEPS:
+        cut.truncated.append(f"trajectory[{RECORD_STEPS}:]")
+    raw: dict[str, Any] | None = plain(dict(run.raw)) if run.raw else None
+    if raw is not None and len(json.dumps(raw, default=str)) > RECORD_RAW_CHARS:
+        raw = None
+        cut.truncated.append("raw")
+    return records.RunResultRecord(
+        run_id=run.run_id,
+        prompt=prompt,
+        context=context,
+        output=output,
+        trajectory=steps,
+        token_usage=run.token_usage.model_dump(exclude_none=True),
+        duration_ms=max(0.0, run.duration_ms),
+        unreported=sorted(run.unreported) or None,
+        raw=raw,
+        truncated=cut.truncated or None,
+    )
+
+
+def plain(value: Any) -> Any:
+    """JSON data without NaN/inf, which canonical ledger JSON cannot hold."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
