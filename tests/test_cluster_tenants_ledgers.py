@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import secrets
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from agent_health.gateway import recorder
+from agent_health.ledger import backends, chain, records, store
 from aiohttp import web
+from gateway_support import KEY
 from kube.rbac import service_account_token
 from operator_support import Kubelet, cluster, kubelet, listing, until
 
@@ -159,3 +165,74 @@ async def test_a_ledger_configmap_the_run_does_not_own_fails_the_run() -> None:
         assert (status["phase"], failed["reason"]) == ("Failed", "LedgerNotOwned")
         assert "ConfigMap triage-ledger-triage-nightly already exists" in failed["message"]
         assert not k8s.pods()
+
+
+async def test_a_target_that_floods_its_gateway_fills_only_its_own_share() -> None:
+    """One ConfigMap holds a run's cells: each cell's gateway is told its share (a quarter
+    kept for the controller's records, the rest over tests × repeats × (1 + infra retries)).
+    Replayed with the real gateway recorder, as the run's own identity, against the
+    operator's ConfigMap: a cell whose target makes 200 calls with 8 KiB paths is cut at its
+    share and marked; an innocent cell still opens, records and ends its ledger."""
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger="configmap://{namespace}/triage-ledger-{run}")
+        run["spec"] |= {"repeats": 2, "selection": {}}  # 1 test × 2 repeats × 3 attempts
+        fake = Kubelet(k8s, TESTS, None, outcome=lambda _: "hold")
+        async with kubelet(fake), k8s.operator():
+            await k8s.apply(runspec)
+            await k8s.apply(run)
+            await until(lambda: len(fake.held) == 2, "two running cells")
+        args = [c["args"] for p in k8s.pods() for c in p["spec"]["initContainers"]
+                if c["name"] == "gateway"]  # fmt: skip
+    share = int(1024 * 1024 * 0.75) // 6
+    assert [a[a.index("--max-cell-bytes") + 1] for a in args] == [str(share)] * 2
+    assert all(a[a.index("--max-cell-exchanges") + 1] == "10000" for a in args)
+
+    async with cluster() as k8s:  # the replay: the operator's objects, the gateways' writes
+        runspec, run = k8s.example(ledger="configmap://{namespace}/triage-ledger-{run}")
+        run["spec"] |= {"repeats": 2, "selection": {}}
+        fake = Kubelet(k8s, TESTS, None, outcome=lambda _: "hold")
+        async with kubelet(fake), k8s.operator():
+            await k8s.apply(runspec)
+            await k8s.apply(run)
+            await until(lambda: len(fake.held) == 2, "two running cells")
+        token = service_account_token("default", "triage-nightly-ledger")
+        options = store.Options(kube_api_url=k8s.url, kube_token=token)
+        url = "configmap://default/triage-ledger-triage-nightly"
+        caps = recorder.Caps(records=10_000, bytes=share)
+        flooder = recorder.Recorder(backends.from_url(url, options), KEY, caps=caps)
+        innocent = recorder.Recorder(backends.from_url(url, options), KEY, caps=caps)
+        try:
+            await flooder.open_cell("flood", records.CellMeta(test_id="t", repeat=0, run_id="f"))
+            for n in range(200):
+                path = "/" + secrets.token_hex(4096)  # 8 KiB that gzip cannot shrink much
+                flooder.start(None).finish(_seen(path))
+                if n % 20 == 0:
+                    await flooder.flush_all()
+            await flooder.append("flood", records.CellEnd(status="passed"))
+            await innocent.open_cell("calm", records.CellMeta(test_id="t", repeat=1, run_id="c"))
+            for _ in range(3):
+                innocent.start(None).finish(_seen("/run"))
+            await innocent.append("calm", records.CellEnd(status="passed"))
+            flood = await flooder.backend.read("flood")
+            calm = await innocent.backend.read("calm")
+        finally:
+            await flooder.close()
+            await innocent.close()
+    assert flooder.dropped("flood") > 150  # most of the 200 calls did not fit its share
+    marks = [json.loads(line) for line in flood if '"dropped"' in line]
+    assert marks[-1]["dropped"] == flooder.dropped("flood")
+    assert [json.loads(line)["kind"] for line in calm] == [
+        "cell-meta", "exchange", "exchange", "exchange", "cell-end",
+    ]  # fmt: skip
+    assert innocent.dropped("calm") == 0
+    assert chain.verify(calm, KEY).ok
+    assert chain.verify(flood, KEY).ok
+
+
+def _seen(path: str) -> recorder.Observation:
+    now = datetime.now(UTC)
+    return recorder.Observation(
+        principal="target", evidence="none", upstream="peer:tools", run_id=None,
+        method="GET", path=path, status=200, started_at=now, ended_at=now,
+        request_bytes=0, response_bytes=0, request_sha256="0" * 64, response_sha256=None,
+    )  # fmt: skip

@@ -199,6 +199,11 @@ class Intake:
             await self._network_policy(run, self.fence)
         if not board.live(run):  # its deadline passed meanwhile
             return
+        spec_run = run.model.spec
+        attempts = len(chosen) * spec_run.repeats * (1 + spec_run.retry.infra_retries)
+        run.settings = ledgers.share(
+            run.settings, url, attempts, self.ledger_options.configmap_max_bytes
+        )
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
                 for agent in agents:  # interleaved: a budget leaves the agents the same tests
