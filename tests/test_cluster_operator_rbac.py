@@ -37,6 +37,10 @@ def test_rules_are_what_the_chart_needs() -> None:
     granted = rbac.allowed()
     assert set(rbac.UNSEEN) <= granted
     assert ("", "secrets", "delete") not in granted  # cell Secrets go with their cell
+    cluster_wide = rbac.allowed(rbac.CLUSTER_RULES)
+    for group, resource, verb in rbac.allowed(rbac.NAMESPACE_RULES):
+        if verb not in ("list", "watch"):
+            assert (group, resource, verb) not in cluster_wide, (resource, verb)
 
 
 async def test_every_request_is_allowed_and_every_rule_is_used() -> None:
@@ -62,10 +66,15 @@ async def test_every_request_is_allowed_and_every_rule_is_used() -> None:
                 )
                 await until(lambda: not k8s.pods(), "ttlSecondsAfterFinished: 0 to delete cells")
         assert k8s.run("triage-nightly")["status"]["counts"]["passed"] == 3
-        used = {p for p in map(permission, k8s.operator_requests()) if p is not None}
+        requests = k8s.operator_requests()
+        used = {p for p in map(permission, requests) if p is not None}
+        cluster_wide = {p for r in requests if r.namespace is None and (p := permission(r))}
     granted = rbac.allowed()
-    assert sorted(used - granted) == []  # nothing the ClusterRole would refuse
+    assert sorted(used - granted) == []  # nothing the ClusterRole and Roles would refuse
     assert sorted(granted - used) == sorted(rbac.UNSEEN)  # nothing granted for nothing
+    # What names no namespace (kopf's watches, the API server's Endpoints) is the
+    # ClusterRole's; creating pods and reading Secrets is only ever asked in a namespace.
+    assert sorted(cluster_wide - rbac.allowed(rbac.CLUSTER_RULES)) == []
 
 
 def op_ready(k8s: Any) -> bool:

@@ -199,6 +199,8 @@ def test_the_default_install_is_the_operator_and_what_it_needs(helm: Path) -> No
         "ClusterRoleBinding",
         "Deployment",
         "NetworkPolicy",  # the operator's own: /metrics not for cells
+        "Role",  # the operator's, in the one cell namespace
+        "RoleBinding",
         "Service",
         "Service",
         "ServiceAccount",
@@ -273,14 +275,31 @@ def test_rbac_is_exactly_the_operators_rules(helm: Path) -> None:
     documents = render(helm, "default", "--set", "cells.gatewayServiceAccount.create=false")
     role = one(documents, "ClusterRole")
     # Rendered from the same rules the operator's end-to-end test checks every request
-    # against (agent_health.cluster.rbac.RULES): exactly what it uses, nothing more.
-    assert role["rules"] == rbac.RULES
+    # against (agent_health.cluster.rbac): exactly what it uses, nothing more; cluster-wide
+    # only the watching, the rest in a Role per cell namespace.
+    assert role["rules"] == rbac.CLUSTER_RULES
+    roles = by_kind(documents, "Role")
+    assert [r["metadata"]["namespace"] for r in roles] == [NAMESPACE]  # the default cell ns
+    assert all(r["rules"] == rbac.NAMESPACE_RULES for r in roles)
+    (role_binding,) = by_kind(documents, "RoleBinding")
+    assert role_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": roles[0]["metadata"]["name"],
+    }
+    for body in (*roles, role_binding):
+        assert kubernetes_validate.validate(body, "1.31", strict=True) == "1.31"
+    listed = render(helm, "default", "--set", "cells.namespaces={team-a,team-b}")
+    assert [r["metadata"]["namespace"] for r in by_kind(listed, "Role")] == [
+        NAMESPACE, "team-a", "team-b",
+    ]  # fmt: skip
     binding = one(documents, "ClusterRoleBinding")
     account = one(documents, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [
+    subjects = [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
+    assert binding["subjects"] == role_binding["subjects"] == subjects
     deployment = one(documents, "Deployment")
     assert (
         deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
@@ -458,7 +477,7 @@ def test_an_existing_gateway_account_is_named_and_none_is_created(helm: Path) ->
         "--set", "cells.gatewayServiceAccount.name=ledger-writer",
     )  # fmt: skip
     assert _args(documents)["gateway-service-account"] == "ledger-writer"
-    assert not by_kind(documents, "Role")
+    assert all(r["rules"] == rbac.NAMESPACE_RULES for r in by_kind(documents, "Role"))
     assert len(by_kind(documents, "ServiceAccount")) == 1  # the operator's
     none = render(helm, "default", "--set", "cells.gatewayServiceAccount.create=false")
     assert "gateway-service-account" not in _args(none)
@@ -509,7 +528,8 @@ def test_the_values_schema_is_strict_everywhere() -> None:
 # Pass-through values (Kubernetes objects, label maps, RBAC rules): their inner keys are
 # Kubernetes fields, documented by the comment on the block itself.
 FREE_FORM = {
-    "podSecurityContext", "securityContext", "resources", "rules", "podLabels", "probes",
+    "podSecurityContext", "securityContext", "resources", "rules", "namespaceRules",
+    "podLabels", "probes",
     "labels", "annotations",
 }  # fmt: skip
 

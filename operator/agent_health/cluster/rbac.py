@@ -1,8 +1,12 @@
-"""Every Kubernetes API permission the operator needs, as ClusterRole ``rules``.
+"""Every Kubernetes API permission the operator needs: :data:`CLUSTER_RULES` cluster-wide,
+:data:`NAMESPACE_RULES` only in the namespaces cells run in.
 
-The Helm chart renders its ClusterRole from :data:`RULES`; a test replays the end-to-end
-runs against the emulator and checks that every request the operator (kopf included) makes
-is allowed here, and that nothing here goes unused except what :data:`UNSEEN` explains.
+The Helm chart renders its ClusterRole from :data:`CLUSTER_RULES` and a Role in each cell
+namespace from :data:`NAMESPACE_RULES`; a test replays the end-to-end runs against the
+emulator and checks that every request the operator (kopf included) makes is allowed —
+a request that names no namespace by the ClusterRole alone — and that nothing here goes
+unused except what :data:`UNSEEN` explains. Cluster-wide, the operator watches and reads;
+it creates pods, reads Secrets and grants roles only where the Roles let it.
 
 =======================================  ==================================================
 who                                      why
@@ -44,7 +48,7 @@ GROUP = "agenthealth.dev"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 SANDBOX_GROUP = "agents.x-k8s.io"
 
-RULES: list[dict[str, Any]] = [
+CLUSTER_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
@@ -62,30 +66,38 @@ RULES: list[dict[str, Any]] = [
         "resources": ["runspecs/finalizers", "evaluationruns/finalizers"],
         "verbs": ["update"],
     },
-    {
-        "apiGroups": [""],
-        "resources": ["pods"],
-        "verbs": ["get", "list", "watch", "create", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
-    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create"]},
-    {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
     {
         "apiGroups": [""],
         "resources": ["endpoints"],
         "verbs": ["get"],
         "resourceNames": ["kubernetes"],
     },
+    {"apiGroups": [SANDBOX_GROUP], "resources": ["sandboxes"], "verbs": ["list", "watch"]},
+]
+"""The ClusterRole: watching what tenants create anywhere, and posting Events about it."""
+
+NAMESPACE_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create"]},
+    {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
     {
         "apiGroups": [SANDBOX_GROUP],
         "resources": ["sandboxes"],
-        "verbs": ["get", "list", "watch", "create", "delete"],
+        "verbs": ["get", "create", "delete"],
     },
 ]
+"""A Role in each cell namespace (the chart's ``cells.namespaces``, the release namespace and
+the watched one): making cells, reading their Secrets and ledgers. Nowhere else may the
+operator create a pod or read a Secret."""
+
+RULES: list[dict[str, Any]] = [*CLUSTER_RULES, *NAMESPACE_RULES]
+"""Everything the operator holds somewhere."""
 
 GATEWAY_VERBS = ("get", "update")
 """What a gateway sends its run's ConfigMap ledger: GET it, PUT it back (the operator made
@@ -119,11 +131,11 @@ UNSEEN: dict[tuple[str, str, str], str] = {
 """Rules an emulated pod-isolation run does not exercise, and when a real one does."""
 
 
-def allowed() -> set[tuple[str, str, str]]:
-    """Every (apiGroup, resource, verb) :data:`RULES` grant."""
+def allowed(rules: list[dict[str, Any]] | None = None) -> set[tuple[str, str, str]]:
+    """Every (apiGroup, resource, verb) ``rules`` (default :data:`RULES`) grant."""
     return {
         (group, resource, verb)
-        for rule in RULES
+        for rule in (RULES if rules is None else rules)
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
