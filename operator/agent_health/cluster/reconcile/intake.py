@@ -273,7 +273,11 @@ class Intake:
     async def _network_policy(self, run: plan.Run, fence: netpol.Fence) -> None:
         """The run's NetworkPolicy, owned by the run; one that exists already (409) is kept."""
         assert run.settings is not None
-        manifest = fence.policy(run.model, run.settings)
+        assert run.spec is not None
+        settings = run.settings
+        if manifests.judge_model(run.model, run.spec, settings) is None:
+            settings = dataclasses.replace(settings, judge=None)  # no judge: no way to it
+        manifest = fence.policy(run.model, settings)
         try:
             await self.board.api.create(kube.NETWORKPOLICIES, run.ref.namespace, manifest)
         except kube.ApiError as err:
