@@ -28,9 +28,10 @@ import yaml
 from agent_health.cluster import operator
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.api import crds
-from agent_health.cluster.cells import manifests
+from agent_health.cluster.cells import cellsecrets, manifests
 from agent_health.cluster.reconcile import secretrefs
-from agent_health.ledger import backends, chain, records, store
+from agent_health.gateway import recorder
+from agent_health.ledger import backends, chain, records, spool, store
 from agent_health.sdk import results
 from aiohttp import web
 from kube import Emulator, Kind, rbac, serve
@@ -174,6 +175,19 @@ class Cluster:
 
     def runspec(self, name: str) -> dict[str, Any]:
         return self.emulator.read("runspecs.agenthealth.dev", "default", name)
+
+    def cell_secret(self, pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The Secret a cell pod mounts its tokens and ledger key from, and the pod's own
+        items in it (named as in a Secret of its own: ``controller``, ``ledger-key``...)."""
+        place = cellsecrets.place_of(pod)
+        assert place is not None, f"{pod['metadata']['name']} mounts no token"
+        secret = self.emulator.read("secrets", pod["metadata"]["namespace"], place.secret)
+        own = {
+            key.removeprefix(place.prefix): base64.b64decode(value)
+            for key, value in secret["data"].items()
+            if key.startswith(place.prefix)
+        }
+        return secret, own
 
     def pods(self, component: str = "cell") -> list[dict[str, Any]]:
         kind = self.emulator.store.kinds[("", "pods")]
@@ -351,8 +365,12 @@ class Kubelet:
     cell_seconds: float = 0.0
     """How long each cell runs before it ends."""
     namespace: str = "default"
-    gateway_appends: bool = False
-    """Append a cell's ledger in the gateway's three batches (the scale benchmark), else one."""
+    spool: Path | None = None
+    """Record each cell as its gateway does — its recorder, spooling the cell under this
+    directory and writing it at its end, through a backend of its own (the scale
+    benchmark); ``None``: append the whole cell in one batch."""
+    created: list[float] = dataclasses.field(default_factory=list)
+    """When each pod was first seen (the loop's clock), in order."""
     _backends: dict[tuple[str, str], store.Backend] = dataclasses.field(default_factory=dict)
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
@@ -395,6 +413,7 @@ class Kubelet:
                 if event["type"] == "DELETED" or key in handled or phase:
                     continue
                 handled.add(key)
+                self.created.append(asyncio.get_running_loop().time())
                 task = asyncio.ensure_future(self.play(body))
                 playing.add(task)
                 task.add_done_callback(playing.discard)
@@ -453,14 +472,39 @@ class Kubelet:
             ledger_cell=cell.ledger_cell,
             attempt=cell.attempt,
         )
-        if self.gateway_appends:  # as a gateway does: its meta, the exchanges, then the rest
-            await writer.append(written[0])
-            await writer.append(*(r for r in written[1:] if r.kind == "exchange"))
-            await writer.append(*(r for r in written[1:] if r.kind != "exchange"))
+        if self.spool is not None:
+            await self.gateway(cell, key, written)
         else:
             await writer.append(*written)
         phase = "Failed" if outcome == "failed" else "Succeeded"
         await self.finish(cell.name, phase, exit_code=1, sidecars=SIDECAR_DEATHS.get(outcome, []))
+
+    async def gateway(self, cell: Cell, key: bytes, written: list[records.Record]) -> None:
+        """Record ``written`` as the cell's gateway does: open the cell with its meta, take
+        each exchange as the proxy hands it over, then the controller's records."""
+        assert self.spool is not None
+        # Its own backend, as the cell's gateway has, speaking as the pod's ServiceAccount.
+        fixed = self.ledger_url if self.ledger_url and "{" not in self.ledger_url else None
+        token = (
+            rbac.service_account_token(self.namespace, cell.service_account)
+            if cell.service_account
+            else "gateway"
+        )
+        options = store.Options(kube_api_url=self.cluster.url, kube_token=token)
+        inner = backends.from_url(fixed or cell.ledger, options)
+        backend = spool.SpooledBackend(inner, self.spool / cell.ledger_cell)
+        recording = recorder.Recorder(backend, key, default_cell=cell.ledger_cell)
+        meta, *rest = written
+        assert isinstance(meta, records.CellMeta)
+        await recording.open_cell(cell.ledger_cell, meta)
+        for record in rest:
+            if isinstance(record, records.Exchange):
+                fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(
+                    recorder.Observation)}  # fmt: skip
+                recording.start(record.run_id).finish(recorder.Observation(**fields))
+        await recording.append(cell.ledger_cell, *(r for r in rest if r.kind != "exchange"))
+        await recording.close()
+        assert not recording.failures, recording.failures
 
     async def ledger_key(self, cell: Cell) -> bytes:
         """The key the cell's gateway has mounted: from the Secret its pod names, as the

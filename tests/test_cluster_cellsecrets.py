@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
+from typing import Any
 
 import yaml
-from agent_health.cluster.api import evaluationrun
-from agent_health.cluster.cells import cellsecrets
+from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.cells import cellsecrets, manifests
 from agent_health.ledger import chain
 
 ROOT = Path(__file__).parent.parent
@@ -19,6 +21,13 @@ def _run() -> evaluationrun.EvaluationRun:
     body = docs["EvaluationRun"]
     body["metadata"]["uid"] = "0c1d2e3f-0000-4000-8000-000000000001"
     return evaluationrun.EvaluationRun.model_validate(body)
+
+
+def _spec(peers: list[dict[str, Any]]) -> runspec.RunSpec:
+    docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples" / "run.yaml").read_text())}
+    body = docs["RunSpec"]
+    body["spec"]["peers"] = peers
+    return runspec.RunSpec.model_validate(body)
 
 
 def test_every_generated_ledger_key_loads_from_the_file_the_gateway_mounts(
@@ -44,3 +53,34 @@ def test_a_key_file_written_by_echo_still_loads(tmp_path: Path) -> None:
     path = tmp_path / "key"
     path.write_bytes(key + b"\n")
     assert chain.load_key(path) == key
+
+
+def test_every_name_agent_health_gives_its_secrets_is_known_as_its_own() -> None:
+    """A RunSpec may name none of them, even one not made yet (squatting a future run's)."""
+    ours = [
+        cellsecrets.token_secret_name("run-0123456789-r0"),
+        cellsecrets.token_secret_name("run-0123456789-r2", attempt=1),
+        cellsecrets.shared_secret_name("nightly", 0),
+        cellsecrets.shared_secret_name("nightly", 12),
+        cellsecrets.ledger_key_secret_name("nightly"),
+    ]
+    assert all(cellsecrets.OUR_NAMES.match(name) for name in ours), ours
+    assert not any(cellsecrets.OUR_NAMES.match(n) for n in ("api-keys", "tokens", "my-tokens-x"))
+
+
+def test_a_shared_secret_of_as_many_cells_as_fit_stays_under_the_api_limit() -> None:
+    """The longest cell names, the most principals: the Secret as sent stays below 1 MiB."""
+    peers = [
+        {"name": f"peer{i:02d}", "image": "ghcr.io/acme/p:1", "port": 9000 + i} for i in range(8)
+    ]
+    spec = _spec(peers)
+    per = cellsecrets.cells_per_secret(spec)
+    assert per > 100  # one write for many cells
+    cells = {
+        f"{'x' * 50}-{n:012d}": (cellsecrets.new_tokens(spec), cellsecrets.new_ledger_key())
+        for n in range(per)
+    }
+    assert all(len(name) == manifests.DNS_LABEL_MAX for name in cells)
+    body = cellsecrets.shared_secret(_run(), 0, cells)
+    assert len(json.dumps(body)) <= cellsecrets.SHARED_SECRET_BYTES + 4096 < 1024 * 1024
+    assert len(body["data"]) == per * (len(peers) + 2)

@@ -80,6 +80,7 @@ def _pod(
     test_id: str = TEST_ID,
     repeat: int = 0,
     attempt: int = 0,
+    place: cellsecrets.Place | None = None,
 ) -> dict[str, Any]:
     spec = spec or _runspec()
     return cellpod.cell_pod(
@@ -90,6 +91,7 @@ def _pod(
         digests=_digests(spec),
         settings=settings,
         attempt=attempt,
+        place=place,
     )
 
 
@@ -360,6 +362,25 @@ def test_each_token_reaches_only_its_owner_and_the_gateway() -> None:
         "ledger-key": {"gateway"},
     }
     assert all(len(v["secret"]["items"]) == 1 for v in volumes), "one token per volume"
+
+
+def test_from_the_runs_shared_secret_a_pod_mounts_its_own_items_and_no_others() -> None:
+    """Many cells' tokens and keys in one Secret: each container still gets one file, its own."""
+    cell = manifests.cell_name("triage-nightly", TEST_ID, 0)
+    place = cellsecrets.Place.shared("triage-nightly", 0, cell)
+    pod = _pod(place=place)
+    assert cellsecrets.place_of(pod) == place
+    volumes = _volumes_of_secret(pod["spec"], cellsecrets.shared_secret_name("triage-nightly", 0))
+    owners = {v["secret"]["items"][0]["key"]: _mounted_by(pod["spec"], v["name"]) for v in volumes}
+    assert owners == {
+        f"{cell}.controller": {"controller", "gateway"},
+        f"{cell}.peer-logs": {"peer-logs", "gateway"},
+        f"{cell}.ledger-key": {"gateway"},
+    }
+    assert all(len(v["secret"]["items"]) == 1 for v in volumes), "one item per volume"
+    assert not _volumes_of_secret(pod["spec"], cellsecrets.token_secret_name(cell))
+    target = _by_name(pod["spec"])["target"]
+    assert [m["mountPath"] for m in target["volumeMounts"]] == ["/tmp"]
 
 
 def test_the_target_mounts_nothing_but_its_scratch_and_holds_no_agent_health_secret() -> None:

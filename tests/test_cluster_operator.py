@@ -155,26 +155,25 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
                 await k8s.apply(runspec)
                 await k8s.apply(run)
                 await until(lambda: op.runs.tokens, "a live cell's token")
-                cell = k8s.pods()[0]["metadata"]["name"]
-                controller = k8s.pods()[0]["spec"]["containers"][0]
+                pod = k8s.pods()[0]
+                cell = pod["metadata"]["name"]
+                controller = pod["spec"]["containers"][0]
                 env = {e["name"]: e.get("value") for e in controller["env"]}
                 assert env["AGENT_HEALTH_JUDGE_MODEL"] == "judge-model"  # offered to all runs
-                secret = k8s.emulator.read(
-                    "secrets", "default", cellsecrets.token_secret_name(cell)
-                )
+                secret, items = k8s.cell_secret(pod)
                 owner = secret["metadata"]["ownerReferences"][0]
-                assert (owner["kind"], owner["name"]) == ("Pod", cell)
-                assert set(secret["data"]) == {"controller", "peer-logs", "ledger-key"}
+                assert (owner["kind"], owner["name"]) == ("EvaluationRun", "triage-nightly")
+                assert secret["metadata"]["name"] == "triage-nightly-tokens-0"
+                assert set(items) == {"controller", "peer-logs", "ledger-key"}
                 run_key = base64.b64decode(
                     k8s.emulator.read(
                         "secrets", "default", cellsecrets.ledger_key_secret_name("triage-nightly")
                     )["data"]["key"]
                 )
                 # The cell's gateway gets a key derived for this cell alone, never the run's.
-                cell_key = base64.b64decode(secret["data"]["ledger-key"])
-                assert cell_key == keys.cell_key(run_key, cell) != run_key
-                token = base64.b64decode(secret["data"]["controller"]).decode()
-                peer = base64.b64decode(secret["data"]["peer-logs"]).decode()
+                assert items["ledger-key"] == keys.cell_key(run_key, cell) != run_key
+                token = items["controller"].decode()
+                peer = items["peer-logs"].decode()
                 url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
                 call = {"text": "the answer is x", "criteria": "says x"}
                 async with httpx.AsyncClient() as client:
@@ -262,12 +261,8 @@ async def test_each_cell_is_judged_by_its_own_runspecs_judge_with_the_secrets_ke
                 await until(lambda: len(op.runs.tokens) == 2, "a live cell in each run")
                 tokens = {}
                 for pod in k8s.pods():
-                    name = pod["metadata"]["name"]
-                    stored = k8s.emulator.read(
-                        "secrets", "default", cellsecrets.token_secret_name(name)
-                    )
                     run_name = pod["metadata"]["ownerReferences"][0]["name"]
-                    tokens[run_name] = base64.b64decode(stored["data"]["controller"]).decode()
+                    tokens[run_name] = k8s.cell_secret(pod)[1]["controller"].decode()
                 url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
                 async with httpx.AsyncClient() as client:
 

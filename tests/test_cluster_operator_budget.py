@@ -5,14 +5,12 @@ and the judge's from what the judge service spent for the run."""
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from agent_health.cluster.api import runbudget
-from agent_health.cluster.cells import cellsecrets
 from judge_servers import Answer, ScriptedModel
 from operator_support import Kubelet, cluster, kubelet, listing, until
 
@@ -121,10 +119,8 @@ async def test_the_judge_services_spend_counts_in_the_cost(
                 await k8s.apply(named(run, "judged", budget=budget))
                 await until(lambda: fake.held, "the first cell")
                 cell = next(iter(fake.held))
-                secret = k8s.emulator.read(
-                    "secrets", "default", cellsecrets.token_secret_name(cell)
-                )
-                token = base64.b64decode(secret["data"]["controller"]).decode()
+                pod = k8s.emulator.read("pods", "default", cell)
+                token = k8s.cell_secret(pod)[1]["controller"].decode()
                 url = f"http://127.0.0.1:{op.ports['judge']}/api/judge"
                 async with httpx.AsyncClient() as client:
                     for n in range(3):  # three distinct claims: three model calls

@@ -48,10 +48,8 @@ async def test_a_restarted_operator_adopts_its_cells_and_duplicates_nothing() ->
             async with k8s.operator() as op:
                 await until(lambda: len(k8s.pods()) == 4, "the restarted operator's next cell")
                 await until(lambda: len(fake.held) == 2, "the fourth cell running")
-                secret = k8s.emulator.read(
-                    "secrets", "default", cellsecrets.token_secret_name(third)
-                )
-                adopted = base64.b64decode(secret["data"]["controller"]).decode()
+                pod = k8s.emulator.read("pods", "default", third)
+                adopted = k8s.cell_secret(pod)[1]["controller"].decode()
                 assert op.runs.authorize(adopted)  # the live cell's token was read back
                 fake.outcome = lambda _: "passed"
                 for name in list(fake.held):
@@ -172,22 +170,25 @@ async def test_a_dead_target_blames_the_agent_and_is_never_retried_a_gateway_res
 
 
 async def test_objects_of_a_cells_name_that_another_owner_made_are_never_adopted() -> None:
-    """A tenant creates, before the run, a Pod with a cell's name, a Secret with another
-    cell's token Secret name (tokens and a ledger key the tenant knows), and the run's ledger
-    key Secret of a second run. None is used: their cells are errored, the planted Pod is
-    left alone, the planted token is never honoured, the second run fails with the reason."""
+    """A tenant creates, before the runs, a Pod with a cell's name, the token Secret a second
+    run's cells would share (tokens and ledger keys the tenant knows), and the ledger key
+    Secret of a third run. None is used: their cells are errored, the planted Pod is left
+    alone, the planted token is never honoured, the third run fails with the reason."""
     planted_token = "planted-controller-token-0123456789abcdef"
     async with cluster() as k8s:
         runspec, run = k8s.example(ledger=LEDGER)
         run["spec"] |= {"repeats": 2, "selection": {"grep": "payment rca"}}
-        pod_cell, secret_cell = (
-            manifests.cell_name("triage-nightly", "suite/rca.py::payment rca", r) for r in (0, 1)
-        )
-        planted = {"controller": planted_token, "peer-logs": "p", "ledger-key": "k" * 44}
+        pod_cell = manifests.cell_name("triage-nightly", "suite/rca.py::payment rca", 0)
+        shared_cell = manifests.cell_name("planted", "suite/rca.py::payment rca", 0)
+        planted = {
+            f"{shared_cell}.{item}": value
+            for item, value in (("controller", planted_token), ("peer-logs", "p"),
+                                ("ledger-key", "k" * 44))
+        }  # fmt: skip
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": cellsecrets.token_secret_name(secret_cell)},
+            "metadata": {"name": cellsecrets.shared_secret_name("planted", 0)},
             "data": {k: base64.b64encode(v.encode()).decode() for k, v in planted.items()},
         }
         pod = {
@@ -202,26 +203,32 @@ async def test_objects_of_a_cells_name_that_another_owner_made_are_never_adopted
         for path, body in (("secrets", secret), ("pods", pod), ("secrets", key)):
             answer = await k8s.client.post(f"/api/v1/namespaces/default/{path}", json=body)
             assert answer.status_code == 201, answer.text
+        shared = run | {"metadata": {"name": "planted", "namespace": "default"}}
+        shared["spec"] = run["spec"] | {"repeats": 1}
         stolen = run | {"metadata": {"name": "stolen", "namespace": "default"}}
-        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+        fake = Kubelet(k8s, TESTS, LEDGER)
         async with kubelet(fake), k8s.operator() as op:
             await k8s.apply(runspec)
-            await k8s.apply(run)
-            await k8s.apply(stolen)
+            for body in (run, shared, stolen):
+                await k8s.apply(body)
             done = await until(lambda: finished(k8s, "triage-nightly"), "the run")
+            refused = await until(lambda: finished(k8s, "planted"), "the run with planted tokens")
             failed = await until(lambda: finished(k8s, "stolen"), "the run with a planted key")
             assert not op.runs.authorize(planted_token)
     [test] = done["tests"]
-    assert (test["errored"], test["erroredByAgent"]) == (2, 0)
+    assert (test["passed"], test["errored"], test["erroredByAgent"]) == (1, 1, 0)
+    [test] = refused["tests"]
+    assert (test["errored"], test["erroredByAgent"]) == (1, 0)
     errors = {e["message"] for e in k8s.emulator.store.list(
         k8s.emulator.store.kinds[("", "events")], "default", lambda _l: True)}  # fmt: skip
     assert any(f"a Pod named {pod_cell} already exists" in m and "not this run's" in m
                for m in errors), errors  # fmt: skip
-    assert any(f"Secret {secret_cell}-tokens already exists" in m for m in errors), errors
+    assert any("Secret planted-tokens-0 already exists" in m and "not EvaluationRun planted's"
+               in m for m in errors), errors  # fmt: skip
     untouched = k8s.emulator.read("pods", "default", pod_cell)
     assert untouched["spec"]["containers"][0]["name"] == "mine"
     assert "ownerReferences" not in untouched["metadata"]
-    assert not [p for p in k8s.pods() if p["metadata"]["name"] == secret_cell]  # stopped
+    assert not [p for p in k8s.pods() if p["metadata"]["name"] == shared_cell]  # never made
     assert failed["phase"] == "Failed"
     [condition] = [c for c in failed["conditions"] if c["status"] == "False" or
                    c.get("reason") == "LedgerKeyNotOwned"][:1]  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -357,6 +358,24 @@ async def test_updates_are_held_until_the_interval_then_sent() -> None:
     assert await patches.tick() == 1
     assert sent.sent[-1][1] == {"status": {"counts": {"total": 3}}}
     assert patches.next_due() is None
+
+
+async def test_a_large_run_is_written_less_often_than_a_small_one() -> None:
+    clock, sent = Clock(), Recorder()
+    patches = batcher.StatusBatcher(sent, interval=1.0, clock=clock)
+    large, small = batcher.RunRef("default", "large"), batcher.RunRef("default", "small")
+    patches.pace(large, batcher.interval_for(100))
+    patches.pace(small, batcher.interval_for(4))
+    for tick in range(121):  # a change in both runs every 0.1 s for 12 simulated seconds
+        clock.t = tick * 0.1
+        for ref in (large, small):
+            await patches.update(ref, lambda t=tick: {"counts": {"passed": t}})
+        await patches.tick()
+    by_run = Counter(ref for ref, _ in sent.sent)
+    assert by_run[small] == 13  # once a second
+    assert by_run[large] == 2  # at 0 s and 10 s: its counts are at most 10 s stale
+    assert batcher.interval_for(100) == 10.0
+    assert batcher.interval_for(4) == 1.0
 
 
 async def test_no_op_patches_are_skipped() -> None:

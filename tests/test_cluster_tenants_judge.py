@@ -10,12 +10,10 @@ before a provider is called; the model servers count the requests that reached t
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import httpx
 import pytest
-from agent_health.cluster.cells import cellsecrets
 from judge_servers import Answer, ScriptedModel
 from operator_support import Kubelet, cluster, kubelet, listing, until
 
@@ -36,9 +34,8 @@ def environ(model: ScriptedModel) -> dict[str, str]:
 
 
 def controller_token(k8s: Any) -> str:
-    cell = k8s.pods()[0]["metadata"]["name"]
-    stored = k8s.emulator.read("secrets", "default", cellsecrets.token_secret_name(cell))
-    return base64.b64decode(stored["data"]["controller"]).decode()
+    _, items = k8s.cell_secret(k8s.pods()[0])
+    return str(items["controller"].decode())
 
 
 def controller_env(k8s: Any) -> dict[str, Any]:

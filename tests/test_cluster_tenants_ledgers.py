@@ -131,17 +131,20 @@ async def test_a_gateway_writes_its_own_runs_ledger_and_nothing_else() -> None:
         assert mine.json()["binaryData"]  # its cells recorded there
         owner = mine.json()["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"]) == ("EvaluationRun", "triage-nightly")
-        again = await k8s.client.put(own, json=mine.json(), headers=as_gateway)
+        merge = {"Content-Type": "application/merge-patch+json"} | as_gateway
+        again = await k8s.client.patch(own, json={"binaryData": {}}, headers=merge)
         assert again.status_code == 200, again.text
         for method, path, body in (
             ("PUT", f"{configmaps}/suite-code", suite | {"data": {"rca.py": "pwned"}}),
+            ("PATCH", f"{configmaps}/suite-code", {"data": {"rca.py": "pwned"}}),
             ("GET", f"{configmaps}/triage-ledger-triage-other", None),
-            ("PUT", f"{configmaps}/triage-ledger-triage-other", {"metadata": {}}),
+            ("PATCH", f"{configmaps}/triage-ledger-triage-other", {"binaryData": {}}),
+            ("PUT", own, mine.json()),
             ("POST", configmaps, {"metadata": {"name": "mine-now"}}),
             ("DELETE", own, None),
             ("GET", configmaps, None),
         ):
-            refused = await k8s.client.request(method, path, json=body, headers=as_gateway)
+            refused = await k8s.client.request(method, path, json=body, headers=merge)
             assert refused.status_code == 403, (method, path, refused.text)
             says = refused.json()["message"]
             assert 'User "system:serviceaccount:default:triage-nightly-ledger"' in says

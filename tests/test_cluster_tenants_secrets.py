@@ -57,11 +57,14 @@ async def test_a_judge_secret_ref_to_another_runs_cell_tokens_is_refused() -> No
                 await k8s.apply(example)
                 await k8s.apply(renamed(template, "victim", repeats=1))
                 await until(lambda: fake.held, "the victim's live cell")
-                tokens = cellsecrets.token_secret_name(next(iter(fake.held)))
+                victim = next(p for p in k8s.pods() if p["metadata"]["name"] in fake.held)
+                place = cellsecrets.place_of(victim)
+                assert place is not None
+                tokens = place.secret  # the victim run's shared token Secret
                 await label(k8s, tokens)  # even labelled, it stays the operator's
                 judge = {
                     "provider": "openai", "model": "m", "baseUrl": thief.url,
-                    "secretRef": {"name": tokens, "key": "controller"},
+                    "secretRef": {"name": tokens, "key": place.item(cellsecrets.CONTROLLER)},
                 }  # fmt: skip
                 await k8s.apply(renamed(example, "thief", judge=judge))
                 await k8s.apply(renamed(template, "steal", runSpecRef={"name": "thief"}, repeats=1))

@@ -1,8 +1,8 @@
 """The ConfigMap backend against a small fake Kubernetes API served on loopback by aiohttp.
 
 The fake implements what the backend uses of ``/api/v1/namespaces/NS/configmaps``: GET,
-POST (409 AlreadyExists) and PUT with optimistic concurrency (409 Conflict on a stale
-``resourceVersion``), bearer-token auth, and the 1 MiB size validation (422).
+POST (409 AlreadyExists) and a JSON merge PATCH (404 when the ConfigMap is gone), bearer-token
+auth, and the 1 MiB size validation (422).
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ class FakeKube:
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     version: int = 0
     conflicts: int = 0
-    rival_writes: int = 0  # PUTs to answer by first writing as a rival (a concurrent writer)
+    rival_writes: int = 0  # PATCHes to answer by first writing as a rival (a concurrent writer)
     methods: list[str] = field(default_factory=list)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._auth])
+        app = web.Application(middlewares=[self._auth], client_max_size=8 * LIMIT)
         base = "/api/v1/namespaces/{ns}/configmaps"
         app.router.add_get(base + "/{name}", self.get)
         app.router.add_post(base, self.post)
-        app.router.add_put(base + "/{name}", self.put)
+        app.router.add_patch(base + "/{name}", self.patch)
         return app
 
     @web.middleware
@@ -92,8 +92,11 @@ class FakeKube:
             return status(409, "AlreadyExists", f"configmaps {name!r} already exists")
         return self._invalid(body) or web.json_response(self._save(ns, name, body), status=201)
 
-    async def put(self, request: web.Request) -> web.Response:
-        ns, name, body = request.match_info["ns"], request.match_info["name"], await request.json()
+    async def patch(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if request.content_type != "application/merge-patch+json":
+            return status(415, "UnsupportedMediaType", request.content_type)
+        patch = await request.json()
         current = self.objects.get((ns, name))
         if current is None:
             return status(404, "NotFound", "configmaps not found")
@@ -104,10 +107,10 @@ class FakeKube:
                 base64.b64encode(gzip.compress(b"rival\n")).decode()
             )
             current = self._save(ns, name, rival)
-        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            self.conflicts += 1
-            return status(409, "Conflict", "the object has been modified")
-        return self._invalid(body) or web.json_response(self._save(ns, name, body))
+        merged = json.loads(json.dumps(current))
+        for key, value in (patch.get("binaryData") or {}).items():
+            merged.setdefault("binaryData", {})[key] = value
+        return self._invalid(merged) or web.json_response(self._save(ns, name, merged))
 
     def cell_keys(self, cell: str) -> list[str]:
         data = self.objects[("agents", "ledger")].get("binaryData") or {}
@@ -169,7 +172,7 @@ async def test_cells_are_chunked_across_keys(kube: tuple[FakeKube, str]) -> None
     await backend.close()
 
 
-async def test_write_conflicts_are_retried_without_losing_the_rival(
+async def test_a_rival_writer_between_the_read_and_the_write_is_kept_without_a_retry(
     kube: tuple[FakeKube, str],
 ) -> None:
     fake, api = kube
@@ -177,15 +180,34 @@ async def test_write_conflicts_are_retried_without_losing_the_rival(
     await backend.append("c", ["first"])
     fake.rival_writes = 3
     await backend.append("c", ["second"])
-    assert fake.conflicts == 3
-    assert await backend.read("c") == ["first", "second"]
+    await backend.append("c", ["third"])
+    assert fake.conflicts == 0
+    assert fake.methods.count("PATCH") == 2  # one write per append, whatever the rivals do
+    assert await backend.read("c") == ["first", "second", "third"]
     rivals = [k for k in fake.objects[("agents", "ledger")]["binaryData"] if k.startswith("rival")]
-    assert len(rivals) == 3
+    assert len(rivals) == 2
+    await backend.close()
+
+
+async def test_a_write_the_api_server_finds_too_large_is_the_overflow_error(
+    kube: tuple[FakeKube, str],
+) -> None:
+    # Two cells' appends can pass the size check each and exceed the limit together: the
+    # API server refuses the second (422), and it is LedgerTooLarge all the same.
+    _, api = kube
+    backend = backends.from_url(
+        "configmap://agents/ledger", options(api, configmap_max_bytes=4 * LIMIT)
+    )
+    await backend.append("c", ["small"])
+    big = [os.urandom(300 * 1024).hex() for _ in range(4)]
+    with pytest.raises(errors.LedgerTooLarge, match="refused the write as over the ConfigMap"):
+        await backend.append("c", big)
+    assert await backend.read("c") == ["small"]
     await backend.close()
 
 
 async def test_concurrent_writers_of_one_configmap(kube: tuple[FakeKube, str]) -> None:
-    # Racing writers get 409s (how many depends on scheduling); every append must survive.
+    # Racing writers patch their own cells' chunks; the create race is a 409, read again.
     _, api = kube
     writers = [backends.from_url("configmap://agents/ledger", options(api)) for _ in range(4)]
 

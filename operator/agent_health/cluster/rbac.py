@@ -19,11 +19,12 @@ specs (RunSpec reconciler)               read pull Secrets; create discovery Pod
                                          their logs; patch RunSpec status
 runs (scheduler)                         read RunSpecs; create/list Secrets (ledger key,
                                          cell tokens); create/get/list/delete cells; patch
-                                         EvaluationRun status; create/patch Events
+                                         EvaluationRun status; create/patch Events; create
+                                         a run's ConfigMap ledger (409 when it exists)
 grading                                  read ConfigMap ledgers
 runs (ConfigMap ledger)                  create each run's ledger ConfigMap, its writer
                                          ServiceAccount, Role and RoleBinding (read back
-                                         on 409); ``update`` on ConfigMaps only because
+                                         on 409); ``patch`` on ConfigMaps only because
                                          the API server lets no one grant a Role more
                                          than it holds (:func:`gateway_rules`)
 runs (``--network-policy``)              create each run's NetworkPolicy (409 when it
@@ -82,7 +83,7 @@ NAMESPACE_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create"]},
     {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
@@ -99,9 +100,9 @@ operator create a pod or read a Secret."""
 RULES: list[dict[str, Any]] = [*CLUSTER_RULES, *NAMESPACE_RULES]
 """Everything the operator holds somewhere."""
 
-GATEWAY_VERBS = ("get", "update")
-"""What a gateway sends its run's ConfigMap ledger: GET it, PUT it back (the operator made
-it, so no POST; no PATCH, no list, no delete)."""
+GATEWAY_VERBS = ("get", "patch")
+"""What a gateway sends its run's ConfigMap ledger: GET it, then a merge PATCH of its cell's
+chunks (the operator made it, so no POST; no PUT, no list, no delete)."""
 
 
 def gateway_rules(ledger: str) -> list[dict[str, Any]]:
@@ -122,7 +123,7 @@ UNSEEN: dict[tuple[str, str, str], str] = {
     ("", "events", "patch"): "an Event repeated within 10 minutes (a count bump)",
     (GROUP, "runspecs/finalizers", "update"): "checked by admission, not a request",
     (GROUP, "evaluationruns/finalizers", "update"): "checked by admission, not a request",
-    ("", "configmaps", "update"): "checked when the operator creates a run's ledger Role",
+    ("", "configmaps", "patch"): "checked when the operator creates a run's ledger Role",
     **{
         (SANDBOX_GROUP, "sandboxes", verb): "isolation mode agentSandbox (--sandboxes)"
         for verb in ("get", "list", "watch", "create", "delete")

@@ -45,6 +45,8 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "max_refused_records": "max_refused_records",
     "max_cell_exchanges": "max_cell_exchanges",
     "max_cell_bytes": "max_cell_bytes",
+    "spool": "spool",
+    "spool_max_bytes": "spool_max_bytes",
 }
 
 
@@ -62,6 +64,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ledger", help="ledger URL: file://DIR, configmap://NS/NAME, s3://... (default: none)")
     add("--key-file", help="HMAC key file (default: $AGENT_HEALTH_LEDGER_KEY)")
     add("--cell", help="the ledger cell this gateway records (a cell pod's name)")
+    add(
+        "--spool",
+        metavar="DIR",
+        help="keep the cell's records in DIR (the gateway's own, outliving its process) and "
+        "write them to the ledger in one batch when the cell ends (default: write through)",
+    )
+    add(
+        "--spool-max-bytes",
+        type=int,
+        help="a cell's spool past this size is written before the cell ends (default 1 MiB)",
+    )
     add("--run-id", help="the cell's run id, added as X-Agent-Health-Run-Id when absent")
     add("--test-id", help="test id for the cell-meta record")
     add("--repeat", type=int, help="repeat index for the cell-meta record")

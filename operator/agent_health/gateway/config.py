@@ -137,6 +137,16 @@ class Settings(BaseModel):
         default=None, description="HMAC key file; default $AGENT_HEALTH_LEDGER_KEY"
     )
     cell: str | None = Field(default=None, description="the ledger cell every exchange goes to")
+    spool: str | None = Field(
+        default=None,
+        description="a directory of the gateway's own (an emptyDir) where a cell's records "
+        "wait until its cell-end, then go to the ledger in one write; None: write through",
+    )
+    spool_max_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="a cell's spool past this many bytes goes to the ledger before its end",
+    )
     run_id: str | None = Field(
         default=None, description="the cell's run id (X-Agent-Health-Run-Id)"
     )

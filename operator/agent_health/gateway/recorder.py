@@ -282,6 +282,15 @@ class Recorder:
             await self._mark(cell, state)
         sealed = await state.writer.append(*items)
         state.ended = state.ended or any(r.kind == "cell-end" for r in sealed)
+        if state.ended:
+            # A spooling backend holds the cell until now: its end is what sends it on.
+            try:
+                await self.backend.flush()
+            except errors.LedgerError as err:
+                raise errors.BackendError(
+                    f"cell {cell}: its records are sealed but not yet in the ledger ({err}); "
+                    "the gateway tries again when it stops"
+                ) from err
         return sealed
 
     def dropped(self, cell: str) -> int:
@@ -297,9 +306,14 @@ class Recorder:
         await asyncio.gather(*(self.flush(cell, wait=wait) for cell in self._cells))
 
     async def close(self, *, wait: float | None = None) -> None:
-        """Flush every cell, then close the backend."""
+        """Flush every cell, then close the backend (which sends on what it still holds; a
+        failure is logged and kept in :attr:`failures`: nobody is left to answer)."""
         await self.flush_all(wait=wait)
-        await self.backend.close()
+        try:
+            await self.backend.close()
+        except errors.LedgerError as err:
+            self.failures.append(f"closing the ledger: {err}")
+            log.error("ledger %s: closing failed, records may be lost: %s", self.backend.url, err)
 
 
 def exchange(observation: Observation) -> records.Exchange:

@@ -24,7 +24,7 @@ import aiohttp
 from aiohttp import web
 
 from agent_health.gateway import admin, config, errors, guard, proxy, recorder
-from agent_health.ledger import backends, chain, records
+from agent_health.ledger import backends, chain, records, spool
 from agent_health.ledger import errors as ledger_errors
 
 log = logging.getLogger("agent_health.gateway")
@@ -67,6 +67,11 @@ class Gateway:
             try:
                 key = await asyncio.to_thread(chain.load_key, settings.key_file)
                 backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
+                if settings.spool is not None:
+                    directory = await asyncio.to_thread(spool.check_directory, settings.spool)
+                    backend = spool.SpooledBackend(
+                        backend, directory, max_bytes=settings.spool_max_bytes
+                    )
             except ledger_errors.LedgerError as err:
                 raise errors.GatewayConfigError(str(err)) from err
             caps = recorder.Caps(settings.max_cell_exchanges, settings.max_cell_bytes)

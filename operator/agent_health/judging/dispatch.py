@@ -24,15 +24,7 @@ from typing import Any
 
 import httpx
 
-from agent_health.judging import (
-    agentic,
-    asking,
-    contextual,
-    errors,
-    evaluators,
-    prompt,
-    tools,
-)
+from agent_health.judging import agentic, asking, contextual, errors, evaluators, prompt, tools
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import providers as providers_mod
 from agent_health.judging.chat import Tally

@@ -2,10 +2,15 @@
 
 All cells of a ledger share one ConfigMap. A cell is stored in ``binaryData`` as numbered
 chunks ``CELL.jsonl.gz.0000``, ``...0001``, each the gzip of whole lines; an append
-rewrites only the last chunk (or starts a new one). Writes are read-modify-write with the
-object's ``resourceVersion``, retried on 409 Conflict. When the ConfigMap would exceed the
-Kubernetes 1 MiB limit the append fails with :class:`~agent_health.ledger.errors.
-LedgerTooLarge` — the ledger is never truncated.
+rewrites only the last chunk (or starts a new one). A cell has one writer (its gateway), so
+an append reads the ConfigMap (its cell's last chunk, and the size so far) and sends only
+its cell's changed chunks, as a JSON merge patch: cells written at the same moment by many
+gateways never conflict, and each append is one write. The first writer creates the
+ConfigMap; one that loses that race (409 AlreadyExists) reads it again and patches. When
+the ConfigMap would exceed the Kubernetes 1 MiB limit the append fails with
+:class:`~agent_health.ledger.errors.LedgerTooLarge` — the ledger is never truncated (a
+write that two cells' appends push over the limit together is refused by the API server,
+422, and is the same error).
 
 The Kubernetes API is spoken with plain httpx: the base URL and bearer token come from the
 pod's service-account mount unless given in :class:`~agent_health.ledger.store.Options`
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import json
 import os
 import re
 import ssl
@@ -88,9 +94,30 @@ class ConfigMapBackend:
                     return
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
         raise errors.BackendError(
-            f"ledger {self.url}: gave up after {MAX_ATTEMPTS} write conflicts (409); "
-            "too many writers share this ConfigMap — use an object store ledger"
+            f"ledger {self.url}: gave up after {MAX_ATTEMPTS} attempts: the ConfigMap was "
+            "deleted or created by someone else each time; check who else writes it"
         )
+
+    async def create(self) -> bool:
+        """Create the ConfigMap, empty, unless it exists; whether this call created it.
+
+        The operator does so before a run's first cell: its gateways then only patch their
+        cells in (a gateway that finds no ConfigMap creates it, and many at once race).
+        """
+        body: ConfigMap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "agent-health"},
+            },
+        }
+        response = await self._request("POST", self._path(named=False), body)
+        if response.status_code == 409:
+            return False
+        self._raise_for(response, "create")
+        return True
 
     async def read(self, cell: str) -> list[str]:
         store.check_cell(cell)
@@ -159,33 +186,44 @@ class ConfigMapBackend:
         return body
 
     async def _store(self, current: ConfigMap | None, binary: dict[str, str]) -> bool:
-        """Create or replace the ConfigMap; ``False`` on a conflict (someone wrote first)."""
-        if current is None:
-            body: ConfigMap = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "agent-health"},
-                },
-                "binaryData": binary,
-            }
-            response = await self._request("POST", self._path(named=False), body)
-        else:
-            body = {**current, "binaryData": binary}
-            response = await self._request("PUT", self._path(), body)
+        """Create the ConfigMap, or patch in this cell's changed chunks; ``False`` when it
+        changed under us (created or deleted meanwhile): read it again."""
+        if current is not None:
+            before = current.get("binaryData") or {}
+            changed = {k: v for k, v in binary.items() if before.get(k) != v}
+            if not changed:
+                return True
+            patch = {"binaryData": changed}
+            response = await self._request("PATCH", self._path(), patch, merge=True)
+            if response.status_code == 404:
+                return False
+            self._raise_for(response, "write")
+            return True
+        body: ConfigMap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "agent-health"},
+            },
+            "binaryData": binary,
+        }
+        response = await self._request("POST", self._path(named=False), body)
         if response.status_code == 409:
             return False
         self._raise_for(response, "write")
         return True
 
     async def _request(
-        self, method: str, path: str, body: ConfigMap | None = None
+        self, method: str, path: str, body: ConfigMap | None = None, *, merge: bool = False
     ) -> httpx.Response:
         client = await self._http()
+        headers = {"Content-Type": "application/merge-patch+json"} if merge else None
         try:
-            return await client.request(method, path, json=body)
+            if body is None:
+                return await client.request(method, path)
+            return await client.request(method, path, content=json.dumps(body), headers=headers)
         except httpx.HTTPError as err:
             raise errors.BackendError(
                 f"ledger {self.url}: cannot reach the Kubernetes API at {client.base_url}: {err!r}"
@@ -194,10 +232,17 @@ class ConfigMapBackend:
     def _raise_for(self, response: httpx.Response, action: str) -> None:
         if response.is_success:
             return
+        too_long = response.status_code == 422 and "too long" in response.text.lower()
+        if action == "write" and (too_long or response.status_code == 413):
+            raise errors.LedgerTooLarge(
+                f"ledger {self.url}: the API server refused the write as over the ConfigMap "
+                f"size limit ({response.text[:200]}); nothing was written — use an object "
+                "store ledger (s3://BUCKET/PREFIX or gs://BUCKET/PREFIX) for runs this large"
+            )
         hint = ""
         if response.status_code in (401, 403):
             hint = (
-                f"; grant the service account get, create and update on configmaps in "
+                f"; grant the service account get, create and patch on configmaps in "
                 f"namespace {self.namespace}"
             )
         raise errors.BackendError(

@@ -19,18 +19,11 @@ target or peer.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import runspec
-from agent_health.cluster.cells import manifests, resources
-
-# Names of agent-health's own Secrets: any cell's tokens (<cell>-tokens, the cell name ending
-# in -<hash>-r<repeat>) and any run's ledger key (<run>-ledger-key).
-_OUR_SECRETS = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-ledger-key)$"
-)
+from agent_health.cluster.cells import cellsecrets, manifests, resources
 
 
 def admit(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
@@ -75,7 +68,10 @@ def refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> N
             ref = var.value_from.secret_key_ref if var.value_from is not None else None
             if ref is None:
                 continue
-            if _OUR_SECRETS.match(ref.name) or ref.name == settings.ledger_credentials_secret:
+            if (
+                cellsecrets.OUR_NAMES.match(ref.name)
+                or ref.name == settings.ledger_credentials_secret
+            ):
                 raise errors.SpecError(
                     f"RunSpec {spec.metadata.get('name', '?')}: {where}.env {var.name} reads "
                     f"Secret {ref.name!r}, one of agent-health's own (principal tokens, ledger "

@@ -46,6 +46,7 @@ TOKENS_DIR = "/var/run/agent-health/tokens"
 LEDGER_KEY_DIR = "/var/run/agent-health/ledger-key"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SERVICE_ACCOUNT_VOLUME = "gateway-sa"
+SPOOL_DIR = f"{manifests.SCRATCH}/ledger-spool"
 FIRST_PORT = 15000
 
 
@@ -134,6 +135,9 @@ def gateway_args(
             f"listen={route.address},upstream={route.upstream}",
         ]
     args += ["--ledger", ledger, "--cell", identity.ledger_cell, "--key-file", key_file]
+    # The cell's records wait in the gateway's own /tmp (an emptyDir: it outlives a restart
+    # of the gateway, not the pod) and reach the ledger in one write when the cell ends.
+    args += ["--spool", SPOOL_DIR]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
     args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
     exchanges, size = caps
@@ -214,10 +218,10 @@ def probe_command() -> list[str]:
     return ["python", "-I", "-S", "-c", admin.PROBE, ADMIN_SOCKET]
 
 
-def volumes(cell: str, attempt: int, settings: manifests.Settings) -> list[dict[str, Any]]:
-    """The volumes only the gateway mounts: this attempt's ledger key (never the run's) and
-    its service-account token."""
-    found = [cellsecrets.ledger_key_volume(cell, attempt), socket_volume()]
+def volumes(place: cellsecrets.Place, settings: manifests.Settings) -> list[dict[str, Any]]:
+    """The volumes only the gateway mounts: this attempt's ledger key (never the run's; from
+    ``place``) and its service-account token."""
+    found = [cellsecrets.ledger_key_volume(place), socket_volume()]
     if settings.gateway_service_account is not None:
         found.append(_service_account_volume())
     return found

@@ -68,12 +68,15 @@ def cell_pod(
     settings: manifests.Settings,
     attempt: int = 0,
     agent: str | None = None,
+    place: cellsecrets.Place | None = None,
 ) -> dict[str, Any]:
     """The Pod of one (test, repeat) of ``run``; ``digests`` maps each RunSpec image to its digest.
     ``agent``: an agent matrix's agent (``spec`` is then :meth:`RunSpec.for_agent`'s).
 
-    The caller also creates :func:`.cellsecrets.token_secret` for this attempt (its tokens
-    and its ledger key) and :func:`.cellsecrets.ledger_key_secret` for the run. A target
+    The attempt's tokens and ledger key are mounted from ``place``: the run's shared Secret
+    (:func:`.cellsecrets.shared_secret`), or by default the attempt's own
+    (:func:`.cellsecrets.token_secret`), which the caller creates, as it creates
+    :func:`.cellsecrets.ledger_key_secret` for the run. A target
     with the ``subprocess`` connector cannot run in a cell (it would have to share the
     controller's container).
     The judge listener exists only when the cell is judged (:func:`.manifests.judge_model`);
@@ -109,8 +112,9 @@ def cell_pod(
             cellgateway.Route(peer_principal, TARGET, plan.peer_target[peer.name], target_url)
         )
 
-    tokens = {p: cellsecrets.token_volume(p, cell, attempt) for p in cellsecrets.principals(spec)}
-    volumes += [*tokens.values(), *cellgateway.volumes(cell, attempt, settings)]
+    place = place or cellsecrets.Place.own(cell, attempt)
+    tokens = {p: cellsecrets.token_volume(p, place) for p in cellsecrets.principals(spec)}
+    volumes += [*tokens.values(), *cellgateway.volumes(place, settings)]
     scratch: dict[str, dict[str, Any]] = {}
     peers = [peer_container_name(p.name) for p in spec.spec.peers]
     for name in [cellgateway.NAME, TARGET, *peers, CONTROLLER]:
@@ -262,16 +266,18 @@ def cell(
     settings: manifests.Settings,
     attempt: int = 0,
     agent: str | None = None,
+    place: cellsecrets.Place | None = None,
 ) -> dict[str, Any]:
     """The object to create for one cell: the Pod, or a Sandbox around it (``agentSandbox``).
 
     ``attempt`` counts infrastructure retries; each attempt records into its own ledger cell.
     ``agent`` (an agent matrix) runs that named target of ``spec`` as the cell's target.
+    ``place``: where its tokens and ledger key are (default: the attempt's own Secret).
     """
     spec = spec.for_agent(agent)
     pod = cell_pod(
         run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings,
-        attempt=attempt, agent=agent,
+        attempt=attempt, agent=agent, place=place,
     )  # fmt: skip
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":

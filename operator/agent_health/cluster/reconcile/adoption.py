@@ -1,11 +1,12 @@
 """Taking over the cells of a run that already exist (the operator restarted mid-run).
 
 The run's cells are listed by label; those owned by this run (by uid) and in its plan are
-adopted: marked active with their attempt, their controller token read back from their
-Secret — only one that pod owns (by uid) — or the Secret created if the cell is still
-waiting or running without one (:meth:`.creation.Creator.secret` refuses one of that name
-that another owner holds, and stops the cell), and
-their current state applied as an event. Planned cells that do not exist are queued.
+adopted: marked active with their attempt, their controller token read back from where
+their pod mounts it (:func:`.cellsecrets.place_of`) — the run's shared Secret if the run
+owns it, the cell's own if that very pod owns it — or that Secret made if the cell is still
+waiting or running without it (:mod:`.keyring` and :meth:`.creation.Creator.secret` refuse
+one of that name that another owner holds, and stop the cell), and their current state
+applied as an event. Planned cells that do not exist are queued.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from agent_health.cluster import kube
 from agent_health.cluster.cells import cellsecrets, manifests, observed
-from agent_health.cluster.reconcile import creation, handoff, lifecycle, plan, reactions
+from agent_health.cluster.reconcile import creation, handoff, keyring, lifecycle, plan, reactions
 
 
 @dataclasses.dataclass
@@ -39,7 +40,8 @@ class Adoption:
         if not mine:
             run.queue.extend(run.cells)
             return
-        stored = await api.list(kube.SECRETS, run.ref.namespace, labels)
+        of_run = {k: v for k, v in labels.items() if k != manifests.LABEL_COMPONENT}
+        stored = await api.list(kube.SECRETS, run.ref.namespace, of_run)
         secrets = {s["metadata"]["name"]: s for s in stored}
         adopted = {b["metadata"]["name"] for b in mine}
         run.queue.extend(n for n in run.cells if n not in adopted)
@@ -48,20 +50,34 @@ class Adoption:
             cell.attempt = plan.attempt(body)
             cell.state = "active"
             run.active.add(cell.name)
-            secret = secrets.get(cellsecrets.token_secret_name(cell.name, cell.attempt), {})
-            # Only a Secret this very pod owns holds tokens the operator made for it.
-            owned = bool(secret) and plan.owned_by(secret, body["metadata"]["uid"])
+            place = cellsecrets.place_of(body) or cellsecrets.Place.own(cell.name, cell.attempt)
+            secret = secrets.get(place.secret, {})
+            # Only a Secret the run (shared) or this very pod (its own) owns holds tokens the
+            # operator made for it.
+            owner = run.uid if place.prefix else body["metadata"]["uid"]
+            owned = bool(secret) and plan.owned_by(secret, owner)
             data = (secret.get("data") or {}) if owned else {}
-            if cellsecrets.CONTROLLER in data:
-                cell.token = base64.b64decode(data[cellsecrets.CONTROLLER]).decode()
-                self.board.tokens[cell.token] = run.ref
+            if place.item(cellsecrets.CONTROLLER) in data:
+                token = base64.b64decode(data[place.item(cellsecrets.CONTROLLER)]).decode()
+                self.creator.allow(run, cell, token)
             elif observed.state(body) in ("waiting", "running"):
-                self.board.spawn(self._secret(run, cell, body))
+                self.board.spawn(self._secret(run, cell, body, place))
             self.handoff.keep_deadline(run, cell, plan.created_at(body))
             self.reactions.apply(run, "ADDED", body)
 
-    async def _secret(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
+    async def _secret(
+        self, run: plan.Run, cell: plan.Cell, body: dict[str, Any], place: cellsecrets.Place
+    ) -> None:
         """Make the Secret a live cell lacks; one that cannot be made fails the cell."""
-        failure = await self.creator.secret(run, cell, body)
+        failure: observed.Failure | None
+        if place.prefix:
+            found = await self.creator.keyring.shared(run, cell)
+            if isinstance(found, keyring.Shared) and found.place == place:
+                self.creator.allow(run, cell, found.token)
+                return
+            missing = f"the run's token Secret {place.secret} lacks cell {cell.name}'s items"
+            failure = found if isinstance(found, tuple) else ("other", missing)
+        else:
+            failure = await self.creator.secret(run, cell, body)
         if failure is not None:
             await self.handoff.infra(run, cell, body, failure)

@@ -1,6 +1,9 @@
 """Few, batched status patches: at most one per run per interval, and never a no-op.
 
-A run of 1,000 cells would otherwise patch its status 1,000 times in a burst. The reconciler
+A run of 1,000 cells would otherwise patch its status 1,000 times in a burst. Each run has
+its own interval (:meth:`StatusBatcher.pace`): a large run changes faster and is written
+less often (:func:`interval_for`), so its patches stay a small part of its API writes. The
+reconciler
 calls :meth:`StatusBatcher.update` on every change with a *snapshot* function (e.g.
 ``tally.wire``); the batcher calls it only when it is about to write, so a burst costs one
 snapshot per interval. The first change of a quiet run is written at once (leading edge),
@@ -25,6 +28,20 @@ from typing import Any
 Snapshot = Callable[[], Mapping[str, Any]]
 Json = dict[str, Any]
 ECHOES_KEPT = 16
+CELLS_PER_SECOND = 10
+"""Cells in parallel per second of :func:`interval_for`."""
+MOST_INTERVAL = 10.0
+
+
+def interval_for(parallelism: int, least: float = 1.0, most: float = MOST_INTERVAL) -> float:
+    """The status interval of a run of ``parallelism``: ``least`` up to 10 cells at once,
+    then one second more per 10 more, at most ``most`` — the worst-case staleness of its
+    counts (a phase change is written at once).
+
+    >>> [interval_for(p) for p in (1, 10, 50, 100, 1000)]
+    [1.0, 1.0, 5.0, 10.0, 10.0]
+    """
+    return min(max(least, parallelism / CELLS_PER_SECOND), max(least, most))
 
 
 @dataclass(frozen=True, order=True)
@@ -79,6 +96,7 @@ def _copy(value: Any) -> Any:
 
 @dataclass
 class _Run:
+    interval: float
     written: Json | None = None  # the status as last written (None: unknown, send it whole)
     pending: Snapshot | None = None
     last_sent: float | None = None
@@ -108,16 +126,27 @@ class StatusBatcher:
         self.patches_sent = 0
         self.noops_skipped = 0
 
+    def _run(self, ref: RunRef) -> _Run:
+        found = self._runs.get(ref)
+        if found is None:
+            found = self._runs[ref] = _Run(self.interval)
+        return found
+
+    def pace(self, ref: RunRef, interval: float) -> None:
+        """Write the run's status at most every ``interval`` seconds (never more often than
+        the batcher's own interval)."""
+        self._run(ref).interval = max(interval, self.interval)
+
     def seed(self, ref: RunRef, status: Mapping[str, Any]) -> None:
         """What the run's status is now (read from the object), so the first patch is minimal."""
-        self._runs.setdefault(ref, _Run()).written = _copy(status)
+        self._run(ref).written = _copy(status)
 
     async def update(self, ref: RunRef, snapshot: Snapshot) -> bool:
         """Note that the run's status changed; write now if its interval has passed.
 
         Returns whether a patch was sent now (else it is held for :meth:`tick`).
         """
-        run = self._runs.setdefault(ref, _Run())
+        run = self._run(ref)
         run.pending = snapshot
         if self._due_in(run) <= 0:
             return await self._emit(ref, run)
@@ -139,7 +168,7 @@ class StatusBatcher:
 
     async def flush(self, ref: RunRef, snapshot: Snapshot | None = None) -> bool:
         """Write the run's latest status now, interval or not (the run ended, or we stop)."""
-        run = self._runs.setdefault(ref, _Run())
+        run = self._run(ref)
         if snapshot is not None:
             run.pending = snapshot
         if run.pending is None:
@@ -177,7 +206,7 @@ class StatusBatcher:
     def _due_in(self, run: _Run) -> float:
         if run.last_sent is None:
             return 0.0
-        return run.last_sent + self.interval - self._clock()
+        return run.last_sent + run.interval - self._clock()
 
     async def _emit(self, ref: RunRef, run: _Run) -> bool:
         async with run.lock:

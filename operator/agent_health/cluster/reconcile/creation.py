@@ -1,13 +1,16 @@
-"""Creating one cell: its object (Pod or Sandbox), then its token Secret owned by it.
+"""Creating one cell: its object (Pod or Sandbox), with its tokens and ledger key.
 
 Nothing is adopted by name alone: a Pod (or Sandbox) of the cell's name that another owner
-holds is left alone and the cell fails; a Secret of its name that the cell does not own is
-never read (its tokens and key would be someone else's) and the cell is stopped.
+holds is left alone and the cell fails; a Secret of its name that the cell (or, for a shared
+one, the run) does not own is never read (its tokens and key would be someone else's) and
+the cell is stopped.
 
-Writes per cell: the cell, then its token Secret owned by the cell — so deleting the cell
-(``ttlSecondsAfterFinished``, a retry, the run's deletion) also collects its Secret. Cell
-names are deterministic (:func:`.manifests.cell_name`) and creation is idempotent (409
-AlreadyExists means "already there"), so an operator that restarts mid-creation creates
+Writes per cell: the cell alone, for a first attempt — its tokens and key are in the run's
+shared Secret (:mod:`.keyring`, made before the first of its cells). A retried attempt (or a
+cell the shared Secret lacks) is the cell, then its own token Secret owned by the cell — so
+deleting the cell (``ttlSecondsAfterFinished``, a retry, the run's deletion) also collects
+it. Cell names are deterministic (:func:`.manifests.cell_name`) and creation is idempotent
+(409 AlreadyExists means "already there"), so an operator that restarts mid-creation creates
 nothing twice. The attempt number rides on an annotation (:data:`.plan.ATTEMPT`).
 """
 
@@ -15,13 +18,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
 from agent_health.cluster import kube
 from agent_health.cluster.cells import cellpod, cellsecrets, manifests, observed, sandbox
-from agent_health.cluster.reconcile import lifecycle, plan
+from agent_health.cluster.reconcile import keyring, lifecycle, plan
 from agent_health.ledger import keys
 
 
@@ -30,18 +32,24 @@ class Creator:
     """Makes the cells of started runs; see the module docstring."""
 
     board: lifecycle.Board
+    keyring: keyring.Keyring
 
     async def create(self, run: plan.Run, cell: plan.Cell) -> observed.Failure | None:
-        """Create the cell and its Secret; why it could not be created, if it could not."""
+        """Create the cell (and its own Secret, unless the run's shared one holds its items);
+        why it could not be created, if it could not."""
         if not self.board.live(run):
             return None
         assert run.spec is not None
         assert run.settings is not None
         cell.state = "active"
+        shared = await self.keyring.shared(run, cell)
+        if isinstance(shared, tuple):
+            return shared
         manifest = cellpod.cell(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat,
             digests=run.spec.status.image_digests if run.spec.status else {},
             settings=run.settings, attempt=cell.attempt, agent=cell.agent,
+            place=shared.place if shared is not None else None,
         )  # fmt: skip
         manifest["metadata"].setdefault("annotations", {})[plan.ATTEMPT] = str(cell.attempt)
         if manifest["kind"] == sandbox.KIND:
@@ -59,7 +67,16 @@ class Creator:
                 f"{run.ref.namespace} and is not this run's (its owners: {_owners(stored)}); "
                 "the operator will not adopt it: delete it and run again"
             )
+        if shared is not None:
+            self.allow(run, cell, shared.token)
+            return None
         return await self.secret(run, cell, stored)
+
+    def allow(self, run: plan.Run, cell: plan.Cell, token: str) -> None:
+        """Let the judge service answer this live cell's controller ``token``."""
+        if cell.state == "active":
+            cell.token = token
+            self.board.tokens[token] = run.ref
 
     async def secret(
         self, run: plan.Run, cell: plan.Cell, owner: Mapping[str, Any]
@@ -67,7 +84,7 @@ class Creator:
         """The Secret of this attempt at the cell (tokens and its own ledger key), owned by
         the cell object itself; why it could not be made, if it could not."""
         assert run.spec is not None
-        tokens = {p: secrets.token_urlsafe(32) for p in cellsecrets.principals(run.spec)}
+        tokens = cellsecrets.new_tokens(run.spec)
         ledger_cell = manifests.ledger_cell(cell.name, cell.attempt)
         manifest = cellsecrets.token_secret(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, tokens=tokens,
@@ -98,13 +115,9 @@ class Creator:
                 f"cell {cell.name}'s (its owners: {_owners(stored)}); the operator will not use "
                 "tokens or keys it did not make: delete the Secret and run again"
             )
-        token = base64.b64decode(stored["data"][cellsecrets.CONTROLLER]).decode()
-        if cell.state == "active":
-            cell.token = token
-            self.board.tokens[token] = run.ref
+        self.allow(run, cell, base64.b64decode(stored["data"][cellsecrets.CONTROLLER]).decode())
         return None
 
 
 def _owners(body: Mapping[str, Any]) -> str:
-    found = body.get("metadata", {}).get("ownerReferences") or []
-    return ", ".join(f"{o.get('kind')}/{o.get('name')} uid {o.get('uid')}" for o in found) or "none"
+    return keyring.owners(dict(body))

@@ -210,6 +210,7 @@ class Intake:
                     name = manifests.cell_name(run.ref.name, test.id, repeat, agent)
                     run.cells[name] = plan.Cell(name, test, repeat, agent)
         run.tally.plan(run.cells)
+        board.status.pace(run.ref, batcher.interval_for(run.model.spec.parallelism))
         run.tally.advance("Running", reason="CellsPlanned", message=f"{len(run.cells)} cells")
         await self.adoption.adopt(run)
         if not board.live(run):

@@ -2,12 +2,13 @@
 
 :class:`Board` is what the other parts of the scheduler share: every run this operator
 drives, the controller token of each live cell (the judge service's allow-list), and the
-background tasks. It writes a run's status through :class:`.batcher.StatusBatcher` (≤ 1
-patch/s per run; the last one at once), posts an Event on each phase change, and when the
+background tasks. It writes a run's status through :class:`.batcher.StatusBatcher` (at
+most one patch per run per interval, 1 s to 10 s as its parallelism grows; a phase change
+and the last one at once), posts an Event on each phase change, and when the
 run ends forgets it, closes its ledger backend and, after ``ttlSecondsAfterFinished``,
-deletes its cells (their token Secrets go with them). Every run ends: when its
-``activeDeadlineSeconds`` (counted from its creation) pass, the cells still running are
-deleted and the run fails with reason ``DeadlineExceeded``.
+deletes its cells (their own token Secrets go with them; its shared ones stay with it).
+Every run ends: when its ``activeDeadlineSeconds`` (counted from its creation) pass, the
+cells still running are deleted and the run fails with reason ``DeadlineExceeded``.
 """
 
 from __future__ import annotations
@@ -48,14 +49,19 @@ class Board:
     # -- status and events -----------------------------------------------------------------
 
     async def changed(self, run: plan.Run) -> None:
-        """The run's tally changed: post an Event on a new phase and write the status."""
-        if run.phase != run.tally.phase and run.tally.phase is not None:
-            emit = self.recorder.phase_changed(run.involved, run.phase, run.tally.phase)
-            run.phase = run.tally.phase
+        """The run's tally changed: post an Event on a new phase and write the status — at
+        once on a new phase, else within the run's status interval."""
+        phase = run.tally.phase
+        moved = phase is not None and run.phase != phase
+        if phase is not None and moved:
+            emit = self.recorder.phase_changed(run.involved, run.phase, phase)
+            run.phase = phase
             self.spawn(self.event(emit))
         if run.tally.phase in status_mod.TERMINAL:
             await self.status.flush(run.ref, lambda: self._snapshot(run))
             self.finished(run)
+        elif moved:
+            await self.status.flush(run.ref, lambda: self._snapshot(run))
         else:
             await self.status.update(run.ref, lambda: self._snapshot(run))
 
@@ -150,7 +156,9 @@ class Board:
         self.status.forget(ref)
 
     async def _expire(self, run: plan.Run) -> None:
-        """``ttlSecondsAfterFinished``: delete the cells (their token Secrets go with them)."""
+        """``ttlSecondsAfterFinished``: delete the cells (their own token Secrets go with
+        them). The run's shared token Secrets stay with the run, as its ledger key does: that
+        key derives every cell's, and the dead cells' tokens open nothing."""
         labels = manifests.run_labels(run.model, "cell")
         resource = resource_of(run)
         for body in await self.api.list(resource, run.ref.namespace, labels):

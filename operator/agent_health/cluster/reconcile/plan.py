@@ -62,6 +62,19 @@ class Run:
     started: bool = False
     buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     phase: evaluationrun.Phase | None = None
+    keyring: dict[int, asyncio.Future[Any]] = dataclasses.field(default_factory=dict)
+    """The run's shared token Secrets, by number, as they are made or read (:mod:`.keyring`)."""
+    _positions: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def planned(self) -> list[str]:
+        """The cells' names in plan order (tests as selected, then repeats)."""
+        return list(self.cells)
+
+    def position(self, cell: str) -> int:
+        """Where ``cell`` is in :meth:`planned`."""
+        if len(self._positions) != len(self.cells):
+            self._positions = {name: n for n, name in enumerate(self.cells)}
+        return self._positions[cell]
 
     @property
     def budget(self) -> spending.RunBudget | None:

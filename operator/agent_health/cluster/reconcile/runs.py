@@ -8,7 +8,8 @@ the parts, each in its own module:
 :mod:`.adoption`    taking over the cells that exist after a restart
 :mod:`.reactions`   what a cell's watch event means (ended, running, stuck, deleted)
 :mod:`.handoff`     grading an ended cell, retrying it, starting the next one
-:mod:`.creation`    creating one cell and its token Secret
+:mod:`.creation`    creating one cell (and its own token Secret, for a retry)
+:mod:`.keyring`     the run's shared token Secrets: tokens and ledger keys of its cells
 :mod:`.lifecycle`   the runs driven, their status, Events, end, and the work in flight
 ==================  ============================================================================
 
@@ -33,6 +34,7 @@ from agent_health.cluster.reconcile import (
     events,
     handoff,
     intake,
+    keyring,
     lifecycle,
     listing,
     plan,
@@ -83,7 +85,7 @@ class Runs:
 
     def __post_init__(self) -> None:
         self.board = lifecycle.Board(self.api, self.status, self.metrics, self.recorder)
-        creator = creation.Creator(self.board)
+        creator = creation.Creator(self.board, keyring.Keyring(self.board))
         handing = handoff.Handoff(self.board, creator, self.deadline_grace)
         self.reactions = reactions.Reactions(self.board, handing, self.stuck_grace, self.clock)
         self.intake = intake.Intake(

@@ -11,9 +11,10 @@ it through the operator — a confused deputy. So every Secret a RunSpec names m
   Secrets in that namespace (``kubectl label secret NAME agenthealth.dev/usable-by-runs=true``);
 * **not agent-health's own**, whatever its labels: no Secret owned by an EvaluationRun or
   RunSpec or labelled ``app.kubernetes.io/managed-by: agent-health`` (cell tokens, ledger
-  keys), none named like one (``<cell>-tokens``, ``<run>-ledger-key``: a Secret squatting a
-  future cell's name), none of the operator's configured Secrets (ledger credentials, image
-  pull Secrets) and nothing in the operator's own namespace, where its credentials live.
+  keys), none named like one (``<cell>-tokens``, ``<run>-tokens-N``, ``<run>-ledger-key``: a
+  Secret squatting a future cell's or run's name), none of the operator's configured
+  Secrets (ledger credentials, image pull Secrets) and nothing in the operator's own
+  namespace, where its credentials live.
 
 :func:`check` applies the rule to every reference of a RunSpec when a run starts (the run
 fails with ``SecretNotOffered``, the message naming the field, the Secret and the label to
@@ -23,22 +24,16 @@ add); :func:`read` applies it each time the judge service reads a judge's key.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
-from agent_health.cluster.cells import manifests
+from agent_health.cluster.cells import cellsecrets, manifests
 
 LABEL = "agenthealth.dev/usable-by-runs"
 OFFERED = "true"
 _GROUP = "agenthealth.dev/"
-# Names agent-health gives its own Secrets: any cell's tokens (<cell>-tokens, the cell name
-# ending in -<hash>-r<repeat>, an attempt's -aN) and any run's ledger key (<run>-ledger-key).
-_OUR_NAMES = re.compile(
-    rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-ledger-key)$"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +114,8 @@ def _ours(namespace: str, name: str, body: Mapping[str, Any] | None, own: Own) -
         return "in the operator's own namespace, where its credentials live"
     if name in own.names:
         return "one the operator itself uses (ledger credentials or image pull)"
-    if _OUR_NAMES.match(name):
-        return "named like agent-health's own (a cell's tokens or a run's ledger key)"
+    if cellsecrets.OUR_NAMES.match(name):
+        return "named like agent-health's own (cell tokens or a run's ledger key)"
     metadata = (body or {}).get("metadata") or {}
     labels = metadata.get("labels") or {}
     if labels.get(manifests.LABEL_MANAGED_BY) == manifests.MANAGED_BY:
