@@ -142,3 +142,19 @@ async def test_a_rest_run_loads_the_aiohttp_client_and_not_httpx(suite: Path) ->
     assert "agent_health.connectors.rest" in modules
     assert "aiohttp.client" in modules
     assert not loaded(modules, *SERVER_SIDE, "httpx", "httpx_sse", "xml", "ag_ui")
+
+
+@pytest.mark.parametrize("url", ["rest+http://127.0.0.1:9/run", "openai+http://127.0.0.1:9/v1"])
+def test_an_http_connector_loads_its_client_when_made_so_no_test_pays_for_it(url: str) -> None:
+    # A run makes its connector before the first test starts: the first test's duration
+    # (and the session's) must not include importing the HTTP client.
+    code = (
+        "import json, sys\n"
+        "from agent_health import connectors\n"
+        "before = 'aiohttp.client' in sys.modules\n"
+        f"connectors.create(connectors.ConnectorSpec.parse({url!r}))\n"
+        "print(json.dumps([before, 'aiohttp.client' in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == [False, True]

@@ -17,6 +17,8 @@ import decimal
 from pathlib import Path
 from typing import Any
 
+import celpy
+import kubernetes_validate
 import pytest
 import yaml
 from agent_health.cluster import errors, options
@@ -285,6 +287,78 @@ def test_a_runspec_choosing_another_runtime_class_is_refused() -> None:
     with pytest.raises(errors.SpecError, match=r"spec\.isolation\.runtimeClassName: 'runc'"):
         admission.admit(spec, _settings(runtime_class="gvisor"))
     admission.admit(_runspec(), _settings(runtime_class="gvisor"))  # naming the same is fine
+
+
+def _admitted_by_chart(policy: dict[str, Any], body: dict[str, Any]) -> tuple[bool, str]:
+    """What the API server would say of ``body`` under the chart's admission policy: its CEL
+    expressions evaluated as Kubernetes would (``object`` is the RunSpec)."""
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(body)}
+    for rule in policy["spec"]["validations"]:
+        if not env.program(env.compile(rule["expression"])).evaluate(activation):
+            message = env.program(env.compile(rule["messageExpression"])).evaluate(activation)
+            return False, str(message)
+    return True, ""
+
+
+@pytest.mark.parametrize(
+    "isolation",
+    [None, {"mode": "pod"}, {"mode": "agentSandbox"},
+     {"mode": "agentSandbox", "runtimeClassName": "gvisor"},
+     {"mode": "agentSandbox", "runtimeClassName": "runc"}],
+    ids=str,
+)  # fmt: skip
+def test_a_required_runtime_class_is_also_refused_at_admission_as_the_operator_refuses_it(
+    isolation: dict[str, Any] | None,
+) -> None:
+    """With cells.runtimeClassName set, `kubectl apply` of a RunSpec naming another
+    RuntimeClass is refused by the API server, naming the field: the same verdict the
+    operator gives when it resolves the RunSpec."""
+    documents = render(
+        helm(), None, "--set", "cells.runtimeClassName=gvisor",
+        "--set", "operator.watchNamespace=team-a",
+    )  # fmt: skip
+    policy = one(documents, "ValidatingAdmissionPolicy")
+    binding = one(documents, "ValidatingAdmissionPolicyBinding")
+    for document in (policy, binding):
+        assert kubernetes_validate.validate(document, "1.31", strict=True) == "1.31"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}
+    ]
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["agenthealth.dev"], ["runspecs"])
+    assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+
+    body = copy.deepcopy(EXAMPLE["RunSpec"])
+    body["spec"].pop("isolation", None)
+    if isolation is not None:
+        body["spec"]["isolation"] = isolation
+    admitted, message = _admitted_by_chart(policy, body)
+    try:
+        admission.admit(runspec.RunSpec.model_validate(body), _settings(runtime_class="gvisor"))
+        operator_admits = True
+    except errors.SpecError:
+        operator_admits = False
+    assert admitted is operator_admits
+    assert admitted is ((isolation or {}).get("runtimeClassName") in (None, "gvisor"))
+    if not admitted:
+        assert message.startswith("spec.isolation.runtimeClassName: runc is not allowed")
+        assert "RuntimeClass gvisor" in message
+
+
+def test_without_a_required_runtime_class_the_chart_renders_no_admission_policy() -> None:
+    policies = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert not {d["kind"] for d in render(helm())} & policies
+    # A cluster before Kubernetes 1.30 turns it off; the operator still refuses (above).
+    older = render(
+        helm(), None, "--set", "cells.runtimeClassName=gvisor",
+        "--set", "cells.admissionPolicy=false",
+    )  # fmt: skip
+    assert not {d["kind"] for d in older} & policies
+    deployment = one(older, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--cell-runtime-class=gvisor" in deployment["args"]
 
 
 def _parse(argv: list[str], environ: dict[str, str]) -> options.Options:

@@ -47,7 +47,8 @@ def test_the_scale_benchmark_prints_its_figures(tmp_path: Path) -> None:
         found["operator_writes_per_cell"] + found["gateway_writes_per_cell"], abs=0.002
     )
     assert found["first_cells"] == 3  # the parallelism
-    # Batched: at most one patch per interval (1 s at parallelism 3), and one per phase
-    # change (Pending, Running, Grading, Succeeded: each written at once).
-    assert 1 <= found["status_patches"] <= found["run_seconds"] + 1 + 4
+    # Patched at all, and never more than once per cell event (created, running, graded)
+    # plus one per phase change. How far batching goes below that depends on the machine's
+    # speed (one patch per interval), so it is held by a count in test_cluster_status.py.
+    assert 1 <= found["status_patches"] <= 3 * 8 + 4
     assert found["operator_peak_rss_mb"] > 0

@@ -14,6 +14,8 @@ import pytest
 from agent_health import cli
 from agent_health.engine import recording, runrecord
 from agent_health.ledger import records, runfile
+from agent_health.sdk import context as ctx_mod
+from agent_health.sdk.results import TestResult
 from aiohttp import web
 from helpers import run_cli, run_cli_sync
 from loopback import serving
@@ -278,6 +280,65 @@ def test_cell_names_are_safe_unique_and_stable() -> None:
     assert recording.cell_name("x?", 0) != recording.cell_name("x!", 0)
     assert len(recording.cell_name("t" * 500, 0)) <= 200
     assert json.dumps(recording.cell_name("ünïcode", 0)).isascii()
+
+
+async def test_closing_the_run_file_writes_at_once_without_waiting_out_the_flush_delay(
+    tmp_path: Path,
+) -> None:
+    # A delay no run would wait out: close() must cut it short, not sleep through it.
+    file = runfile.RunFile(tmp_path / "ledger", flush_delay=3600)
+    await file.append("cell-a", ['{"x":1}'])
+    await asyncio.sleep(0)  # the writer is now waiting for more lines to gather
+    await asyncio.wait_for(file.close("SEAL"), timeout=120)
+    lines = (tmp_path / "ledger" / runfile.NAME).read_text().splitlines()
+    assert lines == [runfile.frame("cell-a", '{"x":1}'), "SEAL"]
+
+
+async def test_cells_that_end_together_write_the_key_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[Path] = []
+    write_key = recording._write_key
+
+    def counting(path: Path, key: bytes) -> None:
+        writes.append(path)
+        write_key(path, key)
+
+    monkeypatch.setattr(recording, "_write_key", counting)
+    ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
+    async with ledger:
+        infos = [
+            ctx_mod.TestInfo(
+                id=f"t.py::t{i}",
+                title=f"t{i}",
+                name=f"t{i}",
+                file="t.py",
+                labels=(),
+                repeat=0,
+                run_id=f"run{i}",
+                timeout=10.0,
+            )
+            for i in range(20)
+        ]
+        for info in infos:
+            await ledger.begin(info)
+        await asyncio.gather(
+            *(
+                ledger.finish(_errored(info), None, agent_error="the agent did not answer")
+                for info in infos
+            )
+        )
+    assert writes == [ledger.key_file]
+    assert len(ledger.cells) == 20
+    assert not ledger.failures
+    assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
+
+
+def _errored(info: ctx_mod.TestInfo) -> TestResult:
+    return TestResult(
+        id=info.id, name=info.name, title=info.title, file=info.file, line=1, repeat=0,
+        status="errored", run_id=info.run_id, cause="agent", error="timed out",
+    )  # fmt: skip
 
 
 def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut() -> None:

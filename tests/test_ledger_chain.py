@@ -288,3 +288,19 @@ def test_a_sealed_line_is_the_canonical_json_of_the_sealed_record() -> None:
     lines = [by_line.line(item) for item in items]
     assert lines == [records.dump_line(by_record.seal(item)) for item in items]
     assert chain.verify(lines, key).ok
+
+
+def test_a_record_that_holds_the_sealers_placeholder_is_sealed_the_long_way() -> None:
+    """Sealer.line() writes a random placeholder as the mac, then replaces it; data that
+    holds the same field (a nested "mac" with that value) must not confuse the two."""
+    key = b"k" * 32
+    by_line, by_record = chain.Sealer(key), chain.Sealer(key)
+    placeholder = by_line._placeholder.decode("ascii")
+    items = [
+        records.CellMeta(test_id="t", repeat=0, run_id="r"),
+        records.SignalRecord(signal={"mac": placeholder, "note": f'"mac":"{placeholder}"'}),
+        records.CellEnd(status="passed"),
+    ]
+    lines = [by_line.line(item) for item in items]
+    assert lines == [records.dump_line(by_record.seal(item)) for item in items]
+    assert chain.verify(lines, key).ok

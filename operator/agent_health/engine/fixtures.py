@@ -96,6 +96,11 @@ class FixtureScope:
             value = await value
         return value
 
+    @property
+    def has_teardown(self) -> bool:
+        """Whether a generator fixture is waiting for its teardown."""
+        return bool(self._teardowns)
+
     async def teardown(self) -> list[str]:
         """Run every teardown, last-in-first-out; return one message per failure."""
         failures: list[str] = []

@@ -124,7 +124,9 @@ class LocalLedger:
         self._chains: dict[str, tuple[int, str]] = {}  # cell → (records, last mac): the seal
         self._runfile: runfile.RunFile | None = None
         self._backend: store.Backend | None = None
-        self._key_written = False
+        # Written once, by the first cell that ends (a run that records nothing writes none);
+        # the cells that end meanwhile wait on the same write instead of starting their own.
+        self._key_written: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> LocalLedger:
         directory = _directory(self.url)
@@ -195,9 +197,11 @@ class LocalLedger:
         sealer = chain.Sealer(self._key)
         try:
             lines = [sealer.line(r) for r in (cell.meta, *cell.exchanges, *items)]
-            if not self._key_written:
-                await asyncio.to_thread(_write_key, self.key_file, self._key)
-                self._key_written = True
+            if self._key_written is None:
+                self._key_written = asyncio.ensure_future(
+                    asyncio.to_thread(_write_key, self.key_file, self._key)
+                )
+            await asyncio.shield(self._key_written)
             if self._runfile is not None:
                 await self._runfile.append(cell.name, lines)
             elif self._backend is not None:

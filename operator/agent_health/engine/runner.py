@@ -316,6 +316,8 @@ async def _after(
     timeout: float,
 ) -> None:
     """after_each hooks (innermost first), then fixture teardown; every error is kept."""
+    if not scope.has_teardown and not any(h.kind == "after_each" for h in case.hooks):
+        return  # nothing to run: no deadline to arm
     try:
         async with asyncio.timeout(timeout):
             for hook in reversed(case.hooks):

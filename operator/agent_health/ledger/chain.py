@@ -16,10 +16,10 @@ True
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 import os
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -115,7 +115,7 @@ def link(key: bytes, previous_mac: str, payload: dict[str, Any]) -> str:
     """The MAC of one record's JSON data (``mac`` excluded) following ``previous_mac``."""
     body = {k: v for k, v in payload.items() if k != "mac"}
     message = previous_mac.encode("ascii") + records.canonical(body)
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hmac.digest(key, message, "sha256").hex()
 
 
 class Sealer:
@@ -125,6 +125,7 @@ class Sealer:
         self, key: bytes, *, next_seq: int = 0, previous_mac: str = GENESIS, ended: bool = False
     ) -> None:
         self._key = key
+        self._placeholder = secrets.token_hex(32).encode("ascii")  # see line()
         self.next_seq = next_seq
         self.previous_mac = previous_mac
         self.ended = ended
@@ -156,16 +157,31 @@ class Sealer:
             )
         payload = records.to_object(record, with_mac=False)
         payload["seq"] = self.next_seq
-        # Canonical JSON sorts the keys, and "mac" falls between the others: the keys before
-        # it and after it are serialized once each, hashed joined, and joined again around
-        # the mac for the line (the same bytes as canonical(payload with mac)).
-        before = records.canonical({k: v for k, v in payload.items() if k < "mac"})[1:-1]
-        after = records.canonical({k: v for k, v in payload.items() if k > "mac"})[1:-1]
-        body = b"{" + b",".join(part for part in (before, after) if part) + b"}"
-        mac = hmac.new(self._key, self.previous_mac.encode("ascii") + body, hashlib.sha256)
-        mac_hex = mac.hexdigest()
-        field = b'"mac":"' + mac_hex.encode("ascii") + b'"'
-        line = b"{" + b",".join(part for part in (before, field, after) if part) + b"}"
+        # Canonical JSON sorts the keys, and "mac" falls between the others. The record is
+        # serialized once with a random placeholder as its mac; the MAC is taken over those
+        # bytes without the placeholder's field, and written in its place: the same bytes as
+        # canonical(payload) hashed and canonical(payload with mac) written, at one encoding.
+        placeholder = b'"mac":"' + self._placeholder + b'"'
+        payload["mac"] = self._placeholder.decode("ascii")
+        text = records.canonical(payload)
+        at = text.find(placeholder)
+        end = at + len(placeholder)
+        if at < 0 or text.find(placeholder, end) >= 0:  # never by chance: the data holds it
+            return self._line_in_parts(record, payload)
+        body = text[:at] + text[end + 1 :]  # "seq" always follows: the field and its comma
+        mac_hex = hmac.digest(self._key, self.previous_mac.encode("ascii") + body, "sha256").hex()
+        line = text[:at] + b'"mac":"' + mac_hex.encode("ascii") + b'"' + text[end:]
+        return self._advance(record, mac_hex, line)
+
+    def _line_in_parts(self, record: records.Record, payload: dict[str, Any]) -> str:
+        """:meth:`line` the long way, encoded without the mac and with it."""
+        del payload["mac"]
+        body = records.canonical(payload)
+        mac_hex = hmac.digest(self._key, self.previous_mac.encode("ascii") + body, "sha256").hex()
+        payload["mac"] = mac_hex
+        return self._advance(record, mac_hex, records.canonical(payload))
+
+    def _advance(self, record: records.Record, mac_hex: str, line: bytes) -> str:
         self.next_seq += 1
         self.previous_mac = mac_hex
         self.ended = record.kind == "cell-end"

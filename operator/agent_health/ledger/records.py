@@ -298,6 +298,13 @@ def to_object(record: Record, *, with_mac: bool = True) -> dict[str, Any]:
     return data
 
 
+# One encoder for every canonical line: json.dumps() with these options builds a new encoder
+# per call, which cost as much as encoding a record. It holds only its options.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+)
+
+
 def canonical(payload: dict[str, Any]) -> bytes:
     """Stable bytes of JSON data: sorted keys, no whitespace, ASCII only, no NaN.
 
@@ -305,9 +312,7 @@ def canonical(payload: dict[str, Any]) -> bytes:
     back from a line, which is what lets a reader recompute a writer's MAC.
     """
     try:
-        text = json.dumps(
-            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-        )
+        text = _CANONICAL.encode(payload)
     except ValueError as err:
         raise errors.RecordError(f"record is not representable as JSON: {err}") from err
     return text.encode("ascii")

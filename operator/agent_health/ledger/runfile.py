@@ -17,14 +17,16 @@ not the seal; a file without a seal is a run that did not finish (or was cut).
 
 Writing costs the event loop almost nothing: :meth:`RunFile.append` buffers the encoded
 lines and returns; a background task hands the buffer to a worker thread every
-``flush_delay`` seconds (sooner when ``flush_bytes`` are waiting), one write at a time and in
-order. :meth:`RunFile.close` writes the rest and the seal, then ``fsync``\\ s once: a run
-that is killed mid-way loses at most its last unwritten buffer, which the missing seal tells.
+``flush_delay`` seconds (sooner when ``flush_bytes`` are waiting, or at once when the run
+closes), one write at a time and in order. :meth:`RunFile.close` writes the rest and the
+seal, then ``fsync``\\ s once: a run that is killed mid-way loses at most its last
+unwritten buffer, which the missing seal tells.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -151,7 +153,8 @@ class RunFile:
         self._limit = flush_bytes
         self._buffer: list[bytes] = []
         self._buffered = 0
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # something is buffered
+        self._now = asyncio.Event()  # write without waiting: closing, or flush_bytes buffered
         self._closing = False
         self._writer: asyncio.Task[None] | None = None
         self._fd: int | None = None
@@ -164,15 +167,22 @@ class RunFile:
         self._buffered += len(data)
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_loop())
-        if self._buffered >= self._limit or not self._wake.is_set():
-            self._wake.set()
+        if self._buffered >= self._limit:
+            self._now.set()
+        self._wake.set()
 
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
-            if not self._closing and self._buffered < self._limit:
-                await asyncio.sleep(self._delay)  # let more lines gather into one write
+            if not self._now.is_set():
+                # Let more lines gather into one write, but not past close(): a run's end
+                # never waits out the delay (it cost every run a quarter of a second).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._delay):
+                        await self._now.wait()
             self._wake.clear()
+            if not self._closing:
+                self._now.clear()
             data, self._buffer, self._buffered = b"".join(self._buffer), [], 0
             if data and self.error is None:
                 try:
@@ -206,6 +216,7 @@ class RunFile:
             if self._writer is None:
                 self._writer = asyncio.create_task(self._write_loop())
             self._closing = True
+            self._now.set()
             self._wake.set()
             await self._writer
         if self._fd is not None:
