@@ -119,6 +119,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "--health-addr", "127.0.0.1:0",
                 "--insecure-registry", k8s.registry.host,
                 "--judge-service-url", "http://agent-health-judge.agent-health.svc:8090",
+                # A RunSpec's ledger must be under a prefix the operator allows.
+                "--ledger-allow", "configmap://{namespace}/", "--ledger-allow", f"file://{tmp}/",
             ]  # fmt: skip
             process = await asyncio.create_subprocess_exec(
                 *command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -149,8 +151,13 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.wait_for(process.wait(), 30)
                 await draining
             requests = k8s.operator_requests()
+            # A ConfigMap ledger's gateways speak as their run's ServiceAccount.
             gateways = [
-                r for r in k8s.emulator if r.headers.get("Authorization") == "Bearer gateway"
+                r
+                for r in k8s.emulator
+                if r.headers.get("Authorization", "").startswith(
+                    ("Bearer gateway", "Bearer serviceaccount:")
+                )
             ]
             seen = [t - applied for t in fake.created if t >= applied]
     cells = args.tests * args.repeats

@@ -34,7 +34,7 @@ from agent_health.gateway import recorder
 from agent_health.ledger import backends, chain, records, spool, store
 from agent_health.sdk import results
 from aiohttp import web
-from kube import Emulator, Kind, serve
+from kube import Emulator, Kind, rbac, serve
 
 GROUP = "agenthealth.dev/v1alpha1"
 RUNSPECS = "/apis/agenthealth.dev/v1alpha1/namespaces/default/runspecs"
@@ -339,6 +339,8 @@ class Cell:
     key_secret: str
     """The Secret holding the key the gateway seals with (its ``ledger-key`` volume)."""
     key_item: str
+    service_account: str | None = None
+    """The ServiceAccount the pod runs as: whose token its gateway writes the ledger with."""
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> Cell:
@@ -356,6 +358,7 @@ class Cell:
             ledger=args[args.index("--ledger") + 1],
             key_secret=key["secret"]["secretName"],
             key_item=key["secret"]["items"][0]["key"],
+            service_account=pod["spec"].get("serviceAccountName"),
         )
 
 
@@ -366,7 +369,8 @@ class Kubelet:
     cluster: Cluster
     tests: list[dict[str, Any]]
     ledger_url: str | None
-    """Where cells record; ``None``: where each pod's gateway is told to (``--ledger``)."""
+    """Where cells record; ``None`` (or a template with ``{run}``): where each pod's gateway
+    is told to (``--ledger``)."""
     outcome: Callable[[Cell], str] = lambda _cell: "passed"
     """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
     key), "hold" (keeps running until :meth:`release`), "never-starts" (no status ever),
@@ -382,17 +386,25 @@ class Kubelet:
     benchmark); ``None``: append the whole cell in one batch."""
     created: list[float] = dataclasses.field(default_factory=list)
     """When each pod was first seen (the loop's clock), in order."""
-    _backends: dict[str, store.Backend] = dataclasses.field(default_factory=dict)
+    _backends: dict[tuple[str, str], store.Backend] = dataclasses.field(default_factory=dict)
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
-    def backend(self, url: str | None = None) -> store.Backend:
-        chosen = self.ledger_url or url
+    def backend(self, url: str | None = None, service_account: str | None = None) -> store.Backend:
+        # A template ({run}) is filled in per run: the pod's --ledger says how.
+        fixed = self.ledger_url if self.ledger_url and "{" not in self.ledger_url else None
+        chosen = fixed or url
         assert chosen is not None, "a Kubelet without ledger_url needs the pod's --ledger"
-        if chosen not in self._backends:
-            # It writes the ledger as the cell's gateway would: with the gateway's identity.
-            options = store.Options(kube_api_url=self.cluster.url, kube_token="gateway")
-            self._backends[chosen] = backends.from_url(chosen, options)
-        return self._backends[chosen]
+        # It writes the ledger as the cell's gateway would: with the pod's ServiceAccount's
+        # token (RBAC-checked by the emulator), or "gateway" for a pod that runs as none.
+        token = (
+            rbac.service_account_token(self.namespace, service_account)
+            if service_account
+            else "gateway"
+        )
+        if (chosen, token) not in self._backends:
+            options = store.Options(kube_api_url=self.cluster.url, kube_token=token)
+            self._backends[(chosen, token)] = backends.from_url(chosen, options)
+        return self._backends[(chosen, token)]
 
     async def run(self) -> None:
         """Serve pod events until cancelled; each new pod is played in a task of its own."""
@@ -464,7 +476,9 @@ class Kubelet:
             await self.status(cell.name, evicted)
             return
         key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell)
-        writer = chain.Writer(self.backend(cell.ledger), cell.ledger_cell, key)
+        writer = chain.Writer(
+            self.backend(cell.ledger, cell.service_account), cell.ledger_cell, key
+        )
         written = cell_records(
             cell.test_id,
             cell.repeat,
@@ -484,8 +498,15 @@ class Kubelet:
         """Record ``written`` as the cell's gateway does: open the cell with its meta, take
         each exchange as the proxy hands it over, then the controller's records."""
         assert self.spool is not None
-        options = store.Options(kube_api_url=self.cluster.url, kube_token="gateway")
-        inner = backends.from_url(self.ledger_url or cell.ledger, options)
+        # Its own backend, as the cell's gateway has, speaking as the pod's ServiceAccount.
+        fixed = self.ledger_url if self.ledger_url and "{" not in self.ledger_url else None
+        token = (
+            rbac.service_account_token(self.namespace, cell.service_account)
+            if cell.service_account
+            else "gateway"
+        )
+        options = store.Options(kube_api_url=self.cluster.url, kube_token=token)
+        inner = backends.from_url(fixed or cell.ledger, options)
         backend = spool.SpooledBackend(inner, self.spool / cell.ledger_cell)
         recording = recorder.Recorder(backend, key, default_cell=cell.ledger_cell)
         meta, *rest = written

@@ -103,13 +103,14 @@ async def test_the_default_chart_fences_cells_from_metadata_the_api_server_metri
         "--set", "cellNetworkPolicy.egress[0].cidr=0.0.0.0/0",
         "--set", "cellNetworkPolicy.egress[0].ports[0]=443",
         "--set", "cellNetworkPolicy.egress[1].cidr=::/0",
+        "--set-json", 'operator.ledgerAllow=["configmap://{namespace}/","s3://ledgers/"]',
     )  # fmt: skip
     assert "--network-policy" in argv  # on by default now
     chart_policies = by_kind(documents, "NetworkPolicy")
     for policy in chart_policies:
         assert kubernetes_validate.validate(policy, "1.31", strict=True) == "1.31"
     tests = listing((TEST_ID, ["category:RCA"]))
-    ledger = "configmap://default/triage-ledger"
+    ledger = "configmap://default/triage-ledger-{run}"
     async with cluster() as k8s:
         endpoints = {
             "apiVersion": "v1",

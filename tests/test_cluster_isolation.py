@@ -405,7 +405,9 @@ async def test_the_operator_as_the_chart_configures_it_limits_classes_and_roles(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=SANDBOX_CRD
         )
         assert answer.status_code == 201, answer.text
-        fake = Kubelet(k8s, tests, "configmap://default/triage-ledger", outcome=lambda _: "hold")
+        fake = Kubelet(
+            k8s, tests, "configmap://default/triage-ledger-{run}", outcome=lambda _: "hold"
+        )
         configured = {
             "sandboxes": True,
             "cell_resources": chart.cell_resources,
@@ -413,7 +415,7 @@ async def test_the_operator_as_the_chart_configures_it_limits_classes_and_roles(
             "gateway_service_account": chart.gateway_service_account,
         }
         async with kubelet(fake), k8s.operator(**configured):
-            greedy, run = k8s.example(ledger="configmap://default/triage-ledger")
+            greedy, run = k8s.example(ledger="configmap://default/triage-ledger-{run}")
             greedy["metadata"]["name"] = "greedy"
             greedy["spec"]["isolation"] = {"mode": "pod"}
             greedy["spec"]["target"]["resources"] = {"limits": {"cpu": "3"}}
@@ -426,7 +428,7 @@ async def test_the_operator_as_the_chart_configures_it_limits_classes_and_roles(
             )
             assert not k8s.pods("discovery")  # refused before any pod ran its suite
 
-            runspec, run = k8s.example(ledger="configmap://default/triage-ledger")
+            runspec, run = k8s.example(ledger="configmap://default/triage-ledger-{run}")
             runspec["spec"]["isolation"] = {"mode": "agentSandbox"}  # names no RuntimeClass
             run["spec"] |= {"repeats": 1, "selection": {}}
             await k8s.apply(runspec)
@@ -439,7 +441,9 @@ async def test_the_operator_as_the_chart_configures_it_limits_classes_and_roles(
     for box in boxes:
         pod_spec = box["spec"]["podTemplate"]["spec"]
         assert pod_spec["runtimeClassName"] == "gvisor"
-        assert pod_spec["serviceAccountName"] == chart.gateway_service_account
+        # A ConfigMap ledger's cells run as their run's own ledger writer; the chart's
+        # gateway account (an object store's cloud identity) serves the other ledgers.
+        assert pod_spec["serviceAccountName"] == "triage-nightly-ledger"
         for container in _containers(pod_spec):
             _limited(container)
         skipped = box["spec"]["podTemplate"]["metadata"]["annotations"][manifests.SKIP_CONTAINERS]
@@ -450,9 +454,11 @@ async def test_the_operator_as_the_chart_configures_it_limits_classes_and_roles(
 async def test_a_required_runtime_class_refuses_a_runspec_that_names_another() -> None:
     tests = listing((TEST_ID, ["category:RCA"]))
     async with cluster() as k8s:
-        fake = Kubelet(k8s, tests, "configmap://default/triage-ledger", outcome=lambda _: "hold")
+        fake = Kubelet(
+            k8s, tests, "configmap://default/triage-ledger-{run}", outcome=lambda _: "hold"
+        )
         async with kubelet(fake), k8s.operator(cell_runtime_class="gvisor"):
-            runc, run = k8s.example(ledger="configmap://default/triage-ledger")
+            runc, run = k8s.example(ledger="configmap://default/triage-ledger-{run}")
             runc["spec"]["isolation"] = {"mode": "agentSandbox", "runtimeClassName": "runc"}
             await k8s.apply(runc)
             await k8s.apply(run)
@@ -464,7 +470,7 @@ async def test_a_required_runtime_class_refuses_a_runspec_that_names_another() -
                 ),
                 "the run to fail",
             )
-            plain, _ = k8s.example(ledger="configmap://default/triage-ledger")
+            plain, _ = k8s.example(ledger="configmap://default/triage-ledger-{run}")
             plain["metadata"]["name"] = "plain"
             await k8s.apply(plain)
             await until(lambda: k8s.pods("discovery"), "a discovery pod")

@@ -28,6 +28,7 @@ IMAGES = ["--controller-image=c@sha256:" + "a" * 64, "--gateway-image=g@sha256:"
         ("configmap://default/Ledger_1", "is not a ConfigMap name"),
         ("ftp://host/ledger", "unknown ledger URL scheme 'ftp'"),
         ("s3://", "names no bucket"),
+        ("configmap://{namespace}/shared-ledger", "a ConfigMap ledger holds one run"),
     ],
 )
 def test_a_template_that_names_no_ledger_says_why(template: str, says: str) -> None:
@@ -40,7 +41,7 @@ def test_a_template_that_names_no_ledger_says_why(template: str, says: str) -> N
     "template",
     [
         "configmap://{namespace}/agent-health-ledger-{run}",
-        "configmap://evals/triage-ledger",
+        "configmap://evals/triage-ledger-{run}",
         "gs://bucket/runs/{runspec}/{run}",
         "s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000",
         "file:///var/ledgers",
@@ -69,7 +70,7 @@ def finished(k8s: Any, name: str) -> dict[str, Any] | None:
 async def test_a_runspec_with_a_bad_ledger_url_and_its_runs_fail_with_the_reason() -> None:
     async with cluster() as k8s:
         runspec, run = k8s.example(ledger="configmap://triage-ledger")
-        async with kubelet(Kubelet(k8s, TESTS, "configmap://default/x")), k8s.operator():
+        async with kubelet(Kubelet(k8s, TESTS, None)), k8s.operator():
             await k8s.apply(runspec)
             await k8s.apply(run)
             status = await until(lambda: finished(k8s, "triage-nightly"), "the run to end")
@@ -90,14 +91,59 @@ async def test_a_default_ledger_url_that_fits_no_run_fails_that_run() -> None:
     async with cluster() as k8s:
         runspec, run = k8s.example()
         del runspec["spec"]["ledger"]
-        run["metadata"]["name"] = "nightly.2"  # a valid run name, not a namespace name
-        fake = Kubelet(k8s, TESTS, "configmap://default/x")
-        async with kubelet(fake), k8s.operator(ledger_url="configmap://{run}/ledger"):
+        name = "n" * 250  # a valid run name, too long once the template adds its prefix
+        run["metadata"]["name"] = name
+        fake = Kubelet(k8s, TESTS, None)
+        async with kubelet(fake), k8s.operator(ledger_url="configmap://{namespace}/ledger-{run}"):
             await k8s.apply(runspec)
             await k8s.apply(run)
-            status = await until(lambda: finished(k8s, "nightly.2"), "the run to end")
+            status = await until(lambda: finished(k8s, name), "the run to end")
         failed = next(c for c in status["conditions"] if c["type"] == "Failed")
         assert (status["phase"], failed["reason"]) == ("Failed", "InvalidLedgerUrl")
         assert "--ledger-url" in failed["message"]
-        assert "'nightly.2' is not a Kubernetes namespace name" in failed["message"]
+        assert "is not a ConfigMap name" in failed["message"]
         assert not k8s.pods()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("s3://team-a/runs/x?endpoint_url=http://evil", "carries query options"),
+        ("gs://team-a/runs/x#frag", "carries query options"),
+        ("s3://key:secret@team-a/runs/x", "carries credentials"),
+        ("s3://team-a/runs/../../team-b/x", "climbs out of its prefix"),
+        ("configmap://kube-system/ledger-x", "names a ConfigMap in namespace 'kube-system'"),
+        ("s3://team-b/runs/x", "is not under a ledger prefix the operator allows"),
+        ("s3://team-a/runsx/y", "is not under a ledger prefix the operator allows"),
+        ("file:///var/ledgers/x", "is not under a ledger prefix the operator allows"),
+    ],
+)
+def test_a_runspec_cannot_choose_where_the_operator_reads(url: str, says: str) -> None:
+    allowed = ("configmap://{namespace}/", "s3://team-a/runs/")
+    found = ledgerurl.refused(url, namespace="team-a", allowed=allowed)
+    assert found is not None
+    assert says in found
+
+
+def test_a_runspec_may_choose_under_an_allowed_prefix() -> None:
+    allowed = ("configmap://{namespace}/", "s3://evals/{namespace}/")
+    for url in ("configmap://team-a/ledger-run-1", "s3://evals/team-a/run-1"):
+        assert ledgerurl.refused(url, namespace="team-a", allowed=allowed) is None
+    assert ledgerurl.refused("s3://evals/team-b/r", namespace="team-a", allowed=allowed)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "says"),
+    [
+        ("s3://bucket/team", "must end with '/'"),
+        ("s3://bucket/?endpoint_url=x/", "must end with '/'"),
+        ("ftp://bucket/", "names no ledger store"),
+        ("s3://bucket/{run}/", "may contain {namespace} only"),
+    ],
+)
+def test_an_allowed_prefix_is_checked_at_start(prefix: str, says: str) -> None:
+    found = ledgerurl.prefix_problem(prefix)
+    assert found is not None
+    assert says in found
+    code = app.main(["operator", *IMAGES, f"--ledger-allow={prefix}"])
+    assert code == 2

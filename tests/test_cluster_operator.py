@@ -32,7 +32,7 @@ from operator_support import (
 )
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/triage-ledger"
+LEDGER = "configmap://default/triage-ledger-{run}"
 TESTS = listing(
     ("suite/rca.py::payment rca", ["category:RCA"]),
     ("suite/rca.py::payment timeout", ["category:RCA", "difficulty:hard"]),
@@ -364,8 +364,9 @@ async def test_a_fenced_run_gets_one_network_policy_owned_by_it_before_its_first
             {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", *ipv4_metadata]}},
         ]
         assert policy["spec"]["egress"][3]["ports"] == [{"protocol": "TCP", "port": 443}]
-        # The gateway's ServiceAccount runs every cell (its token only in the gateway).
-        assert all(c["spec"]["serviceAccountName"] == "cell-gateway" for c in cells)
+        # A ConfigMap ledger's run has its own writer identity (its token only in the
+        # gateway), not the operator's --gateway-service-account (meant for object stores).
+        assert all(c["spec"]["serviceAccountName"] == "triage-nightly-ledger" for c in cells)
         # Deleting the run collects its policy.
         answer = await k8s.client.delete(f"{RUNS}/triage-nightly")
         assert answer.status_code == 200, answer.text

@@ -15,7 +15,7 @@ from judge_servers import Answer, ScriptedModel
 from operator_support import Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/budget-ledger"
+LEDGER = "configmap://default/budget-ledger-{run}"
 TESTS = listing(*((f"suite/t.py::test {n}", []) for n in range(5)))
 # what each cell's ledger says the agent used (operator_support.cell_records)
 CELL_TOKENS = 340

@@ -17,7 +17,7 @@ from agent_health.cluster.cells import observed
 from operator_support import Cell, Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/triage-ledger"
+LEDGER = "configmap://default/triage-ledger-{run}"
 TESTS = listing(
     ("suite/t.py::gateway loops", []),
     ("suite/t.py::peer loops", []),

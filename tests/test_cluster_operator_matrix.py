@@ -14,7 +14,7 @@ from agent_health.engine import stats
 from operator_support import PINNED, Cell, Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/matrix-ledger"
+LEDGER = "configmap://default/matrix-ledger-{run}"
 TESTS = listing(*((f"suite/t.py::test {n}", []) for n in range(4)))
 BROKEN = {"suite/t.py::test 0", "suite/t.py::test 1"}  # what the faulty agent fails
 

@@ -21,7 +21,7 @@ from operator_support import (
 )
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/triage-ledger"
+LEDGER = "configmap://default/triage-ledger-{run}"
 TESTS = listing(
     ("suite/rca.py::payment rca", ["category:RCA"]),
     ("suite/rca.py::payment timeout", ["category:RCA"]),

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 from agent_health.cluster import rbac
+from kube.rbac import service_account_token
 from operator_support import Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/triage-ledger"
+LEDGER = "configmap://default/triage-ledger-{run}"
 _VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 
 
@@ -36,6 +37,10 @@ def test_rules_are_what_the_chart_needs() -> None:
     granted = rbac.allowed()
     assert set(rbac.UNSEEN) <= granted
     assert ("", "secrets", "delete") not in granted  # cell Secrets go with their cell
+    cluster_wide = rbac.allowed(rbac.CLUSTER_RULES)
+    for group, resource, verb in rbac.allowed(rbac.NAMESPACE_RULES):
+        if verb not in ("list", "watch"):
+            assert (group, resource, verb) not in cluster_wide, (resource, verb)
 
 
 async def test_every_request_is_allowed_and_every_rule_is_used() -> None:
@@ -61,10 +66,15 @@ async def test_every_request_is_allowed_and_every_rule_is_used() -> None:
                 )
                 await until(lambda: not k8s.pods(), "ttlSecondsAfterFinished: 0 to delete cells")
         assert k8s.run("triage-nightly")["status"]["counts"]["passed"] == 3
-        used = {p for p in map(permission, k8s.operator_requests()) if p is not None}
+        requests = k8s.operator_requests()
+        used = {p for p in map(permission, requests) if p is not None}
+        cluster_wide = {p for r in requests if r.namespace is None and (p := permission(r))}
     granted = rbac.allowed()
-    assert sorted(used - granted) == []  # nothing the ClusterRole would refuse
+    assert sorted(used - granted) == []  # nothing the ClusterRole and Roles would refuse
     assert sorted(granted - used) == sorted(rbac.UNSEEN)  # nothing granted for nothing
+    # What names no namespace (kopf's watches, the API server's Endpoints) is the
+    # ClusterRole's; creating pods and reading Secrets is only ever asked in a namespace.
+    assert sorted(cluster_wide - rbac.allowed(rbac.CLUSTER_RULES)) == []
 
 
 def op_ready(k8s: Any) -> bool:
@@ -74,7 +84,9 @@ def op_ready(k8s: Any) -> bool:
 
 
 async def test_the_gateway_role_is_what_the_configmap_ledger_sends() -> None:
-    """The kubelet writes each cell's ConfigMap ledger as the gateway does: those verbs."""
+    """The kubelet writes each cell's ConfigMap ledger as the gateway does, with the run's
+    ledger ServiceAccount's token (the emulator checks it against the run's Role): the verbs
+    the Role grants are the ones the ConfigMap ledger sends, on that one ConfigMap."""
     async with cluster() as k8s:
         runspec, run = k8s.example(ledger=LEDGER)
         run["spec"] |= {"repeats": 2}
@@ -86,13 +98,23 @@ async def test_the_gateway_role_is_what_the_configmap_ledger_sends() -> None:
                 lambda: k8s.run("triage-nightly").get("status", {}).get("phase") == "Succeeded",
                 "the run",
             )
-        gateway = [r for r in k8s.emulator if r.headers.get("Authorization") == "Bearer gateway"]
-        used = {p for p in map(permission, gateway) if p is not None and p[1] == "configmaps"}
-    granted = {
-        (group, resource, verb)
-        for rule in rbac.GATEWAY_RULES
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    assert used == granted
+        token = "Bearer " + service_account_token("default", "triage-nightly-ledger")
+        gateway = [r for r in k8s.emulator if r.headers.get("Authorization") == token]
+        used = {p for p in map(permission, gateway) if p is not None}
+        names = {r.name for r in gateway}
+    assert k8s.run("triage-nightly")["status"]["counts"]["passed"] == 2
+    assert used == {("", "configmaps", verb) for verb in rbac.GATEWAY_VERBS}
+    assert names == {"triage-ledger-triage-nightly"}
+    role = rbac.gateway_rules("triage-ledger-triage-nightly")
+    assert role[0]["resourceNames"] == ["triage-ledger-triage-nightly"]
+
+
+def test_the_operator_holds_what_it_grants_a_run_s_ledger_writer() -> None:
+    """The API server refuses a Role granting more than its creator holds (RBAC escalation
+    check): the ledger Role's every permission is the operator's too."""
+    granted = rbac.allowed()
+    for rule in rbac.gateway_rules("ledger-x"):
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert (group, resource, verb) in granted

@@ -16,7 +16,7 @@ from agent_health.cluster.reconcile import plan
 from operator_support import RUNS, Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/triage-ledger"
+LEDGER = "configmap://default/triage-ledger-{run}"
 TESTS = listing(("suite/rca.py::payment rca", ["category:RCA"]))
 
 

@@ -25,10 +25,11 @@ WRITES = frozenset({"POST", "PATCH", "PUT", "DELETE"})
 TESTS = 12
 REPEATS = 2
 CELLS = TESTS * REPEATS
-PER_RUN = 20
-"""The most writes a run may cost beside its cells' own, whatever its size (18 today): its
+PER_RUN = 23
+"""The most writes a run may cost beside its cells' own, whatever its size (21 today): its
 status patches and Events (about one each per phase), kopf's own mark on it, its two
-Secrets, its ledger's ConfigMap, the RunSpec's discovery pod and status patches."""
+Secrets, its ledger's ConfigMap and the ledger writer's ServiceAccount, Role and
+RoleBinding, the RunSpec's discovery pod and status patches."""
 PHASES = 6
 """At most one status patch and one Event per phase change (Pending, Running, ...)."""
 
@@ -50,7 +51,8 @@ async def test_a_cell_costs_its_pod_and_one_ledger_write(ledger: str, tmp_path: 
         run["spec"] = {"runSpecRef": {"name": "triage"}, "repeats": REPEATS, "parallelism": 5}
         tests = listing(*((f"suite/t.py::test {i}", ["x"]) for i in range(TESTS)))
         fake = Kubelet(k8s, tests, None, spool=tmp_path / "spools")
-        async with kubelet(fake), k8s.operator(status_interval=86400.0):
+        allowed = ("configmap://{namespace}/", f"file://{tmp_path}/")  # --ledger-allow
+        async with kubelet(fake), k8s.operator(status_interval=86400.0, ledger_allowed=allowed):
             await k8s.apply(runspec)
             await k8s.apply(run)
             name = run["metadata"]["name"]
@@ -73,7 +75,11 @@ async def test_a_cell_costs_its_pod_and_one_ledger_write(ledger: str, tmp_path: 
         gateways = Counter(
             kind(r)
             for r in k8s.emulator
-            if r.headers.get("Authorization") == "Bearer gateway" and r.method in WRITES
+            # A ConfigMap ledger's gateways speak as their run's own ServiceAccount.
+            if r.headers.get("Authorization", "").startswith(
+                ("Bearer gateway", "Bearer serviceaccount:")
+            )
+            and r.method in WRITES
         )
     discovery = 1  # the RunSpec's one discovery pod
     assert operator["pods"] == CELLS + discovery  # one Pod per cell, and nothing else

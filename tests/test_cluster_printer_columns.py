@@ -15,7 +15,7 @@ from agent_health.cluster.api import crds
 from operator_support import Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
-LEDGER = "configmap://default/triage-ledger"
+LEDGER = "configmap://default/triage-ledger-{run}"
 _PART = re.compile(r'\w+\[\?\(@\.\w+=="[^"]*"\)\]|\w+')
 _FILTER = re.compile(r'^(?P<field>\w+)\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]*)"\)\]$')
 

@@ -158,3 +158,43 @@ async def test_a_judged_cell_gets_only_its_models_and_its_token_ceiling() -> Non
         assert model.requests[1].body["max_tokens"] <= 300  # the backend's own default, capped
     finally:
         await model.close()
+
+
+async def test_only_a_judged_runs_cells_may_reach_the_judge_service() -> None:
+    """Fenced (--network-policy), a run whose cells are not judged gets no egress to the
+    judge service at all: its target cannot even knock on the operator's judge port."""
+    async with cluster() as k8s:
+        judged, judged_run = k8s.example(ledger=LEDGER)
+        plain, plain_run = k8s.example(ledger=LEDGER)
+        del plain["spec"]["judge"]
+        plain["metadata"]["name"] = "plain"
+        plain_run["metadata"]["name"] = "plain-nightly"
+        plain_run["spec"]["runSpecRef"] = {"name": "plain"}
+        for body in (judged_run, plain_run):
+            body["spec"] |= {"repeats": 1}
+        fake = Kubelet(k8s, TESTS, None, outcome=lambda _: "hold")
+        async with kubelet(fake), k8s.operator(network_policy=True):
+            for body in (judged, judged_run, plain, plain_run):
+                await k8s.apply(body)
+            await until(lambda: len(fake.held) == 2, "a cell of each run")
+        operator_namespace = k8s.options().operator_namespace
+        kind = k8s.emulator.store.kinds[("networking.k8s.io", "networkpolicies")]
+        policies = {
+            p["metadata"]["name"]: p
+            for p in k8s.emulator.store.list(kind, "default", lambda _l: True)
+        }
+
+    def to_judge(policy: dict[str, Any]) -> list[Any]:
+        """Egress rules to pods in the operator's namespace: its judge pods."""
+        return [
+            rule
+            for rule in policy["spec"]["egress"]
+            for peer in rule.get("to", [])
+            if operator_namespace
+            in peer.get("namespaceSelector", {}).get("matchLabels", {}).values()
+        ]
+
+    judged_policy = next(p for n, p in policies.items() if n.startswith("triage-nightly"))
+    plain_policy = next(p for n, p in policies.items() if n.startswith("plain-nightly"))
+    assert len(to_judge(judged_policy)) == 1
+    assert to_judge(plain_policy) == []

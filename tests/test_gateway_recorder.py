@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from agent_health.cluster.grading import grading
 from agent_health.gateway import recorder
 from agent_health.ledger import chain, errors, filestore, records, usage
 from gateway_support import KEY
@@ -98,3 +99,75 @@ def test_the_exchange_record_carries_the_usage_the_proxy_read() -> None:
     read = usage.TokenUsage(input_tokens=4, output_tokens=2, total_tokens=6)
     assert recorder.exchange(_seen("r", usage=read)).usage == read
     assert recorder.exchange(_seen("r")).usage is None
+
+
+async def test_past_its_caps_a_cell_drops_exchanges_and_says_so_at_once(tmp_path: Path) -> None:
+    """A target that makes many calls with 8 KiB paths fills only its own share: the rest
+    are dropped and counted, the count goes on record at once and before the controller's
+    records, and the grade is errored (cause infra) naming how many were dropped."""
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY, caps=recorder.Caps(records=50, bytes=20_000))
+    await rec.open_cell("c", _meta("c"))
+    for n in range(10):
+        rec.start(None).finish(_seen("c", "/" + f"{n}" * 8192, principal="target"))
+    await rec.flush_all()
+    lines = await backend.read("c")
+    kinds = [json.loads(line)["kind"] for line in lines]
+    assert kinds == ["cell-meta", "exchange", "exchange", "cell-meta"]  # 2 fit 20,000 bytes
+    mark = json.loads(lines[-1])
+    assert mark["dropped"] == 8
+    assert (
+        "the cell's share of the ledger (50 exchanges, 20000 bytes of exchanges)"
+        in (mark["dropped_why"])
+    )
+    assert sum(len(line) for line in lines) < 20_000 + 1_000
+    rec.start(None).finish(_seen("c", "/later", principal="target"))  # dropped too
+    await rec.append("c", records.CellEnd(status="passed"))
+    lines = await backend.read("c")
+    assert [json.loads(line)["kind"] for line in lines][-2:] == ["cell-meta", "cell-end"]
+    assert json.loads(lines[-2])["dropped"] == 9
+    assert (rec.dropped("c"), rec.recorded) == (9, 2)
+    assert chain.verify(lines, KEY).ok
+    expected = grading.ExpectedCell(test_id="c", repeat=0, run_id="c")
+    grade = grading.grade_lines("c", lines, KEY, expected)
+    assert (grade.status, grade.cause, grade.infra) == ("errored", "infra", True)
+    assert "the gateway had to drop 9 of the cell's exchanges" in (grade.error or "")
+
+
+async def test_a_cell_within_its_caps_records_everything(tmp_path: Path) -> None:
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY, caps=recorder.Caps(records=3, bytes=None))
+    await rec.open_cell("c", _meta("c"))
+    for _ in range(3):
+        rec.start(None).finish(_seen("c"))
+    await rec.append("c", records.CellEnd(status="passed"))
+    assert await _kinds(backend, "c") == ["cell-meta", *["exchange"] * 3, "cell-end"]
+    rec.start(None).finish(_seen("c"))  # after cell-end: unrouted, as before
+    assert rec.dropped("c") == 0
+
+
+async def test_a_write_the_store_refuses_is_counted_as_dropped(tmp_path: Path) -> None:
+    """The store refuses a batch (a full ConfigMap): the cell is marked, not graded passed."""
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY)
+    await rec.open_cell("c", _meta("c"))
+    real = backend.append
+    calls = 0
+
+    async def refuse_once(cell: str, lines: list[str]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise errors.LedgerTooLarge("ledger configmap://ns/x would hold 2000000 bytes")
+        await real(cell, lines)
+
+    backend.append = refuse_once  # type: ignore[method-assign]
+    rec.start(None).finish(_seen("c"))
+    await rec.append("c", records.CellEnd(status="passed"))
+    lines = await backend.read("c")
+    assert [json.loads(line)["kind"] for line in lines] == ["cell-meta", "cell-meta", "cell-end"]
+    assert "the ledger refused a write" in json.loads(lines[1])["dropped_why"]
+    grade = grading.grade_lines(
+        "c", lines, KEY, grading.ExpectedCell(test_id="c", repeat=0, run_id="c")
+    )
+    assert (grade.status, grade.infra) == ("errored", True)

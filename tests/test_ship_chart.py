@@ -7,6 +7,7 @@ fields this chart writes as prometheus-operator's CRDs define them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -17,7 +18,7 @@ import kubernetes_validate
 import pytest
 import ship_support
 import yaml
-from agent_health.cluster import rbac
+from agent_health.cluster import options, rbac
 from agent_health.cluster.cells import netpol, resources
 from ship_support import (
     CHART,
@@ -198,7 +199,7 @@ def test_the_default_install_is_the_operator_and_what_it_needs(helm: Path) -> No
         "ClusterRoleBinding",
         "Deployment",
         "NetworkPolicy",  # the operator's own: /metrics not for cells
-        "Role",
+        "Role",  # the operator's, in the one cell namespace
         "RoleBinding",
         "Service",
         "Service",
@@ -274,14 +275,31 @@ def test_rbac_is_exactly_the_operators_rules(helm: Path) -> None:
     documents = render(helm, "default", "--set", "cells.gatewayServiceAccount.create=false")
     role = one(documents, "ClusterRole")
     # Rendered from the same rules the operator's end-to-end test checks every request
-    # against (agent_health.cluster.rbac.RULES): exactly what it uses, nothing more.
-    assert role["rules"] == rbac.RULES
+    # against (agent_health.cluster.rbac): exactly what it uses, nothing more; cluster-wide
+    # only the watching, the rest in a Role per cell namespace.
+    assert role["rules"] == rbac.CLUSTER_RULES
+    roles = by_kind(documents, "Role")
+    assert [r["metadata"]["namespace"] for r in roles] == [NAMESPACE]  # the default cell ns
+    assert all(r["rules"] == rbac.NAMESPACE_RULES for r in roles)
+    (role_binding,) = by_kind(documents, "RoleBinding")
+    assert role_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": roles[0]["metadata"]["name"],
+    }
+    for body in (*roles, role_binding):
+        assert kubernetes_validate.validate(body, "1.31", strict=True) == "1.31"
+    listed = render(helm, "default", "--set", "cells.namespaces={team-a,team-b}")
+    assert [r["metadata"]["namespace"] for r in by_kind(listed, "Role")] == [
+        NAMESPACE, "team-a", "team-b",
+    ]  # fmt: skip
     binding = one(documents, "ClusterRoleBinding")
     account = one(documents, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [
+    subjects = [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
+    assert binding["subjects"] == role_binding["subjects"] == subjects
     deployment = one(documents, "Deployment")
     assert (
         deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
@@ -434,7 +452,9 @@ def test_per_run_policies_get_the_egress_dns_and_judge_pods_from_values(helm: Pa
     assert judge.items() <= pod["metadata"]["labels"].items()
 
 
-def test_the_cell_gateway_may_keep_a_configmap_ledger_in_each_cell_namespace(helm: Path) -> None:
+def test_the_cell_gateway_account_is_in_each_cell_namespace_and_granted_nothing(
+    helm: Path,
+) -> None:
     documents = render(helm, "kind", "--set", "cells.ledgerCredentialsSecret=ledger-creds")
     name = f"{RELEASE}-agent-health-cell-gateway"
     args = _args(documents)
@@ -444,21 +464,14 @@ def test_the_cell_gateway_may_keep_a_configmap_ledger_in_each_cell_namespace(hel
     accounts = [a for a in by_kind(documents, "ServiceAccount") if a["metadata"]["name"] == name]
     assert [a["metadata"]["namespace"] for a in accounts] == namespaces
     assert all(a["automountServiceAccountToken"] is False for a in accounts)
-    roles, bindings = by_kind(documents, "Role"), by_kind(documents, "RoleBinding")
-    assert [r["metadata"]["namespace"] for r in roles] == namespaces
-    for role, binding in zip(roles, bindings, strict=True):
-        # What agent_health.ledger.configmap sends (the operator e2e test checks the verbs).
-        assert role["rules"] == rbac.GATEWAY_RULES
-        namespace = role["metadata"]["namespace"]
-        assert binding["metadata"]["namespace"] == namespace
-        assert binding["roleRef"] == {
-            "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name,
-        }  # fmt: skip
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": name, "namespace": namespace}
-        ]
-        assert kubernetes_validate.validate(role, "1.31", strict=True) == "1.31"
-        assert kubernetes_validate.validate(binding, "1.31", strict=True) == "1.31"
+    # A gateway shared by every run of a namespace may write no ConfigMap there: the suite's
+    # (test code) and other runs' ledgers stay out of its reach. ConfigMap ledgers are
+    # written by each run's own ServiceAccount (the operator makes it, with its Role).
+    bound = [
+        b for b in by_kind(documents, "RoleBinding") + by_kind(documents, "ClusterRoleBinding")
+        if any(s.get("name") == name for s in b.get("subjects") or [])
+    ]  # fmt: skip
+    assert bound == []
 
 
 def test_an_existing_gateway_account_is_named_and_none_is_created(helm: Path) -> None:
@@ -467,15 +480,18 @@ def test_an_existing_gateway_account_is_named_and_none_is_created(helm: Path) ->
         "--set", "cells.gatewayServiceAccount.name=ledger-writer",
     )  # fmt: skip
     assert _args(documents)["gateway-service-account"] == "ledger-writer"
-    assert not by_kind(documents, "Role")
+    assert all(r["rules"] == rbac.NAMESPACE_RULES for r in by_kind(documents, "Role"))
     assert len(by_kind(documents, "ServiceAccount")) == 1  # the operator's
     none = render(helm, "default", "--set", "cells.gatewayServiceAccount.create=false")
     assert "gateway-service-account" not in _args(none)
 
 
 def test_the_watched_namespace_is_a_cell_namespace(helm: Path) -> None:
-    roles = by_kind(render(helm, "minimal"), "Role")
-    assert [r["metadata"]["namespace"] for r in roles] == [NAMESPACE, "evals"]
+    accounts = [
+        a for a in by_kind(render(helm, "minimal"), "ServiceAccount")
+        if a["metadata"]["name"].endswith("-cell-gateway")
+    ]  # fmt: skip
+    assert [a["metadata"]["namespace"] for a in accounts] == [NAMESPACE, "evals"]
 
 
 @pytest.mark.parametrize(
@@ -515,7 +531,8 @@ def test_the_values_schema_is_strict_everywhere() -> None:
 # Pass-through values (Kubernetes objects, label maps, RBAC rules): their inner keys are
 # Kubernetes fields, documented by the comment on the block itself.
 FREE_FORM = {
-    "podSecurityContext", "securityContext", "resources", "rules", "podLabels", "probes",
+    "podSecurityContext", "securityContext", "resources", "rules", "namespaceRules",
+    "podLabels", "probes",
     "labels", "annotations",
 }  # fmt: skip
 
@@ -565,3 +582,13 @@ def test_notes_say_how_to_reach_what_was_installed(
         assert "port-forward svc/" in text
     if scenario in ("default", "minimal"):
         assert "No default judge is configured" in text
+
+
+def test_the_ledger_prefixes_a_runspec_may_choose_are_the_operators(helm: Path) -> None:
+    assert "ledger-allow" not in _args(render(helm, "default"))  # configmap://{namespace}/
+    allow = '["s3://evals/{namespace}/","gs://evals/{namespace}/"]'
+    argv = _argv(render(helm, "default", "--set-json", f"operator.ledgerAllow={allow}"))
+    parser = argparse.ArgumentParser()
+    options.add_arguments(parser, {})
+    chosen = options.from_args(parser.parse_args(argv))
+    assert chosen.ledger_allowed == ("s3://evals/{namespace}/", "gs://evals/{namespace}/")

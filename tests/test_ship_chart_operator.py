@@ -107,7 +107,7 @@ async def test_the_rendered_operator_completes_a_run(scenario: str | None, tmp_p
         if default_ledger.startswith("configmap://"):
             del runspec["spec"]["ledger"]  # the chart's default ledger records the run
         else:  # none, or an object store this machine cannot reach: the RunSpec names one
-            runspec["spec"]["ledger"] = {"url": f"configmap://{namespace}/triage-ledger"}
+            runspec["spec"]["ledger"] = {"url": "configmap://{namespace}/triage-ledger-{run}"}
         for body in (runspec, run):
             body["metadata"]["namespace"] = namespace
         run["spec"] |= {"repeats": 2}

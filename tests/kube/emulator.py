@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import kmock
 
-from kube import patching, selectors, store
+from kube import patching, rbac, selectors, store
 
 _VERBS = {"create", "delete", "get", "list", "patch", "update", "watch"}
 CRDS = store.Kind(
@@ -65,7 +65,7 @@ class Emulator(kmock.KubernetesScaffold):
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        for kind in BUILTINS:
+        for kind in (*BUILTINS, *rbac.KINDS):
             self.serve(kind)
         self.fallback[kmock.action.LIST] << self._list
         self.fallback[kmock.action.WATCH] << self._watch
@@ -111,12 +111,29 @@ class Emulator(kmock.KubernetesScaffold):
 
     # -- routing ---------------------------------------------------------------------------
 
-    def _kind(self, request: kmock.Request) -> store.Kind:
+    def _kind(self, request: kmock.Request, verb: str) -> store.Kind:
         res = request.resource
         kind = None if res is None else self.store.kinds.get((res.group or "", res.plural or ""))
         if kind is None or res is None or res.version != kind.version:
             raise _error(store.ApiError(404, "NotFound", f"the server could not find {res}"))
+        self._authorize(request, kind, verb)
         return kind
+
+    def _authorize(self, request: kmock.Request, kind: store.Kind, verb: str) -> None:
+        """RBAC for ServiceAccount tokens (:mod:`kube.rbac`): 403 when no rule allows it."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        resource = kind.plural + (f"/{request.subresource}" if request.subresource else "")
+        why = rbac.refusal(
+            self.store,
+            token.strip() if scheme.lower() == "bearer" else None,
+            group=kind.group,
+            resource=resource,
+            verb=verb,
+            namespace=request.namespace,
+            name=request.name,
+        )
+        if why is not None:
+            raise _error(store.ApiError(403, "Forbidden", why))
 
     def _status(self, request: kmock.Request, kind: store.Kind) -> bool:
         if request.subresource is None:
@@ -126,7 +143,7 @@ class Emulator(kmock.KubernetesScaffold):
         raise _error(store.ApiError(404, "NotFound", f"no subresource {request.subresource!r}"))
 
     async def _list(self, request: kmock.Request) -> dict[str, Any]:
-        kind = self._kind(request)
+        kind = self._kind(request, "list")
         with _translated():
             items = self.store.list(kind, request.namespace, self._selector(request))
         return {
@@ -137,7 +154,7 @@ class Emulator(kmock.KubernetesScaffold):
         }
 
     async def _watch(self, request: kmock.Request) -> AsyncIterator[Any]:
-        kind = self._kind(request)
+        kind = self._kind(request, "watch")
         selector = self._selector(request)
         params = request.params
         since = params.get("resourceVersion")
@@ -159,7 +176,7 @@ class Emulator(kmock.KubernetesScaffold):
         return stream()
 
     async def _fetch(self, request: kmock.Request) -> dict[str, Any] | bytes:
-        kind = self._kind(request)
+        kind = self._kind(request, "get")
         if request.subresource == "log" and (kind.group, kind.plural) == ("", "pods"):
             return self._log(request)
         self._status(request, kind)
@@ -174,7 +191,7 @@ class Emulator(kmock.KubernetesScaffold):
             return self.logs(namespace, _name(request), dict(request.params))
 
     async def _create(self, request: kmock.Request) -> kmock.Response:
-        kind = self._kind(request)
+        kind = self._kind(request, "create")
         with _translated():
             body = self.store.create(kind, request.namespace, request.data)
             if kind is CRDS:
@@ -182,7 +199,7 @@ class Emulator(kmock.KubernetesScaffold):
         return kmock.Response(status=201, payload=body)
 
     async def _put(self, request: kmock.Request) -> dict[str, Any]:
-        kind = self._kind(request)
+        kind = self._kind(request, "update")
         status = self._status(request, kind)
         with _translated():
             return self.store.replace(
@@ -190,7 +207,7 @@ class Emulator(kmock.KubernetesScaffold):
             )
 
     async def _patch(self, request: kmock.Request) -> dict[str, Any]:
-        kind = self._kind(request)
+        kind = self._kind(request, "patch")
         status = self._status(request, kind)
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
         data = request.data
@@ -209,7 +226,7 @@ class Emulator(kmock.KubernetesScaffold):
             return self.store.patch(kind, request.namespace, _name(request), change, status=status)
 
     async def _delete(self, request: kmock.Request) -> dict[str, Any]:
-        kind = self._kind(request)
+        kind = self._kind(request, "delete")
         with _translated():
             body = self.store.delete(kind, request.namespace, _name(request))
             if kind is CRDS and not self.exists(

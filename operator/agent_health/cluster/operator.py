@@ -198,10 +198,12 @@ class Operator:
             recorder=events.EventRecorder(), ledger_options=ledger_options,
             stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
             retry_delay=options.retry_delay, fence=fence, own_secrets=own,
+            ledger_allowed=options.ledger_allowed,
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,
             wait_seconds=options.discovery_wait, retry_delay=options.retry_delay,
+            ledger_allowed=options.ledger_allowed,
             fenced=fence is not None,
         )  # fmt: skip
         reconcilers = handlers.Reconcilers(

@@ -49,6 +49,8 @@ class Options:
     health_addr: str = "0.0.0.0:8080"
     judge_service_url: str | None = None
     ledger_url: str | None = None
+    ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
+    """URL prefixes a RunSpec's ``spec.ledger.url`` must start with."""
     judge_cache: str | None = None
     namespace: str | None = None
     operator_namespace: str = "agent-health"
@@ -117,6 +119,11 @@ FLAGS = (
           "gs://BUCKET/PREFIX; {namespace}, {run} and {runspec} are filled in per run; a "
           "malformed URL stops the operator at start; unset: such runs fail with NoLedger",
           metavar="URL"),
+    _Flag("--ledger-allow", "AGENT_HEALTH_LEDGER_ALLOW", "a URL prefix a RunSpec's "
+          "spec.ledger.url may start with, ending in '/', {namespace} filled in per run, e.g. "
+          "s3://evals-ledgers/{namespace}/ (repeatable; comma-separated in the environment); "
+          "unset: configmap://{namespace}/ only. RunSpec ledger URLs never carry query "
+          "options, credentials or another namespace", kind="list", metavar="PREFIX"),
     _Flag("--judge-for-all-runs", "AGENT_HEALTH_JUDGE_FOR_ALL_RUNS", "offer the operator's "
           "own judge (AGENT_HEALTH_JUDGE_*) to cells of RunSpecs that name no spec.judge; off, "
           "those cells skip judge() and the judge service refuses them (403), so no tenant "
@@ -213,6 +220,10 @@ def from_args(args: argparse.Namespace) -> Options:
             raise ValueError(f"--{name} (or AGENT_HEALTH_{flag.upper()}) is required")
     if args.ledger_url and (wrong := ledgerurl.problem(args.ledger_url)) is not None:
         raise ValueError(f"--ledger-url (or AGENT_HEALTH_LEDGER_URL): {wrong}")
+    allowed = tuple(args.ledger_allow) or ledgerurl.DEFAULT_ALLOWED
+    for prefix in allowed:
+        if (wrong := ledgerurl.prefix_problem(prefix)) is not None:
+            raise ValueError(f"--ledger-allow (or AGENT_HEALTH_LEDGER_ALLOW): {wrong}")
     required, sandboxed = args.cell_runtime_class or None, args.sandbox_runtime_class or None
     if required is not None and sandboxed not in (None, required):
         raise ValueError(
@@ -236,6 +247,7 @@ def from_args(args: argparse.Namespace) -> Options:
         health_addr=args.health_addr,
         judge_service_url=args.judge_service_url,
         ledger_url=args.ledger_url,
+        ledger_allowed=allowed,
         judge_cache=args.judge_cache,
         judge_for_all_runs=args.judge_for_all_runs,
         judge_max_tokens=max_tokens,

@@ -43,6 +43,8 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "admin_max_bytes": "admin_max_bytes",
     "body_timeout": "body_timeout",
     "max_refused_records": "max_refused_records",
+    "max_cell_exchanges": "max_cell_exchanges",
+    "max_cell_bytes": "max_cell_bytes",
     "spool": "spool",
     "spool_max_bytes": "spool_max_bytes",
 }
@@ -117,6 +119,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-refused-records",
         type=int,
         help="refused calls recorded per cell; the rest are counted (default 100)",
+    )
+    limits.add_argument(
+        "--max-cell-exchanges",
+        type=int,
+        help="exchanges recorded per cell; past it they are dropped, counted, and the cell "
+        "is marked (its grade: errored, cause infra) (default: no cap)",
+    )
+    limits.add_argument(
+        "--max-cell-bytes",
+        type=int,
+        help="bytes of exchange records per cell, likewise (default: no cap)",
     )
 
 

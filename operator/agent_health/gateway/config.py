@@ -205,6 +205,15 @@ class Settings(BaseModel):
         ge=0,
         description="refused calls recorded per cell as exchanges; the rest are counted",
     )
+    max_cell_exchanges: int | None = Field(
+        default=None,
+        ge=1,
+        description="exchanges recorded per cell; past it they are dropped, counted and the "
+        "cell marked (a ledger shared by a run's cells keeps room for each)",
+    )
+    max_cell_bytes: int | None = Field(
+        default=None, ge=1024, description="bytes of exchange records per cell, likewise"
+    )
     max_line_size: int = Field(default=8190, ge=256, description="longest request line, bytes")
     max_field_size: int = Field(default=8190, ge=256, description="longest header, bytes")
     max_headers: int = Field(default=128, ge=8, description="most headers in a request")

@@ -7,6 +7,14 @@ in-process, or the controller through the admin listener) calls :meth:`Recorder.
 which first waits for that cell's open tickets, so a cell always reads
 ``cell-meta, exchange…, run-result, signal…, cell-end``.
 
+A cell's exchanges are capped (:class:`Caps`: records and bytes of their lines): the target
+decides how many calls it makes and how long their paths are, and a ledger shared by a
+run's cells (a ConfigMap) must keep room for every cell. Past the cap — or when the store
+refuses a write — exchanges are dropped and counted, and a ``cell-meta`` marked ``dropped``
+(the count so far) goes on record at once and again before the controller's records, so
+the grade says the ledger is not whole (``errored``, cause ``infra``) and how much is
+missing.
+
 Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
 engine binds one per test), else the gateway's own cell (a cell pod), else the only open
 cell; failing all three it is counted as unrouted and logged, never written to a wrong cell.
@@ -45,13 +53,38 @@ class Observation:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Caps:
+    """The most exchange records, and bytes of their lines, one cell may record."""
+
+    records: int | None = None
+    bytes: int | None = None
+
+    def why(self) -> str:
+        parts = [f"{self.records} exchanges"] if self.records is not None else []
+        parts += [f"{self.bytes} bytes of exchanges"] if self.bytes is not None else []
+        return "the cell's share of the ledger (" + ", ".join(parts) + ") is full"
+
+
+_SEAL_BYTES = 120
+"""What sealing adds to a record's line (``seq``, ``mac``), counted against the byte cap."""
+
+
 @dataclass
 class _Cell:
     writer: chain.Writer
+    meta: records.CellMeta
     pending: list[Observation] = field(default_factory=list)
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
     drain: asyncio.Task[None] | None = None
     ended: bool = False
+    exchanges: int = 0
+    bytes: int = 0
+    dropped: int = 0
+    """Exchanges not recorded: past the caps, or refused by the store."""
+    marked: int = 0
+    """The ``dropped`` count last put on record."""
+    why: str = ""
 
 
 class Ticket:
@@ -72,10 +105,16 @@ class Recorder:
     """Seals exchanges into per-cell chains on ``backend`` with ``key``."""
 
     def __init__(
-        self, backend: store.Backend, key: bytes, *, default_cell: str | None = None
+        self,
+        backend: store.Backend,
+        key: bytes,
+        *,
+        default_cell: str | None = None,
+        caps: Caps | None = None,
     ) -> None:
         self.backend = backend
         self.default_cell = default_cell
+        self.caps = caps or Caps()
         self._key = key
         self._cells: dict[str, _Cell] = {}
         self._bound: dict[str, str] = {}
@@ -104,7 +143,8 @@ class Recorder:
         sealer = chain.Sealer(
             self._key, next_seq=stored.records, previous_mac=stored.last_mac, ended=stored.ended
         )
-        state = _Cell(chain.Writer(self.backend, cell, self._key, sealer), ended=stored.ended)
+        writer = chain.Writer(self.backend, cell, self._key, sealer)
+        state = _Cell(writer, meta, ended=stored.ended)
         if stored.records == 0:
             await state.writer.append(meta)
         elif not stored.ended:
@@ -170,14 +210,55 @@ class Recorder:
     async def _drain(self, cell: str, state: _Cell) -> None:
         while state.pending:
             batch, state.pending = state.pending, []
-            exchanges = [exchange(o) for o in batch]
+            exchanges = self._within_caps(state, [exchange(o) for o in batch])
             try:
-                await state.writer.write(*exchanges)
+                if exchanges:
+                    await state.writer.write(*exchanges)
             except errors.LedgerError as err:
-                self.failures.append(f"cell {cell}: {len(batch)} exchanges lost: {err}")
-                log.error("ledger cell %s: cannot append %d exchanges: %s", cell, len(batch), err)
+                self.failures.append(f"cell {cell}: {len(exchanges)} exchanges lost: {err}")
+                log.error(
+                    "ledger cell %s: cannot append %d exchanges: %s", cell, len(exchanges), err
+                )
+                state.dropped += len(exchanges)
+                state.why = state.why or f"the ledger refused a write ({err})"
             else:
-                self.recorded += len(batch)
+                self.recorded += len(exchanges)
+            if state.dropped and not state.marked:
+                await self._mark(cell, state)  # at once: the gateway may not live to the end
+
+    def _within_caps(
+        self, state: _Cell, exchanges: list[records.Exchange]
+    ) -> list[records.Exchange]:
+        """The exchanges that fit the cell's caps; the rest are counted as dropped."""
+        kept: list[records.Exchange] = []
+        for item in exchanges:
+            size = len(records.dump_line(item)) + _SEAL_BYTES if self.caps.bytes else 0
+            over_records = self.caps.records is not None and state.exchanges >= self.caps.records
+            over_bytes = self.caps.bytes is not None and state.bytes + size > self.caps.bytes
+            if state.dropped or over_records or over_bytes:
+                # Once one is dropped, every later one is too: the record stays a prefix.
+                state.dropped += 1
+                state.why = state.why or self.caps.why()
+                continue
+            state.exchanges += 1
+            state.bytes += size
+            kept.append(item)
+        return kept
+
+    async def _mark(self, cell: str, state: _Cell) -> None:
+        """Put the dropped count on record (a ``cell-meta`` marked ``dropped``)."""
+        count = state.dropped
+        marker = state.meta.model_copy(
+            update={"dropped": count, "dropped_why": state.why, "restarted": None}
+        )
+        try:
+            await state.writer.append(marker)
+        except errors.LedgerError as err:
+            self.failures.append(f"cell {cell}: cannot record {count} dropped exchanges: {err}")
+            log.error("ledger cell %s: cannot record %d dropped exchanges: %s", cell, count, err)
+            return
+        state.marked = count
+        log.warning("ledger cell %s: %d exchanges dropped: %s", cell, count, state.why)
 
     async def flush(self, cell: str, *, wait: float | None = None) -> None:
         """Wait (at most ``wait`` seconds) for the cell's open exchanges, then append them."""
@@ -197,6 +278,8 @@ class Recorder:
             raise errors.ChainError(f"cell {cell} is not open in this gateway")
         await self.flush(cell, wait=wait)
         state = self._cells[cell]
+        if state.dropped > state.marked and not state.ended:
+            await self._mark(cell, state)
         sealed = await state.writer.append(*items)
         state.ended = state.ended or any(r.kind == "cell-end" for r in sealed)
         if state.ended:
@@ -209,6 +292,10 @@ class Recorder:
                     "the gateway tries again when it stops"
                 ) from err
         return sealed
+
+    def dropped(self, cell: str) -> int:
+        """How many of ``cell``'s exchanges were not recorded (caps, or a refused write)."""
+        return self._cells[cell].dropped
 
     def ended(self, cell: str) -> bool:
         """Whether ``cell`` has its ``cell-end`` record."""

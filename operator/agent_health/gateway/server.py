@@ -74,7 +74,8 @@ class Gateway:
                     )
             except ledger_errors.LedgerError as err:
                 raise errors.GatewayConfigError(str(err)) from err
-            record = recorder.Recorder(backend, key, default_cell=settings.cell)
+            caps = recorder.Caps(settings.max_cell_exchanges, settings.max_cell_bytes)
+            record = recorder.Recorder(backend, key, default_cell=settings.cell, caps=caps)
         return cls(settings, tokens=tokens, record=record, owns_recorder=True)
 
     async def __aenter__(self) -> Gateway:
@@ -204,6 +205,11 @@ class Gateway:
             "ledger": self.recorder.backend.url if self.recorder is not None else None,
             "exchanges_recorded": self.recorder.recorded if self.recorder is not None else 0,
             "exchanges_unrouted": self.recorder.unrouted if self.recorder is not None else 0,
+            "exchanges_dropped": (
+                sum(map(self.recorder.dropped, self.recorder.cells))
+                if self.recorder is not None
+                else 0
+            ),
             **self.refusals.summary(),
             "refused_connections": {
                 listener.name: listener.refused_connections for listener in self._listeners

@@ -16,7 +16,8 @@ Fields added after a record kind first shipped are left out of the line while th
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause``, ``content_hash``
 and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` and
-``truncated`` of ``run-result``, ``cell``, ``attempt`` and ``restarted`` of ``cell-meta``.
+``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``agent``, ``dropped`` and
+``dropped_why`` of ``cell-meta``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
 from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
@@ -74,7 +75,9 @@ class _Record(BaseModel):
 class CellMeta(_Record):
     """What the cell is: the first record of every cell."""
 
-    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"cell", "attempt", "restarted", "agent"})
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"cell", "attempt", "restarted", "agent", "dropped", "dropped_why"}
+    )
 
     kind: Literal["cell-meta"] = "cell-meta"
     test_id: str
@@ -98,6 +101,13 @@ class CellMeta(_Record):
     agent: str | None = Field(
         default=None, description="the agent of an agent matrix this cell ran against"
     )
+    dropped: int | None = Field(
+        default=None,
+        ge=1,
+        description="set on a cell-meta the gateway appends when it had to drop exchanges "
+        "(the cell's caps, or a write the store refused): how many, so far",
+    )
+    dropped_why: str | None = Field(default=None, description="why they were dropped")
 
 
 class Exchange(_Record):

@@ -166,7 +166,11 @@ class Ledger(meta.Model):
     url: Annotated[
         str, pydantic.Field(pattern=r"^(configmap|s3|gs|file)://.+", max_length=2048)
     ] = pydantic.Field(
-        description="configmap://NAMESPACE/NAME, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX."
+        description=(
+            "configmap://{namespace}/NAME-{run} (one ConfigMap per run, in the run's "
+            "namespace, owned by the run), or s3:// / gs:// under a prefix the operator "
+            "allows (--ledger-allow); no query options, credentials or other namespace."
+        )
     )
 
 

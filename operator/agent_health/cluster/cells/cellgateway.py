@@ -119,11 +119,13 @@ def gateway_args(
     ledger: str,
     identity: Identity,
     key_file: str,
+    caps: tuple[int | None, int | None] = (None, None),
 ) -> list[str]:
     """The gateway's command line (``agent-health gateway``) — the one place its flags live.
 
     ``tokens`` maps a principal to the file holding its token. The cell's run id is its
-    name, as the controller's ``AGENT_HEALTH_RUN_ID`` says.
+    name, as the controller's ``AGENT_HEALTH_RUN_ID`` says. ``caps`` are the most exchanges,
+    and bytes of them, the cell may record (``None``: no cap).
     """
     args = ["gateway"]
     for route in routes:
@@ -138,6 +140,11 @@ def gateway_args(
     args += ["--spool", SPOOL_DIR]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
     args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
+    exchanges, size = caps
+    if exchanges is not None:
+        args += ["--max-cell-exchanges", str(exchanges)]
+    if size is not None:
+        args += ["--max-cell-bytes", str(size)]
     if identity.agent is not None:
         args += ["--agent", identity.agent]
     for name, image in identity.images.items():
@@ -179,6 +186,7 @@ def container(
         ledger=ledger,
         identity=identity,
         key_file=f"{LEDGER_KEY_DIR}/{cellsecrets.LEDGER_KEY}",
+        caps=settings.cell_caps,
     )
     body: dict[str, Any] = {
         "name": NAME,

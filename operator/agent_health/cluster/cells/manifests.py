@@ -108,6 +108,8 @@ class Settings:
     sandbox_runtime_class: str | None = None
     """The RuntimeClass of sandboxed cells whose RunSpec names none
     (``--sandbox-runtime-class``)."""
+    cell_caps: tuple[int | None, int | None] = (10_000, 64 * 1024 * 1024)
+    """A cell's exchanges and their bytes at most (its gateway's ``--max-cell-*``)."""
 
     def __post_init__(self) -> None:
         for field in ("controller_image", "gateway_image"):

@@ -16,6 +16,7 @@ trusted principal (controller, peer) without token evidence is doubtful.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -70,6 +71,8 @@ def read(
     if not checked.ok:
         problem = checked.problem
         if problem is not None and problem.reason == "truncated":
+            with contextlib.suppress(ledger_errors.RecordError):  # the chain held: a gap
+                _check_dropped(records.parse_lines(lines))  # the gateway left says so
             raise errors.DoubtfulEvidence(
                 f"no final record from controller: the ledger of cell {cell_name} ends after "
                 f"record {checked.records - 1} without cell-end (cut off, or the controller died)"
@@ -126,6 +129,18 @@ def _check_attempt(meta: records.CellMeta, ledger_cell: str | None, attempt: int
         raise errors.DoubtfulEvidence(f"ledger belongs to another cell ({'; '.join(wrong)})")
 
 
+def _check_dropped(parsed: list[records.Record]) -> None:
+    """A cell whose gateway dropped exchanges (its caps, a store that refused a write) has
+    no whole record: ``IncompleteEvidence`` with how many, and why."""
+    marks = [r for r in parsed if isinstance(r, records.CellMeta) and r.dropped]
+    if marks:
+        last = marks[-1]
+        raise errors.IncompleteEvidence(
+            f"the gateway had to drop {last.dropped} of the cell's exchanges "
+            f"({last.dropped_why or 'no reason given'}): the ledger is not complete evidence"
+        )
+
+
 def _read_body(
     body: list[records.Record], meta: records.CellMeta
 ) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage, dict[str, int]]:
@@ -136,6 +151,7 @@ def _read_body(
     usage: Usage = {}
     calls: dict[str, int] = {}  # target → peer:NAME exchanges that reached the peer, by NAME
     target_seen: int | None = None
+    _check_dropped(body)
     for record in body:
         if isinstance(record, records.CellMeta):
             if record.restarted:

@@ -3,10 +3,10 @@
 :meth:`Intake.start` (kopf's create and resume handlers) waits for the RunSpec to be
 resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
 selects the tests, checks that every Secret the RunSpec names is offered to runs
-(:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes sure the run's ledger key Secret
-exists (a random key, kept in the Secret so a restarted operator reads it back) and, for a
-``configmap://`` ledger, its ConfigMap (409 means it is there), creates the
-run's NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
+(:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes a ConfigMap ledger and its one
+writer identity the run's (:mod:`.ledgers`), makes sure the run's ledger key Secret exists
+(a random key, kept in the Secret so a restarted operator reads it back), creates the run's
+NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
 so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
 Then it creates cells up to ``parallelism``; from there everything is driven by watch
 events (:mod:`.reactions`).
@@ -30,11 +30,12 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import admission, cellsecrets, manifests, netpol
+from agent_health.cluster.cells import admission, cellsecrets, ledgerurl, manifests, netpol
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
     handoff,
+    ledgers,
     lifecycle,
     listing,
     plan,
@@ -43,7 +44,7 @@ from agent_health.cluster.reconcile import (
     specs,
 )
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends, configmap, store
+from agent_health.ledger import backends, store
 from agent_health.ledger import errors as ledger_errors
 
 RECONCILED = "Reconciled"
@@ -68,6 +69,8 @@ class Intake:
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
     own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
     """Secrets no RunSpec may name (:mod:`.secretrefs`)."""
+    ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
+    """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
     wait_seconds: float = 60.0
     retry_delay: float = RETRY_DELAY
     failures: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -161,30 +164,46 @@ class Intake:
         if template is None:
             return await board.fail(run, "NoLedger", "set spec.ledger.url on the RunSpec")
         url = plan.ledger_url(template, run.model)
+        where = (
+            f"RunSpec {run.runspec} spec.ledger.url"
+            if spec.spec.ledger
+            else "the operator's --ledger-url (AGENT_HEALTH_LEDGER_URL)"
+        )
+        wrong = (
+            ledgerurl.refused(url, namespace=run.ref.namespace, allowed=self.ledger_allowed)
+            if spec.spec.ledger
+            else ledgerurl.namespace_problem(url, run.ref.namespace)
+        )
+        if wrong is not None:
+            return await board.fail(run, "InvalidLedgerUrl", f"{where}: {wrong}")
         try:
             run.backend = backends.from_url(url, self.ledger_options)
         except ledger_errors.LedgerError as err:
-            where = (
-                f"RunSpec {run.runspec} spec.ledger.url"
-                if spec.spec.ledger
-                else "the operator's --ledger-url (AGENT_HEALTH_LEDGER_URL)"
-            )
             return await board.fail(run, "InvalidLedgerUrl", f"{where}: {err}")
         if spec.spec.ledger is not None:
             ledger = runspec.Ledger(url=url)
             spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
-        run.spec, run.settings = spec, dataclasses.replace(self.settings, ledger_url=url)
+        try:
+            writer = await ledgers.prepare(board.api, run, url)
+        except errors.SpecError as err:
+            return await board.fail(run, "LedgerNotOwned", str(err))
+        settings = dataclasses.replace(self.settings, ledger_url=url)
+        if writer is not None:  # the run's own ledger identity, not the operator's default
+            settings = dataclasses.replace(settings, gateway_service_account=writer)
+        run.spec, run.settings = spec, settings
         try:
             run.key = await self._ledger_key(run)
         except errors.SpecError as err:
             return await board.fail(run, "LedgerKeyNotOwned", str(err))
-        if isinstance(run.backend, configmap.ConfigMapBackend):
-            # Made once here, its cells' gateways only patch it: no create races, no 409s.
-            await run.backend.create()
         if self.fence is not None:
             await self._network_policy(run, self.fence)
         if not board.live(run):  # its deadline passed meanwhile
             return
+        spec_run = run.model.spec
+        attempts = len(chosen) * spec_run.repeats * (1 + spec_run.retry.infra_retries)
+        run.settings = ledgers.share(
+            run.settings, url, attempts, self.ledger_options.configmap_max_bytes
+        )
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
                 for agent in agents:  # interleaved: a budget leaves the agents the same tests
@@ -255,7 +274,11 @@ class Intake:
     async def _network_policy(self, run: plan.Run, fence: netpol.Fence) -> None:
         """The run's NetworkPolicy, owned by the run; one that exists already (409) is kept."""
         assert run.settings is not None
-        manifest = fence.policy(run.model, run.settings)
+        assert run.spec is not None
+        settings = run.settings
+        if manifests.judge_model(run.model, run.spec, settings) is None:
+            settings = dataclasses.replace(settings, judge=None)  # no judge: no way to it
+        manifest = fence.policy(run.model, settings)
         try:
             await self.board.api.create(kube.NETWORKPOLICIES, run.ref.namespace, manifest)
         except kube.ApiError as err:

@@ -26,7 +26,7 @@ from typing import Any
 
 from agent_health.cluster import kube, metrics
 from agent_health.cluster.api import runspec
-from agent_health.cluster.cells import manifests, netpol
+from agent_health.cluster.cells import ledgerurl, manifests, netpol
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
@@ -80,6 +80,8 @@ class Runs:
     """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
     own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
     """Secrets no RunSpec may name: the operator's own (:mod:`.secretrefs`)."""
+    ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
+    """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
     wait_seconds: float = 60.0
     clock: Callable[[], float] = time.monotonic
     expected: set[batcher.RunRef] = dataclasses.field(default_factory=set)
@@ -99,6 +101,7 @@ class Runs:
             adoption.Adoption(self.board, creator, self.reactions, handing), bulletin=self.bulletin,
             ledger_options=self.ledger_options, fence=self.fence, wait_seconds=self.wait_seconds,
             retry_delay=self.retry_delay, own_secrets=self.own_secrets,
+            ledger_allowed=self.ledger_allowed,
         )  # fmt: skip
 
     @property

@@ -106,6 +106,8 @@ class SpecReconciler:
     discovery_deadline: int = 300
     wait_seconds: float = 120.0
     retry_delay: float = RETRY_DELAY
+    ledger_allowed: Sequence[str] = ledgerurl.DEFAULT_ALLOWED
+    """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
     fenced: bool = False
     """``--network-policy``: a discovery pod runs behind a policy that lets nothing in or out."""
     failures: dict[tuple[str, int | None], int] = dataclasses.field(default_factory=dict)
@@ -155,7 +157,11 @@ class SpecReconciler:
             await writer.set(RESOLVED, "False", "InvalidSpec", str(err))
             raise kopf.PermanentError(str(err)) from err
         if spec.spec.ledger is not None:
-            wrong = ledgerurl.problem(spec.spec.ledger.url)
+            template = spec.spec.ledger.url
+            filled = ledgerurl.fill(template, namespace=namespace, run="run", runspec=name)
+            wrong = ledgerurl.problem(template) or ledgerurl.refused(
+                filled, namespace=namespace, allowed=self.ledger_allowed
+            )
             if wrong is not None:
                 message = f"RunSpec {namespace}/{name} spec.ledger.url: {wrong}"
                 await writer.set(RESOLVED, "False", "InvalidLedgerUrl", message)
