@@ -74,7 +74,7 @@ def runspec_of(
     runspec["metadata"]["name"] = name
     runspec["spec"]["suite"] = {"configMap": {"name": suite}}
     runspec["spec"]["judge"]["baseUrl"] = model_url
-    runspec["spec"]["ledger"] = {"url": f"configmap://default/{name}-ledger"}
+    runspec["spec"]["ledger"] = {"url": f"configmap://default/{name}-ledger-{{run}}"}
     runspec["spec"]["isolation"] = {"mode": "pod"}
     runspec["spec"] |= spec
     return runspec
@@ -129,7 +129,8 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
         spec = pod["spec"]
         images = [c["image"] for c in [*spec["initContainers"], *spec["containers"]]]
         assert all("@sha256:" in image for image in images), images
-        ledger = await k8s.ledger("configmap://default/peer-ledger", pod["metadata"]["name"], key)
+        url = "configmap://default/peer-ledger-peer-1"
+        ledger = await k8s.ledger(url, pod["metadata"]["name"], key)
         calls = {
             (r.principal, r.upstream, r.path.split("?")[0])
             for r in ledger
@@ -142,8 +143,8 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
     # The judge service answered with the RunSpec's own model and key.
     keys = {r.headers.get("Authorization") for r in k8s.model.requests}
     assert keys == {f"Bearer {e2e.RUNSPEC_JUDGE_KEY}"}, keys
-    # The ledger ConfigMap was written by the operator (which makes it) and the cell
-    # gateways' ServiceAccount, nobody else (no agent, no controller).
+    # The ledger ConfigMap was written by the operator (which makes it) and the run's own
+    # ledger ServiceAccount (its gateways'), nobody else (no agent, no controller).
     writers = {
         r.headers.get("Authorization")
         for r in k8s.emulator
@@ -153,7 +154,7 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
         and r.namespace == "default"
     }
     assert writers - {"Bearer kubelet"} == {
-        f"Bearer system:serviceaccount:default:{e2e.GATEWAY_ACCOUNT}",
+        "Bearer system:serviceaccount:default:peer-1-ledger",
         f"Bearer system:serviceaccount:{e2e.NAMESPACE}:{e2e.RELEASE}-agent-health",
     }, writers
 
