@@ -5,8 +5,10 @@ chunks ``CELL.jsonl.gz.0000``, ``...0001``, each the gzip of whole lines; an app
 rewrites only the last chunk (or starts a new one). A cell has one writer (its gateway), so
 an append reads the ConfigMap (its cell's last chunk, and the size so far) and sends only
 its cell's changed chunks, as a JSON merge patch: cells written at the same moment by many
-gateways never conflict, and each append is one write. The first writer creates the
-ConfigMap; one that loses that race (409 AlreadyExists) reads it again and patches. When
+gateways never conflict, and each append is one write. In a cluster the operator creates
+the run's ConfigMap, owned by the run, before its first cell (``cluster.reconcile.ledgers``);
+elsewhere the first writer creates it, and one that loses that race (409 AlreadyExists)
+reads it again and patches. When
 the ConfigMap would exceed the Kubernetes 1 MiB limit the append fails with
 :class:`~agent_health.ledger.errors.LedgerTooLarge` — the ledger is never truncated (a
 write that two cells' appends push over the limit together is refused by the API server,
@@ -97,27 +99,6 @@ class ConfigMapBackend:
             f"ledger {self.url}: gave up after {MAX_ATTEMPTS} attempts: the ConfigMap was "
             "deleted or created by someone else each time; check who else writes it"
         )
-
-    async def create(self) -> bool:
-        """Create the ConfigMap, empty, unless it exists; whether this call created it.
-
-        The operator does so before a run's first cell: its gateways then only patch their
-        cells in (a gateway that finds no ConfigMap creates it, and many at once race).
-        """
-        body: ConfigMap = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "agent-health"},
-            },
-        }
-        response = await self._request("POST", self._path(named=False), body)
-        if response.status_code == 409:
-            return False
-        self._raise_for(response, "create")
-        return True
 
     async def read(self, cell: str) -> list[str]:
         store.check_cell(cell)
