@@ -210,6 +210,11 @@ def _copy(image: Image, words: list[str], stages: Mapping[str, Image]) -> None:
     if stage is not None:
         if source.rstrip("/") in [v.rstrip("/") for v in stages.get(stage, Image("")).venvs]:
             image.binds[target.rstrip("/")] = str(VENV)
+            # The venv's scripts name their interpreter by its host path, and its editable
+            # install names the checkout: both stay reachable where a pod mounts a volume
+            # over a parent of theirs (a checkout under /tmp, where cells mount an emptyDir).
+            for path in (ROOT, VENV):
+                image.binds[str(path)] = str(path)
         return
     if not target.startswith("/"):
         target = f"{image.workdir.rstrip('/')}/{target}"
