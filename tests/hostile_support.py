@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import random
+import signal
 import socket
 import sqlite3
 import sys
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 from agent_health import gateway
 from agent_health.engine import cell
 from cell_support import (
@@ -113,6 +115,28 @@ async def hostile_target(
         if proc.returncode is None:
             proc.terminate()
         await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    proc: asyncio.subprocess.Process, healthz: str, *, attempts: int = 400, stop_seconds: float = 30
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A gateway process, once ``healthz`` answers 200 (polled ``attempts`` times); stopped
+    with SIGTERM on the way out, waited for up to ``stop_seconds``."""
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(attempts):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(healthz)).status_code == 200:
+                        break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the gateway did not become healthy")
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), stop_seconds)
 
 
 def rss(pid: int) -> int:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import hostile_support
 import pytest
 from agent_health import gateway
 from agent_health.ledger import chain, records
@@ -47,21 +47,10 @@ async def gateway_process(
         "--max-refused-records", str(REFUSED_CAP), "--grace", "2",
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    try:
-        async with aiohttp.ClientSession() as client:
-            for _ in range(200):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with client.get(f"http://127.0.0.1:{ports['admin']}/healthz") as r:
-                        if r.status == 200:
-                            break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the gateway did not become healthy")
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 30)
+    async with hostile_support.serving(
+        proc, f"http://127.0.0.1:{ports['admin']}/healthz", attempts=200, stop_seconds=30
+    ) as served:
+        yield served
 
 
 async def wait_for_line(report: Path, key: str, value: str) -> dict[str, Any]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import hostile_support
 import pytest
 from agent_health import gateway
 from agent_health.ledger import chain, records, usage
@@ -46,21 +46,10 @@ async def gateway_process(
         "--max-connections", "256", "--max-untrusted-calls", str(RESPONSES + 10),
         "--grace", "5",
     )  # fmt: skip
-    try:
-        async with aiohttp.ClientSession() as client:
-            for _ in range(400):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with client.get(f"http://127.0.0.1:{ports['admin']}/healthz") as r:
-                        if r.status == 200:
-                            break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the gateway did not become healthy")
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 60)
+    async with hostile_support.serving(
+        proc, f"http://127.0.0.1:{ports['admin']}/healthz", attempts=400, stop_seconds=60
+    ) as served:
+        yield served
 
 
 @pytest.mark.slow

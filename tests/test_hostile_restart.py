@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import hostile_support
 import httpx
 import pytest
 from agent_health.cluster.grading import grading
@@ -59,20 +60,10 @@ async def gateway_process(
         "--admin", f"unix:{sockets}/admin.sock", "--health", f"127.0.0.1:{health}",
         "--grace", "2",
     )  # fmt: skip
-    try:
-        async with httpx.AsyncClient() as client:
-            for _ in range(400):
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(f"http://127.0.0.1:{health}/healthz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the gateway did not become healthy")
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 30)
+    async with hostile_support.serving(
+        proc, f"http://127.0.0.1:{health}/healthz", attempts=400, stop_seconds=30
+    ) as served:
+        yield served
 
 
 def settings(tmp_path: Path, sockets: Path) -> cell.CellSettings:
