@@ -59,6 +59,17 @@ async def until(check: Callable[[], Any], what: str, attempts: int = 2000) -> An
     raise AssertionError(f"gave up waiting for {what}")
 
 
+def finished(k8s: Cluster, name: str) -> dict[str, Any] | None:
+    """The EvaluationRun's status once it is Succeeded or Failed, else None (for :func:`until`)."""
+    status = dict(k8s.run(name).get("status") or {})
+    return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+
+def condition(status: dict[str, Any], type: str) -> dict[str, Any]:
+    """The condition of ``type`` in a status."""
+    return next(c for c in status.get("conditions", []) if c["type"] == type)
+
+
 @dataclasses.dataclass
 class Registry:
     """A registry v2 fake: every tag exists, except in repositories listed in ``missing``; a

@@ -7,12 +7,10 @@ once filled in for a run fails that run with ``InvalidLedgerUrl``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from agent_health.cli import app
 from agent_health.cluster.cells import ledgerurl
-from operator_support import Kubelet, cluster, kubelet, listing, until
+from operator_support import Kubelet, cluster, finished, kubelet, listing, until
 
 TESTS = listing(("suite/rca.py::payment rca", ["category:RCA"]))
 IMAGES = ["--controller-image=c@sha256:" + "a" * 64, "--gateway-image=g@sha256:" + "b" * 64]
@@ -59,11 +57,6 @@ def test_the_operator_refuses_to_start_with_a_malformed_ledger_url(
     err = capsys.readouterr().err
     assert "--ledger-url" in err
     assert "configmap://NAMESPACE/NAME" in err
-
-
-def finished(k8s: Any, name: str) -> dict[str, Any] | None:
-    status = dict(k8s.run(name).get("status") or {})
-    return status if status.get("phase") in ("Succeeded", "Failed") else None
 
 
 @pytest.mark.slow

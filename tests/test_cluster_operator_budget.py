@@ -12,7 +12,7 @@ import httpx
 import pytest
 from agent_health.cluster.api import runbudget
 from judge_servers import Answer, ScriptedModel
-from operator_support import Kubelet, cluster, kubelet, listing, until
+from operator_support import Kubelet, cluster, condition, finished, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
 LEDGER = "configmap://default/budget-ledger-{run}"
@@ -25,15 +25,6 @@ def named(run: dict[str, Any], name: str, **spec: Any) -> dict[str, Any]:
     base = {k: v for k, v in run["spec"].items() if k != "selection"}
     body = base | {"repeats": 1, "parallelism": 1, "retry": {"infraRetries": 0}} | spec
     return run | {"metadata": {"name": name, "namespace": "default"}, "spec": body}
-
-
-def finished(k8s: Any, name: str) -> dict[str, Any] | None:
-    status = dict(k8s.run(name).get("status") or {})
-    return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-
-def condition(status: dict[str, Any], type: str) -> dict[str, Any]:
-    return next(c for c in status.get("conditions", []) if c["type"] == type)
 
 
 async def test_max_tokens_stops_starting_cells_and_skips_the_rest() -> None:

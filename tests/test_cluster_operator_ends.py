@@ -14,7 +14,7 @@ from typing import Any
 import kmock
 import pytest
 from agent_health.cluster.cells import observed
-from operator_support import Cell, Kubelet, cluster, kubelet, listing, until
+from operator_support import Cell, Kubelet, cluster, condition, finished, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
 LEDGER = "configmap://default/triage-ledger-{run}"
@@ -31,15 +31,6 @@ def run_named(run: dict[str, Any], name: str, **spec: Any) -> dict[str, Any]:
     base = {k: v for k, v in run["spec"].items() if k != "selection"}
     body = base | {"repeats": 1, "parallelism": 4, "retry": {"infraRetries": 0}} | spec
     return run | {"metadata": {"name": name, "namespace": "default"}, "spec": body}
-
-
-def finished(k8s: Any, name: str) -> dict[str, Any] | None:
-    status = dict(k8s.run(name).get("status") or {})
-    return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-
-def condition(status: dict[str, Any], type: str) -> dict[str, Any]:
-    return next(c for c in status.get("conditions", []) if c["type"] == type)
 
 
 def test_a_crash_loop_dooms_a_cell_that_has_not_ended() -> None:

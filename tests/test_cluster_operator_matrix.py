@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 from agent_health.cluster.cells import manifests
 from agent_health.engine import stats
-from operator_support import PINNED, Cell, Kubelet, cluster, kubelet, listing, until
+from operator_support import PINNED, Cell, Kubelet, cluster, finished, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
 LEDGER = "configmap://default/matrix-ledger-{run}"
@@ -31,11 +31,6 @@ def named(run: dict[str, Any], name: str, **spec: Any) -> dict[str, Any]:
     base = {k: v for k, v in run["spec"].items() if k != "selection"}
     body = base | {"repeats": 1, "parallelism": 4, "retry": {"infraRetries": 0}} | spec
     return run | {"metadata": {"name": name, "namespace": "default"}, "spec": body}
-
-
-def finished(k8s: Any, name: str) -> dict[str, Any] | None:
-    status = dict(k8s.run(name).get("status") or {})
-    return status if status.get("phase") in ("Succeeded", "Failed") else None
 
 
 async def test_two_agents_get_a_cell_each_and_a_side_by_side_status() -> None:

@@ -14,6 +14,7 @@ from operator_support import (
     Cell,
     Kubelet,
     cluster,
+    finished,
     kubelet,
     listing,
     pod_creations,
@@ -30,11 +31,6 @@ TESTS = listing(
 
 def status(k8s: Any, run: str) -> dict[str, Any]:
     return dict(k8s.run(run).get("status") or {})
-
-
-def finished(k8s: Any, run: str) -> dict[str, Any] | None:
-    found = status(k8s, run)
-    return found if found.get("phase") in ("Succeeded", "Failed") else None
 
 
 async def test_a_restarted_operator_adopts_its_cells_and_duplicates_nothing() -> None:

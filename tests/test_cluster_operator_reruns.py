@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from agent_health.cluster.cells import manifests
 from agent_health.cluster.reconcile import plan
-from operator_support import RUNS, Kubelet, cluster, kubelet, listing, until
+from operator_support import RUNS, Kubelet, cluster, finished, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
 LEDGER = "configmap://default/triage-ledger-{run}"
@@ -23,11 +23,6 @@ TESTS = listing(("suite/rca.py::payment rca", ["category:RCA"]))
 def named(run: dict[str, Any], name: str) -> dict[str, Any]:
     spec = run["spec"] | {"repeats": 2, "parallelism": 2}
     return run | {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
-
-
-def finished(k8s: Any, name: str) -> dict[str, Any] | None:
-    status = dict(k8s.run(name).get("status") or {})
-    return status if status.get("phase") in ("Succeeded", "Failed") else None
 
 
 def runspec_status_patches(k8s: Any) -> int:

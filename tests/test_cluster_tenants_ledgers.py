@@ -25,7 +25,7 @@ from agent_health.ledger import backends, chain, records, store
 from aiohttp import web
 from gateway_support import KEY
 from kube.rbac import service_account_token
-from operator_support import Kubelet, cluster, kubelet, listing, until
+from operator_support import Kubelet, cluster, finished, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
 TESTS = listing(("suite/rca.py::payment rca", ["category:RCA"]))
@@ -49,11 +49,6 @@ async def endpoint() -> AsyncIterator[tuple[str, list[str]]]:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
     finally:
         await runner.cleanup()
-
-
-def finished(k8s: Any, name: str) -> dict[str, Any] | None:
-    status = dict(k8s.run(name).get("status") or {})
-    return status if status.get("phase") in ("Succeeded", "Failed") else None
 
 
 def resolved(k8s: Any) -> dict[str, Any]:
