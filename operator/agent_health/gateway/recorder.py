@@ -7,8 +7,7 @@ goes in one write (each write is a thread hop and a store call, which an exchang
 paid per call), or at once when :data:`BATCH_MAX` are waiting or someone flushes. Whoever
 appends the controller's records (the engine in-process, or the controller through the
 admin listener) calls :meth:`Recorder.append`, which first waits for that cell's open
-tickets, so a cell always reads
-``cell-meta, exchange…, run-result, signal…, cell-end``.
+tickets, so a cell always reads ``cell-meta, exchange…, run-result, signal…, cell-end``.
 
 A cell's exchanges are capped (:class:`Caps`: records and bytes of their lines): the target
 decides how many calls it makes and how long their paths are, and a ledger shared by a
@@ -70,10 +69,8 @@ class Caps:
         return "the cell's share of the ledger (" + ", ".join(parts) + ") is full"
 
 
-BATCH_SECONDS = 0.05
-"""How long the first exchange of a batch waits for others to share its write."""
-BATCH_MAX = 512
-"""A batch this large is written without waiting further."""
+BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
+BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
 """What sealing adds to a record's line (``seq``, ``mac``), counted against the byte cap."""
 
@@ -85,8 +82,7 @@ class _Cell:
     pending: list[Observation] = field(default_factory=list)
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
     drain: asyncio.Task[None] | None = None
-    kick: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set to write the pending batch now (a flush, or a full batch)."""
+    kick: asyncio.Event = field(default_factory=asyncio.Event)  # write the batch now
     ended: bool = False
     exchanges: int = 0
     bytes: int = 0
@@ -335,22 +331,5 @@ class Recorder:
 
 
 def exchange(observation: Observation) -> records.Exchange:
-    """The ``exchange`` record of an observation."""
-    o = observation
-    return records.Exchange(
-        principal=o.principal,
-        evidence=o.evidence,
-        upstream=o.upstream,
-        run_id=o.run_id,
-        method=o.method,
-        path=o.path,
-        status=o.status,
-        started_at=o.started_at,
-        ended_at=o.ended_at,
-        request_bytes=o.request_bytes,
-        response_bytes=o.response_bytes,
-        request_sha256=o.request_sha256,
-        response_sha256=o.response_sha256,
-        usage=o.usage,
-        error=o.error,
-    )
+    """The ``exchange`` record of an observation (their fields are the same)."""
+    return records.Exchange(**vars(observation))
