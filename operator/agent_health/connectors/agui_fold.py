@@ -277,7 +277,7 @@ class Fold:
         return {
             "output": output or "",
             "trajectory": tuple(s for s in self._slots if s is not None),
-            "token_usage": self._usage or TokenUsage(),
+            "token_usage": self._usage or _NO_USAGE,
         }
 
 
@@ -305,6 +305,7 @@ _FOLD_PLAIN: dict[str, Callable[[Fold, dict[str, Any]], object]] = {
 }
 
 
+_NO_USAGE = TokenUsage()  # immutable: one for every run that reported none
 _PLAIN_PATH = {kind: (shape.plain, _FOLD_PLAIN[kind]) for kind, shape in PLAIN.items()}
 
 

@@ -21,8 +21,7 @@ import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import pydantic
@@ -39,10 +38,13 @@ RUN_ID_HEADER = "X-Agent-Health-Run-Id"
 KEEP_BODY_BYTES = 1024 * 1024  # an observed response up to this size is kept whole (usage)
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(NamedTuple):
     """What a connector saw of one HTTP exchange with the agent (bodies are not kept beyond
-    ``body``: the response, when it is small enough to read token usage from)."""
+    ``body``: the response, when it is small enough to read token usage from).
+
+    A named tuple: one is made per agent call, and a frozen dataclass of these thirteen
+    fields took 4 us to build, a tenth of a connector's whole cost per call.
+    """
 
     run_id: str
     method: str
