@@ -51,3 +51,12 @@ def test_a_cr_at_a_chunk_end_and_its_lf_in_the_next_end_one_line() -> None:
     assert decoder.feed(b"data: a\r") == []
     assert decoder.feed(b"\n\r") == [sse.Event(data="a")]
     assert decoder.feed(b"\ndata: b\n\n") == [sse.Event(data="b")]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+def test_bad_utf8_reads_as_replacement_characters_in_any_chunking(size: int) -> None:
+    stream = b"data: a\xffb \xe2\x9c\n\ndata: \xf0\x9f\x98\x80 \xc3\n\n"
+    assert decode(stream, size) == [
+        sse.Event(data="a\ufffdb \ufffd"),
+        sse.Event(data="\U0001f600 \ufffd"),
+    ]

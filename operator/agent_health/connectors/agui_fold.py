@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
+import pydantic_core
 from ag_ui import core
 
 from agent_health.connectors import agui_plain, errors, wire
@@ -36,6 +37,7 @@ _CHUNKS = {
     "REASONING_MESSAGE_CHUNK": "reasoning",
     "TOOL_CALL_CHUNK": "tool",
 }
+_from_json = pydantic_core.from_json
 _EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(core.Event)
 PLAIN: dict[str, agui_plain.Shape] = agui_plain.shapes()
 """The event types folded without the package's validation when an event is plain."""
@@ -80,19 +82,17 @@ class Fold:
     def feed(self, data: str) -> dict[str, Any]:
         """Fold one SSE ``data`` field; return the event as a dict. Raises on RUN_ERROR."""
         self.count += 1
+        raw: dict[str, Any]
         try:
-            raw = wire.parse_json(data)
-        except ValueError as err:
-            raise errors.AgentProtocolError(
-                f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON: "
-                f"{data[:120]!r}"
-            ) from err
-        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+            raw = _from_json(data)  # wire.parse_json, inline: this runs once per event
+        except ValueError:
+            raw = self._json(data)
+        kind = raw.get("type") if type(raw) is dict else None
+        if type(kind) is not str:
             raise errors.AgentProtocolError(
                 f"agent at {self.url} sent AG-UI event #{self.count} without a 'type': "
                 f"{data[:120]!r}"
             )
-        kind = raw["type"]
         if self._chunk is not None:
             self._close_chunk_unless(kind, raw)
         plain = self._plain.get(kind)
@@ -113,6 +113,15 @@ class Fold:
             self._fold(event)
         # Any other type is a newer protocol's event: kept in the raw events, not folded.
         return raw
+
+    def _json(self, data: str) -> Any:
+        try:
+            return wire.parse_json(data)
+        except ValueError as err:
+            raise errors.AgentProtocolError(
+                f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON: "
+                f"{data[:120]!r}"
+            ) from err
 
     def _fold(self, event: Any) -> None:
         match event:

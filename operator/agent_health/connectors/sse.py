@@ -18,6 +18,7 @@ more, as the specification says.
 from __future__ import annotations
 
 import codecs
+import functools
 from typing import NamedTuple
 
 
@@ -30,11 +31,15 @@ class Event(NamedTuple):
     retry: int | None = None
 
 
+_event = functools.partial(tuple.__new__, Event)
+"""``Event(*fields)`` without the Python-level ``__new__`` of a named tuple."""
+
+
 class Decoder:
     """Feed body chunks in order with :meth:`feed`; each call returns the events completed."""
 
     def __init__(self) -> None:
-        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._undecoded = b""  # the start of a UTF-8 sequence cut by the chunk's end
         self._pending = ""  # the start of a line whose end has not arrived
         self._after_cr = False  # the last chunk ended in CR: an LF first in the next is its pair
         self._data: list[str] = []
@@ -44,7 +49,10 @@ class Decoder:
         self._first = True
 
     def feed(self, chunk: bytes) -> list[Event]:
-        text = self._text.decode(chunk)
+        if self._undecoded:
+            chunk = self._undecoded + chunk
+        text, used = codecs.utf_8_decode(chunk, "replace", False)  # what the incremental
+        self._undecoded = chunk[used:]  # decoder does, without its Python-level wrapper
         if self._first and text:
             self._first = False
             text = text.removeprefix("\ufeff")  # a byte order mark is not part of the stream
@@ -67,7 +75,7 @@ class Decoder:
             elif not line:
                 if data:
                     events.append(
-                        Event("\n".join(data), self._event or "message", self._id, self._retry)
+                        _event(("\n".join(data), self._event or "message", self._id, self._retry))
                     )
                     data = self._data = []
                 self._event = ""
