@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from agent_health.connectors import base, errors, rest
-from agent_health.connectors.protocol import AgentRequest, ContextItem
+from agent_health.connectors import base, errors, rest, transport
+from agent_health.connectors.protocol import AgentReply, AgentRequest, ContextItem
 from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -136,3 +137,48 @@ def test_agent_url_forms() -> None:
         base.ConnectorSpec.parse("nonsense")
     with pytest.raises(errors.ConnectorConfigError, match="unknown connector 'grpc'"):
         base.create(base.ConnectorSpec(connector="grpc", url="http://x"))
+
+
+REPLIES = [
+    {"output": "pong"},
+    {
+        "output": "caf\u00e9 \u2713",
+        "trajectory": [
+            {"type": "thinking", "content": "hm"},
+            {"type": "tool_call", "tool_name": "q", "tool_args": {"a": [1, 2.5]}, "id": "c1"},
+            {"type": "tool_result", "tool_output": {"rows": 3}, "status": "ok", "latency_ms": 4},
+        ],
+        "token_usage": {"prompt": 3, "completion": 2.0},
+        "response": {"anything": None},
+    },
+    {"output": "x", "token_usage": {"total": 5}, "trajectory": []},
+    {"output": "\ud800 lone surrogate"},  # json reads it, pydantic-core's parser does not
+]
+
+
+@pytest.mark.parametrize("reply", REPLIES)
+async def test_an_answer_reads_as_the_protocol_models_read_it(reply: dict[str, Any]) -> None:
+    """The answer is parsed and validated in one pass: the same reply as validating what
+    json.loads reads, fields the agent left out and extra fields included."""
+    body = json.dumps(reply).encode()
+
+    def answer(req: transport.Request) -> transport.MockResponse:
+        return transport.MockResponse(200, body, {"content-type": "application/json"})
+
+    spec = base.ConnectorSpec(url="http://agent.invalid/run")
+    connector = rest.RestConnector(spec, transport=transport.MockTransport(answer))
+    got = await connector.run(_request())
+    expected = AgentReply.model_validate(json.loads(body))
+    assert got == expected
+    assert got.model_fields_set == expected.model_fields_set
+    assert got.model_extra == expected.model_extra
+    assert got.unreported == expected.unreported
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"files": [{"path": "a.txt", "content": "x"}]}, {"provisioned": {"k": [1]}}]
+)
+def test_the_request_body_is_the_wire_json(fields: dict[str, Any]) -> None:
+    request = _request(env={"A": "é"}, timeout_s=3, **fields)
+    assert request.wire_bytes() == request.wire_json().encode()
+    assert json.loads(request.wire_bytes()) == request.wire()

@@ -7,7 +7,7 @@ these same models, so the rest of the harness sees one shape of trajectory.
 from __future__ import annotations
 
 import base64
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -123,6 +123,9 @@ class FileItem(BaseModel):
         return self.content.encode("utf-8")
 
 
+_NOTHING_GIVEN = frozenset({"files", "provisioned"})
+
+
 class AgentRequest(BaseModel):
     """What ``agent.run()`` sends (the body of a REST v1 request).
 
@@ -149,6 +152,13 @@ class AgentRequest(BaseModel):
     def wire_json(self) -> str:
         """:meth:`wire` as a JSON string."""
         return self.model_dump_json(exclude=self._unset())
+
+    def wire_bytes(self) -> bytes:
+        """:meth:`wire_json` encoded, straight from the serializer (once per agent call: the
+        ``model_dump_json`` wrapper and the str round trip cost twice the serializing)."""
+        unset = _NOTHING_GIVEN if not self.files and not self.provisioned else self._unset()
+        # The serializer takes any set; its stub names only the mutable kind.
+        return self.__pydantic_serializer__.to_json(self, exclude=cast("set[str]", unset))
 
     def _unset(self) -> set[str]:
         return {name for name in ("files", "provisioned") if not getattr(self, name)}

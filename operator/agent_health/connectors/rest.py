@@ -28,10 +28,14 @@ class RestConnector:
         self._http = wire.Http(spec, transport, observe)
 
     async def run(self, request: AgentRequest) -> AgentReply:
-        body = request.wire_json().encode()
+        body = request.wire_bytes()
         timeout = wire.timeout_of(request, self.spec)
         status, data = await self._http.call(request, self.url, body, _JSON, timeout, wire.read_all)
         wire.ensure_success(status, data, self.url)
+        try:
+            return AgentReply.model_validate_json(data)  # parsed and validated in one pass
+        except pydantic.ValidationError:
+            pass  # read again the long way, for the message that says what is wrong
         body = wire.json_body(data, self.url)
         wire.require_output(body, f"agent at {self.url}")
         try:

@@ -104,7 +104,7 @@ class SubprocessConnector:
         ]
         try:
             async with asyncio.timeout(timeout):
-                await _feed(proc, request.wire_json().encode())
+                await _feed(proc, request.wire_bytes())
                 await asyncio.gather(*readers)
                 code = await proc.wait()
         except TimeoutError as err:
