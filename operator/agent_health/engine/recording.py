@@ -127,6 +127,7 @@ class LocalLedger:
         self.cells: list[str] = []  # written, in the order their tests ended
         self.unrouted = 0  # exchanges of no test in flight (not recorded)
         self._key = secrets.token_hex(32).encode("ascii")
+        self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
         self._open: dict[str, _Cell] = {}  # run id → its cell
         self._chains: dict[str, tuple[int, str]] = {}  # cell → (records, last mac): the seal
         self._runfile: runfile.RunFile | None = None
@@ -208,7 +209,7 @@ class LocalLedger:
         await self._write(cell, controller_records(result, run, agent_error=agent_error))
 
     async def _write(self, cell: _Cell, items: list[objects.Object]) -> None:
-        sealer = chain.Sealer(self._key)
+        sealer = self._sealer.fork()
         try:
             lines = [sealer.line_of(r) for r in (cell.meta, *cell.exchanges, *items)]
             if self._key_written is None:

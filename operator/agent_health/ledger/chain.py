@@ -1,3 +1,5 @@
+# Over 350 lines: the chain is sealed and verified here, side by side, because the two must
+# agree byte for byte (the canonical body, the MAC over it); the key-file helpers sit beside.
 """The HMAC chain that makes a cell's ledger tamper-evident, and the writer that builds it.
 
 Each record's ``mac`` is ``HMAC-SHA256(key, previous_mac || canonical(record without mac))``
@@ -113,29 +115,61 @@ def load_key(path: str | Path | None = None, env: str = KEY_ENV) -> bytes:
     return key
 
 
-def link(key: bytes, previous_mac: str, payload: dict[str, Any]) -> str:
+class Mac:
+    """HMAC-SHA256 under one key, keyed once: each MAC continues a copy of the keyed state.
+
+    ``hmac.digest(key, ...)`` keys afresh on every call (and, on OpenSSL 3, looks the
+    algorithm up again): about 7 us a record here, against 2 us for a copy.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        self._keyed = hmac.new(key, digestmod="sha256")
+
+    def hex(self, *parts: bytes) -> str:
+        """The MAC of the concatenated ``parts``, in hex."""
+        state = self._keyed.copy()
+        for part in parts:
+            state.update(part)
+        return state.hexdigest()
+
+
+def link(key: bytes | Mac, previous_mac: str, payload: dict[str, Any]) -> str:
     """The MAC of one record's JSON data (``mac`` excluded) following ``previous_mac``."""
     body = {k: v for k, v in payload.items() if k != "mac"}
-    message = previous_mac.encode("ascii") + encoding.canonical(body)
-    return hmac.digest(key, message, "sha256").hex()
+    mac = key if isinstance(key, Mac) else Mac(key)
+    return mac.hex(previous_mac.encode("ascii"), encoding.canonical(body))
 
 
 class Sealer:
     """Assigns ``seq`` and ``mac`` to records in order (no I/O; see :class:`Writer`)."""
 
     def __init__(
-        self, key: bytes, *, next_seq: int = 0, previous_mac: str = GENESIS, ended: bool = False
+        self,
+        key: bytes,
+        *,
+        next_seq: int = 0,
+        previous_mac: str = GENESIS,
+        ended: bool = False,
+        _mac: Mac | None = None,
+        _placeholder: bytes | None = None,
     ) -> None:
         self._key = key
-        self._placeholder = secrets.token_hex(32).encode("ascii")  # see line()
+        self._mac = _mac or Mac(key)
+        self._placeholder = _placeholder or secrets.token_hex(32).encode("ascii")  # see line()
         self.next_seq = next_seq
         self.previous_mac = previous_mac
         self.ended = ended
 
     def fork(self) -> Sealer:
-        """A copy that continues from here; the original is unaffected by its seals."""
+        """A copy that continues from here; the original is unaffected by its seals (a
+        writer that seals many cells forks each from one sealer: the key is set up once)."""
         return Sealer(
-            self._key, next_seq=self.next_seq, previous_mac=self.previous_mac, ended=self.ended
+            self._key,
+            next_seq=self.next_seq,
+            previous_mac=self.previous_mac,
+            ended=self.ended,
+            _mac=self._mac,
+            _placeholder=self._placeholder,
         )
 
     def seal(self, record: records.Record) -> records.Record:
@@ -177,7 +211,7 @@ class Sealer:
         if at < 0 or text.find(placeholder, end) >= 0:  # never by chance: the data holds it
             return self._line_in_parts(kind, payload)
         body = text[:at] + text[end + 1 :]  # "seq" always follows: the field and its comma
-        mac_hex = hmac.digest(self._key, self.previous_mac.encode("ascii") + body, "sha256").hex()
+        mac_hex = self._mac.hex(self.previous_mac.encode("ascii"), body)
         line = text[:at] + b'"mac":"' + mac_hex.encode("ascii") + b'"' + text[end:]
         return self._advance(kind, mac_hex, line)
 
@@ -185,7 +219,7 @@ class Sealer:
         """:meth:`line` the long way, encoded without the mac and with it."""
         del payload["mac"]
         body = encoding.canonical(payload)
-        mac_hex = hmac.digest(self._key, self.previous_mac.encode("ascii") + body, "sha256").hex()
+        mac_hex = self._mac.hex(self.previous_mac.encode("ascii"), body)
         payload["mac"] = mac_hex
         return self._advance(kind, mac_hex, encoding.canonical(payload))
 
@@ -293,6 +327,7 @@ def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> Verify
     """
     from agent_health.ledger import records  # the models: only a reader needs them
 
+    mac_of = Mac(key)
     entries = [(n, text) for n, text in enumerate(lines, start=1) if text.strip()]
     previous, count, ended = GENESIS, 0, False
 
@@ -317,7 +352,7 @@ def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> Verify
         if seq != count:
             return fail(number, *_seq_break(seq, count, entries[index + 1 :]))
         try:
-            expected_mac = link(key, previous, payload)
+            expected_mac = link(mac_of, previous, payload)
         except errors.RecordError as err:
             return fail(number, "bad-record", str(err))
         if not hmac.compare_digest(expected_mac, mac):
