@@ -296,7 +296,7 @@ class Writer:
 class Problem(BaseModel):
     """The first record that breaks a chain."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     line: int
     seq: int
@@ -310,7 +310,7 @@ class Problem(BaseModel):
 class VerifyResult(BaseModel):
     """The outcome of :func:`verify`: ``ok``, or the first ``problem``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     ok: bool
     records: int
