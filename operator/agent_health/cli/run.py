@@ -479,6 +479,7 @@ async def _execute(
             dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
             for name, caller in zip(names, callers, strict=True)
         ] if len(names) > 1 else []  # fmt: skip
+        runner.ready()
         with terminal.LiveProgress(
             console,
             len(session.plan(cases, args.repeat)) * max(1, len(matrix)),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent_health.connectors.errors import ConnectorError
-from agent_health.connectors.protocol import TokenUsage
+from agent_health.connectors.protocol import AgentReply, AgentRequest, TokenUsage
 from agent_health.engine import capture, fixtures, grading, insights
 from agent_health.sdk import agent as agent_mod
 from agent_health.sdk import config as config_mod
@@ -103,6 +103,17 @@ class _Traces:
                 await view.aclose()
             except Exception:  # closing a trace client must not change the test's outcome
                 continue
+
+
+def ready() -> None:
+    """Build the models every test validates before the first test starts.
+
+    The SDK defers building them (importing it, or ``agent-health list``, never pays for
+    them); left to their first use, the first tests would each wait for them (about 25 ms
+    here, the result model most), and their durations would say so.
+    """
+    for model in (AgentRequest, AgentReply, RunResult, Signal, TestResult):
+        model.model_rebuild()
 
 
 def _builtins(ctx: ctx_mod.TestContext) -> Mapping[str, Callable[[], Any]]:
