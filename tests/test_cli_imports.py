@@ -123,6 +123,11 @@ def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite
         "agent_health.ledger.records",
         "agent_health.ledger.audit",
         "agent_health.ledger.backends",
+        # Loaded by the first test that reads run.traces.
+        "agent_health.traces.view",
+        "agent_health.traces.opensearch",
+        # A terminal's progress bar; this run's output is not one.
+        "rich.progress",
     )
 
 
