@@ -32,9 +32,10 @@ def stamp(moment: datetime) -> str:
     >>> stamp(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
     '2026-01-02T03:04:05Z'
     """
-    if moment.utcoffset() is None or moment.utcoffset():
-        raise ValueError(f"ledger times are UTC; got {moment.isoformat()}")
-    return moment.replace(tzinfo=None).isoformat() + "Z"
+    text = moment.isoformat()
+    if not text.endswith("+00:00"):
+        raise ValueError(f"ledger times are UTC; got {text}")
+    return text[:-6] + "Z"
 
 
 def _head(kind: str, at: str) -> Object:
