@@ -242,8 +242,9 @@ def exchange_record(seen: wire.Observation) -> objects.Object:
 
         parsed = usage.parse(seen.body, seen.content_type)
         found = parsed.model_dump(mode="json") if parsed is not None else None
+    ended = objects.stamp(datetime.fromtimestamp(seen.ended_at, UTC))
     return objects.exchange(
-        at=_now(),
+        at=ended,  # recorded as it ended
         principal="controller",
         evidence=IN_PROCESS,
         upstream="target",
@@ -252,7 +253,7 @@ def exchange_record(seen: wire.Observation) -> objects.Object:
         path=seen.path,
         status=seen.status,
         started_at=objects.stamp(datetime.fromtimestamp(seen.started_at, UTC)),
-        ended_at=objects.stamp(datetime.fromtimestamp(seen.ended_at, UTC)),
+        ended_at=ended,
         request_bytes=seen.request_bytes,
         response_bytes=seen.response_bytes,
         request_sha256=seen.request_sha256,
