@@ -37,7 +37,6 @@ _CHUNKS = {
     "REASONING_MESSAGE_CHUNK": "reasoning",
     "TOOL_CALL_CHUNK": "tool",
 }
-_from_json = pydantic_core.from_json
 _EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(core.Event)
 PLAIN: dict[str, agui_plain.Shape] = agui_plain.shapes()
 """The event types folded without the package's validation when an event is plain."""
@@ -84,7 +83,7 @@ class Fold:
         self.count += 1
         raw: dict[str, Any]
         try:
-            raw = _from_json(data)  # wire.parse_json, inline: this runs once per event
+            raw = pydantic_core.from_json(data)  # wire.parse_json inline: once per event
         except ValueError:
             raw = self._json(data)
         kind = raw.get("type") if type(raw) is dict else None
@@ -291,29 +290,26 @@ class Fold:
 
 
 _FOLD_PLAIN: dict[str, Callable[[Fold, dict[str, Any]], object]] = {
-    # Each does what ``Fold._fold`` does with the validated model of the same event.
-    "RUN_STARTED": lambda fold, raw: None,
-    "RUN_FINISHED": lambda fold, raw: fold._finish(raw.get("result"), None),
-    "TEXT_MESSAGE_START": lambda fold, raw: fold._open_text(
-        "text", raw["messageId"], _role_kind(raw.get("role"))
+    # Each does what ``Fold._fold`` does with the validated model of the same event (f: the
+    # fold, e: the event).
+    "RUN_STARTED": lambda f, e: None,
+    "RUN_FINISHED": lambda f, e: f._finish(e.get("result"), None),
+    "TEXT_MESSAGE_START": lambda f, e: f._open_text(
+        "text", e["messageId"], _role_kind(e.get("role"))
     ),
-    "TEXT_MESSAGE_CONTENT": lambda fold, raw: fold._text(
-        "text", raw["messageId"], "assistant"
-    ).parts.append(raw["delta"]),
-    "TEXT_MESSAGE_END": lambda fold, raw: fold._close_text("text", raw["messageId"]),
-    "TOOL_CALL_START": lambda fold, raw: fold._open_call(raw["toolCallId"], raw["toolCallName"]),
-    "TOOL_CALL_ARGS": lambda fold, raw: fold._call(raw["toolCallId"]).parts.append(raw["delta"]),
-    "TOOL_CALL_END": lambda fold, raw: fold._end_call(raw["toolCallId"]),
-    "REASONING_MESSAGE_START": lambda fold, raw: fold._open_text(
-        "reasoning", raw["messageId"], "thinking"
+    "TEXT_MESSAGE_CONTENT": lambda f, e: f._text("text", e["messageId"], "assistant").parts.append(
+        e["delta"]
     ),
-    "REASONING_MESSAGE_CONTENT": lambda fold, raw: fold._text(
-        "reasoning", raw["messageId"], "thinking"
-    ).parts.append(raw["delta"]),
-    "REASONING_MESSAGE_END": lambda fold, raw: fold._close_text("reasoning", raw["messageId"]),
+    "TEXT_MESSAGE_END": lambda f, e: f._close_text("text", e["messageId"]),
+    "TOOL_CALL_START": lambda f, e: f._open_call(e["toolCallId"], e["toolCallName"]),
+    "TOOL_CALL_ARGS": lambda f, e: f._call(e["toolCallId"]).parts.append(e["delta"]),
+    "TOOL_CALL_END": lambda f, e: f._end_call(e["toolCallId"]),
+    "REASONING_MESSAGE_START": lambda f, e: f._open_text("reasoning", e["messageId"], "thinking"),
+    "REASONING_MESSAGE_CONTENT": lambda f, e: f._text(
+        "reasoning", e["messageId"], "thinking"
+    ).parts.append(e["delta"]),
+    "REASONING_MESSAGE_END": lambda f, e: f._close_text("reasoning", e["messageId"]),
 }
-
-
 _NO_USAGE = TokenUsage()  # immutable: one for every run that reported none
 _PLAIN_PATH = {kind: (shape.plain, _FOLD_PLAIN[kind]) for kind, shape in PLAIN.items()}
 
