@@ -39,6 +39,7 @@ from agent_health.ledger.errors import (
     ChainError,
     LedgerError,
     LedgerKeyError,
+    LedgerLogError,
     LedgerTooLarge,
     RecordError,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "Exchange",
     "LedgerError",
     "LedgerKeyError",
+    "LedgerLogError",
     "LedgerReport",
     "LedgerTooLarge",
     "Options",
