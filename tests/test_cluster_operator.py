@@ -370,7 +370,8 @@ async def test_a_fenced_run_gets_one_network_policy_owned_by_it_before_its_first
         assert not any("serviceAccountName" in c["spec"] for c in cells)
         for cell in cells:
             gateway = next(c for c in cell["spec"]["initContainers"] if c["name"] == "gateway")
-            assert "--ledger-log" in gateway["args"] and "--ledger" not in gateway["args"]
+            assert "--ledger-log" in gateway["args"]
+            assert "--ledger" not in gateway["args"]
             assert all(m["name"] != "gateway-sa" for m in gateway["volumeMounts"])
         # Deleting the run collects its policy.
         answer = await k8s.client.delete(f"{RUNS}/triage-nightly")
