@@ -4,8 +4,8 @@ With a ConfigMap ledger a cell's gateway writes its sealed records to its own lo
 (:mod:`agent_health.ledger.podlog`), not to the API server. When the cell's pod has ended the
 operator reads that log (:func:`read`: ``GET pods/NAME/log``, a read), takes the cell's
 records out of it, and hands them to the run's :class:`Collector`, which stores every cell
-handed to it within :data:`DELAY` seconds (or :data:`BATCH_BYTES` of records, whichever
-comes first) in one merge patch of the run's ConfigMap
+handed to it within :data:`DELAY` seconds (or :data:`BATCH_BYTES` of records, or every cell
+the run has going, whichever comes first) in one merge patch of the run's ConfigMap
 (:meth:`~agent_health.ledger.configmap.ConfigMapBackend.store_cells`). So a run's ledger costs
 one write per batch of cells instead of one per cell, and the gateways hold no credential.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agent_health.cluster import kube
 from agent_health.cluster.cells import cellgateway
@@ -61,10 +61,14 @@ class Collector:
         self,
         backend: configmap.ConfigMapBackend,
         *,
+        active: Callable[[], int] | None = None,
         delay: float = DELAY,
         batch_bytes: int = BATCH_BYTES,
     ) -> None:
         self.backend = backend
+        self.active = active
+        """How many of the run's cells are going (its slots in use): once they are all in
+        the batch, no other can join it before it is written, so it is written at once."""
         self.delay = delay
         self.batch_bytes = batch_bytes
         self.writes = 0
@@ -86,7 +90,8 @@ class Collector:
         batch.cells[cell] = lines
         batch.waiters[cell] = waiter
         batch.size += sum(len(line) + 1 for line in lines)
-        if batch.size >= self.batch_bytes:
+        everyone = self.active is not None and len(batch.cells) >= self.active()
+        if batch.size >= self.batch_bytes or everyone:
             self._send()
         elif batch.timer is None:
             batch.timer = asyncio.get_running_loop().call_later(self.delay, self._send)

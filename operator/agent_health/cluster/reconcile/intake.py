@@ -193,7 +193,7 @@ class Intake:
         if ledgerurl.collected(url):
             # The operator stores what the gateways log: they need no identity at all.
             assert isinstance(run.backend, configmap.ConfigMapBackend)
-            run.collector = collector.Collector(run.backend)
+            run.collector = collector.Collector(run.backend, active=lambda: len(run.active))
             settings = dataclasses.replace(settings, gateway_service_account=None)
         run.spec, run.settings = spec, settings
         try:
