@@ -33,6 +33,7 @@ import kubernetes_validate
 import pytest
 from agent_health.cluster import operator, options
 from agent_health.cluster.cells import cellgateway, cellpod, manifests, netpol
+from agent_health.ledger import chain, podlog, records
 from netpol_support import Address, Pod, connects, egress_allowed, ingress_allowed
 from operator_support import NETWORK_POLICIES, Kubelet, cluster, kubelet, listing, until
 from ship_support import NAMESPACE, by_kind, helm, one, render
@@ -313,7 +314,7 @@ async def test_the_cells_gateway_listens_on_loopback_alone_and_its_probe_passes(
         (root / "gateway").mkdir()
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "agent_health.gateway", *args[1:],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
             command = gateway["startupProbe"]["exec"]["command"]
@@ -339,7 +340,16 @@ async def test_the_cells_gateway_listens_on_loopback_alone_and_its_probe_passes(
         finally:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
-                await asyncio.wait_for(process.wait(), 30)
+            assert process.stdout is not None
+            logged = (await process.stdout.read()).decode()
+            await asyncio.wait_for(process.wait(), 30)
+    # Its standard output is its cell's ledger alone, framed: the cell-meta it opened with,
+    # closed by an end frame when it stopped (no cell-end: the cell never ran).
+    cell = args[args.index("--cell") + 1]
+    assert all(line.startswith(f"{podlog.MARKER} ") for line in logged.splitlines()), logged
+    lines = podlog.extract(logged, cell)
+    assert [records.parse_line(line).kind for line in lines] == ["cell-meta"]
+    assert chain.verify(lines, b"k" * 32, complete=False).ok
     routes = [a for a in gateway["args"] if "listen=127.0.0.1:" in a]
     assert len(listening) == len(routes) == 2  # target → peer:logs and peer:logs → target
     assert {address for address, _ in listening} == {"127.0.0.1"}
