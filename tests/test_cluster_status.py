@@ -142,6 +142,33 @@ def test_pass_rate_excludes_errored_and_pass_at_k_matches_the_engine() -> None:
     assert (got.pass_at_k, got.pass_hat_k) == (1.0, 0.5)
 
 
+def of_agent(found: grading.CellGrade, agent: str) -> grading.CellGrade:
+    return found.model_copy(update={"result": found.result.model_copy(update={"agent": agent})})
+
+
+def test_each_agent_of_a_matrix_has_its_score_interval_as_the_engine_bootstraps_it() -> None:
+    clock = Clock()
+    cells = [f"{a}{i}" for a in "xy" for i in range(6)]
+    tally = running_tally(clock, cells)
+    for i in range(6):
+        tally.record(of_agent(grade(f"x{i}", f"t{i}", 0, "passed", 0.6 + 0.05 * i), "x"))
+        tally.record(of_agent(grade(f"y{i}", f"t{i}", 0, "failed", 0.1 * i), "y"))
+    got = {a.name: a for a in tally.status().agents}
+    engine = report.RunReport.build([g.result for g in tally.grades], duration_ms=0).matrix
+    assert engine is not None
+    for name in "xy":
+        interval = engine.summaries[name]["score_interval"]
+        assert got[name].score_interval is not None
+        assert (got[name].score_interval.low, got[name].score_interval.high) == (
+            interval["low"],
+            interval["high"],
+        )
+    x, y = got["x"].score_interval, got["y"].score_interval
+    assert x is not None
+    assert y is not None
+    assert y.high < x.low  # apart: the agents' scores differ beyond their bootstrap noise
+
+
 def test_status_carries_each_rates_interval_and_refreshes_the_bootstrap_sparingly() -> None:
     clock = Clock()
     cells = [f"t{i}" for i in range(10)]

@@ -88,6 +88,7 @@ async def test_the_operator_as_the_chart_grants_it_runs_here_and_is_refused_else
     failed = next(c for c in refused["conditions"] if c["type"] == "Failed")
     assert "forbidden" in failed["message"], failed
     assert f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}" in failed["message"]
+    assert "add team-b to cells.namespaces" in failed["message"], failed  # what to do
     assert not [p for p in k8s.emulator.store.list(
         k8s.emulator.store.kinds[("", "pods")], "team-b", lambda _l: True)]  # fmt: skip
     assert spoken  # the operator spoke as its ServiceAccount throughout

@@ -122,6 +122,9 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
     status = done["status"]
     assert status["phase"] == "Succeeded", e2e.dump(k8s, "peer-1")
     assert status["counts"]["passed"] == 2, status
+    # The example's peer declares its tools, so each passed tool matcher was held to the
+    # calls its gateway recorded, and every claimed call was seen.
+    assert status["counts"]["unverifiedClaims"] == 0, status
     cells = cells_of(k8s, "peer-1")
     assert len(cells) == 2
     key = k8s.ledger_key("peer-1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -171,3 +172,54 @@ async def test_a_write_the_store_refuses_is_counted_as_dropped(tmp_path: Path) -
         "c", lines, KEY, grading.ExpectedCell(test_id="c", repeat=0, run_id="c")
     )
     assert (grade.status, grade.infra) == ("errored", True)
+
+
+class _CountingBackend(filestore.FileBackend):
+    """A file ledger that counts its appends (each one a batch: a thread hop, a store call)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.batches: list[int] = []
+
+    async def append(self, cell: str, lines: Sequence[str]) -> None:
+        self.batches.append(len(lines))
+        await super().append(cell, lines)
+
+
+async def test_exchanges_finishing_one_by_one_share_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls that end on different turns of the loop (a wave of answers) are written in one
+    batch, not one write each; a flush writes what waits at once."""
+    monkeypatch.setattr(recorder, "BATCH_SECONDS", 3600.0)  # only a flush or a full batch
+    backend = _CountingBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY)
+    await rec.open_cell("c", _meta("c"))
+    assert backend.batches == [1]  # the cell-meta
+    for n in range(20):
+        rec.start(None).finish(_seen("c", f"/{n}"))
+        for _ in range(5):  # the drain gets every chance to run
+            await asyncio.sleep(0)
+    assert backend.batches == [1]
+    await rec.append("c", records.CellEnd(status="passed"))
+    assert backend.batches == [1, 20, 1]
+    assert await _kinds(backend, "c") == ["cell-meta", *["exchange"] * 20, "cell-end"]
+    assert rec.recorded == 20
+
+
+async def test_a_full_batch_is_written_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recorder, "BATCH_SECONDS", 3600.0)
+    monkeypatch.setattr(recorder, "BATCH_MAX", 4)
+    backend = _CountingBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY)
+    await rec.open_cell("c", _meta("c"))
+    for n in range(4):
+        rec.start(None).finish(_seen("c", f"/{n}"))
+    for _ in range(2000):  # a condition, generously bounded: no flush is coming
+        if rec.recorded == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert backend.batches == [1, 4]
+    assert rec.recorded == 4

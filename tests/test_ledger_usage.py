@@ -283,3 +283,18 @@ def test_a_gzip_body_of_several_members_is_read_to_its_end() -> None:
     body = gzip.compress(b'{"model": "m", ') + gzip.compress(b'"usage": {"input_tokens": 5}}')
     reader = read(body, [3, 30], "application/json", "gzip")
     assert reader.result() == usage.TokenUsage(input_tokens=5, total_tokens=5, model="m")
+
+
+def test_short_strings_read_in_one_step_agree_with_json_on_odd_bytes() -> None:
+    """Keys and models without escapes are decoded directly; what JSON reads otherwise (a
+    UTF-8-encoded surrogate) or refuses (a raw control character) still goes its way."""
+    surrogate = b'{"model": "a\xed\xa0\x80", "usage": {"input_tokens": 1}}'
+    assert usage.parse(surrogate) == reference(surrogate, stream=False)
+    assert usage.parse(surrogate) == usage.TokenUsage(
+        input_tokens=1, total_tokens=1, model="a\ud800"
+    )
+    control = b'{"usage\x01": {"input_tokens": 2}, "model": "m\x02", "usage": {"input_tokens": 3}}'
+    assert usage.parse(control) == usage.TokenUsage(input_tokens=3, total_tokens=3)
+    for cut in range(1, len(surrogate)):  # every split, so the slow path reads them too
+        assert read(surrogate, [cut]).result() == usage.parse(surrogate)
+        assert read(control, [cut]).result() == usage.parse(control)

@@ -2,10 +2,12 @@
 
 The proxy never waits for the ledger: it takes a :class:`Ticket` when a call arrives and hands
 its :class:`Observation` back when the call is over; a background task per cell seals and
-appends the exchanges in batches. Whoever appends the controller's records (the engine
-in-process, or the controller through the admin listener) calls :meth:`Recorder.append`,
-which first waits for that cell's open tickets, so a cell always reads
-``cell-meta, exchange…, run-result, signal…, cell-end``.
+appends the exchanges in batches: what finishes within :data:`BATCH_SECONDS` of the first
+goes in one write (each write is a thread hop and a store call, which an exchange at a time
+paid per call), or at once when :data:`BATCH_MAX` are waiting or someone flushes. Whoever
+appends the controller's records (the engine in-process, or the controller through the
+admin listener) calls :meth:`Recorder.append`, which first waits for that cell's open
+tickets, so a cell always reads ``cell-meta, exchange…, run-result, signal…, cell-end``.
 
 A cell's exchanges are capped (:class:`Caps`: records and bytes of their lines): the target
 decides how many calls it makes and how long their paths are, and a ledger shared by a
@@ -23,6 +25,7 @@ cell; failing all three it is counted as unrouted and logged, never written to a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,6 +69,8 @@ class Caps:
         return "the cell's share of the ledger (" + ", ".join(parts) + ") is full"
 
 
+BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
+BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
 """What sealing adds to a record's line (``seq``, ``mac``), counted against the byte cap."""
 
@@ -77,6 +82,7 @@ class _Cell:
     pending: list[Observation] = field(default_factory=list)
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
     drain: asyncio.Task[None] | None = None
+    kick: asyncio.Event = field(default_factory=asyncio.Event)  # write the batch now
     ended: bool = False
     exchanges: int = 0
     bytes: int = 0
@@ -204,10 +210,17 @@ class Recorder:
             return
         state = self._cells[ticket.cell]
         state.pending.append(observation)
+        if len(state.pending) >= BATCH_MAX:
+            state.kick.set()
         if state.drain is None or state.drain.done():
             state.drain = asyncio.create_task(self._drain(ticket.cell, state))
 
     async def _drain(self, cell: str, state: _Cell) -> None:
+        if not state.kick.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BATCH_SECONDS):
+                    await state.kick.wait()
+        state.kick.clear()
         while state.pending:
             batch, state.pending = state.pending, []
             exchanges = self._within_caps(state, [exchange(o) for o in batch])
@@ -267,6 +280,7 @@ class Recorder:
             _, late = await asyncio.wait(set(state.inflight), timeout=wait)
             if late:
                 log.warning("cell %s: %d exchanges still open after %ss", cell, len(late), wait)
+        state.kick.set()
         while state.drain is not None and not state.drain.done():
             await asyncio.shield(state.drain)
 
@@ -317,22 +331,5 @@ class Recorder:
 
 
 def exchange(observation: Observation) -> records.Exchange:
-    """The ``exchange`` record of an observation."""
-    o = observation
-    return records.Exchange(
-        principal=o.principal,
-        evidence=o.evidence,
-        upstream=o.upstream,
-        run_id=o.run_id,
-        method=o.method,
-        path=o.path,
-        status=o.status,
-        started_at=o.started_at,
-        ended_at=o.ended_at,
-        request_bytes=o.request_bytes,
-        response_bytes=o.response_bytes,
-        request_sha256=o.request_sha256,
-        response_sha256=o.response_sha256,
-        usage=o.usage,
-        error=o.error,
-    )
+    """The ``exchange`` record of an observation (their fields are the same)."""
+    return records.Exchange(**vars(observation))

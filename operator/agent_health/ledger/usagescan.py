@@ -51,6 +51,11 @@ _SCALAR = re.compile(rb'[^ \t\r\n,:\[\]{}"]*+')
 # strings included, in one pass of the regex engine (possessive, so it never backtracks).
 _SKIP = re.compile(rb'(?:[^"\[\]{}]++|"(?:[^"\\]++|\\.)*+")*+', re.DOTALL)
 _INT = re.compile(rb"[0-9]+")
+# A string without escapes or control characters is its own UTF-8 text: decoded directly,
+# it is what json.loads gives, at a tenth of the cost (every key of a read object is one).
+_PLAIN = re.compile(rb"[^\\\x00-\x1f]*+")
+# A whole string of at most MAX_VALUE bytes with neither escapes nor control characters.
+_SHORT_STRING = re.compile(rb'"([^"\\\x00-\x1f]{0,%d}+)"' % MAX_VALUE)
 _CLOSER = {ord("{"): ord("}"), ord("["): ord("]")}
 
 _ROOT, _HOLDER, _USAGE = 0, 1, 2
@@ -120,6 +125,11 @@ class Scanner:
             self.failed = True  # something after the root object
             return i
         if c == 0x22:  # "
+            if not skipping and self._frames:
+                whole = _SHORT_STRING.match(data, i)
+                if whole is not None:  # the common case, read in one step
+                    self._short_string(whole.group(1))
+                    return whole.end()
             self._begin_string(skipping)
             return i + 1
         if c in b"{[":
@@ -142,6 +152,18 @@ class Scanner:
         return i
 
     # -- strings ---------------------------------------------------------------------------
+
+    def _short_string(self, raw: bytes) -> None:
+        """A whole string of a read object, in this piece, with no escape (what
+        :meth:`_begin_string` … :meth:`_end_string` do, in one step)."""
+        frame = self._frames[-1]
+        if frame.expect_key:
+            frame.key = _text(raw) if len(raw) <= MAX_KEY else None
+            frame.expect_key = False
+        elif frame.role != _USAGE and frame.key == MODEL_KEY:
+            text = _text(raw)  # at most MAX_VALUE bytes: _SHORT_STRING's bound
+            if text is not None:
+                frame.kept[MODEL_KEY] = text
 
     def _begin_string(self, skipping: bool) -> None:
         self._in_string, self._escape, self._string_over = True, False, False
@@ -257,9 +279,14 @@ def _child_role(parent: int, key: str | None) -> int | None:
     return None
 
 
-def _text(raw: bytearray, *, cut: bool = False) -> str | None:
+def _text(raw: bytes | bytearray, *, cut: bool = False) -> str | None:
     """A kept JSON string's text (its escapes undone); a cut one loses a broken last escape."""
     data = bytes(raw)
+    if _PLAIN.fullmatch(data):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # a cut one may end inside a character; and JSON passes surrogates
     for trim in range(8 if cut else 1):
         try:
             value = json.loads(b'"' + data[: len(data) - trim] + b'"')

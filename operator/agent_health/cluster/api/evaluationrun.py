@@ -192,6 +192,11 @@ class AgentSummary(meta.Model):
     pass_rate: Fraction | None = None
     pass_rate_interval: Interval | None = None
     score: Fraction | None = None
+    score_interval: Interval | None = pydantic.Field(
+        default=None,
+        description="95% bootstrap interval of this agent's score over its tests; refreshed "
+        "as sparingly as the run's scoreInterval.",
+    )
     pass_at_k: Fraction | None = None
 
 

@@ -42,6 +42,7 @@ from agent_health.cluster.reconcile import (
     listing,
     plan,
     reactions,
+    refusals,
     secretrefs,
     specs,
 )
@@ -122,6 +123,7 @@ class Intake:
         after a backoff, at most :data:`MAX_ATTEMPTS` times; then the run fails."""
         attempt = self.failures[run.uid] = self.failures.get(run.uid, 0) + 1
         why = f"{type(err).__name__}: {err}"
+        why += refusals.advice(err, run.ref.namespace)
         if run.tally.phase in status_mod.TERMINAL:
             self.failures.pop(run.uid, None)
             return

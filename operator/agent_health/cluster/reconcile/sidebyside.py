@@ -7,7 +7,7 @@ matrix`), so a cluster run and ``agent-health run --agent a --agent b`` say the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_health.cluster.api import evaluationrun
@@ -15,10 +15,16 @@ from agent_health.cluster.grading import grading
 from agent_health.engine import matrix
 
 
-def agents(found: matrix.Matrix | None) -> list[evaluationrun.AgentSummary]:
-    """Each agent's tally over its own cells."""
+def agents(
+    found: matrix.Matrix | None,
+    score_intervals: Mapping[str, evaluationrun.Interval | None] | None = None,
+) -> list[evaluationrun.AgentSummary]:
+    """Each agent's tally over its own cells; ``score_intervals`` are the bootstrap intervals
+    of their scores as last refreshed (:func:`score_intervals`), kept apart because the
+    bootstrap is redone sparingly while the tallies follow every grade."""
     if found is None:
         return []
+    kept = score_intervals or {}
     return [
         evaluationrun.AgentSummary(
             name=name,
@@ -29,10 +35,18 @@ def agents(found: matrix.Matrix | None) -> list[evaluationrun.AgentSummary]:
             pass_rate=summary.get("pass_rate"),
             pass_rate_interval=_bounds(summary.get("pass_rate_interval")),
             score=summary.get("score"),
+            score_interval=kept.get(name) if summary.get("score") is not None else None,
             pass_at_k=summary.get("pass_at_k"),
         )
         for name, summary in found.summaries.items()
     ]
+
+
+def score_intervals(found: matrix.Matrix | None) -> dict[str, evaluationrun.Interval | None]:
+    """Each agent's bootstrap interval of its score, from a matrix built with the bootstrap."""
+    if found is None:
+        return {}
+    return {name: _bounds(s.get("score_interval")) for name, s in found.summaries.items()}
 
 
 def pairs(found: matrix.Matrix | None) -> list[evaluationrun.AgentPair]:

@@ -37,7 +37,7 @@ import kopf
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
 from agent_health.cluster.cells import admission, discovery, ledgerurl, manifests, netpol
-from agent_health.cluster.reconcile import events, listing
+from agent_health.cluster.reconcile import events, listing, refusals
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
 
@@ -128,6 +128,7 @@ class SpecReconciler:
         except Exception as err:
             attempt = self.failures[key] = self.failures.get(key, 0) + 1
             why = f"{type(err).__name__}: {err}"
+            why += refusals.advice(err, namespace)
             if attempt >= MAX_ATTEMPTS:
                 del self.failures[key]
                 message = f"the operator could not resolve the RunSpec ({attempt} attempts): {why}"

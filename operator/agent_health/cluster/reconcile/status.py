@@ -116,6 +116,7 @@ class RunTally:
             tuple[report.Summary, list[evaluationrun.TestSummary], matrix.Matrix | None] | None
         ) = None
         self._score_interval: evaluationrun.Interval | None = None
+        self._agent_score_intervals: dict[str, evaluationrun.Interval | None] = {}
         self._bootstrapped_at: datetime.datetime | None = None
         self.phase: Phase | None = previous.phase if previous else None
         self.conditions: list[meta.Condition] = list(previous.conditions) if previous else []
@@ -262,6 +263,7 @@ class RunTally:
             )
             if due:
                 self._score_interval = _interval(built.summary.score_interval)
+                self._agent_score_intervals = sidebyside.score_intervals(built.matrix)
                 self._bootstrapped_at = now
             self._aggregates = (built.summary, self.test_summaries(), built.matrix)
         summary, tests, side_by_side = self._aggregates
@@ -283,7 +285,7 @@ class RunTally:
             pass_hat_k_interval=_interval(summary.pass_hat_k_interval),
             tests=tests,
             budget=spent,
-            agents=sidebyside.agents(side_by_side),
+            agents=sidebyside.agents(side_by_side, self._agent_score_intervals),
             pairs=sidebyside.pairs(side_by_side),
             conditions=self.conditions,
             start_time=self.start_time,
