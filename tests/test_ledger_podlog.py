@@ -7,7 +7,8 @@ import io
 import logging
 
 import pytest
-from agent_health.gateway import command, recorder
+from agent_health.gateway import command, config, recorder
+from agent_health.gateway import errors as gateway_errors
 from agent_health.ledger import chain, errors, podlog, records
 from gateway_support import KEY
 
@@ -87,3 +88,10 @@ def test_a_diagnostic_cannot_start_a_frame() -> None:
     assert "\r" not in text
     with pytest.raises(errors.LedgerLogError, match="holds no ledger record"):
         podlog.extract(text + "\n", "cell-a")
+
+
+def test_a_logging_gateway_names_no_store() -> None:
+    route = config.parse_route("principal=controller,listen=127.0.0.1:0,upstream=http://x:9")
+    with pytest.raises(gateway_errors.GatewayConfigError, match="no ledger_url or spool"):
+        config.build({"routes": [route], "ledger_log": True, "ledger_url": "file:///tmp/x"})
+    assert config.build({"routes": [route], "ledger_log": True}).ledger_log

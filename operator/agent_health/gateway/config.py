@@ -135,10 +135,8 @@ class Settings(BaseModel):
     ledger_url: str | None = Field(default=None, description="where exchanges go; None: nowhere")
     ledger_log: bool = Field(
         default=False,
-        description="write the sealed records to standard output, framed "
-        "(agent_health.ledger.podlog), instead of to a ledger store: the operator collects "
-        "them from the container's log into a ConfigMap ledger; the gateway needs no API "
-        "credential",
+        description="sealed records to standard output, framed (ledger.podlog), not to a store: "
+        "the operator collects them from the log into a ConfigMap ledger",
     )
     key_file: str | None = Field(
         default=None, description="HMAC key file; default $AGENT_HEALTH_LEDGER_KEY"
@@ -242,9 +240,7 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _one_ledger(self) -> Settings:
         if self.ledger_log and (self.ledger_url is not None or self.spool is not None):
-            raise ValueError(
-                "ledger_log: the records go to standard output; give no ledger_url or spool"
-            )
+            raise ValueError("ledger_log: records go to standard output; no ledger_url or spool")
         return self
 
     @model_validator(mode="after")

@@ -28,7 +28,7 @@ import json
 import os
 import re
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,39 +88,30 @@ class ConfigMapBackend:
         if not lines:
             return
         text = "".join(f"{line}\n" for line in lines)
-        async with self._lock:
-            for attempt in range(MAX_ATTEMPTS):
-                current = await self._get()
-                data = await asyncio.to_thread(self._compose, current, cell, text)
-                if await self._store(current, data):
-                    return
-                await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
-        raise errors.BackendError(
-            f"ledger {self.url}: gave up after {MAX_ATTEMPTS} attempts: the ConfigMap was "
-            "deleted or created by someone else each time; check who else writes it"
-        )
+        await self._update(lambda current: self._compose(current, cell, text))
 
     async def store_cells(self, batch: Mapping[str, Sequence[str]]) -> None:
-        """Write whole cells, many in one merge patch (the operator collects a run's cells
-        from their gateways' logs and stores them together: one write for many cells).
+        """Write whole cells, many in one merge patch (the operator stores a run's cells,
+        collected from their gateways' logs, together: one write for many cells).
 
-        Each cell of ``batch`` is new to the ConfigMap, or already holds exactly these lines
-        (stored before an operator restart: left as it is, so storing again is harmless). A
-        cell that holds other lines is a :class:`~agent_health.ledger.errors.BackendError`
-        and nothing of the batch is written; so is a batch over the size limit
-        (:class:`~agent_health.ledger.errors.LedgerTooLarge`).
+        A cell already there with exactly these lines (stored before an operator restart) is
+        left as it is; one with other lines is a :class:`~.errors.BackendError`, and a batch
+        over the size limit :class:`~.errors.LedgerTooLarge`: then nothing is written.
         """
         texts = {
             store.check_cell(cell): "".join(f"{line}\n" for line in lines)
             for cell, lines in batch.items()
             if lines
         }
-        if not texts:
-            return
+        if texts:
+            await self._update(lambda current: self._compose_cells(current, texts))
+
+    async def _update(self, compose: Callable[[ConfigMap | None], dict[str, str]]) -> None:
+        """Read the ConfigMap, ``compose`` its new ``binaryData``, write the change."""
         async with self._lock:
             for attempt in range(MAX_ATTEMPTS):
                 current = await self._get()
-                data = await asyncio.to_thread(self._compose_cells, current, texts)
+                data = await asyncio.to_thread(compose, current)
                 if await self._store(current, data):
                     return
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
@@ -159,7 +150,7 @@ class ConfigMapBackend:
         return data
 
     def _compose_cells(self, current: ConfigMap | None, texts: Mapping[str, str]) -> dict[str, str]:
-        """The new ``binaryData`` with each whole cell of ``texts`` in it (see store_cells)."""
+        """The new ``binaryData`` with each whole cell of ``texts`` (see :meth:`store_cells`)."""
         data = dict((current or {}).get("binaryData") or {})
         for cell, text in texts.items():
             if _chunk_indexes(data, cell):
