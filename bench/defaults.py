@@ -13,6 +13,9 @@ ours (defaults)                                     baseline in the same run    
 a hanging agent, ``--timeout 2``                    the same run with ``--no-ledger``     <= 1.2
 ==================================================  ====================================  ======
 
+Each command runs with bytecode caching allowed, as users run it: ``PYTHONDONTWRITEBYTECODE``
+is taken out of its environment and the unmeasured warm-up round writes the caches.
+
 The verdict is on wall time (what a user waits for). The CPU time of each command (user +
 system, from ``wait4``) is printed too: on a machine shared with other work it moves much
 less than wall time, so it tells a real change from a noisy round. ``--no-ledger`` runs are

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from agent_health import connectors
-from agent_health.connectors import agui, errors
+from agent_health.connectors import agui, errors, transport
 from aiohttp import web
 from loopback import event, open_sse, request, run_finished, run_started, serving, sse_handler
 
@@ -353,3 +353,119 @@ def test_the_posted_body_is_the_run_agent_input_in_wire_form() -> None:
     assert json.loads(bare.body(request())) == json.loads(
         bare.run_input(request()).model_dump_json(by_alias=True)
     )
+
+
+# -- the event stream's edges, each split at every byte ------------------------------------
+
+EDGES = (
+    "\ufeff: a comment before anything\r\n"
+    "retry: 1000\r\n"
+    "\r\n"
+    'data: {"type": "RUN_STARTED", "threadId": "run-1", "runId": "run-1"}\r\n'
+    "\r\n"
+    "data:\n"
+    "\n"  # an empty keep-alive event: skipped, not an event
+    "event: message\n"
+    "id: 1\n"
+    'data: {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}\n'
+    "\n"
+    ": a comment between events\n"
+    'data: {"type": "TEXT_MESSAGE_CONTENT",\r'
+    'data:  "messageId": "m",\r'
+    'data:  "delta": "caf\u00e9 \u2713 "}\r'  # one event in three data lines, CR line ends
+    "\r"
+    'data: {"type": "SOMETHING_FROM_THE_FUTURE", "x": [1]}\n'
+    "\n"
+    'data: {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "done"}\n'
+    "\n"
+    'data: {"type": "TEXT_MESSAGE_END", "messageId": "m"}\n'
+    "\n"
+    'data: {"type": "RUN_FINISHED", "threadId": "run-1", "runId": "run-1"}\n'
+    "\n"
+).encode()
+
+
+def chunked(stream: bytes, size: int) -> list[bytes]:
+    return [stream[i : i + size] for i in range(0, len(stream), size)]
+
+
+async def run_through(chunks: list[bytes], **kwargs: Any) -> connectors.AgentReply:
+    """Run the connector against a transport that answers ``chunks`` as the body's reads."""
+
+    def answer(req: transport.Request) -> transport.MockResponse:
+        return transport.MockResponse(200, chunks, {"content-type": "text/event-stream"})
+
+    spec = connectors.ConnectorSpec(connector="agui", url="http://agent.invalid/agui")
+    conn = agui.AguiConnector(spec, transport=transport.MockTransport(answer), **kwargs)
+    try:
+        return await conn.run(request())
+    finally:
+        await conn.aclose()
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, len(EDGES)])
+async def test_a_stream_split_anywhere_folds_the_same(size: int) -> None:
+    """CRLF, CR and LF line ends, comments, a byte order mark, an empty event, an event in
+    three ``data`` lines, an unknown type and UTF-8 split inside a character, in every
+    chunking."""
+    reply = await run_through(chunked(EDGES, size))
+    assert reply.output == "café ✓ done"
+    assert [s.model_dump(exclude_none=True) for s in reply.trajectory] == [
+        {"type": "assistant", "content": "café ✓ done"}
+    ]
+    assert reply.model_extra is not None
+    assert [e["type"] for e in reply.model_extra["events"]] == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "SOMETHING_FROM_THE_FUTURE",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+
+
+async def test_an_event_split_across_writes_on_a_real_connection() -> None:
+    pieces = [EDGES[i : i + 50] for i in range(0, len(EDGES), 50)]
+
+    async def handler(req: web.Request) -> web.StreamResponse:
+        response = await open_sse(req)
+        for piece in pieces:
+            await response.write(piece)
+            await asyncio.sleep(0)  # a write per piece, so reads end mid-event
+        await response.write_eof()
+        return response
+
+    async with serving(handler) as url:
+        reply = await run(url)
+    assert reply.output == "café ✓ done"
+
+
+async def test_run_error_mid_stream_after_content() -> None:
+    seen: list[str] = []
+    frames = [
+        run_started(),
+        event("TEXT_MESSAGE_START", messageId="m", role="assistant"),
+        event("TEXT_MESSAGE_CONTENT", messageId="m", delta="half an ans"),
+        event("RUN_ERROR", message="model overloaded", code="529"),
+        run_finished(),
+    ]
+    with pytest.raises(errors.AgentRunFailed, match=r"RUN_ERROR \[529\]: model overloaded"):
+        await run_through(chunked(b"".join(frames), 5), on_event=lambda e: seen.append(e["type"]))
+    assert seen == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"]
+
+
+async def test_a_last_event_without_its_blank_line_is_not_dispatched() -> None:
+    """The stream ends inside RUN_FINISHED's event (no blank line after it): per the SSE
+    rules the event never happened, so the run did not finish."""
+    stream = run_started() + run_finished().rstrip(b"\n") + b"\n"
+    with pytest.raises(errors.AgentStreamIncomplete, match="after 1 events without RUN_FINISHED"):
+        await run_through(chunked(stream, 9))
+
+
+async def test_a_malformed_event_split_across_chunks_names_its_number() -> None:
+    stream = run_started() + b'data: {"type": "TOOL_CALL_START",\ndata: "toolCallId": 3}\n\n'
+    with pytest.raises(
+        errors.AgentProtocolError, match=r"malformed TOOL_CALL_START event \(#2\): toolCallId"
+    ):
+        await run_through(chunked(stream, 4))

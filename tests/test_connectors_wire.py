@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -198,3 +199,29 @@ async def test_a_custom_connector_is_not_handed_the_observer() -> None:
     conn = connectors.create(spec, {"mine": factory}, observe=lambda _o: None)
     assert made == [spec]
     await conn.aclose()
+
+
+JSON_EDGES = [
+    '{"a": NaN, "b": Infinity, "c": -Infinity}',
+    '{"a": 1e400, "b": 1E-400, "c": -0.0, "d": 0.1}',
+    '{"a": 123456789012345678901234567890}',
+    '{"a": "\\ud800"}',  # a lone surrogate: json takes it, pydantic-core does not
+    '{"a": 1, "a": 2, "b": 3}',
+    ' ["\\u00e9", "\\/", null, true] ',
+]
+
+
+@pytest.mark.parametrize("text", JSON_EDGES)
+def test_json_is_read_as_json_reads_it(text: str) -> None:
+    expected = repr(json.loads(text))  # repr: NaN is not equal to itself
+    assert repr(wire.parse_json(text)) == expected
+    assert repr(wire.parse_json(text.encode())) == expected
+    assert repr(wire.parse_json(text.encode("utf-16"))) == expected  # json detects UTF-16
+
+
+@pytest.mark.parametrize("text", ['{"a": 1', '{"a": "\x01"}', "[1,]", '{"a": 1}x', "\ufeff{}"])
+def test_what_json_refuses_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - json's own error type, whatever its words
+        json.loads(text)
+    with pytest.raises(ValueError):  # noqa: PT011
+        wire.parse_json(text)

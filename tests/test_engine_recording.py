@@ -355,7 +355,10 @@ def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut()
         duration_ms=42.5,
         raw={"model": "gpt-x", "finish": ["stop"]},
     )
-    record = runrecord.run_record(run)
+    # The record is built as JSON; it validates as the ledger's RunResultRecord.
+    at = "2026-01-02T03:04:05Z"
+    record = records.parse_object(runrecord.run_record(run, at))
+    assert isinstance(record, records.RunResultRecord)
     assert record.raw == {"model": "gpt-x", "finish": ["stop"]}  # what the price table reads
     assert record.truncated is None
     assert (record.output, record.duration_ms, record.prompt) == (run.output, 42.5, "Diagnose")
@@ -370,7 +373,8 @@ def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut()
             "raw": {"blob": "z" * runrecord.RECORD_RAW_CHARS},
         }
     )
-    cut = runrecord.run_record(big)
+    cut = records.parse_object(runrecord.run_record(big, at))
+    assert isinstance(cut, records.RunResultRecord)
     assert cut.truncated == ["output", f"trajectory[{runrecord.RECORD_STEPS}:]", "raw"]
     assert len(cut.trajectory) == runrecord.RECORD_STEPS
     assert cut.raw is None
@@ -378,5 +382,5 @@ def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut()
     line = records.dump_line(cut)  # the late fields are written only when set
     assert '"truncated":' in line
     assert '"raw"' not in records.dump_line(
-        runrecord.run_record(big.model_copy(update={"raw": {}}))
+        records.parse_object(runrecord.run_record(big.model_copy(update={"raw": {}}), at))
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 KEY = b"k" * 32
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 OTHER_KEY = b"x" * 32
 
 
@@ -304,3 +306,28 @@ def test_a_record_that_holds_the_sealers_placeholder_is_sealed_the_long_way() ->
     lines = [by_line.line(item) for item in items]
     assert lines == [records.dump_line(by_record.seal(item)) for item in items]
     assert chain.verify(lines, key).ok
+
+
+def test_a_keyed_mac_is_hmac_sha256_of_its_parts_and_keeps_no_state_between_calls() -> None:
+    import hashlib
+    import hmac
+
+    mac = chain.Mac(KEY)
+    for parts in ([b"a", b"bc"], [b""], [chain.GENESIS.encode(), b'{"k":1}']):
+        assert mac.hex(*parts) == hmac.new(KEY, b"".join(parts), hashlib.sha256).hexdigest()
+    assert mac.hex(b"abc") == mac.hex(b"abc")
+
+
+def test_forked_sealers_chain_alike_and_apart() -> None:
+    """Cells sealed from forks of one sealer (a local run's) are each their own chain."""
+    template = chain.Sealer(KEY)
+    lines = {}
+    for cell in ("a", "b"):
+        sealer = template.fork()
+        meta = records.CellMeta(test_id=cell, repeat=0, run_id=cell, time=T0, started_at=T0)
+        end = records.CellEnd(status="passed", time=T0)
+        lines[cell] = [sealer.line(meta), sealer.line(end)]
+        fresh = chain.Sealer(KEY)
+        assert lines[cell] == [fresh.line(meta), fresh.line(end)]
+        assert chain.verify(lines[cell], KEY).ok
+    assert template.next_seq == 0

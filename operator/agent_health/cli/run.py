@@ -155,6 +155,7 @@ def add_commands(sub: Any) -> None:
 
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
+    import concurrent.futures
 
     from agent_health.engine import loader, provenance, reporters, select, uncertainty
     from agent_health.engine.report import RunReport
@@ -213,6 +214,11 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         )
     list_lines = any(kind == "list" for kind, _ in outputs)
     started_at = datetime.now(UTC)
+    # git (the suite's commit and whether it is dirty) runs beside the tests, not after them:
+    # the state of the suite the run started from, at no cost to the run's length.
+    git = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="git-state")
+    git_state = git.submit(provenance.git_state, paths)
+    git.shutdown(wait=False)
 
     outcome, hints, recorded, asked = asyncio.run(
         _execute(
@@ -248,6 +254,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         ledger=recorded.url if recorded is not None else None,
         started_at=started_at,
         ended_at=datetime.now(UTC),
+        git=git_state.result(),
     )
     if recording is not None:
         what_ran = what_ran.model_copy(update={"replay": recording.ledger})
@@ -472,6 +479,7 @@ async def _execute(
             dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
             for name, caller in zip(names, callers, strict=True)
         ] if len(names) > 1 else []  # fmt: skip
+        runner.ready()
         with terminal.LiveProgress(
             console,
             len(session.plan(cases, args.repeat)) * max(1, len(matrix)),

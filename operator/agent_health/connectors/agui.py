@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pydantic_core
 from ag_ui import core
 
 from agent_health.connectors import agui_fold, errors, sse, wire
@@ -106,22 +107,20 @@ class AguiConnector:
             "context": [{"description": c.description, "value": c.value} for c in request.context],
             "forwardedProps": {**self._forwarded, "env": request.env, **request.provisioning()},
         }
-        return json.dumps(payload, separators=(",", ":")).encode()
+        return pydantic_core.to_json(payload)  # compact, UTF-8; json.dumps takes 5x as long
 
     async def run(self, request: AgentRequest) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)
         body = self.body(request)
-        fold = agui_fold.Fold(self.url)
-        events: list[dict[str, Any]] = []
-        async with self._http.exchange(request, self.url, body, _SSE, timeout) as response:
-            if not 200 <= response.status < 300:
-                wire.ensure_success(response.status, await response.read(), self.url)
-            await self._read(response, fold, events)
+        fold, events = await self._http.call(request, self.url, body, _SSE, timeout, self._read)
         return AgentReply.model_validate({**fold.reply_fields(), "events": events})
 
-    async def _read(
-        self, response: http.Response, fold: agui_fold.Fold, events: list[dict[str, Any]]
-    ) -> None:
+    async def _read(self, response: http.Response) -> tuple[agui_fold.Fold, list[dict[str, Any]]]:
+        """Fold the answer's events up to RUN_FINISHED; the fold and the events as read."""
+        if not 200 <= response.status < 300:
+            wire.ensure_success(response.status, await response.read(), self.url)
+        fold = agui_fold.Fold(self.url)
+        events: list[dict[str, Any]] = []
         content_type = response.headers.get("content-type") or "none"
         if "text/event-stream" not in content_type.partition(";")[0]:
             raise errors.AgentProtocolError(
@@ -141,7 +140,7 @@ class AguiConnector:
                         if inspect.isawaitable(outcome):
                             await outcome
                     if fold.finished:
-                        return  # anything after RUN_FINISHED belongs to no run
+                        return fold, events  # anything after RUN_FINISHED belongs to no run
         except errors.AgentUnreachable as err:
             raise errors.AgentStreamIncomplete(
                 f"agent at {self.url} cut its AG-UI stream after {fold.count} events, "

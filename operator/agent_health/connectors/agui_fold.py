@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
 from ag_ui import core
 
-from agent_health.connectors import errors
+from agent_health.connectors import agui_plain, errors, wire
 from agent_health.connectors.protocol import Step, StepType, TokenUsage
 
 KNOWN_TYPES = frozenset(e.value for e in core.EventType)
@@ -36,6 +37,8 @@ _CHUNKS = {
     "TOOL_CALL_CHUNK": "tool",
 }
 _EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(core.Event)
+PLAIN: dict[str, agui_plain.Shape] = agui_plain.shapes()
+"""The event types folded without the package's validation when an event is plain."""
 
 
 @dataclass
@@ -56,8 +59,10 @@ class _Call:
 class Fold:
     """Feed events in stream order with :meth:`feed`; read :meth:`reply_fields` at the end."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, plain: bool = True) -> None:
+        """``plain=False`` validates every event through the package's models (to compare)."""
         self.url = url
+        self._plain = _PLAIN_PATH if plain else {}
         self.count = 0
         self.finished = False
         self._slots: list[Step | None] = []
@@ -76,7 +81,7 @@ class Fold:
         """Fold one SSE ``data`` field; return the event as a dict. Raises on RUN_ERROR."""
         self.count += 1
         try:
-            raw = json.loads(data)
+            raw = wire.parse_json(data)
         except ValueError as err:
             raise errors.AgentProtocolError(
                 f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON: "
@@ -88,8 +93,12 @@ class Fold:
                 f"{data[:120]!r}"
             )
         kind = raw["type"]
-        self._close_chunk_unless(kind, raw)
-        if kind in LEGACY_THINKING:
+        if self._chunk is not None:
+            self._close_chunk_unless(kind, raw)
+        plain = self._plain.get(kind)
+        if plain is not None and plain[0](raw):
+            plain[1](self, raw)  # what the model would hold, read from the event
+        elif kind in LEGACY_THINKING:
             self._legacy_thinking(kind, raw)
         elif kind in KNOWN_TYPES:
             try:
@@ -142,15 +151,7 @@ class Fold:
             case core.ToolCallResultEvent():
                 self._tool_result(event)
             case core.RunFinishedEvent(result=result, usage=usage):
-                self.finished = True
-                self._result = result
-                self._usage = (
-                    _sum_usage(usage)
-                    or TokenUsage.from_counts(
-                        result.get("token_usage") if isinstance(result, dict) else None
-                    )
-                    or self._usage
-                )
+                self._finish(result, _sum_usage(usage))
             case core.RunErrorEvent(message=message, code=code):
                 raise errors.AgentRunFailed(
                     f"agent at {self.url} reported RUN_ERROR"
@@ -159,6 +160,17 @@ class Fold:
                 )
             case core.CustomEvent(name=name, value=value) if name in ("token_usage", "usage"):
                 self._usage = TokenUsage.from_counts(value) or self._usage
+
+    def _finish(self, result: Any, usage: TokenUsage | None) -> None:
+        self.finished = True
+        self._result = result
+        self._usage = (
+            usage
+            or TokenUsage.from_counts(
+                result.get("token_usage") if isinstance(result, dict) else None
+            )
+            or self._usage
+        )
 
     def _legacy_thinking(self, kind: str, raw: dict[str, Any]) -> None:
         if kind == "THINKING_TEXT_MESSAGE_START":
@@ -267,6 +279,33 @@ class Fold:
             "trajectory": tuple(s for s in self._slots if s is not None),
             "token_usage": self._usage or TokenUsage(),
         }
+
+
+_FOLD_PLAIN: dict[str, Callable[[Fold, dict[str, Any]], object]] = {
+    # Each does what ``Fold._fold`` does with the validated model of the same event.
+    "RUN_STARTED": lambda fold, raw: None,
+    "RUN_FINISHED": lambda fold, raw: fold._finish(raw.get("result"), None),
+    "TEXT_MESSAGE_START": lambda fold, raw: fold._open_text(
+        "text", raw["messageId"], _role_kind(raw.get("role"))
+    ),
+    "TEXT_MESSAGE_CONTENT": lambda fold, raw: fold._text(
+        "text", raw["messageId"], "assistant"
+    ).parts.append(raw["delta"]),
+    "TEXT_MESSAGE_END": lambda fold, raw: fold._close_text("text", raw["messageId"]),
+    "TOOL_CALL_START": lambda fold, raw: fold._open_call(raw["toolCallId"], raw["toolCallName"]),
+    "TOOL_CALL_ARGS": lambda fold, raw: fold._call(raw["toolCallId"]).parts.append(raw["delta"]),
+    "TOOL_CALL_END": lambda fold, raw: fold._end_call(raw["toolCallId"]),
+    "REASONING_MESSAGE_START": lambda fold, raw: fold._open_text(
+        "reasoning", raw["messageId"], "thinking"
+    ),
+    "REASONING_MESSAGE_CONTENT": lambda fold, raw: fold._text(
+        "reasoning", raw["messageId"], "thinking"
+    ).parts.append(raw["delta"]),
+    "REASONING_MESSAGE_END": lambda fold, raw: fold._close_text("reasoning", raw["messageId"]),
+}
+
+
+_PLAIN_PATH = {kind: (shape.plain, _FOLD_PLAIN[kind]) for kind, shape in PLAIN.items()}
 
 
 def _role_kind(role: str | None) -> StepType | None:

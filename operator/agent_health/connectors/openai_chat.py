@@ -23,6 +23,8 @@ import json
 import os
 from typing import Any
 
+import pydantic_core
+
 from agent_health.connectors import errors, wire
 from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
@@ -70,12 +72,13 @@ class OpenAIChatConnector:
         return {**body, **self.spec.options.get("extra_body", {})}
 
     async def run(self, request: AgentRequest) -> AgentReply:
-        body = json.dumps(self.body(request)).encode()
+        body = pydantic_core.to_json(self.body(request))  # compact UTF-8, 5x json.dumps' speed
         headers = {"content-type": "application/json", **self._auth}
         timeout = wire.timeout_of(request, self.spec)
-        async with self._http.exchange(request, self.url, body, headers, timeout) as response:
-            data = await response.read()
-        wire.ensure_success(response.status, data, self.url)
+        status, data = await self._http.call(
+            request, self.url, body, headers, timeout, wire.read_all
+        )
+        wire.ensure_success(status, data, self.url)
         return self.reply(wire.json_body(data, self.url))
 
     def reply(self, body: Any) -> AgentReply:

@@ -156,6 +156,8 @@ class AgentRequest(BaseModel):
     def provisioning(self) -> dict[str, Any]:
         """What a connector without a body of its own forwards: ``provisioned`` and
         ``files`` (as JSON data), each only when given."""
+        if not self.files and not self.provisioned:
+            return {}  # the usual case, without the serializer (once per agent call)
         return self.model_dump(mode="json", include={"provisioned", "files"} - self._unset())
 
 

@@ -30,9 +30,8 @@ class RestConnector:
     async def run(self, request: AgentRequest) -> AgentReply:
         body = request.wire_json().encode()
         timeout = wire.timeout_of(request, self.spec)
-        async with self._http.exchange(request, self.url, body, _JSON, timeout) as response:
-            data = await response.read()
-        wire.ensure_success(response.status, data, self.url)
+        status, data = await self._http.call(request, self.url, body, _JSON, timeout, wire.read_all)
+        wire.ensure_success(status, data, self.url)
         body = wire.json_body(data, self.url)
         wire.require_output(body, f"agent at {self.url}")
         try:

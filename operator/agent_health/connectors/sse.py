@@ -18,12 +18,11 @@ more, as the specification says.
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One dispatched event."""
+class Event(NamedTuple):
+    """One dispatched event (a tuple: one is made per event of every AG-UI call)."""
 
     data: str
     event: str = "message"
@@ -51,21 +50,32 @@ class Decoder:
             text = text.removeprefix("\ufeff")  # a byte order mark is not part of the stream
         if self._after_cr and text.startswith("\n"):
             text = text[1:]
-        self._after_cr = text.endswith("\r")
-        lines = (self._pending + text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        if "\r" in text:
+            self._after_cr = text.endswith("\r")
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        else:
+            self._after_cr = False
+        lines = (self._pending + text).split("\n") if self._pending else text.split("\n")
         self._pending = lines.pop()
         events: list[Event] = []
+        data = self._data
+        # One loop over the chunk's lines with the common cases inline (a ``data:`` line, the
+        # blank line that dispatches): a method call per line cost more than the parsing.
         for line in lines:
-            event = self._line(line)
-            if event is not None:
-                events.append(event)
+            if line.startswith("data:"):
+                data.append(line[6:] if line.startswith(" ", 5) else line[5:])
+            elif not line:
+                if data:
+                    events.append(
+                        Event("\n".join(data), self._event or "message", self._id, self._retry)
+                    )
+                    data = self._data = []
+                self._event = ""
+            elif not line.startswith(":"):  # a comment is skipped
+                self._field(line)
         return events
 
-    def _line(self, line: str) -> Event | None:
-        if not line:
-            return self._dispatch()
-        if line.startswith(":"):
-            return None
+    def _field(self, line: str) -> None:
         name, colon, value = line.partition(":")
         if colon and value.startswith(" "):
             value = value[1:]
@@ -78,11 +88,3 @@ class Decoder:
                 self._id = value
         elif name == "retry" and value.isascii() and value.isdigit():
             self._retry = int(value)
-        return None
-
-    def _dispatch(self) -> Event | None:
-        data, self._data = self._data, []
-        event, self._event = self._event, ""
-        if not data:
-            return None
-        return Event(data="\n".join(data), event=event or "message", id=self._id, retry=self._retry)

@@ -83,24 +83,8 @@ class AiohttpTransport:
         )
         return self._session
 
-    @contextlib.asynccontextmanager
-    async def send(self, request: Request) -> AsyncIterator[Response]:
-        import aiohttp
-
-        session = self._session or self._open()
-        url = request.url
-        try:
-            async with session.request(
-                request.method, url, data=request.body, headers=request.headers
-            ) as response:
-                yield _AiohttpResponse(response, url)
-        except aiohttp.ClientConnectorError as err:
-            raise errors.AgentUnreachable(
-                f"cannot connect to agent at {url}: {reason(err.os_error)} (is it running?)"
-            ) from err
-        except (aiohttp.ClientError, OSError) as err:
-            message = f"request to agent at {url} failed: {reason(err)}"
-            raise errors.AgentUnreachable(message) from err
+    def send(self, request: Request) -> _AiohttpExchange:
+        return _AiohttpExchange(self._session or self._open(), request.url, request)
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
@@ -108,9 +92,61 @@ class AiohttpTransport:
             await session.close()
 
 
+class _AiohttpExchange(contextlib.AbstractAsyncContextManager[Response]):
+    """One request through the session: the response is open inside the ``async with``.
+
+    A class rather than an ``asynccontextmanager`` generator: it is entered once per agent
+    call, and the generator machinery cost more than the rest of this module per call.
+    """
+
+    __slots__ = ("_context", "_request", "_session", "_url")
+
+    def __init__(self, session: Any, url: str, request: Request) -> None:
+        self._session = session
+        self._url = url
+        self._request = request
+        self._context: Any = None
+
+    async def __aenter__(self) -> Response:
+        request = self._request
+        self._context = self._session.request(
+            request.method, self._url, data=request.body, headers=request.headers
+        )
+        try:
+            response = await self._context.__aenter__()
+        except Exception as err:
+            _reraise(err, self._url)
+            raise
+        return _AiohttpResponse(response, self._url)
+
+    async def __aexit__(self, kind: Any, err: BaseException | None, tb: Any) -> None:
+        try:
+            await self._context.__aexit__(kind, err, tb)
+        except Exception as failure:
+            _reraise(failure, self._url)
+            raise
+        if isinstance(err, Exception):
+            _reraise(err, self._url)  # what the body of the ``async with`` raised
+
+
+def _reraise(err: Exception, url: str) -> None:
+    """Raise ``err`` as a connector error when it is a transport failure (before the answer,
+    or while its body is read); return when it is anything else."""
+    import aiohttp
+
+    if isinstance(err, aiohttp.ClientConnectorError):
+        raise errors.AgentUnreachable(
+            f"cannot connect to agent at {url}: {reason(err.os_error)} (is it running?)"
+        ) from err
+    if isinstance(err, aiohttp.ClientError | OSError):
+        raise errors.AgentUnreachable(f"request to agent at {url} failed: {reason(err)}") from err
+
+
 class _AiohttpResponse:
     """An aiohttp response whose body failures arrive as connector errors where they happen
     (an AG-UI stream cut mid-event is told apart from one that never started)."""
+
+    __slots__ = ("_response", "_url", "headers", "status")
 
     def __init__(self, response: Any, url: str) -> None:
         self._response = response
@@ -119,25 +155,43 @@ class _AiohttpResponse:
         self.headers: Mapping[str, str] = response.headers
 
     async def read(self) -> bytes:
-        import aiohttp
-
         try:
             data: bytes = await self._response.read()
-        except (aiohttp.ClientError, OSError) as err:
-            raise self._broken(err) from err
+        except Exception as err:
+            _reraise(err, self._url)
+            raise
         return data
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        import aiohttp
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        return _Chunks(self._response.content, self._url)
 
+
+class _Chunks:
+    """The body as it arrives, each read taking all that is buffered (aiohttp's ``readany``).
+
+    An iterator class, not an async generator: a generator left unfinished (an AG-UI stream
+    read up to RUN_FINISHED) is finalised through the event loop's thread-safe wake-up, a
+    system call per agent call.
+    """
+
+    __slots__ = ("_content", "_url")
+
+    def __init__(self, content: Any, url: str) -> None:
+        self._content = content
+        self._url = url
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-        except (aiohttp.ClientError, OSError) as err:
-            raise self._broken(err) from err
-
-    def _broken(self, err: BaseException) -> errors.AgentUnreachable:
-        return errors.AgentUnreachable(f"request to agent at {self._url} failed: {reason(err)}")
+            chunk: bytes = await self._content.readany()
+        except Exception as err:
+            _reraise(err, self._url)
+            raise
+        if not chunk:
+            raise StopAsyncIteration
+        return chunk
 
 
 @dataclass

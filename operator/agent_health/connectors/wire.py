@@ -17,16 +17,16 @@ issue #14. httpx stays where its features serve (the judge providers, registry a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import pydantic
+import pydantic_core
 
 from agent_health.connectors import errors, transport
 from agent_health.connectors.protocol import AgentRequest
@@ -34,6 +34,7 @@ from agent_health.connectors.protocol import AgentRequest
 if TYPE_CHECKING:
     from agent_health.connectors.base import ConnectorSpec
 
+T = TypeVar("T")
 RUN_ID_HEADER = "X-Agent-Health-Run-Id"
 KEEP_BODY_BYTES = 1024 * 1024  # an observed response up to this size is kept whole (usage)
 
@@ -74,40 +75,53 @@ class Http:
         self._transport = via or transport.AiohttpTransport(spec.uds)
         self._headers = dict(spec.headers)
         self._observe = observe
+        self._paths: dict[str, str] = {}  # URL -> its path, as observations name it
 
-    @contextlib.asynccontextmanager
-    async def exchange(
+    async def call(
         self,
         request: AgentRequest,
         url: str,
         body: bytes,
         headers: Mapping[str, str],
         timeout: float,
-    ) -> AsyncIterator[transport.Response]:
-        """POST ``body`` to ``url`` for ``request``'s run; yield the open response.
+        read: Callable[[transport.Response], Awaitable[T]],
+    ) -> T:
+        """POST ``body`` to ``url`` for ``request``'s run; return what ``read`` makes of the
+        open response (its status, headers and body).
 
-        The whole block (sending, the answer's head, reading its body) is bounded by
-        ``timeout`` seconds, and transport failures arrive as connector errors.
+        The whole call (sending, the answer's head, ``read``) is bounded by ``timeout``
+        seconds, and transport failures arrive as connector errors. A coroutine taking a
+        reader rather than a context manager yielding the response: it runs once per agent
+        call, and the generator machinery of a context manager costs more than the rest.
         """
         sent = transport.Request(
             "POST", url, {**self._headers, **run_headers(request), **headers}, body
         )
-        meter = _Meter(request.run_id, sent) if self._observe is not None else None
-        deadline = asyncio.timeout(timeout)
+        if self._observe is None:
+            try:
+                async with asyncio.timeout(timeout), self._transport.send(sent) as response:
+                    return await read(response)
+            except TimeoutError as err:
+                raise errors.AgentTimeout(_late(url, timeout)) from err
+        meter = _Meter(request.run_id, sent, self._path(url))
         error: BaseException | None = None
         try:
-            async with deadline, self._transport.send(sent) as response:
-                yield response if meter is None else meter.watch(response)
+            async with asyncio.timeout(timeout), self._transport.send(sent) as response:
+                return await read(meter.watch(response))
         except TimeoutError as err:
             error = err
-            message = f"agent at {url} did not answer within {timeout:g} s"
-            raise errors.AgentTimeout(message) from err
+            raise errors.AgentTimeout(_late(url, timeout)) from err
         except (asyncio.CancelledError, errors.AgentUnreachable) as err:
             error = err  # the exchange itself failed; a verdict on a whole answer is not that
             raise
         finally:
-            if meter is not None and self._observe is not None:
-                self._observe(meter.observation(error, timeout))
+            self._observe(meter.observation(error, timeout))
+
+    def _path(self, url: str) -> str:
+        path = self._paths.get(url)
+        if path is None:
+            path = self._paths[url] = urlsplit(url).path or "/"
+        return path
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -116,15 +130,28 @@ class Http:
 class _Meter:
     """Hashes and counts what passes, for the :class:`Observation` of one exchange."""
 
-    def __init__(self, run_id: str, request: transport.Request) -> None:
+    __slots__ = (
+        "content_type",
+        "hash",
+        "kept",
+        "path",
+        "request",
+        "run_id",
+        "size",
+        "started_at",
+        "status",
+    )
+
+    def __init__(self, run_id: str, request: transport.Request, path: str) -> None:
         self.run_id = run_id
         self.request = request
+        self.path = path
         self.started_at = time.time()
         self.status: int | None = None
         self.content_type: str | None = None
         self.hash = hashlib.sha256()
         self.size = 0
-        self.kept: bytearray | None = bytearray()
+        self.kept: list[bytes] | None = []  # the chunks, while within KEEP_BODY_BYTES
 
     def watch(self, response: transport.Response) -> transport.Response:
         self.status = response.status
@@ -136,7 +163,7 @@ class _Meter:
         self.size += len(chunk)
         if self.kept is not None:
             if self.size <= KEEP_BODY_BYTES:
-                self.kept += chunk
+                self.kept.append(chunk)
             else:
                 self.kept = None
 
@@ -146,7 +173,7 @@ class _Meter:
         return Observation(
             run_id=self.run_id,
             method=self.request.method,
-            path=urlsplit(self.request.url).path or "/",
+            path=self.path,
             status=self.status,
             started_at=self.started_at,
             ended_at=ended,
@@ -154,10 +181,14 @@ class _Meter:
             response_bytes=self.size,
             request_sha256=hashlib.sha256(body).hexdigest(),
             response_sha256=self.hash.hexdigest() if self.status is not None else None,
-            body=bytes(self.kept) if self.kept else None,
+            body=b"".join(self.kept) if self.kept else None,  # one chunk: no copy
             content_type=self.content_type,
             error=_observed_error(error, ended - self.started_at, timeout),
         )
+
+
+def _late(url: str, timeout: float) -> str:
+    return f"agent at {url} did not answer within {timeout:g} s"
 
 
 def _observed_error(error: BaseException | None, elapsed: float, timeout: float) -> str | None:
@@ -176,6 +207,8 @@ def _observed_error(error: BaseException | None, elapsed: float, timeout: float)
 class _Metered:
     """A response whose body is metered as it is read."""
 
+    __slots__ = ("_meter", "_response", "headers", "status")
+
     def __init__(self, response: transport.Response, meter: _Meter) -> None:
         self._response = response
         self._meter = meter
@@ -187,10 +220,32 @@ class _Metered:
         self._meter.update(data)
         return data
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        async for chunk in self._response.iter_chunks():
-            self._meter.update(chunk)
-            yield chunk
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        return _MeteredChunks(self._response.iter_chunks(), self._meter)
+
+
+class _MeteredChunks:
+    """The chunks of a metered body (an iterator class: see ``transport._Chunks`` for why
+    not an async generator)."""
+
+    __slots__ = ("_chunks", "_meter")
+
+    def __init__(self, chunks: AsyncIterator[bytes], meter: _Meter) -> None:
+        self._chunks = chunks
+        self._meter = meter
+
+    def __aiter__(self) -> _MeteredChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._chunks.__anext__()
+        self._meter.update(chunk)
+        return chunk
+
+
+async def read_all(response: transport.Response) -> tuple[int, bytes]:
+    """The reader of a one-answer call (:meth:`Http.call`): the status and the whole body."""
+    return response.status, await response.read()
 
 
 def require_url(spec: ConnectorSpec, kind: str) -> str:
@@ -223,10 +278,23 @@ def ensure_success(status: int, body: bytes, url: str) -> None:
         )
 
 
+def parse_json(text: str | bytes) -> Any:
+    """JSON text as Python data, as :func:`json.loads` reads it.
+
+    pydantic-core's parser reads it several times faster; what it refuses and ``json``
+    takes (a lone surrogate escape, UTF-16 bytes) is read by ``json``, so what was accepted
+    still is, and a ``ValueError`` still says the text is not JSON.
+    """
+    try:
+        return pydantic_core.from_json(text)
+    except ValueError:
+        return json.loads(text)
+
+
 def json_body(body: bytes, url: str) -> Any:
     """The answer's JSON, or :class:`~errors.AgentProtocolError` quoting what came instead."""
     try:
-        return json.loads(body)
+        return parse_json(body)
     except ValueError as err:
         raise errors.AgentProtocolError(
             f"agent at {url} answered malformed JSON: {snippet(_text(body))}"

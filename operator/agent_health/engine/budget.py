@@ -59,7 +59,7 @@ class Limits(BaseModel):
 class Prices(BaseModel):
     """The judge's prices per million tokens (``None``: its cost is unknown)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     input_per_mtok: float | None = None
     output_per_mtok: float | None = None

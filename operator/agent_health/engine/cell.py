@@ -38,6 +38,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ import httpx
 from agent_health import connectors
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.engine import loader, recording, runner
-from agent_health.ledger import records
+from agent_health.ledger import objects
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
@@ -154,10 +155,10 @@ class GatewayRecords:
     ) -> None:
         await self.append(recording.controller_records(result, run, agent_error=agent_error))
 
-    async def append(self, items: list[records.Record]) -> None:
-        body = [records.to_object(r, with_mac=False) for r in items]
-        for item in body:
-            item.pop("seq", None)
+    async def append(self, items: list[objects.Object]) -> None:
+        """Post records (as JSON objects, :mod:`agent_health.ledger.objects`) to the gateway,
+        which seals them; it validates each."""
+        body = [{k: v for k, v in item.items() if k != "seq"} for item in items]
         try:
             response = await self._client.post(self._url, json=body, headers=self._headers)
         except httpx.HTTPError as err:
@@ -228,7 +229,12 @@ async def run_cell(settings: CellSettings) -> tuple[int, TestResult | None]:
         except (CellError, errors.ConfigError, connectors.ConnectorError) as err:
             # Say why in the ledger too, so the grade names the reason, not a missing record.
             if ledger is not None:
-                end = records.CellEnd(status="errored", error=str(err), cause="test")
+                end = objects.cell_end(
+                    at=objects.stamp(datetime.now(UTC)),
+                    status="errored",
+                    error=str(err),
+                    cause="test",
+                )
                 await ledger.append([end])
             raise
         return await _run(settings, case, config, connector, ledger)

@@ -41,7 +41,7 @@ PARAMETERS = ("result", "signals", "metrics", "tools", "traces", "llm", "run")
 class Insights(BaseModel):
     """What an insights function returns."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     summary: str
     why: str | None = None

@@ -30,7 +30,7 @@ Metric = Literal["pass_rate", "score"]
 class PairedTest(BaseModel):
     """One paired test of "no change" and the size of the change."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     metric: Metric
     tests: int = Field(description="tests paired by id that have the value in both runs")
@@ -60,7 +60,7 @@ class PairedTest(BaseModel):
 class Paired(BaseModel):
     """The paired tests of a comparison (``None`` where no test has the value in both)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     alpha: float = ALPHA
     pass_rate: PairedTest | None = None

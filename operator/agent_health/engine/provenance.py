@@ -157,9 +157,11 @@ def collect(
     ledger: str | None,
     started_at: datetime,
     ended_at: datetime,
+    git: tuple[str | None, bool | None] | None = None,
 ) -> Provenance:
-    """The provenance of a local run (blocking: reads files and runs git)."""
-    commit, dirty = git_state(paths)
+    """The provenance of a local run (blocking: reads files, and runs git unless ``git``
+    already holds what :func:`git_state` said)."""
+    commit, dirty = git if git is not None else git_state(paths)
     return Provenance(
         agent=agent,
         agents=list(agents),

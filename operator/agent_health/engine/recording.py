@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pydantic_core import to_jsonable_python
+
 from agent_health.connectors import wire
 from agent_health.engine import runrecord
-from agent_health.ledger import backends, chain, records, runfile, store, usage
+from agent_health.ledger import chain, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
@@ -91,6 +93,10 @@ def key_path(url: str) -> Path:
     return DEFAULT_ROOT / f"{safe}.key"
 
 
+def _remove_key(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
 def _write_key(path: Path, key: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -103,11 +109,12 @@ def _write_key(path: Path, key: bytes) -> None:
 
 @dataclass
 class _Cell:
-    """A test's cell between begin() and finish(): nothing is written until it ends."""
+    """A test's cell between begin() and finish(): nothing is written until it ends. Its
+    records are kept as the JSON objects that are sealed (:mod:`agent_health.ledger.objects`)."""
 
     name: str
-    meta: records.CellMeta
-    exchanges: list[records.Record] = field(default_factory=list)
+    meta: objects.Object
+    exchanges: list[objects.Object] = field(default_factory=list)
 
 
 class LocalLedger:
@@ -120,6 +127,7 @@ class LocalLedger:
         self.cells: list[str] = []  # written, in the order their tests ended
         self.unrouted = 0  # exchanges of no test in flight (not recorded)
         self._key = secrets.token_hex(32).encode("ascii")
+        self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
         self._open: dict[str, _Cell] = {}  # run id → its cell
         self._chains: dict[str, tuple[int, str]] = {}  # cell → (records, last mac): the seal
         self._runfile: runfile.RunFile | None = None
@@ -131,6 +139,8 @@ class LocalLedger:
     async def __aenter__(self) -> LocalLedger:
         directory = _directory(self.url)
         if directory is None:
+            from agent_health.ledger import backends  # other stores: their clients load here
+
             backend = await asyncio.to_thread(backends.from_url, self.url)
             self.url, self._backend = backend.url, backend
             return self
@@ -147,7 +157,8 @@ class LocalLedger:
     async def __aexit__(self, *exc: object) -> None:
         for cell in list(self._open.values()):
             if cell.exchanges:  # the run stopped mid-test: keep what the agent was sent
-                await self._write(cell, [records.CellEnd(status="errored", error="interrupted")])
+                end = objects.cell_end(at=_now(), status="errored", error="interrupted")
+                await self._write(cell, [end])
         self._open.clear()
         try:
             if self._runfile is not None:
@@ -157,6 +168,10 @@ class LocalLedger:
                 await self._backend.close()
         except ledger_errors.LedgerError as err:
             self.failures.append(f"{self.url}: {err}")
+        if self._key_written is not None and not self.cells:
+            # Written when the first test began, in case it called the agent; none did.
+            await asyncio.gather(self._key_written, return_exceptions=True)
+            await asyncio.to_thread(_remove_key, self.key_file)
 
     def observe(self, seen: wire.Observation) -> None:
         """The connectors' observer: one finished (or failed, or cancelled) exchange."""
@@ -171,17 +186,17 @@ class LocalLedger:
 
     async def begin(self, info: ctx_mod.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
-        now = datetime.now(UTC)
-        meta = records.CellMeta(
-            test_id=info.id,
-            repeat=info.repeat,
-            run_id=info.run_id,
-            started_at=now,
-            time=now,
-            agent=info.agent,
+        meta = objects.cell_meta(
+            at=_now(), test_id=info.id, repeat=info.repeat, run_id=info.run_id, agent=info.agent
         )
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
         self._open[info.run_id] = _Cell(name, meta)
+        if self._key_written is None:
+            # The key goes to disk while the first test runs, not while its end waits for it
+            # (removed again at the end if no test called the agent).
+            self._key_written = asyncio.ensure_future(
+                asyncio.to_thread(_write_key, self.key_file, self._key)
+            )
 
     async def finish(
         self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
@@ -193,10 +208,10 @@ class LocalLedger:
             return
         await self._write(cell, controller_records(result, run, agent_error=agent_error))
 
-    async def _write(self, cell: _Cell, items: list[records.Record]) -> None:
-        sealer = chain.Sealer(self._key)
+    async def _write(self, cell: _Cell, items: list[objects.Object]) -> None:
+        sealer = self._sealer.fork()
         try:
-            lines = [sealer.line(r) for r in (cell.meta, *cell.exchanges, *items)]
+            lines = [sealer.line_of(r) for r in (cell.meta, *cell.exchanges, *items)]
             if self._key_written is None:
                 self._key_written = asyncio.ensure_future(
                     asyncio.to_thread(_write_key, self.key_file, self._key)
@@ -213,14 +228,22 @@ class LocalLedger:
         self.cells.append(cell.name)
 
 
-def exchange_record(seen: wire.Observation) -> records.Exchange:
+def _now() -> str:
+    return objects.stamp(datetime.now(UTC))
+
+
+def exchange_record(seen: wire.Observation) -> objects.Object:
     """The ``exchange`` record of what a connector saw, with token usage read from the answer."""
     found = None
     # Usage is reported under a "usage" key (usage.Reader's shapes); an answer without one
     # (a REST protocol v1 reply) is not scanned, which costs more than the rest of the record.
     if seen.body and b'"usage"' in seen.body and seen.status is not None and seen.status < 400:
-        found = usage.parse(seen.body, seen.content_type)
-    return records.Exchange(
+        from agent_health.ledger import usage
+
+        parsed = usage.parse(seen.body, seen.content_type)
+        found = parsed.model_dump(mode="json") if parsed is not None else None
+    return objects.exchange(
+        at=_now(),
         principal="controller",
         evidence=IN_PROCESS,
         upstream="target",
@@ -228,8 +251,8 @@ def exchange_record(seen: wire.Observation) -> records.Exchange:
         method=seen.method,
         path=seen.path,
         status=seen.status,
-        started_at=datetime.fromtimestamp(seen.started_at, UTC),
-        ended_at=datetime.fromtimestamp(seen.ended_at, UTC),
+        started_at=objects.stamp(datetime.fromtimestamp(seen.started_at, UTC)),
+        ended_at=objects.stamp(datetime.fromtimestamp(seen.ended_at, UTC)),
         request_bytes=seen.request_bytes,
         response_bytes=seen.response_bytes,
         request_sha256=seen.request_sha256,
@@ -259,17 +282,20 @@ def _holds_a_ledger(directory: Path) -> str | None:
 
 def controller_records(
     result: TestResult, run: RunResult | None, *, agent_error: str | None = None
-) -> list[records.Record]:
-    """What a cell's controller appends after its test: run-result, signals, cell-end.
+) -> list[objects.Object]:
+    """What a cell's controller appends after its test: run-result, signals, cell-end, as the
+    JSON objects that are sealed (:mod:`agent_health.ledger.objects`).
 
     When ``agent.run()`` failed (``agent_error``), the run-result says why instead of what
     the agent answered: the gateway saw the target answer, and the grader needs the
     controller's account of that exchange.
     """
-    items: list[records.Record] = []
+    at = _now()  # one time for the records the test's end writes together
+    items: list[objects.Object] = []
     if run is None and agent_error is not None:
         items.append(
-            records.RunResultRecord(
+            objects.run_result(
+                at=at,
                 run_id=result.run_id,
                 prompt=result.prompt,
                 error=agent_error,
@@ -277,13 +303,14 @@ def controller_records(
             )
         )
     if run is not None:
-        items.append(runrecord.run_record(run))
+        items.append(runrecord.run_record(run, at))
     items.extend(
-        records.SignalRecord(signal=runrecord.plain(s.model_dump(mode="json")))
+        objects.signal(at=at, data=runrecord.plain(s.model_dump(mode="json")))
         for s in result.signals
     )
     items.append(
-        records.CellEnd(
+        objects.cell_end(
+            at=at,
             # A cell is one try: a try passes or not; only the run's fold of tries is flaky.
             status="passed" if result.status == "flaky" else result.status,
             exit_code=None,
@@ -291,7 +318,9 @@ def controller_records(
             duration_ms=max(0.0, result.duration_ms),
             cause=result.cause,
             content_hash=result.content_hash or None,
-            insights=runrecord.plain(result.insights) if result.insights is not None else None,
+            insights=runrecord.plain(to_jsonable_python(result.insights))
+            if result.insights is not None
+            else None,
         )
     )
     return items

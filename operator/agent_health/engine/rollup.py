@@ -74,6 +74,8 @@ class Rollup(BaseModel):
 class _Answer(BaseModel):
     """What the judge model is asked to answer."""
 
+    model_config = ConfigDict(defer_build=True)  # built for the runs that ask, not every run
+
     summary: str
     recommendations: list[Item] = Field(default_factory=list)
 

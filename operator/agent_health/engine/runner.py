@@ -11,10 +11,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_health.connectors.errors import ConnectorError
-from agent_health.connectors.protocol import TokenUsage
+from agent_health.connectors.protocol import AgentReply, AgentRequest, TokenUsage
 from agent_health.engine import capture, fixtures, grading, insights
 from agent_health.sdk import agent as agent_mod
 from agent_health.sdk import config as config_mod
@@ -26,8 +26,11 @@ from agent_health.sdk import results as results_mod
 from agent_health.sdk import traces as traces_mod
 from agent_health.sdk.results import RunResult, Signal, TestResult
 from agent_health.traces import errors as traces_errors
-from agent_health.traces import exchanges, metrics, settings
-from agent_health.traces import view as traces_view
+from agent_health.traces import metrics, settings
+
+if TYPE_CHECKING:
+    from agent_health.traces import exchanges
+    from agent_health.traces import view as traces_view
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -77,6 +80,9 @@ class _Traces:
         self.views: list[traces_view.TracesView] = []
 
     def __call__(self, run: RunResult) -> traces_view.TracesView:
+        # Loaded by the first test that reads run.traces: most tests never do.
+        from agent_health.traces import view as traces_view
+
         cfg = self.env.config.traces if self.env.config else settings.TracesSettings()
         view = traces_view.build(
             run,
@@ -103,6 +109,17 @@ class _Traces:
                 await view.aclose()
             except Exception:  # closing a trace client must not change the test's outcome
                 continue
+
+
+def ready() -> None:
+    """Build the models every test validates before the first test starts.
+
+    The SDK defers building them (importing it, or ``agent-health list``, never pays for
+    them); left to their first use, the first tests would each wait for them (about 25 ms
+    here, the result model most), and their durations would say so.
+    """
+    for model in (AgentRequest, AgentReply, RunResult, Signal, TestResult):
+        model.model_rebuild()
 
 
 def _builtins(ctx: ctx_mod.TestContext) -> Mapping[str, Callable[[], Any]]:

@@ -10,8 +10,10 @@ import json
 import math
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
 from agent_health.engine import bounds
-from agent_health.ledger import records
+from agent_health.ledger import objects
 from agent_health.sdk.results import RunResult
 
 # The recording's caps (a report's are far lower, engine.bounds): large enough for any answer
@@ -22,10 +24,11 @@ RECORD_STEPS = 10_000
 RECORD_RAW_CHARS = 64_000  # the reply's fields beyond the protocol's, as JSON
 
 
-def run_record(run: RunResult) -> records.RunResultRecord:
-    """The run-result record of what ``agent.run()`` returned: the whole RunResult, each
-    field cut to the recording's caps, the cut ones named in ``truncated`` (``--replay``
-    refuses a cut record: it is not the whole answer)."""
+def run_record(run: RunResult, at: str) -> objects.Object:
+    """The run-result record of what ``agent.run()`` returned, as JSON (``at``: its time, see
+    :func:`objects.stamp`): the whole RunResult, each field cut to the recording's caps, the
+    cut ones named in ``truncated`` (``--replay`` refuses a cut record: it is not the whole
+    answer)."""
     cut = bounds.Bounded(RECORD_FIELD_CHARS, RECORD_OUTPUT_CHARS, RECORD_STEPS)
     prompt = cut.text(run.prompt, "prompt")
     context = [
@@ -42,11 +45,14 @@ def run_record(run: RunResult) -> records.RunResultRecord:
         steps.append(entry)
     if len(run.trajectory) > RECORD_STEPS:
         cut.truncated.append(f"trajectory[{RECORD_STEPS}:]")
-    raw: dict[str, Any] | None = plain(dict(run.raw)) if run.raw else None
+    # JSON data as the record's model would dump it (a custom connector may put any value
+    # in an answer's extra fields), without NaN.
+    raw: dict[str, Any] | None = plain(to_jsonable_python(run.raw)) if run.raw else None
     if raw is not None and len(json.dumps(raw, default=str)) > RECORD_RAW_CHARS:
         raw = None
         cut.truncated.append("raw")
-    return records.RunResultRecord(
+    return objects.run_result(
+        at=at,
         run_id=run.run_id,
         prompt=prompt,
         context=context,

@@ -21,40 +21,102 @@ This package is a leaf: it imports nothing else of agent_health, so the gateway 
 small.
 """
 
-from agent_health.ledger.audit import LedgerReport, verify_url
-from agent_health.ledger.backends import from_url, schemes
-from agent_health.ledger.chain import (
-    Problem,
-    Sealer,
-    VerifyResult,
-    Writer,
-    find_key,
-    key_beside,
-    load_key,
-    verify,
-)
-from agent_health.ledger.errors import (
-    BackendConfigError,
-    BackendError,
-    ChainError,
-    LedgerError,
-    LedgerKeyError,
-    LedgerLogError,
-    LedgerTooLarge,
-    RecordError,
-)
-from agent_health.ledger.records import (
-    CellEnd,
-    CellMeta,
-    Exchange,
-    Record,
-    RunResultRecord,
-    SignalRecord,
-    dump_line,
-    parse_line,
-)
-from agent_health.ledger.store import Backend, Options
-from agent_health.ledger.usage import TokenUsage
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from agent_health.ledger.audit import LedgerReport, verify_url
+    from agent_health.ledger.backends import from_url, schemes
+    from agent_health.ledger.chain import (
+        Problem,
+        Sealer,
+        VerifyResult,
+        Writer,
+        find_key,
+        key_beside,
+        load_key,
+        verify,
+    )
+    from agent_health.ledger.errors import (
+        BackendConfigError,
+        BackendError,
+        ChainError,
+        LedgerError,
+        LedgerKeyError,
+        LedgerLogError,
+        LedgerTooLarge,
+        RecordError,
+    )
+    from agent_health.ledger.records import (
+        CellEnd,
+        CellMeta,
+        Exchange,
+        Record,
+        RunResultRecord,
+        SignalRecord,
+        dump_line,
+        parse_line,
+    )
+    from agent_health.ledger.store import Backend, Options
+    from agent_health.ledger.usage import TokenUsage
+
+# Each public name, and the module it lives in. They load on first use (PEP 562): importing
+# one module of the ledger (a local run's recorder needs only the chain's sealer) does not
+# load every other, and the verifier's and the backends' models with them.
+_WHERE = {
+    "LedgerReport": "audit",
+    "verify_url": "audit",
+    "from_url": "backends",
+    "schemes": "backends",
+    **dict.fromkeys(
+        ("Problem", "Sealer", "VerifyResult", "Writer", "find_key", "key_beside", "load_key"),
+        "chain",
+    ),
+    "verify": "chain",
+    **dict.fromkeys(
+        (
+            "BackendConfigError",
+            "BackendError",
+            "ChainError",
+            "LedgerError",
+            "LedgerKeyError",
+            "LedgerLogError",
+            "LedgerTooLarge",
+            "RecordError",
+        ),
+        "errors",
+    ),
+    **dict.fromkeys(
+        (
+            "CellEnd",
+            "CellMeta",
+            "Exchange",
+            "Record",
+            "RunResultRecord",
+            "SignalRecord",
+            "dump_line",
+            "parse_line",
+        ),
+        "records",
+    ),
+    "Backend": "store",
+    "Options": "store",
+    "TokenUsage": "usage",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *(name for name in globals() if name.startswith("_"))})
+
 
 __all__ = [
     "Backend",

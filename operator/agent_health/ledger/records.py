@@ -40,7 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from agent_health.ledger import errors
+from agent_health.ledger import encoding, errors
 from agent_health.ledger import usage as usage_parser
 
 VERSION: Literal[2] = 2
@@ -298,24 +298,8 @@ def to_object(record: Record, *, with_mac: bool = True) -> dict[str, Any]:
     return data
 
 
-# One encoder for every canonical line: json.dumps() with these options builds a new encoder
-# per call, which cost as much as encoding a record. It holds only its options.
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-)
-
-
-def canonical(payload: dict[str, Any]) -> bytes:
-    """Stable bytes of JSON data: sorted keys, no whitespace, ASCII only, no NaN.
-
-    The same data always gives the same bytes, whether it came from a model or was read
-    back from a line, which is what lets a reader recompute a writer's MAC.
-    """
-    try:
-        text = _CANONICAL.encode(payload)
-    except ValueError as err:
-        raise errors.RecordError(f"record is not representable as JSON: {err}") from err
-    return text.encode("ascii")
+canonical = encoding.canonical
+"""Stable bytes of JSON data (:func:`.encoding.canonical`, here for the records' readers)."""
 
 
 def dump_line(record: Record) -> str:

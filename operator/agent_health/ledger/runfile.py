@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_health.ledger import errors, records
+from agent_health.ledger import encoding, errors
 
 NAME = "run.jsonl"
 """The run file in a ledger directory (a name no cell may take)."""
@@ -57,11 +57,11 @@ def seal_line(key: bytes, cells: Mapping[str, tuple[int, str]]) -> str:
         "version": SEAL_VERSION,
     }
     mac = _seal_mac(key, seal)
-    return records.canonical({"mac": mac, "seal": seal}).decode("ascii")
+    return encoding.canonical({"mac": mac, "seal": seal}).decode("ascii")
 
 
 def _seal_mac(key: bytes, seal: Any) -> str:
-    return hmac.new(key, _SEAL_DOMAIN + records.canonical(seal), hashlib.sha256).hexdigest()
+    return hmac.new(key, _SEAL_DOMAIN + encoding.canonical(seal), hashlib.sha256).hexdigest()
 
 
 @dataclass

@@ -48,7 +48,9 @@ class Backend(Protocol):
 class Options(BaseModel):
     """Backend settings that do not belong in a URL (credentials, API servers)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        defer_build=True, frozen=True, extra="forbid", arbitrary_types_allowed=True
+    )
 
     kube_api_url: str | None = Field(
         default=None, description="Kubernetes API base URL; default: in-cluster service env"

@@ -56,6 +56,9 @@ _INT = re.compile(rb"[0-9]+")
 _PLAIN = re.compile(rb"[^\\\x00-\x1f]*+")
 # A whole string of at most MAX_VALUE bytes with neither escapes nor control characters.
 _SHORT_STRING = re.compile(rb'"([^"\\\x00-\x1f]{0,%d}+)"' % MAX_VALUE)
+_SHORT_KEY = re.compile(rb'"([^"\\\x00-\x1f]{0,%d}+)"[ \t\r\n]*+:' % MAX_KEY)
+# A number or literal of at most MAX_SCALAR bytes that ends before the piece does.
+_SHORT_SCALAR = re.compile(rb'[^ \t\r\n,:\[\]{}"]{1,%d}+(?=[ \t\r\n,:\[\]{}"])' % MAX_SCALAR)
 _CLOSER = {ord("{"): ord("}"), ord("["): ord("]")}
 
 _ROOT, _HOLDER, _USAGE = 0, 1, 2
@@ -126,6 +129,10 @@ class Scanner:
             return i
         if c == 0x22:  # "
             if not skipping and self._frames:
+                frame = self._frames[-1]
+                if frame.expect_key and (key := _SHORT_KEY.match(data, i)) is not None:
+                    frame.key, frame.expect_key = _text(key.group(1)), False  # and its colon
+                    return key.end()
                 whole = _SHORT_STRING.match(data, i)
                 if whole is not None:  # the common case, read in one step
                     self._short_string(whole.group(1))
@@ -148,6 +155,12 @@ class Scanner:
                 return i + 1
             if c == 0x3A:  # :
                 return i + 1
+            whole = _SHORT_SCALAR.match(data, i)
+            if whole is not None:  # it ends in this piece: read in one step
+                raw = whole.group()
+                if frame.role == _USAGE and frame.key is not None and _INT.fullmatch(raw):
+                    frame.kept[frame.key] = int(raw)
+                return whole.end()
         self._scalar, self._scalar_over = bytearray(), False
         return i
 

@@ -96,8 +96,9 @@ class TestCase:
     source: str | None = None  # what content_hash reads instead of the body (data cases)
     values: Mapping[str, Any] | None = None  # a test.each row: injected by parameter name
 
-    @property
+    @functools.cached_property
     def title(self) -> str:
+        # Read several times a test (context, result, progress line, ledger): made once.
         return " > ".join((*self.describe_path, self.name))
 
     @functools.cached_property

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from agent_health.engine import entries, uncertainty
 from agent_health.engine.report import LEGEND, RunReport
 from agent_health.engine.reporters import terminal_budget, terminal_matrix
 from agent_health.sdk.results import TestResult
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
 COLOR = {
@@ -70,6 +72,15 @@ class LiveProgress:
 
     def __enter__(self) -> LiveProgress:
         if self.live:
+            # Only a terminal shows the bar: CI logs and pipes never load it.
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             self._progress = Progress(
                 TextColumn("[bold]running"),
                 BarColumn(),

@@ -1,0 +1,32 @@
+"""Canonical JSON: the one encoding every ledger line and MAC is computed over.
+
+Its own module so that a writer that seals records it built as JSON
+(:mod:`.objects`, :class:`.chain.Sealer`) and the run file's seal need not load the record
+models of :mod:`.records`, which re-exports :func:`canonical`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent_health.ledger import errors
+
+# One encoder for every canonical line: json.dumps() with these options builds a new encoder
+# per call, which cost as much as encoding a record. It holds only its options.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+)
+
+
+def canonical(payload: dict[str, Any]) -> bytes:
+    """Stable bytes of JSON data: sorted keys, no whitespace, ASCII only, no NaN.
+
+    The same data always gives the same bytes, whether it came from a model or was read
+    back from a line, which is what lets a reader recompute a writer's MAC.
+    """
+    try:
+        text = _CANONICAL.encode(payload)
+    except ValueError as err:
+        raise errors.RecordError(f"record is not representable as JSON: {err}") from err
+    return text.encode("ascii")

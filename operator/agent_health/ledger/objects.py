@@ -1,0 +1,161 @@
+"""Records as the JSON objects a writer seals, built straight from values it made itself.
+
+``records.to_object(records.CellEnd(...), with_mac=False)`` validates every value through
+pydantic and serializes it back: for a local run's cells (five records a test) that round
+trip cost more than the rest of recording them. These builders give the same object — key
+for key, value for value, so the same canonical bytes and the same MAC — without it:
+``tests/test_ledger_objects.py`` holds each one to its model, defaults and late fields
+included. They check nothing, so they are for values the engine produced (its own ids,
+times, hashes and JSON-mode dumps); whatever is read back goes through
+:func:`records.parse_object`, which validates.
+
+Every value must already be JSON data (``str``, ``int``, ``float``, ``bool``, ``None``,
+lists and dicts of them); a time is written with :func:`stamp`, as pydantic writes it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+Object = dict[str, Any]
+VERSION = 1
+"""The version of every record built here (``records.BASE_VERSION``: none needs newer)."""
+
+
+def stamp(moment: datetime) -> str:
+    """A UTC time as pydantic's JSON mode writes it: ISO 8601, ``Z``, microseconds when set.
+
+    >>> from datetime import UTC
+    >>> stamp(datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC))
+    '2026-01-02T03:04:05.006000Z'
+    >>> stamp(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    '2026-01-02T03:04:05Z'
+    """
+    text = moment.isoformat()
+    if not text.endswith("+00:00"):
+        raise ValueError(f"ledger times are UTC; got {text}")
+    return text[:-6] + "Z"
+
+
+def _head(kind: str, at: str) -> Object:
+    return {"version": VERSION, "seq": 0, "time": at, "kind": kind}
+
+
+def _late(obj: Object, **values: Any) -> Object:
+    """Add the late fields that are set (an unset one is left out, as ``to_object`` does)."""
+    for name, value in values.items():
+        if value is not None:
+            obj[name] = value
+    return obj
+
+
+def cell_meta(
+    *, at: str, test_id: str, repeat: int, run_id: str, agent: str | None = None
+) -> Object:
+    """A local cell's ``cell-meta`` (no images: nothing ran in a container), ``at`` both its
+    time and its start."""
+    obj = _head("cell-meta", at)
+    obj.update(test_id=test_id, repeat=repeat, run_id=run_id, images={}, started_at=at)
+    return _late(obj, agent=agent)
+
+
+def exchange(
+    *,
+    at: str,
+    principal: str,
+    evidence: str,
+    upstream: str,
+    run_id: str | None,
+    method: str,
+    path: str,
+    status: int | None,
+    started_at: str,
+    ended_at: str,
+    request_bytes: int,
+    response_bytes: int,
+    request_sha256: str,
+    response_sha256: str | None,
+    usage: Object | None,
+    error: str | None,
+) -> Object:
+    """An ``exchange`` (version 1: its callee is never the gateway); ``usage`` as
+    ``TokenUsage.model_dump(mode="json")``."""
+    obj = _head("exchange", at)
+    obj.update(
+        principal=principal,
+        evidence=evidence,
+        upstream=upstream,
+        run_id=run_id,
+        method=method,
+        path=path,
+        status=status,
+        started_at=started_at,
+        ended_at=ended_at,
+        request_bytes=request_bytes,
+        response_bytes=response_bytes,
+        request_sha256=request_sha256,
+        response_sha256=response_sha256,
+        usage=usage,
+        error=error,
+    )
+    return obj
+
+
+def run_result(
+    *,
+    at: str,
+    run_id: str,
+    prompt: str | None,
+    context: list[dict[str, str]] | None = None,
+    output: str = "",
+    trajectory: list[Object] | None = None,
+    token_usage: dict[str, int] | None = None,
+    duration_ms: float = 0.0,
+    error: str | None = None,
+    cause: str | None = None,
+    unreported: list[str] | None = None,
+    raw: Object | None = None,
+    truncated: list[str] | None = None,
+) -> Object:
+    """A ``run-result``: what ``agent.run()`` returned, or (``error``, ``cause``) why not."""
+    obj = _head("run-result", at)
+    obj.update(
+        run_id=run_id,
+        prompt=prompt,
+        context=context if context is not None else [],
+        output=output,
+        trajectory=trajectory if trajectory is not None else [],
+        token_usage=token_usage if token_usage is not None else {},
+        duration_ms=float(duration_ms),
+    )
+    return _late(obj, error=error, cause=cause, unreported=unreported, raw=raw, truncated=truncated)
+
+
+def signal(*, at: str, data: Object) -> Object:
+    """A ``signal``: one signal of the body, as JSON data."""
+    obj = _head("signal", at)
+    obj["signal"] = data
+    return obj
+
+
+def cell_end(
+    *,
+    at: str,
+    status: str,
+    exit_code: int | None = None,
+    error: str | None = None,
+    duration_ms: float | None = None,
+    cause: str | None = None,
+    content_hash: str | None = None,
+    insights: Object | None = None,
+) -> Object:
+    """A ``cell-end``: the status the controller saw, the cell's last record."""
+    obj = _head("cell-end", at)
+    obj.update(
+        status=status,
+        exit_code=exit_code,
+        error=error,
+        duration_ms=None if duration_ms is None else float(duration_ms),
+    )
+    return _late(obj, cause=cause, content_hash=content_hash, insights=insights)

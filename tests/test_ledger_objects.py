@@ -1,0 +1,222 @@
+"""Records built as JSON objects (``ledger.objects``) are the models' own, byte for byte.
+
+A local run seals these objects instead of validating a model and dumping it back; if one
+drifted from its model (a field added with a default, a late field written when unset, a
+time formatted another way), its line would still verify but would not be what the model
+writes. Each builder is held here to ``records.to_object`` of the model made from the same
+values, and to the canonical line and MAC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from agent_health.ledger import chain, objects, records, usage
+from hypothesis import given
+from hypothesis import strategies as st
+
+KEY = b"k" * 32
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=10,
+)
+_times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
+_maybe_text = st.none() | st.text(max_size=20)
+
+
+def same(built: dict[str, Any], model: records.Record) -> None:
+    """The builder's object is the model's, and seals to the same line."""
+    assert built == records.to_object(model, with_mac=False)
+    # Sealed as the second record of a cell (only a cell-meta may come first).
+    by_object = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
+    by_model = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
+    assert by_object.line_of(dict(built)) == by_model.line(model)
+
+
+@given(moment=_times)
+def test_a_time_is_written_as_pydantic_writes_it(moment: datetime) -> None:
+    meta = records.CellMeta(test_id="t", repeat=0, run_id="r", started_at=moment, time=moment)
+    assert objects.stamp(moment) == records.to_object(meta)["time"]
+
+
+def test_a_time_that_is_not_utc_is_refused() -> None:
+    with pytest.raises(ValueError, match="UTC"):
+        objects.stamp(datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))))
+    with pytest.raises(ValueError, match="UTC"):
+        objects.stamp(datetime(2026, 1, 1))
+
+
+@given(moment=_times, test_id=st.text(), repeat=st.integers(0, 9), agent=_maybe_text)
+def test_cell_meta(moment: datetime, test_id: str, repeat: int, agent: str | None) -> None:
+    at = objects.stamp(moment)
+    built = objects.cell_meta(at=at, test_id=test_id, repeat=repeat, run_id="r1", agent=agent)
+    model = records.CellMeta(
+        test_id=test_id, repeat=repeat, run_id="r1", started_at=moment, time=moment, agent=agent
+    )
+    same(built, model)
+
+
+@given(
+    moment=_times,
+    status=st.none() | st.integers(100, 599),
+    sizes=st.tuples(st.integers(0, 10**9), st.integers(0, 10**9)),
+    error=_maybe_text,
+    tokens=st.none() | st.tuples(st.integers(0, 99), st.integers(0, 99), _maybe_text),
+)
+def test_exchange(
+    moment: datetime,
+    status: int | None,
+    sizes: tuple[int, int],
+    error: str | None,
+    tokens: tuple[int, int, str | None] | None,
+) -> None:
+    found = (
+        None
+        if tokens is None
+        else usage.TokenUsage(
+            input_tokens=tokens[0],
+            output_tokens=tokens[1],
+            total_tokens=tokens[0] + tokens[1],
+            model=tokens[2],
+        )
+    )
+    later = moment + timedelta(milliseconds=51)
+    values: dict[str, Any] = {
+        "principal": "controller",
+        "evidence": "in-process",
+        "upstream": "target",
+        "run_id": "r1",
+        "method": "POST",
+        "path": "/run",
+        "status": status,
+        "request_bytes": sizes[0],
+        "response_bytes": sizes[1],
+        "request_sha256": "a" * 64,
+        "response_sha256": None if status is None else "b" * 64,
+        "error": error,
+    }
+    built = objects.exchange(
+        at=objects.stamp(later),
+        started_at=objects.stamp(moment),
+        ended_at=objects.stamp(later),
+        usage=None if found is None else found.model_dump(mode="json"),
+        **values,
+    )
+    model = records.Exchange(time=later, started_at=moment, ended_at=later, usage=found, **values)
+    same(built, model)
+
+
+@given(
+    moment=_times,
+    prompt=_maybe_text,
+    output=st.text(),
+    duration=st.floats(0, 1e9) | st.integers(0, 10**6),
+    trajectory=st.lists(st.dictionaries(st.text(max_size=5), _json, max_size=3), max_size=3),
+    raw=st.none() | st.dictionaries(st.text(max_size=5), _json, min_size=1, max_size=3),
+    unreported=st.none() | st.lists(st.sampled_from(["trajectory", "token_usage"]), min_size=1),
+    truncated=st.none() | st.lists(st.text(max_size=10), min_size=1, max_size=2),
+)
+def test_run_result(
+    moment: datetime,
+    prompt: str | None,
+    output: str,
+    duration: float,
+    trajectory: list[dict[str, Any]],
+    raw: dict[str, Any] | None,
+    unreported: list[str] | None,
+    truncated: list[str] | None,
+) -> None:
+    values: dict[str, Any] = {
+        "run_id": "r1",
+        "prompt": prompt,
+        "context": [{"description": "log", "value": "x"}],
+        "output": output,
+        "trajectory": trajectory,
+        "token_usage": {"prompt": 1, "completion": 2, "total": 3},
+        "duration_ms": duration,
+        "unreported": unreported,
+        "raw": raw,
+        "truncated": truncated,
+    }
+    built = objects.run_result(at=objects.stamp(moment), **values)
+    same(built, records.RunResultRecord(time=moment, **values))
+
+
+@given(moment=_times, error=st.text(), cause=st.sampled_from(["agent", "judge", "test", "infra"]))
+def test_run_result_of_a_failed_call(moment: datetime, error: str, cause: str) -> None:
+    built = objects.run_result(
+        at=objects.stamp(moment), run_id="r1", prompt="p", error=error, cause=cause
+    )
+    model = records.RunResultRecord(time=moment, run_id="r1", prompt="p", error=error, cause=cause)
+    same(built, model)
+
+
+@given(moment=_times, data=st.dictionaries(st.text(), _json, max_size=5))
+def test_signal(moment: datetime, data: dict[str, Any]) -> None:
+    same(
+        objects.signal(at=objects.stamp(moment), data=data),
+        records.SignalRecord(time=moment, signal=data),
+    )
+
+
+@given(
+    moment=_times,
+    status=st.sampled_from(["passed", "failed", "errored", "skipped"]),
+    error=_maybe_text,
+    duration=st.none() | st.floats(0, 1e9) | st.integers(0, 10**6),
+    cause=st.none() | st.sampled_from(["agent", "judge", "test", "infra"]),
+    content_hash=_maybe_text,
+    insights=st.none() | st.dictionaries(st.text(max_size=5), _json, max_size=3),
+)
+def test_cell_end(
+    moment: datetime,
+    status: str,
+    error: str | None,
+    duration: float | None,
+    cause: str | None,
+    content_hash: str | None,
+    insights: dict[str, Any] | None,
+) -> None:
+    values: dict[str, Any] = {
+        "status": status,
+        "exit_code": None,
+        "error": error,
+        "duration_ms": duration,
+        "cause": cause,
+        "content_hash": content_hash,
+        "insights": insights,
+    }
+    same(
+        objects.cell_end(at=objects.stamp(moment), **values), records.CellEnd(time=moment, **values)
+    )
+
+
+def test_the_builders_write_the_base_version() -> None:
+    assert objects.VERSION == records.BASE_VERSION
+
+
+def test_a_built_cell_verifies_as_a_cell() -> None:
+    at = objects.stamp(datetime(2026, 1, 2, tzinfo=UTC))
+    sealer = chain.Sealer(KEY)
+    lines = [
+        sealer.line_of(item)
+        for item in (
+            objects.cell_meta(at=at, test_id="t", repeat=0, run_id="r"),
+            objects.run_result(at=at, run_id="r", prompt="p", output="o", duration_ms=1),
+            objects.signal(at=at, data={"name": "to_equal", "passed": True}),
+            objects.cell_end(at=at, status="passed", duration_ms=2),
+        )
+    ]
+    result = chain.verify(lines, KEY)
+    assert result.ok, result.problem
+    assert result.records == 4
+    assert result.ended
