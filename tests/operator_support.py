@@ -314,6 +314,20 @@ def cell_records(
             request_bytes=12,
             request_sha256="0" * 64,
         ),
+        # The tool call the trajectory claims, as the gateway saw it on its way to the peer
+        # that serves it (the example's peer declares its tools: a claim is held to this).
+        records.Exchange(
+            principal="target",
+            evidence="none",
+            upstream="peer:logs",
+            method="GET",
+            path="/search_logs?q=pay",
+            status=200,
+            started_at=T0,
+            ended_at=T0,
+            request_bytes=0,
+            request_sha256="0" * 64,
+        ),
         records.RunResultRecord(
             run_id=cell,
             prompt="Diagnose the payment service.",
