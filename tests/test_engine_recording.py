@@ -384,3 +384,60 @@ def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut()
     assert '"raw"' not in records.dump_line(
         records.parse_object(runrecord.run_record(big.model_copy(update={"raw": {}}), at))
     )
+
+
+async def test_cells_are_sealed_in_the_writer_thread_not_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from agent_health.ledger import chain
+
+    sealed_in: set[str] = set()
+    line_of = chain.Sealer.line_of
+
+    def watched(self: chain.Sealer, payload: dict[str, Any]) -> str:
+        sealed_in.add(threading.current_thread().name)
+        return line_of(self, payload)
+
+    monkeypatch.setattr(chain.Sealer, "line_of", watched)
+    ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
+    async with ledger:
+        for i in range(3):
+            info = _info(i)
+            await ledger.begin(info)
+            await ledger.finish(_errored(info), None, agent_error="the agent did not answer")
+        assert not sealed_in  # finish() handed the cells over and returned
+    assert sealed_in
+    assert threading.main_thread().name not in sealed_in
+    assert len(ledger.cells) == 3
+    assert not ledger.failures
+    assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
+
+
+async def test_a_cell_that_cannot_be_sealed_is_named_and_the_others_are_kept(
+    tmp_path: Path,
+) -> None:
+    from agent_health.ledger import chain, objects
+
+    file = runfile.RunFile(tmp_path / "ledger")
+    key = b"k" * 32
+    at = "2026-01-02T03:04:05Z"
+    good = [objects.cell_meta(at=at, test_id="t", repeat=0, run_id="a")]
+    bad = [objects.cell_meta(at=at, test_id="u", repeat=0, run_id="b")]
+    bad.append(objects.signal(at=at, data={"score": float("nan")}))  # not JSON
+    file.append_cell("good", chain.Sealer(key), good)
+    file.append_cell("bad", chain.Sealer(key), bad)
+    await file.close(key=key)
+    assert set(file.refused) == {"bad"}
+    assert "not representable as JSON" in file.refused["bad"]
+    parsed = runfile.parse(file.path, file.path.read_text())
+    assert set(parsed.cells) == {"good"}
+    assert runfile.check_seal(key, parsed, file.chains) is None
+
+
+def _info(i: int) -> ctx_mod.TestInfo:
+    return ctx_mod.TestInfo(
+        id=f"t.py::t{i}", title=f"t{i}", name=f"t{i}", file="t.py", labels=(), repeat=0,
+        run_id=f"run{i}", timeout=10.0,
+    )  # fmt: skip

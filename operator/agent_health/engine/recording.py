@@ -6,13 +6,15 @@ The cells have the shape a cluster's have (:mod:`agent_health.ledger`)::
 
 but cost the run almost nothing. The built-in HTTP connectors tell :meth:`LocalLedger.observe`
 about each exchange as it ends — also when the test's timeout cancels it, so a hanging agent
-is recorded at once, never waited for. A cell is sealed into its HMAC chain in one batch when
-its test ends; a test that never ran the agent writes nothing. All cells of a ``file://``
-ledger go into one append-only ``run.jsonl``, buffered and written off the event loop, and
-sealed when the run ends (:mod:`agent_health.ledger.runfile`); other stores get one cell per
-batch. No gateway sits between the engine and the agent: locally the recorder is the
-controller itself, so an exchange is the controller's with evidence ``in-process``. In a cell
-pod the gateway sidecar records instead (:mod:`agent_health.engine.cell`).
+is recorded at once, never waited for. A cell's records are made as JSON objects
+(:mod:`agent_health.ledger.objects`) and sealed into its HMAC chain in one batch when its
+test ends; a test that never ran the agent writes nothing. All cells of a ``file://`` ledger
+go into one append-only ``run.jsonl``: buffered, sealed and written by the run file's writer
+thread, off the event loop, and the run sealed when it ends
+(:mod:`agent_health.ledger.runfile`); other stores get one cell per batch. No gateway sits
+between the engine and the agent: locally the recorder is the controller itself, so an
+exchange is the controller's with evidence ``in-process``. In a cell pod the gateway sidecar
+records instead (:mod:`agent_health.engine.cell`).
 
 The HMAC key is random per run and written next to the ledger (mode 0600) so that
 ``agent-health ledger verify`` can check it: a local ledger is for inspection; anyone who can
@@ -124,12 +126,11 @@ class LocalLedger:
         self.url = url
         self.key_file = key_path(url)
         self.failures: list[str] = []
-        self.cells: list[str] = []  # written, in the order their tests ended
+        self.cells: list[str] = []  # recorded, in the order their tests ended
         self.unrouted = 0  # exchanges of no test in flight (not recorded)
         self._key = secrets.token_hex(32).encode("ascii")
         self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
         self._open: dict[str, _Cell] = {}  # run id → its cell
-        self._chains: dict[str, tuple[int, str]] = {}  # cell → (records, last mac): the seal
         self._runfile: runfile.RunFile | None = None
         self._backend: store.Backend | None = None
         # Written once, by the first cell that ends (a run that records nothing writes none);
@@ -162,12 +163,15 @@ class LocalLedger:
         self._open.clear()
         try:
             if self._runfile is not None:
-                seal = runfile.seal_line(self._key, self._chains) if self._chains else None
-                await self._runfile.close(seal)
+                await self._runfile.close(key=self._key)
             elif self._backend is not None:
                 await self._backend.close()
         except ledger_errors.LedgerError as err:
             self.failures.append(f"{self.url}: {err}")
+        if self._runfile is not None and self._runfile.refused:
+            refused = self._runfile.refused
+            self.failures.extend(f"cell {name}: {why}" for name, why in refused.items())
+            self.cells = [name for name in self.cells if name not in refused]
         if self._key_written is not None and not self.cells:
             # Written when the first test began, in case it called the agent; none did.
             await asyncio.gather(self._key_written, return_exceptions=True)
@@ -210,21 +214,22 @@ class LocalLedger:
 
     async def _write(self, cell: _Cell, items: list[objects.Object]) -> None:
         sealer = self._sealer.fork()
+        records = [cell.meta, *cell.exchanges, *items]
         try:
-            lines = [sealer.line_of(r) for r in (cell.meta, *cell.exchanges, *items)]
             if self._key_written is None:
                 self._key_written = asyncio.ensure_future(
                     asyncio.to_thread(_write_key, self.key_file, self._key)
                 )
-            await asyncio.shield(self._key_written)
+            await asyncio.shield(self._key_written)  # no line is ever on disk without it
             if self._runfile is not None:
-                await self._runfile.append(cell.name, lines)
+                # Sealed in the run file's writer thread, off the event loop: what is left
+                # of recording a cell here is building its objects.
+                self._runfile.append_cell(cell.name, sealer, records)
             elif self._backend is not None:
-                await self._backend.append(cell.name, lines)
+                await self._backend.append(cell.name, [sealer.line_of(r) for r in records])
         except (ledger_errors.LedgerError, OSError) as err:
             self.failures.append(f"cell {cell.name}: {err}")
             return
-        self._chains[cell.name] = (sealer.next_seq, sealer.previous_mac)
         self.cells.append(cell.name)
 
 
@@ -242,8 +247,9 @@ def exchange_record(seen: wire.Observation) -> objects.Object:
 
         parsed = usage.parse(seen.body, seen.content_type)
         found = parsed.model_dump(mode="json") if parsed is not None else None
+    ended = objects.stamp(datetime.fromtimestamp(seen.ended_at, UTC))
     return objects.exchange(
-        at=_now(),
+        at=ended,  # recorded as it ended
         principal="controller",
         evidence=IN_PROCESS,
         upstream="target",
@@ -252,7 +258,7 @@ def exchange_record(seen: wire.Observation) -> objects.Object:
         path=seen.path,
         status=seen.status,
         started_at=objects.stamp(datetime.fromtimestamp(seen.started_at, UTC)),
-        ended_at=objects.stamp(datetime.fromtimestamp(seen.ended_at, UTC)),
+        ended_at=ended,
         request_bytes=seen.request_bytes,
         response_bytes=seen.response_bytes,
         request_sha256=seen.request_sha256,

@@ -15,12 +15,14 @@ as they would in their own file. The last line seals the run::
 A cell whose lines were removed whole, or added after the end, leaves the chains intact but
 not the seal; a file without a seal is a run that did not finish (or was cut).
 
-Writing costs the event loop almost nothing: :meth:`RunFile.append` buffers the encoded
-lines and returns; a background task hands the buffer to a worker thread every
-``flush_delay`` seconds (sooner when ``flush_bytes`` are waiting, or at once when the run
-closes), one write at a time and in order. :meth:`RunFile.close` writes the rest and the
-seal, then ``fsync``\\ s once: a run that is killed mid-way loses at most its last
-unwritten buffer, which the missing seal tells.
+Writing costs the event loop almost nothing: :meth:`RunFile.append_cell` buffers a cell's
+records as JSON objects with the sealer of its chain and returns; a background task hands
+the buffer to a worker thread every ``flush_delay`` seconds (sooner when ``flush_bytes`` are
+waiting, or at once when the run closes), one batch at a time and in order, and the thread
+seals the records (canonical JSON and an HMAC each, most of what recording a cell costs),
+frames them and writes them. :meth:`RunFile.close` writes the rest and the seal, then
+``fsync``\\ s once: a run that is killed mid-way loses at most its last unwritten buffer,
+which the missing seal tells.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_health.ledger import encoding, errors
+from agent_health.ledger import chain, encoding, errors
 
 NAME = "run.jsonl"
 """The run file in a ledger directory (a name no cell may take)."""
@@ -140,6 +142,20 @@ def check_seal(key: bytes, parsed: Parsed, chains: Mapping[str, tuple[int, str]]
     return None
 
 
+@dataclass
+class _Cell:
+    """A cell's records waiting for the writer thread, with the sealer of its chain."""
+
+    name: str
+    sealer: chain.Sealer
+    items: list[dict[str, Any]]
+
+
+RECORD_BYTES = 600
+"""About what one record's line takes: how a cell waiting to be sealed counts towards
+``flush_bytes``."""
+
+
 class RunFile:
     """Appends framed lines to ``DIR/run.jsonl`` off the event loop, then seals it."""
 
@@ -151,8 +167,12 @@ class RunFile:
         self.url = f"file://{directory}"
         self._delay = flush_delay
         self._limit = flush_bytes
-        self._buffer: list[bytes] = []
+        self._buffer: list[bytes | _Cell] = []
         self._buffered = 0
+        self.chains: dict[str, tuple[int, str]] = {}
+        """Each sealed cell's chain end, ``(records, last mac)``: what the seal lists."""
+        self.refused: dict[str, str] = {}
+        """Cells whose records could not be sealed (not JSON), and why: not written."""
         self._wake = asyncio.Event()  # something is buffered
         self._now = asyncio.Event()  # write without waiting: closing, or flush_bytes buffered
         self._closing = False
@@ -161,10 +181,23 @@ class RunFile:
         self.error: errors.BackendError | None = None
 
     async def append(self, cell: str, lines: Sequence[str]) -> None:
-        """Buffer ``lines`` of ``cell``; they reach the file within ``flush_delay`` seconds."""
+        """Buffer ``lines`` (already sealed) of ``cell``; they reach the file within
+        ``flush_delay`` seconds."""
         data = "".join(frame(cell, line) + "\n" for line in lines).encode("ascii")
         self._buffer.append(data)
         self._buffered += len(data)
+        self._kick()
+
+    def append_cell(self, cell: str, sealer: chain.Sealer, items: list[dict[str, Any]]) -> None:
+        """Buffer a whole cell's records (JSON objects: ``records.to_object``, or
+        :mod:`.objects`), to be sealed by ``sealer`` in the writer thread and written within
+        ``flush_delay`` seconds. Its chain's end is then in :attr:`chains`; a cell whose
+        records cannot be sealed is left out and named in :attr:`refused`."""
+        self._buffer.append(_Cell(cell, sealer, items))
+        self._buffered += RECORD_BYTES * len(items)
+        self._kick()
+
+    def _kick(self) -> None:
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_loop())
         if self._buffered >= self._limit:
@@ -183,16 +216,34 @@ class RunFile:
             self._wake.clear()
             if not self._closing:
                 self._now.clear()
-            data, self._buffer, self._buffered = b"".join(self._buffer), [], 0
-            if data and self.error is None:
+            batch, self._buffer, self._buffered = self._buffer, [], 0
+            if batch and self.error is None:
                 try:
-                    await asyncio.to_thread(self._write, data)
+                    await asyncio.to_thread(self._write_batch, batch)
                 except errors.BackendError as err:
                     self.error = err
             if self._closing and not self._buffer:
                 return
 
+    def _write_batch(self, batch: list[bytes | _Cell]) -> None:
+        """In the writer thread: seal the cells of ``batch``, then write it all at once."""
+        parts = []
+        for item in batch:
+            if isinstance(item, bytes):
+                parts.append(item)
+                continue
+            try:
+                lines = [item.sealer.line_of(record) for record in item.items]
+            except errors.LedgerError as err:
+                self.refused[item.name] = str(err)
+                continue
+            parts.append("".join(frame(item.name, line) + "\n" for line in lines).encode("ascii"))
+            self.chains[item.name] = (item.sealer.next_seq, item.sealer.previous_mac)
+        self._write(b"".join(parts))
+
     def _write(self, data: bytes) -> None:
+        if not data:
+            return
         try:
             if self._fd is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -205,13 +256,28 @@ class RunFile:
                 f"cannot append to ledger {self.path}: {err.strerror or err}"
             ) from err
 
-    async def close(self, seal: str | None = None) -> None:
-        """Write what is buffered and ``seal`` (the last line), ``fsync`` once, close.
+    async def close(self, seal: str | None = None, *, key: bytes | None = None) -> None:
+        """Write what is buffered and the seal (the last line), ``fsync`` once, close.
 
-        Raises :class:`~agent_health.ledger.errors.BackendError` when a write failed.
+        The seal is ``seal`` as given, or, with ``key``, made from :attr:`chains` once every
+        buffered cell is sealed (none when no cell was). Raises
+        :class:`~agent_health.ledger.errors.BackendError` when a write failed.
         """
         if seal is not None:
             self._buffer.append(seal.encode("ascii") + b"\n")
+        await self._drain()
+        if key is not None and self.chains and self.error is None:
+            self._buffer.append(seal_line(key, self.chains).encode("ascii") + b"\n")
+            self._writer = None
+            await self._drain()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            await asyncio.to_thread(_sync_and_close, fd)
+        if self.error is not None:
+            raise self.error
+
+    async def _drain(self) -> None:
+        """Write everything buffered now, and wait for it (the writer then ends)."""
         if self._writer is not None or self._buffer:
             if self._writer is None:
                 self._writer = asyncio.create_task(self._write_loop())
@@ -219,11 +285,6 @@ class RunFile:
             self._now.set()
             self._wake.set()
             await self._writer
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            await asyncio.to_thread(_sync_and_close, fd)
-        if self.error is not None:
-            raise self.error
 
 
 def _sync_and_close(fd: int) -> None:

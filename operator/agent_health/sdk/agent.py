@@ -18,7 +18,8 @@ from agent_health.sdk.results import RunResult
 
 def traceparent() -> str:
     """A new W3C ``traceparent`` (version 00, sampled)."""
-    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+    ids = secrets.token_hex(24)  # the trace id and the parent id, from one read of the OS
+    return f"00-{ids[:32]}-{ids[32:]}-01"
 
 
 def _context_items(
