@@ -5,7 +5,9 @@
   ``Bearer operator``, so the request log tells the two apart).
 * :class:`Kubelet` — plays the kubelet and each cell's gateway: a discovery pod ends with
   the ``list --json`` listing as its termination message; a cell pod runs, its ledger is
-  written with the run's key (read from the Secret the operator created) and the pod ends.
+  sealed with the cell's key (read from the Secret the operator created) and the pod ends.
+  A gateway told ``--ledger-log`` (a ConfigMap ledger) writes its records to its log, which
+  the kubelet serves as the API server's ``pods/NAME/log``; any other writes its ledger.
   What each cell does is scripted per (test id, repeat).
 """
 
@@ -16,6 +18,7 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import io
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -31,10 +34,11 @@ from agent_health.cluster.api import crds
 from agent_health.cluster.cells import cellsecrets, manifests
 from agent_health.cluster.reconcile import secretrefs
 from agent_health.gateway import recorder
-from agent_health.ledger import backends, chain, records, spool, store
+from agent_health.ledger import backends, chain, podlog, records, spool, store
 from agent_health.sdk import results
 from aiohttp import web
 from kube import Emulator, Kind, rbac, serve
+from kube import store as kube_store
 
 GROUP = "agenthealth.dev/v1alpha1"
 RUNSPECS = "/apis/agenthealth.dev/v1alpha1/namespaces/default/runspecs"
@@ -314,6 +318,20 @@ def cell_records(
             request_bytes=12,
             request_sha256="0" * 64,
         ),
+        # The tool call the trajectory claims, as the gateway saw it on its way to the peer
+        # that serves it (the example's peer declares its tools: a claim is held to this).
+        records.Exchange(
+            principal="target",
+            evidence="none",
+            upstream="peer:logs",
+            method="GET",
+            path="/search_logs?q=pay",
+            status=200,
+            started_at=T0,
+            ended_at=T0,
+            request_bytes=0,
+            request_sha256="0" * 64,
+        ),
         records.RunResultRecord(
             run_id=cell,
             prompt="Diagnose the payment service.",
@@ -345,8 +363,8 @@ class Cell:
     attempt: int
     ledger_cell: str
     """Where this attempt's gateway records: its ``--cell`` argument."""
-    ledger: str
-    """The ledger URL its gateway writes to: its ``--ledger`` argument."""
+    ledger: str | None
+    """The ledger URL its gateway writes to: its ``--ledger`` argument (``None``: its log)."""
     key_secret: str
     """The Secret holding the key the gateway seals with (its ``ledger-key`` volume)."""
     key_item: str
@@ -366,7 +384,7 @@ class Cell:
             repeat=int(meta["labels"][manifests.LABEL_REPEAT]),
             attempt=int(args[args.index("--attempt") + 1]),
             ledger_cell=args[args.index("--cell") + 1],
-            ledger=args[args.index("--ledger") + 1],
+            ledger=args[args.index("--ledger") + 1] if "--ledger" in args else None,
             key_secret=key["secret"]["secretName"],
             key_item=key["secret"]["items"][0]["key"],
             service_account=pod["spec"].get("serviceAccountName"),
@@ -384,7 +402,8 @@ class Kubelet:
     is told to (``--ledger``)."""
     outcome: Callable[[Cell], str] = lambda _cell: "passed"
     """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
-    key), "hold" (keeps running until :meth:`release`), "never-starts" (no status ever),
+    key), "log-cut" (its gateway's log lost its last lines: a logging ledger only), "hold"
+    (keeps running until :meth:`release`), "never-starts" (no status ever),
     "crashloop:CONTAINER" (a sidecar restarting over and over) or a sidecar death."""
     seen: list[str] = dataclasses.field(default_factory=list)
     held: dict[str, Cell] = dataclasses.field(default_factory=dict)
@@ -397,6 +416,8 @@ class Kubelet:
     benchmark); ``None``: append the whole cell in one batch."""
     created: list[float] = dataclasses.field(default_factory=list)
     """When each pod was first seen (the loop's clock), in order."""
+    logs: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    """Pod name → its gateway container's log (what ``pods/NAME/log`` serves)."""
     _backends: dict[tuple[str, str], store.Backend] = dataclasses.field(default_factory=dict)
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
@@ -417,8 +438,19 @@ class Kubelet:
             self._backends[(chosen, token)] = backends.from_url(chosen, options)
         return self._backends[(chosen, token)]
 
+    def log(self, namespace: str, name: str, params: dict[str, str]) -> bytes:
+        """``GET pods/NAME/log`` as a kubelet answers it: the gateway container's output."""
+        if params.get("container") != "gateway" or name not in self.logs:
+            raise kube_store.ApiError(
+                400, "BadRequest", f"container {params.get('container')} of pod {name} has no log"
+            )
+        log = self.logs[name]
+        limit = int(params.get("limitBytes") or 0)
+        return log[:limit] if limit else log
+
     async def run(self) -> None:
         """Serve pod events until cancelled; each new pod is played in a task of its own."""
+        self.cluster.emulator.logs = self.log
         store = self.cluster.emulator.store
         kind = store.kinds[("", "pods")]
         handled: set[tuple[str, str]] = set()
@@ -487,9 +519,6 @@ class Kubelet:
             await self.status(cell.name, evicted)
             return
         key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell)
-        writer = chain.Writer(
-            self.backend(cell.ledger, cell.service_account), cell.ledger_cell, key
-        )
         written = cell_records(
             cell.test_id,
             cell.repeat,
@@ -498,10 +527,13 @@ class Kubelet:
             ledger_cell=cell.ledger_cell,
             attempt=cell.attempt,
         )
-        if self.spool is not None:
+        if cell.ledger is None:
+            await self.gateway_log(cell, key, written, cut=outcome == "log-cut")
+        elif self.spool is not None:
             await self.gateway(cell, key, written)
         else:
-            await writer.append(*written)
+            backend = self.backend(cell.ledger, cell.service_account)
+            await chain.Writer(backend, cell.ledger_cell, key).append(*written)
         phase = "Failed" if outcome == "failed" else "Succeeded"
         await self.finish(cell.name, phase, exit_code=1, sidecars=SIDECAR_DEATHS.get(outcome, []))
 
@@ -531,6 +563,28 @@ class Kubelet:
         await recording.append(cell.ledger_cell, *(r for r in rest if r.kind != "exchange"))
         await recording.close()
         assert not recording.failures, recording.failures
+
+    async def gateway_log(
+        self, cell: Cell, key: bytes, written: list[records.Record], *, cut: bool = False
+    ) -> None:
+        """Record ``written`` as a ``--ledger-log`` gateway does (its recorder, writing to
+        its log), and keep the log for ``pods/NAME/log`` (``cut``: without its last line)."""
+        sink = io.BytesIO()
+        sink.write(b"2025-01-01 00:00:00,000 INFO gateway: controller -> target listening\n")
+        recording = recorder.Recorder(podlog.LogBackend(sink), key, default_cell=cell.ledger_cell)
+        meta, *rest = written
+        assert isinstance(meta, records.CellMeta)
+        await recording.open_cell(cell.ledger_cell, meta)
+        for record in rest:
+            if isinstance(record, records.Exchange):
+                fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(
+                    recorder.Observation)}  # fmt: skip
+                recording.start(record.run_id).finish(recorder.Observation(**fields))
+        await recording.append(cell.ledger_cell, *(r for r in rest if r.kind != "exchange"))
+        await recording.close()
+        assert not recording.failures, recording.failures
+        log = sink.getvalue()
+        self.logs[cell.name] = log.rsplit(b"\n", 2)[0] + b"\n" if cut else log
 
     async def ledger_key(self, cell: Cell) -> bytes:
         """The key the cell's gateway has mounted: from the Secret its pod names, as the

@@ -33,6 +33,7 @@ import kubernetes_validate
 import pytest
 from agent_health.cluster import operator, options
 from agent_health.cluster.cells import cellgateway, cellpod, manifests, netpol
+from agent_health.ledger import chain, podlog, records
 from netpol_support import Address, Pod, connects, egress_allowed, ingress_allowed
 from operator_support import NETWORK_POLICIES, Kubelet, cluster, kubelet, listing, until
 from ship_support import NAMESPACE, by_kind, helm, one, render
@@ -150,7 +151,7 @@ async def test_the_default_chart_fences_cells_from_metadata_the_api_server_metri
     assert kinds.index("networkpolicies") < kinds.index("discovery")
     everything = [*created, *chart_policies]
     judge_pod = Pod(NAMESPACE, OPERATOR_LABELS, "10.0.5.5")
-    for run_name, on_api_server in (("triage-nightly", True), ("objects-nightly", False)):
+    for run_name in ("triage-nightly", "objects-nightly"):
         cell = _cell_of(run_name)
         other = _cell_of("someone-elses-run")
 
@@ -163,8 +164,9 @@ async def test_the_default_chart_fences_cells_from_metadata_the_api_server_metri
             ("169.254.170.23", 80), ("fd00:ec2::254", 80), ("fd00:ec2::23", 80),
         ):  # fmt: skip
             assert not reach(Address(address), port), (run_name, address, port)
-        # The API server only for the run whose gateway writes a ConfigMap ledger there.
-        assert reach(Address(API_SERVER), 443) is on_api_server, run_name
+        # The API server for no cell: a ConfigMap ledger's gateway logs its records, and
+        # the operator stores them.
+        assert not reach(Address(API_SERVER), 443), run_name
         # The operator: its judge port, never its metrics (every tenant's run names); the
         # cells' egress names the port the operator's judge listens on, the chart's ingress 8090.
         assert egress_allowed(created, cell, judge_pod, judge_port)
@@ -304,8 +306,7 @@ async def test_the_cells_gateway_listens_on_loopback_alone_and_its_probe_passes(
             arg = arg.replace("/var/run/agent-health/", f"{root}/")
             arg = re.sub(r"listen=127\.0\.0\.1:\d+", "listen=127.0.0.1:0", arg)
             args.append(arg)
-        ledger = args.index("--ledger") + 1
-        args[ledger] = f"file://{tmp_path / 'ledger'}"
+        assert "--ledger-log" in args  # a ConfigMap ledger's gateway logs its records
         _write(Path(args[args.index("--key-file") + 1]), "k" * 32)  # the cell's ledger key
         for i, arg in enumerate(args):  # each principal's token file, as the kubelet mounts
             if args[i - 1] == "--token":
@@ -313,7 +314,7 @@ async def test_the_cells_gateway_listens_on_loopback_alone_and_its_probe_passes(
         (root / "gateway").mkdir()
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "agent_health.gateway", *args[1:],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
             command = gateway["startupProbe"]["exec"]["command"]
@@ -339,7 +340,16 @@ async def test_the_cells_gateway_listens_on_loopback_alone_and_its_probe_passes(
         finally:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
-                await asyncio.wait_for(process.wait(), 30)
+            assert process.stdout is not None
+            logged = (await process.stdout.read()).decode()
+            await asyncio.wait_for(process.wait(), 30)
+    # Its standard output is its cell's ledger alone, framed: the cell-meta it opened with,
+    # closed by an end frame when it stopped (no cell-end: the cell never ran).
+    cell = args[args.index("--cell") + 1]
+    assert all(line.startswith(f"{podlog.MARKER} ") for line in logged.splitlines()), logged
+    lines = podlog.extract(logged, cell)
+    assert [records.parse_line(line).kind for line in lines] == ["cell-meta"]
+    assert chain.verify(lines, b"k" * 32, complete=False).ok
     routes = [a for a in gateway["args"] if "listen=127.0.0.1:" in a]
     assert len(listening) == len(routes) == 2  # target → peer:logs and peer:logs → target
     assert {address for address, _ in listening} == {"127.0.0.1"}

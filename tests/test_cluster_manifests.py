@@ -483,7 +483,9 @@ def test_gateway_routes_connect_every_caller_to_its_callee() -> None:
     mounts = {m["mountPath"] for m in gateway["volumeMounts"]}
     assert {path.rsplit("/", 1)[0] for path in tokens.values()} <= mounts
     assert _arg(gateway["args"], "--key-file")[0].rsplit("/", 1)[0] in mounts
-    assert _arg(gateway["args"], "--ledger") == ["configmap://{namespace}/triage-ledger-{run}"]
+    # A ConfigMap ledger: the gateway logs its records for the operator, and names no store.
+    assert "--ledger-log" in gateway["args"]
+    assert _arg(gateway["args"], "--ledger") == _arg(gateway["args"], "--spool") == []
     assert _arg(gateway["args"], "--cell") == [pod["metadata"]["name"]]
     assert _arg(gateway["args"], "--run-id") == [pod["metadata"]["name"]]
     assert _arg(gateway["args"], "--test-id") == [TEST_ID]

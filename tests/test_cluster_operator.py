@@ -364,9 +364,15 @@ async def test_a_fenced_run_gets_one_network_policy_owned_by_it_before_its_first
             {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", *ipv4_metadata]}},
         ]
         assert policy["spec"]["egress"][3]["ports"] == [{"protocol": "TCP", "port": 443}]
-        # A ConfigMap ledger's run has its own writer identity (its token only in the
-        # gateway), not the operator's --gateway-service-account (meant for object stores).
-        assert all(c["spec"]["serviceAccountName"] == "triage-nightly-ledger" for c in cells)
+        # A ConfigMap ledger's cells run as no identity: not the operator's
+        # --gateway-service-account (meant for object stores), and their gateways hold no
+        # token (they log their records; the operator stores them).
+        assert not any("serviceAccountName" in c["spec"] for c in cells)
+        for cell in cells:
+            gateway = next(c for c in cell["spec"]["initContainers"] if c["name"] == "gateway")
+            assert "--ledger-log" in gateway["args"]
+            assert "--ledger" not in gateway["args"]
+            assert all(m["name"] != "gateway-sa" for m in gateway["volumeMounts"])
         # Deleting the run collects its policy.
         answer = await k8s.client.delete(f"{RUNS}/triage-nightly")
         assert answer.status_code == 200, answer.text

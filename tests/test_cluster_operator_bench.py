@@ -38,10 +38,12 @@ def test_the_scale_benchmark_prints_its_figures(tmp_path: Path) -> None:
     assert kinds["pods"] >= 1  # a pod per cell (and the suite's discovery pod)
     # Their tokens and ledger keys share one Secret, the run's key another.
     assert kinds["secrets"] == pytest.approx(2 / 8)
-    # The operator makes the run's ConfigMap; each gateway spools its cell and patches it in
-    # once, at its end (a merge patch: no 409s, however many end at once).
-    assert kinds["ledger"] == pytest.approx(9 / 8)
-    assert found["gateway_writes_per_cell"] == pytest.approx(1.0)
+    # The operator makes the run's ConfigMap and stores the cells it collects from their
+    # gateways' logs, several per merge patch; the gateways make no request at all.
+    assert 2 / 8 <= kinds["ledger"] <= 9 / 8  # the ConfigMap, and its patches (batched:
+    # how many share one depends on the machine; test_cluster_operator_writes counts them)
+    assert found["gateway_writes_per_cell"] == 0
+    assert found["gateway_requests_per_cell"] == {}
     assert found["writes_per_cell"] == pytest.approx(sum(kinds.values()), abs=0.01)
     assert found["writes_per_cell"] == pytest.approx(
         found["operator_writes_per_cell"] + found["gateway_writes_per_cell"], abs=0.002

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 from agent_health.cluster import rbac
-from kube.rbac import service_account_token
 from operator_support import Kubelet, cluster, kubelet, listing, until
 
 pytestmark = pytest.mark.slow
@@ -83,38 +82,37 @@ def op_ready(k8s: Any) -> bool:
     return bool(listed)
 
 
-async def test_the_gateway_role_is_what_the_configmap_ledger_sends() -> None:
-    """The kubelet writes each cell's ConfigMap ledger as the gateway does, with the run's
-    ledger ServiceAccount's token (the emulator checks it against the run's Role): the verbs
-    the Role grants are the ones the ConfigMap ledger sends, on that one ConfigMap."""
+async def test_a_configmap_ledger_is_written_by_the_operator_alone() -> None:
+    """The cells' gateways log their records and hold no credential: every request to the
+    API server comes from the operator or the kubelet, the ledger's writes are the
+    operator's merge patches of the run's one ConfigMap, and no cell runs as an identity."""
     async with cluster() as k8s:
         runspec, run = k8s.example(ledger=LEDGER)
         run["spec"] |= {"repeats": 2}
         tests = listing(("suite/rca.py::payment rca", ["category:RCA"]))
-        async with kubelet(Kubelet(k8s, tests, LEDGER)), k8s.operator():
+        async with kubelet(Kubelet(k8s, tests, None)), k8s.operator():
             await k8s.apply(runspec)
             await k8s.apply(run)
             await until(
                 lambda: k8s.run("triage-nightly").get("status", {}).get("phase") == "Succeeded",
                 "the run",
             )
-        token = "Bearer " + service_account_token("default", "triage-nightly-ledger")
-        gateway = [r for r in k8s.emulator if r.headers.get("Authorization") == token]
-        used = {p for p in map(permission, gateway) if p is not None}
-        names = {r.name for r in gateway}
+        speakers = {r.headers.get("Authorization") for r in k8s.emulator}
+        ledger = [
+            permission(r)
+            for r in k8s.operator_requests()
+            if r.resource is not None and r.resource.plural == "configmaps"
+        ]
+        names = {
+            r.name
+            for r in k8s.operator_requests()
+            if r.resource is not None and r.resource.plural == "configmaps"
+        }
+        pods = k8s.pods()
     assert k8s.run("triage-nightly")["status"]["counts"]["passed"] == 2
-    assert used == {("", "configmaps", verb) for verb in rbac.GATEWAY_VERBS}
-    assert names == {"triage-ledger-triage-nightly"}
-    role = rbac.gateway_rules("triage-ledger-triage-nightly")
-    assert role[0]["resourceNames"] == ["triage-ledger-triage-nightly"]
-
-
-def test_the_operator_holds_what_it_grants_a_run_s_ledger_writer() -> None:
-    """The API server refuses a Role granting more than its creator holds (RBAC escalation
-    check): the ledger Role's every permission is the operator's too."""
-    granted = rbac.allowed()
-    for rule in rbac.gateway_rules("ledger-x"):
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    assert (group, resource, verb) in granted
+    assert speakers <= {"Bearer operator", "Bearer kubelet", None}, speakers
+    assert set(ledger) == {("", "configmaps", v) for v in ("create", "get", "patch")}
+    assert names <= {"triage-ledger-triage-nightly", None}
+    for pod in pods:
+        assert "serviceAccountName" not in pod["spec"]
+        assert all("serviceAccountToken" not in str(v) for v in pod["spec"]["volumes"])

@@ -23,7 +23,7 @@ from typing import Any
 import e2e_support as e2e
 import pytest
 import pytest_asyncio
-from agent_health.ledger import records
+from agent_health.ledger import audit, records, store
 from node import network
 
 pytestmark = [
@@ -146,8 +146,8 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
     # The judge service answered with the RunSpec's own model and key.
     keys = {r.headers.get("Authorization") for r in k8s.model.requests}
     assert keys == {f"Bearer {e2e.RUNSPEC_JUDGE_KEY}"}, keys
-    # The ledger ConfigMap was written by the operator (which makes it) and the run's own
-    # ledger ServiceAccount (its gateways'), nobody else (no agent, no controller).
+    # The ledger ConfigMap was written by the operator alone (it makes it, reads each
+    # ended cell's gateway log and stores the cells): no gateway, agent or controller.
     writers = {
         r.headers.get("Authorization")
         for r in k8s.emulator
@@ -156,10 +156,19 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
         and r.resource.plural == "configmaps"
         and r.namespace == "default"
     }
-    assert writers - {"Bearer kubelet"} == {
-        "Bearer system:serviceaccount:default:peer-1-ledger",
-        f"Bearer system:serviceaccount:{e2e.NAMESPACE}:{e2e.RELEASE}-agent-health",
-    }, writers
+    operator = f"Bearer system:serviceaccount:{e2e.NAMESPACE}:{e2e.RELEASE}-agent-health"
+    assert writers - {"Bearer kubelet"} == {operator}, writers
+    logs = {
+        r.name
+        for r in k8s.emulator
+        if r.subresource == "log" and r.headers.get("Authorization") == operator
+    }
+    assert {p["metadata"]["name"] for p in cells} <= logs, logs
+    # The whole ConfigMap verifies, as `agent-health ledger verify` checks it.
+    options = store.Options(kube_api_url=k8s.url, kube_token="test")
+    report = await audit.verify_url("configmap://default/peer-ledger-peer-1", key, options=options)
+    assert report.ok, str(report)
+    assert len(report.cells) == 2, str(report)
 
 
 def pod_creations(k8s: e2e.Cluster, run: str) -> dict[str, int]:

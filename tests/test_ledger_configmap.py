@@ -284,3 +284,38 @@ async def test_outside_a_cluster_without_an_api_url(monkeypatch: pytest.MonkeyPa
 def test_bad_configmap_urls(url: str) -> None:
     with pytest.raises(errors.BackendConfigError, match="must be configmap://NAMESPACE/NAME"):
         backends.from_url(url)
+
+
+async def test_store_cells_writes_many_whole_cells_in_one_patch(kube: tuple[FakeKube, str]) -> None:
+    """The operator's write: whole cells, many per merge patch, each chunked as an append
+    would; storing a cell again with the same lines writes nothing, other lines are refused."""
+    fake, api = kube
+    backend = configmap.ConfigMapBackend("agents", "ledger", options(api), chunk_bytes=64)
+    await backend.append("first", ["made-by-an-append"])  # creates the ConfigMap
+    fake.methods.clear()
+    cells = {f"c{n}": [f"c{n}-line-{i:02d}-" + "z" * 20 for i in range(6)] for n in range(3)}
+    await backend.store_cells(cells)
+    assert fake.methods == ["GET", "PATCH"]  # three cells, one write
+    for cell, lines in cells.items():
+        assert await backend.read(cell) == lines
+        assert len(fake.cell_keys(cell)) > 1  # chunked at 64 bytes of whole lines
+    fake.methods.clear()
+    await backend.store_cells({"c1": cells["c1"]})  # again (an operator restarted): no write
+    assert fake.methods == ["GET"]
+    with pytest.raises(errors.BackendError, match="cell c1 already holds other records"):
+        await backend.store_cells({"c1": ["other"], "c9": ["new"]})
+    assert await backend.read("c9") == []  # nothing of a refused batch was written
+    await backend.close()
+
+
+async def test_store_cells_over_the_limit_writes_nothing(kube: tuple[FakeKube, str]) -> None:
+    fake, api = kube
+    backend = configmap.ConfigMapBackend("agents", "ledger", options(api))
+    await backend.store_cells({"small": ["s"]})
+    before = fake.version
+    big = {f"big{n}": [os.urandom(300 * 1024).hex()] for n in range(4)}
+    with pytest.raises(errors.LedgerTooLarge, match="over the ConfigMap limit"):
+        await backend.store_cells(big)
+    assert fake.version == before
+    assert await backend.cells() == ["small"]
+    await backend.close()

@@ -65,9 +65,6 @@ RUNSPECS = Resource("agenthealth.dev", "v1alpha1", "runspecs")
 EVALUATIONRUNS = Resource("agenthealth.dev", "v1alpha1", "evaluationruns")
 SANDBOXES = Resource("agents.x-k8s.io", "v1beta1", "sandboxes")
 NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
-SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts")
-ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
-ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
 ENDPOINTS = Resource("", "v1", "endpoints")
 
 

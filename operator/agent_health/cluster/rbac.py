@@ -21,12 +21,10 @@ runs (scheduler)                         read RunSpecs; create/list Secrets (led
                                          cell tokens); create/get/list/delete cells; patch
                                          EvaluationRun status; create/patch Events; create
                                          a run's ConfigMap ledger (409 when it exists)
-grading                                  read ConfigMap ledgers
-runs (ConfigMap ledger)                  create each run's ledger ConfigMap, its writer
-                                         ServiceAccount, Role and RoleBinding (read back
-                                         on 409); ``patch`` on ConfigMaps only because
-                                         the API server lets no one grant a Role more
-                                         than it holds (:func:`gateway_rules`)
+grading (ConfigMap ledger)               read each ended cell's gateway log (its sealed
+                                         records); get and merge-``patch`` the run's
+                                         ConfigMap to store many cells at a time
+grading (other ledgers)                  read ConfigMap ledgers
 runs (``--network-policy``)              create each run's NetworkPolicy (409 when it
                                          exists: nothing to read back), and each
                                          RunSpec's discovery policy; read the API
@@ -37,8 +35,8 @@ garbage collection                       ``update`` on ``*/finalizers`` of the o
                                          ``blockOwnerDeletion`` on an owner reference
 =======================================  ==================================================
 
-:func:`gateway_rules` are a cell gateway's: a Role per run, on its ConfigMap ledger by name
-(:mod:`.cells.ledgerwriter`), for what :mod:`agent_health.ledger.configmap` sends.
+A cell's gateway is granted nothing: with a ConfigMap ledger it writes its records to its
+own log and the operator stores them (:mod:`.reconcile.collector`).
 """
 
 from __future__ import annotations
@@ -84,8 +82,6 @@ NAMESPACE_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
-    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create"]},
-    {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
     {
         "apiGroups": [SANDBOX_GROUP],
@@ -94,36 +90,18 @@ NAMESPACE_RULES: list[dict[str, Any]] = [
     },
 ]
 """A Role in each cell namespace (the chart's ``cells.namespaces``, the release namespace and
-the watched one): making cells, reading their Secrets and ledgers. Nowhere else may the
+the watched one): making cells, reading their Secrets, their gateways' logs and ledgers,
+writing ConfigMap ledgers. Nowhere else may the
 operator create a pod or read a Secret."""
 
 RULES: list[dict[str, Any]] = [*CLUSTER_RULES, *NAMESPACE_RULES]
 """Everything the operator holds somewhere."""
 
-GATEWAY_VERBS = ("get", "patch")
-"""What a gateway sends its run's ConfigMap ledger: GET it, then a merge PATCH of its cell's
-chunks (the operator made it, so no POST; no PUT, no list, no delete)."""
-
-
-def gateway_rules(ledger: str) -> list[dict[str, Any]]:
-    """The rules of a run's ledger Role: its one ConfigMap ``ledger``, by name."""
-    return [
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "resourceNames": [ledger],
-            "verbs": list(GATEWAY_VERBS),
-        }
-    ]
-
-
 UNSEEN: dict[tuple[str, str, str], str] = {
-    ("", "pods/log", "get"): "a listing too long for the termination message",
     ("", "pods", "get"): "a pod that already exists when created (409), e.g. after a crash",
     ("", "events", "patch"): "an Event repeated within 10 minutes (a count bump)",
     (GROUP, "runspecs/finalizers", "update"): "checked by admission, not a request",
     (GROUP, "evaluationruns/finalizers", "update"): "checked by admission, not a request",
-    ("", "configmaps", "patch"): "checked when the operator creates a run's ledger Role",
     **{
         (SANDBOX_GROUP, "sandboxes", verb): "isolation mode agentSandbox (--sandboxes)"
         for verb in ("get", "list", "watch", "create", "delete")

@@ -23,6 +23,7 @@ from agent_health.gateway import config, errors, server
 EXIT_OK, EXIT_USAGE = 0, 2
 _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "ledger": "ledger_url",
+    "ledger_log": "ledger_log",
     "key_file": "key_file",
     "cell": "cell",
     "run_id": "run_id",
@@ -62,6 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--config", help=f"JSON settings file (default: ${config.CONFIG_ENV} if set)")
     add("--ledger", help="ledger URL: file://DIR, configmap://NS/NAME, s3://... (default: none)")
+    add(
+        "--ledger-log",
+        action="store_true",
+        default=None,
+        help="write the cell's sealed records to standard output, framed, instead of to a "
+        "ledger (the operator collects them from the container's log into its run's "
+        "ConfigMap ledger; the gateway then needs no Kubernetes credential)",
+    )
     add("--key-file", help="HMAC key file (default: $AGENT_HEALTH_LEDGER_KEY)")
     add("--cell", help="the ledger cell this gateway records (a cell pod's name)")
     add(
@@ -176,13 +185,25 @@ def _pair(value: str, flag: str, shape: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; exit 2 with a one-line message on a configuration error."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()  # standard error: standard output is the ledger's
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
         _run_loop(_serve(settings(args)))
     except errors.GatewayError as err:
         logging.getLogger("agent_health.gateway").error("%s", err)
         return EXIT_USAGE
     return EXIT_OK
+
+
+class OneLineFormatter(logging.Formatter):
+    """Each record on one line, line breaks escaped: a message may quote what the target
+    sent, and no line of the log but the ledger's own may start with its frame marker
+    (:mod:`agent_health.ledger.podlog`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def _run_loop(main: Coroutine[Any, Any, None]) -> None:

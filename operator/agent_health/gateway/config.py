@@ -133,6 +133,11 @@ class Settings(BaseModel):
 
     routes: tuple[Route, ...] = Field(min_length=1)
     ledger_url: str | None = Field(default=None, description="where exchanges go; None: nowhere")
+    ledger_log: bool = Field(
+        default=False,
+        description="sealed records to standard output, framed (ledger.podlog), not to a store: "
+        "the operator collects them from the log into a ConfigMap ledger",
+    )
     key_file: str | None = Field(
         default=None, description="HMAC key file; default $AGENT_HEALTH_LEDGER_KEY"
     )
@@ -231,6 +236,12 @@ class Settings(BaseModel):
     @classmethod
     def _admin(cls, value: str | None) -> str | None:
         return check_listen(value) if value is not None else None
+
+    @model_validator(mode="after")
+    def _one_ledger(self) -> Settings:
+        if self.ledger_log and (self.ledger_url is not None or self.spool is not None):
+            raise ValueError("ledger_log: records go to standard output; no ledger_url or spool")
+        return self
 
     @model_validator(mode="after")
     def _room_for_trusted_callers(self) -> Settings:

@@ -24,7 +24,7 @@ import aiohttp
 from aiohttp import web
 
 from agent_health.gateway import admin, config, errors, guard, proxy, recorder
-from agent_health.ledger import backends, chain, records, spool
+from agent_health.ledger import backends, chain, podlog, records, spool, store
 from agent_health.ledger import errors as ledger_errors
 
 log = logging.getLogger("agent_health.gateway")
@@ -63,10 +63,15 @@ class Gateway:
         """Read the key and token files and open the ledger the settings name."""
         tokens = await asyncio.to_thread(config.Tokens.load, settings.token_files)
         record = None
-        if settings.ledger_url is not None:
+        if settings.ledger_url is not None or settings.ledger_log:
             try:
                 key = await asyncio.to_thread(chain.load_key, settings.key_file)
-                backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
+                backend: store.Backend
+                if settings.ledger_log:  # to our log, for the operator to collect
+                    backend = podlog.LogBackend()
+                else:
+                    assert settings.ledger_url is not None
+                    backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
                 if settings.spool is not None:
                     directory = await asyncio.to_thread(spool.check_directory, settings.spool)
                     backend = spool.SpooledBackend(

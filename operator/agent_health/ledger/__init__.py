@@ -43,6 +43,7 @@ if _typing.TYPE_CHECKING:
         ChainError,
         LedgerError,
         LedgerKeyError,
+        LedgerLogError,
         LedgerTooLarge,
         RecordError,
     )
@@ -79,6 +80,7 @@ _WHERE = {
             "ChainError",
             "LedgerError",
             "LedgerKeyError",
+            "LedgerLogError",
             "LedgerTooLarge",
             "RecordError",
         ),
@@ -126,6 +128,7 @@ __all__ = [
     "Exchange",
     "LedgerError",
     "LedgerKeyError",
+    "LedgerLogError",
     "LedgerReport",
     "LedgerTooLarge",
     "Options",

@@ -28,7 +28,7 @@ import json
 import os
 import re
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +88,30 @@ class ConfigMapBackend:
         if not lines:
             return
         text = "".join(f"{line}\n" for line in lines)
+        await self._update(lambda current: self._compose(current, cell, text))
+
+    async def store_cells(self, batch: Mapping[str, Sequence[str]]) -> None:
+        """Write whole cells, many in one merge patch (the operator stores a run's cells,
+        collected from their gateways' logs, together: one write for many cells).
+
+        A cell already there with exactly these lines (stored before an operator restart) is
+        left as it is; one with other lines is a :class:`~.errors.BackendError`, and a batch
+        over the size limit :class:`~.errors.LedgerTooLarge`: then nothing is written.
+        """
+        texts = {
+            store.check_cell(cell): "".join(f"{line}\n" for line in lines)
+            for cell, lines in batch.items()
+            if lines
+        }
+        if texts:
+            await self._update(lambda current: self._compose_cells(current, texts))
+
+    async def _update(self, compose: Callable[[ConfigMap | None], dict[str, str]]) -> None:
+        """Read the ConfigMap, ``compose`` its new ``binaryData``, write the change."""
         async with self._lock:
             for attempt in range(MAX_ATTEMPTS):
                 current = await self._get()
-                data = await asyncio.to_thread(self._compose, current, cell, text)
+                data = await asyncio.to_thread(compose, current)
                 if await self._store(current, data):
                     return
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
@@ -126,6 +146,23 @@ class ConfigMapBackend:
         """The new ``binaryData``: ``text`` added to ``cell``, checked against the size limit."""
         data = dict((current or {}).get("binaryData") or {})
         self._add(data, cell, text)
+        self._check_size(current, data)
+        return data
+
+    def _compose_cells(self, current: ConfigMap | None, texts: Mapping[str, str]) -> dict[str, str]:
+        """The new ``binaryData`` with each whole cell of ``texts`` (see :meth:`store_cells`)."""
+        data = dict((current or {}).get("binaryData") or {})
+        for cell, text in texts.items():
+            if _chunk_indexes(data, cell):
+                stored = _decode_cell(data, cell, self.url)
+                if stored == text:
+                    continue
+                raise errors.BackendError(
+                    f"ledger {self.url}: cell {cell} already holds other records; a cell is "
+                    "written once, by the operator that collected it"
+                )
+            for index, chunk in enumerate(_chunks(text, self._chunk_bytes)):
+                data[_key(cell, index)] = _gzip(chunk)
         self._check_size(current, data)
         return data
 
@@ -275,6 +312,19 @@ class ConfigMapBackend:
 
 def _key(cell: str, index: int) -> str:
     return f"{cell}.jsonl.gz.{index:04d}"
+
+
+def _chunks(text: str, size: int) -> list[bytes]:
+    """``text`` (whole lines) in pieces of at most ``size`` bytes, each of whole lines (a
+    longer line is a piece of its own)."""
+    pieces: list[bytes] = []
+    current = b""
+    for line in text.encode("utf-8").splitlines(keepends=True):
+        if current and len(current) + len(line) > size:
+            pieces.append(current)
+            current = b""
+        current += line
+    return [*pieces, current] if current else pieces
 
 
 def _chunk_indexes(data: dict[str, str], cell: str) -> list[int]:

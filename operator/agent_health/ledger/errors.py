@@ -6,6 +6,7 @@
      ├── RecordError               a line is not a valid record (bad JSON, unknown kind or version)
      ├── LedgerKeyError            the HMAC key is missing, unreadable or too short
      ├── ChainError                appending would break the chain (a stored chain does not verify)
+     ├── LedgerLogError            a gateway's log holds no whole ledger of its cell (podlog)
      └── BackendError              the storage behind a ledger URL failed
           ├── BackendConfigError   the URL or options are wrong (unknown scheme, missing extra)
           └── LedgerTooLarge       the ledger would overflow its backend (ConfigMap 1 MiB)
@@ -33,6 +34,10 @@ class LedgerKeyError(LedgerError):
 
 class ChainError(LedgerError):
     """A stored chain does not verify, so it cannot be appended to."""
+
+
+class LedgerLogError(LedgerError):
+    """A gateway's log does not hold its cell's whole ledger (missing, cut short, edited)."""
 
 
 class BackendError(LedgerError):

@@ -1,7 +1,7 @@
 """Where a cell would reach the Kubernetes API server, read once when the operator starts.
 
 The cells' NetworkPolicy (:mod:`.netpol`) carves these addresses out of every declared
-egress block that contains them, and lets only runs whose ledger is a ConfigMap reach them.
+egress block that contains them: no cell talks to the API server.
 A NetworkPolicy sees a Service's traffic after its address is translated to an endpoint, so
 the endpoints of Service ``default/kubernetes`` are what counts (one ``get``, by name: the
 chart's RBAC has exactly that); in a pod the Service's own address is added as well.
@@ -30,8 +30,7 @@ async def addresses(api: kube.Client, service: str | None) -> tuple[netpol.Egres
     except kube.ApiError as err:
         log.warning(
             "cannot read Endpoints default/kubernetes (%s): the cells' NetworkPolicy cannot "
-            "carve the API server out of --egress blocks, nor let ConfigMap-ledger runs reach "
-            "it unless --egress names it",
+            "carve the API server out of --egress blocks",
             err,
         )
         body = {}

@@ -27,7 +27,9 @@ so a peer can serve the gateway's calls alone (``examples/agents/log_server.py``
 
 The gateway alone mounts its cell's ledger key (derived for this attempt, never the run's),
 every token (to verify callers), the ledger credentials and — when the operator names a
-ServiceAccount for it — that account's token.
+ServiceAccount for an object-store ledger — that account's token. With a ConfigMap ledger it
+holds no credential at all: it writes its sealed records to its own log
+(:mod:`agent_health.ledger.podlog`) and the operator stores them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_health.cluster.api import runspec
-from agent_health.cluster.cells import cellsecrets, manifests
+from agent_health.cluster.cells import cellsecrets, ledgerurl, manifests
 from agent_health.gateway import admin
 
 NAME = "gateway"
@@ -134,10 +136,15 @@ def gateway_args(
             f"principal={route.principal},to={route.to},"
             f"listen={route.address},upstream={route.upstream}",
         ]
-    args += ["--ledger", ledger, "--cell", identity.ledger_cell, "--key-file", key_file]
-    # The cell's records wait in the gateway's own /tmp (an emptyDir: it outlives a restart
-    # of the gateway, not the pod) and reach the ledger in one write when the cell ends.
-    args += ["--spool", SPOOL_DIR]
+    if ledgerurl.collected(ledger):
+        # A ConfigMap ledger: the sealed records go to the gateway's log, and the operator
+        # collects them once the pod ended, many cells to a write (no API call, no token).
+        args += ["--ledger-log"]
+    else:
+        # The cell's records wait in the gateway's own /tmp (an emptyDir: it outlives a
+        # restart of the gateway, not the pod) and reach the ledger in one write at its end.
+        args += ["--ledger", ledger, "--spool", SPOOL_DIR]
+    args += ["--cell", identity.ledger_cell, "--key-file", key_file]
     args += ["--run-id", identity.cell, "--test-id", identity.test_id]
     args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
     exchanges, size = caps

@@ -32,6 +32,12 @@ _FILLED = re.compile(r"\{(namespace|run|runspec)\}")
 _LEFT = re.compile(r"\{[^{}]*\}")
 
 
+def collected(url: str) -> bool:
+    """Whether the operator collects ``url``'s ledger from its cells' gateway logs and
+    writes it itself (a ConfigMap ledger), rather than each gateway writing it."""
+    return url.partition("://")[0].lower() == "configmap"
+
+
 def fill(template: str, *, namespace: str, run: str, runspec: str) -> str:
     """``template`` with ``{namespace}``, ``{run}`` and ``{runspec}`` filled in."""
     values = {"namespace": namespace, "run": run, "runspec": runspec}

@@ -5,8 +5,6 @@ included, reach none of its ports). Its egress is allowed to:
 
 * the cluster DNS;
 * the operator's judge pods (namespace + pod labels + the judge port: not its metrics port);
-* the API server, only when the run records into a ConfigMap ledger (the gateway writes it
-  there; a NetworkPolicy cannot tell the gateway from the target, which holds no credentials);
 * the CIDRs the operator declares (``--egress``: the object store, the target's model
   provider).
 
@@ -89,18 +87,16 @@ class Fence:
     )
     api_server: tuple[Egress, ...] = ()
     """The API server's addresses (its endpoints, and the Service's IP) with their ports:
-    allowed to runs with a ConfigMap ledger, carved out of every other declared block."""
+    carved out of every declared block (no cell talks to it: with a ConfigMap ledger the
+    gateway writes its records to its log and the operator stores them)."""
 
     def policy(
         self, run: evaluationrun.EvaluationRun, settings: manifests.Settings
     ) -> dict[str, Any]:
-        """The NetworkPolicy of ``run`` (see :func:`network_policy`); ``settings.ledger_url``
-        is the run's ledger."""
-        ledger = settings.ledger_url or ""
+        """The NetworkPolicy of ``run`` (see :func:`network_policy`)."""
         return network_policy(
             run, settings=settings, egress=self.egress, dns_namespace=self.dns_namespace,
             dns_labels=self.dns_labels, api_server=self.api_server,
-            ledger_on_api_server=ledger.startswith("configmap://"),
         )  # fmt: skip
 
 
@@ -112,7 +108,6 @@ def network_policy(
     dns_namespace: str = "kube-system",
     dns_labels: Mapping[str, str] | None = None,
     api_server: Sequence[Egress] = (),
-    ledger_on_api_server: bool = False,
 ) -> dict[str, Any]:
     """The policy selecting ``run``'s cells (plain or sandboxed); owned by the run."""
     namespace, name, _ = manifests.identity(run)
@@ -144,8 +139,7 @@ def network_policy(
             }
         )
     denied = [*METADATA, *(a.cidr for a in api_server)]
-    allowed = [*egress, *(api_server if ledger_on_api_server else ())]
-    rules += [_ip_rule(a, denied) for a in allowed]
+    rules += [_ip_rule(a, denied) for a in egress]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

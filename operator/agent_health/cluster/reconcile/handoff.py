@@ -25,9 +25,10 @@ from typing import Any
 from agent_health.cluster import errors, kube
 from agent_health.cluster.cells import cellpod, manifests, observed
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import creation, lifecycle, plan
+from agent_health.cluster.reconcile import collector, creation, lifecycle, plan
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.engine import budget
+from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import keys
 
 LEDGER_READS = 5
@@ -118,6 +119,8 @@ class Handoff:
         if failure is not None:
             return await self.infra(run, cell, body, failure)
         assert run.backend is not None
+        if run.collector is not None:
+            return await self.record(run, cell, await self._collected(run, cell))
         grade: grading.CellGrade | None = None
         for attempt in range(LEDGER_READS):
             try:
@@ -140,6 +143,35 @@ class Handoff:
                 break
         assert grade is not None
         await self.record(run, cell, grade)
+
+    async def _collected(self, run: plan.Run, cell: plan.Cell) -> grading.CellGrade:
+        """Grade a cell of a ConfigMap ledger: its records from its gateway's log, stored in
+        the run's ConfigMap (with other cells'), then graded as stored."""
+        assert run.collector is not None
+        ledger_cell = manifests.ledger_cell(cell.name, cell.attempt)
+        policy = run.model.spec.retry
+        lines: list[str] | None = None
+        for attempt in range(LEDGER_READS):
+            try:
+                lines = await collector.read(
+                    self.board.api, run.ref.namespace, cell.name, ledger_cell
+                )
+                break
+            except ledger_errors.LedgerLogError as err:  # missing or cut: never graded
+                return plan.lost(cell, str(err), policy)
+            except kube.ApiError as err:
+                if not err.temporary or attempt + 1 == LEDGER_READS:
+                    why = f"cannot read the gateway's log: {err}"
+                    return plan.lost(cell, why, policy)
+                await asyncio.sleep(min(2**attempt, 30))
+        assert lines is not None
+        try:
+            await run.collector.store(ledger_cell, lines)
+        except ledger_errors.LedgerError as err:
+            return plan.lost(cell, f"cannot store its records in the ledger: {err}", policy)
+        key = keys.cell_key(run.key, ledger_cell)  # that attempt's key alone verifies it
+        expected = plan.expected(cell, plan.peer_tools(run.spec))
+        return await asyncio.to_thread(grading.grade_lines, cell.name, lines, key, expected)
 
     async def infra(
         self,

@@ -3,8 +3,9 @@
 :meth:`Intake.start` (kopf's create and resume handlers) waits for the RunSpec to be
 resolved and discovered (woken by RunSpec watch events through :class:`.plan.Bulletin`),
 selects the tests, checks that every Secret the RunSpec names is offered to runs
-(:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes a ConfigMap ledger and its one
-writer identity the run's (:mod:`.ledgers`), makes sure the run's ledger key Secret exists
+(:mod:`.secretrefs`), plans ``tests × repeats`` cells, makes a ConfigMap ledger the run's
+(:mod:`.ledgers`; the operator alone writes it, collecting the cells' records from their
+gateways' logs: :mod:`.collector`), makes sure the run's ledger key Secret exists
 (a random key, kept in the Secret so a restarted operator reads it back), creates the run's
 NetworkPolicy when the operator fences runs (``--network-policy``; owned by the run,
 so it goes with it; 409 means it is there) and rebuilds what exists (:mod:`.adoption`).
@@ -34,6 +35,7 @@ from agent_health.cluster.cells import admission, cellsecrets, ledgerurl, manife
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
+    collector,
     handoff,
     ledgers,
     lifecycle,
@@ -45,7 +47,7 @@ from agent_health.cluster.reconcile import (
     specs,
 )
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends, store
+from agent_health.ledger import backends, configmap, store
 from agent_health.ledger import errors as ledger_errors
 
 RECONCILED = "Reconciled"
@@ -186,12 +188,15 @@ class Intake:
             ledger = runspec.Ledger(url=url)
             spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
         try:
-            writer = await ledgers.prepare(board.api, run, url)
+            await ledgers.prepare(board.api, run, url)
         except errors.SpecError as err:
             return await board.fail(run, "LedgerNotOwned", str(err))
         settings = dataclasses.replace(self.settings, ledger_url=url)
-        if writer is not None:  # the run's own ledger identity, not the operator's default
-            settings = dataclasses.replace(settings, gateway_service_account=writer)
+        if ledgerurl.collected(url):
+            # The operator stores what the gateways log: they need no identity at all.
+            assert isinstance(run.backend, configmap.ConfigMapBackend)
+            run.collector = collector.Collector(run.backend, active=lambda: len(run.active))
+            settings = dataclasses.replace(settings, gateway_service_account=None)
         run.spec, run.settings = spec, settings
         try:
             run.key = await self._ledger_key(run)

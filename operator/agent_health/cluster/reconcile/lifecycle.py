@@ -22,7 +22,9 @@ from typing import Any
 from agent_health.cluster import kube, metrics
 from agent_health.cluster.cells import manifests
 from agent_health.cluster.reconcile import batcher, events, plan
+from agent_health.cluster.reconcile import collector as collector_mod
 from agent_health.cluster.reconcile import status as status_mod
+from agent_health.ledger import store
 
 Recovery = Callable[[Exception], Coroutine[Any, Any, None]]
 """What to do when a background task failed (e.g. grade its cell as errored)."""
@@ -98,8 +100,8 @@ class Board:
         self._drop_deadline(run.uid)
         self.drop_tokens(run)
         if run.backend is not None:
-            self.spawn(run.backend.close())
-            run.backend = None
+            self.spawn(_close(run.collector, run.backend))
+            run.backend, run.collector = None, None
         ttl = run.model.spec.ttl_seconds_after_finished
         if ttl is not None:
             done = run.tally.completion_time or status_mod.utcnow()
@@ -206,7 +208,16 @@ class Board:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for run in self.runs.values():
             if run.backend is not None:
-                await run.backend.close()
+                await _close(run.collector, run.backend)
+
+
+async def _close(collector: collector_mod.Collector | None, backend: store.Backend) -> None:
+    """Store what the run's collector still holds, then close its ledger."""
+    try:
+        if collector is not None:
+            await collector.close()
+    finally:
+        await backend.close()
 
 
 def resource_of(run: plan.Run) -> kube.Resource:

@@ -20,6 +20,7 @@ from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import ledgerurl, manifests
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, events, listing, pattern, spending
+from agent_health.cluster.reconcile import collector as collector_mod
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
 from agent_health.sdk import results
@@ -56,6 +57,9 @@ class Run:
     settings: manifests.Settings | None = None
     key: bytes = b""
     backend: store.Backend | None = None
+    collector: collector_mod.Collector | None = None
+    """A ConfigMap ledger's: the operator stores the cells' records, collected from their
+    gateways' logs, many cells per write (:mod:`.collector`); ``None``: gateways write."""
     cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
     queue: deque[str] = dataclasses.field(default_factory=deque)
     active: set[str] = dataclasses.field(default_factory=set)
@@ -226,6 +230,15 @@ def skipped(cell: Cell, reason: str) -> grading.CellGrade:
 def unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
     return grading.grade_failed_pod(
         cell.name, expected(cell), f"cannot grade the ledger: {reason}", cause="other",
+        attempt=cell.attempt, policy=policy,
+    )  # fmt: skip
+
+
+def lost(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
+    """A cell whose ledger its gateway's log does not hold whole (or that cannot be
+    stored): ``errored``, cause ``infra``, never graded from a part of it."""
+    return grading.grade_failed_pod(
+        cell.name, expected(cell), f"no whole ledger: {reason}", cause="other",
         attempt=cell.attempt, policy=policy,
     )  # fmt: skip
 
