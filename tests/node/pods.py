@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,8 +157,11 @@ class Pod:
             if self.gone:
                 raise
         finally:
-            for task in list(self.tasks):
+            left = list(self.tasks)
+            for task in left:
                 task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+            await self._kill_leftovers()
             if self.network is not None:
                 await self.kubelet.network.detach(self.network)
             if self._reporter is not None:
@@ -239,6 +243,15 @@ class Pod:
             if c.run is not None and c.run.exit_code is None:
                 await c.run.stop(self._grace())
                 self._terminated(c, c.run)
+
+    async def _kill_leftovers(self) -> None:
+        """Kill what a restart started while the pod was stopping (a sidecar that woke from
+        its back-off after :meth:`_stop_all` passed it): nothing of a pod outlives it."""
+        for c in self.containers.values():
+            for run in c.runs:
+                if run.process.returncode is None:
+                    run.signal(signal.SIGKILL)
+                    await run.wait()
 
     def _grace(self) -> float:
         if self.kubelet.closing:
