@@ -19,8 +19,11 @@ is taken out of its environment and the unmeasured warm-up round writes the cach
 The verdict is on wall time (what a user waits for). The CPU time of each command (user +
 system, from ``wait4``) is printed too: on a machine shared with other work it moves much
 less than wall time, so it tells a real change from a noisy round. ``--no-ledger`` runs are
-printed as diagnostics where they explain a figure. The script reports, it never gates: exit
-0 whatever the figures, 1 when a side crashed or did not pass its work, 2 for bad options.
+printed as diagnostics where they explain a figure. The calls row also runs a *floor*: the
+same calls from a bare script on aiohttp (the built-in connectors' client) with no harness, so
+what the client itself costs here — its import included — is measured beside the target.
+The script reports, it never gates: exit 0 whatever the figures, 1 when a side crashed or
+did not pass its work, 2 for bad options.
 
     python bench/defaults.py                      # every row (about two minutes here)
     python bench/defaults.py --row list --rounds 20
@@ -47,6 +50,7 @@ import suites
 
 HERE = Path(__file__).resolve().parent
 ROWS = ("trivial", "calls", "list", "hang")
+ROLE_MARKS = {"baseline": " [baseline]", "diagnostic": " [diagnostic]", "floor": " [floor]"}
 ONE_TEST = """\
 from agent_health import test
 
@@ -66,7 +70,7 @@ class Side:
     argv: list[str]
     cwd: Path
     expect: Callable[[engine_overhead.Sample], str | None]  # None when the work was done
-    role: str = "ours"  # "ours" (the figure), "baseline", or "diagnostic"
+    role: str = "ours"  # "ours" (the figure), "baseline", "diagnostic" or "floor"
 
 
 @dataclass
@@ -94,6 +98,12 @@ class RowResult:
 
     def side(self, role: str) -> Measured:
         return next(s for s in self.sides if s.role == role)
+
+    @property
+    def floor(self) -> float | None:
+        """The floor side's wall time over the baseline's, when the row has one."""
+        floor = next((s for s in self.sides if s.role == "floor"), None)
+        return None if floor is None else floor.wall_s / self.side("baseline").wall_s
 
     @property
     def ratio(self) -> float:
@@ -204,6 +214,13 @@ def calls(work: Path, args: argparse.Namespace, url: str) -> RowResult:
                 passed(args.calls),
                 "diagnostic",
             ),
+            Side(
+                "bare aiohttp script, no harness",
+                [*plain, "--aiohttp"],
+                suite,
+                passed(args.calls),
+                "floor",
+            ),
         ],
         args,
     )
@@ -274,7 +291,7 @@ def render(results: list[RowResult], args: argparse.Namespace) -> str:
             f"   {'side':<46}{'wall s':>9}{'CPU s':>9}   rounds (wall s)",
         ]
         for side in row.sides:
-            role = {"baseline": " [baseline]", "diagnostic": " [diagnostic]"}.get(side.role, "")
+            role = ROLE_MARKS.get(side.role, "")
             rounds = ", ".join(f"{w:.2f}" for w in side.walls)
             lines.append(
                 f"   {side.label + role:<46}{side.wall_s:>9.3f}{side.cpu_s:>9.3f}   {rounds}"
@@ -284,6 +301,11 @@ def render(results: list[RowResult], args: argparse.Namespace) -> str:
             f"   ratio ours / baseline: wall {row.ratio:.2f} (CPU {row.cpu_ratio:.2f})"
             f"   target <= {row.target:.2f}   {mark}"
         )
+        if row.floor is not None:
+            lines.append(
+                f"   floor / baseline: wall {row.floor:.2f} (the connectors' client alone, "
+                "imported and driven from one event loop: no harness on it does better)"
+            )
     lines += ["", "summary", f"   {'figure':<58}{'ratio':>7}   target"]
     for row in results:
         mark = "PASS" if round(row.ratio, 2) <= row.target else "MISS"
@@ -337,7 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(render(results, args))
     if args.json:
-        payload = [{**asdict(r), "ratio": r.ratio, "cpu_ratio": r.cpu_ratio} for r in results]
+        payload = [
+            {**asdict(r), "ratio": r.ratio, "cpu_ratio": r.cpu_ratio, "floor": r.floor}
+            for r in results
+        ]
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 

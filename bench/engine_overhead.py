@@ -12,7 +12,9 @@ Two measurements, one invocation (``make bench``):
    own duration (the JSON report's ``summary.duration_ms``) over ideal, and the whole
    command's wall time. It runs through the built-in REST connector (the figure that
    counts) and, as a diagnostic, through a minimal aiohttp connector registered in the
-   suite's config, which tells the engine's own cost from its HTTP client's.
+   suite's config, which tells the engine's own cost from its HTTP client's. Beside them,
+   the floor: the same calls from a bare aiohttp script (``plain_client.py --aiohttp``), its
+   requests timed after its imports — what the client alone achieves on this machine.
 
 Every command runs as users run it, with bytecode caching allowed (``PYTHONDONTWRITEBYTECODE``
 is taken out of its environment; an unmeasured warm-up round writes the caches first).
@@ -42,6 +44,9 @@ import slow_agent
 import suites
 
 _PASSED = re.compile(r"(\d+) passed")
+_TOOK = re.compile(r"passed in ([0-9.]+) s")
+HERE = Path(__file__).resolve().parent
+FLOOR = "bare aiohttp script, no harness"
 OVERHEAD_TARGET = 1.0
 EFFICIENCY_TARGET = 1.1
 
@@ -191,6 +196,10 @@ def concurrency(work: Path, args: argparse.Namespace) -> list[Concurrency]:
             ),
             ("aiohttp connector from the config", [*base, "--no-ledger"], diagnostic),
         ]
+        # The floor: the same calls from a bare aiohttp script, no harness; it prints how long
+        # its requests took after its imports, the counterpart of a run's own duration.
+        floor = [sys.executable, str(HERE / "plain_client.py"), url, str(n), str(args.j)]
+        runs.append((FLOOR, [*floor, "--aiohttp"], builtin))
         for _ in range(args.warmup):  # writes bytecode caches, warms the page cache
             for name, argv, cwd in runs:
                 check(f"concurrency run ({name})", measure(argv, cwd), n, _PASSED)
@@ -200,8 +209,14 @@ def concurrency(work: Path, args: argparse.Namespace) -> list[Concurrency]:
             for name, argv, cwd in runs:
                 sample = measure(argv, cwd)
                 check(f"concurrency run ({name})", sample, n, _PASSED)
-                summary = json.loads(report.read_text())["summary"]
-                sessions[name].append(summary["duration_ms"] / 1000)
+                if name == FLOOR:
+                    took = _TOOK.search(sample.output)
+                    if took is None:
+                        raise BenchError(f"{name} printed no time:\n{sample.output}")
+                    sessions[name].append(float(took.group(1)))
+                else:
+                    summary = json.loads(report.read_text())["summary"]
+                    sessions[name].append(summary["duration_ms"] / 1000)
                 commands[name].append(sample.wall_s)
     return [
         Concurrency(
@@ -272,6 +287,14 @@ def _render_concurrency(runs: list[Concurrency]) -> list[str]:
         _row(f"ideal = ceil({first.tests}/{first.j}) x {first.latency_s:g} s", first.ideal_s),
     ]
     for i, conc in enumerate(runs):
+        if conc.connector == FLOOR:
+            lines += [
+                f"   {FLOOR} (the floor: the built-in connectors' client with nothing around it)",
+                _row("  its requests (after its imports)", conc.session_s),
+                _row("  whole command", conc.command_s),
+                f"   {'  floor efficiency (requests / ideal)':<44}{conc.efficiency:8.2f}",
+            ]
+            continue
         role = " (diagnostic: the engine without the built-in client)" if i == 2 else ""
         lines += [
             f"   via the {conc.connector}{role}",

@@ -1,25 +1,36 @@
-"""The baseline of the agent-call benchmarks: no harness at all, just a plain threaded client.
+"""The baselines of the agent-call benchmarks: no harness at all, just a plain client.
 
-    python bench/plain_client.py URL N J
+    python bench/plain_client.py URL N J [--aiohttp]
 
-Sends N REST protocol v1 requests ("ping") to URL from J threads, each thread on its own
-keep-alive ``http.client`` connection (the standard library, the leanest client a user could
-write), checks every answer's output is "pong", and prints ``N passed``: what a script
-without any harness costs for the same work as the agent-health suite it is compared with.
+Sends N REST protocol v1 requests ("ping") to URL, J at a time, checks every answer's output
+is "pong", and prints ``N passed in S s`` (S: the requests alone, after the imports): what a
+script without any harness costs for the same work as the agent-health suite it is compared
+with.
+
+* By default J threads, each on its own keep-alive ``http.client`` connection (the standard
+  library, the leanest client a user could write): the baseline.
+* ``--aiohttp``: one asyncio loop and one aiohttp session, J requests in flight — the client
+  the built-in connectors use, with nothing around it. A diagnostic, not a baseline: it shows
+  what importing aiohttp and driving it from one event loop cost before any harness work.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
 from urllib.parse import urlsplit
 
 
-def main(argv: list[str]) -> int:
-    url, n, j = argv[0], int(argv[1]), int(argv[2])
+def _body(i: int) -> str:
+    return json.dumps({"prompt": "ping", "context": [], "run_id": f"plain-{i}", "env": {}})
+
+
+def threads(url: str, n: int, j: int) -> tuple[int, float]:
+    import http.client
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     parts = urlsplit(url)
     local = threading.local()
 
@@ -27,15 +38,44 @@ def main(argv: list[str]) -> int:
         conn = getattr(local, "conn", None)
         if conn is None:
             conn = local.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
-        body = json.dumps({"prompt": "ping", "context": [], "run_id": f"plain-{i}", "env": {}})
-        conn.request("POST", parts.path, body, {"content-type": "application/json"})
+        conn.request("POST", parts.path, _body(i), {"content-type": "application/json"})
         response = conn.getresponse()
         data = response.read()
         return response.status == 200 and json.loads(data)["output"] == "pong"
 
+    started = time.perf_counter()
     with ThreadPoolExecutor(j) as pool:
         passed = sum(pool.map(call, range(n)))
-    print(f"{passed} passed")
+    return passed, time.perf_counter() - started
+
+
+def with_aiohttp(url: str, n: int, j: int) -> tuple[int, float]:
+    import asyncio
+
+    import aiohttp
+
+    async def main() -> int:
+        slots = asyncio.Semaphore(j)
+        headers = {"content-type": "application/json"}
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def call(i: int) -> bool:
+                async with slots, session.post(url, data=_body(i), headers=headers) as response:
+                    data = await response.read()
+                    return response.status == 200 and json.loads(data)["output"] == "pong"
+
+            return sum(await asyncio.gather(*(call(i) for i in range(n))))
+
+    started = time.perf_counter()
+    passed = asyncio.run(main())
+    return passed, time.perf_counter() - started
+
+
+def main(argv: list[str]) -> int:
+    url, n, j = argv[0], int(argv[1]), int(argv[2])
+    client = with_aiohttp if argv[3:] == ["--aiohttp"] else threads
+    passed, seconds = client(url, n, j)
+    print(f"{passed} passed in {seconds:.3f} s")
     return 0 if passed == n else 1
 
 

@@ -60,7 +60,9 @@ def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
         "built-in rest connector",
         "built-in rest connector, recording the ledger (the default)",
         "aiohttp connector from the config",
+        "bare aiohttp script, no harness",
     ]
+    assert "floor efficiency (requests / ideal)" in out, out
     for conc in saved["concurrency"]:
         assert conc["tests"] == 20
         assert conc["ideal_s"] == pytest.approx(0.1)
@@ -148,6 +150,11 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
         ("hang", 1.2),
     ]
     assert all(r["ratio"] > 0 for r in saved)
+    # The calls row measures the floor: the same calls from a bare aiohttp script.
+    calls = saved[1]
+    assert [s["role"] for s in calls["sides"]] == ["baseline", "ours", "diagnostic", "floor"]
+    assert calls["floor"] > 0
+    assert "floor / baseline: wall" in done.stdout, done.stdout
 
 
 @pytest.mark.slow
