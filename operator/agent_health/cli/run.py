@@ -156,6 +156,7 @@ def add_commands(sub: Any) -> None:
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
     import concurrent.futures
+    import gc
 
     from agent_health.engine import loader, provenance, reporters, select, uncertainty
     from agent_health.engine.report import RunReport
@@ -220,21 +221,27 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     git_state = git.submit(provenance.git_state, paths)
     git.shutdown(wait=False)
 
-    outcome, hints, recorded, asked = asyncio.run(
-        _execute(
-            suite,
-            cases,
-            config,
-            lanes,
-            judge_config,
-            skip_judge,
-            args,
-            console,
-            list_lines,
-            limits,
-            recording,
+    # What loading made (modules, the suite, the config) lives as long as the run: frozen,
+    # the collector stops going over it while tests run; put back for whatever runs after.
+    gc.freeze()
+    try:
+        outcome, hints, recorded, asked = asyncio.run(
+            _execute(
+                suite,
+                cases,
+                config,
+                lanes,
+                judge_config,
+                skip_judge,
+                args,
+                console,
+                list_lines,
+                limits,
+                recording,
+            )
         )
-    )
+    finally:
+        gc.unfreeze()
     judge_usage = _judge_usage(outcome, judge_config, asked)
     from agent_health.engine import lastfailed
 
