@@ -441,3 +441,64 @@ def _info(i: int) -> ctx_mod.TestInfo:
         id=f"t.py::t{i}", title=f"t{i}", name=f"t{i}", file="t.py", labels=(), repeat=0,
         run_id=f"run{i}", timeout=10.0,
     )  # fmt: skip
+
+
+async def test_a_cells_records_are_made_in_the_writer_thread_dated_when_its_test_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop keeps what a cell is made of; the writer thread makes its records, with the
+    times the test began and ended, not the time they were made."""
+    import threading
+    from types import SimpleNamespace
+
+    made_in: set[str] = set()
+    controller_records = recording.controller_records
+
+    def watched(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        made_in.add(threading.current_thread().name)
+        return controller_records(*args, **kwargs)
+
+    monkeypatch.setattr(recording, "controller_records", watched)
+    clock = iter([1_000_000_000.25, 1_000_000_007.5])  # the test began, then ended
+    monkeypatch.setattr(recording, "time", SimpleNamespace(time=lambda: next(clock)))
+    ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
+    async with ledger:
+        info = _info(0)
+        await ledger.begin(info)
+        await ledger.finish(_errored(info), None, agent_error="the agent did not answer")
+        assert not made_in  # finish() handed the cell over and returned
+    assert made_in
+    assert threading.main_thread().name not in made_in
+    run_file = tmp_path / "ledger" / runfile.NAME
+    parsed = runfile.parse(run_file, run_file.read_text())
+    lines = parsed.cells[ledger.cells[0]]
+    kinds = [json.loads(line)["kind"] for line in lines]
+    times = {json.loads(line)["kind"]: json.loads(line)["time"] for line in lines}
+    assert kinds == ["cell-meta", "run-result", "cell-end"]
+    assert times["cell-meta"] == "2001-09-09T01:46:40.250000Z"
+    assert times["run-result"] == times["cell-end"] == "2001-09-09T01:46:47.500000Z"
+    assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
+
+
+async def test_a_cell_whose_records_cannot_be_made_is_named_and_the_others_are_kept(
+    tmp_path: Path,
+) -> None:
+    from agent_health.ledger import chain, objects
+
+    file = runfile.RunFile(tmp_path / "ledger")
+    key = b"k" * 32
+    at = "2026-01-02T03:04:05Z"
+
+    def broken() -> list[dict[str, Any]]:
+        raise KeyError("prompt")
+
+    def good() -> list[dict[str, Any]]:
+        return [objects.cell_meta(at=at, test_id="t", repeat=0, run_id="a")]
+
+    file.append_cell("good", chain.Sealer(key), good, count=1)
+    file.append_cell("broken", chain.Sealer(key), broken, count=3)
+    await file.close(key=key)
+    assert file.refused == {"broken": "its records could not be made: KeyError('prompt')"}
+    parsed = runfile.parse(file.path, file.path.read_text())
+    assert set(parsed.cells) == {"good"}
+    assert runfile.check_seal(key, parsed, file.chains) is None

@@ -9,9 +9,11 @@ about each exchange as it ends — also when the test's timeout cancels it, so a
 is recorded at once, never waited for. A cell's records are made as JSON objects
 (:mod:`agent_health.ledger.objects`) and sealed into its HMAC chain in one batch when its
 test ends; a test that never ran the agent writes nothing. All cells of a ``file://`` ledger
-go into one append-only ``run.jsonl``: buffered, sealed and written by the run file's writer
-thread, off the event loop, and the run sealed when it ends
-(:mod:`agent_health.ledger.runfile`); other stores get one cell per batch. No gateway sits
+go into one append-only ``run.jsonl``: made, sealed and written by the run file's writer
+thread, off the event loop (what the loop keeps of a cell until then is what it was given:
+the test's times, the connector's observations, the frozen result), and the run sealed when
+it ends (:mod:`agent_health.ledger.runfile`); other stores get one cell per batch, made at
+once. No gateway sits
 between the engine and the agent: locally the recorder is the controller itself, so an
 exchange is the controller's with evidence ``in-process``. In a cell pod the gateway sidecar
 records instead (:mod:`agent_health.engine.cell`).
@@ -29,6 +31,8 @@ import logging
 import os
 import re
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,12 +115,26 @@ def _write_key(path: Path, key: bytes) -> None:
 
 @dataclass
 class _Cell:
-    """A test's cell between begin() and finish(): nothing is written until it ends. Its
-    records are kept as the JSON objects that are sealed (:mod:`agent_health.ledger.objects`)."""
+    """A test's cell between begin() and finish(): nothing is written until it ends. It keeps
+    what its records are made of — the test, when it began, each exchange as the connector
+    saw it — and the records are made when they are sealed (:meth:`records`)."""
 
     name: str
-    meta: objects.Object
-    exchanges: list[objects.Object] = field(default_factory=list)
+    info: ctx_mod.TestInfo
+    began: float  # epoch seconds
+    seen: list[wire.Observation] = field(default_factory=list)
+
+    def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
+        """cell-meta, an exchange for each observation, then what ``then`` makes."""
+        info = self.info
+        meta = objects.cell_meta(
+            at=_stamp(self.began),
+            test_id=info.id,
+            repeat=info.repeat,
+            run_id=info.run_id,
+            agent=info.agent,
+        )
+        return [meta, *(exchange_record(seen) for seen in self.seen), *then()]
 
 
 class LocalLedger:
@@ -156,10 +174,10 @@ class LocalLedger:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        end = [objects.cell_end(at=_now(), status="errored", error="interrupted")]
         for cell in list(self._open.values()):
-            if cell.exchanges:  # the run stopped mid-test: keep what the agent was sent
-                end = objects.cell_end(at=_now(), status="errored", error="interrupted")
-                await self._write(cell, [end])
+            if cell.seen:  # the run stopped mid-test: keep what the agent was sent
+                await self._write(cell, lambda: [dict(end[0])])
         self._open.clear()
         try:
             if self._runfile is not None:
@@ -186,15 +204,12 @@ class LocalLedger:
                 "exchange of run %s belongs to no test in flight; not recorded", seen.run_id
             )
             return
-        cell.exchanges.append(exchange_record(seen))
+        cell.seen.append(seen)
 
     async def begin(self, info: ctx_mod.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
-        meta = objects.cell_meta(
-            at=_now(), test_id=info.id, repeat=info.repeat, run_id=info.run_id, agent=info.agent
-        )
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
-        self._open[info.run_id] = _Cell(name, meta)
+        self._open[info.run_id] = _Cell(name, info, time.time())
         if self._key_written is None:
             # The key goes to disk while the first test runs, not while its end waits for it
             # (removed again at the end if no test called the agent).
@@ -208,13 +223,20 @@ class LocalLedger:
         """Seal the cell — meta, exchanges, run-result, signals, cell-end — in one batch; a
         test that never ran the agent writes nothing."""
         cell = self._open.pop(result.run_id, None)
-        if cell is None or (run is None and agent_error is None and not cell.exchanges):
+        if cell is None or (run is None and agent_error is None and not cell.seen):
             return
-        await self._write(cell, controller_records(result, run, agent_error=agent_error))
+        ended = time.time()  # the records the test's end writes are made later, dated now
+        await self._write(
+            cell,
+            lambda: controller_records(result, run, agent_error=agent_error, at=_stamp(ended)),
+            len(result.signals) + 2,
+        )
 
-    async def _write(self, cell: _Cell, items: list[objects.Object]) -> None:
+    async def _write(
+        self, cell: _Cell, then: Callable[[], list[objects.Object]], count: int = 1
+    ) -> None:
+        """Record ``cell``: its records, then what ``then`` makes (``count`` of them, about)."""
         sealer = self._sealer.fork()
-        records = [cell.meta, *cell.exchanges, *items]
         try:
             if self._key_written is None:
                 self._key_written = asyncio.ensure_future(
@@ -224,9 +246,11 @@ class LocalLedger:
             if self._runfile is not None:
                 # Sealed in the run file's writer thread, off the event loop: what is left
                 # of recording a cell here is building its objects.
-                self._runfile.append_cell(cell.name, sealer, records)
+                made = 1 + len(cell.seen) + count
+                self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
             elif self._backend is not None:
-                await self._backend.append(cell.name, [sealer.line_of(r) for r in records])
+                lines = [sealer.line_of(r) for r in cell.records(then)]
+                await self._backend.append(cell.name, lines)
         except (ledger_errors.LedgerError, OSError) as err:
             self.failures.append(f"cell {cell.name}: {err}")
             return
@@ -235,6 +259,11 @@ class LocalLedger:
 
 def _now() -> str:
     return objects.stamp(datetime.now(UTC))
+
+
+def _stamp(moment: float) -> str:
+    """An epoch time as a record's time (:func:`objects.stamp`)."""
+    return objects.stamp(datetime.fromtimestamp(moment, UTC))
 
 
 def exchange_record(seen: wire.Observation) -> objects.Object:
@@ -247,7 +276,7 @@ def exchange_record(seen: wire.Observation) -> objects.Object:
 
         parsed = usage.parse(seen.body, seen.content_type)
         found = parsed.model_dump(mode="json") if parsed is not None else None
-    ended = objects.stamp(datetime.fromtimestamp(seen.ended_at, UTC))
+    ended = _stamp(seen.ended_at)
     return objects.exchange(
         at=ended,  # recorded as it ended
         principal="controller",
@@ -257,7 +286,7 @@ def exchange_record(seen: wire.Observation) -> objects.Object:
         method=seen.method,
         path=seen.path,
         status=seen.status,
-        started_at=objects.stamp(datetime.fromtimestamp(seen.started_at, UTC)),
+        started_at=_stamp(seen.started_at),
         ended_at=ended,
         request_bytes=seen.request_bytes,
         response_bytes=seen.response_bytes,
@@ -287,16 +316,20 @@ def _holds_a_ledger(directory: Path) -> str | None:
 
 
 def controller_records(
-    result: TestResult, run: RunResult | None, *, agent_error: str | None = None
+    result: TestResult,
+    run: RunResult | None,
+    *,
+    agent_error: str | None = None,
+    at: str | None = None,
 ) -> list[objects.Object]:
     """What a cell's controller appends after its test: run-result, signals, cell-end, as the
     JSON objects that are sealed (:mod:`agent_health.ledger.objects`).
 
     When ``agent.run()`` failed (``agent_error``), the run-result says why instead of what
     the agent answered: the gateway saw the target answer, and the grader needs the
-    controller's account of that exchange.
+    controller's account of that exchange. ``at``: their time (default: now).
     """
-    at = _now()  # one time for the records the test's end writes together
+    at = at or _now()  # one time for the records the test's end writes together
     items: list[objects.Object] = []
     if run is None and agent_error is not None:
         items.append(

@@ -16,13 +16,13 @@ A cell whose lines were removed whole, or added after the end, leaves the chains
 not the seal; a file without a seal is a run that did not finish (or was cut).
 
 Writing costs the event loop almost nothing: :meth:`RunFile.append_cell` buffers a cell's
-records as JSON objects with the sealer of its chain and returns; a background task hands
-the buffer to a worker thread every ``flush_delay`` seconds (sooner when ``flush_bytes`` are
-waiting, or at once when the run closes), one batch at a time and in order, and the thread
-seals the records (canonical JSON and an HMAC each, most of what recording a cell costs),
-frames them and writes them. :meth:`RunFile.close` writes the rest and the seal, then
-``fsync``\\ s once: a run that is killed mid-way loses at most its last unwritten buffer,
-which the missing seal tells.
+records — as JSON objects, or a function that makes them — with the sealer of its chain and
+returns; a background task hands the buffer to a worker thread every ``flush_delay`` seconds
+(sooner when ``flush_bytes`` are waiting, or at once when the run closes), one batch at a
+time and in order, and the thread makes the records, seals them (canonical JSON and an HMAC
+each, most of what recording a cell costs), frames them and writes them.
+:meth:`RunFile.close` writes the rest and the seal, then ``fsync``\\ s once: a run that is
+killed mid-way loses at most its last unwritten buffer, which the missing seal tells.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,13 +142,17 @@ def check_seal(key: bytes, parsed: Parsed, chains: Mapping[str, tuple[int, str]]
     return None
 
 
+Records = list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
+"""A cell's records as JSON objects, or a function the writer thread calls to make them."""
+
+
 @dataclass
 class _Cell:
     """A cell's records waiting for the writer thread, with the sealer of its chain."""
 
     name: str
     sealer: chain.Sealer
-    items: list[dict[str, Any]]
+    items: Records
 
 
 RECORD_BYTES = 600
@@ -188,13 +192,21 @@ class RunFile:
         self._buffered += len(data)
         self._kick()
 
-    def append_cell(self, cell: str, sealer: chain.Sealer, items: list[dict[str, Any]]) -> None:
+    def append_cell(
+        self, cell: str, sealer: chain.Sealer, items: Records, *, count: int | None = None
+    ) -> None:
         """Buffer a whole cell's records (JSON objects: ``records.to_object``, or
         :mod:`.objects`), to be sealed by ``sealer`` in the writer thread and written within
         ``flush_delay`` seconds. Its chain's end is then in :attr:`chains`; a cell whose
-        records cannot be sealed is left out and named in :attr:`refused`."""
+        records cannot be made or sealed is left out and named in :attr:`refused`.
+
+        ``items`` may be a function that makes the records, called in the writer thread: what
+        it reads must not change meanwhile (frozen models, finished observations). ``count``
+        is then about how many it makes (what the cell counts towards ``flush_bytes``).
+        """
         self._buffer.append(_Cell(cell, sealer, items))
-        self._buffered += RECORD_BYTES * len(items)
+        made = count if callable(items) else len(items)
+        self._buffered += RECORD_BYTES * (made or 1)
         self._kick()
 
     def _kick(self) -> None:
@@ -233,7 +245,12 @@ class RunFile:
                 parts.append(item)
                 continue
             try:
-                lines = [item.sealer.line_of(record) for record in item.items]
+                made = item.items() if callable(item.items) else item.items
+            except Exception as err:  # a cell that cannot be recorded fails alone, named
+                self.refused[item.name] = f"its records could not be made: {err!r}"
+                continue
+            try:
+                lines = [item.sealer.line_of(record) for record in made]
             except errors.LedgerError as err:
                 self.refused[item.name] = str(err)
                 continue
