@@ -93,7 +93,7 @@ async def test_a_local_run_writes_one_sealed_file_with_a_cell_per_test_that_ran_
             "/run",
             200,
         )
-        assert exchange.evidence == recording.IN_PROCESS
+        assert exchange.evidence == runrecord.IN_PROCESS
         assert exchange.run_id == test["run_id"]
         assert exchange.request_bytes > 0
         assert exchange.response_sha256

@@ -48,8 +48,6 @@ from agent_health.sdk.results import RunResult, TestResult
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
-IN_PROCESS = "in-process"
-"""The evidence of a locally recorded exchange: the recorder is the caller itself."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -128,13 +126,13 @@ class _Cell:
         """cell-meta, an exchange for each observation, then what ``then`` makes."""
         info = self.info
         meta = objects.cell_meta(
-            at=_stamp(self.began),
+            at=runrecord.stamp(self.began),
             test_id=info.id,
             repeat=info.repeat,
             run_id=info.run_id,
             agent=info.agent,
         )
-        return [meta, *(exchange_record(seen) for seen in self.seen), *then()]
+        return [meta, *(runrecord.exchange_record(seen) for seen in self.seen), *then()]
 
 
 class LocalLedger:
@@ -228,7 +226,9 @@ class LocalLedger:
         ended = time.time()  # the records the test's end writes are made later, dated now
         await self._write(
             cell,
-            lambda: controller_records(result, run, agent_error=agent_error, at=_stamp(ended)),
+            lambda: controller_records(
+                result, run, agent_error=agent_error, at=runrecord.stamp(ended)
+            ),
             len(result.signals) + 2,
         )
 
@@ -259,42 +259,6 @@ class LocalLedger:
 
 def _now() -> str:
     return objects.stamp(datetime.now(UTC))
-
-
-def _stamp(moment: float) -> str:
-    """An epoch time as a record's time (:func:`objects.stamp`)."""
-    return objects.stamp(datetime.fromtimestamp(moment, UTC))
-
-
-def exchange_record(seen: wire.Observation) -> objects.Object:
-    """The ``exchange`` record of what a connector saw, with token usage read from the answer."""
-    found = None
-    # Usage is reported under a "usage" key (usage.Reader's shapes); an answer without one
-    # (a REST protocol v1 reply) is not scanned, which costs more than the rest of the record.
-    if seen.body and b'"usage"' in seen.body and seen.status is not None and seen.status < 400:
-        from agent_health.ledger import usage
-
-        parsed = usage.parse(seen.body, seen.content_type)
-        found = parsed.model_dump(mode="json") if parsed is not None else None
-    ended = _stamp(seen.ended_at)
-    return objects.exchange(
-        at=ended,  # recorded as it ended
-        principal="controller",
-        evidence=IN_PROCESS,
-        upstream="target",
-        run_id=seen.run_id,
-        method=seen.method,
-        path=seen.path,
-        status=seen.status,
-        started_at=_stamp(seen.started_at),
-        ended_at=ended,
-        request_bytes=seen.request_bytes,
-        response_bytes=seen.response_bytes,
-        request_sha256=seen.request_sha256,
-        response_sha256=seen.response_sha256,
-        usage=found,
-        error=seen.error,
-    )
 
 
 def _directory(url: str) -> Path | None:
