@@ -415,7 +415,7 @@ async def test_cells_are_sealed_in_the_writer_thread_not_on_the_event_loop(
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
 
 
-async def test_a_cell_that_cannot_be_sealed_is_named_and_the_others_are_kept(
+async def test_a_cell_that_cannot_be_made_or_sealed_is_named_and_the_others_are_kept(
     tmp_path: Path,
 ) -> None:
     from agent_health.ledger import chain, objects
@@ -426,11 +426,17 @@ async def test_a_cell_that_cannot_be_sealed_is_named_and_the_others_are_kept(
     good = [objects.cell_meta(at=at, test_id="t", repeat=0, run_id="a")]
     bad = [objects.cell_meta(at=at, test_id="u", repeat=0, run_id="b")]
     bad.append(objects.signal(at=at, data={"score": float("nan")}))  # not JSON
+
+    def broken() -> list[dict[str, Any]]:  # records made in the writer thread, failing
+        raise KeyError("prompt")
+
     file.append_cell("good", chain.Sealer(key), good)
     file.append_cell("bad", chain.Sealer(key), bad)
+    file.append_cell("broken", chain.Sealer(key), broken, count=3)
     await file.close(key=key)
-    assert set(file.refused) == {"bad"}
+    assert set(file.refused) == {"bad", "broken"}
     assert "not representable as JSON" in file.refused["bad"]
+    assert file.refused["broken"] == "its records could not be made: KeyError('prompt')"
     parsed = runfile.parse(file.path, file.path.read_text())
     assert set(parsed.cells) == {"good"}
     assert runfile.check_seal(key, parsed, file.chains) is None
@@ -478,27 +484,3 @@ async def test_a_cells_records_are_made_in_the_writer_thread_dated_when_its_test
     assert times["cell-meta"] == "2001-09-09T01:46:40.250000Z"
     assert times["run-result"] == times["cell-end"] == "2001-09-09T01:46:47.500000Z"
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
-
-
-async def test_a_cell_whose_records_cannot_be_made_is_named_and_the_others_are_kept(
-    tmp_path: Path,
-) -> None:
-    from agent_health.ledger import chain, objects
-
-    file = runfile.RunFile(tmp_path / "ledger")
-    key = b"k" * 32
-    at = "2026-01-02T03:04:05Z"
-
-    def broken() -> list[dict[str, Any]]:
-        raise KeyError("prompt")
-
-    def good() -> list[dict[str, Any]]:
-        return [objects.cell_meta(at=at, test_id="t", repeat=0, run_id="a")]
-
-    file.append_cell("good", chain.Sealer(key), good, count=1)
-    file.append_cell("broken", chain.Sealer(key), broken, count=3)
-    await file.close(key=key)
-    assert file.refused == {"broken": "its records could not be made: KeyError('prompt')"}
-    parsed = runfile.parse(file.path, file.path.read_text())
-    assert set(parsed.cells) == {"good"}
-    assert runfile.check_seal(key, parsed, file.chains) is None
