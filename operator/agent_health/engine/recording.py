@@ -13,10 +13,9 @@ go into one append-only ``run.jsonl``: made, sealed and written by the run file'
 thread, off the event loop (what the loop keeps of a cell until then is what it was given:
 the test's times, the connector's observations, the frozen result), and the run sealed when
 it ends (:mod:`agent_health.ledger.runfile`); other stores get one cell per batch, made at
-once. No gateway sits
-between the engine and the agent: locally the recorder is the controller itself, so an
-exchange is the controller's with evidence ``in-process``. In a cell pod the gateway sidecar
-records instead (:mod:`agent_health.engine.cell`).
+once. No gateway sits between the engine and the agent: locally the recorder is the
+controller itself, so an exchange is the controller's with evidence ``in-process``. In a
+cell pod the gateway sidecar records instead (:mod:`agent_health.engine.cell`).
 
 The HMAC key is random per run and written next to the ledger (mode 0600) so that
 ``agent-health ledger verify`` can check it: a local ledger is for inspection; anyone who can
@@ -244,8 +243,8 @@ class LocalLedger:
                 )
             await asyncio.shield(self._key_written)  # no line is ever on disk without it
             if self._runfile is not None:
-                # Sealed in the run file's writer thread, off the event loop: what is left
-                # of recording a cell here is building its objects.
+                # Made and sealed in the run file's writer thread, off the event loop: what
+                # is left of recording a cell here is handing it over.
                 made = 1 + len(cell.seen) + count
                 self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
             elif self._backend is not None:
