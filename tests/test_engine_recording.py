@@ -484,3 +484,42 @@ async def test_a_cells_records_are_made_in_the_writer_thread_dated_when_its_test
     assert times["cell-meta"] == "2001-09-09T01:46:40.250000Z"
     assert times["run-result"] == times["cell-end"] == "2001-09-09T01:46:47.500000Z"
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
+
+
+async def test_a_run_stopped_mid_test_keeps_what_each_open_cell_sent_the_agent(
+    tmp_path: Path,
+) -> None:
+    """Cells still open when the ledger closes (Ctrl-C) end as errored, "interrupted", each
+    with the exchanges it had, and the run file verifies."""
+    from agent_health.connectors import wire
+
+    ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
+    async with ledger:
+        for i in range(2):
+            info = _info(i)
+            await ledger.begin(info)
+            ledger.observe(
+                wire.Observation(
+                    run_id=info.run_id,
+                    method="POST",
+                    path="/run",
+                    status=200,
+                    started_at=1_000_000_000.0,
+                    ended_at=1_000_000_001.0,
+                    request_bytes=2,
+                    response_bytes=2,
+                    request_sha256="0" * 64,
+                    response_sha256="1" * 64,
+                )
+            )
+        await ledger.begin(_info(2))  # never reached the agent: nothing to keep
+    assert len(ledger.cells) == 2
+    assert not ledger.failures
+    run_file = tmp_path / "ledger" / runfile.NAME
+    parsed = runfile.parse(run_file, run_file.read_text())
+    for cell in ledger.cells:
+        kept = [json.loads(line) for line in parsed.cells[cell]]
+        assert [r["kind"] for r in kept] == ["cell-meta", "exchange", "cell-end"]
+        assert (kept[-1]["status"], kept[-1]["error"]) == ("errored", "interrupted")
+        assert kept[1]["ended_at"] == "2001-09-09T01:46:41Z"
+    assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0

@@ -171,10 +171,10 @@ class LocalLedger:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        end = [objects.cell_end(at=_now(), status="errored", error="interrupted")]
+        end = objects.cell_end(at=_now(), status="errored", error="interrupted")
         for cell in list(self._open.values()):
             if cell.seen:  # the run stopped mid-test: keep what the agent was sent
-                await self._write(cell, lambda: [dict(end[0])])
+                await self._write(cell, lambda: [dict(end)])  # a copy: sealing adds seq, mac
         self._open.clear()
         try:
             if self._runfile is not None:
