@@ -18,9 +18,10 @@ import aiohttp
 import pytest
 from agent_health import cli, gateway
 from agent_health.cluster.cells import cellgateway
-from agent_health.gateway import command, config
+from agent_health.gateway import command, config, guard
 from agent_health.ledger import chain, errors, filestore, records
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 from gateway_support import (
     CELL,
     CONTROLLER_TOKEN,
@@ -347,3 +348,36 @@ async def test_the_cells_probe_asks_healthz_over_the_admin_socket(
             assert await probe() == 1
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+async def test_a_call_on_a_connection_closed_at_the_limit_before_it_was_handled_is_not_forwarded(
+    upstream: str,
+) -> None:
+    """At the connection limit the listener closes an idle connection, and one whose head has
+    arrived but is not yet handled looks idle; its call must then go nowhere: its caller can
+    no longer read the answer, so the upstream must not act on it."""
+    forwarded: list[str] = []
+
+    async def forward(request: web.BaseRequest) -> web.StreamResponse:
+        forwarded.append(request.path)
+        return web.Response(text="forwarded")
+
+    listener = guard.Listener(forward, settings(controller_route(upstream)), "target→agent")
+    authority = upstream.split("//", 1)[1]
+    host, _, port = authority.rpartition(":")
+    loop = asyncio.get_running_loop()
+    closed, _ = await loop.create_connection(asyncio.Protocol, host, int(port))
+    opened, _ = await loop.create_connection(asyncio.Protocol, host, int(port))
+    closed.close()  # what Listener.connection_made does to the oldest idle connection
+    try:
+        dropped = await listener.request_handler(
+            make_mocked_request("POST", "/hang", transport=closed)
+        )
+        served = await listener.request_handler(
+            make_mocked_request("POST", "/run", transport=opened)
+        )
+    finally:
+        opened.close()
+    assert (dropped.status, served.status) == (503, 200)
+    assert forwarded == ["/run"]
+    assert listener.dropped_calls == 1

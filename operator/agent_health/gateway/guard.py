@@ -10,7 +10,9 @@ included. Each listener is a :class:`Listener`, which holds it to the limits of
   between requests), else it is closed, so bytes trickled slowly (slowloris) hold nothing;
 * **connections** — at most ``max_connections`` per listener: for a new one at the limit the
   oldest idle connection (no request in progress: a keep-alive one, or one whose head is still
-  arriving) is closed; when every connection is busy the new one is closed instead;
+  arriving or has arrived but is not yet handled) is closed; when every connection is busy the
+  new one is closed instead. A call whose connection was so closed before it was handled is
+  dropped, never forwarded: its caller can no longer read an answer;
 * **calls from callers without a valid token** — at most ``max_untrusted_calls`` in flight per
   route listener (:mod:`~agent_health.gateway.proxy` answers 503 beyond), so the target cannot
   fill a listener with calls it answers slowly itself while trusted callers wait;
@@ -63,6 +65,7 @@ class Listener(web.Server):
     def __init__(self, handler: Handler, settings: config.Settings, name: str) -> None:
         self.name = name
         self.refused_connections = 0
+        self.dropped_calls = 0  # calls whose connection was closed before they were handled
         self._inner = handler
         self._limit = settings.max_connections
         self._busy: dict[object, int] = {}  # transport → requests in progress on it
@@ -90,6 +93,12 @@ class Listener(web.Server):
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         transport = request.transport
+        if transport is None or transport.is_closing():
+            # Closed as idle at the connection limit after its head arrived but before this
+            # call was handled: the answer could not reach the caller, so the upstream must
+            # not act on the call. (aiohttp writes this answer to nowhere and moves on.)
+            self.dropped_calls += 1
+            return refusal(503, f"listener {self.name}: the connection was closed at the limit")
         self._busy[transport] = self._busy.get(transport, 0) + 1
         try:
             return await self._inner(request)

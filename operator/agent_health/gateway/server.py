@@ -219,6 +219,9 @@ class Gateway:
             "refused_connections": {
                 listener.name: listener.refused_connections for listener in self._listeners
             },
+            "calls_closed_unhandled": {
+                listener.name: listener.dropped_calls for listener in self._listeners
+            },
             "ledger_failures": failures[-10:],
         }
 
