@@ -16,6 +16,6 @@ Exit codes of ``run``: 0 all passed, 1 any failed, 2 usage/config/load error,
 thresholds, 2 a report file is missing, not JSON or of another version.
 """
 
-from agent_health.cli.app import main
+from agent_health.cli.app import console, main
 
-__all__ = ["main"]
+__all__ = ["console", "main"]
