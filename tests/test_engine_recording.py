@@ -442,6 +442,42 @@ async def test_a_cell_that_cannot_be_made_or_sealed_is_named_and_the_others_are_
     assert runfile.check_seal(key, parsed, file.chains) is None
 
 
+async def test_cells_that_never_wait_are_written_a_batch_at_a_time_not_all_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """Tests that answer in-process never let the loop reach the writer; ``room()`` makes
+    them wait while a batch is buffered, so what waits to be written stays about two
+    batches (one being written, one filling), never the whole run."""
+    from agent_health.ledger import chain, objects
+
+    batch, cells = 10, 200
+    file = runfile.RunFile(
+        tmp_path / "ledger", flush_delay=3600, flush_bytes=runfile.RECORD_BYTES * batch
+    )
+    key = b"k" * 32
+    appended = 0
+    behind: list[int] = []  # per cell made: how many cells had been appended after it
+
+    def made(i: int) -> Any:
+        def make() -> list[dict[str, Any]]:
+            behind.append(appended - 1 - i)
+            return [objects.cell_meta(at="2026-01-02T03:04:05Z", test_id=f"t{i}", repeat=0,
+                                      run_id=f"r{i}")]  # fmt: skip
+
+        return make
+
+    for i in range(cells):  # never awaits anything but room()
+        file.append_cell(f"cell-{i}", chain.Sealer(key), made(i), count=1)
+        appended += 1
+        await file.room()
+    await file.close(key=key)
+    assert len(behind) == cells
+    assert max(behind) <= 3 * batch, f"{max(behind)} cells were waiting to be written"
+    assert set(runfile.parse(file.path, file.path.read_text()).cells) == {
+        f"cell-{i}" for i in range(cells)
+    }
+
+
 def _info(i: int) -> ctx_mod.TestInfo:
     return ctx_mod.TestInfo(
         id=f"t.py::t{i}", title=f"t{i}", name=f"t{i}", file="t.py", labels=(), repeat=0,

@@ -247,6 +247,7 @@ class LocalLedger:
                 # is left of recording a cell here is handing it over.
                 made = 1 + len(cell.seen) + count
                 self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
+                await self._runfile.room()
             elif self._backend is not None:
                 lines = [sealer.line_of(r) for r in cell.records(then)]
                 await self._backend.append(cell.name, lines)

@@ -20,7 +20,10 @@ records — as JSON objects, or a function that makes them — with the sealer o
 returns; a background task hands the buffer to a worker thread every ``flush_delay`` seconds
 (sooner when ``flush_bytes`` are waiting, or at once when the run closes), one batch at a
 time and in order, and the thread makes the records, seals them (canonical JSON and an HMAC
-each, most of what recording a cell costs), frames them and writes them.
+each, most of what recording a cell costs), frames them and writes them. A caller that
+never waits — tests that answer in-process never let the loop reach the writer — waits in
+:meth:`RunFile.room` while ``flush_bytes`` are buffered, so what is waiting to be written
+stays about one batch, not the whole run.
 :meth:`RunFile.close` writes the rest and the seal, then ``fsync``\\ s once: a run that is
 killed mid-way loses at most its last unwritten buffer, which the missing seal tells.
 """
@@ -179,6 +182,7 @@ class RunFile:
         """Cells whose records could not be sealed (not JSON), and why: not written."""
         self._wake = asyncio.Event()  # something is buffered
         self._now = asyncio.Event()  # write without waiting: closing, or flush_bytes buffered
+        self._taken = asyncio.Event()  # the writer took the buffer (set, then replaced)
         self._closing = False
         self._writer: asyncio.Task[None] | None = None
         self._fd: int | None = None
@@ -209,6 +213,20 @@ class RunFile:
         self._buffered += RECORD_BYTES * (made or 1)
         self._kick()
 
+    async def room(self) -> None:
+        """Return once fewer than ``flush_bytes`` are buffered (at once, usually). While more
+        are, wait for the writer to take them: a run whose tests never wait for anything
+        would otherwise never let the writer in, and keep every cell in memory to the end."""
+        while self._buffered >= self._limit and self.error is None and not self._closing:
+            writer = self._writer
+            if writer is None or writer.done():
+                return
+            taken = asyncio.ensure_future(self._taken.wait())
+            try:
+                await asyncio.wait({taken, writer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                taken.cancel()
+
     def _kick(self) -> None:
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_loop())
@@ -229,6 +247,8 @@ class RunFile:
             if not self._closing:
                 self._now.clear()
             batch, self._buffer, self._buffered = self._buffer, [], 0
+            self._taken.set()
+            self._taken = asyncio.Event()
             if batch and self.error is None:
                 try:
                     await asyncio.to_thread(self._write_batch, batch)
