@@ -446,14 +446,13 @@ async def test_cells_that_never_wait_are_written_a_batch_at_a_time_not_all_at_th
     tmp_path: Path,
 ) -> None:
     """Tests that answer in-process never let the loop reach the writer; ``room()`` makes
-    them wait while a batch is buffered, so what waits to be written stays about two
-    batches (one being written, one filling), never the whole run."""
+    them wait while ``wait_bytes`` are buffered, so what waits to be written stays about two
+    such batches (one being written, one filling), never the whole run."""
     from agent_health.ledger import chain, objects
 
     batch, cells = 10, 200
-    file = runfile.RunFile(
-        tmp_path / "ledger", flush_delay=3600, flush_bytes=runfile.RECORD_BYTES * batch
-    )
+    size = runfile.RECORD_BYTES * batch
+    file = runfile.RunFile(tmp_path / "ledger", flush_delay=3600, flush_bytes=size, wait_bytes=size)
     key = b"k" * 32
     appended = 0
     behind: list[int] = []  # per cell made: how many cells had been appended after it
