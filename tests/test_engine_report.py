@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from agent_health.connectors.protocol import TokenUsage
 from agent_health.engine.report import RunReport
-from agent_health.engine.reporters import terminal
+from agent_health.engine.reporters import json_file, terminal
 from agent_health.sdk.results import TestResult
 from rich.console import Console
 
@@ -237,9 +238,11 @@ def test_recommendations_roll_up_across_the_suite() -> None:
     assert [(r.text, r.tests) for r in rollup] == [("retry search_logs", 2), ("cache", 1)]
 
 
-def test_metric_signals_in_the_report_are_the_metrics_as_observe_signals() -> None:
+def test_metric_signals_in_the_report_are_the_metrics_as_observe_signals(tmp_path: Path) -> None:
     """The report writes each derived metric as a signal dict without making a Signal model
-    per metric; the dicts are what metrics.metric_signals' models would dump."""
+    per metric; the dicts are what metrics.metric_signals' models would dump. They are added
+    as the report is written, not held by each entry in memory, and a report read back and
+    written again holds each once."""
     from agent_health.sdk.results import Signal
     from agent_health.traces import metrics
 
@@ -249,7 +252,9 @@ def test_metric_signals_in_the_report_are_the_metrics_as_observe_signals() -> No
         id="t.py::a", name="a", title="a", file="t.py", line=1, status="passed", run_id="r",
         signals=(gate,), metrics=derived,
     )  # fmt: skip
-    [entry] = RunReport.build([result], duration_ms=1.0).tests
+    report = RunReport.build([result], duration_ms=1.0)
+    assert [s["name"] for s in report.tests[0]["signals"]] == ["to_equal"]  # in memory
+    [entry] = report.model_dump(mode="json")["tests"]
     fields = ("kind", "role", "name", "passed", "score", "weight", "evidence", "reasoning")
     expected = [gate, *metrics.metric_signals(derived)]
     assert [{k: s[k] for k in fields} for s in entry["signals"]] == [
@@ -261,3 +266,6 @@ def test_metric_signals_in_the_report_are_the_metrics_as_observe_signals() -> No
         "tool_calls",
         "cost_usd",
     }
+    json_file.write(tmp_path / "report.json", report)
+    again = json_file.read(tmp_path / "report.json")
+    assert again.model_dump(mode="json")["tests"] == [entry]

@@ -117,44 +117,52 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "attempts": [a.model_dump() for a in r.attempts],
         "stdout": r.stdout,
         "stderr": r.stderr,
+        # The body's own signals; the derived metrics' signals are added when the report is
+        # written (with_metric_signals): held here too they were most of an entry's memory.
         "signals": [
-            *(
-                {
-                    "kind": s.kind,
-                    "role": s.role,
-                    "name": s.name,
-                    "passed": s.passed,
-                    "score": s.score,
-                    "weight": s.weight,
-                    "evidence": s.evidence,
-                    "reasoning": s.reasoning,
-                    "error": s.error,
-                    "location": s.location,
-                }
-                for s in r.signals
-            ),
-            # The derived metrics as observe-role signals (metrics.metric_signals), written
-            # directly: a model per metric per test only to dump it again costs more.
-            *(
-                {
-                    "kind": "metric",
-                    "role": "observe",
-                    "name": key,
-                    "passed": None,
-                    "score": None,
-                    "weight": 1.0,
-                    "evidence": {"value": r.metrics[key]},
-                    "reasoning": None,
-                    "error": None,
-                    "location": None,
-                }
-                for key in metrics.METRIC_KEYS
-                if key in r.metrics
-            ),
+            {
+                "kind": s.kind,
+                "role": s.role,
+                "name": s.name,
+                "passed": s.passed,
+                "score": s.score,
+                "weight": s.weight,
+                "evidence": s.evidence,
+                "reasoning": s.reasoning,
+                "error": s.error,
+                "location": s.location,
+            }
+            for s in r.signals
         ],
         "metrics": r.metrics,
         "insights": r.insights,
     }
+
+
+def with_metric_signals(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` as the JSON report writes it: its ``signals`` followed by each derived
+    metric of ``metrics`` as an observe-role signal (:func:`metrics.metric_signals`), unless
+    the entry holds them already (one read back from a file). The entry is not changed."""
+    values = entry.get("metrics") or {}
+    signals = entry["signals"]
+    held = {s["name"] for s in signals if s["kind"] == "metric"}
+    derived = [
+        {
+            "kind": "metric",
+            "role": "observe",
+            "name": key,
+            "passed": None,
+            "score": None,
+            "weight": 1.0,
+            "evidence": {"value": values[key]},
+            "reasoning": None,
+            "error": None,
+            "location": None,
+        }
+        for key in metrics.METRIC_KEYS
+        if key in values and key not in held
+    ]
+    return {**entry, "signals": [*signals, *derived]} if derived else entry
 
 
 def repeat_label(repeat: int, repeats: int) -> str:

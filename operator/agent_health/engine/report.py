@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from agent_health.engine import budget as budget_mod
 from agent_health.engine import entries, stats, uncertainty
@@ -196,6 +196,11 @@ class RunReport(BaseModel):
         description="an agent matrix (--agent a --agent b): each agent's summary, the tests "
         "side by side and the paired statistics of each pair; None for one agent",
     )
+
+    @field_serializer("tests")
+    def _written(self, tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each entry as written, its derived metrics' signals added (not held in memory)."""
+        return [entries.with_metric_signals(t) for t in tests]
 
     @classmethod
     def build(

@@ -99,7 +99,7 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
         ET.SubElement(props, "property", name="flaky", value="true")
     if test.get("replayed"):
         ET.SubElement(props, "property", name="replayed", value="true")
-    lines = [_signal_line(sig) for sig in test["signals"]]
+    lines = [_signal_line(sig) for sig in entries.with_metric_signals(test)["signals"]]
     if test.get("stdout"):
         lines.append(test["stdout"])
     if lines:
