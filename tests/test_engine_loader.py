@@ -75,6 +75,19 @@ def test_content_hash_tracks_the_body(tmp_path: Path) -> None:
     assert before["test_h.py::later"] == after["test_h.py::later"]
 
 
+def test_loading_keeps_each_bodys_source_and_not_the_whole_file(tmp_path: Path) -> None:
+    """The loader reads a file's lines to cut each body's source (for content_hash); the
+    run keeps those, not the file's lines in linecache for as long as it runs."""
+    import inspect
+    import linecache
+
+    path = tmp_path / "test_h.py"
+    path.write_text(GOOD)
+    [case, *_] = loader.load([tmp_path]).cases
+    assert not [name for name in linecache.cache if name.endswith("test_h.py")]
+    assert case.source == inspect.getsource(case.fn)
+
+
 def test_every_file_binds_the_same_sdk(write_suite: Any) -> None:
     suite = write_suite(
         **{

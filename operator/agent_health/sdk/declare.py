@@ -229,6 +229,10 @@ def collecting(file: str) -> Iterator[Collector]:
         yield collector
     finally:
         _collector.reset(token)
+        if collector._blocks is not None:
+            # The file's lines were read to cut each body's source; a run keeps the sources,
+            # not the whole file (a traceback reads it again from disk if it needs it).
+            linecache.cache.pop(file, None)
 
 
 def _params(fn: Callable[..., Any]) -> tuple[str, ...]:
