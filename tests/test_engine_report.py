@@ -269,3 +269,25 @@ def test_metric_signals_in_the_report_are_the_metrics_as_observe_signals(tmp_pat
     json_file.write(tmp_path / "report.json", report)
     again = json_file.read(tmp_path / "report.json")
     assert again.model_dump(mode="json")["tests"] == [entry]
+
+
+def test_the_json_report_is_written_a_test_at_a_time_as_pydantic_would_write_it_whole(
+    tmp_path: Path,
+) -> None:
+    """json_file.write streams the entries; the file is byte for byte model_dump_json's."""
+    from agent_health.sdk.results import Signal
+
+    odd = Signal(
+        kind="deterministic", role="gate", name="to_equal('é')", passed=False, score=0.0,
+        evidence={"expected": "é\nline two", "ratio": float("nan"), "nested": [{"a": []}]},
+    )  # fmt: skip
+    result = TestResult(
+        id="t.py::ü", name="ü", title="ü", file="t.py", line=1, status="failed", run_id="r",
+        signals=(odd,), metrics={"total_tokens": 3, "latency_ms": 1.5},
+    )  # fmt: skip
+    for report in (
+        RunReport.build([], duration_ms=0.0),
+        RunReport.build([result, result.model_copy(update={"repeat": 1})], duration_ms=2.0),
+    ):
+        json_file.write(tmp_path / "report.json", report)
+        assert (tmp_path / "report.json").read_text() == report.model_dump_json(indent=2) + "\n"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
+import pydantic_core
 
 from agent_health.engine import entries
 from agent_health.engine import report as report_mod
@@ -19,9 +20,32 @@ class ReportFileError(errors.AgentHealthError):
 
 
 def write(path: Path, report: RunReport) -> None:
+    """``report`` as ``model_dump_json(indent=2)`` writes it, a test entry at a time: a large
+    run's report is never one string in memory (for 2,000 tests it was the largest thing
+    the run made)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    fields = report.model_dump(mode="json", exclude={"tests"})
+    with tmp.open("w", encoding="utf-8") as out:
+        out.write("{")
+        for i, name in enumerate(RunReport.model_fields):
+            out.write(f'{"," if i else ""}\n  "{name}": ')
+            if name != "tests":
+                out.write(_indented(fields[name]))
+                continue
+            out.write("[" if report.tests else "[]")
+            for j, entry in enumerate(report.tests):
+                out.write(f"{',' if j else ''}\n    ")
+                out.write(_indented(entries.with_metric_signals(entry), "    "))
+            if report.tests:
+                out.write("\n  ]")
+        out.write("\n}\n")
     tmp.replace(path)  # readers never see half a report
+
+
+def _indented(value: Any, margin: str = "  ") -> str:
+    """``value`` as pydantic writes JSON (indent 2), each line after the first at ``margin``."""
+    text = pydantic_core.to_json(value, indent=2, inf_nan_mode="null").decode("utf-8")
+    return text.replace("\n", "\n" + margin)
 
 
 def read(path: Path) -> RunReport:
