@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
+
 from agent_health.engine import provenance
 from agent_health.engine.report import LEGEND, RunReport
 
@@ -58,7 +60,11 @@ def _report_json(report: RunReport) -> str:
     Those repeat each test's ``metrics`` (about a third of a typical report's bytes); the
     page shows ``metrics`` and lists the body's own signals.
     """
-    data = report.model_dump(mode="json")
+    # The entries as they are held (the metric signals are added only when a report is
+    # written), in JSON's types; the rest as pydantic dumps it, in field order.
+    rest = report.model_dump(mode="json", exclude={"tests"})
+    tests = pydantic_core.to_jsonable_python(report.tests)
+    data = {name: tests if name == "tests" else rest[name] for name in RunReport.model_fields}
     try:
         return _compact(data)
     except ValueError:  # a NaN or an infinity: pydantic's JSON writes those as null
