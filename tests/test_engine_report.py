@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
+import pytest
 from agent_health.connectors.protocol import TokenUsage
 from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import json_file, terminal
@@ -291,3 +293,9 @@ def test_the_json_report_is_written_a_test_at_a_time_as_pydantic_would_write_it_
     ):
         json_file.write(tmp_path / "report.json", report)
         assert (tmp_path / "report.json").read_text() == report.model_dump_json(indent=2) + "\n"
+    # An entry that cannot be written as JSON: an error, and no half-written file left.
+    broken = RunReport.build([result], duration_ms=1.0)
+    broken.tests[0]["insights"] = {"odd": object()}
+    with pytest.raises(pydantic_core.PydanticSerializationError):
+        json_file.write(tmp_path / "broken.json", broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]

@@ -25,20 +25,24 @@ def write(path: Path, report: RunReport) -> None:
     the run made)."""
     tmp = path.with_name(path.name + ".tmp")
     fields = report.model_dump(mode="json", exclude={"tests"})
-    with tmp.open("w", encoding="utf-8") as out:
-        out.write("{")
-        for i, name in enumerate(RunReport.model_fields):
-            out.write(f'{"," if i else ""}\n  "{name}": ')
-            if name != "tests":
-                out.write(_indented(fields[name]))
-                continue
-            out.write("[" if report.tests else "[]")
-            for j, entry in enumerate(report.tests):
-                out.write(f"{',' if j else ''}\n    ")
-                out.write(_indented(entries.with_metric_signals(entry), "    "))
-            if report.tests:
-                out.write("\n  ]")
-        out.write("\n}\n")
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            out.write("{")
+            for i, name in enumerate(RunReport.model_fields):
+                out.write(f'{"," if i else ""}\n  "{name}": ')
+                if name != "tests":
+                    out.write(_indented(fields[name]))
+                    continue
+                out.write("[" if report.tests else "[]")
+                for j, entry in enumerate(report.tests):
+                    out.write(f"{',' if j else ''}\n    ")
+                    out.write(_indented(entries.with_metric_signals(entry), "    "))
+                if report.tests:
+                    out.write("\n  ]")
+            out.write("\n}\n")
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # half a report is no report
+        raise
     tmp.replace(path)  # readers never see half a report
 
 
