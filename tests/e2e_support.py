@@ -11,6 +11,13 @@ environment (the judge key from a Secret), its ServiceAccount, probes and volume
 
 Everything the cluster needs from the outside is on this host: the emulator on loopback,
 the registry and the judge model on the node's bridge address.
+
+Two runtimes (``cluster(root, runtime=...)``): ``process`` runs images as commands on this
+host's files, with a registry stand-in that serves a digest for any tag; ``container`` runs
+every container as a real container (:mod:`node.podman`) from the images ``make images``
+built (:func:`build_images`), pushed to a real registry (Debian's docker-registry) at
+``kind-registry:5000`` and pulled from it by digest by the node — the operator's image is
+put on the node as ``kind load`` does, as the chart's kind values expect.
 """
 
 from __future__ import annotations
@@ -20,22 +27,33 @@ import base64
 import contextlib
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import operator_support
+import registry_support
 import ship_support
 import yaml
 from agent_health.ledger import backends, chain, keys, records, store
 from judge_servers import Answer, ScriptedModel
 from kube import ApiError, Emulator, Kind, serve
-from node import controllers, images, kubelet, network, services
+from node import controllers, images, kubelet, network, podman, runtime, services
 
 RELEASE, NAMESPACE = "evals", "agent-health"
 KIND_VALUES = ship_support.CHART / "ci" / "kind-values.yaml"
 REGISTRY = "kind-registry:5000"
+ROOT = Path(__file__).resolve().parents[1]
+IMAGES_SCRIPT = ROOT / "scripts" / "images.py"
+REGISTRY_CACHE = ROOT / ".cache" / "registry"
+"""The real registry's blobs, kept between runs (an unchanged layer is not pushed again)."""
+PUSHED = ("controller", "gateway", "triage-agent", "log-server")
+"""The images cells run, pushed to the registry; the operator's is loaded onto the node."""
+OPERATOR_IMAGE = "localhost/agent-health/operator:dev"
 JUDGE_KEY = "operator-judge-key-2b7f"
 RUNSPEC_JUDGE_KEY = "runspec-judge-key-91c3"
 GATEWAY_ACCOUNT = f"{RELEASE}-agent-health-cell-gateway"
@@ -77,8 +95,11 @@ class Cluster:
     net: network.Network
     node: kubelet.Kubelet
     proxy: services.ServiceProxy
-    registry: operator_support.Registry
+    registry: operator_support.Registry | registry_support.Registry
     model: ScriptedModel
+    runtime: str = "process"
+    pushed: dict[str, str] = dataclasses.field(default_factory=dict)
+    """With the container runtime: each pushed ``repository`` → its digest in the registry."""
 
     # -- objects -------------------------------------------------------------------------
 
@@ -209,8 +230,47 @@ class Cluster:
         return [records.parse_line(line) for line in lines]
 
 
+def runtime_unavailable(name: str) -> str | None:
+    """Why this machine cannot run the end-to-end test on runtime ``name``, if it cannot."""
+    reason = network.available()
+    if reason is None and name == "container":
+        reason = podman.available() or registry_support.available()
+    return reason
+
+
+def build_images() -> None:
+    """``make images``' build (a quick no-op when every image is up to date and checked)."""
+    done = subprocess.run(
+        [sys.executable, str(IMAGES_SCRIPT), "build"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"building the images (scripts/images.py build) failed:\n{done.stderr[-4000:]}"
+        )
+
+
+async def push_images(address: str) -> dict[str, str]:
+    """Push the cells' images to the registry at ``address``; ``repository`` → digest."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(IMAGES_SCRIPT), "push", "--registry", address, "--insecure",
+         "--json", *PUSHED],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"pushing the images to {address} failed:\n{done.stderr[-4000:]}")
+    pushed: dict[str, str] = json.loads(done.stdout)
+    return {
+        reference.split("/", 1)[1].rsplit(":", 1)[0]: digest for reference, digest in pushed.items()
+    }
+
+
 @contextlib.asynccontextmanager
-async def cluster(root: Path) -> AsyncIterator[Cluster]:
+async def cluster(root: Path, runtime_name: str = "process") -> AsyncIterator[Cluster]:
     """The cluster, up and empty (namespaces, the API's Service, the CA); torn down after."""
     async with contextlib.AsyncExitStack() as stack:
         net = await stack.enter_async_context(network.Network.open())
@@ -224,9 +284,30 @@ async def cluster(root: Path) -> AsyncIterator[Cluster]:
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=controllers.SANDBOX_CRD
         )
         answer.raise_for_status()
-        fake = await stack.enter_async_context(
-            operator_support.registry_server(net.node_ip, int(REGISTRY.split(":")[1]))
-        )
+        port = int(REGISTRY.split(":")[1])
+        pushed: dict[str, str] = {}
+        node_runtime: runtime.Runtime
+        hub: operator_support.Registry | registry_support.Registry
+        if runtime_name == "container":
+            hub = await stack.enter_async_context(
+                registry_support.serve(REGISTRY_CACHE, host=net.node_ip, port=port)
+            )
+            pushed = await push_images(hub.address)
+            containers = await stack.enter_async_context(
+                podman.Podman.open(root / "containers", {REGISTRY: hub.address})
+            )
+            await containers.load(OPERATOR_IMAGE)
+            node_runtime = containers
+        else:
+            hub = await stack.enter_async_context(
+                operator_support.registry_server(net.node_ip, port)
+            )
+            puller = images.Puller(
+                images.catalog(),
+                hosts={"kind-registry": net.node_ip},
+                insecure=frozenset({REGISTRY}),
+            )
+            node_runtime = runtime.Processes(puller)
         model = await ScriptedModel.start(
             "openai", host=net.node_ip, default=Answer(True, 0.9, "fine")
         )
@@ -239,12 +320,11 @@ async def cluster(root: Path) -> AsyncIterator[Cluster]:
             api_server=(host, int(port)),
             extra_hosts={REGISTRY.split(":")[0]: net.node_ip},
         )
-        puller = images.Puller(
-            images.catalog(), hosts={"kind-registry": net.node_ip}, insecure=frozenset({REGISTRY})
-        )
-        node = kubelet.Kubelet(emulator, api, net, puller, proxy, root)
+        node = kubelet.Kubelet(emulator, api, net, node_runtime, proxy, root)
         emulator.logs = node.log
-        found = Cluster(emulator, url, api, net, node, proxy, fake, model)
+        found = Cluster(
+            emulator, url, api, net, node, proxy, hub, model, runtime_name, pushed
+        )  # fmt: skip
         tasks = [
             asyncio.ensure_future(proxy.run()),
             asyncio.ensure_future(node.run()),

@@ -33,6 +33,9 @@ class FakeRegistry:
     users: dict[str, str] = dataclasses.field(default_factory=dict)
     digest_header: bool = True
     status: int | None = None  # answer every manifest request with this status
+    retry_after: str | None = None  # with that status, this Retry-After
+    content_type: str = "application/vnd.oci.image.index.v1+json"
+    forged_digest: str | None = None  # a Docker-Content-Digest that is not the body's
     grant: bool = True  # the token endpoint's tokens are accepted by the registry
     requests: list[tuple[str, str, str | None]] = dataclasses.field(default_factory=list)
     host: str = ""
@@ -70,13 +73,15 @@ class FakeRegistry:
         if not self._authorised(request, repository):
             return self._challenge(repository)
         if self.status is not None:
-            return web.Response(status=self.status)
+            retry = {"Retry-After": self.retry_after} if self.retry_after else {}
+            return web.Response(status=self.status, headers=retry)
         body = self.manifests.get((repository, reference))
         if body is None:
             return web.Response(status=404)
-        headers = {"Content-Type": "application/vnd.oci.image.index.v1+json"}
+        headers = {"Content-Type": self.content_type}
         if self.digest_header:
-            headers["Docker-Content-Digest"] = f"sha256:{hashlib.sha256(body).hexdigest()}"
+            real = f"sha256:{hashlib.sha256(body).hexdigest()}"
+            headers["Docker-Content-Digest"] = self.forged_digest or real
         return web.Response(body=body, headers=headers)
 
     async def token(self, request: web.Request) -> web.Response:
@@ -217,6 +222,64 @@ async def test_a_server_error_is_temporary() -> None:
     fake = FakeRegistry({("acme/agent", "1.0"): INDEX}, status=503)
     async with serving(fake) as host:
         with pytest.raises(errors.TemporaryRegistryError, match="HTTP 503"):
+            await _resolve(host, [f"{host}/acme/agent:1.0"])
+
+
+@pytest.mark.parametrize(("retry_after", "delay"), [("7", 7.0), (None, None), ("soon", None)])
+async def test_too_many_requests_is_temporary_and_keeps_the_registrys_retry_after(
+    retry_after: str | None, delay: float | None
+) -> None:
+    fake = FakeRegistry({("acme/agent", "1.0"): INDEX}, status=429, retry_after=retry_after)
+    async with serving(fake) as host:
+        with pytest.raises(errors.TemporaryRegistryError, match="HTTP 429") as caught:
+            await _resolve(host, [f"{host}/acme/agent:1.0"])
+    assert caught.value.retry_after == delay
+    assert "too many requests" in str(caught.value)
+
+
+@pytest.mark.parametrize("digest_header", [True, False], ids=["head", "get-fallback"])
+async def test_a_manifest_of_a_type_no_node_can_run_is_refused_by_name(
+    digest_header: bool,
+) -> None:
+    schema1 = "application/vnd.docker.distribution.manifest.v1+prettyjws"
+    fake = FakeRegistry(
+        {("acme/agent", "1.0"): b'{"schemaVersion": 1}'},
+        content_type=schema1,
+        digest_header=digest_header,
+    )
+    async with serving(fake) as host:
+        with pytest.raises(errors.PermanentRegistryError) as caught:
+            await _resolve(host, [f"{host}/acme/agent:1.0"])
+    message = str(caught.value)
+    assert f"{host}/acme/agent:1.0" in message, message
+    assert schema1 in message, message
+    assert "push it as an image" in message
+
+
+@pytest.mark.parametrize("digest_header", [True, False])
+async def test_a_generic_content_type_lets_the_manifest_name_its_own_type(
+    digest_header: bool,
+) -> None:
+    """A registry that answers ``application/json``: the manifest's own ``mediaType`` decides
+    (an OCI index is taken, a schema 1 manifest refused)."""
+    fake = FakeRegistry(
+        {("acme/agent", "1.0"): INDEX, ("acme/old", "1.0"): b'{"schemaVersion": 1}'},
+        content_type="application/json",
+        digest_header=digest_header,
+    )
+    async with serving(fake) as host:
+        found = await _resolve(host, [f"{host}/acme/agent:1.0"])
+        assert found == {f"{host}/acme/agent:1.0": INDEX_DIGEST}
+        assert [r[0] for r in fake.requests] == ["HEAD", "GET"]
+        with pytest.raises(errors.PermanentRegistryError, match=r"manifest\.v1"):
+            await _resolve(host, [f"{host}/acme/old:1.0"])
+
+
+async def test_a_digest_header_that_does_not_match_the_bytes_is_refused() -> None:
+    fake = FakeRegistry({("acme/agent", "1.0"): INDEX}, content_type="application/json")
+    fake.forged_digest = "sha256:" + "cd" * 32
+    async with serving(fake) as host:
+        with pytest.raises(errors.PermanentRegistryError, match="altering manifests"):
             await _resolve(host, [f"{host}/acme/agent:1.0"])
 
 

@@ -238,17 +238,18 @@ def test_the_wheel_is_built_once() -> None:
     venvs = [s for s in STAGES if "wheel" in copy_from(s)]
     assert sorted(s.name or "" for s in venvs) == ["venv", "venv-gateway", "venv-operator"]
     for stage in venvs:
-        assert stage.all("COPY") == ["--from=wheel /dist /dist", f"{LOCK_OF[stage.name]} /locks/"]
-        (install,) = stage.all("RUN")
-        assert "python -m venv /opt/venv" in install
-        assert "pip install" in install
-        assert "pip wheel" not in install
+        assert stage.all("COPY") == [f"{LOCK_OF[stage.name]} /locks/", "--from=wheel /dist /dist"]
+        dependencies, wheel = stage.all("RUN")
+        assert "python -m venv /opt/venv" in dependencies
+        for install in (dependencies, wheel):
+            assert "pip install" in install
+            assert "pip wheel" not in install
 
 
 @pytest.mark.parametrize("image", sorted(EXPECTED))
 def test_each_image_installs_only_its_extra(image: str) -> None:
     (venv,) = [s for s in copy_from(BY_NAME[image]) if s.startswith("venv")]
-    (install,) = BY_NAME[venv].all("RUN")
+    install = BY_NAME[venv].all("RUN")[-1]  # the wheel's, after the locked dependencies
     extra = re.search(r"agent_health-\*\.whl\)(\[[\w,]+\])?\"", install)
     assert extra, install
     assert (extra[1] or "") == EXPECTED[image][1]
@@ -430,13 +431,24 @@ def test_every_venv_installs_its_hash_locked_dependencies_then_the_wheel_alone(
 ) -> None:
     """The images' dependencies are the locked bytes: pip's hash-checking mode refuses any
     artifact whose sha256 is not in the lock, and the wheel brings no dependency of its own."""
-    (install,) = BY_NAME[stage].all("RUN")
-    steps = [step.strip() for step in install.split("&&")]
+    dependencies, wheel = BY_NAME[stage].all("RUN")
+    steps = [step.strip() for step in dependencies.split("&&")]
     lock = "/locks/" + Path(LOCK_OF[stage]).name
-    assert steps[1] == f"/opt/venv/bin/pip install --require-hashes --no-deps -r {lock}"
-    assert steps[2].startswith("/opt/venv/bin/pip install --no-deps ")
-    assert "agent_health-*.whl" in steps[2]
-    assert steps[3] == "/opt/venv/bin/pip check"
+    assert steps == [
+        "python -m venv /opt/venv",
+        f"/opt/venv/bin/pip install --require-hashes --no-deps -r {lock}",
+    ]
+    steps = [step.strip() for step in wheel.split("&&")]
+    assert steps[0].startswith("/opt/venv/bin/pip install --no-deps ")
+    assert "agent_health-*.whl" in steps[0]
+    assert steps[1] == "/opt/venv/bin/pip check"
+    # The dependencies' layer comes before the wheel's: a code change keeps the downloads.
+    instructions = BY_NAME[stage].instructions
+    assert (
+        instructions.index(("RUN", dependencies))
+        < instructions.index(("COPY", "--from=wheel /dist /dist"))
+        < instructions.index(("RUN", wheel))
+    )
     for name, (version, _, hashes) in read_lock((ROOT / LOCK_OF[stage]).read_text()).items():
         assert hashes, f"{LOCK_OF[stage]}: {name}=={version} has no --hash"
 

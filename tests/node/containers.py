@@ -31,7 +31,8 @@ def now() -> str:
 
 @dataclasses.dataclass
 class Run:
-    """A started container process."""
+    """A started container: its process (the process runtime's container *is* the process
+    it started; :mod:`node.podman` subclasses this for a container a runtime started)."""
 
     process: asyncio.subprocess.Process
     log: Path
@@ -39,10 +40,21 @@ class Run:
     started_at: str
     exit_code: int | None = None
     finished_at: str | None = None
+    reason: str | None = None
+    """Why it ended when not by itself: ``OOMKilled``, ``StartError``."""
 
     @property
     def pid(self) -> int:
+        """The container's first process, as the host sees it (signals, ``nsenter``)."""
         return self.process.pid
+
+    @property
+    def container_id(self) -> str:
+        return f"node://{self.pid}"
+
+    @property
+    def running(self) -> bool:
+        return self.process.returncode is None
 
     async def wait(self) -> int:
         code = await self.process.wait()
@@ -87,7 +99,8 @@ def tail(path: Path, lines: int | None = None, limit: int | None = None) -> str:
     return data.decode(errors="replace")
 
 
-def _prepare(spec: dict[str, Any], state: Path, log: Path) -> tuple[Path, Path]:
+def prepare(spec: dict[str, Any], state: Path, log: Path) -> tuple[Path, Path]:
+    """The run's state directory, its empty termination-message file and its spec file."""
     state.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     termination = state / "termination-log"
@@ -103,7 +116,7 @@ def _prepare(spec: dict[str, Any], state: Path, log: Path) -> tuple[Path, Path]:
 
 async def start(spec: dict[str, Any], state: Path, log: Path) -> Run:
     """Start the container described by ``spec`` (see :mod:`node.launcher`)."""
-    spec_file, termination = await asyncio.to_thread(_prepare, spec, state, log)
+    spec_file, termination = await asyncio.to_thread(prepare, spec, state, log)
     out = await asyncio.to_thread(log.open, "ab")
     try:
         process = await asyncio.create_subprocess_exec(

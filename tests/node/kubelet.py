@@ -9,7 +9,9 @@ service-account admission plugin and the kubelet do: a ``kube-api-access`` proje
 hosts) and a ``resolv.conf`` with no reachable name server, so an unknown name fails at
 once; ``KUBERNETES_SERVICE_HOST``/``PORT``.
 
-Tests reach in through :meth:`Kubelet.pod` (a pod's containers, their runs and pids).
+Containers run on the kubelet's :class:`node.runtime.Runtime`: processes (images as
+commands) or real containers (:mod:`node.podman`). Tests reach in through
+:meth:`Kubelet.pod` (a pod's containers, their runs and pids).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import httpx
 from kube import ApiError, Emulator
 
-from node import containers, environment, images, pods, services
+from node import containers, environment, pods, runtime, services
 from node.network import Network
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -41,7 +43,7 @@ class Kubelet:
     emulator: Emulator
     api: httpx.AsyncClient
     network: Network
-    puller: images.Puller
+    runtime: runtime.Runtime
     proxy: services.ServiceProxy
     root: Path
     backoff: float = 0.5
@@ -172,13 +174,18 @@ class Kubelet:
         if pod_security.get("fsGroup") is not None:
             groups.append(pod_security["fsGroup"])
         groups += pod_security.get("supplementalGroups") or []
-        binds = [
-            {"source": source, "target": target, "readonly": True}
-            for target, source in image.binds.items()
-        ]
+        binds = []
+        if self.runtime.image_binds:
+            binds += [
+                {"source": source, "target": target, "readonly": True}
+                for target, source in image.binds.items()
+            ]
         binds += self._mounts(pod, c)
         binds += self._etc(pod)
+        seccomp = setting("seccompProfile", {}) or {}
         return {
+            "id": f"{pod.uid[:13]}-{c.name}-{c.restarts}",
+            "image": c.spec["image"],
             "netns": pod.network.netns_path,
             "hostname": pod.name[:63],
             "binds": binds,
@@ -192,6 +199,9 @@ class Kubelet:
             "gid": gid,
             "groups": groups,
             "no_new_privs": security.get("allowPrivilegeEscalation") is False,
+            "capabilities": security.get("capabilities") or {},
+            "seccomp": seccomp.get("type"),
+            "limits": (c.spec.get("resources") or {}).get("limits") or {},
             "argv": argv,
             "env": env,
         }

@@ -173,7 +173,7 @@ class Pod:
             failures = 0
             while True:
                 try:
-                    c.image, c.image_id = await self.kubelet.puller.pull(c.spec["image"], policy)
+                    c.image, c.image_id = await self.kubelet.runtime.pull(c.spec["image"], policy)
                     break
                 except images.PullError as err:
                     failures += 1
@@ -249,9 +249,10 @@ class Pod:
         its back-off after :meth:`_stop_all` passed it): nothing of a pod outlives it."""
         for c in self.containers.values():
             for run in c.runs:
-                if run.process.returncode is None:
+                if run.running:
                     run.signal(signal.SIGKILL)
                     await run.wait()
+        await self.kubelet.runtime.remove([run for c in self.containers.values() for run in c.runs])
 
     def _grace(self) -> float:
         if self.kubelet.closing:
@@ -278,7 +279,8 @@ class Pod:
                 continue
             run_dir = self.dir / "containers" / c.name / str(c.restarts)
             log = self.dir / "logs" / c.name / f"{c.restarts}.log"
-            c.run = await containers.start(spec, run_dir, log)
+            assert c.image is not None
+            c.run = await self.kubelet.runtime.start(spec, c.image, run_dir, log)
             c.launched = spec
             c.runs.append(c.run)
             c.state = {"running": {"startedAt": c.run.started_at}}
@@ -316,12 +318,15 @@ class Pod:
         code = run.exit_code if run.exit_code is not None else 137
         found: dict[str, Any] = {
             "exitCode": code,
-            "reason": "Completed" if code == 0 else "Error",
+            "reason": run.reason or ("Completed" if code == 0 else "Error"),
             "startedAt": run.started_at,
             "finishedAt": run.finished_at or containers.now(),
-            "containerID": f"node://{run.pid}",
+            "containerID": run.container_id,
         }
-        message = run.message(c.spec.get("terminationMessagePolicy", "File"))
+        if run.reason == "StartError":  # the runtime's own words, as a kubelet reports them
+            message = containers.tail(run.log, 1, containers.MESSAGE_LIMIT).strip()
+        else:
+            message = run.message(c.spec.get("terminationMessagePolicy", "File"))
         if message:
             found["message"] = message
         return found

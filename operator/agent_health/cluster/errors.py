@@ -46,7 +46,12 @@ class PermanentRegistryError(RegistryError):
 
 
 class TemporaryRegistryError(RegistryError):
-    """The registry could not answer now; retry with a backoff."""
+    """The registry could not answer now; retry with a backoff (``retry_after`` seconds when
+    the registry said how long, as a 429 or 503 may)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class LedgerUnavailable(ClusterError):

@@ -225,7 +225,7 @@ class SpecReconciler:
             raise kopf.PermanentError(str(err)) from err
         except errors.TemporaryRegistryError as err:
             await writer.set(RESOLVED, "Unknown", "RegistryUnavailable", str(err))
-            raise kopf.TemporaryError(str(err), delay=30) from err
+            raise kopf.TemporaryError(str(err), delay=err.retry_after or 30) from err
         await writer.set(
             RESOLVED,
             "True",

@@ -21,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import datetime
+import email.utils
 import hashlib
+import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
@@ -34,14 +37,15 @@ from agent_health.cluster.registry import pullsecrets
 
 DOCKER_HUB = pullsecrets.DOCKER_HUB
 DOCKER_HUB_API = pullsecrets.DOCKER_HUB_API
-ACCEPT = ", ".join(
-    (
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    )
+MEDIA_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
 )
+"""What a node can run: an image manifest, or an index (manifest list) of them, in the OCI or
+Docker v2 format. Anything else (a schema 1 manifest, an artifact) is refused at pinning."""
+ACCEPT = ", ".join(MEDIA_TYPES)
 DIGEST = re.compile(meta.DIGEST_PATTERN)
 _IMAGE = re.compile(meta.IMAGE_PATTERN)
 _PARAM = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=(?:"([^"]*)"|([^,\s]*))')
@@ -162,12 +166,25 @@ class Resolver:
         scheme = "http" if ref.registry in self._insecure else "https"
         url = f"{scheme}://{ref.api_host}/v2/{ref.repository}/manifests/{ref.reference}"
         head = await self._send(attempt, "HEAD", url)
+        declared = _media_type(head.headers.get("content-type"))
         digest: str = head.headers.get("docker-content-digest", "")
-        if DIGEST.match(digest):
+        if DIGEST.match(digest) and declared is not None:
+            _check_media_type(attempt, declared)
             return digest
-        # Some registries omit the header; the digest is defined as the sha256 of the body.
+        # Some registries omit the digest header, or name no manifest type: the manifest says
+        # what it is, and its digest is defined as the sha256 of its bytes.
         body = await self._send(attempt, "GET", url)
-        return f"sha256:{hashlib.sha256(body.content).hexdigest()}"
+        declared = _media_type(body.headers.get("content-type")) or _declared(body.content)
+        if declared is not None:
+            _check_media_type(attempt, declared)
+        computed = f"sha256:{hashlib.sha256(body.content).hexdigest()}"
+        if DIGEST.match(digest) and digest != computed:
+            raise errors.PermanentRegistryError(
+                f"image {image}: registry {ref.registry} names the manifest {digest} but serves "
+                f"bytes whose digest is {computed}; the registry (or a proxy before it) is "
+                f"altering manifests: fix it or pin the image by a digest you verified"
+            )
+        return computed
 
     async def resolve_all(self, images: Iterable[str]) -> dict[str, str]:
         """Each image → its digest; each distinct image is asked for once, concurrently (bounded).
@@ -228,7 +245,7 @@ class Resolver:
             )
         if code in (401, 403):
             raise self._refused(attempt, code)
-        raise _status_error(attempt, f"{method} {url}", code)
+        raise _status_error(attempt, f"{method} {url}", code, response.headers.get("retry-after"))
 
     async def _request(
         self,
@@ -313,11 +330,72 @@ class Resolver:
         )
 
 
-def _status_error(attempt: _Attempt, request: str, code: int) -> errors.RegistryError:
+_GENERIC = frozenset({"", "application/json", "application/octet-stream", "text/plain"})
+SCHEMA_1 = "application/vnd.docker.distribution.manifest.v1+json"
+
+
+def _media_type(content_type: str | None) -> str | None:
+    """A ``Content-Type`` that names a manifest type, or ``None`` for a generic one."""
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    return None if media_type in _GENERIC else media_type
+
+
+def _declared(body: bytes) -> str | None:
+    """The media type a manifest declares in its own bytes (schema 1 declares none)."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    if document.get("schemaVersion") == 1:
+        return SCHEMA_1
+    found = document.get("mediaType")
+    return found if isinstance(found, str) and found else None
+
+
+def _check_media_type(attempt: _Attempt, media_type: str) -> None:
+    """Refuse a manifest no node could run."""
+    if media_type not in MEDIA_TYPES:
+        raise errors.PermanentRegistryError(
+            f"image {attempt.image}: registry {attempt.ref.registry} serves it as "
+            f"{media_type!r}, which is not a container image a node can run (an OCI or Docker "
+            f"v2 image manifest or index); push it as an image (e.g. with buildah, docker or "
+            f"skopeo) or name an image, not another kind of artifact"
+        )
+
+
+def _status_error(
+    attempt: _Attempt, request: str, code: int, retry_after: str | None = None
+) -> errors.RegistryError:
     message = f"image {attempt.image}: {request} answered HTTP {code}"
     if code == 429 or code >= 500:
+        wait = _seconds(retry_after)
+        if code == 429:
+            message += " (too many requests)"
+        if wait is not None:
+            return errors.TemporaryRegistryError(
+                f"{message}; will retry in {wait:g} s, as the registry asked", retry_after=wait
+            )
         return errors.TemporaryRegistryError(f"{message}; will retry")
     return errors.PermanentRegistryError(message)
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """A ``Retry-After`` value in seconds (a number, or an HTTP date), bounded to an hour."""
+    if not retry_after:
+        return None
+    try:
+        seconds = float(retry_after)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(retry_after)
+        except (TypeError, ValueError):
+            return None
+        seconds = (when - datetime.datetime.now(datetime.UTC)).total_seconds()
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), 3600.0)
 
 
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
