@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ from node import containers, images
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = ROOT / "scripts" / "containers.conf"
 LABEL = "dev.agent-health.node"
-NODES = Path("/run/agent-health-node")
-"""One file per live node (its pid): where its store is, for the next run to clean up."""
+NODES = Path("/run/ahn")
+"""One directory per live node (its pid): the runtime's state (podman refuses a runroot of more
+than 50 characters: its sockets' paths must fit) and where the node's store is, for the next
+run to clean up after a killed one."""
 _QUANTITY = re.compile(r"^([0-9.]+(?:e[0-9]+)?)([a-zA-Z]*)$")
 _SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
              "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}  # fmt: skip
@@ -90,14 +93,18 @@ class Podman:
     """Every reference pulled from a registry, in order."""
     _pulls: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
 
+    @property
+    def state(self) -> Path:
+        return NODES / str(self.pid)
+
     # -- the podman command ----------------------------------------------------------------
 
     def argv(self, *args: str) -> list[str]:
         return [
             "podman",
             "--root", str(self.root / "storage"),
-            "--runroot", str(self.root / "run"),
-            "--tmpdir", str(self.root / "libpod"),
+            "--runroot", str(self.state / "run"),
+            "--tmpdir", str(self.state / "libpod"),
             "--storage-driver", "overlay",
             "--cgroup-manager", "cgroupfs",
             "--events-backend", "file",
@@ -152,19 +159,28 @@ class Podman:
             lines += ["[[registry]]", f'prefix = "{name}"', f'location = "{address}"',
                       "insecure = true", ""]  # fmt: skip
         (self.root / "registries.conf").write_text("\n".join(lines))
-        NODES.mkdir(parents=True, exist_ok=True)
-        (NODES / str(self.pid)).write_text(str(self.root))
+        self.state.mkdir(parents=True, exist_ok=True)
+        (self.state / "root").write_text(str(self.root))
 
     async def close(self) -> None:
         await self.call("rm", "--all", "--force", "--time", "0", check=False)
         await self.call("system", "reset", "--force", check=False)
-        await asyncio.to_thread(shutil.rmtree, self.root / "storage", True)
-        with contextlib.suppress(FileNotFoundError):
-            (NODES / str(self.pid)).unlink()
+        await asyncio.to_thread(self._forget)
+
+    def _forget(self) -> None:
+        """Unmount what podman left mounted in the store (its overlay directory), then remove
+        the store and the runtime's state."""
+        storage = str(self.root / "storage")
+        with open("/proc/self/mountinfo") as table:
+            mounted = [line.split()[4] for line in table]
+        for point in sorted((m for m in mounted if m.startswith(storage)), reverse=True):
+            subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+        shutil.rmtree(storage, ignore_errors=True)
+        shutil.rmtree(self.state, ignore_errors=True)
 
     async def load(self, reference: str) -> None:
         """Copy an image from the local build store onto the node, as ``kind load`` does."""
-        store = f"containers-storage:[overlay@{self.root / 'storage'}+{self.root / 'run'}]"
+        store = f"containers-storage:[overlay@{self.root / 'storage'}+{self.state / 'run'}]"
         await self._run(
             ["skopeo", "copy", "--quiet", f"containers-storage:{reference}", store + reference]
         )
@@ -209,9 +225,13 @@ class Podman:
             *self.argv("image", "exists", reference),
             env=self.env(),
             stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
-        return await process.wait() == 0
+        _, err = await process.communicate()
+        if process.returncode not in (0, 1):  # 1: no such image; anything else: podman failed
+            said = err.decode(errors="replace").strip().splitlines()
+            raise images.PullError("ErrImagePull", f"{reference}: {said[-1] if said else err!r}")
+        return process.returncode == 0
 
     # -- containers --------------------------------------------------------------------------
 
@@ -344,9 +364,9 @@ def _stale() -> list[tuple[int, Path]]:
     if not NODES.is_dir():
         return []
     return [
-        (int(entry.name), Path(entry.read_text().strip()))
+        (int(entry.name), Path((entry / "root").read_text().strip()))
         for entry in NODES.iterdir()
-        if entry.name.isdigit() and not _alive(int(entry.name))
+        if entry.name.isdigit() and (entry / "root").is_file() and not _alive(int(entry.name))
     ]
 
 
@@ -355,7 +375,7 @@ async def _remove_leftovers() -> None:
     for pid, root in await asyncio.to_thread(_stale):
         stale = Podman(root, pid=pid)
         with contextlib.suppress(OSError):
-            await stale.close()  # (close also forgets the node's file)
+            await stale.close()  # (and forgets its state directory)
 
 
 def _alive(pid: int) -> bool:
