@@ -245,7 +245,9 @@ class RunReport(BaseModel):
             total=len(results),
             **counts,
             flaky_count=flaky,
-            judge_only=sum(r.status == "skipped" and r.skip_reason == grading.JUDGE_ONLY for r in results),
+            judge_only=sum(
+                r.status == "skipped" and r.skip_reason == grading.JUDGE_ONLY for r in results
+            ),
             errored_by_cause=causes,
             pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"], flaky),
             score=round(sum(scores) / len(scores), 6) if scores else None,
