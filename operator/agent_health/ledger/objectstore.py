@@ -13,6 +13,7 @@ endpoint: ``s3://ledgers/run-1?endpoint_url=http://minio:9000``.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import re
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from agent_health.ledger import errors, store
 
 _PART = re.compile(r"^(\d{8})\.jsonl$")
 _EXTRAS = {"s3": "s3", "gs": "gcs", "gcs": "gcs"}
+_MODULES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs"}  # what each extra installs
 _URL_OPTIONS = frozenset({"endpoint_url", "region_name", "anon"})
 
 
@@ -37,6 +39,7 @@ class ObjectStoreBackend:
             )
         self.protocol = parts.scheme.lower()
         self.url = url
+        _require_extra(url, self.protocol)
         self.root = f"{parts.netloc}/{parts.path.strip('/')}".rstrip("/")
         query = dict(parse_qsl(parts.query))
         unknown = set(query) - _URL_OPTIONS
@@ -143,6 +146,24 @@ class ObjectStoreBackend:
             raise errors.BackendConfigError(
                 f"ledger {self.url}: cannot open the object store: {err}"
             ) from err
+
+
+def _require_extra(url: str, protocol: str) -> None:
+    """Say which extra to install before anything runs: without it, the first append (a
+    test's end, long after the run started) would be the first to find out."""
+    extra = _EXTRAS.get(protocol)
+    if extra is None:
+        return
+    for module in ("fsspec", _MODULES[protocol]):
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise errors.BackendConfigError(
+                f"ledger {url} needs the {extra} extra (no module {module!r}): "
+                f"pip install 'agent-health[{extra}]'"
+            )
 
 
 def _index(path: str) -> int:
