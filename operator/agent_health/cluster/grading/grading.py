@@ -252,7 +252,6 @@ def _grade(
         started_at=found.meta.started_at.timestamp(),
         cause=cause if status == "errored" else None,
         insights=end.insights,
-        skip_reason=engine_grading.skip_reason(status, signals),
     )
     return CellGrade(
         cell=cell_name,
@@ -310,7 +309,6 @@ def _test_result(
     started_at: float = 0.0,
     cause: results.Cause | None = None,
     insights: dict[str, Any] | None = None,
-    skip_reason: str | None = None,
 ) -> results.TestResult:
     return results.TestResult(
         id=expected.test_id,
@@ -333,7 +331,7 @@ def _test_result(
         content_hash=expected.content_hash,
         agent=expected.agent,
         insights=insights,  # what the cell's insights said, as the cell recorded it
-        skip_reason=skip_reason,
+        skip_reason=engine_grading.skip_reason(status, signals),
     )
 
 
