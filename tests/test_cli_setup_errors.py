@@ -178,6 +178,14 @@ def test_an_object_store_ledger_without_its_extra_says_which_to_install(
         assert one_error_line(agent_health(command, tmp_path, blocked=blocked, env=key)) == wanted
     replay = agent_health(["run", ".", "--replay", url], tmp_path, blocked=blocked)
     assert one_error_line(replay).endswith(wanted.removeprefix("error: "))
+    # The gateway (a sidecar) says it at its start too, in its log, rather than at its first
+    # append.
+    route = "principal=controller,to=target,listen=127.0.0.1:0,upstream=http://127.0.0.1:9"
+    command = ["gateway", "--route", route, "--ledger", url]
+    sidecar = agent_health(command, tmp_path, blocked=blocked, env=key)
+    assert sidecar.returncode == 2, sidecar.stderr
+    assert "Traceback" not in sidecar.stderr
+    assert sidecar.stderr.rstrip().endswith(wanted.removeprefix("error: "))
 
 
 def test_opensearch_traces_without_their_extra_say_which_to_install(tmp_path: Path) -> None:

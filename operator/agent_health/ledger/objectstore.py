@@ -39,7 +39,6 @@ class ObjectStoreBackend:
             )
         self.protocol = parts.scheme.lower()
         self.url = url
-        _require_extra(url, self.protocol)
         self.root = f"{parts.netloc}/{parts.path.strip('/')}".rstrip("/")
         query = dict(parse_qsl(parts.query))
         unknown = set(query) - _URL_OPTIONS
@@ -129,6 +128,7 @@ class ObjectStoreBackend:
         return self._fs
 
     def _make_filesystem(self) -> Any:
+        require_extra(self.url)  # names the module missing, in the words a local run uses
         extra = _EXTRAS.get(self.protocol, self.protocol)
         try:
             import fsspec
@@ -148,9 +148,11 @@ class ObjectStoreBackend:
             ) from err
 
 
-def _require_extra(url: str, protocol: str) -> None:
-    """Say which extra to install before anything runs: without it, the first append (a
-    test's end, long after the run started) would be the first to find out."""
+def require_extra(url: str) -> None:
+    """Raise :class:`errors.BackendConfigError` naming the extra to install when the client
+    library of ``url``'s store is missing; no I/O. A local run checks it before its first
+    test: otherwise the first append (a test's end) would be the first to find out."""
+    protocol = urlsplit(url).scheme.lower()
     extra = _EXTRAS.get(protocol)
     if extra is None:
         return
