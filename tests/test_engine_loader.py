@@ -27,7 +27,8 @@ async def later():
 def test_syntax_and_import_errors_are_reported_and_others_run(write_suite: Any) -> None:
     suite = write_suite(
         **{
-            "test_good.py": GOOD.replace("await agent.run()", "pass"),
+            # takes no agent, so the run needs none (docs/writing-tests.md)
+            "test_good.py": GOOD.replace("(agent):\n    await agent.run()", "():\n    pass"),
             "test_syntax.py": "from agent_health import test\n\n@test('x')\nasync def x(:\n",
             "test_import.py": "import not_a_module_anywhere\n",
             "test_dup.py": (

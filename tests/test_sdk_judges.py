@@ -93,7 +93,9 @@ async def test_roles_and_statuses(tmp_path: Path) -> None:
     assert errored.status == "errored"
     assert "ConnectionError: judge endpoint unreachable" in (errored.error or "")
     assert errored.score is None
-    assert results["per-test skip"].status == "passed"
+    # Its only gate was a skipped judge call: nothing was checked, so it did not pass.
+    assert results["per-test skip"].status == "skipped"
+    assert results["per-test skip"].skip_reason == "judge skipped: nothing else checked"
     assert results["per-test skip"].signals[0].role == "neutral"
     assert "RAISE" in [r.criteria for r in backend.requests]
     assert all(r.criteria != "FAIL: would fail" for r in backend.requests)
@@ -104,16 +106,22 @@ async def test_skip_mode_makes_every_verdict_neutral(tmp_path: Path) -> None:
     results = await _run(tmp_path, backend, skip=True)
     assert backend.requests == []
     for name in ("gate fails", "backend error is errored", "observe never gates"):
-        assert results[name].status == "passed", name
         judged = [s for s in results[name].signals if s.kind == "judge"]
         assert judged
         assert all(s.role == "neutral" and s.passed is None for s in judged)
+    # Skipped judges checked nothing: a test they were the only gates of is skipped; one
+    # with a check beside them (expect(...).to_equal) is decided by that check.
+    for name in ("gate fails", "backend error is errored"):
+        assert results[name].status == "skipped", name
+        assert results[name].skip_reason == "judge skipped: nothing else checked"
+        assert results[name].score is None
+    assert results["observe never gates"].status == "passed"
 
 
 def test_no_judge_configured_skips_with_a_hint(tmp_path: Path, capsys: Any) -> None:
     (tmp_path / "test_j.py").write_text(SUITE)
     run = run_cli_sync(tmp_path)
-    assert run.by_name("gate fails")["status"] == "passed"
+    assert run.by_name("gate fails")["status"] == "skipped"
     assert run.by_name("gate fails")["signals"][0]["role"] == "neutral"
     out = capsys.readouterr().out
     assert out.count("hint: no judge configured") == 1

@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return own(argv[1:])
         except common.UsageError as err:
-            consoles.err.print(f"[red]error:[/] {err}")
+            _error(consoles, err)
             return common.EXIT_USAGE
     args = parser().parse_args(argv)
     args.command_line = ["agent-health", *argv]  # what ran, for the report's provenance
@@ -50,8 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if not isinstance(err, _usage_errors()):
             raise
-        consoles.err.print(f"[red]error:[/] {err}")
+        _error(consoles, err)
         return common.EXIT_USAGE
+
+
+def _error(consoles: common.Consoles, err: Exception) -> None:
+    from rich.markup import escape
+
+    # escaped: a message such as "pip install 'agent-health[s3]'" is text, not markup
+    consoles.err.print(f"[red]error:[/] {escape(str(err))}")
 
 
 def console() -> int:

@@ -69,7 +69,13 @@ def gateway(argv: list[str]) -> int:
 
 
 def operator(argv: list[str]) -> int:
-    from agent_health.cluster import operator, options
+    try:
+        from agent_health.cluster import operator, options
+    except ModuleNotFoundError as err:  # even for --help: without kopf there is no operator
+        missing = common.missing_extra("agent-health operator", "operator", err)
+        if missing is None:
+            raise
+        raise missing from err
 
     parser = argparse.ArgumentParser(
         prog="agent-health operator", description=options.DESCRIPTION, epilog=options.EPILOG

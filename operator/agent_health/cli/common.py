@@ -31,6 +31,45 @@ class UsageError(Exception):
     """Bad command-line input; exit 2 with the message."""
 
 
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "operator": ("kopf", "kubernetes", "prometheus_client", "re2"),
+    "s3": ("fsspec", "s3fs"),
+    "gcs": ("fsspec", "gcsfs"),
+    "opensearch": ("opensearchpy",),
+    "bedrock": ("botocore",),
+}
+"""The optional extras of pyproject.toml and the top-level modules each one installs."""
+
+
+def require_extra(what: str, extra: str) -> None:
+    """Raise the usage error naming ``extra`` when one of its modules is not installed;
+    checked before anything runs (no module is imported)."""
+    import importlib.util
+
+    for module in EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise UsageError(
+                f"{what} needs the {extra} extra (no module {module!r}): "
+                f"pip install 'agent-health[{extra}]'"
+            )
+
+
+def missing_extra(what: str, extra: str, err: ModuleNotFoundError) -> UsageError | None:
+    """The usage error to raise when ``err`` is a module of ``extra`` that is not installed
+    (``None`` when it is another module: a real bug, to be raised as it is)."""
+    missing = (err.name or "").partition(".")[0]
+    if missing not in EXTRAS[extra]:
+        return None
+    return UsageError(
+        f"{what} needs the {extra} extra (no module {missing!r}): "
+        f"pip install 'agent-health[{extra}]'"
+    )
+
+
 class Consoles:
     """Where a command prints: results on stdout, errors and hints on stderr.
 

@@ -158,19 +158,14 @@ def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:
 
 
 def show_report(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    import functools
     import http.server
     import webbrowser
 
-    class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-        """Serves the report's folder; no log line per request on the terminal."""
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
+    from agent_health.cli import serve
 
     with contextlib.ExitStack() as stack:
         folder = _report_dir(Path(args.path), stack)
-        handler = functools.partial(_QuietHandler, directory=str(folder))
+        handler = serve.handler(str(folder), args.host)
         try:
             server = http.server.ThreadingHTTPServer((args.host, args.port), handler)
         except OSError as err:
@@ -179,7 +174,8 @@ def show_report(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 "pass another --port (0 picks a free one)"
             ) from err
         stack.callback(server.server_close)
-        url = f"http://{args.host}:{server.server_port}/"
+        # an address the server answers (every interface: this machine's own)
+        url = f"http://{serve.named(args.host) or '127.0.0.1'}:{server.server_port}/"
         consoles.out.print(f"serving {folder} at {url} (Ctrl+C to stop)", markup=False)
         sys.stdout.flush()
         if not args.no_open:

@@ -195,12 +195,16 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         return _print_cases(cases, suite, as_json=False, consoles=consoles)
     common.check_reports(outputs)
     config = _config(args, paths)
+    if config.traces.opensearch is not None:  # read by the first test that reads its traces
+        common.require_extra("traces.opensearch in the config", "opensearch")
     load_errors = [str(e) for e in suite.errors]
     if not cases and not load_errors:
         console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
         common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
         return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
     lanes = _lanes(config, args.agent) if recording is None else []  # a replay starts none
+    if not lanes and recording is None:
+        _agent_needed(cases)
     skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in (
         "",
         "0",
@@ -356,6 +360,21 @@ def _lanes(
             f"--agent {twice[0]} is given twice; name each agent of a matrix once"
         )
     return [(name, config.agent(name)) for name in chosen]
+
+
+def _agent_needed(cases: list[Any]) -> None:
+    """No agent is configured: a usage error, before anything runs, when a test that would
+    run takes the ``agent`` fixture (pure data tests run without one)."""
+    from agent_health.engine import fixtures
+
+    needing = [c for c in cases if c.mode not in ("skip", "fixme")]
+    needing = [c for c in needing if fixtures.asks_for(c, "agent")]
+    if needing:
+        raise common.UsageError(
+            f"no agent to run: {len(needing)} of {len(cases)} selected tests take the agent "
+            f"fixture (first: {needing[0].id}); pass --agent NAME|URL (rest+http://..., "
+            "cmd:PROGRAM) or set agents={...} in agent-health.config.py"
+        )
 
 
 def _agent_info(

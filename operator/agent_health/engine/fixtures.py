@@ -113,3 +113,30 @@ class FixtureScope:
             except Exception as err:
                 failures.append(f"teardown of fixture {name!r} failed: {type(err).__name__}: {err}")
         return failures
+
+
+def asks_for(case: declare.TestCase, name: str) -> bool:
+    """Whether running ``case`` asks for the built-in fixture ``name``: its body, one of its
+    ``before_each``/``after_each`` hooks, or a fixture they take (at any depth) names it.
+
+    Static, as discovery is: a body that takes ``agent`` and then never calls ``agent.run()``
+    still asks for it. A test.each value or a ``test.extend`` fixture of the same name is not
+    the built-in one (:class:`FixtureScope` gives them first).
+    """
+    values = case.values or {}
+    seen: set[str] = set()
+
+    def asks(params: tuple[str, ...]) -> bool:
+        for param in params:
+            if param in values or param in seen:
+                continue
+            seen.add(param)
+            fixture = case.fixtures.get(param)
+            if fixture is None and param == name:
+                return True
+            if fixture is not None and asks(fixture.params):
+                return True
+        return False
+
+    hooks = (h.params for h in case.hooks if h.kind in ("before_each", "after_each"))
+    return any(asks(params) for params in (case.params, *hooks))

@@ -1,11 +1,15 @@
 """Statuses and scores from signals (docs/writing-tests.md, "Statuses" and "Score").
 
-* ``skipped`` — the test did not run.
+* ``skipped`` — the test did not run; or it ran and its only gates were judge calls that were
+  skipped (judging off: ``--no-judge``, no judge configured): nothing was checked, so it did
+  not pass either (:data:`JUDGE_ONLY`). It keeps its signals and has no score.
 * ``errored`` — the run could not be graded: the agent did not answer usably, the judge, the
   test's own code or the infrastructure failed. It carries the real message, a ``cause``
   (:data:`~agent_health.sdk.results.Cause`) and no score.
 * ``failed`` — at least one gate signal failed.
-* ``passed`` — every gate signal passed. Observe and neutral signals never gate.
+* ``passed`` — every gate signal passed. Observe and neutral signals never gate. A test that
+  recorded no gate and asked no gating judge (a pure data test, a body that checks nothing)
+  passes, as it always has.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent_health.sdk.results import CAUSES, Cause, Signal, Status
+
+JUDGE_ONLY = "judge skipped: nothing else checked"
+"""The skip reason of a test whose only gates were skipped judge calls (:func:`unchecked`)."""
 
 
 def decide(signals: Sequence[Signal], errors: Sequence[str], skipped: bool) -> Status:
@@ -22,7 +29,39 @@ def decide(signals: Sequence[Signal], errors: Sequence[str], skipped: bool) -> S
         return "errored"
     if any(s.role == "gate" and s.passed is False for s in signals):
         return "failed"
+    if unchecked(signals):
+        return "skipped"
     return "passed"
+
+
+def skip_reason(status: Status, signals: Sequence[Signal]) -> str | None:
+    """:data:`JUDGE_ONLY` when ``status`` is ``skipped`` because nothing but skipped judge
+    calls would have gated (a test the body skipped has its own reason)."""
+    return JUDGE_ONLY if status == "skipped" and unchecked(signals) else None
+
+
+def unchecked(signals: Sequence[Signal]) -> bool:
+    """Whether the test asked for gates and every one was a judge call that was skipped.
+
+    A skipped verdict's signal is neutral whatever it was asked as; the role it was asked
+    with is kept in its evidence (``asked_role``; a signal recorded before it was kept is
+    taken as asked by ``judge()``, a gate). A skipped ``judge.observe`` gated nothing.
+    """
+    asked = False
+    for s in signals:
+        if s.role == "gate":
+            return False
+        asked = asked or _skipped_gate_judge(s)
+    return asked
+
+
+def _skipped_gate_judge(signal: Signal) -> bool:
+    evidence = signal.evidence or {}
+    return (
+        signal.kind == "judge"
+        and evidence.get("skipped") is True
+        and evidence.get("asked_role", "gate") == "gate"
+    )
 
 
 def score(signals: Sequence[Signal], status: Status) -> float | None:

@@ -158,6 +158,7 @@ class LocalLedger:
             from agent_health.ledger import backends  # other stores: their clients load here
 
             backend = await asyncio.to_thread(backends.from_url, self.url)
+            backends.require_client(self.url)
             self.url, self._backend = backend.url, backend
             return self
         taken = await asyncio.to_thread(_holds_a_ledger, directory)

@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from agent_health.engine import budget as budget_mod
-from agent_health.engine import entries, stats, uncertainty
+from agent_health.engine import entries, grading, stats, uncertainty
 from agent_health.engine import matrix as matrix_mod
 from agent_health.engine import pairing as pairing_mod
 from agent_health.engine import rollup as rollup_mod
@@ -145,6 +145,11 @@ class Summary(BaseModel):
     flaky_count: int = Field(
         default=0, description="results that passed only on a retry (status flaky)"
     )
+    judge_only: int = Field(
+        default=0,
+        description="skipped results whose only gates were judge calls that were skipped "
+        "(--no-judge, no judge configured): nothing else was checked",
+    )
     load_errors: list[str] = Field(default_factory=list)
     interrupted: bool = False
     not_run: int = 0
@@ -240,6 +245,9 @@ class RunReport(BaseModel):
             total=len(results),
             **counts,
             flaky_count=flaky,
+            judge_only=sum(
+                r.status == "skipped" and r.skip_reason == grading.JUDGE_ONLY for r in results
+            ),
             errored_by_cause=causes,
             pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"], flaky),
             score=round(sum(scores) / len(scores), 6) if scores else None,

@@ -222,6 +222,7 @@ async def _run_case(
         duration = (time.perf_counter() - started) * 1000
         derived = metrics.derive(ctx.result, env.prices)
         status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
+        skip_reason = skip_reason or grading.skip_reason(status, ctx.signals)
         result = _result(
             case,
             repeat,

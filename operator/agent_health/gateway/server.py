@@ -72,6 +72,7 @@ class Gateway:
                 else:
                     assert settings.ledger_url is not None
                     backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
+                    backends.require_client(settings.ledger_url)
                 if settings.spool is not None:
                     directory = await asyncio.to_thread(spool.check_directory, settings.spool)
                     backend = spool.SpooledBackend(

@@ -63,3 +63,13 @@ def from_url(
             + " (or a plain directory path)"
         )
     return factory(url, options or store.Options())
+
+
+def require_client(url: str) -> None:
+    """Raise :class:`~agent_health.ledger.errors.BackendConfigError` naming the extra to
+    install when the client library of ``url``'s store is missing (no I/O). A writer checks
+    it before it starts: its first append comes long after (a local run's first test end)."""
+    if url.partition("://")[0].lower() in ("s3", "gs", "gcs"):
+        from agent_health.ledger import objectstore
+
+        objectstore.require_extra(url)

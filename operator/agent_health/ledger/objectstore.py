@@ -13,6 +13,7 @@ endpoint: ``s3://ledgers/run-1?endpoint_url=http://minio:9000``.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import re
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from agent_health.ledger import errors, store
 
 _PART = re.compile(r"^(\d{8})\.jsonl$")
 _EXTRAS = {"s3": "s3", "gs": "gcs", "gcs": "gcs"}
+_MODULES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs"}  # what each extra installs
 _URL_OPTIONS = frozenset({"endpoint_url", "region_name", "anon"})
 
 
@@ -126,6 +128,7 @@ class ObjectStoreBackend:
         return self._fs
 
     def _make_filesystem(self) -> Any:
+        require_extra(self.url)  # names the module missing, in the words a local run uses
         extra = _EXTRAS.get(self.protocol, self.protocol)
         try:
             import fsspec
@@ -143,6 +146,26 @@ class ObjectStoreBackend:
             raise errors.BackendConfigError(
                 f"ledger {self.url}: cannot open the object store: {err}"
             ) from err
+
+
+def require_extra(url: str) -> None:
+    """Raise :class:`errors.BackendConfigError` naming the extra to install when the client
+    library of ``url``'s store is missing; no I/O. A local run checks it before its first
+    test: otherwise the first append (a test's end) would be the first to find out."""
+    protocol = urlsplit(url).scheme.lower()
+    extra = _EXTRAS.get(protocol)
+    if extra is None:
+        return
+    for module in ("fsspec", _MODULES[protocol]):
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise errors.BackendConfigError(
+                f"ledger {url} needs the {extra} extra (no module {module!r}): "
+                f"pip install 'agent-health[{extra}]'"
+            )
 
 
 def _index(path: str) -> int:

@@ -111,6 +111,9 @@ async def ask(
                 "errored": verdict.errored,
                 "input_tokens": verdict.input_tokens,
                 "output_tokens": verdict.output_tokens,
+                # A skipped signal is neutral: what it would have gated decides whether the
+                # test checked anything (engine.grading.unchecked).
+                **({"asked_role": role} if verdict.skipped else {}),
             },
         )
     )

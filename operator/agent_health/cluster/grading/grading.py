@@ -331,6 +331,7 @@ def _test_result(
         content_hash=expected.content_hash,
         agent=expected.agent,
         insights=insights,  # what the cell's insights said, as the cell recorded it
+        skip_reason=engine_grading.skip_reason(status, signals),
     )
 
 

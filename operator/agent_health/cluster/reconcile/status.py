@@ -37,6 +37,7 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runbudget
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import sidebyside, spending
+from agent_health.engine import grading as engine_grading
 from agent_health.engine import matrix, report, uncertainty
 
 Phase = evaluationrun.Phase
@@ -319,6 +320,8 @@ class RunTally:
             self._set("TestsPassed", "False", "CellsFailed", message, now=now)
         elif self.phase == "Succeeded":
             message = f"{counts.passed} of {counts.total} cells passed"
+            if counts.skipped:  # a skipped cell is not a pass: say what the rest were
+                message += f", {counts.skipped} skipped{self._judge_only()}"
             self._set("TestsPassed", "True", "AllPassed", message, now=now)
         elif counts.total:
             self._set("TestsPassed", "Unknown", "InProgress", self._summary_line(), now=now)
@@ -327,8 +330,13 @@ class RunTally:
         c = self.counts()
         return (
             f"{c.passed} passed, {c.failed} failed, {c.errored} errored{_causes(c)}, "
-            f"{c.skipped} skipped of {c.total} cells"
+            f"{c.skipped} skipped{self._judge_only()} of {c.total} cells"
         )
+
+    def _judge_only(self) -> str:
+        """`` (3 judge only)`` — skipped cells whose only gates were skipped judge calls."""
+        n = sum(g.result.skip_reason == engine_grading.JUDGE_ONLY for g in self._grades.values())
+        return f" ({n} judge only)" if n else ""
 
 
 _RESOLVED: dict[Phase, tuple[ConditionStatus, str, str]] = {

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent_health.engine import entries, uncertainty
+from agent_health.engine import entries, grading, uncertainty
 from agent_health.engine.report import LEGEND, RunReport
 from agent_health.engine.reporters import terminal_budget, terminal_matrix
 from agent_health.sdk.results import TestResult
@@ -166,7 +166,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     _labels(console, report)
     for error in s.load_errors:
         console.print(f"[red]load error[/] {escape(error)}", highlight=False)
-    for hint in hints or []:
+    judge_only = [_judge_only_hint(s.judge_only)] if s.judge_only else []
+    for hint in [*(hints or []), *judge_only]:
         console.print(f"[dim]hint: {escape(hint)}[/]")
     causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
     parts = [
@@ -174,7 +175,7 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         *([f"{s.flaky_count} flaky"] if s.flaky_count else []),
         f"{s.failed} failed",
         f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
-        f"{s.skipped} skipped",
+        f"{s.skipped} skipped" + (f" ({s.judge_only} judge only)" if s.judge_only else ""),
     ]
     rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}" + _ci(s.pass_rate_interval)
     score = "n/a" if s.score is None else f"{s.score:.2f}" + _ci(s.score_interval, ".2f")
@@ -225,6 +226,14 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         )
     elif s.stopped:
         console.print(f"[yellow]{escape(s.stopped)}[/]: {s.not_run} tests never started")
+
+
+def _judge_only_hint(count: int) -> str:
+    tests = "1 test" if count == 1 else f"{count} tests"
+    return (
+        f"{tests} checked nothing but judge() calls, and judging was off: skipped "
+        f"({grading.JUDGE_ONLY}), left out of the pass rate"
+    )
 
 
 def _attempts(console: Console, test: dict[str, Any], label: str = "") -> None:

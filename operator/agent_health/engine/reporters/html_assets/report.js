@@ -205,6 +205,11 @@
     return parts.length ? "by cause: " + parts.join(", ") : "";
   }
 
+  function judgeOnly() {
+    const n = SUMMARY.judge_only;
+    return n ? n + " judge only: judge skipped, nothing else checked" : "";
+  }
+
   function renderSummary() {
     const root = document.getElementById("summary");
     const testsCount = groups.length;
@@ -212,7 +217,7 @@
       card("total", "results", String(SUMMARY.total ?? TESTS.length),
         K > 1 ? testsCount + " tests × " + K + " repeats" : testsCount + " tests"),
       STATUSES.map((s) => card(s, s, String(SUMMARY[s] ?? 0),
-        s === "errored" ? erroredCauses() : null)),
+        s === "errored" ? erroredCauses() : s === "skipped" ? judgeOnly() : null)),
       SUMMARY.flaky_count ? card("flaky", "flaky", String(SUMMARY.flaky_count),
         "passed only on a retry (--retries); counted as not passed") : null,
       card("rate", "pass rate", pct(SUMMARY.pass_rate), LEGEND.pass_rate,

@@ -1,0 +1,99 @@
+"""What ``show-report`` serves: one report folder, to browsers on this machine only.
+
+Two guards a local server needs (README, "show-report"):
+
+* The ``Host`` header must name the server as this machine knows it: ``127.0.0.1``,
+  ``localhost`` or ``[::1]`` (or what was given to ``--host``), with the server's port.
+  Anything else gets ``421 Misdirected Request``. A page of another site that rebinds its
+  own DNS name to 127.0.0.1 sends that name as the Host, so its script cannot read the
+  report (DNS rebinding).
+* A path is served only when its real path, symlinks resolved, lies inside the folder; else
+  ``404``. A report folder holding a link to ``/etc/passwd`` serves nothing through it.
+"""
+
+from __future__ import annotations
+
+import http.server
+import ipaddress
+import os
+from http import HTTPStatus
+from typing import Any
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def handler(folder: str, listen_host: str) -> type[http.server.SimpleHTTPRequestHandler]:
+    """A request handler class serving ``folder`` with both guards; ``listen_host`` is the
+    ``--host`` address, accepted as the Host too (the user's choice, not a rebinding page's)."""
+    root = os.path.realpath(folder)
+    own = named(listen_host)
+    names = frozenset({*LOOPBACK_NAMES, *((own,) if own else ())})
+
+    class ReportHandler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=root, **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # no line per request on the terminal
+
+        def parse_request(self) -> bool:
+            if not super().parse_request():
+                return False
+            port = int(self.connection.getsockname()[1])  # the port this request came to
+            if host_allowed(self.headers.get_all("Host") or [], names, port):
+                return True
+            self.send_error(
+                HTTPStatus.MISDIRECTED_REQUEST,
+                explain=f"show-report answers only Host {' or '.join(sorted(names))} "
+                f"with port {port}",
+            )
+            return False
+
+        def send_head(self) -> Any:
+            path = self.translate_path(self.path)
+            if os.path.isdir(path):  # what SimpleHTTPRequestHandler serves for a folder
+                for index in ("index.html", "index.htm"):
+                    if os.path.isfile(os.path.join(path, index)):
+                        path = os.path.join(path, index)
+                        break
+            if not inside(os.path.realpath(path), root):
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            return super().send_head()
+
+    return ReportHandler
+
+
+def host_allowed(values: list[str], names: frozenset[str], port: int) -> bool:
+    """Whether a request's Host header values (exactly one is allowed) name this server."""
+    if len(values) != 1:
+        return False
+    value = values[0].strip().lower()
+    if value.startswith("["):
+        name, bracket, rest = value.partition("]")
+        name += bracket
+    else:
+        name, _, given = value.partition(":")
+        rest = f":{given}" if given or value.endswith(":") else ""
+    if name not in names:
+        return False
+    if not rest:
+        return port == 80  # a browser leaves out only the default port
+    return rest[0] == ":" and rest[1:].isdigit() and int(rest[1:]) == port
+
+
+def inside(real: str, root: str) -> bool:
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def named(host: str) -> str | None:
+    """``--host`` as a Host header names it; ``None`` for an address no browser asks for
+    (0.0.0.0, ::, empty: every interface)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        # A name the user chose, not one a rebinding page controls.
+        return host.strip().lower() or None
+    if address.is_unspecified:
+        return None
+    return f"[{address}]" if address.version == 6 else str(address)
