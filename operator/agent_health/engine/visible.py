@@ -38,8 +38,14 @@ _IN_BLOCK = re.compile(f"[{_HIDDEN}]")
 _NEWLINE = "\n"
 
 
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
 def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 

@@ -3,10 +3,11 @@ row per test, and the breakdown by label.
 
 In the results only the title wraps; every other cell keeps to one line, and a column no
 test has a value for is left out. The label table leaves out a count that is zero for every
-label, then, where it still does not fit, the intervals, then cuts labels in the middle,
-keeping their ends so that two labels never read the same. Its ``scored`` column says how
-many results the score is the mean of: errored and skipped tests have no score, so a label
-whose tests mostly errored may show a low pass rate beside a high score.
+label; where it still does not fit, the intervals, then shortens the counts' heads, then
+cuts labels in the middle, keeping their ends so that two labels never read the same. Its
+``scored`` column says how many results the score is the mean of: errored and skipped tests
+have no score, so a label whose tests mostly errored may show a low pass rate beside a high
+score.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal_style as style
 
 MIN_LABEL = 12  # a label is never cut shorter than this (it wraps instead)
+LONG: dict[str, str] = {}
+SHORT = {"passed": "pass", "failed": "fail", "errored": "error", "skipped": "skip"}
+"""The count columns' heads when the long ones leave a label too little room."""
 
 
 def _table(title: str | None = None) -> Table:
@@ -110,14 +114,15 @@ def labels(console: Console, report: RunReport) -> None:
         if c in ("passed", "failed") or any(getattr(s, c) for s in stats.values())
     ]
     names = [visible.line(name) for name in stats]
-    for intervals in (("pass rate", "score"), ("pass rate",), ()):
-        table = _label_table(report, names, counts, intervals)
+    both, rate_only, none = ("pass rate", "score"), ("pass rate",), ()
+    for intervals, heads in ((both, LONG), (rate_only, LONG), (none, LONG), (none, SHORT)):
+        table = _label_table(report, names, counts, intervals, heads)
         if _natural_width(console, table) <= console.width:
             break
     else:
-        others = _label_table(report, [""] * len(names), counts, intervals)
+        others = _label_table(report, [""] * len(names), counts, intervals, heads)
         room = max(MIN_LABEL, console.width - _natural_width(console, others))
-        table = _label_table(report, cut(names, room), counts, intervals)
+        table = _label_table(report, cut(names, room), counts, intervals, heads)
     console.print(table)
     console.print(
         "[dim]score: the mean over the scored results only; errored and skipped tests have none[/]",
@@ -131,12 +136,16 @@ def _natural_width(console: Console, table: Table) -> int:
 
 
 def _label_table(
-    report: RunReport, names: Sequence[str], counts: Sequence[str], intervals: Sequence[str]
+    report: RunReport,
+    names: Sequence[str],
+    counts: Sequence[str],
+    intervals: Sequence[str],
+    heads: dict[str, str],
 ) -> Table:
     table = _table("by label")
     table.add_column("label", overflow="fold")
     for column in (*counts, "pass rate", "score", "scored"):
-        table.add_column(column, justify="right", no_wrap=True)
+        table.add_column(heads.get(column, column), justify="right", no_wrap=True)
     for name, s in zip(names, report.summary.labels.values(), strict=True):
         rate = style.pct(s.pass_rate)
         score = style.score(s.score)
