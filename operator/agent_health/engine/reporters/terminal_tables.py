@@ -27,14 +27,18 @@ from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal_style as style
 
 MIN_LABEL = 12  # a label is never cut shorter than this (it wraps instead)
+MIN_TITLE = 30  # below this, a results row's notes move under its title
 LONG: dict[str, str] = {}
 SHORT = {"passed": "pass", "failed": "fail", "errored": "error", "skipped": "skip"}
 """The count columns' heads when the long ones leave a label too little room."""
 
 
 def _table(title: str | None = None) -> Table:
-    """A table drawn with a rule under its head and no frame: fewer columns go to borders."""
-    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    """A table drawn with a rule under its head and no frame, two spaces between columns:
+    little of the width goes to borders."""
+    return Table(
+        title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0)
+    )
 
 
 def results(console: Console, shown: list[dict[str, Any]], repeats: int, title: str) -> None:
@@ -62,9 +66,20 @@ def results(console: Console, shown: list[dict[str, Any]], repeats: int, title: 
                 "notes": _notes(metrics),
             }
         )
-    table = _table(title)
     always = ("status", "test", "score", "time")
     columns = [c for c in rows[0] if c in always or any(_has(r[c]) for r in rows)]
+    table = _results_table(title, rows, columns)
+    if "notes" in columns and _title_room(console, title, rows, columns) < MIN_TITLE:
+        # too narrow for a notes column: each test's notes go under its title instead
+        for r in rows:
+            if r["notes"]:
+                r["test"] = Text.assemble(r["test"], "\n", (str(r["notes"]), "dim"))
+        table = _results_table(title, rows, [c for c in columns if c != "notes"])
+    console.print(table)
+
+
+def _results_table(title: str, rows: list[dict[str, Text | str]], columns: list[str]) -> Table:
+    table = _table(title)
     for column in columns:
         if column == "test":
             table.add_column(column, overflow="fold", ratio=1)
@@ -73,7 +88,15 @@ def results(console: Console, shown: list[dict[str, Any]], repeats: int, title: 
             table.add_column(column, justify="right" if right else "left", no_wrap=True)
     for r in rows:
         table.add_row(*(r[c] for c in columns))
-    console.print(table)
+    return table
+
+
+def _title_room(
+    console: Console, title: str, rows: list[dict[str, Text | str]], columns: list[str]
+) -> int:
+    """The width the titles would get: what the other columns leave of the console's."""
+    untitled = [{**r, "test": ""} for r in rows]
+    return console.width - _natural_width(console, _results_table(title, untitled, columns))
 
 
 def _has(cell: Any) -> bool:
