@@ -10,6 +10,7 @@ so no test can write a JUnit file that a CI system would refuse.
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,17 @@ def is_junit(path: Path) -> bool:
 
 
 def check_all(folder: Path) -> list[Path]:
-    """:func:`check` every JUnit file under ``folder``; the files checked."""
-    found = [p for p in sorted(folder.rglob("*.xml")) if p.is_file() and is_junit(p)]
-    for path in found:
+    """:func:`check` every JUnit file under ``folder``; the files checked.
+
+    Hidden folders (ledgers under ``.agent-health``, caches) and mount points (a test's
+    container storage) are not searched: nothing writes a JUnit file there."""
+    found = []
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = [
+            d for d in dirs if not d.startswith(".") and not os.path.ismount(os.path.join(top, d))
+        ]
+        found += [Path(top, f) for f in files if f.endswith(".xml")]
+    checked = [p for p in sorted(found) if p.is_file() and is_junit(p)]
+    for path in checked:
         check(path)
-    return found
+    return checked
