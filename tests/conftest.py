@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,21 @@ def _not_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests behave alike on a laptop and in CI: ``CI`` (which turns on --forbid-only) is
     unset; a test about CI behaviour sets it itself."""
     monkeypatch.delenv("CI", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _junit_files_parse(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every JUnit file a test left in its ``tmp_path`` is well-formed XML 1.0 and matches
+    ``tests/data/junit.xsd``: read as a CI system reads it, whatever the test was about."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    # Asked for here, before the test runs, so that it is torn down after this check.
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    yield
+    import junit_support
+
+    junit_support.check_all(tmp_path)
 
 
 @pytest.fixture

@@ -260,10 +260,37 @@ def test_retries_make_a_test_that_passes_on_retry_flaky(
     assert summary["pass_rate"] == round(1 / 3, 6)  # flaky is not a pass
     assert "1 passed, 1 flaky, 1 failed" in out
     assert "FLAKY test_flaky.py::flaky" in out
+    assert "\nflaky (passed only on a retry): 'flaky'\n" in out
     case = ET.parse(junit).getroot().find(".//testcase[@name='flaky']")
     assert case is not None
     assert case.find("failure") is None
     assert [e.get("message") for e in case.findall("flakyFailure")] == ["failed: to_equal(1)"]
+
+
+MIXED = """
+from agent_health import test
+
+@test("flaky")
+async def flaky(expect, test_info):
+    expect(test_info.repeat).not_to_equal(1)
+"""
+
+
+def test_a_test_titled_flaky_that_passes_in_some_repeats_is_not_called_flaky(
+    write_suite: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "flaky" is one thing: passed only on a retry. Without --retries nothing is flaky,
+    # whatever a test is called; one that passed in some repeats is said to be mixed.
+    suite = write_suite(**{"test_mixed.py": MIXED})
+    html = tmp_path / "page"
+    run = run_cli_sync(suite, "--no-ledger", "--repeat", "3", "--reporter", f"html:{html}")
+    out = capsys.readouterr().out
+    summary = run.report["summary"]
+    assert (summary["flaky"], summary["flaky_count"], summary["mixed"]) == ([], 0, ["flaky"])
+    assert "passed in some repeats and not in others: 'flaky'" in out
+    assert " flaky, " not in out  # the totals count no flaky result
+    assert not [line for line in out.splitlines() if line.startswith("flaky")]
+    assert "pass@3 100%" in out
 
 
 def test_flaky_does_not_fail_the_run_unless_asked(write_suite: Any) -> None:
@@ -369,3 +396,40 @@ def test_report_and_grade_check_their_reporter_paths_too(
     assert "afile is a file" in capsys.readouterr().err
     assert cli.main(["grade", str(tmp_path / "no-ledger"), "--reporter", bad]) == 2
     assert "afile is a file" in capsys.readouterr().err
+
+
+# -- usage and empty runs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "--bogus-flag"], ["list", "--bogus-flag"], ["ledger", "verify", "x", "--bogus-flag"]],
+)
+def test_a_bad_flag_prints_the_usage_of_the_command_it_was_given_to(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    command = " ".join(a for a in argv if a in ("run", "list", "ledger", "verify"))
+    assert err.startswith(f"usage: agent-health {command} "), err
+    assert f"agent-health {command}: error: unrecognized arguments: --bogus-flag" in err
+
+
+def test_an_empty_run_says_where_it_looked_and_how_to_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["run", str(empty), "--no-ledger"]) == 2
+    out = capsys.readouterr().out
+    assert f"no tests found in {empty} " in out
+    for pattern in ("test_*.py", "*_test.py", "*.test.py", "test_*.json", "*.cases.json"):
+        assert pattern in out
+    assert "pass --pass-with-no-tests to exit 0" in out
+    assert cli.main(["run", str(empty), "--no-ledger", "--pass-with-no-tests"]) == 0
+    (empty / "test_two.py").write_text(TWO)
+    assert cli.main(["run", str(empty), "--no-ledger", "--grep", "nothing"]) == 2
+    out = capsys.readouterr().out
+    assert f"no tests selected: 2 tests in {empty}, none left after --grep" in out

@@ -254,11 +254,14 @@ def test_filters_repeats_and_links(chromium: Any, judged_run: tuple[Run, Path]) 
     with browser.watched_page(chromium) as seen:
         _open(seen, url)
         page = seen.page
-        page.click("#status-filters button[data-status='flaky']")
+        # no test passed on a retry: there is nothing to call flaky, and no chip says so
+        assert page.locator("#status-filters button[data-status='flaky']").count() == 0
+        assert page.locator("#test-list .flaky").count() == 0
+        page.click("#status-filters button[data-status='mixed']")
         rows = page.locator("#test-list .test-row")
         assert rows.count() == 1
         assert rows.first.locator(".title").inner_text() == "steady only on the first try"
-        assert rows.first.locator(".flaky").inner_text() == "flaky"
+        assert rows.first.locator(".mixed").inner_text() == "mixed"
         assert rows.first.locator(".right").inner_text() == "1/2 passed"
         rows.first.click()
         # a flaky test opens on its failing repeat; the other is one click away
@@ -516,4 +519,74 @@ def test_a_flaky_test_shows_its_tries_and_what_it_printed(chromium: Any, tmp_pat
         assert "Printed by the body" in text
         assert "checked the payment service" in text
         assert "warn: slow" in text
+        _clean(seen, url)
+
+
+HOSTILE_SUITE = """
+from agent_health import test
+
+PROMPT = "Diagnose why the payment service is failing."
+
+
+@test("answers 500")
+async def answers_500(agent, expect):
+    result = await agent.run(PROMPT + " [rewrite]")
+    expect(result.output).to_contain("db-primary")
+
+
+@test("garbles")
+async def garbles(agent, expect):
+    result = await agent.run(PROMPT + " [garble]")
+    expect(result).to_have_called_tool("search_logs")
+
+
+@test("stalls")
+async def stalls(agent, expect):
+    result = await agent.run(PROMPT + " [stall]", timeout=1)
+    expect(result.output).to_contain("db-primary")
+"""
+
+
+def test_a_hostile_agents_text_and_a_timeout_read_right(chromium: Any, tmp_path: Path) -> None:
+    # The hostile agent (its own process on 127.0.0.1) answers with terminal escapes, a
+    # right-to-left override and characters XML forbids, and stalls mid-answer: the page
+    # shows the characters as escapes, and says the stalled test timed out.
+    from hostile_support import free_port, hostile_target
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_hostile.py").write_text(HOSTILE_SUITE)
+    out = tmp_path / "html"
+
+    async def run() -> Run:
+        port = free_port()
+        async with hostile_target(port, tmp_path / "agent.jsonl", {}, answer="by-prompt",
+                                  attacks=""):  # fmt: skip
+            return await run_cli(
+                suite, "--agent", f"rest+http://127.0.0.1:{port}/run", "--no-ledger",
+                "--reporter", f"html:{out}",
+            )  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        done = pool.submit(asyncio.run, run()).result()
+    assert done.code == 1
+    url = (out / "index.html").as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        page = seen.page
+        inspector = page.locator("#inspector")
+        page.locator("#test-list .test-row", has_text="answers 500").click()
+        alert = inspector.locator(".error-box").inner_text()
+        assert "answered HTTP 500: \\x1b[1A\\x1b[2K" in alert
+        assert "\\u202edessap\\u202c" in alert  # the override shown, not obeyed
+        assert "\u202e" not in alert
+        page.locator("#test-list .test-row", has_text="garbles").click()
+        steps = inspector.locator(".timeline").inner_text()
+        assert "search\\x1b[1A\\x1b[2K\\r\\x1b[32m✓ passed" in steps
+        page.locator("#test-list .test-row", has_text="stalls").click()
+        text = inspector.inner_text()
+        assert "The agent did not run in this test." not in text
+        assert "Timed out: the agent was called and sent no complete answer in time." in text
+        assert "did not answer within 1 s" in text
+        assert "Diagnose why the payment service is failing. [stall]" in text  # what it was sent
         _clean(seen, url)

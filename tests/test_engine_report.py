@@ -74,6 +74,7 @@ def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
             "errored_by_agent": 0,
             "pass_rate": 0.5,
             "score": 0.5,
+            "scored": 2,  # the errored test has no score: 0.5 is the mean of two
             "pass_rate_interval": {
                 "low": 0.094531,  # Wilson, 1 of 2 (docs/statistics.md)
                 "high": 0.905469,
@@ -100,6 +101,7 @@ def test_summary_keeps_the_design_shape_and_adds_aggregates() -> None:
             "errored_by_agent": 0,
             "pass_rate": 1.0,
             "score": 1.0,
+            "scored": 1,
             "pass_rate_interval": {
                 "low": 0.206549,  # Wilson, 1 of 1
                 "high": 1.0,
@@ -157,7 +159,8 @@ def test_an_agent_error_in_a_repeat_is_not_a_pass_for_pass_at_k() -> None:
     # u's infra repeat is left out: one decided repeat is too few for pass@2 (n >= k)
     assert s.per_test["test_a.py::u"].pass_at_k is None
     assert (s.pass_at_k, s.pass_hat_k) == (1.0, 0.0)  # over t alone
-    assert s.flaky == ["t"]
+    assert s.mixed == ["t"]
+    assert s.flaky == []  # flaky is a pass on a retry; there were no retries
 
 
 def test_no_prices_means_no_cost_not_zero() -> None:
@@ -187,7 +190,8 @@ def test_repeats_give_pass_at_k_per_test_and_overall() -> None:
     # left out, so stable and broken decide it.
     assert s.pass_at_k == 0.5
     assert s.pass_hat_k == 0.5
-    assert s.flaky == ["flaky"]
+    # the test titled "flaky" passed in some repeats: mixed, never counted as flaky
+    assert (s.mixed, s.flaky, s.flaky_count) == (["flaky"], [], 0)
     flaky = s.per_test["test_a.py::flaky"]
     assert (flaky.runs, flaky.passed, flaky.failed, flaky.errored) == (3, 1, 1, 1)
     assert (flaky.pass_at_k, flaky.pass_hat_k) == (None, None)

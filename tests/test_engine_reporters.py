@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -157,3 +158,72 @@ def test_junit_names_the_cause_of_each_error() -> None:
     assert (error.get("message") or "").startswith("agent error: cannot connect to agent")
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["cause"] == "agent"
+
+
+def _summary_at(width: int, results: list[TestResult]) -> list[str]:
+    out = io.StringIO()
+    terminal.summary(Console(file=out, width=width), RunReport.build(results, duration_ms=1.0))
+    return out.getvalue().splitlines()
+
+
+def test_the_results_table_wraps_titles_not_rows_at_80_columns() -> None:
+    metrics = {"total_tokens": 123456, "cost_usd": 0.000123, "tool_calls": 12, "retries": 2}
+    metrics["redundant_tool_calls"] = 3
+    long = "diagnoses the payment outage from the error log and the service status page"
+    results = [
+        _result(long, "failed", score=0.25, metrics=metrics, labels=("difficulty:hard",)),
+        _result(long + " again", "errored", error="HTTP 500", metrics=metrics),
+        _result("short", "passed", score=1.0, metrics=metrics),
+    ]
+    lines = _summary_at(80, results)
+    assert max(len(line) for line in lines[: lines.index("")]) <= 80
+    # each row is one line for every cell but the title: its status, time, tokens, cost and
+    # tools on the line where it starts
+    for mark in ("✗ failed", "! errored (agent)", "✓ passed"):
+        (row,) = [line for line in lines if line.startswith(mark)]
+        assert "0.00s" in row
+        assert "123456" in row
+        assert "$0.000123" in row
+    # the title wraps within its column, whole, and too narrow a table for a notes column
+    # puts each test's notes under its title
+    column = lines[1].index("test")
+    wrapped = " ".join(line[column:].split("  ")[0] for line in lines[3:12])
+    assert "diagnoses the payment outage from the error log and the service status page" in (
+        wrapped
+    )
+    assert "3 redundant, 2 retried" in wrapped
+
+
+def test_the_label_table_fits_80_columns_and_keeps_labels_apart() -> None:
+    labels = [
+        "difficulty:extremely-hard-multi-step-easy",
+        "difficulty:extremely-hard-multi-step-hard",
+        "difficulty:extremely-hard-multi-step-medium",
+    ]
+    results = [
+        _result(f"t{i}", status, score=score, labels=(label,))
+        for i, (label, status, score) in enumerate(
+            zip(labels, ("passed", "failed", "skipped"), (1.0, 0.0, None), strict=True)
+        )
+    ]
+    lines = _summary_at(80, results)
+    start = [line.strip() for line in lines].index("by label")
+    table = lines[start : start + 6]
+    assert max(len(line) for line in table) <= 80, table
+    rows = [line for line in table if line.startswith("diff")]
+    assert len(rows) == 3  # one line each
+    shown = [row.split()[0] for row in rows]
+    assert len(set(shown)) == 3, shown  # cut, and still three different labels
+    assert all(s.endswith(("easy", "hard", "medium")) for s in shown), shown
+
+
+def test_the_label_table_says_what_its_score_is_over() -> None:
+    # 1 of 9 passed, 8 errored (the agent's fault): pass rate 11%, and the one score is 1.00
+    results = [_result("ok", "passed", score=1.0, labels=("smoke",))] + [
+        _result(f"e{i}", "errored", error="HTTP 500", labels=("smoke",)) for i in range(8)
+    ]
+    text = "\n".join(_summary_at(80, results))
+    (row,) = [line for line in text.splitlines() if line.startswith("smoke")]
+    assert re.search(r" 11% .* 1\.00( \[[^]]*\])? +1/9$", row), row
+    assert "score: the mean over the scored results only" in text
+    assert "score 1.00 [0.21, 1.00] (over the 1 scored of 9 results)" in text

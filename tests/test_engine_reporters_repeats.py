@@ -77,7 +77,7 @@ def test_one_repeat_label_everywhere_and_failures_once(
     # the legend says what the numbers mean
     [legend] = [line for line in out.splitlines() if line.startswith("legend:")]
     assert "pass rate = passed / (passed + failed + errored by the agent + flaky)" in legend
-    assert "score = mean test score, 0-1" in legend
+    assert "score = mean test score over the scored tests only, 0-1" in legend
     assert "pass@3 = tests passing in at least 1 of 3 repeats" in legend
     assert "pass^3 = tests passing in all 3 repeats" in legend
 

@@ -10,6 +10,7 @@ import contextlib
 import gc
 import sys
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from agent_health.cli import cluster, common, ledgers, reports, run
 from agent_health.connectors import errors as connector_errors
@@ -39,9 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return own(argv[1:])
         except common.UsageError as err:
-            _error(consoles, err)
+            consoles.error(err)
             return common.EXIT_USAGE
-    args = parser().parse_args(argv)
+    top = parser()
+    args, unknown = top.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, with its usage, not the top level's
+        _command_parser(top, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = ["agent-health", *argv]  # what ran, for the report's provenance
     handler: common.Handler = args.handler
     try:
@@ -50,15 +54,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if not isinstance(err, _usage_errors()):
             raise
-        _error(consoles, err)
+        consoles.error(err)
         return common.EXIT_USAGE
 
 
-def _error(consoles: common.Consoles, err: Exception) -> None:
-    from rich.markup import escape
-
-    # escaped: a message such as "pip install 'agent-health[s3]'" is text, not markup
-    consoles.err.print(f"[red]error:[/] {escape(str(err))}")
+def _command_parser(top: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the (sub)command ``args`` were parsed for: ``ledger verify``'s for
+    ``agent-health ledger verify ...``."""
+    found: argparse.ArgumentParser = top
+    while True:
+        subparsers = [a for a in found._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subparsers[0].dest, None) if subparsers else None
+        if chosen is None:
+            return found
+        found = subparsers[0].choices[chosen]
 
 
 def console() -> int:

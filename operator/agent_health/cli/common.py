@@ -74,7 +74,8 @@ class Consoles:
     """Where a command prints: results on stdout, errors and hints on stderr.
 
     Each rich console is made on first use, so a command that prints plain lines never
-    imports rich.
+    imports rich. Both are guarded (:func:`agent_health.engine.visible.guard`): whatever
+    text a message carries, only agent-health's own styling reaches the terminal.
     """
 
     def __init__(self) -> None:
@@ -86,7 +87,10 @@ class Consoles:
         if self._out is None:
             from rich.console import Console
 
+            from agent_health.engine import visible
+
             self._out = Console(highlight=False, soft_wrap=True)
+            visible.guard(self._out)
         return self._out
 
     @property
@@ -94,8 +98,20 @@ class Consoles:
         if self._err is None:
             from rich.console import Console
 
+            from agent_health.engine import visible
+
             self._err = Console(stderr=True, highlight=False, soft_wrap=True)
+            visible.guard(self._err)
         return self._err
+
+    def error(self, message: object, *, label: str = "error:") -> None:
+        """``error: MESSAGE`` on stderr; the message (it may quote a file, a title, an
+        agent's answer) shown as text, its control characters made visible."""
+        from rich.markup import escape
+
+        from agent_health.engine import visible
+
+        self.err.print(f"[red]{label}[/] {escape(visible.indented(str(message), '  '))}")
 
 
 Handler = Callable[[argparse.Namespace, Consoles], int]
@@ -115,7 +131,7 @@ def write_reports(
 ) -> bool:
     """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``);
     ``False`` when one could not be written (said on stderr; the ones after it still are)."""
-    from agent_health.engine import reporters
+    from agent_health.engine import reporters, visible
 
     ok = True
     for kind, path in outputs:
@@ -125,11 +141,13 @@ def write_reports(
             written = reporters.write(kind, path, report)
         except OSError as err:
             ok = False
-            print(f"error: cannot write the {kind} report {path}: {err}", file=sys.stderr)
+            shown = visible.line(f"cannot write the {kind} report {path}: {err}")
+            print(f"error: {shown}", file=sys.stderr)
             continue
-        console.print(f"{kind} report: {written}", markup=False)
+        console.print(f"{kind} report: {visible.line(str(written))}", markup=False)
         if kind == "html":
-            console.print(f"open it with: {invocation()} show-report {path}", markup=False)
+            again = f"{invocation()} show-report {_quote(str(path))}"
+            console.print(f"open it with: {visible.line(again)}", markup=False)
     return ok
 
 

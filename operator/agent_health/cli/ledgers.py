@@ -58,10 +58,12 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(f"no ledger cells found at {args.url}")
     bad = report.first_bad
     if bad is not None or report.problems:
-        consoles.err.print(f"[red]tampered:[/] {bad if bad is not None else report.problems[0]}")
+        consoles.error(bad if bad is not None else report.problems[0], label="tampered:")
         return common.EXIT_FAILED
-    for cell in report.cells:
-        consoles.out.print(str(cell), markup=False)
+    from agent_health.engine import visible
+
+    for cell in report.cells:  # a cell's name comes from the ledger's files
+        consoles.out.print(visible.line(str(cell)), markup=False)
     sealed = " (run file sealed)" if report.sealed else ""
     consoles.out.print(
         f"{len(report.cells)} cells verified{sealed} with the {source}", markup=False

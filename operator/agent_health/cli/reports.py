@@ -111,8 +111,10 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
         payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
-        for line in compare.render(result):
-            consoles.out.print(line, markup=False)
+        from agent_health.engine import visible
+
+        for line in compare.render(result):  # test names come from the reports' files
+            consoles.out.print(visible.line(line), markup=False)
     return common.EXIT_FAILED if result.regressed else common.EXIT_OK
 
 

@@ -158,7 +158,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import concurrent.futures
     import gc
 
-    from agent_health.engine import loader, provenance, reporters, select, uncertainty
+    from agent_health.engine import loader, provenance, reporters, select, uncertainty, visible
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
@@ -199,7 +199,10 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         common.require_extra("traces.opensearch in the config", "opensearch")
     load_errors = [str(e) for e in suite.errors]
     if not cases and not load_errors:
-        console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
+        chosen = {"--grep": args.grep, "--label": args.label, "--shard": args.shard}
+        filters = [flag for flag, value in chosen.items() if value]
+        said = select.nothing_to_run(args.paths, len(suite.cases), filters, loader.PATTERNS)
+        console.print(visible.line(said), markup=False)
         common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
         return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
     lanes = _lanes(config, args.agent) if recording is None else []  # a replay starts none
@@ -316,8 +319,10 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
 
 
 def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
+    from agent_health.engine import visible
+
     for failure in recorded.failures:
-        err_console.print(f"[red]ledger error:[/] {failure}", markup=True)
+        err_console.print("ledger error: " + visible.line(str(failure)), markup=False)
     if not recorded.cells:
         console.print(
             f"ledger: {recorded.url} (0 cells): no test called agent.run(), nothing recorded",
@@ -424,13 +429,13 @@ def _print_cases(
     from agent_health.engine import listing
 
     for error in suite.errors:
-        consoles.err.print(f"[red]load error[/] {error}")
+        consoles.error(error, label="load error")
     if as_json:
         payload = [listing.entry(c) for c in cases]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         for c in cases:
-            sys.stdout.write(listing.line(c) + "\n")
+            sys.stdout.write(listing.line(c) + "\n")  # its titles and labels made visible
         sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK
 

@@ -46,7 +46,7 @@ import httpx
 
 from agent_health import connectors
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.engine import loader, recording, runner
+from agent_health.engine import loader, recording, runner, visible
 from agent_health.ledger import objects
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
@@ -286,10 +286,10 @@ def main(suite: Path, test_id: str, repeat: int) -> int:
         settings = CellSettings.from_env(suite=suite, test_id=test_id, repeat=repeat)
         code, result = asyncio.run(run_cell(settings))
     except (CellError, errors.ConfigError, connectors.ConnectorError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {visible.line(str(err))}", file=sys.stderr)  # may quote the agent
         return EXIT_MISCONFIGURED
     except RecordingFailed as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {visible.line(str(err))}", file=sys.stderr)
         return EXIT_UNRECORDED
     if result is not None:
         print(report(result))

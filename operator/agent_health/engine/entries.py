@@ -9,8 +9,10 @@ readers index them by key, and a saved report of either version is checked with
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import bounds
@@ -172,4 +174,17 @@ def repeat_label(repeat: int, repeats: int) -> str:
 
 def check(entry: dict[str, Any]) -> dict[str, Any]:
     """A saved entry validated and completed with defaults (raises ``ValidationError``)."""
-    return TestEntry.model_validate(entry).model_dump(mode="json")
+    checked = TestEntry.model_validate(entry)
+    try:
+        return checked.model_dump(mode="json")
+    except ValueError:  # a lone surrogate in a key (an agent's JSON): refused in JSON mode
+        done: dict[str, Any] = plain(checked.model_dump())
+        return done
+
+
+def plain(value: Any) -> Any:
+    """``value`` in JSON's types, for what pydantic cannot write: a lone surrogate (an agent's
+    JSON may hold ``"\\ud800"``, which has no UTF-8) is kept as it is; a NaN becomes ``None``,
+    as pydantic writes it."""
+    text = json.dumps(value, default=pydantic_core.to_jsonable_python)
+    return json.loads(text, parse_constant=lambda _: None)

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from agent_health.engine import visible
 from agent_health.sdk import declare
 
 PromptSource = Literal["default", "dynamic", "none"]
@@ -67,11 +68,14 @@ def entry(case: declare.TestCase) -> dict[str, Any]:
 
 
 def line(case: declare.TestCase) -> str:
-    """The plain ``list`` line of one test: id, labels, mode, and a dynamic prompt marker."""
+    """The plain ``list`` line of one test: id, labels, mode, and a dynamic prompt marker.
+
+    Titles, labels and skip reasons come from the suite's files (a case file may hold
+    anything): their control characters are made visible, so a line shows what it says."""
     labels = f"  [{', '.join(case.labels)}]" if case.labels else ""
     mode = f"  ({case.mode}{': ' + case.skip_reason if case.skip_reason else ''})"
     dynamic = "  (prompt: dynamic)" if prompt_source(case) == "dynamic" else ""
-    return f"{case.id}{labels}{mode if case.mode != 'run' else ''}{dynamic}"
+    return visible.line(f"{case.id}{labels}{mode if case.mode != 'run' else ''}{dynamic}")
 
 
 def _plain(value: Any) -> Any:

@@ -23,6 +23,8 @@ from agent_health.sdk import declare, errors
 
 CONFIG_NAME = "agent-health.config.py"
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".venv", "venv", ".git", ".agent-health"})
+PATTERNS = ("test_*.py", "*_test.py", "*.test.py", "test_*.json", "*.cases.json")
+"""The file names :func:`is_test_file` takes, as a message names them."""
 
 
 @dataclass(frozen=True)

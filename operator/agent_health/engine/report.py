@@ -17,8 +17,8 @@ failure; errors of the judge, the test or the infrastructure, and skipped tests,
 
 A ``flaky`` result (it failed or errored, then passed on a retry, ``--retries``) counts as not
 passed: in the denominator, not the numerator. Retries keep a run green; they never raise the
-grade. ``summary.flaky`` names every flaky test: flaky on a retry, or passing in some repeats
-and not others.
+grade. ``summary.flaky`` names the flaky tests, and only those: a test that passed in some
+repeats and not in others (``--repeat``) is listed in ``summary.mixed`` instead.
 
 Version 2 adds, per test, what the agent was asked and did (``context``, ``output``,
 ``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
@@ -50,8 +50,8 @@ READABLE_VERSIONS = (1, 2)
 LEGEND = {
     "pass_rate": "passed / (passed + failed + errored by the agent + flaky); other errors and "
     "skipped left out",
-    "score": "mean test score, 0-1 (a test's: weighted mean of its judge scores and checks, "
-    "1 pass 0 fail)",
+    "score": "mean test score over the scored tests only, 0-1 (errored and skipped tests have "
+    "none; a test's: weighted mean of its judge scores and checks, 1 pass 0 fail)",
     "pass_at_k": "tests passing in at least 1 of k repeats",
     "pass_hat_k": "tests passing in all k repeats",
     "interval": "[low, high]: 95% interval (Wilson for rates, bootstrap over tests for scores)",
@@ -92,6 +92,7 @@ class LabelStats(BaseModel):
     errored_by_agent: int = 0
     pass_rate: float | None = None
     score: float | None = None
+    scored: int = Field(default=0, description="results with a score, which `score` is the mean of")
     pass_rate_interval: uncertainty.Interval | None = None
     score_interval: uncertainty.Interval | None = None
 
@@ -141,7 +142,10 @@ class Summary(BaseModel):
     repeats: int = 1
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
-    flaky: list[str] = Field(default_factory=list)
+    flaky: list[str] = Field(
+        default_factory=list,
+        description="titles of the tests that passed only on a retry (status flaky)",
+    )
     flaky_count: int = Field(
         default=0, description="results that passed only on a retry (status flaky)"
     )
@@ -150,6 +154,12 @@ class Summary(BaseModel):
         description="skipped results whose only gates were judge calls that were skipped "
         "(--no-judge, no judge configured): nothing else was checked",
     )
+    mixed: list[str] = Field(
+        default_factory=list,
+        description="titles of the tests that passed in some repeats and not in others "
+        "(--repeat); not flaky, which means passed only on a retry",
+    )
+    scored: int = Field(default=0, description="results with a score, which `score` is the mean of")
     load_errors: list[str] = Field(default_factory=list)
     interrupted: bool = False
     not_run: int = 0
@@ -251,6 +261,7 @@ class RunReport(BaseModel):
             errored_by_cause=causes,
             pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"], flaky),
             score=round(sum(scores) / len(scores), 6) if scores else None,
+            scored=len(scores),
             duration_ms=round(duration_ms, 3),
             tokens=_known_sum(r.token_usage.total for r in results),
             repeats=repeats,
@@ -284,9 +295,7 @@ class RunReport(BaseModel):
             if own is not None:
                 summary["pass_at_k_interval"] = own.pass_at_k_interval
                 summary["pass_hat_k_interval"] = own.pass_hat_k_interval
-        retried_flaky = sorted({r.title for r in results if r.status == "flaky"})
-        if retried_flaky:
-            summary["flaky"] = sorted({*summary.get("flaky", []), *retried_flaky})
+        summary["flaky"] = sorted({r.title for r in results if r.status == "flaky"})
         tests = [entries.from_result(r) for r in results]
 
         def alone(of_agent: Sequence[TestResult]) -> dict[str, Any]:
@@ -338,6 +347,7 @@ def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, 
             **c,
             pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"], c["flaky"]),
             score=_mean(scores[label]),
+            scored=len(scores[label]),
             pass_rate_interval=uncertainty.proportion(tallies),
             score_interval=uncertainty.score(tallies) if bootstrap else None,
         )
@@ -364,7 +374,7 @@ def _pass_at_k(
     """pass@k and pass^k for k = the repeats, per test and overall (the unbiased estimators
     over each test's decided repeats: passed, failed, flaky and errored by the agent, which
     are not passes; other errored repeats are left out, and a test with fewer than k decided
-    repeats has no pass@k), and the flaky tests."""
+    repeats has no pass@k), and the tests that passed in some repeats and not in others."""
     statuses: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
     for r in results:
@@ -385,12 +395,12 @@ def _pass_at_k(
             pass_at_k=round(stats.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
             pass_hat_k=round(stats.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
         )
-    flaky = sorted(
+    mixed = sorted(
         titles[t] for t, s in per_test.items() if s.passed and (s.failed or s.errored_by_agent)
     )
     return {
         "pass_at_k": overall.pass_at_k,
         "pass_hat_k": overall.pass_hat_k,
-        "flaky": flaky,
+        "mixed": mixed,
         "per_test": per_test,
     }

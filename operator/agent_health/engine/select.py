@@ -10,6 +10,25 @@ from collections.abc import Mapping, Sequence
 from agent_health.sdk import declare, errors
 
 
+def nothing_to_run(
+    paths: Sequence[str], declared: int, filters: Sequence[str], patterns: Sequence[str]
+) -> str:
+    """Why a run found no test, and what to do: the folders searched and the file names
+    looked for, or how many tests the filters left out; and how to pass anyway."""
+    where = ", ".join(paths) or "."
+    if declared:
+        why = (
+            f"no tests selected: {declared} tests in {where}, none left after "
+            f"{' and '.join(filters) or 'the selection'}"
+        )
+    else:
+        why = (
+            f"no tests found in {where} (looked for files named {', '.join(patterns)}, "
+            "in every folder but hidden ones and virtual environments)"
+        )
+    return why + "; pass --pass-with-no-tests to exit 0 when there is none"
+
+
 def parse_shard(value: str) -> tuple[int, int]:
     """``"2/5"`` → ``(2, 5)``; a clear error otherwise."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", value)

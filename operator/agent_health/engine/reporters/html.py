@@ -16,6 +16,7 @@ import base64
 import hashlib
 import html
 import json
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -23,10 +24,11 @@ from typing import Any
 
 import pydantic_core
 
-from agent_health.engine import provenance
+from agent_health.engine import entries, provenance
 from agent_health.engine.report import LEGEND, RunReport
 
 INDEX = "index.html"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 DEFAULT_DIR = Path("agent-health-report")
 
 
@@ -48,10 +50,13 @@ def _embedded(report_json: str) -> str:
     """The page's data: the legend and the report, safe inside a ``<script>`` element.
 
     ``<`` only ever occurs inside JSON strings, where ``\\u003c`` means the same character,
-    so no ``</script>`` or ``<!--`` in a test's output can end the element early.
+    so no ``</script>`` or ``<!--`` in a test's output can end the element early. A lone
+    surrogate (an agent's JSON may hold ``"\\ud800"``) has no UTF-8 to be written in: it is
+    written as that escape, which the page's JSON reads back as the same text.
     """
     legend = json.dumps(LEGEND, ensure_ascii=False, separators=(",", ":"))
-    return ('{"legend":' + legend + ',"report":' + report_json + "}").replace("<", "\\u003c")
+    data = ('{"legend":' + legend + ',"report":' + report_json + "}").replace("<", "\\u003c")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", data)
 
 
 def _report_json(report: RunReport) -> str:
@@ -63,7 +68,10 @@ def _report_json(report: RunReport) -> str:
     # The entries as they are held (the metric signals are added only when a report is
     # written), in JSON's types; the rest as pydantic dumps it, in field order.
     rest = report.model_dump(mode="json", exclude={"tests"})
-    tests = pydantic_core.to_jsonable_python(report.tests)
+    try:
+        tests = pydantic_core.to_jsonable_python(report.tests)
+    except ValueError:  # a lone surrogate in a key (an agent's JSON): pydantic refuses it
+        tests = entries.plain(report.tests)
     data = {name: tests if name == "tests" else rest[name] for name in RunReport.model_fields}
     try:
         return _compact(data)

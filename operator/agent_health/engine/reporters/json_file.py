@@ -47,8 +47,17 @@ def write(path: Path, report: RunReport) -> None:
 
 
 def _indented(value: Any, margin: str = "  ") -> str:
-    """``value`` as pydantic writes JSON (indent 2), each line after the first at ``margin``."""
-    text = pydantic_core.to_json(value, indent=2, inf_nan_mode="null").decode("utf-8")
+    """``value`` as pydantic writes JSON (indent 2), each line after the first at ``margin``.
+
+    A lone surrogate (an agent may send ``"\\ud800"`` in its JSON) has no UTF-8 and pydantic
+    refuses it: that value is written by ``json``, which spells it ``\\ud800`` as the agent
+    did (and every other character outside ASCII as its escape), so the text reads back
+    unchanged and the rest of the report is still written.
+    """
+    try:
+        text = pydantic_core.to_json(value, indent=2, inf_nan_mode="null").decode("utf-8")
+    except ValueError:
+        text = json.dumps(entries.plain(value), indent=2)
     return text.replace("\n", "\n" + margin)
 
 

@@ -8,6 +8,12 @@ A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure``
 ``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
 ``system-out`` / ``system-err``. A replayed result (``--replay``: the agent was not called)
 has the property ``replayed=true``, and its suites ``replayed_from`` the recording.
+
+The file is well-formed XML 1.0 whatever an agent sends: every text and attribute goes
+through :func:`agent_health.engine.visible.block`, which writes out the characters XML
+forbids (NUL, ESC, ...) as escapes (``\\x1b``). Its elements follow the schema in
+``tests/data/junit.xsd`` (the Jenkins xUnit plugin's ``junit-10.xsd`` shape), which the tests
+validate every JUnit file against.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_health.engine import entries
+from agent_health.engine import entries, visible
 from agent_health.engine.report import RunReport
 
 LOAD_ERROR = "load error"
@@ -44,68 +50,97 @@ def _signal_line(sig: dict[str, Any]) -> str:
 
 
 def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
+    """One testcase, its children in the schema's order: properties, the outcome, then
+    what was printed (``tests/data/junit.xsd``)."""
     label = entries.repeat_label(test["repeat"], repeats)
     agent = f" [{test['agent']}]" if test.get("agent") else ""  # an agent matrix
-    case = ET.SubElement(
+    case = _add(
         suite,
         "testcase",
         name=(f"{test['name']} {label}" if label else str(test["name"])) + agent,
         classname=test["file"],
         file=test["file"],
-        line=str(test["line"]),
+        **({"line": str(test["line"])} if test.get("line") is not None else {}),
         time=f"{test['duration_ms'] / 1000:.3f}",
     )
+    _properties(case, test)
     if test["status"] == "failed":
         failed = _failed_signals(test)
-        node = ET.SubElement(
+        node = _add(
             case,
             "failure",
             message="; ".join(f["name"] for f in failed) or "failed",
             type="AgentHealthFailure",
         )
-        node.text = "\n".join(
-            f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed
+        node.text = _shown(
+            "\n".join(f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed)
         )
     elif test["status"] == "errored":
         cause = test.get("cause") or "test"
-        node = ET.SubElement(
+        node = _add(
             case,
             "error",
             message=f"{cause} error: {test['error'] or 'errored'}",
             type=f"AgentHealthError.{cause}",
         )
-        node.text = test["error"]
+        node.text = _shown(test["error"])
     elif test["status"] == "skipped":
-        ET.SubElement(case, "skipped", message=test["skip_reason"] or "skipped")
+        _add(case, "skipped", message=test["skip_reason"] or "skipped")
     elif test["status"] == "flaky":
+        # As Maven Surefire writes a test that passed on a rerun: one element per earlier
+        # try, its reason in ``stackTrace``.
         for attempt in test.get("attempts") or []:
             if attempt["status"] in ("failed", "errored"):
-                kind = "flakyFailure" if attempt["status"] == "failed" else "flakyError"
-                node = ET.SubElement(case, kind, message=attempt["reason"] or attempt["status"])
-                node.text = attempt["reason"]
-    props = ET.SubElement(case, "properties")
-    for key in ("run_id", "score"):
-        ET.SubElement(props, "property", name=key, value=str(test[key]))
-    if test.get("cause"):
-        ET.SubElement(props, "property", name="cause", value=str(test["cause"]))
-    if test.get("ledger_cell"):
-        ET.SubElement(props, "property", name="ledger_cell", value=test["ledger_cell"])
-    for label_name in test["labels"]:
-        ET.SubElement(props, "property", name="label", value=label_name)
-    for key, value in (test["metrics"] or {}).items():
-        shown = value if isinstance(value, (str, int, float)) else json.dumps(value)
-        ET.SubElement(props, "property", name=f"metric.{key}", value=str(shown))
-    if test["status"] == "flaky":
-        ET.SubElement(props, "property", name="flaky", value="true")
-    if test.get("replayed"):
-        ET.SubElement(props, "property", name="replayed", value="true")
+                failed_try = attempt["status"] == "failed"
+                node = _add(
+                    case,
+                    "flakyFailure" if failed_try else "flakyError",
+                    message=attempt["reason"] or attempt["status"],
+                    type="AgentHealthFailure"
+                    if failed_try
+                    else f"AgentHealthError.{attempt.get('cause') or 'test'}",
+                )
+                if attempt["reason"]:
+                    _add(node, "stackTrace").text = _shown(attempt["reason"])
     lines = [_signal_line(sig) for sig in entries.with_metric_signals(test)["signals"]]
     if test.get("stdout"):
         lines.append(test["stdout"])
     if lines:
-        ET.SubElement(case, "system-out").text = "\n".join(lines)
+        _add(case, "system-out").text = _shown("\n".join(lines))
     if test.get("stderr"):
-        ET.SubElement(case, "system-err").text = test["stderr"]
+        _add(case, "system-err").text = _shown(test["stderr"])
+
+
+def _properties(case: ET.Element, test: dict[str, Any]) -> None:
+    """What a testcase is besides its outcome: run id, score (only when it has one), cause,
+    ledger cell, labels, each derived metric, flaky, replayed."""
+    found: list[tuple[str, str]] = []
+    for key in ("run_id", "score", "cause", "ledger_cell"):
+        if test.get(key) is not None:
+            found.append((key, str(test[key])))
+    found += [("label", label_name) for label_name in test["labels"]]
+    for key, value in (test["metrics"] or {}).items():
+        plain = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        found.append((f"metric.{key}", str(value) if plain else json.dumps(value)))
+    if test["status"] == "flaky":
+        found.append(("flaky", "true"))
+    if test.get("replayed"):
+        found.append(("replayed", "true"))
+    if found:
+        props = _add(case, "properties")
+        for name, value in found:
+            _add(props, "property", name=name, value=value)
+
+
+def _shown(text: str | None) -> str | None:
+    """Text as it goes into the file: what XML 1.0 forbids (and what would act on a reader:
+    ANSI and OSC sequences, bidirectional overrides) written out as its escape, ``\\x1b``."""
+    return None if text is None else visible.block(text)
+
+
+def _add(parent: ET.Element, tag: str, **attributes: str) -> ET.Element:
+    """A child element whose attribute values are :func:`_shown`."""
+    return ET.SubElement(parent, tag, {k: visible.block(v) for k, v in attributes.items()})
 
 
 def render(report: RunReport) -> bytes:
@@ -128,7 +163,7 @@ def render(report: RunReport) -> bytes:
         by_file[test["file"]].append(test)
     for file in [*by_file, *(f for f in errors_by_file if f not in by_file)]:
         tests, errors = by_file.get(file, []), errors_by_file.get(file, [])
-        suite = ET.SubElement(
+        suite = _add(
             root,
             "testsuite",
             name=file,
@@ -140,13 +175,13 @@ def render(report: RunReport) -> bytes:
         )
         replayed = report.provenance.replay if report.provenance else None
         if replayed:
-            props = ET.SubElement(suite, "properties")
-            ET.SubElement(props, "property", name="replayed_from", value=replayed)
+            props = _add(suite, "properties")
+            _add(props, "property", name="replayed_from", value=replayed)
         for text in errors:
             name = "hook error" if " hook " in text else LOAD_ERROR
-            case = ET.SubElement(suite, "testcase", name=name, classname=file, file=file)
-            node = ET.SubElement(case, "error", message=text, type="AgentHealthLoadError")
-            node.text = text
+            case = _add(suite, "testcase", name=name, classname=file, file=file)
+            node = _add(case, "error", message=text, type="AgentHealthLoadError")
+            node.text = _shown(text)
         for test in tests:
             _case(suite, test, s.repeats)
     ET.indent(root)

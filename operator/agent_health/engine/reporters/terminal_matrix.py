@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from agent_health.engine import matrix as matrix_mod
+from agent_health.engine import visible
+from agent_health.engine.reporters import terminal_style as style
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-"}
 COLOR = {"passed": "green", "failed": "red", "errored": "yellow", "skipped": "dim"}
@@ -20,10 +21,10 @@ def show(console: Console, matrix: matrix_mod.Matrix) -> None:
     table = Table(title="agents side by side", show_lines=False)
     table.add_column("test")
     for agent in matrix.agents:
-        table.add_column(escape(agent), justify="right")
+        table.add_column(style.shown(agent), justify="right")
     for row in matrix.tests:
         cells = [_side(row.agents.get(agent)) for agent in matrix.agents]
-        table.add_row(escape(row.name), *cells)
+        table.add_row(style.shown(row.name), *cells)
     totals = []
     for agent in matrix.agents:
         s = matrix.summaries[agent]
@@ -35,7 +36,7 @@ def show(console: Console, matrix: matrix_mod.Matrix) -> None:
     table.add_row("[b]all tests[/]", *totals)
     console.print(table)
     for pair in matrix.pairs:
-        console.print(pair_line(pair), highlight=False, markup=False)
+        console.print(visible.line(pair_line(pair)), highlight=False, markup=False)
 
 
 def _side(side: matrix_mod.Side | None) -> str:

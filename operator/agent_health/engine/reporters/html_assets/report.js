@@ -20,15 +20,36 @@
 
   // ---- small DOM helpers --------------------------------------------------------------
 
+  // Characters that act on a reader instead of being read: controls (but tab and newline),
+  // bidirectional overrides and isolates, characters that hide text or break lines. The
+  // list of agent_health/engine/visible.py, which the terminal and JUnit use. Every text the
+  // page shows goes through visible(): an agent's answer cannot reorder or hide what it says.
+  const HIDDEN = "[\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\u061c\\u200b\\u200e\\u200f"
+    + "\\u202a-\\u202e\\u2028\\u2029\\u2060\\u2066-\\u2069\\ufeff\\ufff9-\\ufffb\\ufffe\\uffff]";
+  const HAS_HIDDEN = new RegExp(HIDDEN);
+  const EVERY_HIDDEN = new RegExp(HIDDEN, "g");
+  const NAMED = { "\r": "\\r" };
+
+  function visible(text) {
+    const s = String(text);
+    if (!HAS_HIDDEN.test(s)) return s;
+    return s.replace(/\r\n/g, "\n").replace(EVERY_HIDDEN, (c) => {
+      const code = c.charCodeAt(0);
+      return NAMED[c] || (code < 0x100 ? "\\x" + code.toString(16).padStart(2, "0")
+        : "\\u" + code.toString(16).padStart(4, "0"));
+    });
+  }
+
   function el(tag, props, ...children) {
     const node = document.createElement(tag);
     if (props) {
       for (const [key, value] of Object.entries(props)) {
         if (value === null || value === undefined || value === false) continue;
         if (key === "class") node.className = value;
-        else if (key === "text") node.textContent = String(value);
+        else if (key === "text") node.textContent = visible(value);
         else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-        else node.setAttribute(key, value === true ? "" : String(value));
+        else if (key === "value") node.setAttribute(key, String(value)); // matched, not read
+        else node.setAttribute(key, value === true ? "" : visible(value));
       }
     }
     append(node, children);
@@ -39,7 +60,7 @@
     for (const child of children) {
       if (child === null || child === undefined || child === false) continue;
       if (Array.isArray(child)) append(node, child);
-      else node.append(child instanceof Node ? child : String(child));
+      else node.append(child instanceof Node ? child : visible(child));
     }
   }
 
@@ -110,8 +131,11 @@
     const c = group.counts;
     group.status = c.failed ? "failed" : c.errored ? "errored"
       : c.flaky ? "flaky" : c.passed ? "passed" : "skipped";
-    // flaky: passing in some repeats and not others, or passing only on a retry (--retries)
-    group.flaky = (c.passed > 0 && c.failed > 0) || c.flaky > 0;
+    // flaky: passed only on a retry (--retries), as summary.flaky says; mixed: passed in
+    // some repeats and not in others (failed, or errored by the agent), as summary.mixed
+    const byAgent = group.runs.filter((r) => r.status === "errored" && r.cause === "agent");
+    group.flaky = c.flaky > 0;
+    group.mixed = c.passed > 0 && (c.failed > 0 || byAgent.length > 0);
     group.search = null; // built on the first search: loading stays fast
   }
 
@@ -210,6 +234,10 @@
     return n ? n + " judge only: judge skipped, nothing else checked" : "";
   }
 
+  function titles(list) {
+    return list.map((t) => "\u201c" + t + "\u201d").join(", "); // a title, never a word of ours
+  }
+
   function renderSummary() {
     const root = document.getElementById("summary");
     const testsCount = groups.length;
@@ -253,9 +281,15 @@
         el("strong", { text: loadErrors.length + " load error" + (loadErrors.length > 1 ? "s" : "") }),
         el("ul", null, loadErrors.map((e) => el("li", null, pre(e))))));
     }
-    if (K > 1 && (SUMMARY.flaky || []).length) {
-      root.append(el("p", null, el("span", { class: "flaky", text: "flaky: " }),
-        SUMMARY.flaky.join(", ")));
+    if ((SUMMARY.flaky || []).length) {
+      root.append(el("p", { class: "flaky-tests" },
+        el("span", { class: "flaky", text: "flaky" }), " (passed only on a retry): ",
+        titles(SUMMARY.flaky)));
+    }
+    if ((SUMMARY.mixed || []).length) {
+      root.append(el("p", { class: "mixed-tests" },
+        el("span", { class: "mixed", text: "mixed" }),
+        " (passed in some repeats and not in others): ", titles(SUMMARY.mixed)));
     }
     append(root, [rollup(), matrixTable(), labelTable(), provenanceDetails()]);
     document.getElementById("provenance-line").textContent = provenanceLine();
@@ -370,15 +404,20 @@
   function labelTable() {
     const labels = Object.entries(SUMMARY.labels || {});
     if (!labels.length) return null;
-    const head = ["label", "passed", "failed", "errored", "skipped", "pass rate", "score"];
+    const head = ["label", "passed", "failed", "errored", "skipped", "pass rate", "score",
+      "scored"];
     return el("details", { class: "by-label" }, el("summary", { text: "by label" }),
+      el("p", { class: "muted", text: "score: the mean over the scored results only (scored);"
+        + " errored and skipped tests have no score." }),
       el("table", { class: "signals" },
         el("thead", null, el("tr", null, head.map((h) => el("th", { text: h })))),
         el("tbody", null, labels.map(([name, s]) => el("tr", null,
           el("td", { text: name }), el("td", { text: s.passed }), el("td", { text: s.failed }),
           el("td", { text: s.errored }), el("td", { text: s.skipped }),
           el("td", { text: withCi(pct(s.pass_rate), ci(s.pass_rate_interval, true)) }),
-          el("td", { text: withCi(num(s.score, 2), ci(s.score_interval, false)) }))))));
+          el("td", { text: withCi(num(s.score, 2), ci(s.score_interval, false)) }),
+          el("td", { text: typeof s.scored === "number" ? s.scored + "/" + (s.passed + s.failed
+            + s.errored + s.skipped + (s.flaky || 0)) : "n/a" }))))));
   }
 
   function withCi(value, interval) {
@@ -439,7 +478,7 @@
   // ---- the list -----------------------------------------------------------------------
 
   function matches(group, q) {
-    if (state.status === "flaky" ? !group.flaky
+    if (state.status === "flaky" ? !group.flaky : state.status === "mixed" ? !group.mixed
       : state.status !== "all" && !group.counts[state.status]) return false;
     if (state.label && !group.labels.includes(state.label)) return false;
     return !q || searchText(group).includes(q);
@@ -447,9 +486,11 @@
 
   function renderFilters() {
     const box = document.getElementById("status-filters");
-    const counts = { all: groups.length, flaky: groups.filter((g) => g.flaky).length };
+    const counts = { all: groups.length, flaky: groups.filter((g) => g.flaky).length,
+      mixed: groups.filter((g) => g.mixed).length };
     for (const s of STATUSES) counts[s] = groups.filter((g) => g.counts[s]).length;
-    const kinds = ["all", ...STATUSES, ...(K > 1 || counts.flaky ? ["flaky"] : [])];
+    // flaky and mixed are offered when there are some: the chips and the summary agree
+    const kinds = ["all", ...STATUSES, ...["flaky", "mixed"].filter((k) => counts[k])];
     box.replaceChildren(...kinds.map((kind) => el("button", {
       type: "button", "data-status": kind, "aria-pressed": String(state.status === kind),
       onclick: () => { state.status = kind; state.shown = PAGE; update(); },
@@ -485,6 +526,7 @@
           el("span", { class: "dot " + r.status, title: repeatLabel(r.repeat) + " " + r.status })))
           : null,
         group.flaky ? el("span", { class: "flaky", text: "flaky" }) : null,
+        group.mixed ? el("span", { class: "mixed", text: "mixed" }) : null,
         group.runs.some((r) => r.replayed) ? el("span", { class: "replayed",
           text: "replayed" }) : null));
   }
@@ -539,9 +581,11 @@
         el("h2", { text: group.name }),
         el("span", { class: "status " + run.status,
           text: MARK[run.status] + " " + run.status + (run.cause ? " (" + run.cause + ")" : "") }),
-        group.flaky ? el("span", { class: "flaky", text: "flaky: "
-          + (group.counts.passed + group.counts.flaky) + "/" + group.runs.length
-          + " passed" + (group.counts.flaky ? " (on a retry)" : "") }) : null,
+        group.flaky ? el("span", { class: "flaky", text: "flaky: passed on a retry"
+          + (group.runs.length > 1 ? " in " + group.counts.flaky + "/" + group.runs.length : "")
+        }) : null,
+        group.mixed ? el("span", { class: "mixed", text: "mixed: " + group.counts.passed + "/"
+          + group.runs.length + " passed" }) : null,
         run.replayed ? el("span", { class: "replayed", title: "agent.run() was answered "
           + "from the recording (--replay)", text: "replayed" }) : null),
       el("div", { class: "muted mono", text: group.id }),
@@ -643,22 +687,33 @@
       el("div", null, el("div", { class: "muted", text: c.description }), pre(c.value))));
   }
 
-  function notRecorded() {
-    return el("p", { class: "muted", text: VERSION < 2
-      ? "Not in this report: JSON report version " + VERSION + " does not record it."
-      : "The agent did not run in this test." });
+  // Why a run has no output (or no steps) to show: an old report, a test that never called
+  // the agent, or an agent that was called and did not answer (timed out, errored).
+  function notRecorded(run) {
+    if (VERSION < 2) return el("p", { class: "muted",
+      text: "Not in this report: JSON report version " + VERSION + " does not record it." });
+    if (!run.prompt) return el("p", { class: "muted", text: "The agent did not run in this test." });
+    const timedOut = /did not answer within|timed out|no complete answer/i.test(run.error || "");
+    return el("div", { class: "no-reply" },
+      el("strong", { text: timedOut ? "Timed out: the agent was called and sent no complete "
+        + "answer in time." : "No answer: the agent was called and its call failed." }),
+      run.error ? el("div", { class: "muted", text: "What agent-health received:" }) : null,
+      run.error ? pre(run.error) : null,
+      el("p", { class: "muted", text: "What the agent was sent is under Prompt and Context"
+        + (run.ledger_cell ? "; every exchange is recorded in ledger cell " + run.ledger_cell
+          : "") + "." }));
   }
 
   function output(run) {
-    return section("Output", typeof run.output === "string" ? pre(run.output) : notRecorded());
+    return section("Output", typeof run.output === "string" ? pre(run.output)
+      : notRecorded(run));
   }
 
   function trajectory(run) {
     const steps = run.trajectory;
-    if (!Array.isArray(steps)) return section("Trajectory", notRecorded());
-    if (!steps.length) return section("Trajectory", el("p", { class: "muted",
-      text: typeof run.output === "string" ? "The agent reported no steps."
-        : "The agent did not run in this test." }));
+    if (!Array.isArray(steps)) return section("Trajectory", notRecorded(run));
+    if (!steps.length) return section("Trajectory", typeof run.output === "string"
+      ? el("p", { class: "muted", text: "The agent reported no steps." }) : notRecorded(run));
     return section("Trajectory (" + steps.length + " steps)",
       el("ol", { class: "timeline" }, steps.map((step, i) => {
         const failed = step.status === "error";
