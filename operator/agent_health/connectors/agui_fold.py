@@ -9,7 +9,6 @@ events, which the 1.0 package no longer names, fold like the 1.0 ``REASONING_*``
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,8 +117,8 @@ class Fold:
             return wire.parse_json(data)
         except ValueError as err:
             raise errors.AgentProtocolError(
-                f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON: "
-                f"{data[:120]!r}"
+                f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON"
+                f"{wire.why_not(err)}: {data[:120]!r}"
             ) from err
 
     def _fold(self, event: Any) -> None:
@@ -325,8 +324,8 @@ def _args(parts: list[str]) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = wire.parse_json(text)
+    except ValueError:  # not JSON, or not JSON we could record (NaN): kept as sent
         return {"_raw": text}  # what the agent sent, so a matcher can show it
     return value if isinstance(value, dict) else {"_value": value}
 
@@ -334,7 +333,7 @@ def _args(parts: list[str]) -> dict[str, Any]:
 def _content(content: Any) -> Any:
     if isinstance(content, str):
         try:
-            return json.loads(content)
+            return wire.parse_json(content)
         except ValueError:
             return content
     return "".join(getattr(part, "text", "") or "" for part in content)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_health.ledger import encoding, errors
+from agent_health.ledger import encoding, errors, strictjson
 
 if TYPE_CHECKING:
     from agent_health.ledger import records
@@ -339,7 +338,7 @@ def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> Verify
 
     for index, (number, text) in enumerate(entries):
         try:
-            payload = json.loads(text)
+            payload = strictjson.loads(text)
         except ValueError as err:
             return fail(number, "bad-json", f"not JSON ({err}); a write was cut short or edited")
         if not isinstance(payload, dict):
@@ -387,7 +386,7 @@ def _seq_break(seq: int, expected: int, rest: list[tuple[int, str]]) -> tuple[Re
 
 def _seq_of(text: str) -> int | None:
     try:
-        payload = json.loads(text)
+        payload = strictjson.loads(text)
     except ValueError:
         return None
     seq = payload.get("seq") if isinstance(payload, dict) else None

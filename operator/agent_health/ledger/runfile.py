@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_health.ledger import chain, encoding, errors
+from agent_health.ledger import chain, encoding, errors, strictjson
 
 NAME = "run.jsonl"
 """The run file in a ledger directory (a name no cell may take)."""
@@ -92,7 +92,7 @@ def parse(path: Path, text: str) -> Parsed:
             parsed.problems.append(f"{path.name} line {number}: a line after the seal")
             continue
         try:
-            payload = json.loads(line)
+            payload = strictjson.loads(line)
         except ValueError as err:
             parsed.problems.append(f"{path.name} line {number}: not JSON ({err})")
             continue

@@ -1,0 +1,124 @@
+"""Reading JSON that may be hostile: only what JSON can say, nested no deeper than a bound.
+
+Python's :func:`json.loads` takes more than JSON: ``NaN``, ``Infinity`` and ``-Infinity``,
+and numbers too large for a float, read as ``inf``. None of them can be written back as
+JSON (a ledger line's canonical JSON refuses them, so a record holding one can never be
+sealed), and a NaN compares false with everything, so a score of NaN slips past every
+threshold. Nesting is the other edge: a file of ten thousand ``[`` raises ``RecursionError``
+in the parser or in whatever walks the value next, a traceback instead of a message.
+
+:func:`loads` refuses all of these with one :class:`JSONError` (a :class:`ValueError`, so
+code that already catches "not JSON" catches it too) whose message says what was wrong.
+It is as fast as pydantic-core's parser on the usual text: that parser refuses ``NaN`` and
+``Infinity`` itself and nests at most :data:`FAST_DEPTH` levels; :func:`json.loads` reads
+the rest (what pydantic-core refuses, e.g. a lone surrogate escape, and text that may hold
+a number too large for a float), with hooks that refuse non-finite numbers and a walk that
+bounds the nesting.
+
+Every reader of a report, a ledger line or an agent's reply uses it (the case-file loader
+may too); it lives in the ledger, the package every other one may import.
+
+>>> loads('{"score": 0.5, "steps": [1, 2]}')
+{'score': 0.5, 'steps': [1, 2]}
+>>> loads('{"score": NaN}')
+Traceback (most recent call last):
+    ...
+agent_health.ledger.strictjson.JSONError: NaN: JSON has no NaN or Infinity
+>>> loads("[" * 300 + "]" * 300)
+Traceback (most recent call last):
+    ...
+agent_health.ledger.strictjson.JSONError: nested deeper than 256 levels
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import pydantic_core
+
+MAX_DEPTH = 256
+"""How deep a file we read (a report, a ledger line) may nest: deeper than any reply we
+accept (:data:`FAST_DEPTH`) plus what a report or a record wraps around one."""
+FAST_DEPTH = 200
+"""How deep pydantic-core's parser nests (its own recursion limit; an empty container at the
+bottom is no level): an agent's reply may nest this deep (``wire.parse_json``)."""
+_BIG = r"[0-9][eE]\+?[0-9]{3}|[0-9]{309}"  # a number that may not fit a float
+_BIG_TEXT = re.compile(_BIG)
+_BIG_BYTES = re.compile(_BIG.encode("ascii"))
+
+
+class JSONError(ValueError):
+    """Text that is not JSON we can hold: malformed, a non-finite number, or too deep.
+
+    ``reason`` says which when it is not plain malformed text (``None`` then: the message
+    is the parser's)."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _refused(reason: str) -> JSONError:
+    return JSONError(reason, reason=reason)
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """``text`` as Python data, refusing what JSON cannot say and nesting past ``max_depth``
+    (see the module docstring). Raises :class:`JSONError` saying why."""
+    try:
+        value = pydantic_core.from_json(text, allow_inf_nan=False)
+    except ValueError:
+        pass  # read again below, outside this handler: its error is not chained to ours
+    else:
+        big = _BIG_BYTES.search(text) if isinstance(text, bytes) else _BIG_TEXT.search(text)
+        if big is None and max_depth >= FAST_DEPTH:
+            return value
+    return _exact(text, max_depth)
+
+
+def _exact(text: str | bytes, max_depth: int) -> Any:
+    """:func:`json.loads` with every number checked and the nesting bounded."""
+    try:
+        value = json.loads(text, parse_constant=_constant, parse_float=_float)
+    except RecursionError:
+        raise _refused(f"nested deeper than {max_depth} levels") from None
+    except JSONError:
+        raise
+    except ValueError as err:
+        raise JSONError(str(err)) from None
+    if too_deep(value, max_depth):
+        raise _refused(f"nested deeper than {max_depth} levels")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise _refused(f"{name}: JSON has no NaN or Infinity")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 24 else text[:20] + "…"
+        raise _refused(f"{shown} is too large for a 64-bit float")
+    return value
+
+
+def too_deep(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` (JSON data) nests more than ``max_depth`` levels: containers that
+    hold something, as pydantic-core counts them (an empty ``[]`` or ``{}`` adds none).
+    Walked without recursion, so any depth is safe to ask about."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if _holds(value) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if _holds(child))
+    return False
+
+
+def _holds(value: Any) -> bool:
+    return isinstance(value, dict | list) and bool(value)
