@@ -20,14 +20,14 @@ may too); it lives in the ledger, the package every other one may import.
 
 >>> loads('{"score": 0.5, "steps": [1, 2]}')
 {'score': 0.5, 'steps': [1, 2]}
->>> loads('{"score": NaN}')
+>>> loads('{"tests": [{"score": NaN}]}')
 Traceback (most recent call last):
     ...
-agent_health.ledger.strictjson.JSONError: NaN: JSON has no NaN or Infinity
->>> loads("[" * 300 + "]" * 300)
+agent_health.ledger.strictjson.JSONError: tests[0].score: NaN: JSON has no NaN or Infinity
+>>> loads('{"args": ' + "[" * 300 + "]" * 300 + "}")
 Traceback (most recent call last):
     ...
-agent_health.ledger.strictjson.JSONError: nested deeper than 256 levels
+agent_health.ledger.strictjson.JSONError: args[0][0][0][0][0]…: nested deeper than 256 levels
 """
 
 from __future__ import annotations
@@ -53,16 +53,17 @@ _BIG_BYTES = re.compile(_BIG.encode("ascii"))
 class JSONError(ValueError):
     """Text that is not JSON we can hold: malformed, a non-finite number, or too deep.
 
-    ``reason`` says which when it is not plain malformed text (``None`` then: the message
-    is the parser's)."""
+    ``reason`` says which when it is not plain malformed text (``None`` then: the message is
+    the parser's); ``path`` is where in the document, when known (``tests[3].score``)."""
 
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, reason: str | None = None, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
         self.reason = reason
+        self.path = path
 
 
-def _refused(reason: str) -> JSONError:
-    return JSONError(reason, reason=reason)
+def _refused(reason: str, path: str | None = None) -> JSONError:
+    return JSONError(reason, reason=reason, path=path)
 
 
 def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
@@ -85,13 +86,25 @@ def _exact(text: str | bytes, max_depth: int) -> Any:
         value = json.loads(text, parse_constant=_constant, parse_float=_float)
     except RecursionError:
         raise _refused(f"nested deeper than {max_depth} levels") from None
-    except JSONError:
-        raise
+    except JSONError as err:
+        raise _placed(err, text) from None
     except ValueError as err:
         raise JSONError(str(err)) from None
     if too_deep(value, max_depth):
-        raise _refused(f"nested deeper than {max_depth} levels")
+        where = _path_to(value, lambda _, depth: depth > max_depth)
+        raise _refused(f"nested deeper than {max_depth} levels", where)
     return value
+
+
+def _placed(err: JSONError, text: str | bytes) -> JSONError:
+    """``err`` naming where its number is, found by reading ``text`` as Python's json does
+    (only ever on the way to an error: the cost is no one's)."""
+    try:
+        lenient = json.loads(text)
+    except (ValueError, RecursionError):
+        return err
+    where = _path_to(lenient, lambda item, _: _not_finite(item), scalars=True)
+    return _refused(err.reason or str(err), where) if where else err
 
 
 def _constant(name: str) -> Any:
@@ -122,3 +135,31 @@ def too_deep(value: Any, max_depth: int) -> bool:
 
 def _holds(value: Any) -> bool:
     return isinstance(value, dict | list) and bool(value)
+
+
+def _not_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _path_to(value: Any, found: Any, *, scalars: bool = False) -> str | None:
+    """Where (``tests[3].score``) the first item is, in document order, for which
+    ``found(item, depth)`` holds; ``scalars``: look at every value, not only containers. A
+    deep place is named by its first :data:`_SHOWN` steps."""
+    stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ())]
+    while stack:
+        item, depth, steps = stack.pop()
+        if found(item, depth):
+            shown = "".join(steps[:_SHOWN]).lstrip(".") + ("…" if len(steps) > _SHOWN else "")
+            return shown or None
+        if isinstance(item, dict):
+            pairs = [(f".{k}", v) for k, v in item.items()]
+        elif isinstance(item, list):
+            pairs = [(f"[{i}]", v) for i, v in enumerate(item)]
+        else:
+            continue
+        keep = [(v, depth + 1, (*steps, step)) for step, v in pairs if scalars or _holds(v)]
+        stack.extend(reversed(keep))
+    return None
+
+
+_SHOWN = 6
