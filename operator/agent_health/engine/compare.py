@@ -20,15 +20,13 @@ when that test finds a significant drop: of the pass rate (by more than
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import entries, pairing
-from agent_health.engine import report as report_mod
+from agent_health.engine import entries, pairing, savedreport
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -96,29 +94,12 @@ class Comparison(BaseModel):
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A JSON report, checked for the version and shape compare relies on."""
+    """A JSON report, checked for the version and the fields compare relies on
+    (:mod:`.savedreport`: finite numbers, counts at least 0, unique test ids, ...)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise CompareError(f"{path}: no such report file") from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise CompareError(f"{path}: cannot read it ({err})") from err
-    except ValueError as err:
-        raise CompareError(f"{path}: not JSON ({err})") from err
-    if not isinstance(data, dict) or "version" not in data:
-        raise CompareError(f"{path}: not an agent-health JSON report (no version field)")
-    if data["version"] not in report_mod.READABLE_VERSIONS:
-        readable = " or ".join(str(v) for v in report_mod.READABLE_VERSIONS)
-        raise CompareError(
-            f"{path}: report version {data['version']!r} is not supported (expected "
-            f"{readable}); re-run with this agent-health to compare"
-        )
-    if not isinstance(data.get("summary"), dict) or not isinstance(data.get("tests"), list):
-        raise CompareError(f"{path}: report has no summary object or tests list")
-    for i, t in enumerate(data["tests"]):
-        if not isinstance(t, dict) or not isinstance(t.get("id"), str) or "status" not in t:
-            raise CompareError(f"{path}: tests[{i}] has no id or status")
-    return data
+        return savedreport.read(path)
+    except savedreport.ReportFileError as err:
+        raise CompareError(str(err)) from err
 
 
 def compare(

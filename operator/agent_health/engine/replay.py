@@ -29,7 +29,6 @@ The recording is read as it is; ``agent-health ledger verify`` checks its HMAC c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
+from agent_health.engine import savedreport
 from agent_health.ledger import backends, records, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
@@ -149,11 +149,9 @@ def locate(source: str) -> Located:
 
 def _from_report(path: Path) -> Located:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ReplayError(f"{path}: not a JSON report ({err})") from err
-    if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
-        raise ReplayError(f"{path}: not an agent-health JSON report (no tests list)")
+        data = savedreport.read(path)
+    except savedreport.ReportFileError as err:
+        raise ReplayError(f"--replay {err}") from err
     made = data.get("provenance") or {}
     url = made.get("replay") or made.get("ledger")
     if not url:
@@ -161,7 +159,7 @@ def _from_report(path: Path) -> Located:
             f"{path}: this run kept no recording (it ran with --no-ledger, or its report "
             "predates provenance); run it again with the ledger on (the default) to replay it"
         )
-    tests = [t for t in data["tests"] if isinstance(t, dict) and "id" in t]
+    tests = data["tests"]  # each with an id, a whole repeat and unique (savedreport)
     cells = {
         (t.get("agent"), str(t["id"]), int(t.get("repeat") or 0)): str(t["ledger_cell"])
         for t in tests
