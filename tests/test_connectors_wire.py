@@ -239,7 +239,7 @@ def test_what_json_cannot_hold_is_refused_saying_why(text: str, why: str) -> Non
     for given in (text, text.encode()):
         with pytest.raises(ValueError, match=re.escape(why)) as raised:
             wire.parse_json(given)
-        assert wire.why_not(raised.value) == f" ({why})"
+        assert why in wire.why_not(raised.value)
 
 
 def test_a_reply_may_nest_200_levels() -> None:

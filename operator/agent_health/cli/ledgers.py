@@ -54,7 +54,7 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
         report = asyncio.run(checked)
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
-    if not report.cells:
+    if not report.cells and not report.refused:
         raise common.UsageError(f"no ledger cells found at {args.url}")
     bad = report.first_bad
     if bad is not None or report.problems:
@@ -63,9 +63,20 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     for cell in report.cells:
         consoles.out.print(str(cell), markup=False)
     sealed = " (run file sealed)" if report.sealed else ""
-    consoles.out.print(
-        f"{len(report.cells)} cells verified{sealed} with the {source}", markup=False
-    )
+    verified = f"{len(report.cells)} cells verified{sealed} with the {source}"
+    if report.refused:
+        # The seal holds, so these are the run's own account, not an attacker's: still,
+        # their tests left no evidence, and a ledger missing cells is not a whole record.
+        for cell, why in report.refused.items():
+            consoles.out.print(f"{cell}: not recorded: {why}", markup=False)
+        consoles.err.print(
+            f"incomplete: {verified}, but {len(report.refused)} cells hold no records: their "
+            "records could not be sealed when the run ended (their tests are errored in the "
+            "run's report)",
+            markup=False,
+        )
+        return common.EXIT_FAILED
+    consoles.out.print(verified, markup=False)
     return common.EXIT_OK
 
 

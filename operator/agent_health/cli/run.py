@@ -314,16 +314,17 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
 def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console: Console) -> None:
     for failure in recorded.failures:
         err_console.print(f"[red]ledger error:[/] {failure}", markup=True)
-    if not recorded.cells:
+    if not recorded.cells and not recorded.refused:
         console.print(
             f"ledger: {recorded.url} (0 cells): no test called agent.run(), nothing recorded",
             markup=False,
         )
         return
+    lost = f", {len(recorded.refused)} not recorded" if recorded.refused else ""
     # The key sits beside the ledger, where `ledger verify` looks for it: the command needs
     # no --key-file, and runs as printed from the directory the run was started in.
     console.print(
-        f"ledger: {recorded.url} ({len(recorded.cells)} cells, key {recorded.key_file}); "
+        f"ledger: {recorded.url} ({len(recorded.cells)} cells{lost}, key {recorded.key_file}); "
         f"check it with: {common.invocation()} ledger verify {recorded.url}",
         markup=False,
     )
@@ -386,6 +387,8 @@ def _with_cells(
         cell = recording.cell_name(r.id, r.repeat, agent=r.agent)
         if cell in cells:
             results[i] = r.model_copy(update={"ledger_cell": cell})
+        elif cell in recorded.refused:  # a result nothing evidences is never a pass
+            results[i] = recording.unrecorded(r, recorded.refused[cell])
     return results
 
 

@@ -20,6 +20,7 @@ from ag_ui import core
 
 from agent_health.connectors import agui_plain, errors, wire
 from agent_health.connectors.protocol import Step, StepType, TokenUsage
+from agent_health.ledger import strictjson
 
 KNOWN_TYPES = frozenset(e.value for e in core.EventType)
 LEGACY_THINKING = frozenset(
@@ -81,10 +82,13 @@ class Fold:
         """Fold one SSE ``data`` field; return the event as a dict. Raises on RUN_ERROR."""
         self.count += 1
         raw: dict[str, Any]
-        try:
-            raw = pydantic_core.from_json(data)  # wire.parse_json inline: once per event
+        try:  # wire.parse_json inline: once per event
+            raw = pydantic_core.from_json(data, allow_inf_nan=False)
         except ValueError:
-            raw = self._json(data)
+            raw = self._json(data)  # says why
+        else:
+            if strictjson.needs_care(data):  # 1e400: read as inf, which no ledger can hold
+                raw = self._json(data)
         kind = raw.get("type") if type(raw) is dict else None
         if type(kind) is not str:
             raise errors.AgentProtocolError(

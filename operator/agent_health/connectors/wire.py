@@ -302,10 +302,11 @@ def json_body(body: bytes, url: str) -> Any:
 
 
 def why_not(err: ValueError) -> str:
-    """`` (NaN: JSON has no NaN or Infinity)`` when :func:`parse_json` refused JSON that it
-    could not hold, for a message; nothing for text that is simply not JSON."""
-    reason = err.reason if isinstance(err, strictjson.JSONError) else None
-    return f" ({reason})" if reason else ""
+    """`` (trajectory[0].latency_ms: NaN: JSON has no NaN or Infinity)`` when
+    :func:`parse_json` refused JSON it could not hold, for a message; nothing for text that
+    is simply not JSON (the snippet beside it shows that)."""
+    refused = isinstance(err, strictjson.JSONError) and err.reason is not None
+    return f" ({err})" if refused else ""
 
 
 def require_output(body: Any, who: str) -> None:

@@ -142,6 +142,9 @@ class LocalLedger:
         self.key_file = key_path(url)
         self.failures: list[str] = []
         self.cells: list[str] = []  # recorded, in the order their tests ended
+        self.refused: dict[str, Refusal] = {}
+        """Cells whose records could not be sealed (a value JSON cannot hold): their tests
+        are never reported passed (:func:`unrecorded`)."""
         self.unrouted = 0  # exchanges of no test in flight (not recorded)
         self._key = secrets.token_hex(32).encode("ascii")
         self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
@@ -184,10 +187,13 @@ class LocalLedger:
         except ledger_errors.LedgerError as err:
             self.failures.append(f"{self.url}: {err}")
         if self._runfile is not None and self._runfile.refused:
-            refused = self._runfile.refused
-            self.failures.extend(f"cell {name}: {why}" for name, why in refused.items())
-            self.cells = [name for name in self.cells if name not in refused]
-        if self._key_written is not None and not self.cells:
+            kinds = self._runfile.refused_kinds
+            for name, why in self._runfile.refused.items():
+                self.refused[name] = Refusal(why, kinds.get(name, ""))
+        if self.refused:
+            self.failures.extend(f"cell {name}: {r.why}" for name, r in self.refused.items())
+            self.cells = [name for name in self.cells if name not in self.refused]
+        if self._key_written is not None and not self.cells and not self.refused:
             # Written when the first test began, in case it called the agent; none did.
             await asyncio.gather(self._key_written, return_exceptions=True)
             await asyncio.to_thread(_remove_key, self.key_file)
@@ -249,12 +255,49 @@ class LocalLedger:
                 self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
                 await self._runfile.room()
             elif self._backend is not None:
-                lines = [sealer.line_of(r) for r in cell.records(then)]
+                lines, kind = [], ""
+                try:
+                    for record in cell.records(then):
+                        kind = str(record.get("kind", ""))
+                        lines.append(sealer.line_of(record))
+                except ledger_errors.RecordError as err:
+                    self.refused[cell.name] = Refusal(f"its {kind} record: {err}", kind)
+                    return
                 await self._backend.append(cell.name, lines)
         except (ledger_errors.LedgerError, OSError) as err:
             self.failures.append(f"cell {cell.name}: {err}")
             return
         self.cells.append(cell.name)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a cell's records could not be sealed, and the kind of the record that could not
+    (``run-result``: the agent's answer held what JSON cannot; empty: none could be made)."""
+
+    why: str
+    kind: str = ""
+
+
+def unrecorded(result: TestResult, refusal: Refusal) -> TestResult:
+    """``result`` of a test whose ledger cell could not be sealed: never passed, since
+    nothing holds the evidence of it; errored, blaming the agent when its answer was what
+    could not be recorded (as a connector blames a reply JSON cannot hold), else the
+    infrastructure. An errored result keeps its cause and says this as well."""
+    note = f"its ledger records could not be sealed: {refusal.why}"
+    if result.status == "skipped":
+        return result
+    if result.status == "errored":
+        return result.model_copy(update={"error": f"{result.error}; {note}"})
+    cause = "agent" if refusal.kind == "run-result" else "infra"
+    return result.model_copy(
+        update={
+            "status": "errored",
+            "cause": cause,
+            "score": None,
+            "error": f"not {result.status}: nothing evidences it, {note}",
+        }
+    )
 
 
 def _now() -> str:

@@ -80,6 +80,16 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     return _exact(text, max_depth)
 
 
+def needs_care(text: str | bytes) -> bool:
+    """Whether ``text`` may hold a number :func:`loads` refuses (``NaN``, ``Infinity``, one
+    too large for a float): pydantic's own JSON parsing (``model_validate_json``) takes them
+    in fields of any type, so a fast path through it must first ask this (false positives
+    only cost the slow path)."""
+    if isinstance(text, bytes):
+        return b"NaN" in text or b"Infinity" in text or _BIG_BYTES.search(text) is not None
+    return "NaN" in text or "Infinity" in text or _BIG_TEXT.search(text) is not None
+
+
 def _exact(text: str | bytes, max_depth: int) -> Any:
     """:func:`json.loads` with every number checked and the nesting bounded."""
     try:
@@ -103,8 +113,8 @@ def _placed(err: JSONError, text: str | bytes) -> JSONError:
         lenient = json.loads(text)
     except (ValueError, RecursionError):
         return err
-    where = _path_to(lenient, lambda item, _: _not_finite(item), scalars=True)
-    return _refused(err.reason or str(err), where) if where else err
+    found = not_finite(lenient)
+    return _refused(err.reason or str(err), found[0]) if found else err
 
 
 def _constant(name: str) -> Any:
@@ -141,10 +151,25 @@ def _not_finite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def _path_to(value: Any, found: Any, *, scalars: bool = False) -> str | None:
+def not_finite(value: Any) -> tuple[str, float] | None:
+    """Where the first NaN or infinity in ``value`` (Python data) is, and what it is: what
+    canonical JSON refuses to write, named for the message (``trajectory[0].latency_ms``)."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, steps = stack.pop()
+        if _not_finite(item):
+            return "".join(steps).lstrip(".") or "the value", item
+        if isinstance(item, dict):
+            stack.extend(reversed([(v, (*steps, f".{k}")) for k, v in item.items()]))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(v, (*steps, f"[{i}]")) for i, v in enumerate(item)]))
+    return None
+
+
+def _path_to(value: Any, found: Any) -> str | None:
     """Where (``tests[3].score``) the first item is, in document order, for which
-    ``found(item, depth)`` holds; ``scalars``: look at every value, not only containers. A
-    deep place is named by its first :data:`_SHOWN` steps."""
+    ``found(item, depth)`` holds, looking at containers that hold something. A deep place is
+    named by its first :data:`_SHOWN` steps."""
     stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ())]
     while stack:
         item, depth, steps = stack.pop()
@@ -157,7 +182,7 @@ def _path_to(value: Any, found: Any, *, scalars: bool = False) -> str | None:
             pairs = [(f"[{i}]", v) for i, v in enumerate(item)]
         else:
             continue
-        keep = [(v, depth + 1, (*steps, step)) for step, v in pairs if scalars or _holds(v)]
+        keep = [(v, depth + 1, (*steps, step)) for step, v in pairs if _holds(v)]
         stack.extend(reversed(keep))
     return None
 
