@@ -86,7 +86,12 @@ def add_commands(sub: Any) -> None:
         "--replay",
         metavar="REPORT_OR_DIR",
         help="answer agent.run() from a recorded run (its JSON report, ledger directory or "
-        "ledger URL) instead of calling the agent",
+        "ledger URL) instead of calling the agent; verified with its key when at hand",
+    )
+    run.add_argument(
+        "--key-file",
+        help="--replay: the recording's ledger key (default: DIR.key beside a local ledger "
+        "DIR, else $AGENT_HEALTH_LEDGER_KEY; without one the replay is marked unverified)",
     )
     run.add_argument(
         "--list", action="store_true", help="list the tests that would run and run nothing"
@@ -164,6 +169,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     console, err_console = consoles.out, consoles.err
     recording = _recording(args)
+    if recording is not None:
+        err_console.print(recording.note, markup=False)
     if args.repeat is None:
         args.repeat = recording.repeats if recording is not None else 1
     if args.concurrency < 1:
@@ -264,7 +271,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         git=git_state.result(),
     )
     if recording is not None:
-        what_ran = what_ran.model_copy(update={"replay": recording.ledger})
+        replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
+        what_ran = what_ran.model_copy(update=replayed)
     report = RunReport.build(
         _with_cells(outcome.results, recorded),
         duration_ms=outcome.duration_ms,
@@ -293,6 +301,8 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
     """The recording ``--replay`` names, read before anything runs (exit 2 when it cannot
     be); a replay calls no agent and records no ledger."""
     if not args.replay:
+        if args.key_file:
+            raise common.UsageError("--key-file is the key of a --replay recording; add --replay")
         return None
     if args.agent:
         raise common.UsageError(
@@ -306,7 +316,8 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
 
     try:
         where = replay.locate(args.replay)
-        return asyncio.run(replay.load(args.replay, common.ledger_access(where.ledger)))
+        options = common.ledger_access(where.ledger)
+        return asyncio.run(replay.load(args.replay, options, key_file=args.key_file))
     except replay.ReplayError as err:
         raise common.UsageError(str(err)) from err
 

@@ -24,11 +24,20 @@ with no record errors the same way. A record cut to the recording's caps is erro
 cause ``infra`` (the storage, not the test, lacks the answer). A recorded failure of
 ``agent.run()`` (an HTTP 500, a timeout) is raised again with its recorded cause.
 
-The recording is read as it is; ``agent-health ledger verify`` checks its HMAC chain.
+What is trusted (:func:`load`): with the ledger's key at hand — a local run's ``DIR.key``
+beside its ledger, ``--key-file``, or ``$AGENT_HEALTH_LEDGER_KEY`` (a cluster run's key) —
+every cell's HMAC chain is verified, and a local run file's seal, before anything runs; a
+recording that does not verify (an edited ``output``, a record without a mac, a cell cut
+short or added, an unsealed run file) is refused, naming the cell and the record. Without a
+key each cell's form is still checked (every record sealed, in order), the replay says the
+recording is unverified, and the report marks it so (``provenance.replay_verified``
+false): the records could have been edited, and only the key can tell.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +46,7 @@ from typing import Any
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
 from agent_health.engine import savedreport
-from agent_health.ledger import backends, records, store
+from agent_health.ledger import audit, backends, chain, records, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
@@ -94,6 +103,20 @@ class Recording:
     """Cells whose records could not be read, and why."""
     order: list[str] = field(default_factory=list)
     """A matrix's agents in the order the recorded run's report lists them."""
+    verified: bool = False
+    """Every cell's HMAC chain (and a run file's seal) verified with the ledger's key."""
+    checked_with: str = ""
+    """The key it was verified with (``key file DIR.key``), or why it was not."""
+
+    @property
+    def note(self) -> str:
+        """What a replay says of its recording before it runs."""
+        if self.verified:
+            return f"replaying {self.ledger}: the recording verified with the {self.checked_with}"
+        return (
+            f"replaying an UNVERIFIED recording: {self.checked_with}; its records could "
+            "have been edited since they were recorded (the report marks it unverified)"
+        )
 
     @property
     def repeats(self) -> int:
@@ -182,36 +205,96 @@ def _beside(url: str, report: Path) -> str:
     return f"file://{beside}" if beside.exists() else url
 
 
-async def load(source: str, options: store.Options | None = None) -> Recording:
+async def load(
+    source: str, options: store.Options | None = None, *, key_file: str | None = None
+) -> Recording:
     """Read the recording ``--replay SOURCE`` names (every cell, or a report's cells);
-    ``options`` reach its ledger (a ``configmap://`` one needs the cluster's login)."""
+    ``options`` reach its ledger (a ``configmap://`` one needs the cluster's login).
+
+    With the ledger's key at hand (``key_file``, a local run's ``DIR.key``, or
+    ``$AGENT_HEALTH_LEDGER_KEY``) every cell's chain and a run file's seal are verified, and
+    a recording that does not verify is refused (:class:`ReplayError`, naming the cell and
+    the record). Without one, each cell's form is checked (every record sealed, in order)
+    and the recording is marked unverified."""
     where = locate(source)
+    key, checked_with = _key(source, where.ledger, key_file)
     try:
         backend = backends.from_url(where.ledger, options)
     except ledger_errors.LedgerError as err:
         raise ReplayError(f"--replay {source}: cannot open {where.ledger}: {err}") from err
     recording = Recording(source=source, ledger=where.ledger, order=list(where.agents))
+    recording.checked_with = checked_with
     try:
         named = {cell: key for key, cell in where.cells.items()}
         wanted = set(named)
-        cells = sorted(await backend.cells())
-        if wanted:
-            cells = [c for c in cells if c in wanted]
-        for cell in cells:
+        verified: list[audit.CellReport] = []
+        for cell in sorted(await backend.cells()):
+            if wanted and cell not in wanted and key is None:
+                continue  # read every cell only to check the run's seal
+            lines = await backend.read(cell)
+            problem = await asyncio.to_thread(_check, cell, lines, key, verified)
+            if problem is not None:
+                raise ReplayError(_refusal(source, where.ledger, key, checked_with, problem))
+            if wanted and cell not in wanted:
+                continue
             try:
-                found = _read_cell(cell, await backend.read(cell), named.get(cell))
+                found = _read_cell(cell, lines, named.get(cell))
             except (ledger_errors.LedgerError, ValueError) as err:
                 recording.unreadable[cell] = str(err)
                 continue
             if found is not None:
                 _keep(recording.runs, found, where.cells)
+        if key is not None:
+            whole = await audit.whole(backend, key, verified)
+            if whole.problems:
+                raise ReplayError(
+                    _refusal(source, where.ledger, key, checked_with, whole.problems[0])
+                )
+            for cell, why in whole.refused.items():
+                recording.unreadable[cell] = f"its records could not be sealed when it ran: {why}"
     except ledger_errors.LedgerError as err:
         raise ReplayError(f"--replay {source}: cannot read {where.ledger}: {err}") from err
     finally:
         await backend.close()
     if not recording.runs and not recording.unreadable:
         raise ReplayError(f"--replay {source}: its ledger {where.ledger} holds no recorded cells")
+    recording.verified = key is not None
     return recording
+
+
+def _key(source: str, ledger: str, key_file: str | None) -> tuple[bytes | None, str]:
+    """The key to verify the recording with and where it came from; ``None`` and why when
+    there is none to be found (a key that is given but cannot be read is an error)."""
+    try:
+        return chain.find_key(ledger, key_file)
+    except ledger_errors.LedgerKeyError as err:
+        if key_file is not None or os.environ.get(chain.KEY_ENV):
+            raise ReplayError(f"--replay {source}: {err}") from err
+    return None, (
+        f"no ledger key for {ledger} (a local run writes DIR.key beside its ledger DIR; "
+        f"pass --key-file or set ${chain.KEY_ENV})"
+    )
+
+
+def _check(
+    cell: str, lines: list[str], key: bytes | None, verified: list[audit.CellReport]
+) -> str | None:
+    """What is wrong with ``cell``'s chain (its MACs with ``key``; else its form), if
+    anything; a verified cell's report is added to ``verified``."""
+    if key is None:
+        form = chain.check_form(lines)
+        return None if form.ok else f"cell {cell}: {form.problem}"
+    report = audit.verify_cell(cell, lines, key)
+    verified.append(report)
+    return None if report.result.ok else f"cell {report}"
+
+
+def _refusal(source: str, ledger: str, key: bytes | None, checked_with: str, problem: str) -> str:
+    what = "is broken" if key is None else f"does not verify with the {checked_with}"
+    return (
+        f"--replay {source}: the recording {what}: {problem}; refusing to replay a recording "
+        f"changed after it was recorded (check it with: agent-health ledger verify {ledger})"
+    )
 
 
 def _read_cell(cell: str, lines: list[str], named: Key | None = None) -> Recorded | None:
