@@ -67,8 +67,8 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if report.refused:
         # The seal holds, so these are the run's own account, not an attacker's: still,
         # their tests left no evidence, and a ledger missing cells is not a whole record.
-        for cell, why in report.refused.items():
-            consoles.out.print(f"{cell}: not recorded: {why}", markup=False)
+        for name, why in report.refused.items():
+            consoles.out.print(f"{name}: not recorded: {why}", markup=False)
         consoles.err.print(
             f"incomplete: {verified}, but {len(report.refused)} cells hold no records: their "
             "records could not be sealed when the run ended (their tests are errored in the "

@@ -64,6 +64,40 @@ class Change(BaseModel):
     cause: str | None = None
 
 
+class Replay(BaseModel):
+    """A report made by ``run --replay``: ``agent.run()`` was answered from a recording."""
+
+    model_config = ConfigDict(frozen=True)
+
+    recording: str | None = Field(description="the recording's ledger URL, when it names one")
+    verified: bool | None = Field(
+        description="its HMAC chain verified with the ledger's key; false: no key checked it; "
+        "None: a report from before replays were verified"
+    )
+
+    def said(self, file: str) -> str:
+        source = f" of {self.recording}" if self.recording else ""
+        if self.verified is None:
+            trust = "the recording was not checked"
+        elif self.verified:
+            trust = "the recording verified with its key"
+        else:
+            trust = "the recording is UNVERIFIED: no key checked it, its records could have been"
+            trust += " edited"
+        return (
+            f"{file} is a replay{source} ({trust}): agent.run() was answered from the "
+            "recording, the agent was not called"
+        )
+
+
+def replay_of(report: Mapping[str, Any]) -> Replay | None:
+    """How ``report`` was replayed (``None``: it ran against the agent)."""
+    made = report.get("provenance") or {}
+    if not made.get("replay") and not any(t.get("replayed") for t in report["tests"]):
+        return None
+    return Replay(recording=made.get("replay"), verified=made.get("replay_verified"))
+
+
 class Comparison(BaseModel):
     """Everything ``compare`` found; ``regressions`` says why it fails the gate."""
 
@@ -85,6 +119,8 @@ class Comparison(BaseModel):
     tokens: Delta
     cost_usd: Delta
     paired: pairing.Paired = Field(default_factory=pairing.Paired)
+    base_replay: Replay | None = Field(default=None, description="BASE was made by --replay")
+    new_replay: Replay | None = Field(default=None, description="NEW was made by --replay")
     gate: Gate = "thresholds"
     regressions: list[str] = Field(default_factory=list)
 
@@ -113,8 +149,18 @@ def compare(
     max_errored_rise: int = 0,
     alpha: float = pairing.ALPHA,
     gate: Gate = "thresholds",
+    allow_replayed: bool = False,
 ) -> Comparison:
-    """Compare two loaded reports (see :func:`load`)."""
+    """Compare two loaded reports (see :func:`load`). A replayed NEW gates nothing unless
+    ``allow_replayed``: raises :class:`CompareError` saying why."""
+    new_replay = replay_of(new)
+    if new_replay is not None and not allow_replayed:
+        raise CompareError(
+            f"{new_replay.said(f'NEW {new_file}')}; its results say how the current tests grade "
+            "recorded answers, not how the agent answers now, so it cannot gate the agent: "
+            "run NEW against the agent, or pass --allow-replayed to compare it anyway (e.g. "
+            "to gate a change of the tests' own checks)"
+        )
     before = {(t["id"], t.get("repeat", 0)): t for t in base["tests"]}
     after = {(t["id"], t.get("repeat", 0)): t for t in new["tests"]}
     failing: list[Change] = []
@@ -168,6 +214,8 @@ def compare(
         tokens=_delta(s0.get("tokens"), s1.get("tokens")),
         cost_usd=_delta(s0.get("cost_usd"), s1.get("cost_usd")),
         paired=pairing.compare(base["tests"], new["tests"], alpha=alpha),
+        base_replay=replay_of(base),
+        new_replay=new_replay,
         gate=gate,
     )
     if gate == "significant":
@@ -183,9 +231,9 @@ def compare(
     drop = result.pass_rate.delta
     if drop is not None and -drop > max_pass_rate_drop + 1e-9:
         reasons.append(
-            f"pass rate dropped {-drop:.1%} ({_pct(result.pass_rate.base)} → "
+            f"pass rate dropped {_points(-drop)} ({_pct(result.pass_rate.base)} → "
             f"{_pct(result.pass_rate.new)}), more than --max-pass-rate-drop "
-            f"{max_pass_rate_drop:g}"
+            f"{_allowed(max_pass_rate_drop)}"
         )
     sdrop = result.score.delta
     if max_score_drop is not None and sdrop is not None and -sdrop > max_score_drop + 1e-9:
@@ -209,9 +257,10 @@ def _significant(
     reasons = []
     rate = found.pass_rate
     if rate is not None and rate.regressed and -rate.effect > max_pass_rate_drop + 1e-9:
-        allowed = f", more than --max-pass-rate-drop {max_pass_rate_drop:g}"
+        allowed = f", more than --max-pass-rate-drop {_allowed(max_pass_rate_drop)}"
         reasons.append(
-            f"pass rate dropped {-rate.effect:.1%} over {rate.tests} paired tests, significant "
+            f"pass rate dropped {_points(-rate.effect)} over {rate.tests} paired tests, "
+            "significant "
             f"at α = {found.alpha:g} ({rate.method} p = {rate.p_value:.3g})"
             + (allowed if max_pass_rate_drop else "")
         )
@@ -239,12 +288,14 @@ def compare_files(
     max_errored_rise: int = 0,
     alpha: float = pairing.ALPHA,
     gate: Gate = "thresholds",
+    allow_replayed: bool = False,
 ) -> Comparison:
     return compare(
         load(base),
         load(new),
         base_file=str(base),
         new_file=str(new),
+        allow_replayed=allow_replayed,
         max_pass_rate_drop=max_pass_rate_drop,
         max_score_drop=max_score_drop,
         max_errored_rise=max_errored_rise,
@@ -263,9 +314,22 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
+def _points(difference: float) -> str:
+    """A difference of two pass rates, in percentage points (39% → 22% is 16.7 points, not
+    16.7%: that would be a relative change)."""
+    return f"{difference * 100:.1f} points"
+
+
+def _allowed(drop: float) -> str:
+    """A ``--max-pass-rate-drop`` as given and in points: ``0.05 (5 points)``."""
+    return f"{drop:g} ({drop * 100:g} points)" if drop else f"{drop:g}"
+
+
 def render(c: Comparison) -> list[str]:
     """The comparison as plain lines for the terminal."""
     lines = [f"compare {c.base_file} → {c.new_file}"]
+    sides = (("BASE", c.base_file, c.base_replay), ("NEW", c.new_file, c.new_replay))
+    lines.extend(replayed.said(f"{side} {file}") for side, file, replayed in sides if replayed)
     for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
         lines.append(f"{title}: {len(changes)}")
         for ch in changes:
@@ -287,7 +351,7 @@ def render(c: Comparison) -> list[str]:
             lines.append(f"{title}: {', '.join(ids)}")
     lines.append(
         f"pass rate {_pct(c.pass_rate.base)} → {_pct(c.pass_rate.new)}"
-        + (f" ({c.pass_rate.delta:+.1%})" if c.pass_rate.delta is not None else "")
+        + (f" ({c.pass_rate.delta * 100:+.1f} pts)" if c.pass_rate.delta is not None else "")
         + f"; score {_num(c.score, '.3f')}; errored {_num(c.errored, '.0f')}; "
         f"tokens {_num(c.tokens, '.0f')}; cost USD {_num(c.cost_usd, '.6f')}"
     )
