@@ -117,6 +117,22 @@ def test_newly_failing_tests_fail_the_gate(tmp_path: Path, capsys: Any) -> None:
     assert d["changed"] is True
 
 
+def test_a_pass_rate_difference_is_said_in_points(tmp_path: Path, capsys: Any) -> None:
+    """39% → 22% is 16.7 points (a relative drop would be 43%): the text said 16.7%."""
+    names = [f"t{i}" for i in range(18)]
+    base = report([entry(n, "passed" if i < 7 else "failed", None) for i, n in enumerate(names)])
+    new = report([entry(n, "passed" if i < 4 else "failed", None) for i, n in enumerate(names)])
+    paths = write(tmp_path, "b.json", base), write(tmp_path, "n.json", new)
+    code, out, _ = run(capsys, *paths, "--max-pass-rate-drop", "0.1")
+    assert code == 1
+    assert "pass rate 39% → 22% (-16.7 pts)" in out
+    assert (
+        "REGRESSION: pass rate dropped 16.7 points (39% → 22%), more than "
+        "--max-pass-rate-drop 0.1 (10 points)"
+    ) in out
+    assert "%)" not in out.replace("(39% → 22%)", "")  # no difference is a percentage
+
+
 def test_score_drop_gate(tmp_path: Path, capsys: Any) -> None:
     base = report([entry("a", "passed", 1.0), entry("b", "passed", 1.0)])
     new = report([entry("a", "passed", 0.8), entry("b", "passed", 0.9)])

@@ -42,11 +42,28 @@ def add_commands(sub: Any) -> None:
     grade_cmd.set_defaults(handler=grade)
 
 
+def _require_local(url: str) -> None:
+    """A local ledger that is not there is a load error (exit 2) named as such, before a
+    key is looked for."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme != "file":
+        return
+    from pathlib import Path
+
+    path = Path(rest if sep else url).expanduser()
+    if not path.exists():
+        raise common.UsageError(
+            f"{url}: no such ledger (pass a local run's ledger directory, its run.jsonl, a "
+            "CELL.jsonl, or a ledger URL: configmap://NS/NAME, s3://..., gs://...)"
+        )
+
+
 def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
 
     from agent_health import ledger
 
+    _require_local(args.url)
     try:
         key, source = ledger.find_key(args.url, args.key_file)
         options = common.ledger_access(args.url)
@@ -54,11 +71,12 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
         report = asyncio.run(checked)
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
-    if not report.cells and not report.refused:
+    if not report.cells and not report.refused and not report.problems:
         raise common.UsageError(f"no ledger cells found at {args.url}")
     bad = report.first_bad
     if bad is not None or report.problems:
-        consoles.err.print(f"[red]tampered:[/] {bad if bad is not None else report.problems[0]}")
+        first = report.unreadable[:1] or [str(bad) if bad is not None else report.problems[0]]
+        consoles.err.print(f"[red]tampered:[/] {first[0]}")
         return common.EXIT_FAILED
     for cell in report.cells:
         consoles.out.print(str(cell), markup=False)
@@ -92,6 +110,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     outputs = [reporters.parse(r) for r in args.reporter]
     common.check_reports(outputs)
+    _require_local(args.url)
     try:
         key, _ = ledger.find_key(args.url, args.key_file)
         results = asyncio.run(regrade.grade_ledger(args.url, key, common.ledger_access(args.url)))

@@ -163,7 +163,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import concurrent.futures
     import gc
 
-    from agent_health.engine import loader, provenance, reporters, select, uncertainty
+    from agent_health.engine import loader, provenance, reporters, savedreport, select, uncertainty
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
@@ -175,8 +175,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         args.repeat = recording.repeats if recording is not None else 1
     if args.concurrency < 1:
         raise common.UsageError("-j/--concurrency must be at least 1")
-    if args.repeat < 1:
-        raise common.UsageError("--repeat must be at least 1")
+    if not 1 <= args.repeat <= savedreport.MAX_REPEATS:  # what a saved report may say
+        raise common.UsageError(f"--repeat must be from 1 to {savedreport.MAX_REPEATS:,}")
     if args.timeout is not None and args.timeout <= 0:
         raise common.UsageError("--timeout must be positive")
     if args.ledger and args.no_ledger:

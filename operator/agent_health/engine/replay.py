@@ -46,7 +46,7 @@ from typing import Any
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
 from agent_health.engine import savedreport
-from agent_health.ledger import audit, backends, chain, records, store
+from agent_health.ledger import audit, backends, chain, filestore, records, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
@@ -228,6 +228,9 @@ async def load(
         named = {cell: key for key, cell in where.cells.items()}
         wanted = set(named)
         verified: list[audit.CellReport] = []
+        run = await backend.run_file() if isinstance(backend, filestore.FileBackend) else None
+        if run is not None and run.problems:  # lines of no cell: the cells they were break
+            raise ReplayError(_refusal(source, where.ledger, key, checked_with, run.problems[0]))
         for cell in sorted(await backend.cells()):
             if wanted and cell not in wanted and key is None:
                 continue  # read every cell only to check the run's seal

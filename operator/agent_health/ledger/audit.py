@@ -45,6 +45,9 @@ class LedgerReport(BaseModel):
     refused: dict[str, str] = {}
     """Cells the run's seal names as not recorded (their records could not be sealed), and
     why: a test ran, but the ledger holds none of its records."""
+    unreadable: list[str] = []
+    """The run file's lines that are no cell's record (not JSON, after the seal): also in
+    ``problems``, and the first thing to show, since the cells they belonged to then break."""
 
     @property
     def ok(self) -> bool:
@@ -98,6 +101,7 @@ async def whole(
         url=backend.url,
         cells=reports,
         problems=problems,
+        unreadable=list(run.problems),
         sealed=seal is None,
         refused=runfile.refused_in(run) if seal is None else {},
     )
