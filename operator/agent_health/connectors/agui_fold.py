@@ -87,7 +87,7 @@ class Fold:
         except ValueError:
             raw = self._json(data)  # says why
         else:
-            if strictjson.needs_care(data):  # 1e400: read as inf, which no ledger can hold
+            if strictjson.may_overflow(data):  # 1e400: read as inf, which no ledger can hold
                 raw = self._json(data)
         kind = raw.get("type") if type(raw) is dict else None
         if type(kind) is not str:
