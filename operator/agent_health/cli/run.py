@@ -312,12 +312,12 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
         raise common.UsageError("--replay calls no agent, so it records no ledger; drop --ledger")
     import asyncio
 
-    from agent_health.engine import replay
+    from agent_health.engine import recordings, replay
 
     try:
-        where = replay.locate(args.replay)
+        where = recordings.locate(args.replay)
         options = common.ledger_access(where.ledger)
-        return asyncio.run(replay.load(args.replay, options, key_file=args.key_file))
+        return asyncio.run(recordings.load(args.replay, options, key_file=args.key_file))
     except replay.ReplayError as err:
         raise common.UsageError(str(err)) from err
 
@@ -391,7 +391,7 @@ def _with_cells(
     place: copies kept beside their originals took 31 MiB of a 20,000-test run's 464."""
     if recorded is None:
         return results
-    from agent_health.engine import recording
+    from agent_health.engine import recording, refusal
 
     cells = set(recorded.cells)
     for i, r in enumerate(results):
@@ -399,7 +399,7 @@ def _with_cells(
         if cell in cells:
             results[i] = r.model_copy(update={"ledger_cell": cell})
         elif cell in recorded.refused:  # a result nothing evidences is never a pass
-            results[i] = recording.unrecorded(r, recorded.refused[cell])
+            results[i] = refusal.unrecorded(r, recorded.refused[cell])
     return results
 
 

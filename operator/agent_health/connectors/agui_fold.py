@@ -82,13 +82,11 @@ class Fold:
         """Fold one SSE ``data`` field; return the event as a dict. Raises on RUN_ERROR."""
         self.count += 1
         raw: dict[str, Any]
-        try:  # wire.parse_json inline: once per event
+        try:  # wire.parse_json inline, once per event; 1e400 (read as inf) the long way too
             raw = pydantic_core.from_json(data, allow_inf_nan=False)
+            raw = self._json(data) if strictjson.may_overflow(data) else raw
         except ValueError:
             raw = self._json(data)  # says why
-        else:
-            if strictjson.may_overflow(data):  # 1e400: read as inf, which no ledger can hold
-                raw = self._json(data)
         kind = raw.get("type") if type(raw) is dict else None
         if type(kind) is not str:
             raise errors.AgentProtocolError(

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import entries, pairing, savedreport
+from agent_health.engine import entries, pairing, replayed, savedreport
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -64,40 +64,6 @@ class Change(BaseModel):
     cause: str | None = None
 
 
-class Replay(BaseModel):
-    """A report made by ``run --replay``: ``agent.run()`` was answered from a recording."""
-
-    model_config = ConfigDict(frozen=True)
-
-    recording: str | None = Field(description="the recording's ledger URL, when it names one")
-    verified: bool | None = Field(
-        description="its HMAC chain verified with the ledger's key; false: no key checked it; "
-        "None: a report from before replays were verified"
-    )
-
-    def said(self, file: str) -> str:
-        source = f" of {self.recording}" if self.recording else ""
-        if self.verified is None:
-            trust = "the recording was not checked"
-        elif self.verified:
-            trust = "the recording verified with its key"
-        else:
-            trust = "the recording is UNVERIFIED: no key checked it, its records could have been"
-            trust += " edited"
-        return (
-            f"{file} is a replay{source} ({trust}): agent.run() was answered from the "
-            "recording, the agent was not called"
-        )
-
-
-def replay_of(report: Mapping[str, Any]) -> Replay | None:
-    """How ``report`` was replayed (``None``: it ran against the agent)."""
-    made = report.get("provenance") or {}
-    if not made.get("replay") and not any(t.get("replayed") for t in report["tests"]):
-        return None
-    return Replay(recording=made.get("replay"), verified=made.get("replay_verified"))
-
-
 class Comparison(BaseModel):
     """Everything ``compare`` found; ``regressions`` says why it fails the gate."""
 
@@ -119,8 +85,10 @@ class Comparison(BaseModel):
     tokens: Delta
     cost_usd: Delta
     paired: pairing.Paired = Field(default_factory=pairing.Paired)
-    base_replay: Replay | None = Field(default=None, description="BASE was made by --replay")
-    new_replay: Replay | None = Field(default=None, description="NEW was made by --replay")
+    base_replay: replayed.Replay | None = Field(
+        default=None, description="BASE was made by --replay"
+    )
+    new_replay: replayed.Replay | None = Field(default=None, description="NEW was made by --replay")
     gate: Gate = "thresholds"
     regressions: list[str] = Field(default_factory=list)
 
@@ -153,7 +121,7 @@ def compare(
 ) -> Comparison:
     """Compare two loaded reports (see :func:`load`). A replayed NEW gates nothing unless
     ``allow_replayed``: raises :class:`CompareError` saying why."""
-    new_replay = replay_of(new)
+    new_replay = replayed.replay_of(new)
     if new_replay is not None and not allow_replayed:
         raise CompareError(
             f"{new_replay.said(f'NEW {new_file}')}; its results say how the current tests grade "
@@ -214,7 +182,7 @@ def compare(
         tokens=_delta(s0.get("tokens"), s1.get("tokens")),
         cost_usd=_delta(s0.get("cost_usd"), s1.get("cost_usd")),
         paired=pairing.compare(base["tests"], new["tests"], alpha=alpha),
-        base_replay=replay_of(base),
+        base_replay=replayed.replay_of(base),
         new_replay=new_replay,
         gate=gate,
     )
@@ -329,7 +297,7 @@ def render(c: Comparison) -> list[str]:
     """The comparison as plain lines for the terminal."""
     lines = [f"compare {c.base_file} → {c.new_file}"]
     sides = (("BASE", c.base_file, c.base_replay), ("NEW", c.new_file, c.new_replay))
-    lines.extend(replayed.said(f"{side} {file}") for side, file, replayed in sides if replayed)
+    lines.extend(made.said(f"{side} {file}") for side, file, made in sides if made is not None)
     for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
         lines.append(f"{title}: {len(changes)}")
         for ch in changes:

@@ -39,7 +39,7 @@ from pathlib import Path
 from pydantic_core import to_jsonable_python
 
 from agent_health.connectors import wire
-from agent_health.engine import runrecord
+from agent_health.engine import refusal, runrecord
 from agent_health.ledger import chain, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
@@ -142,9 +142,9 @@ class LocalLedger:
         self.key_file = key_path(url)
         self.failures: list[str] = []
         self.cells: list[str] = []  # recorded, in the order their tests ended
-        self.refused: dict[str, Refusal] = {}
+        self.refused: dict[str, refusal.Refusal] = {}
         """Cells whose records could not be sealed (a value JSON cannot hold): their tests
-        are never reported passed (:func:`unrecorded`)."""
+        are never reported passed (:func:`.refusal.unrecorded`)."""
         self.unrouted = 0  # exchanges of no test in flight (not recorded)
         self._key = secrets.token_hex(32).encode("ascii")
         self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
@@ -189,7 +189,7 @@ class LocalLedger:
         if self._runfile is not None and self._runfile.refused:
             kinds = self._runfile.refused_kinds
             for name, why in self._runfile.refused.items():
-                self.refused[name] = Refusal(why, kinds.get(name, ""))
+                self.refused[name] = refusal.Refusal(why, kinds.get(name, ""))
         if self.refused:
             self.failures.extend(f"cell {name}: {r.why}" for name, r in self.refused.items())
             self.cells = [name for name in self.cells if name not in self.refused]
@@ -261,43 +261,13 @@ class LocalLedger:
                         kind = str(record.get("kind", ""))
                         lines.append(sealer.line_of(record))
                 except ledger_errors.RecordError as err:
-                    self.refused[cell.name] = Refusal(f"its {kind} record: {err}", kind)
+                    self.refused[cell.name] = refusal.Refusal(f"its {kind} record: {err}", kind)
                     return
                 await self._backend.append(cell.name, lines)
         except (ledger_errors.LedgerError, OSError) as err:
             self.failures.append(f"cell {cell.name}: {err}")
             return
         self.cells.append(cell.name)
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a cell's records could not be sealed, and the kind of the record that could not
-    (``run-result``: the agent's answer held what JSON cannot; empty: none could be made)."""
-
-    why: str
-    kind: str = ""
-
-
-def unrecorded(result: TestResult, refusal: Refusal) -> TestResult:
-    """``result`` of a test whose ledger cell could not be sealed: never passed, since
-    nothing holds the evidence of it; errored, blaming the agent when its answer was what
-    could not be recorded (as a connector blames a reply JSON cannot hold), else the
-    infrastructure. An errored result keeps its cause and says this as well."""
-    note = f"its ledger records could not be sealed: {refusal.why}"
-    if result.status == "skipped":
-        return result
-    if result.status == "errored":
-        return result.model_copy(update={"error": f"{result.error}; {note}"})
-    cause = "agent" if refusal.kind == "run-result" else "infra"
-    return result.model_copy(
-        update={
-            "status": "errored",
-            "cause": cause,
-            "score": None,
-            "error": f"not {result.status}: nothing evidences it, {note}",
-        }
-    )
 
 
 def _now() -> str:
