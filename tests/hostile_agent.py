@@ -42,8 +42,9 @@ nothing else: no trajectory, no token usage), ``zero`` (says it used 0 tokens an
 ``rewrite`` (HTTP 500 whose body is :data:`REWRITE`: it rewrites a reader's terminal and
 breaks an XML reader), ``garble`` (a wrong answer with :data:`REWRITE` in its output, tool
 names, arguments and results), ``stall`` (answers :data:`REWRITE` in pieces, then stops
-sending: the test times out with a partial reply), and ``by-prompt``: the first of
-those words in square brackets in the prompt (``[500]``, ``[hang]``, ...) picks the answer,
+sending: the test times out with a partial reply), ``nan`` (the good answer, its tool
+result's ``latency_ms`` NaN: Python's JSON, not JSON), and ``by-prompt``: the first of those
+words in square brackets in the prompt (``[500]``, ``[hang]``, ...) picks the answer,
 ``good`` when there is none — one agent that sabotages only the tests it chooses.
 """
 
@@ -65,7 +66,7 @@ from aiohttp import web
 TOKEN_HEADER = "X-Agent-Health-Token"
 ANSWERS = (
     "good", "bad", "inject", "hang", "500", "malformed", "no-output", "silent", "zero",
-    "rewrite", "garble", "stall",
+    "rewrite", "garble", "stall", "nan",
 )  # fmt: skip
 GUESSES = ("controller", "controller-token", "0" * 40, "Bearer controller")
 # Aimed at whoever reads the results: on a terminal, move up and erase the line above (the
@@ -213,17 +214,24 @@ class Hostile:
             return self.answer
         return next((a for a in ANSWERS if f"[{a}]" in prompt), "good")
 
+    def good(self) -> dict[str, Any]:
+        return {
+            "output": "The payment service cannot reach its database db-primary.",
+            "trajectory": [
+                {"type": "tool_call", "tool_name": "search_logs", "tool_args": {}},
+                {"type": "tool_result", "tool_name": "search_logs",
+                 "tool_output": {"lines": ["refused: db-primary:5432"]}, "status": "ok"},
+                {"type": "assistant", "content": "db-primary is down"},
+            ],
+        }  # fmt: skip
+
     def reply(self, prompt: str) -> dict[str, Any]:
+        if self.answer_to(prompt) == "nan":  # json.dumps writes it as NaN, as Python reads it
+            good = self.good()
+            good["trajectory"][1]["latency_ms"] = float("nan")
+            return good
         if self.answer_to(prompt) == "good":
-            return {
-                "output": "The payment service cannot reach its database db-primary.",
-                "trajectory": [
-                    {"type": "tool_call", "tool_name": "search_logs", "tool_args": {}},
-                    {"type": "tool_result", "tool_name": "search_logs",
-                     "tool_output": {"lines": ["refused: db-primary:5432"]}, "status": "ok"},
-                    {"type": "assistant", "content": "db-primary is down"},
-                ],
-            }  # fmt: skip
+            return self.good()
         if self.answer_to(prompt) == "inject":
             injected = "\n".join(INJECTIONS)
             return {

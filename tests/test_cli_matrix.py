@@ -76,7 +76,7 @@ async def test_two_agents_side_by_side_with_paired_changes(
     out = capsys.readouterr().out
     assert "agents side by side" in out
     assert "triage → triage-faulty over 3 tests: pass rate -66.7 pts (2 worse, 0 better)" in out
-    assert "pass rate exact McNemar p=0.5, 95% CI [-0.939, +0.059]: not distinguishable" in out
+    assert "pass rate exact McNemar p=0.5, 95% CI [-93.9 pts, +5.9 pts]: not distinguishable" in out
     assert f"FAILED test_diagnosis.py::{TESTS[0]} [triage-faulty]" in out
     verified = await asyncio.to_thread(cli.main, ["ledger", "verify", f"file://{ledger}"])
     assert verified == 0

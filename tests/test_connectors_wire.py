@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from typing import Any
 
 import pytest
 from agent_health import connectors
 from agent_health.connectors import agui, errors, openai_chat, rest, transport, wire
+from agent_health.ledger import strictjson
 from aiohttp import web
 from loopback import event, request, serving
 
@@ -202,8 +204,7 @@ async def test_a_custom_connector_is_not_handed_the_observer() -> None:
 
 
 JSON_EDGES = [
-    '{"a": NaN, "b": Infinity, "c": -Infinity}',
-    '{"a": 1e400, "b": 1E-400, "c": -0.0, "d": 0.1}',
+    '{"b": 1E-400, "c": -0.0, "d": 0.1, "e": 1e300, "f": "1e400"}',
     '{"a": 123456789012345678901234567890}',
     '{"a": "\\ud800"}',  # a lone surrogate: json takes it, pydantic-core does not
     '{"a": 1, "a": 2, "b": 3}',
@@ -217,6 +218,39 @@ def test_json_is_read_as_json_reads_it(text: str) -> None:
     assert repr(wire.parse_json(text)) == expected
     assert repr(wire.parse_json(text.encode())) == expected
     assert repr(wire.parse_json(text.encode("utf-16"))) == expected  # json detects UTF-16
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"a": NaN}', "NaN: JSON has no NaN or Infinity"),
+        ('{"a": [Infinity]}', "Infinity: JSON has no NaN or Infinity"),
+        ('{"a": -Infinity}', "-Infinity: JSON has no NaN or Infinity"),
+        ('{"a": 1e400}', "1e400 is too large for a 64-bit float"),
+        ('{"a": "\\ud800", "b": NaN}', "NaN: JSON has no NaN or Infinity"),  # the json path
+        ("[" * 201 + "1" + "]" * 201, "nested deeper than 200 levels"),
+        ('{"a":' * 201 + "{}" + "}" * 201, "nested deeper than 200 levels"),
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 200 levels"),
+    ],
+)
+def test_what_json_cannot_hold_is_refused_saying_why(text: str, why: str) -> None:
+    """Python's json takes NaN, Infinity and 1e400 (as inf): no ledger line can hold them,
+    and a NaN compares false with every threshold. Past 200 levels is refused too."""
+    for given in (text, text.encode()):
+        with pytest.raises(ValueError, match=re.escape(why)) as raised:
+            wire.parse_json(given)
+        assert why in wire.why_not(raised.value)
+
+
+def test_a_reply_may_nest_200_levels() -> None:
+    """200 containers that hold something (an empty one at the bottom is no level)."""
+    for text in (
+        "[" * 201 + "]" * 201,
+        "[" * 200 + "1" + "]" * 200,
+        '{"a":' * 200 + "{}" + "}" * 200,
+    ):
+        assert strictjson.too_deep(wire.parse_json(text), 199)
+        assert not strictjson.too_deep(wire.parse_json(text), 200)
 
 
 @pytest.mark.parametrize("text", ['{"a": 1', '{"a": "\x01"}', "[1,]", '{"a": 1}x', "\ufeff{}"])

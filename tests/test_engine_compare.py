@@ -117,6 +117,22 @@ def test_newly_failing_tests_fail_the_gate(tmp_path: Path, capsys: Any) -> None:
     assert d["changed"] is True
 
 
+def test_a_pass_rate_difference_is_said_in_points(tmp_path: Path, capsys: Any) -> None:
+    """39% → 22% is 16.7 points (a relative drop would be 43%): the text said 16.7%."""
+    names = [f"t{i}" for i in range(18)]
+    base = report([entry(n, "passed" if i < 7 else "failed", None) for i, n in enumerate(names)])
+    new = report([entry(n, "passed" if i < 4 else "failed", None) for i, n in enumerate(names)])
+    paths = write(tmp_path, "b.json", base), write(tmp_path, "n.json", new)
+    code, out, _ = run(capsys, *paths, "--max-pass-rate-drop", "0.1")
+    assert code == 1
+    assert "pass rate 39% → 22% (-16.7 pts)" in out
+    assert (
+        "REGRESSION: pass rate dropped 16.7 points (39% → 22%), more than "
+        "--max-pass-rate-drop 0.1 (10 points)"
+    ) in out
+    assert "%)" not in out.replace("(39% → 22%)", "")  # no difference is a percentage
+
+
 def test_score_drop_gate(tmp_path: Path, capsys: Any) -> None:
     base = report([entry("a", "passed", 1.0), entry("b", "passed", 1.0)])
     new = report([entry("a", "passed", 0.8), entry("b", "passed", 0.9)])
@@ -155,28 +171,66 @@ def test_repeats_are_labelled_as_every_reporter_labels_them() -> None:
     assert "  passed → failed  test_a.py::b" in single  # one run per test: no label
 
 
+def _with(change: Any) -> str:
+    """BASE as JSON text, changed by ``change`` (a function of the loaded report)."""
+    data = json.loads(json.dumps(BASE))
+    change(data)
+    return json.dumps(data)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # a RecursionError in json.loads
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         (None, "no such report file"),
         ("{not json", "not JSON"),
         ('{"summary": {}}', "not an agent-health JSON report"),
-        ('{"version": 3, "summary": {}, "tests": []}', "report version 3 is not supported"),
+        ('{"version": 3, "summary": {}, "tests": []}', "version: 3 is not a report version"),
+        ('{"version": true, "summary": {}, "tests": []}', "version: True is not a report version"),
         ('{"version": 1, "summary": {}}', "no summary object or tests list"),
-        ('{"version": 1, "summary": {}, "tests": [{"status": "passed"}]}', "tests[0] has no id"),
+        ('{"version": 1, "summary": {}, "tests": [{"status": "passed"}]}', "tests[0].id: must be"),
+        ('{"version": 1, "summary": {}, "tests": ' + DEEP + "}", "nested deeper than 256 levels"),
+        (
+            _with(lambda r: r["tests"][2].update(score=float("nan"))),
+            "tests[2].score: NaN: JSON has no NaN or Infinity",
+        ),
+        (_with(lambda r: r["summary"].update(score=1e999)), "summary.score: Infinity: JSON has"),
+        (_with(lambda r: r["tests"][1].update(score=1.5)), "tests[1].score: must be a number"),
+        (_with(lambda r: r["tests"][0].update(repeat="abc")), "tests[0].repeat: must be a whole"),
+        (_with(lambda r: r["tests"][0].update(status="great")), "tests[0].status: 'great' is not"),
+        (_with(lambda r: r["summary"].update(errored=-5)), "summary.errored: must be a whole"),
+        (_with(lambda r: r["summary"].update(tokens=-1)), "summary.tokens: must be a whole"),
+        (_with(lambda r: r["summary"].update(cost_usd=-0.5)), "summary.cost_usd: must be a"),
+        (_with(lambda r: r["summary"].update(repeats=1e9)), "summary.repeats: must be a whole"),
+        (_with(lambda r: r["summary"].update(repeats=10**9)), "from 1 to 100,000, not 1000000000"),
+        (
+            _with(lambda r: (r["summary"].update(repeats=1), r["tests"][3].update(repeat=2))),
+            "summary.repeats: 1, but tests[3] is repeat 2",
+        ),
+        (
+            _with(lambda r: r["tests"].append(r["tests"][0])),
+            "tests[5]: test 'test_a.py::a' repeat 0 is listed twice (also tests[0])",
+        ),
+        (_with(lambda r: r.update(provenance=[])), "provenance: must be an object or null"),
     ],
 )
-def test_bad_files_exit_2_naming_the_file(
+def test_bad_files_exit_2_naming_the_file_and_the_field(
     tmp_path: Path, capsys: Any, content: str | None, message: str
 ) -> None:
-    base = write(tmp_path, "base.json", BASE)
+    """Each on either side: one line naming the file and the field, exit 2 (a load error),
+    never a traceback, never a comparison of what the reports do not say."""
+    base = write(tmp_path, "base.json", {**BASE, "summary": {**BASE["summary"], "repeats": 1}})
     bad = tmp_path / "bad.json"
     if content is not None:
         bad.write_text(content)
-    code, _, err = run(capsys, base, bad)
-    assert code == 2
-    assert str(bad) in err
-    assert message in err
+    for args in ((base, bad), (bad, base)):
+        code, out, err = run(capsys, *args)
+        assert (code, out) == (2, ""), err
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"error: {bad}: ")
+        assert message in err, err
 
 
 def test_negative_threshold_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:

@@ -147,7 +147,7 @@ def test_the_significant_gate_fails_on_a_significant_drop(
     code, out = run(capsys, b, n, "--gate", "significant")
     assert code == 1
     assert "distinguishable from noise: worse (p = 0.016 < α = 0.05)" in out
-    assert "REGRESSION: pass rate dropped 35.0% over 20 paired tests, significant" in out
+    assert "REGRESSION: pass rate dropped 35.0 points over 20 paired tests, significant" in out
     # a stricter alpha: not significant, no regression
     code, out = run(capsys, b, n, "--gate", "significant", "--alpha", "0.01")
     assert code == 0

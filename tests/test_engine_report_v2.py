@@ -256,12 +256,20 @@ def test_report_renders_a_saved_report_again(
         (None, "no such report file"),
         ("{nope", "not JSON"),
         ("[]", "not an agent-health JSON report (no version field)"),
-        ('{"version": 7, "tests": []}', "report version 7 is not supported"),
-        ('{"version": 2, "summary": {}}', "no tests list"),
+        ('{"version": 7, "tests": []}', "version: 7 is not a report version"),
+        ('{"version": true, "summary": {}, "tests": []}', "version: True is not a report version"),
+        ('{"version": 2, "summary": {}}', "no summary object or tests list"),
         (
             '{"version": 2, "summary": {}, "tests": [{"id": "a", "name": "a", "status": "odd"}]}',
-            "tests.0.status: Input should be 'passed', 'failed', 'errored', 'skipped' or 'flaky'",
+            "tests[0].status: 'odd' is not a status (passed, failed, errored, skipped, flaky)",
         ),
+        (
+            '{"version": 2, "summary": {}, "tests": [{"id": "a", "name": "a", "status": "passed",'
+            ' "signals": [{"kind": "judge", "role": "gate"}]}]}',
+            "tests[0].signals[0].name: Field required",
+        ),
+        ('{"version": 2, "summary": {"total": NaN}, "tests": []}', "summary.total: NaN: JSON has"),
+        ('{"version": 2, "summary": {}, "tests": ' + "[" * 99_999 + "]" * 99_999 + "}", "deeper"),
         ('{"version": 2, "summary": {}, "tests": []}', "summary.total: Field required"),
     ],
 )

@@ -160,12 +160,23 @@ def test_unknown_version_in_a_sealed_record_is_bad_record() -> None:
     assert "unknown record version 9" in problem.message
 
 
-def test_nan_in_a_line_is_bad_record() -> None:
+def test_nan_in_a_line_is_not_json() -> None:
     lines = sealed_cell()
     lines[1] = lines[1].replace('"signal":{"i":0}', '"signal":{"i":NaN}')
     problem = chain.verify(lines, KEY).problem
     assert problem is not None
-    assert (problem.line, problem.reason) == (2, "bad-record")
+    assert (problem.line, problem.reason) == (2, "bad-json")
+    assert "NaN: JSON has no NaN or Infinity" in problem.message
+
+
+def test_a_line_nested_deeper_than_any_record_is_not_json() -> None:
+    lines = sealed_cell()
+    deep = "[" * 100_000 + "]" * 100_000  # a RecursionError in json.loads
+    lines[1] = lines[1].replace('"signal":{"i":0}', f'"signal":{{"i":{deep}}}')
+    problem = chain.verify(lines, KEY).problem
+    assert problem is not None
+    assert (problem.line, problem.reason) == (2, "bad-json")
+    assert "nested deeper than 256 levels" in problem.message
 
 
 def test_blank_lines_keep_physical_line_numbers() -> None:

@@ -42,11 +42,28 @@ def add_commands(sub: Any) -> None:
     grade_cmd.set_defaults(handler=grade)
 
 
+def _require_local(url: str) -> None:
+    """A local ledger that is not there is a load error (exit 2) named as such, before a
+    key is looked for."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme != "file":
+        return
+    from pathlib import Path
+
+    path = Path(rest if sep else url).expanduser()
+    if not path.exists():
+        raise common.UsageError(
+            f"{url}: no such ledger (pass a local run's ledger directory, its run.jsonl, a "
+            "CELL.jsonl, or a ledger URL: configmap://NS/NAME, s3://..., gs://...)"
+        )
+
+
 def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
 
     from agent_health import ledger
 
+    _require_local(args.url)
     try:
         key, source = ledger.find_key(args.url, args.key_file)
         options = common.ledger_access(args.url)
@@ -54,20 +71,32 @@ def verify(args: argparse.Namespace, consoles: common.Consoles) -> int:
         report = asyncio.run(checked)
     except ledger.LedgerError as err:
         raise common.UsageError(str(err)) from err
-    if not report.cells:
+    if not report.cells and not report.refused and not report.problems:
         raise common.UsageError(f"no ledger cells found at {args.url}")
     bad = report.first_bad
     if bad is not None or report.problems:
-        consoles.error(bad if bad is not None else report.problems[0], label="tampered:")
+        first = report.unreadable[:1] or [str(bad) if bad is not None else report.problems[0]]
+        consoles.error(first[0], label="tampered:")
         return common.EXIT_FAILED
     from agent_health.engine import visible
 
     for cell in report.cells:  # a cell's name comes from the ledger's files
         consoles.out.print(visible.line(str(cell)), markup=False)
     sealed = " (run file sealed)" if report.sealed else ""
-    consoles.out.print(
-        f"{len(report.cells)} cells verified{sealed} with the {source}", markup=False
-    )
+    verified = f"{len(report.cells)} cells verified{sealed} with the {source}"
+    if report.refused:
+        # The seal holds, so these are the run's own account, not an attacker's: still,
+        # their tests left no evidence, and a ledger missing cells is not a whole record.
+        for name, why in report.refused.items():
+            consoles.out.print(f"{name}: not recorded: {why}", markup=False)
+        consoles.err.print(
+            f"incomplete: {verified}, but {len(report.refused)} cells hold no records: their "
+            "records could not be sealed when the run ended (their tests are errored in the "
+            "run's report)",
+            markup=False,
+        )
+        return common.EXIT_FAILED
+    consoles.out.print(verified, markup=False)
     return common.EXIT_OK
 
 
@@ -83,6 +112,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     outputs = [reporters.parse(r) for r in args.reporter]
     common.check_reports(outputs)
+    _require_local(args.url)
     try:
         key, _ = ledger.find_key(args.url, args.key_file)
         results = asyncio.run(regrade.grade_ledger(args.url, key, common.ledger_access(args.url)))

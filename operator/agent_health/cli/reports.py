@@ -27,7 +27,8 @@ def add_commands(sub: Any) -> None:
         "--max-pass-rate-drop",
         type=float,
         default=0.0,
-        help="largest allowed pass-rate drop, e.g. 0.05 (default 0: any drop fails)",
+        help="largest allowed pass-rate drop as a fraction, e.g. 0.05 (5 percentage points; "
+        "default 0: any drop fails)",
     )
     cmp.add_argument(
         "--max-score-drop",
@@ -54,6 +55,12 @@ def add_commands(sub: Any) -> None:
         help="thresholds (default): fail on any drop beyond the --max-* thresholds; "
         "significant: fail only on a drop the paired test finds significant at --alpha "
         "(and beyond the thresholds)",
+    )
+    cmp.add_argument(
+        "--allow-replayed",
+        action="store_true",
+        help="gate on a NEW report made by run --replay (its agent.run() answers came from a "
+        "recording; without this flag such a NEW is refused, exit 2)",
     )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(handler=compare)
@@ -104,6 +111,7 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
             max_errored_rise=args.max_errored_rise,
             alpha=args.alpha,
             gate=args.gate,
+            allow_replayed=args.allow_replayed,
         )
     except compare.CompareError as err:
         raise common.UsageError(str(err)) from err

@@ -86,7 +86,12 @@ def add_commands(sub: Any) -> None:
         "--replay",
         metavar="REPORT_OR_DIR",
         help="answer agent.run() from a recorded run (its JSON report, ledger directory or "
-        "ledger URL) instead of calling the agent",
+        "ledger URL) instead of calling the agent; verified with its key when at hand",
+    )
+    run.add_argument(
+        "--key-file",
+        help="--replay: the recording's ledger key (default: DIR.key beside a local ledger "
+        "DIR, else $AGENT_HEALTH_LEDGER_KEY; without one the replay is marked unverified)",
     )
     run.add_argument(
         "--list", action="store_true", help="list the tests that would run and run nothing"
@@ -158,18 +163,28 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import concurrent.futures
     import gc
 
-    from agent_health.engine import loader, provenance, reporters, select, uncertainty, visible
+    from agent_health.engine import (
+        loader,
+        provenance,
+        reporters,
+        savedreport,
+        select,
+        uncertainty,
+        visible,
+    )
     from agent_health.engine.report import RunReport
     from agent_health.engine.reporters import terminal
 
     console, err_console = consoles.out, consoles.err
     recording = _recording(args)
+    if recording is not None:
+        err_console.print(recording.note, markup=False)
     if args.repeat is None:
         args.repeat = recording.repeats if recording is not None else 1
     if args.concurrency < 1:
         raise common.UsageError("-j/--concurrency must be at least 1")
-    if args.repeat < 1:
-        raise common.UsageError("--repeat must be at least 1")
+    if not 1 <= args.repeat <= savedreport.MAX_REPEATS:  # what a saved report may say
+        raise common.UsageError(f"--repeat must be from 1 to {savedreport.MAX_REPEATS:,}")
     if args.timeout is not None and args.timeout <= 0:
         raise common.UsageError("--timeout must be positive")
     if args.ledger and args.no_ledger:
@@ -271,7 +286,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         git=git_state.result(),
     )
     if recording is not None:
-        what_ran = what_ran.model_copy(update={"replay": recording.ledger})
+        replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
+        what_ran = what_ran.model_copy(update=replayed)
     report = RunReport.build(
         _with_cells(outcome.results, recorded),
         duration_ms=outcome.duration_ms,
@@ -300,6 +316,8 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
     """The recording ``--replay`` names, read before anything runs (exit 2 when it cannot
     be); a replay calls no agent and records no ledger."""
     if not args.replay:
+        if args.key_file:
+            raise common.UsageError("--key-file is the key of a --replay recording; add --replay")
         return None
     if args.agent:
         raise common.UsageError(
@@ -309,11 +327,12 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
         raise common.UsageError("--replay calls no agent, so it records no ledger; drop --ledger")
     import asyncio
 
-    from agent_health.engine import replay
+    from agent_health.engine import recordings, replay
 
     try:
-        where = replay.locate(args.replay)
-        return asyncio.run(replay.load(args.replay, common.ledger_access(where.ledger)))
+        where = recordings.locate(args.replay)
+        options = common.ledger_access(where.ledger)
+        return asyncio.run(recordings.load(args.replay, options, key_file=args.key_file))
     except replay.ReplayError as err:
         raise common.UsageError(str(err)) from err
 
@@ -323,16 +342,17 @@ def _print_ledger(recorded: recording.LocalLedger, console: Console, err_console
 
     for failure in recorded.failures:
         err_console.print("ledger error: " + visible.line(str(failure)), markup=False)
-    if not recorded.cells:
+    if not recorded.cells and not recorded.refused:
         console.print(
             f"ledger: {recorded.url} (0 cells): no test called agent.run(), nothing recorded",
             markup=False,
         )
         return
+    lost = f", {len(recorded.refused)} not recorded" if recorded.refused else ""
     # The key sits beside the ledger, where `ledger verify` looks for it: the command needs
     # no --key-file, and runs as printed from the directory the run was started in.
     console.print(
-        f"ledger: {recorded.url} ({len(recorded.cells)} cells, key {recorded.key_file}); "
+        f"ledger: {recorded.url} ({len(recorded.cells)} cells{lost}, key {recorded.key_file}); "
         f"check it with: {common.invocation()} ledger verify {recorded.url}",
         markup=False,
     )
@@ -403,13 +423,15 @@ def _with_cells(
     place: copies kept beside their originals took 31 MiB of a 20,000-test run's 464."""
     if recorded is None:
         return results
-    from agent_health.engine import recording
+    from agent_health.engine import recording, refusal
 
     cells = set(recorded.cells)
     for i, r in enumerate(results):
         cell = recording.cell_name(r.id, r.repeat, agent=r.agent)
         if cell in cells:
             results[i] = r.model_copy(update={"ledger_cell": cell})
+        elif cell in recorded.refused:  # a result nothing evidences is never a pass
+            results[i] = refusal.unrecorded(r, recorded.refused[cell])
     return results
 
 

@@ -9,7 +9,6 @@ events, which the 1.0 package no longer names, fold like the 1.0 ``REASONING_*``
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from ag_ui import core
 
 from agent_health.connectors import agui_plain, errors, wire
 from agent_health.connectors.protocol import Step, StepType, TokenUsage
+from agent_health.ledger import strictjson
 
 KNOWN_TYPES = frozenset(e.value for e in core.EventType)
 LEGACY_THINKING = frozenset(
@@ -82,10 +82,11 @@ class Fold:
         """Fold one SSE ``data`` field; return the event as a dict. Raises on RUN_ERROR."""
         self.count += 1
         raw: dict[str, Any]
-        try:
-            raw = pydantic_core.from_json(data)  # wire.parse_json inline: once per event
+        try:  # wire.parse_json inline, once per event; 1e400 (read as inf) the long way too
+            raw = pydantic_core.from_json(data, allow_inf_nan=False)
+            raw = self._json(data) if strictjson.may_overflow(data) else raw
         except ValueError:
-            raw = self._json(data)
+            raw = self._json(data)  # says why
         kind = raw.get("type") if type(raw) is dict else None
         if type(kind) is not str:
             raise errors.AgentProtocolError(
@@ -118,8 +119,8 @@ class Fold:
             return wire.parse_json(data)
         except ValueError as err:
             raise errors.AgentProtocolError(
-                f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON: "
-                f"{data[:120]!r}"
+                f"agent at {self.url} sent AG-UI event #{self.count} that is not JSON"
+                f"{wire.why_not(err)}: {data[:120]!r}"
             ) from err
 
     def _fold(self, event: Any) -> None:
@@ -325,8 +326,8 @@ def _args(parts: list[str]) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = wire.parse_json(text)
+    except ValueError:  # not JSON, or not JSON we could record (NaN): kept as sent
         return {"_raw": text}  # what the agent sent, so a matcher can show it
     return value if isinstance(value, dict) else {"_value": value}
 
@@ -334,7 +335,7 @@ def _args(parts: list[str]) -> dict[str, Any]:
 def _content(content: Any) -> Any:
     if isinstance(content, str):
         try:
-            return json.loads(content)
+            return wire.parse_json(content)
         except ValueError:
             return content
     return "".join(getattr(part, "text", "") or "" for part in content)

@@ -192,8 +192,8 @@ def _arguments(value: Any) -> dict[str, Any]:
     if not isinstance(value, str) or not value.strip():
         return {}
     try:
-        parsed = json.loads(value)
-    except ValueError:
+        parsed = wire.parse_json(value)
+    except ValueError:  # not JSON, or not JSON we could record (NaN): kept as sent
         return {"_raw": value}  # what the model sent, so a matcher can show it
     return parsed if isinstance(parsed, dict) else {"_value": parsed}
 
@@ -209,6 +209,6 @@ def _text(content: Any) -> str:
 def _output(content: Any) -> Any:
     text = _text(content)
     try:
-        return json.loads(text)
+        return wire.parse_json(text)
     except ValueError:
         return text

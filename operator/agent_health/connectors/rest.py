@@ -8,6 +8,7 @@ from agent_health.connectors import errors, wire
 from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
+from agent_health.ledger import strictjson
 
 RUN_ID_HEADER = wire.RUN_ID_HEADER
 _JSON = {"content-type": "application/json"}
@@ -32,10 +33,11 @@ class RestConnector:
         timeout = wire.timeout_of(request, self.spec)
         status, data = await self._http.call(request, self.url, body, _JSON, timeout, wire.read_all)
         wire.ensure_success(status, data, self.url)
-        try:
-            return AgentReply.model_validate_json(data)  # parsed and validated in one pass
-        except pydantic.ValidationError:
-            pass  # read again the long way, for the message that says what is wrong
+        if not strictjson.needs_care(data):  # pydantic's parser would take NaN in any field
+            try:
+                return AgentReply.model_validate_json(data)  # parsed and validated in one pass
+            except pydantic.ValidationError:
+                pass  # read again the long way, for the message that says what is wrong
         body = wire.json_body(data, self.url)
         wire.require_output(body, f"agent at {self.url}")
         try:

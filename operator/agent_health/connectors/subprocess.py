@@ -148,7 +148,7 @@ def parse(text: str, name: str) -> AgentReply:
             'JSON answer, or JSON lines of steps ending with {"output": ...}'
         )
     try:
-        whole = json.loads(stripped)
+        whole = wire.parse_json(stripped)
     except ValueError:
         whole = None
     if isinstance(whole, dict) and "type" not in whole:
@@ -159,11 +159,11 @@ def parse(text: str, name: str) -> AgentReply:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = wire.parse_json(line)
         except ValueError as err:
             raise errors.AgentProtocolError(
-                f"agent command {name!r} printed stdout line {number} that is not JSON: "
-                f"{wire.snippet(line, 120)}"
+                f"agent command {name!r} printed stdout line {number} that is not JSON"
+                f"{wire.why_not(err)}: {wire.snippet(line, 120)}"
             ) from err
         if isinstance(item, dict) and "type" in item:
             steps.append(_step(item, name, number))

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import pydantic
-import pydantic_core
 
 from agent_health.connectors import errors, transport
 from agent_health.connectors.protocol import AgentRequest
+from agent_health.ledger import strictjson
 
 if TYPE_CHECKING:
     from agent_health.connectors.base import ConnectorSpec
@@ -281,16 +280,15 @@ def ensure_success(status: int, body: bytes, url: str) -> None:
 
 
 def parse_json(text: str | bytes) -> Any:
-    """JSON text as Python data, as :func:`json.loads` reads it.
+    """JSON text as Python data, refusing what JSON cannot say (``NaN``, ``Infinity``, a
+    number too large for a float) and nesting past :data:`~.strictjson.FAST_DEPTH`: an
+    answer holding one could be neither recorded nor compared (see
+    :mod:`agent_health.ledger.strictjson`). Raises a ``ValueError`` saying why.
 
-    pydantic-core's parser reads it several times faster; what it refuses and ``json``
-    takes (a lone surrogate escape, UTF-16 bytes) is read by ``json``, so what was accepted
-    still is, and a ``ValueError`` still says the text is not JSON.
+    pydantic-core's parser reads it several times faster than :func:`json.loads`; what it
+    refuses and ``json`` takes (a lone surrogate escape, UTF-16 bytes) is read by ``json``.
     """
-    try:
-        return pydantic_core.from_json(text)
-    except ValueError:
-        return json.loads(text)
+    return strictjson.loads(text, max_depth=strictjson.FAST_DEPTH)
 
 
 def json_body(body: bytes, url: str) -> Any:
@@ -299,8 +297,16 @@ def json_body(body: bytes, url: str) -> Any:
         return parse_json(body)
     except ValueError as err:
         raise errors.AgentProtocolError(
-            f"agent at {url} answered malformed JSON: {snippet(_text(body))}"
+            f"agent at {url} answered malformed JSON{why_not(err)}: {snippet(_text(body))}"
         ) from err
+
+
+def why_not(err: ValueError) -> str:
+    """`` (trajectory[0].latency_ms: NaN: JSON has no NaN or Infinity)`` when
+    :func:`parse_json` refused JSON it could not hold, for a message; nothing for text that
+    is simply not JSON (the snippet beside it shows that)."""
+    refused = isinstance(err, strictjson.JSONError) and err.reason is not None
+    return f" ({err})" if refused else ""
 
 
 def require_output(body: Any, who: str) -> None:

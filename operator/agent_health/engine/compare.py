@@ -20,15 +20,13 @@ when that test finds a significant drop: of the pass rate (by more than
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import entries, pairing
-from agent_health.engine import report as report_mod
+from agent_health.engine import entries, pairing, replayed, savedreport
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -87,6 +85,10 @@ class Comparison(BaseModel):
     tokens: Delta
     cost_usd: Delta
     paired: pairing.Paired = Field(default_factory=pairing.Paired)
+    base_replay: replayed.Replay | None = Field(
+        default=None, description="BASE was made by --replay"
+    )
+    new_replay: replayed.Replay | None = Field(default=None, description="NEW was made by --replay")
     gate: Gate = "thresholds"
     regressions: list[str] = Field(default_factory=list)
 
@@ -96,29 +98,12 @@ class Comparison(BaseModel):
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A JSON report, checked for the version and shape compare relies on."""
+    """A JSON report, checked for the version and the fields compare relies on
+    (:mod:`.savedreport`: finite numbers, counts at least 0, unique test ids, ...)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise CompareError(f"{path}: no such report file") from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise CompareError(f"{path}: cannot read it ({err})") from err
-    except ValueError as err:
-        raise CompareError(f"{path}: not JSON ({err})") from err
-    if not isinstance(data, dict) or "version" not in data:
-        raise CompareError(f"{path}: not an agent-health JSON report (no version field)")
-    if data["version"] not in report_mod.READABLE_VERSIONS:
-        readable = " or ".join(str(v) for v in report_mod.READABLE_VERSIONS)
-        raise CompareError(
-            f"{path}: report version {data['version']!r} is not supported (expected "
-            f"{readable}); re-run with this agent-health to compare"
-        )
-    if not isinstance(data.get("summary"), dict) or not isinstance(data.get("tests"), list):
-        raise CompareError(f"{path}: report has no summary object or tests list")
-    for i, t in enumerate(data["tests"]):
-        if not isinstance(t, dict) or not isinstance(t.get("id"), str) or "status" not in t:
-            raise CompareError(f"{path}: tests[{i}] has no id or status")
-    return data
+        return savedreport.read(path)
+    except savedreport.ReportFileError as err:
+        raise CompareError(str(err)) from err
 
 
 def compare(
@@ -132,8 +117,18 @@ def compare(
     max_errored_rise: int = 0,
     alpha: float = pairing.ALPHA,
     gate: Gate = "thresholds",
+    allow_replayed: bool = False,
 ) -> Comparison:
-    """Compare two loaded reports (see :func:`load`)."""
+    """Compare two loaded reports (see :func:`load`). A replayed NEW gates nothing unless
+    ``allow_replayed``: raises :class:`CompareError` saying why."""
+    new_replay = replayed.replay_of(new)
+    if new_replay is not None and not allow_replayed:
+        raise CompareError(
+            f"{new_replay.said(f'NEW {new_file}')}; its results say how the current tests grade "
+            "recorded answers, not how the agent answers now, so it cannot gate the agent: "
+            "run NEW against the agent, or pass --allow-replayed to compare it anyway (e.g. "
+            "to gate a change of the tests' own checks)"
+        )
     before = {(t["id"], t.get("repeat", 0)): t for t in base["tests"]}
     after = {(t["id"], t.get("repeat", 0)): t for t in new["tests"]}
     failing: list[Change] = []
@@ -187,6 +182,8 @@ def compare(
         tokens=_delta(s0.get("tokens"), s1.get("tokens")),
         cost_usd=_delta(s0.get("cost_usd"), s1.get("cost_usd")),
         paired=pairing.compare(base["tests"], new["tests"], alpha=alpha),
+        base_replay=replayed.replay_of(base),
+        new_replay=new_replay,
         gate=gate,
     )
     if gate == "significant":
@@ -202,9 +199,9 @@ def compare(
     drop = result.pass_rate.delta
     if drop is not None and -drop > max_pass_rate_drop + 1e-9:
         reasons.append(
-            f"pass rate dropped {-drop:.1%} ({_pct(result.pass_rate.base)} → "
+            f"pass rate dropped {_points(-drop)} ({_pct(result.pass_rate.base)} → "
             f"{_pct(result.pass_rate.new)}), more than --max-pass-rate-drop "
-            f"{max_pass_rate_drop:g}"
+            f"{_allowed(max_pass_rate_drop)}"
         )
     sdrop = result.score.delta
     if max_score_drop is not None and sdrop is not None and -sdrop > max_score_drop + 1e-9:
@@ -228,9 +225,10 @@ def _significant(
     reasons = []
     rate = found.pass_rate
     if rate is not None and rate.regressed and -rate.effect > max_pass_rate_drop + 1e-9:
-        allowed = f", more than --max-pass-rate-drop {max_pass_rate_drop:g}"
+        allowed = f", more than --max-pass-rate-drop {_allowed(max_pass_rate_drop)}"
         reasons.append(
-            f"pass rate dropped {-rate.effect:.1%} over {rate.tests} paired tests, significant "
+            f"pass rate dropped {_points(-rate.effect)} over {rate.tests} paired tests, "
+            "significant "
             f"at α = {found.alpha:g} ({rate.method} p = {rate.p_value:.3g})"
             + (allowed if max_pass_rate_drop else "")
         )
@@ -258,12 +256,14 @@ def compare_files(
     max_errored_rise: int = 0,
     alpha: float = pairing.ALPHA,
     gate: Gate = "thresholds",
+    allow_replayed: bool = False,
 ) -> Comparison:
     return compare(
         load(base),
         load(new),
         base_file=str(base),
         new_file=str(new),
+        allow_replayed=allow_replayed,
         max_pass_rate_drop=max_pass_rate_drop,
         max_score_drop=max_score_drop,
         max_errored_rise=max_errored_rise,
@@ -282,9 +282,22 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
+def _points(difference: float) -> str:
+    """A difference of two pass rates, in percentage points (39% → 22% is 16.7 points, not
+    16.7%: that would be a relative change)."""
+    return f"{difference * 100:.1f} points"
+
+
+def _allowed(drop: float) -> str:
+    """A ``--max-pass-rate-drop`` as given and in points: ``0.05 (5 points)``."""
+    return f"{drop:g} ({drop * 100:g} points)" if drop else f"{drop:g}"
+
+
 def render(c: Comparison) -> list[str]:
     """The comparison as plain lines for the terminal."""
     lines = [f"compare {c.base_file} → {c.new_file}"]
+    sides = (("BASE", c.base_file, c.base_replay), ("NEW", c.new_file, c.new_replay))
+    lines.extend(made.said(f"{side} {file}") for side, file, made in sides if made is not None)
     for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
         lines.append(f"{title}: {len(changes)}")
         for ch in changes:
@@ -306,7 +319,7 @@ def render(c: Comparison) -> list[str]:
             lines.append(f"{title}: {', '.join(ids)}")
     lines.append(
         f"pass rate {_pct(c.pass_rate.base)} → {_pct(c.pass_rate.new)}"
-        + (f" ({c.pass_rate.delta:+.1%})" if c.pass_rate.delta is not None else "")
+        + (f" ({c.pass_rate.delta * 100:+.1f} pts)" if c.pass_rate.delta is not None else "")
         + f"; score {_num(c.score, '.3f')}; errored {_num(c.errored, '.0f')}; "
         f"tokens {_num(c.tokens, '.0f')}; cost USD {_num(c.cost_usd, '.6f')}"
     )

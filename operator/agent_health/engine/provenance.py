@@ -79,6 +79,12 @@ class Provenance(BaseModel):
         description="--replay: the recording (a ledger URL) agent.run() was answered from; "
         "the agent was not called",
     )
+    replay_verified: bool | None = Field(
+        default=None,
+        description="--replay: true when every cell's HMAC chain (and a local run file's "
+        "seal) verified with the ledger's key; false when no key was at hand, so the records "
+        "could have been edited; None when the run was not a replay",
+    )
     started_at: datetime | None = None
     ended_at: datetime | None = None
     command_line: list[str] = Field(default_factory=list)

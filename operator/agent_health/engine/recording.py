@@ -39,7 +39,7 @@ from pathlib import Path
 from pydantic_core import to_jsonable_python
 
 from agent_health.connectors import wire
-from agent_health.engine import runrecord
+from agent_health.engine import refusal, runrecord
 from agent_health.ledger import chain, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
@@ -142,6 +142,9 @@ class LocalLedger:
         self.key_file = key_path(url)
         self.failures: list[str] = []
         self.cells: list[str] = []  # recorded, in the order their tests ended
+        self.refused: dict[str, refusal.Refusal] = {}
+        """Cells whose records could not be sealed (a value JSON cannot hold): their tests
+        are never reported passed (:func:`.refusal.unrecorded`)."""
         self.unrouted = 0  # exchanges of no test in flight (not recorded)
         self._key = secrets.token_hex(32).encode("ascii")
         self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
@@ -185,10 +188,13 @@ class LocalLedger:
         except ledger_errors.LedgerError as err:
             self.failures.append(f"{self.url}: {err}")
         if self._runfile is not None and self._runfile.refused:
-            refused = self._runfile.refused
-            self.failures.extend(f"cell {name}: {why}" for name, why in refused.items())
-            self.cells = [name for name in self.cells if name not in refused]
-        if self._key_written is not None and not self.cells:
+            kinds = self._runfile.refused_kinds
+            for name, why in self._runfile.refused.items():
+                self.refused[name] = refusal.Refusal(why, kinds.get(name, ""))
+        if self.refused:
+            self.failures.extend(f"cell {name}: {r.why}" for name, r in self.refused.items())
+            self.cells = [name for name in self.cells if name not in self.refused]
+        if self._key_written is not None and not self.cells and not self.refused:
             # Written when the first test began, in case it called the agent; none did.
             await asyncio.gather(self._key_written, return_exceptions=True)
             await asyncio.to_thread(_remove_key, self.key_file)
@@ -250,7 +256,14 @@ class LocalLedger:
                 self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
                 await self._runfile.room()
             elif self._backend is not None:
-                lines = [sealer.line_of(r) for r in cell.records(then)]
+                lines, kind = [], ""
+                try:
+                    for record in cell.records(then):
+                        kind = str(record.get("kind", ""))
+                        lines.append(sealer.line_of(record))
+                except ledger_errors.RecordError as err:
+                    self.refused[cell.name] = refusal.Refusal(f"its {kind} record: {err}", kind)
+                    return
                 await self._backend.append(cell.name, lines)
         except (ledger_errors.LedgerError, OSError) as err:
             self.failures.append(f"cell {cell.name}: {err}")

@@ -7,11 +7,7 @@ Every run that records a ledger (the default; a cluster's cells always do) keeps
 metrics and insights can be changed and run again without the agent (and, through the judge
 cache, without paying for unchanged judge calls).
 
-Where the recording comes from (:func:`locate`): a ledger (its directory, ``file://``,
-``configmap://`` or ``s3://`` URL), or a JSON report, which names its ledger
-(``provenance.ledger``, or the recording a replay report itself replayed) and each test's
-cell. A report from ``agent-health grade`` names the ledger it graded, so cluster runs
-replay the same way.
+Where the recording comes from, and whether it can be trusted: :mod:`.recordings`.
 
 What is matched (:class:`Replayer`): the test id and repeat (and, in a recorded agent
 matrix, the agent) pick the record; the prompt and
@@ -23,22 +19,16 @@ fault (``infra`` would say so); rerun against the agent to record the new prompt
 with no record errors the same way. A record cut to the recording's caps is errored with
 cause ``infra`` (the storage, not the test, lacks the answer). A recorded failure of
 ``agent.run()`` (an HTTP 500, a timeout) is raised again with its recorded cause.
-
-The recording is read as it is; ``agent-health ledger verify`` checks its HMAC chain.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
-from agent_health.ledger import backends, records, store
-from agent_health.ledger import errors as ledger_errors
+from agent_health.ledger import records
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
 
@@ -94,6 +84,20 @@ class Recording:
     """Cells whose records could not be read, and why."""
     order: list[str] = field(default_factory=list)
     """A matrix's agents in the order the recorded run's report lists them."""
+    verified: bool = False
+    """Every cell's HMAC chain (and a run file's seal) verified with the ledger's key."""
+    checked_with: str = ""
+    """The key it was verified with (``key file DIR.key``), or why it was not."""
+
+    @property
+    def note(self) -> str:
+        """What a replay says of its recording before it runs."""
+        if self.verified:
+            return f"replaying {self.ledger}: the recording verified with the {self.checked_with}"
+        return (
+            f"replaying an UNVERIFIED recording: {self.checked_with}; its records could "
+            "have been edited since they were recorded (the report marks it unverified)"
+        )
 
     @property
     def repeats(self) -> int:
@@ -112,141 +116,6 @@ class Recording:
         """The recorded run id: the replay reuses it, so traces of the run are found again."""
         found = self.runs.get((agent, test_id, repeat))
         return found.run_id if found is not None else None
-
-
-@dataclass(frozen=True)
-class Located:
-    """A recording's ledger, and the cell of each (test, repeat) when a report names them."""
-
-    ledger: str
-    cells: Mapping[Key, str] = field(default_factory=dict)
-    agents: tuple[str, ...] = ()
-    """A matrix report's agents, in its order."""
-
-
-def locate(source: str) -> Located:
-    """Where the recording named by ``--replay`` is; raises :class:`ReplayError` saying what
-    to pass instead when it names none."""
-    if "://" in source:
-        return Located(source)
-    path = Path(source).expanduser()
-    if path.is_dir():
-        if (path / "index.html").is_file() and not any(path.glob("*.jsonl")):
-            raise ReplayError(
-                f"{source} is an HTML report; replay the run's JSON report (--reporter json) "
-                "or its ledger directory (.agent-health/ledger/...)"
-            )
-        return Located(f"file://{path}")
-    if path.is_file() and path.suffix == ".jsonl":
-        return Located(f"file://{path.parent}")
-    if path.is_file():
-        return _from_report(path)
-    raise ReplayError(
-        f"{source}: no such report or ledger; pass a JSON report (--reporter json:PATH), a "
-        "ledger directory or a ledger URL"
-    )
-
-
-def _from_report(path: Path) -> Located:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ReplayError(f"{path}: not a JSON report ({err})") from err
-    if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
-        raise ReplayError(f"{path}: not an agent-health JSON report (no tests list)")
-    made = data.get("provenance") or {}
-    url = made.get("replay") or made.get("ledger")
-    if not url:
-        raise ReplayError(
-            f"{path}: this run kept no recording (it ran with --no-ledger, or its report "
-            "predates provenance); run it again with the ledger on (the default) to replay it"
-        )
-    tests = [t for t in data["tests"] if isinstance(t, dict) and "id" in t]
-    cells = {
-        (t.get("agent"), str(t["id"]), int(t.get("repeat") or 0)): str(t["ledger_cell"])
-        for t in tests
-        if t.get("ledger_cell")
-    }
-    agents = tuple(dict.fromkeys(str(t["agent"]) for t in tests if t.get("agent")))
-    return Located(_beside(str(url), path), cells, agents)
-
-
-def _beside(url: str, report: Path) -> str:
-    """A relative ``file://`` ledger is relative to where its run started; when that is not
-    here, try the report's own folder (a report is usually written where the run started)."""
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme != "file":
-        return url
-    relative = Path(rest if sep else url)
-    if relative.is_absolute() or relative.exists():
-        return url
-    beside = report.resolve().parent / relative
-    return f"file://{beside}" if beside.exists() else url
-
-
-async def load(source: str, options: store.Options | None = None) -> Recording:
-    """Read the recording ``--replay SOURCE`` names (every cell, or a report's cells);
-    ``options`` reach its ledger (a ``configmap://`` one needs the cluster's login)."""
-    where = locate(source)
-    try:
-        backend = backends.from_url(where.ledger, options)
-    except ledger_errors.LedgerError as err:
-        raise ReplayError(f"--replay {source}: cannot open {where.ledger}: {err}") from err
-    recording = Recording(source=source, ledger=where.ledger, order=list(where.agents))
-    try:
-        named = {cell: key for key, cell in where.cells.items()}
-        wanted = set(named)
-        cells = sorted(await backend.cells())
-        if wanted:
-            cells = [c for c in cells if c in wanted]
-        for cell in cells:
-            try:
-                found = _read_cell(cell, await backend.read(cell), named.get(cell))
-            except (ledger_errors.LedgerError, ValueError) as err:
-                recording.unreadable[cell] = str(err)
-                continue
-            if found is not None:
-                _keep(recording.runs, found, where.cells)
-    except ledger_errors.LedgerError as err:
-        raise ReplayError(f"--replay {source}: cannot read {where.ledger}: {err}") from err
-    finally:
-        await backend.close()
-    if not recording.runs and not recording.unreadable:
-        raise ReplayError(f"--replay {source}: its ledger {where.ledger} holds no recorded cells")
-    return recording
-
-
-def _read_cell(cell: str, lines: list[str], named: Key | None = None) -> Recorded | None:
-    """The cell's record; ``named``: the (agent, test, repeat) the report says the cell ran
-    (a cluster cell's own records do not name its agent: the operator knows it)."""
-    meta: records.CellMeta | None = None
-    run: records.RunResultRecord | None = None
-    for record in records.parse_lines(lines):
-        if isinstance(record, records.CellMeta) and meta is None:
-            meta = record
-        elif isinstance(record, records.RunResultRecord):
-            run = record
-    if meta is None:
-        return None
-    if named is not None:
-        return Recorded(named[1], named[2], cell, meta.run_id, run, named[0])
-    return Recorded(meta.test_id, meta.repeat, cell, meta.run_id, run, meta.agent)
-
-
-def _keep(runs: dict[Key, Recorded], found: Recorded, named: Mapping[Key, str]) -> None:
-    """Keep the cell a report names for its (agent, test, repeat); else the one that
-    recorded an answer, the last attempt (``CELL.aN``) first."""
-    key = found.key
-    if named.get(key) == found.cell:
-        runs[key] = found
-        return
-    held = runs.get(key)
-    if held is None or (named.get(key) != held.cell and _rank(found) >= _rank(held)):
-        runs[key] = found
-
-
-def _rank(found: Recorded) -> tuple[bool, str]:
-    return found.run is not None, found.cell
 
 
 class Replayer:

@@ -33,7 +33,8 @@ class CellReport(BaseModel):
 class LedgerReport(BaseModel):
     """Every cell of a ledger, and what is wrong with the ledger as a whole (a local run's
     file: its seal, lines that belong to no cell). ``ok`` only when there is at least one
-    cell, every cell verifies and there is no such problem."""
+    cell, every cell verifies and there is no such problem; ``complete`` when, besides, no
+    cell is missing its records (``refused``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -41,15 +42,35 @@ class LedgerReport(BaseModel):
     cells: list[CellReport]
     problems: list[str] = []
     sealed: bool = False  # a run file whose seal holds
+    refused: dict[str, str] = {}
+    """Cells the run's seal names as not recorded (their records could not be sealed), and
+    why: a test ran, but the ledger holds none of its records."""
+    unreadable: list[str] = []
+    """The run file's lines that are no cell's record (not JSON, after the seal): also in
+    ``problems``, and the first thing to show, since the cells they belonged to then break."""
 
     @property
     def ok(self) -> bool:
-        return bool(self.cells) and all(c.result.ok for c in self.cells) and not self.problems
+        return (
+            bool(self.cells or self.refused)
+            and all(c.result.ok for c in self.cells)
+            and not self.problems
+        )
+
+    @property
+    def complete(self) -> bool:
+        return self.ok and not self.refused
 
     @property
     def first_bad(self) -> CellReport | None:
         """The first cell (by name) whose chain does not verify."""
         return next((c for c in self.cells if not c.result.ok), None)
+
+
+def verify_cell(cell: str, lines: list[str], key: bytes, *, complete: bool = True) -> CellReport:
+    """One cell's chain, checked with the key that sealed it (:func:`.keys.sealing_key`)."""
+    result = chain.verify(lines, keys.sealing_key(key, cell, lines), complete=complete)
+    return CellReport(cell=cell, result=result)
 
 
 async def verify_backend(
@@ -59,9 +80,15 @@ async def verify_backend(
     reports = []
     for cell in await backend.cells():
         lines = await backend.read(cell)
-        sealed_with = keys.sealing_key(key, cell, lines)
-        result = await asyncio.to_thread(chain.verify, lines, sealed_with, complete=complete)
-        reports.append(CellReport(cell=cell, result=result))
+        reports.append(await asyncio.to_thread(verify_cell, cell, lines, key, complete=complete))
+    return await whole(backend, key, reports, complete=complete)
+
+
+async def whole(
+    backend: store.Backend, key: bytes, reports: list[CellReport], *, complete: bool = True
+) -> LedgerReport:
+    """The ledger's report, given every cell's: a directory's run file's seal is checked
+    against the cells' chains, and the cells it names as not recorded are counted."""
     run = await backend.run_file() if isinstance(backend, filestore.FileBackend) else None
     if run is None:
         return LedgerReport(url=backend.url, cells=reports)
@@ -70,7 +97,14 @@ async def verify_backend(
     seal = runfile.check_seal(key, run, chains)
     if seal is not None and not (run.seal is None and not complete):
         problems.append(seal)
-    return LedgerReport(url=backend.url, cells=reports, problems=problems, sealed=seal is None)
+    return LedgerReport(
+        url=backend.url,
+        cells=reports,
+        problems=problems,
+        unreadable=list(run.problems),
+        sealed=seal is None,
+        refused=runfile.refused_in(run) if seal is None else {},
+    )
 
 
 async def verify_url(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_health.ledger import encoding, errors
+from agent_health.ledger import encoding, errors, strictjson
 
 if TYPE_CHECKING:
     from agent_health.ledger import records
@@ -325,9 +324,20 @@ def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> Verify
     ``complete=True`` also requires the chain to end with a ``cell-end`` record (a finished
     cell); use ``complete=False`` for a cell that may still be running.
     """
+    return _walk(lines, Mac(key), complete)
+
+
+def check_form(lines: Iterable[str], *, complete: bool = True) -> VerifyResult:
+    """Everything :func:`verify` checks but the MACs, for a reader without the key: each
+    line a valid record with a mac, seqs in order, cell-meta first, nothing after cell-end.
+    A record without a mac, a removed or moved record is caught; an edited one is not —
+    ``ok`` here is no proof (``--replay`` says the recording is unverified)."""
+    return _walk(lines, None, complete)
+
+
+def _walk(lines: Iterable[str], mac_of: Mac | None, complete: bool) -> VerifyResult:
     from agent_health.ledger import records  # the models: only a reader needs them
 
-    mac_of = Mac(key)
     entries = [(n, text) for n, text in enumerate(lines, start=1) if text.strip()]
     previous, count, ended = GENESIS, 0, False
 
@@ -339,7 +349,7 @@ def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> Verify
 
     for index, (number, text) in enumerate(entries):
         try:
-            payload = json.loads(text)
+            payload = strictjson.loads(text)
         except ValueError as err:
             return fail(number, "bad-json", f"not JSON ({err}); a write was cut short or edited")
         if not isinstance(payload, dict):
@@ -351,12 +361,13 @@ def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> Verify
             return fail(number, "bad-record", f"seq is {seq!r}, not an integer")
         if seq != count:
             return fail(number, *_seq_break(seq, count, entries[index + 1 :]))
-        try:
-            expected_mac = link(mac_of, previous, payload)
-        except errors.RecordError as err:
-            return fail(number, "bad-record", str(err))
-        if not hmac.compare_digest(expected_mac, mac):
-            return fail(number, "edited", _EDITED)
+        if mac_of is not None:
+            try:
+                expected_mac = link(mac_of, previous, payload)
+            except errors.RecordError as err:
+                return fail(number, "bad-record", str(err))
+            if not hmac.compare_digest(expected_mac, mac):
+                return fail(number, "edited", _EDITED)
         try:
             record = records.parse_object(payload, number)
         except errors.RecordError as err:
@@ -387,7 +398,7 @@ def _seq_break(seq: int, expected: int, rest: list[tuple[int, str]]) -> tuple[Re
 
 def _seq_of(text: str) -> int | None:
     try:
-        payload = json.loads(text)
+        payload = strictjson.loads(text)
     except ValueError:
         return None
     seq = payload.get("seq") if isinstance(payload, dict) else None

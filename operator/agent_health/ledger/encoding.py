@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_health.ledger import errors
+from agent_health.ledger import errors, strictjson
 
 # One encoder for every canonical line: json.dumps() with these options builds a new encoder
 # per call, which cost as much as encoding a record. It holds only its options.
@@ -27,6 +27,12 @@ def canonical(payload: dict[str, Any]) -> bytes:
     """
     try:
         text = _CANONICAL.encode(payload)
-    except ValueError as err:
-        raise errors.RecordError(f"record is not representable as JSON: {err}") from err
+    except ValueError as err:  # NaN or Infinity: say where, the encoder does not
+        found = strictjson.not_finite(payload)
+        what = f"{found[0]} is {found[1]!r}" if found else str(err)
+        raise errors.RecordError(
+            f"not representable as JSON: {what} (JSON has no NaN or Infinity)"
+        ) from err
+    except RecursionError as err:
+        raise errors.RecordError("not representable as JSON: nested too deep") from err
     return text.encode("ascii")

@@ -25,10 +25,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 from collections.abc import Sequence
 
-from agent_health.ledger import chain
+from agent_health.ledger import chain, strictjson
 
 SALT = b"agent-health/ledger-cell-key/v1"
 """Names the scheme, so the same run key used elsewhere never yields these keys."""
@@ -68,7 +67,7 @@ def sealing_key(key: bytes, cell: str, lines: Sequence[str]) -> bytes:
     if first is None:
         return key
     try:
-        payload = json.loads(first)
+        payload = strictjson.loads(first)
     except ValueError:
         return key
     if isinstance(payload, dict) and hmac.compare_digest(

@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from agent_health.ledger import errors, store
+from agent_health.ledger import errors, store, strictjson
 
 MARKER = "agent-health-ledger/1"
 """What every ledger line of a gateway's log starts with (``/1``: the framing's version)."""
@@ -185,7 +184,7 @@ def _end(payload: str, cell: str, number: int) -> tuple[int, str]:
 def _mac(line: str) -> str:
     """The ``mac`` of a sealed ledger line ('' when it has none: the chain says why)."""
     try:
-        payload = json.loads(line)
+        payload = strictjson.loads(line)
     except ValueError:
         return ""
     mac = payload.get("mac") if isinstance(payload, dict) else None

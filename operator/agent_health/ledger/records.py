@@ -25,7 +25,6 @@ from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-e
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
@@ -40,7 +39,7 @@ from pydantic import (
     model_validator,
 )
 
-from agent_health.ledger import encoding, errors
+from agent_health.ledger import encoding, errors, strictjson
 from agent_health.ledger import usage as usage_parser
 
 VERSION: Literal[2] = 2
@@ -248,7 +247,7 @@ def parse_line(line: str, number: int | None = None) -> Record:
     """
     where = f"ledger line {number}" if number is not None else "ledger line"
     try:
-        payload = json.loads(line)
+        payload = strictjson.loads(line)
     except ValueError as err:
         raise errors.RecordError(f"{where}: not JSON ({err})", line=number) from err
     return parse_object(payload, number)

@@ -1,3 +1,5 @@
+# Over 350 lines: the run file's writer, its seal and its reader must agree byte for byte
+# (the frame, the seal's MAC, the refused cells), so they sit side by side.
 """One file for a whole local run: every cell's records in ``DIR/run.jsonl``, sealed at the end.
 
 A local ``agent-health run`` records every (test, repeat) that ran the agent as a cell, like a
@@ -10,10 +12,14 @@ so each cell's records, read in file order, are exactly its chain (:mod:`.chain`
 as they would in their own file. The last line seals the run::
 
     {"seal":{"cells":{"CELL":{"mac":"<its last mac>","records":N},...},"records":TOTAL,
-     "version":1},"mac":"<HMAC-SHA256(key, 'run-seal:' || canonical(seal))>"}
+     "refused":{"CELL":"why"},"version":1},
+     "mac":"<HMAC-SHA256(key, 'run-seal:' || canonical(seal))>"}
 
 A cell whose lines were removed whole, or added after the end, leaves the chains intact but
-not the seal; a file without a seal is a run that did not finish (or was cut).
+not the seal; a file without a seal is a run that did not finish (or was cut). ``refused``
+(only when there are any) names the cells whose records could not be sealed (a value JSON
+cannot hold, such as NaN): they have no lines, and the seal says so, so no reader takes
+their absence for a run that never had them.
 
 Writing costs the event loop almost nothing: :meth:`RunFile.append_cell` buffers a cell's
 records — as JSON objects, or a function that makes them — with the sealer of its chain and
@@ -41,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_health.ledger import chain, encoding, errors
+from agent_health.ledger import chain, encoding, errors, strictjson
 
 NAME = "run.jsonl"
 """The run file in a ledger directory (a name no cell may take)."""
@@ -54,13 +60,18 @@ def frame(cell: str, line: str) -> str:
     return f'{{"cell":{json.dumps(cell)},"record":{line}}}'
 
 
-def seal_line(key: bytes, cells: Mapping[str, tuple[int, str]]) -> str:
-    """The seal of a run whose cells end as given: ``cell → (records, last mac)``."""
-    seal = {
+def seal_line(
+    key: bytes, cells: Mapping[str, tuple[int, str]], refused: Mapping[str, str] | None = None
+) -> str:
+    """The seal of a run whose cells end as given: ``cell → (records, last mac)``; and the
+    cells whose records could not be sealed, with why (``refused``, only when there are)."""
+    seal: dict[str, Any] = {
         "cells": {name: {"mac": mac, "records": n} for name, (n, mac) in sorted(cells.items())},
         "records": sum(n for n, _ in cells.values()),
         "version": SEAL_VERSION,
     }
+    if refused:  # a seal without refusals is byte for byte what older runs wrote
+        seal["refused"] = dict(sorted(refused.items()))
     mac = _seal_mac(key, seal)
     return encoding.canonical({"mac": mac, "seal": seal}).decode("ascii")
 
@@ -92,7 +103,7 @@ def parse(path: Path, text: str) -> Parsed:
             parsed.problems.append(f"{path.name} line {number}: a line after the seal")
             continue
         try:
-            payload = json.loads(line)
+            payload = strictjson.loads(line)
         except ValueError as err:
             parsed.problems.append(f"{path.name} line {number}: not JSON ({err})")
             continue
@@ -115,6 +126,16 @@ def parse(path: Path, text: str) -> Parsed:
             text_of_record = json.dumps(record)
         parsed.cells.setdefault(cell, []).append(text_of_record)
     return parsed
+
+
+def refused_in(parsed: Parsed) -> dict[str, str]:
+    """The cells the seal says could not be sealed, and why (read it only once
+    :func:`check_seal` holds: the seal's mac covers the list)."""
+    seal = parsed.seal.get("seal") if parsed.seal is not None else None
+    refused = seal.get("refused") if isinstance(seal, dict) else None
+    if not isinstance(refused, dict):
+        return {}
+    return {str(cell): str(why) for cell, why in refused.items()}
 
 
 def check_seal(key: bytes, parsed: Parsed, chains: Mapping[str, tuple[int, str]]) -> str | None:
@@ -185,7 +206,11 @@ class RunFile:
         self.chains: dict[str, tuple[int, str]] = {}
         """Each sealed cell's chain end, ``(records, last mac)``: what the seal lists."""
         self.refused: dict[str, str] = {}
-        """Cells whose records could not be sealed (not JSON), and why: not written."""
+        """Cells whose records could not be sealed (not JSON), and why: not written, but
+        named in the seal, so ``ledger verify`` counts them."""
+        self.refused_kinds: dict[str, str] = {}
+        """The kind of each refused cell's record that could not be sealed (``run-result``:
+        the agent's answer); none when its records could not even be made."""
         self._wake = asyncio.Event()  # something is buffered
         self._now = asyncio.Event()  # write without waiting: closing, or flush_bytes buffered
         self._taken = asyncio.Event()  # the writer took the buffer (set, then replaced)
@@ -279,10 +304,14 @@ class RunFile:
             except Exception as err:  # a cell that cannot be recorded fails alone, named
                 self.refused[item.name] = f"its records could not be made: {err!r}"
                 continue
+            lines, kind = [], ""
             try:
-                lines = [item.sealer.line_of(record) for record in made]
+                for record in made:
+                    kind = str(record.get("kind", ""))
+                    lines.append(item.sealer.line_of(record))
             except errors.LedgerError as err:
-                self.refused[item.name] = str(err)
+                self.refused[item.name] = f"its {kind} record: {err}"
+                self.refused_kinds[item.name] = kind
                 continue
             parts.append("".join(frame(item.name, line) + "\n" for line in lines).encode("ascii"))
             self.chains[item.name] = (item.sealer.next_seq, item.sealer.previous_mac)
@@ -313,8 +342,9 @@ class RunFile:
         if seal is not None:
             self._buffer.append(seal.encode("ascii") + b"\n")
         await self._drain()
-        if key is not None and self.chains and self.error is None:
-            self._buffer.append(seal_line(key, self.chains).encode("ascii") + b"\n")
+        if key is not None and (self.chains or self.refused) and self.error is None:
+            sealed = seal_line(key, self.chains, self.refused)
+            self._buffer.append(sealed.encode("ascii") + b"\n")
             self._writer = None
             await self._drain()
         if self._fd is not None:

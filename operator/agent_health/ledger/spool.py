@@ -26,12 +26,11 @@ already holds are dropped when the cell is next read.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent_health.ledger import errors, store
+from agent_health.ledger import errors, store, strictjson
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 SUFFIX = ".jsonl"
@@ -189,7 +188,7 @@ def _one_line(line: str) -> str:
 
 def _seq(line: str) -> int | None:
     try:
-        payload = json.loads(line)
+        payload = strictjson.loads(line)
     except ValueError:
         return None
     seq = payload.get("seq") if isinstance(payload, dict) else None

@@ -9,14 +9,11 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from agent_health.engine import entries
-from agent_health.engine import report as report_mod
+from agent_health.engine import entries, savedreport
 from agent_health.engine.report import RunReport
-from agent_health.sdk import errors
 
-
-class ReportFileError(errors.AgentHealthError):
-    """A JSON report that cannot be read: missing, not JSON, another version, bad fields."""
+ReportFileError = savedreport.ReportFileError
+"""A JSON report that cannot be read: missing, not JSON, another version, bad fields."""
 
 
 def write(path: Path, report: RunReport) -> None:
@@ -62,28 +59,11 @@ def _indented(value: Any, margin: str = "  ") -> str:
 
 
 def read(path: Path) -> RunReport:
-    """A saved JSON report of any readable version (its ``version`` is kept as written)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as err:
-        raise ReportFileError(f"{path}: no such report file") from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise ReportFileError(f"{path}: cannot read it ({err})") from err
-    try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise ReportFileError(f"{path}: not JSON ({err})") from err
-    if not isinstance(data, dict) or "version" not in data:
-        raise ReportFileError(f"{path}: not an agent-health JSON report (no version field)")
-    if data["version"] not in report_mod.READABLE_VERSIONS:
-        readable = " or ".join(str(v) for v in report_mod.READABLE_VERSIONS)
-        raise ReportFileError(
-            f"{path}: report version {data['version']!r} is not supported (this agent-health "
-            f"reads {readable})"
-        )
-    tests = data.get("tests")
-    if not isinstance(tests, list):
-        raise ReportFileError(f"{path}: not an agent-health JSON report (no tests list)")
+    """A saved JSON report of any readable version (its ``version`` is kept as written):
+    the fields readers rely on checked first (:mod:`..savedreport`), then the whole file
+    against the report's model."""
+    data = savedreport.read(path)
+    tests = data["tests"]
     where: tuple[Any, ...] = ()
     try:
         checked = []
@@ -94,5 +74,7 @@ def read(path: Path) -> RunReport:
         return RunReport.model_validate({**data, "tests": checked})
     except pydantic.ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(p) for p in (*where, *first["loc"])) or "the document"
+        loc = (*where, *first["loc"])
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+        field = field or "the document"
         raise ReportFileError(f"{path}: {field}: {first['msg']}") from err

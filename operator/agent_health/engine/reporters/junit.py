@@ -7,7 +7,8 @@ and each derived metric is a ``metric.NAME`` property with its value.
 A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure`` or
 ``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
 ``system-out`` / ``system-err``. A replayed result (``--replay``: the agent was not called)
-has the property ``replayed=true``, and its suites ``replayed_from`` the recording.
+has the property ``replayed=true``, and its suites ``replayed_from`` the recording and
+``replay_verified`` (``false``: no key checked it).
 
 The file is well-formed XML 1.0 whatever an agent sends: every text and attribute goes
 through :func:`agent_health.engine.visible.block`, which writes out the characters XML
@@ -174,9 +175,12 @@ def render(report: RunReport) -> bytes:
             time=f"{sum(t['duration_ms'] for t in tests) / 1000:.3f}",
         )
         replayed = report.provenance.replay if report.provenance else None
-        if replayed:
+        if replayed and report.provenance is not None:
             props = _add(suite, "properties")
             _add(props, "property", name="replayed_from", value=replayed)
+            verified = report.provenance.replay_verified
+            if verified is not None:  # false: no key checked the recording
+                _add(props, "property", name="replay_verified", value=str(verified).lower())
         for text in errors:
             name = "hook error" if " hook " in text else LOAD_ERROR
             case = _add(suite, "testcase", name=name, classname=file, file=file)

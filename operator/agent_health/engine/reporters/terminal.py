@@ -176,9 +176,12 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     if s.total:
         console.print(f"[dim]{style.shown(legend(s.repeats))}[/]", highlight=False)
     if report.provenance is not None and report.provenance.replay:
+        verified = report.provenance.replay_verified
+        trust = {True: "verified with its key", False: "[bold]UNVERIFIED[/]: no key checked it"}
         console.print(
-            f"[bold]replayed[/] from {style.shown(report.provenance.replay)}: agent.run() was "
-            "answered from the recording; the agent was not called",
+            f"[bold]replayed[/] from {style.shown(report.provenance.replay)} (recording "
+            f"{trust[verified] if verified is not None else 'not checked'}): agent.run() "
+            "was answered from the recording; the agent was not called",
             highlight=False,
         )
     if s.insights is not None:

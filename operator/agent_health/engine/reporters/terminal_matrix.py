@@ -77,9 +77,11 @@ def _verdict(paired: dict[str, Any] | None) -> str:
         if not test:
             continue
         low, high = _bounds(test.get("interval"))
+        # a pass rate's difference in points, as the pair's line above says it
+        shown = (lambda v: f"{v * 100:+.1f} pts") if metric == "pass_rate" else "{:+.3f}".format
         where = (
-            f", {1 - paired.get('alpha', 0.05):.0%} CI [{low:+.3f}, {high:+.3f}]"
-            if low is not None
+            f", {1 - paired.get('alpha', 0.05):.0%} CI [{shown(low)}, {shown(high)}]"
+            if low is not None and high is not None
             else ""
         )
         word = "significant" if test.get("significant") else "not distinguishable from noise"

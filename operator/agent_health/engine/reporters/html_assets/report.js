@@ -273,7 +273,10 @@
       root.prepend(el("div", { class: "replayed-banner", role: "note" },
         el("strong", { text: "Replayed" }),
         " from " + PROVENANCE.replay + ": every agent.run() was answered from the recording;"
-        + " the agent was not called."));
+        + " the agent was not called."
+        + (PROVENANCE.replay_verified === false
+          ? " The recording is unverified: no ledger key checked it, so its records could"
+            + " have been edited." : "")));
     }
     const loadErrors = SUMMARY.load_errors || [];
     if (loadErrors.length) {
