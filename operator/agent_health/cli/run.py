@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors, judging
-    from agent_health.engine import budget, loader, provenance, recording, replay, session
+    from agent_health.engine import (
+        budget,
+        discovery,
+        loader,
+        provenance,
+        recording,
+        replay,
+        session,
+    )
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
 
@@ -91,6 +99,7 @@ def add_commands(sub: Any) -> None:
     run.add_argument(
         "--list", action="store_true", help="list the tests that would run and run nothing"
     )
+    _case_file_flags(run)
     run.add_argument(
         "--forbid-only",
         action=argparse.BooleanOptionalAction,
@@ -150,7 +159,58 @@ def add_commands(sub: Any) -> None:
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.add_argument("--grep")
     ls.add_argument("--label", action="append", default=[])
+    ls.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
+    _case_file_flags(ls)
     ls.set_defaults(handler=list_command)
+
+
+def _case_file_flags(parser: Any) -> None:
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="load case files that upstream's validation refuses (no category, a difficulty "
+        "outside Easy/Medium/Hard, blank outcomes, ...), with a warning for each problem",
+    )
+    parser.add_argument(
+        "--forbid-unknown",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a field a case file's format does not know is an error, not a warning "
+        "(default: on when $CI is set)",
+    )
+
+
+def _discovery(args: argparse.Namespace, config: config_mod.Config) -> discovery.Discovery:
+    """Which files are tests, and how strictly case files are read (flags over config)."""
+    from agent_health.engine import discovery
+
+    return discovery.of(
+        config.test_match,
+        config.test_ignore,
+        lenient=args.lenient or config.lenient_cases,
+        forbid_unknown=args.forbid_unknown,
+    )
+
+
+def _load_notes(suite: loader.Suite) -> list[str]:
+    """What loading has to say beside errors: each warning, and the JSON files a folder
+    search passed over (so a case file named unlike one is never silently not run)."""
+    notes = [f"warning {_printable(str(w))}" for w in suite.warnings]
+    if suite.skipped:
+        names = ", ".join(_printable(n) for n in suite.skipped[:5])
+        more = f" and {len(suite.skipped) - 5} more" if len(suite.skipped) > 5 else ""
+        many = len(suite.skipped) != 1
+        notes.append(
+            f"skipped {len(suite.skipped)} JSON file{'s' if many else ''} whose "
+            f"name{'s' if many else ''} match no test_match pattern: {names}{more}; pass a "
+            "file by path to run it, or add a pattern to test_match in agent-health.config.py"
+        )
+    return notes
+
+
+def _printable(text: str) -> str:
+    """``text`` with each control character written as its escape (file text is not ours)."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
@@ -183,7 +243,11 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
-    suite = loader.load(paths)
+    config = _config(args, paths)
+    suite = loader.load(paths, _discovery(args, config))
+    if not args.list:
+        for note in _load_notes(suite):
+            err_console.print(note, markup=False, highlight=False)
     select.forbid_only(suite.cases, args.forbid_only)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
     if args.last_failed:
@@ -194,7 +258,6 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if args.list:
         return _print_cases(cases, suite, as_json=False, consoles=consoles)
     common.check_reports(outputs)
-    config = _config(args, paths)
     load_errors = [str(e) for e in suite.errors]
     if not cases and not load_errors:
         console.print("no tests found" + (" (after --grep/--label/--shard)" if suite.cases else ""))
@@ -393,7 +456,7 @@ def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine import loader, select
 
     paths = [Path(p) for p in args.paths]
-    suite = loader.load(paths)
+    suite = loader.load(paths, _discovery(args, _config(args, paths)))
     cases = select.select(suite.cases, grep=args.grep, labels=args.label)
     return _print_cases(cases, suite, as_json=args.json, consoles=consoles)
 
@@ -406,13 +469,16 @@ def _print_cases(
 
     for error in suite.errors:
         consoles.err.print(f"[red]load error[/] {error}")
+    for note in _load_notes(suite):
+        sys.stderr.write(note + "\n")
     if as_json:
         payload = [listing.entry(c) for c in cases]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         for c in cases:
             sys.stdout.write(listing.line(c) + "\n")
-        sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files\n")
+        skipped = f", {len(suite.skipped)} JSON skipped" if suite.skipped else ""
+        sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files{skipped}\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK
 
 
