@@ -202,7 +202,7 @@ def _load_notes(suite: loader.Suite) -> list[str]:
         many = len(suite.skipped) != 1
         notes.append(
             f"skipped {len(suite.skipped)} JSON file{'s' if many else ''} whose "
-            f"name{'s' if many else ''} match no test_match pattern: {names}{more}; pass a "
+            f"name{'s match' if many else ' matches'} no test_match pattern: {names}{more}; pass a "
             "file by path to run it, or add a pattern to test_match in agent-health.config.py"
         )
     return notes

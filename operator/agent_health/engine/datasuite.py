@@ -127,10 +127,11 @@ def _resolve(
         if other.resolve() == doc.file.resolve():
             continue
         sibling = _declared(forms.read(other, options), options)
-        looked.append(other.name)
         if any(p.error for p in sibling.problems):
             loaded.problems.extend(sibling.problems)
+            looked.append(f"{other.name} (does not load: see its errors)")
             continue
+        looked.append(other.name)
         for case in sibling.cases:
             if case.key is not None:
                 by_id.setdefault(case.key, case)

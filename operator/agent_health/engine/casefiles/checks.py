@@ -130,7 +130,9 @@ def check_case(
     """The case at ``path`` of ``file`` (``where`` names it: ``case [1] 'name'``)."""
     found: list[Problem] = []
 
-    def problem(at: Path, message: str, error: bool = True) -> None:
+    def problem(at: Path, message: str, error: bool = True, upstreams: bool = False) -> None:
+        if upstreams and error:  # a rule of upstream's validation: --lenient relaxes it
+            message += " (--lenient loads it anyway)"
         found.append(Problem(file, line_of((*path, *at)), f"{where}: {message}", error))
 
     if not isinstance(raw, dict):
@@ -199,6 +201,7 @@ def _unknown(raw: dict[str, Any]) -> list[tuple[Path, str | None]]:
 
 
 Report = Callable[..., None]
+"""``problem(at, message, error, upstreams)``: record one problem of the case."""
 
 
 def _categorised(raw: dict[str, Any], problem: Report, upstream: bool) -> None:
@@ -219,10 +222,9 @@ def _categorised(raw: dict[str, Any], problem: Report, upstream: bool) -> None:
     }
     category = raw.get("category")
     if category is None and not by_label["category"]:
-        fix = HINTS["category"] + ("; --lenient loads it without" if upstream else "")
-        problem(("category",), f"category: missing; {fix}", upstream)
+        problem(("category",), f"category: missing; {HINTS['category']}", upstream, True)
     elif isinstance(category, str) and not category:
-        problem(("category",), f"category: is empty; {HINTS['category']}", upstream)
+        problem(("category",), f"category: is empty; {HINTS['category']}", upstream, True)
     difficulty = raw.get("difficulty")
     stated, at = (
         (difficulty, ("difficulty",))
@@ -230,8 +232,7 @@ def _categorised(raw: dict[str, Any], problem: Report, upstream: bool) -> None:
         else (by_label["difficulty"], ("labels",))
     )
     if stated is None:
-        fix = HINTS["difficulty"] + ("; --lenient loads it without" if upstream else "")
-        problem(("difficulty",), f"difficulty: missing; {fix}", upstream)
+        problem(("difficulty",), f"difficulty: missing; {HINTS['difficulty']}", upstream, True)
     elif isinstance(stated, str) and stated not in model.DIFFICULTIES:
         near = did_you_mean(stated, model.DIFFICULTIES)
         label = "difficulty" if at == ("difficulty",) else "the difficulty: label"
@@ -241,6 +242,7 @@ def _categorised(raw: dict[str, Any], problem: Report, upstream: bool) -> None:
             + (f"; did you mean {near!r}?" if near else "; use one of upstream's three")
             + ("" if upstream else " (kept as written)"),
             upstream,
+            True,
         )
 
 
@@ -256,6 +258,7 @@ def _contexts(raw: dict[str, Any], problem: Report, upstream: bool) -> None:
                 '"description" and "value"'
                 + ("" if upstream else " (sent with an empty description)"),
                 upstream,
+                True,
             )
 
 
@@ -270,5 +273,6 @@ def _blank_outcomes(raw: dict[str, Any], problem: Report, upstream: bool) -> set
             f"expectedOutcomes[{i}]: is blank; write the claim the judge checks, or remove it"
             + ("" if upstream else " (left out)"),
             upstream,
+            True,
         )
     return blank

@@ -34,6 +34,11 @@ def _load_error_file(text: str) -> str:
     return where.rsplit(":", 1)[0] if where.rsplit(":", 1)[-1].isdigit() else where
 
 
+def _at(sig: dict[str, Any]) -> str:
+    """`` (file:line)`` where the check was made (a case file's: the case), when known."""
+    return f" ({sig['location']})" if sig.get("location") else ""
+
+
 def _signal_line(sig: dict[str, Any]) -> str:
     if sig["kind"] == "metric":
         value = (sig["evidence"] or {}).get("value")
@@ -64,7 +69,7 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
             type="AgentHealthFailure",
         )
         node.text = "\n".join(
-            f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed
+            f"{f['name']}{_at(f)}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed
         )
     elif test["status"] == "errored":
         cause = test.get("cause") or "test"
