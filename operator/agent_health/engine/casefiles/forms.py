@@ -125,31 +125,30 @@ def _parse(doc: Document, text: str, first_line: int) -> Any:
     except ValueError as err:  # e.g. an integer with more digits than Python reads
         doc.problems.append(checks.Problem(str(doc.file), first_line, f"unreadable JSON: {err}"))
         return _NOTHING
-    deepest = _depth(data)
-    if deepest > MAX_DEPTH:
+    if _too_deep(data):
         doc.problems.append(
             checks.Problem(
                 str(doc.file),
                 first_line if doc.jsonl else None,
-                f"nested {deepest} levels deep; a case file nests at most {MAX_DEPTH}",
+                f"nested more than {MAX_DEPTH} levels deep; a case file nests at most "
+                f"{MAX_DEPTH} (every reader of the reports must be able to walk it)",
             )
         )
         return _NOTHING
     return data
 
 
-def _depth(data: Any) -> int:
-    """How deep ``data`` nests, without recursion (a hostile file must not crash us)."""
-    deepest, todo = 0, [(data, 1)]
+def _too_deep(data: Any) -> bool:
+    """Whether ``data`` nests deeper than :data:`MAX_DEPTH`, found without recursion."""
+    todo = [(data, 1)]
     while todo:
         value, level = todo.pop()
         if isinstance(value, dict | list):
-            deepest = max(deepest, level)
             if level > MAX_DEPTH:
-                return level
+                return True
             items = value.values() if isinstance(value, dict) else value
             todo.extend((v, level + 1) for v in items)
-    return deepest
+    return False
 
 
 def _jsonl(doc: Document, text: str) -> None:
