@@ -94,7 +94,8 @@ async def test_openai_compatible_agents_get_them_as_function_tools(write_suite: 
 AGENT = """
 import json, os, sys
 request = json.load(sys.stdin)
-seen = {"stdin": request.get("tools"), "env": json.loads(os.environ.get("AGENT_HEALTH_TOOLS", "null"))}
+offered = os.environ.get("AGENT_HEALTH_TOOLS", "null")
+seen = {"stdin": request.get("tools"), "env": json.loads(offered)}
 with open(sys.argv[1], "a") as out:
     out.write(json.dumps(seen) + "\\n")
 print(json.dumps({"output": "ok", "trajectory": []}))

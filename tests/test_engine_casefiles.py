@@ -213,7 +213,8 @@ def test_a_form_agent_health_does_not_read_says_which_it_reads(write_suite: Any)
     )
     [odd] = errors_of(suite / "odd.cases.json")
     assert odd.startswith("odd.cases.json:1: holds an object with 'suites'; that is not a ")
-    assert '{"benchmarks": [...]}' in odd and "JSONL (.jsonl, one case a line)" in odd
+    assert '{"benchmarks": [...]}' in odd
+    assert "JSONL (.jsonl, one case a line)" in odd
     [lines] = errors_of(suite / "lines.cases.json")
     assert lines == (
         "lines.cases.json:2: invalid JSON: Extra data; one JSON value a line is JSONL: "
@@ -284,4 +285,5 @@ def test_hostile_input_is_one_line_per_problem_never_a_crash(
     assert len(errors) == len(expected)
     for error, start in zip(errors, expected, strict=True):
         assert error.startswith(start), error
-        assert "\n" not in error and "Traceback" not in error
+        assert "\n" not in error
+        assert "Traceback" not in error
