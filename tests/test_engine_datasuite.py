@@ -179,8 +179,11 @@ async def test_every_field_reaches_the_agent_the_judge_and_the_reports(
             **{"nightly-benchmark.json": json.dumps(NIGHTLY), "agent-health.config.py": ""}
         )
         (suite / "agent-health.config.py").write_text(_judge_config(judge.url))
+        junit = suite / "junit.xml"
         async with serving(_recording_agent(bodies)) as url:
-            run = await run_cli(suite, "--agent", f"rest+{url}", "--no-ledger")
+            run = await run_cli(
+                suite, "--agent", f"rest+{url}", "--no-ledger", "--reporter", f"junit:{junit}"
+            )
     finally:
         await judge.close()
     test = run.by_name("payment outage")
@@ -205,6 +208,9 @@ async def test_every_field_reaches_the_agent_the_judge_and_the_reports(
     )
     assert kept["benchmarks"] == ["nightly"]
     assert test["labels"] == ["difficulty:Medium", "category:RCA", "subcategory:database"]
+    properties = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert properties["case.expectedPPL"] == case["expectedPPL"]
+    assert properties["case.id"] == "tc-42"
 
 
 def test_an_id_is_the_identity_so_a_renamed_case_keeps_it(write_suite: Any, capsys: Any) -> None:

@@ -97,6 +97,9 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
         ET.SubElement(props, "property", name="ledger_cell", value=test["ledger_cell"])
     for label_name in test["labels"]:
         ET.SubElement(props, "property", name="label", value=label_name)
+    for key, value in (test.get("case") or {}).items():  # a case file's: id, expectedPPL, ...
+        if isinstance(value, str | int | float | bool):
+            ET.SubElement(props, "property", name=f"case.{key}", value=str(value))
     for key, value in (test["metrics"] or {}).items():
         shown = value if isinstance(value, (str, int, float)) else json.dumps(value)
         ET.SubElement(props, "property", name=f"metric.{key}", value=str(shown))
