@@ -183,8 +183,11 @@ def _load_cases(
         if item not in kept:  # a case file a benchmark names may be loaded on its own too
             kept.append(item)
     suite.hooks[shown] = []
+    shown_as = {str(path): shown}  # a benchmark's cases are of the files beside it
     for case in loaded.cases:
-        placed = datasuite.relocated(case, _relative(Path(case.file), suite.root))
+        if case.file not in shown_as:
+            shown_as[case.file] = _relative(Path(case.file), suite.root)
+        placed = datasuite.relocated(case, shown_as[case.file])
         earlier = from_cases.get(placed.id)
         if earlier is None:
             from_cases[placed.id] = placed

@@ -140,15 +140,20 @@ def _parse(doc: Document, text: str, first_line: int) -> Any:
 
 def _too_deep(data: Any) -> bool:
     """Whether ``data`` nests deeper than :data:`MAX_DEPTH`, found without recursion."""
+    if type(data) not in _CONTAINERS:
+        return False
     todo = [(data, 1)]
-    while todo:
+    while todo:  # containers only: most values of a case file are strings
         value, level = todo.pop()
-        if isinstance(value, dict | list):
-            if level > MAX_DEPTH:
-                return True
-            items = value.values() if isinstance(value, dict) else value
-            todo.extend((v, level + 1) for v in items)
+        if level > MAX_DEPTH:
+            return True
+        for item in value.values() if type(value) is dict else value:
+            if type(item) in _CONTAINERS:
+                todo.append((item, level + 1))
     return False
+
+
+_CONTAINERS = (dict, list)  # what json.loads makes: exactly these types, never subclasses
 
 
 def _jsonl(doc: Document, text: str) -> None:

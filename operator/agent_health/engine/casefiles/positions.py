@@ -22,17 +22,26 @@ _DECODER = json.JSONDecoder()
 
 
 class Lines:
-    """Line numbers (1-based) of the values of one text, by path."""
+    """Line numbers (1-based) of the values of one text, by path.
 
-    def __init__(self, text: str, depth: int = DEPTH) -> None:
+    The text is walked only as deep as the paths asked for: every case's line is asked for,
+    a field's only when it has a problem, so most files are walked one or two levels deep
+    (each case skipped whole by the decoder) and a deeper walk is the rare one.
+    """
+
+    def __init__(self, text: str) -> None:
         self._breaks = [m.start() for m in re.finditer("\n", text)]
         self._starts: dict[Path, int] = {}
         self._text = text
-        self._depth = depth
-        self._walk(0, ())
+        self._depth = -1
 
     def of(self, path: Path) -> int | None:
         """The line where the value at ``path`` starts, or of its nearest recorded parent."""
+        wanted = min(len(path), DEPTH)
+        if wanted > self._depth:
+            self._depth = wanted
+            self._starts = {}
+            self._walk(0, ())
         while True:
             offset = self._starts.get(path)
             if offset is not None:
