@@ -192,27 +192,6 @@ def _discovery(args: argparse.Namespace, config: config_mod.Config) -> discovery
     )
 
 
-def _load_notes(suite: loader.Suite) -> list[str]:
-    """What loading has to say beside errors: each warning, and the JSON files a folder
-    search passed over (so a case file named unlike one is never silently not run)."""
-    notes = [f"warning {_printable(str(w))}" for w in suite.warnings]
-    if suite.skipped:
-        names = ", ".join(_printable(n) for n in suite.skipped[:5])
-        more = f" and {len(suite.skipped) - 5} more" if len(suite.skipped) > 5 else ""
-        many = len(suite.skipped) != 1
-        notes.append(
-            f"skipped {len(suite.skipped)} JSON file{'s' if many else ''} whose "
-            f"name{'s match' if many else ' matches'} no test_match pattern: {names}{more}; pass a "
-            "file by path to run it, or add a pattern to test_match in agent-health.config.py"
-        )
-    return notes
-
-
-def _printable(text: str) -> str:
-    """``text`` with each control character written as its escape (file text is not ours)."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-
-
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import asyncio
     import concurrent.futures
@@ -246,7 +225,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     config = _config(args, paths)
     suite = loader.load(paths, _discovery(args, config))
     if not args.list:
-        for note in _load_notes(suite):
+        for note in loader.notes(suite):
             err_console.print(note, markup=False, highlight=False)
     select.forbid_only(suite.cases, args.forbid_only)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
@@ -469,7 +448,7 @@ def _print_cases(
 
     for error in suite.errors:
         consoles.err.print(f"[red]load error[/] {error}")
-    for note in _load_notes(suite):
+    for note in loader.notes(suite):
         sys.stderr.write(note + "\n")
     if as_json:
         payload = [listing.entry(c) for c in cases]

@@ -201,6 +201,29 @@ def _load_cases(
             earlier.metadata = {**(earlier.metadata or {}), "benchmarks": names}
 
 
+def notes(suite: Suite) -> list[str]:
+    """What loading has to say beside its errors, a line each: every warning, and the JSON
+    files a folder search passed over (so a case file named unlike one is never silently
+    not run)."""
+    said = [f"warning {_printable(str(w))}" for w in suite.warnings]
+    if suite.skipped:
+        names = ", ".join(_printable(n) for n in suite.skipped[:5])
+        more = f" and {len(suite.skipped) - 5} more" if len(suite.skipped) > 5 else ""
+        many = len(suite.skipped) != 1
+        said.append(
+            f"skipped {len(suite.skipped)} JSON file{'s' if many else ''} whose "
+            f"name{'s match' if many else ' matches'} no test_match pattern: {names}{more}; "
+            "pass a file by path to run it, or add a pattern to test_match in "
+            "agent-health.config.py"
+        )
+    return said
+
+
+def _printable(text: str) -> str:
+    """``text`` with each control character written as its escape (file text is not ours)."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 def _relative(path: Path, root: Path) -> str:
     try:
         return path.relative_to(root).as_posix()
