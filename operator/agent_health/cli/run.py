@@ -444,7 +444,7 @@ def _print_cases(
     cases: list[Any], suite: loader.Suite, *, as_json: bool, consoles: common.Consoles
 ) -> int:
     """What ``list`` (and ``run --list``) prints: every selected test, or JSON."""
-    from agent_health.engine import listing
+    from agent_health.engine import listing, loader
 
     for error in suite.errors:
         consoles.err.print(f"[red]load error[/] {error}")
