@@ -215,7 +215,11 @@ def _cases(
 ) -> None:
     prefix = f"benchmark {benchmark!r} " if benchmark and at else ""
     if not isinstance(items, list):
-        doc.problem(at, f"{checks.field_path(at) or 'the file'}: must be a list of cases")
+        doc.problem(
+            at,
+            f"{checks.field_path(at) or 'the file'}: must be a list of cases, got "
+            f"{checks.json_type(items)}",
+        )
         return
     if not items:
         doc.problem(at, f"{checks.field_path(at) or 'the file'} {_EMPTY}", not options.lenient)
