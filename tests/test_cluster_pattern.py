@@ -57,6 +57,17 @@ def test_selection_keeps_python_regex_basics() -> None:
     assert [t.id for t in chosen] == ["suite/rca.py::Payment RCA", "suite/ui.py::page"]
 
 
+def test_selection_matches_labels_letter_case_aside_as_the_cli_does() -> None:
+    # Case files keep upstream's labels as written (difficulty:Easy); --label difficulty:easy
+    # selects them on the command line, and so does spec.selection.labels.
+    found = (
+        listing_mod.Test(id="cases.json::a", title="a", labels=("difficulty:Easy",)),
+        listing_mod.Test(id="cases.json::b", title="b", labels=("difficulty:Hard",)),
+    )
+    chosen = plan.select(found, evaluationrun.Selection(labels=["difficulty:easy"]))
+    assert [t.id for t in chosen] == ["cases.json::a"]
+
+
 @pytest.mark.slow
 async def test_a_catastrophic_grep_fails_its_run_and_stalls_nothing() -> None:
     async with cluster() as k8s:

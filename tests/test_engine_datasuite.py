@@ -1,18 +1,26 @@
-"""JSON case files in the established format run as tests."""
+"""Case files in the TypeScript agent-health's format run as tests, through the real CLI:
+their checks, labels as upstream builds them, their ids, their metadata in every report,
+and failed checks that point at the case in its file."""
 
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
+import pytest
+from agent_health import cli
+from aiohttp import web
 from helpers import run_cli, run_cli_sync
+from loopback import serving
 
+RCA = {"category": "RCA", "difficulty": "Hard"}
 CASES = [
     {
         "name": "payment outage",
         "description": "RCA of the payment service",
-        "category": "RCA",
-        "difficulty": "Hard",
+        **RCA,
         "initialPrompt": "Diagnose why the payment service is failing.",
         "context": [{"description": "Error log", "value": "Connection refused"}],
         "expectedOutcomes": ["names db-primary"],
@@ -24,12 +32,14 @@ CASES = [
     {
         "name": "needs a tool it never calls",
         "labels": ["custom"],
+        **RCA,
         "initialPrompt": "Is the search service healthy?",
         "expectedTrajectory": [{"step": 1, "description": "x", "requiredTools": ["restart_pod"]}],
     },
     {
         # The example agent searches the logs first, then checks the service status.
         "name": "steps in the wrong order",
+        **RCA,
         "initialPrompt": "Diagnose why the payment service is failing.",
         "expectedTrajectory": [
             {"step": 2, "description": "logs", "requiredTools": ["search_logs"]},
@@ -38,6 +48,7 @@ CASES = [
     },
     {
         "name": "steps listed out of order but numbered right",
+        **RCA,
         "initialPrompt": "Diagnose why the payment service is failing.",
         "expectedTrajectory": [
             {"step": 2, "description": "status", "requiredTools": ["service_status"]},
@@ -46,18 +57,27 @@ CASES = [
     },
     {
         "name": "nothing to check",
+        **RCA,
         "initialPrompt": "Diagnose why the payment service is failing.",
         "expectedTrajectory": [{"step": 1, "description": "think it over"}],
     },
 ]
 
 
-async def test_cases_run_as_tests(write_suite: Any, triage_url: str) -> None:
-    suite = write_suite(**{"suite.cases.json": json.dumps(CASES)})
-    run = await run_cli(suite, "--agent", f"rest+{triage_url}")
+def line_of(text: str, name: str) -> int:
+    """The line of the case named ``name`` (its opening brace, just above its name)."""
+    lines = text.splitlines()
+    return next(i for i, line in enumerate(lines, start=1) if f'"name": "{name}"' in line) - 1
+
+
+async def test_cases_run_as_tests(write_suite: Any, triage_url: str, capsys: Any) -> None:
+    text = json.dumps(CASES, indent=2)
+    suite = write_suite(**{"suite.cases.json": text})
+    junit = suite / "junit.xml"
+    run = await run_cli(suite, "--agent", f"rest+{triage_url}", "--reporter", f"junit:{junit}")
     payment = run.by_name("payment outage")
     assert payment["status"] == "passed"
-    assert payment["labels"] == ["category:RCA", "difficulty:hard"]
+    assert payment["labels"] == ["difficulty:Hard", "category:RCA"]  # upstream's, as written
     assert payment["prompt"] == "Diagnose why the payment service is failing."
     kinds = [(s["kind"], s["role"]) for s in payment["signals"] if s["kind"] != "metric"]
     assert kinds == [("deterministic", "gate")] * 3 + [("judge", "neutral")]
@@ -87,19 +107,210 @@ async def test_cases_run_as_tests(write_suite: Any, triage_url: str) -> None:
     assert run.report["summary"]["skipped"] == 1
     assert run.code == 1
 
+    # A failed check points at the case in its file — in the JSON report, on the terminal
+    # and in JUnit — not at the code that runs it.
+    where = f"suite.cases.json:{line_of(text, 'steps in the wrong order')}"
+    assert (wrong["line"], failed[0]["location"]) == (int(where.rsplit(":")[1]), where)
+    assert f"({where})" in capsys.readouterr().out
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    broken = cases["steps in the wrong order"]
+    assert (broken.get("file"), broken.get("line")) == ("suite.cases.json", where.split(":")[1])
+    assert where in (broken.findtext("failure") or "")
 
-def test_bad_case_names_the_case_and_field(write_suite: Any) -> None:
-    suite = write_suite(
-        **{"test_bad.json": json.dumps([{"name": "ok", "initialPrompt": "x"}, {"name": "broken"}])}
+
+NIGHTLY = {
+    "name": "nightly",
+    "testCases": [
+        {
+            "id": "tc-42",
+            "name": "payment outage",
+            "category": "RCA",
+            "subcategory": "database",
+            "difficulty": "Medium",
+            "initialPrompt": "Diagnose why the payment service is failing.",
+            "tools": [
+                {
+                    "name": "search_logs",
+                    "description": "Search a service's logs",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"service": {"type": "string", "description": "name"}},
+                        "required": ["service"],
+                    },
+                }
+            ],
+            "expectedPPL": "source=logs-* | where service = 'payment' | stats count() by level",
+            "expectedOutcomes": ["names db-primary"],
+            "currentVersion": 2,
+            "versions": [{"version": 1, "createdAt": "2024-01-15T10:00:00.000Z"}],
+            "isPromoted": True,
+            "describePath": ["RCA", "payments"],
+        }
+    ],
+}
+
+
+def _recording_agent(bodies: list[dict[str, Any]]) -> Any:
+    async def agent(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        return web.json_response({"output": "db-primary refuses connections"})
+
+    return agent
+
+
+def _judge_config(url: str) -> str:
+    return (
+        "from agent_health import define_config\n"
+        "config = define_config(judge={'provider': 'openai', 'model': 'm', "
+        f"'base_url': {url!r}, 'api_key_env': 'CASES_TEST_KEY', 'cache': False}})\n"
     )
+
+
+async def test_every_field_reaches_the_agent_the_judge_and_the_reports(
+    write_suite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from judge_servers import Answer, ScriptedModel, prompt_text
+
+    monkeypatch.setenv("CASES_TEST_KEY", "k")
+    judge = await ScriptedModel.start("openai", default=Answer(True, 1.0, "named"))
+    bodies: list[dict[str, Any]] = []
+    try:
+        suite = write_suite(
+            **{"nightly-benchmark.json": json.dumps(NIGHTLY), "agent-health.config.py": ""}
+        )
+        (suite / "agent-health.config.py").write_text(_judge_config(judge.url))
+        junit = suite / "junit.xml"
+        async with serving(_recording_agent(bodies)) as url:
+            run = await run_cli(
+                suite, "--agent", f"rest+{url}", "--no-ledger", "--reporter", f"junit:{junit}"
+            )
+    finally:
+        await judge.close()
+    test = run.by_name("payment outage")
+    assert test["status"] == "passed", test
+    assert test["id"] == "nightly-benchmark.json::tc-42"  # the case's id, not its name
+    case = NIGHTLY["testCases"][0]  # type: ignore[index]
+    # tools reach the agent: the REST body carries them beside the prompt.
+    [body] = bodies
+    assert body["tools"] == case["tools"]
+    # expectedPPL reaches the judge as the expected answer, apart from the evidence.
+    [asked] = judge.requests
+    said = prompt_text(asked.body)
+    assert "## EXPECTED ANSWER" in said
+    assert said.index(case["expectedPPL"]) < said.index("## EVIDENCE")
+    # The rest is kept as the case's metadata, in the report (and the wrapper's name).
+    kept = test["case"]
+    for key in ("id", "subcategory", "currentVersion", "versions", "isPromoted"):
+        assert kept[key] == case[key], key
+    assert (kept["describePath"], kept["expectedPPL"]) == (
+        case["describePath"],
+        case["expectedPPL"],
+    )
+    assert kept["benchmarks"] == ["nightly"]
+    assert test["labels"] == ["difficulty:Medium", "category:RCA", "subcategory:database"]
+    properties = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert properties["case.expectedPPL"] == case["expectedPPL"]
+    assert properties["case.id"] == "tc-42"
+
+
+def test_an_id_is_the_identity_so_a_renamed_case_keeps_it(write_suite: Any, capsys: Any) -> None:
+    def ids(name: str) -> list[str]:
+        renamed = json.loads(json.dumps(NIGHTLY))
+        renamed["testCases"][0]["name"] = name
+        write_suite(**{"nightly-benchmark.json": json.dumps(renamed)})
+        assert cli.main(["list", "--json", str(suite)]) == 0
+        return [t["id"] for t in json.loads(capsys.readouterr().out)]
+
+    suite = write_suite()
+    assert (
+        ids("payment outage") == ids("payment service outage") == ["nightly-benchmark.json::tc-42"]
+    )
+
+
+def test_cases_may_share_a_name_when_their_ids_differ(write_suite: Any, capsys: Any) -> None:
+    same = {**RCA, "name": "twin", "initialPrompt": "Diagnose", "expectedOutcomes": ["x"]}
+    suite = write_suite(
+        **{"twins.cases.json": json.dumps([{**same, "id": "a"}, {**same, "id": "b"}])}
+    )
+    assert cli.main(["list", "--json", str(suite)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [t["id"] for t in listed] == ["twins.cases.json::a", "twins.cases.json::b"]
+    write_suite(**{"twins.cases.json": json.dumps([same, same])})
     run = run_cli_sync(suite, "--pass-with-no-tests")
     assert run.code == 2
     assert run.report["summary"]["load_errors"] == [
-        "test_bad.json: case [1] 'broken': initialPrompt: Field required"
+        "twins.cases.json:1: case [1] 'twin': name 'twin' is also case [0] 'twin''s; give the "
+        "cases distinct names, or each an id (cases with ids may share a name)"
     ]
 
 
-def test_invalid_json_names_the_line(write_suite: Any) -> None:
-    suite = write_suite(**{"x.cases.json": '[\n{"name": "a",\n'})
+LABELLED = [
+    {
+        **RCA,
+        "difficulty": "Easy",
+        "name": "easy one",
+        "initialPrompt": "p",
+        "expectedOutcomes": ["x"],
+    },
+    {
+        **RCA,
+        "name": "labelled one",
+        "labels": ["Smoke", "difficulty:Hard"],
+        "initialPrompt": "p",
+        "expectedOutcomes": ["x"],
+    },
+]
+
+
+def test_labels_are_upstreams_and_selection_ignores_letter_case(
+    write_suite: Any, capsys: Any
+) -> None:
+    suite = write_suite(**{"labels.cases.json": json.dumps(LABELLED)})
+    assert cli.main(["list", "--json", str(suite)]) == 0
+    labels = {t["name"]: t["labels"] for t in json.loads(capsys.readouterr().out)}
+    assert labels == {
+        "easy one": ["difficulty:Easy", "category:RCA"],
+        "labelled one": ["Smoke", "difficulty:Hard"],  # explicit labels, as written
+    }
+    for wanted in ("difficulty:Easy", "difficulty:easy", "DIFFICULTY:EASY"):
+        assert cli.main(["list", "--label", wanted, str(suite)]) == 0
+        assert capsys.readouterr().out.splitlines()[0].startswith("labels.cases.json::easy one")
+    assert cli.main(["list", "--label", "smoke", str(suite)]) == 0
+    assert "labelled one" in capsys.readouterr().out
+
+
+def test_follow_up_questions_are_refused_until_conversations_run(
+    write_suite: Any, capsys: Any
+) -> None:
+    case = {
+        **RCA,
+        "name": "asks again",
+        "initialPrompt": "Diagnose",
+        "expectedOutcomes": ["x"],
+        "followUpQuestions": [
+            {"trigger": "always", "question": "And then?", "businessValue": "depth"}
+        ],
+    }
+    suite = write_suite(**{"turns.cases.json": json.dumps([case])})
     run = run_cli_sync(suite, "--pass-with-no-tests")
-    assert run.report["summary"]["load_errors"][0].startswith("x.cases.json: line 3: invalid JSON")
+    assert run.code == 2
+    [error] = run.report["summary"]["load_errors"]
+    assert error.startswith("turns.cases.json:1: case [0] 'asks again': followUpQuestions: 1 later")
+    assert "refused: agent-health runs one turn per test" in error
+    assert "--lenient to run the first turn only" in error
+    # Read leniently, the case runs its first turn, saying so.
+    assert cli.main(["list", "--lenient", str(suite)]) == 0
+    captured = capsys.readouterr()
+    assert "turns.cases.json::asks again" in captured.out
+    assert "runs its first turn only" in captured.err
+
+
+async def test_a_case_file_check_never_points_into_agent_health(
+    write_suite: Any, triage_url: str
+) -> None:
+    text = json.dumps(CASES[1:2], indent=2)
+    suite = write_suite(**{"one.cases.json": text})
+    run = await run_cli(suite, "--agent", f"rest+{triage_url}", "--no-ledger")
+    [signal] = [s for s in run.by_name("needs a tool it never calls")["signals"] if s["location"]]
+    assert signal["location"] == f"one.cases.json:{line_of(text, 'needs a tool it never calls')}"
+    assert Path(signal["location"].split(":")[0]).suffix == ".json"

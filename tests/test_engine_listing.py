@@ -40,6 +40,8 @@ async def data(expect):
 CASES = [
     {
         "name": "json case",
+        "category": "RCA",
+        "difficulty": "Easy",
         "initialPrompt": "Diagnose the payment service",
         "context": [{"description": "Error log", "value": "Connection refused"}],
         "expectedTrajectory": [
@@ -47,7 +49,7 @@ CASES = [
             {"step": 2, "description": "status", "requiredTools": ["service_status"]},
         ],
     },
-    {"name": "checks nothing", "initialPrompt": "Hello"},
+    {"name": "checks nothing", "category": "RCA", "difficulty": "Easy", "initialPrompt": "Hello"},
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import threading
 import warnings
@@ -69,6 +70,7 @@ async def test_key_tracks_what_decides_the_verdict(server: Any, tmp_path: Path) 
             await backend(judge_request(model="other-model")),
             await backend(judge_request(context=("output",))),
             await backend(judge_request(run_result("a different answer"))),
+            await backend(dataclasses.replace(judge_request(), expected="source=logs-*")),
         ]
     assert all(v.cached for v in same)
     assert not any(v.cached for v in different)

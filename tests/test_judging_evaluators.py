@@ -118,3 +118,18 @@ async def test_llm_helper_uses_the_configured_judge_and_counts_tokens() -> None:
     # free_form got the model's raw text (the scripted JSON contains "passed": true, no "yes")
     assert text.passed is False
     assert server.requests[1].body["messages"][-1]["content"].startswith("Is this fine?")
+
+
+async def test_an_evaluator_that_asks_for_the_expected_answer_gets_it() -> None:
+    import dataclasses
+
+    async def matches_reference(result: Any, expected: str | None) -> bool:
+        return expected is not None and expected in result.output
+
+    config = define_config(evaluators={"matches_reference": matches_reference})
+    async with judging.backend(None, config) as backend:
+        assert backend is not None
+        asked = judge_request(evaluator="matches_reference")
+        given = await backend(dataclasses.replace(asked, expected="db-primary"))
+        none = await backend(asked)
+    assert (given.passed, none.passed) == (True, False)

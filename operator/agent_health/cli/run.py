@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors, judging
-    from agent_health.engine import budget, loader, provenance, recording, replay, session
+    from agent_health.engine import (
+        budget,
+        discovery,
+        loader,
+        provenance,
+        recording,
+        replay,
+        session,
+    )
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
 
@@ -96,6 +104,7 @@ def add_commands(sub: Any) -> None:
     run.add_argument(
         "--list", action="store_true", help="list the tests that would run and run nothing"
     )
+    _case_file_flags(run)
     run.add_argument(
         "--forbid-only",
         action=argparse.BooleanOptionalAction,
@@ -155,7 +164,37 @@ def add_commands(sub: Any) -> None:
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.add_argument("--grep")
     ls.add_argument("--label", action="append", default=[])
+    ls.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
+    _case_file_flags(ls)
     ls.set_defaults(handler=list_command)
+
+
+def _case_file_flags(parser: Any) -> None:
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="load case files that upstream's validation refuses (no category, a difficulty "
+        "outside Easy/Medium/Hard, blank outcomes, ...), with a warning for each problem",
+    )
+    parser.add_argument(
+        "--forbid-unknown",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a field a case file's format does not know is an error, not a warning "
+        "(default: on when $CI is set)",
+    )
+
+
+def _discovery(args: argparse.Namespace, config: config_mod.Config) -> discovery.Discovery:
+    """Which files are tests, and how strictly case files are read (flags over config)."""
+    from agent_health.engine import discovery
+
+    return discovery.of(
+        config.test_match,
+        config.test_ignore,
+        lenient=args.lenient or config.lenient_cases,
+        forbid_unknown=args.forbid_unknown,
+    )
 
 
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
@@ -198,7 +237,11 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     outputs = [reporters.parse(r) for r in args.reporter]
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
-    suite = loader.load(paths)
+    config = _config(args, paths)
+    suite = loader.load(paths, _discovery(args, config))
+    if not args.list:
+        for note in loader.notes(suite):
+            err_console.print(note, markup=False, highlight=False)
     select.forbid_only(suite.cases, args.forbid_only)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
     if args.last_failed:
@@ -209,7 +252,6 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if args.list:
         return _print_cases(cases, suite, as_json=False, consoles=consoles)
     common.check_reports(outputs)
-    config = _config(args, paths)
     if config.traces.opensearch is not None:  # read by the first test that reads its traces
         common.require_extra("traces.opensearch in the config", "opensearch")
     load_errors = [str(e) for e in suite.errors]
@@ -439,7 +481,7 @@ def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine import loader, select
 
     paths = [Path(p) for p in args.paths]
-    suite = loader.load(paths)
+    suite = loader.load(paths, _discovery(args, _config(args, paths)))
     cases = select.select(suite.cases, grep=args.grep, labels=args.label)
     return _print_cases(cases, suite, as_json=args.json, consoles=consoles)
 
@@ -448,17 +490,20 @@ def _print_cases(
     cases: list[Any], suite: loader.Suite, *, as_json: bool, consoles: common.Consoles
 ) -> int:
     """What ``list`` (and ``run --list``) prints: every selected test, or JSON."""
-    from agent_health.engine import listing
+    from agent_health.engine import listing, loader
 
     for error in suite.errors:
         consoles.error(error, label="load error")
+    for note in loader.notes(suite):
+        sys.stderr.write(note + "\n")
     if as_json:
         payload = [listing.entry(c) for c in cases]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         for c in cases:
             sys.stdout.write(listing.line(c) + "\n")  # its titles and labels made visible
-        sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files\n")
+        skipped = f", {len(suite.skipped)} JSON skipped" if suite.skipped else ""
+        sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files{skipped}\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK
 
 

@@ -4,6 +4,7 @@ The request is the ``ag-ui-protocol`` package's :class:`ag_ui.core.RunAgentInput
 id is both ``threadId`` and ``runId``, the prompt is one user message, the context items
 are AG-UI ``context`` and ``agent.run(env=...)`` travels as ``forwardedProps.env``
 (``provisioned=`` and ``files=`` as ``forwardedProps.provisioned`` / ``.files``, when given).
+``agent.run(tools=...)`` (a case's ``tools``) are AG-UI ``tools``, after the config's.
 The events are folded into the trajectory by :mod:`agent_health.connectors.agui_fold` as
 they arrive; an optional ``on_event`` callback sees each one as soon as it is read.
 
@@ -81,7 +82,10 @@ class AguiConnector:
             run_id=request.run_id,
             state=options.get("state", {}),
             messages=[core.UserMessage(id=f"{request.run_id}-prompt", content=request.prompt)],
-            tools=[core.Tool.model_validate(t) for t in options.get("tools", [])],
+            tools=[
+                core.Tool.model_validate(t)
+                for t in _tools(options.get("tools", []), request.tool_list())
+            ],
             context=[
                 core.Context(description=item.description, value=item.value)
                 for item in request.context
@@ -103,7 +107,7 @@ class AguiConnector:
             "messages": [
                 {"id": f"{request.run_id}-prompt", "role": "user", "content": request.prompt}
             ],
-            "tools": self._tools,
+            "tools": _tools(self._tools, request.tool_list()) if request.tools else self._tools,
             "context": [{"description": c.description, "value": c.value} for c in request.context],
             "forwardedProps": {**self._forwarded, "env": request.env, **request.provisioning()},
         }
@@ -153,3 +157,11 @@ class AguiConnector:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _tools(configured: list[Any], offered: list[dict[str, Any]]) -> list[Any]:
+    """The config's tools, then the test's; a test's tool replaces a configured one of the
+    same name (the case says what this run offers)."""
+    names = {t["name"] for t in offered}
+    kept = [t for t in configured if not (isinstance(t, dict) and t.get("name") in names)]
+    return [*kept, *offered]

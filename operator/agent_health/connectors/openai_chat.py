@@ -14,7 +14,8 @@ The prompt goes as one user message (the context items as a system message befor
 ``spec.options`` may also give ``api_key_env`` (an environment variable holding a bearer
 token; never the key itself) and ``extra_body`` (merged into the request body).
 ``agent.run(env=...)`` travels as the request's ``metadata``; ``provisioned=`` and ``files=``
-as top-level ``provisioned`` / ``files`` fields of the body, only when given.
+as top-level ``provisioned`` / ``files`` fields of the body, only when given; ``tools=`` (a
+case's ``tools``) as chat-completions ``tools`` (``{"type": "function", "function": ...}``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class OpenAIChatConnector:
         # Structured values do not fit metadata (strings only): top-level fields, for the
         # agent behind the endpoint to read. Only when given: OpenAI's own API refuses them.
         body.update(request.provisioning())
+        if request.tools:
+            body["tools"] = [{"type": "function", "function": t} for t in request.tool_list()]
         return {**body, **self.spec.options.get("extra_body", {})}
 
     async def run(self, request: AgentRequest) -> AgentReply:

@@ -123,15 +123,28 @@ class FileItem(BaseModel):
         return self.content.encode("utf-8")
 
 
-_NOTHING_GIVEN = frozenset({"files", "provisioned"})
+class ToolDefinition(BaseModel):
+    """A tool the client offers the agent (``agent.run(tools=...)``, a case's ``tools``): the
+    AG-UI / CopilotKit shape, which each connector sends in its own protocol's form."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+_OPTIONAL = ("files", "provisioned", "tools")
+_NOTHING_GIVEN = frozenset(_OPTIONAL)
 
 
 class AgentRequest(BaseModel):
     """What ``agent.run()`` sends (the body of a REST v1 request).
 
     ``files`` and ``provisioned`` (structured provisioning, next to the string-only ``env``)
-    are on the wire only when the test gave them (:meth:`wire`), so an agent that never
-    uses them sees the same body as before they existed.
+    and ``tools`` (tool definitions offered to the agent) are on the wire only when the test
+    gave them (:meth:`wire`), so an agent that never uses them sees the same body as before
+    they existed.
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -142,6 +155,7 @@ class AgentRequest(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     files: tuple[FileItem, ...] = ()
     provisioned: dict[str, Any] = Field(default_factory=dict)
+    tools: tuple[ToolDefinition, ...] = ()
     traceparent: str | None = Field(default=None, exclude=True)
     timeout_s: float | None = Field(default=None, exclude=True)
 
@@ -156,12 +170,17 @@ class AgentRequest(BaseModel):
     def wire_bytes(self) -> bytes:
         """:meth:`wire_json` encoded, straight from the serializer (once per agent call: the
         ``model_dump_json`` wrapper and the str round trip cost twice the serializing)."""
-        unset = _NOTHING_GIVEN if not self.files and not self.provisioned else self._unset()
+        given = self.files or self.provisioned or self.tools
+        unset = self._unset() if given else _NOTHING_GIVEN
         # The serializer takes any set; its stub names only the mutable kind.
         return self.__pydantic_serializer__.to_json(self, exclude=cast("set[str]", unset))
 
     def _unset(self) -> set[str]:
-        return {name for name in ("files", "provisioned") if not getattr(self, name)}
+        return {name for name in _OPTIONAL if not getattr(self, name)}
+
+    def tool_list(self) -> list[dict[str, Any]]:
+        """The offered tools as JSON data: ``[{"name", "description", "parameters"}]``."""
+        return [t.model_dump(mode="json") for t in self.tools]
 
     def provisioning(self) -> dict[str, Any]:
         """What a connector without a body of its own forwards: ``provisioned`` and

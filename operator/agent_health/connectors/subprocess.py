@@ -3,7 +3,8 @@
 The command starts in its own process group with the REST v1 request JSON on stdin; the
 prompt is also in ``$AGENT_HEALTH_PROMPT`` (and the run id in ``$AGENT_HEALTH_RUN_ID``,
 the W3C trace context in ``$TRACEPARENT``, ``agent.run(env=...)`` as variables of their
-own, ``provisioned=`` as JSON in ``$AGENT_HEALTH_PROVISIONED``). ``agent.run(files=...)``
+own, ``provisioned=`` as JSON in ``$AGENT_HEALTH_PROVISIONED``, ``tools=`` as JSON in
+``$AGENT_HEALTH_TOOLS``). ``agent.run(files=...)``
 are written into a fresh directory named by ``$AGENT_HEALTH_FILES_DIR``, removed when the
 run ends. Its stdout is either
 
@@ -78,6 +79,8 @@ class SubprocessConnector:
             env["TRACEPARENT"] = request.traceparent
         if request.provisioned:
             env["AGENT_HEALTH_PROVISIONED"] = json.dumps(request.provisioned)
+        if request.tools:
+            env["AGENT_HEALTH_TOOLS"] = json.dumps(request.tool_list())
         if files_dir is not None:
             env["AGENT_HEALTH_FILES_DIR"] = files_dir
         try:

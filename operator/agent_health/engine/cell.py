@@ -46,7 +46,7 @@ import httpx
 
 from agent_health import connectors
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.engine import loader, recording, runner, visible
+from agent_health.engine import discovery, loader, recording, runner, visible
 from agent_health.ledger import objects
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
@@ -219,9 +219,16 @@ async def run_cell(settings: CellSettings) -> tuple[int, TestResult | None]:
             else None
         )
         try:
-            suite = loader.load([settings.suite])
-            case = find(suite, settings.test_id)
             config = loader.load_config(loader.find_config(settings.suite))
+            # The files and case-file strictness the suite was listed with (its config's).
+            found_by = discovery.of(
+                config.test_match,
+                config.test_ignore,
+                lenient=config.lenient_cases,
+                forbid_unknown=None,
+            )
+            suite = loader.load([settings.suite], found_by)
+            case = find(suite, settings.test_id)
             spec = ConnectorSpec.parse(settings.agent)
             headers = {**spec.headers, **settings.token_headers}
             spec = spec.model_copy(update={"headers": headers, "uds": settings.agent_socket})

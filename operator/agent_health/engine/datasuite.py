@@ -1,108 +1,202 @@
-"""Data-driven suites: JSON files of test cases in agent-health's established format.
+"""Data-driven suites: case files in the TypeScript agent-health's format, run as tests.
 
-Each case ``{name, description, category, difficulty, labels, initialPrompt, context,
-expectedOutcomes, expectedTrajectory: [{step, description, requiredTools}]}`` becomes a
-test whose body runs the prompt, checks every required tool, checks that the steps' tools
-were called in step order, and judges every expected outcome, so existing case libraries
-run unchanged. A case with none of these checks is ``skipped`` ("nothing to grade").
+Each case (:class:`~agent_health.engine.casefiles.model.Case`) becomes a test whose body
+runs ``initialPrompt`` with its ``context`` and ``tools``, checks every required tool and
+that the steps' tools were called in step order, and judges every expected outcome (with
+``expectedPPL`` as the expected answer), so existing case libraries run unchanged. A case
+with none of these checks is ``skipped`` ("nothing to grade"). The test's id is the case's
+``id`` when it has one, else its name; its checks point at the case's line in the file.
+
+A file that has any error declares no test: every problem of the file is reported at once
+(:mod:`~agent_health.engine.casefiles.checks`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from agent_health.sdk import declare, errors
+from agent_health.engine.casefiles import checks, forms, model
+from agent_health.sdk import declare
 from agent_health.sdk.judges import BoundJudge
 from agent_health.sdk.matchers import BoundExpect
 
+METADATA = (
+    "id",
+    "category",
+    "subcategory",
+    "difficulty",
+    "currentVersion",
+    "versions",
+    "isPromoted",
+    "createdAt",
+    "updatedAt",
+    "tags",
+    "author",
+    "describePath",
+    "expectedPPL",
+    "tools",
+)
+"""The fields a case keeps as its metadata (``list --json`` and the reports: ``case``)."""
 
-class TrajectoryStep(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="allow", populate_by_name=True)
-
-    step: int | None = None
-    description: str = ""
-    required_tools: list[str] = Field(default_factory=list, alias="requiredTools")
+Beside = Callable[[Path], list[Path]]
+"""The case files beside a benchmark file (the loader knows which files are case files)."""
 
 
-class ContextEntry(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid")
+@dataclass
+class Loaded:
+    """What one case file declares, and every problem found in it (and in the case files
+    its benchmarks name)."""
 
-    description: str = ""
-    value: str
+    cases: list[declare.TestCase] = field(default_factory=list)
+    problems: list[checks.Problem] = field(default_factory=list)
 
 
-class DataCase(BaseModel):
-    """One case of a JSON suite (unknown keys are kept for the record but ignored)."""
+def load(
+    path: Path,
+    options: checks.Options | None = None,
+    beside: Beside | None = None,
+) -> Loaded:
+    """The tests of one case file (each with its own ``file``: a benchmark's ``testCaseIds``
+    declare the tests of the case files beside it)."""
+    options = options or checks.Options()
+    doc = forms.read(path, options)
+    loaded = _declared(doc, options)
+    if doc.references and not any(p.error for p in loaded.problems):
+        _resolve(doc, loaded, options, beside(path) if beside else [])
+    if any(p.error for p in loaded.problems):
+        loaded.cases = []
+    return loaded
 
-    model_config = ConfigDict(defer_build=True, extra="allow", populate_by_name=True)
 
-    name: str = Field(min_length=1)
-    description: str | None = None
-    category: str | None = None
-    subcategory: str | None = None
-    difficulty: str | None = None
-    labels: list[str] | None = None
-    initial_prompt: str = Field(alias="initialPrompt", min_length=1)
-    context: list[ContextEntry] = Field(default_factory=list)
-    expected_outcomes: list[str] = Field(default_factory=list, alias="expectedOutcomes")
-    expected_trajectory: list[TrajectoryStep] = Field(
-        default_factory=list, alias="expectedTrajectory"
-    )
-    timeout: float | None = Field(default=None, gt=0)
-
-    def all_labels(self) -> tuple[str, ...]:
-        if self.labels is not None:
-            return tuple(self.labels)
-        found = []
-        if self.category:
-            found.append(f"category:{self.category}")
-        if self.subcategory:
-            found.append(f"subcategory:{self.subcategory}")
-        if self.difficulty:
-            found.append(f"difficulty:{self.difficulty.lower()}")
-        return tuple(found)
-
-    def required_tools(self) -> list[str]:
-        tools: list[str] = []
-        for step in self.expected_trajectory:
-            tools.extend(t for t in step.required_tools if t not in tools)
-        return tools
-
-    def tool_steps(self) -> list[list[str]]:
-        """The required tools of each expected step, in step order (by ``step`` when every
-        step is numbered, else as listed); steps that require no tool are left out."""
-        ordered = list(self.expected_trajectory)
-        if ordered and all(s.step is not None for s in ordered):
-            ordered.sort(key=lambda s: s.step or 0)
-        return [list(s.required_tools) for s in ordered if s.required_tools]
-
-    def nothing_to_grade(self) -> str | None:
-        """Why the case cannot be graded, when it has no check at all (else ``None``)."""
-        if self.expected_outcomes or self.required_tools():
-            return None
-        return (
-            f"nothing to grade: case {self.name!r} has no expectedOutcomes and no "
-            "requiredTools in its expectedTrajectory; add one so the run can pass or fail"
+def _declared(doc: forms.Document, options: checks.Options) -> Loaded:
+    loaded = Loaded(problems=list(doc.problems))
+    seen: dict[str, tuple[str, Any, declare.TestCase]] = {}
+    for item in doc.cases:
+        name = item.raw.get("name") if isinstance(item.raw, dict) else None
+        where = f"{item.where} {name!r}" if isinstance(name, str) and name else item.where
+        case, found = checks.check_case(
+            item.raw, where, item.path, doc.line_of, str(doc.file), options
         )
+        loaded.problems.extend(found)
+        if case is None:
+            continue
+        key = case.id or case.name
+        earlier = seen.get(key)
+        if earlier is not None:
+            first, raw, declared = earlier
+            if raw == item.raw and item.benchmark:  # one case in two benchmarks of the file
+                _in_benchmark(declared, item.benchmark)
+                continue
+            message = f"{where}: {_duplicate(case, key, first)}"
+            loaded.problems.append(checks.Problem(str(doc.file), doc.line_of(item.path), message))
+            continue
+        declared = _declare(case, item, doc)
+        seen[key] = (where, item.raw, declared)
+        loaded.cases.append(declared)
+    return loaded
 
 
-def is_data_file(path: Path) -> bool:
-    name = path.name
-    return name.endswith(".cases.json") or (name.startswith("test_") and name.endswith(".json"))
+def _duplicate(case: model.Case, key: str, first: str) -> str:
+    if case.id is not None:
+        return f"id {key!r} is also {first}'s; a case's id is unique in its file"
+    return (
+        f"name {key!r} is also {first}'s; give the cases distinct names, or each an id "
+        "(cases with ids may share a name)"
+    )
 
 
-def _body(case: DataCase) -> Callable[..., Any]:
+def _in_benchmark(case: declare.TestCase, benchmark: str) -> None:
+    meta = dict(case.metadata or {})
+    names = list(meta.get("benchmarks", []))
+    if benchmark not in names:
+        meta["benchmarks"] = [*names, benchmark]
+    case.metadata = meta
+
+
+def _resolve(
+    doc: forms.Document, loaded: Loaded, options: checks.Options, files: Iterable[Path]
+) -> None:
+    """Each ``testCaseIds`` entry → the case of that id in the case files beside it."""
+    by_id: dict[str, declare.TestCase] = {}
+    looked: list[str] = []
+    for other in files:
+        if other.resolve() == doc.file.resolve():
+            continue
+        sibling = _declared(forms.read(other, options), options)
+        if any(p.error for p in sibling.problems):
+            loaded.problems.extend(sibling.problems)
+            looked.append(f"{other.name} (does not load: see its errors)")
+            continue
+        looked.append(other.name)
+        for case in sibling.cases:
+            if case.key is not None:
+                by_id.setdefault(case.key, case)
+    for ref in doc.references:
+        for k, case_id in ref.ids:
+            found = by_id.get(case_id)
+            if found is None:
+                where = ", ".join(looked) or "none"
+                loaded.problems.append(
+                    checks.Problem(
+                        str(doc.file),
+                        ref.line,
+                        f"benchmark {ref.benchmark!r}: testCaseIds[{k}]: no case has the id "
+                        f"{case_id!r} in the case files beside it (looked in: {where}); give "
+                        "the case that id, or put its file beside the benchmark",
+                    )
+                )
+                continue
+            if found not in loaded.cases:
+                loaded.cases.append(found)
+            _in_benchmark(found, ref.benchmark)
+
+
+def _declare(case: model.Case, item: forms.RawCase, doc: forms.Document) -> declare.TestCase:
+    # A case with no check would pass whatever the agent did: it is reported skipped, with
+    # the reason, and the agent is not called (and not paid for). Not errored: the case is
+    # valid in the established format, and a library with placeholder cases must still run.
+    empty = case.nothing_to_grade()
+    raw = item.raw
+    metadata = {key: raw[key] for key in METADATA if key in raw}
+    if item.benchmark:
+        metadata["benchmarks"] = [item.benchmark]
+    return declare.TestCase(
+        mode="skip" if empty else "run",
+        skip_reason=empty,
+        name=case.name,
+        describe_path=(),
+        fn=_body(case),
+        params=("agent", "expect", "judge"),
+        fixtures={},
+        file=str(doc.file),
+        line=doc.line_of(item.path) or 0,
+        labels=case.all_labels(),
+        description=case.description,
+        timeout=case.timeout,
+        default_prompt=case.initial_prompt,
+        context=tuple({"description": c.description or "", "value": c.value} for c in case.context),
+        expected_outcomes=tuple(case.expected_outcomes),
+        expected_trajectory=tuple(s.model_dump(by_alias=True) for s in case.expected_trajectory),
+        source=json.dumps(raw, sort_keys=True),
+        key=case.id,
+        metadata=metadata,
+        from_case_file=True,
+    )
+
+
+def _body(case: model.Case) -> Callable[..., Any]:
     tools = case.required_tools()
     steps = case.tool_steps()
     outcomes = list(case.expected_outcomes)
+    offered = [t.model_dump() for t in case.tools] or None
+    expected = case.expected_ppl
 
     async def data_case(agent: Any, expect: BoundExpect, judge: BoundJudge) -> None:
-        result = await agent.run()
+        result = await agent.run(tools=offered)
         for tool in tools:
             expect(result).to_have_called_tool(tool)
         # The order of the steps, among the tools that were called: a missing tool already
@@ -112,63 +206,11 @@ def _body(case: DataCase) -> Callable[..., Any]:
         if len(present) > 1:
             expect(result).to_have_called_tools_in_steps(present)
         for outcome in outcomes:
-            await judge(result, outcome)
+            await judge(result, outcome, expected=expected)
 
     return data_case
 
 
-def load(path: Path) -> list[declare.TestCase]:
-    """The cases of one JSON suite, or a DefinitionError naming the case and field."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise errors.DefinitionError(f"cannot read: {err}") from err
-    except json.JSONDecodeError as err:
-        raise errors.DefinitionError(f"line {err.lineno}: invalid JSON: {err.msg}") from err
-    if isinstance(data, dict) and isinstance(data.get("testCases"), list):
-        data = data["testCases"]
-    if not isinstance(data, list):
-        raise errors.DefinitionError("a JSON suite is a list of test cases [{name, ...}]")
-    cases: list[declare.TestCase] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(data):
-        try:
-            case = DataCase.model_validate(raw)
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            label = raw.get("name") if isinstance(raw, dict) else None
-            raise errors.DefinitionError(
-                f"case [{index}]{f' {label!r}' if label else ''}: {where}: {first['msg']}"
-            ) from err
-        if case.name in seen:
-            raise errors.DefinitionError(f"case [{index}]: duplicate test name {case.name!r}")
-        seen.add(case.name)
-        cases.append(_declare(case, path, raw))
-    return cases
-
-
-def _declare(case: DataCase, path: Path, raw: Any) -> declare.TestCase:
-    # A case with no check would pass whatever the agent did: it is reported skipped, with
-    # the reason, and the agent is not called (and not paid for). Not errored: the case is
-    # valid in the established format, and a library with placeholder cases must still run.
-    empty = case.nothing_to_grade()
-    return declare.TestCase(
-        mode="skip" if empty else "run",
-        skip_reason=empty,
-        name=case.name,
-        describe_path=(),
-        fn=_body(case),
-        params=("agent", "expect", "judge"),
-        fixtures={},
-        file=str(path),
-        line=0,  # a JSON case has no line of its own
-        labels=case.all_labels(),
-        description=case.description,
-        timeout=case.timeout,
-        default_prompt=case.initial_prompt,
-        context=tuple(c.model_dump() for c in case.context),
-        expected_outcomes=tuple(case.expected_outcomes),
-        expected_trajectory=tuple(s.model_dump(by_alias=True) for s in case.expected_trajectory),
-        source=json.dumps(raw, sort_keys=True),
-    )
+def relocated(case: declare.TestCase, file: str) -> declare.TestCase:
+    """``case`` as the loader lists it: its file as shown, its id ``FILE::ID-or-name``."""
+    return replace(case, id=f"{file}::{case.key or case.title}", file=file)

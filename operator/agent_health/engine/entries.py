@@ -84,6 +84,11 @@ class TestEntry(BaseModel):
     signals: list[SignalEntry] = Field(default_factory=list)
     metrics: dict[str, Any] = Field(default_factory=dict)
     insights: dict[str, Any] | None = None
+    case: dict[str, Any] | None = Field(
+        default=None,
+        description="a case file's test: the case's metadata (id, subcategory, versions, "
+        "expectedPPL, ...); null for a code test",
+    )
 
 
 def from_result(r: TestResult) -> dict[str, Any]:
@@ -138,6 +143,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         ],
         "metrics": r.metrics,
         "insights": r.insights,
+        "case": r.case,
     }
 
 

@@ -64,6 +64,7 @@ def entry(case: declare.TestCase) -> dict[str, Any]:
         "mode": case.mode,
         "skip_reason": case.skip_reason,
         "content_hash": case.content_hash,
+        "case": _plain(dict(case.metadata)) if case.metadata is not None else None,
     }
 
 

@@ -2,7 +2,9 @@
 
 Importing a file only declares tests. Every file is imported with the same interpreter-wide
 ``agent_health`` module, so every file binds the same SDK instance. A file that fails to
-import is reported with its file and line, and the other files still load.
+import is reported with its file and line, and the other files still load. Case files
+(JSON, JSONL) are read by :mod:`.datasuite`; which files of a folder are test files is
+:mod:`.discovery`'s to say.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
-from agent_health.engine import datasuite
+from agent_health.engine import datasuite, discovery
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import declare, errors
 
@@ -49,20 +51,20 @@ class Suite:
     hooks: dict[str, list[declare.Hook]] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    warnings: list[LoadError] = field(default_factory=list)
+    """Problems that do not keep a file from loading (an unknown field, --lenient's)."""
+    skipped: list[str] = field(default_factory=list)
+    """JSON files a folder search passed over: their names match no test_match pattern."""
 
 
-def is_test_file(path: Path) -> bool:
-    name = path.name
-    if datasuite.is_data_file(path):
-        return True
-    return name.endswith(".py") and (
-        name.startswith("test_") or name.endswith("_test.py") or name.endswith(".test.py")
-    )
-
-
-def find_files(paths: Sequence[Path]) -> list[Path]:
-    """Test files named by ``paths``: files as given, directories searched recursively."""
+def find_files(
+    paths: Sequence[Path], found_by: discovery.Discovery | None = None
+) -> tuple[list[Path], list[Path]]:
+    """Test files named by ``paths`` (files as given, directories searched recursively),
+    and the JSON files the search passed over (not test files by name, not ignored)."""
+    found_by = found_by or discovery.Discovery()
     found: list[Path] = []
+    passed_over: list[Path] = []
     for path in paths:
         if path.is_file():
             found.append(path.resolve())
@@ -71,11 +73,29 @@ def find_files(paths: Sequence[Path]) -> list[Path]:
             dirnames[:] = sorted(
                 d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
             )
-            found.extend(
-                Path(dirpath, f).resolve() for f in sorted(filenames) if is_test_file(Path(f))
-            )
+            below = Path(dirpath).relative_to(path).as_posix()
+            for name in sorted(filenames):
+                relative = name if below == "." else f"{below}/{name}"
+                if found_by.is_test_file(relative):
+                    found.append(Path(dirpath, name).resolve())
+                elif Path(name).suffix.lower() in discovery.CASE_SUFFIXES and not (
+                    found_by.is_ignored(relative)
+                ):
+                    passed_over.append(Path(dirpath, name).resolve())
     seen: set[Path] = set()
-    return [p for p in found if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+    unique = [p for p in found if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+    return unique, [p for p in passed_over if p not in seen]
+
+
+def _beside(found_by: discovery.Discovery, benchmark: Path) -> list[Path]:
+    """The case files in a benchmark file's folder (what its ``testCaseIds`` name)."""
+    return [
+        p
+        for p in sorted(benchmark.parent.iterdir())
+        if p.suffix.lower() in discovery.CASE_SUFFIXES
+        and p.is_file()
+        and found_by.is_test_file(p.name)
+    ]
 
 
 def suite_root(paths: Sequence[Path]) -> Path:
@@ -117,26 +137,22 @@ def _error_for(path: Path, err: BaseException, shown: str) -> LoadError:
     return LoadError(shown, line, message)
 
 
-def load(paths: Sequence[Path]) -> Suite:
+def load(paths: Sequence[Path], found_by: discovery.Discovery | None = None) -> Suite:
     """Discover and declare every test under ``paths`` without running any."""
+    found_by = found_by or discovery.Discovery()
     missing = [p for p in paths if not p.exists()]
     root = suite_root([p for p in paths if p.exists()] or [Path.cwd()])
     suite = Suite(root=root)
     for path in missing:
         suite.errors.append(LoadError(str(path), None, "no such file or directory"))
-    for path in find_files([p for p in paths if p.exists()]):
+    files, passed_over = find_files([p for p in paths if p.exists()], found_by)
+    suite.skipped = [_relative(p, root) for p in passed_over]
+    from_cases: dict[str, declare.TestCase] = {}
+    for path in files:
         shown = _relative(path, root)
         suite.files.append(shown)
-        if path.suffix == ".json":
-            try:
-                declared = datasuite.load(path)
-            except errors.DefinitionError as err:
-                suite.errors.append(LoadError(shown, None, str(err)))
-                continue
-            suite.hooks[shown] = []
-            suite.cases.extend(
-                replace(case, id=f"{shown}::{case.title}", file=shown) for case in declared
-            )
+        if path.suffix.lower() != ".py":
+            _load_cases(suite, path, shown, found_by, from_cases)
             continue
         with declare.collecting(str(path)) as collector:
             try:
@@ -152,6 +168,62 @@ def load(paths: Sequence[Path]) -> Suite:
                 replace(case, id=f"{shown}::{case.title}", file=shown, hooks=applicable)
             )
     return suite
+
+
+def _load_cases(
+    suite: Suite,
+    path: Path,
+    shown: str,
+    found_by: discovery.Discovery,
+    from_cases: dict[str, declare.TestCase],
+) -> None:
+    """The tests of one case file (a benchmark's are those of the case files it names)."""
+    loaded = datasuite.load(path, found_by.cases, lambda p: _beside(found_by, p))
+    for problem in loaded.problems:
+        item = LoadError(_relative(Path(problem.file), suite.root), problem.line, problem.message)
+        kept = suite.errors if problem.error else suite.warnings
+        if item not in kept:  # a case file a benchmark names may be loaded on its own too
+            kept.append(item)
+    suite.hooks[shown] = []
+    shown_as = {str(path): shown}  # a benchmark's cases are of the files beside it
+    for case in loaded.cases:
+        if case.file not in shown_as:
+            shown_as[case.file] = _relative(Path(case.file), suite.root)
+        placed = datasuite.relocated(case, shown_as[case.file])
+        earlier = from_cases.get(placed.id)
+        if earlier is None:
+            from_cases[placed.id] = placed
+            suite.cases.append(placed)
+            continue
+        # The same case from its own file and from a benchmark naming it: one test, in
+        # each benchmark.
+        names = [*(earlier.metadata or {}).get("benchmarks", [])]
+        names += [n for n in (placed.metadata or {}).get("benchmarks", []) if n not in names]
+        if names:
+            earlier.metadata = {**(earlier.metadata or {}), "benchmarks": names}
+
+
+def notes(suite: Suite) -> list[str]:
+    """What loading has to say beside its errors, a line each: every warning, and the JSON
+    files a folder search passed over (so a case file named unlike one is never silently
+    not run)."""
+    said = [f"warning {_printable(str(w))}" for w in suite.warnings]
+    if suite.skipped:
+        names = ", ".join(_printable(n) for n in suite.skipped[:5])
+        more = f" and {len(suite.skipped) - 5} more" if len(suite.skipped) > 5 else ""
+        many = len(suite.skipped) != 1
+        said.append(
+            f"skipped {len(suite.skipped)} JSON file{'s' if many else ''} whose "
+            f"name{'s match' if many else ' matches'} no test_match pattern: {names}{more}; "
+            "pass a file by path to run it, or add a pattern to test_match in "
+            "agent-health.config.py"
+        )
+    return said
+
+
+def _printable(text: str) -> str:
+    """``text`` with each control character written as its escape (file text is not ours)."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -391,6 +391,7 @@ def _result(
         token_usage=run.token_usage if run else TokenUsage(),
         content_hash=case.content_hash,
         skip_reason=skip_reason,
+        case=dict(case.metadata) if case.metadata is not None else None,
     )
 
 

@@ -61,13 +61,20 @@ def select(
             ) from err
         chosen = [c for c in chosen if rx.search(c.title) or rx.search(c.id)]
     for label in labels:
-        chosen = [c for c in chosen if label in c.labels]
+        chosen = [c for c in chosen if has_label(c.labels, label)]
     if shard is not None:
         index, total = shard
         ordered = sorted(chosen, key=lambda c: c.id)
         keep = {c.id for i, c in enumerate(ordered) if i % total == index - 1}
         chosen = [c for c in chosen if c.id in keep]
     return chosen
+
+
+def has_label(labels: Sequence[str], label: str) -> bool:
+    """Whether ``labels`` hold ``label``, letter case aside: ``--label difficulty:easy``
+    selects upstream's ``difficulty:Easy`` (case files keep labels as written)."""
+    wanted = label.casefold()
+    return any(have.casefold() == wanted for have in labels)
 
 
 def forbid_only(

@@ -30,9 +30,10 @@ async def judge(
     max_tokens: int,
     max_output_tokens: int,
     tally: Tally,
+    expected: str | None = None,
 ) -> prompt.JudgeAnswer:
     """Let ``model`` query this run's traces, then return its submitted verdict."""
-    messages: list[Message] = [Message("user", prompt.agentic_message(criteria, parts))]
+    messages: list[Message] = [Message("user", prompt.agentic_message(criteria, parts, expected))]
     tools = (*pack.specs, prompt.VERDICT_TOOL)
     nudged = False
     for _ in range(max_steps):

@@ -24,9 +24,11 @@ async def judge(
     parts: Mapping[str, Any],
     max_tokens: int,
     tally: Tally,
+    expected: str | None = None,
 ) -> prompt.JudgeAnswer:
-    """Ask ``model`` whether ``criteria`` holds given ``parts``."""
-    messages: tuple[Message, ...] = (Message("user", prompt.user_message(criteria, parts)),)
+    """Ask ``model`` whether ``criteria`` holds given ``parts`` (and the expected answer)."""
+    text = prompt.user_message(criteria, parts, expected)
+    messages: tuple[Message, ...] = (Message("user", text),)
     for attempt in range(2):
         completion = await provider(
             ChatRequest(

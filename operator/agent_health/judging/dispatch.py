@@ -89,8 +89,10 @@ class Judging:
             )
         model = request.model or (self.judge.model if self.judge else None)
         parts = await _parts(request, pack, everything=custom is not None)
+        asked = {"expected": request.expected} if request.expected is not None else {}
         address = cache_mod.key(
             {
+                **asked,  # only when given: the keys of calls without one stay as they were
                 "evaluator": _identity(request.evaluator, custom),
                 "judge": _endpoint(self.judge),
                 "model": model,
@@ -188,6 +190,7 @@ class Judging:
             parts=parts,
             max_tokens=self._max(request, "max_output_tokens"),
             tally=tally,
+            expected=request.expected,
         )
 
     async def _agentic(
@@ -209,6 +212,7 @@ class Judging:
             max_tokens=self._max(request, "max_tokens"),
             max_output_tokens=self._max(request, "max_output_tokens"),
             tally=tally,
+            expected=request.expected,
         )
 
     async def _custom(
@@ -235,6 +239,7 @@ class Judging:
             "llm": llm,
             "context": request.context,
             "options": dict(request.options),
+            "expected": request.expected,
         }
         return await evaluators.evaluate(name, fn, available, request.criteria)
 

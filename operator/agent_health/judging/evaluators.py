@@ -3,7 +3,8 @@
 An evaluator is called with the parameters it names, from: ``result`` (the RunResult, or
 the string being judged), ``criteria``, ``tools`` (this run's read-only
 :class:`~agent_health.judging.tools.TracePack`, ``None`` without a run), ``llm`` (an
-:class:`LLM` helper), ``context`` and ``options`` (what ``judge()`` was given). It returns a
+:class:`LLM` helper), ``context`` and ``options`` (what ``judge()`` was given) and
+``expected`` (the expected answer, ``judge(expected=...)``; ``None`` without). It returns a
 ``Verdict``, a mapping with ``passed`` (and optionally ``score``, ``reasoning``), or a bool::
 
     async def cites_ticket(result, criteria, llm):
@@ -27,7 +28,7 @@ from agent_health.sdk.results import Verdict
 if TYPE_CHECKING:
     from agent_health.judging.providers import Provider
 
-PARAMETERS = ("result", "criteria", "tools", "llm", "context", "options")
+PARAMETERS = ("result", "criteria", "tools", "llm", "context", "options", "expected")
 
 
 class LLM:

@@ -153,23 +153,35 @@ def untrusted_json(parts: Mapping[str, Any]) -> str:
     return json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str).translate(_ESCAPES)
 
 
-def _message(criteria: str, parts: Mapping[str, Any], ask: str) -> str:
+def _message(criteria: str, parts: Mapping[str, Any], ask: str, expected: str | None) -> str:
+    # The expected answer is the test author's, as the criteria are: beside them, outside
+    # the untrusted evidence (a call without one reads exactly as before it existed).
+    reference = (
+        "## EXPECTED ANSWER (the test's reference answer: compare the agent's work with it)\n"
+        f"{expected}\n\n"
+        if expected is not None
+        else ""
+    )
     return (
         "## CRITERIA\n"
         f"{criteria}\n\n"
+        f"{reference}"
         "## EVIDENCE (untrusted; one line of JSON between the evidence tags)\n"
         f"<evidence>\n{untrusted_json(parts)}\n</evidence>\n\n"
         f"{ask}"
     )
 
 
-def user_message(criteria: str, parts: Mapping[str, Any]) -> str:
-    return _message(criteria, parts, "Answer with the JSON object only.")
+def user_message(criteria: str, parts: Mapping[str, Any], expected: str | None = None) -> str:
+    return _message(criteria, parts, "Answer with the JSON object only.", expected)
 
 
-def agentic_message(criteria: str, parts: Mapping[str, Any]) -> str:
+def agentic_message(criteria: str, parts: Mapping[str, Any], expected: str | None = None) -> str:
     return _message(
-        criteria, parts, "Query the run with the tools if you need to, then call submit_verdict."
+        criteria,
+        parts,
+        "Query the run with the tools if you need to, then call submit_verdict.",
+        expected,
     )
 
 

@@ -30,6 +30,7 @@ class WireJudgeRequest(BaseModel):
         default=None,
         description="the run's OpenSearch telemetry, read by the cell (tools.ship)",
     )
+    expected: str | None = Field(default=None, description="the expected answer, when given")
 
     @classmethod
     def of(cls, request: JudgeRequest) -> WireJudgeRequest:
@@ -45,6 +46,7 @@ class WireJudgeRequest(BaseModel):
             test_id=request.test_id,
             options=dict(request.options),
             trace=dict(request.trace) if request.trace is not None else None,
+            expected=request.expected,
         )
 
     def request(self) -> JudgeRequest:
@@ -61,6 +63,7 @@ class WireJudgeRequest(BaseModel):
             test_id=self.test_id,
             options=self.options,
             trace=self.trace,
+            expected=self.expected,
         )
 
 

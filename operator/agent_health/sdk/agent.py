@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from agent_health.connectors.protocol import AgentRequest, ContextItem, FileItem
+import pydantic
+
+from agent_health.connectors.protocol import AgentRequest, ContextItem, FileItem, ToolDefinition
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
 from agent_health.sdk.results import RunResult
@@ -100,6 +102,36 @@ def _provisioned(value: Mapping[str, Any] | None, test: str) -> dict[str, Any]:
     return plain
 
 
+def _tools(
+    value: Sequence[Mapping[str, Any] | ToolDefinition] | None, test: str
+) -> tuple[ToolDefinition, ...]:
+    """``tools=[{"name", "description", "parameters"}]`` as wire items; a bad one is an
+    error naming it."""
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise errors.AgentRunError(
+            f"test {test!r}: agent.run(tools=...) takes a list of tool definitions "
+            f'{{"name", "description", "parameters"}}, got {type(value).__name__}'
+        )
+    items = []
+    for i, item in enumerate(value):
+        if isinstance(item, ToolDefinition):
+            items.append(item)
+            continue
+        try:
+            items.append(ToolDefinition.model_validate(item))
+        except pydantic.ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise errors.AgentRunError(
+                f"test {test!r}: agent.run(tools=...)[{i}]"
+                f"{'.' + where if where else ''}: {first['msg']} (a tool definition is "
+                '{"name": str, "description": str, "parameters": JSON schema object})'
+            ) from err
+    return tuple(items)
+
+
 class Agent:
     """Runs the agent under test, once per test."""
 
@@ -116,6 +148,7 @@ class Agent:
         env: Mapping[str, str] | None = None,
         files: Mapping[str, str | bytes] | None = None,
         provisioned: Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any] | ToolDefinition] | None = None,
         timeout: float | None = None,
     ) -> RunResult:
         """Send ``prompt`` (or the test's ``default_prompt``) and return what the agent did.
@@ -123,6 +156,8 @@ class Agent:
         ``env`` (string → string), ``files`` (relative path → text or bytes) and
         ``provisioned`` (name → any JSON value) provision the run: each connector passes
         them to the agent as docs/agent-protocol.md says (REST: fields of the request body).
+        ``tools`` (``[{"name", "description", "parameters"}]``) are the tool definitions the
+        client offers the agent; each connector sends them in its protocol's form.
         A second call in the same test raises: one test is one run of the agent.
         """
         ctx = self._ctx
@@ -158,6 +193,7 @@ class Agent:
             )
         file_items = _files(files, case.title)
         values = _provisioned(provisioned, case.title)
+        offered = _tools(tools, case.title)
         ctx.prompt_sent = text
         request = AgentRequest(
             prompt=text,
@@ -166,6 +202,7 @@ class Agent:
             env=dict(env or {}),
             files=file_items,
             provisioned=values,
+            tools=offered,
             traceparent=traceparent(),
             timeout_s=timeout,
         )

@@ -72,6 +72,12 @@ class Config(BaseModel):
     prices: dict[str, traces_settings.Price] = Field(default_factory=dict)
     connectors: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     timeout: float | None = Field(default=None, gt=0)
+    test_match: list[str] | None = None
+    """Playwright's ``testMatch``: glob patterns of test files (default: the loader's)."""
+    test_ignore: list[str] = Field(default_factory=list)
+    """Playwright's ``testIgnore``: glob patterns of files a folder search leaves out."""
+    lenient_cases: bool = False
+    """Load case files as ``--lenient`` does: what upstream refuses, with warnings."""
     source: str | None = None
 
     def agent(self, name: str | None) -> ConnectorSpec:

@@ -20,7 +20,7 @@ from agent_health.sdk import errors
 from agent_health.sdk.results import Cause, Role, RunResult, Signal, Verdict
 
 if TYPE_CHECKING:
-    from agent_health.sdk.declare import TestCase
+    from agent_health.sdk.declared import TestCase
 
 
 class AgentCaller(Protocol):
@@ -53,6 +53,9 @@ class JudgeRequest:
     trace: Mapping[str, Any] | None = None
     """The run's telemetry read where the test ran (spans, logs, metrics), for a judge that
     answers elsewhere (a cell's judge service) and cannot read the run's traces itself."""
+    expected: str | None = None
+    """The expected answer (a case file's ``expectedPPL``): what the judge compares the
+    agent's work with; ``None`` when the test gives none."""
 
 
 @dataclass
@@ -165,7 +168,14 @@ def deactivate(token: contextvars.Token[TestContext]) -> None:
 
 
 def caller_location(skip_package: str = "agent_health") -> str | None:
-    """``file:line`` of the first frame outside this package (where the user called us)."""
+    """``file:line`` of the first frame outside this package (where the user called us).
+
+    A case file's checks are written in the case file: they point at the case
+    (``cases.json:14``), not at the code that runs them.
+    """
+    running = _current.get(None)
+    if running is not None and running.case.from_case_file:
+        return f"{running.case.file}:{running.case.line}"
     frame = inspect.currentframe()
     pkg_dir = os.path.dirname(os.path.dirname(__file__))
     try:

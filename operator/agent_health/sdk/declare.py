@@ -26,8 +26,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
-import functools
-import hashlib
 import inspect
 import linecache
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -35,89 +33,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from agent_health.sdk import errors, parametrize
+from agent_health.sdk import declared, errors, parametrize
 
-BUILTIN_FIXTURES = ("agent", "expect", "judge", "traces", "test_info")
-HookKind = Literal["before_each", "after_each", "before_all", "after_all"]
-Mode = Literal["run", "skip", "only", "fixme"]
-Body = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class FixtureDef:
-    """A fixture added by ``test.extend``: its function and the fixtures it asks for."""
-
-    name: str
-    fn: Callable[..., Any]
-    params: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Hook:
-    kind: HookKind
-    fn: Callable[..., Any]
-    params: tuple[str, ...]
-    scope: tuple[str, ...]
-    fixtures: Mapping[str, FixtureDef]
-    file: str
-    line: int
-
-    def applies_to(self, case: TestCase) -> bool:
-        return case.describe_path[: len(self.scope)] == self.scope
-
-
-@dataclass(eq=False)
-class TestCase:
-    """One declared test. ``id`` is filled in by the loader (it knows the suite root)."""
-
-    __test__ = False
-
-    name: str
-    describe_path: tuple[str, ...]
-    fn: Body
-    params: tuple[str, ...]
-    fixtures: Mapping[str, FixtureDef]
-    file: str
-    line: int
-    labels: tuple[str, ...] = ()
-    description: str | None = None
-    timeout: float | None = None
-    default_prompt: str | None = None
-    context: tuple[Mapping[str, str], ...] | None = None
-    expected_outcomes: tuple[str, ...] = ()
-    expected_trajectory: tuple[Any, ...] = ()
-    skip_judge: bool = False
-    insights: Callable[..., Any] | Literal[False] | None = None
-    """This test's insights function; ``False``: none for this test; ``None``: the config's."""
-    mode: Mode = "run"
-    skip_reason: str | None = None
-    id: str = ""
-    hooks: tuple[Hook, ...] = ()
-    source: str | None = None  # what content_hash reads instead of the body (data cases)
-    values: Mapping[str, Any] | None = None  # a test.each row: injected by parameter name
-
-    @functools.cached_property
-    def title(self) -> str:
-        # Read several times a test (context, result, progress line, ledger): made once.
-        return " > ".join((*self.describe_path, self.name))
-
-    @functools.cached_property
-    def content_hash(self) -> str:
-        """Changes when the name, labels or body source change (for comparisons)."""
-        source = self.source
-        if source is None:
-            try:
-                source = inspect.getsource(self.fn)
-            except (OSError, TypeError):
-                source = getattr(self.fn, "__qualname__", "")
-        digest = hashlib.sha256()
-        parts = [self.title, "\x00".join(self.labels), source]
-        if self.values is not None:  # a test.each row: its values are part of what it tests
-            parts.append(parametrize.canonical(self.values))
-        for part in parts:
-            digest.update(part.encode())
-            digest.update(b"\x01")
-        return digest.hexdigest()[:16]
+# The declarations live in their own module; these names are how the package reads them.
+BUILTIN_FIXTURES = declared.BUILTIN_FIXTURES
+HookKind = declared.HookKind
+Mode = declared.Mode
+Body = declared.Body
+FixtureDef = declared.FixtureDef
+Hook = declared.Hook
+TestCase = declared.TestCase
 
 
 def _blocks(path: str) -> dict[int, tuple[int, int]]:

@@ -38,12 +38,17 @@ async def ask(
     model: str | None = None,
     weight: float = 1.0,
     options: dict[str, Any] | None = None,
+    expected: str | None = None,
 ) -> Verdict:
     if not isinstance(criteria, str) or not criteria.strip():
         raise errors.JudgeError("judge() needs the criteria: judge(result, 'what must be true')")
     if subject is not None and not isinstance(subject, (RunResult, str)):
         raise errors.JudgeError(
             f"judge() judges a RunResult or a string, got {type(subject).__name__}"
+        )
+    if expected is not None and not isinstance(expected, str):
+        raise errors.JudgeError(
+            f"judge(expected=...) is the expected answer, a string; got {type(expected).__name__}"
         )
     unknown = set(context) - CONTEXT_PARTS
     if unknown:
@@ -71,6 +76,7 @@ async def ask(
             repeat=ctx.info.repeat,
             test_id=ctx.info.id,
             options=options or {},
+            expected=expected,
         )
         try:
             with ctx.waiting("judge"):
@@ -140,9 +146,13 @@ class BoundJudge:
         model: str | None = None,
         gate: bool = True,
         weight: float = 1.0,
+        expected: str | None = None,
         **options: Any,
     ) -> Verdict:
-        """Judge ``result`` against ``criteria``; a gate unless ``gate=False``."""
+        """Judge ``result`` against ``criteria``; a gate unless ``gate=False``.
+
+        ``expected`` is the expected answer (a reference the judge compares the work with).
+        """
         return await ask(
             self._ctx,
             result,
@@ -154,6 +164,7 @@ class BoundJudge:
             model=model,
             weight=weight,
             options=options,
+            expected=expected,
         )
 
     async def observe(
@@ -166,6 +177,7 @@ class BoundJudge:
         evaluator: str | None = None,
         model: str | None = None,
         weight: float = 1.0,
+        expected: str | None = None,
         **options: Any,
     ) -> Verdict:
         """Judge for the record only: the verdict is scored but never gates."""
@@ -180,6 +192,7 @@ class BoundJudge:
             model=model,
             weight=weight,
             options=options,
+            expected=expected,
         )
 
 

@@ -279,6 +279,11 @@ class TestResult(BaseModel):
         default=False,
         description="from a --replay run: agent.run() was answered from a recording",
     )
+    case: dict[str, Any] | None = Field(
+        default=None,
+        description="a case file's test: what the case file says of it beyond the test (id, "
+        "subcategory, versions, expectedPPL, ...); None for a code test",
+    )
 
     @model_validator(mode="after")
     def _cause_of_errored(self) -> TestResult:

@@ -163,7 +163,8 @@ def select(
     if selection.grep:
         found = pattern.compile(selection.grep)
         chosen = [t for t in chosen if found.search(t.title) or found.search(t.id)]
-    return [t for t in chosen if all(label in t.labels for label in selection.labels)]
+    wanted = [label.casefold() for label in selection.labels]  # as --label: letter case aside
+    return [t for t in chosen if all(w in {h.casefold() for h in t.labels} for w in wanted)]
 
 
 def agents(run: evaluationrun.EvaluationRun, spec: runspec.RunSpec) -> list[str | None]:

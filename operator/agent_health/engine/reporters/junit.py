@@ -41,6 +41,11 @@ def _load_error_file(text: str) -> str:
     return where.rsplit(":", 1)[0] if where.rsplit(":", 1)[-1].isdigit() else where
 
 
+def _at(sig: dict[str, Any]) -> str:
+    """`` (file:line)`` where the check was made (a case file's: the case), when known."""
+    return f" ({sig['location']})" if sig.get("location") else ""
+
+
 def _signal_line(sig: dict[str, Any]) -> str:
     if sig["kind"] == "metric":
         value = (sig["evidence"] or {}).get("value")
@@ -74,7 +79,10 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
             type="AgentHealthFailure",
         )
         node.text = _shown(
-            "\n".join(f"{f['name']}: {json.dumps(f['evidence'] or f['reasoning'])}" for f in failed)
+            "\n".join(
+                f"{f['name']}{_at(f)}: {json.dumps(f['evidence'] or f['reasoning'])}"
+                for f in failed
+            )
         )
     elif test["status"] == "errored":
         cause = test.get("cause") or "test"
@@ -114,12 +122,15 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
 
 def _properties(case: ET.Element, test: dict[str, Any]) -> None:
     """What a testcase is besides its outcome: run id, score (only when it has one), cause,
-    ledger cell, labels, each derived metric, flaky, replayed."""
+    ledger cell, labels, a case file's metadata, each derived metric, flaky, replayed."""
     found: list[tuple[str, str]] = []
     for key in ("run_id", "score", "cause", "ledger_cell"):
         if test.get(key) is not None:
             found.append((key, str(test[key])))
     found += [("label", label_name) for label_name in test["labels"]]
+    for key, value in (test.get("case") or {}).items():  # a case file's: id, expectedPPL, ...
+        if isinstance(value, str | int | float | bool):
+            found.append((f"case.{key}", str(value)))
     for key, value in (test["metrics"] or {}).items():
         plain = isinstance(value, (str, int, float)) and not isinstance(value, bool)
         found.append((f"metric.{key}", str(value) if plain else json.dumps(value)))

@@ -610,6 +610,7 @@
       section("Prompt", run.prompt ? pre(run.prompt) : el("p", { class: "muted",
         text: "No prompt was sent (the test did not run the agent)." })),
       context(run),
+      caseFile(run),
       output(run),
       printed(run),
       trajectory(run),
@@ -681,6 +682,14 @@
         + JSON.stringify(evidence.actual);
     }
     return JSON.stringify(evidence);
+  }
+
+  // A case file's test: what its case says beyond the test (id, expectedPPL, versions, ...).
+  function caseFile(run) {
+    const kept = run.case && typeof run.case === "object" ? Object.entries(run.case) : [];
+    if (!kept.length) return null;
+    return section("Case file", kept.map(([key, value]) =>
+      el("div", null, el("div", { class: "muted", text: key }), pre(json(value)))));
   }
 
   function context(run) {
