@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from agent_health.cluster import errors
-from agent_health.cluster.registry import pullsecrets, registry
+from agent_health.cluster.registry import answers, pullsecrets, registry
 from aiohttp import web
 
 INDEX = json.dumps(
@@ -398,7 +398,7 @@ def test_a_malformed_pull_secret_is_permanent_and_named() -> None:
 
 
 def test_challenges_are_parsed_with_quoted_and_bare_values() -> None:
-    scheme, params = registry.parse_challenge(
+    scheme, params = answers.parse_challenge(
         'Bearer realm="https://auth.docker.io/token",service=registry.docker.io,'
         'scope="repository:library/nginx:pull,push"'
     )

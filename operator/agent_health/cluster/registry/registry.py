@@ -1,15 +1,14 @@
 """Digest pinning: resolve image references to ``sha256`` digests with the registry v2 API.
 
 Every cell of a run must run the same bytes, so each image of a RunSpec is resolved once
-(``HEAD /v2/<name>/manifests/<ref>``, reading ``Docker-Content-Digest``) and cells name
-their images ``registry/name@sha256:...``. A reference that is already pinned is used as it
-is, without asking the registry.
-
-Authentication follows the distribution spec's challenge flow: a ``401`` names a scheme in
-``WWW-Authenticate``; for ``Bearer`` a token is fetched from the challenge's ``realm``
-(with Basic credentials from a pull secret when one matches the registry), for ``Basic``
-the credentials go straight to the registry. Credentials come from the *content* of
-``kubernetes.io/dockerconfigjson`` Secrets, read by the caller and passed in here.
+(``HEAD /v2/<name>/manifests/<ref>``, reading ``Docker-Content-Digest``; a ``GET`` when the
+registry names no digest or no manifest type, its bytes then checked against the digest)
+and cells name their images ``registry/name@sha256:...``; a pinned reference is used as it
+is. What a node cannot run is refused here (:mod:`.answers`). Authentication follows the
+distribution spec's challenge flow: ``Bearer`` fetches a token from the challenge's
+``realm`` (with Basic credentials from a matching pull secret), ``Basic`` sends the
+credentials to the registry; credentials come from ``kubernetes.io/dockerconfigjson``
+Secrets, read by the caller.
 
 >>> keys = pullsecrets.credentials({"regcred": secret.data})
 >>> async with Resolver(credentials=keys) as resolver:
@@ -21,10 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import datetime
-import email.utils
 import hashlib
-import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
@@ -33,22 +29,13 @@ import httpx
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import meta
-from agent_health.cluster.registry import pullsecrets
+from agent_health.cluster.registry import answers, pullsecrets
 
 DOCKER_HUB = pullsecrets.DOCKER_HUB
 DOCKER_HUB_API = pullsecrets.DOCKER_HUB_API
-MEDIA_TYPES = (
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-)
-"""What a node can run: an image manifest, or an index (manifest list) of them, in the OCI or
-Docker v2 format. Anything else (a schema 1 manifest, an artifact) is refused at pinning."""
-ACCEPT = ", ".join(MEDIA_TYPES)
+ACCEPT = answers.ACCEPT
 DIGEST = re.compile(meta.DIGEST_PATTERN)
 _IMAGE = re.compile(meta.IMAGE_PATTERN)
-_PARAM = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=(?:"([^"]*)"|([^,\s]*))')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,17 +153,18 @@ class Resolver:
         scheme = "http" if ref.registry in self._insecure else "https"
         url = f"{scheme}://{ref.api_host}/v2/{ref.repository}/manifests/{ref.reference}"
         head = await self._send(attempt, "HEAD", url)
-        declared = _media_type(head.headers.get("content-type"))
+        declared = answers.media_type(head.headers.get("content-type"))
         digest: str = head.headers.get("docker-content-digest", "")
         if DIGEST.match(digest) and declared is not None:
-            _check_media_type(attempt, declared)
+            answers.check_media_type(image, ref.registry, declared)
             return digest
         # Some registries omit the digest header, or name no manifest type: the manifest says
         # what it is, and its digest is defined as the sha256 of its bytes.
         body = await self._send(attempt, "GET", url)
-        declared = _media_type(body.headers.get("content-type")) or _declared(body.content)
+        declared = answers.media_type(body.headers.get("content-type"))
+        declared = declared or answers.declared(body.content)
         if declared is not None:
-            _check_media_type(attempt, declared)
+            answers.check_media_type(image, ref.registry, declared)
         computed = f"sha256:{hashlib.sha256(body.content).hexdigest()}"
         if DIGEST.match(digest) and digest != computed:
             raise errors.PermanentRegistryError(
@@ -271,7 +259,7 @@ class Resolver:
 
     async def _authorize(self, attempt: _Attempt, challenge: httpx.Response) -> str:
         """The ``Authorization`` value that answers the registry's challenge."""
-        scheme, params = parse_challenge(challenge.headers.get("www-authenticate", ""))
+        scheme, params = answers.parse_challenge(challenge.headers.get("www-authenticate", ""))
         credential = self._credentials.get(attempt.ref.registry)
         if scheme == "basic":
             if credential is None:
@@ -330,47 +318,12 @@ class Resolver:
         )
 
 
-_GENERIC = frozenset({"", "application/json", "application/octet-stream", "text/plain"})
-SCHEMA_1 = "application/vnd.docker.distribution.manifest.v1+json"
-
-
-def _media_type(content_type: str | None) -> str | None:
-    """A ``Content-Type`` that names a manifest type, or ``None`` for a generic one."""
-    media_type = (content_type or "").split(";")[0].strip().lower()
-    return None if media_type in _GENERIC else media_type
-
-
-def _declared(body: bytes) -> str | None:
-    """The media type a manifest declares in its own bytes (schema 1 declares none)."""
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(document, dict):
-        return None
-    if document.get("schemaVersion") == 1:
-        return SCHEMA_1
-    found = document.get("mediaType")
-    return found if isinstance(found, str) and found else None
-
-
-def _check_media_type(attempt: _Attempt, media_type: str) -> None:
-    """Refuse a manifest no node could run."""
-    if media_type not in MEDIA_TYPES:
-        raise errors.PermanentRegistryError(
-            f"image {attempt.image}: registry {attempt.ref.registry} serves it as "
-            f"{media_type!r}, which is not a container image a node can run (an OCI or Docker "
-            f"v2 image manifest or index); push it as an image (e.g. with buildah, docker or "
-            f"skopeo) or name an image, not another kind of artifact"
-        )
-
-
 def _status_error(
     attempt: _Attempt, request: str, code: int, retry_after: str | None = None
 ) -> errors.RegistryError:
     message = f"image {attempt.image}: {request} answered HTTP {code}"
     if code == 429 or code >= 500:
-        wait = _seconds(retry_after)
+        wait = answers.retry_after(retry_after)
         if code == 429:
             message += " (too many requests)"
         if wait is not None:
@@ -379,30 +332,6 @@ def _status_error(
             )
         return errors.TemporaryRegistryError(f"{message}; will retry")
     return errors.PermanentRegistryError(message)
-
-
-def _seconds(retry_after: str | None) -> float | None:
-    """A ``Retry-After`` value in seconds (a number, or an HTTP date), bounded to an hour."""
-    if not retry_after:
-        return None
-    try:
-        seconds = float(retry_after)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(retry_after)
-        except (TypeError, ValueError):
-            return None
-        seconds = (when - datetime.datetime.now(datetime.UTC)).total_seconds()
-    if seconds != seconds:  # NaN
-        return None
-    return min(max(seconds, 0.0), 3600.0)
-
-
-def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
-    """``Bearer realm="...",service="..."`` → ``("bearer", {"realm": ..., "service": ...})``."""
-    scheme, _, rest = header.strip().partition(" ")
-    params = {m[1].lower(): m[2] if m[2] is not None else m[3] for m in _PARAM.finditer(rest)}
-    return scheme.lower(), params
 
 
 async def resolve_all(
