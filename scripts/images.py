@@ -8,8 +8,9 @@
 
 ``build`` builds every target of images/Dockerfile (operator, controller, gateway,
 triage-agent, log-server; or the ones named) and tags each twice: with the chart's name and
-version (``ghcr.io/agent-health/operator:0.1.0``, from charts/agent-health) and as
-``agent-health/<target>:dev`` (what the chart's kind values and examples/run.yaml name).
+version (``ghcr.io/agent-health/operator:0.1.0``, from charts/agent-health; the example
+agents as examples/run.yaml names them, ``ghcr.io/agent-health/examples/triage-agent:0.1.0``)
+and as ``agent-health/<target>:dev`` (what the chart's kind values name).
 Then it checks each image (:func:`check`) and prints its size. An image whose inputs (the
 Dockerfile, everything .dockerignore lets into the build, the base image) are unchanged
 since it was built and checked is not built again (``--force`` does).
@@ -90,8 +91,10 @@ def chart_tags(target: str) -> list[str]:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     repositories = {k: v["repository"] for k, v in values["image"].items()}
+    # The example agents are not the chart's: they live beside it, as examples/run.yaml names
+    # them (ghcr.io/agent-health/examples/triage-agent).
     prefix = repositories["operator"].rsplit("/", 1)[0]
-    repository = repositories.get(target, f"{prefix}/{target}")
+    repository = repositories.get(target, f"{prefix}/examples/{target}")
     return [f"{repository}:{chart['appVersion']}", f"agent-health/{target}:dev"]
 
 

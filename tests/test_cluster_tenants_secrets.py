@@ -137,3 +137,24 @@ async def test_nothing_in_the_operators_own_namespace_is_offered() -> None:
             refused = await until(lambda: failed(k8s, "triage-nightly"), "the run to fail")
         assert refused["reason"] == "SecretNotOffered"
         assert "in the operator's own namespace, where its credentials live" in (refused["message"])
+
+
+async def test_a_run_that_skips_judging_needs_no_judge_secret_and_one_that_judges_does() -> None:
+    """The keyless first run (docs/operator.md, "On kind"): a RunSpec names a judge Secret
+    that does not exist yet; a ``skipJudge`` run never reads it, so it runs."""
+    async with cluster() as k8s:
+        example, template = k8s.example(ledger=LEDGER)
+        judge = example["spec"]["judge"] | {"secretRef": {"name": "not-made-yet", "key": "k"}}
+        async with kubelet(Kubelet(k8s, TESTS, None)), k8s.operator():
+            await k8s.apply(renamed(example, "keyless", judge=judge))
+            await k8s.apply(
+                renamed(template, "skips", runSpecRef={"name": "keyless"}, skipJudge=True)
+            )
+            await until(lambda: k8s.pods(), "the skipJudge run's cells")
+            await k8s.apply(renamed(template, "judges", runSpecRef={"name": "keyless"}))
+            refused = await until(lambda: failed(k8s, "judges"), "the judging run to fail")
+            assert failed(k8s, "skips") is None
+        assert refused["reason"] == "SecretNotOffered"
+        assert "spec.judge.secretRef names Secret default/not-made-yet, which does not exist" in (
+            refused["message"]
+        )

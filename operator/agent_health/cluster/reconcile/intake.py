@@ -161,7 +161,13 @@ class Intake:
         if not chosen:
             return await board.fail(run, "NoTestsSelected", "spec.selection matches no test")
         try:
-            await secretrefs.check(board.api, run.ref.namespace, spec, self.own_secrets)
+            await secretrefs.check(
+                board.api,
+                run.ref.namespace,
+                spec,
+                self.own_secrets,
+                judged=not run.model.spec.skip_judge,
+            )
         except errors.SecretNotOffered as err:
             return await board.fail(run, "SecretNotOffered", f"RunSpec {run.runspec}: {err}")
         template = spec.spec.ledger.url if spec.spec.ledger else self.settings.ledger_url

@@ -73,11 +73,17 @@ def references(spec: runspec.RunSpec) -> list[Reference]:
     return found
 
 
-async def check(api: kube.Client, namespace: str, spec: runspec.RunSpec, own: Own) -> None:
+async def check(
+    api: kube.Client, namespace: str, spec: runspec.RunSpec, own: Own, *, judged: bool = True
+) -> None:
     """Every Secret ``spec`` names is offered and not ours; else a
-    :class:`~agent_health.cluster.errors.SecretNotOffered` naming the first that is not."""
+    :class:`~agent_health.cluster.errors.SecretNotOffered` naming the first that is not.
+
+    A run that skips judging (``skipJudge``) never reads the judge's Secret, so it need not
+    exist: a keyless first run of a RunSpec that names one works."""
     for ref in references(spec):
-        await read(api, namespace, ref, own)
+        if judged or ref.field != "spec.judge.secretRef":
+            await read(api, namespace, ref, own)
 
 
 async def read(api: kube.Client, namespace: str, ref: Reference, own: Own) -> dict[str, Any]:
