@@ -302,21 +302,28 @@ def push(names: Sequence[str], *, registry: str, insecure: bool, tag: str) -> di
     each pushed reference → the digest the registry stored."""
     if not shutil.which("skopeo"):
         raise Failure("pushing needs skopeo (scripts/get-containers.sh installs it)")
-    source_store = "docker-daemon" if builder(None) == "docker" else "containers-storage"
     pushed: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for target in names:
-            source = chart_tags(target)[1]
-            if source_store == "containers-storage":
-                source = f"localhost/{source}"
+            source = stored(chart_tags(target)[1])
             destination = f"{registry}/agent-health/{target}:{tag}"
             digest_file = Path(scratch) / target
             argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file)]
             if insecure:
                 argv.append("--dest-tls-verify=false")
-            run([*argv, f"{source_store}:{source}", f"docker://{destination}"])
+            run([*argv, source, f"docker://{destination}"])
             pushed[destination] = digest_file.read_text().strip()
     return pushed
+
+
+def stored(tag: str) -> str:
+    """Where a built image is, as skopeo names it: podman's and buildah's store, else
+    docker's."""
+    if shutil.which("podman") and image_id("podman", f"localhost/{tag}") is not None:
+        return f"containers-storage:localhost/{tag}"
+    if shutil.which("docker") and image_id("docker", tag) is not None:
+        return f"docker-daemon:{tag}"
+    raise Failure(f"no image {tag} in podman's or docker's store: run `make images` first")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,6 +74,9 @@ def condition(status: dict[str, Any], type: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == type)
 
 
+OCI = {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}
+
+
 @dataclasses.dataclass
 class Registry:
     """A registry v2 fake: every tag exists, except in repositories listed in ``missing``; a
@@ -96,11 +99,13 @@ class Registry:
             found = self.served.get((name, ref))
             if found is None:
                 return unknown
-            return web.Response(body=found, headers={"Docker-Content-Digest": ref})
-        body = json.dumps({"schemaVersion": 2, "name": name, "ref": ref}).encode()
+            return web.Response(body=found, headers={"Docker-Content-Digest": ref, **OCI})
+        body = json.dumps(
+            {"schemaVersion": 2, "mediaType": OCI["Content-Type"], "name": name, "ref": ref}
+        ).encode()
         digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
         self.served[(name, digest)] = body
-        return web.Response(body=body, headers={"Docker-Content-Digest": digest})
+        return web.Response(body=body, headers={"Docker-Content-Digest": digest, **OCI})
 
 
 def _died(name: str, reason: str, exit_code: int) -> dict[str, Any]:

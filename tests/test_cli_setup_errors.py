@@ -88,7 +88,8 @@ def test_a_run_with_no_agent_is_a_usage_error_before_any_test_runs(tmp_path: Pat
     (tmp_path / "test_agent.py").write_text(AGENT_TESTS)
     (tmp_path / "test_data.py").write_text(DATA_TESTS)
     (tmp_path / "test_more.cases.json").write_text(
-        '[{"name": "a case", "initialPrompt": "hi", "expectedOutcomes": ["greets"]}]'
+        '[{"name": "a case", "category": "RCA", "difficulty": "Easy", "initialPrompt": "hi",'
+        ' "expectedOutcomes": ["greets"]}]'
     )
     done = agent_health(["run", "."], tmp_path)
     line = one_error_line(done)

@@ -55,6 +55,7 @@ CASES = [
     {
         "name": "case \x1b]0;all tests passed\x07\x1b[2K\u202edessap",
         "category": "RCA\x1b[1A",
+        "difficulty": "Hard",
         "initialPrompt": "Diagnose why the payment service is failing. [bad]",
         "expectedTrajectory": [{"step": 1, "description": "logs", "requiredTools": ["search"]}],
     }
@@ -179,7 +180,7 @@ def test_list_shows_a_case_files_title_as_written(
     assert "\x1b" not in out
     assert "\u202e" not in out
     assert "case \\x1b]0;all tests passed\\x07\\x1b[2K\\u202edessap" in out
-    assert "[category:RCA\\x1b[1A]" in out
+    assert "category:RCA\\x1b[1A]" in out  # the label, escaped, closes the list
 
 
 async def test_compare_and_report_show_the_text_as_written(
