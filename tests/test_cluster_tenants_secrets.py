@@ -155,6 +155,7 @@ async def test_a_run_that_skips_judging_needs_no_judge_secret_and_one_that_judge
             refused = await until(lambda: failed(k8s, "judges"), "the judging run to fail")
             assert failed(k8s, "skips") is None
         assert refused["reason"] == "SecretNotOffered"
-        assert "spec.judge.secretRef names Secret default/not-made-yet, which does not exist" in (
-            refused["message"]
+        assert (
+            "spec.judge.secretRef names Secret default/not-made-yet, which does not exist"
+            in (refused["message"])
         )

@@ -31,9 +31,11 @@ from test_cluster_status import Clock, running_tally
 
 REASON = "judge skipped: nothing else checked"
 CASES = [
-    {"name": "judged only", "category": "RCA", "difficulty": "Easy", "initialPrompt": "Why is the payment service failing?",
+    {"name": "judged only", "category": "RCA", "difficulty": "Easy",
+     "initialPrompt": "Why is the payment service failing?",
      "expectedOutcomes": ["names the database as the cause"]},
-    {"name": "a tool and a judge", "category": "RCA", "difficulty": "Easy", "initialPrompt": "Why is the payment service failing?",
+    {"name": "a tool and a judge", "category": "RCA", "difficulty": "Easy",
+     "initialPrompt": "Why is the payment service failing?",
      "expectedOutcomes": ["names the database as the cause"],
      "expectedTrajectory": [{"step": 1, "requiredTools": ["search_logs"]}]},
     {"name": "a missing tool and a judge", "category": "RCA", "difficulty": "Easy",
