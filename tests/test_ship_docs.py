@@ -17,7 +17,13 @@ from agent_health.cluster.api import crds, reference
 from ship_support import CHART, ROOT
 
 README = (ROOT / "README.md").read_text()
-SECTION = README.split("## Run on a cluster", 1)[1]
+OPERATOR_DOC = (ROOT / "docs" / "operator.md").read_text()
+# What a user follows to install: README's "Run on a cluster" and the step-by-step kind section
+# of docs/operator.md it links to.
+SECTION = (
+    README.split("## Run on a cluster", 1)[1]
+    + OPERATOR_DOC.split("## On kind, start to finish", 1)[1].split("\n## ", 1)[0]
+)
 
 
 def test_the_kind_config_is_a_kind_cluster_with_a_registry_mirror_path() -> None:
