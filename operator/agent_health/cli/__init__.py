@@ -3,7 +3,7 @@
 ==========================  ====================================================
 module                      commands
 ==========================  ====================================================
-:mod:`.run`                 ``run``, ``list``
+:mod:`.run`                 ``run``, ``list`` (a package: flags, handler, ...)
 :mod:`.reports`             ``compare``
 :mod:`.ledgers`             ``ledger verify``, ``grade``
 :mod:`.cluster`             ``operator``, ``cell``, ``gateway``, ``crds``

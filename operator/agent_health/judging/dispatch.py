@@ -3,28 +3,29 @@
 It picks the mode (a custom evaluator, agentic with ``tools=["trace_query"]``, else
 contextual), looks the call up in the cache, asks the provider, and turns any failure into
 an ``errored`` verdict carrying the provider's message (usage errors, such as an unknown
-evaluator, are raised into the test instead). Errored verdicts are never cached.
-
-The cache key names who would answer — provider, base URL, region, model and the judge's
-options, not the model name alone, so an endpoint that answers "pass" to everything under a
-real model's name fills only its own entries — and, in the operator, the tenant
-(``partition``: the RunSpec's namespace), so one namespace's verdicts are never served to
-another. The evidence is keyed without this run's identifiers (run id, trace and span ids):
-the same work by another run is the same question.
+evaluator, are raised into the test instead). Errored verdicts are never cached; what the
+cache keys a call by is :mod:`.question`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
-import inspect
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
 
-from agent_health.judging import agentic, asking, contextual, errors, evaluators, prompt, tools
+from agent_health.judging import (
+    agentic,
+    asking,
+    contextual,
+    errors,
+    evaluators,
+    prompt,
+    question,
+    tools,
+)
 from agent_health.judging import cache as cache_mod
 from agent_health.judging import providers as providers_mod
 from agent_health.judging.chat import Tally
@@ -35,7 +36,6 @@ from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import RunResult, Verdict
 
 NO_JUDGE_HINT = judges.NO_JUDGE_HINT
-LLM_EVALUATOR = "llm"
 
 
 class Judging:
@@ -89,22 +89,13 @@ class Judging:
             )
         model = request.model or (self.judge.model if self.judge else None)
         parts = await _parts(request, pack, everything=custom is not None)
-        asked = {"expected": request.expected} if request.expected is not None else {}
-        address = cache_mod.key(
-            {
-                **asked,  # only when given: the keys of calls without one stay as they were
-                "evaluator": _identity(request.evaluator, custom),
-                "judge": _endpoint(self.judge),
-                "model": model,
-                "partition": self.partition,
-                "criteria": request.criteria,
-                "context": sorted(set(request.context)),
-                "tools": sorted(set(request.tools)),
-                "evidence": prompt.without_run_ids(parts, result.run_id if result else None),
-                "options": dict(request.options),
-                "repeat": request.repeat,
-                "prompt": prompt.PROMPT_VERSION,
-            }
+        address = question.address(
+            request,
+            custom=custom,
+            judge=self.judge,
+            model=model,
+            partition=self.partition,
+            parts=parts,
         )
         if self.cache is not None:
             stored = await self.cache.get(address)
@@ -148,7 +139,7 @@ class Judging:
         and the run-level rollup), through the judge cache (:mod:`.asking`)."""
         if self.provider is None or self.judge is None:
             raise errors.NoJudgeModel("asked the judge model, but no judge model is configured")
-        who = {"judge": _endpoint(self.judge), "partition": self.partition}
+        who = {"judge": question.endpoint(self.judge), "partition": self.partition}
         return await asking.ask(
             self.provider, self.judge, self.cache, who, text, system, asked=self.asked
         )
@@ -262,29 +253,6 @@ def _tool_packs(names: tuple[str, ...]) -> bool:
             f"judge(tools=...) got {unknown}; the only tool pack is {tools.PACK_NAME!r}"
         )
     return bool(names)
-
-
-def _endpoint(judge: JudgeConfig | None) -> dict[str, Any] | None:
-    """Who answers: the same model name behind another endpoint is another judge."""
-    if judge is None:
-        return None
-    return {
-        "provider": judge.provider,
-        "base_url": judge.base_url,
-        "region": judge.region,
-        "options": judge.options,
-    }
-
-
-def _identity(name: str | None, fn: Callable[..., Any] | None) -> str:
-    """Which evaluator answered: the built-in LLM judge, or a custom one and its code."""
-    if fn is None:
-        return LLM_EVALUATOR
-    try:
-        code = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__qualname__", repr(type(fn)))
-    return f"custom:{name}:{hashlib.sha256(code.encode()).hexdigest()[:16]}"
 
 
 def _verdict(request: JudgeRequest, fields: Mapping[str, Any], *, cached: bool) -> Verdict:

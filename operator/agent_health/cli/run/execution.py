@@ -1,0 +1,142 @@
+"""The run itself, inside the event loop: the ledger, the agents (a matrix: one lane each),
+the judge backend and the session, which a first Ctrl-C stops from starting new tests."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from rich.console import Console
+
+    from agent_health import connectors, judging
+    from agent_health.engine import budget, loader, recording, replay, session
+    from agent_health.sdk import config as config_mod
+
+
+async def execute(
+    suite: loader.Suite,
+    cases: list[Any],
+    config: config_mod.Config,
+    lanes: list[tuple[str | None, connectors.ConnectorSpec]],
+    judge_config: config_mod.JudgeConfig | None,
+    skip_judge: bool,
+    args: argparse.Namespace,
+    console: Console,
+    list_lines: bool,
+    limits: budget.Limits | None = None,
+    replayed: replay.Recording | None = None,
+) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
+    import asyncio
+    import dataclasses
+
+    from agent_health import connectors
+    from agent_health.engine import agent_process, recording, runner, session
+    from agent_health.engine.reporters import terminal
+    from agent_health.sdk.judges import NO_JUDGE_HINT
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, _on_interrupt, loop, stop)
+    hints: list[str] = []
+    recorded = None
+    async with contextlib.AsyncExitStack() as stack:
+        if not args.no_ledger and replayed is None:
+            url = args.ledger or recording.default_url()
+            recorded = await stack.enter_async_context(recording.LocalLedger(url))
+        names: list[str | None] = [name for name, _ in lanes]
+        callers: list[Any] = []
+        if replayed is not None:  # the agent is neither started nor called
+            from agent_health.engine import replay
+
+            # A recorded matrix is replayed as a matrix: one lane per recorded agent.
+            names = list(replayed.agents) or [None]
+            callers = [replay.Replayer(replayed)] * len(names)
+        for _, spec in lanes:  # none for a replay
+            live_spec = await stack.enter_async_context(agent_process.serving(spec))
+            observe = recorded.observe if recorded is not None else None
+            connector = connectors.create(live_spec, config.connectors, observe=observe)
+            stack.push_async_callback(connector.aclose)
+            callers.append(connector.run)
+        backend = None
+        if not skip_judge and (judge_config is not None or config.evaluators):
+            from agent_health import judging  # only runs that judge pay for the providers
+
+            backend = await stack.enter_async_context(
+                judging.backend(judge_config, config, use_cache=not args.no_cache)
+            )
+        env = runner.RunEnv(
+            agent_caller=callers[0] if callers else None,
+            judge_backend=backend,
+            skip_judge=skip_judge,
+            judge_hint=NO_JUDGE_HINT,
+            timeout=args.timeout or config.timeout,
+            config=config,
+            agent_name=config.agent_name(names[0] if names else None),
+            ledger=recorded,
+            insights_llm=backend.ask if backend is not None and backend.provider else None,
+            run_ids=replayed.run_id if replayed is not None else None,
+            replaying=replayed is not None,
+            lane=names[0] if replayed is not None and names else None,  # one recorded agent
+        )
+        # A matrix: one environment per agent, each naming its lane.
+        matrix = [
+            dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
+            for name, caller in zip(names, callers, strict=True)
+        ] if len(names) > 1 else []  # fmt: skip
+        runner.ready()
+        with terminal.LiveProgress(
+            console,
+            len(session.plan(cases, args.repeat)) * max(1, len(matrix)),
+            list_lines=list_lines,
+            repeats=args.repeat,
+        ) as progress:
+            outcome = await session.run(
+                cases,
+                suite.hooks,
+                env,
+                concurrency=args.concurrency,
+                repeat=args.repeat,
+                listener=progress,
+                stop=stop,
+                policy=session.Policy(retries=args.retries, max_failures=args.max_failures),
+                meter=_meter(limits, judge_config),
+                lanes=matrix,
+            )
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.remove_signal_handler(signal.SIGINT)
+    if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
+        hints.append(NO_JUDGE_HINT)
+    reason = getattr(getattr(backend, "provider", None), "reason", None)
+    if reason is not None:
+        hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
+    return outcome, hints, recorded, backend.asked if backend is not None else None
+
+
+def _meter(
+    limits: budget.Limits | None, judge_config: config_mod.JudgeConfig | None
+) -> budget.Meter | None:
+    if limits is None:
+        return None
+    from agent_health.engine import budget
+
+    prices = budget.Prices(
+        input_per_mtok=judge_config.input_cost_per_mtok if judge_config else None,
+        output_per_mtok=judge_config.output_cost_per_mtok if judge_config else None,
+    )
+    return budget.Meter(limits, prices)
+
+
+def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    stop.set()
+    # A second Ctrl-C stops at once, as users expect.
+    loop.remove_signal_handler(signal.SIGINT)
+
+
+def _judge_was_skipped(outcome: session.Outcome) -> bool:
+    return any(s.kind == "judge" and s.passed is None for r in outcome.results for s in r.signals)

@@ -1,0 +1,251 @@
+"""The ``run`` handler, top down: check the flags, load the suite, run it, report.
+
+What it needs loads inside it, only when ``run`` runs: the engine, the connectors, the
+ledger and rich are never imported by ``--help`` or ``list`` (``tests/test_cli_imports.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent_health.cli import common
+from agent_health.cli.run import catalog, execution, reporting
+from agent_health.cli.run import suite as suite_mod
+
+if TYPE_CHECKING:
+    from agent_health import connectors
+    from agent_health.engine import budget, replay
+    from agent_health.sdk import config as config_mod
+
+
+def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    import asyncio
+    import concurrent.futures
+    import gc
+
+    from agent_health.engine import (
+        loader,
+        provenance,
+        reporters,
+        savedreport,
+        select,
+        uncertainty,
+        visible,
+    )
+    from agent_health.engine.report import RunReport
+    from agent_health.engine.reporters import terminal
+
+    console, err_console = consoles.out, consoles.err
+    recording = _recording(args)
+    if recording is not None:
+        err_console.print(recording.note, markup=False)
+    if args.repeat is None:
+        args.repeat = recording.repeats if recording is not None else 1
+    if args.concurrency < 1:
+        raise common.UsageError("-j/--concurrency must be at least 1")
+    if not 1 <= args.repeat <= savedreport.MAX_REPEATS:  # what a saved report may say
+        raise common.UsageError(f"--repeat must be from 1 to {savedreport.MAX_REPEATS:,}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise common.UsageError("--timeout must be positive")
+    if args.ledger and args.no_ledger:
+        raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
+    pass_at = uncertainty.parse_pass_at(args.pass_at, args.repeat)
+    if args.retries < 0:
+        raise common.UsageError("--retries must be 0 or more")
+    if args.max_failures is not None and args.max_failures < 1:
+        raise common.UsageError("--max-failures must be at least 1")
+    limits = _limits(args)
+    outputs = [reporters.parse(r) for r in args.reporter]
+    shard = select.parse_shard(args.shard) if args.shard else None
+    paths = [Path(p) for p in args.paths]
+    config = suite_mod.load_config(args, paths)
+    suite = loader.load(paths, suite_mod.discovery_of(args, config))
+    if not args.list:
+        for note in loader.notes(suite):
+            err_console.print(note, markup=False, highlight=False)
+    select.forbid_only(suite.cases, args.forbid_only)
+    cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
+    if args.last_failed:
+        from agent_health.engine import lastfailed
+
+        cases, note = lastfailed.choose(cases, lastfailed.failed(suite.root))
+        err_console.print(note, markup=False)
+    if args.list:
+        return catalog.print_cases(cases, suite, as_json=False, consoles=consoles)
+    common.check_reports(outputs)
+    if config.traces.opensearch is not None:  # read by the first test that reads its traces
+        common.require_extra("traces.opensearch in the config", "opensearch")
+    load_errors = [str(e) for e in suite.errors]
+    if not cases and not load_errors:
+        chosen = {"--grep": args.grep, "--label": args.label, "--shard": args.shard}
+        filters = [flag for flag, value in chosen.items() if value]
+        said = select.nothing_to_run(args.paths, len(suite.cases), filters, loader.PATTERNS)
+        console.print(visible.line(said), markup=False)
+        common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
+        return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
+    lanes = _lanes(config, args.agent) if recording is None else []  # a replay starts none
+    if not lanes and recording is None:
+        _agent_needed(cases)
+    skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in (
+        "",
+        "0",
+    )
+    judge_config = config.judge_from_env()
+    if limits is not None and limits.max_cost_usd is not None and not config.price_table():
+        raise common.UsageError(
+            f"--max-cost needs the agent's prices: add prices={{'default': {{'input_per_mtok': "
+            f"..., 'output_per_mtok': ...}}}} to define_config() in "
+            f"{suite_mod.config_path(args, paths) or 'agent-health.config.py'} (and the judge's "
+            "input_cost_per_mtok/output_cost_per_mtok when it judges)"
+        )
+    list_lines = any(kind == "list" for kind, _ in outputs)
+    started_at = datetime.now(UTC)
+    # git (the suite's commit and whether it is dirty) runs beside the tests, not after them:
+    # the state of the suite the run started from, at no cost to the run's length.
+    git = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="git-state")
+    git_state = git.submit(provenance.git_state, paths)
+    git.shutdown(wait=False)
+
+    # What loading made (modules, the suite, the config) lives as long as the run: frozen,
+    # the collector stops going over it while tests run; put back for whatever runs after.
+    gc.freeze()
+    try:
+        outcome, hints, recorded, asked = asyncio.run(
+            execution.execute(
+                suite,
+                cases,
+                config,
+                lanes,
+                judge_config,
+                skip_judge,
+                args,
+                console,
+                list_lines,
+                limits,
+                recording,
+            )
+        )
+    finally:
+        gc.unfreeze()
+    judge_usage = reporting.judge_usage(outcome, judge_config, asked)
+    from agent_health.engine import lastfailed
+
+    with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
+        lastfailed.update(suite.root, outcome.results)
+    what_ran = provenance.collect(
+        paths=paths,
+        argv=getattr(args, "command_line", ["agent-health", "run"]),
+        agent=reporting.agent_info(config, *lanes[0]) if lanes else None,
+        agents=[reporting.agent_info(config, *lane) for lane in lanes] if len(lanes) > 1 else [],
+        judge=provenance.JudgeInfo(
+            provider=judge_config.provider if judge_config else None,
+            model=judge_config.model if judge_config else None,
+            skipped=skip_judge,
+        ),
+        config_file=suite_mod.config_path(args, paths),
+        ledger=recorded.url if recorded is not None else None,
+        started_at=started_at,
+        ended_at=datetime.now(UTC),
+        git=git_state.result(),
+    )
+    if recording is not None:
+        replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
+        what_ran = what_ran.model_copy(update=replayed)
+    report = RunReport.build(
+        reporting.with_cells(outcome.results, recorded),
+        duration_ms=outcome.duration_ms,
+        repeats=args.repeat,
+        load_errors=[*load_errors, *outcome.hook_errors],
+        interrupted=outcome.interrupted,
+        not_run=outcome.not_run,
+        judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
+        stopped=outcome.stopped,
+        rollup=outcome.rollup,
+        provenance=what_ran,
+        budget=outcome.budget,
+        pass_at=pass_at,
+    )
+    terminal.summary(console, report, hints=hints)
+    if judge_usage and judge_usage.calls:
+        console.print(judge_usage.line())
+    written = common.write_reports(outputs, report, console)
+    if recorded is not None:
+        reporting.print_ledger(recorded, console, err_console)
+    code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
+    return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+
+
+def _recording(args: argparse.Namespace) -> replay.Recording | None:
+    """The recording ``--replay`` names, read before anything runs (exit 2 when it cannot
+    be); a replay calls no agent and records no ledger."""
+    if not args.replay:
+        if args.key_file:
+            raise common.UsageError("--key-file is the key of a --replay recording; add --replay")
+        return None
+    if args.agent:
+        raise common.UsageError(
+            "--replay answers agent.run() from the recording and calls no agent; drop --agent"
+        )
+    if args.ledger:
+        raise common.UsageError("--replay calls no agent, so it records no ledger; drop --ledger")
+    import asyncio
+
+    from agent_health.engine import recordings, replay
+
+    try:
+        where = recordings.locate(args.replay)
+        options = common.ledger_access(where.ledger)
+        return asyncio.run(recordings.load(args.replay, options, key_file=args.key_file))
+    except replay.ReplayError as err:
+        raise common.UsageError(str(err)) from err
+
+
+def _lanes(
+    config: config_mod.Config, chosen: list[str]
+) -> list[tuple[str | None, connectors.ConnectorSpec]]:
+    """Each agent to run against (``--agent``, repeatable), with its spec; none when no agent
+    is chosen or configured (data tests only)."""
+    if not chosen:
+        return [(None, config.agent(None))] if config.agents else []
+    twice = sorted({name for name in chosen if chosen.count(name) > 1})
+    if twice:
+        raise common.UsageError(
+            f"--agent {twice[0]} is given twice; name each agent of a matrix once"
+        )
+    return [(name, config.agent(name)) for name in chosen]
+
+
+def _agent_needed(cases: list[Any]) -> None:
+    """No agent is configured: a usage error, before anything runs, when a test that would
+    run takes the ``agent`` fixture (pure data tests run without one)."""
+    from agent_health.engine import fixtures
+
+    needing = [c for c in cases if c.mode not in ("skip", "fixme")]
+    needing = [c for c in needing if fixtures.asks_for(c, "agent")]
+    if needing:
+        raise common.UsageError(
+            f"no agent to run: {len(needing)} of {len(cases)} selected tests take the agent "
+            f"fixture (first: {needing[0].id}); pass --agent NAME|URL (rest+http://..., "
+            "cmd:PROGRAM) or set agents={...} in agent-health.config.py"
+        )
+
+
+def _limits(args: argparse.Namespace) -> budget.Limits | None:
+    """The run's budget from --max-cost, --max-tokens and --max-duration (None: no budget)."""
+    given = {"--max-cost": args.max_cost, "--max-tokens": args.max_tokens}
+    given["--max-duration"] = args.max_duration
+    for flag, value in given.items():
+        if value is not None and value <= 0:
+            raise common.UsageError(f"{flag} must be positive, got {value:g}")
+    if all(v is None for v in given.values()):
+        return None
+    from agent_health.engine import budget
+
+    return budget.Limits(
+        max_cost_usd=args.max_cost, max_tokens=args.max_tokens, max_duration_s=args.max_duration
+    )
