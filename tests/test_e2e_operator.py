@@ -16,17 +16,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import e2e_support as e2e
+import httpx
 import pytest
 import pytest_asyncio
+import yaml
 from agent_health.ledger import audit, records, store
 
 pytestmark = [
@@ -60,9 +65,11 @@ async def k8s(
                 "default", "judge-credentials", offered=True, api_key=e2e.RUNSPEC_JUDGE_KEY
             )
             await cluster.secret("default", "triage-agent-llm", offered=True, api_key="unused")
-            await cluster.config_map(
-                "default", "triage-suite", {"test_triage.py": QUICKSTART.read_text()}
-            )
+            # The suite as docs/operator.md creates it: every file of the quickstart's suite.
+            await cluster.config_map("default", "triage-suite", {
+                "test_triage.py": QUICKSTART.read_text(),
+                "triage.cases.json": (QUICKSTART.parent / "triage.cases.json").read_text(),
+            })  # fmt: skip
             # The one change to the kind values beyond the cluster's own (see Cluster.install):
             # Agent Sandbox is installed here, so the operator watches Sandboxes.
             await cluster.install("sandbox.enabled=true")
@@ -316,7 +323,8 @@ async def test_an_operator_killed_mid_run_is_restarted_and_the_run_completes(
     process.run.signal(signal.SIGKILL)
     done = await finished(k8s, "restart-1")
     assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "restart-1")
-    assert done["status"]["counts"]["passed"] == 2, e2e.dump(k8s, "restart-1")
+    # payment and auth from test_triage.py, inventory from triage.cases.json
+    assert done["status"]["counts"]["passed"] == 3, e2e.dump(k8s, "restart-1")
     assert set(pod_creations(k8s, "restart-1").values()) == {1}
     assert process.restarts == 1
     await e2e.until(k8s.operator_ready, "the restarted operator to be ready")
@@ -402,3 +410,115 @@ async def test_judge_verdicts_are_cached_in_the_charts_cache_volume(k8s: e2e.Clu
     done = await finished(k8s, "cached-1")
     assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "cached-1")
     assert cached_verdicts(k8s) > 0
+
+
+# -- the kind steps of docs/operator.md, and a local run of the same suite --------------------
+
+OPERATOR_DOC = Path(__file__).resolve().parents[1] / "docs" / "operator.md"
+
+
+def documented_run_yaml(out: Path) -> list[dict[str, Any]]:
+    """``examples/run.yaml`` through the ``sed`` of docs/operator.md's kind step 6, run as
+    written (from the repository root), into ``out``."""
+    section = OPERATOR_DOC.read_text().split("## On kind, start to finish", 1)[1]
+    lines = section.split("**6. Point `examples/run.yaml`", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("sed -e"))
+    end = next(i for i in range(start, len(lines)) if "> run.kind.yaml" in lines[i])
+    command = "\n".join(lines[start : end + 1]).split(" > run.kind.yaml")[0] + f" > {out}"
+    subprocess.run(["bash", "-c", command], cwd=OPERATOR_DOC.parents[1], check=True)
+    return list(yaml.safe_load_all(out.read_text()))
+
+
+def local_run(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """``agent-health run`` of the quickstart suite on this machine; its JSON report."""
+    report = tmp_path / "local.json"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "agent-health"), "run", *args, "--no-ledger",
+         "--reporter", f"json:{report}"],
+        cwd=QUICKSTART.parent, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert report.exists(), done.stderr
+    return dict(json.loads(report.read_text()))
+
+
+def by_test(tests: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Each test id → how many of its repeats passed, failed and errored."""
+    found: dict[str, dict[str, int]] = {}
+    for test in tests:
+        counts = found.setdefault(test["id"], {"passed": 0, "failed": 0, "errored": 0})
+        if test["status"] in counts:
+            counts[test["status"]] += 1
+    return found
+
+
+async def metrics_of(k8s: e2e.Cluster) -> str:
+    pod = k8s.operator_pod()
+    assert pod is not None
+    async with httpx.AsyncClient(timeout=10) as client:
+        answer = await client.get(f"http://{pod['status']['podIP']}:9090/metrics")
+    answer.raise_for_status()
+    return answer.text
+
+
+async def test_the_kind_steps_run_the_example_without_a_judge_key_as_a_local_run_does(
+    k8s: e2e.Cluster, tmp_path: Path
+) -> None:
+    runspec, run = documented_run_yaml(tmp_path / "run.kind.yaml")
+    images = [runspec["spec"]["target"]["image"], runspec["spec"]["peers"][0]["image"]]
+    assert images == [
+        f"{e2e.REGISTRY}/agent-health/triage-agent:dev",
+        f"{e2e.REGISTRY}/agent-health/log-server:dev",
+    ]
+    assert run["spec"]["skipJudge"] is True
+    # Keyless (step 5): the user made no judge Secret at all.
+    runspec["spec"]["judge"]["secretRef"]["name"] = "no-judge-key-made"
+    await k8s.apply(runspec)
+    await k8s.apply(run)
+    done = await finished(k8s, "triage-nightly")
+    status = done["status"]
+    assert status["phase"] == "Succeeded", e2e.dump(k8s, "triage-nightly")
+
+    # The same suite, selection and repeats on this machine, without a judge.
+    selection = run["spec"]["selection"]
+    labels = [a for label in selection["labels"] for a in ("--label", label)]
+    repeats = str(run["spec"]["repeats"])
+    local = local_run(
+        tmp_path, "--no-judge", "--repeat", repeats, "--grep", selection["grep"], *labels
+    )
+    cluster = {t["id"]: {k: t[k] for k in ("passed", "failed", "errored")} for t in status["tests"]}
+    assert cluster == by_test(local["tests"]), (status["tests"], local["tests"])
+    for key in ("passed", "failed", "errored", "skipped"):
+        assert status["counts"][key] == local["summary"][key], (status["counts"], local["summary"])
+
+    spec = k8s.read("runspecs.agenthealth.dev", "default", "triage") or {}
+    digests = spec["status"]["imageDigests"]
+    cells = cells_of(k8s, "triage-nightly")
+    assert len(cells) == run["spec"]["repeats"]
+    if k8s.runtime == "container":
+        # The digests are the registry's own: the ones it stored when the images were pushed,
+        # in the RunSpec's status, in every cell's pod spec and in what the node ran.
+        for image in images:
+            repository = image.split("/", 1)[1].rsplit(":", 1)[0]
+            assert digests[image] == k8s.pushed[repository], (digests, k8s.pushed)
+        for pod in cells:
+            spec_images = {c["name"]: c["image"] for c in [*pod["spec"]["initContainers"],
+                                                           *pod["spec"]["containers"]]}  # fmt: skip
+            repository = spec_images["target"].split("/", 1)[1].split("@")[0]
+            assert spec_images["target"].endswith("@" + k8s.pushed[repository])
+            statuses = [
+                *pod["status"]["initContainerStatuses"],
+                *pod["status"]["containerStatuses"],
+            ]
+            for found in statuses:
+                assert found["imageID"].endswith(spec_images[found["name"]].split("@")[1])
+                assert found["containerID"].startswith("podman://"), found
+    # Prometheus sees the run: its cells by state and their grades.
+    text = await metrics_of(k8s)
+    assert (
+        'agent_health_cells_graded_total{namespace="default",runspec="triage",status="passed"}'
+        in text
+    )
+    assert (
+        'agent_health_run_pass_rate{namespace="default",run="triage-nightly",runspec="triage"} 1.0'
+        in text
+    )

@@ -71,7 +71,7 @@ class Container:
             "lastState": self.last_state,
         }
         if self.run is not None:
-            found["containerID"] = f"node://{self.run.pid}"
+            found["containerID"] = self.run.container_id
         return found
 
 
