@@ -58,3 +58,66 @@ def test_a_gateway_restart_and_a_peers_oom_are_the_infrastructures() -> None:
     assert "OOMKilled" in restarted[1]
     peer = observed.infra_failure(pod(sidecar("peer-logs", last="OOMKilled", restarts=1)))
     assert peer == ("sidecar-oom", "sidecar peer-logs was OOMKilled")
+
+
+def _waiting(reason: str, message: str) -> dict[str, Any]:
+    return {
+        "name": "target",
+        "image": "kind-registry:5000/team/agent@sha256:" + "ab" * 32,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason, "message": message}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "hint"),
+    [
+        ("ErrImagePull", "pulling ...: reading manifest sha256:ab in team/agent: manifest unknown",
+         "push the image again"),
+        ("ImagePullBackOff", 'failed to resolve reference "x": not found', "push the image again"),
+        ("ErrImageNeverPull", "image is not present with pull policy of Never", "kind load"),
+        ("InvalidImageName", "couldn't parse image reference", "fix the image reference"),
+    ],
+)  # fmt: skip
+def test_an_image_no_pull_will_bring_dooms_the_cell_at_once_naming_the_image_and_the_fix(
+    reason: str, message: str, hint: str
+) -> None:
+    found = observed.doomed(pod(sidecar("gateway"), _waiting(reason, message), phase="Pending"))
+    assert found is not None
+    cause, text = found
+    assert cause == "image-pull"
+    assert "kind-registry:5000/team/agent@sha256:" in text
+    assert hint in text
+
+
+def test_a_pull_that_may_heal_waits_its_grace_and_still_names_the_image() -> None:
+    waiting = _waiting("ImagePullBackOff", "dial tcp 10.0.0.1:5000: connection refused")
+    body = pod(sidecar("gateway"), waiting, phase="Pending")
+    assert observed.doomed(body) is None
+    stuck = observed.stuck(body)
+    assert stuck is not None
+    assert "kind-registry:5000/team/agent@sha256:" in stuck[1]
+    assert "pull secrets" in stuck[1]
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "hint"),
+    [
+        ("StartError", 'exec: "no-such-agent": executable file not found in $PATH',
+         "check its entrypoint or command"),
+        ("Error", "Traceback ...\nOSError: [Errno 30] Read-only file system: '/state.json'",
+         "write under /tmp"),
+    ],
+)  # fmt: skip
+def test_a_target_that_cannot_start_or_writes_to_its_read_only_root_says_so(
+    reason: str, message: str, hint: str
+) -> None:
+    target = sidecar("target", last=reason, restarts=1, code=128 if reason == "StartError" else 1)
+    target["image"] = "kind-registry:5000/team/agent@sha256:" + "cd" * 32
+    target["lastState"]["terminated"]["message"] = message
+    found = observed.doomed(pod(sidecar("gateway"), target, phase="Running"))
+    assert found is not None
+    assert found[0] == "target-crash"
+    assert "kind-registry:5000/team/agent@sha256:" in found[1]
+    assert message.splitlines()[-1] in found[1]
+    assert hint in found[1]

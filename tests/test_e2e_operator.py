@@ -522,3 +522,34 @@ async def test_the_kind_steps_run_the_example_without_a_judge_key_as_a_local_run
         'agent_health_run_pass_rate{namespace="default",run="triage-nightly",runspec="triage"} 1.0'
         in text
     )
+
+
+async def test_an_operator_killed_while_a_cell_is_starting_adopts_it_and_makes_no_second(
+    k8s: e2e.Cluster,
+) -> None:
+    """SIGKILL the operator as soon as the first cell pod exists, before it runs: the
+    restarted operator takes that pod over (its token, its deadline) instead of deleting it
+    and making a second attempt — one pod per cell, as without the restart."""
+    await k8s.apply(runspec_of("adopt", k8s.model.url))
+    await e2e.until(lambda: resolved(k8s, "adopt"), "the RunSpec to be ready")
+    await k8s.apply(run_of("adopt-1", "adopt", repeats=3, parallelism=3,
+                           selection={"grep": "payment"}))  # fmt: skip
+    starting = await e2e.until(
+        lambda: [p for p in cells_of(k8s, "adopt-1")
+                 if (p.get("status") or {}).get("phase") in (None, "Pending")],
+        "a cell pod that has not started",
+        seconds=60,
+    )  # fmt: skip
+    operator_pod = k8s.operator_pod()
+    assert operator_pod is not None
+    operator = k8s.node.pod(e2e.NAMESPACE, operator_pod["metadata"]["name"]).containers["operator"]
+    assert operator.run is not None
+    operator.run.signal(signal.SIGKILL)
+    done = await finished(k8s, "adopt-1")
+    assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "adopt-1")
+    assert done["status"]["counts"]["passed"] == 3, e2e.dump(k8s, "adopt-1")
+    creations = pod_creations(k8s, "adopt-1")
+    assert set(creations.values()) == {1}, creations
+    assert starting[0]["metadata"]["name"] in creations
+    assert len(creations) == 3, creations  # no `.a1` attempt of any cell
+    await e2e.until(k8s.operator_ready, "the restarted operator to be ready")

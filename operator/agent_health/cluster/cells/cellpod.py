@@ -339,4 +339,7 @@ def _sidecar(
         "volumeMounts": mounts,
         "resources": compute,
         "securityContext": manifests.container_security_context(settings),
+        # A target or peer that dies says why in its status (its log's tail: "Read-only file
+        # system", "exec: not found"), which the cell's error quotes.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }

@@ -17,6 +17,8 @@ the gateway restarted (OOMKilled or not)       gateway-restart  ended
 another sidecar (a peer) OOMKilled             sidecar-oom      ended
 a container restarted 3 times                  sidecar-crash    not ended (a crash loop)
 ImagePullBackOff / ErrImagePull …              image-pull       waiting longer than a grace
+an image that can never be pulled (not found,  image-pull       at once
+  Never on a node without it, an invalid name)
 ``PodScheduled=False`` Unschedulable           unschedulable    waiting longer than a grace
 the pod was deleted before it ended            evicted          deleted
 =============================================  ===============  ============================
@@ -30,6 +32,7 @@ hand it best-of-N); every other cause is the infrastructure's (``infra``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -51,6 +54,8 @@ _ENDED_REASONS: Mapping[str, grading.InfraCause] = {
 }
 Failure = tuple[grading.InfraCause, str]
 CRASH_LOOP_RESTARTS = 3
+# How a registry's 404 reads in a kubelet's pull error (containerd, CRI-O, podman).
+_NOT_FOUND = re.compile(r"not found|manifest unknown|NotFound|MANIFEST_UNKNOWN", re.IGNORECASE)
 
 
 def is_sandbox(body: Mapping[str, Any]) -> bool:
@@ -86,7 +91,7 @@ def infra_failure(body: Mapping[str, Any]) -> Failure | None:
     message = str(status.get("message") or reason)
     if reason in _ENDED_REASONS:
         return _ENDED_REASONS[reason], message
-    failed = _sidecar_failure(status)
+    failed = _sidecar_failure(status) or _unpullable(status)
     if failed is not None:
         return failed
     if state(body) == "failed" and _controller_ended(status) is None:
@@ -105,7 +110,7 @@ def doomed(body: Mapping[str, Any], restarts: int = CRASH_LOOP_RESTARTS) -> Fail
     if is_sandbox(body):
         return None  # a Sandbox does not report its containers
     status = body.get("status") or {}
-    failed = _sidecar_failure(status)
+    failed = _sidecar_failure(status) or _unpullable(status)
     if failed is not None:
         return failed
     for key in ("initContainerStatuses", "containerStatuses"):
@@ -138,6 +143,37 @@ def _sidecar_failure(status: Mapping[str, Any]) -> Failure | None:
     return None
 
 
+def _unpullable(status: Mapping[str, Any]) -> Failure | None:
+    """A container whose image no pull will ever bring: waiting the grace changes nothing."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            reason, detail = waiting.get("reason"), str(waiting.get("message") or "")
+            if reason in PULL_REASONS and (
+                reason in ("ErrImageNeverPull", "InvalidImageName") or _NOT_FOUND.search(detail)
+            ):
+                return "image-pull", _pull_failure(container, reason, detail)
+    return None
+
+
+def _pull_failure(container: Mapping[str, Any], reason: str, detail: str) -> str:
+    """What a cell's error says of an image that cannot be pulled, and what to do."""
+    image = container.get("image") or "its image"
+    if reason == "ErrImageNeverPull":
+        hint = "put it on every node (kind load docker-image) or let the node pull it"
+    elif reason == "InvalidImageName":
+        hint = "fix the image reference in the RunSpec"
+    elif _NOT_FOUND.search(detail):
+        hint = (
+            "the registry does not have it (any more): the RunSpec pinned this digest when it "
+            "was resolved; push the image again, or edit the RunSpec so that it resolves anew"
+        )
+    else:
+        hint = "check that it exists and that the nodes can reach the registry (pull secrets)"
+    why = detail or reason
+    return f"container {container.get('name')}: image {image} cannot be pulled ({why}); {hint}"
+
+
 def _crashed(target: Mapping[str, Any]) -> Failure | None:
     """How the target container died during the cell, if it did.
 
@@ -151,7 +187,15 @@ def _crashed(target: Mapping[str, Any]) -> Failure | None:
         return "target-oom", "the target container was OOM-killed (over its memory limit)"
     if last or int(target.get("restartCount") or 0) > 0:
         code, why = last.get("exitCode"), last.get("reason") or "no reason"
-        return "target-crash", f"the target container died (exit code {code}, {why})"
+        said = [line for line in str(last.get("message") or "").splitlines() if line.strip()]
+        words = f": {said[-1].strip()[:300]}" if said else ""
+        image = f" ({target['image']})" if target.get("image") else ""
+        found = f"the target container{image} died (exit code {code}, {why}){words}"
+        if why == "StartError":
+            found += "; its image's command cannot be started: check its entrypoint or command"
+        elif "Read-only file system" in words:
+            found += "; a cell's root filesystem is read-only: write under /tmp (an emptyDir)"
+        return "target-crash", found
     return None
 
 
@@ -177,8 +221,8 @@ def stuck(body: Mapping[str, Any]) -> Failure | None:
         for container in status.get(key) or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in PULL_REASONS:
-                detail = waiting.get("message") or waiting["reason"]
-                return "image-pull", f"container {container.get('name')}: {detail}"
+                detail = str(waiting.get("message") or "")
+                return "image-pull", _pull_failure(container, waiting["reason"], detail)
     return None
 
 
