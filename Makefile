@@ -99,6 +99,11 @@ bench-peers: $(BIN)/agent-health
 bench-operator: $(BIN)/agent-health
 	$(BIN)/python bench/operator_scale.py
 
+# Cell start and cells per minute on the end-to-end test's node, real containers beside
+# processes (needs root and `make tools`; builds the images when they are stale).
+bench-cells: $(BIN)/agent-health tools
+	$(BIN)/python bench/cells.py
+
 # The README's picture of the HTML report, from a real run of examples/04-diagnosis.
 screenshot: $(BIN)/agent-health tools
 	$(BIN)/python scripts/report-screenshot.py --out docs/images/html-report.png

@@ -269,6 +269,35 @@ async def push_images(address: str) -> dict[str, str]:
     }
 
 
+async def derive(hub: registry_support.Registry, name: str, entrypoint: list[str] | None) -> str:
+    """An image made from the example agent's, its entry point replaced (``None``: a copy),
+    pushed to the registry as ``agent-health/NAME:dev``; its reference as cells name it."""
+
+    def make() -> None:
+        env = dict(os.environ)
+        env.setdefault("CONTAINERS_CONF", str(podman.CONTAINERS_CONF))
+
+        def run(*argv: str) -> str:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"{' '.join(argv[:3])}: {done.stderr.strip()[-2000:]}")
+            return done.stdout.strip()
+
+        working = run("buildah", "from", "--pull=false", "localhost/agent-health/triage-agent:dev")
+        try:
+            if entrypoint is not None:
+                run("buildah", "config", "--entrypoint", json.dumps(entrypoint), working)
+            run("buildah", "commit", "--quiet", working, f"localhost/agent-health/{name}:dev")
+        finally:
+            run("buildah", "rm", working)
+        run("skopeo", "copy", "--quiet", "--dest-tls-verify=false",
+            f"containers-storage:localhost/agent-health/{name}:dev",
+            f"docker://{hub.address}/agent-health/{name}:dev")  # fmt: skip
+
+    await asyncio.to_thread(make)
+    return f"{REGISTRY}/agent-health/{name}:dev"
+
+
 @contextlib.asynccontextmanager
 async def cluster(root: Path, runtime_name: str = "process") -> AsyncIterator[Cluster]:
     """The cluster, up and empty (namespaces, the API's Service, the CA); torn down after."""

@@ -31,6 +31,7 @@ import e2e_support as e2e
 import httpx
 import pytest
 import pytest_asyncio
+import registry_support
 import yaml
 from agent_health.ledger import audit, records, store
 
@@ -553,3 +554,83 @@ async def test_an_operator_killed_while_a_cell_is_starting_adopts_it_and_makes_n
     assert starting[0]["metadata"]["name"] in creations
     assert len(creations) == 3, creations  # no `.a1` attempt of any cell
     await e2e.until(k8s.operator_ready, "the restarted operator to be ready")
+
+
+# -- images that cannot run ------------------------------------------------------------------
+
+
+def runspec_condition(k8s: e2e.Cluster, name: str, kind: str) -> dict[str, Any] | None:
+    body = k8s.read("runspecs.agenthealth.dev", "default", name) or {}
+    found = [c for c in body.get("status", {}).get("conditions", []) if c["type"] == kind]
+    return found[0] if found else None
+
+
+async def test_an_image_the_registry_does_not_have_is_the_runspecs_condition_naming_it(
+    k8s: e2e.Cluster,
+) -> None:
+    image = f"{e2e.REGISTRY}/agent-health/no-such-agent:dev"
+    if k8s.runtime == "process":
+        k8s.registry.missing.add("agent-health/no-such-agent")  # type: ignore[union-attr]
+    runspec = runspec_of("nosuch", k8s.model.url)
+    runspec["spec"]["target"]["image"] = image
+    await k8s.apply(runspec)
+    await k8s.apply(run_of("nosuch-1", "nosuch", selection={"grep": "payment"}))
+    done = await finished(k8s, "nosuch-1", seconds=90)
+    assert done["status"]["phase"] == "Failed", e2e.dump(k8s, "nosuch-1")
+    resolved_ = runspec_condition(k8s, "nosuch", "Resolved")
+    assert resolved_ is not None
+    assert resolved_["status"] == "False"
+    assert resolved_["reason"] == "ImageUnresolvable"
+    assert image in resolved_["message"]
+    assert "not found" in resolved_["message"]
+    assert cells_of(k8s, "nosuch-1") == []
+
+
+@pytest.mark.parametrize(
+    ("name", "entrypoint", "hint"),
+    [
+        ("triage-noentry", ["no-such-agent"], "check its entrypoint or command"),
+        ("triage-rofs", ["python", "-c", "open('/state.json', 'w')"], "write under /tmp"),
+    ],
+)
+async def test_a_target_image_that_cannot_start_or_writes_to_its_root_errors_its_cell(
+    k8s: e2e.Cluster, name: str, entrypoint: list[str], hint: str
+) -> None:
+    if k8s.runtime != "container":
+        pytest.skip("needs real images: the process runtime runs this checkout's commands")
+    assert isinstance(k8s.registry, registry_support.Registry)
+    image = await e2e.derive(k8s.registry, name, entrypoint)
+    runspec = runspec_of(name, k8s.model.url)
+    runspec["spec"]["target"]["image"] = image
+    await k8s.apply(runspec)
+    await k8s.apply(run_of(f"{name}-1", name, selection={"grep": "payment"}))
+    done = await finished(k8s, f"{name}-1", seconds=180)
+    status = done["status"]
+    assert status["counts"]["errored"] == 1, e2e.dump(k8s, f"{name}-1")
+    (test,) = status["tests"]
+    assert test["cause"] == "agent", test  # the agent's image is broken: its failure
+    assert f"agent-health/{name}@sha256:" in test["error"], test
+    assert hint in test["error"], test
+
+
+async def test_a_pinned_digest_the_registry_no_longer_has_errors_its_cells_at_once(
+    k8s: e2e.Cluster,
+) -> None:
+    if k8s.runtime != "container":
+        pytest.skip("needs a real registry and pulls: the stand-in serves any digest it named")
+    assert isinstance(k8s.registry, registry_support.Registry)
+    image = await e2e.derive(k8s.registry, "triage-gone", None)
+    runspec = runspec_of("gone", k8s.model.url)
+    runspec["spec"]["target"]["image"] = image
+    await k8s.apply(runspec)
+    await e2e.until(lambda: resolved(k8s, "gone"), "the RunSpec to pin its images")
+    spec = k8s.read("runspecs.agenthealth.dev", "default", "gone") or {}
+    digest = spec["status"]["imageDigests"][image]
+    await k8s.registry.delete("agent-health/triage-gone", digest)  # re-pushed and cleaned up
+    await k8s.apply(run_of("gone-1", "gone", selection={"grep": "payment"},
+                           retry={"infraRetries": 0, "backoffSeconds": 1}))  # fmt: skip
+    done = await finished(k8s, "gone-1", seconds=90)
+    (test,) = done["status"]["tests"]
+    assert test["cause"] == "infra", test
+    assert f"agent-health/triage-gone@{digest}" in test["error"], test
+    assert "push the image again" in test["error"], test
