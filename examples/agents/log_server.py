@@ -92,7 +92,7 @@ async def _main(host: str, port: int) -> None:
     runner, url = await start(host, port, own_token())
     print(f"log server listening on {url}", flush=True)
     try:
-        await asyncio.Event().wait()
+        await triage_agent.until_terminated()
     finally:
         await runner.cleanup()
 

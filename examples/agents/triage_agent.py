@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -364,10 +365,21 @@ async def _main(host: str, port: int, fault: str | None, tools_url: str | None) 
     where = tools_url or "its own tool service"
     print(f"triage agent listening on {url}, tools at {where}", flush=True)
     try:
-        await asyncio.Event().wait()
+        await until_terminated()
     finally:
         for runner in runners:
             await runner.cleanup()
+
+
+async def until_terminated() -> None:
+    """Serve until SIGTERM or SIGINT. In a cell the agent is its container's PID 1, which the
+    kernel gives no default action for SIGTERM: without a handler the kubelet's stop waits
+    out the pod's grace period and kills it, on every cell."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def main() -> None:
