@@ -121,3 +121,16 @@ def test_a_target_that_cannot_start_or_writes_to_its_read_only_root_says_so(
     assert "kind-registry:5000/team/agent@sha256:" in found[1]
     assert message.splitlines()[-1] in found[1]
     assert hint in found[1]
+
+
+def test_a_gateway_killed_as_the_pod_ended_is_a_restart_though_none_is_on_record() -> None:
+    """The gateway was SIGKILLed, the controller's call failed, and the pod ended before
+    the kubelet restarted the gateway: only its own exit says it died."""
+    killed = {"name": "gateway", "restartCount": 0,
+              "state": {"terminated": {"reason": "Error", "exitCode": 137}}}  # fmt: skip
+    found = observed.infra_failure(pod(killed, sidecar("target", state="Completed")))
+    assert found is not None
+    assert found[0] == "gateway-restart"
+    assert "exit code 137" in found[1]
+    stopped = {"name": "gateway", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}
+    assert observed.infra_failure(pod(stopped, sidecar("target", state="Completed"))) is None

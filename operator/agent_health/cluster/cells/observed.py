@@ -130,7 +130,7 @@ def _sidecar_failure(status: Mapping[str, Any]) -> Failure | None:
     if target is not None and (crashed := _crashed(target)) is not None:
         return crashed
     gateway = sidecars.get(cellgateway.NAME)
-    if gateway is not None and (why := _restarted(gateway)) is not None:
+    if gateway is not None and (why := _restarted(gateway) or _killed(gateway)) is not None:
         return "gateway-restart", (
             f"the gateway restarted during the cell ({why}): exchanges in flight were lost "
             "and its ports were free meanwhile, so the ledger is not complete evidence"
@@ -204,6 +204,17 @@ def _restarted(sidecar: Mapping[str, Any]) -> str | None:
     last = (sidecar.get("lastState") or {}).get("terminated") or {}
     if last or int(sidecar.get("restartCount") or 0) > 0:
         return f"{last.get('reason') or 'terminated'}, exit code {last.get('exitCode')}"
+    return None
+
+
+def _killed(gateway: Mapping[str, Any]) -> str | None:
+    """A gateway that ended by a signal or an error, not by the stop at the pod's end (it
+    exits 0 on SIGTERM): it died while the cell ran, and the pod ended before the kubelet
+    could restart it, so neither ``lastState`` nor a restart count shows it."""
+    ended = (gateway.get("state") or {}).get("terminated") or {}
+    code = ended.get("exitCode")
+    if ended and code not in (0, 143, None):
+        return f"{ended.get('reason') or 'terminated'}, exit code {code}, not restarted"
     return None
 
 
