@@ -191,8 +191,12 @@ def base_image(given: str | None, engine: str) -> str:
 def reachable(reference: str) -> bool:
     if not shutil.which("skopeo"):
         return True  # let the builder try, and say what it says
+    name, _, digest = reference.partition("@")
+    if digest and name.rfind(":") > name.rfind("/"):
+        name = name.rsplit(":", 1)[0]  # skopeo takes a tag or a digest, not both
+    pinned = f"{name}@{digest}" if digest else reference
     done = subprocess.run(
-        ["skopeo", "inspect", "--raw", "--retry-times", "0", f"docker://{reference}"],
+        ["skopeo", "inspect", "--raw", "--retry-times", "0", f"docker://{pinned}"],
         capture_output=True,
         timeout=60,
         check=False,
