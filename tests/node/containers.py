@@ -117,12 +117,19 @@ def prepare(spec: dict[str, Any], state: Path, log: Path) -> tuple[Path, Path]:
 async def start(spec: dict[str, Any], state: Path, log: Path) -> Run:
     """Start the container described by ``spec`` (see :mod:`node.launcher`)."""
     spec_file, termination = await asyncio.to_thread(prepare, spec, state, log)
+    process = await spawn([sys.executable, str(LAUNCHER), str(spec_file)], log)
+    return Run(process, log, termination, now())
+
+
+async def spawn(
+    argv: list[str], log: Path, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """A container run's process, in a session of its own, its output appended to ``log``."""
     out = await asyncio.to_thread(log.open, "ab")
     try:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(LAUNCHER),
-            str(spec_file),
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
@@ -130,4 +137,3 @@ async def start(spec: dict[str, Any], state: Path, log: Path) -> Run:
         )
     finally:
         out.close()
-    return Run(process, log, termination, now())

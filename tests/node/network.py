@@ -214,12 +214,12 @@ async def _remove_leftovers() -> None:
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir(NETNS_DIR):
             found = _OURS.match(name)
-            if found and not _alive(int(found.group(1))):
+            if found and not alive(int(found.group(1))):
                 await _ip(f"netns del {name}", check=False)
     for line in (await _show("-o", "link", "show", "type", "bridge")).splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
         found = _BRIDGE.match(name)
-        if found and not _alive(int(found.group(1), 16)):
+        if found and not alive(int(found.group(1), 16)):
             await _ip(f"link del {name}", check=False)
 
 
@@ -229,7 +229,8 @@ def _mac(pid: int) -> str:
     return ":".join(f"{o:02x}" for o in octets)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still exists (a test run's, whose leftovers must stay)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from node import containers, images
+from node import containers, images, network
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = ROOT / "scripts" / "containers.conf"
@@ -242,18 +242,7 @@ class Podman:
         _spec_file, termination = await asyncio.to_thread(containers.prepare, spec, state, log)
         name = f"ah{self.pid}-{spec['id']}"
         argv = self.argv("run", *self.options(spec, name, termination), spec["image"])
-        out = await asyncio.to_thread(log.open, "ab")
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                env=self.env(),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            out.close()
+        process = await containers.spawn(argv, log, self.env())
         run = PodmanRun(process, log, termination, containers.now(), runtime=self, name=name)
         await run.started()
         return run
@@ -366,7 +355,9 @@ def _stale() -> list[tuple[int, Path]]:
     return [
         (int(entry.name), Path((entry / "root").read_text().strip()))
         for entry in NODES.iterdir()
-        if entry.name.isdigit() and (entry / "root").is_file() and not _alive(int(entry.name))
+        if entry.name.isdigit()
+        and (entry / "root").is_file()
+        and not network.alive(int(entry.name))
     ]
 
 
@@ -376,13 +367,3 @@ async def _remove_leftovers() -> None:
         stale = Podman(root, pid=pid)
         with contextlib.suppress(OSError):
             await stale.close()  # (and forgets its state directory)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
