@@ -210,6 +210,27 @@ def with_metric_signals(entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry, "signals": [*signals, *derived]} if derived else entry
 
 
+def received(partial: dict[str, Any]) -> str:
+    """How every reporter heads what a timed-out agent had sent (a report entry's
+    ``partial``): ``before the timeout the agent had sent 312 bytes of its answer``. Names
+    the tool calls an AG-UI agent had made, as sent: show it as outside text."""
+    size = partial.get("bytes") or 0
+    kept = " (the first 64 KiB kept)" if partial.get("truncated") else ""
+    if partial.get("source") == "stdout":
+        return f"before the timeout the command had printed {size:,} bytes on stdout{kept}"
+    if partial.get("source") == "events":
+        calls = [s.get("tool_name") or "?" for s in partial.get("trajectory") or []
+                 if s.get("type") == "tool_call"]  # fmt: skip
+        tools = f"; tool calls: {', '.join(calls)}" if calls else "; no tool calls"
+        return (
+            f"before the timeout the agent had sent {partial.get('events') or 0:,} AG-UI "
+            f"events, {size:,} bytes{tools}{kept}"
+        )
+    if not size:
+        return "before the timeout the agent had sent nothing"
+    return f"before the timeout the agent had sent {size:,} bytes of its answer{kept}"
+
+
 def repeat_label(repeat: int, repeats: int) -> str:
     """How every reporter names a repeat: ``[2/3]`` (1-based), nothing when there is one."""
     return f"[{repeat + 1}/{repeats}]" if repeats > 1 else ""
