@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -72,3 +73,36 @@ def run_started() -> bytes:
 
 def run_finished(**fields: Any) -> bytes:
     return event("RUN_FINISHED", threadId="run-1", runId="run-1", **fields)
+
+
+def half_a_run(said: str = "It cannot reach db-pri") -> list[bytes]:
+    """Some of an AG-UI run: a message, a tool call and its result, then a message (saying
+    ``said``) and a second call that are still open when the agent stops sending."""
+    return [
+        run_started(),
+        event("TEXT_MESSAGE_START", messageId="m1", role="assistant"),
+        event("TEXT_MESSAGE_CONTENT", messageId="m1", delta="Checking the logs."),
+        event("TEXT_MESSAGE_END", messageId="m1"),
+        event("TOOL_CALL_START", toolCallId="c1", toolCallName="search_logs"),
+        event("TOOL_CALL_ARGS", toolCallId="c1", delta='{"service": "payment"}'),
+        event("TOOL_CALL_END", toolCallId="c1"),
+        event("TOOL_CALL_RESULT", messageId="r1", toolCallId="c1", content='{"lines": 3}'),
+        event("TEXT_MESSAGE_START", messageId="m2", role="assistant"),
+        event("TEXT_MESSAGE_CONTENT", messageId="m2", delta=said),
+        event("TOOL_CALL_START", toolCallId="c2", toolCallName="service_status"),
+        event("TOOL_CALL_ARGS", toolCallId="c2", delta='{"name": "db-'),
+    ]
+
+
+def stalling_sse(frames: list[bytes]) -> Handler:
+    """A handler that streams ``frames`` and then sends nothing, never ending the run."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = await open_sse(request)
+        for frame in frames:
+            await response.write(frame)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    return handler

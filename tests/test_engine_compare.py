@@ -214,6 +214,23 @@ DEEP = "[" * 100_000 + "]" * 100_000  # a RecursionError in json.loads
             "tests[5]: test 'test_a.py::a' repeat 0 is listed twice (also tests[0])",
         ),
         (_with(lambda r: r.update(provenance=[])), "provenance: must be an object or null"),
+        (_with(lambda r: r["tests"][0].update(partial="x")), "tests[0].partial: must be an obj"),
+        (
+            _with(lambda r: r["tests"][0].update(partial={"source": "smoke"})),
+            "tests[0].partial.source: 'smoke' is not one of body, events, stdout",
+        ),
+        (
+            _with(lambda r: r["tests"][0].update(partial={"source": "body", "text": 5})),
+            "tests[0].partial.text: must be a string, not 5",
+        ),
+        (
+            _with(lambda r: r["tests"][0].update(partial={"source": "body", "bytes": -1})),
+            "tests[0].partial.bytes: must be a whole number",
+        ),
+        (
+            _with(lambda r: r["tests"][0].update(partial={"source": "events", "trajectory": 1})),
+            "tests[0].partial.trajectory: must be a list of steps",
+        ),
     ],
 )
 def test_bad_files_exit_2_naming_the_file_and_the_field(

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import loopback
 import pytest
 import triage_agent
 from agent_health import cli
@@ -551,6 +552,7 @@ def test_a_hostile_agents_text_and_a_timeout_read_right(chromium: Any, tmp_path:
     # The hostile agent (its own process on 127.0.0.1) answers with terminal escapes, a
     # right-to-left override and characters XML forbids, and stalls mid-answer: the page
     # shows the characters as escapes, and says the stalled test timed out.
+    from hostile_agent import REWRITE
     from hostile_support import free_port, hostile_target
 
     suite = tmp_path / "suite"
@@ -589,4 +591,67 @@ def test_a_hostile_agents_text_and_a_timeout_read_right(chromium: Any, tmp_path:
         assert "Timed out: the agent was called and sent no complete answer in time." in text
         assert "did not answer within 1 s" in text
         assert "Diagnose why the payment service is failing. [stall]" in text  # what it was sent
+        # and what the agent had sent before it stopped, under "Timed out", as escapes
+        sent = len(b'{"output": "' + REWRITE.encode("utf-8", "surrogatepass"))
+        received = inspector.locator(".no-reply .received").inner_text()
+        assert f"Before the timeout the agent had sent {sent} bytes of its answer:" in received
+        assert '{"output": "\\x1b[1A\\x1b[2K\\r\\x1b[32m✓ passed  test_demo.py' in received
+        assert "\\x1b]0;all tests passed\\x07" in received
+        assert "\\u202edessap\\u202c" in received
+        assert "\u202e" not in received
+        assert "\x1b" not in received
+        assert inspector.locator(".no-reply .received").count() == 1  # under Output only
+        _clean(seen, url)
+
+
+AGUI_SUITE = """
+from agent_health import test
+
+
+@test("stalls mid-call")
+async def stalls(agent, expect):
+    result = await agent.run("Diagnose why the payment service is failing.", timeout=1)
+    expect(result).to_have_called_tool("service_status")
+"""
+
+
+def test_an_agui_agent_that_stalls_shows_its_steps_so_far(chromium: Any, tmp_path: Path) -> None:
+    # A real AG-UI stream on 127.0.0.1: a message, a tool call and its result, then a message
+    # and a second call still open when the agent stops sending.
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_agui.py").write_text(AGUI_SUITE)
+    out = tmp_path / "html"
+    frames = loopback.half_a_run("It cannot reach db-pri\x1b[2K\u202e")
+
+    async def run() -> Run:
+        async with loopback.serving(loopback.stalling_sse(frames)) as url:
+            return await run_cli(
+                suite, "--agent", f"agui+{url}", "--no-ledger", "--reporter", f"html:{out}"
+            )
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        done = pool.submit(asyncio.run, run()).result()
+    assert done.code == 3
+    url = (out / "index.html").as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        page = seen.page
+        inspector = page.locator("#inspector")
+        page.locator("#test-list .test-row", has_text="stalls mid-call").click()
+        received = inspector.locator(".no-reply .received").inner_text()
+        assert (
+            f"Before the timeout the agent had sent {len(frames)} AG-UI events, "
+            f"{sum(map(len, frames)):,} bytes; tool calls: search_logs, service_status:"
+        ) in received
+        assert "Checking the logs.\nIt cannot reach db-pri\\x1b[2K\\u202e" in received
+        heads = inspector.locator("section.part h3").all_inner_texts()
+        assert "Trajectory so far (5 steps, before the timeout)" in heads
+        steps = inspector.locator(".timeline .step")
+        assert steps.count() == 5
+        assert "search_logs" in steps.nth(1).inner_text()
+        assert '"lines": 3' in steps.nth(2).inner_text()  # the result that came back
+        last = steps.nth(4).inner_text()
+        assert "service_status" in last
+        assert '"_raw": "{\\"name\\": \\"db-"' in last  # the arguments as far as they came
         _clean(seen, url)

@@ -10,7 +10,9 @@ they arrive; an optional ``on_event`` callback sees each one as soon as it is re
 
 A run must end with ``RUN_FINISHED``. ``RUN_ERROR`` is
 :class:`~errors.AgentRunFailed`; a stream that ends or is cut before ``RUN_FINISHED`` is
-:class:`~errors.AgentStreamIncomplete`. Both make the test ``errored``.
+:class:`~errors.AgentStreamIncomplete`. Both make the test ``errored``. A run that does not
+finish within its timeout is :class:`~errors.AgentTimeout` carrying the events folded so far
+(:mod:`.partial`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pydantic_core
 from ag_ui import core
 
 from agent_health.connectors import agui_fold, errors, sse, wire
+from agent_health.connectors import partial as partial_mod
 from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
@@ -116,15 +119,32 @@ class AguiConnector:
     async def run(self, request: AgentRequest) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)
         body = self.body(request)
-        fold, events = await self._http.call(request, self.url, body, _SSE, timeout, self._read)
-        return AgentReply.model_validate({**fold.reply_fields(), "events": events})
+        stream = _Stream(self.url, self.on_event)
+        await self._http.call(request, self.url, body, _SSE, timeout, stream.read, stream.partial)
+        return AgentReply.model_validate({**stream.fold.reply_fields(), "events": stream.events})
 
-    async def _read(self, response: http.Response) -> tuple[agui_fold.Fold, list[dict[str, Any]]]:
-        """Fold the answer's events up to RUN_FINISHED; the fold and the events as read."""
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class _Stream:
+    """One run's events as they are read: the fold, the events and the bytes so far (what a
+    call that times out had been sent, :meth:`partial`)."""
+
+    __slots__ = ("events", "fold", "on_event", "size", "url")
+
+    def __init__(self, url: str, on_event: EventCallback | None) -> None:
+        self.url = url
+        self.on_event = on_event
+        self.fold = agui_fold.Fold(url)
+        self.events: list[dict[str, Any]] = []
+        self.size = 0
+
+    async def read(self, response: http.Response) -> None:
+        """Fold the answer's events up to RUN_FINISHED."""
         if not 200 <= response.status < 300:
             wire.ensure_success(response.status, await response.read(), self.url)
-        fold = agui_fold.Fold(self.url)
-        events: list[dict[str, Any]] = []
+        fold, events = self.fold, self.events
         content_type = response.headers.get("content-type") or "none"
         if "text/event-stream" not in content_type.partition(";")[0]:
             raise errors.AgentProtocolError(
@@ -134,6 +154,7 @@ class AguiConnector:
         decoder = sse.Decoder()
         try:
             async for chunk in response.iter_chunks():
+                self.size += len(chunk)
                 for message in decoder.feed(chunk):
                     if not message.data:
                         continue  # an empty keep-alive event
@@ -144,7 +165,7 @@ class AguiConnector:
                         if inspect.isawaitable(outcome):
                             await outcome
                     if fold.finished:
-                        return fold, events  # anything after RUN_FINISHED belongs to no run
+                        return  # anything after RUN_FINISHED belongs to no run
         except errors.AgentUnreachable as err:
             raise errors.AgentStreamIncomplete(
                 f"agent at {self.url} cut its AG-UI stream after {fold.count} events, "
@@ -155,8 +176,10 @@ class AguiConnector:
             "without RUN_FINISHED"
         )
 
-    async def aclose(self) -> None:
-        await self._http.aclose()
+    def partial(self) -> partial_mod.Partial:
+        """The events folded so far (a message or tool call still open, as it stood)."""
+        steps = self.fold.reply_fields()["trajectory"]  # the fold is not read after a timeout
+        return partial_mod.of_events(steps, self.fold.count, self.size)
 
 
 def _tools(configured: list[Any], offered: list[dict[str, Any]]) -> list[Any]:

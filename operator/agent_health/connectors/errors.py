@@ -4,7 +4,8 @@
 
     ConnectorError                 the agent could not be reached or answered badly
      ├── AgentUnreachable          connection refused, DNS, reset before an answer
-     ├── AgentTimeout              no complete answer within the timeout
+     ├── AgentTimeout              no complete answer within the timeout (``partial``: what
+     │                             had arrived by then)
      ├── AgentHTTPError            the agent answered with a non-2xx status
      ├── AgentRunFailed            the agent said its run failed (AG-UI RUN_ERROR, an error
      │                             body, a command that exited non-zero)
@@ -16,6 +17,13 @@ Every error carries a one-line message that says which of these happened; the en
 turns it into an ``errored`` test with that message, and ``error_cause`` says whom the
 error blames: the agent under test, except for a wrong connector spec (the test's setup).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent_health.connectors.partial import Partial
 
 
 class ConnectorError(Exception):
@@ -29,7 +37,12 @@ class AgentUnreachable(ConnectorError):
 
 
 class AgentTimeout(ConnectorError):
-    """The agent did not answer within the timeout."""
+    """The agent did not answer within the timeout. ``partial``: what it had sent by then,
+    when the connector kept it (every built-in one does; see :mod:`.partial`)."""
+
+    def __init__(self, message: str, *, partial: Partial | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 class AgentHTTPError(ConnectorError):

@@ -26,7 +26,7 @@ from typing import Any
 
 import pydantic_core
 
-from agent_health.connectors import errors, wire
+from agent_health.connectors import errors, partial, wire
 from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
@@ -78,8 +78,9 @@ class OpenAIChatConnector:
         body = pydantic_core.to_json(self.body(request))  # compact UTF-8, 5x json.dumps' speed
         headers = {"content-type": "application/json", **self._auth}
         timeout = wire.timeout_of(request, self.spec)
+        received = partial.Received()  # what came, should the agent stop halfway
         status, data = await self._http.call(
-            request, self.url, body, headers, timeout, wire.read_all
+            request, self.url, body, headers, timeout, received.read, received.partial
         )
         wire.ensure_success(status, data, self.url)
         return self.reply(wire.json_body(data, self.url))

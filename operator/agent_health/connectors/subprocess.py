@@ -13,8 +13,9 @@ run ends. Its stdout is either
   ``{"output": ..., "token_usage"?: {...}}`` line.
 
 A non-zero exit is :class:`~errors.AgentRunFailed` and a run past the timeout is
-:class:`~errors.AgentTimeout` (the whole process group is killed); both quote the end of
-stderr. A cancelled run kills its process group too.
+:class:`~errors.AgentTimeout` (the whole process group is killed; it keeps the stdout so
+far, :mod:`.partial`); both quote the end of stderr. A cancelled run kills its process
+group too.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 import pydantic
 
-from agent_health.connectors import errors, wire
+from agent_health.connectors import errors, partial, wire
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step
 
@@ -113,7 +114,8 @@ class SubprocessConnector:
         except TimeoutError as err:
             raise errors.AgentTimeout(
                 f"agent command {self.name!r} did not finish within {timeout:g} s "
-                f"(its process group was killed){_tail(stderr)}"
+                f"(its process group was killed){_tail(stderr)}",
+                partial=partial.of_bytes(stdout, "stdout"),
             ) from err
         finally:
             for reader in readers:

@@ -31,6 +31,7 @@ from agent_health.ledger import strictjson
 
 if TYPE_CHECKING:
     from agent_health.connectors.base import ConnectorSpec
+    from agent_health.connectors.partial import Partial
 
 T = TypeVar("T")
 RUN_ID_HEADER = "X-Agent-Health-Run-Id"
@@ -86,14 +87,17 @@ class Http:
         headers: Mapping[str, str],
         timeout: float,
         read: Callable[[transport.Response], Awaitable[T]],
+        sofar: Callable[[], Partial] | None = None,
     ) -> T:
         """POST ``body`` to ``url`` for ``request``'s run; return what ``read`` makes of the
         open response (its status, headers and body).
 
         The whole call (sending, the answer's head, ``read``) is bounded by ``timeout``
-        seconds, and transport failures arrive as connector errors. A coroutine taking a
-        reader rather than a context manager yielding the response: it runs once per agent
-        call, and the generator machinery of a context manager costs more than the rest.
+        seconds, and transport failures arrive as connector errors; a call that runs out of
+        time is :class:`~errors.AgentTimeout` carrying ``sofar()``, what ``read`` had been
+        sent by then (:mod:`.partial`). A coroutine taking a reader rather than a context
+        manager yielding the response: it runs once per agent call, and the generator
+        machinery of a context manager costs more than the rest.
         """
         sent = transport.Request(
             "POST", url, {**self._headers, **run_headers(request), **headers}, body
@@ -103,7 +107,7 @@ class Http:
                 async with asyncio.timeout(timeout), self._transport.send(sent) as response:
                     return await read(response)
             except TimeoutError as err:
-                raise errors.AgentTimeout(_late(url, timeout)) from err
+                raise _timed_out(url, timeout, sofar) from err
         meter = _Meter(request.run_id, sent, self._path(url))
         error: BaseException | None = None
         try:
@@ -111,7 +115,7 @@ class Http:
                 return await read(meter.watch(response))
         except TimeoutError as err:
             error = err
-            raise errors.AgentTimeout(_late(url, timeout)) from err
+            raise _timed_out(url, timeout, sofar) from err
         except (asyncio.CancelledError, errors.AgentUnreachable) as err:
             error = err  # the exchange itself failed; a verdict on a whole answer is not that
             raise
@@ -188,8 +192,13 @@ class _Meter:
         )
 
 
-def _late(url: str, timeout: float) -> str:
-    return f"agent at {url} did not answer within {timeout:g} s"
+def _timed_out(
+    url: str, timeout: float, sofar: Callable[[], Partial] | None
+) -> errors.AgentTimeout:
+    return errors.AgentTimeout(
+        f"agent at {url} did not answer within {timeout:g} s",
+        partial=sofar() if sofar is not None else None,
+    )
 
 
 def _observed_error(error: BaseException | None, elapsed: float, timeout: float) -> str | None:
@@ -242,11 +251,6 @@ class _MeteredChunks:
         chunk = await self._chunks.__anext__()
         self._meter.update(chunk)
         return chunk
-
-
-async def read_all(response: transport.Response) -> tuple[int, bytes]:
-    """The reader of a one-answer call (:meth:`Http.call`): the status and the whole body."""
-    return response.status, await response.read()
 
 
 def require_url(spec: ConnectorSpec, kind: str) -> str:

@@ -56,14 +56,16 @@ class Bounded:
             out.append(entry)
         return out
 
-    def trajectory(self, steps: Sequence[BaseModel]) -> list[dict[str, Any]]:
+    def trajectory(
+        self, steps: Sequence[BaseModel], path: str = "trajectory"
+    ) -> list[dict[str, Any]]:
         out = []
         for i, step in enumerate(steps[: self.steps]):
             entry = step.model_dump(mode="json", exclude_none=True)
             for key in ("content", "tool_args", "tool_output"):
                 if key in entry:
-                    entry[key] = self.value(entry[key], f"trajectory[{i}].{key}")
+                    entry[key] = self.value(entry[key], f"{path}[{i}].{key}")
             out.append(entry)
         if len(steps) > self.steps:
-            self.truncated.append(f"trajectory[{self.steps}:]")
+            self.truncated.append(f"{path}[{self.steps}:]")
         return out

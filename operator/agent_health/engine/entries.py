@@ -15,6 +15,7 @@ from typing import Any
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.connectors import partial as partial_mod
 from agent_health.engine import bounds
 from agent_health.sdk.results import Cause, Role, SignalKind, Status, TestResult
 from agent_health.traces import metrics
@@ -35,6 +36,24 @@ class SignalEntry(BaseModel):
     reasoning: str | None = None
     error: str | None = None
     location: str | None = None
+
+
+class PartialEntry(BaseModel):
+    """What the agent had sent before its call timed out (``TestResult.partial``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    source: partial_mod.Source = Field(
+        description="body: the HTTP body received (REST, OpenAI-compatible); events: AG-UI "
+        "events folded; stdout: a command's stdout"
+    )
+    bytes: int = Field(default=0, ge=0, description="the bytes that had arrived, in all")
+    text: str = Field(default="", description="the body or stdout so far, or the folded text")
+    truncated: bool = Field(default=False, description="more had arrived than text keeps")
+    events: int | None = Field(default=None, ge=0, description="AG-UI: the events read")
+    trajectory: list[dict[str, Any]] = Field(
+        default_factory=list, description="AG-UI: the steps folded so far"
+    )
 
 
 class TestEntry(BaseModel):
@@ -62,6 +81,10 @@ class TestEntry(BaseModel):
     context: list[dict[str, Any]] = Field(default_factory=list)
     output: str | None = Field(default=None, description="None when the agent never ran")
     trajectory: list[dict[str, Any]] = Field(default_factory=list)
+    partial: PartialEntry | None = Field(
+        default=None,
+        description="what the agent had sent before its call timed out; null otherwise",
+    )
     truncated: list[str] = Field(
         default_factory=list, description="fields cut to their caps, e.g. trajectory[3].content"
     )
@@ -98,6 +121,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
     context = cut.context(r.context)
     output = cut.text(r.output, "output", cut.output_chars)
     trajectory = cut.trajectory(r.trajectory)
+    partial = _partial(r.partial, cut) if r.partial is not None else None
     return {
         "id": r.id,
         "name": r.title,
@@ -115,6 +139,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "context": context,
         "output": output,
         "trajectory": trajectory,
+        "partial": partial,
         "truncated": cut.truncated,
         "ledger_cell": r.ledger_cell,
         "agent": r.agent,
@@ -147,6 +172,18 @@ def from_result(r: TestResult) -> dict[str, Any]:
     }
 
 
+def _partial(partial: partial_mod.Partial, cut: bounds.Bounded) -> dict[str, Any]:
+    """A timed-out call's :class:`PartialEntry`, its text and steps cut like an answer's."""
+    return {
+        "source": partial.source,
+        "bytes": partial.bytes,
+        "text": cut.text(partial.text, "partial.text", cut.output_chars),
+        "truncated": partial.truncated,
+        "events": partial.events,
+        "trajectory": cut.trajectory(partial.trajectory, "partial.trajectory"),
+    }
+
+
 def with_metric_signals(entry: dict[str, Any]) -> dict[str, Any]:
     """``entry`` as the JSON report writes it: its ``signals`` followed by each derived
     metric of ``metrics`` as an observe-role signal (:func:`metrics.metric_signals`), unless
@@ -171,6 +208,27 @@ def with_metric_signals(entry: dict[str, Any]) -> dict[str, Any]:
         if key in values and key not in held
     ]
     return {**entry, "signals": [*signals, *derived]} if derived else entry
+
+
+def received(partial: dict[str, Any]) -> str:
+    """How every reporter heads what a timed-out agent had sent (a report entry's
+    ``partial``): ``before the timeout the agent had sent 312 bytes of its answer``. Names
+    the tool calls an AG-UI agent had made, as sent: show it as outside text."""
+    size = partial.get("bytes") or 0
+    kept = " (the first 64 KiB kept)" if partial.get("truncated") else ""
+    if partial.get("source") == "stdout":
+        return f"before the timeout the command had printed {size:,} bytes on stdout{kept}"
+    if partial.get("source") == "events":
+        calls = [s.get("tool_name") or "?" for s in partial.get("trajectory") or []
+                 if s.get("type") == "tool_call"]  # fmt: skip
+        tools = f"; tool calls: {', '.join(calls)}" if calls else "; no tool calls"
+        return (
+            f"before the timeout the agent had sent {partial.get('events') or 0:,} AG-UI "
+            f"events, {size:,} bytes{tools}{kept}"
+        )
+    if not size:
+        return "before the timeout the agent had sent nothing"
+    return f"before the timeout the agent had sent {size:,} bytes of its answer{kept}"
 
 
 def repeat_label(repeat: int, repeats: int) -> str:

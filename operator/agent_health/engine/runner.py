@@ -384,6 +384,7 @@ def _result(
         context=run.context if run else (),
         output=run.output if run else None,
         trajectory=run.trajectory_steps if run else (),
+        partial=ctx.partial if ctx else None,
         duration_ms=duration_ms,
         started_at=started_at,
         signals=signals,

@@ -14,7 +14,9 @@ reader crash or say something false:
   and durations that are negative, ``repeats`` that is not a whole number from 1 to
   :data:`MAX_REPEATS`, or not more than every test's ``repeat``;
 * a test entry without an id or a known status, with a ``repeat`` that is not a whole
-  number, or listed twice (the same agent, id and repeat).
+  number, or listed twice (the same agent, id and repeat);
+* a timed-out test's ``partial`` (what the agent had sent) that is not an object of a known
+  ``source``, whole ``bytes`` and ``events``, a string ``text`` and a list of steps.
 
 Fields that no reader here uses are left to the report's model (``report`` and
 ``show-report`` validate the whole file with it, :mod:`.reporters.json_file`); ``compare``
@@ -28,6 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
+from agent_health.connectors import partial as partial_mod
 from agent_health.engine import report as report_mod
 from agent_health.ledger import strictjson
 from agent_health.sdk import errors
@@ -36,6 +39,7 @@ from agent_health.sdk.results import CAUSES, Status
 MAX_REPEATS = 100_000
 """The most repeats a report may say it ran (``run --repeat`` allows as many)."""
 STATUSES: tuple[str, ...] = get_args(Status)
+PARTIAL_SOURCES: tuple[str, ...] = get_args(partial_mod.Source)
 _COUNTS = ("total", "passed", "failed", "errored", "skipped", "flaky_count", "not_run")
 _MORE_COUNTS = ("unpriced", "tokens_unreported", "tokens", "input_tokens", "output_tokens")
 _FRACTIONS = ("pass_rate", "score", "pass_at_k", "pass_hat_k")
@@ -165,7 +169,30 @@ def _entry(where: str, entry: Any) -> tuple[Any, str, int]:
         _field(entry, name, f"{where}.{name}", _text, "a string or null")
     _field(entry, "cause", f"{where}.cause", lambda v: v is None or v in CAUSES, "a cause")
     _field(entry, "replayed", f"{where}.replayed", _flag, "true or false")
+    _partial(f"{where}.partial", entry.get("partial"))
     return entry.get("agent"), test_id, entry.get("repeat") or 0
+
+
+def _partial(where: str, partial: Any) -> None:
+    """What a timed-out agent had sent: the terminal, JUnit and the HTML report show it."""
+    if partial is None:
+        return
+    if not isinstance(partial, dict):
+        raise _Bad(where, f"must be an object or null, not {_shown(partial)}")
+    if partial.get("source") not in PARTIAL_SOURCES:
+        raise _Bad(
+            f"{where}.source",
+            f"{_shown(partial.get('source'))} is not one of {', '.join(PARTIAL_SOURCES)}",
+        )
+    _field(partial, "bytes", f"{where}.bytes", _count, "a whole number, at least 0")
+    _field(partial, "events", f"{where}.events", _count, "a whole number, at least 0, or null")
+    _field(partial, "text", f"{where}.text", _text, "a string")
+    _field(partial, "truncated", f"{where}.truncated", _flag, "true or false")
+    steps = partial.get("trajectory")
+    if steps is not None and not (
+        isinstance(steps, list) and all(isinstance(s, dict) for s in steps)
+    ):
+        raise _Bad(f"{where}.trajectory", f"must be a list of steps, not {_shown(steps)}")
 
 
 def _field(

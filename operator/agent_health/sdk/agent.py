@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic
 
+from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentRequest, ContextItem, FileItem, ToolDefinition
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
@@ -212,6 +213,8 @@ class Agent:
                 reply = await ctx.agent_caller(request)
         except Exception as err:
             ctx.agent_error = str(err) or type(err).__name__
+            if isinstance(err, connector_errors.AgentTimeout):
+                ctx.partial = err.partial  # how far the agent got, for the result
             raise
         duration_ms = (time.perf_counter() - started) * 1000
         if ctx.replayed_duration_ms is not None:  # answered from a recording (--replay)

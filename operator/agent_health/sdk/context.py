@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agent_health.connectors.partial import Partial
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import errors
 from agent_health.sdk.results import Cause, Role, RunResult, Signal, Verdict
@@ -105,6 +106,8 @@ class TestContext:
     """The cause of each of ``errors``, in the same order."""
     agent_error: str | None = None
     """Why ``agent.run()`` failed, when it did (recorded in the ledger's run-result)."""
+    partial: Partial | None = None
+    """What the agent had sent before its call timed out, when it did."""
     replayed_duration_ms: float | None = None
     """Set by a replay (``--replay``): how long the recorded ``agent.run()`` took, which the
     RunResult reports instead of the microseconds the recording took to answer."""

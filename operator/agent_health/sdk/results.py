@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from agent_health.connectors import readonly
+from agent_health.connectors.partial import Partial
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
 
@@ -255,6 +256,11 @@ class TestResult(BaseModel):
     context: tuple[ContextItem, ...] = ()
     output: str | None = Field(default=None, description="None when the agent never ran")
     trajectory: tuple[Step, ...] = ()
+    partial: Partial | None = Field(
+        default=None,
+        description="what the agent had sent before its call timed out (its output and "
+        "trajectory are then empty); None otherwise",
+    )
     duration_ms: float = 0.0
     started_at: float = 0.0
     signals: tuple[Signal, ...] = ()

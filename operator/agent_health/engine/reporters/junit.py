@@ -6,9 +6,10 @@ and each derived metric is a ``metric.NAME`` property with its value.
 
 A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure`` or
 ``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
-``system-out`` / ``system-err``. A replayed result (``--replay``: the agent was not called)
-has the property ``replayed=true``, and its suites ``replayed_from`` the recording and
-``replay_verified`` (``false``: no key checked it).
+``system-out`` / ``system-err``, and what a timed-out agent had sent is in ``system-out``.
+A replayed result (``--replay``: the agent was not called) has the property
+``replayed=true``, and its suites ``replayed_from`` the recording and ``replay_verified``
+(``false``: no key checked it).
 
 The file is well-formed XML 1.0 whatever an agent sends: every text and attribute goes
 through :func:`agent_health.engine.visible.block`, which writes out the characters XML
@@ -112,6 +113,11 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
                 if attempt["reason"]:
                     _add(node, "stackTrace").text = _shown(attempt["reason"])
     lines = [_signal_line(sig) for sig in entries.with_metric_signals(test)["signals"]]
+    partial = test.get("partial")
+    if partial:  # what a timed-out agent had sent (escaped like every text here)
+        lines.append(f"[partial] {entries.received(partial)}:")
+        if partial.get("text"):
+            lines.append(partial["text"])
     if test.get("stdout"):
         lines.append(test["stdout"])
     if lines:

@@ -1,5 +1,6 @@
 """Under the results table: each test that did not pass, once, with its failing repeats, each
-distinct reason, its tries and what it printed; then each test's insights.
+distinct reason, what a timed-out agent had sent, its tries and what it printed; then each
+test's insights.
 
 Every reason, message and printed line is outside text (an agent's error body, a judge's
 reasoning, a tool's arguments): each is shown through :mod:`.terminal_style`, its lines
@@ -18,6 +19,8 @@ from agent_health.engine import entries, visible
 from agent_health.engine.reporters import terminal_style as style
 
 CAPTURE_LINES = 40  # lines of a failed test's captured output shown (all are in the JSON)
+RECEIVED_LINES = 10  # lines of what a timed-out agent had sent (the JSON report has more)
+RECEIVED_CHARS = 200  # of each: a JSON body is often one long line
 MARGIN = "    "  # where the second and later lines of a reason or message go
 
 
@@ -48,8 +51,26 @@ def failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> Non
             )
         for t in failing:
             label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
+            _received(console, t, label)
             _attempts(console, t, label)
             _captured(console, t, label)
+
+
+def _received(console: Console, test: dict[str, Any], label: str = "") -> None:
+    """What a timed-out agent had sent, its first lines (the JSON report has 64 KiB)."""
+    partial = test.get("partial")
+    if not partial:
+        return
+    where = f" {label}" if label else ""
+    console.print(f"  {style.shown(entries.received(partial) + where)}:", highlight=False)
+    text = partial.get("text") or ""
+    lines = text.replace("\r\n", "\n").rstrip("\n").split("\n") if text else []
+    for line in lines[:RECEIVED_LINES]:
+        cut = line if len(line) <= RECEIVED_CHARS else line[:RECEIVED_CHARS] + "…"
+        console.print(f"{MARGIN}{visible.line(cut)}", markup=False, highlight=False)
+    if len(lines) > RECEIVED_LINES:
+        more = len(lines) - RECEIVED_LINES
+        console.print(f"{MARGIN}… {more} more lines in the JSON report", highlight=False)
 
 
 def _attempts(console: Console, test: dict[str, Any], label: str = "") -> None:

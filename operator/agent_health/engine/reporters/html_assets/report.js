@@ -700,49 +700,86 @@
   }
 
   // Why a run has no output (or no steps) to show: an old report, a test that never called
-  // the agent, or an agent that was called and did not answer (timed out, errored).
-  function notRecorded(run) {
+  // the agent, or an agent that was called and did not answer (timed out, errored). Under
+  // the output, a timed-out agent's `partial`: what it had sent before the timeout.
+  function notRecorded(run, withReceived) {
     if (VERSION < 2) return el("p", { class: "muted",
       text: "Not in this report: JSON report version " + VERSION + " does not record it." });
     if (!run.prompt) return el("p", { class: "muted", text: "The agent did not run in this test." });
-    const timedOut = /did not answer within|timed out|no complete answer/i.test(run.error || "");
+    const timedOut = Boolean(run.partial)
+      || /did not (answer|finish) within|timed out|no complete answer/i.test(run.error || "");
     return el("div", { class: "no-reply" },
       el("strong", { text: timedOut ? "Timed out: the agent was called and sent no complete "
         + "answer in time." : "No answer: the agent was called and its call failed." }),
       run.error ? el("div", { class: "muted", text: "What agent-health received:" }) : null,
       run.error ? pre(run.error) : null,
+      withReceived ? received(run.partial) : null,
       el("p", { class: "muted", text: "What the agent was sent is under Prompt and Context"
         + (run.ledger_cell ? "; every exchange is recorded in ledger cell " + run.ledger_cell
           : "") + "." }));
   }
 
+  // As agent_health/engine/entries.py's received() words it for the terminal and JUnit.
+  function receivedHeading(p) {
+    const size = (Number(p.bytes) || 0).toLocaleString("en-US");
+    const kept = p.truncated ? " (the first 64 KiB kept)" : "";
+    if (p.source === "stdout") {
+      return "Before the timeout the command had printed " + size + " bytes on stdout" + kept;
+    }
+    if (p.source === "events") {
+      const calls = (Array.isArray(p.trajectory) ? p.trajectory : [])
+        .filter((s) => s && s.type === "tool_call").map((s) => s.tool_name || "?");
+      return "Before the timeout the agent had sent "
+        + (Number(p.events) || 0).toLocaleString("en-US") + " AG-UI events, " + size + " bytes"
+        + (calls.length ? "; tool calls: " + calls.join(", ") : "; no tool calls") + kept;
+    }
+    if (!Number(p.bytes)) return "Before the timeout the agent had sent nothing";
+    return "Before the timeout the agent had sent " + size + " bytes of its answer" + kept;
+  }
+
+  function received(p) {
+    if (!p || typeof p !== "object") return null;
+    return el("div", { class: "received" },
+      el("div", { class: "muted", text: receivedHeading(p) + (p.text ? ":" : ".") }),
+      p.text ? pre(p.text) : null);
+  }
+
   function output(run) {
     return section("Output", typeof run.output === "string" ? pre(run.output)
-      : notRecorded(run));
+      : notRecorded(run, true));
   }
 
   function trajectory(run) {
     const steps = run.trajectory;
     if (!Array.isArray(steps)) return section("Trajectory", notRecorded(run));
+    const sofar = run.partial && Array.isArray(run.partial.trajectory) ? run.partial.trajectory
+      : [];
+    if (!steps.length && sofar.length) {
+      return section("Trajectory so far (" + sofar.length + " steps, before the timeout)",
+        timeline(sofar));
+    }
     if (!steps.length) return section("Trajectory", typeof run.output === "string"
       ? el("p", { class: "muted", text: "The agent reported no steps." }) : notRecorded(run));
-    return section("Trajectory (" + steps.length + " steps)",
-      el("ol", { class: "timeline" }, steps.map((step, i) => {
-        const failed = step.status === "error";
-        return el("li", { class: "step " + step.type + (failed ? " error" : "") },
-          el("div", { class: "step-head" },
-            el("span", { class: "muted", text: "#" + (i + 1) }),
-            el("span", { class: "step-type", text: String(step.type).replace("_", " ") }),
-            step.tool_name ? el("code", { text: step.tool_name }) : null,
-            failed ? el("span", { class: "status failed", text: "error" }) : null,
-            typeof step.latency_ms === "number"
-              ? el("span", { class: "muted", text: step.latency_ms.toFixed(0) + " ms" }) : null),
-          step.content ? pre(step.content) : null,
-          step.tool_args && Object.keys(step.tool_args).length
-            ? [el("div", { class: "muted", text: "arguments" }), pre(json(step.tool_args))] : null,
-          step.tool_output !== null && step.tool_output !== undefined
-            ? [el("div", { class: "muted", text: "result" }), pre(json(step.tool_output))] : null);
-      })));
+    return section("Trajectory (" + steps.length + " steps)", timeline(steps));
+  }
+
+  function timeline(steps) {
+    return el("ol", { class: "timeline" }, steps.map((step, i) => {
+      const failed = step.status === "error";
+      return el("li", { class: "step " + step.type + (failed ? " error" : "") },
+        el("div", { class: "step-head" },
+          el("span", { class: "muted", text: "#" + (i + 1) }),
+          el("span", { class: "step-type", text: String(step.type).replace("_", " ") }),
+          step.tool_name ? el("code", { text: step.tool_name }) : null,
+          failed ? el("span", { class: "status failed", text: "error" }) : null,
+          typeof step.latency_ms === "number"
+            ? el("span", { class: "muted", text: step.latency_ms.toFixed(0) + " ms" }) : null),
+        step.content ? pre(step.content) : null,
+        step.tool_args && Object.keys(step.tool_args).length
+          ? [el("div", { class: "muted", text: "arguments" }), pre(json(step.tool_args))] : null,
+        step.tool_output !== null && step.tool_output !== undefined
+          ? [el("div", { class: "muted", text: "result" }), pre(json(step.tool_output))] : null);
+    }));
   }
 
   function verdict(signal) {
