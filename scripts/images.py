@@ -257,7 +257,7 @@ def build(names: Sequence[str], *, engine: str, base: str, force: bool) -> list[
             argv += [a for t in tags for a in ("-t", t)]
             argv += ["--label", f"{INPUTS_LABEL}={wanted}", "--build-arg", f"PYTHON_IMAGE={base}"]
             print(f"images: building {target}", file=sys.stderr)
-            run([*argv, *mounts, str(ROOT)], quiet=False)
+            run([*argv, *mounts, str(ROOT)])
             try:
                 check(target, tags[0], check_with)
             except Failure:

@@ -286,7 +286,10 @@ async def test_a_gateway_killed_mid_test_is_an_infra_failure_and_the_cell_is_ret
     assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "gw-1")
     assert done["status"]["counts"]["passed"] == 1, e2e.dump(k8s, "gw-1")
     assert pod_creations(k8s, "gw-1") == {name: 2}
-    assert gateway.restarts >= 1
+    # The gateway of the first attempt died by the signal. Whether the kubelet restarted it
+    # before that pod ended is a race (a real kubelet waits 10 s before a first restart);
+    # the grade does not depend on it (cells.observed reads a killed gateway either way).
+    assert gateway.runs[0].exit_code == 128 + signal.SIGKILL
 
     def reasons() -> set[str]:
         events = k8s.emulator.store.kinds[("", "events")]

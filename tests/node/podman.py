@@ -304,9 +304,13 @@ class PodmanRun(containers.Run):
         return f"podman://{self.cid}"
 
     def signal(self, number: int) -> None:
-        if self.container_pid and self.exit_code is None:
+        if self.exit_code is not None:
+            return
+        if self.container_pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.container_pid, number)
+        else:  # no container process yet: stop the podman that was to start it
+            super().signal(number)
 
     async def started(self) -> None:
         """Wait until the container's first process runs (or the run ended without one)."""
