@@ -45,7 +45,12 @@ class AguiConnector:
 
     ``spec.options`` may give ``state`` (the AG-UI ``state``), ``tools`` (AG-UI tool
     definitions offered to the agent) and ``forwarded_props`` (merged with ``env``).
+
+    A conversation keeps one ``threadId`` (the run id) and sends every message so far; each
+    turn is a run of its own (``runId`` the run id, then ``<run id>-2``, ``-3``, ...).
     """
+
+    holds_conversations = True
 
     def __init__(
         self,
@@ -82,9 +87,14 @@ class AguiConnector:
         options = self.spec.options
         return core.RunAgentInput(
             thread_id=request.run_id,
-            run_id=request.run_id,
+            run_id=_run_id(request),
             state=options.get("state", {}),
-            messages=[core.UserMessage(id=f"{request.run_id}-prompt", content=request.prompt)],
+            messages=[
+                core.UserMessage(id=m["id"], content=m["content"])
+                if m["role"] == "user"
+                else core.AssistantMessage(id=m["id"], content=m["content"])
+                for m in _messages(request)
+            ],
             tools=[
                 core.Tool.model_validate(t)
                 for t in _tools(options.get("tools", []), request.tool_list())
@@ -105,11 +115,9 @@ class AguiConnector:
         the models' serializer for the parts that change per request."""
         payload = {
             "threadId": request.run_id,
-            "runId": request.run_id,
+            "runId": _run_id(request),
             "state": self._state,
-            "messages": [
-                {"id": f"{request.run_id}-prompt", "role": "user", "content": request.prompt}
-            ],
+            "messages": _messages(request),
             "tools": _tools(self._tools, request.tool_list()) if request.tools else self._tools,
             "context": [{"description": c.description, "value": c.value} for c in request.context],
             "forwardedProps": {**self._forwarded, "env": request.env, **request.provisioning()},
@@ -180,6 +188,26 @@ class _Stream:
         """The events folded so far (a message or tool call still open, as it stood)."""
         steps = self.fold.reply_fields()["trajectory"]  # the fold is not read after a timeout
         return partial_mod.of_events(steps, self.fold.count, self.size)
+
+
+def _run_id(request: AgentRequest) -> str:
+    """A turn's AG-UI run id: the run id for the first (a single run's), then numbered."""
+    return request.run_id if request.turn == 1 else f"{request.run_id}-{request.turn}"
+
+
+def _messages(request: AgentRequest) -> list[dict[str, str]]:
+    """The conversation so far and this turn's user message, as AG-UI messages with ids
+    that stay the same from turn to turn."""
+    run_id = request.run_id
+    earlier = [
+        {"id": f"{run_id}-{i + 1}", "role": m.role, "content": m.content}
+        for i, m in enumerate(request.messages)
+    ]
+    # The prompt's id is a single run's (a conversation's first turn is one).
+    this = "prompt" if not request.messages else str(len(request.messages) + 1)
+    if earlier:
+        earlier[0]["id"] = f"{run_id}-prompt"
+    return [*earlier, {"id": f"{run_id}-{this}", "role": "user", "content": request.prompt}]
 
 
 def _tools(configured: list[Any], offered: list[dict[str, Any]]) -> list[Any]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -95,6 +96,30 @@ class ConnectorSpec(BaseModel):
 
 
 ConnectorFactory = Callable[[ConnectorSpec], Connector]
+
+
+@dataclass(frozen=True)
+class Conversations:
+    """What a connector that holds conversations offers one (see :func:`conversations_of`)."""
+
+    end: Callable[[str], Awaitable[None]] | None
+    """Awaited with the run id when a conversation ends: the connector releases what it kept
+    for it (a subprocess agent's process); a failure to end it is the agent's."""
+
+
+def conversations_of(caller: object) -> Conversations | None:
+    """How the connector behind ``caller`` (a connector or its bound ``run``) holds a
+    conversation, or ``None`` when it cannot.
+
+    A connector holds conversations when it sets ``holds_conversations = True``: each turn
+    is then one ``run(request)`` with the conversation so far in ``request.messages`` and the
+    turn's number in ``request.turn``. It may define ``async end_conversation(run_id)``.
+    """
+    owner = getattr(caller, "__self__", caller)
+    if getattr(owner, "holds_conversations", False) is not True:
+        return None
+    end = getattr(owner, "end_conversation", None)
+    return Conversations(end=end if callable(end) else None)
 
 
 # Built-in kinds by module, imported only when used: a REST run never loads AG-UI's models.

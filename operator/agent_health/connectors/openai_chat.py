@@ -33,7 +33,10 @@ from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, Tok
 
 
 class OpenAIChatConnector:
-    """POSTs a chat-completions request and reads the agent's tool calls and answer."""
+    """POSTs a chat-completions request and reads the agent's tool calls and answer; a
+    conversation sends the growing ``messages``, as a chat client does."""
+
+    holds_conversations = True
 
     def __init__(
         self,
@@ -63,6 +66,7 @@ class OpenAIChatConnector:
         if request.context:
             lines = "\n".join(f"- {c.description}: {c.value}" for c in request.context)
             messages.append({"role": "system", "content": f"Context:\n{lines}"})
+        messages.extend(request.history())
         messages.append({"role": "user", "content": request.prompt})
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if request.env:  # chat-completions metadata is a map of strings, as env is

@@ -43,6 +43,13 @@ class Step(readonly.ReadOnlyModel):
             object.__setattr__(self, "__pydantic_extra__", readonly.freeze(extra))
         return self
 
+    @property
+    def turn(self) -> int | None:
+        """The turn of a conversation this step was taken in (``None`` in a single run)."""
+        extra = self.__pydantic_extra__
+        value = extra.get("turn") if extra else None
+        return value if type(value) is int else None
+
 
 class TokenUsage(readonly.ReadOnlyModel):
     """Token counts reported by the agent (or summed from its LLM calls).
@@ -134,8 +141,17 @@ class ToolDefinition(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-_OPTIONAL = ("files", "provisioned", "tools")
-_NOTHING_GIVEN = frozenset(_OPTIONAL)
+class Message(BaseModel):
+    """One message of a conversation so far: what the user said, what the agent answered."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+_OPTIONAL = ("files", "provisioned", "tools", "messages")
+_NOTHING_GIVEN = frozenset((*_OPTIONAL, "turn"))
 
 
 class AgentRequest(BaseModel):
@@ -145,6 +161,12 @@ class AgentRequest(BaseModel):
     and ``tools`` (tool definitions offered to the agent) are on the wire only when the test
     gave them (:meth:`wire`), so an agent that never uses them sees the same body as before
     they existed.
+
+    In a conversation (``agent.run(turns=...)`` or ``user=...``) every turn is one request:
+    ``prompt`` is this turn's user message, ``messages`` the conversation before it (user
+    and assistant messages, oldest first) and ``turn`` its number from 1; both are on the
+    wire from the second turn on. ``conversation`` says, from the first turn on, that more
+    turns may follow (a subprocess agent then keeps reading its stdin).
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -156,11 +178,15 @@ class AgentRequest(BaseModel):
     files: tuple[FileItem, ...] = ()
     provisioned: dict[str, Any] = Field(default_factory=dict)
     tools: tuple[ToolDefinition, ...] = ()
+    messages: tuple[Message, ...] = ()
+    turn: int = Field(default=1, ge=1)
     traceparent: str | None = Field(default=None, exclude=True)
     timeout_s: float | None = Field(default=None, exclude=True)
+    conversation: bool = Field(default=False, exclude=True)
 
     def wire(self) -> dict[str, Any]:
-        """The REST v1 body as JSON data: ``files`` / ``provisioned`` only when given."""
+        """The REST v1 body as JSON data: ``files`` / ``provisioned`` / ``tools`` /
+        ``messages`` and ``turn`` only when given."""
         return self.model_dump(mode="json", exclude=self._unset())
 
     def wire_json(self) -> str:
@@ -170,13 +196,20 @@ class AgentRequest(BaseModel):
     def wire_bytes(self) -> bytes:
         """:meth:`wire_json` encoded, straight from the serializer (once per agent call: the
         ``model_dump_json`` wrapper and the str round trip cost twice the serializing)."""
-        given = self.files or self.provisioned or self.tools
+        given = self.files or self.provisioned or self.tools or self.messages
         unset = self._unset() if given else _NOTHING_GIVEN
         # The serializer takes any set; its stub names only the mutable kind.
         return self.__pydantic_serializer__.to_json(self, exclude=cast("set[str]", unset))
 
     def _unset(self) -> set[str]:
-        return {name for name in _OPTIONAL if not getattr(self, name)}
+        unset = {name for name in _OPTIONAL if not getattr(self, name)}
+        if not self.messages:
+            unset.add("turn")  # the first turn of a conversation is a single run's body
+        return unset
+
+    def history(self) -> list[dict[str, str]]:
+        """The conversation before this turn as ``[{"role", "content"}]``."""
+        return [{"role": m.role, "content": m.content} for m in self.messages]
 
     def tool_list(self) -> list[dict[str, Any]]:
         """The offered tools as JSON data: ``[{"name", "description", "parameters"}]``."""

@@ -15,7 +15,10 @@ _JSON = {"content-type": "application/json"}
 
 
 class RestConnector:
-    """POSTs the request as JSON and reads one JSON answer."""
+    """POSTs the request as JSON and reads one JSON answer; a conversation's later turns
+    carry the conversation so far (``messages``, ``turn``)."""
+
+    holds_conversations = True
 
     def __init__(
         self,

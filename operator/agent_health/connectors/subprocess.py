@@ -12,6 +12,9 @@ run ends. Its stdout is either
 * JSON lines: one step per line (``{"type": "tool_call", ...}``) and a final
   ``{"output": ..., "token_usage"?: {...}}`` line.
 
+A conversation (``agent.run(turns=...)``) keeps one process for all its turns and talks
+to it one line at a time: :mod:`.subprocess_talk`.
+
 A non-zero exit is :class:`~errors.AgentRunFailed` and a run past the timeout is
 :class:`~errors.AgentTimeout` (the whole process group is killed; it keeps the stdout so
 far, :mod:`.partial`); both quote the end of stderr. A cancelled run kills its process
@@ -34,7 +37,7 @@ from typing import Any
 
 import pydantic
 
-from agent_health.connectors import errors, partial, wire
+from agent_health.connectors import errors, partial, subprocess_talk, wire
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step
 
@@ -44,6 +47,8 @@ TERM_GRACE_S = 2.0
 
 class SubprocessConnector:
     """Starts ``spec.command`` for each run and reads its answer from stdout."""
+
+    holds_conversations = True
 
     def __init__(self, spec: ConnectorSpec) -> None:
         if not spec.command:
@@ -58,8 +63,11 @@ class SubprocessConnector:
         self.name = wire.snippet(shlex.join(spec.command), 80)
         self.spec = spec
         self._live: set[asyncio.subprocess.Process] = set()
+        self._talks = subprocess_talk.Talks()
 
     async def run(self, request: AgentRequest) -> AgentReply:
+        if request.conversation:
+            return await self._turn(request)
         if not request.files:
             return await self._run(request, None)
         where = await asyncio.to_thread(_materialise, request)
@@ -68,8 +76,49 @@ class SubprocessConnector:
         finally:
             await asyncio.to_thread(shutil.rmtree, where, True)
 
-    async def _run(self, request: AgentRequest, files_dir: str | None) -> AgentReply:
+    async def _turn(self, request: AgentRequest) -> AgentReply:
+        """One turn of a conversation: the first starts the command, the others write to it."""
         timeout = wire.timeout_of(request, self.spec)
+        talk = self._talks.get(request.run_id)
+        if talk is None:
+            if request.turn != 1:
+                raise errors.ConnectorConfigError(
+                    f"turn {request.turn} of run {request.run_id} has no conversation to join "
+                    "(it ended, or its first turn never started the command)"
+                )
+            files_dir = None
+            if request.files:
+                files_dir = await asyncio.to_thread(_materialise, request)
+            try:
+                proc = await self._start(request, files_dir, conversation=True)
+            except BaseException:
+                if files_dir is not None:
+                    await asyncio.to_thread(shutil.rmtree, files_dir, True)
+                raise
+            talk = subprocess_talk.Talk(proc, self.name, files_dir)
+            self._talks.add(request.run_id, talk)
+        try:
+            return await talk.turn(request, timeout, parse)
+        except errors.AgentTimeout:
+            await self.end_conversation(request.run_id)  # its process group is killed
+            raise
+
+    async def end_conversation(self, run_id: str) -> None:
+        """Close the conversation's stdin and let its command exit (or stop it)."""
+        talk = self._talks.pop(run_id)
+        if talk is None:
+            return
+        try:
+            code = await talk.end(_stop)
+        finally:
+            self._live.discard(talk.proc)
+        failed = subprocess_talk.ended_badly(self.name, code, talk)
+        if failed is not None:
+            raise failed
+
+    async def _start(
+        self, request: AgentRequest, files_dir: str | None, *, conversation: bool = False
+    ) -> asyncio.subprocess.Process:
         env = {
             **os.environ,
             **request.env,
@@ -84,6 +133,8 @@ class SubprocessConnector:
             env["AGENT_HEALTH_TOOLS"] = json.dumps(request.tool_list())
         if files_dir is not None:
             env["AGENT_HEALTH_FILES_DIR"] = files_dir
+        if conversation:
+            env["AGENT_HEALTH_CONVERSATION"] = "1"
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv,
@@ -93,18 +144,24 @@ class SubprocessConnector:
                 cwd=self.spec.cwd,
                 env=env,
                 start_new_session=True,
+                limit=subprocess_talk.LINE_LIMIT,
             )
         except OSError as err:
             raise errors.ConnectorConfigError(
                 f"cannot start agent command {self.name!r}: {wire.reason(err)}"
             ) from err
         self._live.add(proc)
+        return proc
+
+    async def _run(self, request: AgentRequest, files_dir: str | None) -> AgentReply:
+        timeout = wire.timeout_of(request, self.spec)
+        proc = await self._start(request, files_dir)
         stdout, stderr = bytearray(), bytearray()
         assert proc.stdout is not None
         assert proc.stderr is not None
         readers = [
-            asyncio.create_task(_drain(proc.stdout, stdout)),
-            asyncio.create_task(_drain(proc.stderr, stderr)),
+            asyncio.create_task(subprocess_talk.drain(proc.stdout, stdout)),
+            asyncio.create_task(subprocess_talk.drain(proc.stderr, stderr)),
         ]
         try:
             async with asyncio.timeout(timeout):
@@ -123,10 +180,14 @@ class SubprocessConnector:
             await _stop(proc)
             self._live.discard(proc)
         if code != 0:
-            raise errors.AgentRunFailed(f"agent command {self.name!r} {_how(code)}{_tail(stderr)}")
+            ended = subprocess_talk.how(code)
+            raise errors.AgentRunFailed(f"agent command {self.name!r} {ended}{_tail(stderr)}")
         return parse(stdout.decode(errors="replace"), self.name)
 
     async def aclose(self) -> None:
+        for run_id in self._talks.all():
+            with contextlib.suppress(errors.ConnectorError):
+                await self.end_conversation(run_id)
         for proc in list(self._live):
             await _stop(proc)
 
@@ -217,11 +278,6 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
         await proc.stdin.wait_closed()
 
 
-async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
-    while chunk := await stream.read(65536):
-        into.extend(chunk)
-
-
 async def _stop(proc: asyncio.subprocess.Process) -> None:
     """End the command's process group: SIGTERM, then SIGKILL after a grace period.
 
@@ -241,15 +297,6 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def _how(code: int) -> str:
-    if code >= 0:
-        return f"exited with {code}"
-    try:
-        return f"was killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"was killed by signal {-code}"
 
 
 def _tail(stderr: bytearray, limit: int = 500) -> str:

@@ -81,6 +81,17 @@ class TestEntry(BaseModel):
     context: list[dict[str, Any]] = Field(default_factory=list)
     output: str | None = Field(default=None, description="None when the agent never ran")
     trajectory: list[dict[str, Any]] = Field(default_factory=list)
+    turns: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="a conversation's turns: number, user, output, token_usage, duration_ms "
+        "and steps (how many of the trajectory's steps, each marked with its turn); empty "
+        "for a single run",
+    )
+    ended: dict[str, Any] | None = Field(
+        default=None,
+        description="why a conversation ended: reason (turns-done, user-stopped, goal-met, "
+        "gave-up, max-turns) and detail; null for a single run",
+    )
     partial: PartialEntry | None = Field(
         default=None,
         description="what the agent had sent before its call timed out; null otherwise",
@@ -139,6 +150,18 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "context": context,
         "output": output,
         "trajectory": trajectory,
+        "turns": [
+            {
+                "number": t.number,
+                "user": cut.text(t.user, f"turns[{i}].user"),
+                "output": cut.text(t.output, f"turns[{i}].output", cut.output_chars),
+                "token_usage": t.token_usage.model_dump(exclude_none=True),
+                "duration_ms": round(t.duration_ms, 3),
+                "steps": len(t.trajectory),
+            }
+            for i, t in enumerate(r.turns)
+        ],
+        "ended": r.ended.model_dump() if r.ended is not None else None,
         "partial": partial,
         "truncated": cut.truncated,
         "ledger_cell": r.ledger_cell,

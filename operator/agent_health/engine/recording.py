@@ -309,7 +309,13 @@ def controller_records(
     """
     at = at or _now()  # one time for the records the test's end writes together
     items: list[objects.Object] = []
-    if run is None and agent_error is not None:
+    if agent_error is not None and run is not None:
+        # A conversation that failed at turn n keeps the n - 1 turns answered before it: a
+        # replay answers them and fails where the recording failed.
+        answered = runrecord.run_record(run, at)
+        answered.update(error=agent_error, cause=result.cause or "agent")
+        items.append(answered)
+    elif agent_error is not None:
         items.append(
             objects.run_result(
                 at=at,
@@ -319,7 +325,7 @@ def controller_records(
                 cause=result.cause or "agent",
             )
         )
-    if run is not None:
+    elif run is not None:
         items.append(runrecord.run_record(run, at))
     items.extend(
         objects.signal(at=at, data=runrecord.plain(s.model_dump(mode="json")))

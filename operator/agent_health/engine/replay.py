@@ -119,11 +119,21 @@ class Recording:
 
 
 class Replayer:
-    """The agent caller of a replay: answers ``agent.run()`` from the recording."""
+    """The agent caller of a replay: answers ``agent.run()`` from the recording.
+
+    A recorded conversation is answered turn by turn: each turn's user message (and the
+    conversation before it) must be the recorded one, and the conversation must end where
+    the recorded one ended; a body (or a simulated user) that says something else errors
+    with cause ``test``, as a changed prompt does.
+    """
+
+    holds_conversations = True
 
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
         self.answered = 0
+        self._turns: dict[str, int] = {}
+        """Per run id: how many turns of its recorded conversation were answered."""
 
     async def __call__(self, request: AgentRequest) -> AgentReply:
         ctx = ctx_mod.current("agent.run()")
@@ -150,11 +160,85 @@ class Replayer:
                 "against the agent",
                 cause="infra",
             )
+        if request.turn > 1 or run.turns:
+            return self._turn(request, run, ctx, test)
         if (run.prompt or "") != request.prompt:
             raise ReplayError(
                 f"{DIFFERS} ({test}): recorded {_snip(run.prompt or '')!r}, the body now sends "
                 f"{_snip(request.prompt)!r}; run it against the agent to record the new prompt"
             )
+        self._check_context(request, run, test)
+        if run.error is not None:
+            raise RecordedFailure(f"{run.error} (replayed)", cause=run.cause or "agent")
+        ctx.replayed_duration_ms = run.duration_ms
+        self.answered += 1
+        return _reply(run)
+
+    def _turn(
+        self,
+        request: AgentRequest,
+        run: records.RunResultRecord,
+        ctx: ctx_mod.TestContext,
+        test: str,
+    ) -> AgentReply:
+        """Answer turn ``request.turn`` of a recorded conversation."""
+        recorded = run.turns or []
+        number = request.turn
+        if number == 1:
+            self._check_context(request, run, test)
+        if not request.conversation and len(recorded) > 1:
+            raise ReplayError(
+                f"conversation differs from the recording ({test}): the recording is a "
+                f"conversation of {len(recorded)} turns, the body now makes a single run; run "
+                "it against the agent to record it"
+            )
+        if number > len(recorded):
+            if run.error is not None:  # the recording failed at this very turn
+                raise RecordedFailure(f"{run.error} (replayed)", cause=run.cause or "agent")
+            why = (run.ended or {}).get("reason", "a single run")
+            raise ReplayError(
+                f"conversation differs from the recording ({test}): the recorded one ended "
+                f"after {len(recorded) or 1} turns ({why}), the body now sends turn {number}; "
+                "run it against the agent to record it"
+            )
+        said = recorded[number - 1].get("user", "")
+        if said != request.prompt:
+            raise ReplayError(
+                f"conversation differs from the recording at turn {number} ({test}): recorded "
+                f"{_snip(str(said))!r}, the body now sends {_snip(request.prompt)!r}; run it "
+                "against the agent to record the new conversation"
+            )
+        self._turns[request.run_id] = number
+        entry = recorded[number - 1]
+        ctx.replayed_duration_ms = float(entry.get("duration_ms") or 0.0)
+        self.answered += 1
+        steps = [s for s in run.trajectory if s.get("turn") == number]
+        fields: dict[str, Any] = dict(run.raw or {}) if number == len(recorded) else {}
+        if "trajectory" not in (entry.get("unreported") or ()):
+            fields["trajectory"] = tuple(Step.model_validate(s) for s in steps)
+        if "token_usage" not in (entry.get("unreported") or ()):
+            fields["token_usage"] = TokenUsage.from_counts(entry.get("token_usage")) or TokenUsage()
+        return AgentReply(output=str(entry.get("output", "")), **fields)
+
+    async def end_conversation(self, run_id: str) -> None:
+        """A replayed conversation must end where the recorded one did."""
+        taken = self._turns.pop(run_id, 0)
+        ctx = ctx_mod.current("agent.run()")
+        found = self.recording.runs.get((ctx.info.agent, ctx.info.id, ctx.info.repeat))
+        run = found.run if found is not None else None
+        if run is None or run.error is not None or not taken:
+            return  # nothing answered, or the recording failed: that error says it
+        recorded = len(run.turns or [])
+        if taken < recorded:
+            raise ReplayError(
+                f"conversation differs from the recording (test {ctx.info.title!r}): it "
+                f"ended after {taken} turns, the recorded one went on to {recorded}; run it "
+                "against the agent to record the new conversation"
+            )
+
+    def _check_context(
+        self, request: AgentRequest, run: records.RunResultRecord, test: str
+    ) -> None:
         sent = [{"description": c.description, "value": c.value} for c in request.context]
         if [{"description": c.get("description", ""), "value": c.get("value", "")}
                 for c in run.context] != sent:  # fmt: skip
@@ -162,11 +246,6 @@ class Replayer:
                 f"context differs from the recording ({test}; the prompt is the same); run it "
                 "against the agent to record the new context"
             )
-        if run.error is not None:
-            raise RecordedFailure(f"{run.error} (replayed)", cause=run.cause or "agent")
-        ctx.replayed_duration_ms = run.duration_ms
-        self.answered += 1
-        return _reply(run)
 
     def _why_missing(self, key: Key) -> str:
         if self.recording.unreadable:

@@ -384,6 +384,8 @@ def _result(
         context=run.context if run else (),
         output=run.output if run else None,
         trajectory=run.trajectory_steps if run else (),
+        turns=run.conversation if run else (),
+        ended=run.ended if run else None,
         partial=ctx.partial if ctx else None,
         duration_ms=duration_ms,
         started_at=started_at,

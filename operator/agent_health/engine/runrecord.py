@@ -57,6 +57,7 @@ def run_record(run: RunResult, at: str) -> objects.Object:
     if raw is not None and len(json.dumps(raw, default=str)) > RECORD_RAW_CHARS:
         raw = None
         cut.truncated.append("raw")
+    turns = turn_records(run, cut)
     return objects.run_result(
         at=at,
         run_id=run.run_id,
@@ -69,7 +70,27 @@ def run_record(run: RunResult, at: str) -> objects.Object:
         unreported=sorted(run.unreported) or None,
         raw=raw,
         truncated=cut.truncated or None,
+        turns=turns,
+        ended=run.ended.model_dump() if run.ended is not None else None,
     )
+
+
+def turn_records(run: RunResult, cut: bounds.Bounded) -> list[objects.Object] | None:
+    """A conversation's turns as the run-result keeps them (their steps are the trajectory's,
+    marked with the turn: not written twice); ``None`` for a single run."""
+    if not run.conversation:
+        return None
+    return [
+        {
+            "number": turn.number,
+            "user": cut.text(turn.user, f"turns[{i}].user") or "",
+            "output": cut.text(turn.output, f"turns[{i}].output", RECORD_OUTPUT_CHARS) or "",
+            "token_usage": turn.token_usage.model_dump(exclude_none=True),
+            "duration_ms": max(0.0, turn.duration_ms),
+            "unreported": sorted(turn.unreported),
+        }
+        for i, turn in enumerate(run.conversation)
+    ]
 
 
 def plain(value: Any) -> Any:

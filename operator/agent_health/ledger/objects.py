@@ -117,8 +117,11 @@ def run_result(
     unreported: list[str] | None = None,
     raw: Object | None = None,
     truncated: list[str] | None = None,
+    turns: list[Object] | None = None,
+    ended: dict[str, str] | None = None,
 ) -> Object:
-    """A ``run-result``: what ``agent.run()`` returned, or (``error``, ``cause``) why not."""
+    """A ``run-result``: what ``agent.run()`` returned, or (``error``, ``cause``) why not;
+    a conversation's ``turns`` and why it ``ended``."""
     obj = _head("run-result", at)
     obj.update(
         run_id=run_id,
@@ -129,7 +132,16 @@ def run_result(
         token_usage=token_usage if token_usage is not None else {},
         duration_ms=float(duration_ms),
     )
-    return _late(obj, error=error, cause=cause, unreported=unreported, raw=raw, truncated=truncated)
+    return _late(
+        obj,
+        error=error,
+        cause=cause,
+        unreported=unreported,
+        raw=raw,
+        truncated=truncated,
+        turns=turns,
+        ended=ended,
+    )
 
 
 def signal(*, at: str, data: Object) -> Object:

@@ -169,7 +169,7 @@ class RunResultRecord(_Record):
     answer, and this record says what the controller made of it."""
 
     LATE_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"error", "cause", "unreported", "raw", "truncated"}
+        {"error", "cause", "unreported", "raw", "truncated", "turns", "ended"}
     )
 
     kind: Literal["run-result"] = "run-result"
@@ -198,6 +198,15 @@ class RunResultRecord(_Record):
         default=None,
         description="fields cut to the recording's caps (output, trajectory[3].tool_output, "
         "trajectory[10000:], raw): the record is not the whole answer and cannot be replayed",
+    )
+    turns: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="a conversation's turns, first to last: number, user, output, "
+        "token_usage, duration_ms, unreported (each turn's steps are the trajectory's steps "
+        "marked with its number); None for a single run",
+    )
+    ended: dict[str, str] | None = Field(
+        default=None, description="why a conversation ended: reason and detail"
     )
 
 

@@ -16,12 +16,15 @@ from agent_health.sdk.errors import (
 from agent_health.sdk.judges import judge
 from agent_health.sdk.matchers import expect
 from agent_health.sdk.results import RunResult, Signal, TestResult, Trajectory, Verdict
+from agent_health.sdk.turns import Conversation, ConversationEnd, Stop, Turn
 
 __all__ = [
     "AgentHealthError",
     "AgentRunError",
     "Config",
     "ConfigError",
+    "Conversation",
+    "ConversationEnd",
     "DefinitionError",
     "ExpectationFailed",
     "JudgeConfig",
@@ -31,9 +34,11 @@ __all__ = [
     "RunResult",
     "Signal",
     "Step",
+    "Stop",
     "TestAPI",
     "TestResult",
     "Trajectory",
+    "Turn",
     "Verdict",
     "define_config",
     "expect",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import time
@@ -15,7 +16,7 @@ import pydantic
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentRequest, ContextItem, FileItem, ToolDefinition
 from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
+from agent_health.sdk import conversation, errors
 from agent_health.sdk.results import RunResult
 
 
@@ -151,6 +152,9 @@ class Agent:
         provisioned: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any] | ToolDefinition] | None = None,
         timeout: float | None = None,
+        turns: Sequence[str] | None = None,
+        user: conversation.User | None = None,
+        max_turns: int | None = None,
     ) -> RunResult:
         """Send ``prompt`` (or the test's ``default_prompt``) and return what the agent did.
 
@@ -160,6 +164,12 @@ class Agent:
         ``tools`` (``[{"name", "description", "parameters"}]``) are the tool definitions the
         client offers the agent; each connector sends them in its protocol's form.
         A second call in the same test raises: one test is one run of the agent.
+
+        ``turns`` (follow-up messages, sent in order) or ``user`` (a function of the
+        conversation so far returning the next message, or ``Stop()`` / ``None``; a simulated
+        user) make the run a conversation of up to ``max_turns`` turns: ``result.turns`` has
+        each, ``result.output`` is the last answer and ``result.ended`` says why it ended.
+        ``timeout`` bounds each turn.
         """
         ctx = self._ctx
         case = ctx.case
@@ -195,6 +205,27 @@ class Agent:
         file_items = _files(files, case.title)
         values = _provisioned(provisioned, case.title)
         offered = _tools(tools, case.title)
+        follow_ups = conversation.scripted(turns, case.title)
+        if user is not None and not callable(user):
+            raise errors.AgentRunError(
+                f"test {case.title!r}: agent.run(user=...) takes a function of the "
+                f"conversation so far (or a simulated user), got {type(user).__name__}"
+            )
+        talking = bool(follow_ups) or user is not None
+        if max_turns is not None and not talking:
+            raise errors.AgentRunError(
+                f"test {case.title!r}: agent.run(max_turns=...) limits a conversation; give "
+                "it turns=[...] or user=... too"
+            )
+        limit = conversation.turn_limit(max_turns, len(follow_ups), user, case.title)
+        holder = conversation.support(ctx.agent_caller) if talking else None
+        if talking and holder is None:
+            raise errors.AgentRunError(
+                f"test {case.title!r}: agent.run(turns=... / user=...) needs an agent that "
+                "holds a conversation, and this agent's connector does not (a connector of "
+                "your own sets holds_conversations = True and reads request.messages: "
+                "docs/agent-protocol.md#conversations)"
+            )
         ctx.prompt_sent = text
         request = AgentRequest(
             prompt=text,
@@ -206,7 +237,10 @@ class Agent:
             tools=offered,
             traceparent=traceparent(),
             timeout_s=timeout,
+            conversation=talking,
         )
+        if holder is not None:
+            return await _converse(ctx, request, holder, follow_ups, user, limit)
         started = time.perf_counter()
         try:
             with ctx.waiting("agent"):
@@ -233,3 +267,73 @@ class Agent:
         )
         ctx.result = result
         return result
+
+
+async def _converse(
+    ctx: ctx_mod.TestContext,
+    request: AgentRequest,
+    holder: Any,
+    follow_ups: tuple[str, ...],
+    user: conversation.User | None,
+    limit: int,
+) -> RunResult:
+    """Run a conversation: every turn through the agent caller, then one RunResult."""
+    assert ctx.agent_caller is not None
+    talk = conversation.Conversing(
+        ctx.agent_caller,
+        request,
+        follow_ups=follow_ups,
+        user=user,
+        max_turns=limit,
+        test=ctx.case.title,
+        replayed=lambda: ctx.replayed_duration_ms,
+    )
+    started = time.perf_counter()
+    try:
+        with ctx.waiting("agent"):
+            try:
+                ended = await talk.run()
+            except BaseException:
+                if holder.end is not None:  # released; what failed is the turn's error
+                    with contextlib.suppress(Exception):
+                        await holder.end(request.run_id)
+                raise
+            if holder.end is not None:
+                await holder.end(request.run_id)
+    except Exception as err:
+        ctx.agent_error = str(err) or type(err).__name__
+        if isinstance(err, connector_errors.AgentTimeout):
+            ctx.partial = err.partial
+        if talk.turns:  # the turns answered before it failed stay in the result
+            ctx.result = _conversation_result(ctx, request, talk, None, started)
+        raise
+    result = _conversation_result(ctx, request, talk, ended, started)
+    ctx.result = result
+    return result
+
+
+def _conversation_result(
+    ctx: ctx_mod.TestContext,
+    request: AgentRequest,
+    talk: conversation.Conversing,
+    ended: Any,
+    started: float,
+) -> RunResult:
+    taken = tuple(talk.turns)
+    duration_ms = (time.perf_counter() - started) * 1000
+    if ctx.replayed_duration_ms is not None:  # each turn took what it took when recorded
+        duration_ms = sum(turn.duration_ms for turn in taken)
+    return RunResult(
+        run_id=request.run_id,
+        prompt=request.prompt,
+        context=request.context,
+        output=taken[-1].output,
+        trajectory=tuple(step for turn in taken for step in turn.trajectory),
+        token_usage=talk.usage(),
+        duration_ms=duration_ms,
+        raw=talk.raw(),
+        traceparent=request.traceparent,
+        unreported=talk.unreported(),
+        conversation=taken,
+        ended=ended,
+    )

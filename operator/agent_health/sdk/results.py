@@ -13,6 +13,7 @@ from agent_health.connectors import readonly
 from agent_health.connectors.partial import Partial
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
+from agent_health.sdk import turns as turns_mod
 
 Status = Literal["passed", "failed", "errored", "skipped", "flaky"]
 """``flaky``: failed or errored, then passed when retried (``--retries N``). It does not fail
@@ -91,6 +92,14 @@ class RunResult(readonly.ReadOnlyModel):
         description='what the agent left out of its reply: "trajectory", "token_usage" '
         "(unknown, not empty: a check that needs it fails saying so)",
     )
+    conversation: tuple[turns_mod.Turn, ...] = Field(
+        default=(),
+        description="the turns of a conversation (agent.run(turns=...) or user=...); empty "
+        "for a single run (whose one turn :attr:`turns` still gives)",
+    )
+    ended: turns_mod.ConversationEnd | None = Field(
+        default=None, description="why the conversation ended; None for a single run"
+    )
     _traces: Any = PrivateAttr(default=None)
 
     @field_validator("raw", mode="after")
@@ -110,6 +119,45 @@ class RunResult(readonly.ReadOnlyModel):
 
     def tool_calls(self, name: str | None = None) -> list[Step]:
         return self.trajectory.tool_calls(name)
+
+    @property
+    def turns(self) -> tuple[turns_mod.Turn, ...]:
+        """Every turn, first to last: a single run is one turn."""
+        if self.conversation:
+            return self.conversation
+        single = turns_mod.Turn(
+            number=1,
+            user=self.prompt,
+            output=self.output,
+            trajectory=self.trajectory_steps,
+            token_usage=self.token_usage,
+            duration_ms=self.duration_ms,
+            unreported=self.unreported,
+        )
+        return (single,)
+
+    def turn(self, number: int) -> RunResult:
+        """Turn ``number`` (from 1) as a run of its own, for the same matchers and judges:
+        ``expect(result.turn(2)).to_have_called_tool("lookup_order")``."""
+        every = self.turns
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= len(every):
+            raise errors.AgentHealthError(
+                f"result.turn({number!r}): this run has turns 1 to {len(every)}"
+            )
+        if not self.conversation:
+            return self
+        taken = every[number - 1]
+        return RunResult(
+            run_id=self.run_id,
+            prompt=taken.user,
+            context=self.context if number == 1 else (),
+            output=taken.output,
+            trajectory=taken.trajectory,
+            token_usage=taken.token_usage,
+            duration_ms=taken.duration_ms,
+            traceparent=self.traceparent,
+            unreported=taken.unreported,
+        )
 
     def json(self) -> Any:  # type: ignore[override]
         """The output parsed as JSON (raises a clear error when it is not JSON)."""
@@ -145,6 +193,8 @@ class RunResult(readonly.ReadOnlyModel):
             "output": self.output,
             "trajectory": self.trajectory_steps,
             "token_usage": self.token_usage,
+            "turns": self.conversation,
+            "ended": self.ended,
         }
 
     def attach_traces(self, view: Any) -> None:
@@ -260,6 +310,12 @@ class TestResult(BaseModel):
         default=None,
         description="what the agent had sent before its call timed out (its output and "
         "trajectory are then empty); None otherwise",
+    )
+    turns: tuple[turns_mod.Turn, ...] = Field(
+        default=(), description="a conversation's turns, first to last; empty for a single run"
+    )
+    ended: turns_mod.ConversationEnd | None = Field(
+        default=None, description="why a conversation ended; None for a single run"
     )
     duration_ms: float = 0.0
     started_at: float = 0.0

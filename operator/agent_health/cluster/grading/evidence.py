@@ -27,7 +27,7 @@ from agent_health.connectors import protocol
 from agent_health.ledger import chain, records
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import usage as ledger_usage
-from agent_health.sdk import results
+from agent_health.sdk import results, turns
 from agent_health.traces import metrics
 
 _TRUSTED = ("controller", "peer:")
@@ -218,10 +218,13 @@ def _run_result(record: records.RunResultRecord) -> results.RunResult:
     try:
         steps = tuple(protocol.Step.model_validate(s) for s in record.trajectory)
         context = tuple(protocol.ContextItem.model_validate(c) for c in record.context)
-    except pydantic.ValidationError as err:
+        taken = turns.from_record(record.turns, steps)
+        ended = turns.end_of_record(record.ended)
+    except (pydantic.ValidationError, KeyError, TypeError, ValueError) as err:
+        why = err.errors()[0]["msg"] if isinstance(err, pydantic.ValidationError) else err
         raise errors.DoubtfulEvidence(
-            f"run-result at record {record.seq}: a trajectory step or context item is invalid: "
-            f"{err.errors()[0]['msg']}"
+            f"run-result at record {record.seq}: a trajectory step, context item or turn is "
+            f"invalid: {why}"
         ) from err
     return results.RunResult(
         run_id=record.run_id,
@@ -233,6 +236,8 @@ def _run_result(record: records.RunResultRecord) -> results.RunResult:
         duration_ms=record.duration_ms,
         raw=record.raw or {},
         unreported=frozenset(record.unreported or ()),
+        conversation=taken,
+        ended=ended,
     )
 
 
