@@ -8,6 +8,7 @@ captured per test.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -433,3 +434,22 @@ def test_an_empty_run_says_where_it_looked_and_how_to_pass(
     assert cli.main(["run", str(empty), "--no-ledger", "--grep", "nothing"]) == 2
     out = capsys.readouterr().out
     assert f"no tests selected: 2 tests in {empty}, none left after --grep" in out
+
+
+def test_a_listing_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    for i in range(400):  # more than a pipe buffer holds, so the writer meets a closed pipe
+        (tmp_path / f"test_{i}.py").write_text(
+            f'from agent_health import test\n@test("t{i}")\nasync def t(agent):\n    pass\n'
+        )
+    program = Path(sys.executable).parent / "agent-health"
+    lister = subprocess.Popen(
+        [str(program), "list", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert lister.stdout is not None
+    assert lister.stdout.readline().startswith(b"test_")
+    lister.stdout.close()  # what `| head -1` does once it has its line
+    _, stderr = lister.communicate(timeout=120)
+    assert stderr == b""  # no BrokenPipeError traceback
+    assert lister.returncode == 141

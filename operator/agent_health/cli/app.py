@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -70,6 +71,11 @@ def _command_parser(top: argparse.ArgumentParser, args: argparse.Namespace) -> A
         found = subparsers[0].choices[chosen]
 
 
+PIPE_CLOSED = 141
+"""The exit code of a command whose reader closed its stdout: 128 + SIGPIPE, as a shell
+reports a program that signal ended."""
+
+
 def console() -> int:
     """The ``agent-health`` program: :func:`main`, after which the process ends.
 
@@ -78,7 +84,15 @@ def console() -> int:
     400-test run here); frozen, it is freed without that walk. Not done in :func:`main`,
     which also runs inside programs that go on (tests, notebooks).
     """
-    code = main()
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``agent-health list | head``): what it did not read is not
+        # an error to report, and the interpreter's own flush at exit must not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return PIPE_CLOSED
     gc.freeze()
     return code
 
