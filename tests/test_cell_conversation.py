@@ -68,9 +68,7 @@ async def test_a_conversation_in_a_cell_keeps_every_turn_in_the_ledger_and_the_g
     tmp_path: Path, support_port: int
 ) -> None:
     async with cell_support.judge_service(tmp_path, _plays_the_user) as (judge_url, model):
-        proxy = await cell_support.cell_gateway(
-            tmp_path, support_port, judge_url, test_id=TEST_ID
-        )
+        proxy = await cell_support.cell_gateway(tmp_path, support_port, judge_url, test_id=TEST_ID)
         try:
             settings = cell_support.cell_settings(tmp_path, proxy, SUITE, test_id=TEST_ID)
             code, result = await cell.run_cell(settings)
