@@ -317,13 +317,16 @@ def test_a_cells_simulated_user_may_ask_only_its_runspecs_models() -> None:
 async def test_no_judge_skips_judge_calls_but_the_simulated_user_still_plays(
     write_suite: Any, tmp_path: Path, support_url: str, simulator: str
 ) -> None:
-    judged = SUITE + """
+    judged = (
+        SUITE
+        + """
 
 @test("judged")
 async def judged(agent, judge):
     result = await agent.run("Where is my parcel?")
     await judge(result, "asks for the order number")
 """
+    )
     suite = _suite(write_suite, tmp_path, simulator, **{"test_refund.py": judged})
     run = await run_cli(suite, "--agent", support_url, "--no-judge")
     refund = run.by_name("refund")
