@@ -333,3 +333,26 @@ async def judged(agent, judge):
     assert refund["status"] == "passed", refund.get("error")
     assert run.by_name("judged")["status"] == "skipped"  # its only gate was a judge call
     assert await _completions(simulator) == 2  # only the simulated user's questions
+
+
+async def test_the_simulated_users_tokens_count_in_the_run_budget(
+    write_suite: Any, tmp_path: Path, support_url: str, simulator: str
+) -> None:
+    """The conversation's agent tokens alone (35) stay under --max-tokens 100; with its
+    simulated user's it is over, so the next test never starts."""
+    later = """
+from agent_health import test
+
+@test("later")
+async def later(agent):
+    await agent.run("Where is my parcel?")
+"""
+    files = {"test_a_refund.py": SUITE, "test_b_later.py": later}
+    suite = _suite(write_suite, tmp_path, simulator, **files)
+    run = await run_cli(suite, "--agent", support_url, "-j", "1", "--max-tokens", "100")
+    assert run.by_name("refund")["status"] == "passed"
+    assert run.by_name("later")["status"] == "skipped"
+    budget = run.report["summary"]["budget"]
+    assert budget["exhausted"] == "max_tokens"
+    assert budget["spent"]["agent_tokens"] == 35
+    assert budget["spent"]["judge_tokens"] > 65
