@@ -123,7 +123,7 @@ async def execute(
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(NO_JUDGE_HINT)
     reason = getattr(getattr(backend, "provider", None), "reason", None)
-    if reason is not None:
+    if reason is not None and not skip_judge:  # --no-judge: no judge call was made
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
     return outcome, hints, recorded, backend.asked if backend is not None else None
 
