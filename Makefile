@@ -82,6 +82,7 @@ bench: $(BIN)/agent-health
 	$(BIN)/python bench/defaults.py
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/connectors.py
+	$(BIN)/python bench/conversations.py
 	$(BIN)/python bench/judge_cache.py
 	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/gateway_overhead.py

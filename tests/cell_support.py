@@ -101,7 +101,7 @@ def ledger_lines(tmp_path: Path) -> list[str]:
     return (tmp_path / "ledger" / f"{CELL}.jsonl").read_text().splitlines()
 
 
-async def grade(tmp_path: Path) -> grading.CellGrade:
+async def grade(tmp_path: Path, test_id: str = TEST_ID) -> grading.CellGrade:
     backend = backends.from_url(f"file://{tmp_path / 'ledger'}")
-    expected = grading.ExpectedCell(test_id=TEST_ID, repeat=0, run_id=CELL)
+    expected = grading.ExpectedCell(test_id=test_id, repeat=0, run_id=CELL)
     return await grading.grade_cell(backend, CELL, KEY, expected)

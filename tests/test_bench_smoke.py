@@ -171,3 +171,41 @@ def test_the_connector_benchmark_prints_cpu_per_call_for_each_connector() -> Non
     for name in ("bare aiohttp POST (baseline)", "rest connector", "openai connector"):
         assert name in done.stdout, done.stdout
     assert done.stdout.count("target <= 0.20") == 3
+
+
+@pytest.mark.slow
+def test_the_conversation_benchmark_prints_added_time_per_turn(tmp_path: Path) -> None:
+    """bench/conversations.py at tiny sizes: conversations next to single runs, per turn."""
+    figures = tmp_path / "conversations.json"
+    args = ["--tests", "4", "--turns", "3", "-j", "2", "--rounds", "1", "--warmup", "0"]
+    args += ["--latency", "0.005", "--json", str(figures)]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "conversations.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in (
+        "4 conversations of 3 turns",
+        "12 single runs",
+        "harness added per turn",
+        "ratio session (conversations / singles)",
+    ):
+        assert line in done.stdout, done.stdout
+    assert done.stdout.count("target < 1.00 ms") == 3
+    saved = json.loads(figures.read_text())
+    assert [(f["tests"], f["turns_per_test"]) for f in saved] == [(4, 3), (12, 1), (4, 3)]
+    assert all(f["session_s"] > 0 and f["agent_s"] == pytest.approx(0.03) for f in saved)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "conversations.py"), "--turns", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert "--turns must be >= 2" in bad.stderr

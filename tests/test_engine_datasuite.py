@@ -279,30 +279,61 @@ def test_labels_are_upstreams_and_selection_ignores_letter_case(
     assert "labelled one" in capsys.readouterr().out
 
 
-def test_follow_up_questions_are_refused_until_conversations_run(
-    write_suite: Any, capsys: Any
+async def test_follow_up_questions_run_as_the_later_turns_of_the_case(
+    write_suite: Any, tmp_path: Path
 ) -> None:
-    case = {
+    """followUpQuestions are turns of the case's one run: all ``always`` as scripted turns;
+    by trigger, each asked when the turn before it allows (the example support agent)."""
+    import support_agent
+
+    scripted = {
         **RCA,
         "name": "asks again",
-        "initialPrompt": "Diagnose",
-        "expectedOutcomes": ["x"],
+        "initialPrompt": "Where is my parcel?",
+        "expectedTrajectory": [
+            {"step": 1, "description": "look", "requiredTools": ["lookup_order"]}
+        ],
         "followUpQuestions": [
-            {"trigger": "always", "question": "And then?", "businessValue": "depth"}
+            {"trigger": "always", "question": "It is order 1234", "businessValue": "number"},
+            {"trigger": "always", "question": "thanks"},
         ],
     }
-    suite = write_suite(**{"turns.cases.json": json.dumps([case])})
-    run = run_cli_sync(suite, "--pass-with-no-tests")
-    assert run.code == 2
-    [error] = run.report["summary"]["load_errors"]
-    assert error.startswith("turns.cases.json:1: case [0] 'asks again': followUpQuestions: 1 later")
-    assert "refused: agent-health runs one turn per test" in error
-    assert "--lenient to run the first turn only" in error
-    # Read leniently, the case runs its first turn, saying so.
-    assert cli.main(["list", "--lenient", str(suite)]) == 0
-    captured = capsys.readouterr()
-    assert "turns.cases.json::asks again" in captured.out
-    assert "runs its first turn only" in captured.err
+    triggered = {
+        **scripted,
+        "name": "by trigger",
+        "followUpQuestions": [
+            {"trigger": "error", "question": "Why did the lookup fail?"},
+            {"trigger": "always", "question": "It is order 4444"},
+            {"trigger": "results_available", "question": "So when does it come?"},
+            {"trigger": "error", "question": "The number is 1234, sorry"},
+            {"trigger": "results_available", "question": "thanks"},
+        ],
+    }
+    suite = write_suite(**{"turns.cases.json": json.dumps([scripted, triggered])})
+    runner, url = await support_agent.start()
+    try:
+        run = await run_cli(suite, "--agent", url)
+    finally:
+        await runner.cleanup()
+    first = run.by_name("asks again")
+    assert first["status"] == "passed", (first.get("error"), first["signals"])
+    assert [t["user"] for t in first["turns"]] == [
+        "Where is my parcel?",
+        "It is order 1234",
+        "thanks",
+    ]
+    assert first["ended"]["reason"] == "turns-done"
+    by_trigger = run.by_name("by trigger")
+    assert by_trigger["status"] == "passed", (by_trigger.get("error"), by_trigger["signals"])
+    # Turn 1 only asks (no tool failed: "error" is passed over); 4444 is no order (the
+    # lookup fails: "results_available" is passed over, "error" asked); 1234 is found.
+    assert [t["user"] for t in by_trigger["turns"]] == [
+        "Where is my parcel?",
+        "It is order 4444",
+        "The number is 1234, sorry",
+        "thanks",
+    ]
+    assert by_trigger["ended"]["reason"] == "user-stopped"
 
 
 async def test_a_case_file_check_never_points_into_agent_health(

@@ -88,6 +88,8 @@ class CellSettings:
     judge_socket: str | None = None
     matrix_agent: str | None = None
     """The agent's name in an agent matrix (``AGENT_HEALTH_AGENT``): ``test_info.agent``."""
+    skip_simulate: bool = False
+    """``AGENT_HEALTH_SKIP_SIMULATE``: skip a test whose conversation needs a simulated user."""
 
     @classmethod
     def from_env(
@@ -129,6 +131,7 @@ class CellSettings:
             skip_judge=env.get("AGENT_HEALTH_SKIP_JUDGE", "") not in ("", "0"),
             timeout=seconds,
             matrix_agent=env.get("AGENT_HEALTH_AGENT") or None,
+            skip_simulate=env.get("AGENT_HEALTH_SKIP_SIMULATE", "") not in ("", "0"),
         )
 
     @property
@@ -259,6 +262,7 @@ async def _run(
             agent_caller=connector.run,
             judge_backend=judge,
             skip_judge=settings.skip_judge or settings.judge_url is None,
+            skip_simulate=settings.skip_simulate,
             timeout=settings.timeout,
             config=config,
             ledger=ledger,

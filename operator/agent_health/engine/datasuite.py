@@ -1,11 +1,13 @@
 """Data-driven suites: case files in the TypeScript agent-health's format, run as tests.
 
 Each case (:class:`~agent_health.engine.casefiles.model.Case`) becomes a test whose body
-runs ``initialPrompt`` with its ``context`` and ``tools``, checks every required tool and
-that the steps' tools were called in step order, and judges every expected outcome (with
-``expectedPPL`` as the expected answer), so existing case libraries run unchanged. A case
-with none of these checks is ``skipped`` ("nothing to grade"). The test's id is the case's
-``id`` when it has one, else its name; its checks point at the case's line in the file.
+runs ``initialPrompt`` with its ``context`` and ``tools`` (and its ``followUpQuestions`` as
+the later turns of that run: :mod:`~agent_health.engine.casefiles.followups`), checks every
+required tool and that the steps' tools were called in step order, and judges every
+expected outcome (with ``expectedPPL`` as the expected answer), so existing case libraries
+run unchanged. A case with none of these checks is ``skipped`` ("nothing to grade"). The
+test's id is the case's ``id`` when it has one, else its name; its checks point at the
+case's line in the file.
 
 A file that has any error declares no test: every problem of the file is reported at once
 (:mod:`~agent_health.engine.casefiles.checks`).
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent_health.engine.casefiles import checks, forms, model
+from agent_health.engine.casefiles import checks, followups, forms, model
 from agent_health.sdk import declare
 from agent_health.sdk.judges import BoundJudge
 from agent_health.sdk.matchers import BoundExpect
@@ -194,9 +196,17 @@ def _body(case: model.Case) -> Callable[..., Any]:
     outcomes = list(case.expected_outcomes)
     offered = [t.model_dump() for t in case.tools] or None
     expected = case.expected_ppl
+    talk: dict[str, Any] = {}
+    if case.follow_up_questions:  # later turns of the same run: scripted, or by trigger
+        scripted = followups.scripted(case.follow_up_questions)
+        if scripted is not None:
+            talk["turns"] = scripted
+        else:
+            talk["user"] = followups.asker(case.follow_up_questions)
+            talk["max_turns"] = len(case.follow_up_questions) + 1
 
     async def data_case(agent: Any, expect: BoundExpect, judge: BoundJudge) -> None:
-        result = await agent.run(tools=offered)
+        result = await agent.run(tools=offered, **talk)
         for tool in tools:
             expect(result).to_have_called_tool(tool)
         # The order of the steps, among the tools that were called: a missing tool already

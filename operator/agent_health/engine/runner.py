@@ -53,6 +53,7 @@ class RunEnv:
     judge_backend: ctx_mod.JudgeBackend | None = None
     skip_judge: bool = False
     judge_hint: str | None = None
+    skip_simulate: bool = False
     timeout: float | None = None
     config: config_mod.Config | None = None
     agent_name: str | None = None
@@ -210,6 +211,7 @@ async def _run_case(
         judge_backend=env.judge_backend,
         skip_judge=env.skip_judge,
         judge_hint=env.judge_hint,
+        skip_simulate=env.skip_simulate,
     )
     token = ctx_mod.activate(ctx)
     traces = _Traces(env)

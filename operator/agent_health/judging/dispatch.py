@@ -24,6 +24,7 @@ from agent_health.judging import (
     evaluators,
     prompt,
     question,
+    simulating,
     tools,
 )
 from agent_health.judging import cache as cache_mod
@@ -34,6 +35,7 @@ from agent_health.sdk import judges
 from agent_health.sdk.config import Config, JudgeConfig
 from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import RunResult, Verdict
+from agent_health.sdk.simulated import UserAsk, UserLine
 
 NO_JUDGE_HINT = judges.NO_JUDGE_HINT
 
@@ -143,6 +145,19 @@ class Judging:
         return await asking.ask(
             self.provider, self.judge, self.cache, who, text, system, asked=self.asked
         )
+
+    @property
+    def simulates(self) -> bool:
+        """Whether a model is there to play a simulated user."""
+        return self.provider is not None and self.judge is not None
+
+    async def simulate(self, ask: UserAsk) -> UserLine:
+        """What a simulated user says next, asked of the judge's provider (``ask.model``
+        or the judge's model) through the judge cache (:mod:`.simulating`)."""
+        if self.provider is None or self.judge is None:
+            return UserLine(errored=True, error=NO_JUDGE_HINT)
+        who = {"judge": question.endpoint(self.judge), "partition": self.partition}
+        return await simulating.simulate(self.provider, self.judge, self.cache, who, ask)
 
     def _source(self, request: JudgeRequest, result: RunResult) -> tools.TraceSource:
         """The trace tools' source: the telemetry a cell shipped with the call, else ours."""

@@ -23,6 +23,7 @@ from agent_health.connectors.protocol import Step
 from agent_health.judging import errors
 from agent_health.judging.chat import VERDICT_TOOL_NAME, Completion, ToolSpec
 from agent_health.sdk.context import JudgeRequest
+from agent_health.sdk.results import RunResult
 
 # Part of every cache key: a change to the prompts below must not reuse old verdicts.
 PROMPT_VERSION = "3"
@@ -104,11 +105,26 @@ def evidence(
             parts["output"] = result.output
         if everything or "trajectory" in chosen:
             parts["trajectory"] = canonical_steps(result.trajectory_steps)
+        if result.conversation:  # a single run's evidence (and cache key) stays as it was
+            parts["conversation"] = conversation(result, steps=everything or "trajectory" in chosen)
     if spans is not None:
         parts["traces"] = list(spans)
     if logs is not None:
         parts["logs"] = list(logs)
     return parts
+
+
+def conversation(result: RunResult, *, steps: bool) -> dict[str, Any]:
+    """A conversation turn by turn — what the user said, what the agent answered (and, with
+    ``steps``, what it did) — and why it ended, for a judge that must see all of it."""
+    turns = []
+    for turn in result.conversation:
+        entry: dict[str, Any] = {"turn": turn.number, "user": turn.user, "agent": turn.output}
+        if steps:
+            entry["steps"] = canonical_steps(turn.trajectory)
+        turns.append(entry)
+    ended = result.ended.model_dump() if result.ended is not None else None
+    return {"turns": turns, "ended": ended}
 
 
 # Fields that name one run's records rather than what happened in it (trace sources, OTel).

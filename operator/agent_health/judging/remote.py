@@ -28,6 +28,7 @@ from agent_health.judging import chat, dispatch, errors, tools, wire
 from agent_health.sdk.config import JudgeConfig
 from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import Verdict
+from agent_health.sdk.simulated import UserAsk, UserLine
 
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)  # the service retries providers itself
 RESTART_PATIENCE = 120.0
@@ -95,6 +96,26 @@ class RemoteJudging:
         payload = call.model_dump(mode="json", by_alias=True)
         data = await _post(self._client, self._url, payload, self._patience)
         return Verdict.model_validate(data)
+
+    @property
+    def simulates(self) -> bool:
+        """The judge service decides (it answers an errored line when it has no model)."""
+        return True
+
+    async def simulate(self, ask: UserAsk) -> UserLine:
+        """What a simulated user says next, asked of the judge service's model
+        (``/api/judge/user``) through its shared cache; a service that cannot answer gives an
+        errored line with its message."""
+        url = self._url + "/user"
+        if ask.model is None and self._model is not None:
+            ask = ask.model_copy(update={"model": self._model})  # the RunSpec's judge model
+        try:
+            data = await _post(self._client, url, ask.model_dump(mode="json"), self._patience)
+            return UserLine.model_validate(data)
+        except errors.UsageError:
+            raise
+        except (errors.JudgingError, ValueError) as err:
+            return UserLine(errored=True, error=str(err))
 
 
 class RemoteAsk:

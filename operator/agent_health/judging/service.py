@@ -8,14 +8,17 @@ accepts. A resolver that will not judge for a known caller raises
 :class:`~agent_health.judging.errors.NotServed`: 403 with the message. A resolver that
 cannot build the backend (e.g. its key Secret is missing) raises a
 :class:`~agent_health.judging.errors.JudgingError`: 502 with the message, which the
-cell records as an ``errored`` verdict. Three routes:
+cell records as an ``errored`` verdict. Four routes:
 
 * ``POST /api/judge`` — a :class:`~agent_health.judging.wire.WireJudgeRequest` → a Verdict
   (contextual and agentic modes, through the shared cache);
 * ``POST /api/judge/chat`` — one model call for a custom evaluator's ``llm`` helper running
   in the cell (no cache: the evaluator's own call is cached by its caller);
 * ``POST /api/judge/ask`` — ``{"text", "system"?}`` → ``{"text"}``: a free-form question
-  to the judge model through the shared cache (a cell's insights ``llm``).
+  to the judge model through the shared cache (a cell's insights ``llm``);
+* ``POST /api/judge/user`` — a :class:`~agent_health.sdk.simulated.UserAsk` → a
+  :class:`~agent_health.sdk.simulated.UserLine`: what a cell's simulated user says next,
+  through the shared cache.
 
 A usage error in the request (unknown tool pack, bad option) answers 422 with the message;
 the client raises it into the test. A provider failure is an ``errored`` verdict (200).
@@ -30,6 +33,7 @@ from aiohttp import web
 
 from agent_health.judging import chat, dispatch, errors, wire
 from agent_health.judging.providers import Provider
+from agent_health.sdk import simulated
 
 Authorize = Callable[[str | None], bool]
 Resolve = Callable[[str | None], Awaitable[dispatch.Judging | None]]
@@ -132,6 +136,26 @@ async def _ask(request: web.Request) -> web.Response:
     return web.json_response({"text": answer})
 
 
+async def _user(request: web.Request) -> web.Response:
+    """What a cell's simulated user says next, from the judge model through the shared
+    cache (metered as judge spend, as a verdict is)."""
+    try:
+        ask = simulated.UserAsk.model_validate_json(await request.read())
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        return web.json_response(
+            {"error": f"bad simulated-user request: {where}: {first['msg']}"}, status=400
+        )
+    try:
+        line = await judging_of(request).simulate(ask)
+    except errors.UsageError as err:
+        return web.json_response({"error": str(err)}, status=422)
+    if not line.cached:
+        _spent(request, line.input_tokens, line.output_tokens)
+    return web.json_response(text=line.model_dump_json())
+
+
 async def _healthz(_: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
@@ -150,6 +174,7 @@ def serving(resolve: Resolve, spent: Spent | None = None) -> web.Application:
     application.router.add_post("/api/judge", _judge)
     application.router.add_post("/api/judge/chat", _chat)
     application.router.add_post("/api/judge/ask", _ask)
+    application.router.add_post("/api/judge/user", _user)
     application.router.add_get("/healthz", _healthz)
     return application
 

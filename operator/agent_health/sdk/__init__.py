@@ -16,6 +16,7 @@ from agent_health.sdk.errors import (
 from agent_health.sdk.judges import judge
 from agent_health.sdk.matchers import expect
 from agent_health.sdk.results import RunResult, Signal, TestResult, Trajectory, Verdict
+from agent_health.sdk.simulated import SimulatedUser, simulated_user
 from agent_health.sdk.turns import Conversation, ConversationEnd, Stop, Turn
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "MatcherUsageError",
     "RunResult",
     "Signal",
+    "SimulatedUser",
     "Step",
     "Stop",
     "TestAPI",
@@ -43,5 +45,6 @@ __all__ = [
     "define_config",
     "expect",
     "judge",
+    "simulated_user",
     "test",
 ]

@@ -217,6 +217,8 @@ class Agent:
                 f"test {case.title!r}: agent.run(max_turns=...) limits a conversation; give "
                 "it turns=[...] or user=... too"
             )
+        if max_turns is None and user is not None:  # a simulated user may bring its own
+            max_turns = getattr(user, "max_turns", None)
         limit = conversation.turn_limit(max_turns, len(follow_ups), user, case.title)
         holder = conversation.support(ctx.agent_caller) if talking else None
         if talking and holder is None:
@@ -226,6 +228,9 @@ class Agent:
                 "your own sets holds_conversations = True and reads request.messages: "
                 "docs/agent-protocol.md#conversations)"
             )
+        prepare = getattr(user, "before_conversation", None)
+        if prepare is not None:  # a simulated user that cannot speak skips the test here
+            prepare(ctx)
         ctx.prompt_sent = text
         request = AgentRequest(
             prompt=text,

@@ -98,6 +98,8 @@ class TestContext:
     judge_backend: JudgeBackend | None
     skip_judge: bool = False
     judge_hint: str | None = None
+    skip_simulate: bool = False
+    """``--no-simulate``: a test whose conversation needs a simulated user is skipped."""
     signals: list[Signal] = field(default_factory=list)
     result: RunResult | None = None
     prompt_sent: str | None = None

@@ -33,6 +33,7 @@ async def execute(
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
     import asyncio
     import dataclasses
+    import os
 
     from agent_health import connectors
     from agent_health.engine import agent_process, recording, runner, session
@@ -64,7 +65,13 @@ async def execute(
             stack.push_async_callback(connector.aclose)
             callers.append(connector.run)
         backend = None
-        if not skip_judge and (judge_config is not None or config.evaluators):
+        skip_simulate = getattr(args, "no_simulate", False) or os.environ.get(
+            "AGENT_HEALTH_SKIP_SIMULATE", ""
+        ) not in ("", "0")
+        # --no-judge skips judge() calls; a simulated user still plays through the judge's
+        # model unless --no-simulate says otherwise.
+        wanted = judge_config is not None and not skip_simulate
+        if (judge_config is not None or config.evaluators) and (not skip_judge or wanted):
             from agent_health import judging  # only runs that judge pay for the providers
 
             backend = await stack.enter_async_context(
@@ -75,11 +82,14 @@ async def execute(
             judge_backend=backend,
             skip_judge=skip_judge,
             judge_hint=NO_JUDGE_HINT,
+            skip_simulate=skip_simulate,
             timeout=args.timeout or config.timeout,
             config=config,
             agent_name=config.agent_name(names[0] if names else None),
             ledger=recorded,
-            insights_llm=backend.ask if backend is not None and backend.provider else None,
+            insights_llm=(
+                backend.ask if backend is not None and backend.provider and not skip_judge else None
+            ),
             run_ids=replayed.run_id if replayed is not None else None,
             replaying=replayed is not None,
             lane=names[0] if replayed is not None and names else None,  # one recorded agent
@@ -113,7 +123,7 @@ async def execute(
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(NO_JUDGE_HINT)
     reason = getattr(getattr(backend, "provider", None), "reason", None)
-    if reason is not None:
+    if reason is not None and not skip_judge:  # --no-judge: no judge call was made
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
     return outcome, hints, recorded, backend.asked if backend is not None else None
 

@@ -47,6 +47,11 @@ def add_command(sub: Any) -> None:
     run.add_argument("--shard", help="run shard i of n, e.g. 1/4")
     run.add_argument("--no-judge", action="store_true", help="skip every judge() call (neutral)")
     run.add_argument(
+        "--no-simulate",
+        action="store_true",
+        help="skip the tests whose conversation needs a simulated user (no model plays it)",
+    )
+    run.add_argument(
         "--no-cache", action="store_true", help="neither read nor write the judge cache"
     )
     run.add_argument(

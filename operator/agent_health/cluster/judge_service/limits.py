@@ -11,7 +11,8 @@ ask for any model at any length on that key. So each request is held to its RunS
   ``max_tokens`` budget, at most :data:`MAX_STEPS` times that) of ``/api/judge``, and
   ``max_tokens`` of ``/api/judge/chat``, at most ``spec.judge.maxTokens``, itself capped by
   the operator's ``--judge-max-tokens``;
-* an agentic judge's ``max_steps``: at most :data:`MAX_STEPS`.
+* an agentic judge's ``max_steps``: at most :data:`MAX_STEPS`;
+* a simulated user's model (``/api/judge/user``), as a judge's.
 
 A request beyond them is answered 422 with what was asked and what is allowed: the test
 body gets a usage error (cause ``test``), and nothing is spent.
@@ -32,7 +33,7 @@ MAX_STEPS = 16
 """The most model calls one agentic judge() may make through the judge service."""
 DEFAULT_CEILING = 4096
 """The operator's default ``--judge-max-tokens``."""
-JUDGE_PATH, CHAT_PATH = "/api/judge", "/api/judge/chat"
+JUDGE_PATH, CHAT_PATH, USER_PATH = "/api/judge", "/api/judge/chat", "/api/judge/user"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Limits:
             return self._model(body.get("model"), "the chat call's model") or self._tokens(
                 body.get("max_tokens", 1024), "max_tokens"
             )
+        if path == USER_PATH:  # a simulated user's turn: its model, at the judge's length
+            return self._model(body.get("model"), "simulated_user(model=...)")
         if path != JUDGE_PATH:
             return None
         options = body.get("options") or {}
@@ -102,7 +105,7 @@ def middleware(limits_of: LimitsOf) -> Callable[..., Awaitable[web.StreamRespons
     async def limit(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        if request.method == "POST" and request.path in (JUDGE_PATH, CHAT_PATH):
+        if request.method == "POST" and request.path in (JUDGE_PATH, CHAT_PATH, USER_PATH):
             header = request.headers.get("Authorization", "")
             scheme, _, token = header.partition(" ")
             limits = limits_of(token.strip() if scheme.lower() == "bearer" else None)

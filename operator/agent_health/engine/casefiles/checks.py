@@ -5,8 +5,8 @@ fields), each naming the field, what is wrong and what to do. Upstream's rules â
 category, a difficulty of Easy/Medium/Hard, both keys of a context item, no blank expected
 outcome â€” are errors, or warnings when the file is read ``lenient`` (hand-written files).
 A field the format does not know is a warning (with "did you mean" for a near miss), or an
-error under ``forbid_unknown``. ``followUpQuestions`` (later turns) are refused: one test is
-one turn until conversations run; read leniently, the case runs its first turn and says so.
+error under ``forbid_unknown``. ``followUpQuestions`` are checked as the other fields are
+(a trigger of ``results_available``, ``error`` or ``always``, a non-empty question).
 """
 
 from __future__ import annotations
@@ -166,26 +166,11 @@ def check_case(
     _categorised(raw, problem, upstream)
     _contexts(raw, problem, upstream)
     blanks = _blank_outcomes(raw, problem, upstream)
-    follow_ups = raw.get("followUpQuestions")
-    if isinstance(follow_ups, list) and follow_ups:
-        many = len(follow_ups)
-        problem(
-            ("followUpQuestions",),
-            f"followUpQuestions: {many} later turn{'s' if many != 1 else ''} "
-            + (
-                "refused: agent-health runs one turn per test (conversations are not "
-                "supported yet); remove them, or run with --lenient to run the first turn only"
-                if upstream
-                else "not asked: agent-health runs one turn per test, so this case runs its "
-                "first turn only"
-            ),
-            upstream,
-        )
     if case is None or any(p.error for p in found):
         return None, found
-    if blanks or case.follow_up_questions:
+    if blanks:
         kept = [o for i, o in enumerate(case.expected_outcomes) if i not in blanks]
-        case = case.model_copy(update={"expected_outcomes": kept, "follow_up_questions": []})
+        case = case.model_copy(update={"expected_outcomes": kept})
     return case, found
 
 

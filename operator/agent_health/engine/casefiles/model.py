@@ -155,7 +155,11 @@ CASE_FIELDS: dict[str, tuple[Use, str]] = {
     "expectedPPL": ("checks", "the reference answer every judge call of the case is given"),
     "expectedOutcomes": ("checks", "each is judged"),
     "expectedTrajectory": ("checks", "every required tool is checked, and their step order"),
-    "followUpQuestions": ("refused", "later turns: not run yet (one turn per test)"),
+    "followUpQuestions": (
+        "runs",
+        "the later turns of the same run: each question is asked in order when its trigger "
+        "holds for the turn before it",
+    ),
     "describePath": ("metadata", "kept as the case's metadata"),
     "timeout": ("runs", "agent-health's own: seconds for the whole test"),
 }
