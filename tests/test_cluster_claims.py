@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent_health.cluster.api import runspec
 from agent_health.cluster.grading import claims
 from agent_health.connectors import protocol
-from agent_health.sdk import results
+from agent_health.sdk import check, results
 
 TOOLS = {"logs": ("search_logs", "tail_logs"), "db": ("query",)}
 
@@ -18,7 +18,7 @@ def run(*tools: str) -> results.RunResult:
 def called(tool: str, passed: bool = True) -> results.Signal:
     return results.Signal(
         kind="deterministic", role="gate", name=f"to_have_called_tool({tool!r})", passed=passed,
-        score=float(passed), evidence=results.evidence({"tool": tool}, {"matching_calls": 1}),
+        score=float(passed), evidence=check.evidence({"tool": tool}, {"matching_calls": 1}),
     )  # fmt: skip
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, Signal
 
@@ -52,3 +54,24 @@ class Check:
                 location=ctx_mod.caller_location(),
             )
         )
+
+
+def evidence(expected: Any, actual: Any, **extra: Any) -> dict[str, Any]:
+    """Evidence for a deterministic signal, made JSON-safe."""
+    return {
+        "expected": _safe(expected),
+        "actual": _safe(actual),
+        **{k: _safe(v) for k, v in extra.items()},
+    }
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_safe(v) for v in value]
+    return repr(value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -123,41 +123,12 @@ class RunResult(readonly.ReadOnlyModel):
     @property
     def turns(self) -> tuple[turns_mod.Turn, ...]:
         """Every turn, first to last: a single run is one turn."""
-        if self.conversation:
-            return self.conversation
-        single = turns_mod.Turn(
-            number=1,
-            user=self.prompt,
-            output=self.output,
-            trajectory=self.trajectory_steps,
-            token_usage=self.token_usage,
-            duration_ms=self.duration_ms,
-            unreported=self.unreported,
-        )
-        return (single,)
+        return turns_mod.every(self)
 
     def turn(self, number: int) -> RunResult:
         """Turn ``number`` (from 1) as a run of its own, for the same matchers and judges:
         ``expect(result.turn(2)).to_have_called_tool("lookup_order")``."""
-        every = self.turns
-        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= len(every):
-            raise errors.AgentHealthError(
-                f"result.turn({number!r}): this run has turns 1 to {len(every)}"
-            )
-        if not self.conversation:
-            return self
-        taken = every[number - 1]
-        return RunResult(
-            run_id=self.run_id,
-            prompt=taken.user,
-            context=self.context if number == 1 else (),
-            output=taken.output,
-            trajectory=taken.trajectory,
-            token_usage=taken.token_usage,
-            duration_ms=taken.duration_ms,
-            traceparent=self.traceparent,
-            unreported=taken.unreported,
-        )
+        return turns_mod.one(self, number)
 
     def json(self) -> Any:  # type: ignore[override]
         """The output parsed as JSON (raises a clear error when it is not JSON)."""
@@ -360,32 +331,3 @@ class TestResult(BaseModel):
 
     def gates(self) -> Iterator[Signal]:
         return (s for s in self.signals if s.role == "gate")
-
-
-def evidence(expected: Any, actual: Any, **extra: Any) -> dict[str, Any]:
-    """Evidence for a deterministic signal, made JSON-safe."""
-    return {
-        "expected": _safe(expected),
-        "actual": _safe(actual),
-        **{k: _safe(v) for k, v in extra.items()},
-    }
-
-
-def _safe(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True)
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): _safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_safe(v) for v in value]
-    return repr(value)
-
-
-def describe_callable(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def summarize(values: Sequence[Any]) -> str:
-    return ", ".join(str(v) for v in values)

@@ -14,7 +14,8 @@ from typing import Any
 
 from agent_health.connectors.protocol import Step
 from agent_health.sdk import check, errors
-from agent_health.sdk.results import RunResult, Signal, Trajectory, evidence
+from agent_health.sdk.check import evidence
+from agent_health.sdk.results import RunResult, Signal, Trajectory
 
 
 def _steps(value: Any, matcher: str) -> Sequence[Step]:

@@ -14,7 +14,8 @@ from collections.abc import Awaitable
 from typing import Literal, overload
 
 from agent_health.sdk import check, errors, judges
-from agent_health.sdk.results import RunResult, Signal, Verdict, evidence
+from agent_health.sdk.check import evidence
+from agent_health.sdk.results import RunResult, Signal, Verdict
 
 ANSWER_CHARS = 300
 """How much of each answer the evidence of ``to_have_asked_for`` keeps."""

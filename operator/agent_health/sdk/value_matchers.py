@@ -9,7 +9,8 @@ from typing import Any
 
 from agent_health.sdk import check, errors
 from agent_health.sdk import context as ctx_mod
-from agent_health.sdk.results import RunResult, Signal, Verdict, evidence
+from agent_health.sdk.check import evidence
+from agent_health.sdk.results import RunResult, Signal, Verdict
 
 
 def _number(value: Any, matcher: str) -> float:
