@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 300.0
 
 
+class TestSpans(Protocol):
+    """Told about each (test, repeat, try) as it ends, with what its context kept: the OTLP
+    export (``agent_health.otel.export``). Must not block."""
+
+    def test_ended(self, result: TestResult, ctx: ctx_mod.TestContext | None) -> None: ...
+
+
 class CellLedger(Protocol):
     """Records each (test, repeat) as a ledger cell (see ``engine.recording``)."""
 
@@ -67,6 +74,8 @@ class RunEnv:
     recorded ids, so the run's traces are found again."""
     replaying: bool = False
     """``agent_caller`` answers from a recording (``--replay``): every result says so."""
+    spans: TestSpans | None = None
+    """Where each test's spans go (``--otlp``); ``None``: no export."""
 
     @property
     def prices(self) -> settings.PriceTable:
@@ -203,7 +212,7 @@ async def _run_case(
             0.0,
             skip_reason=case.skip_reason,
         )
-        return await _finish(env, None, result, None)
+        return await _finish(env, None, result, None, None)
     ctx = ctx_mod.TestContext(
         case=case,
         info=info,
@@ -251,7 +260,7 @@ async def _run_case(
                 tools=insights.tools_for(ctx.result),
             )
             result = result.model_copy(update={"insights": found})
-        return await _finish(env, ctx.result, result, ctx.agent_error)
+        return await _finish(env, ctx.result, result, ctx.agent_error, ctx)
     finally:
         results_mod.unbind_traces(traces_token)
         await traces.aclose()
@@ -309,12 +318,18 @@ def _timed_out(ctx: ctx_mod.TestContext, timeout: float) -> None:
 
 
 async def _finish(
-    env: RunEnv, run: RunResult | None, result: TestResult, agent_error: str | None
+    env: RunEnv,
+    run: RunResult | None,
+    result: TestResult,
+    agent_error: str | None,
+    ctx: ctx_mod.TestContext | None,
 ) -> TestResult:
     if env.replaying:
         result = result.model_copy(update={"replayed": True})
     if env.ledger is not None:
         await env.ledger.finish(result, run, agent_error=agent_error)
+    if env.spans is not None:
+        env.spans.test_ended(result, ctx)
     return result
 
 
@@ -395,9 +410,16 @@ def _result(
         metrics=derived if derived is not None else metrics.derive(run),
         token_usage=run.token_usage if run else TokenUsage(),
         content_hash=case.content_hash,
+        trace_id=_trace_id(ctx.traceparent) if ctx else None,
         skip_reason=skip_reason,
         case=dict(case.metadata) if case.metadata is not None else None,
     )
+
+
+def _trace_id(traceparent: str | None) -> str | None:
+    """The trace id of the ``traceparent`` agent.run() sent: the test's trace (docs/otel.md)."""
+    parts = (traceparent or "").split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 def skipped_result(case: declare.TestCase, repeat: int, reason: str) -> TestResult:
