@@ -40,6 +40,7 @@ class Export:
         agent: str | None = None,
         judge_provider: str | None = None,
         capture_content: bool = False,
+        evaluation_run: str | None = None,
     ) -> None:
         self.exporter = exporter
         self.run = spans.RunContext(
@@ -48,6 +49,8 @@ class Export:
             agent=agent,
             judge_provider=judge_provider,
             capture_content=capture_content,
+            linked=evaluation_run is None,
+            evaluation_run=evaluation_run,
         )
         self.started = time.time()
         self._tests: list[tuple[int, int]] = []
@@ -60,8 +63,12 @@ class Export:
         agent: str | None = None,
         judge_provider: str | None = None,
         version: str = "",
+        evaluation_run: str | None = None,
     ) -> Export:
-        """Start the exporter; :class:`ExportUnavailable` when the otel extra is missing."""
+        """Start the exporter; :class:`ExportUnavailable` when the otel extra is missing.
+
+        ``evaluation_run``: a cell's, which exports its one test and no run span (the run's
+        cells share only their EvaluationRun's name)."""
         try:
             from agent_health.otel import exporter as exporter_mod
         except ImportError as err:
@@ -71,6 +78,7 @@ class Export:
             agent=agent,
             judge_provider=judge_provider,
             capture_content=settings.capture_content,
+            evaluation_run=evaluation_run,
         )
 
     def test_ended(self, result: TestResult, ctx: ctx_mod.TestContext | None) -> None:

@@ -97,6 +97,10 @@ class RunContext:
     agent: str | None = None
     judge_provider: str | None = None
     capture_content: bool = False
+    linked: bool = True
+    """Whether the run's span is exported (a local run); a cell exports its test alone."""
+    evaluation_run: str | None = None
+    """The EvaluationRun a cell's test belongs to (``agent_health.run.name``)."""
 
 
 def new_trace_id() -> int:
@@ -161,7 +165,7 @@ def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[
         start_ns=start,
         end_ns=end,
         attributes=_test_attributes(result, recorded, run),
-        links=[Link(run.trace_id, run.span_id, {cv.LINK_ROLE: "run"})],
+        links=[Link(run.trace_id, run.span_id, {cv.LINK_ROLE: "run"})] if run.linked else [],
         error=(result.error or "failed") if result.status in ("failed", "errored") else None,
         ok=result.status in ("passed", "flaky"),
     )
@@ -194,6 +198,8 @@ def _test_attributes(
         attributes[cv.TEST_SCORE] = result.score
     if result.error:
         attributes[cv.TEST_ERROR] = _cut(result.error)
+    if run.evaluation_run:
+        attributes[cv.RUN_NAME] = run.evaluation_run
     if result.agent or run.agent:
         attributes[cv.TEST_AGENT] = result.agent or run.agent or ""
     return attributes
