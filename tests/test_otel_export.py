@@ -360,3 +360,59 @@ def test_every_gen_ai_name_is_one_of_the_pinned_conventions() -> None:
     assert cv.SCHEMA_URL in {s.value for s in schemas.Schemas}
     names = gen_ai_attributes.GenAiOperationNameValues
     assert {cv.INVOKE_AGENT, cv.EXECUTE_TOOL, cv.CHAT} <= {n.value for n in names}
+
+
+CELL_SUITE = """
+from agent_health import test
+
+@test("diagnoses the payment outage")
+async def diagnoses(agent, expect, judge):
+    result = await agent.run("Diagnose why the payment service is failing.")
+    expect(result).to_have_called_tool("search_logs")
+    await judge(result, "names the database as the cause")
+"""
+
+
+async def test_a_cell_exports_its_test_through_its_gateway_and_no_run_span(
+    tmp_path: Path, triage_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+    from urllib.parse import urlsplit
+
+    import cell_support
+    from agent_health.engine import cell
+
+    cell_support.private_judge_cache(monkeypatch, tmp_path)
+    async with (
+        cell_support.judge_service(tmp_path, Answer(True, 0.9, "names db-primary")) as judge,
+        receiving() as receiver,
+    ):
+        port = urlsplit(triage_url).port
+        assert port is not None
+        proxy = await cell_support.cell_gateway(tmp_path, port, judge[0])
+        try:
+            settings = dataclasses.replace(
+                cell_support.cell_settings(tmp_path, proxy, CELL_SUITE),
+                otlp=otel_settings.resolve(
+                    None, None, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+                ),
+                evaluation_run="triage-nightly",
+            )
+            code, result = await cell.run_cell(settings)
+        finally:
+            await proxy.stop()
+    assert code == 0
+    assert result is not None
+    assert receiver.named("agent-health run") == []  # the operator's run, not a cell's
+    [test_span] = receiver.named("test ")
+    assert test_span["attributes"][cv.RUN_NAME] == "triage-nightly"
+    assert test_span["attributes"][cv.RUN_ID] == result.run_id
+    assert test_span["links"] == []
+    assert test_span["trace_id"] == result.trace_id
+    names = sorted(s["name"] for s in receiver.children(test_span))
+    assert names[0].startswith("chat")  # the judge's call, through the judge service
+    assert names[1].startswith("invoke_agent")
+    [invoke] = receiver.named("invoke_agent")
+    tools = [s["attributes"].get(cv.TOOL_NAME) for s in receiver.children(invoke)]
+    assert "search_logs" in tools
+    assert len(test_span["events"]) == len(result.signals) == 2

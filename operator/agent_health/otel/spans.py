@@ -300,23 +300,24 @@ def _extra(step: Step, *names: str) -> Any:
 def _items(trajectory: Sequence[Step]) -> list[_Item]:
     """Tool calls (each with the result that answers it) and assistant turns, in order."""
     items: list[_Item] = []
-    open_calls: dict[str, _Item] = {}
+    open_calls: dict[str, list[_Item]] = {}  # by call id, else by tool: oldest first
     for step in trajectory:
+        if step.type not in ("tool_call", "tool_result"):
+            if step.type == "assistant":
+                items.append(_Item("chat", step))
+            continue
+        call_id = _extra(step, "tool_call_id", "id")
+        key = str(call_id) if call_id is not None else f"name:{step.tool_name}"
         if step.type == "tool_call":
             item = _Item("tool", step)
             items.append(item)
-            call_id = _extra(step, "tool_call_id", "id")
-            open_calls[str(call_id) if call_id is not None else f"name:{step.tool_name}"] = item
-        elif step.type == "tool_result":
-            call_id = _extra(step, "tool_call_id", "id")
-            key = str(call_id) if call_id is not None else f"name:{step.tool_name}"
-            answered = open_calls.pop(key, None)
-            if answered is None:  # a result of no call we saw: a tool span of its own
-                items.append(_Item("tool", step, step))
-            else:
-                answered.result = step
-        elif step.type == "assistant":
-            items.append(_Item("chat", step))
+            open_calls.setdefault(key, []).append(item)
+            continue
+        waiting = open_calls.get(key)
+        if waiting:
+            waiting.pop(0).result = step
+        else:  # a result of no call we saw: a tool span of its own
+            items.append(_Item("tool", step, step))
     return items
 
 
