@@ -28,7 +28,7 @@ Protocol = Literal["http/protobuf"]
 PROTOCOLS: tuple[str, ...] = ("http/protobuf",)
 TRACES_PATH = "v1/traces"
 DEFAULT_TIMEOUT = 10.0
-DEFAULT_QUEUE = 2048
+DEFAULT_QUEUE = 8192
 CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 
