@@ -34,6 +34,7 @@ from agent_health.otel import settings as settings_mod
 from agent_health.otel import spans as spans_mod
 
 _SCHEDULE_MS = 500  # spans reach the collector within about this of their test's end
+_BATCH = 512  # spans per export request at most (the SDK's default)
 _KINDS = {"internal": trace.SpanKind.INTERNAL, "client": trace.SpanKind.CLIENT}
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
 
@@ -125,6 +126,7 @@ class RunExporter:
             self._exporter,
             max_queue_size=settings.max_queue,
             schedule_delay_millis=_SCHEDULE_MS,
+            max_export_batch_size=min(_BATCH, settings.max_queue),  # the SDK wants it so
         )
         # The SDK logs each failed batch and retry; the run reports one line instead.
         self._sdk_log = logging.getLogger("opentelemetry")
