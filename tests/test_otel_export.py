@@ -463,3 +463,40 @@ async def test_spans_beyond_the_queue_are_dropped_counted_and_said_once() -> Non
     assert warning.startswith(f"OTLP export to {url}: 18 of 20 spans dropped")
     assert "the export queue was full" in warning
     assert len(posted) == 1  # the two it held went out in one request
+
+
+HANGS = """
+from agent_health import test
+
+
+@test("the agent never answers")
+async def hangs(agent, expect):
+    await agent.run("Why is the payment service failing?", timeout=0.2)
+"""
+
+
+async def test_an_agent_that_times_out_is_an_errored_invoke_agent_span(
+    write_suite: Any, tmp_path: Path
+) -> None:
+    never = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        await request.read()
+        await never.wait()
+        return web.json_response({"output": ""})
+
+    suite = write_suite(**{"test_hangs.py": HANGS})
+    async with serving(hang, path="/run") as url, receiving() as receiver:
+        run = await run_cli(suite, "--agent", f"rest+{url}", "--no-ledger", "--otlp", receiver.url)
+        never.set()
+    assert run.code == 3  # errored only
+    [entry] = run.report["tests"]
+    assert (entry["status"], entry["cause"]) == ("errored", "agent")
+    [test_span] = receiver.named("test ")
+    assert test_span["attributes"][cv.TEST_CAUSE] == "agent"
+    assert test_span["status"] == 2
+    [invoke] = receiver.children(test_span)
+    assert invoke["attributes"][cv.ERROR_TYPE] == "timeout"
+    assert invoke["status"] == 2
+    assert invoke["status_message"]  # the reason, as the report gives it
+    assert invoke["trace_id"] == entry["trace_id"]

@@ -117,6 +117,8 @@ class Export:
                 traceparent=ctx.traceparent,
                 agent_window=ctx.agent_window,
                 agent_error=ctx.agent_error,
+                # Its own timeout (what it had sent is kept) or the test's deadline on it.
+                agent_timed_out=ctx.partial is not None or "agent" in ctx.cut_short,
                 judge_calls=tuple(spans.JudgeCall(s, a, b) for s, a, b in ctx.judge_windows),
                 retry=ctx.info.retry,
             )

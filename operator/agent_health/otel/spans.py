@@ -84,6 +84,7 @@ class Recorded:
     traceparent: str | None = None
     agent_window: tuple[float, float] | None = None  # agent.run()'s call, epoch seconds
     agent_error: str | None = None
+    agent_timed_out: bool = False
     judge_calls: tuple[JudgeCall, ...] = ()
     retry: int = 0
 
@@ -261,9 +262,7 @@ def _agent_spans(
         attributes[cv.COST_USD] = float(cost)
     error = recorded.agent_error
     if error:
-        attributes[cv.ERROR_TYPE] = (
-            "timeout" if "timed out" in error or "within" in error else ("_OTHER")
-        )
+        attributes[cv.ERROR_TYPE] = "timeout" if recorded.agent_timed_out else "_OTHER"
     invoke = SpanRecord(
         name=f"{cv.INVOKE_AGENT} {agent}",
         trace_id=test.trace_id,
