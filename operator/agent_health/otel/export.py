@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from agent_health.otel import records, spans
 from agent_health.otel import settings as settings_mod
-from agent_health.otel import spans
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import TestResult
 
@@ -34,7 +34,7 @@ MISSING_EXTRA = (
     "(or drop --otlp / unset OTEL_EXPORTER_OTLP_ENDPOINT)"
 )
 _MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
-_Job = Callable[[], list[spans.SpanRecord]]
+_Job = Callable[[], list[records.SpanRecord]]
 
 
 class ExportUnavailable(RuntimeError):
@@ -126,7 +126,7 @@ class Export:
             else spans.Recorded()
         )
 
-        def job() -> list[spans.SpanRecord]:
+        def job() -> list[records.SpanRecord]:
             records = spans.test_spans(result, recorded, self.run)
             self._tests.append((records[0].trace_id, records[0].span_id))
             return records
@@ -142,7 +142,7 @@ class Export:
         for result in results:
             counts[result.status] = counts.get(result.status, 0) + 1
 
-        def job() -> list[spans.SpanRecord]:
+        def job() -> list[records.SpanRecord]:
             # Runs after every test's job (one worker, in order): all their ids are known.
             run = spans.run_span(
                 self.run, self.started, ended, counts, pass_rate, score, self._tests

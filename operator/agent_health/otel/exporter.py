@@ -30,8 +30,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from agent_health.otel import conventions as cv
+from agent_health.otel import records
 from agent_health.otel import settings as settings_mod
-from agent_health.otel import spans as spans_mod
 
 _SCHEDULE_MS = 500  # spans reach the collector within about this of their test's end
 _BATCH = 512  # spans per export request at most (the SDK's default)
@@ -133,7 +133,7 @@ class RunExporter:
         self._sdk_level = self._sdk_log.level
         self._sdk_log.setLevel(logging.CRITICAL)
 
-    def submit(self, records: Sequence[spans_mod.SpanRecord]) -> None:
+    def submit(self, records: Sequence[records.SpanRecord]) -> None:
         """Queue ``records`` on the batch processor; never blocks, never raises."""
         held = self.submitted - self._exporter.exported - self._exporter.lost - self.dropped
         self.submitted += len(records)
@@ -143,7 +143,7 @@ class RunExporter:
         for record in records:
             self._processor.on_end(self._readable(record))
 
-    def _readable(self, record: spans_mod.SpanRecord) -> ReadableSpan:
+    def _readable(self, record: records.SpanRecord) -> ReadableSpan:
         """The SDK's finished span of ``record``: every value was recorded, so the span is
         made ended, as the tracer would have made it (``Tracer.start_span`` and ``end`` cost
         thirty times as much, and would have to be handed the ids and times anyway)."""

@@ -24,48 +24,15 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_health.connectors.protocol import Step, TokenUsage
 from agent_health.otel import conventions as cv
+from agent_health.otel import records
 from agent_health.sdk.results import Signal, TestResult
 
-Kind = Literal["internal", "client"]
-AttributeValue = str | bool | int | float | tuple[str, ...]
 MAX_TEXT = 4096  # an explanation or a tool payload longer than this is cut (and says so)
-
-
-@dataclass(frozen=True)
-class Event:
-    name: str
-    at_ns: int
-    attributes: dict[str, AttributeValue]
-
-
-@dataclass(frozen=True)
-class Link:
-    trace_id: int
-    span_id: int
-    attributes: dict[str, AttributeValue]
-
-
-@dataclass
-class SpanRecord:
-    """One span, ready to be handed to the SDK: ids, parent, window, attributes, events."""
-
-    name: str
-    trace_id: int
-    span_id: int
-    parent_id: int | None
-    start_ns: int
-    end_ns: int
-    kind: Kind = "internal"
-    attributes: dict[str, AttributeValue] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-    links: list[Link] = field(default_factory=list)
-    error: str | None = None
-    ok: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,7 +110,7 @@ def _json(value: Any) -> str:
         return _cut(repr(value))
 
 
-def _usage(attributes: dict[str, AttributeValue], usage: TokenUsage | None) -> None:
+def _usage(attributes: dict[str, records.AttributeValue], usage: TokenUsage | None) -> None:
     if usage is None:
         return
     if usage.prompt is not None:
@@ -152,13 +119,13 @@ def _usage(attributes: dict[str, AttributeValue], usage: TokenUsage | None) -> N
         attributes[cv.OUTPUT_TOKENS] = usage.completion
 
 
-def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[SpanRecord]:
+def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[records.SpanRecord]:
     """The spans of one (test, repeat, try): the test span first, then its descendants."""
     ids = parse_traceparent(recorded.traceparent)
     trace_id = ids[0] if ids else new_trace_id()
     start = _ns(result.started_at)
     end = max(start, start + int(result.duration_ms * 1e6))
-    test = SpanRecord(
+    test = records.SpanRecord(
         name=f"test {result.title}",
         trace_id=trace_id,
         span_id=new_span_id(),
@@ -166,7 +133,9 @@ def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[
         start_ns=start,
         end_ns=end,
         attributes=_test_attributes(result, recorded, run),
-        links=[Link(run.trace_id, run.span_id, {cv.LINK_ROLE: "run"})] if run.linked else [],
+        links=[records.Link(run.trace_id, run.span_id, {cv.LINK_ROLE: "run"})]
+        if run.linked
+        else [],
         error=(result.error or "failed") if result.status in ("failed", "errored") else None,
         ok=result.status in ("passed", "flaky"),
     )
@@ -181,8 +150,8 @@ def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[
 
 def _test_attributes(
     result: TestResult, recorded: Recorded, run: RunContext
-) -> dict[str, AttributeValue]:
-    attributes: dict[str, AttributeValue] = {
+) -> dict[str, records.AttributeValue]:
+    attributes: dict[str, records.AttributeValue] = {
         cv.TEST_ID: result.id,
         cv.TEST_NAME: result.title,
         cv.TEST_FILE: result.file,
@@ -217,9 +186,9 @@ def _label(signal: Signal) -> str:
     return "passed" if signal.passed else "failed"
 
 
-def _evaluation(signal: Signal, call: JudgeCall | None, default_ns: int) -> Event:
+def _evaluation(signal: Signal, call: JudgeCall | None, default_ns: int) -> records.Event:
     """A ``gen_ai.evaluation.result`` event: name, score, label and why, of one signal."""
-    attributes: dict[str, AttributeValue] = {
+    attributes: dict[str, records.AttributeValue] = {
         cv.EVALUATION_NAME: signal.name,
         cv.EVALUATION_SCORE_LABEL: _label(signal),
         cv.SIGNAL_KIND: signal.kind,
@@ -238,12 +207,12 @@ def _evaluation(signal: Signal, call: JudgeCall | None, default_ns: int) -> Even
     if signal.location:
         attributes[cv.SIGNAL_LOCATION] = signal.location
     at = _ns(call.ended) if call is not None else default_ns
-    return Event(cv.EVALUATION_EVENT, at, attributes)
+    return records.Event(cv.EVALUATION_EVENT, at, attributes)
 
 
 def _agent_spans(
-    result: TestResult, recorded: Recorded, run: RunContext, test: SpanRecord, span_id: int
-) -> list[SpanRecord]:
+    result: TestResult, recorded: Recorded, run: RunContext, test: records.SpanRecord, span_id: int
+) -> list[records.SpanRecord]:
     """invoke_agent (the traceparent's parent id, so the agent's spans hang under it) and the
     trajectory's tool calls and assistant turns under it."""
     if recorded.agent_window is not None:
@@ -251,7 +220,7 @@ def _agent_spans(
     else:  # no window kept (a replay): the agent ran inside the test, as far as is known
         start, end = test.start_ns, test.end_ns
     agent = result.agent or run.agent or "agent"
-    attributes: dict[str, AttributeValue] = {
+    attributes: dict[str, records.AttributeValue] = {
         cv.OPERATION_NAME: cv.INVOKE_AGENT,
         cv.AGENT_NAME: agent,
         cv.RUN_ID: result.run_id,
@@ -263,7 +232,7 @@ def _agent_spans(
     error = recorded.agent_error
     if error:
         attributes[cv.ERROR_TYPE] = "timeout" if recorded.agent_timed_out else "_OTHER"
-    invoke = SpanRecord(
+    invoke = records.SpanRecord(
         name=f"{cv.INVOKE_AGENT} {agent}",
         trace_id=test.trace_id,
         span_id=span_id,
@@ -320,7 +289,9 @@ def _items(trajectory: Sequence[Step]) -> list[_Item]:
     return items
 
 
-def _steps(trajectory: Sequence[Step], invoke: SpanRecord, content: bool) -> list[SpanRecord]:
+def _steps(
+    trajectory: Sequence[Step], invoke: records.SpanRecord, content: bool
+) -> list[records.SpanRecord]:
     items = _items(trajectory)
     if not items:
         return []
@@ -344,10 +315,10 @@ def _steps(trajectory: Sequence[Step], invoke: SpanRecord, content: bool) -> lis
     return spans
 
 
-def _tool(item: _Item, invoke: SpanRecord, content: bool) -> SpanRecord:
+def _tool(item: _Item, invoke: records.SpanRecord, content: bool) -> records.SpanRecord:
     call, answer = item.step, item.result
     name = call.tool_name or (answer.tool_name if answer else None) or "tool"
-    attributes: dict[str, AttributeValue] = {
+    attributes: dict[str, records.AttributeValue] = {
         cv.OPERATION_NAME: cv.EXECUTE_TOOL,
         cv.TOOL_NAME: name,
         cv.TOOL_TYPE: "function",
@@ -362,7 +333,7 @@ def _tool(item: _Item, invoke: SpanRecord, content: bool) -> SpanRecord:
     failed = any(s is not None and s.status == "error" for s in (call, answer))
     if failed:
         attributes[cv.ERROR_TYPE] = "tool_error"
-    return SpanRecord(
+    return records.SpanRecord(
         name=f"{cv.EXECUTE_TOOL} {name}",
         trace_id=invoke.trace_id,
         span_id=new_span_id(),
@@ -374,15 +345,15 @@ def _tool(item: _Item, invoke: SpanRecord, content: bool) -> SpanRecord:
     )
 
 
-def _chat(item: _Item, invoke: SpanRecord) -> SpanRecord:
+def _chat(item: _Item, invoke: records.SpanRecord) -> records.SpanRecord:
     step = item.step
-    attributes: dict[str, AttributeValue] = {cv.OPERATION_NAME: cv.CHAT}
+    attributes: dict[str, records.AttributeValue] = {cv.OPERATION_NAME: cv.CHAT}
     model = _extra(step, "model")
     if isinstance(model, str):
         attributes[cv.REQUEST_MODEL] = model
     usage = _extra(step, "token_usage", "usage")
     _usage(attributes, TokenUsage.from_counts(dict(usage)) if isinstance(usage, Mapping) else None)
-    return SpanRecord(
+    return records.SpanRecord(
         name=f"{cv.CHAT} {model}" if isinstance(model, str) else cv.CHAT,
         trace_id=invoke.trace_id,
         span_id=new_span_id(),
@@ -394,12 +365,12 @@ def _chat(item: _Item, invoke: SpanRecord) -> SpanRecord:
     )
 
 
-def _judge_span(call: JudgeCall, run: RunContext, test: SpanRecord) -> SpanRecord:
+def _judge_span(call: JudgeCall, run: RunContext, test: records.SpanRecord) -> records.SpanRecord:
     """A judge call as the ``chat`` it was: its model, tokens, whether the cache answered."""
     signal = call.signal
     evidence = signal.evidence or {}
     model = evidence.get("model")
-    attributes: dict[str, AttributeValue] = {
+    attributes: dict[str, records.AttributeValue] = {
         cv.OPERATION_NAME: cv.CHAT,
         cv.EVALUATION_NAME: signal.name,
         cv.JUDGE_CACHED: bool(evidence.get("cached")),
@@ -415,7 +386,7 @@ def _judge_span(call: JudgeCall, run: RunContext, test: SpanRecord) -> SpanRecor
     if signal.error:
         attributes[cv.ERROR_TYPE] = "judge_error"
     start = _ns(call.started)
-    return SpanRecord(
+    return records.SpanRecord(
         name=f"{cv.CHAT} {model}" if isinstance(model, str) else cv.CHAT,
         trace_id=test.trace_id,
         span_id=new_span_id(),
@@ -437,9 +408,9 @@ def run_span(
     score: float | None,
     tests: Sequence[tuple[int, int]],
     max_links: int = 128,
-) -> SpanRecord:
+) -> records.SpanRecord:
     """The run's own span (its own trace), linked to the first ``max_links`` test spans."""
-    attributes: dict[str, AttributeValue] = {
+    attributes: dict[str, records.AttributeValue] = {
         cv.RUN_TOTAL: sum(counts.values()),
         cv.RUN_PASSED: counts.get("passed", 0) + counts.get("flaky", 0),
         cv.RUN_FAILED: counts.get("failed", 0),
@@ -453,7 +424,7 @@ def run_span(
     if run.agent:
         attributes[cv.RUN_AGENT] = run.agent
     start = _ns(started)
-    return SpanRecord(
+    return records.SpanRecord(
         name="agent-health run",
         trace_id=run.trace_id,
         span_id=run.span_id,
@@ -461,5 +432,5 @@ def run_span(
         start_ns=start,
         end_ns=max(start, _ns(ended)),
         attributes=attributes,
-        links=[Link(t, s, {cv.LINK_ROLE: "test"}) for t, s in tests[:max_links]],
+        links=[records.Link(t, s, {cv.LINK_ROLE: "test"}) for t, s in tests[:max_links]],
     )
