@@ -27,6 +27,7 @@ from agent_health.sdk import traces as traces_mod
 from agent_health.sdk.results import RunResult, Signal, TestResult
 from agent_health.traces import errors as traces_errors
 from agent_health.traces import metrics, settings
+from agent_health.traces import records as trace_records
 
 if TYPE_CHECKING:
     from agent_health.traces import exchanges
@@ -410,16 +411,11 @@ def _result(
         metrics=derived if derived is not None else metrics.derive(run),
         token_usage=run.token_usage if run else TokenUsage(),
         content_hash=case.content_hash,
-        trace_id=_trace_id(ctx.traceparent) if ctx else None,
+        # The traceparent's trace: the test's, in an OTLP export and among the agent's spans.
+        trace_id=trace_records.trace_id_of(ctx.traceparent) if ctx else None,
         skip_reason=skip_reason,
         case=dict(case.metadata) if case.metadata is not None else None,
     )
-
-
-def _trace_id(traceparent: str | None) -> str | None:
-    """The trace id of the ``traceparent`` agent.run() sent: the test's trace (docs/otel.md)."""
-    parts = (traceparent or "").split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 def skipped_result(case: declare.TestCase, repeat: int, reason: str) -> TestResult:

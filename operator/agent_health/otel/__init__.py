@@ -3,8 +3,10 @@ semantic conventions.
 
 * :mod:`.settings` — where spans go (``--otlp``, ``OTEL_EXPORTER_OTLP_*``, ``otlp={...}``).
 * :mod:`.conventions` — the pinned attribute names.
-* :mod:`.spans` — what one test becomes: a tree of plain span records (no OpenTelemetry).
-* :mod:`.exporter` — hands them to the OpenTelemetry SDK (the ``otel`` extra), off the event
-  loop, through a bounded queue. The only module that imports ``opentelemetry``, and only
-  when export is on: the default path never loads it.
+* :mod:`.records`, :mod:`.spans` — what one test becomes: a tree of plain span records.
+* :mod:`.export` — what the engine is told about each test and the run; hands them to one
+  worker thread, off the event loop, through a bounded queue.
+* :mod:`.exporter` — turns records into the OpenTelemetry SDK's spans (the ``otel`` extra) on
+  its batch processor. The only module that imports ``opentelemetry``, and only when export
+  is on: the default path never loads it.
 """
