@@ -209,3 +209,31 @@ def test_the_conversation_benchmark_prints_added_time_per_turn(tmp_path: Path) -
     )
     assert bad.returncode == 2
     assert "--turns must be >= 2" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_otel_benchmark_prints_export_on_and_off_and_what_the_receiver_got() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "otel_overhead.py"),
+            "--calls",
+            "20",
+            "--calls-j",
+            "4",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+        ],
+        cwd=ROOT / "bench",
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "export off [baseline]" in done.stdout, done.stdout
+    assert "--otlp to a local receiver / export off: wall" in done.stdout
+    assert "target <= 1.05" in done.stdout
+    assert "the receiver got" in done.stdout

@@ -52,6 +52,12 @@ SERVER_SIDE = (
     "agent_health.judging",
     "tenacity",
     "yaml",
+    # OTLP export (the otel extra): loaded only when a run exports.
+    "opentelemetry",
+    "requests",
+    "agent_health.otel.exporter",
+    "agent_health.otel.spans",
+    "agent_health.otel.export",
 )
 
 

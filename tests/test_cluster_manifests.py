@@ -57,6 +57,11 @@ SETTINGS = manifests.Settings(
 
 
 SANDBOXED = {"mode": "agentSandbox", "runtimeClassName": "gvisor"}
+OTLP = {
+    "endpoint": "http://otel-collector.observability.svc:4318",
+    "headersSecretRef": {"name": "otlp-headers", "key": "headers"},
+    "captureContent": True,
+}
 
 
 def _runspec(**spec: Any) -> runspec.RunSpec:
@@ -196,6 +201,7 @@ def _variants() -> dict[str, dict[str, Any]]:
         "suite-image": _pod(spec=_runspec(**image_suite)),
         "no-peers-bare-operator": _pod(spec=_runspec(**no_peers), settings=bare),
         "skip-judge": _pod(run=_run(skipJudge=True)),
+        "otlp": _pod(spec=_runspec(otlp=OTLP)),
     }
 
 
@@ -873,3 +879,39 @@ def test_a_retried_attempt_records_into_its_own_ledger_cell() -> None:
     assert _arg(gateway["args"], "--cell") == [f"{name}.a2"]
     assert _arg(gateway["args"], "--run-id") == [name]
     assert _arg(_by_name(first["spec"])["gateway"]["args"], "--cell") == [name]
+
+
+def _env_of(pod: dict[str, Any], container: str) -> dict[str, Any]:
+    env = _by_name(pod["spec"])[container]["env"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in env}
+
+
+def test_a_runspecs_otlp_is_the_controllers_export_env_and_no_other_containers() -> None:
+    pod = _pod(spec=_runspec(otlp=OTLP))
+    env = _env_of(pod, cellpod.CONTROLLER)
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == OTLP["endpoint"]
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+    assert env["OTEL_EXPORTER_OTLP_HEADERS"] == {
+        "secretKeyRef": {"name": "otlp-headers", "key": "headers"}
+    }
+    assert env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] == "true"
+    for name, container in _by_name(pod["spec"]).items():
+        if name != cellpod.CONTROLLER:  # the target never gets the export headers
+            assert not any(e["name"].startswith("OTEL_") for e in container.get("env", []))
+    # The headers Secret is checked like every Secret a RunSpec names (offered to runs).
+    from agent_health.cluster.reconcile import secretrefs
+
+    refs = secretrefs.references(_runspec(otlp=OTLP))
+    assert ("spec.otlp.headersSecretRef", "otlp-headers", "headers") in {
+        (r.field, r.name, r.key) for r in refs
+    }
+
+
+def test_the_operators_otlp_endpoint_serves_runspecs_that_name_none() -> None:
+    assert not any(k.startswith("OTEL_") for k in _env_of(_pod(), cellpod.CONTROLLER))
+    settings = dataclasses.replace(SETTINGS, otlp_endpoint="http://collector:4318")
+    env = _env_of(_pod(settings=settings), cellpod.CONTROLLER)
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318"
+    assert "OTEL_EXPORTER_OTLP_HEADERS" not in env
+    own = _env_of(_pod(spec=_runspec(otlp=OTLP), settings=settings), cellpod.CONTROLLER)
+    assert own["OTEL_EXPORTER_OTLP_ENDPOINT"] == OTLP["endpoint"]  # the RunSpec's wins

@@ -134,3 +134,14 @@ def test_sandboxes_and_their_runtime_class_come_from_the_charts_environment(
     )
     assert chosen.sandboxes is True
     assert chosen.sandbox_runtime_class == "gvisor"
+
+
+def test_the_otlp_endpoint_is_an_http_url_or_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_HEALTH_OTLP_ENDPOINT", raising=False)
+    assert parse([], monkeypatch).otlp_endpoint is None
+    flagged = parse(["--otlp-endpoint", "http://collector:4318"], monkeypatch)
+    assert flagged.otlp_endpoint == "http://collector:4318"
+    from_env = parse([], monkeypatch, AGENT_HEALTH_OTLP_ENDPOINT="https://collector:4318")
+    assert from_env.otlp_endpoint == "https://collector:4318"
+    with pytest.raises(ValueError, match=r"--otlp-endpoint .* is not an http"):
+        parse(["--otlp-endpoint", "collector:4318"], monkeypatch)

@@ -69,7 +69,15 @@ def test_the_commands_use_the_names_the_chart_and_the_example_create() -> None:
 # -- the pages in docs/ and README ---------------------------------------------------------
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-DOC_NAMES = ("architecture", "writing-tests", "agent-protocol", "operator", "ledger", "statistics")
+DOC_NAMES = (
+    "architecture",
+    "writing-tests",
+    "agent-protocol",
+    "operator",
+    "ledger",
+    "statistics",
+    "otel",
+)
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^(```|~~~)")
 

@@ -37,6 +37,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "gcs": ("fsspec", "gcsfs"),
     "opensearch": ("opensearchpy",),
     "bedrock": ("botocore",),
+    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
 }
 """The optional extras of pyproject.toml and the top-level modules each one installs."""
 

@@ -100,6 +100,7 @@ async def serve(
             gateway_image=await _pinned(options.gateway_image, options.insecure_registries),
             judge=_judge_service(options, judge),
             ledger_url=options.ledger_url,
+            otlp_endpoint=options.otlp_endpoint,
             image_pull_secrets=options.image_pull_secrets,
             gateway_service_account=options.gateway_service_account,
             ledger_credentials_secret=options.ledger_credentials_secret,

@@ -49,6 +49,7 @@ class Options:
     health_addr: str = "0.0.0.0:8080"
     judge_service_url: str | None = None
     ledger_url: str | None = None
+    otlp_endpoint: str | None = None
     ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
     """URL prefixes a RunSpec's ``spec.ledger.url`` must start with."""
     judge_cache: str | None = None
@@ -119,6 +120,10 @@ FLAGS = (
           "gs://BUCKET/PREFIX; {namespace}, {run} and {runspec} are filled in per run; a "
           "malformed URL stops the operator at start; unset: such runs fail with NoLedger",
           metavar="URL"),
+    _Flag("--otlp-endpoint", "AGENT_HEALTH_OTLP_ENDPOINT", "the OTLP/HTTP receiver cells of "
+          "RunSpecs that name no spec.otlp export their tests to, e.g. "
+          "http://otel-collector.observability.svc:4318 (cells must be able to reach it: "
+          "--egress); unset: such cells export nothing", metavar="URL"),
     _Flag("--ledger-allow", "AGENT_HEALTH_LEDGER_ALLOW", "a URL prefix a RunSpec's "
           "spec.ledger.url may start with, ending in '/', {namespace} filled in per run, e.g. "
           "s3://evals-ledgers/{namespace}/ (repeatable; comma-separated in the environment); "
@@ -247,6 +252,7 @@ def from_args(args: argparse.Namespace) -> Options:
         health_addr=args.health_addr,
         judge_service_url=args.judge_service_url,
         ledger_url=args.ledger_url,
+        otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
         ledger_allowed=allowed,
         judge_cache=args.judge_cache,
         judge_for_all_runs=args.judge_for_all_runs,
@@ -291,3 +297,15 @@ def labels(value: str | None) -> dict[str, str]:
 
 def _csv(value: str | None) -> list[str]:
     return [p.strip() for p in (value or "").split(",") if p.strip()]
+
+
+def _otlp_endpoint(value: str | None) -> str | None:
+    """``--otlp-endpoint`` checked at start: an http(s) URL, or unset."""
+    if not value:
+        return None
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(
+            f"--otlp-endpoint (or AGENT_HEALTH_OTLP_ENDPOINT) {value!r} is not an http(s) URL "
+            "of an OTLP/HTTP receiver, e.g. http://otel-collector.observability.svc:4318"
+        )
+    return value

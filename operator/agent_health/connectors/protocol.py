@@ -181,6 +181,7 @@ class AgentRequest(BaseModel):
     messages: tuple[Message, ...] = ()
     turn: int = Field(default=1, ge=1)
     traceparent: str | None = Field(default=None, exclude=True)
+    tracestate: str | None = Field(default=None, exclude=True)
     timeout_s: float | None = Field(default=None, exclude=True)
     conversation: bool = Field(default=False, exclude=True)
 

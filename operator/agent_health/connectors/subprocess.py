@@ -127,6 +127,8 @@ class SubprocessConnector:
         }
         if request.traceparent:
             env["TRACEPARENT"] = request.traceparent
+            if request.tracestate:
+                env["TRACESTATE"] = request.tracestate
         if request.provisioned:
             env["AGENT_HEALTH_PROVISIONED"] = json.dumps(request.provisioned)
         if request.tools:

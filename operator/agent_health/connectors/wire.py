@@ -263,10 +263,13 @@ def require_url(spec: ConnectorSpec, kind: str) -> str:
 
 
 def run_headers(request: AgentRequest) -> dict[str, str]:
-    """``X-Agent-Health-Run-Id`` and, when the run has one, the W3C ``traceparent``."""
+    """``X-Agent-Health-Run-Id`` and, when the run has them, the W3C ``traceparent`` and
+    ``tracestate`` (docs/agent-protocol.md, "Trace context")."""
     headers = {RUN_ID_HEADER: request.run_id}
     if request.traceparent:
         headers["traceparent"] = request.traceparent
+        if request.tracestate:
+            headers["tracestate"] = request.tracestate
     return headers
 
 

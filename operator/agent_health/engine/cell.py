@@ -22,6 +22,7 @@ Settings come from the environment the cell pod sets (see ``cluster/cellpod.py``
 ``AGENT_HEALTH_SKIP_JUDGE``    ``1`` skips every ``judge()``
 ``AGENT_HEALTH_TIMEOUT``       the test's timeout in seconds
 ``AGENT_HEALTH_AGENT``         the agent's name in an agent matrix (``test_info.agent``)
+``OTEL_EXPORTER_OTLP_*``       export the test as OTLP traces (RunSpec ``spec.otlp``, docs/otel.md)
 =============================  =============================================================
 
 Exit codes: 0 passed or skipped, 1 failed, 3 errored, 2 the cell is misconfigured (no such
@@ -40,7 +41,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -48,10 +49,14 @@ from agent_health import connectors
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.engine import discovery, loader, recording, runner, visible
 from agent_health.ledger import objects
+from agent_health.otel import settings as otel_settings
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
 from agent_health.sdk.results import RunResult, TestResult
+
+if TYPE_CHECKING:
+    from agent_health.otel import export as otel_export
 
 TOKEN_HEADER = "X-Agent-Health-Token"  # the gateway's (gateway.config.TOKEN_HEADER; tested)
 EXIT = {"passed": 0, "skipped": 0, "flaky": 0, "failed": 1, "errored": 3}
@@ -90,6 +95,10 @@ class CellSettings:
     """The agent's name in an agent matrix (``AGENT_HEALTH_AGENT``): ``test_info.agent``."""
     skip_simulate: bool = False
     """``AGENT_HEALTH_SKIP_SIMULATE``: skip a test whose conversation needs a simulated user."""
+    otlp: otel_settings.Settings | None = None
+    """Where the test's spans go (``OTEL_EXPORTER_OTLP_*``, from the RunSpec's ``spec.otlp``
+    or the operator's ``--otlp-endpoint``); ``None``: no export."""
+    evaluation_run: str | None = None
 
     @classmethod
     def from_env(
@@ -115,7 +124,13 @@ class CellSettings:
             seconds = float(timeout) if timeout else None
         except ValueError as err:
             raise CellError(f"AGENT_HEALTH_TIMEOUT={timeout!r} is not a number") from err
+        try:
+            otlp = otel_settings.resolve(None, None, env)
+        except otel_settings.SettingsError as err:
+            raise CellError(f"the cell's OTLP export: {err}") from err
         return cls(
+            otlp=otlp,
+            evaluation_run=env.get("AGENT_HEALTH_EVALUATION_RUN") or None,
             suite=suite,
             test_id=test_id,
             repeat=repeat,
@@ -257,6 +272,7 @@ async def _run(
     connector: connectors.Connector,
     ledger: GatewayRecords | None,
 ) -> tuple[int, TestResult | None]:
+    export = _export(settings)
     async with _judge(settings, config) as judge:
         env = runner.RunEnv(
             agent_caller=connector.run,
@@ -269,12 +285,33 @@ async def _run(
             # Insights ask the judge service's model (through its cache), as judge() does.
             insights_llm=getattr(judge, "ask", None),
             lane=settings.matrix_agent,
+            spans=export,
         )
         try:
             result = await runner.run_case(case, settings.repeat, env, run_id=settings.run_id)
         finally:
             await connector.aclose()
+            if export is not None:
+                dropped = await export.aclose()
+                if dropped is not None:
+                    print(f"warning: {dropped}", file=sys.stderr)
     return EXIT[result.status], result
+
+
+def _export(settings: CellSettings) -> otel_export.Export | None:
+    """The test's OTLP export, when the cell was given an endpoint. A controller image without
+    the otel extra runs its test unexported (a warning): export never fails a cell."""
+    if settings.otlp is None:
+        return None
+    from agent_health.otel import export as otel_export
+
+    try:
+        return otel_export.Export.open(
+            settings.otlp, agent=settings.matrix_agent, evaluation_run=settings.evaluation_run
+        )
+    except otel_export.ExportUnavailable as err:
+        print(f"warning: {err}; the test runs unexported", file=sys.stderr)
+        return None
 
 
 def report(result: TestResult) -> str:

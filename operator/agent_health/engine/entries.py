@@ -108,6 +108,11 @@ class TestEntry(BaseModel):
     )
     duration_ms: float = 0.0
     content_hash: str = ""
+    trace_id: str | None = Field(
+        default=None,
+        description="the W3C trace id agent.run() sent: the agent's spans and the OTLP export "
+        "of the test share it (docs/otel.md); null when the agent never ran",
+    )
     attempts: list[dict[str, Any]] = Field(
         default_factory=list,
         description="every try of a retried test (--retries): status, reason, cause, score, "
@@ -169,6 +174,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "replayed": r.replayed,
         "duration_ms": round(r.duration_ms, 3),
         "content_hash": r.content_hash,
+        "trace_id": r.trace_id,
         "attempts": [a.model_dump() for a in r.attempts],
         "stdout": r.stdout,
         "stderr": r.stderr,

@@ -27,12 +27,20 @@ from agent_health.sdk import traces as traces_mod
 from agent_health.sdk.results import RunResult, Signal, TestResult
 from agent_health.traces import errors as traces_errors
 from agent_health.traces import metrics, settings
+from agent_health.traces import records as trace_records
 
 if TYPE_CHECKING:
     from agent_health.traces import exchanges
     from agent_health.traces import view as traces_view
 
 DEFAULT_TIMEOUT = 300.0
+
+
+class TestSpans(Protocol):
+    """Told about each (test, repeat, try) as it ends, with what its context kept: the OTLP
+    export (``agent_health.otel.export``). Must not block."""
+
+    def test_ended(self, result: TestResult, ctx: ctx_mod.TestContext | None) -> None: ...
 
 
 class CellLedger(Protocol):
@@ -67,6 +75,8 @@ class RunEnv:
     recorded ids, so the run's traces are found again."""
     replaying: bool = False
     """``agent_caller`` answers from a recording (``--replay``): every result says so."""
+    spans: TestSpans | None = None
+    """Where each test's spans go (``--otlp``); ``None``: no export."""
 
     @property
     def prices(self) -> settings.PriceTable:
@@ -203,7 +213,7 @@ async def _run_case(
             0.0,
             skip_reason=case.skip_reason,
         )
-        return await _finish(env, None, result, None)
+        return await _finish(env, None, result, None, None)
     ctx = ctx_mod.TestContext(
         case=case,
         info=info,
@@ -251,7 +261,7 @@ async def _run_case(
                 tools=insights.tools_for(ctx.result),
             )
             result = result.model_copy(update={"insights": found})
-        return await _finish(env, ctx.result, result, ctx.agent_error)
+        return await _finish(env, ctx.result, result, ctx.agent_error, ctx)
     finally:
         results_mod.unbind_traces(traces_token)
         await traces.aclose()
@@ -309,12 +319,18 @@ def _timed_out(ctx: ctx_mod.TestContext, timeout: float) -> None:
 
 
 async def _finish(
-    env: RunEnv, run: RunResult | None, result: TestResult, agent_error: str | None
+    env: RunEnv,
+    run: RunResult | None,
+    result: TestResult,
+    agent_error: str | None,
+    ctx: ctx_mod.TestContext | None,
 ) -> TestResult:
     if env.replaying:
         result = result.model_copy(update={"replayed": True})
     if env.ledger is not None:
         await env.ledger.finish(result, run, agent_error=agent_error)
+    if env.spans is not None:
+        env.spans.test_ended(result, ctx)
     return result
 
 
@@ -395,6 +411,8 @@ def _result(
         metrics=derived if derived is not None else metrics.derive(run),
         token_usage=run.token_usage if run else TokenUsage(),
         content_hash=case.content_hash,
+        # The traceparent's trace: the test's, in an OTLP export and among the agent's spans.
+        trace_id=trace_records.trace_id_of(ctx.traceparent) if ctx else None,
         skip_reason=skip_reason,
         case=dict(case.metadata) if case.metadata is not None else None,
     )

@@ -26,6 +26,13 @@ def traceparent() -> str:
     return f"00-{ids[:32]}-{ids[32:]}-01"
 
 
+def tracestate(run_id: str) -> str:
+    """The W3C ``tracestate`` sent beside the traceparent: ``agent-health=<run id>``, so that
+    whatever the agent calls on with the trace context can be told to this run."""
+    safe = "".join(c for c in run_id if (c.isascii() and c.isalnum()) or c in "-_.")[:200]
+    return f"agent-health={safe}"
+
+
 def _context_items(
     value: Sequence[Mapping[str, str] | ContextItem] | None, test: str
 ) -> tuple[ContextItem, ...]:
@@ -241,12 +248,15 @@ class Agent:
             provisioned=values,
             tools=offered,
             traceparent=traceparent(),
+            tracestate=tracestate(ctx.info.run_id),
             timeout_s=timeout,
             conversation=talking,
         )
+        ctx.traceparent = request.traceparent
         if holder is not None:
             return await _converse(ctx, request, holder, follow_ups, user, limit)
         started = time.perf_counter()
+        began = time.time()
         try:
             with ctx.waiting("agent"):
                 reply = await ctx.agent_caller(request)
@@ -255,6 +265,8 @@ class Agent:
             if isinstance(err, connector_errors.AgentTimeout):
                 ctx.partial = err.partial  # how far the agent got, for the result
             raise
+        finally:
+            ctx.agent_window = (began, time.time())
         duration_ms = (time.perf_counter() - started) * 1000
         if ctx.replayed_duration_ms is not None:  # answered from a recording (--replay)
             duration_ms = ctx.replayed_duration_ms
@@ -294,6 +306,7 @@ async def _converse(
         replayed=lambda: ctx.replayed_duration_ms,
     )
     started = time.perf_counter()
+    began = time.time()
     try:
         with ctx.waiting("agent"):
             try:
@@ -312,6 +325,8 @@ async def _converse(
         if talk.turns:  # the turns answered before it failed stay in the result
             ctx.result = _conversation_result(ctx, request, talk, None, started)
         raise
+    finally:
+        ctx.agent_window = (began, time.time())  # every turn: one invoke_agent span
     result = _conversation_result(ctx, request, talk, ended, started)
     ctx.result = result
     return result

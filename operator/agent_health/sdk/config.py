@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_health.connectors.base import ConnectorSpec
+from agent_health.otel import settings as otel_settings
 from agent_health.sdk import errors
 from agent_health.traces import settings as traces_settings
 
@@ -70,6 +71,9 @@ class Config(BaseModel):
     insights: Callable[..., Any] | None = None
     traces: traces_settings.TracesSettings = Field(default_factory=traces_settings.TracesSettings)
     prices: dict[str, traces_settings.Price] = Field(default_factory=dict)
+    otlp: otel_settings.OtlpConfig | None = None
+    """Where each run is exported as OTLP traces (docs/otel.md); ``--otlp`` and
+    ``OTEL_EXPORTER_OTLP_*`` override it."""
     connectors: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     timeout: float | None = Field(default=None, gt=0)
     test_match: list[str] | None = None
@@ -134,7 +138,7 @@ class Config(BaseModel):
 
 
 def define_config(**kwargs: Any) -> Config:
-    """Declare agents, judge, evaluators, insights, traces and prices.
+    """Declare agents, judge, evaluators, insights, traces, prices and OTLP export.
 
     Example::
 
@@ -145,6 +149,7 @@ def define_config(**kwargs: Any) -> Config:
             prices={"default": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}},
             traces={"opensearch": {"hosts": ["http://127.0.0.1:9200"], "wait_seconds": 20}},
             insights=explain,   # async def explain(result, traces, llm) -> {summary, why, ...}
+            otlp={"endpoint": "http://127.0.0.1:4318"},   # export each run (docs/otel.md)
         )
     """
     try:

@@ -118,6 +118,12 @@ class TestContext:
     on_judge_call: Callable[[JudgeRequest], Awaitable[None]] | None = None
     judged: list[tuple[Verdict, Signal]] = field(default_factory=list)
     """Each verdict the body got back, with the signal it recorded (see :meth:`signal_of`)."""
+    traceparent: str | None = None
+    """The W3C ``traceparent`` ``agent.run()`` sent (its parent id is the invoke_agent span's)."""
+    agent_window: tuple[float, float] | None = None
+    """When ``agent.run()``'s call to the agent began and ended (epoch seconds), for export."""
+    judge_windows: list[tuple[Signal, float, float]] = field(default_factory=list)
+    """Each ``judge()`` call that asked its backend: the signal and when (epoch seconds)."""
 
     def record(self, signal: Signal) -> Signal:
         self.signals.append(signal)

@@ -11,6 +11,7 @@ verdicts whose signals are neutral; the verdict keeps the role it was asked with
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ async def ask(
             f"judge(context=...) got {sorted(unknown)}; choose from {sorted(CONTEXT_PARTS)}"
         )
     location = ctx_mod.caller_location()
+    asked_at: float | None = None  # when the backend was asked (not for a skipped verdict)
     if ctx.skip_judge or ctx.case.skip_judge or ctx.judge_backend is None:
         reason = (
             "judge skipped"
@@ -78,6 +80,7 @@ async def ask(
             options=options or {},
             expected=expected,
         )
+        asked_at = time.time()
         try:
             with ctx.waiting("judge"):
                 verdict = await ctx.judge_backend(request)
@@ -124,6 +127,8 @@ async def ask(
         )
     )
     ctx.judged.append((verdict, signal))
+    if asked_at is not None:
+        ctx.judge_windows.append((signal, asked_at, time.time()))
     return verdict
 
 

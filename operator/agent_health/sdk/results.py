@@ -295,6 +295,11 @@ class TestResult(BaseModel):
     insights: dict[str, Any] | None = None
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
     content_hash: str = ""
+    trace_id: str | None = Field(
+        default=None,
+        description="the W3C trace id agent.run() sent (32 hex digits): the agent's spans and "
+        "an OTLP export of the test share it; None when the agent never ran",
+    )
     skip_reason: str | None = None
     stdout: str | None = Field(
         default=None, description="what the body printed (print(), sys.stdout); None: nothing"

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from agent_health import connectors, judging
     from agent_health.engine import budget, loader, recording, replay, session
+    from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
 
@@ -30,6 +31,7 @@ async def execute(
     list_lines: bool,
     limits: budget.Limits | None = None,
     replayed: replay.Recording | None = None,
+    export: export_mod.Export | None = None,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
     import asyncio
     import dataclasses
@@ -93,6 +95,7 @@ async def execute(
             run_ids=replayed.run_id if replayed is not None else None,
             replaying=replayed is not None,
             lane=names[0] if replayed is not None and names else None,  # one recorded agent
+            spans=export,
         )
         # A matrix: one environment per agent, each naming its lane.
         matrix = [

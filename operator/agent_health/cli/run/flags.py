@@ -137,6 +137,18 @@ def add_command(sub: Any) -> None:
         metavar="S",
         help="budget: start no new test after S seconds",
     )
+    run.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="export the run as OTLP traces to this OTLP/HTTP receiver (e.g. "
+        "http://127.0.0.1:4318; default: $OTEL_EXPORTER_OTLP_ENDPOINT or the config's otlp); "
+        "needs agent-health[otel]",
+    )
+    run.add_argument(
+        "--otlp-content",
+        action="store_true",
+        help="with export on: put tool call arguments and results on the execute_tool spans",
+    )
 
     run.set_defaults(handler=_run)
 

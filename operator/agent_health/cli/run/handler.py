@@ -20,6 +20,7 @@ from agent_health.cli.run import suite as suite_mod
 if TYPE_CHECKING:
     from agent_health import connectors
     from agent_health.engine import budget, replay
+    from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
 
@@ -103,6 +104,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             f"{suite_mod.config_path(args, paths) or 'agent-health.config.py'} (and the judge's "
             "input_cost_per_mtok/output_cost_per_mtok when it judges)"
         )
+    export = _export(args, config, lanes, judge_config)
     list_lines = any(kind == "list" for kind, _ in outputs)
     started_at = datetime.now(UTC)
     # git (the suite's commit and whether it is dirty) runs beside the tests, not after them:
@@ -128,8 +130,13 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 list_lines,
                 limits,
                 recording,
+                export,
             )
         )
+    except BaseException:
+        if export is not None:
+            export.close()  # what was queued still goes out
+        raise
     finally:
         gc.unfreeze()
     judge_usage = reporting.judge_usage(outcome, judge_config, asked)
@@ -170,6 +177,11 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         budget=outcome.budget,
         pass_at=pass_at,
     )
+    if export is not None:
+        export.run_ended(outcome.results, report.summary.pass_rate, report.summary.score)
+        dropped = export.close()
+        if dropped is not None:
+            err_console.print(f"warning: {dropped}", markup=False, highlight=False)
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:
         console.print(judge_usage.line())
@@ -178,6 +190,39 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         reporting.print_ledger(recorded, console, err_console)
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
     return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+
+
+def _export(
+    args: argparse.Namespace,
+    config: config_mod.Config,
+    lanes: list[tuple[str | None, connectors.ConnectorSpec]],
+    judge_config: config_mod.JudgeConfig | None,
+) -> export_mod.Export | None:
+    """The run's OTLP export (``--otlp``, ``OTEL_EXPORTER_OTLP_*``, the config's ``otlp``), or
+    ``None`` when none is asked for; a bad setting or a missing extra is a usage error."""
+    from agent_health.otel import settings as otel_settings
+
+    try:
+        settings = otel_settings.resolve(args.otlp, config.otlp, capture_content=args.otlp_content)
+    except otel_settings.SettingsError as err:
+        raise common.UsageError(str(err)) from err
+    if settings is None:
+        if args.otlp_content:
+            raise common.UsageError(
+                "--otlp-content says what to export, and nothing is exported: add --otlp URL "
+                "or set OTEL_EXPORTER_OTLP_ENDPOINT"
+            )
+        return None
+    common.require_extra("OTLP export", "otel")
+    from agent_health.engine import provenance
+    from agent_health.otel import export as export_mod
+
+    return export_mod.Export.open(
+        settings,
+        agent=(lanes[0][0] or config.agent_name(None)) if len(lanes) == 1 else None,
+        judge_provider=judge_config.provider if judge_config else None,
+        version=provenance.version() or "",
+    )
 
 
 def _recording(args: argparse.Namespace) -> replay.Recording | None:

@@ -191,6 +191,29 @@ class Traces(meta.Model):
     opensearch: OpenSearch | None = None
 
 
+class Otlp(meta.Model):
+    """Where each cell exports its test as OTLP traces (docs/otel.md): the controller sends
+    them, so the cells' NetworkPolicy must let them reach it (the operator's --egress)."""
+
+    endpoint: Annotated[str, pydantic.Field(pattern=r"^https?://", max_length=2048)] = (
+        pydantic.Field(
+            description="The base URL of an OTLP/HTTP receiver, e.g. "
+            "http://otel-collector.observability.svc:4318 (/v1/traces is added)."
+        )
+    )
+    protocol: Literal["http/protobuf"] = pydantic.Field(
+        default="http/protobuf", description="OTLP over HTTP with protobuf bodies."
+    )
+    headers_secret_ref: meta.SecretKeyRef | None = pydantic.Field(
+        default=None,
+        description="A Secret key holding the export headers as k=v,k2=v2 "
+        "(OTEL_EXPORTER_OTLP_HEADERS), e.g. an API key; offered to runs like every Secret.",
+    )
+    capture_content: bool = pydantic.Field(
+        default=False, description="Put tool call arguments and results on the spans."
+    )
+
+
 class Isolation(meta.Model):
     """How a cell runs: a plain Pod, or an Agent Sandbox with a RuntimeClass such as gVisor."""
 
@@ -240,6 +263,11 @@ class Spec(meta.Model):
         default=None, description="Where cells record; unset: the operator's --ledger-url."
     )
     traces: Traces | None = None
+    otlp: Otlp | None = pydantic.Field(
+        default=None,
+        description="Export each cell's test as OTLP traces; unset: the operator's "
+        "--otlp-endpoint, if any.",
+    )
     isolation: Isolation = pydantic.Field(
         default_factory=Isolation,
         # The API server fills in {} and then its mode: `kubectl get` shows Isolation "pod".

@@ -203,6 +203,7 @@ def cell_pod(
         env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
     if agent is not None:
         env.append({"name": "AGENT_HEALTH_AGENT", "value": agent})
+    env.extend(otlp_env(spec, settings))
     controller = {
         "name": CONTROLLER,
         "image": controller_image,
@@ -295,6 +296,27 @@ def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
         f"RunSpec {spec.metadata.get('name', '?')}: spec.ledger.url is unset and the operator "
         "has no default ledger; set spec.ledger.url"
     )
+
+
+def otlp_env(spec: runspec.RunSpec, settings: manifests.Settings) -> list[dict[str, Any]]:
+    """The controller's ``OTEL_EXPORTER_OTLP_*``: the RunSpec's ``spec.otlp``, else the
+    operator's ``--otlp-endpoint``; none when neither asks for export (docs/otel.md)."""
+    otlp = spec.spec.otlp
+    if otlp is None:
+        if settings.otlp_endpoint is None:
+            return []
+        otlp = runspec.Otlp(endpoint=settings.otlp_endpoint)
+    env: list[dict[str, Any]] = [
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": otlp.endpoint},
+        {"name": "OTEL_EXPORTER_OTLP_PROTOCOL", "value": otlp.protocol},
+    ]
+    if otlp.headers_secret_ref is not None:
+        ref = otlp.headers_secret_ref
+        secret = {"name": ref.name, "key": ref.key}
+        env.append({"name": "OTEL_EXPORTER_OTLP_HEADERS", "valueFrom": {"secretKeyRef": secret}})
+    if otlp.capture_content:
+        env.append({"name": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "value": "true"})
+    return env
 
 
 def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:

@@ -90,6 +90,8 @@ class Settings:
     judge: JudgeService | None = None
     ledger_url: str | None = None
     """The ledger for RunSpecs that name none."""
+    otlp_endpoint: str | None = None
+    """Where cells of RunSpecs that name no ``spec.otlp`` export their tests (OTLP/HTTP)."""
     gateway_service_account: str | None = None
     ledger_credentials_secret: str | None = None
     image_pull_secrets: tuple[str, ...] = ()

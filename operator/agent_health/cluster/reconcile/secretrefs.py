@@ -62,6 +62,10 @@ def references(spec: runspec.RunSpec) -> list[Reference]:
     if judge is not None and judge.secret_ref is not None:
         ref = judge.secret_ref
         found.append(Reference("spec.judge.secretRef", ref.name, ref.key))
+    otlp = spec.spec.otlp
+    if otlp is not None and otlp.headers_secret_ref is not None:
+        ref = otlp.headers_secret_ref
+        found.append(Reference("spec.otlp.headersSecretRef", ref.name, ref.key))
     envs = [("spec.target.env", spec.spec.target.env)]
     envs += [(f"spec.peers[{p.name}].env", p.env) for p in spec.spec.peers]
     for where, env in envs:

@@ -1,0 +1,184 @@
+"""Where a run's spans go: ``--otlp URL``, the standard ``OTEL_EXPORTER_OTLP_*`` variables, or
+``otlp={...}`` in ``agent-health.config.py`` — in that order of precedence.
+
+Example::
+
+    define_config(otlp={
+        "endpoint": "http://otel-collector:4318",   # the base URL; /v1/traces is added
+        "headers_env": "HONEYCOMB_OTLP_HEADERS",    # a variable holding "k=v,k2=v2"
+        "capture_content": False,                   # tool arguments and results: opt-in
+    })
+
+Secrets never live in the file: headers come from ``OTEL_EXPORTER_OTLP_HEADERS`` (or
+``_TRACES_HEADERS``) or from the variable ``headers_env`` names. Nothing here imports
+OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Protocol = Literal["http/protobuf"]
+PROTOCOLS: tuple[str, ...] = ("http/protobuf",)
+TRACES_PATH = "v1/traces"
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_QUEUE = 8192
+CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+class SettingsError(ValueError):
+    """An OTLP setting that cannot be used; the message names it and says what to do."""
+
+
+class OtlpConfig(BaseModel):
+    """``otlp={...}`` of ``define_config``."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    endpoint: str | None = Field(
+        default=None, description="base URL of an OTLP/HTTP receiver (…:4318); /v1/traces is added"
+    )
+    traces_endpoint: str | None = Field(default=None, description="the full URL, used as given")
+    headers_env: str | None = Field(
+        default=None, description='a variable holding export headers, "k=v,k2=v2" (URL-encoded)'
+    )
+    protocol: Protocol = "http/protobuf"
+    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, description="seconds per export")
+    capture_content: bool = Field(
+        default=False, description="put tool call arguments and results on execute_tool spans"
+    )
+    max_queue: int = Field(default=DEFAULT_QUEUE, ge=1, description="spans held at most")
+    service_name: str = "agent-health"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Export resolved: where, with which headers, and what to capture."""
+
+    endpoint: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT
+    capture_content: bool = False
+    max_queue: int = DEFAULT_QUEUE
+    service_name: str = "agent-health"
+
+
+def traces_url(base: str) -> str:
+    """The signal URL of a base endpoint, as the OTLP exporter spec builds it: ``/v1/traces``
+    appended, unless the URL already ends with it."""
+    if base.rstrip("/").endswith("/" + TRACES_PATH):
+        return base
+    return base.rstrip("/") + "/" + TRACES_PATH
+
+
+def parse_headers(text: str, where: str) -> dict[str, str]:
+    """``k=v,k2=v2`` (values URL-encoded), the format of ``OTEL_EXPORTER_OTLP_HEADERS``."""
+    headers: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise SettingsError(
+                f"{where}: {part.strip()!r} is not key=value (the format is k=v,k2=v2, values "
+                "URL-encoded)"
+            )
+        headers[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
+    return headers
+
+
+def _check_url(url: str, where: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SettingsError(
+            f"{where}: {url!r} is not an http(s) URL of an OTLP/HTTP receiver, e.g. "
+            "http://127.0.0.1:4318"
+        )
+    return url
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve(
+    flag: str | None,
+    config: OtlpConfig | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    capture_content: bool = False,
+) -> Settings | None:
+    """The export settings, or ``None`` when nothing asks for export.
+
+    ``flag`` (``--otlp URL``) wins over ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used as
+    given), then ``OTEL_EXPORTER_OTLP_ENDPOINT`` (``/v1/traces`` added), then the config.
+    ``OTEL_SDK_DISABLED=true`` turns export off unless ``--otlp`` asks for it.
+    """
+    env = os.environ if environ is None else environ
+    cfg = config or OtlpConfig()
+    endpoint: str | None = None
+    if flag:
+        endpoint = traces_url(_check_url(flag, "--otlp"))
+    elif _truthy(env.get("OTEL_SDK_DISABLED")):
+        return None
+    elif env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        endpoint = _check_url(
+            env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"], "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+        )
+    elif env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        endpoint = traces_url(
+            _check_url(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "OTEL_EXPORTER_OTLP_ENDPOINT")
+        )
+    elif cfg.traces_endpoint:
+        endpoint = _check_url(cfg.traces_endpoint, "agent-health.config.py otlp.traces_endpoint")
+    elif cfg.endpoint:
+        endpoint = traces_url(_check_url(cfg.endpoint, "agent-health.config.py otlp.endpoint"))
+    if endpoint is None:
+        return None
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or cfg.protocol
+    )
+    if protocol not in PROTOCOLS:
+        raise SettingsError(
+            f"OTLP protocol {protocol!r} is not supported: agent-health exports OTLP/HTTP with "
+            "protobuf; set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf and point the endpoint at "
+            "the receiver's HTTP port (4318 by default)"
+        )
+    headers: dict[str, str] = {}
+    if cfg.headers_env:
+        if cfg.headers_env not in env:
+            raise SettingsError(
+                f"agent-health.config.py otlp.headers_env names ${cfg.headers_env}, which is not "
+                "set; export it (k=v,k2=v2) or remove headers_env"
+            )
+        headers.update(parse_headers(env[cfg.headers_env], f"${cfg.headers_env}"))
+    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+        if env.get(name):
+            headers.update(parse_headers(env[name], name))
+    timeout = cfg.timeout
+    for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
+        if env.get(name):
+            try:
+                timeout = float(env[name]) / 1000  # the spec's unit: milliseconds
+            except ValueError as err:
+                raise SettingsError(f"{name}={env[name]!r} is not a number of ms") from err
+            if timeout <= 0:
+                raise SettingsError(f"{name}={env[name]!r}: give a positive number of ms")
+    return Settings(
+        endpoint=endpoint,
+        headers=headers,
+        timeout=timeout,
+        capture_content=(
+            capture_content or cfg.capture_content or _truthy(env.get(CONTENT_VARIABLE))
+        ),
+        max_queue=cfg.max_queue,
+        service_name=env.get("OTEL_SERVICE_NAME") or cfg.service_name,
+    )

@@ -1,0 +1,436 @@
+"""What a test becomes in OTLP: a tree of plain span records, built from what the run recorded.
+
+One trace per test: the trace id of the ``traceparent`` its ``agent.run()`` sent (so the
+agent's own spans, parented to that traceparent, land in the same trace, and the traces
+sources still tell this test's spans from other tests'), or a new one for a test that never
+ran the agent. The run has a trace of its own; each test span links to the run span and the
+run span links back to its tests::
+
+    test <title>                 the test: id, labels, repeat, status, cause, score, hash;
+    │                            one gen_ai.evaluation.result event per signal
+    ├── invoke_agent <agent>     agent.run(): its span id is the traceparent's parent id
+    │   ├── execute_tool <name>  each tool call of the trajectory (with its result)
+    │   └── chat [<model>]       each assistant turn of the trajectory
+    └── chat <judge model>       each judge() call that asked a model
+
+Times are what was recorded: the test's start and duration, agent.run()'s and each judge
+call's wall-clock window. Steps of a trajectory carry at most a latency; those without one
+are laid out in order inside the invoke_agent window and say so (``agent_health.timing``).
+Nothing here imports OpenTelemetry: :mod:`.exporter` turns these records into SDK spans.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent_health.connectors.protocol import Step, TokenUsage
+from agent_health.otel import conventions as cv
+from agent_health.otel import records
+from agent_health.sdk.results import Signal, TestResult
+
+MAX_TEXT = 4096  # an explanation or a tool payload longer than this is cut (and says so)
+
+
+@dataclass(frozen=True)
+class JudgeCall:
+    """One ``judge()`` call that asked its backend: the signal it recorded and when."""
+
+    signal: Signal
+    started: float  # epoch seconds
+    ended: float
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the engine kept of one test beyond its :class:`TestResult`."""
+
+    traceparent: str | None = None
+    agent_window: tuple[float, float] | None = None  # agent.run()'s call, epoch seconds
+    agent_error: str | None = None
+    agent_timed_out: bool = False
+    judge_calls: tuple[JudgeCall, ...] = ()
+    retry: int = 0
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every test span of a run shares."""
+
+    trace_id: int
+    span_id: int
+    agent: str | None = None
+    judge_provider: str | None = None
+    capture_content: bool = False
+    linked: bool = True
+    """Whether the run's span is exported (a local run); a cell exports its test alone."""
+    evaluation_run: str | None = None
+    """The EvaluationRun a cell's test belongs to (``agent_health.run.name``)."""
+
+
+def new_trace_id() -> int:
+    return int.from_bytes(secrets.token_bytes(16), "big") or 1
+
+
+def new_span_id() -> int:
+    return int.from_bytes(secrets.token_bytes(8), "big") or 1
+
+
+def parse_traceparent(value: str | None) -> tuple[int, int] | None:
+    """(trace id, parent id) of a W3C ``traceparent``, or ``None`` when it is not one."""
+    if not value:
+        return None
+    parts = value.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+    except ValueError:
+        return None
+    return (trace_id, span_id) if trace_id and span_id else None
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "… (cut)"
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, str):
+        return _cut(value)
+    try:
+        return _cut(json.dumps(value, default=str, ensure_ascii=False, sort_keys=True))
+    except (TypeError, ValueError):
+        return _cut(repr(value))
+
+
+def _usage(attributes: dict[str, records.AttributeValue], usage: TokenUsage | None) -> None:
+    if usage is None:
+        return
+    if usage.prompt is not None:
+        attributes[cv.INPUT_TOKENS] = usage.prompt
+    if usage.completion is not None:
+        attributes[cv.OUTPUT_TOKENS] = usage.completion
+
+
+def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[records.SpanRecord]:
+    """The spans of one (test, repeat, try): the test span first, then its descendants."""
+    ids = parse_traceparent(recorded.traceparent)
+    trace_id = ids[0] if ids else new_trace_id()
+    start = _ns(result.started_at)
+    end = max(start, start + int(result.duration_ms * 1e6))
+    test = records.SpanRecord(
+        name=f"test {result.title}",
+        trace_id=trace_id,
+        span_id=new_span_id(),
+        parent_id=None,
+        start_ns=start,
+        end_ns=end,
+        attributes=_test_attributes(result, recorded, run),
+        links=[records.Link(run.trace_id, run.span_id, {cv.LINK_ROLE: "run"})]
+        if run.linked
+        else [],
+        error=(result.error or "failed") if result.status in ("failed", "errored") else None,
+        ok=result.status in ("passed", "flaky"),
+    )
+    judged = {id(call.signal): call for call in recorded.judge_calls}
+    test.events = [_evaluation(s, judged.get(id(s)), end) for s in result.signals]
+    spans = [test]
+    if ids is not None:
+        spans.extend(_agent_spans(result, recorded, run, test, ids[1]))
+    spans.extend(_judge_span(call, run, test) for call in recorded.judge_calls)
+    return spans
+
+
+def _test_attributes(
+    result: TestResult, recorded: Recorded, run: RunContext
+) -> dict[str, records.AttributeValue]:
+    attributes: dict[str, records.AttributeValue] = {
+        cv.TEST_ID: result.id,
+        cv.TEST_NAME: result.title,
+        cv.TEST_FILE: result.file,
+        cv.TEST_LABELS: tuple(result.labels),
+        cv.TEST_REPEAT: result.repeat,
+        cv.TEST_RETRY: recorded.retry,
+        cv.TEST_STATUS: result.status,
+        cv.TEST_CONTENT_HASH: result.content_hash,
+        cv.RUN_ID: result.run_id,
+    }
+    if result.cause is not None:
+        attributes[cv.TEST_CAUSE] = result.cause
+    if result.score is not None:
+        attributes[cv.TEST_SCORE] = result.score
+    if result.error:
+        attributes[cv.TEST_ERROR] = _cut(result.error)
+    if run.evaluation_run:
+        attributes[cv.RUN_NAME] = run.evaluation_run
+    if result.agent or run.agent:
+        attributes[cv.TEST_AGENT] = result.agent or run.agent or ""
+    return attributes
+
+
+def _label(signal: Signal) -> str:
+    evidence = signal.evidence or {}
+    if signal.error or evidence.get("errored"):
+        return "errored"
+    if evidence.get("skipped"):
+        return "skipped"
+    if signal.passed is None:
+        return "observed"
+    return "passed" if signal.passed else "failed"
+
+
+def _evaluation(signal: Signal, call: JudgeCall | None, default_ns: int) -> records.Event:
+    """A ``gen_ai.evaluation.result`` event: name, score, label and why, of one signal."""
+    attributes: dict[str, records.AttributeValue] = {
+        cv.EVALUATION_NAME: signal.name,
+        cv.EVALUATION_SCORE_LABEL: _label(signal),
+        cv.SIGNAL_KIND: signal.kind,
+        cv.SIGNAL_ROLE: signal.role,
+        cv.SIGNAL_WEIGHT: signal.weight,
+    }
+    if signal.score is not None:
+        attributes[cv.EVALUATION_SCORE_VALUE] = float(signal.score)
+    explanation = signal.reasoning or signal.error
+    if explanation is None and signal.kind != "judge" and signal.evidence:
+        explanation = _json(signal.evidence)
+    if explanation:
+        attributes[cv.EVALUATION_EXPLANATION] = _cut(explanation)
+    if signal.error:
+        attributes[cv.ERROR_TYPE] = "judge_error" if signal.kind == "judge" else "_OTHER"
+    if signal.location:
+        attributes[cv.SIGNAL_LOCATION] = signal.location
+    at = _ns(call.ended) if call is not None else default_ns
+    return records.Event(cv.EVALUATION_EVENT, at, attributes)
+
+
+def _agent_spans(
+    result: TestResult, recorded: Recorded, run: RunContext, test: records.SpanRecord, span_id: int
+) -> list[records.SpanRecord]:
+    """invoke_agent (the traceparent's parent id, so the agent's spans hang under it) and the
+    trajectory's tool calls and assistant turns under it."""
+    if recorded.agent_window is not None:
+        start, end = _ns(recorded.agent_window[0]), _ns(recorded.agent_window[1])
+    else:  # no window kept (a replay): the agent ran inside the test, as far as is known
+        start, end = test.start_ns, test.end_ns
+    agent = result.agent or run.agent or "agent"
+    attributes: dict[str, records.AttributeValue] = {
+        cv.OPERATION_NAME: cv.INVOKE_AGENT,
+        cv.AGENT_NAME: agent,
+        cv.RUN_ID: result.run_id,
+    }
+    _usage(attributes, result.token_usage)
+    cost = result.metrics.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        attributes[cv.COST_USD] = float(cost)
+    error = recorded.agent_error
+    if error:
+        attributes[cv.ERROR_TYPE] = "timeout" if recorded.agent_timed_out else "_OTHER"
+    invoke = records.SpanRecord(
+        name=f"{cv.INVOKE_AGENT} {agent}",
+        trace_id=test.trace_id,
+        span_id=span_id,
+        parent_id=test.span_id,
+        start_ns=start,
+        end_ns=max(start, end),
+        kind="client",
+        attributes=attributes,
+        error=_cut(error) if error else None,
+    )
+    return [invoke, *_steps(result.trajectory, invoke, run.capture_content)]
+
+
+@dataclass
+class _Item:
+    kind: Literal["tool", "chat"]
+    step: Step
+    result: Step | None = None
+
+    @property
+    def latency_ms(self) -> float | None:
+        for step in (self.result, self.step):
+            if step is not None and step.latency_ms is not None and step.latency_ms >= 0:
+                return step.latency_ms
+        return None
+
+
+def _extra(step: Step, *names: str) -> Any:
+    extra = step.model_extra or {}
+    return next((extra[n] for n in names if extra.get(n) is not None), None)
+
+
+def _items(trajectory: Sequence[Step]) -> list[_Item]:
+    """Tool calls (each with the result that answers it) and assistant turns, in order."""
+    items: list[_Item] = []
+    open_calls: dict[str, list[_Item]] = {}  # by call id, else by tool: oldest first
+    for step in trajectory:
+        if step.type not in ("tool_call", "tool_result"):
+            if step.type == "assistant":
+                items.append(_Item("chat", step))
+            continue
+        call_id = _extra(step, "tool_call_id", "id")
+        key = str(call_id) if call_id is not None else f"name:{step.tool_name}"
+        if step.type == "tool_call":
+            item = _Item("tool", step)
+            items.append(item)
+            open_calls.setdefault(key, []).append(item)
+            continue
+        waiting = open_calls.get(key)
+        if waiting:
+            waiting.pop(0).result = step
+        else:  # a result of no call we saw: a tool span of its own
+            items.append(_Item("tool", step, step))
+    return items
+
+
+def _steps(
+    trajectory: Sequence[Step], invoke: records.SpanRecord, content: bool
+) -> list[records.SpanRecord]:
+    items = _items(trajectory)
+    if not items:
+        return []
+    window = invoke.end_ns - invoke.start_ns
+    known = sum(int((i.latency_ms or 0) * 1e6) for i in items)
+    unknown = sum(1 for i in items if i.latency_ms is None)
+    share = max(0, window - known) // unknown if unknown else 0
+    cursor = invoke.start_ns
+    spans = []
+    for item in items:
+        latency = item.latency_ms
+        length = int(latency * 1e6) if latency is not None else share
+        start = min(cursor, invoke.end_ns)
+        end = min(start + length, invoke.end_ns)
+        cursor = end
+        span = _tool(item, invoke, content) if item.kind == "tool" else _chat(item, invoke)
+        span.start_ns, span.end_ns = start, end
+        if latency is None:
+            span.attributes[cv.TIMING] = "estimated"
+        spans.append(span)
+    return spans
+
+
+def _tool(item: _Item, invoke: records.SpanRecord, content: bool) -> records.SpanRecord:
+    call, answer = item.step, item.result
+    name = call.tool_name or (answer.tool_name if answer else None) or "tool"
+    attributes: dict[str, records.AttributeValue] = {
+        cv.OPERATION_NAME: cv.EXECUTE_TOOL,
+        cv.TOOL_NAME: name,
+        cv.TOOL_TYPE: "function",
+    }
+    call_id = _extra(call, "tool_call_id", "id")
+    if call_id is not None:
+        attributes[cv.TOOL_CALL_ID] = str(call_id)
+    if content and call.type == "tool_call" and call.tool_args is not None:
+        attributes[cv.TOOL_CALL_ARGUMENTS] = _json(call.tool_args)
+    if content and answer is not None and answer.tool_output is not None:
+        attributes[cv.TOOL_CALL_RESULT] = _json(answer.tool_output)
+    failed = any(s is not None and s.status == "error" for s in (call, answer))
+    if failed:
+        attributes[cv.ERROR_TYPE] = "tool_error"
+    return records.SpanRecord(
+        name=f"{cv.EXECUTE_TOOL} {name}",
+        trace_id=invoke.trace_id,
+        span_id=new_span_id(),
+        parent_id=invoke.span_id,
+        start_ns=0,
+        end_ns=0,
+        attributes=attributes,
+        error="the tool answered an error" if failed else None,
+    )
+
+
+def _chat(item: _Item, invoke: records.SpanRecord) -> records.SpanRecord:
+    step = item.step
+    attributes: dict[str, records.AttributeValue] = {cv.OPERATION_NAME: cv.CHAT}
+    model = _extra(step, "model")
+    if isinstance(model, str):
+        attributes[cv.REQUEST_MODEL] = model
+    usage = _extra(step, "token_usage", "usage")
+    _usage(attributes, TokenUsage.from_counts(dict(usage)) if isinstance(usage, Mapping) else None)
+    return records.SpanRecord(
+        name=f"{cv.CHAT} {model}" if isinstance(model, str) else cv.CHAT,
+        trace_id=invoke.trace_id,
+        span_id=new_span_id(),
+        parent_id=invoke.span_id,
+        start_ns=0,
+        end_ns=0,
+        kind="client",
+        attributes=attributes,
+    )
+
+
+def _judge_span(call: JudgeCall, run: RunContext, test: records.SpanRecord) -> records.SpanRecord:
+    """A judge call as the ``chat`` it was: its model, tokens, whether the cache answered."""
+    signal = call.signal
+    evidence = signal.evidence or {}
+    model = evidence.get("model")
+    attributes: dict[str, records.AttributeValue] = {
+        cv.OPERATION_NAME: cv.CHAT,
+        cv.EVALUATION_NAME: signal.name,
+        cv.JUDGE_CACHED: bool(evidence.get("cached")),
+    }
+    if run.judge_provider:
+        attributes[cv.PROVIDER_NAME] = run.judge_provider
+    if isinstance(model, str):
+        attributes[cv.REQUEST_MODEL] = model
+    for key, name in (("input_tokens", cv.INPUT_TOKENS), ("output_tokens", cv.OUTPUT_TOKENS)):
+        value = evidence.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            attributes[name] = value
+    if signal.error:
+        attributes[cv.ERROR_TYPE] = "judge_error"
+    start = _ns(call.started)
+    return records.SpanRecord(
+        name=f"{cv.CHAT} {model}" if isinstance(model, str) else cv.CHAT,
+        trace_id=test.trace_id,
+        span_id=new_span_id(),
+        parent_id=test.span_id,
+        start_ns=start,
+        end_ns=max(start, _ns(call.ended)),
+        kind="client",
+        attributes=attributes,
+        error=_cut(signal.error) if signal.error else None,
+    )
+
+
+def run_span(
+    run: RunContext,
+    started: float,
+    ended: float,
+    counts: Mapping[str, int],
+    pass_rate: float | None,
+    score: float | None,
+    tests: Sequence[tuple[int, int]],
+    max_links: int = 128,
+) -> records.SpanRecord:
+    """The run's own span (its own trace), linked to the first ``max_links`` test spans."""
+    attributes: dict[str, records.AttributeValue] = {
+        cv.RUN_TOTAL: sum(counts.values()),
+        cv.RUN_PASSED: counts.get("passed", 0) + counts.get("flaky", 0),
+        cv.RUN_FAILED: counts.get("failed", 0),
+        cv.RUN_ERRORED: counts.get("errored", 0),
+        cv.RUN_SKIPPED: counts.get("skipped", 0),
+    }
+    if pass_rate is not None:
+        attributes[cv.RUN_PASS_RATE] = pass_rate
+    if score is not None:
+        attributes[cv.RUN_SCORE] = score
+    if run.agent:
+        attributes[cv.RUN_AGENT] = run.agent
+    start = _ns(started)
+    return records.SpanRecord(
+        name="agent-health run",
+        trace_id=run.trace_id,
+        span_id=run.span_id,
+        parent_id=None,
+        start_ns=start,
+        end_ns=max(start, _ns(ended)),
+        attributes=attributes,
+        links=[records.Link(t, s, {cv.LINK_ROLE: "test"}) for t, s in tests[:max_links]],
+    )
