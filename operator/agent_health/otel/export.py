@@ -67,8 +67,8 @@ class Export:
         self.settings = settings
         self.version = version
         self.run = spans.RunContext(
-            trace_id=spans.new_trace_id(),
-            span_id=spans.new_span_id(),
+            trace_id=records.new_trace_id(),
+            span_id=records.new_span_id(),
             agent=agent,
             judge_provider=judge_provider,
             capture_content=settings.capture_content,

@@ -21,18 +21,12 @@ Nothing here imports OpenTelemetry: :mod:`.exporter` turns these records into SD
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
 
-from agent_health.connectors.protocol import Step, TokenUsage
 from agent_health.otel import conventions as cv
-from agent_health.otel import records
+from agent_health.otel import records, trajectory_spans
 from agent_health.sdk.results import Signal, TestResult
-
-MAX_TEXT = 4096  # an explanation or a tool payload longer than this is cut (and says so)
 
 
 @dataclass(frozen=True)
@@ -71,14 +65,6 @@ class RunContext:
     """The EvaluationRun a cell's test belongs to (``agent_health.run.name``)."""
 
 
-def new_trace_id() -> int:
-    return int.from_bytes(secrets.token_bytes(16), "big") or 1
-
-
-def new_span_id() -> int:
-    return int.from_bytes(secrets.token_bytes(8), "big") or 1
-
-
 def parse_traceparent(value: str | None) -> tuple[int, int] | None:
     """(trace id, parent id) of a W3C ``traceparent``, or ``None`` when it is not one."""
     if not value:
@@ -93,42 +79,16 @@ def parse_traceparent(value: str | None) -> tuple[int, int] | None:
     return (trace_id, span_id) if trace_id and span_id else None
 
 
-def _ns(seconds: float) -> int:
-    return int(seconds * 1e9)
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "… (cut)"
-
-
-def _json(value: Any) -> str:
-    if isinstance(value, str):
-        return _cut(value)
-    try:
-        return _cut(json.dumps(value, default=str, ensure_ascii=False, sort_keys=True))
-    except (TypeError, ValueError):
-        return _cut(repr(value))
-
-
-def _usage(attributes: dict[str, records.AttributeValue], usage: TokenUsage | None) -> None:
-    if usage is None:
-        return
-    if usage.prompt is not None:
-        attributes[cv.INPUT_TOKENS] = usage.prompt
-    if usage.completion is not None:
-        attributes[cv.OUTPUT_TOKENS] = usage.completion
-
-
 def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[records.SpanRecord]:
     """The spans of one (test, repeat, try): the test span first, then its descendants."""
     ids = parse_traceparent(recorded.traceparent)
-    trace_id = ids[0] if ids else new_trace_id()
-    start = _ns(result.started_at)
+    trace_id = ids[0] if ids else records.new_trace_id()
+    start = records.ns(result.started_at)
     end = max(start, start + int(result.duration_ms * 1e6))
     test = records.SpanRecord(
         name=f"test {result.title}",
         trace_id=trace_id,
-        span_id=new_span_id(),
+        span_id=records.new_span_id(),
         parent_id=None,
         start_ns=start,
         end_ns=end,
@@ -167,7 +127,7 @@ def _test_attributes(
     if result.score is not None:
         attributes[cv.TEST_SCORE] = result.score
     if result.error:
-        attributes[cv.TEST_ERROR] = _cut(result.error)
+        attributes[cv.TEST_ERROR] = records.cut(result.error)
     if run.evaluation_run:
         attributes[cv.RUN_NAME] = run.evaluation_run
     if result.agent or run.agent:
@@ -199,14 +159,14 @@ def _evaluation(signal: Signal, call: JudgeCall | None, default_ns: int) -> reco
         attributes[cv.EVALUATION_SCORE_VALUE] = float(signal.score)
     explanation = signal.reasoning or signal.error
     if explanation is None and signal.kind != "judge" and signal.evidence:
-        explanation = _json(signal.evidence)
+        explanation = records.as_json(signal.evidence)
     if explanation:
-        attributes[cv.EVALUATION_EXPLANATION] = _cut(explanation)
+        attributes[cv.EVALUATION_EXPLANATION] = records.cut(explanation)
     if signal.error:
         attributes[cv.ERROR_TYPE] = "judge_error" if signal.kind == "judge" else "_OTHER"
     if signal.location:
         attributes[cv.SIGNAL_LOCATION] = signal.location
-    at = _ns(call.ended) if call is not None else default_ns
+    at = records.ns(call.ended) if call is not None else default_ns
     return records.Event(cv.EVALUATION_EVENT, at, attributes)
 
 
@@ -216,7 +176,7 @@ def _agent_spans(
     """invoke_agent (the traceparent's parent id, so the agent's spans hang under it) and the
     trajectory's tool calls and assistant turns under it."""
     if recorded.agent_window is not None:
-        start, end = _ns(recorded.agent_window[0]), _ns(recorded.agent_window[1])
+        start, end = records.ns(recorded.agent_window[0]), records.ns(recorded.agent_window[1])
     else:  # no window kept (a replay): the agent ran inside the test, as far as is known
         start, end = test.start_ns, test.end_ns
     agent = result.agent or run.agent or "agent"
@@ -225,7 +185,7 @@ def _agent_spans(
         cv.AGENT_NAME: agent,
         cv.RUN_ID: result.run_id,
     }
-    _usage(attributes, result.token_usage)
+    records.add_usage(attributes, result.token_usage)
     cost = result.metrics.get("cost_usd")
     if isinstance(cost, int | float) and not isinstance(cost, bool):
         attributes[cv.COST_USD] = float(cost)
@@ -241,128 +201,9 @@ def _agent_spans(
         end_ns=max(start, end),
         kind="client",
         attributes=attributes,
-        error=_cut(error) if error else None,
+        error=records.cut(error) if error else None,
     )
-    return [invoke, *_steps(result.trajectory, invoke, run.capture_content)]
-
-
-@dataclass
-class _Item:
-    kind: Literal["tool", "chat"]
-    step: Step
-    result: Step | None = None
-
-    @property
-    def latency_ms(self) -> float | None:
-        for step in (self.result, self.step):
-            if step is not None and step.latency_ms is not None and step.latency_ms >= 0:
-                return step.latency_ms
-        return None
-
-
-def _extra(step: Step, *names: str) -> Any:
-    extra = step.model_extra or {}
-    return next((extra[n] for n in names if extra.get(n) is not None), None)
-
-
-def _items(trajectory: Sequence[Step]) -> list[_Item]:
-    """Tool calls (each with the result that answers it) and assistant turns, in order."""
-    items: list[_Item] = []
-    open_calls: dict[str, list[_Item]] = {}  # by call id, else by tool: oldest first
-    for step in trajectory:
-        if step.type not in ("tool_call", "tool_result"):
-            if step.type == "assistant":
-                items.append(_Item("chat", step))
-            continue
-        call_id = _extra(step, "tool_call_id", "id")
-        key = str(call_id) if call_id is not None else f"name:{step.tool_name}"
-        if step.type == "tool_call":
-            item = _Item("tool", step)
-            items.append(item)
-            open_calls.setdefault(key, []).append(item)
-            continue
-        waiting = open_calls.get(key)
-        if waiting:
-            waiting.pop(0).result = step
-        else:  # a result of no call we saw: a tool span of its own
-            items.append(_Item("tool", step, step))
-    return items
-
-
-def _steps(
-    trajectory: Sequence[Step], invoke: records.SpanRecord, content: bool
-) -> list[records.SpanRecord]:
-    items = _items(trajectory)
-    if not items:
-        return []
-    window = invoke.end_ns - invoke.start_ns
-    known = sum(int((i.latency_ms or 0) * 1e6) for i in items)
-    unknown = sum(1 for i in items if i.latency_ms is None)
-    share = max(0, window - known) // unknown if unknown else 0
-    cursor = invoke.start_ns
-    spans = []
-    for item in items:
-        latency = item.latency_ms
-        length = int(latency * 1e6) if latency is not None else share
-        start = min(cursor, invoke.end_ns)
-        end = min(start + length, invoke.end_ns)
-        cursor = end
-        span = _tool(item, invoke, content) if item.kind == "tool" else _chat(item, invoke)
-        span.start_ns, span.end_ns = start, end
-        if latency is None:
-            span.attributes[cv.TIMING] = "estimated"
-        spans.append(span)
-    return spans
-
-
-def _tool(item: _Item, invoke: records.SpanRecord, content: bool) -> records.SpanRecord:
-    call, answer = item.step, item.result
-    name = call.tool_name or (answer.tool_name if answer else None) or "tool"
-    attributes: dict[str, records.AttributeValue] = {
-        cv.OPERATION_NAME: cv.EXECUTE_TOOL,
-        cv.TOOL_NAME: name,
-        cv.TOOL_TYPE: "function",
-    }
-    call_id = _extra(call, "tool_call_id", "id")
-    if call_id is not None:
-        attributes[cv.TOOL_CALL_ID] = str(call_id)
-    if content and call.type == "tool_call" and call.tool_args is not None:
-        attributes[cv.TOOL_CALL_ARGUMENTS] = _json(call.tool_args)
-    if content and answer is not None and answer.tool_output is not None:
-        attributes[cv.TOOL_CALL_RESULT] = _json(answer.tool_output)
-    failed = any(s is not None and s.status == "error" for s in (call, answer))
-    if failed:
-        attributes[cv.ERROR_TYPE] = "tool_error"
-    return records.SpanRecord(
-        name=f"{cv.EXECUTE_TOOL} {name}",
-        trace_id=invoke.trace_id,
-        span_id=new_span_id(),
-        parent_id=invoke.span_id,
-        start_ns=0,
-        end_ns=0,
-        attributes=attributes,
-        error="the tool answered an error" if failed else None,
-    )
-
-
-def _chat(item: _Item, invoke: records.SpanRecord) -> records.SpanRecord:
-    step = item.step
-    attributes: dict[str, records.AttributeValue] = {cv.OPERATION_NAME: cv.CHAT}
-    model = _extra(step, "model")
-    if isinstance(model, str):
-        attributes[cv.REQUEST_MODEL] = model
-    usage = _extra(step, "token_usage", "usage")
-    _usage(attributes, TokenUsage.from_counts(dict(usage)) if isinstance(usage, Mapping) else None)
-    return records.SpanRecord(
-        name=f"{cv.CHAT} {model}" if isinstance(model, str) else cv.CHAT,
-        trace_id=invoke.trace_id,
-        span_id=new_span_id(),
-        parent_id=invoke.span_id,
-        start_ns=0,
-        end_ns=0,
-        kind="client",
-        attributes=attributes,
-    )
+    return [invoke, *trajectory_spans.steps(result.trajectory, invoke, run.capture_content)]
 
 
 def _judge_span(call: JudgeCall, run: RunContext, test: records.SpanRecord) -> records.SpanRecord:
@@ -385,17 +226,17 @@ def _judge_span(call: JudgeCall, run: RunContext, test: records.SpanRecord) -> r
             attributes[name] = value
     if signal.error:
         attributes[cv.ERROR_TYPE] = "judge_error"
-    start = _ns(call.started)
+    start = records.ns(call.started)
     return records.SpanRecord(
         name=f"{cv.CHAT} {model}" if isinstance(model, str) else cv.CHAT,
         trace_id=test.trace_id,
-        span_id=new_span_id(),
+        span_id=records.new_span_id(),
         parent_id=test.span_id,
         start_ns=start,
-        end_ns=max(start, _ns(call.ended)),
+        end_ns=max(start, records.ns(call.ended)),
         kind="client",
         attributes=attributes,
-        error=_cut(signal.error) if signal.error else None,
+        error=records.cut(signal.error) if signal.error else None,
     )
 
 
@@ -423,14 +264,14 @@ def run_span(
         attributes[cv.RUN_SCORE] = score
     if run.agent:
         attributes[cv.RUN_AGENT] = run.agent
-    start = _ns(started)
+    start = records.ns(started)
     return records.SpanRecord(
         name="agent-health run",
         trace_id=run.trace_id,
         span_id=run.span_id,
         parent_id=None,
         start_ns=start,
-        end_ns=max(start, _ns(ended)),
+        end_ns=max(start, records.ns(ended)),
         attributes=attributes,
         links=[records.Link(t, s, {cv.LINK_ROLE: "test"}) for t, s in tests[:max_links]],
     )

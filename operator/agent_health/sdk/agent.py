@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import secrets
 import time
@@ -254,7 +253,7 @@ class Agent:
         )
         ctx.traceparent = request.traceparent
         if holder is not None:
-            return await _converse(ctx, request, holder, follow_ups, user, limit)
+            return await conversation.converse(ctx, request, holder, follow_ups, user, limit)
         started = time.perf_counter()
         began = time.time()
         try:
@@ -284,76 +283,3 @@ class Agent:
         )
         ctx.result = result
         return result
-
-
-async def _converse(
-    ctx: ctx_mod.TestContext,
-    request: AgentRequest,
-    holder: Any,
-    follow_ups: tuple[str, ...],
-    user: conversation.User | None,
-    limit: int,
-) -> RunResult:
-    """Run a conversation: every turn through the agent caller, then one RunResult."""
-    assert ctx.agent_caller is not None
-    talk = conversation.Conversing(
-        ctx.agent_caller,
-        request,
-        follow_ups=follow_ups,
-        user=user,
-        max_turns=limit,
-        test=ctx.case.title,
-        replayed=lambda: ctx.replayed_duration_ms,
-    )
-    started = time.perf_counter()
-    began = time.time()
-    try:
-        with ctx.waiting("agent"):
-            try:
-                ended = await talk.run()
-            except BaseException:
-                if holder.end is not None:  # released; what failed is the turn's error
-                    with contextlib.suppress(Exception):
-                        await holder.end(request.run_id)
-                raise
-            if holder.end is not None:
-                await holder.end(request.run_id)
-    except Exception as err:
-        ctx.agent_error = str(err) or type(err).__name__
-        if isinstance(err, connector_errors.AgentTimeout):
-            ctx.partial = err.partial
-        if talk.turns:  # the turns answered before it failed stay in the result
-            ctx.result = _conversation_result(ctx, request, talk, None, started)
-        raise
-    finally:
-        ctx.agent_window = (began, time.time())  # every turn: one invoke_agent span
-    result = _conversation_result(ctx, request, talk, ended, started)
-    ctx.result = result
-    return result
-
-
-def _conversation_result(
-    ctx: ctx_mod.TestContext,
-    request: AgentRequest,
-    talk: conversation.Conversing,
-    ended: Any,
-    started: float,
-) -> RunResult:
-    taken = tuple(talk.turns)
-    duration_ms = (time.perf_counter() - started) * 1000
-    if ctx.replayed_duration_ms is not None:  # each turn took what it took when recorded
-        duration_ms = sum(turn.duration_ms for turn in taken)
-    return RunResult(
-        run_id=request.run_id,
-        prompt=request.prompt,
-        context=request.context,
-        output=taken[-1].output,
-        trajectory=tuple(step for turn in taken for step in turn.trajectory),
-        token_usage=talk.usage(),
-        duration_ms=duration_ms,
-        raw=talk.raw(),
-        traceparent=request.traceparent,
-        unreported=talk.unreported(),
-        conversation=taken,
-        ended=ended,
-    )

@@ -12,6 +12,7 @@ simulated user (an LLM with a goal) is such a function too.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -20,8 +21,10 @@ from typing import Any
 from agent_health.connectors import base
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Message, Step, TokenUsage
+from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
 from agent_health.sdk import turns as turns_mod
+from agent_health.sdk.results import RunResult
 
 User = Callable[[turns_mod.Conversation], "str | turns_mod.Stop | Awaitable[Any] | None"]
 """What ``agent.run(user=...)`` takes."""
@@ -194,3 +197,76 @@ def _in_turn(step: Step, number: int) -> Step:
 def support(caller: object) -> base.Conversations | None:
     """How ``caller``'s connector holds conversations, or ``None`` when it cannot."""
     return base.conversations_of(caller)
+
+
+async def converse(
+    ctx: ctx_mod.TestContext,
+    request: AgentRequest,
+    holder: base.Conversations,
+    follow_ups: tuple[str, ...],
+    user: User | None,
+    limit: int,
+) -> RunResult:
+    """Run a conversation: every turn through the agent caller, then one RunResult."""
+    assert ctx.agent_caller is not None
+    talk = Conversing(
+        ctx.agent_caller,
+        request,
+        follow_ups=follow_ups,
+        user=user,
+        max_turns=limit,
+        test=ctx.case.title,
+        replayed=lambda: ctx.replayed_duration_ms,
+    )
+    started = time.perf_counter()
+    began = time.time()
+    try:
+        with ctx.waiting("agent"):
+            try:
+                ended = await talk.run()
+            except BaseException:
+                if holder.end is not None:  # released; what failed is the turn's error
+                    with contextlib.suppress(Exception):
+                        await holder.end(request.run_id)
+                raise
+            if holder.end is not None:
+                await holder.end(request.run_id)
+    except Exception as err:
+        ctx.agent_error = str(err) or type(err).__name__
+        if isinstance(err, connector_errors.AgentTimeout):
+            ctx.partial = err.partial
+        if talk.turns:  # the turns answered before it failed stay in the result
+            ctx.result = _result(ctx, request, talk, None, started)
+        raise
+    finally:
+        ctx.agent_window = (began, time.time())  # every turn: one invoke_agent span
+    result = _result(ctx, request, talk, ended, started)
+    ctx.result = result
+    return result
+
+
+def _result(
+    ctx: ctx_mod.TestContext,
+    request: AgentRequest,
+    talk: Conversing,
+    ended: Any,
+    started: float,
+) -> RunResult:
+    taken = tuple(talk.turns)
+    duration_ms = (time.perf_counter() - started) * 1000
+    if ctx.replayed_duration_ms is not None:  # each turn took what it took when recorded
+        duration_ms = sum(turn.duration_ms for turn in taken)
+    return RunResult(
+        run_id=request.run_id,
+        prompt=request.prompt,
+        context=request.context,
+        output=taken[-1].output,
+        trajectory=tuple(step for turn in taken for step in turn.trajectory),
+        token_usage=talk.usage(),
+        duration_ms=duration_ms,
+        raw=talk.raw(),
+        traceparent=request.traceparent,
+        unreported=talk.unreported(),
+        conversation=taken,
+        ended=ended,
+    )
