@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agent_health.engine import entries, grading, uncertainty, visible
+from agent_health.engine import entries, grading, offtrack, uncertainty, visible
 from agent_health.engine.report import LEGEND, RunReport
 from agent_health.engine.reporters import (
     terminal_budget,
@@ -49,6 +49,9 @@ def _line(result: TestResult, repeats: int = 1) -> str:
     elif result.status == "flaky":
         extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
     replayed = " [replayed]" if result.replayed else ""
+    ended = result.ended.model_dump() if result.ended is not None else None
+    talk = offtrack.summary({"turns": result.turns, "ended": ended})
+    replayed += f" {visible.line(talk)}" if talk else ""
     # One line per test whatever its title or error holds: a newline in either would start
     # a line of the agent's own, so it is shown as \n with the rest.
     return (
