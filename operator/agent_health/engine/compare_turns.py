@@ -58,44 +58,30 @@ def changes(
 
 
 def _of(key: tuple[str, int], was: dict[str, Any], now: dict[str, Any]) -> list[TurnChange]:
-    head = {"id": key[0], "name": str(now.get("name", key[0])), "repeat": key[1]}
+    name = str(now.get("name", key[0]))
+
+    def change(
+        kind: Kind, base: str, new: str, worse: bool, text: str, turn: int | None = None
+    ) -> TurnChange:
+        return TurnChange(
+            id=key[0], name=name, repeat=key[1], kind=kind, turn=turn, base=base, new=new,
+            worse=worse, text=text,
+        )  # fmt: skip
+
     out = []
     n0, n1 = len(was.get("turns") or []), len(now.get("turns") or [])
     if n0 != n1:
-        out.append(
-            TurnChange(
-                **head,
-                kind="turns",
-                base=str(n0),
-                new=str(n1),
-                worse=n1 > n0,
-                text=f"took {n1} turns, was {n0}",
-            )
-        )
+        out.append(change("turns", str(n0), str(n1), n1 > n0, f"took {n1} turns, was {n0}"))
     r0, r1 = _reason(was), _reason(now)
     if r0 != r1:
         lost = r0 == "goal-met" or (r1 in offtrack.ENDED_BADLY and r0 not in offtrack.ENDED_BADLY)
-        out.append(
-            TurnChange(
-                **head, kind="ended", base=r0, new=r1, worse=lost, text=f"ended {r1}, was {r0}"
-            )
-        )
+        out.append(change("ended", r0, r1, lost, f"ended {r1}, was {r0}"))
     calls0, calls1 = _calls(was), _calls(now)
     for turn in range(1, min(n0, n1) + 1):
         c0, c1 = calls0.get(turn, []), calls1.get(turn, [])
         if c0 != c1:
             b, n = _said(c0), _said(c1)
-            out.append(
-                TurnChange(
-                    **head,
-                    kind="tools",
-                    turn=turn,
-                    base=b,
-                    new=n,
-                    worse=False,
-                    text=f"turn {turn} called {n}, was {b}",
-                )
-            )
+            out.append(change("tools", b, n, False, f"turn {turn} called {n}, was {b}", turn))
     return out
 
 
