@@ -234,6 +234,8 @@ def test_a_full_status_round_trips_through_schema_and_model() -> None:
             "skipped": 0,
             "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0},
             "unverifiedClaims": 0,
+            "conversations": 0,
+            "goalMet": 0,
         },
         "tests": [body["status"]["tests"][0] | {"errored": 0, "erroredByAgent": 0, "agents": []}],
         "startTime": "2026-01-01T00:00:00Z",

@@ -503,6 +503,8 @@ async def test_statuses_are_accepted_by_the_crd_and_echoes_are_recognised(
         "skipped": 0,
         "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 1},
         "unverifiedClaims": 0,
+        "conversations": 0,
+        "goalMet": 0,
     }
     # b's infra-errored repeat leaves it one decided repeat, too few for pass@2: a decides.
     assert stored["status"]["passAtK"] == 1.0

@@ -62,6 +62,12 @@ def add_commands(sub: Any) -> None:
         help="gate on a NEW report made by run --replay (its agent.run() answers came from a "
         "recording; without this flag such a NEW is refused, exit 2)",
     )
+    cmp.add_argument(
+        "--max-conversations-worse",
+        type=int,
+        help="most conversations allowed to get worse: more turns, goal-met lost, or now "
+        "gave-up/max-turns (default: named, no gate)",
+    )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(handler=compare)
 
@@ -96,9 +102,11 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
         args.max_pass_rate_drop < 0
         or (args.max_score_drop is not None and args.max_score_drop < 0)
         or args.max_errored_rise < 0
+        or (args.max_conversations_worse is not None and args.max_conversations_worse < 0)
     ):
         raise common.UsageError(
-            "--max-pass-rate-drop, --max-score-drop and --max-errored-rise must not be negative"
+            "--max-pass-rate-drop, --max-score-drop, --max-errored-rise and "
+            "--max-conversations-worse must not be negative"
         )
     if not 0 < args.alpha < 1:
         raise common.UsageError(f"--alpha must be between 0 and 1 (e.g. 0.05), got {args.alpha:g}")
@@ -112,6 +120,7 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
             alpha=args.alpha,
             gate=args.gate,
             allow_replayed=args.allow_replayed,
+            max_conversations_worse=args.max_conversations_worse,
         )
     except compare.CompareError as err:
         raise common.UsageError(str(err)) from err

@@ -9,7 +9,11 @@ comparison is a regression when:
   0: any one) — an error is never a way out of the gate;
 * the pass rate dropped by more than ``max_pass_rate_drop``;
 * the mean score dropped by more than ``max_score_drop`` (when given);
-* the errored count rose by more than ``max_errored_rise`` (default 0).
+* the errored count rose by more than ``max_errored_rise`` (default 0);
+* more than ``max_conversations_worse`` conversations got worse (only when given): took more
+  turns, lost ``goal-met``, or now end ``gave-up`` / ``max-turns``.
+
+Every conversation that moved turn by turn (:mod:`.compare_turns`) is named either way.
 
 Beside the deltas, the tests paired by id go through a paired test of "no change"
 (:mod:`.pairing`): its p-value, the effect's interval and whether the change can be told from
@@ -26,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import entries, pairing, replayed, savedreport
+from agent_health.engine import compare_turns, entries, pairing, replayed, savedreport
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -78,6 +82,11 @@ class Comparison(BaseModel):
     changed_tests: list[str] = Field(default_factory=list)
     added: list[str] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
+    conversation_changes: list[compare_turns.TurnChange] = Field(
+        default_factory=list,
+        description="conversations that took other turns, ended otherwise or called other "
+        "tools in a turn",
+    )
     compared: int = 0
     pass_rate: Delta
     score: Delta
@@ -118,6 +127,7 @@ def compare(
     alpha: float = pairing.ALPHA,
     gate: Gate = "thresholds",
     allow_replayed: bool = False,
+    max_conversations_worse: int | None = None,
 ) -> Comparison:
     """Compare two loaded reports (see :func:`load`). A replayed NEW gates nothing unless
     ``allow_replayed``: raises :class:`CompareError` saying why."""
@@ -175,6 +185,7 @@ def compare(
         changed_tests=sorted(edited),
         added=sorted({k[0] for k in after} - {k[0] for k in before}),
         removed=sorted({k[0] for k in before} - {k[0] for k in after}),
+        conversation_changes=compare_turns.changes(before, after),
         compared=sum(1 for key in after if key in before),
         pass_rate=_delta(s0.get("pass_rate"), s1.get("pass_rate")),
         score=_delta(s0.get("score"), s1.get("score")),
@@ -186,9 +197,10 @@ def compare(
         new_replay=new_replay,
         gate=gate,
     )
+    talks = _conversations_worse(result, max_conversations_worse)
     if gate == "significant":
         reasons = _significant(result.paired, max_pass_rate_drop, max_score_drop)
-        return result.model_copy(update={"regressions": reasons})
+        return result.model_copy(update={"regressions": reasons + talks})
     reasons = []
     if failing and len(failing) > max_pass_rate_drop * result.compared + 1e-9:
         errored = sum(1 for c in failing if c.new == "errored")
@@ -215,7 +227,18 @@ def compare(
             f"errored tests rose by {rise:.0f} ({result.errored.base:.0f} → "
             f"{result.errored.new:.0f}), more than --max-errored-rise {max_errored_rise}"
         )
-    return result.model_copy(update={"regressions": reasons})
+    return result.model_copy(update={"regressions": reasons + talks})
+
+
+def _conversations_worse(result: Comparison, allowed: int | None) -> list[str]:
+    """The regression of ``--max-conversations-worse``, if it is given and exceeded."""
+    worse = {(c.id, c.repeat) for c in result.conversation_changes if c.worse}
+    if allowed is None or len(worse) <= allowed:
+        return []
+    return [
+        f"{len(worse)} conversations got worse (more turns, goal no longer met, or gave up), "
+        f"more than --max-conversations-worse {allowed}"
+    ]
 
 
 def _significant(
@@ -257,6 +280,7 @@ def compare_files(
     alpha: float = pairing.ALPHA,
     gate: Gate = "thresholds",
     allow_replayed: bool = False,
+    max_conversations_worse: int | None = None,
 ) -> Comparison:
     return compare(
         load(base),
@@ -269,6 +293,7 @@ def compare_files(
         max_errored_rise=max_errored_rise,
         alpha=alpha,
         gate=gate,
+        max_conversations_worse=max_conversations_worse,
     )
 
 
@@ -313,6 +338,12 @@ def render(c: Comparison) -> list[str]:
             d = (ch.new_score or 0.0) - (ch.base_score or 0.0)
             label = entries.repeat_label(ch.repeat, c.repeats)
             lines.append(f"  {d:+.3f}  {ch.id}" + (f" {label}" if label else ""))
+    if c.conversation_changes:
+        lines.append(f"conversation changes: {len(c.conversation_changes)}")
+        for tc in c.conversation_changes:
+            label = entries.repeat_label(tc.repeat, c.repeats)
+            mark = "worse" if tc.worse else "moved"
+            lines.append(f"  {mark}  {tc.id}" + (f" {label}" if label else "") + f": {tc.text}")
     listed = (("changed tests", c.changed_tests), ("added", c.added), ("removed", c.removed))
     for title, ids in listed:
         if ids:

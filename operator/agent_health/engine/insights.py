@@ -17,6 +17,11 @@ Parameters are passed by name, as fixtures are, so ``explain(result)`` alone is 
 ``run`` gives the RunResult. It runs once per test that was not skipped. Whatever happens
 inside it never changes the test's status or score: an error or a malformed answer is
 recorded as ``{"error": "..."}`` on the test's ``insights``.
+
+For a conversation the insights also name the turn where it went wrong, when one did
+(:mod:`.offtrack`): ``"went_wrong": {"turn": 2, "why": "lookup_order returned an error"}``
+(unless the function returned a ``went_wrong`` of its own). The metrics it is given carry
+the per-turn numbers (``tokens_per_turn``, ``first_tool_error_turn``, ...).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_health.engine import entries, offtrack
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import declare
 from agent_health.sdk.results import RunResult, TestResult
@@ -112,7 +118,7 @@ async def explain(
         text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         return {"error": f"insights function {name} raised {text}"}
     try:
-        return Insights.model_validate(answer).model_dump(mode="json")
+        found = Insights.model_validate(answer).model_dump(mode="json")
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "answer"
@@ -120,6 +126,11 @@ async def explain(
             "error": f"insights function {name} returned {type(answer).__name__}, not "
             f"{{summary, why, recommendations}} ({where}: {first['msg']})"
         }
+    if result.turns and "went_wrong" not in found:
+        wrong = offtrack.find(entries.from_result(result))
+        if wrong is not None:
+            found["went_wrong"] = wrong
+    return found
 
 
 def _arguments(

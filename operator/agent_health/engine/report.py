@@ -5,10 +5,11 @@
 
 Aggregates: counts, errored counts by cause, the pass rate, mean score, tokens and cost, a
 per-label breakdown, and with ``--repeat k``: pass@k (a test passes at least once in k) and
-pass^k (all k pass) per test and overall, and flaky tests. Every pass rate, score, pass@k and
-pass^k carries a 95% interval (:mod:`.uncertainty`); pass@k and pass^k are the unbiased
-estimators over each test's decided repeats, for k = the repeats and every k of
-``--pass-at``.
+pass^k (all k pass) per test and overall, and flaky tests; for a conversation, per test, how
+its repeats ended (``per_test[id].ended``: ``{"goal-met": 2, "gave-up": 1}``). Every pass
+rate, score, pass@k and pass^k carries a 95% interval (:mod:`.uncertainty`); pass@k and
+pass^k are the unbiased estimators over each test's decided repeats, for k = the repeats and
+every k of ``--pass-at``.
 
 The pass rate is ``passed / (passed + failed + errored[agent])``: an error the agent under
 test caused (refused, error status, malformed reply, timeout, crash) counts against it like a
@@ -28,7 +29,7 @@ their tests lack those fields (readers such as ``compare`` and the HTML report a
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -109,6 +110,11 @@ class RepeatStats(BaseModel):
     errored_by_agent: int = 0
     pass_at_k: float | None
     pass_hat_k: float | None
+    ended: dict[str, int] = Field(
+        default_factory=dict,
+        description="a conversation's repeats by why each ended ({'goal-met': 2, 'gave-up': "
+        "1}; a repeat that errored before it ended is not counted); empty for a single run",
+    )
 
 
 class Recommendation(BaseModel):
@@ -377,9 +383,12 @@ def _pass_at_k(
     repeats has no pass@k), and the tests that passed in some repeats and not in others."""
     statuses: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
+    ended: dict[str, Counter[str]] = defaultdict(Counter)
     for r in results:
         key = matrix_mod.key(r)  # a matrix: per agent and test
         statuses[key].append(r.status)
+        if r.ended is not None:
+            ended[key][r.ended.reason] += 1
         titles[key] = r.title if r.agent is None else f"{r.title} [{r.agent}]"
     (overall,) = uncertainty.pass_at(tallies, [k], intervals=False)
     per_test = {}
@@ -394,6 +403,7 @@ def _pass_at_k(
             errored_by_agent=t.decided - len([s for s in seen if s in uncertainty.DECIDED]),
             pass_at_k=round(stats.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
             pass_hat_k=round(stats.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
+            ended=dict(sorted(ended[test_id].items())),
         )
     mixed = sorted(
         titles[t] for t, s in per_test.items() if s.passed and (s.failed or s.errored_by_agent)

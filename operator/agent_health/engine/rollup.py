@@ -13,9 +13,10 @@ Two ways, and the report says which (``source``):
   wording and ranked by how many tests made them.
 
 Either way ``patterns`` add what the signals and metrics show across tests: the same check
-failing in several tests, tool-use smells (redundant calls, ignored tool errors, retries)
-and tools called many times per test ("across the suite the agent over-calls
-search_logs").
+failing in several tests, tool-use smells (redundant calls, ignored tool errors, retries),
+tools called many times per test ("across the suite the agent over-calls
+search_logs") and conversations going wrong at the same turn ("2 of 3 tests: conversations
+went wrong at turn 2").
 """
 
 from __future__ import annotations
@@ -170,7 +171,11 @@ def patterns(results: Sequence[TestResult]) -> list[str]:
     smells: dict[str, set[str]] = defaultdict(set)
     amounts: Counter[str] = Counter()
     heavy: dict[str, set[str]] = defaultdict(set)
+    wrong_at: dict[int, set[str]] = defaultdict(set)
     for r in ran:
+        wrong = (r.insights or {}).get("went_wrong")
+        if isinstance(wrong, dict) and isinstance(wrong.get("turn"), int):
+            wrong_at[wrong["turn"]].add(r.id)
         for s in r.signals:
             if s.role == "gate" and s.passed is False:
                 failing[s.name].add(r.id)
@@ -200,6 +205,11 @@ def patterns(results: Sequence[TestResult]) -> list[str]:
     found += [
         f"the agent over-calls {tool}: {OVERCALLED}+ calls in {len(ids)} of {total} tests"
         for tool, ids in sorted(heavy.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        if len(ids) > 1
+    ]
+    found += [
+        f"{len(ids)} of {total} tests: conversations went wrong at turn {turn}"
+        for turn, ids in sorted(wrong_at.items(), key=lambda kv: (-len(kv[1]), kv[0]))
         if len(ids) > 1
     ]
     return found

@@ -42,6 +42,9 @@ class Check:
         missing = _missing_steps(self._value) if steps else None
         if missing is not None:
             passed, ev = False, {**ev, "missing": missing}
+        turn = self._value.turn_number if isinstance(self._value, RunResult) else None
+        if turn is not None:  # a check on result.turn(n): reports show it beside turn n
+            ev = {**ev, "turn": turn}
         return self._ctx.record(
             Signal(
                 kind="deterministic",

@@ -123,6 +123,8 @@ async def ask(
                 # A skipped signal is neutral: what it would have gated decides whether the
                 # test checked anything (engine.grading.unchecked).
                 **({"asked_role": role} if verdict.skipped else {}),
+                # A verdict on result.turn(n) names its turn: reports show it beside turn n.
+                **({"turn": turn} if (turn := _turn_of(subject)) is not None else {}),
             },
         )
     )
@@ -130,6 +132,10 @@ async def ask(
     if asked_at is not None:
         ctx.judge_windows.append((signal, asked_at, time.time()))
     return verdict
+
+
+def _turn_of(subject: Any) -> int | None:
+    return subject.turn_number if isinstance(subject, RunResult) else None
 
 
 class BoundJudge:

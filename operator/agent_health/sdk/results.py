@@ -101,6 +101,7 @@ class RunResult(readonly.ReadOnlyModel):
         default=None, description="why the conversation ended; None for a single run"
     )
     _traces: Any = PrivateAttr(default=None)
+    _turn: int | None = PrivateAttr(default=None)
 
     @field_validator("raw", mode="after")
     @classmethod
@@ -128,7 +129,17 @@ class RunResult(readonly.ReadOnlyModel):
     def turn(self, number: int) -> RunResult:
         """Turn ``number`` (from 1) as a run of its own, for the same matchers and judges:
         ``expect(result.turn(2)).to_have_called_tool("lookup_order")``."""
-        return turns_mod.one(self, number)
+        one = turns_mod.one(self, number)
+        if one is not self:  # a turn of a conversation: its checks and verdicts name it
+            one._turn = number
+        return one
+
+    @property
+    def turn_number(self) -> int | None:
+        """Which turn of a conversation this run is (``result.turn(n)``); ``None`` for a whole
+        run. A check or judge on it records ``turn`` in its evidence, so reports can show its
+        verdict beside that turn."""
+        return self._turn
 
     def json(self) -> Any:  # type: ignore[override]
         """The output parsed as JSON (raises a clear error when it is not JSON)."""

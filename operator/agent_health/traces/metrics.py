@@ -22,6 +22,17 @@ One pass over the trajectory, so the cost per step stays flat from 10 to 100,000
 Every count read from the trajectory (``llm_calls``, ``tool_calls``, ``tool_histogram``,
 the smells, ``step_latency_ms``) is ``None`` when the agent reported no trajectory at all:
 unknown, not zero.
+
+A conversation (``agent.run(turns=...)`` or ``user=...``) adds, per turn, first to last:
+
+* ``turns`` — how many; ``tokens_per_turn`` — each turn's total tokens (``None`` for a turn
+  whose tokens were not reported); ``latency_per_turn_ms`` — each turn's duration;
+  ``tool_calls_per_turn`` — each turn's tool calls (``None`` without a trajectory);
+* ``slowest_turn`` — the number of the turn that took longest;
+* ``first_tool_error_turn`` — the number of the first turn with a failed tool result
+  (``None``: none failed).
+
+A single run has none of these keys: it is one turn, and its totals say it all.
 """
 
 from __future__ import annotations
@@ -36,6 +47,14 @@ from agent_health.connectors.protocol import Step
 from agent_health.sdk.results import RunResult, Signal
 from agent_health.traces import acknowledge, settings
 
+CONVERSATION_KEYS = (
+    "turns",
+    "tokens_per_turn",
+    "latency_per_turn_ms",
+    "tool_calls_per_turn",
+    "slowest_turn",
+    "first_tool_error_turn",
+)
 METRIC_KEYS = (
     "total_tokens",
     "input_tokens",
@@ -48,6 +67,7 @@ METRIC_KEYS = (
     "redundant_tool_calls",
     "ignored_tool_errors",
     "retries",
+    *CONVERSATION_KEYS,
 )
 MODEL_STEPS = frozenset({"thinking", "assistant", "tool_call"})
 
@@ -70,6 +90,8 @@ def derive(result: RunResult | None, prices: settings.PriceTable | None = None) 
         "model": model,
         "latency_ms": round(result.duration_ms, 3),
     }
+    if result.conversation:
+        derived |= per_turn(result)
     if not result.trajectory_reported:
         return derived | dict.fromkeys(_TRAJECTORY_KEYS)
     stats = tool_stats(result.trajectory_steps, final=result.output)
@@ -97,6 +119,29 @@ _TRAJECTORY_KEYS = (
     "tool_errors",
     "steps",
 )
+
+
+def per_turn(result: RunResult) -> dict[str, Any]:
+    """A conversation's metrics turn by turn (the module docstring lists the keys)."""
+    turns = result.conversation
+    reported = result.trajectory_reported
+    failed = (
+        t.number
+        for t in turns
+        if any(s.type == "tool_result" and s.status == "error" for s in t.trajectory)
+    )
+    slowest = max(turns, key=lambda t: t.duration_ms)  # the first of equals
+    return {
+        "turns": len(turns),
+        "tokens_per_turn": [t.token_usage.total for t in turns],
+        "latency_per_turn_ms": [round(t.duration_ms, 3) for t in turns],
+        "tool_calls_per_turn": [
+            sum(1 for s in t.trajectory if s.type == "tool_call") if reported else None
+            for t in turns
+        ],
+        "slowest_turn": slowest.number,
+        "first_tool_error_turn": next(failed, None) if reported else None,
+    }
 
 
 def model_of(result: RunResult) -> str | None:

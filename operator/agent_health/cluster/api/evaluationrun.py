@@ -130,6 +130,16 @@ class Counts(meta.Model):
         description="Tool calls the agents claimed on a peer's declared tools (peers[].tools) "
         "that the gateway never saw.",
     )
+    conversations: Count = pydantic.Field(
+        default=0,
+        description="Graded cells whose test held a conversation (agent.run(turns=...) or "
+        "user=...).",
+    )
+    goal_met: Count = pydantic.Field(
+        default=0,
+        description="Of those conversations, the cells whose user ended it saying its goal "
+        "was met (ended goal-met).",
+    )
 
 
 class TestSummary(meta.Model):

@@ -179,6 +179,12 @@ class RunTally:
             skipped=by_status["skipped"],
             errored_by_cause=evaluationrun.ErroredByCause(**by_cause),
             unverified_claims=sum(g.unverified_claims for g in self._grades.values()),
+            conversations=sum(1 for g in self._grades.values() if g.result.turns),
+            goal_met=sum(
+                1
+                for g in self._grades.values()
+                if g.result.ended is not None and g.result.ended.reason == "goal-met"
+            ),
         )
 
     # -- budget ----------------------------------------------------------------------------

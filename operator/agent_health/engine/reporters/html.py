@@ -92,9 +92,15 @@ def page_data(report: RunReport) -> str:
     return _embedded(_report_json(report))
 
 
+def _script() -> str:
+    """The page's one script: the chat view of a conversation (``chat.js``), then the
+    inspector that uses it (``report.js``)."""
+    return _asset("chat.js") + "\n" + _asset("report.js")
+
+
 def render_json(report_json: str, *, title: str = "agent-health report") -> str:
     """The page for a report given as JSON text."""
-    script, style = _asset("report.js"), _asset("report.css")
+    script, style = _script(), _asset("report.css")
     csp = (
         "default-src 'none'; "
         f"script-src {_sha256(script)}; style-src {_sha256(style)}; "

@@ -7,6 +7,9 @@ and each derived metric is a ``metric.NAME`` property with its value.
 A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure`` or
 ``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
 ``system-out`` / ``system-err``, and what a timed-out agent had sent is in ``system-out``.
+A conversation has the properties ``turns`` and ``ended`` (its reason), and its
+``system-out`` reads it turn by turn: ``[turn 2] user: ...``, the tool calls and results of
+that turn, ``[turn 2] agent: ...``.
 A replayed result (``--replay``: the agent was not called) has the property
 ``replayed=true``, and its suites ``replayed_from`` the recording and ``replay_verified``
 (``false``: no key checked it).
@@ -26,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_health.engine import entries, visible
+from agent_health.engine import entries, offtrack, visible
 from agent_health.engine.report import RunReport
 
 LOAD_ERROR = "load error"
@@ -113,6 +116,7 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
                 if attempt["reason"]:
                     _add(node, "stackTrace").text = _shown(attempt["reason"])
     lines = [_signal_line(sig) for sig in entries.with_metric_signals(test)["signals"]]
+    lines += _conversation(test)
     partial = test.get("partial")
     if partial:  # what a timed-out agent had sent (escaped like every text here)
         lines.append(f"[partial] {entries.received(partial)}:")
@@ -124,6 +128,37 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
         _add(case, "system-out").text = _shown("\n".join(lines))
     if test.get("stderr"):
         _add(case, "system-err").text = _shown(test["stderr"])
+
+
+def _conversation(test: dict[str, Any]) -> list[str]:
+    """A conversation as ``system-out`` lines: its end, then turn by turn the user's
+    message, the tool calls made answering it and the agent's answer."""
+    turns = test.get("turns") or []
+    if not turns:
+        return []
+    ended = test.get("ended") or {}
+    detail = f" ({ended['detail']})" if ended.get("detail") else ""
+    lines = [f"[conversation] {offtrack.summary(test)}{detail}"]
+    wrong = offtrack.find(test)
+    if wrong is not None:
+        lines.append(f"[conversation] {offtrack.said(wrong)}")
+    steps = test.get("trajectory") or []
+    for turn in turns:
+        number = turn.get("number")
+        lines.append(f"[turn {number}] user: {turn.get('user', '')}")
+        for step in steps:
+            if step.get("turn") == number and step.get("type") in ("tool_call", "tool_result"):
+                lines.append(f"[turn {number}] {_step_line(step)}")
+        lines.append(f"[turn {number}] agent: {turn.get('output', '')}")
+    return lines
+
+
+def _step_line(step: dict[str, Any]) -> str:
+    name = step.get("tool_name") or "?"
+    if step["type"] == "tool_call":
+        return f"tool call {name} {json.dumps(step.get('tool_args') or {}, default=str)}"
+    status = step.get("status") or "ok"
+    return f"tool result {name} ({status}): {json.dumps(step.get('tool_output'), default=str)}"
 
 
 def _properties(case: ET.Element, test: dict[str, Any]) -> None:
@@ -140,6 +175,11 @@ def _properties(case: ET.Element, test: dict[str, Any]) -> None:
     for key, value in (test["metrics"] or {}).items():
         plain = isinstance(value, (str, int, float)) and not isinstance(value, bool)
         found.append((f"metric.{key}", str(value) if plain else json.dumps(value)))
+    if test.get("turns"):  # a conversation: how long it went and why it ended
+        found.append(("turns", str(len(test["turns"]))))
+        ended = test.get("ended") or {}
+        if ended.get("reason"):
+            found.append(("ended", str(ended["reason"])))
     if test["status"] == "flaky":
         found.append(("flaky", "true"))
     if test.get("replayed"):

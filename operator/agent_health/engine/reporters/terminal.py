@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agent_health.engine import entries, grading, uncertainty, visible
+from agent_health.engine import entries, grading, offtrack, uncertainty, visible
 from agent_health.engine.report import LEGEND, RunReport
 from agent_health.engine.reporters import (
     terminal_budget,
@@ -49,6 +49,9 @@ def _line(result: TestResult, repeats: int = 1) -> str:
     elif result.status == "flaky":
         extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
     replayed = " [replayed]" if result.replayed else ""
+    ended = result.ended.model_dump() if result.ended is not None else None
+    talk = offtrack.summary({"turns": result.turns, "ended": ended})
+    replayed += f" {visible.line(talk)}" if talk else ""
     # One line per test whatever its title or error holds: a newline in either would start
     # a line of the agent's own, so it is shown as \n with the rest.
     return (
@@ -169,6 +172,13 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         console.print(
             f"pass@{s.repeats} {style.pct(s.pass_at_k)}, pass^{s.repeats} {style.pct(s.pass_hat_k)}"
         )
+    talks = [(t, r.ended) for t, r in s.per_test.items() if r.ended]
+    if talks:
+        console.print(
+            f"conversations over {s.repeats} repeats: "
+            + "; ".join(f"{style.shown(t)} {_ended(e, s.repeats)}" for t, e in talks),
+            highlight=False,
+        )
     if s.flaky:
         console.print(f"[{COLOR['flaky']}]flaky[/] (passed only on a retry): {_titles(s.flaky)}")
     if s.mixed:
@@ -199,6 +209,11 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         )
     elif s.stopped:
         console.print(f"[yellow]{style.shown(s.stopped)}[/]: {s.not_run} tests never started")
+
+
+def _ended(ended: dict[str, int], repeats: int) -> str:
+    """``goal-met 2/3, gave-up 1/3``: how a conversation's repeats ended."""
+    return ", ".join(f"{reason} {n}/{repeats}" for reason, n in ended.items())
 
 
 def _judge_only_hint(count: int) -> str:

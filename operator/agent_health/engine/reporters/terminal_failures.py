@@ -1,5 +1,6 @@
 """Under the results table: each test that did not pass, once, with its failing repeats, each
-distinct reason, what a timed-out agent had sent, its tries and what it printed; then each
+distinct reason, a conversation's turns and the turn where it went wrong (its user message
+and answer), what a timed-out agent had sent, its tries and what it printed; then each
 test's insights.
 
 Every reason, message and printed line is outside text (an agent's error body, a judge's
@@ -15,12 +16,13 @@ from typing import Any
 
 from rich.console import Console
 
-from agent_health.engine import entries, visible
+from agent_health.engine import entries, offtrack, visible
 from agent_health.engine.reporters import terminal_style as style
 
 CAPTURE_LINES = 40  # lines of a failed test's captured output shown (all are in the JSON)
 RECEIVED_LINES = 10  # lines of what a timed-out agent had sent (the JSON report has more)
 RECEIVED_CHARS = 200  # of each: a JSON body is often one long line
+TURN_LINES = 10  # lines of the failing turn's user message and answer shown
 MARGIN = "    "  # where the second and later lines of a reason or message go
 
 
@@ -51,9 +53,40 @@ def failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> Non
             )
         for t in failing:
             label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
+            _conversation(console, t, label)
             _received(console, t, label)
             _attempts(console, t, label)
             _captured(console, t, label)
+
+
+def _conversation(console: Console, test: dict[str, Any], label: str = "") -> None:
+    """A conversation's turns and end, where it went wrong, and that turn's user message and
+    answer (their first lines; the JSON report has every turn)."""
+    said = offtrack.summary(test)
+    if not said:
+        return
+    where = f" {label}" if label else ""
+    ended = test.get("ended") or {}
+    detail = f" ({ended['detail']})" if ended.get("detail") else ""
+    console.print(
+        f"  conversation{style.shown(where)}: {style.shown(said + detail)}", highlight=False
+    )
+    wrong = offtrack.find(test)
+    if wrong is not None:
+        console.print(f"  {style.shown(offtrack.said(wrong))}", highlight=False)
+    turn = offtrack.failing_turn(test)
+    if turn is None:
+        return
+    number = turn.get("number")
+    for who, text in (("user", turn.get("user")), ("agent", turn.get("output"))):
+        lines = str(text or "").replace("\r\n", "\n").rstrip("\n").split("\n")
+        more = f" … {len(lines) - TURN_LINES} more lines" if len(lines) > TURN_LINES else ""
+        console.print(f"  turn {number} {who}:", highlight=False)
+        for line in lines[:TURN_LINES]:
+            cut = line if len(line) <= RECEIVED_CHARS else line[:RECEIVED_CHARS] + "…"
+            console.print(f"{MARGIN}{visible.line(cut)}", markup=False, highlight=False)
+        if more:
+            console.print(f"{MARGIN}{more.strip()} in the JSON report", highlight=False)
 
 
 def _received(console: Console, test: dict[str, Any], label: str = "") -> None:
@@ -155,5 +188,8 @@ def insights(console: Console, tests: list[dict[str, Any]], repeats: int) -> Non
             console.print(f"  {summary}", highlight=False)
             if insight.get("why"):
                 console.print(f"  why: {style.shown_block(insight['why'], MARGIN)}")
+            wrong = insight.get("went_wrong")
+            if isinstance(wrong, dict) and "turn" in wrong and "why" in wrong:
+                console.print(f"  {style.shown(offtrack.said(wrong))}", highlight=False)
             for rec in insight.get("recommendations") or []:
                 console.print(f"  → {style.shown_block(rec, MARGIN)}", highlight=False)

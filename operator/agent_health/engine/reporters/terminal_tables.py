@@ -42,7 +42,8 @@ def _table(title: str | None = None) -> Table:
 
 
 def results(console: Console, shown: list[dict[str, Any]], repeats: int, title: str) -> None:
-    """One row per (test, repeat): status, title, score, time, tokens, cost, tools, notes."""
+    """One row per (test, repeat): status, title, score, time, tokens, cost, tools, a
+    conversation's turns and why it ended, notes."""
     rows: list[dict[str, Text | str]] = []
     for t in shown:
         metrics = t["metrics"] or {}
@@ -63,6 +64,7 @@ def results(console: Console, shown: list[dict[str, Any]], repeats: int, title: 
                 "tokens": _count(metrics, "total_tokens"),
                 "cost": style.money(metrics.get("cost_usd")),
                 "tools": _count(metrics, "tool_calls"),
+                "turns": _turns(t),
                 "notes": _notes(metrics),
             }
         )
@@ -84,7 +86,7 @@ def _results_table(title: str, rows: list[dict[str, Text | str]], columns: list[
         if column == "test":
             table.add_column(column, overflow="fold", ratio=1)
         else:
-            right = column not in ("status", "notes")
+            right = column not in ("status", "turns", "notes")
             table.add_column(column, justify="right" if right else "left", no_wrap=True)
     for r in rows:
         table.add_row(*(r[c] for c in columns))
@@ -111,6 +113,15 @@ def _count(metrics: dict[str, Any], key: str) -> str:
         return ""
     value = metrics[key]
     return "n/a" if value is None else str(value)
+
+
+def _turns(test: dict[str, Any]) -> str:
+    """A conversation's turns and why it ended, ``3 goal-met``; blank for a single run."""
+    turns = test.get("turns") or []
+    if not turns:
+        return ""
+    reason = (test.get("ended") or {}).get("reason")
+    return visible.line(f"{len(turns)} {reason}" if reason else str(len(turns)))
 
 
 def _notes(metrics: dict[str, Any]) -> str:

@@ -106,6 +106,10 @@
     return el("section", { class: "part" }, el("h3", { text: title }), children);
   }
 
+  // The chat view of a conversation (chat.js), given the helpers it draws with; function
+  // declarations are hoisted, so the ones defined further down are ready here.
+  const CHAT = AgentHealthChat({ el, pre, section, seconds, brief, verdict, timeline });
+
   // ---- the tests, grouped by id (one group per test, one run per repeat) --------------
   // In an agent matrix, one group per (test, agent): its key names the agent too.
 
@@ -146,6 +150,7 @@
         parts.push(run.status, run.error, run.cause, run.skip_reason, run.prompt, run.output,
           run.stdout, run.stderr);
         for (const signal of run.signals || []) parts.push(signal.name, signal.reasoning);
+        for (const turn of run.turns || []) parts.push(turn.user, turn.output);
       }
       group.search = parts.filter((p) => typeof p === "string").join("\n").toLowerCase();
     }
@@ -530,6 +535,8 @@
           : null,
         group.flaky ? el("span", { class: "flaky", text: "flaky" }) : null,
         group.mixed ? el("span", { class: "mixed", text: "mixed" }) : null,
+        (group.runs[0].turns || []).length ? el("span", { class: "tag turns",
+          text: CHAT.summary(group.runs[0]) }) : null,
         group.runs.some((r) => r.replayed) ? el("span", { class: "replayed",
           text: "replayed" }) : null));
   }
@@ -601,6 +608,8 @@
       facts(run),
       problem(run),
       tries(run),
+      endedAcross(group),
+      CHAT.view(run),
       run.truncated && run.truncated.length ? el("p", { class: "truncated",
         text: "cut to fit the report: " + run.truncated.join(", ")
           + " (the ledger cell has everything)" }) : null,
@@ -615,6 +624,15 @@
       printed(run),
       trajectory(run),
       metricsPart(run)]);
+  }
+
+  // How the repeats of a conversation ended (summary.per_test[id].ended), when it repeated.
+  function endedAcross(group) {
+    const stats = (SUMMARY.per_test || {})[group.agent ? group.key : group.id];
+    const ended = stats && stats.ended ? Object.entries(stats.ended) : [];
+    if (!ended.length || group.runs.length < 2) return null;
+    return el("p", { class: "ended-across" }, el("strong", { text: "Over the repeats: " }),
+      ended.map(([reason, n]) => reason + " " + n + "/" + group.runs.length).join(", "));
   }
 
   function facts(run) {
@@ -650,6 +668,8 @@
         el("ul", { class: "gates" }, failing.map((s) => el("li", null,
           el("code", { text: s.name }),
           s.location ? el("span", { class: "muted", text: " " + s.location }) : null,
+          CHAT.turnOf(s) !== null ? el("span", { class: "muted", text: " · turn "
+            + CHAT.turnOf(s) }) : null,
           el("div", { class: "reasoning", text: s.reasoning || brief(s.evidence) })))),
         run.error ? pre(run.error) : null);
     }
@@ -769,6 +789,8 @@
       return el("li", { class: "step " + step.type + (failed ? " error" : "") },
         el("div", { class: "step-head" },
           el("span", { class: "muted", text: "#" + (i + 1) }),
+          typeof step.turn === "number" ? el("span", { class: "turn-mark",
+            text: "turn " + step.turn }) : null,
           el("span", { class: "step-type", text: String(step.type).replace("_", " ") }),
           step.tool_name ? el("code", { text: step.tool_name }) : null,
           failed ? el("span", { class: "status failed", text: "error" }) : null,
