@@ -96,7 +96,7 @@ def add_commands(sub: Any) -> None:
 
 
 def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import compare
+    from agent_health.engine import compare, compare_render
 
     if (
         args.max_pass_rate_drop < 0
@@ -130,7 +130,7 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
     else:
         from agent_health.engine import visible
 
-        for line in compare.render(result):  # test names come from the reports' files
+        for line in compare_render.render(result):  # test names come from the reports' files
             consoles.out.print(visible.line(line), markup=False)
     return common.EXIT_FAILED if result.regressed else common.EXIT_OK
 

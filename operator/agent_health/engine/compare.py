@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.engine import compare_turns, entries, pairing, replayed, savedreport
+from agent_health.engine import compare_turns, pairing, replayed, savedreport
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -211,8 +211,8 @@ def compare(
     drop = result.pass_rate.delta
     if drop is not None and -drop > max_pass_rate_drop + 1e-9:
         reasons.append(
-            f"pass rate dropped {_points(-drop)} ({_pct(result.pass_rate.base)} → "
-            f"{_pct(result.pass_rate.new)}), more than --max-pass-rate-drop "
+            f"pass rate dropped {_points(-drop)} ({pct(result.pass_rate.base)} → "
+            f"{pct(result.pass_rate.new)}), more than --max-pass-rate-drop "
             f"{_allowed(max_pass_rate_drop)}"
         )
     sdrop = result.score.delta
@@ -303,7 +303,7 @@ def _delta(base: Any, new: Any) -> Delta:
     return Delta(base=b, new=n, delta=None if b is None or n is None else round(n - b, 8))
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
@@ -316,58 +316,3 @@ def _points(difference: float) -> str:
 def _allowed(drop: float) -> str:
     """A ``--max-pass-rate-drop`` as given and in points: ``0.05 (5 points)``."""
     return f"{drop:g} ({drop * 100:g} points)" if drop else f"{drop:g}"
-
-
-def render(c: Comparison) -> list[str]:
-    """The comparison as plain lines for the terminal."""
-    lines = [f"compare {c.base_file} → {c.new_file}"]
-    sides = (("BASE", c.base_file, c.base_replay), ("NEW", c.new_file, c.new_replay))
-    lines.extend(made.said(f"{side} {file}") for side, file, made in sides if made is not None)
-    for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
-        lines.append(f"{title}: {len(changes)}")
-        for ch in changes:
-            label = entries.repeat_label(ch.repeat, c.repeats)
-            repeat = f" {label}" if label else ""
-            note = " (test changed)" if ch.changed else ""
-            why = f" — {ch.error}" if ch.error and ch.new == "errored" else ""
-            new = f"{ch.new} ({ch.cause})" if ch.new == "errored" and ch.cause else ch.new
-            lines.append(f"  {ch.base} → {new}  {ch.id}{repeat}{note}{why}")
-    if c.score_changes:
-        lines.append("score changes:")
-        for ch in c.score_changes:
-            d = (ch.new_score or 0.0) - (ch.base_score or 0.0)
-            label = entries.repeat_label(ch.repeat, c.repeats)
-            lines.append(f"  {d:+.3f}  {ch.id}" + (f" {label}" if label else ""))
-    if c.conversation_changes:
-        lines.append(f"conversation changes: {len(c.conversation_changes)}")
-        for tc in c.conversation_changes:
-            label = entries.repeat_label(tc.repeat, c.repeats)
-            mark = "worse" if tc.worse else "moved"
-            lines.append(f"  {mark}  {tc.id}" + (f" {label}" if label else "") + f": {tc.text}")
-    listed = (("changed tests", c.changed_tests), ("added", c.added), ("removed", c.removed))
-    for title, ids in listed:
-        if ids:
-            lines.append(f"{title}: {', '.join(ids)}")
-    lines.append(
-        f"pass rate {_pct(c.pass_rate.base)} → {_pct(c.pass_rate.new)}"
-        + (f" ({c.pass_rate.delta * 100:+.1f} pts)" if c.pass_rate.delta is not None else "")
-        + f"; score {_num(c.score, '.3f')}; errored {_num(c.errored, '.0f')}; "
-        f"tokens {_num(c.tokens, '.0f')}; cost USD {_num(c.cost_usd, '.6f')}"
-    )
-    lines.extend(pairing.render(c.paired))
-    if c.regressions:
-        lines.extend(f"REGRESSION: {r}" for r in c.regressions)
-    elif c.gate == "significant":
-        lines.append("no significant regression")
-    else:
-        lines.append("no regression beyond the thresholds")
-    return lines
-
-
-def _num(d: Delta, fmt: str) -> str:
-    if d.base is None and d.new is None:
-        return "n/a"
-    b = "n/a" if d.base is None else format(d.base, fmt)
-    n = "n/a" if d.new is None else format(d.new, fmt)
-    delta = "" if d.delta is None else f" ({d.delta:+{fmt}})"
-    return f"{b} → {n}{delta}"
