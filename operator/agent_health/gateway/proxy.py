@@ -34,7 +34,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from agent_health.gateway import config, guard, recorder
+from agent_health.gateway import config, guard, otlp, recorder
 from agent_health.ledger import usage
 
 HOP_BY_HOP = frozenset({
@@ -106,8 +106,12 @@ class Proxy:
         tokens: config.Tokens,
         record: recorder.Recorder | None,
         refusals: guard.Refusals | None = None,
+        spans: otlp.Collector | None = None,
     ) -> None:
         self.route = route
+        # The controller's call of the target names the run's trace: the target's spans of
+        # that trace are this run's (a trace id only the target claims proves nothing).
+        self._spans = spans if route.principal == "controller" and route.to == "target" else None
         self.settings = settings
         self._session = session
         self._tokens = tokens
@@ -141,6 +145,8 @@ class Proxy:
                 started_at=started_at,
             )
             return guard.refusal(status, reason, upstream=self.route.to)
+        if self._spans is not None and trusted and principal == "controller" and run_id:
+            self._spans.expect(run_id, _trace_id(request.headers.get("traceparent")))
         if not trusted:
             self._untrusted += 1
         try:
@@ -335,6 +341,17 @@ class Proxy:
         return web.Response(
             status=status, text=json.dumps(payload), content_type="application/json"
         )
+
+
+def _trace_id(traceparent: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` (``00-<32 hex>-<16 hex>-<flags>``), if valid."""
+    parts = (traceparent or "").strip().split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    try:
+        return parts[1] if int(parts[1], 16) else None
+    except ValueError:
+        return None
 
 
 def _detail(err: BaseException) -> str:
