@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_protocol
 
 from agent_health.gateway import config
 from agent_health.ledger import otlp, records
@@ -218,19 +218,24 @@ class Receiver:
         if request.content_length is not None and request.content_length > limit:
             return self._refuse(request, 413, f"the body has more than {limit} bytes")
         body = bytearray()
+        # aiohttp inflates a gzip or deflate body as it arrives: the limit holds for what it
+        # inflates to, so a small bomb stops at it too.
+        inflated = " once inflated" if request.headers.get("Content-Encoding") else ""
         try:
             async with asyncio.timeout(self.collector.limits.body_timeout):
                 async for chunk in request.content.iter_any():
                     body += chunk
                     if len(body) > limit:
-                        return self._refuse(request, 413, f"the body has more than {limit} bytes")
+                        reason = f"the body has more than {limit} bytes{inflated}"
+                        return self._refuse(request, 413, reason)
         except TimeoutError:
             return self._refuse(request, 408, "the body did not arrive in time")
+        except web_protocol.RequestPayloadError as err:
+            encoding = request.headers.get("Content-Encoding", "identity")
+            return self._refuse(request, 400, f"the {encoding} body is corrupt: {err}")
         raw = bytes(body)
         try:
-            spans = await _decode(
-                raw, request.headers.get("Content-Encoding"), kind, self.collector
-            )
+            spans = await _decode(raw, kind, self.collector.limits)
         except otlp.TooLarge as err:
             return self._refuse(request, 413, str(err))
         except otlp.OtlpError as err:
@@ -254,17 +259,9 @@ class Receiver:
         return response
 
 
-async def _decode(
-    body: bytes, encoding: str | None, kind: str, collector: Collector
-) -> list[dict[str, Any]]:
-    """Inflate and decode off the event loop when the body is large (protobuf parsing and
-    JSON of a few MiB take milliseconds the other listeners would wait)."""
-    limits = collector.limits
-
-    def work() -> list[dict[str, Any]]:
-        plain = otlp.inflate(body, encoding, limits.max_body_bytes)
-        return otlp.decode(plain, kind, limits.decode)
-
-    if len(body) < 64 * 1024 and not encoding:
-        return work()
-    return await asyncio.to_thread(work)
+async def _decode(body: bytes, kind: str, limits: Limits) -> list[dict[str, Any]]:
+    """Decode off the event loop when the body is large (protobuf parsing and JSON of a few
+    MiB take milliseconds the other listeners would wait)."""
+    if len(body) < 64 * 1024:
+        return otlp.decode(body, kind, limits.decode)
+    return await asyncio.to_thread(otlp.decode, body, kind, limits.decode)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,6 @@ from typing import Any
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 STATUS = {0: "unset", 1: "ok", 2: "error"}
-_PIECE = 64 * 1024  # inflated a piece at a time, so a gzip bomb stops at the limit
 
 
 class OtlpError(ValueError):
@@ -39,7 +37,7 @@ class OtlpError(ValueError):
 
 
 class TooLarge(OtlpError):
-    """A body (or what it inflates to) larger than the receiver takes."""
+    """A body with more spans than the receiver takes."""
 
 
 @dataclass(frozen=True)
@@ -55,34 +53,6 @@ def media_type(content_type: str | None) -> str | None:
     """``application/x-protobuf`` or ``application/json`` (parameters ignored), else None."""
     kind = (content_type or "").split(";", 1)[0].strip().lower()
     return kind if kind in (PROTOBUF, JSON) else None
-
-
-def inflate(body: bytes, encoding: str | None, limit: int) -> bytes:
-    """The body without its ``Content-Encoding`` (none, gzip or deflate), at most ``limit``
-    bytes inflated; raises :class:`TooLarge` past it and :class:`OtlpError` when corrupt."""
-    name = (encoding or "identity").strip().lower()
-    if name in ("", "identity"):
-        return body
-    wbits = {"gzip": 31, "x-gzip": 31, "deflate": 15}.get(name)
-    if wbits is None:
-        raise OtlpError(f"Content-Encoding {encoding!r} is not gzip, deflate or identity")
-    inflater = zlib.decompressobj(wbits)
-    out = bytearray()
-    try:
-        data = body
-        while data:
-            out += inflater.decompress(data, _PIECE)
-            if len(out) > limit:
-                raise TooLarge(f"the body inflates to more than {limit} bytes")
-            data = inflater.unconsumed_tail
-        out += inflater.flush()
-    except zlib.error as err:
-        raise OtlpError(f"the {name} body is corrupt: {err}") from err
-    if len(out) > limit:
-        raise TooLarge(f"the body inflates to more than {limit} bytes")
-    if not inflater.eof:
-        raise OtlpError(f"the {name} body is cut off")
-    return bytes(out)
 
 
 def decode(body: bytes, content_type: str, limits: Limits | None = None) -> list[dict[str, Any]]:

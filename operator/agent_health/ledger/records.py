@@ -78,7 +78,7 @@ class _Record(BaseModel):
     LATE_FIELDS: ClassVar[frozenset[str]] = frozenset()
     """Fields added later: written only when set (see the module docstring)."""
 
-    version: Literal[1, 2, 3] = BASE_VERSION
+    version: Literal[1, 2] = BASE_VERSION
     seq: int = Field(default=0, ge=0, description="0-based position in the cell; set by Writer")
     time: datetime = Field(default_factory=_now)
     mac: str = Field(default="", description="HMAC chain link; empty until sealed by Writer")
@@ -178,7 +178,7 @@ class SpansRecord(_Record):
     trace id); the request's others are counted in ``rejected``, never kept."""
 
     kind: Literal["spans"] = "spans"
-    version: Literal[3] = SPANS_VERSION
+    version: Literal[3] = SPANS_VERSION  # type: ignore[assignment]
     principal: str = Field(description="who sent them (the target, unless a token says else)")
     evidence: str = Field(default="none", description="id of the caller's token, or none")
     run_id: str
