@@ -54,6 +54,7 @@ from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
 from agent_health.sdk.results import RunResult, TestResult
+from agent_health.traces import errors as traces_errors
 
 if TYPE_CHECKING:
     from agent_health.otel import export as otel_export
@@ -162,6 +163,7 @@ class GatewayRecords:
     ) -> None:
         self._client = client
         self._url = admin.rstrip("/") + "/ledger/records"
+        self._spans_url = admin.rstrip("/") + "/otlp/spans"
         self._where = self._url + (f" (through {socket})" if socket else "")
         self._headers = {TOKEN_HEADER: token} if token else {}
 
@@ -186,6 +188,27 @@ class GatewayRecords:
                 f"the gateway refused the controller's records (HTTP {response.status_code}): "
                 f"{response.text[:300]}"
             )
+
+    async def spans(self, run_id: str) -> Mapping[str, Any] | None:
+        """What the gateway's OTLP receiver kept for ``run_id`` (``result.traces``, source
+        ``otel``); ``None`` when it receives none (409: no ``--otlp-listen``)."""
+        try:
+            response = await self._client.get(
+                self._spans_url, params={"run_id": run_id}, headers=self._headers
+            )
+        except httpx.HTTPError as err:
+            raise traces_errors.TracesBackendError(
+                f"cannot reach the gateway's OTLP receiver at {self._where}: {err}"
+            ) from err
+        if response.status_code == 409:
+            return None
+        if not response.is_success:
+            raise traces_errors.TracesBackendError(
+                f"the gateway answered {response.status_code} for the spans of run {run_id}: "
+                f"{response.text[:300]}"
+            )
+        report: Mapping[str, Any] = response.json()
+        return report
 
 
 def find(suite: loader.Suite, test_id: str) -> Any:
@@ -282,6 +305,7 @@ async def _run(
             timeout=settings.timeout,
             config=config,
             ledger=ledger,
+            read_spans=ledger.spans if ledger is not None else None,
             # Insights ask the judge service's model (through its cache), as judge() does.
             insights_llm=getattr(judge, "ask", None),
             lane=settings.matrix_agent,

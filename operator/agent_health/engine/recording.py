@@ -2,7 +2,8 @@
 
 The cells have the shape a cluster's have (:mod:`agent_health.ledger`)::
 
-    cell-meta, exchange… (what the connector sent and got), run-result, signal…, cell-end
+    cell-meta, exchange… (what the connector sent and got), spans… (what the agent exported
+    to the run's OTLP receiver), run-result, signal…, cell-end
 
 but cost the run almost nothing. The built-in HTTP connectors tell :meth:`LocalLedger.observe`
 about each exchange as it ends — also when the test's timeout cancels it, so a hanging agent
@@ -35,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic_core import to_jsonable_python
 
@@ -44,6 +46,9 @@ from agent_health.ledger import chain, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
+
+if TYPE_CHECKING:
+    from agent_health.ledger import records as ledger_records
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
@@ -120,9 +125,11 @@ class _Cell:
     info: ctx_mod.TestInfo
     began: float  # epoch seconds
     seen: list[wire.Observation] = field(default_factory=list)
+    spans: list[objects.Object] = field(default_factory=list)
+    """``spans`` records of what the run's OTLP receiver kept (:mod:`.receiver`)."""
 
     def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
-        """cell-meta, an exchange for each observation, then what ``then`` makes."""
+        """cell-meta, an exchange for each observation, the spans, then what ``then`` makes."""
         info = self.info
         meta = objects.cell_meta(
             at=runrecord.stamp(self.began),
@@ -131,7 +138,8 @@ class _Cell:
             run_id=info.run_id,
             agent=info.agent,
         )
-        return [meta, *(runrecord.exchange_record(seen) for seen in self.seen), *then()]
+        exchanges = (runrecord.exchange_record(seen) for seen in self.seen)
+        return [meta, *exchanges, *self.spans, *then()]
 
 
 class LocalLedger:
@@ -210,6 +218,17 @@ class LocalLedger:
             return
         cell.seen.append(seen)
 
+    def note_spans(self, spans: ledger_records.SpansRecord) -> None:
+        """The OTLP receiver's observer: spans it kept for a run (sealed with its cell)."""
+        cell = self._open.get(spans.run_id)
+        if cell is None:
+            self.unrouted += 1
+            log.warning("spans of run %s belong to no test in flight; not recorded", spans.run_id)
+            return
+        from agent_health.ledger import records  # loaded once a span has come
+
+        cell.spans.append(records.to_object(spans, with_mac=False))
+
     async def begin(self, info: ctx_mod.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
@@ -252,7 +271,7 @@ class LocalLedger:
             if self._runfile is not None:
                 # Made and sealed in the run file's writer thread, off the event loop: what
                 # is left of recording a cell here is handing it over.
-                made = 1 + len(cell.seen) + count
+                made = 1 + len(cell.seen) + len(cell.spans) + count
                 self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
                 await self._runfile.room()
             elif self._backend is not None:

@@ -38,7 +38,7 @@ async def execute(
     import os
 
     from agent_health import connectors
-    from agent_health.engine import agent_process, recording, runner, session
+    from agent_health.engine import agent_process, receiver, recording, runner, session
     from agent_health.engine.reporters import terminal
     from agent_health.sdk.judges import NO_JUDGE_HINT
 
@@ -54,6 +54,15 @@ async def execute(
             recorded = await stack.enter_async_context(recording.LocalLedger(url))
         names: list[str | None] = [name for name, _ in lanes]
         callers: list[Any] = []
+        spans = None
+        started = any(spec.command and spec.connector != "subprocess" for _, spec in lanes)
+        if replayed is None and receiver.wanted(config.traces.otlp, started):
+            # The agents it starts export their OTel spans to it (OTEL_EXPORTER_OTLP_ENDPOINT).
+            spans = await stack.enter_async_context(
+                receiver.LocalReceiver(
+                    config.traces.otlp, recorded.note_spans if recorded is not None else None
+                )
+            )
         if replayed is not None:  # the agent is neither started nor called
             from agent_health.engine import replay
 
@@ -61,11 +70,12 @@ async def execute(
             names = list(replayed.agents) or [None]
             callers = [replay.Replayer(replayed)] * len(names)
         for _, spec in lanes:  # none for a replay
-            live_spec = await stack.enter_async_context(agent_process.serving(spec))
+            told = spans.env if spans is not None else None
+            live_spec = await stack.enter_async_context(agent_process.serving(spec, told))
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
-            callers.append(connector.run)
+            callers.append(spans.expecting(connector.run) if spans is not None else connector.run)
         backend = None
         skip_simulate = getattr(args, "no_simulate", False) or os.environ.get(
             "AGENT_HEALTH_SKIP_SIMULATE", ""
@@ -89,6 +99,7 @@ async def execute(
             config=config,
             agent_name=config.agent_name(names[0] if names else None),
             ledger=recorded,
+            read_spans=spans.read if spans is not None else None,
             insights_llm=(
                 backend.ask if backend is not None and backend.provider and not skip_judge else None
             ),

@@ -53,6 +53,11 @@ def peer_container_name(peer: str) -> str:
     return manifests.fit(f"peer-{peer}", manifests.DNS_LABEL_MAX)
 
 
+OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+"""Where the target's OpenTelemetry SDK exports: the gateway's OTLP receiver, which joins
+the spans to the cell's run (docs/agent-protocol.md)."""
+
+
 def peer_url_env(peer: str) -> str:
     """The variable giving the target a peer's URL: ``AGENT_HEALTH_PEER_<NAME>_URL``."""
     return f"AGENT_HEALTH_PEER_{peer.upper().replace('-', '_')}_URL"
@@ -147,6 +152,7 @@ def cell_pod(
             ledger=_ledger_url(spec, settings),
             scratch=scratch[cellgateway.NAME],
             settings=settings,
+            otlp=plan.otlp,
         ),
     ]
     for peer, container_name in zip(spec.spec.peers, peers, strict=True):
@@ -320,7 +326,8 @@ def otlp_env(spec: runspec.RunSpec, settings: manifests.Settings) -> list[dict[s
 
 
 def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:
-    """The target's env, every literal URL of a peer pointed at that peer's listener."""
+    """The target's env, every literal URL of a peer pointed at that peer's listener, and
+    where to export its OTel spans (the gateway's receiver) unless the RunSpec says where."""
     out = []
     for var in (m.wire() for m in spec.spec.target.env):
         value = var.get("value")
@@ -331,10 +338,13 @@ def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str
                 value = re.sub(pattern, f"://127.0.0.1:{plan.peers[peer.name]}", value)
             var = {**var, "value": value}
         out.append(var)
-    return out + [
+    out += [
         {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}"}
         for p in spec.spec.peers
     ]
+    if not any(var.get("name") == OTLP_ENDPOINT_ENV for var in out):
+        out.append({"name": OTLP_ENDPOINT_ENV, "value": f"http://127.0.0.1:{plan.otlp}"})
+    return out
 
 
 def _sidecar(

@@ -1,0 +1,99 @@
+"""A local run's OTLP receiver: the spans of agents it starts, joined to their runs.
+
+When a run starts its agent (``command`` in the agent's config), it listens for OTLP/HTTP on
+a free port of 127.0.0.1 and tells the agent in ``OTEL_EXPORTER_OTLP_ENDPOINT``; with
+``traces={"otlp": {"listen": "HOST:PORT"}}`` it listens there for any agent. It is the
+gateway's receiver (:mod:`agent_health.gateway.otlp`: the same bounds, answers and counts),
+and, as a cell's gateway learns a run's trace from the controller's call, the engine tells
+it each run's trace id just before it calls the agent (:meth:`LocalReceiver.expecting`).
+The spans it keeps are ``result.traces`` of their run (source ``otel``) and are sealed into
+the run's ledger cell with its exchanges.
+
+Nothing of this is imported by a run that does not turn it on: the server side of aiohttp
+and the gateway package load here, and the protobuf decoder only when a protobuf body comes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agent_health.connectors.protocol import AgentReply, AgentRequest
+from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import errors
+from agent_health.traces import records, settings
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from agent_health.gateway import otlp
+    from agent_health.ledger.records import SpansRecord
+
+
+class LocalReceiver:
+    """The OTLP/HTTP listener of one local run (an async context manager)."""
+
+    def __init__(
+        self, cfg: settings.OtlpSettings, on_kept: Callable[[SpansRecord], None] | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.on_kept = on_kept
+        self.url: str | None = None
+        self.collector: otlp.Collector | None = None
+        self._runner: web.ServerRunner | None = None
+
+    async def __aenter__(self) -> LocalReceiver:
+        from aiohttp import web
+
+        from agent_health.gateway import otlp
+
+        self.collector = otlp.Collector(
+            otlp.Limits(max_body_bytes=self.cfg.max_body_bytes, max_spans=self.cfg.max_spans),
+            on_kept=self.on_kept,
+        )
+        host, _, port = (self.cfg.listen or "127.0.0.1:0").rpartition(":")
+        runner = web.ServerRunner(web.Server(otlp.Receiver(self.collector)), shutdown_timeout=1)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, int(port)).start()
+        except OSError as err:
+            await runner.cleanup()
+            raise errors.ConfigError(
+                f"traces.otlp: cannot listen on {host}:{port}: {err.strerror or err}"
+            ) from err
+        self._runner = runner
+        bound: Any = runner.addresses[0]
+        self.url = f"http://{host}:{bound[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the agent is told: where to export (its SDK appends ``/v1/traces``)."""
+        return {"OTEL_EXPORTER_OTLP_ENDPOINT": self.url} if self.url else {}
+
+    def expecting(self, call: ctx_mod.AgentCaller) -> ctx_mod.AgentCaller:
+        """``call``, telling the receiver each run's trace id before the agent is sent it."""
+
+        async def expect_then_call(request: AgentRequest) -> AgentReply:
+            if self.collector is not None:
+                self.collector.expect(request.run_id, records.trace_id_of(request.traceparent))
+            return await call(request)
+
+        return expect_then_call
+
+    async def read(self, run_id: str) -> Mapping[str, Any] | None:
+        """The receiver's report of ``run_id`` (a ``traces.received.SpansReader``)."""
+        return self.collector.report(run_id) if self.collector is not None else None
+
+    def summary(self) -> dict[str, Any]:
+        return self.collector.summary()["otlp"] if self.collector is not None else {}
+
+
+def wanted(cfg: settings.OtlpSettings, started: bool) -> bool:
+    """Whether a local run listens: on for an agent it starts, or at a fixed address."""
+    return cfg.enabled and (started or cfg.listen is not None)
