@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 
@@ -51,31 +52,35 @@ def _chat(tracer: trace.Tracer, prompt: str, answer: str) -> None:
         span.set_attribute("gen_ai.usage.output_tokens", len(answer.split()))
 
 
-def _tool(tracer: trace.Tracer, name: str, found: object, ok: bool) -> None:
+def _tool(tracer: trace.Tracer, name: str, args: dict[str, str], found: object) -> None:
     with tracer.start_as_current_span(f"execute_tool {name}") as span:
         span.set_attribute(OPERATION, "execute_tool")
         span.set_attribute("gen_ai.tool.name", name)
-        if not ok:
-            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{name}: {found}"))
+        span.set_attribute("gen_ai.tool.call.arguments", json.dumps(args))
+        span.set_attribute("gen_ai.tool.call.result", json.dumps(found))
 
 
 def triage(tracer: trace.Tracer, prompt: str) -> str:
-    """Diagnose from the bundled incident data, one span per step."""
+    """Diagnose from the bundled incident data: a model turn before each tool call and one
+    for the answer, each a span."""
     lowered = prompt.lower()
     service = next((s for s in triage_agent.SERVICES if s in lowered), None)
-    _chat(tracer, prompt, f"search the logs of {service}")
     if service is None:
-        return "I could not tell which service you mean."
+        answer = "I could not tell which service you mean."
+        _chat(tracer, prompt, answer)
+        return answer
+    _chat(tracer, prompt, f"search the logs of {service}")
     lines = [e["message"] for e in triage_agent.LOGS[service] if e["level"] == "error"]
-    _tool(tracer, "search_logs", lines, ok=True)
+    _tool(tracer, "search_logs", {"service": service, "level": "error"}, lines)
     cause = "shows no errors"
     for pattern, template in triage_agent.DIAGNOSES:
         match = next((m for line in lines if (m := re.search(pattern, line))), None)
         if match:
             cause = template.format(*match.groups())
             if match.groups():
+                _chat(tracer, " ".join(lines), f"check the status of {match.group(1)}")
                 status = triage_agent.STATUS.get(match.group(1), "unknown")
-                _tool(tracer, "service_status", status, ok=True)
+                _tool(tracer, "service_status", {"name": match.group(1)}, {"status": status})
                 cause += f" (status: {status})"
             break
     answer = f"Root cause: the {service}-service {cause}."

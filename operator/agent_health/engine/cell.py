@@ -47,7 +47,7 @@ import httpx
 
 from agent_health import connectors
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.engine import discovery, loader, recording, runner, visible
+from agent_health.engine import discovery, loader, receiver, recording, runner, visible
 from agent_health.ledger import objects
 from agent_health.otel import settings as otel_settings
 from agent_health.sdk import config as config_mod
@@ -297,8 +297,11 @@ async def _run(
 ) -> tuple[int, TestResult | None]:
     export = _export(settings)
     async with _judge(settings, config) as judge:
+        call: ctx_mod.AgentCaller = connector.run
+        if ledger is not None:  # the gateway's OTLP receiver: spans fill what a reply left out
+            call = receiver.joined(call, ledger.spans)
         env = runner.RunEnv(
-            agent_caller=connector.run,
+            agent_caller=call,
             judge_backend=judge,
             skip_judge=settings.skip_judge or settings.judge_url is None,
             skip_simulate=settings.skip_simulate,

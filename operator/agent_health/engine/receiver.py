@@ -6,8 +6,9 @@ a free port of 127.0.0.1 and tells the agent in ``OTEL_EXPORTER_OTLP_ENDPOINT``;
 gateway's receiver (:mod:`agent_health.gateway.otlp`: the same bounds, answers and counts),
 and, as a cell's gateway learns a run's trace from the controller's call, the engine tells
 it each run's trace id just before it calls the agent (:meth:`LocalReceiver.expecting`).
-The spans it keeps are ``result.traces`` of their run (source ``otel``) and are sealed into
-the run's ledger cell with its exchanges.
+The spans it keeps are ``result.traces`` of their run (source ``otel``), fill in what the
+agent's reply left unreported (its trajectory, its token usage: :func:`joined`) and are
+sealed into the run's ledger cell with its exchanges.
 
 Nothing of this is imported by a run that does not turn it on: the server side of aiohttp
 and the gateway package load here, and the protobuf decoder only when a protobuf body comes.
@@ -15,12 +16,13 @@ and the gateway package load here, and the protobuf decoder only when a protobuf
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
+from agent_health.traces import errors as traces_errors
 from agent_health.traces import records, settings
 
 if TYPE_CHECKING:
@@ -77,14 +79,14 @@ class LocalReceiver:
         return {"OTEL_EXPORTER_OTLP_ENDPOINT": self.url} if self.url else {}
 
     def expecting(self, call: ctx_mod.AgentCaller) -> ctx_mod.AgentCaller:
-        """``call``, telling the receiver each run's trace id before the agent is sent it."""
+        """``call``, telling the receiver each run's trace id before the agent is sent it,
+        and filling what the reply left unreported from the spans (:func:`joined`)."""
 
-        async def expect_then_call(request: AgentRequest) -> AgentReply:
+        def expect(request: AgentRequest) -> None:
             if self.collector is not None:
                 self.collector.expect(request.run_id, records.trace_id_of(request.traceparent))
-            return await call(request)
 
-        return expect_then_call
+        return joined(call, self.read, expect)
 
     async def read(self, run_id: str) -> Mapping[str, Any] | None:
         """The receiver's report of ``run_id`` (a ``traces.received.SpansReader``)."""
@@ -92,6 +94,35 @@ class LocalReceiver:
 
     def summary(self) -> dict[str, Any]:
         return self.collector.summary()["otlp"] if self.collector is not None else {}
+
+
+def joined(
+    call: ctx_mod.AgentCaller,
+    read: Callable[[str], Awaitable[Mapping[str, Any] | None]],
+    before: Callable[[AgentRequest], None] | None = None,
+) -> ctx_mod.AgentCaller:
+    """``call``, whose replies get what they left unreported (trajectory, token usage) from
+    the spans of their run that ``read`` has by the time the agent answered
+    (:mod:`agent_health.traces.fromspans`); ``before`` runs before each call."""
+
+    async def call_then_fill(request: AgentRequest) -> AgentReply:
+        if before is not None:
+            before(request)
+        reply = await call(request)
+        if not reply.unreported:
+            return reply
+        try:
+            report = await read(request.run_id)
+        except traces_errors.TracesError:
+            return reply  # the reply stands as the agent sent it; traces say why on reading
+        found = (report or {}).get("spans") or ()
+        if not found:
+            return reply
+        from agent_health.traces import fromspans, received
+
+        return fromspans.fill(reply, [received.to_span(s) for s in found])
+
+    return call_then_fill
 
 
 def wanted(cfg: settings.OtlpSettings, started: bool) -> bool:

@@ -30,12 +30,16 @@ from agent_health.traces import errors, records
 SpansReader = Callable[[str], Awaitable[Mapping[str, Any] | None]]
 """The receiver's report of one run id (see the module docstring), ``None``: no receiver."""
 NAME = "otel"
+STATUS_MESSAGE = "otel.status_description"
 
 
 def to_span(data: Mapping[str, Any]) -> records.Span:
     """A span object of the receiver as a :class:`~records.Span` (epoch milliseconds)."""
     start, end = data.get("start_ns") or 0, data.get("end_ns") or 0
     status = data.get("status")
+    attributes = dict(data.get("attributes") or {})
+    if data.get("status_message"):  # as OTel names it where a backend has no status field
+        attributes.setdefault(STATUS_MESSAGE, data["status_message"])
     return records.Span(
         trace_id=str(data["trace_id"]),
         span_id=str(data["span_id"]),
@@ -44,7 +48,7 @@ def to_span(data: Mapping[str, Any]) -> records.Span:
         start_ms=start / 1e6 if start else None,
         end_ms=end / 1e6 if end else None,
         status=status if status in ("ok", "error") else "unset",
-        attributes=dict(data.get("attributes") or {}),
+        attributes=attributes,
         service=data.get("service"),
     )
 
