@@ -102,8 +102,10 @@ async def test_protobuf_spans_of_the_runs_trace_are_kept_served_and_sealed(
     assert chat["start_ns"] == spans[1].start_ns
     sealed = _spans_records(tmp_path)
     assert len(sealed) == 1
-    assert sealed[0].principal == "target" and sealed[0].evidence == "none"
-    assert sealed[0].run_id == RUN_ID and sealed[0].trace_id == trace_id
+    assert sealed[0].principal == "target"
+    assert sealed[0].evidence == "none"
+    assert sealed[0].run_id == RUN_ID
+    assert sealed[0].trace_id == trace_id
     assert [s["span_id"] for s in sealed[0].spans] == [s.span_id for s in spans]
     lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
     assert chain.verify(lines, KEY, complete=False).ok
@@ -117,7 +119,8 @@ async def test_json_spans_with_hex_ids_are_kept_like_protobuf(
     async with _gateway(tmp_path, upstream) as gw, aiohttp.ClientSession() as client:
         await _run(client, gw, parent)
         status, body = await _export(client, gw, json_body(*spans), JSON)
-        assert status == 200 and json.loads(body) == {}
+        assert status == 200
+        assert json.loads(body) == {}
         kept = await _kept(client, gw)
     assert [s["span_id"] for s in kept["spans"]] == [s.span_id for s in spans]
     assert kept["spans"][1]["attributes"]["gen_ai.usage.output_tokens"] == 30
@@ -183,18 +186,20 @@ async def test_other_media_types_paths_and_methods_are_refused_and_counted(
 async def test_an_oversized_export_is_refused_413_unread_and_a_gzip_bomb_too(
     tmp_path: Path, upstream: str
 ) -> None:
-    parent, trace_id = traceparent()
+    parent, _trace_id = traceparent()
     async with (
         _gateway(tmp_path, upstream, otlp_max_bytes=64 * 1024) as gw,
         aiohttp.ClientSession() as client,
     ):
         await _run(client, gw, parent)
         status, answer = await _export(client, gw, b"{" + b" " * 200_000 + b"}", JSON)
-        assert status == 413 and b"more than 65536 bytes" in answer
+        assert status == 413
+        assert b"more than 65536 bytes" in answer
         bomb = gzip.compress(b"{" + b" " * 10_000_000 + b"}")
         assert len(bomb) < 64 * 1024
         status, answer = await _export(client, gw, bomb, {**JSON, "Content-Encoding": "gzip"})
-        assert status == 413 and b"more than 65536 bytes once inflated" in answer
+        assert status == 413
+        assert b"more than 65536 bytes once inflated" in answer
         assert (await _health(client, gw))["refused"] == {"413": 2}
         assert (await _kept(client, gw))["spans"] == []
     assert _spans_records(tmp_path) == []
@@ -228,7 +233,8 @@ async def test_spans_of_another_runs_trace_are_rejected_not_attached(
     assert kept["rejected"] == 1  # the span in this run's trace that named another run
     assert health["spans_rejected"] == 4
     sealed = _spans_records(tmp_path)
-    assert len(sealed) == 1 and sealed[0].rejected == 1
+    assert len(sealed) == 1
+    assert sealed[0].rejected == 1
     assert all(s["trace_id"] == trace_id for s in sealed[0].spans)
 
 
@@ -255,20 +261,24 @@ async def test_a_run_keeps_at_most_its_cap_of_spans_and_counts_the_rest(
         aiohttp.ClientSession() as client,
     ):
         await _run(client, gw, parent)
-        status, answer = await _export(client, gw, json_body(*agent_trace(trace_id)), JSON)
+        _, answer = await _export(client, gw, json_body(*agent_trace(trace_id)), JSON)
         assert json.loads(answer)["partialSuccess"]["rejectedSpans"] == "1"
-        status, answer = await _export(client, gw, json_body(*agent_trace(trace_id)), JSON)
+        _, answer = await _export(client, gw, json_body(*agent_trace(trace_id)), JSON)
         assert json.loads(answer)["partialSuccess"]["rejectedSpans"] == "3"
         kept = await _kept(client, gw)
         assert (await _health(client, gw))["spans_dropped"] == 4
-    assert len(kept["spans"]) == 2 and kept["dropped"] == 4
+    assert len(kept["spans"]) == 2
+    assert kept["dropped"] == 4
     assert [r.dropped for r in _spans_records(tmp_path)] == [1, 3]
 
 
 async def test_only_the_controller_reads_the_runs_spans(tmp_path: Path, upstream: str) -> None:
-    async with _gateway(tmp_path, upstream) as gw, aiohttp.ClientSession() as client:
-        async with client.get(f"{gw.admin_url}/otlp/spans?run_id={RUN_ID}") as r:
-            assert r.status == 403
+    async with (
+        _gateway(tmp_path, upstream) as gw,
+        aiohttp.ClientSession() as client,
+        client.get(f"{gw.admin_url}/otlp/spans?run_id={RUN_ID}") as r,
+    ):
+        assert r.status == 403
 
 
 async def test_without_otlp_listen_there_is_no_receiver(tmp_path: Path, upstream: str) -> None:

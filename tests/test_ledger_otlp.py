@@ -51,16 +51,18 @@ def test_json_takes_base64_ids_numbers_for_integers_and_nested_values() -> None:
             {
                 "key": "map",
                 "value": {"kvlistValue": {"values": [{"key": "a", "value": {"boolValue": True}}]}},
-            },  # fmt: skip
+            },
         ],
     }
     body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
     [got] = otlp.decode(body, otlp.JSON)
     assert got["trace_id"] == trace_id
     assert (got["start_ns"], got["end_ns"]) == (5, 7)
-    assert got["status"] == "error" and got["status_message"] == "boom"
+    assert got["status"] == "error"
+    assert got["status_message"] == "boom"
     assert got["attributes"] == {"list": [1], "map": {"a": True}}
-    assert got["service"] is None and got["parent_span_id"] is None
+    assert got["service"] is None
+    assert got["parent_span_id"] is None
 
 
 def test_values_past_the_limits_are_cut_and_the_span_says_so() -> None:
@@ -86,7 +88,7 @@ def test_more_spans_than_a_body_may_hold_is_too_large() -> None:
             b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "00f067aa0ba902b7"}]}]}]}',
             otlp.JSON,
             "traceId is missing",
-        ),  # fmt: skip
+        ),
         (json_body(FakeSpan("x", "ab" * 16, span_id="12")), otlp.JSON, "spanId '12'"),
         (b"\x0a\x05\x12\x03\x12\x01\x0a", otlp.PROTOBUF, "not a protobuf"),
     ],
@@ -142,7 +144,8 @@ def test_a_spans_record_is_version_3_and_round_trips_through_a_sealed_chain() ->
     lines = [sealer.line_of(records.to_object(r, with_mac=False)) for r in (meta, spans, end)]
     assert chain.verify(lines, b"k" * 32, complete=True).ok
     back = records.parse_lines(lines)[1]
-    assert isinstance(back, records.SpansRecord) and back.spans == spans.spans
+    assert isinstance(back, records.SpansRecord)
+    assert back.spans == spans.spans
 
 
 def test_a_spans_record_at_an_older_version_or_from_no_principal_is_refused() -> None:
