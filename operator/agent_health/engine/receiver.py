@@ -123,8 +123,3 @@ def joined(
         return fromspans.fill(reply, [received.to_span(s) for s in found])
 
     return call_then_fill
-
-
-def wanted(cfg: settings.OtlpSettings, started: bool) -> bool:
-    """Whether a local run listens: on for an agent it starts, or at a fixed address."""
-    return cfg.enabled and (started or cfg.listen is not None)

@@ -77,6 +77,10 @@ class OtlpSettings(BaseModel):
     max_spans: int = Field(default=2000, ge=1, description="spans kept per run")
     wait_seconds: float = Field(default=5.0, ge=0, description="how long a read waits for spans")
 
+    def wanted(self, started: bool) -> bool:
+        """Whether a local run listens: for an agent it starts, or at a fixed address."""
+        return self.enabled and (started or self.listen is not None)
+
 
 class TracesSettings(BaseModel):
     """Which agents have traces, where extra spans come from, and the price table."""

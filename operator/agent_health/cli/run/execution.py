@@ -38,7 +38,7 @@ async def execute(
     import os
 
     from agent_health import connectors
-    from agent_health.engine import agent_process, receiver, recording, runner, session
+    from agent_health.engine import agent_process, recording, runner, session
     from agent_health.engine.reporters import terminal
     from agent_health.sdk.judges import NO_JUDGE_HINT
 
@@ -56,8 +56,10 @@ async def execute(
         callers: list[Any] = []
         spans = None
         started = any(spec.command and spec.connector != "subprocess" for _, spec in lanes)
-        if replayed is None and receiver.wanted(config.traces.otlp, started):
+        if replayed is None and config.traces.otlp.wanted(started):
             # The agents it starts export their OTel spans to it (OTEL_EXPORTER_OTLP_ENDPOINT).
+            from agent_health.engine import receiver
+
             spans = await stack.enter_async_context(
                 receiver.LocalReceiver(
                     config.traces.otlp, recorded.note_spans if recorded is not None else None
