@@ -59,7 +59,10 @@ async def none(agent, expect):
 """
 
 
-def _run(tmp_path: Path, suite: str, *, extra: tuple[str, ...] = (), traces: str = "{}") -> str:
+def _run(
+    tmp_path: Path, suite: str, *, extra: tuple[str, ...] = (), traces: str = "{}"
+) -> tuple[str, str]:
+    """Run ``suite`` through the CLI; the run's ledger file and what it printed."""
     (tmp_path / "agent-health.config.py").write_text(
         CONFIG.format(agent=str(AGENT), extra=list(extra), traces=traces)
     )
@@ -71,14 +74,16 @@ def _run(tmp_path: Path, suite: str, *, extra: tuple[str, ...] = (), traces: str
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return (tmp_path / "ledger" / "run.jsonl").read_text()
+    return (tmp_path / "ledger" / "run.jsonl").read_text(), proc.stdout
 
 
 @pytest.mark.slow
 def test_an_agent_it_starts_exports_to_it_and_only_its_own_traces_spans_join(
     tmp_path: Path,
 ) -> None:
-    ledger = _run(tmp_path, OWN_SPANS)
+    ledger, printed = _run(tmp_path, OWN_SPANS)
+    # Never silent: the run says what the receiver did not keep, and why.
+    assert "the OTLP receiver kept none of 2 spans of traces no test sent" in printed
     sealed = [json.loads(line)["record"] for line in ledger.splitlines() if '"spans"' in line]
     assert len(sealed) == 1
     assert sorted(s["name"] for s in sealed[0]["spans"]) == ["chat m", "invoke_agent json"]
@@ -88,12 +93,13 @@ def test_an_agent_it_starts_exports_to_it_and_only_its_own_traces_spans_join(
 @pytest.mark.slow
 def test_an_agent_that_exports_nothing_keeps_its_trajectory_as_its_trace(tmp_path: Path) -> None:
     suite = NO_SPANS.replace("{told}", "^http://127")
-    ledger = _run(tmp_path, suite, extra=("--quiet",))
+    ledger, printed = _run(tmp_path, suite, extra=("--quiet",))
+    assert "OTLP" not in printed
     assert '"kind":"spans"' not in ledger
 
 
 @pytest.mark.slow
 def test_the_receiver_can_be_turned_off(tmp_path: Path) -> None:
     suite = NO_SPANS.replace("{told}", "^None$")
-    ledger = _run(tmp_path, suite, traces='{"otlp": {"enabled": False}}')
+    ledger, _ = _run(tmp_path, suite, traces='{"otlp": {"enabled": False}}')
     assert '"kind":"spans"' not in ledger

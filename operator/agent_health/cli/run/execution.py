@@ -136,6 +136,8 @@ async def execute(
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
+    if spans is not None:
+        hints.extend(_otlp_hints(spans.summary()))
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(NO_JUDGE_HINT)
     reason = getattr(getattr(backend, "provider", None), "reason", None)
@@ -166,3 +168,27 @@ def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
 
 def _judge_was_skipped(outcome: session.Outcome) -> bool:
     return any(s.kind == "judge" and s.passed is None for r in outcome.results for s in r.signals)
+
+
+def _otlp_hints(counts: dict[str, Any]) -> list[str]:
+    """What the OTLP receiver did not take, for the run's closing lines (never silent)."""
+    hints = []
+    refused = counts.get("refused") or {}
+    if refused:
+        by_status = ", ".join(f"{n}× {status}" for status, n in refused.items())
+        hints.append(
+            f"the OTLP receiver refused {sum(refused.values())} span exports ({by_status}); "
+            f"last: {counts.get('last_refusal')}"
+        )
+    if counts.get("spans_rejected"):
+        hints.append(
+            f"the OTLP receiver kept none of {counts['spans_rejected']} spans of traces no "
+            "test sent (or naming another run): make the agent's spans children of the "
+            "traceparent it is sent"
+        )
+    if counts.get("spans_dropped"):
+        hints.append(
+            f"the OTLP receiver dropped {counts['spans_dropped']} spans past "
+            "traces.otlp.max_spans per run"
+        )
+    return hints
