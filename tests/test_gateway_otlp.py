@@ -3,9 +3,11 @@ run whose trace the controller's call carried; malformed, oversized and foreign 
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import aiohttp
 import pytest
 from agent_health import gateway
 from agent_health.gateway import config
+from agent_health.gateway import otlp as otlp_receiver
 from agent_health.ledger import chain, filestore, records
+from agent_health.ledger import otlp as ledger_otlp
 from gateway_support import (
     CELL,
     CONTROLLER_TOKEN,
@@ -292,3 +296,55 @@ async def test_without_otlp_listen_there_is_no_receiver(tmp_path: Path, upstream
                 assert r.status == 409
                 health = await (await client.get(f"{gw.admin_url}/healthz")).json()
     assert "otlp" not in health
+
+
+async def test_an_export_while_four_are_being_read_is_answered_503_to_retry(
+    tmp_path: Path, upstream: str
+) -> None:
+    """The target cannot hold the gateway's memory with many slow bodies: four at a time."""
+    async with _gateway(tmp_path, upstream) as gw, aiohttp.ClientSession() as client:
+        assert gw.otlp_url is not None
+        host, port = gw.otlp_url.removeprefix("http://").split(":")
+        slow = []
+        for _ in range(4):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            head = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            writer.write(f"{head}Content-Length: 1000\r\n\r\n{{".encode())
+            await writer.drain()
+            slow.append((reader, writer))
+        await _until(client, gw, lambda reading: reading == 4)
+        status, answer = await _export(client, gw, b"{}", JSON)
+        assert status == 503
+        assert b"4 exports are being read" in answer
+        for _, writer in slow:
+            writer.close()
+        await _until(client, gw, lambda reading: reading == 0)
+        status, _ = await _export(client, gw, b"{}", JSON)
+        assert status == 200
+        assert (await _health(client, gw))["refused"]["503"] == 1
+
+
+async def _until(
+    client: aiohttp.ClientSession, gw: gateway.Gateway, ok: Callable[[int], bool]
+) -> None:
+    """Until ``ok`` holds for the exports being read (pytest's timeout bounds it)."""
+    for _ in itertools.count():
+        if ok((await _health(client, gw))["reading"]):
+            return
+        await asyncio.sleep(0.01)
+
+
+def test_a_run_takes_spans_from_at_most_its_bytes_of_exports() -> None:
+    _, trace_id = traceparent()
+    body = json_body(*agent_trace(trace_id))
+    cap = len(body) + 100
+    collector = otlp_receiver.Collector(otlp_receiver.Limits(max_run_bytes=cap))
+    collector.expect(RUN_ID, trace_id)
+    spans = ledger_otlp.decode(body, ledger_otlp.JSON)
+    args = {"principal": "target", "evidence": "none", "content_type": ledger_otlp.JSON}
+    assert collector.receive(spans, body=body, **args) == (0, "")
+    rejected, why = collector.receive(spans, body=body, **args)
+    assert rejected == 3
+    assert f"past the run's cap of {cap} bytes of exports" in why
+    assert len(collector.spans(RUN_ID)) == 3
+    assert collector.report(RUN_ID)["dropped"] == 3

@@ -11,9 +11,11 @@ counted, and the answer says so in its ``partial_success`` (HTTP 200, as OTLP as
 
 Bad input never reaches a run: a body over ``max_body_bytes`` (before or after inflating) is
 answered 413 without being read further, one that is not OTLP 400, another media type 415,
-another path 404 and another method 405, each counted in :meth:`Collector.summary` (the
-gateway's ``/healthz``). A run keeps at most ``max_spans`` spans; later ones are dropped and
-counted. What is kept goes, one :class:`~agent_health.ledger.records.SpansRecord` per
+another path 404 and another method 405, an export while ``max_inflight`` are being read 503
+(an exporter retries it), each counted in :meth:`Collector.summary` (the gateway's
+``/healthz``). A run keeps at most ``max_spans`` spans, taken from at most ``max_run_bytes``
+of exports; later ones are dropped and counted. The spans of the last :data:`MAX_RUNS` runs
+are held. What is kept goes, one :class:`~agent_health.ledger.records.SpansRecord` per
 request and run, to ``on_kept`` (the ledger cell of the run).
 """
 
@@ -37,7 +39,7 @@ PATH = "/v1/traces"
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 """The variable that tells an agent (an OpenTelemetry SDK) where to export."""
 RUN_ID_ATTRIBUTE = "agent_health.run_id"
-MAX_RUNS = 256
+MAX_RUNS = 128
 """Runs whose spans are held at once; the oldest is forgotten for a new one."""
 
 
@@ -48,6 +50,12 @@ class Limits:
 
     max_body_bytes: int = 4 * 1024 * 1024
     max_spans: int = 2000
+    max_run_bytes: int = 16 * 1024 * 1024
+    """Export bytes a run takes spans from: what a run holds stays bounded, whatever the
+    size of its spans' attributes."""
+    max_inflight: int = 4
+    """Exports read at once; more are answered 503 (an exporter retries): what the bodies
+    being read hold stays at most ``max_inflight × max_body_bytes``."""
     body_timeout: float = 30.0
     decode: otlp.Limits = field(default_factory=otlp.Limits)
 
@@ -56,6 +64,7 @@ class Limits:
 class _Run:
     trace_id: str
     spans: list[dict[str, Any]] = field(default_factory=list)
+    bytes: int = 0
     dropped: int = 0
     rejected: int = 0
 
@@ -76,6 +85,7 @@ class Collector:
         self.spans_rejected = 0
         self.spans_dropped = 0
         self.refused: Counter[int] = Counter()  # HTTP status → requests refused with it
+        self.reading = 0  # exports being read now (at most max_inflight)
         self.last_refusal: str | None = None
 
     def expect(self, run_id: str, trace_id: str | None) -> None:
@@ -144,13 +154,18 @@ class Collector:
                 continue
             by_run.setdefault(owner, []).append(span)
         dropped = 0
+        full = False
         sha = hashlib.sha256(body).hexdigest()
         for run_id in by_run.keys() | rejected.keys():
             run = self._runs[run_id]
             run.rejected += rejected.get(run_id, 0)
             offered = by_run.get(run_id, [])
             room = max(0, self.limits.max_spans - len(run.spans))
+            if offered and run.bytes + len(body) > self.limits.max_run_bytes:
+                room, full = 0, True
             kept, over = offered[:room], len(offered) - min(room, len(offered))
+            if kept:
+                run.bytes += len(body)
             run.spans.extend(kept)
             run.dropped += over
             dropped += over
@@ -178,7 +193,12 @@ class Collector:
                 f"{foreign} spans of a trace no run here was sent (or naming another run)"
             )
         if dropped:
-            reasons.append(f"{dropped} spans past the run's cap of {self.limits.max_spans}")
+            cap = (
+                f"{self.limits.max_run_bytes} bytes of exports"
+                if full
+                else f"{self.limits.max_spans} spans"
+            )
+            reasons.append(f"{dropped} spans past the run's cap of {cap}")
         return foreign + dropped, "; ".join(reasons)
 
     def summary(self) -> dict[str, Any]:
@@ -186,6 +206,7 @@ class Collector:
         return {
             "otlp": {
                 "requests": self.requests,
+                "reading": self.reading,
                 "spans_kept": self.spans_kept,
                 "spans_rejected": self.spans_rejected,
                 "spans_dropped": self.spans_dropped,
@@ -217,6 +238,20 @@ class Receiver:
         limit = self.collector.limits.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._refuse(request, 413, f"the body has more than {limit} bytes")
+        collector = self.collector
+        if collector.reading >= collector.limits.max_inflight:
+            response = self._refuse(
+                request, 503, f"{collector.reading} exports are being read; try again shortly"
+            )
+            response.headers["Retry-After"] = "1"
+            return response
+        collector.reading += 1
+        try:
+            return await self._receive(request, kind, limit)
+        finally:
+            collector.reading -= 1
+
+    async def _receive(self, request: web.BaseRequest, kind: str, limit: int) -> web.Response:
         body = bytearray()
         # aiohttp inflates a gzip or deflate body as it arrives: the limit holds for what it
         # inflates to, so a small bomb stops at it too.
@@ -254,7 +289,7 @@ class Receiver:
         self.collector.refuse(status, reason)
         # The Status message of OTLP/HTTP, as JSON: what an exporter logs.
         response = web.json_response({"code": 3, "message": reason}, status=status)
-        if request.body_exists and status in (408, 413):
+        if request.body_exists and status in (408, 413, 503):
             response.force_close()  # the rest of the body is never read
         return response
 
