@@ -4,6 +4,7 @@ listens, their spans of their own run's trace are ``result.traces``, the rest ar
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -60,9 +61,15 @@ async def none(agent, expect):
 
 
 def _run(
-    tmp_path: Path, suite: str, *, extra: tuple[str, ...] = (), traces: str = "{}"
+    tmp_path: Path,
+    suite: str,
+    *,
+    extra: tuple[str, ...] = (),
+    traces: str = "{}",
+    env: dict[str, str] | None = None,
 ) -> tuple[str, str]:
-    """Run ``suite`` through the CLI; the run's ledger file and what it printed."""
+    """Run ``suite`` through the CLI (``env`` added to a shell without OTEL_ variables); the
+    run's ledger file and what it printed."""
     (tmp_path / "agent-health.config.py").write_text(
         CONFIG.format(agent=str(AGENT), extra=list(extra), traces=traces)
     )
@@ -72,6 +79,7 @@ def _run(
         [sys.executable, "-m", "agent_health.cli", "run", "--reporter", f"json:{report}",
          "--ledger", f"file://{tmp_path / 'ledger'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | (env or {}),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return (tmp_path / "ledger" / "run.jsonl").read_text(), proc.stdout
@@ -102,4 +110,12 @@ def test_an_agent_that_exports_nothing_keeps_its_trajectory_as_its_trace(tmp_pat
 def test_the_receiver_can_be_turned_off(tmp_path: Path) -> None:
     suite = NO_SPANS.replace("{told}", "^None$")
     ledger, _ = _run(tmp_path, suite, traces='{"otlp": {"enabled": False}}')
+    assert '"kind":"spans"' not in ledger
+
+
+@pytest.mark.slow
+def test_a_collector_named_in_the_users_environment_wins(tmp_path: Path) -> None:
+    suite = NO_SPANS.replace("{told}", "^http://127\\.0\\.0\\.1:9$")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    ledger, _ = _run(tmp_path, suite, extra=("--quiet",), env=env)
     assert '"kind":"spans"' not in ledger

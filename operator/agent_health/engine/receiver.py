@@ -25,6 +25,10 @@ from agent_health.sdk import errors
 from agent_health.traces import errors as traces_errors
 from agent_health.traces import records, settings
 
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OWN_ENDPOINTS = (ENDPOINT_ENV, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+"""Variables by which the user's environment already tells an agent where spans go."""
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -73,10 +77,12 @@ class LocalReceiver:
             runner, self._runner = self._runner, None
             await runner.cleanup()
 
-    @property
-    def env(self) -> dict[str, str]:
-        """What the agent is told: where to export (its SDK appends ``/v1/traces``)."""
-        return {"OTEL_EXPORTER_OTLP_ENDPOINT": self.url} if self.url else {}
+    def env(self, inherited: Mapping[str, str]) -> dict[str, str]:
+        """What the agent is told: where to export (its SDK appends ``/v1/traces``) — unless
+        the environment it inherits already says where (the user's own collector wins)."""
+        if not self.url or any(name in inherited for name in OWN_ENDPOINTS):
+            return {}
+        return {ENDPOINT_ENV: self.url}
 
     def expecting(self, call: ctx_mod.AgentCaller) -> ctx_mod.AgentCaller:
         """``call``, telling the receiver each run's trace id before the agent is sent it,
