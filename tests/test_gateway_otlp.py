@@ -348,3 +348,29 @@ def test_a_run_takes_spans_from_at_most_its_bytes_of_exports() -> None:
     assert f"past the run's cap of {cap} bytes of exports" in why
     assert len(collector.spans(RUN_ID)) == 3
     assert collector.report(RUN_ID)["dropped"] == 3
+
+
+async def test_spans_after_the_cell_ended_are_counted_not_written_after_its_end(
+    tmp_path: Path, upstream: str
+) -> None:
+    """A batching exporter sends late: the cell stays whole and the gateway healthy."""
+    parent, trace_id = traceparent()
+    mine = {config.TOKEN_HEADER: CONTROLLER_TOKEN}
+    async with _gateway(tmp_path, upstream) as gw, aiohttp.ClientSession() as client:
+        await _run(client, gw, parent)
+        status, _ = await _export(client, gw, json_body(*agent_trace(trace_id)[:1]), JSON)
+        assert status == 200
+        end = [{"kind": "cell-end", "status": "passed"}]
+        async with client.post(f"{gw.admin_url}/ledger/records", json=end, headers=mine) as r:
+            assert r.status == 200
+        status, _ = await _export(client, gw, json_body(*agent_trace(trace_id)[1:]), JSON)
+        assert status == 200
+        async with client.get(f"{gw.admin_url}/healthz") as r:
+            health = await r.json()
+            assert r.status == 200, health
+    assert health["spans_after_cell_end"] == 2
+    assert health["ledger_failures"] == []
+    kinds = [r.kind for r in read_cell(tmp_path)]
+    assert kinds == ["cell-meta", "exchange", "spans", "cell-end"]
+    lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
+    assert chain.verify(lines, KEY, complete=True).ok

@@ -130,6 +130,8 @@ class Recorder:
         self._unreached: dict[str, str] = {}
         self.recorded = 0
         self.unrouted = 0
+        self.spans_late = 0
+        """Spans the OTLP receiver kept after their cell had ended (not recorded)."""
         self.failures: list[str] = []
 
     @property
@@ -202,6 +204,11 @@ class Recorder:
         if cell is None:
             self.unrouted += 1
             log.warning("spans of run %s match no open ledger cell; not recorded", spans.run_id)
+            return
+        if self._cells[cell].ended:
+            # An exporter that batches sends after the test ended: nothing may follow cell-end.
+            self.spans_late += len(spans.spans)
+            log.warning("%d spans of run %s came after the cell ended", len(spans.spans), cell)
             return
         self._queue(cell, spans)
 

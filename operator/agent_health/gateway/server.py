@@ -232,6 +232,7 @@ class Gateway:
             "ledger": self.recorder.backend.url if self.recorder is not None else None,
             "exchanges_recorded": self.recorder.recorded if self.recorder is not None else 0,
             "exchanges_unrouted": self.recorder.unrouted if self.recorder is not None else 0,
+            "spans_after_cell_end": self.recorder.spans_late if self.recorder is not None else 0,
             "exchanges_dropped": (
                 sum(map(self.recorder.dropped, self.recorder.cells))
                 if self.recorder is not None
