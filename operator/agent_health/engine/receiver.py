@@ -40,7 +40,9 @@ class LocalReceiver:
     """The OTLP/HTTP listener of one local run (an async context manager)."""
 
     def __init__(
-        self, cfg: settings.OtlpSettings, on_kept: Callable[[SpansRecord], None] | None = None
+        self,
+        cfg: settings.OtlpSettings,
+        on_kept: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.on_kept = on_kept
@@ -52,10 +54,17 @@ class LocalReceiver:
         from aiohttp import web
 
         from agent_health.gateway import otlp
+        from agent_health.ledger import records
+
+        observe = self.on_kept
+
+        def kept(spans: SpansRecord) -> None:
+            if observe is not None:  # the local ledger seals JSON objects
+                observe(spans.run_id, records.to_object(spans, with_mac=False))
 
         self.collector = otlp.Collector(
             otlp.Limits(max_body_bytes=self.cfg.max_body_bytes, max_spans=self.cfg.max_spans),
-            on_kept=self.on_kept,
+            on_kept=kept,
         )
         host, _, port = (self.cfg.listen or "127.0.0.1:0").rpartition(":")
         runner = web.ServerRunner(web.Server(otlp.Receiver(self.collector)), shutdown_timeout=1)

@@ -1,9 +1,10 @@
+# Over 350 lines: a local run's ledger is one thing to its callers (the CLI, a cell,
+# the grader): where it goes, its key, its cells' names and records, the controller's records.
 """A local run records every (test, repeat) that ran the agent as a ledger cell.
 
 The cells have the shape a cluster's have (:mod:`agent_health.ledger`)::
 
-    cell-meta, exchange… (what the connector sent and got), spans… (what the agent exported
-    to the run's OTLP receiver), run-result, signal…, cell-end
+    cell-meta, exchange… (what the connector sent and got), spans…, run-result, signal…, cell-end
 
 but cost the run almost nothing. The built-in HTTP connectors tell :meth:`LocalLedger.observe`
 about each exchange as it ends — also when the test's timeout cancels it, so a hanging agent
@@ -36,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic_core import to_jsonable_python
 
@@ -46,9 +46,6 @@ from agent_health.ledger import chain, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
-
-if TYPE_CHECKING:
-    from agent_health.ledger import records as ledger_records
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
@@ -125,11 +122,10 @@ class _Cell:
     info: ctx_mod.TestInfo
     began: float  # epoch seconds
     seen: list[wire.Observation] = field(default_factory=list)
-    spans: list[objects.Object] = field(default_factory=list)
-    """``spans`` records of what the run's OTLP receiver kept (:mod:`.receiver`)."""
+    spans: list[objects.Object] = field(default_factory=list)  # the OTLP receiver's records
 
     def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
-        """cell-meta, an exchange for each observation, the spans, then what ``then`` makes."""
+        """cell-meta, an exchange for each observation, spans, then what ``then`` makes."""
         info = self.info
         meta = objects.cell_meta(
             at=runrecord.stamp(self.began),
@@ -138,8 +134,7 @@ class _Cell:
             run_id=info.run_id,
             agent=info.agent,
         )
-        exchanges = (runrecord.exchange_record(seen) for seen in self.seen)
-        return [meta, *exchanges, *self.spans, *then()]
+        return [meta, *map(runrecord.exchange_record, self.seen), *self.spans, *then()]
 
 
 class LocalLedger:
@@ -218,16 +213,13 @@ class LocalLedger:
             return
         cell.seen.append(seen)
 
-    def note_spans(self, spans: ledger_records.SpansRecord) -> None:
-        """The OTLP receiver's observer: spans it kept for a run (sealed with its cell)."""
-        cell = self._open.get(spans.run_id)
+    def note_spans(self, run_id: str, record: objects.Object) -> None:
+        """The OTLP receiver's observer: a ``spans`` record of a run, sealed with its cell."""
+        cell = self._open.get(run_id)
         if cell is None:
-            self.unrouted += 1
-            log.warning("spans of run %s belong to no test in flight; not recorded", spans.run_id)
+            self.unrouted += 1  # its test ended: the spans came too late for its cell
             return
-        from agent_health.ledger import records  # loaded once a span has come
-
-        cell.spans.append(records.to_object(spans, with_mac=False))
+        cell.spans.append(record)
 
     async def begin(self, info: ctx_mod.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""

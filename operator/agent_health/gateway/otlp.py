@@ -72,6 +72,17 @@ class _Run:
 KeptSpans = Callable[[records.SpansRecord], None]
 
 
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` (``00-<32 hex>-<16 hex>-<flags>``), if valid."""
+    parts = (traceparent or "").strip().split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    try:
+        return parts[1].lower() if int(parts[1], 16) else None
+    except ValueError:
+        return None
+
+
 class Collector:
     """Which trace belongs to which run, and the spans each run kept (bounded)."""
 

@@ -109,8 +109,8 @@ class Proxy:
         spans: otlp.Collector | None = None,
     ) -> None:
         self.route = route
-        # The controller's call of the target names the run's trace: the target's spans of
-        # that trace are this run's (a trace id only the target claims proves nothing).
+        # The controller's call of the target names the run's trace (the target's own claim
+        # of a trace id proves nothing).
         self._spans = spans if route.principal == "controller" and route.to == "target" else None
         self.settings = settings
         self._session = session
@@ -146,7 +146,7 @@ class Proxy:
             )
             return guard.refusal(status, reason, upstream=self.route.to)
         if self._spans is not None and trusted and principal == "controller" and run_id:
-            self._spans.expect(run_id, _trace_id(request.headers.get("traceparent")))
+            self._spans.expect(run_id, otlp.trace_id_of(request.headers.get("traceparent")))
         if not trusted:
             self._untrusted += 1
         try:
@@ -341,17 +341,6 @@ class Proxy:
         return web.Response(
             status=status, text=json.dumps(payload), content_type="application/json"
         )
-
-
-def _trace_id(traceparent: str | None) -> str | None:
-    """The trace id of a W3C ``traceparent`` (``00-<32 hex>-<16 hex>-<flags>``), if valid."""
-    parts = (traceparent or "").strip().split("-")
-    if len(parts) != 4 or len(parts[1]) != 32:
-        return None
-    try:
-        return parts[1] if int(parts[1], 16) else None
-    except ValueError:
-        return None
 
 
 def _detail(err: BaseException) -> str:

@@ -1,11 +1,11 @@
 """OTLP/HTTP trace bodies (``POST /v1/traces``) read into plain span objects.
 
 An agent exports its OpenTelemetry spans as an ``ExportTraceServiceRequest``, protobuf
-(``application/x-protobuf``, decoded with the ``opentelemetry-proto`` package: the ``otel``
-extra) or JSON (``application/json``, the OTLP JSON mapping read here without it: trace and
-span ids are hex strings, 64-bit integers may be strings, enums are integers, keys are
-lowerCamelCase). Either becomes the same list of span objects, JSON data that a ledger
-``spans`` record seals and the traces view reads::
+(``application/x-protobuf``, decoded by :mod:`~agent_health.ledger.otlpproto` with the
+``opentelemetry-proto`` package: the ``otel`` extra) or JSON (``application/json``, the OTLP
+JSON mapping, read here without it: trace and span ids are hex strings, 64-bit integers may
+be strings, enums are integers, keys are lowerCamelCase). Either becomes the same list of
+span objects, JSON data that a ledger ``spans`` record seals and the traces view reads::
 
     {"trace_id": "4bf9…", "span_id": "00f0…", "parent_span_id": "…" | None,
      "name": "chat gpt-4o", "kind": 3, "start_ns": 1718…, "end_ns": 1718…,
@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,9 @@ def decode(body: bytes, content_type: str, limits: Limits | None = None) -> list
     if content_type == JSON:
         return _from_json(body, limits)
     if content_type == PROTOBUF:
-        return _from_protobuf(body, limits)
+        from agent_health.ledger import otlpproto  # and the otel extra: only for protobuf
+
+        return otlpproto.decode(body, limits)
     raise OtlpError(f"Content-Type {content_type!r} is not {PROTOBUF} or {JSON}")
 
 
@@ -75,12 +77,9 @@ def response(content_type: str, rejected: int = 0, message: str = "") -> bytes:
         return json.dumps(payload).encode()
     if not rejected:
         return b""  # an empty message
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+    from agent_health.ledger import otlpproto
 
-    answer = trace_service_pb2.ExportTraceServiceResponse()
-    answer.partial_success.rejected_spans = rejected
-    answer.partial_success.error_message = message
-    return bytes(answer.SerializeToString())
+    return otlpproto.response(rejected, message)
 
 
 # --- JSON --------------------------------------------------------------------------------
@@ -215,17 +214,18 @@ def _id(value: Any, size: int, at: str, optional: bool = False) -> str | None:
         except ValueError:
             raw = b""
         if len(raw) == size:
-            return _nonzero(raw.hex(), at, optional)
+            return nonzero(raw.hex(), at, optional)
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != size:
         raise OtlpError(f"{at} {value[:40]!r} is not {size * 2} hex digits")
-    return _nonzero(raw.hex(), at, optional)
+    return nonzero(raw.hex(), at, optional)
 
 
-def _nonzero(hexed: str, at: str, optional: bool) -> str | None:
+def nonzero(hexed: str, at: str, optional: bool) -> str | None:
+    """``hexed``, an id; an all-zero id is invalid (``None`` where the id is optional)."""
     if hexed.strip("0"):
         return hexed
     if optional:
@@ -263,112 +263,3 @@ def _list(holder: Any, *keys: str) -> list[Any]:
                 raise OtlpError(f"{key!r} is not a list")
             return value
     return []
-
-
-# --- protobuf ----------------------------------------------------------------------------
-
-
-def _from_protobuf(body: bytes, limits: Limits) -> list[dict[str, Any]]:
-    try:
-        from google.protobuf import message
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-    except ImportError as err:
-        raise OtlpError(
-            "protobuf OTLP needs the otel extra (pip install 'agent-health[otel]'); "
-            f"or export with OTEL_EXPORTER_OTLP_PROTOCOL=http/json ({err})"
-        ) from err
-    request = trace_service_pb2.ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except message.DecodeError as err:
-        raise OtlpError(f"the body is not a protobuf ExportTraceServiceRequest: {err}") from err
-    spans = []
-    for item in _proto_spans(request):
-        spans.append(item)
-        if len(spans) > limits.max_spans:
-            raise TooLarge(f"the body has more than {limits.max_spans} spans")
-    return [_proto_span(span, service, limits) for span, service in spans]
-
-
-def _proto_spans(request: Any) -> Iterator[Any]:
-    for resource_spans in request.resource_spans:
-        service = None
-        for kv in resource_spans.resource.attributes:
-            if kv.key == "service.name" and kv.value.WhichOneof("value") == "string_value":
-                service = kv.value.string_value
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                yield span, service
-
-
-def _proto_span(span: Any, service: str | None, limits: Limits) -> dict[str, Any]:
-    at = f"span {span.name[:60]!r}"
-    attributes, truncated = _proto_attributes(span.attributes, at, limits)
-    name = span.name
-    if len(name) > limits.max_value_chars:
-        name, truncated = name[: limits.max_value_chars], True
-    out: dict[str, Any] = {
-        "trace_id": _raw_id(span.trace_id, 16, f"{at} trace_id"),
-        "span_id": _raw_id(span.span_id, 8, f"{at} span_id"),
-        "parent_span_id": _raw_id(span.parent_span_id, 8, f"{at} parent_span_id", True),
-        "name": name,
-        "kind": int(span.kind),
-        "start_ns": int(span.start_time_unix_nano),
-        "end_ns": int(span.end_time_unix_nano),
-        "status": STATUS.get(int(span.status.code), "unset"),
-        "status_message": span.status.message[: limits.max_value_chars] or None,
-        "attributes": attributes,
-        "service": service,
-    }
-    if truncated:
-        out["truncated"] = True
-    return out
-
-
-def _proto_attributes(items: Any, at: str, limits: Limits) -> tuple[dict[str, Any], bool]:
-    found: dict[str, Any] = {}
-    truncated = len(items) > limits.max_attributes
-    for kv in list(items)[: limits.max_attributes]:
-        value, cut = _proto_value(kv.value, limits, 0)
-        found[kv.key[: limits.max_value_chars]] = value
-        truncated = truncated or cut or len(kv.key) > limits.max_value_chars
-    return found, truncated
-
-
-def _proto_value(value: Any, limits: Limits, depth: int) -> tuple[Any, bool]:
-    which = value.WhichOneof("value")
-    if which is None or depth > 8:
-        return None, depth > 8
-    if which == "string_value":
-        text: str = value.string_value
-        return text[: limits.max_value_chars], len(text) > limits.max_value_chars
-    if which == "bool_value":
-        return bool(value.bool_value), False
-    if which == "int_value":
-        return int(value.int_value), False
-    if which == "double_value":
-        return float(value.double_value), False
-    if which == "bytes_value":
-        text = base64.b64encode(value.bytes_value).decode()
-        return text[: limits.max_value_chars], len(text) > limits.max_value_chars
-    if which == "array_value":
-        items = list(value.array_value.values)
-        out, cut = [], len(items) > limits.max_attributes
-        for item in items[: limits.max_attributes]:
-            got, c = _proto_value(item, limits, depth + 1)
-            out.append(got)
-            cut = cut or c
-        return out, cut
-    if which == "kvlist_value":
-        return _proto_attributes(value.kvlist_value.values, "kvlist", limits)
-    return None, False
-
-
-def _raw_id(raw: bytes, size: int, at: str, optional: bool = False) -> str | None:
-    if not raw:
-        if optional:
-            return None
-        raise OtlpError(f"{at} is missing")
-    if len(raw) != size:
-        raise OtlpError(f"{at} has {len(raw)} bytes, not {size}")
-    return _nonzero(raw.hex(), at, optional)

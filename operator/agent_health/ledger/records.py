@@ -50,8 +50,7 @@ VERSION: Literal[3] = 3
 BASE_VERSION: Literal[1] = 1
 """The version of every record that needs nothing newer."""
 SUPPORTED_VERSIONS = frozenset({1, 2, 3})
-SPANS_VERSION: Literal[3] = 3
-"""The version of a ``spans`` record (the kind is new in it)."""
+SPANS_VERSION: Literal[3] = 3  # the kind is new in it
 GATEWAY = "gateway"
 """The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
@@ -174,8 +173,8 @@ class Exchange(_Record):
 
 class SpansRecord(_Record):
     """OpenTelemetry spans the agent exported in one OTLP request, as the receiver kept them
-    (:mod:`agent_health.ledger.otlp` gives their shape): only spans of this cell's run (its
-    trace id); the request's others are counted in ``rejected``, never kept."""
+    (:mod:`agent_health.ledger.otlp` gives their shape): only spans of this cell's run's
+    trace; those in it that name another run are counted in ``rejected``, never kept."""
 
     kind: Literal["spans"] = "spans"
     version: Literal[3] = SPANS_VERSION  # type: ignore[assignment]
@@ -187,12 +186,8 @@ class SpansRecord(_Record):
     request_bytes: int = Field(ge=0)
     request_sha256: str
     spans: list[dict[str, Any]] = Field(default_factory=list)
-    rejected: int = Field(
-        default=0, ge=0, description="spans of the request not kept: another trace's"
-    )
-    dropped: int = Field(
-        default=0, ge=0, description="spans of the run not kept: past the receiver's cap"
-    )
+    rejected: int = Field(default=0, ge=0, description="spans naming another run: not kept")
+    dropped: int = Field(default=0, ge=0, description="spans past the receiver's cap: not kept")
 
     @field_validator("principal")
     @classmethod

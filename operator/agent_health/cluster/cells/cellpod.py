@@ -36,6 +36,7 @@ from agent_health.cluster.cells import admission, cellgateway, cellsecrets, mani
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
+OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"  # the gateway's receiver (agent-protocol.md)
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -51,11 +52,6 @@ def own_token_env() -> dict[str, str]:
 def peer_container_name(peer: str) -> str:
     """``peer-<name>``, shortened with a hash when the peer's name is long."""
     return manifests.fit(f"peer-{peer}", manifests.DNS_LABEL_MAX)
-
-
-OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
-"""Where the target's OpenTelemetry SDK exports: the gateway's OTLP receiver, which joins
-the spans to the cell's run (docs/agent-protocol.md)."""
 
 
 def peer_url_env(peer: str) -> str:
@@ -326,8 +322,7 @@ def otlp_env(spec: runspec.RunSpec, settings: manifests.Settings) -> list[dict[s
 
 
 def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:
-    """The target's env, every literal URL of a peer pointed at that peer's listener, and
-    where to export its OTel spans (the gateway's receiver) unless the RunSpec says where."""
+    """The target's env, every literal URL of a peer pointed at that peer's listener."""
     out = []
     for var in (m.wire() for m in spec.spec.target.env):
         value = var.get("value")
@@ -338,13 +333,12 @@ def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str
                 value = re.sub(pattern, f"://127.0.0.1:{plan.peers[peer.name]}", value)
             var = {**var, "value": value}
         out.append(var)
-    out += [
+    if not any(var.get("name") == OTLP_ENDPOINT_ENV for var in out):  # the RunSpec's wins
+        out.append({"name": OTLP_ENDPOINT_ENV, "value": f"http://127.0.0.1:{plan.otlp}"})
+    return out + [
         {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}"}
         for p in spec.spec.peers
     ]
-    if not any(var.get("name") == OTLP_ENDPOINT_ENV for var in out):
-        out.append({"name": OTLP_ENDPOINT_ENV, "value": f"http://127.0.0.1:{plan.otlp}"})
-    return out
 
 
 def _sidecar(
