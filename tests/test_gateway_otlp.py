@@ -374,3 +374,19 @@ async def test_spans_after_the_cell_ended_are_counted_not_written_after_its_end(
     assert kinds == ["cell-meta", "exchange", "spans", "cell-end"]
     lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
     assert chain.verify(lines, KEY, complete=True).ok
+
+
+def test_the_receiver_holds_the_spans_of_its_last_runs_only() -> None:
+    collector = otlp_receiver.Collector()
+    traces = [traceparent()[1] for _ in range(otlp_receiver.MAX_RUNS + 1)]
+    for n, trace_id in enumerate(traces):
+        collector.expect(f"run-{n}", trace_id)
+    args = {"principal": "target", "evidence": "none", "content_type": ledger_otlp.JSON}
+    for trace_id, kept in ((traces[0], 0), (traces[-1], 3)):
+        body = json_body(*agent_trace(trace_id))
+        rejected, _ = collector.receive(
+            ledger_otlp.decode(body, ledger_otlp.JSON), body=body, **args
+        )
+        assert rejected == 3 - kept
+    assert collector.report("run-0")["spans"] == []
+    assert len(collector.spans(f"run-{otlp_receiver.MAX_RUNS}")) == 3

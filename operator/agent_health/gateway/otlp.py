@@ -36,8 +36,6 @@ from agent_health.ledger import otlp, records
 
 log = logging.getLogger("agent_health.gateway")
 PATH = "/v1/traces"
-ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
-"""The variable that tells an agent (an OpenTelemetry SDK) where to export."""
 RUN_ID_ATTRIBUTE = "agent_health.run_id"
 MAX_RUNS = 128
 """Runs whose spans are held at once; the oldest is forgotten for a new one."""
@@ -107,18 +105,15 @@ class Collector:
         known = self._runs.get(run_id)
         if known is not None and known.trace_id == trace_id:
             return
-        if known is not None:
-            self._owners.pop(known.trace_id, None)
+        if known is not None and self._owners.get(known.trace_id) == run_id:
+            del self._owners[known.trace_id]
         self._runs[run_id] = _Run(trace_id)
         self._runs.move_to_end(run_id)
         self._owners[trace_id] = run_id
         while len(self._runs) > MAX_RUNS:
-            _, old = self._runs.popitem(last=False)
-            self._owners.pop(old.trace_id, None)
-
-    def trace_id(self, run_id: str) -> str | None:
-        run = self._runs.get(run_id)
-        return run.trace_id if run is not None else None
+            gone, old = self._runs.popitem(last=False)
+            if self._owners.get(old.trace_id) == gone:
+                del self._owners[old.trace_id]
 
     def spans(self, run_id: str) -> list[dict[str, Any]]:
         """The spans ``run_id`` kept so far (a copy)."""
