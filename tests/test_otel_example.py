@@ -24,7 +24,7 @@ from cell_support import CELL
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = ROOT / "examples" / "agents" / "otel_agent.py"
-EXAMPLE = ROOT / "examples" / "05-otel"
+EXAMPLE = ROOT / "examples" / "06-otel"
 SUITE = """
 from agent_health import test
 
@@ -155,3 +155,41 @@ def test_the_otel_example_passes_through_the_cli_and_seals_its_spans(tmp_path: P
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+CONVERSATION = """
+from agent_health import test
+
+
+@test("two turns, each its own spans", default_prompt="Why is payment failing?")
+async def two_turns(agent, expect):
+    result = await agent.run(turns=["And is search healthy?"])
+    first, second = result.conversation
+    # Each turn's trajectory is filled from the spans that came with that turn alone.
+    expect([s.tool_name for s in first.trajectory if s.type == "tool_call"]).to_equal(
+        ["search_logs", "service_status"]
+    )
+    expect([s.tool_name for s in second.trajectory if s.type == "tool_call"]).to_equal(
+        ["search_logs"]
+    )
+    expect((await result.traces.load()).tool_histogram).to_equal(
+        {"search_logs": 2, "service_status": 1}
+    )
+"""
+
+
+@pytest.mark.slow
+def test_a_conversation_with_the_otel_agent_fills_each_turn_from_its_own_spans(
+    tmp_path: Path,
+) -> None:
+    config = (EXAMPLE / "agent-health.config.py").read_text()
+    (tmp_path / "agent-health.config.py").write_text(
+        config.replace('"../agents/otel_agent.py"', repr(str(AGENT)))
+    )
+    (tmp_path / "test_talk.py").write_text(CONVERSATION)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_health.cli", "run", "--no-ledger"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr

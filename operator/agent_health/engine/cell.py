@@ -299,7 +299,7 @@ async def _run(
     async with _judge(settings, config) as judge:
         call: ctx_mod.AgentCaller = connector.run
         if ledger is not None:  # the gateway's OTLP receiver: spans fill what a reply left out
-            call = receiver.joined(call, ledger.spans)
+            call = receiver.Joined(call, ledger.spans)
         env = runner.RunEnv(
             agent_caller=call,
             judge_backend=judge,

@@ -7,7 +7,7 @@ gateway's receiver (:mod:`agent_health.gateway.otlp`: the same bounds, answers a
 and, as a cell's gateway learns a run's trace from the controller's call, the engine tells
 it each run's trace id just before it calls the agent (:meth:`LocalReceiver.expecting`).
 The spans it keeps are ``result.traces`` of their run (source ``otel``), fill in what the
-agent's reply left unreported (its trajectory, its token usage: :func:`joined`) and are
+agent's reply left unreported (its trajectory, its token usage: :class:`Joined`) and are
 sealed into the run's ledger cell with its exchanges.
 
 Nothing of this is imported by a run that does not turn it on: the server side of aiohttp
@@ -16,6 +16,7 @@ and the gateway package load here, and the protobuf decoder only when a protobuf
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -95,13 +96,13 @@ class LocalReceiver:
 
     def expecting(self, call: ctx_mod.AgentCaller) -> ctx_mod.AgentCaller:
         """``call``, telling the receiver each run's trace id before the agent is sent it,
-        and filling what the reply left unreported from the spans (:func:`joined`)."""
+        and filling what the reply left unreported from the spans (:class:`Joined`)."""
 
         def expect(request: AgentRequest) -> None:
             if self.collector is not None:
                 self.collector.expect(request.run_id, records.trace_id_of(request.traceparent))
 
-        return joined(call, self.read, expect)
+        return Joined(call, self.read, expect)
 
     async def read(self, run_id: str) -> Mapping[str, Any] | None:
         """The receiver's report of ``run_id`` (a ``traces.received.SpansReader``)."""
@@ -111,30 +112,52 @@ class LocalReceiver:
         return self.collector.summary()["otlp"] if self.collector is not None else {}
 
 
-def joined(
-    call: ctx_mod.AgentCaller,
-    read: Callable[[str], Awaitable[Mapping[str, Any] | None]],
-    before: Callable[[AgentRequest], None] | None = None,
-) -> ctx_mod.AgentCaller:
-    """``call``, whose replies get what they left unreported (trajectory, token usage) from
-    the spans of their run that ``read`` has by the time the agent answered
-    (:mod:`agent_health.traces.fromspans`); ``before`` runs before each call."""
+class Joined:
+    """An agent caller whose replies get what they left unreported (trajectory, token usage)
+    from the spans of their run that ``read`` has when the agent answered
+    (:mod:`agent_health.traces.fromspans`); ``before`` runs before each call.
 
-    async def call_then_fill(request: AgentRequest) -> AgentReply:
-        if before is not None:
-            before(request)
-        reply = await call(request)
+    It holds conversations when the connector behind ``call`` does (the SDK asks, see
+    ``connectors.base.conversations_of``), and a turn is filled only from the spans that came
+    since the turn before: each turn's reply is its own.
+    """
+
+    def __init__(
+        self,
+        call: ctx_mod.AgentCaller,
+        read: Callable[[str], Awaitable[Mapping[str, Any] | None]],
+        before: Callable[[AgentRequest], None] | None = None,
+    ) -> None:
+        self._call = call
+        self._read = read
+        self._before = before
+        self._used: OrderedDict[str, int] = OrderedDict()  # run id → spans already read
+        owner = getattr(call, "__self__", call)
+        self.holds_conversations = getattr(owner, "holds_conversations", False) is True
+        end = getattr(owner, "end_conversation", None)
+        self.end_conversation = end if callable(end) else None
+
+    async def __call__(self, request: AgentRequest) -> AgentReply:
+        if self._before is not None:
+            self._before(request)
+        reply = await self._call(request)
         if not reply.unreported:
             return reply
         try:
-            report = await read(request.run_id)
+            report = await self._read(request.run_id)
         except traces_errors.TracesError:
             return reply  # the reply stands as the agent sent it; traces say why on reading
-        found = (report or {}).get("spans") or ()
-        if not found:
+        found = list((report or {}).get("spans") or ())
+        used = self._used.pop(request.run_id, 0)
+        self._used[request.run_id] = len(found)
+        while len(self._used) > MAX_RUNS_READ:
+            self._used.popitem(last=False)
+        if len(found) <= used:
             return reply
         from agent_health.traces import fromspans, received
 
-        return fromspans.fill(reply, [received.to_span(s) for s in found])
+        return fromspans.fill(reply, [received.to_span(s) for s in found[used:]])
 
-    return call_then_fill
+
+MAX_RUNS_READ = 1024
+"""Runs whose count of spans read is remembered (a conversation's turns)."""
