@@ -16,6 +16,10 @@ and the gateway package load here, and the protobuf decoder only when a protobuf
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
+import socket
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,7 +42,13 @@ if TYPE_CHECKING:
 
 
 class LocalReceiver:
-    """The OTLP/HTTP listener of one local run (an async context manager)."""
+    """The OTLP/HTTP listener of one local run (an async context manager).
+
+    Its socket listens at once (the agent is told its address and may connect at once: the
+    connection waits in the socket's backlog); the server side — aiohttp's and the gateway's
+    modules, about a tenth of a second of imports — loads in a thread while the agent starts,
+    and the first call of the agent waits for it (:meth:`ready`).
+    """
 
     def __init__(
         self,
@@ -49,9 +59,23 @@ class LocalReceiver:
         self.on_kept = on_kept
         self.url: str | None = None
         self.collector: otlp.Collector | None = None
-        self._runner: web.ServerRunner | None = None
+        self._socket: socket.socket | None = None
+        self._serving: asyncio.Future[web.ServerRunner] | None = None
 
     async def __aenter__(self) -> LocalReceiver:
+        host, _, port = (self.cfg.listen or "127.0.0.1:0").rpartition(":")
+        try:
+            self._socket = socket.create_server((host, int(port)))
+        except OSError as err:
+            raise errors.ConfigError(
+                f"traces.otlp: cannot listen on {host}:{port}: {err.strerror or err}"
+            ) from err
+        self.url = f"http://{host}:{self._socket.getsockname()[1]}"
+        self._serving = asyncio.ensure_future(self._serve(self._socket))
+        return self
+
+    async def _serve(self, listening: socket.socket) -> web.ServerRunner:
+        await asyncio.to_thread(_load)  # off the loop, beside the agent's own start
         from aiohttp import web
 
         from agent_health.gateway import otlp
@@ -67,25 +91,28 @@ class LocalReceiver:
             otlp.Limits(max_body_bytes=self.cfg.max_body_bytes, max_spans=self.cfg.max_spans),
             on_kept=kept,
         )
-        host, _, port = (self.cfg.listen or "127.0.0.1:0").rpartition(":")
         runner = web.ServerRunner(web.Server(otlp.Receiver(self.collector)), shutdown_timeout=1)
         await runner.setup()
-        try:
-            await web.TCPSite(runner, host, int(port)).start()
-        except OSError as err:
-            await runner.cleanup()
-            raise errors.ConfigError(
-                f"traces.otlp: cannot listen on {host}:{port}: {err.strerror or err}"
-            ) from err
-        self._runner = runner
-        bound: Any = runner.addresses[0]
-        self.url = f"http://{host}:{bound[1]}"
-        return self
+        await web.SockSite(runner, listening).start()
+        return runner
+
+    async def ready(self) -> None:
+        """Wait until the receiver serves (its first caller waits for the imports)."""
+        if self._serving is not None:
+            await asyncio.shield(self._serving)
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            if not serving.done():
+                serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(serving, return_exceptions=True)
+            if serving.done() and not serving.cancelled() and serving.exception() is None:
+                await serving.result().cleanup()
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
 
     def env(self, inherited: Mapping[str, str]) -> dict[str, str]:
         """What the agent is told: where to export (its SDK appends ``/v1/traces``) — unless
@@ -98,7 +125,8 @@ class LocalReceiver:
         """``call``, telling the receiver each run's trace id before the agent is sent it,
         and filling what the reply left unreported from the spans (:class:`Joined`)."""
 
-        def expect(request: AgentRequest) -> None:
+        async def expect(request: AgentRequest) -> None:
+            await self.ready()
             if self.collector is not None:
                 self.collector.expect(request.run_id, records.trace_id_of(request.traceparent))
 
@@ -106,6 +134,7 @@ class LocalReceiver:
 
     async def read(self, run_id: str) -> Mapping[str, Any] | None:
         """The receiver's report of ``run_id`` (a ``traces.received.SpansReader``)."""
+        await self.ready()
         return self.collector.report(run_id) if self.collector is not None else None
 
     def summary(self) -> dict[str, Any]:
@@ -126,7 +155,7 @@ class Joined:
         self,
         call: ctx_mod.AgentCaller,
         read: Callable[[str], Awaitable[Mapping[str, Any] | None]],
-        before: Callable[[AgentRequest], None] | None = None,
+        before: Callable[[AgentRequest], Awaitable[None]] | None = None,
     ) -> None:
         self._call = call
         self._read = read
@@ -139,7 +168,7 @@ class Joined:
 
     async def __call__(self, request: AgentRequest) -> AgentReply:
         if self._before is not None:
-            self._before(request)
+            await self._before(request)
         reply = await self._call(request)
         if not reply.unreported:
             return reply
@@ -161,3 +190,9 @@ class Joined:
 
 MAX_RUNS_READ = 1024
 """Runs whose count of spans read is remembered (a conversation's turns)."""
+
+
+def _load() -> None:
+    """Import what serving needs (the modules stay loaded for :meth:`LocalReceiver._serve`)."""
+    for name in ("aiohttp.web", "agent_health.gateway.otlp", "agent_health.ledger.records"):
+        importlib.import_module(name)
