@@ -117,6 +117,9 @@ async def test_in_a_cell_the_agents_spans_come_back_through_the_gateway(
     # The grader reads a ledger with spans records as it reads any other.
     grade = await cell_support.grade(tmp_path)
     assert grade.status == "passed", grade
+    # ... and its derived metrics come from the steps the spans filled in.
+    assert grade.metrics["tool_histogram"] == {"search_logs": 1, "service_status": 1}
+    assert grade.metrics["llm_calls"] == 3
 
 
 async def test_in_a_cell_without_the_receiver_the_spans_are_nowhere_and_the_test_says_so(
