@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from agent_health import gateway
-from agent_health.gateway import config
+from agent_health.gateway import config, recorder
 from agent_health.gateway import otlp as otlp_receiver
 from agent_health.ledger import chain, filestore, records
 from agent_health.ledger import otlp as ledger_otlp
@@ -45,7 +45,8 @@ async def upstream() -> AsyncIterator[str]:
 
 def _gateway(ledger: Path, upstream: str, **fields: Any) -> gateway.Gateway:
     s = settings(controller_route(upstream), otlp_listen="127.0.0.1:0", **fields)
-    record = gateway.Recorder(filestore.FileBackend(ledger), KEY, default_cell=CELL)
+    caps = recorder.Caps(s.max_cell_exchanges, s.max_cell_bytes)
+    record = gateway.Recorder(filestore.FileBackend(ledger), KEY, default_cell=CELL, caps=caps)
     return gateway.Gateway(s, tokens=config.Tokens(TOKENS), record=record)
 
 
@@ -390,3 +391,33 @@ def test_the_receiver_holds_the_spans_of_its_last_runs_only() -> None:
         assert rejected == 3 - kept
     assert collector.report("run-0")["spans"] == []
     assert len(collector.spans(f"run-{otlp_receiver.MAX_RUNS}")) == 3
+
+
+async def test_spans_take_at_most_half_a_cells_byte_cap_and_never_mark_it_incomplete(
+    tmp_path: Path, upstream: str
+) -> None:
+    """A target flooding spans cannot crowd out the exchanges or get its cell graded infra."""
+    parent, trace_id = traceparent()
+    big = FakeSpan("chat", trace_id, attributes={"note": "x" * 1500})
+    async with (
+        _gateway(tmp_path, upstream, max_cell_bytes=8192) as gw,
+        aiohttp.ClientSession() as client,
+    ):
+        await _run(client, gw, parent)
+        for _ in range(6):
+            status, _ = await _export(client, gw, json_body(big), JSON)
+            assert status == 200
+            assert gw.recorder is not None
+            await gw.recorder.flush(CELL)
+        await _run(client, gw, parent)  # an exchange after the flood is still recorded
+        async with client.get(f"{gw.admin_url}/healthz") as r:
+            health = await r.json()
+    sealed = _spans_records(tmp_path)
+    assert 1 <= len(sealed) < 6
+    assert health["spans_past_cell_cap"] == 6 - len(sealed)
+    lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
+    assert sum(len(line) for line in lines if '"kind":"spans"' in line) <= 8192 // 2
+    assert health["exchanges_dropped"] == 0
+    cell = read_cell(tmp_path)
+    assert [r.kind for r in cell].count("exchange") == 2
+    assert not any(isinstance(r, records.CellMeta) and r.dropped for r in cell)

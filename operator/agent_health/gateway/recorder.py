@@ -91,6 +91,7 @@ class _Cell:
     ended: bool = False
     exchanges: int = 0
     bytes: int = 0
+    span_bytes: int = 0
     dropped: int = 0
     """Exchanges not recorded: past the caps, or refused by the store."""
     marked: int = 0
@@ -134,6 +135,8 @@ class Recorder:
         self.unrouted = 0
         self.spans_late = 0
         """Spans the OTLP receiver kept after their cell had ended (not recorded)."""
+        self.spans_unrecorded = 0
+        """Spans past their cell's share of its byte cap (not recorded)."""
         self.failures: list[str] = []
 
     @property
@@ -269,23 +272,35 @@ class Recorder:
     def _within_caps(
         self, state: _Cell, exchanges: list[records.Exchange | records.SpansRecord]
     ) -> list[records.Exchange | records.SpansRecord]:
-        """The records that fit the cell's caps (the byte cap counts spans records too, the
-        record cap exchanges alone); the rest are counted as dropped."""
+        """The records that fit the cell's caps; the rest are counted as dropped.
+
+        The byte cap counts spans records too, but they may take at most half of it, and one
+        that does not fit is left out alone, counted in :attr:`Recorder.spans_unrecorded`: the
+        agent's spans are its own optional account, and flooding them must neither crowd out
+        the exchanges nor mark the cell incomplete (which grades it an infra error)."""
         kept: list[records.Exchange | records.SpansRecord] = []
         for item in exchanges:
             size = len(records.dump_line(item)) + _SEAL_BYTES if self.caps.bytes else 0
-            over_records = (
-                isinstance(item, records.Exchange)
-                and self.caps.records is not None
-                and state.exchanges >= self.caps.records
-            )
+            if isinstance(item, records.SpansRecord):
+                cap = self.caps.bytes
+                if state.dropped or (
+                    cap is not None
+                    and (state.span_bytes + size > cap // 2 or state.bytes + size > cap)
+                ):
+                    self.spans_unrecorded += len(item.spans)
+                    continue
+                state.span_bytes += size
+                state.bytes += size
+                kept.append(item)
+                continue
+            over_records = self.caps.records is not None and state.exchanges >= self.caps.records
             over_bytes = self.caps.bytes is not None and state.bytes + size > self.caps.bytes
             if state.dropped or over_records or over_bytes:
                 # Once one is dropped, every later one is too: the record stays a prefix.
                 state.dropped += 1
                 state.why = state.why or self.caps.why()
                 continue
-            state.exchanges += isinstance(item, records.Exchange)
+            state.exchanges += 1
             state.bytes += size
             kept.append(item)
         return kept

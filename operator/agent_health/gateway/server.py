@@ -233,6 +233,9 @@ class Gateway:
             "exchanges_recorded": self.recorder.recorded if self.recorder is not None else 0,
             "exchanges_unrouted": self.recorder.unrouted if self.recorder is not None else 0,
             "spans_after_cell_end": self.recorder.spans_late if self.recorder is not None else 0,
+            "spans_past_cell_cap": (
+                self.recorder.spans_unrecorded if self.recorder is not None else 0
+            ),
             "exchanges_dropped": (
                 sum(map(self.recorder.dropped, self.recorder.cells))
                 if self.recorder is not None
