@@ -911,9 +911,15 @@ def test_a_runspecs_otlp_is_the_controllers_export_env_and_no_other_containers()
         "secretKeyRef": {"name": "otlp-headers", "key": "headers"}
     }
     assert env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] == "true"
+    receiver = f"http://127.0.0.1:{cellgateway.ports(_runspec(otlp=OTLP)).otlp}"
     for name, container in _by_name(pod["spec"]).items():
-        if name != cellpod.CONTROLLER:  # the target never gets the export headers
-            assert not any(e["name"].startswith("OTEL_") for e in container.get("env", []))
+        if name == cellpod.CONTROLLER:
+            continue
+        otel = {e["name"]: e.get("value") for e in container.get("env", [])}
+        otel = {k: v for k, v in otel.items() if k.startswith("OTEL_")}
+        # The target never gets the export's endpoint or headers: only where the gateway's
+        # OTLP receiver listens, for its own spans.
+        assert otel == ({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver} if name == "target" else {})
     # The headers Secret is checked like every Secret a RunSpec names (offered to runs).
     from agent_health.cluster.reconcile import secretrefs
 

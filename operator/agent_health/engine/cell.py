@@ -54,7 +54,6 @@ from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
 from agent_health.sdk.results import RunResult, TestResult
-from agent_health.traces import errors as traces_errors
 
 if TYPE_CHECKING:
     from agent_health.otel import export as otel_export
@@ -163,7 +162,6 @@ class GatewayRecords:
     ) -> None:
         self._client = client
         self._url = admin.rstrip("/") + "/ledger/records"
-        self._spans_url = admin.rstrip("/") + "/otlp/spans"
         self._where = self._url + (f" (through {socket})" if socket else "")
         self._headers = {TOKEN_HEADER: token} if token else {}
 
@@ -189,26 +187,8 @@ class GatewayRecords:
                 f"{response.text[:300]}"
             )
 
-    async def spans(self, run_id: str) -> Mapping[str, Any] | None:
-        """What the gateway's OTLP receiver kept for ``run_id`` (``result.traces``, source
-        ``otel``); ``None`` when it receives none (409: no ``--otlp-listen``)."""
-        try:
-            response = await self._client.get(
-                self._spans_url, params={"run_id": run_id}, headers=self._headers
-            )
-        except httpx.HTTPError as err:
-            raise traces_errors.TracesBackendError(
-                f"cannot reach the gateway's OTLP receiver at {self._where}: {err}"
-            ) from err
-        if response.status_code == 409:
-            return None
-        if not response.is_success:
-            raise traces_errors.TracesBackendError(
-                f"the gateway answered {response.status_code} for the spans of run {run_id}: "
-                f"{response.text[:300]}"
-            )
-        report: Mapping[str, Any] = response.json()
-        return report
+    async def spans(self, run_id: str) -> Mapping[str, Any] | None:  # its received spans
+        return await receiver.gateway_spans(self._client, self._url, self._headers, run_id)
 
 
 def find(suite: loader.Suite, test_id: str) -> Any:
@@ -297,11 +277,8 @@ async def _run(
 ) -> tuple[int, TestResult | None]:
     export = _export(settings)
     async with _judge(settings, config) as judge:
-        call: ctx_mod.AgentCaller = connector.run
-        if ledger is not None:  # the gateway's OTLP receiver: spans fill what a reply left out
-            call = receiver.Joined(call, ledger.spans)
-        env = runner.RunEnv(
-            agent_caller=call,
+        env = runner.RunEnv(  # the gateway's OTLP receiver: spans fill what a reply left out
+            agent_caller=receiver.Joined(connector.run, ledger.spans) if ledger else connector.run,
             judge_backend=judge,
             skip_judge=settings.skip_judge or settings.judge_url is None,
             skip_simulate=settings.skip_simulate,

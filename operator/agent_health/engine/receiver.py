@@ -188,6 +188,32 @@ class Joined:
         return fromspans.fill(reply, [received.to_span(s) for s in found[used:]])
 
 
+async def gateway_spans(
+    client: Any, records_url: str, headers: Mapping[str, str], run_id: str
+) -> Mapping[str, Any] | None:
+    """What a cell gateway's OTLP receiver kept for ``run_id``, asked on its admin listener
+    (``GET /otlp/spans`` beside ``/ledger/records``) with the controller's token; ``None``
+    when the gateway receives none (409: no ``--otlp-listen``)."""
+    import httpx  # the cell's admin client is one
+
+    url = records_url.removesuffix("/ledger/records") + "/otlp/spans"
+    try:
+        response = await client.get(url, params={"run_id": run_id}, headers=dict(headers))
+    except httpx.HTTPError as err:
+        raise traces_errors.TracesBackendError(
+            f"cannot reach the gateway's OTLP receiver at {url}: {err}"
+        ) from err
+    if response.status_code == 409:
+        return None
+    if not response.is_success:
+        raise traces_errors.TracesBackendError(
+            f"the gateway answered {response.status_code} for the spans of run {run_id}: "
+            f"{response.text[:300]}"
+        )
+    report: Mapping[str, Any] = response.json()
+    return report
+
+
 MAX_RUNS_READ = 1024
 """Runs whose count of spans read is remembered (a conversation's turns)."""
 

@@ -91,6 +91,18 @@ class Ports:
     """The OTLP/HTTP receiver the target exports its OpenTelemetry spans to."""
 
 
+OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+
+def otlp_env(plan: Ports, env: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The target's ``OTEL_EXPORTER_OTLP_ENDPOINT``: the gateway's OTLP receiver, which joins
+    its spans to the cell's run (docs/agent-protocol.md) — unless the RunSpec's ``env``
+    names an endpoint of its own (its collector wins)."""
+    if any(var.get("name") == OTLP_ENDPOINT_ENV for var in env):
+        return []
+    return [{"name": OTLP_ENDPOINT_ENV, "value": f"http://127.0.0.1:{plan.otlp}"}]
+
+
 def ports(spec: runspec.RunSpec) -> Ports:
     """Deterministic listener ports for ``spec`` (every cell of a RunSpec gets the same)."""
     taken = {spec.spec.target.port, *(p.port for p in spec.spec.peers)}

@@ -36,7 +36,6 @@ from agent_health.cluster.cells import admission, cellgateway, cellsecrets, mani
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
 OWN_TOKEN_DIR = "/var/run/agent-health/token"
-OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"  # the gateway's receiver (agent-protocol.md)
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -333,8 +332,7 @@ def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str
                 value = re.sub(pattern, f"://127.0.0.1:{plan.peers[peer.name]}", value)
             var = {**var, "value": value}
         out.append(var)
-    if not any(var.get("name") == OTLP_ENDPOINT_ENV for var in out):  # the RunSpec's wins
-        out.append({"name": OTLP_ENDPOINT_ENV, "value": f"http://127.0.0.1:{plan.otlp}"})
+    out.extend(cellgateway.otlp_env(plan, out))
     return out + [
         {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}"}
         for p in spec.spec.peers
