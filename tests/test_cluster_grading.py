@@ -201,6 +201,48 @@ async def test_agent_traffic_without_a_run_result_is_doubtful(
     )
 
 
+def spans(run_id: str = "run-abc", principal: str = "target") -> records.SpansRecord:
+    span = {"trace_id": "ab" * 16, "span_id": "cd" * 8, "name": "chat m", "attributes": {}}
+    return records.SpansRecord(
+        principal=principal,
+        run_id=run_id,
+        trace_id="ab" * 16,
+        content_type="application/json",
+        request_bytes=10,
+        request_sha256="e" * 64,
+        spans=[span],
+        time=T0,
+    )
+
+
+async def test_a_cell_with_the_agents_spans_grades_as_one_without(
+    backend: filestore.FileBackend,
+) -> None:
+    cell = passing_cell()
+    await write(backend, "c1", [*cell[:2], spans(), *cell[2:]])
+    graded = await grade(backend)
+    assert graded.status == "passed", graded.error
+    assert graded.records == 10
+
+
+@pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        (spans(run_id="run-other"), "are of run 'run-other', the cell is run 'run-abc'"),
+        (spans(principal="controller"), "attributed to controller without token evidence"),
+    ],
+)
+async def test_spans_of_another_run_or_a_forged_principal_are_doubtful(
+    backend: filestore.FileBackend, record: records.SpansRecord, says: str
+) -> None:
+    cell = passing_cell()
+    await write(backend, "c1", [*cell[:2], record, *cell[2:]])
+    graded = await grade(backend)
+    assert graded.status == "errored"
+    assert graded.error is not None
+    assert says in graded.error
+
+
 async def test_a_missing_cell_is_errored(backend: filestore.FileBackend) -> None:
     graded = await grade(backend, "nowhere")
     assert (graded.status, graded.error) == ("errored", "no ledger for cell nowhere")

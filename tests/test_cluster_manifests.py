@@ -585,11 +585,27 @@ def test_peer_urls_in_the_target_env_are_rewritten_to_the_gateway() -> None:
     assert got["AGENT_HEALTH_PEER_LOGS_URL"]["value"] == f"http://127.0.0.1:{listener}"
 
 
+def test_the_target_is_told_to_export_its_spans_to_the_gateways_otlp_receiver() -> None:
+    spec = _runspec()
+    pod = _by_name(_pod(spec=spec)["spec"])
+    port = cellgateway.ports(spec).otlp
+    env = {e["name"]: e.get("value") for e in pod["target"]["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://127.0.0.1:{port}"
+    args = pod["gateway"]["args"]
+    assert args[args.index("--otlp-listen") + 1] == f"127.0.0.1:{port}"
+    # A RunSpec that names its own collector keeps it (its spans are read from OpenSearch).
+    own = [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://collector:4318"}]
+    target = {**EXAMPLE["RunSpec"]["spec"]["target"], "env": own}
+    pod = _by_name(_pod(spec=_runspec(target=target))["spec"])
+    told = [e for e in pod["target"]["env"] if e["name"] == "OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert told == own
+
+
 def test_gateway_ports_avoid_every_port_the_runspec_uses() -> None:
     target = {**EXAMPLE["RunSpec"]["spec"]["target"], "port": 15000}
     peers = [{"name": "a", "image": "ghcr.io/acme/a:1", "port": 15002}]
     plan = cellgateway.ports(_runspec(target=target, peers=peers))
-    used = [*plan.peers.values(), *plan.peer_target.values()]
+    used = [*plan.peers.values(), *plan.peer_target.values(), plan.otlp]
     assert len(set(used)) == len(used)
     assert not {15000, 15002} & set(used)
 
@@ -895,9 +911,15 @@ def test_a_runspecs_otlp_is_the_controllers_export_env_and_no_other_containers()
         "secretKeyRef": {"name": "otlp-headers", "key": "headers"}
     }
     assert env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] == "true"
+    receiver = f"http://127.0.0.1:{cellgateway.ports(_runspec(otlp=OTLP)).otlp}"
     for name, container in _by_name(pod["spec"]).items():
-        if name != cellpod.CONTROLLER:  # the target never gets the export headers
-            assert not any(e["name"].startswith("OTEL_") for e in container.get("env", []))
+        if name == cellpod.CONTROLLER:
+            continue
+        otel = {e["name"]: e.get("value") for e in container.get("env", [])}
+        otel = {k: v for k, v in otel.items() if k.startswith("OTEL_")}
+        # The target never gets the export's endpoint or headers: only where the gateway's
+        # OTLP receiver listens, for its own spans.
+        assert otel == ({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver} if name == "target" else {})
     # The headers Secret is checked like every Secret a RunSpec names (offered to runs).
     from agent_health.cluster.reconcile import secretrefs
 

@@ -96,8 +96,8 @@ def test_bad_json_names_the_line() -> None:
 
 def test_unknown_version_says_to_upgrade() -> None:
     payload = records.to_object(every_kind()[4])
-    payload["version"] = 3
-    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 3.*upgrade"):
+    payload["version"] = 4
+    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 4.*upgrade"):
         records.parse_line(json.dumps(payload), 3)
 
 

@@ -2,6 +2,8 @@
 
 ``{port}`` in the command, ``url`` and ``ready_url`` is replaced by a free port. The engine
 waits until ``ready_url`` (or ``url``) answers, and stops the process group after the run.
+``env`` adds variables to the agent's environment (the run's OTLP receiver:
+``OTEL_EXPORTER_OTLP_ENDPOINT``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import IO
 
 from agent_health.connectors.base import ConnectorSpec
@@ -32,7 +34,9 @@ def _fill(value: str | None, port: int) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def serving(spec: ConnectorSpec) -> AsyncIterator[ConnectorSpec]:
+async def serving(
+    spec: ConnectorSpec, env: Mapping[str, str] | None = None
+) -> AsyncIterator[ConnectorSpec]:
     """Yield the spec to connect with, after starting the agent if the spec has a command."""
     if not spec.command or spec.connector == "subprocess":
         yield spec
@@ -47,7 +51,12 @@ async def serving(spec: ConnectorSpec) -> AsyncIterator[ConnectorSpec]:
     with tempfile.TemporaryFile() as log:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=spec.cwd, stdout=log, stderr=log, start_new_session=True
+                *argv,
+                cwd=spec.cwd,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                env={**os.environ, **env} if env else None,
             )
         except OSError as err:
             raise errors.ConfigError(f"cannot start agent {argv[0]!r}: {err}") from err

@@ -47,7 +47,7 @@ import httpx
 
 from agent_health import connectors
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.engine import discovery, loader, recording, runner, visible
+from agent_health.engine import discovery, loader, receiver, recording, runner, visible
 from agent_health.ledger import objects
 from agent_health.otel import settings as otel_settings
 from agent_health.sdk import config as config_mod
@@ -187,6 +187,9 @@ class GatewayRecords:
                 f"{response.text[:300]}"
             )
 
+    async def spans(self, run_id: str) -> Mapping[str, Any] | None:  # its received spans
+        return await receiver.gateway_spans(self._client, self._url, self._headers, run_id)
+
 
 def find(suite: loader.Suite, test_id: str) -> Any:
     """The suite's test with this id, or a CellError listing what was found."""
@@ -274,14 +277,15 @@ async def _run(
 ) -> tuple[int, TestResult | None]:
     export = _export(settings)
     async with _judge(settings, config) as judge:
-        env = runner.RunEnv(
-            agent_caller=connector.run,
+        env = runner.RunEnv(  # the gateway's OTLP receiver: spans fill what a reply left out
+            agent_caller=receiver.Joined(connector.run, ledger.spans) if ledger else connector.run,
             judge_backend=judge,
             skip_judge=settings.skip_judge or settings.judge_url is None,
             skip_simulate=settings.skip_simulate,
             timeout=settings.timeout,
             config=config,
             ledger=ledger,
+            read_spans=ledger.spans if ledger is not None else None,
             # Insights ask the judge service's model (through its cache), as judge() does.
             insights_llm=getattr(judge, "ask", None),
             lane=settings.matrix_agent,

@@ -1,8 +1,10 @@
+# Over 350 lines: a local run's ledger is one thing to its callers (the CLI, a cell,
+# the grader): where it goes, its key, its cells' names and records, the controller's records.
 """A local run records every (test, repeat) that ran the agent as a ledger cell.
 
 The cells have the shape a cluster's have (:mod:`agent_health.ledger`)::
 
-    cell-meta, exchange… (what the connector sent and got), run-result, signal…, cell-end
+    cell-meta, exchange… (what the connector sent and got), spans…, run-result, signal…, cell-end
 
 but cost the run almost nothing. The built-in HTTP connectors tell :meth:`LocalLedger.observe`
 about each exchange as it ends — also when the test's timeout cancels it, so a hanging agent
@@ -120,9 +122,10 @@ class _Cell:
     info: ctx_mod.TestInfo
     began: float  # epoch seconds
     seen: list[wire.Observation] = field(default_factory=list)
+    spans: list[objects.Object] = field(default_factory=list)  # the OTLP receiver's records
 
     def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
-        """cell-meta, an exchange for each observation, then what ``then`` makes."""
+        """cell-meta, an exchange for each observation, spans, then what ``then`` makes."""
         info = self.info
         meta = objects.cell_meta(
             at=runrecord.stamp(self.began),
@@ -131,7 +134,7 @@ class _Cell:
             run_id=info.run_id,
             agent=info.agent,
         )
-        return [meta, *(runrecord.exchange_record(seen) for seen in self.seen), *then()]
+        return [meta, *map(runrecord.exchange_record, self.seen), *self.spans, *then()]
 
 
 class LocalLedger:
@@ -210,6 +213,14 @@ class LocalLedger:
             return
         cell.seen.append(seen)
 
+    def note_spans(self, run_id: str, record: objects.Object) -> None:
+        """The OTLP receiver's observer: a ``spans`` record of a run, sealed with its cell."""
+        cell = self._open.get(run_id)
+        if cell is None:
+            self.unrouted += 1  # its test ended: the spans came too late for its cell
+            return
+        cell.spans.append(record)
+
     async def begin(self, info: ctx_mod.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
@@ -252,7 +263,7 @@ class LocalLedger:
             if self._runfile is not None:
                 # Made and sealed in the run file's writer thread, off the event loop: what
                 # is left of recording a cell here is handing it over.
-                made = 1 + len(cell.seen) + count
+                made = 1 + len(cell.seen) + len(cell.spans) + count
                 self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
                 await self._runfile.room()
             elif self._backend is not None:

@@ -30,7 +30,7 @@ from agent_health.traces import metrics, settings
 from agent_health.traces import records as trace_records
 
 if TYPE_CHECKING:
-    from agent_health.traces import exchanges
+    from agent_health.traces import exchanges, received
     from agent_health.traces import view as traces_view
 
 DEFAULT_TIMEOUT = 300.0
@@ -67,6 +67,8 @@ class RunEnv:
     agent_name: str | None = None
     insights_llm: insights.LLM | None = None
     read_exchanges: exchanges.ExchangeReader | None = None
+    read_spans: received.SpansReader | None = None
+    """What the run's OTLP receiver kept for a run id (the local run's, or the gateway's)."""
     ledger: CellLedger | None = None
     lane: str | None = None
     """The agent's name in an agent matrix (``--agent a --agent b``); ``None`` otherwise."""
@@ -101,6 +103,7 @@ class _Traces:
             agent=self.env.agent_name,
             prices=self.env.prices,
             read_exchanges=self.env.read_exchanges,
+            read_received=self.env.read_spans,
         )
         self.views.append(view)
         return view

@@ -12,6 +12,9 @@ fill the cell's ledger with refusals.
 ``/healthz`` answers 200 while the gateway serves and every ledger write succeeded, else 503,
 with a JSON summary (routes, exchanges recorded, refused calls, the last ledger failures).
 
+``GET /otlp/spans?run_id=RUN`` answers the controller (its token again) with the spans the
+OTLP receiver (:mod:`~agent_health.gateway.otlp`) kept for that run: its ``result.traces``.
+
 ``/ledger/records`` is how a cell's controller, which holds no ledger key, appends its
 ``run-result``, ``signal`` and ``cell-end`` records to the gateway's cell: a JSON list of
 records without ``seq`` and ``mac``, sent with the controller's token in
@@ -34,13 +37,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from agent_health.gateway import config, guard
+from agent_health.gateway import config, guard, otlp
 from agent_health.gateway import recorder as recorder_mod
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import records
 
 CONTROLLER_KINDS = frozenset({"run-result", "signal", "cell-end"})
-HEALTH_PATH, RECORDS_PATH = "/healthz", "/ledger/records"
+HEALTH_PATH, RECORDS_PATH, SPANS_PATH = "/healthz", "/ledger/records", "/otlp/spans"
 PROBE = """\
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -65,6 +68,7 @@ class Gateway(Protocol):
     tokens: config.Tokens
     recorder: recorder_mod.Recorder | None
     refusals: guard.Refusals
+    spans: otlp.Collector | None
 
     def health(self) -> tuple[bool, dict[str, Any]]: ...
 
@@ -92,6 +96,8 @@ class Admin:
         if principal != "controller":
             status, reason = _refusal(request)
             return self._refuse(request, principal, evidence, status, reason, started_at)
+        if request.path == SPANS_PATH and request.method == "GET":
+            return self._spans(request)
         if request.path != RECORDS_PATH:
             return _problem(404, f"no {request.path} here: the admin listener serves {_PATHS}")
         if request.method != "POST":
@@ -158,6 +164,18 @@ class Admin:
             {"cell": cell, "appended": len(sealed), "seqs": [r.seq for r in sealed]}
         )
 
+    def _spans(self, request: web.BaseRequest) -> web.Response:
+        """The spans the OTLP receiver kept for ``?run_id=`` (the controller's traces)."""
+        collector = self.gateway.spans
+        if collector is None:
+            return _problem(
+                409, "this gateway receives no OTLP spans (start it with --otlp-listen)"
+            )
+        run_id = request.query.get("run_id") or self.gateway.settings.run_id
+        if not run_id:
+            return _problem(400, f"{SPANS_PATH} needs ?run_id=RUN")
+        return web.json_response(collector.report(run_id))
+
     def _too_large(
         self, request: web.BaseRequest, started_at: datetime, size: int, seen: bytes | None
     ) -> web.Response:
@@ -167,12 +185,14 @@ class Admin:
         return self._refuse(request, principal, evidence, 413, reason, started_at, seen)
 
 
-_PATHS = f"GET {HEALTH_PATH}, POST {RECORDS_PATH}"
+_PATHS = f"GET {HEALTH_PATH}, POST {RECORDS_PATH}, GET {SPANS_PATH}"
 
 
 def _refusal(request: web.BaseRequest) -> tuple[int, str]:
     if request.path == RECORDS_PATH:
         return 403, "only the controller's token may append records"
+    if request.path == SPANS_PATH:
+        return 403, "only the controller's token may read the run's spans"
     if request.path == HEALTH_PATH:
         return 405, f"{HEALTH_PATH} takes GET"
     return 404, f"no {request.path} here: the admin listener serves {_PATHS}"

@@ -48,6 +48,9 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "max_cell_bytes": "max_cell_bytes",
     "spool": "spool",
     "spool_max_bytes": "spool_max_bytes",
+    "otlp_listen": "otlp_listen",
+    "otlp_max_bytes": "otlp_max_bytes",
+    "otlp_max_spans": "otlp_max_spans",
 }
 
 
@@ -99,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--admin", help="HOST:PORT or unix:/PATH of the /healthz and /ledger listener")
     add("--health", help="HOST:PORT of a listener answering /healthz alone (kubelet probes)")
+    add(
+        "--otlp-listen",
+        metavar="HOST:PORT",
+        help="receive the target's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces) here and "
+        "seal them into the cell (the target is told: OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
     add("--connect-timeout", type=float, help="seconds to connect upstream (default 10)")
     add("--timeout", type=float, help="total seconds per exchange (default: none)")
     add("--idle-timeout", type=float, help="max seconds of upstream silence (default 300)")
@@ -139,6 +148,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-cell-bytes",
         type=int,
         help="bytes of exchange records per cell, likewise (default: no cap)",
+    )
+    limits.add_argument(
+        "--otlp-max-bytes", type=int, help="largest OTLP body, also inflated (default 4 MiB)"
+    )
+    limits.add_argument(
+        "--otlp-max-spans",
+        type=int,
+        help="spans kept per run; later ones are dropped and counted (default 2000)",
     )
 
 

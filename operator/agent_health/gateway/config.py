@@ -1,3 +1,5 @@
+# Over 350 lines: every setting of the gateway is a field of one Settings model, each with
+# its bound and description, validated together; the routes and tokens it names sit beside it.
 """What the gateway listens on, where it forwards, and who may claim which principal.
 
 A route is one listener: calls arriving on ``listen`` come *from* ``principal`` (as claimed
@@ -173,6 +175,19 @@ class Settings(BaseModel):
         description="HOST:PORT answering /healthz alone (for the kubelet's probes), when the "
         "admin listener is a Unix socket only the controller reaches",
     )
+    otlp_listen: str | None = Field(
+        default=None,
+        description="HOST:PORT of the OTLP/HTTP receiver the target exports its OpenTelemetry "
+        "spans to (POST /v1/traces); they are sealed into the cell as spans records",
+    )
+    otlp_max_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="largest OTLP body, also once inflated; a larger one is answered 413",
+    )
+    otlp_max_spans: int = Field(
+        default=2000, ge=1, description="spans kept per run; later ones are dropped and counted"
+    )
     connect_timeout: float = Field(default=10.0, gt=0)
     total_timeout: float | None = Field(default=None, gt=0, description="None: no total bound")
     idle_timeout: float = Field(default=300.0, gt=0, description="max silence while streaming")
@@ -232,7 +247,7 @@ class Settings(BaseModel):
                 raise ValueError("the target gets no token: calls without one are the target's")
         return value
 
-    @field_validator("admin", "health")
+    @field_validator("admin", "health", "otlp_listen")
     @classmethod
     def _admin(cls, value: str | None) -> str | None:
         return check_listen(value) if value is not None else None

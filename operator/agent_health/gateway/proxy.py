@@ -34,7 +34,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from agent_health.gateway import config, guard, recorder
+from agent_health.gateway import config, guard, otlp, recorder
 from agent_health.ledger import usage
 
 HOP_BY_HOP = frozenset({
@@ -106,8 +106,12 @@ class Proxy:
         tokens: config.Tokens,
         record: recorder.Recorder | None,
         refusals: guard.Refusals | None = None,
+        spans: otlp.Collector | None = None,
     ) -> None:
         self.route = route
+        # The controller's call of the target names the run's trace (the target's own claim
+        # of a trace id proves nothing).
+        self._spans = spans if route.principal == "controller" and route.to == "target" else None
         self.settings = settings
         self._session = session
         self._tokens = tokens
@@ -141,6 +145,8 @@ class Proxy:
                 started_at=started_at,
             )
             return guard.refusal(status, reason, upstream=self.route.to)
+        if self._spans is not None and trusted and principal == "controller" and run_id:
+            self._spans.expect(run_id, otlp.trace_id_of(request.headers.get("traceparent")))
         if not trusted:
             self._untrusted += 1
         try:

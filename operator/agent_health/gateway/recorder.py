@@ -1,3 +1,5 @@
+# Over 350 lines: a cell's exchanges and spans share one batcher, one set of caps and one
+# order in the chain; apart, they could interleave wrongly or each pass the other's cap.
 """Turns what the proxy saw into ``exchange`` records and appends them to the right cell.
 
 The proxy never waits for the ledger: it takes a :class:`Ticket` when a call arrives and hands
@@ -16,6 +18,9 @@ refuses a write — exchanges are dropped and counted, and a ``cell-meta`` marke
 (the count so far) goes on record at once and again before the controller's records, so
 the grade says the ledger is not whole (``errored``, cause ``infra``) and how much is
 missing.
+
+The OTLP receiver's ``spans`` records (:meth:`Recorder.note`) go the same way, in the same
+batches, under the same byte cap.
 
 Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
 engine binds one per test), else the gateway's own cell (a cell pod), else the only open
@@ -79,13 +84,14 @@ _SEAL_BYTES = 120
 class _Cell:
     writer: chain.Writer
     meta: records.CellMeta
-    pending: list[Observation] = field(default_factory=list)
+    pending: list[Observation | records.SpansRecord] = field(default_factory=list)
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
     drain: asyncio.Task[None] | None = None
     kick: asyncio.Event = field(default_factory=asyncio.Event)  # write the batch now
     ended: bool = False
     exchanges: int = 0
     bytes: int = 0
+    span_bytes: int = 0
     dropped: int = 0
     """Exchanges not recorded: past the caps, or refused by the store."""
     marked: int = 0
@@ -127,6 +133,10 @@ class Recorder:
         self._unreached: dict[str, str] = {}
         self.recorded = 0
         self.unrouted = 0
+        self.spans_late = 0
+        """Spans the OTLP receiver kept after their cell had ended (not recorded)."""
+        self.spans_unrecorded = 0
+        """Spans past their cell's share of its byte cap (not recorded)."""
         self.failures: list[str] = []
 
     @property
@@ -192,6 +202,21 @@ class Recorder:
         open_cells = [name for name, c in self._cells.items() if not c.ended]
         return open_cells[0] if len(open_cells) == 1 else None
 
+    def note(self, spans: records.SpansRecord) -> None:
+        """Record spans the OTLP receiver kept for a run, with the cell's exchanges (the
+        same batches, caps and order): routed as an exchange of that run would be."""
+        cell = self._route(spans.run_id)
+        if cell is None:
+            self.unrouted += 1
+            log.warning("spans of run %s match no open ledger cell; not recorded", spans.run_id)
+            return
+        if self._cells[cell].ended:
+            # An exporter that batches sends after the test ended: nothing may follow cell-end.
+            self.spans_late += len(spans.spans)
+            log.warning("%d spans of run %s came after the cell ended", len(spans.spans), cell)
+            return
+        self._queue(cell, spans)
+
     def _finish(self, ticket: Ticket, observation: Observation) -> None:
         run_id = observation.run_id
         if run_id is not None and run_id in self._bound:
@@ -208,12 +233,15 @@ class Recorder:
                 observation.run_id,
             )
             return
-        state = self._cells[ticket.cell]
-        state.pending.append(observation)
+        self._queue(ticket.cell, observation)
+
+    def _queue(self, cell: str, item: Observation | records.SpansRecord) -> None:
+        state = self._cells[cell]
+        state.pending.append(item)
         if len(state.pending) >= BATCH_MAX:
             state.kick.set()
         if state.drain is None or state.drain.done():
-            state.drain = asyncio.create_task(self._drain(ticket.cell, state))
+            state.drain = asyncio.create_task(self._drain(cell, state))
 
     async def _drain(self, cell: str, state: _Cell) -> None:
         if not state.kick.is_set():
@@ -223,7 +251,9 @@ class Recorder:
         state.kick.clear()
         while state.pending:
             batch, state.pending = state.pending, []
-            exchanges = self._within_caps(state, [exchange(o) for o in batch])
+            exchanges = self._within_caps(
+                state, [exchange(o) if isinstance(o, Observation) else o for o in batch]
+            )
             try:
                 if exchanges:
                     await state.writer.write(*exchanges)
@@ -235,17 +265,34 @@ class Recorder:
                 state.dropped += len(exchanges)
                 state.why = state.why or f"the ledger refused a write ({err})"
             else:
-                self.recorded += len(exchanges)
+                self.recorded += sum(isinstance(r, records.Exchange) for r in exchanges)
             if state.dropped and not state.marked:
                 await self._mark(cell, state)  # at once: the gateway may not live to the end
 
     def _within_caps(
-        self, state: _Cell, exchanges: list[records.Exchange]
-    ) -> list[records.Exchange]:
-        """The exchanges that fit the cell's caps; the rest are counted as dropped."""
-        kept: list[records.Exchange] = []
+        self, state: _Cell, exchanges: list[records.Exchange | records.SpansRecord]
+    ) -> list[records.Exchange | records.SpansRecord]:
+        """The records that fit the cell's caps; the rest are counted as dropped.
+
+        The byte cap counts spans records too, but they may take at most half of it, and one
+        that does not fit is left out alone, counted in :attr:`Recorder.spans_unrecorded`: the
+        agent's spans are its own optional account, and flooding them must neither crowd out
+        the exchanges nor mark the cell incomplete (which grades it an infra error)."""
+        kept: list[records.Exchange | records.SpansRecord] = []
         for item in exchanges:
             size = len(records.dump_line(item)) + _SEAL_BYTES if self.caps.bytes else 0
+            if isinstance(item, records.SpansRecord):
+                cap = self.caps.bytes
+                if state.dropped or (
+                    cap is not None
+                    and (state.span_bytes + size > cap // 2 or state.bytes + size > cap)
+                ):
+                    self.spans_unrecorded += len(item.spans)
+                    continue
+                state.span_bytes += size
+                state.bytes += size
+                kept.append(item)
+                continue
             over_records = self.caps.records is not None and state.exchanges >= self.caps.records
             over_bytes = self.caps.bytes is not None and state.bytes + size > self.caps.bytes
             if state.dropped or over_records or over_bytes:

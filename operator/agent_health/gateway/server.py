@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agent_health.gateway import admin, config, errors, guard, proxy, recorder
+from agent_health.gateway import admin, config, errors, guard, otlp, proxy, recorder
 from agent_health.ledger import backends, chain, podlog, records, spool, store
 from agent_health.ledger import errors as ledger_errors
 
@@ -50,11 +50,22 @@ class Gateway:
         self.tokens = tokens or config.Tokens({})
         self.recorder = record
         self.refusals = guard.Refusals(record, settings.max_refused_records)
+        self.spans: otlp.Collector | None = None
+        if settings.otlp_listen is not None:
+            self.spans = otlp.Collector(
+                otlp.Limits(
+                    max_body_bytes=settings.otlp_max_bytes,
+                    max_spans=settings.otlp_max_spans,
+                    body_timeout=settings.body_timeout,
+                ),
+                on_kept=record.note if record is not None else None,
+            )
         self.stopping = False
         self._listeners: list[guard.Listener] = []
         self._runners: list[web.BaseRunner] = []
         self._urls: dict[tuple[str, str], str] = {}
         self._admin_url: str | None = None
+        self._otlp_url: str | None = None
         self._health_url: str | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -122,7 +133,7 @@ class Gateway:
         try:
             for route in s.routes:
                 handler = proxy.Proxy(
-                    route, s, self._session, self.tokens, self.recorder, self.refusals
+                    route, s, self._session, self.tokens, self.recorder, self.refusals, self.spans
                 )
                 name = f"{route.principal}→{route.to}"
                 url = await self._listen(guard.Listener(handler, s, name), route.listen)
@@ -130,6 +141,11 @@ class Gateway:
             if s.admin is not None:
                 listener = guard.Listener(admin.Admin(self), s, "admin")
                 self._admin_url = await self._listen(listener, s.admin)
+            if s.otlp_listen is not None and self.spans is not None:
+                receiver = otlp.Receiver(self.spans, self.tokens)
+                self._otlp_url = await self._listen(
+                    guard.Listener(receiver, s, "otlp"), s.otlp_listen
+                )
             if s.health is not None:
                 listener = guard.Listener(admin.Admin(self, records=False), s, "health")
                 self._health_url = await self._listen(listener, s.health)
@@ -180,6 +196,11 @@ class Gateway:
         return self._admin_url
 
     @property
+    def otlp_url(self) -> str | None:
+        """The OTLP/HTTP receiver's base URL (the target's ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+        return self._otlp_url
+
+    @property
     def health_url(self) -> str | None:
         return self._health_url
 
@@ -211,12 +232,17 @@ class Gateway:
             "ledger": self.recorder.backend.url if self.recorder is not None else None,
             "exchanges_recorded": self.recorder.recorded if self.recorder is not None else 0,
             "exchanges_unrouted": self.recorder.unrouted if self.recorder is not None else 0,
+            "spans_after_cell_end": self.recorder.spans_late if self.recorder is not None else 0,
+            "spans_past_cell_cap": (
+                self.recorder.spans_unrecorded if self.recorder is not None else 0
+            ),
             "exchanges_dropped": (
                 sum(map(self.recorder.dropped, self.recorder.cells))
                 if self.recorder is not None
                 else 0
             ),
             **self.refusals.summary(),
+            **(self.spans.summary() if self.spans is not None else {}),
             "refused_connections": {
                 listener.name: listener.refused_connections for listener in self._listeners
             },

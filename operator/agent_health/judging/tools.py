@@ -45,8 +45,9 @@ SourceFactory = Callable[[RunResult], TraceSource]
 
 
 def source_for(result: RunResult) -> TraceSource:
-    """The tools' source for ``result``: its OpenSearch traces when that is where its
-    traces come from, else its own trajectory (the default :data:`SourceFactory`).
+    """The tools' source for ``result``: its OTel spans (OpenSearch's, or those the agent
+    exported to agent-health's receiver) when that is where its traces come from, else its
+    own trajectory (the default :data:`SourceFactory`).
 
     The traces view is the one the test body sees (``result.traces``), so the judge and the
     body read the same spans; outside the test (the judge service) there is none.
@@ -55,7 +56,7 @@ def source_for(result: RunResult) -> TraceSource:
         view = result.traces
     except (sdk_errors.AgentHealthError, traces_errors.TracesError):
         return RunResultSource(result)  # traces off, or not inside the test that ran it
-    if getattr(view, "source", None) == "opensearch":
+    if getattr(view, "source", None) in ("opensearch", "otel"):
         return ViewSource(result, view)
     return RunResultSource(result)
 

@@ -11,6 +11,8 @@ version 1 still reads every ledger that needs nothing newer. Version 2 adds one 
 ``gateway``: an ``exchange`` the gateway answered itself instead of forwarding — an append to
 its admin listener refused for want of the controller's token, or a call refused under load.
 A version-1 reader meets such a record with "unknown record version 2; upgrade".
+Version 3 adds one kind, ``spans``: OpenTelemetry spans the agent exported to the gateway's
+OTLP receiver (docs/ledger.md); a cell without any is written at version 1 or 2 as before.
 
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
@@ -19,8 +21,9 @@ and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` 
 ``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``agent``, ``dropped`` and
 ``dropped_why`` of ``cell-meta``.
 
-Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` (any number,
-from the gateway), ``run-result`` and ``signal`` (from the controller), ``cell-end`` (last).
+Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` and ``spans``
+(any number, from the gateway), ``run-result`` and ``signal`` (from the controller),
+``cell-end`` (last).
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ from pydantic import (
 from agent_health.ledger import encoding, errors, strictjson
 from agent_health.ledger import usage as usage_parser
 
-VERSION: Literal[2] = 2
+VERSION: Literal[3] = 3
 """The newest version this code writes (see the module docstring for which records need it)."""
 BASE_VERSION: Literal[1] = 1
 """The version of every record that needs nothing newer."""
-SUPPORTED_VERSIONS = frozenset({1, 2})
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})
+SPANS_VERSION: Literal[3] = 3  # the kind is new in it
 GATEWAY = "gateway"
 """The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
@@ -57,6 +61,14 @@ Cause = Literal["agent", "judge", "test", "infra"]
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _check_principal(value: str) -> str:
+    if not _PRINCIPAL.match(value):
+        raise ValueError(
+            f"{value!r} is not a principal: use controller, target, judge or peer:NAME"
+        )
+    return value
 
 
 class _Record(BaseModel):
@@ -147,11 +159,7 @@ class Exchange(_Record):
     @field_validator("principal")
     @classmethod
     def _principal(cls, value: str) -> str:
-        if not _PRINCIPAL.match(value):
-            raise ValueError(
-                f"{value!r} is not a principal: use controller, target, judge or peer:NAME"
-            )
-        return value
+        return _check_principal(value)
 
     @field_validator("upstream")
     @classmethod
@@ -161,6 +169,30 @@ class Exchange(_Record):
                 f"{value!r} is not a callee: use controller, target, judge, peer:NAME or gateway"
             )
         return value
+
+
+class SpansRecord(_Record):
+    """OpenTelemetry spans the agent exported in one OTLP request, as the receiver kept them
+    (:mod:`agent_health.ledger.otlp` gives their shape): only spans of this cell's run's
+    trace; those in it that name another run are counted in ``rejected``, never kept."""
+
+    kind: Literal["spans"] = "spans"
+    version: Literal[3] = SPANS_VERSION  # type: ignore[assignment]
+    principal: str = Field(description="who sent them (the target, unless a token says else)")
+    evidence: str = Field(default="none", description="id of the caller's token, or none")
+    run_id: str
+    trace_id: str = Field(pattern=r"^[0-9a-f]{32}$", description="the run's trace id")
+    content_type: str = Field(description="application/x-protobuf or application/json")
+    request_bytes: int = Field(ge=0)
+    request_sha256: str
+    spans: list[dict[str, Any]] = Field(default_factory=list)
+    rejected: int = Field(default=0, ge=0, description="spans naming another run: not kept")
+    dropped: int = Field(default=0, ge=0, description="spans past the receiver's cap: not kept")
+
+    @field_validator("principal")
+    @classmethod
+    def _principal(cls, value: str) -> str:
+        return _check_principal(value)
 
 
 class RunResultRecord(_Record):
@@ -241,10 +273,10 @@ class CellEnd(_Record):
 
 
 Record = Annotated[
-    CellMeta | Exchange | RunResultRecord | SignalRecord | CellEnd,
+    CellMeta | Exchange | SpansRecord | RunResultRecord | SignalRecord | CellEnd,
     Field(discriminator="kind"),
 ]
-KINDS = ("cell-meta", "exchange", "run-result", "signal", "cell-end")
+KINDS = ("cell-meta", "exchange", "spans", "run-result", "signal", "cell-end")
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
 

@@ -11,6 +11,7 @@ Example::
                 "run_id_attribute": "agent_health.run_id",
                 "wait_seconds": 30,
             },
+            "otlp": {"listen": "127.0.0.1:4318"},  # the run's own receiver; default: on
         },
         prices={"gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}},
     )
@@ -58,6 +59,29 @@ class OpenSearchSettings(BaseModel):
     verify_certs: bool = True
 
 
+class OtlpSettings(BaseModel):
+    """agent-health's own OTLP/HTTP receiver of a local run (docs/writing-tests.md, "Traces").
+
+    On for agents the run starts (``command``), which are told where it listens in
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``; ``listen`` puts it at a fixed address for every run
+    (an agent started by hand exports there); ``enabled=False`` turns it off.
+    """
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    enabled: bool = True
+    listen: str | None = Field(
+        default=None, pattern=r"^[^:\s]+:[0-9]{1,5}$", description="HOST:PORT, e.g. 127.0.0.1:4318"
+    )
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_spans: int = Field(default=2000, ge=1, description="spans kept per run")
+    wait_seconds: float = Field(default=5.0, ge=0, description="how long a read waits for spans")
+
+    def wanted(self, started: bool) -> bool:
+        """Whether a local run listens: for an agent it starts, or at a fixed address."""
+        return self.enabled and (started or self.listen is not None)
+
+
 class TracesSettings(BaseModel):
     """Which agents have traces, where extra spans come from, and the price table."""
 
@@ -65,6 +89,7 @@ class TracesSettings(BaseModel):
 
     enabled: bool | list[str] = True
     opensearch: OpenSearchSettings | None = None
+    otlp: OtlpSettings = Field(default_factory=OtlpSettings)
     prices: dict[str, Price] = Field(default_factory=dict)
 
     def enabled_for(self, agent: str | None) -> bool:

@@ -12,9 +12,11 @@ or load once and read plain properties::
     trace = await result.traces.load()                # a TraceSnapshot
     trace.total_tokens, trace.tool_histogram, trace.llm_calls
 
-Sources, most detailed first: OpenSearch (when ``traces.opensearch`` is configured), the
-gateway's recorded exchanges (when the run went through the gateway), and the agent's own
-trajectory (always). Questions go to the first one unless ``source="..."`` names another.
+Sources, most detailed first: the spans the agent exported to agent-health's own OTLP
+receiver (``otel``, when spans of the run arrived by the time the test reads its traces),
+OpenSearch (when ``traces.opensearch`` is configured), the gateway's recorded exchanges (when
+the run went through the gateway), and the agent's own trajectory (always). Questions go to
+the first one unless ``source="..."`` names another.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_health.sdk.results import RunResult
-from agent_health.traces import errors, exchanges, metrics, records, settings, trajectory
+from agent_health.traces import (
+    errors,
+    exchanges,
+    metrics,
+    received,
+    records,
+    settings,
+    trajectory,
+)
 from agent_health.traces import opensearch as opensearch_mod
 
 
@@ -132,12 +142,20 @@ class TracesView:
         result: RunResult,
         sources: Sequence[records.TraceSource],
         prices: settings.PriceTable | None = None,
+        *,
+        preferred: received.ReceivedSource | None = None,
     ) -> None:
-        if not sources:
+        if not sources and preferred is None:
             raise ValueError("a TracesView needs at least one source")
         self._result = result
         self._sources = {s.name: s for s in sources}
         self._order = [s.name for s in sources]
+        # The agent's own OTLP spans answer by default once some arrived (asked once, on the
+        # first read); until then, and when none did, the other sources do.
+        self._preferred = preferred
+        if preferred is not None:
+            self._sources[preferred.name] = preferred
+            self._order.append(preferred.name)
         self._prices = prices or settings.PriceTable()
         self._loaded: dict[str, TraceSnapshot] = {}
         self._lock = asyncio.Lock()
@@ -169,8 +187,17 @@ class TracesView:
             )
         return self._sources[name]
 
+    async def _decide(self) -> None:
+        preferred, self._preferred = self._preferred, None
+        if preferred is not None and await preferred.present(self.run_id):
+            self._order.remove(preferred.name)
+            self._order.insert(0, preferred.name)
+
     async def load(self, source: str | None = None) -> TraceSnapshot:
         """Read (once) and return this run's spans from ``source`` (default: :attr:`source`)."""
+        if source is None and self._preferred is not None:
+            async with self._lock:
+                await self._decide()
         chosen = self._pick(source)
         async with self._lock:
             if chosen.name not in self._loaded:
@@ -204,7 +231,8 @@ class TracesView:
         return list((await self.load(source)).spans)
 
     async def logs(self, source: str | None = None) -> list[records.LogRecord]:
-        chosen = self._pick(source)
+        # The receiver takes spans only: logs come from the first source that has them.
+        chosen = self._pick(source or next(n for n in self._order if n != received.NAME))
         returned = await chosen.logs(self.run_id, self._result.traceparent)
         return [r for r in returned if self._own(chosen, r.trace_id, r.attributes)]
 
@@ -251,6 +279,7 @@ def build(
     agent: str | None,
     prices: settings.PriceTable | None = None,
     read_exchanges: exchanges.ExchangeReader | None = None,
+    read_received: received.SpansReader | None = None,
 ) -> TracesView:
     """The view the engine attaches to a run; raises when traces are off for ``agent``."""
     if not config.enabled_for(agent):
@@ -264,4 +293,9 @@ def build(
     if read_exchanges is not None:
         sources.append(exchanges.ExchangeSource(read_exchanges))
     sources.append(trajectory.TrajectorySource(result))
-    return TracesView(result, sources, prices or settings.PriceTable(config.prices))
+    preferred = None
+    if read_received is not None:
+        preferred = received.ReceivedSource(read_received, wait_seconds=config.otlp.wait_seconds)
+    return TracesView(
+        result, sources, prices or settings.PriceTable(config.prices), preferred=preferred
+    )

@@ -54,6 +54,17 @@ async def execute(
             recorded = await stack.enter_async_context(recording.LocalLedger(url))
         names: list[str | None] = [name for name, _ in lanes]
         callers: list[Any] = []
+        spans = None
+        started = any(spec.command and spec.connector != "subprocess" for _, spec in lanes)
+        if replayed is None and config.traces.otlp.wanted(started):
+            # The agents it starts export their OTel spans to it (OTEL_EXPORTER_OTLP_ENDPOINT).
+            from agent_health.engine import receiver
+
+            spans = await stack.enter_async_context(
+                receiver.LocalReceiver(
+                    config.traces.otlp, recorded.note_spans if recorded is not None else None
+                )
+            )
         if replayed is not None:  # the agent is neither started nor called
             from agent_health.engine import replay
 
@@ -61,11 +72,12 @@ async def execute(
             names = list(replayed.agents) or [None]
             callers = [replay.Replayer(replayed)] * len(names)
         for _, spec in lanes:  # none for a replay
-            live_spec = await stack.enter_async_context(agent_process.serving(spec))
+            told = spans.env(os.environ) if spans is not None else None
+            live_spec = await stack.enter_async_context(agent_process.serving(spec, told))
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
-            callers.append(connector.run)
+            callers.append(spans.expecting(connector.run) if spans is not None else connector.run)
         backend = None
         skip_simulate = getattr(args, "no_simulate", False) or os.environ.get(
             "AGENT_HEALTH_SKIP_SIMULATE", ""
@@ -89,6 +101,7 @@ async def execute(
             config=config,
             agent_name=config.agent_name(names[0] if names else None),
             ledger=recorded,
+            read_spans=spans.read if spans is not None else None,
             insights_llm=(
                 backend.ask if backend is not None and backend.provider and not skip_judge else None
             ),
@@ -123,6 +136,8 @@ async def execute(
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
+    if spans is not None:
+        hints.extend(_otlp_hints(spans.summary()))
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
         hints.append(NO_JUDGE_HINT)
     reason = getattr(getattr(backend, "provider", None), "reason", None)
@@ -153,3 +168,27 @@ def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
 
 def _judge_was_skipped(outcome: session.Outcome) -> bool:
     return any(s.kind == "judge" and s.passed is None for r in outcome.results for s in r.signals)
+
+
+def _otlp_hints(counts: dict[str, Any]) -> list[str]:
+    """What the OTLP receiver did not take, for the run's closing lines (never silent)."""
+    hints = []
+    refused = counts.get("refused") or {}
+    if refused:
+        by_status = ", ".join(f"{n}× {status}" for status, n in refused.items())
+        hints.append(
+            f"the OTLP receiver refused {sum(refused.values())} span exports ({by_status}); "
+            f"last: {counts.get('last_refusal')}"
+        )
+    if counts.get("spans_rejected"):
+        hints.append(
+            f"the OTLP receiver kept none of {counts['spans_rejected']} spans of traces no "
+            "test sent (or naming another run): make the agent's spans children of the "
+            "traceparent it is sent"
+        )
+    if counts.get("spans_dropped"):
+        hints.append(
+            f"the OTLP receiver dropped {counts['spans_dropped']} spans past "
+            "traces.otlp.max_spans per run"
+        )
+    return hints

@@ -87,6 +87,20 @@ class Ports:
     """Peer name → the listener the target calls to reach that peer."""
     peer_target: Mapping[str, int]
     """Peer name → the listener that peer calls to reach the target."""
+    otlp: int
+    """The OTLP/HTTP receiver the target exports its OpenTelemetry spans to."""
+
+
+OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+
+def otlp_env(plan: Ports, env: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The target's ``OTEL_EXPORTER_OTLP_ENDPOINT``: the gateway's OTLP receiver, which joins
+    its spans to the cell's run (docs/agent-protocol.md) — unless the RunSpec's ``env``
+    names an endpoint of its own (its collector wins)."""
+    if any(var.get("name") == OTLP_ENDPOINT_ENV for var in env):
+        return []
+    return [{"name": OTLP_ENDPOINT_ENV, "value": f"http://127.0.0.1:{plan.otlp}"}]
 
 
 def ports(spec: runspec.RunSpec) -> Ports:
@@ -94,7 +108,8 @@ def ports(spec: runspec.RunSpec) -> Ports:
     taken = {spec.spec.target.port, *(p.port for p in spec.spec.peers)}
     free = (p for p in itertools.count(FIRST_PORT) if p not in taken)
     peers = {p.name: next(free) for p in spec.spec.peers}
-    return Ports(peers, {p.name: next(free) for p in spec.spec.peers})
+    peer_target = {p.name: next(free) for p in spec.spec.peers}
+    return Ports(peers, peer_target, otlp=next(free))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +137,14 @@ def gateway_args(
     identity: Identity,
     key_file: str,
     caps: tuple[int | None, int | None] = (None, None),
+    otlp: int | None = None,
 ) -> list[str]:
     """The gateway's command line (``agent-health gateway``) — the one place its flags live.
 
     ``tokens`` maps a principal to the file holding its token. The cell's run id is its
     name, as the controller's ``AGENT_HEALTH_RUN_ID`` says. ``caps`` are the most exchanges,
-    and bytes of them, the cell may record (``None``: no cap).
+    and bytes of them, the cell may record (``None``: no cap). ``otlp``: the loopback port
+    of the OTLP receiver the target is told of (``OTEL_EXPORTER_OTLP_ENDPOINT``).
     """
     args = ["gateway"]
     for route in routes:
@@ -154,6 +171,8 @@ def gateway_args(
         args += ["--max-cell-bytes", str(size)]
     if identity.agent is not None:
         args += ["--agent", identity.agent]
+    if otlp is not None:
+        args += ["--otlp-listen", f"127.0.0.1:{otlp}"]
     for name, image in identity.images.items():
         args += ["--image", f"{name}={image}"]
     for principal, path in tokens.items():
@@ -171,6 +190,7 @@ def container(
     ledger: str,
     scratch: dict[str, Any],
     settings: manifests.Settings,
+    otlp: int | None = None,
 ) -> dict[str, Any]:
     """The gateway's native-sidecar container (its volumes come from :func:`volumes`)."""
     mounts = [
@@ -194,6 +214,7 @@ def container(
         identity=identity,
         key_file=f"{LEDGER_KEY_DIR}/{cellsecrets.LEDGER_KEY}",
         caps=settings.cell_caps,
+        otlp=otlp,
     )
     body: dict[str, Any] = {
         "name": NAME,

@@ -147,6 +147,7 @@ def cell_pod(
             ledger=_ledger_url(spec, settings),
             scratch=scratch[cellgateway.NAME],
             settings=settings,
+            otlp=plan.otlp,
         ),
     ]
     for peer, container_name in zip(spec.spec.peers, peers, strict=True):
@@ -331,6 +332,7 @@ def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str
                 value = re.sub(pattern, f"://127.0.0.1:{plan.peers[peer.name]}", value)
             var = {**var, "value": value}
         out.append(var)
+    out.extend(cellgateway.otlp_env(plan, out))
     return out + [
         {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}"}
         for p in spec.spec.peers

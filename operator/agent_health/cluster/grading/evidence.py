@@ -179,6 +179,18 @@ def _read_body(
             if record.usage is not None:
                 consumer = "judge" if record.upstream == "judge" else record.principal
                 usage[consumer] = _add(usage.get(consumer), record.usage)
+        elif isinstance(record, records.SpansRecord):
+            # The agent's OTLP spans (version 3): sent by the target, sealed by the gateway.
+            if record.principal.startswith(_TRUSTED) and record.evidence == "none":
+                raise errors.DoubtfulEvidence(
+                    f"spans at record {record.seq} are attributed to {record.principal} "
+                    "without token evidence"
+                )
+            if record.run_id != meta.run_id:
+                raise errors.DoubtfulEvidence(
+                    f"spans at record {record.seq} are of run {record.run_id!r}, "
+                    f"the cell is run {meta.run_id!r}"
+                )
         elif isinstance(record, records.RunResultRecord):
             if run_record is not None:
                 raise errors.DoubtfulEvidence(
