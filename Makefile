@@ -74,7 +74,8 @@ lock: $(BIN)/agent-health
 	$(BIN)/pip install --quiet 'uv>=0.4'
 	$(LOCK) -o images/locks/base.txt
 	$(LOCK) --extra operator --extra s3 --extra gcs -o images/locks/operator.txt
-	$(LOCK) --extra gateway --extra s3 --extra gcs -o images/locks/gateway.txt
+	$(LOCK) --extra otel -o images/locks/controller.txt
+	$(LOCK) --extra gateway --extra otlp --extra s3 --extra gcs -o images/locks/gateway.txt
 
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.
 # Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.

@@ -37,15 +37,15 @@ DIGEST_PINNED = re.compile(r"^[\w.:/-]+@sha256:[0-9a-f]{64}$")
 # Each image target → (its entry point, the extra its venv installs).
 EXPECTED = {
     "operator": (["agent-health", "operator"], "[operator,s3,gcs]"),
-    "controller": (["agent-health", "cell"], ""),
-    "gateway": (["agent-health", "gateway"], "[gateway,s3,gcs]"),
+    "controller": (["agent-health", "cell"], "[otel]"),
+    "gateway": (["agent-health", "gateway"], "[gateway,otlp,s3,gcs]"),
     "triage-agent": (["python", "/app/triage_agent.py", "--host", "0.0.0.0", "--port", "8080"], ""),
     "log-server": (["python", "/app/log_server.py", "--host", "0.0.0.0", "--port", "9000"], ""),
 }
 # The stages each image is made of (FROM and COPY --from, transitively): one wheel for all.
 USES = {
     "operator": {"wheel", "venv-operator", "runtime", "operator"},
-    "controller": {"wheel", "venv", "runtime", "controller"},
+    "controller": {"wheel", "venv-controller", "runtime", "controller"},
     "gateway": {"wheel", "venv-gateway", "runtime", "gateway"},
     "triage-agent": {"wheel", "venv", "runtime", "triage-agent"},
     "log-server": {"wheel", "venv", "runtime", "log-server"},
@@ -54,10 +54,11 @@ USES = {
 LOCK_OF = {
     "venv": "images/locks/base.txt",
     "venv-operator": "images/locks/operator.txt",
+    "venv-controller": "images/locks/controller.txt",
     "venv-gateway": "images/locks/gateway.txt",
 }
-LOCK_EXTRAS = {"venv": (), "venv-operator": ("operator", "s3", "gcs"),
-               "venv-gateway": ("gateway", "s3", "gcs")}  # fmt: skip
+LOCK_EXTRAS = {"venv": (), "venv-operator": ("operator", "s3", "gcs"), "venv-controller": ("otel",),
+               "venv-gateway": ("gateway", "otlp", "s3", "gcs")}  # fmt: skip
 # Where the images run: Linux, CPython 3.11 (the base), amd64 or arm64.
 IMAGE_PLATFORMS = [
     {"python_version": "3.11", "python_full_version": "3.11.10", "sys_platform": "linux",
@@ -236,7 +237,12 @@ def test_the_wheel_is_built_once() -> None:
     builds = [(s.name, r) for s in STAGES for r in s.all("RUN") if "pip wheel" in r]
     assert [name for name, _ in builds] == ["wheel"]
     venvs = [s for s in STAGES if "wheel" in copy_from(s)]
-    assert sorted(s.name or "" for s in venvs) == ["venv", "venv-gateway", "venv-operator"]
+    assert sorted(s.name or "" for s in venvs) == [
+        "venv",
+        "venv-controller",
+        "venv-gateway",
+        "venv-operator",
+    ]
     for stage in venvs:
         assert stage.all("COPY") == [f"{LOCK_OF[stage.name]} /locks/", "--from=wheel /dist /dist"]
         dependencies, wheel = stage.all("RUN")

@@ -19,9 +19,9 @@ def decode(body: bytes, limits: otlp.Limits) -> list[dict[str, Any]]:
     try:
         from google.protobuf import message
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-    except ImportError as err:  # the otel extra
+    except ImportError as err:  # the otlp extra (or otel, which holds it)
         raise otlp.OtlpError(
-            "protobuf OTLP needs the otel extra (pip install 'agent-health[otel]'); "
+            "protobuf OTLP needs the otlp extra (pip install 'agent-health[otlp]'); "
             f"or export with OTEL_EXPORTER_OTLP_PROTOCOL=http/json ({err})"
         ) from err
     request = trace_service_pb2.ExportTraceServiceRequest()
