@@ -532,6 +532,7 @@ def test_the_controller_reaches_target_and_judge_only_through_the_gateway() -> N
     assert env["AGENT_HEALTH_RUN_ID"] == env["AGENT_HEALTH_CELL"] == pod["metadata"]["name"]
     assert env["AGENT_HEALTH_TIMEOUT"] == "300"
     assert "AGENT_HEALTH_SKIP_JUDGE" not in env
+    assert "AGENT_HEALTH_SKIP_SIMULATE" not in env
     assert controller["command"] == ["agent-health"]
     assert controller["args"] == ["cell", "--test", TEST_ID, "--repeat", "0", "--suite", "/suite"]
 
@@ -545,6 +546,13 @@ def test_skip_judge_sets_the_variable_and_opens_no_judge_route() -> None:
     assert JUDGE.url not in " ".join(containers["gateway"]["args"])
     assert env["AGENT_HEALTH_TIMEOUT"] == "42"
     assert pod["spec"]["activeDeadlineSeconds"] == 42 + SETTINGS.startup_seconds
+
+
+def test_skip_simulate_tells_the_controller_and_keeps_the_judge() -> None:
+    pod = _pod(run=_run(skipSimulate=True))
+    env = {e["name"]: e["value"] for e in _by_name(pod["spec"])["controller"]["env"]}
+    assert env["AGENT_HEALTH_SKIP_SIMULATE"] == "1"
+    assert env["AGENT_HEALTH_JUDGE_URL"] == "http://gateway"  # judge() still judges
 
 
 def test_a_configmap_suite_is_mounted_read_only_into_the_stock_controller_only() -> None:

@@ -184,15 +184,28 @@ async def test_the_judge_service_answers_only_live_cells_controller_tokens(
 
                     good, again = await judge(token), await judge(token)
                     refused = [(await judge(t)).status_code for t in ("nope", peer)]
+                    judged = len(model.requests)
+                    # A simulated user asks the same model: its line counts as a judge call
+                    # (this model answers verdicts, not a user's line: an errored one).
+                    asked = {"goal": "get a refund", "conversation": [], "turn": 1}
+                    user = await client.post(
+                        url + "/user", json=asked, headers={"Authorization": f"Bearer {token}"}
+                    )
                     scraped = await client.get(f"http://127.0.0.1:{op.ports['metrics']}/metrics")
                 assert refused == [401, 401]
                 assert good.status_code == 200, good.text
                 assert (good.json()["passed"], good.json()["score"]) == (True, 0.9)
                 assert again.json()["cached"] is True  # the operator's persistent cache
-                assert len(model.requests) == 1
+                assert judged == 1
                 assert "sk-test" in str(model.requests[0].headers)
                 assert (
                     'agent_health_judge_calls_total{model="judge-model",outcome="cached"} 1.0'
+                    in (scraped.text)
+                )
+                assert user.status_code == 200, user.text
+                assert user.json()["errored"] is True
+                assert (
+                    'agent_health_judge_calls_total{model="judge-model",outcome="errored"} 1.0'
                     in (scraped.text)
                 )
     finally:

@@ -76,6 +76,12 @@ class Spec(meta.Model):
     skip_judge: bool = pydantic.Field(
         default=False, description="Every judge() call is a neutral skip."
     )
+    skip_simulate: bool = pydantic.Field(
+        default=False,
+        description="A test whose conversation needs a simulated user is skipped (the CLI's "
+        "--no-simulate). A run that skips judging has no model for one either: its "
+        "simulated users are skipped too.",
+    )
     ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = pydantic.Field(
         default=None, description="Delete the run (and its cells) this long after it finished."
     )

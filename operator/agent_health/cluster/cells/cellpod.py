@@ -202,6 +202,8 @@ def cell_pod(
         env.append({"name": "AGENT_HEALTH_JUDGE_MODEL", "value": model})
     if run.spec.skip_judge:
         env.append({"name": "AGENT_HEALTH_SKIP_JUDGE", "value": "1"})
+    if run.spec.skip_simulate:
+        env.append({"name": "AGENT_HEALTH_SKIP_SIMULATE", "value": "1"})
     if agent is not None:
         env.append({"name": "AGENT_HEALTH_AGENT", "value": agent})
     env.extend(otlp_env(spec, settings))
