@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "agents"))
 
+import support_agent  # noqa: E402
 import triage_agent  # noqa: E402
 
 
@@ -35,6 +36,17 @@ def _junit_files_parse(request: pytest.FixtureRequest) -> Iterator[None]:
     import junit_support
 
     junit_support.check_all(tmp_path)
+
+
+@pytest.fixture
+async def support_url() -> AsyncIterator[str]:
+    """The example support agent (it asks before it answers: conversations), on a free
+    loopback port for this test."""
+    runner, url = await support_agent.start()
+    try:
+        yield url
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import support_agent
 from agent_health import cli
 from helpers import run_cli
 
@@ -52,15 +50,6 @@ async def parcel(agent, expect):
 async def unchanged(agent, expect):
     await agent.run("Where is my parcel?", turns=["It is order 1234"])
 """
-
-
-@pytest.fixture
-async def support_url() -> AsyncIterator[str]:
-    runner, url = await support_agent.start()
-    try:
-        yield url
-    finally:
-        await runner.cleanup()
 
 
 async def test_compare_names_conversations_that_moved_turn_by_turn(

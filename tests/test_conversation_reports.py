@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import support_agent
 from agent_health.cluster.grading import grading, regrade
 from agent_health.cluster.reconcile import status
 from agent_health.engine import visible
@@ -55,15 +53,6 @@ async def refund(agent, expect):
     result = await agent.run("Did my refund go through?", user=customer, max_turns=4)
     expect(result.output).to_contain("refunded")
 """
-
-
-@pytest.fixture
-async def support_url() -> AsyncIterator[str]:
-    runner, url = await support_agent.start()
-    try:
-        yield url
-    finally:
-        await runner.cleanup()
 
 
 def _case(junit: Path, name: str) -> ET.Element:

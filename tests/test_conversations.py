@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +53,6 @@ async def max_turns(agent):
     assert len(result.turns) == 3
     assert result.ended.reason == "max-turns"
 """
-
-
-@pytest.fixture
-async def support_url() -> AsyncIterator[str]:
-    runner, url = await support_agent.start()
-    try:
-        yield url
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.parametrize("kind", ["rest", "agui", "openai"])

@@ -72,15 +72,6 @@ async def no_number(agent):
 
 
 @pytest.fixture
-async def support_url() -> AsyncIterator[str]:
-    runner, url = await support_agent.start()
-    try:
-        yield url
-    finally:
-        await runner.cleanup()
-
-
-@pytest.fixture
 async def simulator() -> AsyncIterator[str]:
     runner, url = await simulated_user_server.start()
     try:

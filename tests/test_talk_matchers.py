@@ -5,11 +5,10 @@ the real CLI against the example support agent on loopback."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-import support_agent
 from agent_health.judging import prompt
 from agent_health.sdk import context, declare, errors, matchers, turns
 from agent_health.sdk.context import JudgeRequest
@@ -89,15 +88,6 @@ from agent_health import define_config
 config = define_config(judge={{"provider": "openai", "model": "m", "base_url": {url!r},
                                "cache": False}})
 """
-
-
-@pytest.fixture
-async def support_url() -> AsyncIterator[str]:
-    runner, url = await support_agent.start()
-    try:
-        yield url
-    finally:
-        await runner.cleanup()
 
 
 def _sees_the_conversation(body: Mapping[str, Any]) -> Answer:
