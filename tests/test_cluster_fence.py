@@ -351,5 +351,9 @@ async def test_the_cells_gateway_listens_on_loopback_alone_and_its_probe_passes(
     assert [records.parse_line(line).kind for line in lines] == ["cell-meta"]
     assert chain.verify(lines, b"k" * 32, complete=False).ok
     routes = [a for a in gateway["args"] if "listen=127.0.0.1:" in a]
-    assert len(listening) == len(routes) == 2  # target → peer:logs and peer:logs → target
+    assert len(routes) == 2  # target → peer:logs and peer:logs → target
+    # ... and the receiver of the target's OTLP spans, on loopback too.
+    otlp = gateway["args"][gateway["args"].index("--otlp-listen") + 1]
+    assert len(listening) == len(routes) + 1
+    assert ("127.0.0.1", int(otlp.rpartition(":")[2])) in listening
     assert {address for address, _ in listening} == {"127.0.0.1"}

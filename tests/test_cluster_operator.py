@@ -81,7 +81,7 @@ async def test_the_example_run_is_resolved_scheduled_graded_and_reported() -> No
                 "total": 6, "pending": 0, "running": 0, "passed": 5, "failed": 1,
                 "errored": 0, "skipped": 0,
                 "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0},
-                "unverifiedClaims": 0,
+                "unverifiedClaims": 0, "conversations": 0, "goalMet": 0,
             }  # fmt: skip
             assert status["passRate"] == pytest.approx(5 / 6)
             assert status["passAtK"] == 1.0

@@ -161,10 +161,6 @@ def _identity(environ: Mapping[str, str]) -> Any:
     return f"agent-health@{environ.get('POD_ID') or socket.gethostname()}/{os.getpid()}"
 
 
-JUDGE_ROUTES = frozenset({"/api/judge", "/api/judge/user"})
-"""The judge service's routes whose calls ``agent_health_judge_calls_total`` counts."""
-
-
 @dataclasses.dataclass
 class Operator:
     """The parts of a running operator (tests and benchmarks look inside)."""
@@ -252,8 +248,8 @@ class Operator:
     ) -> web.StreamResponse:
         started = time.monotonic()
         response: web.StreamResponse = await handler(request)
-        # A verdict and a simulated user's line (/api/judge/user) both ask the judge's model.
-        if request.path in JUDGE_ROUTES and isinstance(response, web.Response):
+        # A verdict and a simulated user's line both ask the judge's model.
+        if request.path in limits.ASKING_PATHS and isinstance(response, web.Response):
             judge = service.judging_of(request).judge
             model = judge.model if judge else "none"
             outcome: metrics.JudgeOutcome = "errored" if response.status != 200 else "ok"

@@ -34,6 +34,8 @@ MAX_STEPS = 16
 DEFAULT_CEILING = 4096
 """The operator's default ``--judge-max-tokens``."""
 JUDGE_PATH, CHAT_PATH, USER_PATH = "/api/judge", "/api/judge/chat", "/api/judge/user"
+ASKING_PATHS = frozenset({JUDGE_PATH, USER_PATH})
+"""The routes whose calls ``agent_health_judge_calls_total`` counts: a verdict, a line."""
 
 
 @dataclasses.dataclass(frozen=True)
