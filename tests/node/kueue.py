@@ -1,0 +1,613 @@
+"""Kueue (kubernetes-sigs/kueue, ``kueue.x-k8s.io/v1beta1``), its plain-pod integration reduced
+to what the operator relies on, following the upstream controllers' semantics:
+
+* the pod webhook: a new pod labelled ``kueue.x-k8s.io/queue-name`` (in a namespace Kueue
+  manages: all but ``kube-system`` and ``kueue-system`` here) gets the scheduling gate
+  ``kueue.x-k8s.io/admission``, the label ``kueue.x-k8s.io/managed=true`` and the finalizer
+  ``kueue.x-k8s.io/managed``; a pod without the label is left alone;
+* one Workload per such pod (single-pod workloads; its request: ``pods`` 1 and the pod's CPU
+  and memory requests, sidecars included, as Kueue sums them), waiting in the
+  ClusterQueue of its LocalQueue (a LocalQueue that does not exist keeps it waiting);
+* admission by quota: a ClusterQueue's ``resourceGroups[].flavors[].resources[]`` give
+  each resource's ``nominalQuota`` (and ``borrowingLimit``); ClusterQueues of one
+  ``cohort`` lend each other what they do not use. Each ClusterQueue admits its workloads
+  oldest first (the head must fit); admitting is removing the gate. ``stopPolicy: Hold``,
+  or a ResourceFlavor it names that does not exist, stops its admission. With fair sharing
+  (:attr:`Kueue.fair_sharing`, as Kueue's ``fairSharing.enable``), of the heads that fit
+  the one whose ClusterQueue's share after admitting it is lowest goes first — the share
+  being what it borrows beyond its nominal quota, over what the cohort could lend, divided
+  by ``spec.fairSharing.weight`` (dominant resource share); without it, heads that need
+  no borrowing go first, then the oldest;
+* preemption by deletion: a head that does not fit, but would within its own ClusterQueue's
+  nominal quota, reclaims it (``preemption.reclaimWithinCohort`` ``Any`` or
+  ``LowerPriority``) from ClusterQueues of its cohort that borrow — their newest admitted
+  workloads first, only as many as it needs. Each victim pod gets the condition
+  ``TerminationTarget`` (reason ``WorkloadEvicted``, as Kueue's pod ``Stop``) and is deleted;
+* quota is released when a pod ends (``Succeeded``/``Failed``) or is gone; the finalizer is
+  removed once a pod has ended or is being deleted.
+
+:attr:`Kueue.admissions` records every admission in order, with each ClusterQueue's usage
+after it and what was waiting: a test reads fairness from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import decimal
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+from agent_health.cluster.cells import resources
+from kube import Emulator, Kind
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+QUEUE_LABEL = f"{GROUP}/queue-name"
+MANAGED = f"{GROUP}/managed"
+GATE = f"{GROUP}/admission"
+UNMANAGED_NAMESPACES = frozenset({"kube-system", "kueue-system"})
+
+
+def _crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": scope,
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+CRDS = (
+    _crd("ResourceFlavor", "resourceflavors", "Cluster"),
+    _crd("ClusterQueue", "clusterqueues", "Cluster"),
+    _crd("LocalQueue", "localqueues", "Namespaced"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """One workload admitted: its pod, queues, and the state of the cohort right after."""
+
+    namespace: str
+    pod: str
+    local_queue: str
+    cluster_queue: str
+    usage: Mapping[str, Mapping[str, decimal.Decimal]]
+    """ClusterQueue → resource → what its admitted workloads use, this one included."""
+    waiting: Mapping[str, int]
+    """ClusterQueue → workloads still waiting in it."""
+
+
+@dataclasses.dataclass
+class Workload:
+    namespace: str
+    pod: str
+    uid: str
+    local_queue: str
+    order: int
+    requests: dict[str, decimal.Decimal]
+    cluster_queue: str | None = None
+    admitted: int | None = None
+    """The admission's sequence number (newest is preempted first)."""
+    evicting: bool = False
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, decimal.Decimal]:
+    """``pods`` 1 and the pod's effective CPU and memory requests: sidecars (init containers
+    with ``restartPolicy: Always``) plus the larger of the regular containers' sum and any
+    other init container (Kubernetes' and Kueue's rule)."""
+    spec = pod.get("spec") or {}
+    found: dict[str, decimal.Decimal] = {"pods": decimal.Decimal(1)}
+
+    def asked(container: Mapping[str, Any], name: str) -> decimal.Decimal:
+        value = ((container.get("resources") or {}).get("requests") or {}).get(name)
+        return resources.quantity(value) if value is not None else _ZERO
+
+    for name in ("cpu", "memory"):
+        inits = spec.get("initContainers") or []
+        sidecars = sum(
+            (asked(c, name) for c in inits if c.get("restartPolicy") == "Always"),
+            _ZERO,
+        )
+        regular = sum((asked(c, name) for c in spec.get("containers") or []), _ZERO)
+        others = [asked(c, name) for c in inits if c.get("restartPolicy") != "Always"]
+        found[name] = sidecars + max([regular, *others])
+    return found
+
+
+@dataclasses.dataclass
+class Kueue:
+    """The stand-in; :meth:`install` before pods are created, then :meth:`run` in a task."""
+
+    emulator: Emulator
+    api: httpx.AsyncClient
+    fair_sharing: bool = True
+    admissions: list[Admission] = dataclasses.field(default_factory=list)
+    preempted: list[str] = dataclasses.field(default_factory=list)
+    """``namespace/pod`` of every pod preempted, in order."""
+    workloads: dict[str, Workload] = dataclasses.field(default_factory=dict)
+    _order: itertools.count[int] = dataclasses.field(default_factory=itertools.count)
+    _changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    async def install(self) -> None:
+        """The CRDs, and the pod webhook."""
+        for crd in CRDS:
+            answer = await self.api.post(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
+            )
+            if answer.status_code != 409:
+                answer.raise_for_status()
+        self.emulator.store.admission.append(self._webhook)
+
+    def _webhook(self, kind: Kind, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        labels = meta.get("labels") or {}
+        if (kind.group, kind.plural) != ("", "pods") or not labels.get(QUEUE_LABEL):
+            return
+        if meta.get("namespace") in UNMANAGED_NAMESPACES:
+            return
+        meta["labels"] = {**labels, MANAGED: "true"}
+        meta["finalizers"] = [*(meta.get("finalizers") or []), MANAGED]
+        gates = body.setdefault("spec", {}).setdefault("schedulingGates", [])
+        if not any(g.get("name") == GATE for g in gates):
+            gates.append({"name": GATE})
+
+    # -- following -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        store = self.emulator.store
+        pods = store.kinds[("", "pods")]
+        queues = [
+            store.kinds[(GROUP, p)] for p in ("resourceflavors", "clusterqueues", "localqueues")
+        ]
+
+        async def nudge(kind: Kind) -> None:
+            async for _ in store.watch(
+                kind, None, lambda _l: True, since=None, initial_bookmark=False, timeout=None
+            ):
+                self._changed.set()
+
+        nudges = [asyncio.ensure_future(nudge(k)) for k in queues]
+        scheduler = asyncio.ensure_future(self._scheduler())
+        try:
+            async for event in store.watch(
+                pods,
+                None,
+                lambda labels: labels.get(MANAGED) == "true",
+                since=None,
+                initial_bookmark=False,
+                timeout=None,
+            ):
+                await self._pod(event["type"], event["object"])
+                self._changed.set()
+        finally:
+            for task in (*nudges, scheduler):
+                task.cancel()
+            for task in (*nudges, scheduler):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _pod(self, event_type: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        phase = (pod.get("status") or {}).get("phase")
+        workload = self.workloads.get(uid)
+        if event_type == "DELETED":
+            self.workloads.pop(uid, None)
+            return
+        fresh = not meta.get("deletionTimestamp") and _gated(pod)
+        if workload is None and phase not in ("Succeeded", "Failed") and fresh:
+            workload = Workload(
+                namespace=meta["namespace"], pod=meta["name"], uid=uid,
+                local_queue=meta["labels"][QUEUE_LABEL], order=next(self._order),
+                requests=pod_requests(pod),
+            )  # fmt: skip
+            self.workloads[uid] = workload
+        ended = phase in ("Succeeded", "Failed")
+        if ended:
+            self.workloads.pop(uid, None)  # finished: its quota is free
+        elif workload is not None and workload.admitted is None and meta.get("deletionTimestamp"):
+            self.workloads.pop(uid, None)  # deleted before it was admitted
+        # An admitted pod being deleted keeps its quota until it is gone (DELETED).
+        if (ended or meta.get("deletionTimestamp")) and MANAGED in (meta.get("finalizers") or []):
+            await self._finalize(pod)
+
+    async def _finalize(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        kept = [f for f in meta.get("finalizers") or [] if f != MANAGED]
+        answer = await self.api.patch(
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            json=[
+                {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+                {"op": "replace", "path": "/metadata/finalizers", "value": kept},
+            ],
+            headers={"Content-Type": "application/json-patch+json"},
+        )
+        if answer.status_code not in (404, 409, 422):
+            answer.raise_for_status()
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    async def _scheduler(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            while await self._cycle():
+                pass
+
+    def _cluster_queues(self) -> dict[str, dict[str, Any]]:
+        kind = self.emulator.store.kinds[(GROUP, "clusterqueues")]
+        found = self.emulator.store.list(kind, None, lambda _l: True)
+        return {cq["metadata"]["name"]: cq for cq in found}
+
+    def _cluster_queue_of(self, workload: Workload) -> str | None:
+        try:
+            local = self.emulator.read(
+                f"localqueues.{GROUP}", workload.namespace, workload.local_queue
+            )
+        except Exception:
+            return None
+        return str((local.get("spec") or {}).get("clusterQueue") or "") or None
+
+    def _usage(self, cq: str) -> dict[str, decimal.Decimal]:
+        used: dict[str, decimal.Decimal] = {}
+        for w in self.workloads.values():
+            if w.admitted is not None and w.cluster_queue == cq:
+                for name, amount in w.requests.items():
+                    used[name] = used.get(name, _ZERO) + amount
+        return used
+
+    async def _cycle(self) -> bool:
+        """Admit one workload, or start preempting for one; whether anything was done."""
+        queues = self._cluster_queues()
+        heads: dict[str, Workload] = {}
+        waiting: dict[str, int] = {}
+        for w in sorted(self.workloads.values(), key=lambda w: w.order):
+            if w.admitted is not None:
+                continue
+            cq = self._cluster_queue_of(w)
+            if cq is None or cq not in queues:
+                continue  # no LocalQueue or ClusterQueue (yet): it keeps waiting, gated
+            waiting[cq] = waiting.get(cq, 0) + 1
+            if not self._active(queues[cq]):
+                continue
+            heads.setdefault(cq, w)
+        fitting = [(cq, w) for cq, w in heads.items() if self._fits(queues, cq, w.requests)]
+        if fitting:
+            if self.fair_sharing:
+                cq, chosen = min(
+                    fitting, key=lambda f: (self._share(queues, f[0], f[1].requests), f[1].order)
+                )
+            else:
+                cq, chosen = min(
+                    fitting, key=lambda f: (self._borrows(queues, f[0], f[1].requests), f[1].order)
+                )
+            await self._admit(chosen, cq, queues, waiting)
+            return True
+        for cq, head in sorted(heads.items(), key=lambda h: h[1].order):
+            if await self._reclaim(queues, cq, head):
+                return True
+        return False
+
+    def _active(self, cq: Mapping[str, Any]) -> bool:
+        """A ClusterQueue admits only while not held (``stopPolicy``) and while every
+        ResourceFlavor it names exists (Kueue's ``Active`` condition, ``FlavorNotFound``)."""
+        spec = cq.get("spec") or {}
+        if spec.get("stopPolicy", "None") != "None":
+            return False
+        return all(
+            self.emulator.exists(f"resourceflavors.{GROUP}", None, flavor["name"])
+            for group in spec.get("resourceGroups") or []
+            for flavor in group.get("flavors") or []
+        )
+
+    def _cohort(self, queues: Mapping[str, dict[str, Any]], cq: str) -> list[str]:
+        cohort = (queues[cq].get("spec") or {}).get("cohort")
+        if not cohort:
+            return [cq]
+        return [n for n, q in queues.items() if (q.get("spec") or {}).get("cohort") == cohort]
+
+    def _fits(
+        self, queues: Mapping[str, dict[str, Any]], cq: str, asked: Mapping[str, decimal.Decimal]
+    ) -> bool:
+        quotas = _quotas(queues[cq])
+        used = self._usage(cq)
+        cohort = self._cohort(queues, cq)
+        for name, amount in asked.items():
+            if amount == 0:
+                continue
+            if name not in quotas:
+                return False  # a resource its ClusterQueue does not cover
+            nominal, borrowing = quotas[name]
+            mine = used.get(name, _ZERO) + amount
+            if borrowing is not None and mine > nominal + borrowing:
+                return False
+            pool = _total(_quotas(queues[q]).get(name, _NONE)[0] for q in cohort)
+            taken = _total(self._usage(q).get(name, _ZERO) for q in cohort)
+            if taken + amount > pool:  # its own nominal quota may be lent out and in use
+                return False
+        return True
+
+    def _borrows(
+        self, queues: Mapping[str, dict[str, Any]], cq: str, asked: Mapping[str, decimal.Decimal]
+    ) -> bool:
+        quotas, used = _quotas(queues[cq]), self._usage(cq)
+        return any(used.get(n, _ZERO) + a > quotas.get(n, _NONE)[0] for n, a in asked.items() if a)
+
+    def _share(
+        self, queues: Mapping[str, dict[str, Any]], cq: str, asked: Mapping[str, decimal.Decimal]
+    ) -> decimal.Decimal:
+        """The ClusterQueue's dominant resource share once ``asked`` is admitted."""
+        quotas, used = _quotas(queues[cq]), self._usage(cq)
+        cohort = self._cohort(queues, cq)
+        weight = decimal.Decimal(
+            str(((queues[cq].get("spec") or {}).get("fairSharing") or {}).get("weight", "1"))
+        )
+        share = _ZERO
+        for name, amount in asked.items():
+            nominal = quotas.get(name, _NONE)[0]
+            above = used.get(name, _ZERO) + amount - nominal
+            lendable = sum(
+                (_quotas(queues[q]).get(name, _NONE)[0] for q in cohort),
+                _ZERO,
+            )
+            if above > 0 and lendable > 0:
+                share = max(share, above / lendable)
+        return share / weight if weight > 0 else decimal.Decimal("Infinity")
+
+    async def _admit(
+        self,
+        workload: Workload,
+        cq: str,
+        queues: Mapping[str, dict[str, Any]],
+        waiting: dict[str, int],
+    ) -> None:
+        workload.cluster_queue, workload.admitted = cq, next(self._order)
+        waiting[cq] -= 1
+        self.admissions.append(
+            Admission(
+                namespace=workload.namespace, pod=workload.pod, local_queue=workload.local_queue,
+                cluster_queue=cq, usage={q: self._usage(q) for q in self._cohort(queues, cq)},
+                waiting=dict(waiting),
+            )
+        )  # fmt: skip
+        path = f"/api/v1/namespaces/{workload.namespace}/pods/{workload.pod}"
+        current = await self.api.get(path)
+        if current.status_code == 404:
+            self.workloads.pop(workload.uid, None)
+            return
+        current.raise_for_status()
+        gates = [
+            g for g in current.json()["spec"].get("schedulingGates") or [] if g["name"] != GATE
+        ]
+        answer = await self.api.patch(
+            path,
+            json=[
+                {"op": "test", "path": "/metadata/uid", "value": workload.uid},
+                {"op": "replace", "path": "/spec/schedulingGates", "value": gates},
+            ],
+            headers={"Content-Type": "application/json-patch+json"},
+        )
+        if answer.status_code not in (404, 409, 422):
+            answer.raise_for_status()
+
+    async def _reclaim(self, queues: Mapping[str, dict[str, Any]], cq: str, head: Workload) -> bool:
+        """Preempt borrowers of the cohort for ``head`` if its own nominal quota holds it."""
+        policy = ((queues[cq].get("spec") or {}).get("preemption") or {}).get(
+            "reclaimWithinCohort", "Never"
+        )
+        quotas, used = _quotas(queues[cq]), self._usage(cq)
+        within = all(
+            used.get(n, _ZERO) + a <= quotas.get(n, _NONE)[0] for n, a in head.requests.items() if a
+        )
+        if policy == "Never" or not within:
+            return False
+        freeing = {
+            n: sum((w.requests.get(n, _ZERO) for w in self.workloads.values()
+                    if w.evicting), _ZERO)
+            for n in head.requests
+        }  # fmt: skip
+        cohort = self._cohort(queues, cq)
+        pool = {
+            n: sum((_quotas(queues[q]).get(n, _NONE)[0] for q in cohort),
+                   _ZERO)
+            for n in head.requests
+        }  # fmt: skip
+        taken = {
+            n: sum((self._usage(q).get(n, _ZERO) for q in cohort), _ZERO) for n in head.requests
+        }
+
+        def short() -> bool:
+            return any(taken[n] - freeing[n] + a > pool[n] for n, a in head.requests.items() if a)
+
+        if not short():
+            return False  # what is being freed already makes room: wait for it
+        borrowers = [
+            w
+            for w in self.workloads.values()
+            if w.admitted is not None
+            and not w.evicting
+            and w.cluster_queue in cohort
+            and w.cluster_queue != cq
+            and self._borrowing(queues, str(w.cluster_queue))
+        ]
+        victims: list[Workload] = []
+        for w in sorted(borrowers, key=lambda w: -(w.admitted or 0)):
+            if not short():
+                break
+            victims.append(w)
+            w.evicting = True
+            for n in freeing:
+                freeing[n] += w.requests.get(n, _ZERO)
+        for victim in victims:
+            await self._evict(victim, f"Preempted to accommodate a workload of {cq}")
+        return bool(victims)
+
+    def _borrowing(self, queues: Mapping[str, dict[str, Any]], cq: str) -> bool:
+        quotas, used = _quotas(queues[cq]), self._usage(cq)
+        evicting = {
+            n: sum((w.requests.get(n, _ZERO) for w in self.workloads.values()
+                    if w.evicting and w.cluster_queue == cq), _ZERO)
+            for n in used
+        }  # fmt: skip
+        return any(used[n] - evicting[n] > quotas.get(n, _NONE)[0] for n in used)
+
+    async def _evict(self, workload: Workload, message: str) -> None:
+        """What Kueue's pod ``Stop`` does: the TerminationTarget condition, then delete."""
+        self.preempted.append(f"{workload.namespace}/{workload.pod}")
+        path = f"/api/v1/namespaces/{workload.namespace}/pods/{workload.pod}"
+        current = await self.api.get(path)
+        if current.status_code == 404:
+            return
+        conditions = [
+            c
+            for c in (current.json().get("status") or {}).get("conditions") or []
+            if c.get("type") != "TerminationTarget"
+        ]
+        conditions.append(
+            {
+                "type": "TerminationTarget",
+                "status": "True",
+                "reason": "WorkloadEvicted",
+                "message": message,
+                "lastTransitionTime": _now(),
+            }
+        )
+        answer = await self.api.patch(
+            f"{path}/status",
+            json={"status": {"conditions": conditions}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        if answer.status_code != 404:
+            answer.raise_for_status()
+        answer = await self.api.delete(path)
+        if answer.status_code != 404:
+            answer.raise_for_status()
+
+
+_ZERO = decimal.Decimal(0)
+_NONE: tuple[decimal.Decimal, decimal.Decimal | None] = (_ZERO, None)
+
+
+def _total(amounts: Iterable[decimal.Decimal]) -> decimal.Decimal:
+    return sum(amounts, _ZERO)
+
+
+def _gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def _quotas(cq: Mapping[str, Any]) -> dict[str, tuple[decimal.Decimal, decimal.Decimal | None]]:
+    """Resource → (nominal quota, borrowing limit or ``None``) over every flavor of the queue."""
+    found: dict[str, tuple[decimal.Decimal, decimal.Decimal | None]] = {}
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                nominal = resources.quantity(res.get("nominalQuota", 0))
+                limit = res.get("borrowingLimit")
+                borrowing = resources.quantity(limit) if limit is not None else None
+                old = found.get(res["name"])
+                if old is not None:
+                    nominal += old[0]
+                    if borrowing is not None and old[1] is not None:
+                        borrowing += old[1]
+                found[res["name"]] = (nominal, borrowing)
+    return found
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cluster_queue(
+    name: str,
+    *,
+    cohort: str,
+    pods: int,
+    borrowing_limit: int | None = None,
+    reclaim: str = "Any",
+    weight: str = "1",
+    hold: bool = False,
+) -> dict[str, Any]:
+    """A ClusterQueue of ``pods`` nominal quota (a flavor ``default``) in ``cohort``, with
+    CPU and memory to spare."""
+    quota: dict[str, Any] = {"name": "pods", "nominalQuota": pods}
+    if borrowing_limit is not None:
+        quota["borrowingLimit"] = borrowing_limit
+    # A workload asking for a resource its ClusterQueue does not cover is never admitted
+    # (every cell asks for CPU and memory): plenty of both, the pods are the quota.
+    room = [{"name": "cpu", "nominalQuota": 1000}, {"name": "memory", "nominalQuota": "4Ti"}]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "cohort": cohort,
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", "pods"],
+                    "flavors": [{"name": "default", "resources": [*room, quota]}],
+                }
+            ],
+            "preemption": {"reclaimWithinCohort": reclaim, "withinClusterQueue": "Never"},
+            "fairSharing": {"weight": weight},
+            "stopPolicy": "Hold" if hold else "None",
+        },
+    }
+
+
+def local_queue(name: str, namespace: str, cluster: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster},
+    }
+
+
+def resource_flavor(name: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {},
+    }
+
+
+@contextlib.asynccontextmanager
+async def running(emulator: Emulator, api: httpx.AsyncClient, **options: Any) -> Any:
+    """Kueue installed (its CRDs and pod webhook) and running until the block ends."""
+    kueue = Kueue(emulator, api, **options)
+    await kueue.install()
+    task = asyncio.ensure_future(kueue.run())
+    try:
+        yield kueue
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        emulator.store.admission.remove(kueue._webhook)
