@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from operator_support import (
 pytestmark = pytest.mark.slow
 LEDGER = "configmap://default/triage-ledger-{run}"
 TESTS = listing(("suite/t.py::first", []), ("suite/t.py::second", []), ("suite/t.py::third", []))
+CHART_EXAMPLE = Path(__file__).resolve().parents[1] / "charts/agent-health/examples/kueue.yaml"
 KUEUE = f"/apis/{kueue_node.GROUP}/{kueue_node.VERSION}"
 PINNED = "@sha256:" + "d" * 64
 SETTINGS = manifests.Settings(
@@ -294,6 +296,35 @@ async def test_a_discovery_pod_waits_in_the_runspecs_queue() -> None:
         # The RunSpec's queue holds its runs' cells too.
         assert [a.pod.split("-discover-")[0] for a in stand_in.admissions][:1] == ["triage"]
         assert len(stand_in.admissions) == 2
+
+
+async def test_the_charts_example_kueue_objects_queue_a_run() -> None:
+    """``charts/agent-health/examples/kueue.yaml`` as a cluster admin applies it (team A's
+    LocalQueue in this test's namespace): a run naming the queue ``evals`` is admitted by
+    team A's ClusterQueue."""
+    objects = list(yaml.safe_load_all((CHART_EXAMPLE).read_text()))
+    assert {o["kind"] for o in objects} == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    async with cluster() as k8s:
+        runspec_body, run = k8s.example(ledger=LEDGER)
+        async with (
+            kueue_node.running(k8s.emulator, k8s.client) as stand_in,
+            kubelet(Kubelet(k8s, TESTS[:1], LEDGER)),
+            k8s.operator(),
+        ):
+            for body in objects:
+                plural = body["kind"].lower() + "s"
+                if body["kind"] == "LocalQueue":
+                    if body["spec"]["clusterQueue"] != "team-a":
+                        continue
+                    body["metadata"]["namespace"] = "default"
+                    await create(k8s, f"{KUEUE}/namespaces/default/{plural}", body)
+                else:
+                    await create(k8s, f"{KUEUE}/{plural}", body)
+            await k8s.apply(runspec_body)
+            await k8s.apply(named_run(run, "example", queue="evals"))
+            done = await until(lambda: finished(k8s, "example"), "the run")
+        assert done["counts"]["passed"] == 2, done
+        assert [a.cluster_queue for a in stand_in.admissions] == ["team-a", "team-a"]
 
 
 async def test_a_run_without_a_queue_is_not_queued_even_where_kueue_runs() -> None:
