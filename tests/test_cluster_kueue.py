@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import cellpod, discovery, kueue, manifests
 from node import kueue as kueue_node
@@ -124,6 +125,33 @@ def test_the_queue_of_a_cell_is_its_runs_then_its_runspecs_then_the_operators(
         # runs the pod at once instead of leaving it gated for ever).
         assert "schedulingGates" not in body["spec"]
         assert kueue.MANAGED_LABEL not in labels
+
+
+def test_sandboxed_cells_are_never_queued_and_a_queue_named_for_them_is_refused() -> None:
+    run, spec = _models(None, None)
+    sandboxed = spec.model_copy(
+        update={"spec": spec.spec.model_copy(update={"isolation": runspec.Isolation(
+            mode="agentSandbox")})}
+    )  # fmt: skip
+    assert kueue.queue_of(sandboxed, run, "shared") is None  # the default does not apply
+    assert kueue.queue_of(sandboxed, None, "shared") == "shared"  # its discovery is a pod
+    kueue.refuse(sandboxed, run)
+    queued, _ = _models("team-a", None)
+    with pytest.raises(errors.SpecError, match=r"spec\.queue 'team-a' cannot queue cells"):
+        kueue.refuse(sandboxed, queued)
+
+
+async def test_a_run_of_sandboxed_cells_naming_a_queue_fails_saying_why() -> None:
+    async with cluster() as k8s:
+        runspec_body, run = k8s.example(isolation="agentSandbox", ledger=LEDGER)
+        async with kubelet(Kubelet(k8s, TESTS[:1], LEDGER)), k8s.operator():
+            await k8s.apply(runspec_body)
+            await k8s.apply(named_run(run, "boxed", queue="team-a"))
+            done = await until(lambda: finished(k8s, "boxed"), "the run to fail")
+        assert done["phase"] == "Failed"
+        failed = condition(done, "Failed")
+        assert failed["reason"] == "InvalidSpec"
+        assert "isolation.mode agentSandbox" in failed["message"]
 
 
 def test_a_queue_name_must_be_a_local_queue_name() -> None:

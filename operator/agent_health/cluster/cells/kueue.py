@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -34,10 +35,30 @@ def queue_of(
     spec: runspec.RunSpec, run: evaluationrun.EvaluationRun | None, default: str | None
 ) -> str | None:
     """The LocalQueue a pod waits in: the run's ``spec.queue``, else its RunSpec's, else the
-    operator's ``--default-queue`` (``run`` is ``None`` for a RunSpec's discovery pod)."""
+    operator's ``--default-queue`` (``run`` is ``None`` for a RunSpec's discovery pod).
+
+    A sandboxed cell (``isolation.mode: agentSandbox``) is never queued: Kueue would hold the
+    Sandbox's pod, which the operator does not watch (:func:`refuse` rejects a queue such a
+    run names; the operator's default does not apply to it)."""
+    if run is not None and spec.spec.isolation.mode == "agentSandbox":
+        return None
     if run is not None and run.spec.queue is not None:
         return run.spec.queue
     return spec.spec.queue or default
+
+
+def refuse(spec: runspec.RunSpec, run: evaluationrun.EvaluationRun) -> None:
+    """A :class:`.errors.SpecError` for a queue named on a run of sandboxed cells."""
+    named = run.spec.queue or spec.spec.queue
+    if named is not None and spec.spec.isolation.mode == "agentSandbox":
+        where = (
+            "the EvaluationRun's" if run.spec.queue else f"RunSpec {spec.metadata.get('name')}'s"
+        )
+        raise errors.SpecError(
+            f"{where} spec.queue {named!r} cannot queue cells with isolation.mode agentSandbox "
+            "(Kueue would hold the Sandbox's pod, which the operator does not watch): remove "
+            "spec.queue, or run the cells as pods (isolation.mode pod)"
+        )
 
 
 def labels(queue: str | None) -> dict[str, str]:
