@@ -297,6 +297,26 @@ async def test_a_cell_kueue_holds_never_times_out_and_its_deadline_starts_at_adm
         assert "deadline" in done["tests"][0]["error"]
 
 
+async def test_a_restarted_operator_takes_over_queued_cells_and_runs_each_once() -> None:
+    async with cluster() as k8s:
+        runspec_body, run = k8s.example(ledger=LEDGER)
+        async with (
+            kueue_node.running(k8s.emulator, k8s.client),
+            kubelet(Kubelet(k8s, TESTS, LEDGER)),
+        ):
+            await queues(k8s, ("team-a", 2), flavor=False)
+            async with k8s.operator():
+                await k8s.apply(runspec_body)
+                await k8s.apply(named_run(run, "kept", queue="team-a", parallelism=3))
+                await until(lambda: counts(k8s, "kept").get("queued") == 3, "three queued")
+            async with k8s.operator():  # a new operator finds three gated cells
+                await create(k8s, f"{KUEUE}/resourceflavors", kueue_node.resource_flavor())
+                done = await until(lambda: finished(k8s, "kept"), "the run")
+        assert done["phase"] == "Succeeded", done
+        assert done["counts"]["passed"] == 6
+        assert sorted(pod_creations(k8s.emulator).values()) == [1] * 6
+
+
 async def test_a_discovery_pod_waits_in_the_runspecs_queue() -> None:
     async with cluster() as k8s:
         runspec_body, run = k8s.example(ledger=LEDGER)
