@@ -11,7 +11,8 @@ to what the operator relies on, following the upstream controllers' semantics:
 * admission by quota: a ClusterQueue's ``resourceGroups[].flavors[].resources[]`` give
   each resource's ``nominalQuota`` (and ``borrowingLimit``); ClusterQueues of one
   ``cohort`` lend each other what they do not use. Each ClusterQueue admits its workloads
-  oldest first (the head must fit); admitting is removing the gate. ``stopPolicy: Hold``,
+  oldest first (``queueingStrategy``: with ``StrictFIFO`` only the head may go, with
+  ``BestEffortFIFO`` the oldest that fits); admitting is removing the gate. ``stopPolicy: Hold``,
   or a ResourceFlavor it names that does not exist, stops its admission. With fair sharing
   (:attr:`Kueue.fair_sharing`, as Kueue's ``fairSharing.enable``), of the heads that fit
   the one whose ClusterQueue's share after admitting it is lowest goes first — the share
@@ -283,6 +284,7 @@ class Kueue:
         """Admit one workload, or start preempting for one; whether anything was done."""
         queues = self._cluster_queues()
         heads: dict[str, Workload] = {}
+        pending: dict[str, list[Workload]] = {}
         waiting: dict[str, int] = {}
         for w in sorted(self.workloads.values(), key=lambda w: w.order):
             if w.admitted is not None:
@@ -294,7 +296,15 @@ class Kueue:
             if not self._active(queues[cq]):
                 continue
             heads.setdefault(cq, w)
-        fitting = [(cq, w) for cq, w in heads.items() if self._fits(queues, cq, w.requests)]
+            pending.setdefault(cq, []).append(w)
+        fitting: list[tuple[str, Workload]] = []
+        for cq, ordered in pending.items():
+            # StrictFIFO: only the head may go; BestEffortFIFO: the oldest that fits.
+            strict = (queues[cq].get("spec") or {}).get("queueingStrategy") == "StrictFIFO"
+            for w in ordered[:1] if strict else ordered:
+                if self._fits(queues, cq, w.requests):
+                    fitting.append((cq, w))
+                    break
         if fitting:
             if self.fair_sharing:
                 cq, chosen = min(
