@@ -151,6 +151,8 @@ class Kueue:
     workloads: dict[str, Workload] = dataclasses.field(default_factory=dict)
     _order: itertools.count[int] = dataclasses.field(default_factory=itertools.count)
     _changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    _used: dict[str, dict[str, decimal.Decimal]] = dataclasses.field(default_factory=dict)
+    _caching: bool = False
 
     async def install(self) -> None:
         """The CRDs, and the pod webhook."""
@@ -263,33 +265,45 @@ class Kueue:
         found = self.emulator.store.list(kind, None, lambda _l: True)
         return {cq["metadata"]["name"]: cq for cq in found}
 
-    def _cluster_queue_of(self, workload: Workload) -> str | None:
-        try:
-            local = self.emulator.read(
-                f"localqueues.{GROUP}", workload.namespace, workload.local_queue
-            )
-        except Exception:
-            return None
-        return str((local.get("spec") or {}).get("clusterQueue") or "") or None
-
     def _usage(self, cq: str) -> dict[str, decimal.Decimal]:
+        if cq in self._used:
+            return self._used[cq]
         used: dict[str, decimal.Decimal] = {}
         for w in self.workloads.values():
             if w.admitted is not None and w.cluster_queue == cq:
                 for name, amount in w.requests.items():
                     used[name] = used.get(name, _ZERO) + amount
+        if self._caching:
+            self._used[cq] = used
         return used
 
     async def _cycle(self) -> bool:
         """Admit one workload, or start preempting for one; whether anything was done."""
+        self._used.clear()
+        self._caching = True  # usage is fixed until this cycle admits or evicts
+        try:
+            return await self._decide()
+        finally:
+            self._caching = False
+            self._used.clear()
+
+    async def _decide(self) -> bool:
         queues = self._cluster_queues()
+        locals_ = {
+            (q["metadata"]["namespace"], q["metadata"]["name"]): str(
+                (q.get("spec") or {}).get("clusterQueue") or ""
+            )
+            for q in self.emulator.store.list(
+                self.emulator.store.kinds[(GROUP, "localqueues")], None, lambda _l: True
+            )
+        }
         heads: dict[str, Workload] = {}
         pending: dict[str, list[Workload]] = {}
         waiting: dict[str, int] = {}
         for w in sorted(self.workloads.values(), key=lambda w: w.order):
             if w.admitted is not None:
                 continue
-            cq = self._cluster_queue_of(w)
+            cq = locals_.get((w.namespace, w.local_queue)) or None
             if cq is None or cq not in queues:
                 continue  # no LocalQueue or ClusterQueue (yet): it keeps waiting, gated
             waiting[cq] = waiting.get(cq, 0) + 1
@@ -301,10 +315,15 @@ class Kueue:
         for cq, ordered in pending.items():
             # StrictFIFO: only the head may go; BestEffortFIFO: the oldest that fits.
             strict = (queues[cq].get("spec") or {}).get("queueingStrategy") == "StrictFIFO"
+            tried: set[tuple[tuple[str, decimal.Decimal], ...]] = set()
             for w in ordered[:1] if strict else ordered:
+                asked = tuple(sorted(w.requests.items()))
+                if asked in tried:
+                    continue  # one just like it did not fit
                 if self._fits(queues, cq, w.requests):
                     fitting.append((cq, w))
                     break
+                tried.add(asked)
         if fitting:
             if self.fair_sharing:
                 cq, chosen = min(
@@ -395,6 +414,8 @@ class Kueue:
         waiting: dict[str, int],
     ) -> None:
         workload.cluster_queue, workload.admitted = cq, next(self._order)
+        self._used.clear()
+        self._caching = False
         waiting[cq] -= 1
         self.admissions.append(
             Admission(
@@ -471,6 +492,8 @@ class Kueue:
             w.evicting = True
             for n in freeing:
                 freeing[n] += w.requests.get(n, _ZERO)
+        self._used.clear()
+        self._caching = False
         for victim in victims:
             await self._evict(victim, f"Preempted to accommodate a workload of {cq}")
         return bool(victims)
