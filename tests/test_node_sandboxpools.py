@@ -5,13 +5,16 @@ not its own assumptions: a claim adopts a Ready pooled Sandbox (owner and claim-
 moved, the claim's pod metadata on the running pod, never recreated), the pool replenishes
 and never hands one Sandbox to two claims, an empty pool and a claim with ``env`` start cold,
 a template that disallows env refuses such a claim, scaling to zero removes only unclaimed
-Sandboxes, and a finished claim with ``shutdownPolicy: Delete`` takes its Sandbox with it.
+Sandboxes, a finished claim with ``shutdownPolicy: Delete`` takes its Sandbox with it, and a
+template's ``generatedSecrets`` give every pooled Sandbox tokens of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -272,3 +275,50 @@ async def test_scaling_to_zero_keeps_claimed_sandboxes_and_a_finished_claim_goes
             "the finished claim and its sandbox to be gone",
         )
         assert not emulator.exists("pods", "default", name)
+
+
+async def test_each_pooled_sandbox_gets_generated_secrets_of_its_own() -> None:
+    """A template's ``generatedSecrets``: every concrete Sandbox of the pool its own Secret
+    (random tokens, owned by it), the env references rewritten — what gives a pooled cell
+    per-cell principal tokens without the operator knowing the cell in advance."""
+    body = template()
+    agent = body["spec"]["podTemplate"]["spec"]["containers"][0]
+    agent["env"] = [
+        {
+            "name": "TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "cell-tokens", "key": "controller"}},
+        }
+    ]
+    body["spec"]["generatedSecrets"] = [
+        {
+            "name": "cell-tokens",
+            "data": [{"key": "controller"}, {"key": "ledger-key", "lengthBytes": 64}],
+        }
+    ]
+    async with cluster() as (emulator, api, _pools):
+        await post(api, f"{EXT}/sandboxtemplates", body)
+        await post(api, f"{EXT}/sandboxwarmpools", pool(2))
+        await until(lambda: len(pooled(emulator)) == 2, "two pooled sandboxes")
+        seen: set[bytes] = set()
+        for box in pooled(emulator):
+            name = box["metadata"]["name"]
+            recorded = json.loads(box["metadata"]["annotations"][sandboxpools.GENERATED_SECRETS])
+            assert recorded == {"cell-tokens": f"{name}-cell-tokens"}
+            ref = box["spec"]["podTemplate"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+            assert ref["secretKeyRef"] == {"name": f"{name}-cell-tokens", "key": "controller"}
+            secret = await until(
+                lambda n=name: (
+                    emulator.exists("secrets", "default", f"{n}-cell-tokens")
+                    and emulator.read("secrets", "default", f"{n}-cell-tokens")
+                ),
+                "its generated Secret",
+            )
+            assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [
+                box["metadata"]["uid"]
+            ]
+            token = base64.b64decode(secret["data"]["controller"])
+            key = base64.b64decode(secret["data"]["ledger-key"])
+            assert len(base64.urlsafe_b64decode(token + b"=" * (-len(token) % 4))) == 32
+            assert len(base64.urlsafe_b64decode(key + b"=" * (-len(key) % 4))) == 64
+            assert token not in seen
+            seen.add(token)

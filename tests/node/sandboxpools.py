@@ -3,9 +3,13 @@ v1beta1``): templates, warm pools and claims, reduced to what a cell needs and f
 upstream controllers' semantics (``extensions/controllers``). The core ``Sandbox`` →
 ``Pod`` controller is :class:`node.controllers.Sandboxes`.
 
-* ``SandboxTemplate`` — ``spec.podTemplate`` (metadata and a PodSpec), and whether a claim
+* ``SandboxTemplate`` — ``spec.podTemplate`` (metadata and a PodSpec), whether a claim
   may inject ``env`` (``envVarsInjectionPolicy``: ``Disallowed`` by default, ``Allowed``,
-  ``Overrides``) or ``volumeClaimTemplates`` (``volumeClaimTemplatesPolicy``).
+  ``Overrides``) or ``volumeClaimTemplates`` (``volumeClaimTemplatesPolicy``), and
+  ``generatedSecrets``: Secrets made afresh for each concrete Sandbox (``<sandbox>-<name>``,
+  random URL-safe tokens of ``lengthBytes``, owned by the Sandbox), the env
+  ``secretKeyRef`` entries naming them rewritten to them, recorded in the Sandbox's annotation
+  ``extensions.agents.x-k8s.io/generated-secrets`` (pooled Sandboxes each get their own).
 * ``SandboxWarmPool`` — keeps ``spec.replicas`` unclaimed Sandboxes made from its
   ``sandboxTemplateRef``: named ``<pool>-<random>``, owned by the pool, labelled
   ``agents.x-k8s.io/warm-pool-sandbox`` (and the template's ref hash); it makes more when it
@@ -36,10 +40,13 @@ upstream controllers' semantics (``extensions/controllers``). The core ``Sandbox
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import dataclasses
 import hashlib
+import json
+import secrets
 import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -55,6 +62,7 @@ TEMPLATE_HASH_LABEL = "agents.x-k8s.io/sandbox-template-ref-hash"
 LAUNCH_TYPE_LABEL = "agents.x-k8s.io/launch-type"
 CLAIM_UID_LABEL = "agents.x-k8s.io/claim-uid"
 SANDBOX_NAME_ANNOTATION = "agents.x-k8s.io/sandbox-name"
+GENERATED_SECRETS = "extensions.agents.x-k8s.io/generated-secrets"
 ALLOWED_LABEL_DOMAINS = ("sandbox.users.io",)
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io")
 
@@ -239,8 +247,7 @@ class SandboxPools:
             },
             "spec": {"podTemplate": pod_template},
         }
-        answer = await self.api.post(self._path("sandboxes", meta["namespace"]), json=body)
-        answer.raise_for_status()
+        await self._create_sandbox(body, template)
 
     async def _claim(self, claim: dict[str, Any]) -> None:
         meta, spec = claim["metadata"], claim.get("spec") or {}
@@ -364,15 +371,57 @@ class SandboxPools:
             },
             "spec": {"podTemplate": pod_template},
         }
-        answer = await self.api.post(self._path("sandboxes", meta["namespace"]), json=body)
-        if answer.status_code == 409:
-            found = self.emulator.read(
+        created = await self._create_sandbox(body, template)
+        if created is None:
+            return self.emulator.read(
                 f"sandboxes.{controllers.SANDBOX_GROUP}", meta["namespace"], meta["name"]
             )
-            return found
-        answer.raise_for_status()
         self.bindings.append(Binding(meta["namespace"], meta["name"], meta["name"], "cold"))
-        return dict(answer.json())
+        return created
+
+    async def _create_sandbox(
+        self, body: dict[str, Any], template: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Create a Sandbox from ``template`` (``None`` if one of its name exists), with the
+        template's ``generatedSecrets``: each a Secret of its own, named
+        ``<sandbox>-<logical name>``, random URL-safe tokens, owned by the Sandbox; the
+        Sandbox's env references rewritten to them and the names recorded in its annotation
+        ``extensions.agents.x-k8s.io/generated-secrets``."""
+        meta = body["metadata"]
+        names = _secret_names(meta["name"], template)
+        if names:
+            _rewrite_secret_refs(body["spec"]["podTemplate"]["spec"], names)
+            meta.setdefault("annotations", {})[GENERATED_SECRETS] = json.dumps(names)
+        answer = await self.api.post(self._path("sandboxes", meta["namespace"]), json=body)
+        if answer.status_code == 409:
+            return None
+        answer.raise_for_status()
+        sandbox = dict(answer.json())
+        for declared in (template.get("spec") or {}).get("generatedSecrets") or []:
+            data = {
+                entry["key"]: base64.b64encode(
+                    base64.urlsafe_b64encode(
+                        secrets.token_bytes(int(entry.get("lengthBytes") or 32))
+                    ).rstrip(b"=")
+                ).decode()
+                for entry in declared["data"]
+            }
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "Opaque",
+                "metadata": {
+                    "name": names[declared["name"]],
+                    "namespace": meta["namespace"],
+                    "ownerReferences": [_owner(sandbox)],
+                },
+                "data": data,
+            }
+            made = await self.api.post(
+                f"/api/v1/namespaces/{meta['namespace']}/secrets", json=secret
+            )
+            made.raise_for_status()
+        return sandbox
 
     async def _claim_status(
         self,
@@ -426,6 +475,23 @@ class SandboxPools:
                     "sandboxclaims", claim["metadata"]["namespace"], claim["metadata"]["name"]
                 )
             )
+
+
+def _secret_names(sandbox: str, template: Mapping[str, Any]) -> dict[str, str]:
+    """Logical → concrete name of each of the template's ``generatedSecrets`` for one Sandbox."""
+    declared = (template.get("spec") or {}).get("generatedSecrets") or []
+    return {g["name"]: f"{sandbox}-{g['name']}" for g in declared}
+
+
+def _rewrite_secret_refs(pod_spec: dict[str, Any], names: Mapping[str, str]) -> None:
+    """Point every ``env[].valueFrom.secretKeyRef`` naming a generated Secret at its concrete
+    Secret (upstream rewrites env references only, never volumes)."""
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container in pod_spec.get(key) or []:
+            for var in container.get("env") or []:
+                ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+                if ref is not None and ref.get("name") in names:
+                    ref["name"] = names[ref["name"]]
 
 
 def _check_injection(template: Mapping[str, Any], spec: Mapping[str, Any]) -> None:
