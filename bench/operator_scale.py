@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import operator_support as support  # noqa: E402
-from node import kueue  # noqa: E402
+from node import kueue, kueueobjects  # noqa: E402
 
 WRITES = ("create", "patch", "update", "delete")
 KINDS = ("pods", "secrets", "status", "events", "ledger", "other")
@@ -120,11 +120,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     kueue.running(k8s.emulator, k8s.client)
                 )
                 for path, body in (
-                    ("resourceflavors", kueue.resource_flavor()),
-                    ("clusterqueues", kueue.cluster_queue(
+                    ("resourceflavors", kueueobjects.resource_flavor()),
+                    ("clusterqueues", kueueobjects.cluster_queue(
                         "evals", cohort="evals", pods=args.queue_quota)),
                     ("namespaces/default/localqueues",
-                     kueue.local_queue("evals", "default", "evals")),
+                     kueueobjects.local_queue("evals", "default", "evals")),
                 ):  # fmt: skip
                     answer = await k8s.client.post(f"/apis/{kueue.GROUP}/v1beta1/{path}", json=body)
                     answer.raise_for_status()

@@ -20,6 +20,7 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import cellpod, discovery, kueue, manifests
 from node import kueue as kueue_node
+from node import kueueobjects as kueue_objects
 from operator_support import (
     EXAMPLE,
     Cell,
@@ -59,11 +60,11 @@ async def create(k8s: Cluster, path: str, body: dict[str, Any]) -> None:
 async def queues(k8s: Cluster, *teams: tuple[str, int], flavor: bool = True) -> None:
     """A ClusterQueue and a LocalQueue (in ``default``) per team, all in cohort ``evals``."""
     if flavor:
-        await create(k8s, f"{KUEUE}/resourceflavors", kueue_node.resource_flavor())
+        await create(k8s, f"{KUEUE}/resourceflavors", kueue_objects.resource_flavor())
     for team, pods in teams:
-        cq = kueue_node.cluster_queue(team, cohort="evals", pods=pods)
+        cq = kueue_objects.cluster_queue(team, cohort="evals", pods=pods)
         await create(k8s, f"{KUEUE}/clusterqueues", cq)
-        local = kueue_node.local_queue(team, "default", team)
+        local = kueue_objects.local_queue(team, "default", team)
         await create(k8s, f"{KUEUE}/namespaces/default/localqueues", local)
 
 
@@ -186,7 +187,7 @@ async def test_two_teams_share_their_cohort_fairly_and_a_run_shows_its_queued_ce
             assert pod["metadata"]["labels"][kueue.MANAGED_LABEL] == "true"
             assert kueue.gated(pod)
 
-            await create(k8s, f"{KUEUE}/resourceflavors", kueue_node.resource_flavor())
+            await create(k8s, f"{KUEUE}/resourceflavors", kueue_objects.resource_flavor())
             for name in ("team-a-nightly", "team-b-nightly"):
                 done = await until(lambda n=name: finished(k8s, n), f"{name} to finish")
                 assert done["phase"] == "Succeeded", done
@@ -290,7 +291,7 @@ async def test_a_cell_kueue_holds_never_times_out_and_its_deadline_starts_at_adm
             assert counts(k8s, "held")["errored"] == 0
             assert k8s.run("held")["status"]["phase"] == "Running"
 
-            await create(k8s, f"{KUEUE}/resourceflavors", kueue_node.resource_flavor())
+            await create(k8s, f"{KUEUE}/resourceflavors", kueue_objects.resource_flavor())
             done = await until(lambda: finished(k8s, "held"), "the admitted cell to time out")
         assert done["counts"]["errored"] == 1, done
         assert done["counts"]["erroredByCause"]["infra"] == 1
@@ -310,7 +311,7 @@ async def test_a_restarted_operator_takes_over_queued_cells_and_runs_each_once()
                 await k8s.apply(named_run(run, "kept", queue="team-a", parallelism=3))
                 await until(lambda: counts(k8s, "kept").get("queued") == 3, "three queued")
             async with k8s.operator():  # a new operator finds three gated cells
-                await create(k8s, f"{KUEUE}/resourceflavors", kueue_node.resource_flavor())
+                await create(k8s, f"{KUEUE}/resourceflavors", kueue_objects.resource_flavor())
                 done = await until(lambda: finished(k8s, "kept"), "the run")
         assert done["phase"] == "Succeeded", done
         assert done["counts"]["passed"] == 6
@@ -336,7 +337,7 @@ async def test_a_discovery_pod_waits_in_the_runspecs_queue() -> None:
             await until(queued, "discovery to wait in the queue")
             (pod,) = k8s.pods("discovery")
             assert kueue.gated(pod)
-            await create(k8s, f"{KUEUE}/resourceflavors", kueue_node.resource_flavor())
+            await create(k8s, f"{KUEUE}/resourceflavors", kueue_objects.resource_flavor())
             await k8s.apply(named_run(run, "after", repeats=1))  # queued by its RunSpec
             done = await until(lambda: finished(k8s, "after"), "the run")
         assert done["counts"]["passed"] == 1, done

@@ -1,3 +1,4 @@
+# Over 350 lines: admission, fair sharing and preemption are one decision over one state.
 """Kueue (kubernetes-sigs/kueue, ``kueue.x-k8s.io/v1beta1``), its plain-pod integration reduced
 to what the operator relies on, following the upstream controllers' semantics:
 
@@ -39,52 +40,27 @@ import dataclasses
 import datetime
 import decimal
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
-from agent_health.cluster.cells import resources
 from kube import Emulator, Kind
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+from node import kueueobjects
+from node.kueueobjects import (
+    CRDS,
+    NONE,
+    ZERO,
+    pod_requests,
+    quotas_of,
+    total,
+)
+
+GROUP, VERSION = kueueobjects.GROUP, kueueobjects.VERSION
 QUEUE_LABEL = f"{GROUP}/queue-name"
 MANAGED = f"{GROUP}/managed"
 GATE = f"{GROUP}/admission"
 UNMANAGED_NAMESPACES = frozenset({"kube-system", "kueue-system"})
-
-
-def _crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": scope,
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-CRDS = (
-    _crd("ResourceFlavor", "resourceflavors", "Cluster"),
-    _crd("ClusterQueue", "clusterqueues", "Cluster"),
-    _crd("LocalQueue", "localqueues", "Namespaced"),
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,29 +89,6 @@ class Workload:
     admitted: int | None = None
     """The admission's sequence number (newest is preempted first)."""
     evicting: bool = False
-
-
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, decimal.Decimal]:
-    """``pods`` 1 and the pod's effective CPU and memory requests: sidecars (init containers
-    with ``restartPolicy: Always``) plus the larger of the regular containers' sum and any
-    other init container (Kubernetes' and Kueue's rule)."""
-    spec = pod.get("spec") or {}
-    found: dict[str, decimal.Decimal] = {"pods": decimal.Decimal(1)}
-
-    def asked(container: Mapping[str, Any], name: str) -> decimal.Decimal:
-        value = ((container.get("resources") or {}).get("requests") or {}).get(name)
-        return resources.quantity(value) if value is not None else _ZERO
-
-    for name in ("cpu", "memory"):
-        inits = spec.get("initContainers") or []
-        sidecars = sum(
-            (asked(c, name) for c in inits if c.get("restartPolicy") == "Always"),
-            _ZERO,
-        )
-        regular = sum((asked(c, name) for c in spec.get("containers") or []), _ZERO)
-        others = [asked(c, name) for c in inits if c.get("restartPolicy") != "Always"]
-        found[name] = sidecars + max([regular, *others])
-    return found
 
 
 @dataclasses.dataclass
@@ -272,7 +225,7 @@ class Kueue:
         for w in self.workloads.values():
             if w.admitted is not None and w.cluster_queue == cq:
                 for name, amount in w.requests.items():
-                    used[name] = used.get(name, _ZERO) + amount
+                    used[name] = used.get(name, ZERO) + amount
         if self._caching:
             self._used[cq] = used
         return used
@@ -361,7 +314,7 @@ class Kueue:
     def _fits(
         self, queues: Mapping[str, dict[str, Any]], cq: str, asked: Mapping[str, decimal.Decimal]
     ) -> bool:
-        quotas = _quotas(queues[cq])
+        quotas = quotas_of(queues[cq])
         used = self._usage(cq)
         cohort = self._cohort(queues, cq)
         for name, amount in asked.items():
@@ -370,11 +323,11 @@ class Kueue:
             if name not in quotas:
                 return False  # a resource its ClusterQueue does not cover
             nominal, borrowing = quotas[name]
-            mine = used.get(name, _ZERO) + amount
+            mine = used.get(name, ZERO) + amount
             if borrowing is not None and mine > nominal + borrowing:
                 return False
-            pool = _total(_quotas(queues[q]).get(name, _NONE)[0] for q in cohort)
-            taken = _total(self._usage(q).get(name, _ZERO) for q in cohort)
+            pool = total(quotas_of(queues[q]).get(name, NONE)[0] for q in cohort)
+            taken = total(self._usage(q).get(name, ZERO) for q in cohort)
             if taken + amount > pool:  # its own nominal quota may be lent out and in use
                 return False
         return True
@@ -382,25 +335,25 @@ class Kueue:
     def _borrows(
         self, queues: Mapping[str, dict[str, Any]], cq: str, asked: Mapping[str, decimal.Decimal]
     ) -> bool:
-        quotas, used = _quotas(queues[cq]), self._usage(cq)
-        return any(used.get(n, _ZERO) + a > quotas.get(n, _NONE)[0] for n, a in asked.items() if a)
+        quotas, used = quotas_of(queues[cq]), self._usage(cq)
+        return any(used.get(n, ZERO) + a > quotas.get(n, NONE)[0] for n, a in asked.items() if a)
 
     def _share(
         self, queues: Mapping[str, dict[str, Any]], cq: str, asked: Mapping[str, decimal.Decimal]
     ) -> decimal.Decimal:
         """The ClusterQueue's dominant resource share once ``asked`` is admitted."""
-        quotas, used = _quotas(queues[cq]), self._usage(cq)
+        quotas, used = quotas_of(queues[cq]), self._usage(cq)
         cohort = self._cohort(queues, cq)
         weight = decimal.Decimal(
             str(((queues[cq].get("spec") or {}).get("fairSharing") or {}).get("weight", "1"))
         )
-        share = _ZERO
+        share = ZERO
         for name, amount in asked.items():
-            nominal = quotas.get(name, _NONE)[0]
-            above = used.get(name, _ZERO) + amount - nominal
+            nominal = quotas.get(name, NONE)[0]
+            above = used.get(name, ZERO) + amount - nominal
             lendable = sum(
-                (_quotas(queues[q]).get(name, _NONE)[0] for q in cohort),
-                _ZERO,
+                (quotas_of(queues[q]).get(name, NONE)[0] for q in cohort),
+                ZERO,
             )
             if above > 0 and lendable > 0:
                 share = max(share, above / lendable)
@@ -449,26 +402,24 @@ class Kueue:
         policy = ((queues[cq].get("spec") or {}).get("preemption") or {}).get(
             "reclaimWithinCohort", "Never"
         )
-        quotas, used = _quotas(queues[cq]), self._usage(cq)
+        quotas, used = quotas_of(queues[cq]), self._usage(cq)
         within = all(
-            used.get(n, _ZERO) + a <= quotas.get(n, _NONE)[0] for n, a in head.requests.items() if a
+            used.get(n, ZERO) + a <= quotas.get(n, NONE)[0] for n, a in head.requests.items() if a
         )
         if policy == "Never" or not within:
             return False
         freeing = {
-            n: sum((w.requests.get(n, _ZERO) for w in self.workloads.values()
-                    if w.evicting), _ZERO)
+            n: sum((w.requests.get(n, ZERO) for w in self.workloads.values()
+                    if w.evicting), ZERO)
             for n in head.requests
         }  # fmt: skip
         cohort = self._cohort(queues, cq)
         pool = {
-            n: sum((_quotas(queues[q]).get(n, _NONE)[0] for q in cohort),
-                   _ZERO)
+            n: sum((quotas_of(queues[q]).get(n, NONE)[0] for q in cohort),
+                   ZERO)
             for n in head.requests
         }  # fmt: skip
-        taken = {
-            n: sum((self._usage(q).get(n, _ZERO) for q in cohort), _ZERO) for n in head.requests
-        }
+        taken = {n: sum((self._usage(q).get(n, ZERO) for q in cohort), ZERO) for n in head.requests}
 
         def short() -> bool:
             return any(taken[n] - freeing[n] + a > pool[n] for n, a in head.requests.items() if a)
@@ -491,7 +442,7 @@ class Kueue:
             victims.append(w)
             w.evicting = True
             for n in freeing:
-                freeing[n] += w.requests.get(n, _ZERO)
+                freeing[n] += w.requests.get(n, ZERO)
         self._used.clear()
         self._caching = False
         for victim in victims:
@@ -499,13 +450,13 @@ class Kueue:
         return bool(victims)
 
     def _borrowing(self, queues: Mapping[str, dict[str, Any]], cq: str) -> bool:
-        quotas, used = _quotas(queues[cq]), self._usage(cq)
+        quotas, used = quotas_of(queues[cq]), self._usage(cq)
         evicting = {
-            n: sum((w.requests.get(n, _ZERO) for w in self.workloads.values()
-                    if w.evicting and w.cluster_queue == cq), _ZERO)
+            n: sum((w.requests.get(n, ZERO) for w in self.workloads.values()
+                    if w.evicting and w.cluster_queue == cq), ZERO)
             for n in used
         }  # fmt: skip
-        return any(used[n] - evicting[n] > quotas.get(n, _NONE)[0] for n in used)
+        return any(used[n] - evicting[n] > quotas.get(n, NONE)[0] for n in used)
 
     async def _evict(self, workload: Workload, message: str) -> None:
         """What Kueue's pod ``Stop`` does: the TerminationTarget condition, then delete."""
@@ -540,95 +491,12 @@ class Kueue:
             answer.raise_for_status()
 
 
-_ZERO = decimal.Decimal(0)
-_NONE: tuple[decimal.Decimal, decimal.Decimal | None] = (_ZERO, None)
-
-
-def _total(amounts: Iterable[decimal.Decimal]) -> decimal.Decimal:
-    return sum(amounts, _ZERO)
-
-
 def _gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
-def _quotas(cq: Mapping[str, Any]) -> dict[str, tuple[decimal.Decimal, decimal.Decimal | None]]:
-    """Resource → (nominal quota, borrowing limit or ``None``) over every flavor of the queue."""
-    found: dict[str, tuple[decimal.Decimal, decimal.Decimal | None]] = {}
-    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for res in flavor.get("resources") or []:
-                nominal = resources.quantity(res.get("nominalQuota", 0))
-                limit = res.get("borrowingLimit")
-                borrowing = resources.quantity(limit) if limit is not None else None
-                old = found.get(res["name"])
-                if old is not None:
-                    nominal += old[0]
-                    if borrowing is not None and old[1] is not None:
-                        borrowing += old[1]
-                found[res["name"]] = (nominal, borrowing)
-    return found
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def cluster_queue(
-    name: str,
-    *,
-    cohort: str,
-    pods: int,
-    borrowing_limit: int | None = None,
-    reclaim: str = "Any",
-    weight: str = "1",
-    hold: bool = False,
-) -> dict[str, Any]:
-    """A ClusterQueue of ``pods`` nominal quota (a flavor ``default``) in ``cohort``, with
-    CPU and memory to spare."""
-    quota: dict[str, Any] = {"name": "pods", "nominalQuota": pods}
-    if borrowing_limit is not None:
-        quota["borrowingLimit"] = borrowing_limit
-    # A workload asking for a resource its ClusterQueue does not cover is never admitted
-    # (every cell asks for CPU and memory): plenty of both, the pods are the quota.
-    room = [{"name": "cpu", "nominalQuota": 1000}, {"name": "memory", "nominalQuota": "4Ti"}]
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "cohort": cohort,
-            "namespaceSelector": {},
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", "pods"],
-                    "flavors": [{"name": "default", "resources": [*room, quota]}],
-                }
-            ],
-            "preemption": {"reclaimWithinCohort": reclaim, "withinClusterQueue": "Never"},
-            "fairSharing": {"weight": weight},
-            "stopPolicy": "Hold" if hold else "None",
-        },
-    }
-
-
-def local_queue(name: str, namespace: str, cluster: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "LocalQueue",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"clusterQueue": cluster},
-    }
-
-
-def resource_flavor(name: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": name},
-        "spec": {},
-    }
 
 
 @contextlib.asynccontextmanager

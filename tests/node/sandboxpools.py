@@ -1,3 +1,4 @@
+# Over 350 lines: the warm-pool and claim controllers reconcile the same Sandboxes at once.
 """Agent Sandbox's extensions (kubernetes-sigs/agent-sandbox, ``extensions.agents.x-k8s.io/
 v1beta1``): templates, warm pools and claims, reduced to what a cell needs and following the
 upstream controllers' semantics (``extensions/controllers``). The core ``Sandbox`` →
