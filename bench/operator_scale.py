@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import operator_support as support  # noqa: E402
+from node import kueue, kueueobjects  # noqa: E402
 
 WRITES = ("create", "patch", "update", "delete")
 KINDS = ("pods", "secrets", "status", "events", "ledger", "other")
@@ -111,6 +112,23 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             fake = support.Kubelet(
                 k8s, tests, None, cell_seconds=args.cell_seconds, spool=Path(tmp) / "spools"
             )
+            queueing = contextlib.AsyncExitStack()
+            if args.queue_quota:
+                # Kueue (the stand-in of tests/node/kueue.py) admits at most --queue-quota
+                # cells at once: a ClusterQueue of that many pods, its LocalQueue "evals".
+                stand_in = await queueing.enter_async_context(
+                    kueue.running(k8s.emulator, k8s.client)
+                )
+                for path, body in (
+                    ("resourceflavors", kueueobjects.resource_flavor()),
+                    ("clusterqueues", kueueobjects.cluster_queue(
+                        "evals", cohort="evals", pods=args.queue_quota)),
+                    ("namespaces/default/localqueues",
+                     kueueobjects.local_queue("evals", "default", "evals")),
+                ):  # fmt: skip
+                    answer = await k8s.client.post(f"/apis/{kueue.GROUP}/v1beta1/{path}", json=body)
+                    answer.raise_for_status()
+                run["spec"]["queue"] = "evals"
             options = k8s.options()
             env = os.environ | {"KUBECONFIG": str(Path(tmp) / "kubeconfig")}
             command = [
@@ -130,7 +148,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             log: deque[bytes] = deque(maxlen=200)
             draining = asyncio.ensure_future(_drain(process, log))
             try:
-                async with support.kubelet(fake):
+                async with queueing, support.kubelet(fake):
                     await k8s.apply(runspec)
                     applied = asyncio.get_running_loop().time()
                     await k8s.apply(run)
@@ -143,7 +161,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         "the run to succeed",
                         attempts=int(args.cap_seconds / 0.02),
                     )
+                    all_done = asyncio.get_running_loop().time() - applied
                     rss, cpu = peak_rss_mb(process.pid), cpu_seconds(process.pid)
+                    peak_queued = max(
+                        (len(a.waiting) and sum(a.waiting.values()) for a in stand_in.admissions),
+                        default=0,
+                    ) if args.queue_quota else 0  # fmt: skip
+                    peak_admitted = max(
+                        (a.usage["evals"].get("pods", 0) for a in stand_in.admissions), default=0
+                    ) if args.queue_quota else 0  # fmt: skip
             except AssertionError:
                 print(b"".join(log).decode(errors="replace")[-3000:], file=sys.stderr)
                 raise
@@ -160,6 +186,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 if r.headers.get("Authorization") not in ("Bearer operator", "Bearer kubelet")
             ]
             seen = [t - applied for t in fake.created if t >= applied]
+            first_cell = next(
+                (t - applied for t, n in zip(fake.created, fake.started, strict=True)
+                 if t >= applied and "-discover-" not in n),
+                None,
+            )  # fmt: skip
     cells = args.tests * args.repeats
     by_verb = Counter(verb(r) for r in requests)
     ledger_verbs = Counter(verb(r) for r in gateways)
@@ -180,6 +211,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "cells": cells,
         "parallelism": args.parallelism,
+        "queue_quota": args.queue_quota,
+        "seconds_to_first_cell_running": round(first_cell, 2) if first_cell is not None else None,
+        "seconds_to_all_cells_done": round(all_done, 1),
+        "peak_cells_admitted": int(peak_admitted),
+        "peak_cells_queued": int(peak_queued),
         "counts": done["status"]["counts"],
         "run_seconds": run_seconds,
         "first_cells": len(burst),
@@ -220,6 +256,11 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--cell-seconds", type=float, default=0.2)
     parser.add_argument("--cap-seconds", type=float, default=900.0)
+    parser.add_argument(
+        "--queue-quota", type=int, default=0,
+        help="put the run in a Kueue LocalQueue whose ClusterQueue admits this many cells at "
+        "once (the Kueue stand-in of tests/node/kueue.py); 0 (default): no queue",
+    )  # fmt: skip
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if args.tests is None:
@@ -228,6 +269,12 @@ def main() -> int:
     counts = figures["counts"]
     print(f"cells: {figures['cells']} at parallelism {figures['parallelism']}, "
           f"{counts['passed']} passed in {figures['run_seconds']:.0f} s")  # fmt: skip
+    if figures["queue_quota"]:
+        print(f"Kueue: quota {figures['queue_quota']} cells, at most "
+              f"{figures['peak_cells_admitted']} admitted at once (target <= quota), up to "
+              f"{figures['peak_cells_queued']} queued")  # fmt: skip
+    print(f"run created to first cell running: {figures['seconds_to_first_cell_running']} s; "
+          f"to all cells done: {figures['seconds_to_all_cells_done']} s")  # fmt: skip
     print(f"cells created per second: {figures['first_cells_per_second']} for the first "
           f"{figures['first_cells']} (in {figures['first_cells_seconds']} s), "
           f"{figures['cells_created_per_second']} over the run "

@@ -420,7 +420,9 @@ class Kubelet:
     directory and writing it at its end, through a backend of its own (the scale
     benchmark); ``None``: append the whole cell in one batch."""
     created: list[float] = dataclasses.field(default_factory=list)
-    """When each pod was first seen (the loop's clock), in order."""
+    """When each pod was first seen ungated, to be run (the loop's clock), in order."""
+    started: list[str] = dataclasses.field(default_factory=list)
+    """The pods run, by name, in the order the kubelet took them (once ungated)."""
     logs: dict[str, bytes] = dataclasses.field(default_factory=dict)
     """Pod name → its gateway container's log (what ``pods/NAME/log`` serves)."""
     _backends: dict[tuple[str, str], store.Backend] = dataclasses.field(default_factory=dict)
@@ -459,7 +461,7 @@ class Kubelet:
         store = self.cluster.emulator.store
         kind = store.kinds[("", "pods")]
         handled: set[tuple[str, str]] = set()
-        playing: set[asyncio.Task[None]] = set()
+        playing: dict[tuple[str, str], asyncio.Task[None]] = {}
         try:
             async for event in store.watch(
                 kind,
@@ -473,15 +475,24 @@ class Kubelet:
                 meta = body["metadata"]
                 key = (meta["name"], meta.get("uid", ""))
                 phase = body.get("status", {}).get("phase")
-                if event["type"] == "DELETED" or key in handled or phase:
+                if event["type"] == "DELETED" or meta.get("deletionTimestamp"):
+                    # The pod is going: stop playing it (a kubelet kills its containers).
+                    if (stopped := playing.pop(key, None)) is not None:
+                        stopped.cancel()
+                    self.held.pop(meta["name"], None)
                     continue
+                if key in handled or phase:
+                    continue
+                if (body.get("spec") or {}).get("schedulingGates"):
+                    continue  # the scheduler does not place a gated pod: wait for its gates
                 handled.add(key)
                 self.created.append(asyncio.get_running_loop().time())
+                self.started.append(meta["name"])
                 task = asyncio.ensure_future(self.play(body))
-                playing.add(task)
-                task.add_done_callback(playing.discard)
+                playing[key] = task
+                task.add_done_callback(lambda _t, key=key: playing.pop(key, None))  # type: ignore[misc]
         finally:
-            for task in playing:
+            for task in playing.values():
                 task.cancel()
 
     async def play(self, pod: dict[str, Any]) -> None:
@@ -608,6 +619,8 @@ class Kubelet:
             json={"status": status},
             headers={"Content-Type": "application/merge-patch+json"},
         )
+        if answer.status_code == 404:
+            return  # deleted meanwhile (preempted, retried): nothing left to report on
         assert answer.status_code == 200, answer.text
 
     async def finish(

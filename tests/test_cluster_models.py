@@ -231,6 +231,7 @@ def test_a_full_status_round_trips_through_schema_and_model() -> None:
     assert parsed.wire()["status"] == body["status"] | {
         "counts": body["status"]["counts"]
         | {
+            "queued": 0,
             "skipped": 0,
             "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0},
             "unverifiedClaims": 0,

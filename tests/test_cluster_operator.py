@@ -78,7 +78,7 @@ async def test_the_example_run_is_resolved_scheduled_graded_and_reported() -> No
             status = done["status"]
             assert status["phase"] == "Succeeded", status
             assert status["counts"] == {
-                "total": 6, "pending": 0, "running": 0, "passed": 5, "failed": 1,
+                "total": 6, "pending": 0, "queued": 0, "running": 0, "passed": 5, "failed": 1,
                 "errored": 0, "skipped": 0,
                 "erroredByCause": {"agent": 0, "judge": 0, "test": 0, "infra": 0},
                 "unverifiedClaims": 0, "conversations": 0, "goalMet": 0,

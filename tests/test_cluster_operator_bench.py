@@ -54,3 +54,22 @@ def test_the_scale_benchmark_prints_its_figures(tmp_path: Path) -> None:
     # speed (one patch per interval), so it is held by a count in test_cluster_status.py.
     assert 1 <= found["status_patches"] <= 3 * 8 + 4
     assert found["operator_peak_rss_mb"] > 0
+
+
+@pytest.mark.slow
+def test_the_scale_benchmark_queues_its_cells_in_kueue_at_a_quota(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    args = ["--tests", "6", "--repeats", "1", "--parallelism", "4", "--cell-seconds", "0"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--queue-quota", "2", "--ledger", "file",
+         "--cap-seconds", "120", "--json", str(figures)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Kueue: quota 2 cells" in done.stdout
+    assert "run created to first cell running:" in done.stdout
+    found = json.loads(figures.read_text())
+    assert found["counts"]["passed"] == 6
+    assert found["peak_cells_admitted"] == 2  # the quota, never more
+    assert found["seconds_to_first_cell_running"] is not None
+    assert found["seconds_to_all_cells_done"] > 0

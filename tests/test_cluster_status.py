@@ -496,6 +496,7 @@ async def test_statuses_are_accepted_by_the_crd_and_echoes_are_recognised(
     assert stored["status"]["counts"] == {
         "total": 4,
         "pending": 0,
+        "queued": 0,
         "running": 0,
         "passed": 2,
         "failed": 1,

@@ -329,6 +329,9 @@ def test_the_gke_scenario_gives_cells_no_google_identity_and_runs_them_on_gvisor
     # The operator watches Sandboxes here; elsewhere it does not (no agent-sandbox CRDs).
     assert _env(documents)["AGENT_HEALTH_SANDBOXES"] == "1"
     assert "AGENT_HEALTH_SANDBOXES" not in _env(render(helm, "kind"))
+    # Runs that name no queue wait in each namespace's LocalQueue "evals"; elsewhere none.
+    assert _env(documents)["AGENT_HEALTH_DEFAULT_QUEUE"] == "evals"
+    assert "AGENT_HEALTH_DEFAULT_QUEUE" not in _env(render(helm, "kind"))
     args = _args(documents)
     assert args["cell-runtime-class"] == "gvisor"
     assert args["ledger-url"] == "configmap://{namespace}/agent-health-ledger-{run}"
@@ -504,6 +507,7 @@ def test_the_watched_namespace_is_a_cell_namespace(helm: Path) -> None:
         ("podLabels.app\\.kubernetes\\.io/managed-by=agent-health", "podLabels: Must not"),
         ("cells.gatewayAccount=x", "cells: Additional property gatewayAccount is not allowed"),
         ("cellNetworkPolicy.namespaces={a}", "Additional property namespaces is not allowed"),
+        ("kueue.defaultQueue=Team_A", "kueue.defaultQueue: Does not match pattern"),
     ],
 )
 def test_the_values_schema_refuses_mistakes(helm: Path, setting: str, complaint: str) -> None:

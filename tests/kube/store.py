@@ -10,7 +10,9 @@
   finalizers cannot be added while deleting) and cascading garbage collection of objects
   whose ``ownerReferences`` name a removed object;
 * CRD-backed kinds get their schema's defaults and validation (OpenAPI + CEL): 422;
-* an event history, so a watch can resume from any ``resourceVersion``.
+* an event history, so a watch can resume from any ``resourceVersion``;
+* mutating admission: each of :attr:`Store.admission` may change a new object before it is
+  stored, as a mutating webhook does (Kueue's adds its scheduling gate to queued pods).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class Store:
     revision: int = 0
     closed: bool = False
     """Set by :meth:`close`: every watch ends (a server can stop without waiting for them)."""
+    admission: list[Callable[[Kind, Body], None]] = field(default_factory=list)
+    """Mutating webhooks: each changes a new object in place before it is checked and stored."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- reading ---------------------------------------------------------------------------
@@ -143,6 +147,8 @@ class Store:
         for server_set in ("resourceVersion", "deletionTimestamp", "generation", "uid"):
             meta.pop(server_set, None)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+        for webhook in self.admission:
+            webhook(kind, body)
         body = self._checked(kind, body, old=None)
         return self._commit(kind, key, body, "ADDED")
 

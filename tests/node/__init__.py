@@ -19,5 +19,8 @@ operator.
 * :mod:`node.kubelet` — the pod lifecycle: images, network, volumes, env, native-sidecar
   order, probes, restarts, deadlines, deletion, and the status it reports;
 * :mod:`node.controllers` — stand-ins for the Deployment controller and the Agent Sandbox
-  controller.
+  controller;
+* :mod:`node.sandboxpools` — Agent Sandbox's templates, warm pools and claims;
+* :mod:`node.kueue` (objects in :mod:`node.kueueobjects`) — Kueue: its pod webhook, quota,
+  fair sharing and preemption.
 """

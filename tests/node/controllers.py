@@ -10,7 +10,8 @@
   follows the pod: ``Ready`` (``DependenciesReady`` once the pod is Ready,
   ``DependenciesNotReady`` before, ``PodSucceeded``/``PodFailed`` with status False once it
   ended), ``Finished`` (True, reason ``PodSucceeded`` or ``PodFailed``) when it ended,
-  ``PodScheduled`` mirrored, ``Suspended`` False, ``podIPs`` and ``labelSelector``.
+  ``PodScheduled`` mirrored, ``Suspended`` False, ``podIPs`` and ``labelSelector``; a later
+  change of the template's labels or annotations is carried over to the running pod.
   :data:`SANDBOX_CRD` is a permissive definition of the kind.
 """
 
@@ -153,6 +154,8 @@ class Sandboxes:
             ):
                 if event["type"] == "ADDED":
                     await self._pod_for(event["object"])
+                elif event["type"] == "MODIFIED":
+                    await self._pod_metadata(event["object"])
         finally:
             mirror.cancel()
 
@@ -176,6 +179,30 @@ class Sandboxes:
         if answer.status_code != 409:
             answer.raise_for_status()
         await self._status(sandbox, None)
+
+    async def _pod_metadata(self, sandbox: dict[str, Any]) -> None:
+        """The pod template's labels and annotations, changed (a claim adopting a pooled
+        Sandbox), carried over to the running pod, which is not recreated."""
+        meta = sandbox["metadata"]
+        wanted = (sandbox.get("spec") or {}).get("podTemplate", {}).get("metadata") or {}
+        try:
+            pod = self.emulator.read("pods", meta["namespace"], meta["name"])
+        except ApiError:
+            return
+        labels = {**(wanted.get("labels") or {}), NAME_HASH: name_hash(meta["name"])}
+        annotations = dict(wanted.get("annotations") or {})
+        have = pod["metadata"]
+        if (have.get("labels") or {}) | labels == (have.get("labels") or {}) and (
+            have.get("annotations") or {}
+        ) | annotations == (have.get("annotations") or {}):
+            return
+        answer = await self.api.patch(
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            json={"metadata": {"labels": labels, "annotations": annotations}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        if answer.status_code != 404:
+            answer.raise_for_status()
 
     async def _mirror(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]

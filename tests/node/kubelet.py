@@ -70,9 +70,11 @@ class Kubelet:
                     self._stopping.add(stopping)
                     stopping.add_done_callback(self._stopping.discard)
                 continue
-            if known is None and (body.get("status") or {}).get("phase") not in (
-                "Succeeded",
-                "Failed",
+            gated = bool((body.get("spec") or {}).get("schedulingGates"))
+            if (
+                known is None
+                and not gated  # the scheduler places a pod only once its gates are gone
+                and (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             ):
                 pod = pods.Pod(self, body)
                 self.pods[uid] = pod

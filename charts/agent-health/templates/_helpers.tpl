@@ -146,6 +146,10 @@ operator.extraEnv.
 - name: AGENT_HEALTH_SANDBOX_RUNTIME_CLASS
   value: {{ . | quote }}
 {{- end }}
+{{- with .Values.kueue.defaultQueue }}
+- name: AGENT_HEALTH_DEFAULT_QUEUE
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.operator.extraEnv }}
 {{- toYaml . | nindent 0 }}
 {{- end }}

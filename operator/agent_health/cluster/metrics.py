@@ -37,7 +37,7 @@ from prometheus_client import exposition
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import grading
 
-STATES = ("pending", "running", "passed", "failed", "errored", "skipped")
+STATES = ("pending", "queued", "running", "passed", "failed", "errored", "skipped")
 CELL_SECONDS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
 JUDGE_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 JudgeOutcome = Literal["ok", "cached", "errored"]
@@ -62,6 +62,10 @@ class OperatorMetrics:
         self.cells_graded = prometheus_client.Counter(
             f"{p}_cells_graded", "Cells graded, by status.", ["namespace", "runspec", "status"],
             registry=r,
+        )  # fmt: skip
+        self.cells_preempted = prometheus_client.Counter(
+            f"{p}_cells_preempted", "Cell pods Kueue preempted (each cell planned again).",
+            ["namespace", "runspec"], registry=r,
         )  # fmt: skip
         self.run_pass_rate = prometheus_client.Gauge(
             f"{p}_run_pass_rate",
@@ -150,6 +154,10 @@ class OperatorMetrics:
 
     def reconcile_error(self, handler: str) -> None:
         self.reconcile_errors.labels(handler).inc()
+
+    def cell_preempted(self, namespace: str, runspec: str) -> None:
+        """Kueue preempted a cell's pod."""
+        self.cells_preempted.labels(namespace, runspec).inc()
 
     def set_queue_depth(self, queue: str, depth: int) -> None:
         self.queue_depth.labels(queue).set(depth)

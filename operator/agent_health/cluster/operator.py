@@ -108,6 +108,7 @@ async def serve(
             resources=options.cell_resources,
             runtime_class=options.cell_runtime_class,
             sandbox_runtime_class=options.sandbox_runtime_class,
+            default_queue=options.default_queue,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())

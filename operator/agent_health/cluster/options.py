@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 
+from agent_health.cluster.api import meta
 from agent_health.cluster.cells import ledgerurl, netpol
 from agent_health.cluster.cells import resources as resources_mod
 from agent_health.sdk import config as config_mod
@@ -74,6 +76,8 @@ class Options:
     )
     cell_runtime_class: str | None = None
     sandbox_runtime_class: str | None = None
+    default_queue: str | None = None
+    """The Kueue LocalQueue of cells and discovery pods whose run and RunSpec name none."""
     judge_for_all_runs: bool = False
     """Whether the operator's own judge answers cells of RunSpecs that name none."""
     judge_max_tokens: int = 4096
@@ -188,6 +192,9 @@ FLAGS = (
     _Flag("--sandbox-runtime-class", "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS", "the RuntimeClass "
           "of sandboxed cells (isolation.mode agentSandbox) whose RunSpec names none",
           metavar="NAME"),
+    _Flag("--default-queue", "AGENT_HEALTH_DEFAULT_QUEUE", "the Kueue LocalQueue (in each "
+          "run's namespace) that cells and discovery pods wait in when neither the run nor its "
+          "RunSpec sets spec.queue; unset: those are not queued", metavar="NAME"),
 )  # fmt: skip
 
 
@@ -272,7 +279,20 @@ def from_args(args: argparse.Namespace) -> Options:
         cell_resources=resources_mod.parse(args.cell_resources or ""),
         cell_runtime_class=required,
         sandbox_runtime_class=sandboxed,
+        default_queue=_queue(args.default_queue),
     )
+
+
+def _queue(name: str | None) -> str | None:
+    """``--default-queue`` checked as a label value and object name (a LocalQueue's)."""
+    if not name:
+        return None
+    if len(name) > 63 or not re.match(meta.DNS_LABEL_PATTERN, name):
+        raise ValueError(
+            f"--default-queue (or AGENT_HEALTH_DEFAULT_QUEUE) {name!r} is not a LocalQueue "
+            "name: lowercase letters, digits and '-', at most 63 characters"
+        )
+    return name
 
 
 def judge_config(environ: Mapping[str, str], cache: str | None) -> config_mod.JudgeConfig | None:

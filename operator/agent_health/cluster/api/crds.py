@@ -75,6 +75,7 @@ KINDS: tuple[Kind, ...] = (
         columns=(
             _column("RunSpec", ".spec.runSpecRef.name", priority=1),
             _column("Phase", ".status.phase"),
+            _column("Queued", ".status.counts.queued", "integer"),
             _column("Passed", ".status.counts.passed", "integer"),
             _column("Failed", ".status.counts.failed", "integer"),
             _column("Errored", ".status.counts.errored", "integer"),

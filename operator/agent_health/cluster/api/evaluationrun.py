@@ -104,6 +104,12 @@ class Spec(meta.Model):
         description="Cost, token and duration limits; reaching one stops starting cells "
         "(BudgetExhausted).",
     )
+    queue: meta.DnsLabel | None = pydantic.Field(
+        default=None,
+        description="The Kueue LocalQueue (in the run's namespace) every cell waits in for "
+        "admission (label kueue.x-k8s.io/queue-name); unset: the RunSpec's spec.queue, then "
+        "the operator's --default-queue; none of them: no queue.",
+    )
 
 
 Cause = Literal["agent", "judge", "test", "infra"]
@@ -125,6 +131,11 @@ class Counts(meta.Model):
 
     total: Count = 0
     pending: Count = 0
+    queued: Count = pydantic.Field(
+        default=0,
+        description="Cells whose pod waits for Kueue to admit it (its scheduling gate "
+        "kueue.x-k8s.io/admission is still on); not counted in pending.",
+    )
     running: Count = 0
     passed: Count = 0
     failed: Count = 0

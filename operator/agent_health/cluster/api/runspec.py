@@ -276,6 +276,12 @@ class Spec(meta.Model):
     timeout_seconds: Annotated[int, pydantic.Field(ge=1, le=86400)] = pydantic.Field(
         default=600, description="Default per-test timeout; an EvaluationRun may override it."
     )
+    queue: meta.DnsLabel | None = pydantic.Field(
+        default=None,
+        description="The Kueue LocalQueue (in the RunSpec's namespace) its discovery pod and "
+        "the cells of its runs wait in for admission; an EvaluationRun's spec.queue wins; "
+        "unset: the operator's --default-queue.",
+    )
 
 
 MAX_DISCOVERED = 1000

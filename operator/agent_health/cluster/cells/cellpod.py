@@ -31,7 +31,14 @@ from typing import Any
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
-from agent_health.cluster.cells import admission, cellgateway, cellsecrets, manifests, sandbox
+from agent_health.cluster.cells import (
+    admission,
+    cellgateway,
+    cellsecrets,
+    kueue,
+    manifests,
+    sandbox,
+)
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
@@ -241,7 +248,10 @@ def cell_pod(
         "metadata": {
             "name": cell,
             "namespace": namespace,
-            "labels": manifests.cell_labels(run, test_id, repeat, agent),
+            "labels": {
+                **manifests.cell_labels(run, test_id, repeat, agent),
+                **kueue.labels(kueue.queue_of(spec, run, settings.default_queue)),
+            },
             "annotations": {
                 manifests.ANNOTATION_TEST_ID: test_id,
                 manifests.ANNOTATION_RUNSPEC: run.spec.run_spec_ref.name,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_health.cluster.api import runspec
-from agent_health.cluster.cells import manifests
+from agent_health.cluster.cells import kueue, manifests
 
 CONTAINER = "discover"
 
@@ -78,6 +78,7 @@ def discovery_pod(
                 manifests.LABEL_MANAGED_BY: manifests.MANAGED_BY,
                 manifests.LABEL_RUNSPEC: manifests.label_value(name),
                 manifests.LABEL_COMPONENT: "discovery",
+                **kueue.labels(kueue.queue_of(spec, None, settings.default_queue)),
             },
             "ownerReferences": [manifests.owner_reference(spec)],
         },

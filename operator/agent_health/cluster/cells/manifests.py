@@ -112,6 +112,8 @@ class Settings:
     (``--sandbox-runtime-class``)."""
     cell_caps: tuple[int | None, int | None] = (10_000, 64 * 1024 * 1024)
     """A cell's exchanges and their bytes at most (its gateway's ``--max-cell-*``)."""
+    default_queue: str | None = None
+    """The Kueue LocalQueue of runs and RunSpecs that name none (``--default-queue``)."""
 
     def __post_init__(self) -> None:
         for field in ("controller_image", "gateway_image"):

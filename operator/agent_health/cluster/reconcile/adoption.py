@@ -48,6 +48,7 @@ class Adoption:
         for body in mine:
             cell = run.cells[body["metadata"]["name"]]
             cell.attempt = plan.attempt(body)
+            cell.preempted = min(plan.preemptions(body), cell.attempt)
             cell.state = "active"
             run.active.add(cell.name)
             place = cellsecrets.place_of(body) or cellsecrets.Place.own(cell.name, cell.attempt)
@@ -62,7 +63,8 @@ class Adoption:
                 self.creator.allow(run, cell, token)
             elif observed.state(body) in ("waiting", "running"):
                 self.board.spawn(self._secret(run, cell, body, place))
-            self.handoff.keep_deadline(run, cell, plan.created_at(body))
+            if not plan.queued(run):  # a queued cell's deadline starts once Kueue admits it
+                self.handoff.keep_deadline(run, cell, plan.created_at(body))
             self.reactions.apply(run, "ADDED", body)
 
     async def _secret(

@@ -51,10 +51,13 @@ class Creator:
             settings=run.settings, attempt=cell.attempt, agent=cell.agent,
             place=shared.place if shared is not None else None,
         )  # fmt: skip
-        manifest["metadata"].setdefault("annotations", {})[plan.ATTEMPT] = str(cell.attempt)
+        counts = {plan.ATTEMPT: str(cell.attempt)}
+        if cell.preempted:
+            counts[plan.PREEMPTIONS] = str(cell.preempted)
+        manifest["metadata"].setdefault("annotations", {}).update(counts)
         if manifest["kind"] == sandbox.KIND:
             template = manifest["spec"]["podTemplate"]["metadata"]
-            template["annotations"][plan.ATTEMPT] = str(cell.attempt)
+            template["annotations"].update(counts)
         resource = lifecycle.resource_of(run)
         try:
             stored, _ = await self.board.api.ensure(resource, run.ref.namespace, manifest)

@@ -233,6 +233,11 @@ class EventRecorder:
         message = f"{grade.test_id} (repeat {grade.repeat}, cell {grade.cell}{blame}): {error}"
         return self.event(involved, "Warning", reason, message, action="Grade")
 
+    def cell_preempted(self, involved: Mapping[str, str], cell: str, why: str) -> Emit:
+        """A ``Normal`` Event: Kueue preempted a cell's pod and the cell runs again."""
+        message = f"cell {cell} was preempted by Kueue ({why}); it is planned again"
+        return self.event(involved, "Normal", "CellPreempted", message, action="Requeue")
+
     def _expire(self, now: datetime.datetime) -> None:
         while self._seen:
             key, oldest = next(iter(self._seen.items()))

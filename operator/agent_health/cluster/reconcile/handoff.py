@@ -73,8 +73,8 @@ class Handoff:
         failure = await self.creator.create(run, cell)
         if failure is not None:
             await self.infra(run, cell, {}, failure)
-        elif self.board.live(run) and cell.state == "active":
-            self.keep_deadline(run, cell, None)
+        elif self.board.live(run) and cell.state == "active" and not plan.queued(run):
+            self.keep_deadline(run, cell, None)  # a queued cell's starts once Kueue admits it
 
     def spawn(self, run: plan.Run, cell: plan.Cell, work: Coroutine[Any, Any, None]) -> None:
         """Run work of one cell in the background; if it fails, the cell ends errored."""
@@ -98,6 +98,9 @@ class Handoff:
         """
         assert run.spec is not None
         assert run.settings is not None
+        if cell.timed == cell.attempt:
+            return  # one timer per attempt, whoever saw it start first
+        cell.timed = cell.attempt
         seconds = cellpod.deadline_seconds(run.model, run.spec, run.settings)
         since = created or status_mod.utcnow()
         left = (since - status_mod.utcnow()).total_seconds() + seconds + self.deadline_grace
@@ -187,7 +190,7 @@ class Handoff:
         cell.state = "ended"
         run.tally.ended(cell.name)
         grade = grading.grade_failed_pod(
-            cell.name, plan.expected(cell), reason, cause=cause, attempt=cell.attempt,
+            cell.name, plan.expected(cell), reason, cause=cause, attempt=cell.retries,
             policy=run.model.spec.retry,
         )  # fmt: skip
         if delete and not grade.retryable:
@@ -197,6 +200,34 @@ class Handoff:
             except kube.ApiError:  # graded all the same; the run's deletion collects it
                 self.board.metrics.reconcile_error("cell-delete")
         await self.record(run, cell, grade)
+
+    def preempted(self, run: plan.Run, cell: plan.Cell, body: Mapping[str, Any], why: str) -> None:
+        """Kueue preempted the cell's pod (:func:`.kueue.preempted`): plan the cell again as
+        its next attempt, at once, so that no later event of that pod grades it. The slot
+        stays the cell's; the next attempt is created once the pod is gone (its DELETED
+        event, :mod:`.reactions`), never beside it. A preemption is no infrastructure
+        failure: it costs none of ``spec.retry.infraRetries`` and is never ``errored``."""
+        cell.state, cell.attempt = "replacing", cell.attempt + 1
+        cell.preempted += 1
+        run.tally.requeued(cell.name)
+        if cell.token is not None:
+            self.board.tokens.pop(cell.token, None)
+            cell.token = None
+        self.board.metrics.cell_preempted(run.ref.namespace, run.runspec)
+        self.board.spawn(
+            self.board.event(self.board.recorder.cell_preempted(run.involved, cell.name, why))
+        )
+        self.board.spawn(self.board.changed(run))
+        if not (body.get("metadata") or {}).get("deletionTimestamp"):
+            # Kueue deletes it next; deleting it too changes nothing, and nothing waits on
+            # Kueue for the cell to go on.
+            self.spawn(run, cell, self._delete(run, cell.name))
+
+    async def _delete(self, run: plan.Run, name: str) -> None:
+        try:
+            await self.board.api.delete(lifecycle.resource_of(run), run.ref.namespace, name)
+        except kube.ApiError:
+            self.board.metrics.reconcile_error("cell-delete")
 
     async def record(self, run: plan.Run, cell: plan.Cell, grade: grading.CellGrade) -> None:
         """Fold the grade in; retry the cell or free its slot."""

@@ -31,7 +31,14 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import admission, cellsecrets, ledgerurl, manifests, netpol
+from agent_health.cluster.cells import (
+    admission,
+    cellsecrets,
+    kueue,
+    ledgerurl,
+    manifests,
+    netpol,
+)
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
@@ -156,6 +163,7 @@ class Intake:
                 return await board.fail(run, "DiscoveryFailed", f"RunSpec {run.runspec}: {why}")
             chosen = plan.select(outcome.tests, run.model.spec.selection)
             agents = plan.agents(run.model, spec)  # an agent matrix: each a declared target
+            kueue.refuse(spec, run.model)
         except errors.SpecError as err:
             return await board.fail(run, "InvalidSpec", str(err))
         if not chosen:

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import runspec
-from agent_health.cluster.cells import discovery
+from agent_health.cluster.cells import discovery, kueue
 
 LOG_LIMIT = 8 * 1024 * 1024
 Key = tuple[str, str]  # namespace, pod name
@@ -88,8 +88,8 @@ class Discoveries:
         metadata = pod.get("metadata") or {}
         key = (str(metadata.get("namespace")), str(metadata.get("name")))
         phase = (pod.get("status") or {}).get("phase")
-        if phase not in ("Succeeded", "Failed"):
-            return None
+        if phase not in ("Succeeded", "Failed") or kueue.preempted(pod) is not None:
+            return None  # a pod Kueue preempted tells nothing: the next reconcile makes another
         if key in self._outcomes:
             return self._outcomes[key]
         terminated = _terminated(pod)

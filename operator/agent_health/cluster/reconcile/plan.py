@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import ledgerurl, manifests
+from agent_health.cluster.cells import kueue, ledgerurl, manifests
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, events, listing, pattern, spending
 from agent_health.cluster.reconcile import collector as collector_mod
@@ -26,6 +26,8 @@ from agent_health.ledger import store
 from agent_health.sdk import results
 
 ATTEMPT = "agenthealth.dev/attempt"
+PREEMPTIONS = "agenthealth.dev/preemptions"
+"""How many of a cell's attempts Kueue preempted (they cost no infrastructure retry)."""
 CellState = Literal["queued", "active", "ended", "replacing", "done"]
 
 
@@ -39,10 +41,19 @@ class Cell:
     agent: str | None = None
     """The agent of an agent matrix (a RunSpec ``spec.targets`` name); ``None``: ``target``."""
     attempt: int = 0
+    preempted: int = 0
+    """Attempts Kueue preempted (:mod:`.kueue`): retried without spending ``infraRetries``."""
+    timed: int | None = None
+    """The attempt whose deadline is kept: a cell Kueue still holds has none yet."""
     state: CellState = "queued"
     token: str | None = None
     stuck_since: float | None = None
     last: dict[str, Any] | None = None
+
+    @property
+    def retries(self) -> int:
+        """Infrastructure retries made so far (preemptions are not counted)."""
+        return self.attempt - self.preempted
 
 
 @dataclasses.dataclass
@@ -215,6 +226,27 @@ def attempt(body: Mapping[str, Any]) -> int:
     return int(value) if str(value).isdigit() else 0
 
 
+def preemptions(body: Mapping[str, Any]) -> int:
+    value = ((body.get("metadata") or {}).get("annotations") or {}).get(PREEMPTIONS, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def queued(run: Run) -> bool:
+    """Whether the run's cells wait in a Kueue LocalQueue (:func:`.kueue.queue_of`)."""
+    if run.spec is None or run.settings is None:
+        return False
+    return kueue.queue_of(run.spec, run.model, run.settings.default_queue) is not None
+
+
+def started_at(body: Mapping[str, Any]) -> datetime.datetime | None:
+    """When the kubelet took the pod (``status.startTime``; ``None`` before it did)."""
+    stamp = (body.get("status") or {}).get("startTime")
+    try:
+        return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None
+
+
 def skipped(cell: Cell, reason: str) -> grading.CellGrade:
     """The grade of a cell never started (``reason``: ``budget``): ``skipped``."""
     test = cell.test
@@ -231,7 +263,7 @@ def skipped(cell: Cell, reason: str) -> grading.CellGrade:
 def unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
     return grading.grade_failed_pod(
         cell.name, expected(cell), f"cannot grade the ledger: {reason}", cause="other",
-        attempt=cell.attempt, policy=policy,
+        attempt=cell.retries, policy=policy,
     )  # fmt: skip
 
 
@@ -240,7 +272,7 @@ def lost(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGr
     stored): ``errored``, cause ``infra``, never graded from a part of it."""
     return grading.grade_failed_pod(
         cell.name, expected(cell), f"no whole ledger: {reason}", cause="other",
-        attempt=cell.attempt, policy=policy,
+        attempt=cell.retries, policy=policy,
     )  # fmt: skip
 
 

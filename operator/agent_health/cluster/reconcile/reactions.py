@@ -5,6 +5,10 @@ Every Pod or Sandbox event of a cell owned by an EvaluationRun this operator dri
 buffered and applied once its plan exists. Then, for the cell's current attempt:
 
 * it ended → graded (:meth:`.handoff.Handoff.grade`);
+* Kueue holds it (its admission gate is on, :mod:`.kueue`) → counted as queued; its
+  deadline starts only once Kueue admits it;
+* Kueue preempted it (condition ``TerminationTarget``) → planned again as its next attempt,
+  created once the pod is gone (:meth:`.handoff.Handoff.preempted`);
 * it runs → counted as running;
 * it can no longer pass (:func:`.observed.doomed`: a crash loop, a dead target, a restarted
   gateway) → errored at once with that cause, and the cell is deleted (or retried);
@@ -21,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent_health.cluster.cells import observed
+from agent_health.cluster.cells import kueue, observed
 from agent_health.cluster.reconcile import batcher, handoff, lifecycle, plan
 
 
@@ -64,6 +68,8 @@ class Reactions:
                 self.handoff.spawn(run, cell, self.handoff.launch(run, cell))
             return
         if event_type == "DELETED":
+            if cell.state == "active" and (why := kueue.preempted(body)) is not None:
+                self.handoff.preempted(run, cell, body, why)
             if cell.state == "replacing":
                 self.handoff.spawn(run, cell, self.handoff.launch(run, cell))
             elif cell.state == "active":
@@ -73,6 +79,17 @@ class Reactions:
         if cell.state != "active":
             return
         cell.last = body
+        if (why := kueue.preempted(body)) is not None:
+            # Before its end is read: a pod Kueue stopped ends Failed, its test cut short.
+            self.handoff.preempted(run, cell, body, why)
+            return
+        if kueue.gated(body):  # Kueue holds it: queued, no deadline, never stuck
+            if run.tally.queued(cell.name):
+                spawn(self.board.changed(run))
+            return
+        if cell.timed != cell.attempt:  # admitted now (or never queued): its deadline starts
+            self.handoff.keep_deadline(run, cell, plan.started_at(body))
+            run.tally.queued(cell.name, held=False)
         state = observed.state(body)
         if state in ("succeeded", "failed"):
             cell.state = "ended"

@@ -36,7 +36,14 @@ import kopf
 
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import meta, runspec
-from agent_health.cluster.cells import admission, discovery, ledgerurl, manifests, netpol
+from agent_health.cluster.cells import (
+    admission,
+    discovery,
+    kueue,
+    ledgerurl,
+    manifests,
+    netpol,
+)
 from agent_health.cluster.reconcile import events, listing, refusals
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
@@ -49,8 +56,11 @@ RESOLVED, DISCOVERED, READY = "Resolved", "Discovered", "Ready"
 
 
 def _age(body: Mapping[str, Any]) -> float:
-    """Seconds since the object was created (0 when it does not say)."""
-    stamp = (body.get("metadata") or {}).get("creationTimestamp")
+    """Seconds since the pod started (``status.startTime``: a pod Kueue held back is not
+    late for the time it waited), or was created (0 when it says neither)."""
+    stamp = (body.get("status") or {}).get("startTime") or (body.get("metadata") or {}).get(
+        "creationTimestamp"
+    )
     try:
         created = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
     except ValueError:
@@ -180,9 +190,16 @@ class SpecReconciler:
         if self.fenced:  # first: the suite's code runs as soon as the pod does
             await self._discovery_policy(spec, namespace)
         created, _ = await self.api.ensure(kube.PODS, namespace, pod)
+        if kueue.gated(created):  # no deadline runs while Kueue holds it
+            queue = (created["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL)
+            message = f"discovery pod {key[1]} waits for Kueue to admit it (queue {queue})"
+            await writer.set(DISCOVERED, "Unknown", "Queued", message)
+            raise kopf.TemporaryError(message, delay=5)
         outcome = await self.discoveries.observe(created) or await self.discoveries.wait(
             key, self.wait_seconds
         )
+        if outcome is None:  # its age counts from its start (Kueue may have held it back)
+            created = await self._current(namespace, key[1]) or created
         if outcome is None and _age(created) > self.discovery_deadline + DISCOVERY_GRACE:
             # Never scheduled, or its node is gone: the kubelet's deadline never started.
             message = f"discovery pod {key[1]} did not end within {self.discovery_deadline} s"
@@ -204,6 +221,15 @@ class SpecReconciler:
             f"{len(outcome.tests)} tests in the suite",
             more={"discoveredTests": ids, "testCount": len(outcome.tests)},
         )
+
+    async def _current(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The discovery pod as it is now (``None`` once it is gone)."""
+        try:
+            return await self.api.get(kube.PODS, namespace, name)
+        except kube.ApiError as err:
+            if err.status == 404:
+                return None
+            raise
 
     async def _digests(self, spec: runspec.RunSpec, writer: _StatusWriter) -> dict[str, str]:
         status = spec.status or runspec.Status()

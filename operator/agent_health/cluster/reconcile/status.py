@@ -52,7 +52,7 @@ _NEXT: dict[Phase | None, frozenset[Phase]] = {
     "Failed": frozenset(),
 }
 ConditionStatus = Literal["True", "False", "Unknown"]
-_CellState = Literal["pending", "running", "ended"]
+_CellState = Literal["pending", "queued", "running", "ended"]
 MAX_ERROR = 1024
 # The score's bootstrap interval while cells are graded (resampling costs ~0.1 s per 1,000 tests)
 BOOTSTRAP_EVERY = datetime.timedelta(seconds=30)
@@ -137,6 +137,21 @@ class RunTally:
         if cell not in self._grades:
             self._cells[cell] = "running"
 
+    def queued(self, cell: str, held: bool = True) -> bool:
+        """The cell's pod waits for Kueue's admission (``held``), or no longer does (back to
+        pending until it runs); whether that changed the tally."""
+        state = self._cells.get(cell)
+        if cell in self._grades or state in (None, "running", "ended"):
+            return False
+        wanted: _CellState = "queued" if held else "pending"
+        self._cells[cell] = wanted
+        return state != wanted
+
+    def requeued(self, cell: str) -> None:
+        """The cell's pod was preempted: the cell is pending again (a new pod follows)."""
+        if cell not in self._grades:
+            self._cells[cell] = "pending"
+
     def ended(self, cell: str) -> None:
         """The cell's pod has ended; its grade follows. Running → Grading when it is the last."""
         if cell not in self._grades:
@@ -169,10 +184,12 @@ class RunTally:
             by_status[grade.status] += 1
             if grade.status == "errored":
                 by_cause[grade.cause or "test"] += 1
+        waiting = states.count("pending") + states.count("queued")
         return evaluationrun.Counts(
             total=len(states) + len(self._grades),
             pending=states.count("pending"),
-            running=len(states) - states.count("pending"),
+            queued=states.count("queued"),
+            running=len(states) - waiting,
             passed=by_status["passed"],
             failed=by_status["failed"],
             errored=by_status["errored"],
