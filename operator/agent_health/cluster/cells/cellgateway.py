@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_health.cluster.api import runspec
-from agent_health.cluster.cells import cellsecrets, ledgerurl, manifests
+from agent_health.cluster.cells import cellsecrets, ledgerurl, manifests, podsecurity
 from agent_health.gateway import admin
 
 NAME = "gateway"
@@ -234,7 +234,7 @@ def container(
         },
         "volumeMounts": mounts,
         "resources": settings.resources.gateway.wire(),
-        "securityContext": manifests.container_security_context(settings),
+        "securityContext": podsecurity.container_security_context(settings),
     }
     if settings.ledger_credentials_secret is not None:
         body["envFrom"] = [{"secretRef": {"name": settings.ledger_credentials_secret}}]

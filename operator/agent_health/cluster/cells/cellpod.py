@@ -25,7 +25,6 @@ RunSpec against the operator's rules before anything is created.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,16 +32,18 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import (
     admission,
+    cellenv,
     cellgateway,
     cellsecrets,
     kueue,
     manifests,
+    podsecurity,
     sandbox,
 )
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
-OWN_TOKEN_DIR = "/var/run/agent-health/token"
+OWN_TOKEN_DIR = cellenv.OWN_TOKEN_DIR
 
 
 def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
@@ -50,19 +51,9 @@ def cell_args(test_id: str, repeat: int, suite_dir: str) -> list[str]:
     return ["cell", "--test", test_id, "--repeat", str(repeat), "--suite", suite_dir]
 
 
-def own_token_env() -> dict[str, str]:
-    """Where a principal's container finds its own token."""
-    return {"name": "AGENT_HEALTH_TOKEN_FILE", "value": f"{OWN_TOKEN_DIR}/{cellsecrets.TOKEN_FILE}"}
-
-
 def peer_container_name(peer: str) -> str:
     """``peer-<name>``, shortened with a hash when the peer's name is long."""
     return manifests.fit(f"peer-{peer}", manifests.DNS_LABEL_MAX)
-
-
-def peer_url_env(peer: str) -> str:
-    """The variable giving the target a peer's URL: ``AGENT_HEALTH_PEER_<NAME>_URL``."""
-    return f"AGENT_HEALTH_PEER_{peer.upper().replace('-', '_')}_URL"
 
 
 def cell_pod(
@@ -151,7 +142,7 @@ def cell_pod(
             ),
             routes=routes,
             token_volumes=tokens,
-            ledger=_ledger_url(spec, settings),
+            ledger=cellenv.ledger_url(spec, settings),
             scratch=scratch[cellgateway.NAME],
             settings=settings,
             otlp=plan.otlp,
@@ -165,7 +156,7 @@ def cell_pod(
                 manifests.pinned(peer.image, digests),
                 env=[
                     *(m.wire() for m in peer.env),
-                    own_token_env(),
+                    cellenv.own_token_env(),
                     {"name": "AGENT_HEALTH_TARGET_URL", "value": to_target},
                 ],
                 mounts=[scratch[container_name], own_token(f"peer:{peer.name}")],
@@ -180,7 +171,7 @@ def cell_pod(
         _sidecar(
             TARGET,
             manifests.pinned(target.image, digests),
-            env=_target_env(spec, plan),
+            env=cellenv.target_env(spec, plan),
             mounts=[scratch[TARGET]],
             compute=admission.resources_of(spec, settings, None),
             port=target.port,
@@ -194,7 +185,7 @@ def cell_pod(
     env = [
         *manifests.python_env(),
         {"name": "AGENT_HEALTH_AGENT_URL", "value": agent_url},
-        own_token_env(),
+        cellenv.own_token_env(),
         {"name": "AGENT_HEALTH_RUN_ID", "value": cell},
         {"name": "AGENT_HEALTH_CELL", "value": cell},
         {"name": "AGENT_HEALTH_EVALUATION_RUN", "value": run_name},
@@ -213,7 +204,7 @@ def cell_pod(
         env.append({"name": "AGENT_HEALTH_SKIP_SIMULATE", "value": "1"})
     if agent is not None:
         env.append({"name": "AGENT_HEALTH_AGENT", "value": agent})
-    env.extend(otlp_env(spec, settings))
+    env.extend(cellenv.otlp_env(spec, settings))
     controller = {
         "name": CONTROLLER,
         "image": controller_image,
@@ -229,10 +220,10 @@ def cell_pod(
         "resources": settings.resources.controller.wire(),
         # A crash before the cell could record anything still leaves its reason on the pod.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": manifests.container_security_context(settings),
+        "securityContext": podsecurity.container_security_context(settings),
     }
 
-    pod_spec = manifests.pod_spec_base(settings)
+    pod_spec = podsecurity.pod_spec_base(settings)
     if settings.gateway_service_account is not None:
         pod_spec["serviceAccountName"] = settings.gateway_service_account
     pod_spec |= {
@@ -255,7 +246,7 @@ def cell_pod(
             "annotations": {
                 manifests.ANNOTATION_TEST_ID: test_id,
                 manifests.ANNOTATION_RUNSPEC: run.spec.run_spec_ref.name,
-                **manifests.skip_cloud_identity(pod_spec, keep=cellgateway.NAME),
+                **podsecurity.skip_cloud_identity(pod_spec, keep=cellgateway.NAME),
             },
             "ownerReferences": [manifests.owner_reference(run)],
         },
@@ -300,57 +291,6 @@ def cell(
     return pod
 
 
-def _ledger_url(spec: runspec.RunSpec, settings: manifests.Settings) -> str:
-    if spec.spec.ledger is not None:
-        return spec.spec.ledger.url
-    if settings.ledger_url is not None:
-        return settings.ledger_url
-    raise errors.SpecError(
-        f"RunSpec {spec.metadata.get('name', '?')}: spec.ledger.url is unset and the operator "
-        "has no default ledger; set spec.ledger.url"
-    )
-
-
-def otlp_env(spec: runspec.RunSpec, settings: manifests.Settings) -> list[dict[str, Any]]:
-    """The controller's ``OTEL_EXPORTER_OTLP_*``: the RunSpec's ``spec.otlp``, else the
-    operator's ``--otlp-endpoint``; none when neither asks for export (docs/otel.md)."""
-    otlp = spec.spec.otlp
-    if otlp is None:
-        if settings.otlp_endpoint is None:
-            return []
-        otlp = runspec.Otlp(endpoint=settings.otlp_endpoint)
-    env: list[dict[str, Any]] = [
-        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": otlp.endpoint},
-        {"name": "OTEL_EXPORTER_OTLP_PROTOCOL", "value": otlp.protocol},
-    ]
-    if otlp.headers_secret_ref is not None:
-        ref = otlp.headers_secret_ref
-        secret = {"name": ref.name, "key": ref.key}
-        env.append({"name": "OTEL_EXPORTER_OTLP_HEADERS", "valueFrom": {"secretKeyRef": secret}})
-    if otlp.capture_content:
-        env.append({"name": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "value": "true"})
-    return env
-
-
-def _target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str, Any]]:
-    """The target's env, every literal URL of a peer pointed at that peer's listener."""
-    out = []
-    for var in (m.wire() for m in spec.spec.target.env):
-        value = var.get("value")
-        if isinstance(value, str):
-            for peer in spec.spec.peers:
-                hosts = "|".join(map(re.escape, ("127.0.0.1", "localhost", peer.name)))
-                pattern = rf"://(?:{hosts}):{peer.port}(?![0-9])"
-                value = re.sub(pattern, f"://127.0.0.1:{plan.peers[peer.name]}", value)
-            var = {**var, "value": value}
-        out.append(var)
-    out.extend(cellgateway.otlp_env(plan, out))
-    return out + [
-        {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}"}
-        for p in spec.spec.peers
-    ]
-
-
 def _sidecar(
     name: str,
     image: str,
@@ -374,7 +314,7 @@ def _sidecar(
         },
         "volumeMounts": mounts,
         "resources": compute,
-        "securityContext": manifests.container_security_context(settings),
+        "securityContext": podsecurity.container_security_context(settings),
         # A target or peer that dies says why in its status (its log's tail: "Read-only file
         # system", "exec: not found"), which the cell's error quotes.
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_health.cluster.api import runspec
-from agent_health.cluster.cells import kueue, manifests
+from agent_health.cluster.cells import kueue, manifests, podsecurity
 
 CONTAINER = "discover"
 
@@ -58,9 +58,9 @@ def discovery_pod(
         "volumeMounts": [scratch_mount, *mounts],
         "resources": settings.resources.controller.wire(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": manifests.container_security_context(settings),
+        "securityContext": podsecurity.container_security_context(settings),
     }
-    pod_spec = manifests.pod_spec_base(settings) | {
+    pod_spec = podsecurity.pod_spec_base(settings) | {
         "activeDeadlineSeconds": deadline_seconds,
         "terminationGracePeriodSeconds": 5,
         "containers": [container],
@@ -73,7 +73,7 @@ def discovery_pod(
             "name": discovery_name(spec, digests, revision),
             "namespace": namespace,
             # Suite code runs here (test files are imported): no cloud identity for it.
-            "annotations": manifests.skip_cloud_identity(pod_spec),
+            "annotations": podsecurity.skip_cloud_identity(pod_spec),
             "labels": {
                 manifests.LABEL_MANAGED_BY: manifests.MANAGED_BY,
                 manifests.LABEL_RUNSPEC: manifests.label_value(name),

@@ -243,62 +243,6 @@ def pinned(image: str, digests: Mapping[str, str]) -> str:
     return ref.pinned(digest)
 
 
-def pod_security_context(settings: Settings) -> dict[str, Any]:
-    """The pod-wide part of the restricted profile; ``fsGroup`` lets the uid read Secrets."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": settings.run_as_user,
-        "runAsGroup": settings.run_as_group,
-        "fsGroup": settings.run_as_group,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def container_security_context(settings: Settings) -> dict[str, Any]:
-    """A container's restricted security context (set on each, not left to the pod's)."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": settings.run_as_user,
-        "runAsGroup": settings.run_as_group,
-        "allowPrivilegeEscalation": False,
-        "privileged": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def pod_spec_base(settings: Settings) -> dict[str, Any]:
-    """Pod spec fields every agent-health pod sets: no API token, no host namespaces."""
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "shareProcessNamespace": False,
-        "hostNetwork": False,
-        "hostPID": False,
-        "hostIPC": False,
-        "securityContext": pod_security_context(settings),
-    }
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
-    if settings.runtime_class is not None:
-        spec["runtimeClassName"] = settings.runtime_class
-    return spec
-
-
-def skip_cloud_identity(pod_spec: Mapping[str, Any], *, keep: str | None = None) -> dict[str, str]:
-    """Annotations that keep EKS's identity webhook from handing the pod's role to every
-    container: ``eks.amazonaws.com/skip-containers`` lists each one but ``keep``.
-
-    IRSA and EKS Pod Identity inject their credentials into *every* container of a pod whose
-    ServiceAccount carries a role, unless the pod names the containers to skip. A cell's
-    ServiceAccount exists for its gateway (the ledger), so all others are skipped.
-    """
-    names = [c["name"] for c in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]]
-    return {SKIP_CONTAINERS: ",".join(n for n in names if n != keep)}
-
-
 def scratch_volume(container: str, settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
     """A container's own ``/tmp`` (volume, mount): writable scratch under a read-only root."""
     name = fit(f"tmp-{container}", DNS_LABEL_MAX)
