@@ -270,3 +270,36 @@ async def test_a_conversation_replays_turn_by_turn_and_refuses_a_changed_one(
     shorter = changed.by_name("max turns")
     assert (shorter["status"], shorter["cause"]) == ("errored", "test")
     assert "ended after 2 turns, the recorded one went on to 3" in shorter["error"]
+
+
+async def test_a_goal_met_on_the_last_turn_allowed_is_goal_met(
+    write_suite: Any, support_url: str
+) -> None:
+    suite = write_suite(
+        **{
+            "test_last.py": """
+            from agent_health import Stop, test
+
+            @test("met on the last turn")
+            async def last(agent, expect):
+                def customer(conversation):
+                    if "refunded" in conversation.last_output:
+                        return Stop.goal_met("refund confirmed")
+                    return "It is order 5678"
+
+                result = await agent.run("Did my refund go through?", user=customer, max_turns=2)
+                assert len(result.turns) == 2
+                assert result.ended.reason == "goal-met", result.ended
+                expect(result).to_meet_user_goal()
+
+            @test("cut off with more to say")
+            async def cut(agent):
+                result = await agent.run("Hello", user=lambda c: "one more thing", max_turns=2)
+                assert (result.ended.reason, result.ended.detail) == ("max-turns", "one more thing")
+            """
+        }
+    )
+    run = await run_cli(suite, "--agent", support_url)
+    for name in ("met on the last turn", "cut off with more to say"):
+        found = run.by_name(name)
+        assert found["status"] == "passed", (name, found.get("error"), found.get("signals"))

@@ -133,14 +133,16 @@ class Conversing:
         )
 
     async def _next(self) -> tuple[turns_mod.ConversationEnd | None, str | None]:
-        """The next user message, or why the conversation ends here."""
+        """The next user message, or why the conversation ends here.
+
+        At ``max_turns`` a user is still asked: an answer that met its goal on the last turn
+        allowed ends ``goal-met``, not ``max-turns`` (only a user with more to say is cut off).
+        """
         taken = len(self.turns)
-        scripted_left = taken - 1 < len(self.follow_ups)
-        if taken >= self.max_turns:
-            if scripted_left or self.user is not None:
+        full = taken >= self.max_turns
+        if taken - 1 < len(self.follow_ups):  # scripted turns left
+            if full:
                 return turns_mod.ConversationEnd(reason="max-turns"), None
-            return turns_mod.ConversationEnd(reason="turns-done"), None
-        if scripted_left:
             return None, self.follow_ups[taken - 1]
         if self.user is None:
             return turns_mod.ConversationEnd(reason="turns-done"), None
@@ -157,6 +159,8 @@ class Conversing:
                 f"turn {taken}; return the next message (a non-empty string), or Stop() / "
                 "None to end the conversation"
             )
+        if full:  # what it would have said next is why the limit ended it
+            return turns_mod.ConversationEnd(reason="max-turns", detail=said), None
         return None, said
 
     def usage(self) -> TokenUsage:
