@@ -31,6 +31,7 @@ from agent_health.cluster.cells import (
     manifests,
     resources,
 )
+from node import crds
 from operator_support import Kubelet, cluster, kubelet, listing, until
 from ship_support import helm, one, render
 
@@ -43,30 +44,7 @@ SETTINGS = manifests.Settings(
     gateway_service_account="cell-gateway",
 )
 TEST_ID = "suite/rca.py::payment rca"
-SANDBOX_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "sandboxes.agents.x-k8s.io"},
-    "spec": {
-        "group": "agents.x-k8s.io",
-        "scope": "Namespaced",
-        "names": {"plural": "sandboxes", "singular": "sandbox", "kind": "Sandbox"},
-        "versions": [
-            {
-                "name": "v1beta1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+SANDBOX_CRD = crds.permissive("agents.x-k8s.io", "v1beta1", "Sandbox", "sandboxes")
 
 
 def _runspec(**spec: Any) -> runspec.RunSpec:

@@ -22,5 +22,6 @@ operator.
   controller;
 * :mod:`node.sandboxpools` — Agent Sandbox's templates, warm pools and claims;
 * :mod:`node.kueue` (objects in :mod:`node.kueueobjects`) — Kueue: its pod webhook, quota,
-  fair sharing and preemption.
+  fair sharing and preemption;
+* :mod:`node.crds` — the permissive definitions those stand-ins install.
 """

@@ -26,34 +26,11 @@ from typing import Any
 import httpx
 from kube import ApiError, Emulator, Kind
 
-from node import containers
+from node import containers, crds
 
 SANDBOX_GROUP, SANDBOX_VERSION = "agents.x-k8s.io", "v1beta1"
 NAME_HASH = "agents.x-k8s.io/sandbox-name-hash"
-SANDBOX_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"sandboxes.{SANDBOX_GROUP}"},
-    "spec": {
-        "group": SANDBOX_GROUP,
-        "scope": "Namespaced",
-        "names": {"plural": "sandboxes", "singular": "sandbox", "kind": "Sandbox"},
-        "versions": [
-            {
-                "name": SANDBOX_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+SANDBOX_CRD = crds.permissive(SANDBOX_GROUP, SANDBOX_VERSION, "Sandbox", "sandboxes")
 
 
 def name_hash(name: str) -> str:

@@ -11,34 +11,13 @@ from typing import Any
 
 from agent_health.cluster.cells import resources
 
+from node import crds
+
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 
 
 def crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": scope,
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return crds.permissive(GROUP, VERSION, kind, plural, scope)
 
 
 CRDS = (

@@ -55,7 +55,7 @@ from typing import Any, Literal
 import httpx
 from kube import ApiError, Emulator, Kind
 
-from node import controllers
+from node import controllers, crds
 
 GROUP, VERSION = "extensions.agents.x-k8s.io", "v1beta1"
 WARM_POOL_LABEL = "agents.x-k8s.io/warm-pool-sandbox"
@@ -69,30 +69,7 @@ RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io")
 
 
 def _crd(kind: str, plural: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return crds.permissive(GROUP, VERSION, kind, plural)
 
 
 CRDS = (
