@@ -437,9 +437,11 @@ def test_an_empty_run_says_where_it_looked_and_how_to_pass(
 
 
 def test_a_listing_piped_into_head_ends_quietly(tmp_path: Path) -> None:
-    for i in range(400):  # more than a pipe buffer holds, so the writer meets a closed pipe
+    # Lines far past what a pipe buffers (64 KiB), so the writer meets the closed pipe.
+    long = "x" * 500
+    for i in range(400):
         (tmp_path / f"test_{i}.py").write_text(
-            f'from agent_health import test\n@test("t{i}")\nasync def t(agent):\n    pass\n'
+            f'from agent_health import test\n@test("t{i} {long}")\nasync def t(agent):\n    pass\n'
         )
     program = Path(sys.executable).parent / "agent-health"
     lister = subprocess.Popen(

@@ -128,12 +128,14 @@ def _status(phase: evaluationrun.Phase, passed: int, failed: int) -> evaluationr
 
 
 def observe(m: metrics.OperatorMetrics, batch: int) -> None:
-    """One round of what a running operator sees: runs, graded cells, judge calls, errors."""
+    """One round of what a running operator sees: runs, graded and preempted cells, judge
+    calls, errors."""
     for i in range(4):
         status: results.Status = ("passed", "passed", "failed", "errored")[i]
         m.observe_grade("evals", "triage", "nightly-1", _cell(f"b{batch}c{i}", status, 20 + 30 * i))
     m.observe_run("evals", "triage", "nightly-1", _status("Running", 3 * batch, batch))
     m.observe_run("evals", "triage", "nightly-0", _status("Succeeded", 9, 1))
+    m.cell_preempted("evals", "triage")
     m.observe_judge("gpt-4o-mini", "ok", 0.8)
     m.observe_judge("gpt-4o-mini", "cached", 0.01)
     m.observe_judge("gpt-4o-mini", "errored", 3.0)
