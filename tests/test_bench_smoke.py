@@ -23,18 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "engine_overhead.py"
 
 
+def _bench(
+    argv: list[str], *, cwd: Path = ROOT, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark script as users do; its output kept, its exit code not checked."""
+    return subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 @pytest.mark.slow
 def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
     figures = tmp_path / "figures.json"
     args = ["--n", "20", "--rounds", "1", "--warmup", "0", "--concurrency-tests", "20"]
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--json", str(figures)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = _bench([sys.executable, str(SCRIPT), *args, "--json", str(figures)])
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for line in (
@@ -71,14 +73,7 @@ def test_benchmark_prints_ratios_and_exits_0(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_benchmark_refuses_bad_sizes() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--n", "0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _bench([sys.executable, str(SCRIPT), "--n", "0"], timeout=60)
     assert done.returncode == 2
     assert "--n must be at least 1" in done.stderr
 
@@ -126,14 +121,7 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
     figures = tmp_path / "defaults.json"
     args = ["--rounds", "1", "--list-rounds", "1", "--warmup", "0", "--n", "10", "--calls", "8"]
     args += ["--calls-j", "4", "--calls-latency", "0.01", "--timeout", "0.3"]
-    done = subprocess.run(
-        [sys.executable, str(DEFAULTS), *args, "--json", str(figures)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = _bench([sys.executable, str(DEFAULTS), *args, "--json", str(figures)])
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "10 trivial tests (instant in-process agent), -j 1",
@@ -159,13 +147,8 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
 
 @pytest.mark.slow
 def test_the_connector_benchmark_prints_cpu_per_call_for_each_connector() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "connectors.py"), "--calls", "20", "--rounds", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    done = _bench(
+        [sys.executable, str(ROOT / "bench" / "connectors.py"), "--calls", "20", "--rounds", "1"]
     )
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("bare aiohttp POST (baseline)", "rest connector", "openai connector"):
@@ -179,14 +162,7 @@ def test_the_conversation_benchmark_prints_added_time_per_turn(tmp_path: Path) -
     figures = tmp_path / "conversations.json"
     args = ["--tests", "4", "--turns", "3", "-j", "2", "--rounds", "1", "--warmup", "0"]
     args += ["--latency", "0.005", "--json", str(figures)]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "conversations.py"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = _bench([sys.executable, str(ROOT / "bench" / "conversations.py"), *args])
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "4 conversations of 3 turns",
@@ -199,13 +175,8 @@ def test_the_conversation_benchmark_prints_added_time_per_turn(tmp_path: Path) -
     saved = json.loads(figures.read_text())
     assert [(f["tests"], f["turns_per_test"]) for f in saved] == [(4, 3), (12, 1), (4, 3)]
     assert all(f["session_s"] > 0 and f["agent_s"] == pytest.approx(0.03) for f in saved)
-    bad = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "conversations.py"), "--turns", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    bad = _bench(
+        [sys.executable, str(ROOT / "bench" / "conversations.py"), "--turns", "1"], timeout=60
     )
     assert bad.returncode == 2
     assert "--turns must be >= 2" in bad.stderr
@@ -213,7 +184,7 @@ def test_the_conversation_benchmark_prints_added_time_per_turn(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_the_otel_benchmark_prints_export_on_and_off_and_what_the_receiver_got() -> None:
-    done = subprocess.run(
+    done = _bench(
         [
             sys.executable,
             str(ROOT / "bench" / "otel_overhead.py"),
@@ -227,10 +198,6 @@ def test_the_otel_benchmark_prints_export_on_and_off_and_what_the_receiver_got()
             "0",
         ],
         cwd=ROOT / "bench",
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "export off [baseline]" in done.stdout, done.stdout
