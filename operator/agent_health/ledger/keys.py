@@ -75,3 +75,39 @@ def sealing_key(key: bytes, cell: str, lines: Sequence[str]) -> bytes:
     ):
         return derived
     return key
+
+
+WRAP_SALT = b"agent-health/warm-cell-ledger-key/v1"
+"""Names the wrapping of :func:`wrap_cell_key`, so its pads are never another scheme's keys."""
+
+
+def _pad(sandbox_key: bytes, ledger_cell: str, length: int) -> bytes:
+    return hkdf(sandbox_key, salt=WRAP_SALT, info=ledger_cell.encode("utf-8"), length=length)
+
+
+def wrap_cell_key(sandbox_key: bytes, ledger_cell: str, key: bytes) -> str:
+    """``key`` (a :func:`cell_key`) hidden for the one gateway holding ``sandbox_key``, as
+    base64 text fit for an annotation.
+
+    A pooled cell's pod exists before the operator knows which cell it will run, so its
+    gateway cannot mount its cell's key; it holds instead a random key of its own sandbox
+    (a Secret the sandbox controller generated for it alone). The operator, which reads that
+    Secret once the sandbox is claimed, sends the cell key XORed with a pad derived from the
+    sandbox key and the ledger cell (HKDF-SHA256) — a one-time pad: each sandbox serves one
+    cell, so each pad is used once. Whoever reads the annotation without the sandbox's Secret
+    learns nothing of the key, and the key stays the one :func:`cell_key` derives from the run
+    key, so ``ledger verify`` and ``grade`` with the run key verify pooled cells too.
+    """
+    pad = _pad(sandbox_key, ledger_cell, len(key))
+    return base64.b64encode(bytes(a ^ b for a, b in zip(key, pad, strict=True))).decode()
+
+
+def unwrap_cell_key(sandbox_key: bytes, ledger_cell: str, wrapped: str) -> bytes:
+    """The cell key :func:`wrap_cell_key` hid for ``sandbox_key``; :class:`ValueError` when
+    ``wrapped`` is not base64 text."""
+    try:
+        sealed = base64.b64decode(wrapped.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, ValueError) as err:
+        raise ValueError(f"the wrapped ledger key is not base64: {err}") from err
+    pad = _pad(sandbox_key, ledger_cell, len(sealed))
+    return bytes(a ^ b for a, b in zip(sealed, pad, strict=True))
