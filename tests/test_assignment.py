@@ -40,7 +40,7 @@ def test_wrapped_key_unwraps_only_with_its_sandbox_key_and_cell() -> None:
 
 
 def test_annotation_round_trips_and_names_a_bad_field() -> None:
-    one = _assignment(agent="fast", judge_model="gpt-4o", skip_simulate=True)
+    one = _assignment(agent="fast", judge_model="gpt-4o", skip_simulate=True, max_cell_bytes=9)
     assert assignment.Assignment.parse(one.annotation()) == one
     body = json.loads(one.annotation())
     body["repeat"] = True

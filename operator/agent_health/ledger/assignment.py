@@ -9,7 +9,8 @@ start the cell from it (:func:`wait`). Until then the file is empty.
 
 What it holds is what a cold cell's gateway and controller get from their command lines and
 environment: the run id, the ledger cell and the attempt, the test and repeat, the agent of
-a matrix, the EvaluationRun, the timeout and how judging goes — and the cell's ledger key,
+a matrix, the EvaluationRun, the timeout and how judging goes, the run's ledger URL and
+caps — and the cell's ledger key,
 wrapped for this sandbox alone (:func:`agent_health.ledger.keys.wrap_cell_key`): the
 annotation is readable by whoever may read the pod, the key only with the sandbox's Secret.
 The format is versioned (``v``); a reader refuses a version it does not know.
@@ -53,6 +54,13 @@ class Assignment:
     judge_model: str | None = None
     skip_judge: bool = False
     skip_simulate: bool = False
+    ledger: str | None = None
+    """The ledger URL the cell records into (a run's own: it names the run); ``None``: the
+    gateway's ``--ledger``. A ConfigMap ledger's gateway logs its records instead."""
+    max_cell_exchanges: int | None = None
+    """The run's caps on what the cell records (``--max-cell-exchanges``/``--max-cell-bytes``:
+    a ConfigMap ledger's share depends on the run's size); ``None``: the gateway's flags."""
+    max_cell_bytes: int | None = None
 
     def annotation(self) -> str:
         """The annotation's value (compact JSON, keys in a stable order)."""
@@ -70,6 +78,9 @@ class Assignment:
             "judgeModel": self.judge_model,
             "skipJudge": self.skip_judge,
             "skipSimulate": self.skip_simulate,
+            "ledger": self.ledger,
+            "maxCellExchanges": self.max_cell_exchanges,
+            "maxCellBytes": self.max_cell_bytes,
         }
         return json.dumps(body, separators=(",", ":"))
 
@@ -111,6 +122,9 @@ class Assignment:
             judge_model=field("judgeModel", str, optional=True),
             skip_judge=bool(field("skipJudge", bool, optional=True)),
             skip_simulate=bool(field("skipSimulate", bool, optional=True)),
+            ledger=field("ledger", str, optional=True),
+            max_cell_exchanges=field("maxCellExchanges", int, optional=True),
+            max_cell_bytes=field("maxCellBytes", int, optional=True),
         )
 
 

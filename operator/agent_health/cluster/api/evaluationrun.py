@@ -157,6 +157,15 @@ class Counts(meta.Model):
         description="Of those conversations, the cells whose user ended it saying its goal "
         "was met (ended goal-met).",
     )
+    warm_starts: Count = pydantic.Field(
+        default=0,
+        description="Cells of a warm-pool run (isolation.warmPool) that took a pooled sandbox "
+        "whose target was already started.",
+    )
+    cold_starts: Count = pydantic.Field(
+        default=0,
+        description="Cells of a warm-pool run that found the pool empty and started cold.",
+    )
 
 
 class TestSummary(meta.Model):

@@ -214,6 +214,16 @@ class Otlp(meta.Model):
     )
 
 
+class WarmPool(meta.Model):
+    """Cells started warm: a pool of ready sandboxes of this RunSpec (docs/operator.md)."""
+
+    replicas: Annotated[int, pydantic.Field(ge=1, le=1000)] = pydantic.Field(
+        description="How many ready sandboxes (target and peers up, waiting for a cell) the "
+        "pool keeps while a run of this RunSpec is active; each serves one cell and is then "
+        "deleted, and the pool makes another. Scaled to zero when no run needs it."
+    )
+
+
 class Isolation(meta.Model):
     """How a cell runs: a plain Pod, or an Agent Sandbox with a RuntimeClass such as gVisor."""
 
@@ -222,7 +232,11 @@ class Isolation(meta.Model):
             (
                 "!has(self.runtimeClassName) || self.mode == 'agentSandbox'",
                 "isolation.runtimeClassName is only allowed with mode agentSandbox",
-            )
+            ),
+            (
+                "!has(self.warmPool) || self.mode == 'agentSandbox'",
+                "isolation.warmPool is only allowed with mode agentSandbox",
+            ),
         )
     )
 
@@ -232,11 +246,19 @@ class Isolation(meta.Model):
     runtime_class_name: meta.DnsSubdomain | None = pydantic.Field(
         default=None, description="The Sandbox pod's RuntimeClass, e.g. gvisor."
     )
+    warm_pool: WarmPool | None = pydantic.Field(
+        default=None,
+        description="Start cells from a SandboxWarmPool of ready sandboxes (Agent Sandbox's "
+        "extensions.agents.x-k8s.io) instead of a cold pod each; an empty pool falls back to "
+        "a cold start, counted in status.counts.coldStarts.",
+    )
 
     @pydantic.model_validator(mode="after")
     def _runtime_class_needs_sandbox(self) -> Isolation:
         if self.runtime_class_name is not None and self.mode != "agentSandbox":
             raise ValueError("isolation.runtimeClassName is only allowed with mode agentSandbox")
+        if self.warm_pool is not None and self.mode != "agentSandbox":
+            raise ValueError("isolation.warmPool is only allowed with mode agentSandbox")
         return self
 
 
