@@ -116,7 +116,8 @@ def test_cross_field_rules_are_cel_on_the_right_nodes() -> None:
     }
     assert rules["RunSpec.spec.suite"] == ["has(self.image) != has(self.configMap)"]
     assert rules["RunSpec.spec.isolation"] == [
-        "!has(self.runtimeClassName) || self.mode == 'agentSandbox'"
+        "!has(self.runtimeClassName) || self.mode == 'agentSandbox'",
+        "!has(self.warmPool) || self.mode == 'agentSandbox'",
     ]
     assert rules["EvaluationRun.spec"] == ["self == oldSelf"]
 

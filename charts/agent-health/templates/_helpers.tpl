@@ -142,6 +142,10 @@ operator.extraEnv.
 - name: AGENT_HEALTH_SANDBOXES
   value: "1"
 {{- end }}
+{{- if .Values.sandbox.warmPools }}
+- name: AGENT_HEALTH_WARM_POOLS
+  value: "1"
+{{- end }}
 {{- with .Values.sandbox.runtimeClassName }}
 - name: AGENT_HEALTH_SANDBOX_RUNTIME_CLASS
   value: {{ . | quote }}

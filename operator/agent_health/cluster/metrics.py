@@ -67,6 +67,11 @@ class OperatorMetrics:
             f"{p}_cells_preempted", "Cell pods Kueue preempted (each cell planned again).",
             ["namespace", "runspec"], registry=r,
         )  # fmt: skip
+        self.cells_launched = prometheus_client.Counter(
+            f"{p}_cells_launched", "Cells of warm-pool runs by how their sandbox started: "
+            "warm (a pooled sandbox, its target already up) or cold (the pool was empty).",
+            ["namespace", "runspec", "launch"], registry=r,
+        )  # fmt: skip
         self.run_pass_rate = prometheus_client.Gauge(
             f"{p}_run_pass_rate",
             "passed / (passed + failed + errored by the agent) of a run; cells errored by the "
@@ -158,6 +163,10 @@ class OperatorMetrics:
     def cell_preempted(self, namespace: str, runspec: str) -> None:
         """Kueue preempted a cell's pod."""
         self.cells_preempted.labels(namespace, runspec).inc()
+
+    def cell_launched(self, namespace: str, runspec: str, launch: str) -> None:
+        """A warm-pool run's cell got its sandbox (``warm`` or ``cold``)."""
+        self.cells_launched.labels(namespace, runspec, launch).inc()
 
     def set_queue_depth(self, queue: str, depth: int) -> None:
         self.queue_depth.labels(queue).set(depth)

@@ -208,9 +208,8 @@ class Operator:
             ledger_allowed=options.ledger_allowed,
             fenced=fence is not None,
         )  # fmt: skip
-        reconcilers = handlers.Reconcilers(
-            reconciler, scheduler, discoveries, sink, sandboxes=options.sandboxes
-        )
+        watch = {"sandboxes": options.sandboxes, "warm_pools": options.warm_pools}
+        reconcilers = handlers.Reconcilers(reconciler, scheduler, discoveries, sink, **watch)
         judge = backend or dispatch.Judging(judge=None, provider=None)
         per_run = judges.RunJudges(
             api, scheduler, judge, cache_path=options.judge_cache, own_secrets=own,

@@ -63,6 +63,7 @@ class Options:
     image_pull_secrets: tuple[str, ...] = ()
     insecure_registries: tuple[str, ...] = ()
     sandboxes: bool = False
+    warm_pools: bool = False
     gateway_service_account: str | None = None
     ledger_credentials_secret: str | None = None
     network_policy: bool = False
@@ -163,6 +164,9 @@ FLAGS = (
     _Flag("--sandboxes", "AGENT_HEALTH_SANDBOXES", "also watch Agent Sandboxes "
           "(agents.x-k8s.io; the CRD must be installed); the variable is on when 1",
           kind="switch"),
+    _Flag("--warm-pools", "AGENT_HEALTH_WARM_POOLS", "also watch SandboxClaims, for runs "
+          "whose RunSpec sets isolation.warmPool (Agent Sandbox's extensions.agents.x-k8s.io "
+          "CRDs must be installed); the variable is on when 1", kind="switch"),
     _Flag("--gateway-service-account", "AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT", "the "
           "ServiceAccount cells run as; its token is projected into the gateway container "
           "only, which writes the ledger; unset: the namespace's default, no token",
@@ -270,6 +274,7 @@ def from_args(args: argparse.Namespace) -> Options:
         image_pull_secrets=tuple(args.image_pull_secret),
         insecure_registries=tuple(args.insecure_registry),
         sandboxes=args.sandboxes,
+        warm_pools=args.warm_pools,
         gateway_service_account=args.gateway_service_account or None,
         ledger_credentials_secret=args.ledger_credentials_secret or None,
         network_policy=args.network_policy,

@@ -46,6 +46,7 @@ from typing import Any
 GROUP = "agenthealth.dev"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 SANDBOX_GROUP = "agents.x-k8s.io"
+POOL_GROUP = "extensions.agents.x-k8s.io"
 
 CLUSTER_RULES: list[dict[str, Any]] = [
     {
@@ -74,11 +75,13 @@ CLUSTER_RULES: list[dict[str, Any]] = [
         "resourceNames": ["kubernetes"],
     },
     {"apiGroups": [SANDBOX_GROUP], "resources": ["sandboxes"], "verbs": ["list", "watch"]},
+    {"apiGroups": [POOL_GROUP], "resources": ["sandboxclaims"], "verbs": ["list", "watch"]},
 ]
 """The ClusterRole: watching what tenants create anywhere, and posting Events about it."""
 
 NAMESPACE_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "delete"]},
+    # patch: a warm-pool cell's assignment, written on its claimed sandbox's pod.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
@@ -87,6 +90,16 @@ NAMESPACE_RULES: list[dict[str, Any]] = [
         "apiGroups": [SANDBOX_GROUP],
         "resources": ["sandboxes"],
         "verbs": ["get", "create", "delete"],
+    },
+    {
+        "apiGroups": [POOL_GROUP],
+        "resources": ["sandboxclaims"],
+        "verbs": ["get", "create", "delete"],
+    },
+    {
+        "apiGroups": [POOL_GROUP],
+        "resources": ["sandboxtemplates", "sandboxwarmpools"],
+        "verbs": ["get", "create", "patch"],
     },
 ]
 """A Role in each cell namespace (the chart's ``cells.namespaces``, the release namespace and
@@ -105,6 +118,16 @@ UNSEEN: dict[tuple[str, str, str], str] = {
     **{
         (SANDBOX_GROUP, "sandboxes", verb): "isolation mode agentSandbox (--sandboxes)"
         for verb in ("get", "list", "watch", "create", "delete")
+    },
+    ("", "pods", "patch"): "a warm-pool cell's assignment (--warm-pools)",
+    **{
+        (POOL_GROUP, resource, verb): "a warm-pool run (isolation.warmPool, --warm-pools)"
+        for resource, verbs in (
+            ("sandboxclaims", ("get", "list", "watch", "create", "delete")),
+            ("sandboxtemplates", ("get", "create", "patch")),
+            ("sandboxwarmpools", ("get", "create", "patch")),
+        )
+        for verb in verbs
     },
 }
 """Rules an emulated pod-isolation run does not exercise, and when a real one does."""

@@ -157,13 +157,13 @@ class Counts(meta.Model):
         description="Of those conversations, the cells whose user ended it saying its goal "
         "was met (ended goal-met).",
     )
-    warm_starts: Count = pydantic.Field(
-        default=0,
+    warm_starts: Count | None = pydantic.Field(
+        default=None,
         description="Cells of a warm-pool run (isolation.warmPool) that took a pooled sandbox "
-        "whose target was already started.",
+        "whose target was already started; unset for other runs.",
     )
-    cold_starts: Count = pydantic.Field(
-        default=0,
+    cold_starts: Count | None = pydantic.Field(
+        default=None,
         description="Cells of a warm-pool run that found the pool empty and started cold.",
     )
 

@@ -1,3 +1,4 @@
+# Over 350 lines: the RunSpec CRD is one schema; its parts are read together.
 """RunSpec: *what* is evaluated — the suite, the target agent, its peers, judge, ledger, isolation.
 
 A RunSpec is long-lived and shared by many EvaluationRuns. Its status records what the
@@ -218,9 +219,8 @@ class WarmPool(meta.Model):
     """Cells started warm: a pool of ready sandboxes of this RunSpec (docs/operator.md)."""
 
     replicas: Annotated[int, pydantic.Field(ge=1, le=1000)] = pydantic.Field(
-        description="How many ready sandboxes (target and peers up, waiting for a cell) the "
-        "pool keeps while a run of this RunSpec is active; each serves one cell and is then "
-        "deleted, and the pool makes another. Scaled to zero when no run needs it."
+        description="Ready sandboxes (target and peers up) the pool keeps while a run needs "
+        "it; each serves one cell, then is deleted and replaced."
     )
 
 
@@ -248,9 +248,8 @@ class Isolation(meta.Model):
     )
     warm_pool: WarmPool | None = pydantic.Field(
         default=None,
-        description="Start cells from a SandboxWarmPool of ready sandboxes (Agent Sandbox's "
-        "extensions.agents.x-k8s.io) instead of a cold pod each; an empty pool falls back to "
-        "a cold start, counted in status.counts.coldStarts.",
+        description="Start cells from a SandboxWarmPool of ready sandboxes (extensions."
+        "agents.x-k8s.io); an empty pool falls back to a cold start (status.counts.coldStarts).",
     )
 
     @pydantic.model_validator(mode="after")

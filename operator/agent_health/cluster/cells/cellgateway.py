@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent_health.cluster.api import runspec
 from agent_health.cluster.cells import cellsecrets, ledgerurl, manifests, podsecurity
 from agent_health.gateway import admin
+from agent_health.ledger import assignment
 
 NAME = "gateway"
 TOKENS_DIR = "/var/run/agent-health/tokens"
@@ -58,6 +59,12 @@ AGENT_SOCKET, JUDGE_SOCKET, ADMIN_SOCKET = (
     f"{SOCKET_DIR}/{name}.sock" for name in ("agent", "judge", "admin")
 )
 SOCKET_HOST = "gateway"
+ASSIGNMENT_VOLUME = "assignment"
+POOLED_SECRET = "cell-keys"
+"""A pooled sandbox's generated Secret, as the template names it (:mod:`.cellparts`)."""
+SANDBOX_KEY_ITEM = "sandbox-key"
+"""Its item holding the sandbox's own key, which unwraps the cell's ledger key."""
+SANDBOX_KEY_ENV = "AGENT_HEALTH_SANDBOX_KEY"
 """The host name the controller's URLs carry: the connection itself goes to a socket."""
 
 
@@ -129,12 +136,29 @@ class Identity:
     grade`` and ``--replay`` of the ledger know whose cell it is."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Pooled:
+    """A pooled gateway's: its cell comes in the assignment file (:mod:`.warmpool`)."""
+
+    images: Mapping[str, str]
+    mount: dict[str, Any]
+    """The assignment file's mount (:func:`.cellparts.assignment_mount`)."""
+
+
+def identity_env(identity: Identity | Pooled) -> list[dict[str, Any]]:
+    """A pooled gateway's sandbox key, from the sandbox's generated Secret."""
+    if not isinstance(identity, Pooled):
+        return []
+    ref = {"name": POOLED_SECRET, "key": SANDBOX_KEY_ITEM}
+    return [{"name": SANDBOX_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}]
+
+
 def gateway_args(
     *,
     routes: Sequence[Route],
     tokens: Mapping[str, str],
     ledger: str,
-    identity: Identity,
+    identity: Identity | Pooled,
     key_file: str,
     caps: tuple[int | None, int | None] = (None, None),
     otlp: int | None = None,
@@ -157,19 +181,25 @@ def gateway_args(
         # A ConfigMap ledger: the sealed records go to the gateway's log, and the operator
         # collects them once the pod ended, many cells to a write (no API call, no token).
         args += ["--ledger-log"]
+    elif isinstance(identity, Pooled):
+        args += ["--spool", SPOOL_DIR]  # its run's ledger URL comes with the assignment
     else:
         # The cell's records wait in the gateway's own /tmp (an emptyDir: it outlives a
         # restart of the gateway, not the pod) and reach the ledger in one write at its end.
         args += ["--ledger", ledger, "--spool", SPOOL_DIR]
-    args += ["--cell", identity.ledger_cell, "--key-file", key_file]
-    args += ["--run-id", identity.cell, "--test-id", identity.test_id]
-    args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
+    if isinstance(identity, Pooled):
+        # The cell, its ledger URL, key and caps come with the assignment.
+        args += ["--assignment", assignment.FILE, "--sandbox-key-env", SANDBOX_KEY_ENV]
+    else:
+        args += ["--cell", identity.ledger_cell, "--key-file", key_file]
+        args += ["--run-id", identity.cell, "--test-id", identity.test_id]
+        args += ["--repeat", str(identity.repeat), "--attempt", str(identity.attempt)]
     exchanges, size = caps
     if exchanges is not None:
         args += ["--max-cell-exchanges", str(exchanges)]
     if size is not None:
         args += ["--max-cell-bytes", str(size)]
-    if identity.agent is not None:
+    if isinstance(identity, Identity) and identity.agent is not None:
         args += ["--agent", identity.agent]
     if otlp is not None:
         args += ["--otlp-listen", f"127.0.0.1:{otlp}"]
@@ -182,34 +212,64 @@ def gateway_args(
     return [*args, "--admin", f"unix:{ADMIN_SOCKET}"]
 
 
+@dataclasses.dataclass(frozen=True)
+class GatewayTokens:
+    """Every principal's token as the gateway reads it: ``--token`` values, and the mounts
+    and env that put them there."""
+
+    args: Mapping[str, str]
+    """Principal → a file, or ``env:VAR``."""
+    mounts: list[dict[str, Any]]
+    env: list[dict[str, Any]]
+
+    @classmethod
+    def files(cls, volumes: Mapping[str, dict[str, Any]]) -> GatewayTokens:
+        """A cold cell's: each principal's token volume mounted under :data:`TOKENS_DIR`, and
+        the attempt's ledger key."""
+        mounts = [{"name": "ledger-key", "mountPath": LEDGER_KEY_DIR, "readOnly": True}]
+        args = {}
+        for principal, volume in volumes.items():
+            directory = f"{TOKENS_DIR}/{cellsecrets.secret_key(principal)}"
+            mounts.append({"name": volume["name"], "mountPath": directory, "readOnly": True})
+            args[principal] = f"{directory}/{cellsecrets.TOKEN_FILE}"
+        return cls(args, mounts, [])
+
+    @classmethod
+    def generated(
+        cls, principals: Sequence[str], secret_env: Callable[[str, str], dict[str, Any]]
+    ) -> GatewayTokens:
+        """A pooled cell's: each principal's token from the sandbox's generated Secret as
+        ``AGENT_HEALTH_TOKEN_<KEY>`` (``secret_env(var, item)`` makes the env entry)."""
+        args, env = {}, []
+        for principal in principals:
+            key = cellsecrets.secret_key(principal)
+            var = "AGENT_HEALTH_TOKEN_" + key.upper().replace("-", "_")
+            env.append(secret_env(var, key))
+            args[principal] = f"env:{var}"
+        return cls(args, [], env)
+
+
 def container(
     *,
-    identity: Identity,
+    identity: Identity | Pooled,
     routes: Sequence[Route],
-    token_volumes: Mapping[str, dict[str, Any]],
+    tokens: GatewayTokens,
     ledger: str,
     scratch: dict[str, Any],
     settings: manifests.Settings,
     otlp: int | None = None,
 ) -> dict[str, Any]:
     """The gateway's native-sidecar container (its volumes come from :func:`volumes`)."""
-    mounts = [
-        scratch,
-        {"name": "ledger-key", "mountPath": LEDGER_KEY_DIR, "readOnly": True},
-        socket_mount(),
-    ]
-    token_files = {}
-    for principal, volume in token_volumes.items():
-        directory = f"{TOKENS_DIR}/{cellsecrets.secret_key(principal)}"
-        mounts.append({"name": volume["name"], "mountPath": directory, "readOnly": True})
-        token_files[principal] = f"{directory}/{cellsecrets.TOKEN_FILE}"
+    mounts = [scratch, *tokens.mounts[:1], socket_mount(), *tokens.mounts[1:]]
+    if isinstance(identity, Pooled):
+        mounts.append(identity.mount)
     if settings.gateway_service_account is not None:
         mounts.append(
             {"name": SERVICE_ACCOUNT_VOLUME, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
         )
     args = gateway_args(
         routes=routes,
-        tokens=token_files,
+        tokens=tokens.args,
         ledger=ledger,
         identity=identity,
         key_file=f"{LEDGER_KEY_DIR}/{cellsecrets.LEDGER_KEY}",
@@ -221,7 +281,7 @@ def container(
         "image": settings.gateway_image,
         "command": list(manifests.COMMAND),
         "args": args,
-        "env": manifests.python_env(),
+        "env": [*manifests.python_env(), *tokens.env, *identity_env(identity)],
         "restartPolicy": "Always",
         # Until it passes, no other container starts: the target cannot take a listener's
         # port first. No readiness probe: nothing routes to a cell, and an exec per period
@@ -249,10 +309,12 @@ def probe_command() -> list[str]:
 def volumes(place: cellsecrets.Place, settings: manifests.Settings) -> list[dict[str, Any]]:
     """The volumes only the gateway mounts: this attempt's ledger key (never the run's; from
     ``place``) and its service-account token."""
-    found = [cellsecrets.ledger_key_volume(place), socket_volume()]
-    if settings.gateway_service_account is not None:
-        found.append(_service_account_volume())
-    return found
+    return [cellsecrets.ledger_key_volume(place), socket_volume(), *account_volumes(settings)]
+
+
+def account_volumes(settings: manifests.Settings) -> list[dict[str, Any]]:
+    """The gateway's service-account token, when the operator names an account for it."""
+    return [] if settings.gateway_service_account is None else [_service_account_volume()]
 
 
 def socket_volume() -> dict[str, Any]:

@@ -99,6 +99,13 @@ class Fence:
             dns_labels=self.dns_labels, api_server=self.api_server,
         )  # fmt: skip
 
+    def rules(self, settings: manifests.Settings) -> list[dict[str, Any]]:
+        """The egress rules of :meth:`policy`, for a policy selecting other pods (a pool's)."""
+        return egress_rules(
+            settings=settings, egress=self.egress, dns_namespace=self.dns_namespace,
+            dns_labels=self.dns_labels, api_server=self.api_server,
+        )  # fmt: skip
+
 
 def network_policy(
     run: evaluationrun.EvaluationRun,
@@ -113,6 +120,37 @@ def network_policy(
     namespace, name, _ = manifests.identity(run)
     labels = manifests.run_labels(run, "cell")
     selector = {k: labels[k] for k in (manifests.LABEL_RUN, manifests.LABEL_COMPONENT)}
+    rules = egress_rules(
+        settings=settings, egress=egress, dns_namespace=dns_namespace,
+        dns_labels=dns_labels, api_server=api_server,
+    )  # fmt: skip
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{manifests.fit(name, manifests.DNS_LABEL_MAX - 6)}-cells",
+            "namespace": namespace,
+            "labels": manifests.run_labels(run, "network-policy"),
+            "ownerReferences": [manifests.owner_reference(run)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": rules,
+        },
+    }
+
+
+def egress_rules(
+    *,
+    settings: manifests.Settings,
+    egress: Sequence[Egress] = (),
+    dns_namespace: str = "kube-system",
+    dns_labels: Mapping[str, str] | None = None,
+    api_server: Sequence[Egress] = (),
+) -> list[dict[str, Any]]:
+    """What a cell may reach: the cluster DNS, the judge pods, the declared egress."""
     rules: list[dict[str, Any]] = [
         {
             "to": [
@@ -140,22 +178,7 @@ def network_policy(
         )
     denied = [*METADATA, *(a.cidr for a in api_server)]
     rules += [_ip_rule(a, denied) for a in egress]
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": f"{manifests.fit(name, manifests.DNS_LABEL_MAX - 6)}-cells",
-            "namespace": namespace,
-            "labels": manifests.run_labels(run, "network-policy"),
-            "ownerReferences": [manifests.owner_reference(run)],
-        },
-        "spec": {
-            "podSelector": {"matchLabels": selector},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": rules,
-        },
-    }
+    return rules
 
 
 def discovery_policy(spec: runspec.RunSpec) -> dict[str, Any]:

@@ -59,7 +59,13 @@ _NOT_FOUND = re.compile(r"not found|manifest unknown|NotFound|MANIFEST_UNKNOWN",
 
 
 def is_sandbox(body: Mapping[str, Any]) -> bool:
-    return body.get("kind") == sandbox.KIND
+    """A Sandbox, or a claim on a warm pool of them (it mirrors its Sandbox's conditions)."""
+    return body.get("kind") in (sandbox.KIND, "SandboxClaim")
+
+
+def is_claim(body: Mapping[str, Any]) -> bool:
+    """A claim on a warm pool (:mod:`.warmpool`)."""
+    return body.get("kind") == "SandboxClaim"
 
 
 def state(body: Mapping[str, Any]) -> State:

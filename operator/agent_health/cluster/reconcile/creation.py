@@ -22,7 +22,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_health.cluster import kube
-from agent_health.cluster.cells import cellpod, cellsecrets, manifests, observed, sandbox
+from agent_health.cluster.cells import (
+    cellpod,
+    cellsecrets,
+    manifests,
+    observed,
+    sandbox,
+    warmpool,
+)
 from agent_health.cluster.reconcile import keyring, lifecycle, plan
 from agent_health.ledger import keys
 
@@ -42,6 +49,8 @@ class Creator:
         assert run.spec is not None
         assert run.settings is not None
         cell.state = "active"
+        if run.spec.spec.isolation.warm_pool is not None:
+            return await self._claim(run, cell)
         shared = await self.keyring.shared(run, cell)
         if isinstance(shared, tuple):
             return shared
@@ -74,6 +83,28 @@ class Creator:
             self.allow(run, cell, shared.token)
             return None
         return await self.secret(run, cell, stored)
+
+    async def _claim(self, run: plan.Run, cell: plan.Cell) -> observed.Failure | None:
+        """A warm-pool cell: its claim on the pool. Its tokens are its sandbox's, read once
+        the claim is bound (:meth:`.pools.Pools.assign`); it has no Secret of its own."""
+        assert run.spec is not None
+        manifest = warmpool.claim(
+            run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, agent=cell.agent
+        )
+        counts = {plan.ATTEMPT: str(cell.attempt)}
+        manifest["metadata"]["annotations"].update(counts)
+        try:
+            claims = kube.SANDBOX_CLAIMS
+            stored, _ = await self.board.api.ensure(claims, run.ref.namespace, manifest)
+        except kube.ApiError as err:
+            return "other", f"cannot create the claim of cell {cell.name}: {err}"
+        if not plan.owned_by(stored, run.uid):
+            return "other", (
+                f"a SandboxClaim named {cell.name} already exists in namespace "
+                f"{run.ref.namespace} and is not this run's (its owners: {_owners(stored)}); "
+                "the operator will not adopt it: delete it and run again"
+            )
+        return None
 
     def allow(self, run: plan.Run, cell: plan.Cell, token: str) -> None:
         """Let the judge service answer this live cell's controller ``token``."""

@@ -47,6 +47,8 @@ class Reconcilers:
     metrics: metrics.OperatorMetrics
     sandboxes: bool = False
     """Watch Agent Sandbox ``Sandbox`` objects too (the CRD must be installed)."""
+    warm_pools: bool = False
+    """Watch ``SandboxClaim`` objects too (warm-pool runs; the extensions' CRDs)."""
 
 
 @contextlib.asynccontextmanager
@@ -116,6 +118,15 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
             labels=cell_labels, registry=found,
         )  # fmt: skip
         async def sandbox_seen(event: kopf.RawEvent, **_: Any) -> None:
+            reconcilers.runs.cell_event(str(event.get("type") or "ADDED"), event["object"])
+
+    if reconcilers.warm_pools:
+        claims = kube.SANDBOX_CLAIMS
+
+        @kopf.on.event(
+            claims.group, claims.version, claims.plural, labels=cell_labels, registry=found
+        )
+        async def claim_seen(event: kopf.RawEvent, **_: Any) -> None:
             reconcilers.runs.cell_event(str(event.get("type") or "ADDED"), event["object"])
 
     @kopf.on.event("", "v1", "pods", labels=discovery_labels, registry=found)

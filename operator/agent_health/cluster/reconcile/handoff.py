@@ -26,6 +26,7 @@ from agent_health.cluster import errors, kube
 from agent_health.cluster.cells import cellpod, manifests, observed
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import collector, creation, lifecycle, plan
+from agent_health.cluster.reconcile import pools as pools_mod
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.engine import budget
 from agent_health.ledger import errors as ledger_errors
@@ -41,6 +42,7 @@ class Handoff:
 
     board: lifecycle.Board
     creator: creation.Creator
+    pools: pools_mod.Pools
     deadline_grace: float = DEADLINE_GRACE
     """Seconds past a cell's ``activeDeadlineSeconds`` before the operator ends it itself."""
 
@@ -85,6 +87,12 @@ class Handoff:
                 await self.infra(run, cell, cell.last or {}, ("other", why))
 
         self.board.spawn(work, recover=recover)
+
+    async def assign(self, run: plan.Run, cell: plan.Cell, claim: dict[str, Any]) -> None:
+        """Hand a warm-pool cell's bound sandbox its cell; a failure ends the attempt."""
+        failure = await self.pools.assign(run, cell, claim)
+        if failure is not None:
+            await self.infra(run, cell, claim, failure, delete=True)
 
     # -- deadlines -------------------------------------------------------------------------
 

@@ -218,6 +218,8 @@ class Intake:
             return await board.fail(run, "LedgerKeyNotOwned", str(err))
         if self.fence is not None:
             await self._network_policy(run, self.fence)
+        if spec.spec.isolation.warm_pool is not None:
+            await self.handoff.pools.ensure(run, agents)
         if not board.live(run):  # its deadline passed meanwhile
             return
         spec_run = run.model.spec

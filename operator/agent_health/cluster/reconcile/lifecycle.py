@@ -41,6 +41,8 @@ class Board:
     runs: dict[batcher.RunRef, plan.Run] = dataclasses.field(default_factory=dict)
     tokens: dict[str, batcher.RunRef] = dataclasses.field(default_factory=dict)
     """The controller token of each live cell → its run."""
+    release: Callable[[plan.Run], Coroutine[Any, Any, None]] | None = None
+    """What to do with an ended run's warm pools (:meth:`.pools.Pools.release`)."""
     _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     _deadlines: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
 
@@ -99,6 +101,8 @@ class Board:
             del self.runs[run.ref]
         self._drop_deadline(run.uid)
         self.drop_tokens(run)
+        if run.pools and self.release is not None:
+            self.spawn(self.release(run))
         if run.backend is not None:
             self.spawn(_close(run.collector, run.backend))
             run.backend, run.collector = None, None
@@ -221,7 +225,10 @@ async def _close(collector: collector_mod.Collector | None, backend: store.Backe
 
 
 def resource_of(run: plan.Run) -> kube.Resource:
-    """The kind of object the run's cells are: Pods, or Agent Sandboxes."""
+    """The kind of object the run's cells are: Pods, Agent Sandboxes, or claims on a warm
+    pool of them."""
+    if run.spec is not None and run.spec.spec.isolation.warm_pool is not None:
+        return kube.SANDBOX_CLAIMS
     sandboxed = run.spec is not None and run.spec.spec.isolation.mode == "agentSandbox"
     return kube.SANDBOXES if sandboxed else kube.PODS
 

@@ -48,6 +48,8 @@ class Cell:
     state: CellState = "queued"
     token: str | None = None
     stuck_since: float | None = None
+    assigned: int | None = None
+    """The attempt whose claimed sandbox was handed this cell (a warm-pool run's)."""
     last: dict[str, Any] | None = None
 
     @property
@@ -78,6 +80,8 @@ class Run:
     buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     phase: evaluationrun.Phase | None = None
     keyring: dict[int, asyncio.Future[Any]] = dataclasses.field(default_factory=dict)
+    pools: set[str] = dataclasses.field(default_factory=set)
+    """The warm pools (SandboxWarmPool names) this run's cells claim from."""
     """The run's shared token Secrets, by number, as they are made or read (:mod:`.keyring`)."""
     _positions: dict[str, int] = dataclasses.field(default_factory=dict)
 

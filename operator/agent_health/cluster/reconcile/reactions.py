@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_health.cluster.cells import kueue, observed
-from agent_health.cluster.reconcile import batcher, handoff, lifecycle, plan
+from agent_health.cluster.reconcile import batcher, handoff, lifecycle, plan, pools
 
 
 @dataclasses.dataclass
@@ -83,6 +83,8 @@ class Reactions:
             # Before its end is read: a pod Kueue stopped ends Failed, its test cut short.
             self.handoff.preempted(run, cell, body, why)
             return
+        if observed.is_claim(body) and self._claimed(run, cell, body):
+            return
         if kueue.gated(body):  # Kueue holds it: queued, no deadline, never stuck
             if run.tally.queued(cell.name):
                 spawn(self.board.changed(run))
@@ -113,6 +115,18 @@ class Reactions:
                 )
             else:
                 spawn(self.board.later(left, lambda: self._recheck(run, cell, body)))
+
+    def _claimed(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> bool:
+        """A warm-pool cell's claim: refused (the attempt ends), or newly bound (its sandbox
+        is handed the cell, once per attempt); whether the event was used up."""
+        if (refused := pools.rejected(body)) is not None:
+            cell.state = "ended"
+            self.handoff.spawn(run, cell, self.handoff.infra(run, cell, body, refused, delete=True))
+            return True
+        if cell.assigned != cell.attempt and pools.bound_sandbox(body) is not None:
+            cell.assigned = cell.attempt  # later events of the attempt do not hand it again
+            self.handoff.spawn(run, cell, self.handoff.assign(run, cell, body))
+        return False
 
     def _recheck(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
         if cell.last is body:  # nothing newer came: it is still stuck

@@ -38,6 +38,7 @@ from agent_health.cluster.reconcile import (
     lifecycle,
     listing,
     plan,
+    pools,
     reactions,
     secretrefs,
 )
@@ -94,7 +95,9 @@ class Runs:
     def __post_init__(self) -> None:
         self.board = lifecycle.Board(self.api, self.status, self.metrics, self.recorder)
         creator = creation.Creator(self.board, keyring.Keyring(self.board))
-        handing = handoff.Handoff(self.board, creator, self.deadline_grace)
+        warm_pools = pools.Pools(self.board, self.fence)
+        self.board.release = warm_pools.release
+        handing = handoff.Handoff(self.board, creator, warm_pools, self.deadline_grace)
         self.reactions = reactions.Reactions(self.board, handing, self.stuck_grace, self.clock)
         self.intake = intake.Intake(
             self.board, self.settings, self.discoveries, handing, self.reactions,

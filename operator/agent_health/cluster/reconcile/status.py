@@ -112,6 +112,7 @@ class RunTally:
         self._clock = clock
         self._cells: dict[str, _CellState] = {}
         self._grades: dict[str, grading.CellGrade] = {}
+        self._launches: dict[str, Literal["warm", "cold"]] = {}
         # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
         self._aggregates: (
             tuple[report.Summary, list[evaluationrun.TestSummary], matrix.Matrix | None] | None
@@ -146,6 +147,10 @@ class RunTally:
         wanted: _CellState = "queued" if held else "pending"
         self._cells[cell] = wanted
         return state != wanted
+
+    def launched(self, cell: str, launch: Literal["warm", "cold"]) -> None:
+        """A warm-pool run's cell got a sandbox: a pooled one (``warm``), or a cold start."""
+        self._launches[cell] = launch
 
     def requeued(self, cell: str) -> None:
         """The cell's pod was preempted: the cell is pending again (a new pod follows)."""
@@ -202,7 +207,14 @@ class RunTally:
                 for g in self._grades.values()
                 if g.result.ended is not None and g.result.ended.reason == "goal-met"
             ),
+            warm_starts=self._launched("warm"),
+            cold_starts=self._launched("cold"),
         )
+
+    def _launched(self, launch: str) -> int | None:
+        if not self._launches:
+            return None  # not a warm-pool run (or none of its cells has a sandbox yet)
+        return sum(1 for found in self._launches.values() if found == launch)
 
     # -- budget ----------------------------------------------------------------------------
 

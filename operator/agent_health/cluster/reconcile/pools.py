@@ -1,0 +1,170 @@
+"""A warm-pool run's pools, and the hand-over of a claimed sandbox to its cell.
+
+For a run whose RunSpec sets ``spec.isolation.warmPool`` (:mod:`.warmpool` says what is made
+and why every cell's guarantees hold):
+
+* :meth:`Pools.ensure` (the run starts): the RunSpec generation's ``SandboxTemplate`` and
+  ``SandboxWarmPool`` per agent, and the pool's NetworkPolicy when the operator fences runs —
+  created, or found (409) and scaled back to ``replicas`` if a finished run left it at zero;
+* :meth:`Pools.assign` (a cell's claim is bound): reads the bound Sandbox (its launch type, the
+  name of its generated Secret) and that Secret (the sandbox's tokens and key), lets the judge
+  service answer the cell's controller token, and writes the cell's assignment on the
+  sandbox's pod — one merge patch, which the pod's gateway and controller read through their
+  downward-API file. Reads: 2; writes: 1 (the claim itself is the cell's other write);
+* :meth:`Pools.release` (a run is over): a pool no live run of the operator needs is scaled to
+  zero; its template stays for the next run of that generation.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from agent_health.cluster import kube
+from agent_health.cluster.cells import cellgateway, cellsecrets, netpol, observed, warmpool
+from agent_health.cluster.reconcile import lifecycle, plan
+from agent_health.ledger import assignment as assignment_mod
+
+TEMPLATES, POOLS = kube.SANDBOX_TEMPLATES, kube.SANDBOX_WARMPOOLS
+
+
+def warm(run: plan.Run) -> bool:
+    """Whether the run's cells come from a warm pool."""
+    return run.spec is not None and run.spec.spec.isolation.warm_pool is not None
+
+
+def bound_sandbox(claim: Mapping[str, Any]) -> str | None:
+    """The Sandbox a claim is bound to (its status), ``None`` while it is not."""
+    name = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+    return str(name) if name else None
+
+
+def rejected(claim: Mapping[str, Any]) -> observed.Failure | None:
+    """A claim the sandbox controller will not bind (a template or metadata it refuses)."""
+    for condition in (claim.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("reason") in (
+            "EnvVarsInjectionRejected",
+            "InvalidMetadata",
+        ):
+            return "other", f"the sandbox controller refused the claim: {condition.get('message')}"
+    return None
+
+
+@dataclasses.dataclass
+class Pools:
+    """See the module docstring."""
+
+    board: lifecycle.Board
+    fence: netpol.Fence | None = None
+
+    async def ensure(self, run: plan.Run, agents: list[str | None]) -> None:
+        """The run's pools (one per agent), at the RunSpec's ``replicas``."""
+        assert run.spec is not None
+        assert run.settings is not None
+        warm_pool = run.spec.spec.isolation.warm_pool
+        assert warm_pool is not None
+        namespace = run.ref.namespace
+        digests = run.spec.status.image_digests if run.spec.status else {}
+        for agent in agents:
+            template = warmpool.template(
+                run.spec, digests=digests, settings=run.settings, agent=agent
+            )
+            await self.board.api.ensure(TEMPLATES, namespace, template)
+            name = template["metadata"]["name"]
+            if self.fence is not None:
+                policy = warmpool.network_policy(run.spec, self.fence, run.settings, name)
+                await self.board.api.ensure(kube.NETWORKPOLICIES, namespace, policy)
+            manifest = warmpool.pool(run.spec, warm_pool.replicas, agent)
+            stored, created = await self.board.api.ensure(POOLS, namespace, manifest)
+            if not created and (stored.get("spec") or {}).get("replicas") != warm_pool.replicas:
+                patch = {"spec": {"replicas": warm_pool.replicas}}
+                await self.board.api.patch(POOLS, namespace, name, patch)
+            run.pools.add(name)
+
+    async def release(self, run: plan.Run) -> None:
+        """Scale to zero each of the run's pools that no live run still uses."""
+        used = {p for r in self.board.runs.values() if r is not run for p in r.pools}
+        for name in sorted(run.pools - used):
+            try:
+                await self.board.api.patch(
+                    POOLS, run.ref.namespace, name, {"spec": {"replicas": 0}}
+                )
+            except kube.ApiError as err:
+                if err.status != 404:  # the RunSpec, and its pools, may be gone
+                    raise
+
+    async def assign(
+        self, run: plan.Run, cell: plan.Cell, claim: Mapping[str, Any]
+    ) -> observed.Failure | None:
+        """Hand the claim's bound sandbox its cell; why it could not be, if it could not."""
+        assert run.spec is not None
+        assert run.settings is not None
+        sandbox_name = bound_sandbox(claim)
+        assert sandbox_name is not None
+        namespace = run.ref.namespace
+        try:
+            sandbox = await self.board.api.get(kube.SANDBOXES, namespace, sandbox_name)
+        except kube.ApiError as err:
+            return "other", f"cannot read Sandbox {sandbox_name} bound to the cell: {err}"
+        if not plan.owned_by(sandbox, str(claim["metadata"].get("uid") or "")):
+            return "other", (
+                f"Sandbox {sandbox_name} is not owned by the cell's claim {cell.name}; the "
+                "operator will not hand a cell to a sandbox its claim does not hold"
+            )
+        secret_name = _generated_secret(sandbox)
+        try:
+            secret = await self.board.api.get(kube.SECRETS, namespace, secret_name)
+        except kube.ApiError as err:
+            return "other", f"cannot read Sandbox {sandbox_name}'s generated Secret: {err}"
+        if not plan.owned_by(secret, str(sandbox["metadata"].get("uid") or "")):
+            return "other", (
+                f"Secret {secret_name} is not Sandbox {sandbox_name}'s own; the operator will "
+                "not use tokens or keys the sandbox controller did not make for it"
+            )
+        try:
+            token = _item(secret, cellsecrets.CONTROLLER)
+            sandbox_key = _item(secret, cellgateway.SANDBOX_KEY_ITEM)
+        except KeyError as err:
+            return "other", f"Secret {secret_name} lacks the item {err}: not a pooled cell's"
+        handed = warmpool.assignment(
+            run.model, run.spec.for_agent(cell.agent), run.settings,
+            cell=cell.name, test_id=cell.test.id, repeat=cell.repeat, attempt=cell.attempt,
+            agent=cell.agent, run_key=run.key, sandbox_key=sandbox_key.encode(),
+        )  # fmt: skip
+        launch = (sandbox["metadata"].get("labels") or {}).get(warmpool.LAUNCH_TYPE_LABEL)
+        if not self.board.live(run) or cell.state != "active":
+            return None
+        cell.token = token
+        self.board.tokens[token] = run.ref
+        patch = {"metadata": {"annotations": {assignment_mod.ANNOTATION: handed.annotation()}}}
+        try:
+            await self.board.api.patch(kube.PODS, namespace, sandbox_name, patch)
+        except kube.ApiError as err:
+            return "other", f"cannot hand the cell to Sandbox {sandbox_name}'s pod: {err}"
+        cell.assigned = cell.attempt
+        cell_launch: Literal["warm", "cold"] = "warm" if launch == "warm" else "cold"
+        run.tally.launched(cell.name, cell_launch)
+        self.board.metrics.cell_launched(run.ref.namespace, run.runspec, cell_launch)
+        return None
+
+
+def _generated_secret(sandbox: Mapping[str, Any]) -> str:
+    """The name of the Sandbox's own cell-keys Secret, as the controller recorded it."""
+    recorded = (sandbox["metadata"].get("annotations") or {}).get(warmpool.GENERATED_SECRETS)
+    try:
+        names = json.loads(recorded) if recorded else {}
+    except ValueError:
+        names = {}
+    name = names.get(cellgateway.POOLED_SECRET) if isinstance(names, dict) else None
+    return str(name or f"{sandbox['metadata']['name']}-{cellgateway.POOLED_SECRET}")
+
+
+def _item(secret: Mapping[str, Any], key: str) -> str:
+    try:
+        return base64.b64decode((secret.get("data") or {})[key]).decode().strip()
+    except (binascii.Error, UnicodeDecodeError) as err:
+        raise KeyError(key) from err
