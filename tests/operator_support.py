@@ -31,10 +31,10 @@ import yaml
 from agent_health.cluster import operator
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.api import crds
-from agent_health.cluster.cells import cellsecrets, manifests
+from agent_health.cluster.cells import cellgateway, cellsecrets, ledgerurl, manifests
 from agent_health.cluster.reconcile import secretrefs
 from agent_health.gateway import recorder
-from agent_health.ledger import backends, chain, podlog, records, spool, store
+from agent_health.ledger import assignment, backends, chain, keys, podlog, records, spool, store
 from agent_health.sdk import results
 from aiohttp import web
 from kube import Emulator, Kind, rbac, serve
@@ -134,6 +134,13 @@ SIDECAR_DEATHS: dict[str, list[dict[str, Any]]] = {
     "target-crash": [_died("target", "Error", 1)],
     "gateway-restart": [_died("gateway", "Error", 2)],
 }
+
+
+def _gateway_args(pod: dict[str, Any]) -> list[str]:
+    gateway = next(
+        (c for c in pod["spec"].get("initContainers") or [] if c["name"] == "gateway"), {}
+    )
+    return list(gateway.get("args") or [])
 
 
 @contextlib.asynccontextmanager
@@ -375,6 +382,33 @@ class Cell:
     key_item: str
     service_account: str | None = None
     """The ServiceAccount the pod runs as: whose token its gateway writes the ledger with."""
+    pod: str = ""
+    """The pod's name, when it is not the cell's (a pooled sandbox's)."""
+    key: bytes | None = None
+    """The ledger key, when the pod was not given it in a Secret (a pooled cell unwraps it)."""
+
+    @property
+    def pod_name(self) -> str:
+        return self.pod or self.name
+
+    @classmethod
+    def assigned(cls, pod: dict[str, Any], handed: assignment.Assignment, key: bytes) -> Cell:
+        """A pooled pod's cell, once the operator wrote its assignment on the pod."""
+        ledger = handed.ledger
+        return cls(
+            name=handed.cell,
+            run=handed.evaluation_run,
+            test_id=handed.test_id,
+            repeat=handed.repeat,
+            attempt=handed.attempt,
+            ledger_cell=handed.ledger_cell,
+            ledger=None if ledger is None or ledgerurl.collected(ledger) else ledger,
+            key_secret="",
+            key_item="",
+            service_account=pod["spec"].get("serviceAccountName"),
+            pod=pod["metadata"]["name"],
+            key=keys.unwrap_cell_key(key, handed.ledger_cell, handed.ledger_key),
+        )
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> Cell:
@@ -424,6 +458,8 @@ class Kubelet:
     started: list[str] = dataclasses.field(default_factory=list)
     """The pods run, by name, in the order the kubelet took them (once ungated)."""
     logs: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    assignments: dict[str, assignment.Assignment] = dataclasses.field(default_factory=dict)
+    """Pooled pod name → the cell the operator handed it (each pod gets one at most)."""
     """Pod name → its gateway container's log (what ``pods/NAME/log`` serves)."""
     _backends: dict[tuple[str, str], store.Backend] = dataclasses.field(default_factory=dict)
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
@@ -500,6 +536,8 @@ class Kubelet:
         component = meta.get("labels", {}).get(manifests.LABEL_COMPONENT)
         if component == "discovery":
             await self.finish(meta["name"], "Succeeded", message=json.dumps(self.tests))
+        elif component == "cell" and "--assignment" in _gateway_args(pod):
+            await self.pooled(pod)
         elif component == "cell":
             await asyncio.sleep(self.cell_seconds)
             async with self._slots:
@@ -507,6 +545,33 @@ class Kubelet:
 
     async def cell(self, pod: dict[str, Any]) -> None:
         cell = Cell.of(pod)
+        await self.play_cell(cell)
+
+    async def pooled(self, pod: dict[str, Any]) -> None:
+        """A pooled sandbox's pod: ready at once (its target is up), then its cell once the
+        operator wrote the assignment on it, with the key unwrapped as its gateway does."""
+        name = pod["metadata"]["name"]
+        ready = [{"type": "Ready", "status": "True"}]
+        await self.status(name, {"phase": "Running", "podIP": "10.0.0.9", "conditions": ready})
+        gateway = next(c for c in pod["spec"]["initContainers"] if c["name"] == "gateway")
+        ref = next(
+            v["valueFrom"]["secretKeyRef"]
+            for v in gateway.get("env") or []
+            if v["name"] == cellgateway.SANDBOX_KEY_ENV
+        )
+        while True:
+            with contextlib.suppress(Exception):
+                current = self.cluster.emulator.read("pods", self.namespace, name)
+                text = (current["metadata"].get("annotations") or {}).get(assignment.ANNOTATION)
+                if text:
+                    break
+            await asyncio.sleep(0.02)
+        secret = self.cluster.emulator.read("secrets", self.namespace, ref["name"])
+        key = base64.b64decode(secret["data"][ref["key"]])
+        self.assignments[name] = assignment.Assignment.parse(text)
+        await self.play_cell(Cell.assigned(current, self.assignments[name], key))
+
+    async def play_cell(self, cell: Cell) -> None:
         self.seen.append(cell.name)
         outcome = self.outcome(cell)
         if outcome == "never-starts":  # e.g. a node that never runs it: no status at all
@@ -516,10 +581,10 @@ class Kubelet:
             name = outcome.removeprefix("crashloop:")
             phase = "Pending" if name == "gateway" else "Running"  # its startup probe failed
             looping = [_crash_loop(name)]
-            await self.status(cell.name, {"phase": phase, "initContainerStatuses": looping})
+            await self.status(cell.pod_name, {"phase": phase, "initContainerStatuses": looping})
             self.held[cell.name] = cell
             return
-        await self.status(cell.name, {"phase": "Running"})
+        await self.status(cell.pod_name, {"phase": "Running"})
         if outcome == "hold":
             self.held[cell.name] = cell
         else:
@@ -532,9 +597,9 @@ class Kubelet:
     async def end(self, cell: Cell, outcome: str) -> None:
         if outcome == "evicted":
             evicted = {"phase": "Failed", "reason": "Evicted", "message": "node ran out of memory"}
-            await self.status(cell.name, evicted)
+            await self.status(cell.pod_name, evicted)
             return
-        key = b"x" * 32 if outcome == "tampered" else await self.ledger_key(cell)
+        key = b"x" * 32 if outcome == "tampered" else cell.key or await self.ledger_key(cell)
         written = cell_records(
             cell.test_id,
             cell.repeat,
@@ -551,7 +616,8 @@ class Kubelet:
             backend = self.backend(cell.ledger, cell.service_account)
             await chain.Writer(backend, cell.ledger_cell, key).append(*written)
         phase = "Failed" if outcome == "failed" else "Succeeded"
-        await self.finish(cell.name, phase, exit_code=1, sidecars=SIDECAR_DEATHS.get(outcome, []))
+        sidecars = SIDECAR_DEATHS.get(outcome, [])
+        await self.finish(cell.pod_name, phase, exit_code=1, sidecars=sidecars)
 
     async def gateway(self, cell: Cell, key: bytes, written: list[records.Record]) -> None:
         """Record ``written`` as the cell's gateway does: open the cell with its meta, take
@@ -600,7 +666,7 @@ class Kubelet:
         await recording.close()
         assert not recording.failures, recording.failures
         log = sink.getvalue()
-        self.logs[cell.name] = log.rsplit(b"\n", 2)[0] + b"\n" if cut else log
+        self.logs[cell.pod_name] = log.rsplit(b"\n", 2)[0] + b"\n" if cut else log
 
     async def ledger_key(self, cell: Cell) -> bytes:
         """The key the cell's gateway has mounted: from the Secret its pod names, as the

@@ -164,9 +164,8 @@ class Handoff:
         lines: list[str] | None = None
         for attempt in range(LEDGER_READS):
             try:
-                lines = await collector.read(
-                    self.board.api, run.ref.namespace, cell.name, ledger_cell
-                )
+                pod = cell.pod or cell.name
+                lines = await collector.read(self.board.api, run.ref.namespace, pod, ledger_cell)
                 break
             except ledger_errors.LedgerLogError as err:  # missing or cut: never graded
                 return plan.lost(cell, str(err), policy)

@@ -50,6 +50,8 @@ class Cell:
     stuck_since: float | None = None
     assigned: int | None = None
     """The attempt whose claimed sandbox was handed this cell (a warm-pool run's)."""
+    pod: str | None = None
+    """A warm-pool cell's pod (its sandbox's name); ``None``: the pod is named as the cell."""
     last: dict[str, Any] | None = None
 
     @property

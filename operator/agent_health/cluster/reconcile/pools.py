@@ -145,7 +145,7 @@ class Pools:
             await self.board.api.patch(kube.PODS, namespace, sandbox_name, patch)
         except kube.ApiError as err:
             return "other", f"cannot hand the cell to Sandbox {sandbox_name}'s pod: {err}"
-        cell.assigned = cell.attempt
+        cell.assigned, cell.pod = cell.attempt, sandbox_name
         cell_launch: Literal["warm", "cold"] = "warm" if launch == "warm" else "cold"
         run.tally.launched(cell.name, cell_launch)
         self.board.metrics.cell_launched(run.ref.namespace, run.runspec, cell_launch)

@@ -123,7 +123,8 @@ class Reactions:
             cell.state = "ended"
             self.handoff.spawn(run, cell, self.handoff.infra(run, cell, body, refused, delete=True))
             return True
-        if cell.assigned != cell.attempt and pools.bound_sandbox(body) is not None:
+        cell.pod = pools.bound_sandbox(body) or cell.pod  # its gateway's log, once it ends
+        if cell.assigned != cell.attempt and cell.pod is not None:
             cell.assigned = cell.attempt  # later events of the attempt do not hand it again
             self.handoff.spawn(run, cell, self.handoff.assign(run, cell, body))
         return False
