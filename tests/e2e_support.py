@@ -42,7 +42,7 @@ import yaml
 from agent_health.ledger import backends, chain, keys, records, store
 from judge_servers import Answer, ScriptedModel
 from kube import ApiError, Emulator, Kind, serve
-from node import controllers, images, kubelet, network, podman, runtime, services
+from node import controllers, images, kubelet, network, podman, runtime, sandboxpools, services
 
 RELEASE, NAMESPACE = "evals", "agent-health"
 KIND_VALUES = ship_support.CHART / "ci" / "kind-values.yaml"
@@ -313,6 +313,8 @@ async def cluster(root: Path, runtime_name: str = "process") -> AsyncIterator[Cl
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=controllers.SANDBOX_CRD
         )
         answer.raise_for_status()
+        pools = sandboxpools.SandboxPools(emulator, api)  # warm pools (isolation.warmPool)
+        await pools.install()
         port = int(REGISTRY.split(":")[1])
         pushed: dict[str, str] = {}
         node_runtime: runtime.Runtime
@@ -359,6 +361,7 @@ async def cluster(root: Path, runtime_name: str = "process") -> AsyncIterator[Cl
             asyncio.ensure_future(node.run()),
             asyncio.ensure_future(controllers.Deployments(emulator, api).run()),
             asyncio.ensure_future(controllers.Sandboxes(emulator, api).run()),
+            asyncio.ensure_future(pools.run()),
         ]
         try:
             await found.apply(

@@ -72,8 +72,9 @@ async def k8s(
                 "triage.cases.json": (QUICKSTART.parent / "triage.cases.json").read_text(),
             })  # fmt: skip
             # The one change to the kind values beyond the cluster's own (see Cluster.install):
-            # Agent Sandbox is installed here, so the operator watches Sandboxes.
-            await cluster.install("sandbox.enabled=true")
+            # Agent Sandbox (and its warm-pool extensions) is installed here, so the operator
+            # watches Sandboxes and SandboxClaims.
+            await cluster.install("sandbox.enabled=true", "sandbox.warmPools=true")
             await e2e.until(cluster.operator_ready, "the operator to be ready")
             yield cluster
         except BaseException:
@@ -389,6 +390,41 @@ async def test_agent_sandbox_isolation_runs_each_cell_as_a_sandbox(k8s: e2e.Clus
     assert sandbox is not None
     finished_condition = {c["type"]: c for c in sandbox["status"]["conditions"]}["Finished"]
     assert finished_condition["reason"] == "PodSucceeded"
+
+
+async def test_warm_pool_cells_start_from_ready_sandboxes_one_cell_each(
+    k8s: e2e.Cluster,
+) -> None:
+    isolation = {"mode": "agentSandbox", "warmPool": {"replicas": 2}}
+    await k8s.apply(runspec_of("warm", k8s.model.url, isolation=isolation))
+    await k8s.apply(run_of("warm-1", "warm", repeats=3, parallelism=2,
+                           selection={"grep": "payment"}))  # fmt: skip
+    done = await finished(k8s, "warm-1")
+    assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "warm-1")
+    counts = done["status"]["counts"]
+    assert counts["passed"] == 3, counts
+    assert counts["warmStarts"] + counts["coldStarts"] == 3, counts
+    assert counts["warmStarts"] >= 1, counts  # a pool of two ready sandboxes served none
+    claims = [
+        c
+        for c in k8s.emulator.store.list(
+            k8s.kind("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"), "default", bool
+        )
+        if c["metadata"]["labels"].get("agenthealth.dev/run") == "warm-1"
+    ]
+    sandboxes = {c["status"]["sandbox"]["name"] for c in claims}
+    assert len(claims) == 3
+    assert len(sandboxes) == 3  # one sandbox per cell, never two tests in one
+    # The gateway unwrapped the cell's key: the run key verifies its ledger as any cell's.
+    key = k8s.ledger_key("warm-1")
+    for claim in claims:
+        ledger = await k8s.ledger(
+            "configmap://default/warm-ledger-warm-1", claim["metadata"]["name"], key
+        )
+        assert isinstance(ledger[-1], records.CellEnd)
+        meta = ledger[0]
+        assert isinstance(meta, records.CellMeta)
+        assert meta.run_id == claim["metadata"]["name"]
 
 
 # -- the judge cache on the chart's volume ---------------------------------------------------
