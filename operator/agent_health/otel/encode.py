@@ -176,28 +176,29 @@ class Json:
             "kind": _KIND[record.kind],
             "startTimeUnixNano": str(record.start_ns),
             "endTimeUnixNano": str(record.end_ns),
-            "attributes": _json_attributes(record.attributes),
             "flags": _FLAGS,
         }
+        if record.attributes:
+            span["attributes"] = _json_attributes(record.attributes)
         if record.parent_id:
             span["parentSpanId"] = f"{record.parent_id:016x}"
         if record.events:
             span["events"] = [
-                {
-                    "timeUnixNano": str(event.at_ns),
-                    "name": event.name,
-                    "attributes": _json_attributes(event.attributes),
-                }
+                _with_attributes(
+                    {"timeUnixNano": str(event.at_ns), "name": event.name}, event.attributes
+                )
                 for event in record.events
             ]
         if record.links:
             span["links"] = [
-                {
-                    "traceId": f"{link.trace_id:032x}",
-                    "spanId": f"{link.span_id:016x}",
-                    "attributes": _json_attributes(link.attributes),
-                    "flags": _FLAGS,
-                }
+                _with_attributes(
+                    {
+                        "traceId": f"{link.trace_id:032x}",
+                        "spanId": f"{link.span_id:016x}",
+                        "flags": _FLAGS,
+                    },
+                    link.attributes,
+                )
                 for link in record.links
             ]
         if record.error is not None:
@@ -207,7 +208,7 @@ class Json:
         self._spans.append(span)
 
     def take(self) -> bytes:
-        scope = {"name": cv.SCOPE, "version": self._version}
+        scope = {"name": cv.SCOPE, **({"version": self._version} if self._version else {})}
         request = {
             "resourceSpans": [
                 {
@@ -220,6 +221,12 @@ class Json:
         }
         self._spans = []
         return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _with_attributes(item: dict[str, Any], attributes: records.Attributes) -> dict[str, Any]:
+    if attributes:  # an empty list is the default: left out, as for the span's own
+        item["attributes"] = [_json_pair(key, value) for key, value in attributes.items()]
+    return item
 
 
 def _json_attributes(attributes: records.Attributes) -> list[dict[str, Any]]:
@@ -243,4 +250,5 @@ def _json_value(value: records.AttributeValue | str | Sequence[str]) -> dict[str
             return {"doubleValue": value}
         # Not JSON numbers: the protobuf JSON mapping's spellings.
         return {"doubleValue": "NaN" if math.isnan(value) else f"{'-' if value < 0 else ''}Infinity"}
-    return {"arrayValue": {"values": [_json_value(v) for v in value]}}
+    # An empty list is the default, left out (as protobuf's JSON mapping leaves it out).
+    return {"arrayValue": {"values": [_json_value(v) for v in value]} if value else {}}
