@@ -39,6 +39,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "http/json": (),
 }
 _Job = Callable[[], list[records.SpanRecord]]
+_WAKE = 0.5  # seconds between the worker's turns: spans reach the collector within about this
 
 
 class ExportUnavailable(RuntimeError):
@@ -83,7 +84,8 @@ class Export:
         self.refused = 0  # tests handed over while the queue was full: never exported
         self.unbuilt = 0  # tests whose spans could not be built or encoded (a bug: logged)
         self._tests: list[tuple[int, int]] = []  # (trace id, span id) of each test span
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=settings.max_queue)
+        self._jobs: queue.Queue[_Job] = queue.Queue(maxsize=settings.max_queue)
+        self._stop = threading.Event()
         self._exporter: exporter_mod.RunExporter | None = None
         self._warning: str | None = None
         self._closed = False
@@ -173,25 +175,38 @@ class Export:
             self._exporter = exporter_mod.RunExporter(self.settings, version=self.version)
         except Exception as err:  # a broken install: the run goes on, unexported
             tests = 0
-            while self._jobs.get() is not None:
-                tests += 1
-            self._warning = f"could not start ({err}): {tests} tests not exported"
+            while not self._stop.wait(_WAKE):
+                tests += self._drain()
+            self._warning = f"could not start ({err}): {tests + self._drain()} tests not exported"
             return
         exporter = self._exporter
+        closing = False
+        while not closing:
+            # Woken twice a second, not by each test: handing a test over wakes no thread, so
+            # the loop and this thread take turns with the interpreter's lock a few times a
+            # run, not hundreds. What ended since is sent now: within about half a second.
+            closing = self._stop.wait(_WAKE)
+            while True:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    exporter.submit(job())
+                except Exception:  # one test that cannot be exported must not stop the others
+                    log.debug("a test's spans could not be built", exc_info=True)
+                    self.unbuilt += 1
+            exporter.flush()
+        self._warning = exporter.close()
+
+    def _drain(self) -> int:
+        count = 0
         while True:
             try:
-                job = self._jobs.get(timeout=exporter.wait())
-            except queue.Empty:  # the pending request is due
-                exporter.flush()
-                continue
-            if job is None:
-                break
-            try:
-                exporter.submit(job())
-            except Exception:  # one test that cannot be exported must not stop the others
-                log.debug("a test's spans could not be built", exc_info=True)
-                self.unbuilt += 1
-        self._warning = exporter.close()
+                self._jobs.get_nowait()
+            except queue.Empty:
+                return count
+            count += 1
 
     def close(self) -> str | None:
         """Send what is left and stop (blocking, bounded by the export timeout); the one
@@ -200,7 +215,7 @@ class Export:
             self._closed = True
             if self._worker.ident is None:
                 return None  # no test ended: nothing to send
-            self._jobs.put(None)  # the worker is draining: room comes
+            self._stop.set()
         self._worker.join(self.settings.timeout + 5.0)
         if self._worker.is_alive():
             return (

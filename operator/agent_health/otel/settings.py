@@ -56,7 +56,9 @@ class OtlpConfig(BaseModel):
     capture_content: bool = Field(
         default=False, description="put tool call arguments and results on execute_tool spans"
     )
-    max_queue: int = Field(default=DEFAULT_QUEUE, ge=1, description="spans held at most")
+    max_queue: int = Field(
+        default=DEFAULT_QUEUE, ge=1, description="ended tests waiting to be exported at most"
+    )
     service_name: str = "agent-health"
 
 
