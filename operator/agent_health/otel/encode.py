@@ -249,6 +249,8 @@ def _json_value(value: records.AttributeValue | str | Sequence[str]) -> dict[str
         if math.isfinite(value):
             return {"doubleValue": value}
         # Not JSON numbers: the protobuf JSON mapping's spellings.
-        return {"doubleValue": "NaN" if math.isnan(value) else f"{'-' if value < 0 else ''}Infinity"}
+        return {
+            "doubleValue": "NaN" if math.isnan(value) else f"{'-' if value < 0 else ''}Infinity"
+        }
     # An empty list is the default, left out (as protobuf's JSON mapping leaves it out).
     return {"arrayValue": {"values": [_json_value(v) for v in value]} if value else {}}

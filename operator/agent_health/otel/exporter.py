@@ -103,7 +103,9 @@ class RunExporter:
     def _post(self, body: bytes) -> str | None:
         """The reason the receiver did not take ``body``, or ``None`` when it did."""
         try:
-            response = self._client.post(self.settings.endpoint, content=body, headers=self._headers)
+            response = self._client.post(
+                self.settings.endpoint, content=body, headers=self._headers
+            )
         except httpx.ConnectError as err:
             return f"cannot connect: {err.__class__.__name__}"
         except httpx.TimeoutException as err:

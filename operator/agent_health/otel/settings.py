@@ -20,7 +20,7 @@ import os
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -197,8 +197,8 @@ def resolve(
     return Settings(
         endpoint=endpoint,
         headers=headers,
-        protocol=cast(Protocol, protocol),
-        compression=cast(Compression, compression),
+        protocol=protocol,
+        compression=compression,
         timeout=timeout,
         capture_content=(
             capture_content or cfg.capture_content or _truthy(env.get(CONTENT_VARIABLE))
