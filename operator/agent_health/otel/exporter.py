@@ -5,10 +5,9 @@ Imported only when export is on. Each record is encoded as it comes (:mod:`.enco
 the pending request; the request is POSTed with one ``httpx.Client`` when it holds
 :data:`BATCH` spans, and whatever is pending at each of the worker's turns, twice a second —
 so spans reach the collector within about half a second of their test's end. No
-OpenTelemetry SDK: the records
-hold every value already, and the SDK's spans and encoder cost a run five times what
-encoding them here does (docs/otel.md gives the figures). A collector that is down never
-fails or slows the run:
+OpenTelemetry SDK: the records hold every value already, and the SDK's spans and encoder
+cost six times what encoding them here does (docs/otel.md gives the figures). A collector
+that is down never fails or slows the run:
 
 * a refused connection fails its batch at once (no retries: a refused connection is not a
   transient error here), an answer of HTTP 400 or more fails it, and after a failed batch the
