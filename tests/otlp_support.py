@@ -1,10 +1,9 @@
-"""A real OTLP/HTTP receiver on 127.0.0.1 for the export tests: it decodes each
+"""A real OTLP/HTTP receiver on 127.0.0.1 for the export tests: it decodes each protobuf
 ``ExportTraceServiceRequest`` with opentelemetry-proto, as a collector does, and keeps the
-spans as plain dicts."""
+spans as plain dicts (and every body as it came: OTLP/JSON ones are only kept)."""
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -38,15 +37,23 @@ class Receiver:
     headers: list[dict[str, str]] = field(default_factory=list)
     scopes: list[tuple[str, str]] = field(default_factory=list)  # (name, schema_url)
     resources: list[dict[str, Any]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)  # as sent, inflated
+    messages: list[Any] = field(default_factory=list)  # the protobuf requests, decoded
+    answer: int = 200  # the status every export is answered with
 
     async def handle(self, request: web.Request) -> web.Response:
+        # aiohttp inflates a gzip body itself (and answers 400 to one that is not gzip).
         body = await request.read()
-        if request.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
         self.requests += 1
         self.headers.append(dict(request.headers))
+        self.bodies.append(body)
+        if self.answer != 200:
+            return web.Response(status=self.answer, text="not now")
+        if request.content_type == "application/json":
+            return web.json_response({})
         message = trace_service_pb2.ExportTraceServiceRequest()
         message.ParseFromString(body)
+        self.messages.append(message)
         for resource_spans in message.resource_spans:
             self.resources.append(attributes_of(resource_spans.resource.attributes))
             for scope_spans in resource_spans.scope_spans:

@@ -52,9 +52,11 @@ SERVER_SIDE = (
     "agent_health.judging",
     "tenacity",
     "yaml",
-    # OTLP export (the otel extra): loaded only when a run exports.
+    # OTLP export: loaded only when a run exports (and never the SDK: test_otel_encode.py).
     "opentelemetry",
+    "google.protobuf",
     "requests",
+    "agent_health.otel.encode",
     "agent_health.otel.exporter",
     "agent_health.otel.spans",
     "agent_health.otel.export",

@@ -418,51 +418,51 @@ async def test_a_cell_exports_its_test_through_its_gateway_and_no_run_span(
     assert len(test_span["events"]) == len(result.signals) == 2
 
 
-async def test_spans_beyond_the_queue_are_dropped_counted_and_said_once() -> None:
-    """A receiver that does not answer yet: what the bounded queue cannot hold is dropped
-    at once (the caller never waits), counted, and named in the one warning."""
+async def test_tests_beyond_the_queue_are_dropped_counted_and_said_once() -> None:
+    """A receiver that does not answer yet holds the export's worker: what the bounded queue
+    cannot hold meanwhile is dropped at once (the caller never waits), counted, and named in
+    the one warning; what it held is sent once the receiver answers."""
     import time
 
-    from agent_health.otel import exporter, spans
-    from agent_health.sdk.results import Signal, TestResult
+    from agent_health.otel import export
+    from agent_health.sdk.results import TestResult
 
+    posted = asyncio.Event()
     release = asyncio.Event()
-    posted: list[int] = []
+    bodies: list[bytes] = []
 
     async def slow(request: web.Request) -> web.Response:
-        posted.append(len(await request.read()))
+        bodies.append(await request.read())
+        posted.set()
         await release.wait()
         return web.Response(content_type="application/x-protobuf")
 
-    result = TestResult(
-        id="t.py::x",
-        name="x",
-        title="x",
-        file="t.py",
-        line=1,
-        status="passed",
-        run_id="r",
-        started_at=time.time(),
-        duration_ms=5.0,
-        signals=(Signal(kind="deterministic", role="gate", name="to_equal", passed=True),),
-    )
-    recorded = spans.Recorded(traceparent=f"00-{'a' * 32}-{'b' * 16}-01")
-    run = spans.RunContext(trace_id=1, span_id=2)
+    def result(n: int) -> TestResult:
+        return TestResult(
+            id=f"t.py::t{n}",
+            name=f"t{n}",
+            title=f"t{n}",
+            file="t.py",
+            line=1,
+            status="passed",
+            run_id=f"r{n}",
+            started_at=time.time(),
+            duration_ms=5.0,
+        )
+
     async with serving(slow, path="/v1/traces") as url:
-        settings = otel_settings.Settings(endpoint=url, max_queue=2)
-        sink = exporter.RunExporter(settings)
-
-        def submit_all() -> None:
-            for _ in range(10):  # two spans each: the test's and its invoke_agent
-                sink.submit(spans.test_spans(result, recorded, run))
-
-        await asyncio.to_thread(submit_all)
+        run = export.Export.open(otel_settings.Settings(endpoint=url, max_queue=2))
+        run.test_ended(result(0), None)
+        await posted.wait()  # the worker is in its first POST, half a second later
+        for n in range(1, 11):
+            run.test_ended(result(n), None)  # two fit the queue; eight never wait
         release.set()
-        warning = await asyncio.to_thread(sink.close)
-    assert warning is not None
-    assert warning.startswith(f"OTLP export to {url}: 18 of 20 spans dropped")
-    assert "the export queue was full" in warning
-    assert len(posted) == 1  # the two it held went out in one request
+        warning = await run.aclose()
+    assert warning == (
+        f"OTLP export to {url}: 8 tests not exported (the export queue was full); the run's "
+        "results are unaffected"
+    )
+    assert len(bodies) == 2  # the first test, then the two the queue held
 
 
 HANGS = """

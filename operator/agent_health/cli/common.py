@@ -37,7 +37,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "gcs": ("fsspec", "gcsfs"),
     "opensearch": ("opensearchpy",),
     "bedrock": ("botocore",),
-    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
+    "otel": ("google.protobuf", "opentelemetry.proto"),
 }
 """The optional extras of pyproject.toml and the top-level modules each one installs."""
 

@@ -7,7 +7,9 @@ semantic conventions.
   of plain span records (ids, times and attribute values made once, in :mod:`.records`).
 * :mod:`.export` — what the engine is told about each test and the run; hands them to one
   worker thread, off the event loop, through a bounded queue.
-* :mod:`.exporter` — turns records into the OpenTelemetry SDK's spans (the ``otel`` extra) on
-  its batch processor. The only module that imports ``opentelemetry``, and only when export
-  is on: the default path never loads it.
+* :mod:`.encode` — records as the body of an OTLP/HTTP request: protobuf with
+  opentelemetry-proto's messages (the ``otel`` extra), or OTLP/JSON with the standard library.
+* :mod:`.exporter` — the pending request, sent in batches with httpx by the export's worker.
+  Loaded only when export is on: the default path loads neither, nor any OpenTelemetry
+  module; no export loads the OpenTelemetry SDK.
 """

@@ -2,11 +2,11 @@
 run when it ends (``engine.runner.TestSpans``).
 
 The event loop only hands each ended test over (a bounded queue, never waited on); one
-worker thread, started by the first test that ends, loads the OpenTelemetry SDK, turns each
-test into spans (:mod:`.spans`) and queues them on the SDK's batch processor
-(:mod:`.exporter`), whose own thread sends them.
-So neither importing the SDK nor building spans holds up a test: both use the time the loop
-spends waiting on agents. Loading this module loads no OpenTelemetry.
+worker thread, started by the first test that ends, loads the sender (:mod:`.exporter`),
+turns each test into spans (:mod:`.spans`), encodes them into the pending request and sends
+it when it fills or half a second after its first span. So neither loading the sender nor
+building, encoding and sending spans holds up a test: all use the time the loop spends
+waiting on agents. Loading this module loads no HTTP client and no protobuf.
 """
 
 from __future__ import annotations
@@ -30,20 +30,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agent_health.otel")
 MISSING_EXTRA = (
-    "OTLP export needs the otel extra: pip install 'agent-health[otel]' "
-    "(or drop --otlp / unset OTEL_EXPORTER_OTLP_ENDPOINT)"
+    "OTLP export over http/protobuf needs the otel extra: pip install 'agent-health[otel]' "
+    "(or export OTLP/JSON, which needs none: OTEL_EXPORTER_OTLP_PROTOCOL=http/json)"
 )
-_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+# What each protocol's encoder imports beyond the base install: http/json needs nothing.
+_MODULES: dict[str, tuple[str, ...]] = {
+    "http/protobuf": ("google.protobuf", "opentelemetry.proto.collector.trace.v1"),
+    "http/json": (),
+}
 _Job = Callable[[], list[records.SpanRecord]]
+_WAKE = 0.5  # seconds between the worker's turns: spans reach the collector within about this
 
 
 class ExportUnavailable(RuntimeError):
-    """Export was asked for but the OpenTelemetry SDK is not installed."""
+    """Export over http/protobuf was asked for but opentelemetry-proto is not installed."""
 
 
-def available() -> bool:
-    """Whether the ``otel`` extra is installed (nothing is imported to tell)."""
-    for name in _MODULES:
+def available(protocol: str = "http/protobuf") -> bool:
+    """Whether ``protocol`` can be exported here (nothing of it is imported to tell)."""
+    for name in _MODULES.get(protocol, ()):
         try:
             if importlib.util.find_spec(name) is None:
                 return False
@@ -77,12 +82,14 @@ class Export:
         )
         self.started = time.time()
         self.refused = 0  # tests handed over while the queue was full: never exported
+        self.unbuilt = 0  # tests whose spans could not be built or encoded (a bug: logged)
         self._tests: list[tuple[int, int]] = []  # (trace id, span id) of each test span
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=settings.max_queue)
+        self._jobs: queue.Queue[_Job] = queue.Queue(maxsize=settings.max_queue)
+        self._stop = threading.Event()
         self._exporter: exporter_mod.RunExporter | None = None
         self._warning: str | None = None
         self._closed = False
-        # Started by the first test that ends: the SDK then loads while the loop waits on
+        # Started by the first test that ends: the sender then loads while the loop waits on
         # agents, not while the suite loads (both want the interpreter's one lock).
         self._worker = threading.Thread(target=self._work, name="agent-health-otlp", daemon=True)
 
@@ -96,11 +103,11 @@ class Export:
         version: str = "",
         evaluation_run: str | None = None,
     ) -> Export:
-        """Start the export; :class:`ExportUnavailable` when the otel extra is missing.
+        """Start the export; :class:`ExportUnavailable` when its protocol's extra is missing.
 
         ``evaluation_run``: a cell's, which exports its one test and no run span (the run's
         cells share only their EvaluationRun's name)."""
-        if not available():
+        if not available(settings.protocol):
             raise ExportUnavailable(MISSING_EXTRA)
         return cls(
             settings,
@@ -167,18 +174,39 @@ class Export:
 
             self._exporter = exporter_mod.RunExporter(self.settings, version=self.version)
         except Exception as err:  # a broken install: the run goes on, unexported
-            self._warning = f"OTLP export to {self.settings.endpoint} could not start: {err}"
-            while self._jobs.get() is not None:
-                self.refused += 1
+            tests = 0
+            while not self._stop.wait(_WAKE):
+                tests += self._drain()
+            self._warning = f"could not start ({err}): {tests + self._drain()} tests not exported"
             return
         exporter = self._exporter
-        while (job := self._jobs.get()) is not None:
-            try:
-                exporter.submit(job())
-            except Exception:  # one test that cannot be exported must not stop the others
-                log.debug("a test's spans could not be built", exc_info=True)
-                self.refused += 1
+        closing = False
+        while not closing:
+            # Woken twice a second, not by each test: handing a test over wakes no thread, so
+            # the loop and this thread take turns with the interpreter's lock a few times a
+            # run, not hundreds. What ended since is sent now: within about half a second.
+            closing = self._stop.wait(_WAKE)
+            while True:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    exporter.submit(job())
+                except Exception:  # one test that cannot be exported must not stop the others
+                    log.debug("a test's spans could not be built", exc_info=True)
+                    self.unbuilt += 1
+            exporter.flush()
         self._warning = exporter.close()
+
+    def _drain(self) -> int:
+        count = 0
+        while True:
+            try:
+                self._jobs.get_nowait()
+            except queue.Empty:
+                return count
+            count += 1
 
     def close(self) -> str | None:
         """Send what is left and stop (blocking, bounded by the export timeout); the one
@@ -187,7 +215,7 @@ class Export:
             self._closed = True
             if self._worker.ident is None:
                 return None  # no test ended: nothing to send
-            self._jobs.put(None)  # the worker is draining: room comes
+            self._stop.set()
         self._worker.join(self.settings.timeout + 5.0)
         if self._worker.is_alive():
             return (
@@ -196,10 +224,15 @@ class Export:
             )
         parts = [self._warning] if self._warning else []
         if self.refused:
-            parts.append(
-                f"OTLP export: {self.refused} tests not exported (the export queue was full)"
-            )
-        return "; ".join(parts) or None
+            parts.append(f"{self.refused} tests not exported (the export queue was full)")
+        if self.unbuilt:
+            parts.append(f"{self.unbuilt} tests whose spans could not be built (a bug)")
+        if not parts:
+            return None
+        return (
+            f"OTLP export to {self.settings.endpoint}: {'; '.join(parts)}; the run's results "
+            "are unaffected"
+        )
 
     async def aclose(self) -> str | None:
         """:meth:`close`, off the event loop."""

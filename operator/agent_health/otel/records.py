@@ -1,9 +1,9 @@
 """A span as agent-health builds it (:class:`SpanRecord`): ids as integers, times in
 nanoseconds since the epoch, attributes of the types OpenTelemetry takes.
 
-Plain data, no OpenTelemetry: :mod:`.spans` makes them without the SDK, :mod:`.exporter` turns
-them into the SDK's finished spans. Also the few helpers every span builder uses: new ids,
-nanosecond times, text cut to :data:`MAX_TEXT`, token usage as attributes.
+Plain data, no OpenTelemetry: :mod:`.spans` makes them, :mod:`.encode` writes them as OTLP.
+Also the few helpers every span builder uses: new ids, nanosecond times, text cut to
+:data:`MAX_TEXT`, token usage as attributes.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Link:
 
 @dataclass
 class SpanRecord:
-    """One span, ready to be handed to the SDK: ids, parent, window, attributes, events."""
+    """One finished span, ready to be encoded: ids, parent, window, attributes, events."""
 
     name: str
     trace_id: int

@@ -24,8 +24,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Protocol = Literal["http/protobuf"]
-PROTOCOLS: tuple[str, ...] = ("http/protobuf",)
+Protocol = Literal["http/protobuf", "http/json"]
+PROTOCOLS: tuple[Protocol, ...] = ("http/protobuf", "http/json")
+Compression = Literal["none", "gzip"]
+COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip")
 TRACES_PATH = "v1/traces"
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_QUEUE = 8192
@@ -49,11 +51,14 @@ class OtlpConfig(BaseModel):
         default=None, description='a variable holding export headers, "k=v,k2=v2" (URL-encoded)'
     )
     protocol: Protocol = "http/protobuf"
+    compression: Compression = Field(default="none", description="gzip: compress each request")
     timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, description="seconds per export")
     capture_content: bool = Field(
         default=False, description="put tool call arguments and results on execute_tool spans"
     )
-    max_queue: int = Field(default=DEFAULT_QUEUE, ge=1, description="spans held at most")
+    max_queue: int = Field(
+        default=DEFAULT_QUEUE, ge=1, description="ended tests waiting to be exported at most"
+    )
     service_name: str = "agent-health"
 
 
@@ -63,10 +68,14 @@ class Settings:
 
     endpoint: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    protocol: Protocol = "http/protobuf"
+    compression: Compression = "none"
     timeout: float = DEFAULT_TIMEOUT
     capture_content: bool = False
     max_queue: int = DEFAULT_QUEUE
     service_name: str = "agent-health"
+    resource: Mapping[str, str] = field(default_factory=dict)
+    """``OTEL_RESOURCE_ATTRIBUTES``: the resource's attributes beside ``service.name``."""
 
 
 def traces_url(base: str) -> str:
@@ -148,9 +157,19 @@ def resolve(
     )
     if protocol not in PROTOCOLS:
         raise SettingsError(
-            f"OTLP protocol {protocol!r} is not supported: agent-health exports OTLP/HTTP with "
-            "protobuf; set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf and point the endpoint at "
-            "the receiver's HTTP port (4318 by default)"
+            f"OTLP protocol {protocol!r} is not supported: agent-health exports OTLP/HTTP "
+            "(http/protobuf or http/json); set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf and "
+            "point the endpoint at the receiver's HTTP port (4318 by default)"
+        )
+    compression = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
+        or env.get("OTEL_EXPORTER_OTLP_COMPRESSION")
+        or cfg.compression
+    )
+    if compression not in COMPRESSIONS:
+        raise SettingsError(
+            f"OTLP compression {compression!r} is not supported: set "
+            "OTEL_EXPORTER_OTLP_COMPRESSION to gzip or none"
         )
     headers: dict[str, str] = {}
     if cfg.headers_env:
@@ -172,13 +191,21 @@ def resolve(
                 raise SettingsError(f"{name}={env[name]!r} is not a number of ms") from err
             if timeout <= 0:
                 raise SettingsError(f"{name}={env[name]!r}: give a positive number of ms")
+    resource: dict[str, str] = {}
+    if env.get("OTEL_RESOURCE_ATTRIBUTES"):
+        resource = parse_headers(env["OTEL_RESOURCE_ATTRIBUTES"], "OTEL_RESOURCE_ATTRIBUTES")
     return Settings(
         endpoint=endpoint,
         headers=headers,
+        protocol=protocol,
+        compression=compression,
         timeout=timeout,
         capture_content=(
             capture_content or cfg.capture_content or _truthy(env.get(CONTENT_VARIABLE))
         ),
         max_queue=cfg.max_queue,
-        service_name=env.get("OTEL_SERVICE_NAME") or cfg.service_name,
+        service_name=(
+            env.get("OTEL_SERVICE_NAME") or resource.pop("service.name", "") or cfg.service_name
+        ),
+        resource=resource,
     )

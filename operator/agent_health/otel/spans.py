@@ -16,7 +16,7 @@ run span links back to its tests::
 Times are what was recorded: the test's start and duration, agent.run()'s and each judge
 call's wall-clock window. Steps of a trajectory carry at most a latency; those without one
 are laid out in order inside the invoke_agent window and say so (``agent_health.timing``).
-Nothing here imports OpenTelemetry: :mod:`.exporter` turns these records into SDK spans.
+Nothing here imports OpenTelemetry: :mod:`.encode` writes these records as OTLP.
 """
 
 from __future__ import annotations

@@ -213,7 +213,14 @@ def _export(
                 "or set OTEL_EXPORTER_OTLP_ENDPOINT"
             )
         return None
-    common.require_extra("OTLP export", "otel")
+    if settings.protocol == "http/protobuf":  # OTLP/JSON needs no extra
+        try:
+            common.require_extra("OTLP export over http/protobuf", "otel")
+        except common.UsageError as err:
+            raise common.UsageError(
+                f"{err} (or export OTLP/JSON, which needs none: "
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/json)"
+            ) from None
     from agent_health.engine import provenance
     from agent_health.otel import export as export_mod
 
