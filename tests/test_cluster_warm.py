@@ -26,7 +26,7 @@ EXT = f"/apis/{sandboxpools.GROUP}/{sandboxpools.VERSION}/namespaces/default"
 
 def warm_example(k8s: Cluster, replicas: int) -> list[dict[str, Any]]:
     runspec_body, run = k8s.example(isolation="agentSandbox", ledger=LEDGER)
-    runspec_body["spec"]["isolation"]["warmPool"] = {"replicas": replicas}
+    runspec_body["spec"]["isolation"]["warmPool"] = {"replicas": replicas, "keepSeconds": 0}
     return [runspec_body, run]
 
 

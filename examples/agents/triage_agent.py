@@ -360,7 +360,12 @@ async def start(
     return [agent_runner, *runners], f"http://{url_host}:{agent_port}/run"
 
 
-async def _main(host: str, port: int, fault: str | None, tools_url: str | None) -> None:
+async def _main(
+    host: str, port: int, fault: str | None, tools_url: str | None, warmup: float
+) -> None:
+    # A real agent loads a model or warms a cache before it listens; the cold-vs-warm cell
+    # benchmark (bench/warm_cells.py) needs one that takes its time.
+    await asyncio.sleep(warmup)
     runners, url = await start(host, port, fault=fault, tools_url=tools_url)
     where = tools_url or "its own tool service"
     print(f"triage agent listening on {url}, tools at {where}", flush=True)
@@ -382,6 +387,9 @@ async def until_terminated() -> None:
     await stop.wait()
 
 
+WARMUP_ENV = "TRIAGE_AGENT_WARMUP_SECONDS"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -394,9 +402,16 @@ def main() -> None:
         default=os.environ.get(PEER_URL_ENV) or None,
         help=f"call the tools of this log server (default: ${PEER_URL_ENV}, else serve them)",
     )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=float(os.environ.get(WARMUP_ENV) or 0),
+        help=f"seconds to wait before listening, as a model load would (default ${WARMUP_ENV}, "
+        "else 0)",
+    )
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args.host, args.port, args.fault, args.tools_url))
+        asyncio.run(_main(args.host, args.port, args.fault, args.tools_url, args.warmup))
 
 
 if __name__ == "__main__":

@@ -222,6 +222,11 @@ class WarmPool(meta.Model):
         description="Ready sandboxes (target and peers up) the pool keeps while a run needs "
         "it; each serves one cell, then is deleted and replaced."
     )
+    keep_seconds: Annotated[int, pydantic.Field(ge=0, le=86400)] = pydantic.Field(
+        default=300,
+        description="How long the pool stays up after the last run that used it ended (the "
+        "next run starts warm), before it is scaled to zero.",
+    )
 
 
 class Isolation(meta.Model):

@@ -11,12 +11,15 @@ and why every cell's guarantees hold):
   service answer the cell's controller token, and writes the cell's assignment on the
   sandbox's pod — one merge patch, which the pod's gateway and controller read through their
   downward-API file. Reads: 2; writes: 1 (the claim itself is the cell's other write);
-* :meth:`Pools.release` (a run is over): a pool no live run of the operator needs is scaled to
-  zero; its template stays for the next run of that generation.
+* :meth:`Pools.release` (a run is over): a pool no live run of the operator needs once its
+  ``keepSeconds`` passed is scaled to zero; its template stays for the next run of that
+  generation. (An operator restarted within that time leaves the pool up until a run of it
+  ends again.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import dataclasses
@@ -86,7 +89,12 @@ class Pools:
             run.pools.add(name)
 
     async def release(self, run: plan.Run) -> None:
-        """Scale to zero each of the run's pools that no live run still uses."""
+        """After the pool's ``keepSeconds``, scale to zero each of the run's pools that no
+        live run uses by then (a run started meanwhile keeps it up, warm)."""
+        assert run.spec is not None
+        warm_pool = run.spec.spec.isolation.warm_pool
+        keep = warm_pool.keep_seconds if warm_pool is not None else 0
+        await asyncio.sleep(keep)
         used = {p for r in self.board.runs.values() if r is not run for p in r.pools}
         for name in sorted(run.pools - used):
             try:
