@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint tools images generate lock bench bench-peers bench-operator bench-cells screenshot clean
+.PHONY: demo test lint tools images generate lock bench bench-peers bench-operator bench-cells bench-warm screenshot clean
 
 # Two installs into one venv: the demo's (the package and what it needs at run time, no
 # extras) and the developers' (the dev extra on top: pytest, mypy, moto, kopf, ...). A venv
@@ -105,6 +105,9 @@ bench-operator: $(BIN)/agent-health
 # processes (needs root and `make tools`; builds the images when they are stale).
 bench-cells: $(BIN)/agent-health tools
 	$(BIN)/python bench/cells.py
+
+bench-warm: $(BIN)/agent-health tools
+	$(BIN)/python bench/warm_cells.py
 
 # The README's picture of the HTML report, from a real run of examples/04-diagnosis.
 screenshot: $(BIN)/agent-health tools
