@@ -61,11 +61,7 @@ def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:
 def gateway(argv: list[str]) -> int:
     from agent_health.gateway import command
 
-    parser = argparse.ArgumentParser(
-        prog="agent-health gateway", description="The recording sidecar proxy of a cell."
-    )
-    command.add_arguments(parser)
-    return command.run(parser.parse_args(argv))
+    return command.main(argv)
 
 
 def operator(argv: list[str]) -> int:
