@@ -56,8 +56,14 @@ def assign(path: Path, text: str) -> None:
 
 
 def environment(**extra: str) -> dict[str, str]:
+    """This process's environment without any of agent-health's, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_HEALTH_")}
-    return env | {SANDBOX_KEY_ENV: SANDBOX_KEY} | extra
+    return env | extra
+
+
+def gateway_environment(**tokens: str) -> dict[str, str]:
+    """A pooled gateway's environment: its sandbox's key and ``tokens``, as from the Secret."""
+    return environment(**{SANDBOX_KEY_ENV: SANDBOX_KEY}, **tokens)
 
 
 async def start_gateway(args: Sequence[str], env: dict[str, str]) -> asyncio.subprocess.Process:
@@ -88,7 +94,9 @@ async def healthy(proc: asyncio.subprocess.Process, healthz: str) -> AsyncIterat
 
 async def until_assigned(client: httpx.AsyncClient, healthz: str) -> None:
     """Until the gateway's ``/healthz`` says it has its cell."""
-    while not (await client.get(healthz)).json().get("assigned"):
+    while True:
+        if (await client.get(healthz)).json().get("assigned"):
+            return
         await asyncio.sleep(0.05)
 
 

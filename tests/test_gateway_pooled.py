@@ -23,7 +23,8 @@ TEST_ID = "test_pool.py::answers warm"
 
 def _args(upstream: str, ports: dict[str, int], tmp_path: Path) -> list[str]:
     return [
-        "--route", f"principal=controller,listen=127.0.0.1:{ports['controller']},upstream={upstream}",
+        "--route",
+        f"principal=controller,listen=127.0.0.1:{ports['controller']},upstream={upstream}",
         "--route",
         f"principal=target,to=peer:tools,listen=127.0.0.1:{ports['peer']},upstream={upstream}",
         "--otlp-listen", f"127.0.0.1:{ports['otlp']}",
@@ -43,7 +44,9 @@ async def _pooled_cell(tmp_path: Path, *, sandbox_key: str) -> tuple[list[int], 
     the calls before it and the gateway's /healthz counts at the end."""
     ports = {name: free_port() for name in ("controller", "peer", "otlp", "admin")}
     admin = f"http://127.0.0.1:{ports['admin']}"
-    env = pooled_support.environment(CONTROLLER_TOKEN=CONTROLLER_TOKEN, PEER_TOKEN=PEER_TOKEN)
+    env = pooled_support.gateway_environment(
+        CONTROLLER_TOKEN=CONTROLLER_TOKEN, PEER_TOKEN=PEER_TOKEN
+    )
     controller = {config.TOKEN_HEADER: CONTROLLER_TOKEN}
     async with serving(upstream_app()) as upstream:
         proc = await pooled_support.start_gateway(_args(upstream, ports, tmp_path), env)
@@ -144,7 +147,9 @@ async def test_a_malformed_assignment_stops_the_gateway_with_its_reason(
     tmp_path: Path, text: str, reason: str
 ) -> None:
     ports = {name: free_port() for name in ("controller", "peer", "otlp", "admin")}
-    env = pooled_support.environment(CONTROLLER_TOKEN=CONTROLLER_TOKEN, PEER_TOKEN=PEER_TOKEN)
+    env = pooled_support.gateway_environment(
+        CONTROLLER_TOKEN=CONTROLLER_TOKEN, PEER_TOKEN=PEER_TOKEN
+    )
     async with serving(upstream_app()) as upstream:
         proc = await pooled_support.start_gateway(_args(upstream, ports, tmp_path), env)
         async with pooled_support.healthy(proc, f"http://127.0.0.1:{ports['admin']}/healthz"):
@@ -201,7 +206,9 @@ def test_an_env_token_is_read_from_its_variable_and_a_missing_one_is_named() -> 
 
 async def test_a_missing_sandbox_key_is_a_startup_error_naming_it(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("controller", "peer", "otlp", "admin")}
-    env = pooled_support.environment(CONTROLLER_TOKEN=CONTROLLER_TOKEN, PEER_TOKEN=PEER_TOKEN)
+    env = pooled_support.gateway_environment(
+        CONTROLLER_TOKEN=CONTROLLER_TOKEN, PEER_TOKEN=PEER_TOKEN
+    )
     del env[SANDBOX_KEY_ENV]
     proc = await pooled_support.start_gateway(_args("http://127.0.0.1:9", ports, tmp_path), env)
     _, stderr = await proc.communicate()
