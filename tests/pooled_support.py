@@ -30,6 +30,7 @@ def assigned(
     sandbox_key: str = SANDBOX_KEY,
     judge_model: str | None = None,
     agent: str | None = "triage",
+    ledger: str | None = None,
 ) -> assignment.Assignment:
     """The assignment the operator writes for ``test_id``: the cell key derived from the run
     key, wrapped for the sandbox whose key is ``sandbox_key``."""
@@ -45,6 +46,7 @@ def assigned(
         ledger_key=keys.wrap_cell_key(sandbox_key.encode(), LEDGER_CELL, key),
         agent=agent,
         judge_model=judge_model,
+        ledger=ledger,
     )
 
 

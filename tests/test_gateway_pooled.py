@@ -4,13 +4,14 @@ records the assigned cell with the ledger key it unwraps — which the run key v
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from pathlib import Path
 
 import httpx
 import pooled_support
 import pytest
-from agent_health.gateway import command, config, errors
+from agent_health.gateway import command, config, errors, pooled
 from agent_health.ledger import records
 from gateway_support import serving, upstream_app
 from hostile_support import free_port
@@ -21,15 +22,22 @@ PEER_TOKEN = "peer-token-from-the-sandbox-secret-a0c4"
 TEST_ID = "test_pool.py::answers warm"
 
 
-def _args(upstream: str, ports: dict[str, int], tmp_path: Path) -> list[str]:
+def _args(
+    upstream: str, ports: dict[str, int], tmp_path: Path, *, ledger_flag: bool = True
+) -> list[str]:
+    """The pooled gateway's flags; without ``ledger_flag`` its run's ledger URL comes with its
+    assignment, its records spooled until then (as the operator starts it)."""
+    ledger = ["--ledger", f"file://{tmp_path / 'ledger'}"] if ledger_flag else []
+    (tmp_path / "spool").mkdir(exist_ok=True)
     return [
+        *ledger,
+        "--spool", str(tmp_path / "spool"),
         "--route",
         f"principal=controller,listen=127.0.0.1:{ports['controller']},upstream={upstream}",
         "--route",
         f"principal=target,to=peer:tools,listen=127.0.0.1:{ports['peer']},upstream={upstream}",
         "--otlp-listen", f"127.0.0.1:{ports['otlp']}",
         "--admin", f"127.0.0.1:{ports['admin']}",
-        "--ledger", f"file://{tmp_path / 'ledger'}",
         "--assignment", str(tmp_path / "assignment.json"),
         "--sandbox-key-env", SANDBOX_KEY_ENV,
         "--token", "controller=env:CONTROLLER_TOKEN",
@@ -38,7 +46,9 @@ def _args(upstream: str, ports: dict[str, int], tmp_path: Path) -> list[str]:
     ]  # fmt: skip
 
 
-async def _pooled_cell(tmp_path: Path, *, sandbox_key: str) -> tuple[list[int], dict[str, int]]:
+async def _pooled_cell(
+    tmp_path: Path, *, sandbox_key: str, ledger_flag: bool = True
+) -> tuple[list[int], dict[str, int]]:
     """Run a pooled gateway through its life: calls before the assignment, the assignment
     (wrapped for ``sandbox_key``), calls after it, the controller's cell-end; the statuses of
     the calls before it and the gateway's /healthz counts at the end."""
@@ -49,7 +59,8 @@ async def _pooled_cell(tmp_path: Path, *, sandbox_key: str) -> tuple[list[int], 
     )
     controller = {config.TOKEN_HEADER: CONTROLLER_TOKEN}
     async with serving(upstream_app()) as upstream:
-        proc = await pooled_support.start_gateway(_args(upstream, ports, tmp_path), env)
+        args = _args(upstream, ports, tmp_path, ledger_flag=ledger_flag)
+        proc = await pooled_support.start_gateway(args, env)
         async with (
             pooled_support.healthy(proc, f"{admin}/healthz"),
             httpx.AsyncClient() as client,
@@ -70,7 +81,11 @@ async def _pooled_cell(tmp_path: Path, *, sandbox_key: str) -> tuple[list[int], 
                 body = answer.json()
                 assert UNASSIGNED in body.get("error", body.get("message", "")), body
             assert not (tmp_path / "ledger" / f"{LEDGER_CELL}.jsonl").exists()
-            found = pooled_support.assigned(TEST_ID, sandbox_key=sandbox_key)
+            found = pooled_support.assigned(
+                TEST_ID,
+                sandbox_key=sandbox_key,
+                ledger=None if ledger_flag else f"file://{tmp_path / 'ledger'}",
+            )
             pooled_support.assign(tmp_path / "assignment.json", found.annotation())
             await pooled_support.until_assigned(client, f"{admin}/healthz")
             ok = await client.get(
@@ -99,7 +114,9 @@ async def _pooled_cell(tmp_path: Path, *, sandbox_key: str) -> tuple[list[int], 
 async def test_a_pooled_gateway_answers_503_until_assigned_then_records_its_cell(
     tmp_path: Path,
 ) -> None:
-    statuses, counts = await _pooled_cell(tmp_path, sandbox_key=pooled_support.SANDBOX_KEY)
+    statuses, counts = await _pooled_cell(
+        tmp_path, sandbox_key=pooled_support.SANDBOX_KEY, ledger_flag=False
+    )
     assert statuses == [503, 503, 503, 503]
     assert counts == {"refused_unassigned": 4}
     lines = (tmp_path / "ledger" / f"{LEDGER_CELL}.jsonl").read_text().splitlines()
@@ -214,3 +231,19 @@ async def test_a_missing_sandbox_key_is_a_startup_error_naming_it(tmp_path: Path
     _, stderr = await proc.communicate()
     assert proc.returncode == command.EXIT_USAGE
     assert f"${SANDBOX_KEY_ENV} is unset or empty" in stderr.decode()
+
+
+def test_the_assignment_names_the_runs_ledger_and_caps_over_the_flags() -> None:
+    route = config.parse_route("principal=controller,listen=127.0.0.1:0,upstream=http://h:1")
+    flags = {"routes": [route], "assignment": "/a.json", "sandbox_key_env": "K"}
+    found = pooled_support.assigned(TEST_ID, ledger="configmap://ns/run-1")
+    found = dataclasses.replace(found, max_cell_exchanges=50, max_cell_bytes=4096)
+    spooled = pooled.cell_settings(config.build(flags | {"max_cell_exchanges": 9}), found)
+    assert (spooled.ledger_url, spooled.max_cell_exchanges, spooled.max_cell_bytes) == (
+        "configmap://ns/run-1", 50, 4096,
+    )  # fmt: skip
+    assert (spooled.cell, spooled.run_id, spooled.agent) == (LEDGER_CELL, CELL, "triage")
+    assert spooled.assignment is None
+    # A ConfigMap ledger's gateway logs its records: the URL is the operator's to collect into.
+    logged = pooled.cell_settings(config.build(flags | {"ledger_log": True}), found)
+    assert (logged.ledger_log, logged.ledger_url) == (True, None)

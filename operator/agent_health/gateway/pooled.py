@@ -10,11 +10,12 @@ listener and the OTLP receiver — is answered 503 by the :class:`Gate`: not for
 recorded (no ledger cell exists to hold it), counted in ``/healthz``. A target that calls its
 peers while it warms up gets those 503s; it must not need its peers to become ready.
 
-Once assigned, the gateway is a cold cell's: the assignment gives its identity
-(:func:`cell_settings`) and its ledger key, which the operator wrapped for this sandbox
-alone (:func:`cell_key`, :func:`agent_health.ledger.keys.unwrap_cell_key`): it opens the cell
-with its ``cell-meta`` record and hands every listener to its real handler. A malformed
-assignment stops the gateway with the reason (exit 2), so the operator sees the cell fail.
+Once assigned, the gateway is a cold cell's: the assignment gives its identity, the run's
+ledger URL and caps (:func:`cell_settings`; else its flags') and its ledger key, which the
+operator wrapped for this sandbox alone (:func:`cell_key`,
+:func:`agent_health.ledger.keys.unwrap_cell_key`): it opens the ledger and the cell with its
+``cell-meta`` record, and hands every listener to its real handler. A malformed assignment
+stops the gateway with the reason (exit 2), so the operator sees the cell fail.
 """
 
 from __future__ import annotations
@@ -121,6 +122,14 @@ def cell_settings(settings: config.Settings, assigned: assignment.Assignment) ->
         "attempt": assigned.attempt,
         "agent": assigned.agent,
     }
+    # The run's ledger and caps, when it names them (a ConfigMap ledger's gateway logs its
+    # records: the operator collects them into the run's ledger).
+    if assigned.ledger is not None and not settings.ledger_log:
+        fields["ledger_url"] = assigned.ledger
+    if assigned.max_cell_exchanges is not None:
+        fields["max_cell_exchanges"] = assigned.max_cell_exchanges
+    if assigned.max_cell_bytes is not None:
+        fields["max_cell_bytes"] = assigned.max_cell_bytes
     try:
         return config.build(fields)
     except errors.GatewayConfigError as err:

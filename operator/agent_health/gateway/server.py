@@ -47,12 +47,12 @@ class Gateway:
         tokens: config.Tokens | None = None,
         record: recorder.Recorder | None = None,
         owns_recorder: bool = False,
-        pending: tuple[store.Backend | None, bytes] | None = None,
+        sandbox_key: bytes | None = None,
     ) -> None:
-        """``pending``: a pooled gateway's ledger and sandbox key, until :meth:`assign`."""
+        """``sandbox_key``: a pooled gateway's, which unwraps the cell key :meth:`assign` gets."""
         self.settings = settings
-        self.gate = pooled.Gate() if pending is not None else None
-        self._pending = pending
+        self.gate = pooled.Gate() if sandbox_key is not None else None
+        self._sandbox_key = sandbox_key
         self.owns_recorder = owns_recorder
         self.tokens = tokens or config.Tokens({})
         self.recorder = record
@@ -80,20 +80,19 @@ class Gateway:
     @classmethod
     async def from_settings(cls, settings: config.Settings) -> Gateway:
         """Read the key and token files and open the ledger the settings name (a pooled
-        gateway's key comes with its assignment: it reads its sandbox's key instead)."""
+        gateway reads its sandbox's key; its cell's key and ledger come with its assignment)."""
         tokens = await asyncio.to_thread(config.Tokens.load, settings.token_files)
-        pooled_cell = settings.assignment is not None
-        sandbox = pooled.sandbox_key(settings) if pooled_cell else b""
+        if settings.assignment is not None:
+            sandbox = pooled.sandbox_key(settings)
+            return cls(settings, tokens=tokens, owns_recorder=True, sandbox_key=sandbox)
+        record = None
         try:
-            backend = await _backend(settings)
-            key = None
-            if backend is not None and not pooled_cell:
+            if settings.ledger_url is not None or settings.ledger_log:
                 key = await asyncio.to_thread(chain.load_key, settings.key_file)
+                record = _recorder(settings, await _backend(settings), key)
         except ledger_errors.LedgerError as err:
             raise errors.GatewayConfigError(str(err)) from err
-        record = None if backend is None or key is None else _recorder(settings, backend, key)
-        pending = (backend, sandbox) if pooled_cell else None
-        return cls(settings, tokens=tokens, record=record, owns_recorder=True, pending=pending)
+        return cls(settings, tokens=tokens, record=record, owns_recorder=True)
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -176,11 +175,15 @@ class Gateway:
     async def assign(self, assigned: assignment.Assignment) -> None:
         """Take a pooled gateway's cell: its identity and ledger key, its cell-meta record,
         then every listener's real handler in place of the gate."""
-        if self.gate is None or self._pending is None or self.gate.assigned:
+        if self.gate is None or self._sandbox_key is None or self.gate.assigned:
             raise errors.GatewayConfigError("only a pooled gateway takes a cell, and only once")
-        backend, sandbox = self._pending
         settings = pooled.cell_settings(self.settings, assigned)
-        key = pooled.cell_key(self.settings, sandbox, assigned)
+        key = pooled.cell_key(self.settings, self._sandbox_key, assigned)
+        try:
+            ledger = settings.ledger_url is not None or settings.ledger_log
+            backend = await _backend(settings) if ledger else None
+        except ledger_errors.LedgerError as err:
+            raise errors.GatewayConfigError(f"{self.settings.assignment}: {err}") from err
         self.settings = settings
         if backend is not None:
             self.recorder = _recorder(settings, backend, key)
@@ -317,16 +320,15 @@ async def serve(settings: config.Settings, stop: asyncio.Event) -> None:
         log.info("gateway: stopping (grace %ss)", settings.grace)
 
 
-async def _backend(settings: config.Settings) -> store.Backend | None:
-    """The ledger the settings name (spooled if asked), or ``None``."""
+async def _backend(settings: config.Settings) -> store.Backend:
+    """The ledger the settings name (it names one), spooled if asked."""
     backend: store.Backend
     if settings.ledger_log:  # to our log, for the operator to collect
         backend = podlog.LogBackend()
-    elif settings.ledger_url is not None:
+    else:
+        assert settings.ledger_url is not None
         backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
         backends.require_client(settings.ledger_url)
-    else:
-        return None
     if settings.spool is not None:
         directory = await asyncio.to_thread(spool.check_directory, settings.spool)
         backend = spool.SpooledBackend(backend, directory, max_bytes=settings.spool_max_bytes)
