@@ -138,8 +138,9 @@ def _pod(name: str) -> dict[str, Any]:
 
 
 def _seen(found: kubelet.Kubelet, name: str) -> list[str | None]:
+    """What the container read, in turn (whole lines only: a long one may be half written)."""
     log = found.log("default", name, {}).decode()
-    return [json.loads(line) for line in log.splitlines()]
+    return [json.loads(line) for line in log.splitlines(keepends=True) if line.endswith("\n")]
 
 
 async def _status(api: httpx.AsyncClient, name: str) -> dict[str, Any]:
