@@ -11,11 +11,12 @@ records as ``peer:logs``.
 
 In a cell, the target shares the pod's loopback with its peers, so it could call the log
 server's port directly and leave no exchange in the ledger. The cell gives this container
-its own token (the file ``$AGENT_HEALTH_TOKEN_FILE``) and the gateway sends that token in
-``X-Agent-Health-Via-Gateway`` with every call it forwards here; the target holds no token.
-So when the file is there, every tool call without it is refused (403) — only
-``/healthz``, which the kubelet probes, stays open. Outside a cell there is no file and
-nothing is checked.
+its own token (the file ``$AGENT_HEALTH_TOKEN_FILE``; in a pooled cell, whose tokens come
+from its sandbox's Secret as environment variables, ``$AGENT_HEALTH_TOKEN`` itself) and the
+gateway sends that token in ``X-Agent-Health-Via-Gateway`` with every call it forwards here;
+the target holds no token. So when it has a token, every tool call without it is refused
+(403) — only ``/healthz``, which the kubelet probes, stays open. Outside a cell there is no
+token and nothing is checked.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from aiohttp import web
 
 VIA_HEADER = "X-Agent-Health-Via-Gateway"
 TOKEN_FILE_ENV = "AGENT_HEALTH_TOKEN_FILE"
+TOKEN_ENV = "AGENT_HEALTH_TOKEN"
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -56,11 +58,17 @@ def gateway_only(token: str) -> web.Middleware:
 
 
 def own_token() -> str | None:
-    """This container's token in a cell (``$AGENT_HEALTH_TOKEN_FILE``), else ``None``. A
-    file named but empty is an error, never a reason to serve everyone."""
+    """This container's token in a cell (``$AGENT_HEALTH_TOKEN_FILE``, else
+    ``$AGENT_HEALTH_TOKEN``), else ``None``. A file named but empty, or a variable set but
+    blank, is an error, never a reason to serve everyone."""
     path = os.environ.get(TOKEN_FILE_ENV)
     if not path:
-        return None
+        if TOKEN_ENV not in os.environ:
+            return None
+        token = os.environ[TOKEN_ENV].strip()
+        if not token:
+            raise SystemExit(f"log server: ${TOKEN_ENV} is set but empty")
+        return token
     token = Path(path).read_text(encoding="utf-8").strip()
     if not token:
         raise SystemExit(f"log server: ${TOKEN_FILE_ENV} names {path}, which is empty")

@@ -1,6 +1,7 @@
 """The kubelet: every pod of the API emulator runs on this one node (there is no scheduler).
 
-It follows pods from the emulator's change stream, runs each (:mod:`node.pods`), writes
+It follows pods from the emulator's change stream, runs each (:mod:`node.pods`) and hands it
+every later version (its downward-API volumes follow its labels and annotations), writes
 their status through the API as ``Bearer kubelet``, serves their logs to the API's
 ``pods/log`` and records ``Events`` (``FailedMount``). What it adds to a pod, as the
 service-account admission plugin and the kubelet do: a ``kube-api-access`` projected volume
@@ -69,6 +70,11 @@ class Kubelet:
                     stopping = asyncio.ensure_future(known.delete())
                     self._stopping.add(stopping)
                     stopping.add_done_callback(self._stopping.discard)
+                continue
+            if known is not None:
+                # The kubelet reprocesses a pod on every update: new labels or annotations
+                # reach its downward-API volumes, a new activeDeadlineSeconds its deadline.
+                known.update(body)
                 continue
             gated = bool((body.get("spec") or {}).get("schedulingGates"))
             if (

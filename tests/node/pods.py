@@ -2,17 +2,19 @@
 
 In order: pull every image (``ErrImagePull``/``ImagePullBackOff`` while the registry says
 no); join the network (the pod's IP); write the volumes (``FailedMount`` while a Secret or
-ConfigMap is missing); run the init containers in order — a native sidecar
-(``restartPolicy: Always``) is started and waited for until its startup probe passes (or
-at once without one), a plain init container must exit 0; then start the main containers.
-A container is restarted as its policy says (sidecars always, main containers per the
-pod's ``restartPolicy``), with an exponential back-off (``CrashLoopBackOff``) that starts
-at ``Node.backoff`` instead of 10 s. When every main container has ended, the sidecars are
-stopped in reverse order (SIGTERM, then SIGKILL after ``terminationGracePeriodSeconds``) and
-the pod is ``Succeeded`` (every main container exited 0) or ``Failed``.
-``activeDeadlineSeconds`` fails it with reason ``DeadlineExceeded``; deleting it stops
-everything. Every change is reported to the pod's ``status`` (phase, conditions, IPs,
-``initContainerStatuses`` and ``containerStatuses`` with restarts, ``lastState`` and
+ConfigMap is missing); run the init containers in order — a native sidecar (``restartPolicy:
+Always``) is started and waited for until its startup probe passes (or at once without one),
+a plain init container must exit 0; then start the main containers. A container is restarted
+as its policy says (sidecars always, main containers per the pod's ``restartPolicy``), with
+an exponential back-off (``CrashLoopBackOff``) that starts at ``Node.backoff`` instead of
+10 s. When every main container has ended, the sidecars are stopped in reverse order (SIGTERM,
+then SIGKILL after ``terminationGracePeriodSeconds``) and the pod is ``Succeeded`` (every
+main container exited 0) or ``Failed``. ``activeDeadlineSeconds`` (also one added or lowered
+later on the running pod, counted from its start) fails it with reason ``DeadlineExceeded``;
+deleting it stops everything. When the pod's labels or annotations change, its downward-API
+volumes are rewritten, each file swapped in whole (:meth:`Pod.update`), as the kubelet's
+atomic writer does. Every change is reported to the pod's ``status`` (phase, conditions,
+IPs, ``initContainerStatuses`` and ``containerStatuses`` with restarts, ``lastState`` and
 termination messages), batched into at most one patch in flight.
 
 (Longer than most modules: one pod's life reads here from start to end, in the order the
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +105,10 @@ class Pod:
         self.message: str | None = None
         self.initialized = False
         self.started_at = containers.now()
+        self._clock = time.monotonic()  # startTime, for a deadline set later
+        self._deadline_task: asyncio.Task[None] | None = None
+        self._remount = asyncio.Lock()
+        self._writer: volumes.Writer | None = None
         self.stopping = False
         self.gone = False
         self.volumes: dict[str, Path] = {}
@@ -124,7 +131,39 @@ class Pod:
         self.task = asyncio.ensure_future(self._run())
         deadline = self.body["spec"].get("activeDeadlineSeconds")
         if deadline is not None:
-            self._spawn(self._deadline(float(deadline)))
+            self._arm(float(deadline))
+
+    def update(self, body: dict[str, Any]) -> None:
+        """A newer version of the pod from the API (the kubelet's pod update)."""
+        old, self.body = self.body, body
+        if self.gone or self.task is None or self.task.done():
+            return
+        deadline = body["spec"].get("activeDeadlineSeconds")
+        if deadline is not None and deadline != old["spec"].get("activeDeadlineSeconds"):
+            self._arm(float(deadline))
+        meta = ("labels", "annotations")
+        if any(old["metadata"].get(k) != body["metadata"].get(k) for k in meta):
+            self._spawn(self._refresh_downward())
+
+    def _arm(self, seconds: float) -> None:
+        """The pod's deadline: ``seconds`` after its start, whenever it was set."""
+        if self._deadline_task is not None:
+            self._deadline_task.cancel()
+        left = max(0.0, seconds - (time.monotonic() - self._clock))
+        self._deadline_task = self._spawn(self._deadline(left))
+
+    async def _refresh_downward(self) -> None:
+        """Rewrite the downward-API files of the volumes written so far from the pod's
+        current metadata (one refresh at a time, each from the newest body)."""
+        async with self._remount:
+            if self._writer is None:
+                return  # not written yet: the first write reads the newest body
+            self._writer.pod = self.body
+            declared = list(self.body["spec"].get("volumes") or [])
+            declared += self.kubelet.automount(self.body)
+            for volume in declared:
+                if volume["name"] in self.volumes:
+                    await asyncio.to_thread(self._writer.refresh, volume)
 
     async def delete(self) -> None:
         """The pod is gone from the API: stop everything, report nothing more."""
@@ -198,9 +237,12 @@ class Pod:
         wanted += self.kubelet.automount(self.body)
         while True:
             try:
-                for volume in wanted:
-                    path = await asyncio.to_thread(writer.write, volume)
-                    self.volumes[volume["name"]] = path
+                async with self._remount:
+                    writer.pod = self.body  # the newest metadata, should it have changed
+                    for volume in wanted:
+                        path = await asyncio.to_thread(writer.write, volume)
+                        self.volumes[volume["name"]] = path
+                    self._writer = writer
                 return
             except volumes.MountError as err:
                 await self.kubelet.event(self.body, "FailedMount", f"MountVolume.SetUp: {err}")

@@ -7,6 +7,9 @@ directory kept per claim for the life of the node. With a pod ``fsGroup`` the ku
 every file group-owned by it and adds group read (``SetVolumeOwnership``), so a 0440 Secret
 is readable by the pod's non-root user and nobody else. A missing Secret or ConfigMap that
 is not ``optional`` leaves the pod waiting (``FailedMount``), as on a cluster.
+:meth:`Writer.refresh` rewrites a volume's downward-API files when the pod's metadata
+changed, each one written beside and renamed into place, so a reader sees the old file or
+the new one, never a part; an annotation or label that is not there projects as an empty file.
 
 A service-account token is the text ``system:serviceaccount:<namespace>:<name>``: the API
 emulator accepts any bearer token, and this one tells, in its request log, who called.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -126,6 +130,30 @@ class Writer:
             file.write_bytes(data)
             self._own_file(file, file_mode)
         return target
+
+    def refresh(self, volume: Mapping[str, Any]) -> None:
+        """Rewrite the downward-API files of ``volume`` (written before) from :attr:`pod`,
+        each swapped in whole; blocking: call off the loop."""
+        if "downwardAPI" in volume:
+            source = volume["downwardAPI"]
+            mode = source.get("defaultMode", DEFAULT_MODE)
+            parts = [source.get("items", [])]
+        elif "projected" in volume:
+            mode = volume["projected"].get("defaultMode", DEFAULT_MODE)
+            sources = volume["projected"].get("sources", [])
+            parts = [p["downwardAPI"].get("items", []) for p in sources if "downwardAPI" in p]
+        else:
+            return
+        target = self.root / volume["name"]
+        for items in parts:
+            for path, (data, file_mode) in self._downward(items, mode).items():
+                file = target / path
+                if file.exists() and file.read_bytes() == data:
+                    continue
+                staged = file.with_name(f"..{file.name}.{uuid.uuid4().hex[:8]}")
+                staged.write_bytes(data)
+                self._own_file(staged, file_mode)
+                os.replace(staged, file)
 
     # -- sources -------------------------------------------------------------------------
 

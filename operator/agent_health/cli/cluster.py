@@ -19,8 +19,14 @@ def add_commands(sub: Any) -> None:
     crds_cmd.set_defaults(handler=crds)
 
     cell_cmd = sub.add_parser("cell", help="run one test inside a cell pod (the controller)")
-    cell_cmd.add_argument("--test", required=True, help="the test's id (file::title)")
-    cell_cmd.add_argument("--repeat", type=int, default=0, help="the repeat index (0-based)")
+    cell_cmd.add_argument("--test", help="the test's id (file::title)")
+    cell_cmd.add_argument("--repeat", type=int, help="the repeat index (0-based; default 0)")
+    cell_cmd.add_argument(
+        "--assignment",
+        metavar="FILE",
+        help="a pooled (warm) cell: wait for its assignment in FILE, then run the test, repeat "
+        "and settings it names (instead of --test and --repeat)",
+    )
     cell_cmd.add_argument("--suite", default=".", help="the suite's folder (default: .)")
     cell_cmd.set_defaults(handler=cell)
 
@@ -42,9 +48,22 @@ def add_commands(sub: Any) -> None:
 
 
 def cell(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    if args.assignment is not None:
+        if args.test is not None or args.repeat is not None:
+            consoles.error(
+                "agent-health cell: --assignment names the test and repeat; "
+                "give either --assignment FILE or --test ID [--repeat N]"
+            )
+            return common.EXIT_USAGE
+        from agent_health.engine import warmcell
+
+        return warmcell.main(Path(args.suite), Path(args.assignment))
+    if args.test is None:
+        consoles.error("agent-health cell: give --test ID [--repeat N], or --assignment FILE")
+        return common.EXIT_USAGE
     from agent_health.engine import cell as cell_mod
 
-    return cell_mod.main(Path(args.suite), args.test, args.repeat)
+    return cell_mod.main(Path(args.suite), args.test, args.repeat or 0)
 
 
 def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:
@@ -61,11 +80,7 @@ def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:
 def gateway(argv: list[str]) -> int:
     from agent_health.gateway import command
 
-    parser = argparse.ArgumentParser(
-        prog="agent-health gateway", description="The recording sidecar proxy of a cell."
-    )
-    command.add_arguments(parser)
-    return command.run(parser.parse_args(argv))
+    return command.main(argv)
 
 
 def operator(argv: list[str]) -> int:

@@ -11,7 +11,8 @@ Settings come from the environment the cell pod sets (see ``cluster/cellpod.py``
 
 =============================  =============================================================
 ``AGENT_HEALTH_AGENT_URL``     the target through the gateway, e.g. ``rest+http://127.0.0.1:15001/run``
-``AGENT_HEALTH_TOKEN_FILE``    the controller's token (presented to the gateway and judge)
+``AGENT_HEALTH_TOKEN_FILE``    the controller's token (presented to the gateway and judge);
+                               else ``AGENT_HEALTH_TOKEN``, the token itself (a pooled cell's)
 ``AGENT_HEALTH_RUN_ID``        the cell's run id (the gateway wrote it in the cell-meta)
 ``AGENT_HEALTH_GATEWAY_ADMIN`` where the controller appends its records
 ``AGENT_HEALTH_JUDGE_URL``     the judge service through the gateway (absent: judging skipped)
@@ -24,6 +25,9 @@ Settings come from the environment the cell pod sets (see ``cluster/cellpod.py``
 ``AGENT_HEALTH_AGENT``         the agent's name in an agent matrix (``test_info.agent``)
 ``OTEL_EXPORTER_OTLP_*``       export the test as OTLP traces (RunSpec ``spec.otlp``, docs/otel.md)
 =============================  =============================================================
+
+A pooled cell's controller (``--assignment FILE``) takes its test, run id, timeout, judging
+and agent from its assignment instead (:mod:`.warmcell`); the rest as above.
 
 Exit codes: 0 passed or skipped, 1 failed, 3 errored, 2 the cell is misconfigured (no such
 test, unreadable token), 4 the results could not be recorded (the grader will then find no
@@ -119,6 +123,8 @@ class CellSettings:
                 token = path.read_text(encoding="utf-8").strip()
             except OSError as err:
                 raise CellError(f"cannot read the controller token {path}: {err}") from err
+        elif env.get("AGENT_HEALTH_TOKEN"):  # a pooled cell's, from its sandbox's Secret
+            token = env["AGENT_HEALTH_TOKEN"].strip()
         timeout = env.get("AGENT_HEALTH_TIMEOUT")
         try:
             seconds = float(timeout) if timeout else None
@@ -320,16 +326,8 @@ def _export(settings: CellSettings) -> otel_export.Export | None:
 
 def report(result: TestResult) -> str:
     """One JSON line for the pod's log: what the controller saw (the ledger is the record)."""
-    return json.dumps(
-        {
-            "test": result.id,
-            "repeat": result.repeat,
-            "status": result.status,
-            "score": result.score,
-            "error": result.error,
-            "run_id": result.run_id,
-        }
-    )
+    fields = ("repeat", "status", "score", "error", "run_id")
+    return json.dumps({"test": result.id} | {name: getattr(result, name) for name in fields})
 
 
 def main(suite: Path, test_id: str, repeat: int) -> int:

@@ -51,6 +51,8 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "otlp_listen": "otlp_listen",
     "otlp_max_bytes": "otlp_max_bytes",
     "otlp_max_spans": "otlp_max_spans",
+    "assignment": "assignment",
+    "sandbox_key_env": "sandbox_key_env",
 }
 
 
@@ -97,8 +99,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--token",
         action="append",
         default=[],
-        metavar="PRINCIPAL=FILE",
-        help="a trusted principal's token file (repeatable)",
+        metavar="PRINCIPAL=FILE|env:VAR",
+        help="a trusted principal's token: a file, or env:VAR for the environment variable VAR "
+        "(repeatable)",
+    )
+    pooled = parser.add_argument_group(
+        "a pooled (warm) cell: listening before its cell exists (docs/agent-protocol.md)"
+    )
+    pooled.add_argument(
+        "--assignment",
+        metavar="FILE",
+        help="wait for the cell's assignment in FILE (a downward-API file); until then every "
+        "call is answered 503 and nothing is recorded. Replaces --cell, --run-id, --test-id, "
+        "--repeat, --attempt, --agent and --key-file",
+    )
+    pooled.add_argument(
+        "--sandbox-key-env",
+        metavar="VAR",
+        help="the environment variable holding the sandbox's own key, which unwraps the "
+        "assigned cell's ledger key (required with --assignment)",
     )
     add("--admin", help="HOST:PORT or unix:/PATH of the /healthz and /ledger listener")
     add("--health", help="HOST:PORT of a listener answering /healthz alone (kubelet probes)")
@@ -184,7 +203,9 @@ def settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None)
     if args.image:
         fields["images"] = dict(_pair(v, "--image", "NAME=IMAGE") for v in args.image)
     if args.token:
-        fields["token_files"] = dict(_pair(v, "--token", "PRINCIPAL=FILE") for v in args.token)
+        fields["token_files"] = dict(
+            _pair(v, "--token", "PRINCIPAL=FILE or PRINCIPAL=env:VAR") for v in args.token
+        )
     if not fields.get("routes"):
         raise errors.GatewayConfigError(
             "no routes: pass --route principal=controller,listen=127.0.0.1:15001,"
@@ -248,4 +269,29 @@ def main(argv: list[str] | None = None) -> int:
         prog="agent-health gateway", description="The recording sidecar proxy of a cell."
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    check(parser, args)
+    return run(args)
+
+
+def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2, usage) flags that cannot go together: a pooled gateway's identity is
+    its assignment's alone."""
+    if args.assignment is None:
+        if args.sandbox_key_env is not None:
+            parser.error("--sandbox-key-env goes with --assignment (a pooled cell's gateway)")
+        return
+    clash = [
+        "--" + dest.replace("_", "-")
+        for dest in config.POOLED_CLASHES  # the flags' dests are the settings' names
+        if getattr(args, dest) is not None
+    ]
+    if clash:
+        parser.error(
+            f"--assignment cannot be combined with {', '.join(clash)}: a pooled gateway takes "
+            "its cell, run id, test, repeat, attempt, agent and ledger key from the assignment"
+        )
+    if args.sandbox_key_env is None:
+        parser.error(
+            "--assignment needs --sandbox-key-env VAR (the sandbox's key unwraps its cell's)"
+        )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,6 +48,10 @@ CONFIG_ENV = "AGENT_HEALTH_GATEWAY_CONFIG"
 NO_TOKEN, INVALID_TOKEN = "none", "invalid-token"  # the evidence of a call without a valid token
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
 _ROUTE_KEYS = {"principal", "from", "to", "listen", "upstream"}
+ENV_TOKEN = "env:"
+"""Prefix of a token source that is an environment variable (``env:VAR``), not a file."""
+POOLED_CLASHES = ("cell", "run_id", "test_id", "repeat", "attempt", "agent", "key_file")
+"""The settings a pooled gateway's assignment gives it: never set beside ``assignment``."""
 
 
 def _principal(value: str) -> str:
@@ -165,7 +170,19 @@ class Settings(BaseModel):
     )
     images: dict[str, str] = Field(default_factory=dict, description="container → pinned image")
     token_files: dict[str, str] = Field(
-        default_factory=dict, description="principal → file holding its per-cell token"
+        default_factory=dict,
+        description="principal → file holding its per-cell token, or env:VAR (the token is "
+        "the environment variable VAR: a pooled cell's tokens come from its Secret as env)",
+    )
+    assignment: str | None = Field(
+        default=None,
+        description="a pooled cell's assignment file (ledger.assignment): the gateway listens "
+        "at once, answers 503 until the file names its cell, then records that cell",
+    )
+    sandbox_key_env: str | None = Field(
+        default=None,
+        description="the environment variable holding the sandbox's own key, which unwraps "
+        "the assigned cell's ledger key (with assignment)",
     )
     admin: str | None = Field(
         default=None, description="HOST:PORT or unix:/PATH for /healthz and /ledger/records"
@@ -245,6 +262,9 @@ class Settings(BaseModel):
             _principal(principal)
             if principal == "target":
                 raise ValueError("the target gets no token: calls without one are the target's")
+        for source in value.values():
+            if source == ENV_TOKEN:
+                raise ValueError(f"{source!r} names no environment variable: use env:VAR")
         return value
 
     @field_validator("admin", "health", "otlp_listen")
@@ -256,6 +276,24 @@ class Settings(BaseModel):
     def _one_ledger(self) -> Settings:
         if self.ledger_log and (self.ledger_url is not None or self.spool is not None):
             raise ValueError("ledger_log: records go to standard output; no ledger_url or spool")
+        return self
+
+    @model_validator(mode="after")
+    def _pooled(self) -> Settings:
+        if self.assignment is None:
+            if self.sandbox_key_env is not None:
+                raise ValueError("sandbox_key_env: only a pooled gateway (assignment) has one")
+            return self
+        clash = [name for name in POOLED_CLASHES if name in self.model_fields_set]
+        if clash:
+            raise ValueError(
+                f"assignment: a pooled gateway takes its cell from the assignment, not "
+                f"{', '.join(clash)}"
+            )
+        if self.sandbox_key_env is None:
+            raise ValueError(
+                "assignment: needs sandbox_key_env (the sandbox key unwraps its cell's)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -321,10 +359,21 @@ class Tokens:
             self._by_digest[digest] = (principal, token_id(token))
 
     @classmethod
-    def load(cls, files: Mapping[str, str]) -> Tokens:
-        """Read each principal's token from its file (surrounding whitespace ignored)."""
+    def load(cls, files: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Tokens:
+        """Read each principal's token from its file, or from the environment variable of an
+        ``env:VAR`` source (surrounding whitespace ignored)."""
+        environ = os.environ if environ is None else environ
         tokens = {}
         for principal, path in files.items():
+            if path.startswith(ENV_TOKEN):
+                variable = path[len(ENV_TOKEN) :]
+                tokens[principal] = environ.get(variable, "").strip()
+                if not tokens[principal]:
+                    raise errors.GatewayConfigError(
+                        f"the token of {principal} is the environment variable ${variable}, "
+                        "which is unset or empty"
+                    )
+                continue
             try:
                 tokens[principal] = Path(path).read_text(encoding="utf-8").strip()
             except OSError as err:

@@ -71,6 +71,10 @@ class Listener(web.Server):
         self._busy: dict[object, int] = {}  # transport → requests in progress on it
         super().__init__(self._handle, **server_options(settings))
 
+    def serve(self, handler: Handler) -> None:
+        """Hand the listener's calls to ``handler`` from now on (a pooled gateway, assigned)."""
+        self._inner = handler
+
     def connection_made(self, handler: web_protocol.RequestHandler, transport: Any) -> None:
         super().connection_made(handler, transport)
         open_ = [h.transport for h in self.connections if h.transport is not None]

@@ -10,21 +10,24 @@
 
 Shutdown is graceful: listeners stop accepting, exchanges in flight get ``grace`` seconds to
 finish (then are cut and recorded as such), and the ledger is flushed before the backend closes.
+A pooled cell's gateway takes its cell late (:meth:`Gateway.assign`, :mod:`.pooled`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from agent_health.gateway import admin, config, errors, guard, otlp, proxy, recorder
-from agent_health.ledger import backends, chain, podlog, records, spool, store
+from agent_health.gateway import admin, config, errors, guard, otlp, pooled, proxy, recorder
+from agent_health.ledger import assignment, backends, chain, podlog, records, spool, store
 from agent_health.ledger import errors as ledger_errors
 
 log = logging.getLogger("agent_health.gateway")
@@ -44,8 +47,12 @@ class Gateway:
         tokens: config.Tokens | None = None,
         record: recorder.Recorder | None = None,
         owns_recorder: bool = False,
+        sandbox_key: bytes | None = None,
     ) -> None:
+        """``sandbox_key``: a pooled gateway's, which unwraps the cell key :meth:`assign` gets."""
         self.settings = settings
+        self.gate = pooled.Gate() if sandbox_key is not None else None
+        self._sandbox_key = sandbox_key
         self.owns_recorder = owns_recorder
         self.tokens = tokens or config.Tokens({})
         self.recorder = record
@@ -62,6 +69,7 @@ class Gateway:
             )
         self.stopping = False
         self._listeners: list[guard.Listener] = []
+        self._handed: list[tuple[guard.Listener, Callable[[], guard.Handler]]] = []
         self._runners: list[web.BaseRunner] = []
         self._urls: dict[tuple[str, str], str] = {}
         self._admin_url: str | None = None
@@ -71,28 +79,19 @@ class Gateway:
 
     @classmethod
     async def from_settings(cls, settings: config.Settings) -> Gateway:
-        """Read the key and token files and open the ledger the settings name."""
+        """Read the key and token files and open the ledger the settings name (a pooled
+        gateway reads its sandbox's key; its cell's key and ledger come with its assignment)."""
         tokens = await asyncio.to_thread(config.Tokens.load, settings.token_files)
+        if settings.assignment is not None:
+            sandbox = pooled.sandbox_key(settings)
+            return cls(settings, tokens=tokens, owns_recorder=True, sandbox_key=sandbox)
         record = None
-        if settings.ledger_url is not None or settings.ledger_log:
-            try:
+        try:
+            if settings.ledger_url is not None or settings.ledger_log:
                 key = await asyncio.to_thread(chain.load_key, settings.key_file)
-                backend: store.Backend
-                if settings.ledger_log:  # to our log, for the operator to collect
-                    backend = podlog.LogBackend()
-                else:
-                    assert settings.ledger_url is not None
-                    backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
-                    backends.require_client(settings.ledger_url)
-                if settings.spool is not None:
-                    directory = await asyncio.to_thread(spool.check_directory, settings.spool)
-                    backend = spool.SpooledBackend(
-                        backend, directory, max_bytes=settings.spool_max_bytes
-                    )
-            except ledger_errors.LedgerError as err:
-                raise errors.GatewayConfigError(str(err)) from err
-            caps = recorder.Caps(settings.max_cell_exchanges, settings.max_cell_bytes)
-            record = recorder.Recorder(backend, key, default_cell=settings.cell, caps=caps)
+                record = _recorder(settings, await _backend(settings), key)
+        except ledger_errors.LedgerError as err:
+            raise errors.GatewayConfigError(str(err)) from err
         return cls(settings, tokens=tokens, record=record, owns_recorder=True)
 
     async def __aenter__(self) -> Gateway:
@@ -105,20 +104,7 @@ class Gateway:
     async def start(self) -> None:
         """Open the gateway's own cell (if any), then every listener."""
         s = self.settings
-        if self.recorder is not None and s.cell is not None:
-            meta = records.CellMeta(
-                test_id=s.test_id or s.cell,
-                repeat=s.repeat,
-                run_id=s.run_id or s.cell,
-                images=s.images,
-                cell=s.cell,
-                attempt=s.attempt,
-                agent=s.agent,
-            )
-            try:
-                await self.recorder.open_cell(s.cell, meta)
-            except ledger_errors.LedgerError as err:
-                raise errors.RecordingError(f"cannot open ledger cell {s.cell}: {err}") from err
+        await self._open_cell()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
             timeout=aiohttp.ClientTimeout(
@@ -132,26 +118,82 @@ class Gateway:
         )
         try:
             for route in s.routes:
-                handler = proxy.Proxy(
-                    route, s, self._session, self.tokens, self.recorder, self.refusals, self.spans
-                )
                 name = f"{route.principal}→{route.to}"
-                url = await self._listen(guard.Listener(handler, s, name), route.listen)
-                self._urls[(route.principal, route.to)] = url
+                listener = self._gated(name, functools.partial(self._proxy, route))
+                self._urls[(route.principal, route.to)] = await self._listen(listener, route.listen)
             if s.admin is not None:
-                listener = guard.Listener(admin.Admin(self), s, "admin")
+                listener = self._gated("admin", lambda: admin.Admin(self), "admin")
                 self._admin_url = await self._listen(listener, s.admin)
-            if s.otlp_listen is not None and self.spans is not None:
-                receiver = otlp.Receiver(self.spans, self.tokens)
-                self._otlp_url = await self._listen(
-                    guard.Listener(receiver, s, "otlp"), s.otlp_listen
-                )
+            if s.otlp_listen is not None and (spans := self.spans) is not None:
+                listener = self._gated("otlp", lambda: otlp.Receiver(spans, self.tokens), "otlp")
+                self._otlp_url = await self._listen(listener, s.otlp_listen)
             if s.health is not None:
                 listener = guard.Listener(admin.Admin(self, records=False), s, "health")
                 self._health_url = await self._listen(listener, s.health)
         except BaseException:
             await self.stop()
             raise
+
+    def _proxy(self, route: config.Route) -> proxy.Proxy:
+        assert self._session is not None
+        s = self.settings
+        return proxy.Proxy(
+            route, s, self._session, self.tokens, self.recorder, self.refusals, self.spans
+        )
+
+    def _gated(
+        self, name: str, make: Callable[[], guard.Handler], kind: str = "route"
+    ) -> guard.Listener:
+        """The listener ``name``: serving ``handler``, or, while a pooled gateway waits for its
+        cell, its gate (the admin listener's ``/healthz`` still answered)."""
+        if self.gate is None:
+            return guard.Listener(make(), self.settings, name)
+        health = make() if kind == "admin" else None
+        gated = self.gate.handler(name, otlp=kind == "otlp", health=health)
+        listener = guard.Listener(gated, self.settings, name)
+        self._handed.append((listener, make))
+        return listener
+
+    async def _open_cell(self) -> None:
+        s = self.settings
+        if self.recorder is None or s.cell is None:
+            return
+        meta = records.CellMeta(
+            test_id=s.test_id or s.cell,
+            repeat=s.repeat,
+            run_id=s.run_id or s.cell,
+            images=s.images,
+            cell=s.cell,
+            attempt=s.attempt,
+            agent=s.agent,
+        )
+        try:
+            await self.recorder.open_cell(s.cell, meta)
+        except ledger_errors.LedgerError as err:
+            raise errors.RecordingError(f"cannot open ledger cell {s.cell}: {err}") from err
+
+    async def assign(self, assigned: assignment.Assignment) -> None:
+        """Take a pooled gateway's cell: its identity and ledger key, its cell-meta record,
+        then every listener's real handler in place of the gate."""
+        if self.gate is None or self._sandbox_key is None or self.gate.assigned:
+            raise errors.GatewayConfigError("only a pooled gateway takes a cell, and only once")
+        settings = pooled.cell_settings(self.settings, assigned)
+        key = pooled.cell_key(self.settings, self._sandbox_key, assigned)
+        try:
+            ledger = settings.ledger_url is not None or settings.ledger_log
+            backend = await _backend(settings) if ledger else None
+        except ledger_errors.LedgerError as err:
+            raise errors.GatewayConfigError(f"{self.settings.assignment}: {err}") from err
+        self.settings = settings
+        if backend is not None:
+            self.recorder = _recorder(settings, backend, key)
+            self.refusals = guard.Refusals(self.recorder, settings.max_refused_records)
+            if self.spans is not None:
+                self.spans.on_kept = self.recorder.note
+        await self._open_cell()
+        for listener, make in self._handed:
+            listener.serve(make())
+        self.gate.assigned = True
 
     async def _listen(self, listener: guard.Listener, listen: str) -> str:
         """Start one listener; its URL (``unix:/PATH`` for a Unix socket)."""
@@ -242,6 +284,7 @@ class Gateway:
                 else 0
             ),
             **self.refusals.summary(),
+            **(self.gate.summary() if self.gate is not None else {}),
             **(self.spans.summary() if self.spans is not None else {}),
             "refused_connections": {
                 listener.name: listener.refused_connections for listener in self._listeners
@@ -259,8 +302,42 @@ async def serve(settings: config.Settings, stop: asyncio.Event) -> None:
     async with gateway:
         for (principal, to), url in gateway.listeners.items():
             log.info("gateway: %s → %s listening on %s", principal, to, url)
+        if gateway.gate is not None:
+            log.info("gateway: waiting for the sandbox's assignment in %s", settings.assignment)
+            assigned = await pooled.wait(settings, stop)
+            if assigned is not None:
+                await gateway.assign(assigned)
+                log.info(
+                    "gateway: assigned cell %s (ledger cell %s, %s repeat %d); %d calls before "
+                    "it were answered 503",
+                    assigned.cell,
+                    assigned.ledger_cell,
+                    assigned.test_id,
+                    assigned.repeat,
+                    gateway.gate.refused,
+                )
         await stop.wait()
         log.info("gateway: stopping (grace %ss)", settings.grace)
+
+
+async def _backend(settings: config.Settings) -> store.Backend:
+    """The ledger the settings name (it names one), spooled if asked."""
+    backend: store.Backend
+    if settings.ledger_log:  # to our log, for the operator to collect
+        backend = podlog.LogBackend()
+    else:
+        assert settings.ledger_url is not None
+        backend = await asyncio.to_thread(backends.from_url, settings.ledger_url)
+        backends.require_client(settings.ledger_url)
+    if settings.spool is not None:
+        directory = await asyncio.to_thread(spool.check_directory, settings.spool)
+        backend = spool.SpooledBackend(backend, directory, max_bytes=settings.spool_max_bytes)
+    return backend
+
+
+def _recorder(settings: config.Settings, backend: store.Backend, key: bytes) -> recorder.Recorder:
+    caps = recorder.Caps(settings.max_cell_exchanges, settings.max_cell_bytes)
+    return recorder.Recorder(backend, key, default_cell=settings.cell, caps=caps)
 
 
 def _remove_stale_socket(path: str) -> None:

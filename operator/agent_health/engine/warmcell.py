@@ -1,0 +1,85 @@
+"""``agent-health cell --assignment FILE``: a pooled (warm) cell's controller.
+
+A cell from a warm pool is a pod started before its cell exists
+(:mod:`agent_health.ledger.assignment`): its target and peers start and become ready, its
+gateway listens, and its controller waits here until the operator assigns the sandbox a
+cell and the kubelet projects the assignment into ``FILE``. Then it runs as ``agent-health
+cell --test ID --repeat N`` would, the assignment giving what a cold cell's environment
+gives (:mod:`.cell`): the run id, the EvaluationRun, the timeout, the judge model (none:
+judging is skipped, as a cold cell without ``AGENT_HEALTH_JUDGE_MODEL`` has no judge route),
+``skipJudge``, ``skipSimulate`` and the agent of a matrix. Where the target, the gateway's
+admin listener and the judge are, and the controller's token, still come from the
+environment (the token from ``AGENT_HEALTH_TOKEN``: a pooled cell's tokens are env vars).
+
+It waits with no deadline of its own: the operator's deadline on the pod bounds a cell. A
+malformed assignment ends it with the reason and exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from agent_health import connectors
+from agent_health.engine import cell, visible
+from agent_health.ledger import assignment
+from agent_health.sdk import errors
+from agent_health.sdk.results import TestResult
+
+
+def settings(
+    assigned: assignment.Assignment, *, suite: Path, environ: Mapping[str, str] | None = None
+) -> cell.CellSettings:
+    """The cell settings of ``assigned``: the environment's, with the assignment's identity."""
+    env = dict(os.environ if environ is None else environ)
+    env["AGENT_HEALTH_RUN_ID"] = assigned.cell
+    base = cell.CellSettings.from_env(
+        suite=suite, test_id=assigned.test_id, repeat=assigned.repeat, environ=env
+    )
+    return dataclasses.replace(
+        base,
+        run_id=assigned.cell,
+        evaluation_run=assigned.evaluation_run,
+        timeout=float(assigned.timeout),
+        judge_model=assigned.judge_model,
+        # No judge model, no judging: the operator assigns a model to every judged cell.
+        judge_url=base.judge_url if assigned.judge_model is not None else None,
+        skip_judge=assigned.skip_judge,
+        skip_simulate=assigned.skip_simulate,
+        matrix_agent=assigned.agent,
+    )
+
+
+async def wait_and_run(path: Path, suite: Path) -> tuple[int, TestResult | None]:
+    """Wait for the assignment in ``path``, then run its cell."""
+    print(f"waiting for the cell's assignment in {path}", file=sys.stderr)
+    try:
+        assigned = await assignment.wait(path)
+    except OSError as err:
+        raise cell.CellError(f"cannot read the assignment {path}: {err.strerror or err}") from err
+    except assignment.AssignmentError as err:
+        raise cell.CellError(f"the cell's assignment: {err}") from err
+    print(
+        f"assigned cell {assigned.cell}: {assigned.test_id} repeat {assigned.repeat}",
+        file=sys.stderr,
+    )
+    return await cell.run_cell(settings(assigned, suite=suite))
+
+
+def main(suite: Path, path: Path) -> int:
+    """The ``agent-health cell --assignment FILE`` command (exit codes as :func:`cell.main`)."""
+    try:
+        code, result = asyncio.run(wait_and_run(path, suite))
+    except (cell.CellError, errors.ConfigError, connectors.ConnectorError) as err:
+        print(f"error: {visible.line(str(err))}", file=sys.stderr)
+        return cell.EXIT_MISCONFIGURED
+    except cell.RecordingFailed as err:
+        print(f"error: {visible.line(str(err))}", file=sys.stderr)
+        return cell.EXIT_UNRECORDED
+    if result is not None:
+        print(cell.report(result))
+    return code
