@@ -136,6 +136,8 @@ def observe(m: metrics.OperatorMetrics, batch: int) -> None:
     m.observe_run("evals", "triage", "nightly-1", _status("Running", 3 * batch, batch))
     m.observe_run("evals", "triage", "nightly-0", _status("Succeeded", 9, 1))
     m.cell_preempted("evals", "triage")
+    m.cell_launched("evals", "triage", "warm")
+    m.cell_launched("evals", "triage", "cold")
     m.observe_judge("gpt-4o-mini", "ok", 0.8)
     m.observe_judge("gpt-4o-mini", "cached", 0.01)
     m.observe_judge("gpt-4o-mini", "errored", 3.0)

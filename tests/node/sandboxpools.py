@@ -128,15 +128,28 @@ class SandboxPools:
         kinds = [store.kinds[(GROUP, p)] for p in ("sandboxwarmpools", "sandboxclaims")]
         kinds.append(store.kinds[(controllers.SANDBOX_GROUP, "sandboxes")])
 
+        # A workqueue, as controller-runtime's: events mark a namespace dirty, one worker
+        # reconciles each dirty namespace once however many events came meanwhile.
+        dirty: set[str] = set()
+        wake = asyncio.Event()
+
         async def follow(kind: Kind) -> None:
             async for event in store.watch(
                 kind, None, lambda _l: True, since=None, initial_bookmark=False, timeout=None
             ):
-                namespace = event["object"]["metadata"].get("namespace")
-                async with self._lock:  # one reconcile at a time, as one worker would
-                    await self._reconcile(str(namespace))
+                dirty.add(str(event["object"]["metadata"].get("namespace")))
+                wake.set()
+
+        async def work() -> None:
+            while True:
+                await wake.wait()
+                wake.clear()
+                while dirty:
+                    async with self._lock:  # one reconcile at a time, as one worker would
+                        await self._reconcile(dirty.pop())
 
         tasks = [asyncio.ensure_future(follow(k)) for k in kinds]
+        tasks.append(asyncio.ensure_future(work()))
         try:
             await asyncio.gather(*tasks)
         finally:

@@ -235,8 +235,32 @@ def _through(socket: str | None) -> httpx.AsyncHTTPTransport | None:
     return httpx.AsyncHTTPTransport(uds=socket) if socket else None
 
 
-async def run_cell(settings: CellSettings) -> tuple[int, TestResult | None]:
-    """Run the cell's one test and record it; the exit code and the result."""
+@dataclass(frozen=True)
+class Loaded:
+    """The suite and its config, loaded: what a pooled cell reads before it has a cell."""
+
+    config: config_mod.Config
+    suite: loader.Suite
+
+
+def load_suite(path: Path) -> Loaded:
+    """The suite at ``path`` with the files and case-file strictness it was listed with (its
+    config's)."""
+    config = loader.load_config(loader.find_config(path))
+    found_by = discovery.of(
+        config.test_match, config.test_ignore, lenient=config.lenient_cases, forbid_unknown=None
+    )
+    return Loaded(config, loader.load([path], found_by))
+
+
+SetUpError = (CellError, errors.ConfigError, connectors.ConnectorError)
+
+
+async def run_cell(
+    settings: CellSettings, loaded: Loaded | Exception | None = None
+) -> tuple[int, TestResult | None]:
+    """Run the cell's one test and record it; the exit code and the result. ``loaded``: the
+    suite loaded beforehand (or why it could not be), else it is loaded now."""
     admin_transport = _through(settings.admin_socket)
     timeout = httpx.Timeout(60.0, connect=10.0)
     async with httpx.AsyncClient(timeout=timeout, transport=admin_transport) as client:
@@ -246,21 +270,16 @@ async def run_cell(settings: CellSettings) -> tuple[int, TestResult | None]:
             else None
         )
         try:
-            config = loader.load_config(loader.find_config(settings.suite))
-            # The files and case-file strictness the suite was listed with (its config's).
-            found_by = discovery.of(
-                config.test_match,
-                config.test_ignore,
-                lenient=config.lenient_cases,
-                forbid_unknown=None,
-            )
-            suite = loader.load([settings.suite], found_by)
-            case = find(suite, settings.test_id)
+            if isinstance(loaded, Exception):
+                raise loaded
+            found = loaded or load_suite(settings.suite)
+            config = found.config
+            case = find(found.suite, settings.test_id)
             spec = ConnectorSpec.parse(settings.agent)
             headers = {**spec.headers, **settings.token_headers}
             spec = spec.model_copy(update={"headers": headers, "uds": settings.agent_socket})
             connector = connectors.create(spec, config.connectors)
-        except (CellError, errors.ConfigError, connectors.ConnectorError) as err:
+        except SetUpError as err:
             # Say why in the ledger too, so the grade names the reason, not a missing record.
             if ledger is not None:
                 end = objects.cell_end(

@@ -55,7 +55,16 @@ def settings(
 
 
 async def wait_and_run(path: Path, suite: Path) -> tuple[int, TestResult | None]:
-    """Wait for the assignment in ``path``, then run its cell."""
+    """Load the suite, wait for the assignment in ``path``, then run its cell.
+
+    The suite is loaded (its modules imported, its cases read) while the sandbox waits in its
+    pool, so a warm cell's test starts as soon as it is assigned; a suite that cannot be
+    loaded is reported in the assigned cell's ledger, as a cold cell reports it."""
+    loaded: cell.Loaded | Exception
+    try:
+        loaded = cell.load_suite(suite)
+    except cell.SetUpError as err:
+        loaded = err
     print(f"waiting for the cell's assignment in {path}", file=sys.stderr)
     try:
         assigned = await assignment.wait(path)
@@ -67,7 +76,7 @@ async def wait_and_run(path: Path, suite: Path) -> tuple[int, TestResult | None]
         f"assigned cell {assigned.cell}: {assigned.test_id} repeat {assigned.repeat}",
         file=sys.stderr,
     )
-    return await cell.run_cell(settings(assigned, suite=suite))
+    return await cell.run_cell(settings(assigned, suite=suite), loaded)
 
 
 def main(suite: Path, path: Path) -> int:

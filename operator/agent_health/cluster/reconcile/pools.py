@@ -114,20 +114,29 @@ class Pools:
         sandbox_name = bound_sandbox(claim)
         assert sandbox_name is not None
         namespace = run.ref.namespace
-        try:
-            sandbox = await self.board.api.get(kube.SANDBOXES, namespace, sandbox_name)
-        except kube.ApiError as err:
-            return "other", f"cannot read Sandbox {sandbox_name} bound to the cell: {err}"
+        # Both at once (a warm start waits on them): the Secret by the name the controller
+        # gives it, read again only if the Sandbox records another.
+        guess = f"{sandbox_name}-{cellgateway.POOLED_SECRET}"
+        read: tuple[dict[str, Any] | BaseException, ...] = await asyncio.gather(
+            self.board.api.get(kube.SANDBOXES, namespace, sandbox_name),
+            self.board.api.get(kube.SECRETS, namespace, guess),
+            return_exceptions=True,
+        )
+        sandbox, secret = read
+        if isinstance(sandbox, BaseException):
+            return "other", f"cannot read Sandbox {sandbox_name} bound to the cell: {sandbox}"
         if not plan.owned_by(sandbox, str(claim["metadata"].get("uid") or "")):
             return "other", (
                 f"Sandbox {sandbox_name} is not owned by the cell's claim {cell.name}; the "
                 "operator will not hand a cell to a sandbox its claim does not hold"
             )
         secret_name = _generated_secret(sandbox)
-        try:
-            secret = await self.board.api.get(kube.SECRETS, namespace, secret_name)
-        except kube.ApiError as err:
-            return "other", f"cannot read Sandbox {sandbox_name}'s generated Secret: {err}"
+        if secret_name != guess or isinstance(secret, BaseException):
+            try:
+                secret = await self.board.api.get(kube.SECRETS, namespace, secret_name)
+            except kube.ApiError as err:
+                return "other", f"cannot read Sandbox {sandbox_name}'s generated Secret: {err}"
+        assert isinstance(secret, dict)
         if not plan.owned_by(secret, str(sandbox["metadata"].get("uid") or "")):
             return "other", (
                 f"Secret {secret_name} is not Sandbox {sandbox_name}'s own; the operator will "
