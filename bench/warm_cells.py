@@ -99,7 +99,7 @@ async def _measure(
 
     async def cells() -> None:
         async for event in store.watch(
-            k8s.kind(api_version, kind), "default", bool, since=None,
+            k8s.kind(api_version, kind), "default", lambda _l: True, since=None,
             initial_bookmark=False, timeout=None,
         ):  # fmt: skip
             body, now = event["object"], time.time()
@@ -113,7 +113,7 @@ async def _measure(
 
     async def pods() -> None:
         async for event in store.watch(
-            k8s.kind("v1", "Pod"), "default", bool, since=None, initial_bookmark=False,
+            k8s.kind("v1", "Pod"), "default", lambda _l: True, since=None, initial_bookmark=False,
             timeout=None,
         ):  # fmt: skip
             body = event["object"]
@@ -134,9 +134,9 @@ async def _measure(
             task.cancel()
     status = k8s.run(name).get("status") or {}
     key = k8s.ledger_key(name)
-    starts: list[float] = []
+    starts: list[float] = []  # in the order the cells appeared
     opened: list[float] = []  # until the gateway opened the cell (its cell-meta)
-    for cell, appeared in seen.items():
+    for cell, appeared in sorted(seen.items(), key=lambda item: item[1]):
         ledger = await k8s.ledger(f"configmap://default/{runspec}-ledger-{name}", cell, key)
         first = next(
             (r for r in ledger if isinstance(r, records.Exchange) and r.principal == "controller"),
@@ -154,7 +154,7 @@ async def _measure(
 async def _pool_ready(k8s: e2e.Cluster, replicas: int) -> None:
     def ready() -> bool:
         store = k8s.emulator.store
-        found = store.list(k8s.kind(EXT, "SandboxWarmPool"), "default", bool)
+        found = store.list(k8s.kind(EXT, "SandboxWarmPool"), "default", lambda _l: True)
         return bool(found) and (found[0].get("status") or {}).get("readyReplicas") == replicas
 
     await e2e.until(ready, f"the warm pool's {replicas} sandboxes to be ready", 300)
@@ -222,6 +222,7 @@ def main() -> int:
             else "-"
         )
         print(f"{side:<6} {statistics.median(starts):>12.2f}s {p95(starts):>9.2f}s  {launched}")
+        print("       each, in order: " + " ".join(f"{s:.2f}" for s in starts))
     bound, handed, opened = figures["warm"][2]
     for what, times in (
         ("the claim was bound", bound),

@@ -37,7 +37,9 @@ def named_run(run: dict[str, Any], name: str, **spec: Any) -> dict[str, Any]:
 
 def pools(k8s: Cluster) -> list[dict[str, Any]]:
     store = k8s.emulator.store
-    return store.list(store.kinds[(sandboxpools.GROUP, "sandboxwarmpools")], "default", bool)
+    return store.list(
+        store.kinds[(sandboxpools.GROUP, "sandboxwarmpools")], "default", lambda _l: True
+    )
 
 
 async def test_a_warm_pool_run_gives_every_cell_a_sandbox_of_its_own() -> None:

@@ -408,7 +408,9 @@ async def test_warm_pool_cells_start_from_ready_sandboxes_one_cell_each(
     claims = [
         c
         for c in k8s.emulator.store.list(
-            k8s.kind("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"), "default", bool
+            k8s.kind("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"),
+            "default",
+            lambda _l: True,
         )
         if c["metadata"]["labels"].get("agenthealth.dev/run") == "warm-1"
     ]

@@ -329,6 +329,19 @@ def test_the_gke_scenario_gives_cells_no_google_identity_and_runs_them_on_gvisor
     # The operator watches Sandboxes here; elsewhere it does not (no agent-sandbox CRDs).
     assert _env(documents)["AGENT_HEALTH_SANDBOXES"] == "1"
     assert "AGENT_HEALTH_SANDBOXES" not in _env(render(helm, "kind"))
+    # And claims on warm pools (isolation.warmPool), with the Role to make them.
+    assert _env(documents)["AGENT_HEALTH_WARM_POOLS"] == "1"
+    assert "AGENT_HEALTH_WARM_POOLS" not in _env(render(helm, "kind"))
+    granted = {
+        (group, resource, verb)
+        for role in by_kind(documents, "Role")
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    pools = "extensions.agents.x-k8s.io"
+    assert {(pools, "sandboxclaims", "create"), (pools, "sandboxwarmpools", "patch")} <= granted
     # Runs that name no queue wait in each namespace's LocalQueue "evals"; elsewhere none.
     assert _env(documents)["AGENT_HEALTH_DEFAULT_QUEUE"] == "evals"
     assert "AGENT_HEALTH_DEFAULT_QUEUE" not in _env(render(helm, "kind"))

@@ -1,0 +1,166 @@
+"""What the operator makes for a warm-pool RunSpec, as manifests: the pooled pod is a valid
+Kubernetes pod (1.31 schemas) that names no cell, gives the target no token and its principals
+only their own, and the claim, pool and template carry what Agent Sandbox reads."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.cells import cellgateway, cellparts, manifests, netpol, warmpool
+from agent_health.ledger import assignment, keys
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples" / "run.yaml").read_text())}
+PINNED = "@sha256:" + "d" * 64
+SETTINGS = manifests.Settings(
+    controller_image=f"ghcr.io/agent-health/controller{PINNED}",
+    gateway_image=f"ghcr.io/agent-health/gateway{PINNED}",
+    ledger_url="configmap://{namespace}/ledger-{run}",
+)
+
+
+def _runspec(**isolation: Any) -> runspec.RunSpec:
+    body = copy.deepcopy(EXAMPLE["RunSpec"])
+    body["metadata"] |= {"uid": "4f1c2b7e-0000-4000-8000-000000000001", "generation": 3}
+    body["spec"]["isolation"] = {"mode": "agentSandbox", "warmPool": {"replicas": 4}} | isolation
+    return runspec.RunSpec.model_validate(body)
+
+
+def _run() -> evaluationrun.EvaluationRun:
+    body = copy.deepcopy(EXAMPLE["EvaluationRun"])
+    body["metadata"] |= {"uid": "9a8b7c6d-0000-4000-8000-000000000002"}
+    return evaluationrun.EvaluationRun.model_validate(body)
+
+
+def _digests(spec: runspec.RunSpec) -> dict[str, str]:
+    return {image: "sha256:" + "e" * 64 for image in spec.images()}
+
+
+def _template(spec: runspec.RunSpec) -> dict[str, Any]:
+    return warmpool.template(spec, digests=_digests(spec), settings=SETTINGS)
+
+
+def _env(container: dict[str, Any]) -> str:
+    return json.dumps(container.get("env") or [])
+
+
+def test_the_pooled_pod_is_a_valid_pod_that_names_no_cell() -> None:
+    spec = _runspec()
+    template = _template(spec)
+    pod_template = template["spec"]["podTemplate"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "triage-g3-abcde", "namespace": "default", **pod_template["metadata"]},
+        "spec": pod_template["spec"],
+    }
+    assert kubernetes_validate.validate(pod, "1.31", strict=True) == "1.31"
+    containers = {
+        c["name"]: c for c in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]
+    }
+    gateway, controller, target = (
+        containers["gateway"],
+        containers["controller"],
+        containers["target"],
+    )
+    assert "--assignment" in gateway["args"]
+    for flag in ("--cell", "--run-id", "--test-id", "--key-file", "--ledger"):
+        assert flag not in gateway["args"], flag
+    assert controller["args"][:3] == ["cell", "--assignment", assignment.FILE]
+    assert "activeDeadlineSeconds" not in pod["spec"]
+    assert "AGENT_HEALTH_RUN_ID" not in _env(controller)
+    # Tokens: the target none; the controller and the peer their own; the gateway all + the key.
+    assert cellparts.GENERATED_SECRET not in _env(target)
+    assert (
+        json.loads(_env(controller)).count(
+            {
+                "name": "AGENT_HEALTH_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": "cell-keys", "key": "controller"}},
+            }
+        )
+        == 1
+    )
+    peer = containers["peer-logs"]
+    assert '"key": "peer-logs"' in _env(peer)
+    assert '"key": "controller"' not in _env(peer)
+    assert all(f'"key": "{k}"' in _env(gateway) for k in ("controller", "peer-logs", "sandbox-key"))
+    # The assignment file: the gateway and the controller mount it, no one else.
+    mounting = {
+        name
+        for name, c in containers.items()
+        if any(m["name"] == cellgateway.ASSIGNMENT_VOLUME for m in c.get("volumeMounts") or [])
+    }
+    assert mounting == {"gateway", "controller"}
+    images = [c["image"] for c in containers.values()]
+    assert all("@sha256:" in image for image in images), images
+    assert pod["metadata"]["labels"][warmpool.LABEL_POOL] == "triage-g3"
+
+
+def test_the_template_generates_each_sandbox_its_own_tokens_and_key() -> None:
+    template = _template(_runspec())
+    (generated,) = template["spec"]["generatedSecrets"]
+    assert generated["name"] == cellparts.GENERATED_SECRET
+    assert [d["key"] for d in generated["data"]] == ["controller", "peer-logs", "sandbox-key"]
+    assert template["spec"]["envVarsInjectionPolicy"] == "Disallowed"
+    assert template["metadata"]["ownerReferences"][0]["kind"] == "RunSpec"
+
+
+def test_a_claim_is_the_cell_and_goes_with_its_sandbox() -> None:
+    spec, run = _runspec(), _run()
+    claim = warmpool.claim(run, spec, test_id="suite/t.py::a", repeat=1)
+    assert claim["metadata"]["name"] == manifests.cell_name(
+        run.metadata["name"], "suite/t.py::a", 1
+    )
+    assert claim["metadata"]["ownerReferences"][0]["kind"] == "EvaluationRun"
+    assert claim["spec"]["warmPoolRef"] == {"name": "triage-g3"}
+    assert claim["spec"]["lifecycle"]["shutdownPolicy"] == "Delete"
+    assert "env" not in claim["spec"]  # an env would force a cold start
+
+
+def test_an_agent_matrix_gets_a_pool_per_agent() -> None:
+    spec = _runspec()
+    names = {warmpool.pool_name(spec, agent) for agent in (None, "fast", "slow")}
+    assert names == {"triage-g3", "triage-fast-g3", "triage-slow-g3"}
+    assert warmpool.pool(spec, 4, "fast")["spec"] == {
+        "replicas": 4,
+        "sandboxTemplateRef": {"name": "triage-fast-g3"},
+    }
+
+
+def test_the_assignment_carries_the_run_key_derived_cell_key_wrapped() -> None:
+    spec, run = _runspec(), _run()
+    run_key, sandbox_key = b"r" * 44, b"s" * 43
+    handed = warmpool.assignment(
+        run, spec, SETTINGS, cell="c-1", test_id="t", repeat=0, attempt=1, agent=None,
+        run_key=run_key, sandbox_key=sandbox_key,
+    )  # fmt: skip
+    assert handed.ledger_cell == "c-1.a1"
+    assert keys.unwrap_cell_key(sandbox_key, "c-1.a1", handed.ledger_key) == keys.cell_key(
+        run_key, "c-1.a1"
+    )
+    assert spec.spec.ledger is not None
+    assert handed.ledger == spec.spec.ledger.url  # the run's (intake fills in {run})
+    assert assignment.Assignment.parse(handed.annotation()) == handed
+
+
+def test_the_pools_network_policy_is_valid_and_selects_the_pools_pods() -> None:
+    spec = _runspec()
+    fence = netpol.Fence(egress=(netpol.egress("0.0.0.0/0:443"),))
+    policy = warmpool.network_policy(spec, fence, SETTINGS, "triage-g3")
+    policy["metadata"]["namespace"] = "default"
+    assert kubernetes_validate.validate(policy, "1.31", strict=True) == "1.31"
+    assert policy["spec"]["podSelector"] == {"matchLabels": {warmpool.LABEL_POOL: "triage-g3"}}
+    assert policy["spec"]["ingress"] == []
+
+
+@pytest.mark.parametrize("mode", ["pod"])
+def test_a_warm_pool_is_refused_without_agent_sandbox(mode: str) -> None:
+    with pytest.raises(ValueError, match="warmPool is only allowed with mode agentSandbox"):
+        _runspec(mode=mode)
