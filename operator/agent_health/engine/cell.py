@@ -237,10 +237,12 @@ def _through(socket: str | None) -> httpx.AsyncHTTPTransport | None:
 
 @dataclass(frozen=True)
 class Loaded:
-    """The suite and its config, loaded: what a pooled cell reads before it has a cell."""
+    """The suite and its config, loaded, and the target's connector: what a pooled cell
+    makes before it has a cell (none of it depends on which cell it gets)."""
 
     config: config_mod.Config
     suite: loader.Suite
+    connector: connectors.Connector | None = None
 
 
 def load_suite(path: Path) -> Loaded:
@@ -254,6 +256,15 @@ def load_suite(path: Path) -> Loaded:
 
 
 SetUpError = (CellError, errors.ConfigError, connectors.ConnectorError)
+
+
+def connector_of(settings: CellSettings, config: config_mod.Config) -> connectors.Connector:
+    """The target's connector, through the gateway's agent socket, with the controller's
+    token."""
+    spec = ConnectorSpec.parse(settings.agent)
+    headers = {**spec.headers, **settings.token_headers}
+    spec = spec.model_copy(update={"headers": headers, "uds": settings.agent_socket})
+    return connectors.create(spec, config.connectors)
 
 
 async def run_cell(
@@ -275,10 +286,7 @@ async def run_cell(
             found = loaded or load_suite(settings.suite)
             config = found.config
             case = find(found.suite, settings.test_id)
-            spec = ConnectorSpec.parse(settings.agent)
-            headers = {**spec.headers, **settings.token_headers}
-            spec = spec.model_copy(update={"headers": headers, "uds": settings.agent_socket})
-            connector = connectors.create(spec, config.connectors)
+            connector = found.connector or connector_of(settings, config)
         except SetUpError as err:
             # Say why in the ledger too, so the grade names the reason, not a missing record.
             if ledger is not None:

@@ -57,12 +57,22 @@ def settings(
 async def wait_and_run(path: Path, suite: Path) -> tuple[int, TestResult | None]:
     """Load the suite, wait for the assignment in ``path``, then run its cell.
 
-    The suite is loaded (its modules imported, its cases read) while the sandbox waits in its
-    pool, so a warm cell's test starts as soon as it is assigned; a suite that cannot be
-    loaded is reported in the assigned cell's ledger, as a cold cell reports it."""
+    The suite is loaded (its modules imported, its cases read) and the target's connector
+    made while the sandbox waits in its pool, so a warm cell's test starts as soon as it is
+    assigned; a suite that cannot be loaded is reported in the assigned cell's ledger, as a
+    cold cell reports it."""
     loaded: cell.Loaded | Exception
     try:
         loaded = cell.load_suite(suite)
+        # The connector too (its HTTP stack imported, its client made): where the target is
+        # and the controller's token are the pod's, whichever cell comes.
+        unassigned = {**os.environ, "AGENT_HEALTH_RUN_ID": "unassigned"}
+        provisional = cell.CellSettings.from_env(
+            suite=suite, test_id="", repeat=0, environ=unassigned
+        )
+        loaded = dataclasses.replace(
+            loaded, connector=cell.connector_of(provisional, loaded.config)
+        )
     except cell.SetUpError as err:
         loaded = err
     print(f"waiting for the cell's assignment in {path}", file=sys.stderr)
