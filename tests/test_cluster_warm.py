@@ -110,3 +110,28 @@ async def test_an_empty_pool_falls_back_to_cold_starts_counted() -> None:
 def test_a_warm_pool_needs_agent_sandbox_isolation() -> None:
     with pytest.raises(ValueError, match="warmPool is only allowed with mode agentSandbox"):
         runspec.Isolation.model_validate({"mode": "pod", "warmPool": {"replicas": 2}})
+
+
+async def test_a_restarted_operator_takes_over_warm_cells_and_hands_each_sandbox_one_cell() -> None:
+    async with cluster() as k8s:
+        runspec_body, run = warm_example(k8s, replicas=3)
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _cell: "hold")
+        async with sandboxpools.running(k8s.emulator, k8s.client), kubelet(fake):
+            async with k8s.operator(sandboxes=True, warm_pools=True):
+                await k8s.apply(runspec_body)
+                await k8s.apply(named_run(run, "kept", repeats=1, parallelism=3))
+                await until(lambda: len(fake.held) == 3, "three cells handed and running")
+            # A new operator finds three claims, bound and handed; it hands them nothing new.
+            async with k8s.operator(sandboxes=True, warm_pools=True):
+                for name in list(fake.held):
+                    await fake.release(name)
+                done = await until(lambda: finished(k8s, "kept"), "the run")
+        assert done["phase"] == "Succeeded", done
+        assert done["counts"]["passed"] == 3
+        handed = list(fake.assignments.values())
+        assert len(handed) == 3
+        assert len({a.cell for a in handed}) == 3
+        # A warm cell's tokens are its sandbox's: the new operator made no Secret of its own.
+        store = k8s.emulator.store
+        secrets = store.list(store.kinds[("", "secrets")], "default", lambda _l: True)
+        assert not [s for s in secrets if s["metadata"]["name"].endswith("-tokens")]

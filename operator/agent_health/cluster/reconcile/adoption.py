@@ -51,6 +51,10 @@ class Adoption:
             cell.preempted = min(plan.preemptions(body), cell.attempt)
             cell.state = "active"
             run.active.add(cell.name)
+            if observed.is_claim(body):
+                # A warm cell's tokens are its sandbox's: handed again as its claim is applied.
+                self._adopted(run, cell, body)
+                continue
             place = cellsecrets.place_of(body) or cellsecrets.Place.own(cell.name, cell.attempt)
             secret = secrets.get(place.secret, {})
             # Only a Secret the run (shared) or this very pod (its own) owns holds tokens the
@@ -63,9 +67,12 @@ class Adoption:
                 self.creator.allow(run, cell, token)
             elif observed.state(body) in ("waiting", "running"):
                 self.board.spawn(self._secret(run, cell, body, place))
-            if not plan.queued(run):  # a queued cell's deadline starts once Kueue admits it
-                self.handoff.keep_deadline(run, cell, plan.created_at(body))
-            self.reactions.apply(run, "ADDED", body)
+            self._adopted(run, cell, body)
+
+    def _adopted(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> None:
+        if not plan.queued(run):  # a queued cell's deadline starts once Kueue admits it
+            self.handoff.keep_deadline(run, cell, plan.created_at(body))
+        self.reactions.apply(run, "ADDED", body)
 
     async def _secret(
         self, run: plan.Run, cell: plan.Cell, body: dict[str, Any], place: cellsecrets.Place

@@ -124,7 +124,8 @@ class Reactions:
             self.handoff.spawn(run, cell, self.handoff.infra(run, cell, body, refused, delete=True))
             return True
         cell.pod = pools.bound_sandbox(body) or cell.pod  # its gateway's log, once it ends
-        if cell.assigned != cell.attempt and cell.pod is not None:
+        ended = observed.state(body) in ("succeeded", "failed")  # adopted after a restart
+        if cell.assigned != cell.attempt and cell.pod is not None and not ended:
             cell.assigned = cell.attempt  # later events of the attempt do not hand it again
             self.handoff.spawn(run, cell, self.handoff.assign(run, cell, body))
         return False
