@@ -51,7 +51,7 @@ import httpx
 
 from agent_health import connectors
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.engine import discovery, loader, receiver, recording, runner, visible
+from agent_health.engine import cellsuite, receiver, recording, runner, visible
 from agent_health.ledger import objects
 from agent_health.otel import settings as otel_settings
 from agent_health.sdk import config as config_mod
@@ -67,8 +67,7 @@ EXIT = {"passed": 0, "skipped": 0, "flaky": 0, "failed": 1, "errored": 3}
 EXIT_MISCONFIGURED, EXIT_UNRECORDED = 2, 4
 
 
-class CellError(errors.AgentHealthError):
-    """The cell cannot run its test (a wrong environment or suite); exit 2."""
+CellError = cellsuite.CellError
 
 
 class RecordingFailed(errors.AgentHealthError):
@@ -197,19 +196,6 @@ class GatewayRecords:
         return await receiver.gateway_spans(self._client, self._url, self._headers, run_id)
 
 
-def find(suite: loader.Suite, test_id: str) -> Any:
-    """The suite's test with this id, or a CellError listing what was found."""
-    for case in suite.cases:
-        if case.id == test_id:
-            return case
-    problems = "; ".join(str(e) for e in suite.errors)
-    known = ", ".join(c.id for c in suite.cases[:10]) or "none"
-    raise CellError(
-        f"no test {test_id!r} in the suite at {suite.root} (found: {known})"
-        + (f"; load errors: {problems}" if problems else "")
-    )
-
-
 @contextlib.asynccontextmanager
 async def _judge(
     settings: CellSettings, config: config_mod.Config
@@ -235,26 +221,6 @@ def _through(socket: str | None) -> httpx.AsyncHTTPTransport | None:
     return httpx.AsyncHTTPTransport(uds=socket) if socket else None
 
 
-@dataclass(frozen=True)
-class Loaded:
-    """The suite and its config, loaded, and the target's connector: what a pooled cell
-    makes before it has a cell (none of it depends on which cell it gets)."""
-
-    config: config_mod.Config
-    suite: loader.Suite
-    connector: connectors.Connector | None = None
-
-
-def load_suite(path: Path) -> Loaded:
-    """The suite at ``path`` with the files and case-file strictness it was listed with (its
-    config's)."""
-    config = loader.load_config(loader.find_config(path))
-    found_by = discovery.of(
-        config.test_match, config.test_ignore, lenient=config.lenient_cases, forbid_unknown=None
-    )
-    return Loaded(config, loader.load([path], found_by))
-
-
 SetUpError = (CellError, errors.ConfigError, connectors.ConnectorError)
 
 
@@ -268,7 +234,7 @@ def connector_of(settings: CellSettings, config: config_mod.Config) -> connector
 
 
 async def run_cell(
-    settings: CellSettings, loaded: Loaded | Exception | None = None
+    settings: CellSettings, loaded: cellsuite.Loaded | Exception | None = None
 ) -> tuple[int, TestResult | None]:
     """Run the cell's one test and record it; the exit code and the result. ``loaded``: the
     suite loaded beforehand (or why it could not be), else it is loaded now."""
@@ -283,9 +249,9 @@ async def run_cell(
         try:
             if isinstance(loaded, Exception):
                 raise loaded
-            found = loaded or load_suite(settings.suite)
+            found = loaded or cellsuite.load(settings.suite)
             config = found.config
-            case = find(found.suite, settings.test_id)
+            case = cellsuite.find(found.suite, settings.test_id)
             connector = found.connector or connector_of(settings, config)
         except SetUpError as err:
             # Say why in the ledger too, so the grade names the reason, not a missing record.

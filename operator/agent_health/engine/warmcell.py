@@ -18,14 +18,17 @@ malformed assignment ends it with the reason and exit code 2.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import httpx
+
 from agent_health import connectors
-from agent_health.engine import cell, visible
+from agent_health.engine import cell, cellsuite, visible
 from agent_health.ledger import assignment
 from agent_health.sdk import errors
 from agent_health.sdk.results import TestResult
@@ -61,9 +64,9 @@ async def wait_and_run(path: Path, suite: Path) -> tuple[int, TestResult | None]
     made while the sandbox waits in its pool, so a warm cell's test starts as soon as it is
     assigned; a suite that cannot be loaded is reported in the assigned cell's ledger, as a
     cold cell reports it."""
-    loaded: cell.Loaded | Exception
+    loaded: cellsuite.Loaded | Exception
     try:
-        loaded = cell.load_suite(suite)
+        loaded = cellsuite.load(suite)
         # The connector too (its HTTP stack imported, its client made): where the target is
         # and the controller's token are the pod's, whichever cell comes.
         unassigned = {**os.environ, "AGENT_HEALTH_RUN_ID": "unassigned"}
@@ -86,7 +89,24 @@ async def wait_and_run(path: Path, suite: Path) -> tuple[int, TestResult | None]
         f"assigned cell {assigned.cell}: {assigned.test_id} repeat {assigned.repeat}",
         file=sys.stderr,
     )
-    return await cell.run_cell(settings(assigned, suite=suite), loaded)
+    chosen = settings(assigned, suite=suite)
+    await gateway_assigned(chosen)
+    return await cell.run_cell(chosen, loaded)
+
+
+async def gateway_assigned(chosen: cell.CellSettings) -> None:
+    """Until the pod's gateway has taken the cell too: both read the same file, and what the
+    controller sends the gateway before it has a cell is refused (503), not recorded."""
+    if chosen.admin is None:
+        return
+    transport = httpx.AsyncHTTPTransport(uds=chosen.admin_socket) if chosen.admin_socket else None
+    async with httpx.AsyncClient(transport=transport, timeout=10.0) as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                answer = await client.get(f"{chosen.admin}/healthz")
+                if answer.json().get("assigned", True):
+                    return
+            await asyncio.sleep(assignment.POLL_SECONDS)
 
 
 def main(suite: Path, path: Path) -> int:
