@@ -254,8 +254,7 @@ class Handoff:
             self.spawn(run, cell, self._retry(run, cell, grade.retry_after_seconds or 0.0))
         else:
             cell.state = "done"
-            # Its last pod as watched (about 40 KB as Python objects) is read no more: kept for
-            # each of a run's graded cells it was most of the operator's memory at scale.
+            # Its last pod as watched (about 40 KB as Python objects) is read no more.
             cell.last = None
             run.active.discard(cell.name)
             self.fill(run)
