@@ -22,6 +22,7 @@ from agent_health.otel import settings as otel_settings
 from agent_health.sdk.results import TestResult
 from google.protobuf import json_format
 from otlp_support import receiving
+from test_cli_imports import INPROC_CONFIG, ONE_TEST
 
 TRACE = 0x0AF7651916CD43DD8448EB211C80319C
 OTHER_TRACE = 0x4BF92F3577B34DA6A3CE929D0E0E4736
@@ -332,33 +333,6 @@ def test_the_protocol_compression_and_resource_settings_resolve() -> None:
         otel_settings.resolve("http://x:4318", None, {"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"})
 
 
-ONE_TEST = """
-from agent_health import test
-
-
-@test("one", default_prompt="ping")
-async def one(agent, expect):
-    result = await agent.run()
-    expect(result.output).to_equal("pong")
-"""
-INPROC_CONFIG = """
-from agent_health import define_config
-from agent_health.connectors import AgentReply
-
-
-class Inproc:
-    def __init__(self, spec):
-        pass
-
-    async def run(self, request):
-        return AgentReply(output="pong")
-
-    async def aclose(self):
-        pass
-
-
-config = define_config(connectors={"inproc": Inproc}, agents={"a": {"connector": "inproc"}})
-"""
 # Run before the CLI in the subprocess: protobuf and opentelemetry-proto cannot be found, as
 # in an install without the otel extra.
 WITHOUT_PROTOBUF = """

@@ -68,6 +68,20 @@ def _owner(spec: runspec.RunSpec) -> dict[str, Any]:
     return manifests.owner_reference(spec)
 
 
+def _object(kind: str, spec: runspec.RunSpec, name: str) -> dict[str, Any]:
+    """An Agent Sandbox object of the pool ``name``, owned by the RunSpec."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": spec.metadata["namespace"],
+            "labels": _pool_labels(spec, name),
+            "ownerReferences": [_owner(spec)],
+        },
+    }
+
+
 def _pool_labels(spec: runspec.RunSpec, pool: str) -> dict[str, str]:
     return {
         manifests.LABEL_MANAGED_BY: manifests.MANAGED_BY,
@@ -154,16 +168,8 @@ def template(
     agent: str | None = None,
 ) -> dict[str, Any]:
     """The ``SandboxTemplate`` of the pool (:func:`pool_name`), owned by the RunSpec."""
-    name = pool_name(spec, agent)
     return {
-        "apiVersion": API_VERSION,
-        "kind": "SandboxTemplate",
-        "metadata": {
-            "name": name,
-            "namespace": spec.metadata["namespace"],
-            "labels": _pool_labels(spec, name),
-            "ownerReferences": [_owner(spec)],
-        },
+        **_object("SandboxTemplate", spec, pool_name(spec, agent)),
         "spec": {
             "podTemplate": pooled_pod(spec, digests=digests, settings=settings, agent=agent),
             "generatedSecrets": [cellparts.generated_secret(spec.for_agent(agent))],
@@ -177,14 +183,7 @@ def pool(spec: runspec.RunSpec, replicas: int, agent: str | None = None) -> dict
     """The ``SandboxWarmPool`` of ``replicas`` sandboxes from :func:`template`."""
     name = pool_name(spec, agent)
     return {
-        "apiVersion": API_VERSION,
-        "kind": "SandboxWarmPool",
-        "metadata": {
-            "name": name,
-            "namespace": spec.metadata["namespace"],
-            "labels": _pool_labels(spec, name),
-            "ownerReferences": [_owner(spec)],
-        },
+        **_object("SandboxWarmPool", spec, name),
         "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": name}},
     }
 

@@ -67,18 +67,9 @@ class Creator:
         if manifest["kind"] == sandbox.KIND:
             template = manifest["spec"]["podTemplate"]["metadata"]
             template["annotations"].update(counts)
-        resource = lifecycle.resource_of(run)
-        try:
-            stored, _ = await self.board.api.ensure(resource, run.ref.namespace, manifest)
-        except kube.ApiError as err:
-            return "other", f"cannot create cell {cell.name}: {err}"
-        if not plan.owned_by(stored, run.uid):
-            # Same name, another owner: someone made it before us. Not ours to use or delete.
-            return "other", (
-                f"a {stored.get('kind', 'Pod')} named {cell.name} already exists in namespace "
-                f"{run.ref.namespace} and is not this run's (its owners: {_owners(stored)}); "
-                "the operator will not adopt it: delete it and run again"
-            )
+        stored = await self._ensure(run, cell, manifest)
+        if isinstance(stored, tuple):
+            return stored
         if shared is not None:
             self.allow(run, cell, shared.token)
             return None
@@ -91,20 +82,27 @@ class Creator:
         manifest = warmpool.claim(
             run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, agent=cell.agent
         )
-        counts = {plan.ATTEMPT: str(cell.attempt)}
-        manifest["metadata"]["annotations"].update(counts)
+        manifest["metadata"]["annotations"][plan.ATTEMPT] = str(cell.attempt)
+        stored = await self._ensure(run, cell, manifest)
+        return stored if isinstance(stored, tuple) else None
+
+    async def _ensure(
+        self, run: plan.Run, cell: plan.Cell, manifest: dict[str, Any]
+    ) -> dict[str, Any] | observed.Failure:
+        """The cell's object, created or found; why not, if another owner holds its name."""
+        resource = lifecycle.resource_of(run)
         try:
-            claims = kube.SANDBOX_CLAIMS
-            stored, _ = await self.board.api.ensure(claims, run.ref.namespace, manifest)
+            stored, _ = await self.board.api.ensure(resource, run.ref.namespace, manifest)
         except kube.ApiError as err:
-            return "other", f"cannot create the claim of cell {cell.name}: {err}"
+            return "other", f"cannot create cell {cell.name}: {err}"
         if not plan.owned_by(stored, run.uid):
+            # Same name, another owner: someone made it before us. Not ours to use or delete.
             return "other", (
-                f"a SandboxClaim named {cell.name} already exists in namespace "
+                f"a {stored.get('kind', 'Pod')} named {cell.name} already exists in namespace "
                 f"{run.ref.namespace} and is not this run's (its owners: {_owners(stored)}); "
                 "the operator will not adopt it: delete it and run again"
             )
-        return None
+        return stored
 
     def allow(self, run: plan.Run, cell: plan.Cell, token: str) -> None:
         """Let the judge service answer this live cell's controller ``token``."""
