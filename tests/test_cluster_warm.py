@@ -135,3 +135,30 @@ async def test_a_restarted_operator_takes_over_warm_cells_and_hands_each_sandbox
         store = k8s.emulator.store
         secrets = store.list(store.kinds[("", "secrets")], "default", lambda _l: True)
         assert not [s for s in secrets if s["metadata"]["name"].endswith("-tokens")]
+
+
+async def test_a_pool_of_the_pools_name_that_another_made_is_never_claimed_from() -> None:
+    async with cluster() as k8s:
+        runspec_body, run = warm_example(k8s, replicas=1)
+        async with (
+            sandboxpools.running(k8s.emulator, k8s.client) as stand_in,
+            kubelet(Kubelet(k8s, TESTS, LEDGER)),
+            k8s.operator(sandboxes=True, warm_pools=True),
+        ):
+            # Someone's template and pool under the name the RunSpec's would have: their
+            # sandboxes, their generated Secrets — they would know a cell's keys.
+            template = {
+                "apiVersion": f"{sandboxpools.GROUP}/{sandboxpools.VERSION}",
+                "kind": "SandboxTemplate",
+                "metadata": {"name": "triage-g1"},
+                "spec": {"podTemplate": {"spec": {}}},
+            }
+            answer = await k8s.client.post(f"{EXT}/sandboxtemplates", json=template)
+            assert answer.status_code == 201, answer.text
+            await k8s.apply(runspec_body)
+            await k8s.apply(named_run(run, "squatted"))
+            done = await until(lambda: finished(k8s, "squatted"), "the run to fail")
+        assert done["phase"] == "Failed", done
+        reasons = {c["reason"] for c in done["conditions"]}
+        assert "WarmPoolNotOwned" in reasons, done["conditions"]
+        assert not [b for b in stand_in.bindings if b.claim.startswith("squatted-")]

@@ -219,7 +219,10 @@ class Intake:
         if self.fence is not None:
             await self._network_policy(run, self.fence)
         if spec.spec.isolation.warm_pool is not None:
-            await self.handoff.pools.ensure(run, agents)
+            try:
+                await self.handoff.pools.ensure(run, agents)
+            except errors.SpecError as err:
+                return await board.fail(run, "WarmPoolNotOwned", str(err))
         if not board.live(run):  # its deadline passed meanwhile
             return
         spec_run = run.model.spec

@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agent_health.cluster import kube
+from agent_health.cluster import errors, kube
 from agent_health.cluster.cells import cellgateway, cellsecrets, netpol, observed, warmpool
 from agent_health.cluster.reconcile import lifecycle, plan
 from agent_health.ledger import assignment as assignment_mod
@@ -72,17 +72,24 @@ class Pools:
         assert warm_pool is not None
         namespace = run.ref.namespace
         digests = run.spec.status.image_digests if run.spec.status else {}
+        owner = str(run.spec.metadata.get("uid") or "")
         for agent in agents:
             template = warmpool.template(
                 run.spec, digests=digests, settings=run.settings, agent=agent
             )
-            await self.board.api.ensure(TEMPLATES, namespace, template)
             name = template["metadata"]["name"]
+            stored, _ = await self.board.api.ensure(TEMPLATES, namespace, template)
+            _check_owned(stored, owner, run)
             if self.fence is not None:
                 policy = warmpool.network_policy(run.spec, self.fence, run.settings, name)
-                await self.board.api.ensure(kube.NETWORKPOLICIES, namespace, policy)
+                try:
+                    await self.board.api.create(kube.NETWORKPOLICIES, namespace, policy)
+                except kube.ApiError as err:
+                    if err.status != 409:  # there already: the RunSpec's, from an earlier run
+                        raise
             manifest = warmpool.pool(run.spec, warm_pool.replicas, agent)
             stored, created = await self.board.api.ensure(POOLS, namespace, manifest)
+            _check_owned(stored, owner, run)
             if not created and (stored.get("spec") or {}).get("replicas") != warm_pool.replicas:
                 patch = {"spec": {"replicas": warm_pool.replicas}}
                 await self.board.api.patch(POOLS, namespace, name, patch)
@@ -167,6 +174,19 @@ class Pools:
         run.tally.launched(cell.name, cell_launch)
         self.board.metrics.cell_launched(run.ref.namespace, run.runspec, cell_launch)
         return None
+
+
+def _check_owned(stored: Mapping[str, Any], owner: str, run: plan.Run) -> None:
+    """A template or pool of the pool's name that the RunSpec does not own is someone else's:
+    its sandboxes (and their keys) would be theirs, so no cell is handed to them."""
+    if plan.owned_by(stored, owner):
+        return
+    kind, name = stored.get("kind", "object"), stored["metadata"]["name"]
+    raise errors.SpecError(
+        f"{kind} {name} already exists in namespace {run.ref.namespace} and is not RunSpec "
+        f"{run.runspec}'s; the operator will not run cells in sandboxes it did not make: "
+        "delete it and run again"
+    )
 
 
 def _generated_secret(sandbox: Mapping[str, Any]) -> str:
