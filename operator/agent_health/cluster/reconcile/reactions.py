@@ -9,6 +9,8 @@ buffered and applied once its plan exists. Then, for the cell's current attempt:
   deadline starts only once Kueue admits it;
 * Kueue preempted it (condition ``TerminationTarget``) → planned again as its next attempt,
   created once the pod is gone (:meth:`.handoff.Handoff.preempted`);
+* a warm-pool cell's claim is bound → its sandbox is handed the cell, once per attempt
+  (:meth:`.pools.Pools.assign`); the sandbox controller refused it → the attempt ends;
 * it runs → counted as running;
 * it can no longer pass (:func:`.observed.doomed`: a crash loop, a dead target, a restarted
   gateway) → errored at once with that cause, and the cell is deleted (or retried);
