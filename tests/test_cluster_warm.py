@@ -9,7 +9,9 @@ on it, and records its cell with the key it unwraps as its gateway does.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,6 +32,19 @@ def warm_example(k8s: Cluster, replicas: int) -> list[dict[str, Any]]:
     return [runspec_body, run]
 
 
+@contextlib.asynccontextmanager
+async def warm_cluster(
+    k8s: Cluster,
+) -> AsyncIterator[tuple[sandboxpools.SandboxPools, Kubelet]]:
+    """Agent Sandbox's stand-ins, the test's kubelet and an operator watching claims."""
+    async with (
+        sandboxpools.running(k8s.emulator, k8s.client) as stand_in,
+        kubelet(Kubelet(k8s, TESTS, LEDGER)) as fake,
+        k8s.operator(sandboxes=True, warm_pools=True),
+    ):
+        yield stand_in, fake
+
+
 def named_run(run: dict[str, Any], name: str, **spec: Any) -> dict[str, Any]:
     body = {"runSpecRef": {"name": "triage"}, "repeats": 2, "parallelism": 2} | spec
     return run | {"metadata": {"name": name, "namespace": "default"}, "spec": body}
@@ -45,11 +60,7 @@ def pools(k8s: Cluster) -> list[dict[str, Any]]:
 async def test_a_warm_pool_run_gives_every_cell_a_sandbox_of_its_own() -> None:
     async with cluster() as k8s:
         runspec_body, run = warm_example(k8s, replicas=3)
-        async with (
-            sandboxpools.running(k8s.emulator, k8s.client) as stand_in,
-            kubelet(Kubelet(k8s, TESTS, LEDGER)) as fake,
-            k8s.operator(sandboxes=True, warm_pools=True),
-        ):
+        async with warm_cluster(k8s) as (stand_in, fake):
             await k8s.apply(runspec_body)
             await k8s.apply(named_run(run, "warm-1"))
             done = await until(lambda: finished(k8s, "warm-1"), "the warm run to finish")
@@ -90,11 +101,7 @@ async def test_a_warm_pool_run_gives_every_cell_a_sandbox_of_its_own() -> None:
 async def test_an_empty_pool_falls_back_to_cold_starts_counted() -> None:
     async with cluster() as k8s:
         runspec_body, run = warm_example(k8s, replicas=1)
-        async with (
-            sandboxpools.running(k8s.emulator, k8s.client) as stand_in,
-            kubelet(Kubelet(k8s, TESTS, LEDGER)),
-            k8s.operator(sandboxes=True, warm_pools=True),
-        ):
+        async with warm_cluster(k8s) as (stand_in, _):
             await k8s.apply(runspec_body)
             await k8s.apply(named_run(run, "cold-1", repeats=1, parallelism=3))
             done = await until(lambda: finished(k8s, "cold-1"), "the run to finish")
@@ -140,11 +147,7 @@ async def test_a_restarted_operator_takes_over_warm_cells_and_hands_each_sandbox
 async def test_a_pool_of_the_pools_name_that_another_made_is_never_claimed_from() -> None:
     async with cluster() as k8s:
         runspec_body, run = warm_example(k8s, replicas=1)
-        async with (
-            sandboxpools.running(k8s.emulator, k8s.client) as stand_in,
-            kubelet(Kubelet(k8s, TESTS, LEDGER)),
-            k8s.operator(sandboxes=True, warm_pools=True),
-        ):
+        async with warm_cluster(k8s) as (stand_in, _):
             # Someone's template and pool under the name the RunSpec's would have: their
             # sandboxes, their generated Secrets — they would know a cell's keys.
             template = {

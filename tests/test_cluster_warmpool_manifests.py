@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
-from agent_health.cluster.api import evaluationrun, runspec
+from agent_health.cluster.api import runspec
 from agent_health.cluster.cells import cellgateway, cellparts, manifests, netpol, warmpool
 from agent_health.ledger import assignment, keys
+from test_cluster_isolation import EXAMPLE, _digests, _run
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples" / "run.yaml").read_text())}
 PINNED = "@sha256:" + "d" * 64
 SETTINGS = manifests.Settings(
     controller_image=f"ghcr.io/agent-health/controller{PINNED}",
@@ -31,16 +28,6 @@ def _runspec(**isolation: Any) -> runspec.RunSpec:
     body["metadata"] |= {"uid": "4f1c2b7e-0000-4000-8000-000000000001", "generation": 3}
     body["spec"]["isolation"] = {"mode": "agentSandbox", "warmPool": {"replicas": 4}} | isolation
     return runspec.RunSpec.model_validate(body)
-
-
-def _run() -> evaluationrun.EvaluationRun:
-    body = copy.deepcopy(EXAMPLE["EvaluationRun"])
-    body["metadata"] |= {"uid": "9a8b7c6d-0000-4000-8000-000000000002"}
-    return evaluationrun.EvaluationRun.model_validate(body)
-
-
-def _digests(spec: runspec.RunSpec) -> dict[str, str]:
-    return {image: "sha256:" + "e" * 64 for image in spec.images()}
 
 
 def _template(spec: runspec.RunSpec) -> dict[str, Any]:

@@ -150,22 +150,14 @@ def resolve(
         endpoint = traces_url(_check_url(cfg.endpoint, "agent-health.config.py otlp.endpoint"))
     if endpoint is None:
         return None
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or cfg.protocol
-    )
+    protocol = _traces_variable(env, "PROTOCOL") or cfg.protocol
     if protocol not in PROTOCOLS:
         raise SettingsError(
             f"OTLP protocol {protocol!r} is not supported: agent-health exports OTLP/HTTP "
             "(http/protobuf or http/json); set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf and "
             "point the endpoint at the receiver's HTTP port (4318 by default)"
         )
-    compression = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
-        or env.get("OTEL_EXPORTER_OTLP_COMPRESSION")
-        or cfg.compression
-    )
+    compression = _traces_variable(env, "COMPRESSION") or cfg.compression
     if compression not in COMPRESSIONS:
         raise SettingsError(
             f"OTLP compression {compression!r} is not supported: set "
@@ -209,3 +201,9 @@ def resolve(
         ),
         resource=resource,
     )
+
+
+def _traces_variable(env: Mapping[str, str], name: str) -> str | None:
+    """``OTEL_EXPORTER_OTLP_TRACES_<name>``, else ``OTEL_EXPORTER_OTLP_<name>`` (the signal's
+    own variable wins, as the specification says)."""
+    return env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or env.get(f"OTEL_EXPORTER_OTLP_{name}")
