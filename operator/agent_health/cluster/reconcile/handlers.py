@@ -14,6 +14,12 @@ discovery Pod events             ``on.event`` (label-filtered)      ``Discoverie
 Status writes of the operator's own never trigger a reconcile: RunSpecs react to spec
 changes only, EvaluationRuns (immutable specs) only to creation, resumption and deletion.
 
+Every handler calls its reconciler outside kopf's context (:func:`_detached`, :func:`_apart`):
+kopf sets the handler's cause — which holds the watched object's whole body — in a context
+variable, and every task or timer a reconciler starts copies its creator's context. A cell's
+deadline timer started from a pod's event would otherwise keep that pod's last body alive
+(about 40 KB) until the deadline: measured, 433 MB at 5,000 cells.
+
 Failures are sorted per handler: a user's object that cannot be valid
 (:class:`.errors.SpecError`) is a ``kopf.PermanentError``; an API or registry failure that
 may heal is a ``kopf.TemporaryError`` with a delay; every failure counts in
@@ -22,9 +28,11 @@ may heal is a ``kopf.TemporaryError`` with a delay; every failure counts in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import dataclasses
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 import kopf
@@ -86,30 +94,30 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
     @kopf.on.update(GROUP, VERSION, "runspecs", field="spec", registry=found)
     async def runspec_changed(body: kopf.Body, **_: Any) -> None:
         async with _sorted("runspec", sink):
-            await reconcilers.runspecs.reconcile(_raw(body))
+            await _apart(reconcilers.runspecs.reconcile(_raw(body)))
 
     @kopf.on.event(GROUP, VERSION, "runspecs", registry=found)
     async def runspec_seen(event: kopf.RawEvent, **_: Any) -> None:
         if event.get("type") == "DELETED":
-            reconcilers.runs.bulletin.forget(event["object"])
+            _detached(reconcilers.runs.bulletin.forget, event["object"])
         else:
-            reconcilers.runs.bulletin.post(event["object"])
+            _detached(reconcilers.runs.bulletin.post, event["object"])
 
     @kopf.on.create(GROUP, VERSION, "evaluationruns", registry=found)
     @kopf.on.resume(GROUP, VERSION, "evaluationruns", registry=found)
     async def run_started(body: kopf.Body, **_: Any) -> None:
         async with _sorted("evaluationrun", sink):
-            await reconcilers.runs.start(_raw(body))
+            await _apart(reconcilers.runs.start(_raw(body)))
 
     @kopf.on.event(GROUP, VERSION, "evaluationruns", registry=found)
     async def run_seen(event: kopf.RawEvent, **_: Any) -> None:
         obj = event["object"]
         if event.get("type") == "DELETED" or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            reconcilers.runs.forget(obj)
+            _detached(reconcilers.runs.forget, obj)
 
     @kopf.on.event("", "v1", "pods", labels=cell_labels, registry=found)
     async def cell_seen(event: kopf.RawEvent, **_: Any) -> None:
-        reconcilers.runs.cell_event(str(event.get("type") or "ADDED"), event["object"])
+        _cell_event(reconcilers, event)
 
     if reconcilers.sandboxes:
 
@@ -118,7 +126,7 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
             labels=cell_labels, registry=found,
         )  # fmt: skip
         async def sandbox_seen(event: kopf.RawEvent, **_: Any) -> None:
-            reconcilers.runs.cell_event(str(event.get("type") or "ADDED"), event["object"])
+            _cell_event(reconcilers, event)
 
     if reconcilers.warm_pools:
         claims = kube.SANDBOX_CLAIMS
@@ -127,15 +135,30 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
             claims.group, claims.version, claims.plural, labels=cell_labels, registry=found
         )
         async def claim_seen(event: kopf.RawEvent, **_: Any) -> None:
-            reconcilers.runs.cell_event(str(event.get("type") or "ADDED"), event["object"])
+            _cell_event(reconcilers, event)
 
     @kopf.on.event("", "v1", "pods", labels=discovery_labels, registry=found)
     async def discovery_seen(event: kopf.RawEvent, **_: Any) -> None:
         if event.get("type") != "DELETED":
             async with _sorted("discovery", sink):
-                await reconcilers.discoveries.observe(event["object"])
+                await _apart(reconcilers.discoveries.observe(event["object"]))
 
     return found
+
+
+def _cell_event(reconcilers: Reconcilers, event: kopf.RawEvent) -> None:
+    kind = str(event.get("type") or "ADDED")
+    _detached(reconcilers.runs.cell_event, kind, event["object"])
+
+
+def _detached(call: Callable[..., None], *args: Any) -> None:
+    """``call(*args)`` in an empty context: what it starts keeps nothing of kopf's."""
+    contextvars.Context().run(call, *args)
+
+
+async def _apart(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work`` as a task of an empty context (cancelled with the handler)."""
+    await asyncio.get_running_loop().create_task(work, context=contextvars.Context())
 
 
 def _raw(body: kopf.Body) -> dict[str, Any]:
