@@ -42,18 +42,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
+import logging
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import httpx
-from kube import ApiError, Emulator, Kind
+from kube import ApiError, Emulator
 
 from node import controllers, crds
 
@@ -66,6 +68,9 @@ SANDBOX_NAME_ANNOTATION = "agents.x-k8s.io/sandbox-name"
 GENERATED_SECRETS = "extensions.agents.x-k8s.io/generated-secrets"
 ALLOWED_LABEL_DOMAINS = ("sandbox.users.io",)
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io")
+RETRY = 0.2  # seconds before a failed reconcile's key is taken again
+
+log = logging.getLogger(__name__)
 
 
 def _crd(kind: str, plural: str) -> dict[str, Any]:
@@ -107,7 +112,6 @@ class SandboxPools:
     emulator: Emulator
     api: httpx.AsyncClient
     bindings: list[Binding] = dataclasses.field(default_factory=list)
-    _lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
 
     def _path(self, plural: str, namespace: str, name: str = "") -> str:
         group = controllers.SANDBOX_GROUP if plural == "sandboxes" else GROUP
@@ -124,32 +128,49 @@ class SandboxPools:
                 answer.raise_for_status()
 
     async def run(self) -> None:
+        """The warm-pool and the claim controller, each with its own workqueue and one worker
+        (as controller-runtime's defaults): a key is a (namespace, name) of the reconciled
+        object; an event of a Sandbox enqueues its controller owner — and, when that changed,
+        its previous one, as controller-runtime's owner handler does with an update's old
+        object: a pool learns that a sandbox was claimed from it. The two reconcile at once
+        and meet only in the API (the claim's optimistic lock, the Sandbox's resourceVersion
+        test), so a claim never waits behind a pool making its replacements."""
         store = self.emulator.store
-        kinds = [store.kinds[(GROUP, p)] for p in ("sandboxwarmpools", "sandboxclaims")]
-        kinds.append(store.kinds[(controllers.SANDBOX_GROUP, "sandboxes")])
+        pools, claims = _Queue(), _Queue()
+        owners: dict[tuple[str, str], tuple[str, str]] = {}
 
-        # A workqueue, as controller-runtime's: events mark a namespace dirty, one worker
-        # reconciles each dirty namespace once however many events came meanwhile.
-        dirty: set[str] = set()
-        wake = asyncio.Event()
+        def enqueue_owner(namespace: str, owner: tuple[str, str] | None) -> None:
+            if owner is not None:
+                queue = pools if owner[0] == "SandboxWarmPool" else claims
+                queue.add((namespace, owner[1]))
 
-        async def follow(kind: Kind) -> None:
+        async def follow(plural: str) -> None:
+            group = controllers.SANDBOX_GROUP if plural == "sandboxes" else GROUP
             async for event in store.watch(
-                kind, None, lambda _l: True, since=None, initial_bookmark=False, timeout=None
-            ):
-                dirty.add(str(event["object"]["metadata"].get("namespace")))
-                wake.set()
+                store.kinds[(group, plural)], None, lambda _l: True, since=None,
+                initial_bookmark=False, timeout=None,
+            ):  # fmt: skip
+                meta = event["object"]["metadata"]
+                key = (str(meta.get("namespace")), str(meta["name"]))
+                if plural == "sandboxwarmpools":
+                    pools.add(key)
+                elif plural == "sandboxclaims":
+                    claims.add(key)
+                else:
+                    owner = _controller(event["object"])
+                    before = owners.pop(key, None)
+                    if event["type"] != "DELETED" and owner is not None:
+                        owners[key] = owner
+                    enqueue_owner(key[0], owner)
+                    if before != owner:
+                        enqueue_owner(key[0], before)
 
-        async def work() -> None:
-            while True:
-                await wake.wait()
-                wake.clear()
-                while dirty:
-                    async with self._lock:  # one reconcile at a time, as one worker would
-                        await self._reconcile(dirty.pop())
-
-        tasks = [asyncio.ensure_future(follow(k)) for k in kinds]
-        tasks.append(asyncio.ensure_future(work()))
+        tasks = [
+            asyncio.ensure_future(follow(plural))
+            for plural in ("sandboxwarmpools", "sandboxclaims", "sandboxes")
+        ]
+        tasks.append(asyncio.ensure_future(pools.work(self._reconcile_pool)))
+        tasks.append(asyncio.ensure_future(claims.work(self._reconcile_claim)))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -173,16 +194,19 @@ class SandboxPools:
 
     # -- reconciling -----------------------------------------------------------------------
 
-    async def _reconcile(self, namespace: str) -> None:
-        for pool in self._list(GROUP, "sandboxwarmpools", namespace):
+    async def _reconcile_pool(self, namespace: str, name: str) -> None:
+        pool = self._get("sandboxwarmpools", namespace, name)
+        if pool is not None:
             await self._pool(pool)
-        for claim in self._list(GROUP, "sandboxclaims", namespace):
-            if claim["metadata"].get("deletionTimestamp"):
-                continue
-            try:
-                await self._claim(claim)
-            except Rejected as err:
-                await self._claim_status(claim, None, rejected=err)
+
+    async def _reconcile_claim(self, namespace: str, name: str) -> None:
+        claim = self._get("sandboxclaims", namespace, name)
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            await self._claim(claim)
+        except Rejected as err:
+            await self._claim_status(claim, None, rejected=err)
 
     async def _pool(self, pool: dict[str, Any]) -> None:
         meta, spec = pool["metadata"], pool.get("spec") or {}
@@ -550,6 +574,43 @@ def _ready(sandbox: Mapping[str, Any]) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (sandbox.get("status") or {}).get("conditions") or []
     )
+
+
+@dataclasses.dataclass
+class _Queue:
+    """A workqueue of keys: a key added while queued is queued once; one worker takes them
+    in order; a failed reconcile is logged and its key queued again a little later."""
+
+    order: collections.deque[tuple[str, str]] = dataclasses.field(default_factory=collections.deque)
+    queued: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    def add(self, key: tuple[str, str]) -> None:
+        if key not in self.queued:
+            self.queued.add(key)
+            self.order.append(key)
+            self.wake.set()
+
+    async def work(self, reconcile: Callable[[str, str], Awaitable[None]]) -> None:
+        while True:
+            while not self.order:
+                self.wake.clear()
+                await self.wake.wait()
+            key = self.order.popleft()
+            self.queued.discard(key)
+            try:
+                await reconcile(*key)
+            except (httpx.HTTPError, ApiError) as err:
+                log.warning("reconciling %s/%s failed (%s); again in %s s", *key, err, RETRY)
+                asyncio.get_running_loop().call_later(RETRY, self.add, key)
+
+
+def _controller(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (kind, name) of the object's controller owner, if it has one."""
+    for ref in body["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref["kind"]), str(ref["name"])
+    return None
 
 
 def _controller_uid(body: Mapping[str, Any]) -> str | None:

@@ -156,7 +156,7 @@ def _detached(call: Callable[..., None], *args: Any) -> None:
     contextvars.Context().run(call, *args)
 
 
-async def _apart(work: Coroutine[Any, Any, None]) -> None:
+async def _apart(work: Coroutine[Any, Any, object]) -> None:
     """Await ``work`` as a task of an empty context (cancelled with the handler)."""
     await asyncio.get_running_loop().create_task(work, context=contextvars.Context())
 
