@@ -60,10 +60,10 @@ class Emulator(kmock.KubernetesScaffold):
     logs: Callable[[str, str, Mapping[str, str]], bytes] | None = attrs.field(
         default=None, init=False
     )
-    _direct: dict[Any, Any] = attrs.field(factory=dict, init=False)
-    _baseline: list[Any] = attrs.field(factory=list, init=False)
     """What ``GET pods/NAME/log`` answers: ``(namespace, name, params)`` → the log, or an
     :class:`store.ApiError`; a kubelet sets it (the API server asks the node too)."""
+    _direct: dict[Any, Any] = attrs.field(factory=dict, init=False)
+    _baseline: list[Any] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -77,7 +77,7 @@ class Emulator(kmock.KubernetesScaffold):
             kmock.action.UPDATE: self.fallback[kmock.action.UPDATE] << self._patch,
             kmock.action.DELETE: self.fallback[kmock.action.DELETE] << self._delete,
         }
-        self.fallback[kmock.method.PUT] << self._put
+        self._direct[kmock.method.PUT] = self.fallback[kmock.method.PUT] << self._put
         self._baseline = list(self._payloads)
 
     async def _handle(self, request: kmock.Request) -> Any:
@@ -86,11 +86,16 @@ class Emulator(kmock.KubernetesScaffold):
         one (``request in view``), which grows with the run — quadratic over a long one."""
         resource = request.resource
         named = resource is not None and bool(resource.plural)  # not discovery (/apis/G/V)
-        direct = self._direct.get(request.action) if named else None
+        if not named:
+            direct = None
+        elif request.method == kmock.method.PUT:  # an update's action, but a replace
+            direct = self._direct[kmock.method.PUT]
+        else:
+            direct = self._direct.get(request.action)
         untouched = len(self._payloads) == len(self._baseline) and all(
             a is b for a, b in zip(self._payloads, self._baseline, strict=True)
         )
-        if direct is not None and untouched and request.method != kmock.method.PUT:
+        if direct is not None and untouched:
             return await direct(request)
         return await super()._handle(request)
 

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import re
 import shlex
+import ssl
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -92,11 +93,17 @@ def image_name(reference: str) -> str:
 
 @dataclasses.dataclass
 class Puller:
-    """Pulls through a registry stand-in; ``hosts`` maps registry host names to addresses."""
+    """Pulls through a registry stand-in; ``hosts`` maps registry host names to addresses.
+
+    As a kubelet, it asks the registry again for ``Always`` and never for ``Never``; for
+    ``IfNotPresent`` only the first time it is given a reference (the node has it since)."""
 
     images: Mapping[str, Image]
     hosts: Mapping[str, str] = dataclasses.field(default_factory=dict)
     insecure: frozenset[str] = frozenset()
+    present: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Reference → the ``imageID`` it was pulled as."""
+    _tls: ssl.SSLContext | None = None
 
     async def pull(self, reference: str, policy: str) -> tuple[Image, str]:
         """The image and its ``imageID`` (``name@sha256:...``), or a :class:`PullError`."""
@@ -106,6 +113,8 @@ class Puller:
             if image is None:
                 raise PullError("ErrImageNeverPull", f"image {reference} is not on the node")
             return image, reference
+        if policy == "IfNotPresent" and image is not None and reference in self.present:
+            return image, self.present[reference]
         ref = registry.parse(reference)
         host = ref.registry
         hostname, _, port = host.partition(":")
@@ -114,7 +123,10 @@ class Puller:
         wanted = ref.digest or ref.tag or "latest"
         url = f"{scheme}://{address}/v2/{ref.repository}/manifests/{wanted}"
         try:
-            async with httpx.AsyncClient(timeout=10) as client:
+            # One TLS context for every pull: making one loads the CA bundle (tens of ms of
+            # the node's event loop each time).
+            self._tls = self._tls or httpx.create_ssl_context()
+            async with httpx.AsyncClient(timeout=10, verify=self._tls) as client:
                 answer = await client.head(url, headers={"Accept": registry.ACCEPT})
         except httpx.HTTPError as err:
             raise PullError("ErrImagePull", f"pulling {reference}: {err!r}") from err
@@ -127,7 +139,8 @@ class Puller:
             )
         if image is None:
             raise PullError("ErrImagePull", f"pulling {reference}: no such image in images/")
-        return image, f"{host}/{ref.repository}@{digest}"
+        self.present[reference] = f"{host}/{ref.repository}@{digest}"
+        return image, self.present[reference]
 
 
 def _logical_lines(text: str) -> list[str]:
