@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from agent_health import connectors
+from agent_health import connectors, tls
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.engine import cellsuite, receiver, recording, runner, visible
 from agent_health.ledger import objects
@@ -211,14 +211,14 @@ async def _judge(
         model=settings.judge_model,
         evaluators=config.evaluators,
         headers=settings.token_headers,
-        transport=_through(settings.judge_socket),
+        transport=through(settings.judge_socket),
     ) as backend:
         yield backend
 
 
-def _through(socket: str | None) -> httpx.AsyncHTTPTransport | None:
+def through(socket: str | None) -> httpx.AsyncHTTPTransport | None:
     """A transport whose connections go to the Unix socket ``socket`` (None: TCP as usual)."""
-    return httpx.AsyncHTTPTransport(uds=socket) if socket else None
+    return httpx.AsyncHTTPTransport(uds=socket, verify=tls.unused()) if socket else None
 
 
 SetUpError = (CellError, errors.ConfigError, connectors.ConnectorError)
@@ -238,9 +238,12 @@ async def run_cell(
 ) -> tuple[int, TestResult | None]:
     """Run the cell's one test and record it; the exit code and the result. ``loaded``: the
     suite loaded beforehand (or why it could not be), else it is loaded now."""
-    admin_transport = _through(settings.admin_socket)
+    admin_transport = through(settings.admin_socket)
     timeout = httpx.Timeout(60.0, connect=10.0)
-    async with httpx.AsyncClient(timeout=timeout, transport=admin_transport) as client:
+    verify = tls.for_url(settings.admin or "")
+    async with httpx.AsyncClient(
+        timeout=timeout, transport=admin_transport, verify=verify
+    ) as client:
         ledger = (
             GatewayRecords(client, settings.admin, settings.token, settings.admin_socket)
             if settings.admin

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from agent_health import connectors
+from agent_health import connectors, tls
 from agent_health.engine import cell, cellsuite, visible
 from agent_health.ledger import assignment
 from agent_health.sdk import errors
@@ -99,8 +99,9 @@ async def gateway_assigned(chosen: cell.CellSettings) -> None:
     controller sends the gateway before it has a cell is refused (503), not recorded."""
     if chosen.admin is None:
         return
-    transport = httpx.AsyncHTTPTransport(uds=chosen.admin_socket) if chosen.admin_socket else None
-    async with httpx.AsyncClient(transport=transport, timeout=10.0) as client:
+    transport = cell.through(chosen.admin_socket)
+    verify = tls.for_url(chosen.admin)
+    async with httpx.AsyncClient(transport=transport, timeout=10.0, verify=verify) as client:
         while True:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 answer = await client.get(f"{chosen.admin}/healthz")

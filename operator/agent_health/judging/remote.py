@@ -24,6 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from agent_health import tls
 from agent_health.judging import chat, dispatch, errors, tools, wire
 from agent_health.sdk.config import JudgeConfig
 from agent_health.sdk.context import JudgeRequest
@@ -214,5 +215,7 @@ async def remote_backend(
     service that is away (an operator restarting), then the verdict is errored.
     """
     headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
-    async with httpx.AsyncClient(timeout=TIMEOUT, headers=headers, transport=transport) as client:
+    async with httpx.AsyncClient(
+        timeout=TIMEOUT, headers=headers, transport=transport, verify=tls.for_url(url)
+    ) as client:
         yield RemoteJudging(client, url, model=model, evaluators=evaluators, patience=patience)

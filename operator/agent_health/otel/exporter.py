@@ -20,29 +20,15 @@ that is down never fails or slows the run:
 from __future__ import annotations
 
 import gzip
-import os
-import ssl
 from collections.abc import Sequence
 
 import httpx
 
+from agent_health import tls
 from agent_health.otel import encode, records
 from agent_health.otel import settings as settings_mod
 
 BATCH = 512  # spans per export request at most (the OpenTelemetry SDK's default)
-
-
-# For an http:// endpoint httpx speaks TLS only to a proxy these name.
-_PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-
-
-def _tls(endpoint: str) -> ssl.SSLContext | bool:
-    """httpx's own TLS (its CA bundle, ``SSL_CERT_FILE``) where TLS may be spoken; for a
-    plain-http endpoint reached directly, a context that verifies and trusts no CA (it is
-    never used, and could accept no certificate): loading the bundle costs a run 24 ms."""
-    if endpoint.startswith("https:") or any(os.environ.get(v) for v in _PROXY_VARIABLES):
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class RunExporter:
@@ -65,7 +51,7 @@ class RunExporter:
             self._headers["Content-Encoding"] = "gzip"
         # The client's own defaults otherwise (the environment's proxies and CA bundle, as
         # the SDK's exporter honoured them); no redirects, no retries.
-        self._client = httpx.Client(timeout=settings.timeout, verify=_tls(settings.endpoint))
+        self._client = httpx.Client(timeout=settings.timeout, verify=tls.for_url(settings.endpoint))
 
     @property
     def lost(self) -> int:
