@@ -69,6 +69,7 @@ GENERATED_SECRETS = "extensions.agents.x-k8s.io/generated-secrets"
 ALLOWED_LABEL_DOMAINS = ("sandbox.users.io",)
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io")
 RETRY = 0.2  # seconds before a failed reconcile's key is taken again
+CLAIM_WORKERS, POOL_WORKERS = 50, 1  # upstream's defaults (--sandbox-claim-concurrent-workers)
 
 log = logging.getLogger(__name__)
 
@@ -128,15 +129,15 @@ class SandboxPools:
                 answer.raise_for_status()
 
     async def run(self) -> None:
-        """The warm-pool and the claim controller, each with its own workqueue and one worker
-        (as controller-runtime's defaults): a key is a (namespace, name) of the reconciled
+        """The warm-pool and the claim controller, each with its own workqueue and upstream's
+        default number of workers (1 and 50): a key is a (namespace, name) of the reconciled
         object; an event of a Sandbox enqueues its controller owner — and, when that changed,
         its previous one, as controller-runtime's owner handler does with an update's old
         object: a pool learns that a sandbox was claimed from it. The two reconcile at once
         and meet only in the API (the claim's optimistic lock, the Sandbox's resourceVersion
         test), so a claim never waits behind a pool making its replacements."""
         store = self.emulator.store
-        pools, claims = _Queue(), _Queue()
+        pools, claims = _Queue(POOL_WORKERS), _Queue(CLAIM_WORKERS)
         owners: dict[tuple[str, str], tuple[str, str]] = {}
 
         def enqueue_owner(namespace: str, owner: tuple[str, str] | None) -> None:
@@ -578,31 +579,46 @@ def _ready(sandbox: Mapping[str, Any]) -> bool:
 
 @dataclasses.dataclass
 class _Queue:
-    """A workqueue of keys: a key added while queued is queued once; one worker takes them
-    in order; a failed reconcile is logged and its key queued again a little later."""
+    """A workqueue of keys, as client-go's: a key added while queued is queued once, one
+    added while a worker has it is queued again for after; ``workers`` take keys in order,
+    never one key twice at once; a failed reconcile is logged and its key queued again a
+    little later."""
 
+    workers: int = 1
     order: collections.deque[tuple[str, str]] = dataclasses.field(default_factory=collections.deque)
     queued: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    processing: set[tuple[str, str]] = dataclasses.field(default_factory=set)
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     def add(self, key: tuple[str, str]) -> None:
-        if key not in self.queued:
-            self.queued.add(key)
+        if key in self.queued:
+            return
+        self.queued.add(key)
+        if key not in self.processing:
             self.order.append(key)
             self.wake.set()
 
     async def work(self, reconcile: Callable[[str, str], Awaitable[None]]) -> None:
+        await asyncio.gather(*(self._worker(reconcile) for _ in range(self.workers)))
+
+    async def _worker(self, reconcile: Callable[[str, str], Awaitable[None]]) -> None:
         while True:
             while not self.order:
                 self.wake.clear()
                 await self.wake.wait()
             key = self.order.popleft()
             self.queued.discard(key)
+            self.processing.add(key)
             try:
                 await reconcile(*key)
             except (httpx.HTTPError, ApiError) as err:
                 log.warning("reconciling %s/%s failed (%s); again in %s s", *key, err, RETRY)
                 asyncio.get_running_loop().call_later(RETRY, self.add, key)
+            finally:
+                self.processing.discard(key)
+                if key in self.queued:
+                    self.order.append(key)
+                    self.wake.set()
 
 
 def _controller(body: Mapping[str, Any]) -> tuple[str, str] | None:
