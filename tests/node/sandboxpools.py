@@ -20,8 +20,9 @@ upstream controllers' semantics (``extensions/controllers``). The core ``Sandbox
   ``Delete``/``Retain``, ``ttlSecondsAfterFinished``), ``additionalPodMetadata`` and
   ``env``. Binding: a claim with ``env`` or ``volumeClaimTemplates`` is always cold-started
   (so refused if its template disallows them: ``EnvVarsInjectionRejected``); otherwise the
-  controller takes a candidate of the pool — Ready first, then the oldest — records it on the
-  claim (annotation ``agents.x-k8s.io/sandbox-name``) by an update carrying the claim's
+  controller takes a candidate of the pool — Ready first, then the oldest, one no other claim
+  worker is taking — records it on the claim (annotation ``agents.x-k8s.io/sandbox-name``)
+  by an update carrying the claim's
   ``resourceVersion`` (the optimistic lock: a conflict means another pass got there first, it
   tries again), then completes the adoption in one patch of the Sandbox: the warm-pool label
   removed, ``agents.x-k8s.io/launch-type: warm``, its owner the claim alone (controller
@@ -113,6 +114,9 @@ class SandboxPools:
     emulator: Emulator
     api: httpx.AsyncClient
     bindings: list[Binding] = dataclasses.field(default_factory=list)
+    _taking: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    """Pooled Sandboxes a claim worker is adopting now: no other worker picks them (as
+    upstream's in-memory queue of adoptable sandboxes pops each to one claim)."""
 
     def _path(self, plural: str, namespace: str, name: str = "") -> str:
         group = controllers.SANDBOX_GROUP if plural == "sandboxes" else GROUP
@@ -311,53 +315,68 @@ class SandboxPools:
                 for s in self._sandboxes(namespace)
                 if _controller_uid(s) == pool["metadata"]["uid"]
                 and not s["metadata"].get("deletionTimestamp")
+                and (namespace, s["metadata"]["name"]) not in self._taking
             ]
             if not candidates:
                 return None  # the pool is empty: a cold start
             chosen = sorted(
                 candidates, key=lambda s: (not _ready(s), s["metadata"]["creationTimestamp"])
             )[0]
-            # Record the adoption on the claim first, under its resourceVersion.
-            current = self._get("sandboxclaims", namespace, claim["metadata"]["name"])
-            if current is None:
-                return None
-            current["metadata"].setdefault("annotations", {})[SANDBOX_NAME_ANNOTATION] = chosen[
-                "metadata"
-            ]["name"]
-            answer = await self.api.put(
-                self._path("sandboxclaims", namespace, claim["metadata"]["name"]), json=current
-            )
-            if answer.status_code == 409:
-                continue
-            answer.raise_for_status()
-            labels = {
-                k: v
-                for k, v in (chosen["metadata"].get("labels") or {}).items()
-                if k != WARM_POOL_LABEL
-            }
-            labels |= {LAUNCH_TYPE_LABEL: "warm", CLAIM_UID_LABEL: claim["metadata"]["uid"]}
-            pod_meta = copy.deepcopy(merged)
-            pod_meta.setdefault("labels", {})[CLAIM_UID_LABEL] = claim["metadata"]["uid"]
-            answer = await self.api.patch(
-                self._path("sandboxes", namespace, chosen["metadata"]["name"]),
-                json=[
-                    {"op": "test", "path": "/metadata/resourceVersion",
-                     "value": chosen["metadata"]["resourceVersion"]},
-                    {"op": "replace", "path": "/metadata/labels", "value": labels},
-                    {"op": "replace", "path": "/metadata/ownerReferences",
-                     "value": [_owner(claim)]},
-                    {"op": "replace", "path": "/spec/podTemplate/metadata", "value": pod_meta},
-                ],
-                headers={"Content-Type": "application/json-patch+json"},
-            )  # fmt: skip
-            if answer.status_code in (404, 409, 422):
-                continue  # taken or gone meanwhile: the next candidate
-            answer.raise_for_status()
-            self.bindings.append(
-                Binding(namespace, claim["metadata"]["name"], chosen["metadata"]["name"], "warm")
-            )
-            return dict(answer.json())
+            taking = (namespace, chosen["metadata"]["name"])
+            self._taking.add(taking)
+            try:
+                bound = await self._take(claim, chosen, merged)
+            finally:
+                self._taking.discard(taking)
+            if bound is not None:
+                return bound
         return None
+
+    async def _take(
+        self, claim: dict[str, Any], chosen: dict[str, Any], merged: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Bind ``chosen`` to ``claim``; ``None`` if it was taken or went meanwhile."""
+        namespace = claim["metadata"]["namespace"]
+        # Record the adoption on the claim first, under its resourceVersion.
+        current = self._get("sandboxclaims", namespace, claim["metadata"]["name"])
+        if current is None:
+            return None
+        current["metadata"].setdefault("annotations", {})[SANDBOX_NAME_ANNOTATION] = chosen[
+            "metadata"
+        ]["name"]
+        answer = await self.api.put(
+            self._path("sandboxclaims", namespace, claim["metadata"]["name"]), json=current
+        )
+        if answer.status_code == 409:
+            return None
+        answer.raise_for_status()
+        labels = {
+            k: v
+            for k, v in (chosen["metadata"].get("labels") or {}).items()
+            if k != WARM_POOL_LABEL
+        }
+        labels |= {LAUNCH_TYPE_LABEL: "warm", CLAIM_UID_LABEL: claim["metadata"]["uid"]}
+        pod_meta = copy.deepcopy(merged)
+        pod_meta.setdefault("labels", {})[CLAIM_UID_LABEL] = claim["metadata"]["uid"]
+        answer = await self.api.patch(
+            self._path("sandboxes", namespace, chosen["metadata"]["name"]),
+            json=[
+                {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": chosen["metadata"]["resourceVersion"]},
+                {"op": "replace", "path": "/metadata/labels", "value": labels},
+                {"op": "replace", "path": "/metadata/ownerReferences",
+                 "value": [_owner(claim)]},
+                {"op": "replace", "path": "/spec/podTemplate/metadata", "value": pod_meta},
+            ],
+            headers={"Content-Type": "application/json-patch+json"},
+        )  # fmt: skip
+        if answer.status_code in (404, 409, 422):
+            return None  # taken or gone meanwhile: the next candidate
+        answer.raise_for_status()
+        self.bindings.append(
+            Binding(namespace, claim["metadata"]["name"], chosen["metadata"]["name"], "warm")
+        )
+        return dict(answer.json())
 
     async def _cold(
         self, claim: dict[str, Any], template: dict[str, Any], merged: dict[str, Any]
