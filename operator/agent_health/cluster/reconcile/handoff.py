@@ -120,7 +120,7 @@ class Handoff:
                 work = self.infra(run, cell, cell.last or {}, ("deadline", why), delete=True)
                 self.spawn(run, cell, work)
 
-        self.board.spawn(self.board.later(max(left, 0.0), overdue))
+        cell.deadline = self.board.spawn(self.board.later(max(left, 0.0), overdue))
 
     # -- grading ---------------------------------------------------------------------------
 
@@ -249,6 +249,9 @@ class Handoff:
         if cell.token is not None:
             board.tokens.pop(cell.token, None)
             cell.token = None
+        if cell.deadline is not None:  # the attempt ended: its timer is not kept to the end
+            cell.deadline.cancel()
+            cell.deadline = None
         if grade.retryable:
             cell.state, cell.attempt = "replacing", cell.attempt + 1
             self.spawn(run, cell, self._retry(run, cell, grade.retry_after_seconds or 0.0))

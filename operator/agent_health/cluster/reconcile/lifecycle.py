@@ -184,16 +184,19 @@ class Board:
 
     # -- work in flight --------------------------------------------------------------------
 
-    async def later(self, delay: float, then: Callable[[], None]) -> None:
+    async def later(self, delay: float, then: Callable[[], object]) -> None:
         await asyncio.sleep(delay)
         then()
 
-    def spawn(self, work: Coroutine[Any, Any, None], *, recover: Recovery | None = None) -> None:
+    def spawn(
+        self, work: Coroutine[Any, Any, None], *, recover: Recovery | None = None
+    ) -> asyncio.Task[None]:
         """Run ``work`` in the background; a failure counts as a reconcile error and, with
         ``recover``, is handed to it (so that a cell whose work failed still ends)."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._done(done, recover))
+        return task
 
     def _done(self, task: asyncio.Task[None], recover: Recovery | None) -> None:
         self._tasks.discard(task)

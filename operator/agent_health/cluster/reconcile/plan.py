@@ -45,6 +45,8 @@ class Cell:
     """Attempts Kueue preempted (:mod:`.kueue`): retried without spending ``infraRetries``."""
     timed: int | None = None
     """The attempt whose deadline is kept: a cell Kueue still holds has none yet."""
+    deadline: asyncio.Task[None] | None = None
+    """The timer that ends the attempt ``timed`` at its deadline (cancelled at its grade)."""
     state: CellState = "queued"
     token: str | None = None
     stuck_since: float | None = None
