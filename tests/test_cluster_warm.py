@@ -165,3 +165,25 @@ async def test_a_pool_of_the_pools_name_that_another_made_is_never_claimed_from(
         reasons = {c["reason"] for c in done["conditions"]}
         assert "WarmPoolNotOwned" in reasons, done["conditions"]
         assert not [b for b in stand_in.bindings if b.claim.startswith("squatted-")]
+
+
+async def test_a_pool_an_operator_stopped_before_scaling_down_is_scaled_down_by_the_next() -> None:
+    keep = 10  # seconds: the first operator stops well within them
+    async with cluster() as k8s:
+        runspec_body, run = warm_example(k8s, replicas=2)
+        runspec_body["spec"]["isolation"]["warmPool"]["keepSeconds"] = keep
+        async with (
+            sandboxpools.running(k8s.emulator, k8s.client),
+            kubelet(Kubelet(k8s, TESTS, LEDGER)),
+        ):
+            async with k8s.operator(sandboxes=True, warm_pools=True):
+                await k8s.apply(runspec_body)
+                await k8s.apply(named_run(run, "short", repeats=1, parallelism=3))
+                done = await until(lambda: finished(k8s, "short"), "the run")
+            assert done["phase"] == "Succeeded", done
+            (pool,) = pools(k8s)
+            assert pool["spec"]["replicas"] == 2  # its keepSeconds had not passed
+            assert pool["metadata"]["annotations"]["agenthealth.dev/keep-seconds"] == str(keep)
+            # No run of it now: the next operator scales it down once keepSeconds passed.
+            async with k8s.operator(sandboxes=True, warm_pools=True):
+                await until(lambda: pools(k8s)[0]["spec"]["replicas"] == 0, "the pool down")

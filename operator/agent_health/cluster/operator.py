@@ -116,11 +116,7 @@ async def serve(
         ledgers = await asyncio.to_thread(kube.ledger_options, info, token_file)
         fence = await _fence(options, api, info.server if token_file is not None else None)
         operator = Operator.build(options, api, settings, backend, ledgers, fence)
-        try:  # the runs a restarted operator must take over before it knows their cells
-            operator.runs.expect(await api.list(kube.EVALUATIONRUNS, options.namespace, {}))
-        except kube.ApiError as err:
-            log.warning("cannot list EvaluationRuns at start (%s); judge calls of cells of "
-                        "runs not yet taken over are refused", err)  # fmt: skip
+        await operator.runs.starting(options.namespace, warm_pools=options.warm_pools)
         stack.push_async_callback(operator.runs.close)
         stack.push_async_callback(operator.judges.close)
         for server, addr, app in (

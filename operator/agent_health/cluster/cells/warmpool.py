@@ -48,6 +48,9 @@ from agent_health.ledger import keys
 GROUP, VERSION = "extensions.agents.x-k8s.io", "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_POOL = "agenthealth.dev/pool"
+ANNOTATION_KEEP = "agenthealth.dev/keep-seconds"
+"""On a pool: its RunSpec's ``keepSeconds``, for an operator that starts with the pool up."""
+DEFAULT_KEEP_SECONDS: int = runspec.WarmPool.model_fields["keep_seconds"].default
 LAUNCH_TYPE_LABEL = "agents.x-k8s.io/launch-type"
 GENERATED_SECRETS = "extensions.agents.x-k8s.io/generated-secrets"
 CLAIM_TTL_SECONDS = 3600
@@ -182,10 +185,20 @@ def template(
 def pool(spec: runspec.RunSpec, replicas: int, agent: str | None = None) -> dict[str, Any]:
     """The ``SandboxWarmPool`` of ``replicas`` sandboxes from :func:`template`."""
     name = pool_name(spec, agent)
-    return {
-        **_object("SandboxWarmPool", spec, name),
-        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": name}},
-    }
+    body = _object("SandboxWarmPool", spec, name)
+    warm_pool = spec.spec.isolation.warm_pool
+    keep = warm_pool.keep_seconds if warm_pool is not None else 0
+    body["metadata"]["annotations"] = {ANNOTATION_KEEP: str(keep)}
+    return {**body, "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": name}}}
+
+
+def keep_seconds(pool_body: Mapping[str, Any]) -> int:
+    """How long a pool stays up after its last run (its annotation; the default without)."""
+    found = (pool_body["metadata"].get("annotations") or {}).get(ANNOTATION_KEEP)
+    try:
+        return max(0, int(found)) if found is not None else DEFAULT_KEEP_SECONDS
+    except ValueError:
+        return DEFAULT_KEEP_SECONDS
 
 
 def claim(

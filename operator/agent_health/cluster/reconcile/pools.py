@@ -13,8 +13,9 @@ and why every cell's guarantees hold):
   downward-API file. Reads: 2; writes: 1 (the claim itself is the cell's other write);
 * :meth:`Pools.release` (a run is over): a pool no live run of the operator needs once its
   ``keepSeconds`` passed is scaled to zero; its template stays for the next run of that
-  generation. (An operator restarted within that time leaves the pool up until a run of it
-  ends again.)
+  generation;
+* :meth:`Pools.sweep` (the operator starts): each pool still up is released so too — the
+  operator before it may have stopped within a pool's ``keepSeconds``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from agent_health.cluster import errors, kube
-from agent_health.cluster.cells import cellgateway, cellsecrets, netpol, observed, warmpool
+from agent_health.cluster.cells import (
+    cellgateway,
+    cellsecrets,
+    manifests,
+    netpol,
+    observed,
+    warmpool,
+)
 from agent_health.cluster.reconcile import lifecycle, plan
 from agent_health.ledger import assignment as assignment_mod
 
@@ -101,13 +109,28 @@ class Pools:
         assert run.spec is not None
         warm_pool = run.spec.spec.isolation.warm_pool
         keep = warm_pool.keep_seconds if warm_pool is not None else 0
+        await self._scale_down(run.ref.namespace, run.pools, keep, but=run)
+
+    async def sweep(self, namespace: str | None) -> None:
+        """At the operator's start: every pool of its RunSpecs still up is released as if a
+        run of it had just ended (the operator that was to scale it down may have stopped
+        first) — scaled to zero after its ``keepSeconds``, unless a run uses it by then."""
+        labels = {manifests.LABEL_MANAGED_BY: manifests.MANAGED_BY}
+        for body in await self.board.api.list(POOLS, namespace, labels):
+            meta = body["metadata"]
+            if int((body.get("spec") or {}).get("replicas") or 0) > 0:
+                keep = warmpool.keep_seconds(body)
+                work = self._scale_down(meta["namespace"], {meta["name"]}, keep)
+                self.board.spawn(work)
+
+    async def _scale_down(
+        self, namespace: str, names: set[str], keep: float, *, but: plan.Run | None = None
+    ) -> None:
         await asyncio.sleep(keep)
-        used = {p for r in self.board.runs.values() if r is not run for p in r.pools}
-        for name in sorted(run.pools - used):
+        used = {p for r in self.board.runs.values() if r is not but for p in r.pools}
+        for name in sorted(names - used):
             try:
-                await self.board.api.patch(
-                    POOLS, run.ref.namespace, name, {"spec": {"replicas": 0}}
-                )
+                await self.board.api.patch(POOLS, namespace, name, {"spec": {"replicas": 0}})
             except kube.ApiError as err:
                 if err.status != 404:  # the RunSpec, and its pools, may be gone
                     raise

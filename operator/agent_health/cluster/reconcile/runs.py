@@ -19,7 +19,10 @@ above it only through what it was handed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -44,6 +47,8 @@ from agent_health.cluster.reconcile import (
 )
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
+
+log = logging.getLogger("agent_health.operator")
 
 TAKEOVER_WINDOW = 300.0
 """The longest a restarted operator treats an unknown judge token as possibly a cell of a run
@@ -88,16 +93,19 @@ class Runs:
     expected: set[batcher.RunRef] = dataclasses.field(default_factory=set)
     """Runs unfinished when the operator started and not taken over yet (see :meth:`expect`)."""
     _expected_until: float = 0.0
+    _taken_over: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set once every run of :attr:`expected` is taken over (or forgotten)."""
     board: lifecycle.Board = dataclasses.field(init=False)
+    warm_pools: pools.Pools = dataclasses.field(init=False)
     intake: intake.Intake = dataclasses.field(init=False)
     reactions: reactions.Reactions = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.board = lifecycle.Board(self.api, self.status, self.metrics, self.recorder)
         creator = creation.Creator(self.board, keyring.Keyring(self.board))
-        warm_pools = pools.Pools(self.board, self.fence)
-        self.board.release = warm_pools.release
-        handing = handoff.Handoff(self.board, creator, warm_pools, self.deadline_grace)
+        self.warm_pools = pools.Pools(self.board, self.fence)
+        self.board.release = self.warm_pools.release
+        handing = handoff.Handoff(self.board, creator, self.warm_pools, self.deadline_grace)
         self.reactions = reactions.Reactions(self.board, handing, self.stuck_grace, self.clock)
         self.intake = intake.Intake(
             self.board, self.settings, self.discoveries, handing, self.reactions,
@@ -130,6 +138,30 @@ class Runs:
             return None
         return Judged(ref, run.runspec, run.spec.spec.judge, run.model.spec.skip_judge)
 
+    async def starting(self, namespace: str | None, *, warm_pools: bool = False) -> None:
+        """What the operator finds as it starts: the runs it must take over before it knows
+        their cells (:meth:`expect`), and with ``warm_pools`` the pools the operator before it
+        may have stopped before scaling down (:meth:`.pools.Pools.sweep`, once those runs are
+        taken over: a pool one of them uses stays up)."""
+        try:
+            self.expect(await self.api.list(kube.EVALUATIONRUNS, namespace, {}))
+        except kube.ApiError as err:
+            log.warning("cannot list EvaluationRuns at start (%s); judge calls of cells of "
+                        "runs not yet taken over are refused", err)  # fmt: skip
+        if warm_pools:
+            self.board.spawn(self._sweep(namespace))
+
+    async def _sweep(self, namespace: str | None) -> None:
+        """Once every run found at start is taken over (its pools known as used), or given up
+        on: the pools left up."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._taken_over.wait(), TAKEOVER_WINDOW)
+        try:
+            await self.warm_pools.sweep(namespace)
+        except kube.ApiError as err:
+            log.warning("cannot list SandboxWarmPools (%s); a pool left up by the operator "
+                        "before stays up until a run of its RunSpec ends", err)  # fmt: skip
+
     def expect(self, bodies: Iterable[Mapping[str, Any]]) -> None:
         """The runs that exist as the operator starts. Until each is taken over (its cells'
         tokens read back), a judge call from one of its cells cannot be told from a stranger's:
@@ -138,6 +170,13 @@ class Runs:
             if (body.get("status") or {}).get("phase") not in status_mod.TERMINAL:
                 self.expected.add(batcher.RunRef.of(body))
         self._expected_until = self.clock() + TAKEOVER_WINDOW
+        self._taking(None)
+
+    def _taking(self, done: batcher.RunRef | None) -> None:
+        if done is not None:
+            self.expected.discard(done)
+        if not self.expected:
+            self._taken_over.set()
 
     def taking_over(self) -> bool:
         """Whether some run found at start is not taken over yet (an unknown token may be
@@ -156,7 +195,7 @@ class Runs:
     async def start(self, body: Mapping[str, Any]) -> None:
         """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""
         await self.intake.start(body)
-        self.expected.discard(batcher.RunRef.of(body))
+        self._taking(batcher.RunRef.of(body))
 
     def cell_event(self, event_type: str, body: Mapping[str, Any]) -> None:
         """A watch event of a cell (Pod or Sandbox) owned by an EvaluationRun."""
@@ -164,7 +203,7 @@ class Runs:
 
     def forget(self, body: Mapping[str, Any]) -> None:
         """The run was deleted: stop scheduling it (its cells are garbage-collected)."""
-        self.expected.discard(batcher.RunRef.of(body))
+        self._taking(batcher.RunRef.of(body))
         self.board.forget(body)
 
     async def close(self) -> None:
