@@ -17,19 +17,18 @@ upstream controllers' semantics (``extensions/controllers``). The core ``Sandbox
   has fewer (a claimed one no longer counts: it is replenished) and deletes unclaimed ones
   past ``replicas``, not-ready first. Status: ``replicas``, ``readyReplicas``, ``selector``.
 * ``SandboxClaim`` — ``warmPoolRef`` (required), ``lifecycle`` (``shutdownPolicy``
-  ``Delete``/``Retain``, ``ttlSecondsAfterFinished``), ``additionalPodMetadata`` and
-  ``env``. Binding: a claim with ``env`` or ``volumeClaimTemplates`` is always cold-started
-  (so refused if its template disallows them: ``EnvVarsInjectionRejected``); otherwise the
-  controller takes a candidate of the pool — Ready first, then the oldest, one no other claim
-  worker is taking — records it on the claim (annotation ``agents.x-k8s.io/sandbox-name``)
-  by an update carrying the claim's
-  ``resourceVersion`` (the optimistic lock: a conflict means another pass got there first, it
-  tries again), then completes the adoption in one patch of the Sandbox: the warm-pool label
-  removed, ``agents.x-k8s.io/launch-type: warm``, its owner the claim alone (controller
-  reference), ``agents.x-k8s.io/claim-uid`` on it and on its pod template, whose metadata
-  becomes the template's merged with the claim's ``additionalPodMetadata`` (labels only in the
-  allowed domain ``sandbox.users.io``, annotations outside the restricted ``kubernetes.io``,
-  ``k8s.io`` and ``x-k8s.io`` domains; neither may override the template's:
+  ``Delete``/``Retain``, ``ttlSecondsAfterFinished``), ``additionalPodMetadata`` and ``env``.
+  Binding: a claim with ``env`` or ``volumeClaimTemplates`` is always cold-started (so refused
+  if its template disallows them: ``EnvVarsInjectionRejected``); otherwise the controller
+  takes a candidate of the pool — Ready first, then the oldest, one no other claim worker is
+  taking — records it on the claim (annotation ``agents.x-k8s.io/sandbox-name``) by an update
+  carrying the claim's ``resourceVersion`` (the optimistic lock: a conflict means another pass
+  got there first, it tries again), then completes the adoption in one patch of the Sandbox:
+  the warm-pool label removed, ``agents.x-k8s.io/launch-type: warm``, its owner the claim
+  alone (controller reference), ``agents.x-k8s.io/claim-uid`` on it and on its pod template,
+  whose metadata becomes the template's merged with the claim's ``additionalPodMetadata``
+  (labels only in the allowed domain ``sandbox.users.io``, annotations outside the restricted
+  ``kubernetes.io``, ``k8s.io`` and ``x-k8s.io`` domains; neither may override the template's:
   ``InvalidMetadata``). An empty pool falls back to a cold start: a Sandbox named as the
   claim, from the template, owned by the claim (launch type ``cold``). Status:
   ``sandbox.name``, ``sandbox.podIPs``, and the Sandbox's ``Ready`` and ``Finished``
@@ -119,7 +118,7 @@ class SandboxPools:
     upstream's in-memory queue of adoptable sandboxes pops each to one claim)."""
 
     def _path(self, plural: str, namespace: str, name: str = "") -> str:
-        group = controllers.SANDBOX_GROUP if plural == "sandboxes" else GROUP
+        group = _group(plural)
         version = controllers.SANDBOX_VERSION if plural == "sandboxes" else VERSION
         base = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}"
         return f"{base}/{name}" if name else base
@@ -150,9 +149,8 @@ class SandboxPools:
                 queue.add((namespace, owner[1]))
 
         async def follow(plural: str) -> None:
-            group = controllers.SANDBOX_GROUP if plural == "sandboxes" else GROUP
             async for event in store.watch(
-                store.kinds[(group, plural)], None, lambda _l: True, since=None,
+                store.kinds[(_group(plural), plural)], None, lambda _l: True, since=None,
                 initial_bookmark=False, timeout=None,
             ):  # fmt: skip
                 meta = event["object"]["metadata"]
@@ -638,6 +636,11 @@ class _Queue:
                 if key in self.queued:
                     self.order.append(key)
                     self.wake.set()
+
+
+def _group(plural: str) -> str:
+    """The API group of ``plural``: the core Sandbox's, or these extensions'."""
+    return controllers.SANDBOX_GROUP if plural == "sandboxes" else GROUP
 
 
 def _controller(body: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -170,9 +170,9 @@ class Runs:
             if (body.get("status") or {}).get("phase") not in status_mod.TERMINAL:
                 self.expected.add(batcher.RunRef.of(body))
         self._expected_until = self.clock() + TAKEOVER_WINDOW
-        self._taking(None)
+        self._took_over(None)
 
-    def _taking(self, done: batcher.RunRef | None) -> None:
+    def _took_over(self, done: batcher.RunRef | None) -> None:
         if done is not None:
             self.expected.discard(done)
         if not self.expected:
@@ -195,7 +195,7 @@ class Runs:
     async def start(self, body: Mapping[str, Any]) -> None:
         """Adopt or begin a run (idempotent; kopf's create and resume handlers)."""
         await self.intake.start(body)
-        self._taking(batcher.RunRef.of(body))
+        self._took_over(batcher.RunRef.of(body))
 
     def cell_event(self, event_type: str, body: Mapping[str, Any]) -> None:
         """A watch event of a cell (Pod or Sandbox) owned by an EvaluationRun."""
@@ -203,7 +203,7 @@ class Runs:
 
     def forget(self, body: Mapping[str, Any]) -> None:
         """The run was deleted: stop scheduling it (its cells are garbage-collected)."""
-        self._taking(batcher.RunRef.of(body))
+        self._took_over(batcher.RunRef.of(body))
         self.board.forget(body)
 
     async def close(self) -> None:
