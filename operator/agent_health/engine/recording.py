@@ -1,5 +1,3 @@
-# Over 350 lines: a local run's ledger is one thing to its callers (the CLI, a cell,
-# the grader): where it goes, its key, its cells' names and records, the controller's records.
 """A local run records every (test, repeat) that ran the agent as a ledger cell.
 
 The cells have the shape a cluster's have (:mod:`agent_health.ledger`)::

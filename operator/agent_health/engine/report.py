@@ -1,5 +1,3 @@
-# Over 350 lines: the report is one versioned file format; its models and the aggregates that
-# fill them (counts, rates and intervals, pass@k, labels, cost, budget, matrix) read top down.
 """The run report: every TestResult plus aggregates, in its versioned JSON shape
 (docs/writing-tests.md).
 

@@ -1,5 +1,3 @@
-# Over 350 lines: one test's whole life (fixtures, hooks, deadline, teardown, grading, captured
-# output) reads in one place.
 """Running one (test, repeat): fixtures, hooks around the body, timeout, teardown, grading."""
 
 from __future__ import annotations

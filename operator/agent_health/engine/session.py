@@ -1,5 +1,3 @@
-# Over 350 lines: one pool's workers share its state (the queue, file hooks, retries, the
-# failure limit, the budget, the agent lanes); split, each part would reach into the others.
 """Running many tests: a pool of workers, per-file all-hooks, repeats, retries, a failure
 limit, a budget (:mod:`.budget`) and clean interruption."""
 

@@ -1,5 +1,3 @@
-# Over 350 lines: every setting of the gateway is a field of one Settings model, each with
-# its bound and description, validated together; the routes and tokens it names sit beside it.
 """What the gateway listens on, where it forwards, and who may claim which principal.
 
 A route is one listener: calls arriving on ``listen`` come *from* ``principal`` (as claimed

@@ -1,5 +1,3 @@
-# Over 350 lines: a cell's exchanges and spans share one batcher, one set of caps and one
-# order in the chain; apart, they could interleave wrongly or each pass the other's cap.
 """Turns what the proxy saw into ``exchange`` records and appends them to the right cell.
 
 The proxy never waits for the ledger: it takes a :class:`Ticket` when a call arrives and hands

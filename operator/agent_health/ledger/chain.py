@@ -1,5 +1,3 @@
-# Over 350 lines: the chain is sealed and verified here, side by side, because the two must
-# agree byte for byte (the canonical body, the MAC over it); the key-file helpers sit beside.
 """The HMAC chain that makes a cell's ledger tamper-evident, and the writer that builds it.
 
 Each record's ``mac`` is ``HMAC-SHA256(key, previous_mac || canonical(record without mac))``

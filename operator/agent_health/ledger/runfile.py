@@ -1,5 +1,3 @@
-# Over 350 lines: the run file's writer, its seal and its reader must agree byte for byte
-# (the frame, the seal's MAC, the refused cells), so they sit side by side.
 """One file for a whole local run: every cell's records in ``DIR/run.jsonl``, sealed at the end.
 
 A local ``agent-health run`` records every (test, repeat) that ran the agent as a cell, like a

@@ -1,4 +1,3 @@
-# Over 350 lines: `test` and all it declares (cases, hooks, groups, fixtures) share one collector.
 """Declaring tests: the ``test`` object, fixtures by extension, hooks and groups.
 
 Importing a test file only *declares*: each ``@test(...)`` appends a :class:`TestCase` to

@@ -1,4 +1,3 @@
-# Over 350 lines: the RunSpec CRD is one schema; its parts are read together.
 """RunSpec: *what* is evaluated — the suite, the target agent, its peers, judge, ledger, isolation.
 
 A RunSpec is long-lived and shared by many EvaluationRuns. Its status records what the

@@ -1,4 +1,3 @@
-# Over 350 lines: the tally, its phase machine and conditions are one state (see below).
 """Folding graded cells into an EvaluationRun's status: the tally, its phase and conditions.
 
 Lifecycle (``status.phase``)::
