@@ -287,3 +287,67 @@ def test_hostile_input_is_one_line_per_problem_never_a_crash(
         assert error.startswith(start), error
         assert "\n" not in error
         assert "Traceback" not in error
+
+
+def _strict(text: str) -> Any:
+    """``text`` as JSON, refusing the ``NaN`` / ``Infinity`` that Python's json would take."""
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in the output: not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_key_written_twice_is_an_error_naming_it_and_lenient_reads_the_last(
+    write_suite: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reviewer reads the first "expectedOutcomes"; JSON keeps the second, a check that runs.
+    text = (
+        "[\n"
+        '  {"name": "twice", "category": "RCA", "difficulty": "Easy",\n'
+        '   "initialPrompt": "Diagnose",\n'
+        '   "expectedOutcomes": ["names db-primary as the cause"],\n'
+        '   "expectedOutcomes": ["answers politely"]}\n'
+        "]\n"
+    )
+    suite = write_suite(**{"twice.cases.json": text})
+    monkeypatch.setenv("CI", "true")  # even in CI it was read silently
+    [error] = errors_of(suite)
+    assert error.startswith("twice.cases.json:5: case [0] 'twice': expectedOutcomes: the key ")
+    assert "'expectedOutcomes' is written 2 times in one object" in error
+    assert "JSON reads only the last" in error
+    assert "keep one" in error
+    capsys.readouterr()
+    # --lenient: a warning naming it, and the case loads with the last value, as JSON.parse.
+    code, out, err = listing(capsys, "--lenient", "--json", str(suite / "twice.cases.json"))
+    assert code == 0, err
+    [case] = _strict(out)
+    assert case["expected_outcomes"] == ["answers politely"]
+    [warning] = err.splitlines()
+    assert warning.startswith("warning twice.cases.json:5: case [0] 'twice': expectedOutcomes: ")
+    assert "(--lenient: the last is read)" in warning
+    # At any depth, in any form: a benchmark's case in JSONL, a key of a context item.
+    inner = {**GOOD, "name": "deep", "context": [{"description": "log", "value": "a"}]}
+    line = json.dumps(inner).replace('"value": "a"', '"value": "a", "value": "b"')
+    write_suite(**{"lines.cases.jsonl": "\n" + line})
+    [error] = errors_of(suite / "lines.cases.jsonl")
+    assert error.startswith("lines.cases.jsonl:2: line 2 'deep': context[0].value: the key 'value'")
+
+
+def test_a_number_json_cannot_hold_is_refused_so_list_json_stays_json(
+    write_suite: Any, capsys: Any
+) -> None:
+    text = json.dumps([{**GOOD, "versions": [{"score": 0.5}], "timeout": 30}], indent=1)
+    suite = write_suite(**{"odd.cases.json": text.replace("0.5", "NaN").replace("30", "1e999")})
+    errors = errors_of(suite)
+    assert [e.split(": ")[2] for e in errors] == ["timeout", "versions[0].score"]
+    assert errors[0].startswith("odd.cases.json:")
+    assert (
+        "timeout: is infinite (as JSON's 1e999 reads); a timeout is seconds, a finite "
+        in (errors[0])
+    )
+    assert "versions[0].score: is not a finite number" in errors[1]
+    capsys.readouterr()
+    code, out, _ = listing(capsys, "--json", str(suite))
+    assert code == 2
+    assert _strict(out) == []  # never the bare Infinity of a timeout that was read

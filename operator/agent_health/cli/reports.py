@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -125,8 +124,10 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
     except compare.CompareError as err:
         raise common.UsageError(str(err)) from err
     if args.json:
+        from agent_health.ledger import strictjson
+
         payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(strictjson.dumps(payload, indent=2) + "\n")
     else:
         from agent_health.engine import visible
 

@@ -122,7 +122,9 @@ class AguiConnector:
             "context": [{"description": c.description, "value": c.value} for c in request.context],
             "forwardedProps": {**self._forwarded, "env": request.env, **request.provisioning()},
         }
-        return pydantic_core.to_json(payload)  # compact, UTF-8; json.dumps takes 5x as long
+        # Compact UTF-8 (json.dumps takes 5x as long); a NaN in a tool's schema or the state
+        # is written null: the agent gets JSON, never the bare NaN no parser takes.
+        return pydantic_core.to_json(payload, inf_nan_mode="null")
 
     async def run(self, request: AgentRequest) -> AgentReply:
         timeout = wire.timeout_of(request, self.spec)

@@ -17,6 +17,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agent_health import timeouts
 from agent_health.connectors import errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 
@@ -42,7 +43,7 @@ class ConnectorSpec(BaseModel):
     connector: str = "rest"
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    timeout: float = Field(default=120.0, gt=0)
+    timeout: timeouts.Seconds = 120.0
     command: tuple[str, ...] | None = Field(
         default=None,
         description="Start the agent with this command before the run (like Playwright's "
@@ -50,7 +51,7 @@ class ConnectorSpec(BaseModel):
         "of arguments, or one string split as a shell would split it (no shell runs it).",
     )
     ready_url: str | None = None
-    ready_timeout: float = Field(default=30.0, gt=0)
+    ready_timeout: timeouts.Seconds = 30.0
     cwd: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     uds: str | None = Field(

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shlex
 import shutil
@@ -40,6 +39,7 @@ import pydantic
 from agent_health.connectors import errors, partial, subprocess_talk, wire
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step
+from agent_health.ledger import strictjson
 
 TERM_GRACE_S = 2.0
 """How long a timed-out command may take to exit after SIGTERM before it gets SIGKILL."""
@@ -130,9 +130,9 @@ class SubprocessConnector:
             if request.tracestate:
                 env["TRACESTATE"] = request.tracestate
         if request.provisioned:
-            env["AGENT_HEALTH_PROVISIONED"] = json.dumps(request.provisioned)
+            env["AGENT_HEALTH_PROVISIONED"] = strictjson.dumps(request.provisioned)
         if request.tools:
-            env["AGENT_HEALTH_TOOLS"] = json.dumps(request.tool_list())
+            env["AGENT_HEALTH_TOOLS"] = strictjson.dumps(request.tool_list())
         if files_dir is not None:
             env["AGENT_HEALTH_FILES_DIR"] = files_dir
         if conversation:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -49,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from agent_health import connectors, tls
+from agent_health import connectors, timeouts, tls
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.engine import cellsuite, receiver, recording, runner, visible
-from agent_health.ledger import objects
+from agent_health.ledger import objects, strictjson
 from agent_health.otel import settings as otel_settings
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
@@ -129,6 +128,9 @@ class CellSettings:
             seconds = float(timeout) if timeout else None
         except ValueError as err:
             raise CellError(f"AGENT_HEALTH_TIMEOUT={timeout!r} is not a number") from err
+        wrong = timeouts.problem(seconds) if seconds is not None else None
+        if wrong is not None:
+            raise CellError(f"AGENT_HEALTH_TIMEOUT={timeout!r} {wrong}")
         try:
             otlp = otel_settings.resolve(None, None, env)
         except otel_settings.SettingsError as err:
@@ -323,7 +325,7 @@ def _export(settings: CellSettings) -> otel_export.Export | None:
 def report(result: TestResult) -> str:
     """One JSON line for the pod's log: what the controller saw (the ledger is the record)."""
     fields = ("repeat", "status", "score", "error", "run_id")
-    return json.dumps({"test": result.id} | {name: getattr(result, name) for name in fields})
+    return strictjson.dumps({"test": result.id} | {name: getattr(result, name) for name in fields})
 
 
 def main(suite: Path, test_id: str, repeat: int) -> int:

@@ -78,10 +78,9 @@ def _declared(doc: forms.Document, options: checks.Options) -> Loaded:
     loaded = Loaded(problems=list(doc.problems))
     seen: dict[str, tuple[str, Any, declare.TestCase]] = {}
     for item in doc.cases:
-        name = item.raw.get("name") if isinstance(item.raw, dict) else None
-        where = f"{item.where} {name!r}" if isinstance(name, str) and name else item.where
+        where = item.named
         case, found = checks.check_case(
-            item.raw, where, item.path, doc.line_of, str(doc.file), options
+            item.raw, where, item.path, doc.line_of, str(doc.file), options, item.not_finite
         )
         loaded.problems.extend(found)
         if case is None:

@@ -19,6 +19,11 @@ nesting.
 Every reader of a report, a ledger line or an agent's reply uses it (the case-file loader
 may too); it lives in the ledger, the package every other one may import.
 
+Writing is the same edge the other way: :func:`json.dumps` writes a NaN or an infinity as
+``NaN`` / ``Infinity``, which no JSON reader takes. :func:`dumps` writes what the CLI
+prints as JSON (``list --json``, ``compare --json``, a cell's line) so that it never does:
+such a number becomes ``null``, as pydantic writes it in every report.
+
 >>> loads('{"score": 0.5, "steps": [1, 2]}')
 {'score': 0.5, 'steps': [1, 2]}
 >>> loads('{"tests": [{"score": NaN}]}')
@@ -85,6 +90,24 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         if max_depth >= FAST_DEPTH and not _infinite_in(value):
             return value
     return _exact(text, max_depth)
+
+
+def dumps(value: Any, *, default: Any = None, **options: Any) -> str:
+    """``value`` as JSON text every JSON reader takes: :func:`json.dumps` (``default`` and
+    ``options`` as it takes them), with each NaN or infinity written as ``null``.
+
+    >>> dumps({"timeout": float("inf"), "score": 0.5})
+    '{"timeout": null, "score": 0.5}'
+    """
+    try:
+        return json.dumps(value, default=default, allow_nan=False, **options)
+    except ValueError as err:
+        if "JSON compliant" not in str(err):  # "Out of range float values are not ..."
+            raise
+    # Rare: written as Python writes it, read back with each constant made None (so what
+    # ``default`` made of an object is covered too), written again.
+    loose = json.loads(json.dumps(value, default=default), parse_constant=lambda _: None)
+    return json.dumps(loose, allow_nan=False, **options)
 
 
 def _infinite_in(value: Any) -> bool:

@@ -24,6 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health import timeouts
+
 Protocol = Literal["http/protobuf", "http/json"]
 PROTOCOLS: tuple[Protocol, ...] = ("http/protobuf", "http/json")
 Compression = Literal["none", "gzip"]
@@ -52,7 +54,7 @@ class OtlpConfig(BaseModel):
     )
     protocol: Protocol = "http/protobuf"
     compression: Compression = Field(default="none", description="gzip: compress each request")
-    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, description="seconds per export")
+    timeout: timeouts.Seconds = Field(default=DEFAULT_TIMEOUT, description="seconds per export")
     capture_content: bool = Field(
         default=False, description="put tool call arguments and results on execute_tool spans"
     )
@@ -181,8 +183,11 @@ def resolve(
                 timeout = float(env[name]) / 1000  # the spec's unit: milliseconds
             except ValueError as err:
                 raise SettingsError(f"{name}={env[name]!r} is not a number of ms") from err
-            if timeout <= 0:
-                raise SettingsError(f"{name}={env[name]!r}: give a positive number of ms")
+            wrong = timeouts.problem(timeout)
+            if wrong is not None:
+                raise SettingsError(
+                    f"{name}={env[name]!r}: in seconds it {wrong}; give a number of ms"
+                )
     resource: dict[str, str] = {}
     if env.get("OTEL_RESOURCE_ATTRIBUTES"):
         resource = parse_headers(env["OTEL_RESOURCE_ATTRIBUTES"], "OTEL_RESOURCE_ATTRIBUTES")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic
 
+from agent_health import timeouts
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentRequest, ContextItem, FileItem, ToolDefinition
 from agent_health.sdk import context as ctx_mod
@@ -208,6 +209,9 @@ class Agent:
                 f"test {case.title!r}: agent.run(env=...) maps strings to strings; "
                 f"{bad_env[0]!r} is not (pass structured values as provisioned=...)"
             )
+        wrong = timeouts.problem(timeout) if timeout is not None else None
+        if wrong is not None:
+            raise errors.AgentRunError(f"test {case.title!r}: agent.run(timeout=...) {wrong}")
         file_items = _files(files, case.title)
         values = _provisioned(provisioned, case.title)
         offered = _tools(tools, case.title)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_health import timeouts
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.otel import settings as otel_settings
 from agent_health.sdk import errors
@@ -29,9 +30,9 @@ class RetryConfig(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     max_attempts: int = Field(default=4, ge=1)
-    initial_wait: float = Field(default=0.5, ge=0)
-    max_wait: float = Field(default=20.0, ge=0)
-    max_time: float = Field(default=120.0, gt=0)
+    initial_wait: timeouts.Wait = 0.5
+    max_wait: timeouts.Wait = 20.0
+    max_time: timeouts.Seconds = 120.0
 
 
 class JudgeConfig(BaseModel):
@@ -44,7 +45,7 @@ class JudgeConfig(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = None
     max_concurrency: int = Field(default=8, ge=1)
-    timeout: float = Field(default=60.0, gt=0)
+    timeout: timeouts.Seconds = 60.0
     region: str | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
     max_output_tokens: int = Field(default=1024, ge=1)
@@ -75,7 +76,7 @@ class Config(BaseModel):
     """Where each run is exported as OTLP traces (docs/otel.md); ``--otlp`` and
     ``OTEL_EXPORTER_OTLP_*`` override it."""
     connectors: dict[str, Callable[..., Any]] = Field(default_factory=dict)
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: timeouts.Seconds | None = None
     test_match: list[str] | None = None
     """Playwright's ``testMatch``: glob patterns of test files (default: the loader's)."""
     test_ignore: list[str] = Field(default_factory=list)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from agent_health import timeouts
 from agent_health.sdk import declared, errors, parametrize
 
 # The declarations live in their own module; these names are how the package reads them.
@@ -358,6 +359,10 @@ class TestAPI:
                 return fn  # imported outside the loader: declare nothing
             opts = dict(options)
             opts["labels"] = (*collector.describe_labels, *tuple(opts.get("labels", ())))
+            timeout = opts.get("timeout")
+            wrong = timeouts.problem(timeout) if timeout is not None else None
+            if wrong is not None:
+                raise errors.DefinitionError(f"test {name!r}: timeout= {wrong}")
             chosen = opts.get("insights")
             if not (chosen is None or chosen is False or callable(chosen)):
                 raise errors.DefinitionError(

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health import timeouts
+
 DEFAULT_PRICE_KEY = "default"
 
 
@@ -50,10 +52,10 @@ class OpenSearchSettings(BaseModel):
     index: str = "otel-v1-apm-span-*"
     logs_index: str | None = None
     run_id_attribute: str = "agent_health.run_id"
-    wait_seconds: float = Field(default=30.0, ge=0)
-    poll_seconds: float = Field(default=1.0, gt=0)
+    wait_seconds: timeouts.Wait = 30.0
+    poll_seconds: timeouts.Seconds = 1.0
     max_spans: int = Field(default=10_000, ge=1, le=10_000)
-    timeout: float = Field(default=10.0, gt=0)
+    timeout: timeouts.Seconds = 10.0
     username_env: str | None = None
     password_env: str | None = None
     verify_certs: bool = True
@@ -75,7 +77,7 @@ class OtlpSettings(BaseModel):
     )
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     max_spans: int = Field(default=2000, ge=1, description="spans kept per run")
-    wait_seconds: float = Field(default=5.0, ge=0, description="how long a read waits for spans")
+    wait_seconds: timeouts.Wait = Field(default=5.0, description="how long a read waits for spans")
 
     def wanted(self, started: bool) -> bool:
         """Whether a local run listens: for an agent it starts, or at a fixed address."""

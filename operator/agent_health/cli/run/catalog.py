@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,8 +48,12 @@ def print_cases(
     for note in loader.notes(suite):
         sys.stderr.write(note + "\n")
     if as_json:
+        from agent_health.ledger import strictjson
+
         payload = [listing.entry(c) for c in cases]
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        # A code test may hold a NaN (a parameter, metadata): written as null, never as the
+        # bare NaN that is not JSON.
+        sys.stdout.write(strictjson.dumps(payload, indent=2) + "\n")
     else:
         for c in cases:
             sys.stdout.write(listing.line(c) + "\n")  # its titles and labels made visible

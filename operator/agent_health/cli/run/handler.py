@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_health import timeouts
 from agent_health.cli import common
 from agent_health.cli.run import catalog, execution, reporting
 from agent_health.cli.run import suite as suite_mod
@@ -51,8 +53,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("-j/--concurrency must be at least 1")
     if not 1 <= args.repeat <= savedreport.MAX_REPEATS:  # what a saved report may say
         raise common.UsageError(f"--repeat must be from 1 to {savedreport.MAX_REPEATS:,}")
-    if args.timeout is not None and args.timeout <= 0:
-        raise common.UsageError("--timeout must be positive")
+    wrong = timeouts.problem(args.timeout) if args.timeout is not None else None
+    if wrong is not None:
+        raise common.UsageError(f"--timeout {wrong}")
     if args.ledger and args.no_ledger:
         raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
     pass_at = uncertainty.parse_pass_at(args.pass_at, args.repeat)
@@ -292,8 +295,10 @@ def _limits(args: argparse.Namespace) -> budget.Limits | None:
     given = {"--max-cost": args.max_cost, "--max-tokens": args.max_tokens}
     given["--max-duration"] = args.max_duration
     for flag, value in given.items():
-        if value is not None and value <= 0:
-            raise common.UsageError(f"{flag} must be positive, got {value:g}")
+        # not (value > 0): a NaN is no budget at all (no spend ever reaches it), and an
+        # infinite one no report could write.
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise common.UsageError(f"{flag} must be positive and finite, got {value:g}")
     if all(v is None for v in given.values()):
         return None
     from agent_health.engine import budget

@@ -57,8 +57,12 @@ HINTS = {
     "tools": 'write it as a list of {"name": "...", "description": "...", "parameters": {...}}',
     "followUpQuestions": 'write it as a list of {"trigger": "always", "question": "...", '
     '"businessValue": "..."}',
-    "timeout": "give the test's timeout in seconds, a positive number",
+    "timeout": "give the test's timeout in seconds, or leave it out for --timeout's",
 }
+NOT_FINITE = (
+    "is not a finite number (NaN, Infinity, or a number too large for a 64-bit float, such "
+    "as 1e999); JSON has no such number, and no report could hold it: give a finite one"
+)
 JSON_TYPES = {
     str: "a string",
     bool: "a boolean",
@@ -125,9 +129,16 @@ def unknown_message(path: Path, guess: str | None, forbid: bool) -> str:
 
 
 def check_case(
-    raw: Any, where: str, path: Path, line_of: LineOf, file: str, options: Options
+    raw: Any,
+    where: str,
+    path: Path,
+    line_of: LineOf,
+    file: str,
+    options: Options,
+    not_finite: Sequence[Path] = (),
 ) -> tuple[model.Case | None, list[Problem]]:
-    """The case at ``path`` of ``file`` (``where`` names it: ``case [1] 'name'``)."""
+    """The case at ``path`` of ``file`` (``where`` names it: ``case [1] 'name'``);
+    ``not_finite``: where in it the parser read a number that is not finite."""
     found: list[Problem] = []
 
     def problem(at: Path, message: str, error: bool = True, upstreams: bool = False) -> None:
@@ -145,12 +156,14 @@ def check_case(
     unknown = _unknown(raw)
     # A misspelt key of a missing field is named in that field's error, not twice.
     meant = {field_path((*at[:-1], guess)): at for at, guess in unknown if guess}
+    refused: set[Path] = set()  # fields pydantic refused: a NaN there is said once
     try:
         case: model.Case | None = model.Case.model_validate(raw)
     except ValidationError as err:
         case = None
         for e in err.errors():
             at = tuple(e["loc"])
+            refused.add(at)
             name = field_path(at)
             what = _WHAT.get(e["type"], e["msg"])
             if e["type"] in _WHAT and e["type"] not in ("missing", "string_too_short"):
@@ -159,6 +172,9 @@ def check_case(
             if e["type"] == "missing" and name in meant:
                 hint = f"the case has {field_path(meant.pop(name))!r}: did you mean {name!r}?"
             problem(at, f"{name}: {what}" + (f"; {hint}" if hint else ""))
+    for at in not_finite:
+        if at not in refused:
+            problem(at, f"{field_path(at)}: {NOT_FINITE}")
     for at, guess in unknown:
         if guess is None or field_path((*at[:-1], guess)) in meant:
             problem(at, unknown_message(at, guess, options.forbid_unknown), options.forbid_unknown)

@@ -6,12 +6,21 @@ list); ``{"name", "testCases": [...]}``; ``{"benchmarks": [...]}``, each benchma
 one case a line. ``testCaseIds`` are resolved by :mod:`agent_health.engine.datasuite`
 against the case files beside the benchmark. Anything else — another shape, CSV, a file
 too deeply nested to read — is a problem saying which forms are read.
+
+Python's :mod:`json` reads more than JSON says, and silently: a key written twice in one
+object keeps its last value (a reviewer reads the first, a check that never runs), and
+``NaN``, ``Infinity`` or ``1e999`` (too large for a float) read as numbers no JSON output
+can hold again. Each is a problem naming the file, the line, the case and the field: a
+number that is not finite is an error; a repeated key is an error, or a warning under
+``lenient`` (JSON's own rule, and upstream's ``JSON.parse``: the last is read).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,14 @@ class RawCase:
     path: positions.Path
     where: str  # "case [2]", "line 3", "benchmark 'smoke' case [0]"
     benchmark: str | None = None
+    not_finite: tuple[positions.Path, ...] = ()
+    """Where in the case a number is not finite (NaN, Infinity, 1e999): each a problem."""
+
+    @property
+    def named(self) -> str:
+        """``case [2] 'payment outage'``: where it is, and its name when it has one."""
+        name = self.raw.get("name") if type(self.raw) is dict else None
+        return f"{self.where} {name!r}" if isinstance(name, str) and name else self.where
 
 
 @dataclass(frozen=True)
@@ -45,6 +62,17 @@ class Reference:
     benchmark: str
     ids: tuple[tuple[int, str], ...]  # (index in testCaseIds, id)
     line: int | None
+
+
+@dataclass(frozen=True)
+class Odd:
+    """A place where the text says more than the value read from it: a key written more
+    than once in one object (``key``, ``times``), or a number that is not finite."""
+
+    path: positions.Path
+    key: str | None = None
+    times: int = 0
+    value: float | None = None
 
 
 @dataclass
@@ -57,6 +85,9 @@ class Document:
     problems: list[checks.Problem] = field(default_factory=list)
     lines: positions.Lines | None = None
     jsonl: bool = False
+    odd: list[Odd] = field(default_factory=list)
+    """What the JSON parser took silently (a repeated key, a number that is not finite),
+    reported once the cases are known (:func:`_report_odd`)."""
 
     def line_of(self, path: positions.Path) -> int | None:
         if self.jsonl:  # a JSONL case's path starts with its line number
@@ -90,22 +121,34 @@ def read(file: Path, options: checks.Options) -> Document:
     if suffix == ".jsonl":
         doc.jsonl = True
         _jsonl(doc, text)
+        _report_odd(doc, options)
         return doc
     data = _parse(doc, text, first_line=1)
     if data is _NOTHING:
         return doc
     doc.lines = positions.Lines(text)
     _forms(doc, data, options)
+    _report_odd(doc, options)
     return doc
 
 
 _NOTHING: Any = object()
 
 
-def _parse(doc: Document, text: str, first_line: int) -> Any:
-    """``text`` as JSON, or :data:`_NOTHING` after saying why it is not readable."""
+def _parse(doc: Document, text: str, first_line: int, at: positions.Path = ()) -> Any:
+    """``text`` as JSON, or :data:`_NOTHING` after saying why it is not readable; what the
+    parser took silently is kept in ``doc.odd`` (``at``: where ``text`` is in the file)."""
+    repeated: dict[int, tuple[dict[str, Any], Counter[str]]] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        made = dict(items)  # a plain dict, as json.loads makes: the last of a key wins
+        if len(made) < len(items):
+            counts = Counter(key for key, _ in items)
+            repeated[id(made)] = (made, counts)  # kept alive: its id names it until read
+        return made
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as err:
         hint = ""
         if err.msg == "Extra data" and not doc.jsonl:
@@ -135,7 +178,56 @@ def _parse(doc: Document, text: str, first_line: int) -> Any:
             )
         )
         return _NOTHING
+    doc.odd.extend(_odd(data, {k: counts for k, (_, counts) in repeated.items()}, at))
     return data
+
+
+def _odd(data: Any, repeated: dict[int, Counter[str]], at: positions.Path) -> list[Odd]:
+    """Each repeated key (by the id of its object) and each number that is not finite in
+    ``data``, in document order; walked without recursion (the depth is bounded already)."""
+    found: list[Odd] = []
+    todo: list[tuple[Any, positions.Path]] = [(data, at)]
+    while todo:
+        value, path = todo.pop()
+        if type(value) is float:
+            if not math.isfinite(value):
+                found.append(Odd(path, value=value))
+            continue
+        if type(value) is dict:
+            counts = repeated.get(id(value)) if repeated else None
+            if counts is not None:
+                found.extend(Odd((*path, k), k, n) for k, n in counts.items() if n > 1)
+            todo.extend(reversed([(v, (*path, k)) for k, v in value.items()]))
+        elif type(value) is list:
+            todo.extend(reversed([(v, (*path, i)) for i, v in enumerate(value)]))
+    return found
+
+
+def _report_odd(doc: Document, options: checks.Options) -> None:
+    """One problem per repeated key, naming the case it is in (when it is in one) and the
+    field; a number that is not finite is its case's problem (:func:`.checks.check_case`
+    says it once, beside the field's other problems), or the file's outside any case."""
+    for odd in doc.odd:
+        at = next((i for i, c in enumerate(doc.cases) if odd.path[: len(c.path)] == c.path), None)
+        case = doc.cases[at] if at is not None else None
+        if odd.key is None and case is not None and at is not None:
+            inner = odd.path[len(case.path) :]
+            doc.cases[at] = replace(case, not_finite=(*case.not_finite, inner))
+            continue
+        inner = odd.path[len(case.path) :] if case is not None else odd.path[doc.jsonl :]
+        where = f"{case.named}: " if case is not None else ""
+        field_name = checks.field_path(inner) or "the value"
+        if odd.key is None:
+            doc.problem(odd.path, f"{where}{field_name}: {checks.NOT_FINITE}")
+            continue
+        fate = "--lenient: the last is read" if options.lenient else "--lenient reads the last"
+        doc.problem(
+            odd.path,
+            f"{where}{field_name}: the key {odd.key!r} is written {odd.times} times in one "
+            "object; JSON reads only the last, so a reader of the file sees a value that never "
+            f"runs: keep one ({fate})",
+            not options.lenient,
+        )
 
 
 def _too_deep(data: Any) -> bool:
@@ -160,7 +252,7 @@ def _jsonl(doc: Document, text: str) -> None:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        data = _parse(doc, line, first_line=number)
+        data = _parse(doc, line, first_line=number, at=(number,))
         if data is not _NOTHING:
             doc.cases.append(RawCase(data, (number,), f"line {number}"))
     if not doc.cases and not doc.problems:

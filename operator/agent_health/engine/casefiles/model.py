@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health import timeouts
+
 DIFFICULTIES = ("Easy", "Medium", "Hard")
 TRIGGERS = ("results_available", "error", "always")
 
@@ -81,7 +83,7 @@ class Case(_Model):
     )
     follow_up_questions: list[FollowUp] = Field(default_factory=list, alias="followUpQuestions")
     describe_path: list[str] | None = Field(default=None, alias="describePath")
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: timeouts.Seconds | None = None
 
     def all_labels(self) -> tuple[str, ...]:
         """Upstream's labels: ``labels`` as written when there are any, else built from the
@@ -161,7 +163,10 @@ CASE_FIELDS: dict[str, tuple[Use, str]] = {
         "holds for the turn before it",
     ),
     "describePath": ("metadata", "kept as the case's metadata"),
-    "timeout": ("runs", "agent-health's own: seconds for the whole test"),
+    "timeout": (
+        "runs",
+        "agent-health's own: seconds for the whole test (finite, at most a day: 86,400)",
+    ),
 }
 """Each field of a case, what agent-health does with it, and how (for docs and tests)."""
 
