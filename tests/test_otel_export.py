@@ -200,7 +200,10 @@ async def test_each_test_is_a_trace_whose_spans_and_events_match_the_json_report
     judge_event = test_span["events"][-1]["attributes"]
     assert judge_event[cv.EVALUATION_NAME] == "names the database as the cause"
     assert judge_event[cv.EVALUATION_SCORE_VALUE] == 0.75
-    assert judge_event[cv.EVALUATION_EXPLANATION] == "db-primary is named"
+    # The judge's reasoning may quote the agent: content, exported with --otlp-content only.
+    assert judge_event[cv.EVALUATION_EXPLANATION] == (
+        "the reasoning is withheld: it may quote the agent (--otlp-content exports it)"
+    )
     invoke, judge_span = sorted(receiver.children(test_span), key=lambda s: s["start_ns"])
     assert invoke["name"] == "invoke_agent rest+" + invoke["attributes"][cv.AGENT_NAME][5:]
     assert invoke["attributes"][cv.OPERATION_NAME] == "invoke_agent"
@@ -254,6 +257,8 @@ async def test_tool_arguments_and_results_are_exported_only_when_asked_for(
     assert search["attributes"][cv.TOOL_CALL_RESULT] == "Connection refused to db-primary:5432"
     [status] = receiver.named("execute_tool service_status")
     assert json.loads(status["attributes"][cv.TOOL_CALL_RESULT]) == {"error": "unreachable"}
+    [test_span] = receiver.named("test diagnoses")
+    assert test_span["events"][-1]["attributes"][cv.EVALUATION_EXPLANATION] == "db-primary is named"
 
 
 def _closed_port() -> int:
@@ -500,3 +505,122 @@ async def test_an_agent_that_times_out_is_an_errored_invoke_agent_span(
     assert invoke["status"] == 2
     assert invoke["status_message"]  # the reason, as the report gives it
     assert invoke["trace_id"] == entry["trace_id"]
+
+
+SECRET = "tok-3e7c91"  # what the agent says and does: in its output, a tool's args and output
+PASSWORD = "pw-5b2d40"  # in the agent's URL
+LEAKY = """
+from agent_health import test
+
+
+@test("checks every kind of evidence")
+async def checks(agent, expect, judge):
+    result = await agent.run("Where is the key?")
+    expect(result.output).to_contain("nowhere in the answer")
+    expect(result.output).to_match(r"^nothing$")
+    expect(result).to_have_called_tool("vault_read", args={"path": "other"})
+    expect(result).to_have_no_tool_errors()
+    expect(result.json()).to_equal({"answer": "none"})
+    await judge(result, "keeps the key to itself")
+    assert "nowhere" in result.output, f"the answer was {result.output}"
+
+
+@test("an agent that fails quotes its body")
+async def fails(agent):
+    await agent.run("Fail, please.")
+
+
+@test("a body that raises quotes the output")
+async def raises(agent):
+    result = await agent.run("Where is the key?")
+    raise RuntimeError(f"cannot go on with {result.output}")
+"""
+
+
+async def _leaky_agent(request: web.Request) -> web.Response:
+    body = await request.json()
+    if body["prompt"] == "Fail, please.":
+        return web.Response(status=500, text=f"vault error: {SECRET} is not allowed here")
+    return web.json_response(
+        {
+            "output": f'{{"answer": "the key is {SECRET}"}}',
+            "trajectory": [
+                {"type": "tool_call", "tool_name": "vault_read", "tool_args": {"path": SECRET}},
+                {
+                    "type": "tool_result",
+                    "tool_name": "vault_read",
+                    "tool_output": f"denied: {SECRET}",
+                    "status": "error",
+                },
+            ],
+        }
+    )
+
+
+async def _leaky_run(
+    write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str
+) -> tuple[Any, Any]:
+    server = await ScriptedModel.start(
+        "openai",
+        default=Answer(False, 0.1, f"the answer gives the key away: {SECRET}"),
+        api_key="sk-scripted",
+    )
+    _judge_env(monkeypatch, server, tmp_path)
+    suite = write_suite(**{"test_leaky.py": LEAKY})
+    try:
+        async with serving(_leaky_agent, path="/run") as url, receiving() as receiver:
+            agent = url.replace("http://", f"rest+http://health:{PASSWORD}@")
+            run = await run_cli(
+                suite, "--agent", agent, "--no-ledger", "--otlp", receiver.url, *flags
+            )
+    finally:
+        await server.close()
+    return run, receiver
+
+
+async def test_without_content_no_span_says_what_the_agent_said(
+    write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, receiver = await _leaky_run(write_suite, tmp_path, monkeypatch)
+    assert run.code == 1
+    # The report has it all: the evidence quotes the agent (the export must not).
+    checks = run.by_name("checks every kind of evidence")
+    assert SECRET in json.dumps(checks["signals"])
+    assert SECRET in run.by_name("an agent that fails quotes its body")["error"]
+    assert SECRET in run.by_name("a body that raises quotes the output")["error"]
+    # Not one byte of any export request holds the agent's words, or the URL's password.
+    assert receiver.bodies
+    for body in receiver.bodies:
+        assert SECRET.encode() not in body
+        assert PASSWORD.encode() not in body
+    # What is not content stays: names, labels, scores, what the test expected, error types.
+    [span] = [s for s in receiver.named("test ") if s["name"] == "test " + checks["name"]]
+    events = [e["attributes"] for e in span["events"]]
+    assert [e[cv.EVALUATION_SCORE_LABEL] for e in events] == ["failed"] * 7
+    contain = json.loads(events[0][cv.EVALUATION_EXPLANATION])
+    assert contain == {"expected": "nowhere in the answer", "withheld": ["actual"]}
+    called = json.loads(events[2][cv.EVALUATION_EXPLANATION])
+    assert called["expected"] == {"tool": "vault_read", "args": {"path": "other"}, "times": ">=1"}
+    assert "--otlp-content exports it" in events[5][cv.EVALUATION_EXPLANATION]  # the reasoning
+    assert json.loads(events[6][cv.EVALUATION_EXPLANATION]) == {"withheld": ["message"]}
+    [fails] = receiver.named("test an agent that fails")
+    assert fails["attributes"][cv.TEST_CAUSE] == "agent"
+    assert fails["status_message"].startswith("errored (agent); the error's text is withheld")
+    [invoke] = receiver.children(fails)
+    assert invoke["attributes"][cv.ERROR_TYPE] == "_OTHER"
+    assert invoke["attributes"][cv.AGENT_NAME].startswith("rest+http://127.0.0.1:")
+
+
+async def test_with_content_the_evidence_and_errors_are_exported(
+    write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, receiver = await _leaky_run(write_suite, tmp_path, monkeypatch, "--otlp-content")
+    assert run.code == 1
+    [span] = receiver.named("test checks every kind of evidence")
+    events = [e["attributes"] for e in span["events"]]
+    assert SECRET in json.loads(events[0][cv.EVALUATION_EXPLANATION])["actual"]
+    assert SECRET in events[5][cv.EVALUATION_EXPLANATION]  # the judge's reasoning
+    [fails] = receiver.named("test an agent that fails")
+    assert SECRET in fails["attributes"][cv.TEST_ERROR]
+    # Credentials are never content: the URL's password stays out either way.
+    assert all(PASSWORD.encode() not in body for body in receiver.bodies)

@@ -6,7 +6,7 @@ Example::
     define_config(otlp={
         "endpoint": "http://otel-collector:4318",   # the base URL; /v1/traces is added
         "headers_env": "HONEYCOMB_OTLP_HEADERS",    # a variable holding "k=v,k2=v2"
-        "capture_content": False,                   # tool arguments and results: opt-in
+        "capture_content": False,                   # what the agent said: opt-in
     })
 
 Secrets never live in the file: headers come from ``OTEL_EXPORTER_OTLP_HEADERS`` (or
@@ -56,7 +56,9 @@ class OtlpConfig(BaseModel):
     compression: Compression = Field(default="none", description="gzip: compress each request")
     timeout: timeouts.Seconds = Field(default=DEFAULT_TIMEOUT, description="seconds per export")
     capture_content: bool = Field(
-        default=False, description="put tool call arguments and results on execute_tool spans"
+        default=False,
+        description="put content on the spans: tool call arguments and results, checks' "
+        "evidence, the judge's reasoning, error texts",
     )
     max_queue: int = Field(
         default=DEFAULT_QUEUE, ge=1, description="ended tests waiting to be exported at most"

@@ -16,6 +16,8 @@ run span links back to its tests::
 Times are what was recorded: the test's start and duration, agent.run()'s and each judge
 call's wall-clock window. Steps of a trajectory carry at most a latency; those without one
 are laid out in order inside the invoke_agent window and say so (``agent_health.timing``).
+What is content (the agent's words, and every text that may quote them) goes on a span only
+when the run captures content (:mod:`.redaction`).
 Nothing here imports OpenTelemetry: :mod:`.encode` writes these records as OTLP.
 """
 
@@ -25,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agent_health.otel import conventions as cv
-from agent_health.otel import records, trajectory_spans
+from agent_health.otel import records, redaction, trajectory_spans
 from agent_health.sdk.results import Signal, TestResult
 
 
@@ -85,6 +87,7 @@ def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[
     trace_id = ids[0] if ids else records.new_trace_id()
     start = records.ns(result.started_at)
     end = max(start, start + int(result.duration_ms * 1e6))
+    failed = result.status in ("failed", "errored")
     test = records.SpanRecord(
         name=f"test {result.title}",
         trace_id=trace_id,
@@ -96,11 +99,13 @@ def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[
         links=[records.Link(run.trace_id, run.span_id, {cv.LINK_ROLE: "run"})]
         if run.linked
         else [],
-        error=(result.error or "failed") if result.status in ("failed", "errored") else None,
+        error=_test_error(result, run.capture_content) if failed else None,
         ok=result.status in ("passed", "flaky"),
     )
     judged = {id(call.signal): call for call in recorded.judge_calls}
-    test.events = [_evaluation(s, judged.get(id(s)), end) for s in result.signals]
+    test.events = [
+        _evaluation(s, judged.get(id(s)), end, run.capture_content) for s in result.signals
+    ]
     spans = [test]
     if ids is not None:
         spans.extend(_agent_spans(result, recorded, run, test, ids[1]))
@@ -127,12 +132,18 @@ def _test_attributes(
     if result.score is not None:
         attributes[cv.TEST_SCORE] = result.score
     if result.error:
-        attributes[cv.TEST_ERROR] = records.cut(result.error)
+        attributes[cv.TEST_ERROR] = records.cut(_test_error(result, run.capture_content))
     if run.evaluation_run:
         attributes[cv.RUN_NAME] = run.evaluation_run
     if result.agent or run.agent:
-        attributes[cv.TEST_AGENT] = result.agent or run.agent or ""
+        attributes[cv.TEST_AGENT] = redaction.agent_name(result.agent or run.agent or "")
     return attributes
+
+
+def _test_error(result: TestResult, content: bool) -> str:
+    """The test's error as its span says it: the text with content, else its status."""
+    status = f"{result.status} ({result.cause})" if result.cause else result.status
+    return redaction.error(result.error, content, status) if result.error else "failed"
 
 
 def _label(signal: Signal) -> str:
@@ -146,8 +157,11 @@ def _label(signal: Signal) -> str:
     return "passed" if signal.passed else "failed"
 
 
-def _evaluation(signal: Signal, call: JudgeCall | None, default_ns: int) -> records.Event:
-    """A ``gen_ai.evaluation.result`` event: name, score, label and why, of one signal."""
+def _evaluation(
+    signal: Signal, call: JudgeCall | None, default_ns: int, content: bool
+) -> records.Event:
+    """A ``gen_ai.evaluation.result`` event: name, score, label and why, of one signal (the
+    why without what may quote the agent, unless ``content``)."""
     attributes: dict[str, records.AttributeValue] = {
         cv.EVALUATION_NAME: signal.name,
         cv.EVALUATION_SCORE_LABEL: _label(signal),
@@ -157,9 +171,7 @@ def _evaluation(signal: Signal, call: JudgeCall | None, default_ns: int) -> reco
     }
     if signal.score is not None:
         attributes[cv.EVALUATION_SCORE_VALUE] = float(signal.score)
-    explanation = signal.reasoning or signal.error
-    if explanation is None and signal.kind != "judge" and signal.evidence:
-        explanation = records.as_json(signal.evidence)
+    explanation = redaction.explanation(signal, content)
     if explanation:
         attributes[cv.EVALUATION_EXPLANATION] = records.cut(explanation)
     if signal.error:
@@ -179,7 +191,7 @@ def _agent_spans(
         start, end = records.ns(recorded.agent_window[0]), records.ns(recorded.agent_window[1])
     else:  # no window kept (a replay): the agent ran inside the test, as far as is known
         start, end = test.start_ns, test.end_ns
-    agent = result.agent or run.agent or "agent"
+    agent = redaction.agent_name(result.agent or run.agent or "agent")
     attributes: dict[str, records.AttributeValue] = {
         cv.OPERATION_NAME: cv.INVOKE_AGENT,
         cv.AGENT_NAME: agent,
@@ -192,6 +204,8 @@ def _agent_spans(
     error = recorded.agent_error
     if error:
         attributes[cv.ERROR_TYPE] = "timeout" if recorded.agent_timed_out else "_OTHER"
+        said = "the agent timed out" if recorded.agent_timed_out else "the agent's call failed"
+        error = redaction.error(error, run.capture_content, said)
     invoke = records.SpanRecord(
         name=f"{cv.INVOKE_AGENT} {agent}",
         trace_id=test.trace_id,
@@ -236,7 +250,9 @@ def _judge_span(call: JudgeCall, run: RunContext, test: records.SpanRecord) -> r
         end_ns=max(start, records.ns(call.ended)),
         kind="client",
         attributes=attributes,
-        error=records.cut(signal.error) if signal.error else None,
+        error=records.cut(redaction.error(signal.error, run.capture_content, "the judge errored"))
+        if signal.error
+        else None,
     )
 
 
@@ -263,7 +279,7 @@ def run_span(
     if score is not None:
         attributes[cv.RUN_SCORE] = score
     if run.agent:
-        attributes[cv.RUN_AGENT] = run.agent
+        attributes[cv.RUN_AGENT] = redaction.agent_name(run.agent)
     start = records.ns(started)
     return records.SpanRecord(
         name="agent-health run",

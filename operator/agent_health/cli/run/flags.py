@@ -147,7 +147,8 @@ def add_command(sub: Any) -> None:
     run.add_argument(
         "--otlp-content",
         action="store_true",
-        help="with export on: put tool call arguments and results on the execute_tool spans",
+        help="with export on: put content on the spans (tool call arguments and results, "
+        "checks' evidence, the judge's reasoning, error texts)",
     )
 
     run.set_defaults(handler=_run)

@@ -210,7 +210,9 @@ class Otlp(meta.Model):
         "(OTEL_EXPORTER_OTLP_HEADERS), e.g. an API key; offered to runs like every Secret.",
     )
     capture_content: bool = pydantic.Field(
-        default=False, description="Put tool call arguments and results on the spans."
+        default=False,
+        description="Put content on the spans: tool call arguments and results, checks' "
+        "evidence, the judge's reasoning and error texts (docs/otel.md).",
     )
 
 
