@@ -22,6 +22,7 @@ config = define_config(
         "url": "http://127.0.0.1:{{port}}/run",
         "command": ["python", {agent!r}, "{{port}}", *{extra!r}],
         "ready_url": "http://127.0.0.1:{{port}}/healthz",
+        "env": {agent_env},
     }}}},
     traces={traces},
 )
@@ -67,11 +68,12 @@ def _run(
     extra: tuple[str, ...] = (),
     traces: str = "{}",
     env: dict[str, str] | None = None,
+    agent_env: str = "{}",
 ) -> tuple[str, str]:
     """Run ``suite`` through the CLI (``env`` added to a shell without OTEL_ variables); the
     run's ledger file and what it printed."""
     (tmp_path / "agent-health.config.py").write_text(
-        CONFIG.format(agent=str(AGENT), extra=list(extra), traces=traces)
+        CONFIG.format(agent=str(AGENT), extra=list(extra), traces=traces, agent_env=agent_env)
     )
     (tmp_path / "test_otlp.py").write_text(textwrap.dedent(suite))
     report = tmp_path / "report.json"
@@ -114,8 +116,17 @@ def test_the_receiver_can_be_turned_off(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_collector_named_in_the_users_environment_wins(tmp_path: Path) -> None:
+def test_a_collector_named_in_the_agents_env_wins(tmp_path: Path) -> None:
     suite = NO_SPANS.replace("{told}", "^http://127\\.0\\.0\\.1:9$")
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
-    ledger, _ = _run(tmp_path, suite, extra=("--quiet",), env=env)
+    own = '{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}'
+    ledger, _ = _run(tmp_path, suite, extra=("--quiet",), agent_env=own)
     assert '"kind":"spans"' not in ledger
+
+
+@pytest.mark.slow
+def test_agent_healths_own_export_endpoint_is_not_the_agents(tmp_path: Path) -> None:
+    # OTEL_EXPORTER_OTLP_ENDPOINT in agent-health's environment is where agent-health exports
+    # (docs/otel.md); the agent it starts inherits none of it and is told the run's receiver.
+    suite = NO_SPANS.replace("{told}", "^http://127\\.0\\.0\\.1:[0-9]{3,}$")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    _run(tmp_path, suite, extra=("--quiet",), env=env)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, cast, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent_health import timeouts
-from agent_health.connectors import errors
+from agent_health.connectors import environment, errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 
 
@@ -53,12 +53,39 @@ class ConnectorSpec(BaseModel):
     ready_url: str | None = None
     ready_timeout: timeouts.Seconds = 30.0
     cwd: str | None = None
+    env: dict[str, environment.Value] = Field(
+        default_factory=dict,
+        description="What the agent agent-health starts (command, or the subprocess "
+        "connector) finds in its environment beside PATH, HOME, TMPDIR, the locale and the "
+        'proxy variables: a value, or {"from_env": "NAME"} to copy agent-health\'s NAME. '
+        "Nothing else of agent-health's environment reaches it.",
+    )
     options: dict[str, Any] = Field(default_factory=dict)
     uds: str | None = Field(
         default=None,
         description="connect through this Unix socket instead of TCP (the URL's host is then "
         "only the Host header): a cell's controller reaches its gateway this way",
     )
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, value: dict[str, environment.Value]) -> dict[str, environment.Value]:
+        wrong = next((name for name in value if not environment.NAME.match(name)), None)
+        if wrong is not None:
+            raise ValueError(
+                f"{wrong!r} is not a variable name (letters, digits and _, not starting with "
+                "a digit)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _started(self) -> ConnectorSpec:
+        if self.env and not self.command:
+            raise ValueError(
+                "env is for an agent agent-health starts (a command, or the subprocess "
+                "connector); this one is reached at its url: set its environment where it runs"
+            )
+        return self
 
     @field_validator("command", mode="before")
     @classmethod

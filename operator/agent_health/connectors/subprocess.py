@@ -1,6 +1,8 @@
 """Run the agent as a command, once per ``agent.run()`` (``--agent cmd:PROGRAM ARGS``).
 
-The command starts in its own process group with the REST v1 request JSON on stdin; the
+The command starts in its own process group with the REST v1 request JSON on stdin, in
+an environment of its own (:mod:`.environment`: an allow-list of agent-health's, and the
+spec's ``env``); the
 prompt is also in ``$AGENT_HEALTH_PROMPT`` (and the run id in ``$AGENT_HEALTH_RUN_ID``,
 the W3C trace context in ``$TRACEPARENT``, ``agent.run(env=...)`` as variables of their
 own, ``provisioned=`` as JSON in ``$AGENT_HEALTH_PROVISIONED``, ``tools=`` as JSON in
@@ -36,7 +38,7 @@ from typing import Any
 
 import pydantic
 
-from agent_health.connectors import errors, partial, subprocess_talk, wire
+from agent_health.connectors import environment, errors, partial, subprocess_talk, wire
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step
 from agent_health.ledger import strictjson
@@ -120,7 +122,7 @@ class SubprocessConnector:
         self, request: AgentRequest, files_dir: str | None, *, conversation: bool = False
     ) -> asyncio.subprocess.Process:
         env = {
-            **os.environ,
+            **environment.started(self.spec.env, os.environ),  # never agent-health's own
             **request.env,
             "AGENT_HEALTH_PROMPT": request.prompt,
             "AGENT_HEALTH_RUN_ID": request.run_id,

@@ -21,7 +21,7 @@ import contextlib
 import importlib
 import socket
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agent_health.connectors.protocol import AgentReply, AgentRequest
@@ -114,10 +114,11 @@ class LocalReceiver:
             self._socket.close()
             self._socket = None
 
-    def env(self, inherited: Mapping[str, str]) -> dict[str, str]:
+    def env(self, given: Collection[str]) -> dict[str, str]:
         """What the agent is told: where to export (its SDK appends ``/v1/traces``) — unless
-        the environment it inherits already says where (the user's own collector wins)."""
-        if not self.url or any(name in inherited for name in OWN_ENDPOINTS):
+        the variables its config's ``env`` gives it (``given``) already say where (the
+        user's own collector wins)."""
+        if not self.url or any(name in given for name in OWN_ENDPOINTS):
             return {}
         return {ENDPOINT_ENV: self.url}
 

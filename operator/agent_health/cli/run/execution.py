@@ -72,7 +72,7 @@ async def execute(
             names = list(replayed.agents) or [None]
             callers = [replay.Replayer(replayed)] * len(names)
         for _, spec in lanes:  # none for a replay
-            told = spans.env(os.environ) if spans is not None else None
+            told = spans.env(spec.env) if spans is not None else None
             live_spec = await stack.enter_async_context(agent_process.serving(spec, told))
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)

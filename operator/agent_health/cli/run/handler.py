@@ -100,6 +100,12 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         "0",
     )
     judge_config = config.judge_from_env()
+    if lanes:
+        from agent_health.engine import agent_process
+
+        # Before anything starts: no agent's env hands it the judge's, ledger's or export's
+        # credentials (it inherits none of them: connectors.environment).
+        agent_process.refuse_credentials(lanes, config, judge_config, os.environ)
     if limits is not None and limits.max_cost_usd is not None and not config.price_table():
         raise common.UsageError(
             f"--max-cost needs the agent's prices: add prices={{'default': {{'input_per_mtok': "
