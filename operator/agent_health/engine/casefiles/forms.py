@@ -139,6 +139,7 @@ def _parse(doc: Document, text: str, first_line: int, at: positions.Path = ()) -
     """``text`` as JSON, or :data:`_NOTHING` after saying why it is not readable; what the
     parser took silently is kept in ``doc.odd`` (``at``: where ``text`` is in the file)."""
     repeated: dict[int, tuple[dict[str, Any], Counter[str]]] = {}
+    not_finite: list[float] = []  # seen while parsing: only then is the value walked
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         made = dict(items)  # a plain dict, as json.loads makes: the last of a key wins
@@ -147,8 +148,14 @@ def _parse(doc: Document, text: str, first_line: int, at: positions.Path = ()) -
             repeated[id(made)] = (made, counts)  # kept alive: its id names it until read
         return made
 
+    def number(literal: str) -> float:
+        value = float(literal)  # NaN, Infinity, or 1e999 (too large: infinity)
+        if not math.isfinite(value):
+            not_finite.append(value)
+        return value
+
     try:
-        data = json.loads(text, object_pairs_hook=pairs)
+        data = json.loads(text, object_pairs_hook=pairs, parse_float=number, parse_constant=number)
     except json.JSONDecodeError as err:
         hint = ""
         if err.msg == "Extra data" and not doc.jsonl:
@@ -178,7 +185,8 @@ def _parse(doc: Document, text: str, first_line: int, at: positions.Path = ()) -
             )
         )
         return _NOTHING
-    doc.odd.extend(_odd(data, {k: counts for k, (_, counts) in repeated.items()}, at))
+    if repeated or not_finite:
+        doc.odd.extend(_odd(data, {k: counts for k, (_, counts) in repeated.items()}, at))
     return data
 
 
