@@ -351,3 +351,8 @@ def test_a_number_json_cannot_hold_is_refused_so_list_json_stays_json(
     code, out, _ = listing(capsys, "--json", str(suite))
     assert code == 2
     assert _strict(out) == []  # never the bare Infinity of a timeout that was read
+    # Outside any case too: a wrapper's field.
+    wrapper = '{"name": "nightly", "total": NaN, "testCases": ' + json.dumps([GOOD]) + "}"
+    write_suite(**{"odd.cases.json": wrapper})
+    [error] = errors_of(suite)
+    assert error.startswith("odd.cases.json:1: total: is not a finite number")

@@ -72,7 +72,6 @@ class Odd:
     path: positions.Path
     key: str | None = None
     times: int = 0
-    value: float | None = None
 
 
 @dataclass
@@ -199,7 +198,7 @@ def _odd(data: Any, repeated: dict[int, Counter[str]], at: positions.Path) -> li
         value, path = todo.pop()
         if type(value) is float:
             if not math.isfinite(value):
-                found.append(Odd(path, value=value))
+                found.append(Odd(path))
             continue
         if type(value) is dict:
             counts = repeated.get(id(value)) if repeated else None
@@ -222,7 +221,10 @@ def _report_odd(doc: Document, options: checks.Options) -> None:
             inner = odd.path[len(case.path) :]
             doc.cases[at] = replace(case, not_finite=(*case.not_finite, inner))
             continue
-        inner = odd.path[len(case.path) :] if case is not None else odd.path[doc.jsonl :]
+        if case is not None:
+            inner = odd.path[len(case.path) :]
+        else:  # outside any case: a JSONL line's path starts with its line, named already
+            inner = odd.path[1:] if doc.jsonl else odd.path
         where = f"{case.named}: " if case is not None else ""
         field_name = checks.field_path(inner) or "the value"
         if odd.key is None:
