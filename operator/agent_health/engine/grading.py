@@ -3,10 +3,14 @@
 * ``skipped`` — the test did not run; or it ran and its only gates were judge calls that were
   skipped (judging off: ``--no-judge``, no judge configured): nothing was checked, so it did
   not pass either (:data:`JUDGE_ONLY`). It keeps its signals and has no score.
-* ``errored`` — the run could not be graded: the agent did not answer usably, the judge, the
-  test's own code or the infrastructure failed. It carries the real message, a ``cause``
-  (:data:`~agent_health.sdk.results.Cause`) and no score.
-* ``failed`` — at least one gate signal failed.
+* ``failed`` — at least one gate signal failed, whatever happened after it. A failed check
+  wins over a later error (the body raised, the agent or the judge failed, the deadline
+  expired): the test is ``failed`` and keeps that error as its message. An error must never
+  lift a test that had already failed out of the pass rate: breaking a test never raises
+  the grade.
+* ``errored`` — the run could not be graded, and no check had failed: the agent did not
+  answer usably, the judge, the test's own code or the infrastructure failed. It carries the
+  real message, a ``cause`` (:data:`~agent_health.sdk.results.Cause`) and no score.
 * ``passed`` — every gate signal passed. Observe and neutral signals never gate. A test that
   recorded no gate and asked no gating judge (a pure data test, a body that checks nothing)
   passes, as it always has.
@@ -23,12 +27,18 @@ JUDGE_ONLY = "judge skipped: nothing else checked"
 
 
 def decide(signals: Sequence[Signal], errors: Sequence[str], skipped: bool) -> Status:
+    """The status of a test from the signals it recorded and the errors it met.
+
+    One rule for every place a status is decided: the local engine and a cell's controller
+    (:mod:`.runner`), the operator's grade of a cell's ledger and ``agent-health grade``
+    (``cluster.grading``), so none of them can disagree about a crash after a failed check.
+    """
     if skipped:
         return "skipped"
+    if any(s.role == "gate" and s.passed is False for s in signals):
+        return "failed"  # before the errors: a crash after a failed check must not hide it
     if errors:
         return "errored"
-    if any(s.role == "gate" and s.passed is False for s in signals):
-        return "failed"
     if unchecked(signals):
         return "skipped"
     return "passed"

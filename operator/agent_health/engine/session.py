@@ -359,8 +359,10 @@ def retried(tries: Sequence[TestResult]) -> TestResult:
 
 
 def _reason(result: TestResult) -> str | None:
-    """Why a try did not pass, in a line: its error, or the checks that failed."""
-    if result.error:
-        return result.error
+    """Why a try did not pass, in a line: the checks that failed (and the error that came
+    after them, if one did), or its error."""
     failed = [s.name for s in result.gates() if s.passed is False]
-    return f"failed: {', '.join(failed)}" if failed else None
+    if failed:
+        then = f"; then: {result.error}" if result.error else ""
+        return f"failed: {', '.join(failed)}{then}"
+    return result.error

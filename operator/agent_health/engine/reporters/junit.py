@@ -76,16 +76,24 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
     _properties(case, test)
     if test["status"] == "failed":
         failed = _failed_signals(test)
+        # An error after the failed checks (the body raised, the agent failed) is the test's
+        # too: a failure, with that error said after the checks it came after.
+        then = [f"then: {test['error']}"] if test.get("error") else []
         node = _add(
             case,
             "failure",
-            message="; ".join(f["name"] for f in failed) or "failed",
+            message="; ".join([*(f["name"] for f in failed), *then]) or "failed",
             type="AgentHealthFailure",
         )
         node.text = _shown(
             "\n".join(
-                f"{f['name']}{_at(f)}: {json.dumps(f['evidence'] or f['reasoning'])}"
-                for f in failed
+                [
+                    *(
+                        f"{f['name']}{_at(f)}: {json.dumps(f['evidence'] or f['reasoning'])}"
+                        for f in failed
+                    ),
+                    *then,
+                ]
             )
         )
     elif test["status"] == "errored":

@@ -44,6 +44,8 @@ def _line(result: TestResult, repeats: int = 1) -> str:
     extra = ""
     if result.status == "errored" and result.error:
         extra = f" — {style.cause_word(result.cause)}{visible.line(result.error)}"
+    elif result.status == "failed" and result.error:  # a check failed, then this went wrong
+        extra = f" — then: {visible.line(result.error)}"
     elif result.status == "skipped" and result.skip_reason:
         extra = f" — {visible.line(result.skip_reason)}"
     elif result.status == "flaky":

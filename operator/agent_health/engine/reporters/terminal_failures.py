@@ -156,13 +156,18 @@ def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:
 
 
 def _reasons(t: dict[str, Any]) -> list[str]:
-    """Why one (test, repeat) did not pass: its error and each failed gate with evidence."""
-    found = [f"error: {style.cause_word(t.get('cause'))}{t['error']}"] if t["error"] else []
+    """Why one (test, repeat) did not pass: its error and each failed gate with evidence; a
+    failed test's error came after its failed checks, and is listed after them."""
+    found = []
     for s in t["signals"]:
         if s["role"] == "gate" and s["passed"] is False:
             detail = s["reasoning"] or json.dumps(s["evidence"], default=str)
             where = f" ({s['location']})" if s["location"] else ""
             found.append(f"✗ {s['name']}{where}: {detail}")
+    if t["error"] and t["status"] == "failed":
+        found.append(f"then: {t['error']}")
+    elif t["error"]:
+        found.insert(0, f"error: {style.cause_word(t.get('cause'))}{t['error']}")
     return found
 
 

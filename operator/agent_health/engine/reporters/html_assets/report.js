@@ -671,6 +671,9 @@
           CHAT.turnOf(s) !== null ? el("span", { class: "muted", text: " · turn "
             + CHAT.turnOf(s) }) : null,
           el("div", { class: "reasoning", text: s.reasoning || brief(s.evidence) })))),
+        // What went wrong after the failed checks (the body raised, the agent failed): the
+        // test stays failed, and this is shown under its checks.
+        run.error ? el("div", { class: "muted", text: "then:" }) : null,
         run.error ? pre(run.error) : null);
     }
     return null;
