@@ -524,8 +524,10 @@ async def test_a_cells_records_are_made_in_the_writer_thread_dated_when_its_test
 async def test_a_run_stopped_mid_test_keeps_what_each_open_cell_sent_the_agent(
     tmp_path: Path,
 ) -> None:
-    """Cells still open when the ledger closes (Ctrl-C) end as errored, "interrupted", each
-    with the exchanges it had, and the run file verifies."""
+    """Cells still open when the ledger closes (Ctrl-C, a closed output) end as errored,
+    "interrupted", cause infra, each with the exchanges it had and a run-result that says
+    the interruption cut it short (so that a grade blames nobody), and the run file
+    verifies."""
     from agent_health.connectors import wire
 
     ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
@@ -554,7 +556,14 @@ async def test_a_run_stopped_mid_test_keeps_what_each_open_cell_sent_the_agent(
     parsed = runfile.parse(run_file, run_file.read_text())
     for cell in ledger.cells:
         kept = [json.loads(line) for line in parsed.cells[cell]]
-        assert [r["kind"] for r in kept] == ["cell-meta", "exchange", "cell-end"]
-        assert (kept[-1]["status"], kept[-1]["error"]) == ("errored", "interrupted")
+        assert [r["kind"] for r in kept] == ["cell-meta", "exchange", "run-result", "cell-end"]
+        end = kept[-1]
+        assert (end["status"], end["error"], end["cause"]) == (
+            "errored",
+            "interrupted before it finished",
+            "infra",
+        )
+        assert kept[2]["cause"] == "infra"
+        assert kept[2]["error"].startswith("interrupted before it finished: ")
         assert kept[1]["ended_at"] == "2001-09-09T01:46:41Z"
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0

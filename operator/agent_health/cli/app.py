@@ -51,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: common.Handler = args.handler
     try:
         with _fewer_collections():
-            return handler(args, consoles)
+            code = handler(args, consoles)
+        # Whatever the command, a reader that went away is said as a shell says it.
+        return common.EXIT_PIPE_CLOSED if consoles.stdout.gone else code
     except Exception as err:
         if not isinstance(err, _usage_errors()):
             raise
@@ -71,11 +73,6 @@ def _command_parser(top: argparse.ArgumentParser, args: argparse.Namespace) -> A
         found = subparsers[0].choices[chosen]
 
 
-PIPE_CLOSED = 141
-"""The exit code of a command whose reader closed its stdout: 128 + SIGPIPE, as a shell
-reports a program that signal ended."""
-
-
 def console() -> int:
     """The ``agent-health`` program: :func:`main`, after which the process ends.
 
@@ -92,7 +89,7 @@ def console() -> int:
         # an error to report, and the interpreter's own flush at exit must not raise again.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return PIPE_CLOSED
+        return common.EXIT_PIPE_CLOSED
     gc.freeze()
     return code
 

@@ -8,12 +8,14 @@ command first uses them (``tests/test_cli_imports.py`` holds the line).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
     from agent_health.ledger import store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERRORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_PIPE_CLOSED = 141
+"""The exit code of a command whose reader closed its stdout: 128 + SIGPIPE, as a shell
+reports a program that signal ended (``agent-health run | head -1``)."""
 EXIT_BUDGET = 4
 """A budget (--max-cost, --max-tokens, --max-duration) stopped the run and nothing that ran
 failed or errored: the run is green but incomplete."""
@@ -71,17 +76,90 @@ def missing_extra(what: str, extra: str, err: ModuleNotFoundError) -> UsageError
     )
 
 
+class Outlet(io.TextIOBase):
+    """``sys.stdout`` or ``sys.stderr`` for a command's consoles, whose reader may go away.
+
+    When the reader closes its end (``agent-health run | head -1``) a write raises
+    ``BrokenPipeError``; here it does not. The outlet is marked :attr:`gone`, what is
+    written after is discarded (the stream's file descriptor is pointed at ``/dev/null``,
+    so nothing buffered fails again at exit), and whoever :meth:`watching` it is told once:
+    ``run`` stops as if interrupted, so results are never half-written behind a silent
+    exit. The stream is looked up at each write, as rich's own default is, so a capture that
+    stands in for it (pytest's, a run's own of its tests' output) is honoured.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name  # "stdout" or "stderr"
+        self.gone = False
+        self._watchers: list[Callable[[], None]] = []
+
+    def _stream(self) -> Any:
+        stream = getattr(sys, self.name)
+        # Past a run's router of its tests' output (engine.capture): the run's own lines
+        # go straight out.
+        return getattr(stream, "rich_proxied_file", stream)
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self._stream().write(text)
+            except BrokenPipeError:
+                self._went_away()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream().flush()
+            except BrokenPipeError:
+                self._went_away()
+
+    def isatty(self) -> bool:
+        return not self.gone and bool(self._stream().isatty())
+
+    def fileno(self) -> int:
+        return int(self._stream().fileno())
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self._stream(), "encoding", None) or "utf-8")
+
+    @contextlib.contextmanager
+    def watching(self, callback: Callable[[], None]) -> Iterator[None]:
+        """Call ``callback`` (once) if the reader goes away while the block runs."""
+        self._watchers.append(callback)
+        try:
+            yield
+        finally:
+            self._watchers.remove(callback)
+
+    def _went_away(self) -> None:
+        self.gone = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream().fileno())
+            finally:
+                os.close(devnull)
+        for callback in list(self._watchers):
+            callback()
+
+
 class Consoles:
     """Where a command prints: results on stdout, errors and hints on stderr.
 
     Each rich console is made on first use, so a command that prints plain lines never
     imports rich. Both are guarded (:func:`agent_health.engine.visible.guard`): whatever
-    text a message carries, only agent-health's own styling reaches the terminal.
+    text a message carries, only agent-health's own styling reaches the terminal. Both
+    write through an :class:`Outlet`, which says when a reader closed its end.
     """
 
     def __init__(self) -> None:
         self._out: Console | None = None
         self._err: Console | None = None
+        self.stdout = Outlet("stdout")
+        self.stderr = Outlet("stderr")
 
     @property
     def out(self) -> Console:
@@ -90,7 +168,8 @@ class Consoles:
 
             from agent_health.engine import visible
 
-            self._out = Console(highlight=False, soft_wrap=True)
+            # An Outlet is a text stream (io.TextIOBase); typeshed's IO[str] is a nominal type.
+            self._out = Console(file=cast("IO[str]", self.stdout), highlight=False, soft_wrap=True)
             visible.guard(self._out)
         return self._out
 
@@ -101,7 +180,8 @@ class Consoles:
 
             from agent_health.engine import visible
 
-            self._err = Console(stderr=True, highlight=False, soft_wrap=True)
+            err = cast("IO[str]", self.stderr)
+            self._err = Console(file=err, stderr=True, highlight=False, soft_wrap=True)
             visible.guard(self._err)
         return self._err
 

@@ -176,10 +176,9 @@ class LocalLedger:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        end = objects.cell_end(at=_now(), status="errored", error="interrupted")
         for cell in list(self._open.values()):
             if cell.seen:  # the run stopped mid-test: keep what the agent was sent
-                await self._write(cell, lambda: [dict(end)])  # a copy: sealing adds seq, mac
+                await self._write(cell, _interrupted(cell), count=2)
         self._open.clear()
         try:
             if self._runfile is not None:
@@ -282,6 +281,42 @@ class LocalLedger:
 
 def _now() -> str:
     return objects.stamp(datetime.now(UTC))
+
+
+INTERRUPTED = "interrupted before it finished"
+"""The error of a test the run stopped in the middle of (Ctrl-C, a closed output)."""
+
+
+def _interrupted(cell: _Cell) -> Callable[[], list[objects.Object]]:
+    """The controller's last records of a cell whose test the run cut short: a run-result
+    and a cell-end that say so, blaming the interruption (cause ``infra``) and nobody else.
+
+    Without the run-result, the exchanges the agent answered and no account of them read as
+    doubtful evidence, which is the agent's: a run stopped by its user would be graded (by
+    ``agent-health grade``) as the agent's failure.
+    """
+    info = cell.info
+
+    def records() -> list[objects.Object]:
+        at = _now()
+        return [
+            objects.run_result(
+                at=at,
+                run_id=info.run_id,
+                prompt=None,
+                error=f"{INTERRUPTED}: what agent.run() returned, if it had, was not recorded",
+                cause="infra",
+            ),
+            objects.cell_end(
+                at=at,
+                status="errored",
+                error=INTERRUPTED,
+                duration_ms=max(0.0, (time.time() - cell.began) * 1000),
+                cause="infra",
+            ),
+        ]
+
+    return records
 
 
 def _directory(url: str) -> Path | None:

@@ -186,9 +186,11 @@ class _Pool:
         self.failures = 0
         self.stopped: str | None = None
         self.meter = meter
+        self.stop: asyncio.Event | None = None  # set: no new test starts (see run)
 
     async def run(self, concurrency: int, stop: asyncio.Event | None) -> Outcome:
         started = time.perf_counter()
+        self.stop = stop
         workers = [
             asyncio.ensure_future(self.worker(i))
             for i in range(max(1, min(concurrency, len(self.items))))
@@ -248,6 +250,8 @@ class _Pool:
 
     async def worker(self, slot: int) -> None:
         while self.items and self.stopped is None and not self._over_budget():
+            if self.stop is not None and self.stop.is_set():
+                return  # stopping (Ctrl-C, a closed output): start nothing more
             case, r, lane = self.items.popleft()
             self.running[slot] = (case, r, lane, time.time(), time.perf_counter())
             state = self.files[case.file]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors, judging
+    from agent_health.cli import common
     from agent_health.engine import budget, loader, recording, replay, session
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
@@ -32,7 +33,9 @@ async def execute(
     limits: budget.Limits | None = None,
     replayed: replay.Recording | None = None,
     export: export_mod.Export | None = None,
+    outlet: common.Outlet | None = None,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
+    """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader."""
     import asyncio
     import dataclasses
     import os
@@ -49,6 +52,11 @@ async def execute(
     hints: list[str] = []
     recorded = None
     async with contextlib.AsyncExitStack() as stack:
+        if outlet is not None:
+            # A reader that went away (`| head -1`) ends the run as Ctrl-C does: no new
+            # test starts, the ones in flight are cut short (errored, cause infra), and the
+            # reports and the ledger say so. Told from whichever thread wrote.
+            stack.enter_context(outlet.watching(lambda: _stop_from_any_thread(loop, stop)))
         if not args.no_ledger and replayed is None:
             url = args.ledger or recording.default_url()
             recorded = await stack.enter_async_context(recording.LocalLedger(url))
@@ -158,6 +166,21 @@ def _meter(
         output_per_mtok=judge_config.output_cost_per_mtok if judge_config else None,
     )
     return budget.Meter(limits, prices)
+
+
+def _stop_from_any_thread(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """Set ``stop`` now when called on the loop's own thread (a test's line was written as
+    it ended: the next test must not start), else from the loop (rich's refresh thread)."""
+    import asyncio
+
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        stop.set()
+    else:
+        loop.call_soon_threadsafe(stop.set)
 
 
 def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

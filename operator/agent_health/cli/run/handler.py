@@ -20,8 +20,11 @@ from agent_health.cli.run import catalog, execution, reporting
 from agent_health.cli.run import suite as suite_mod
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from agent_health import connectors
-    from agent_health.engine import budget, replay
+    from agent_health.engine import budget, recording, replay
+    from agent_health.engine.report import RunReport
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
@@ -140,6 +143,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 limits,
                 recording,
                 export,
+                consoles.stdout,
             )
         )
     except BaseException:
@@ -180,7 +184,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
-        stopped=outcome.stopped,
+        stopped=OUTPUT_CLOSED if consoles.stdout.gone and outcome.interrupted else outcome.stopped,
         rollup=outcome.rollup,
         provenance=what_ran,
         budget=outcome.budget,
@@ -197,8 +201,38 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     written = common.write_reports(outputs, report, console)
     if recorded is not None:
         reporting.print_ledger(recorded, console, err_console)
+    if consoles.stdout.gone:
+        _output_closed(report, outputs, recorded, err_console)
+        return common.EXIT_PIPE_CLOSED
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
     return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+
+
+OUTPUT_CLOSED = "stdout was closed by its reader"
+"""``summary.stopped`` of a run that stopped because its output's reader went away."""
+
+
+def _output_closed(
+    report: RunReport,
+    outputs: list[tuple[str, Path | None]],
+    recorded: recording.LocalLedger | None,
+    err_console: Console,
+) -> None:
+    """Say on stderr (when it is still read) what became of a run whose stdout's reader went
+    away, and where its results are: never a silent half."""
+    s = report.summary
+    if s.interrupted:
+        what = (
+            f"the run stopped as interrupted: {s.total} tests reported (those cut short "
+            f"errored, cause infra), {s.not_run} never started"
+        )
+    else:
+        what = f"all {s.total} tests had run; the rest of the output was discarded"
+    kept = [f"{kind} report {path}" for kind, path in outputs if path is not None]
+    if recorded is not None:
+        kept.append(f"ledger {recorded.url}")
+    where = f"; kept: {', '.join(kept)}" if kept else "; no report file was asked for"
+    err_console.print(f"warning: {OUTPUT_CLOSED}: {what}{where}", markup=False)
 
 
 def _export(
