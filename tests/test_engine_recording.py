@@ -114,7 +114,9 @@ def test_the_default_ledger_lives_under_dot_agent_health(
 ) -> None:
     suite = write_suite(**SUITE)
     monkeypatch.chdir(tmp_path)
-    run = run_cli_sync(suite, "--agent", "rest+http://127.0.0.1:9/run", "--grep", "payment")
+    run = run_cli_sync(
+        suite, "--agent", "rest+http://127.0.0.1:9/run", "--grep", "payment", "--no-preflight"
+    )  # the agent is down from the start: not looked for, so its test records the failure
     assert run.code == 3
     error = run.by_name("payment")["error"]
     assert error.startswith("cannot connect to agent at http://127.0.0.1:9")
@@ -173,7 +175,9 @@ def test_no_ledger_records_nothing(
 ) -> None:
     suite = write_suite(**SUITE)
     monkeypatch.chdir(tmp_path)
-    run = run_cli_sync(suite, "--agent", "rest+http://127.0.0.1:9/run", "--no-ledger")
+    run = run_cli_sync(
+        suite, "--agent", "rest+http://127.0.0.1:9/run", "--no-ledger", "--no-preflight"
+    )
     assert run.code == 3
     assert not (tmp_path / ".agent-health" / "ledger").exists()  # (the --last-failed cache
     assert not list((tmp_path / ".agent-health").glob("*.key"))  # may be there)

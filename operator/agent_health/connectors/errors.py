@@ -11,7 +11,9 @@
      │                             body, a command that exited non-zero)
      ├── AgentProtocolError        the answer is not valid protocol (bad JSON, bad shape)
      │    └── AgentStreamIncomplete  a stream ended before its final event
-     └── ConnectorConfigError      the connector spec itself is wrong (unknown kind, bad URL)
+     ├── ConnectorConfigError      the connector spec itself is wrong (unknown kind, bad URL)
+     └── AgentAbsent               before the first test: no agent answers where the spec
+                                   says (never a test's error: the run does not start)
 
 Every error carries a one-line message that says which of these happened; the engine
 turns it into an ``errored`` test with that message, and ``error_cause`` says whom the
@@ -69,3 +71,10 @@ class ConnectorConfigError(ConnectorError):
     """The connector is configured wrongly (unknown kind, missing URL, ...)."""
 
     error_cause: str = "test"
+
+
+class AgentAbsent(ConnectorError):
+    """A run's look before its first test (:mod:`.preflight`) found no agent where the spec
+    says: nothing answers at the URL, nothing is served at its path, or a subprocess agent's
+    program does not exist. The run does not start; the message names the URL and the
+    likely fix."""

@@ -32,6 +32,13 @@ from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
 
 
+def endpoint(url: str) -> str:
+    """Where an OpenAI-compatible agent given by ``url`` is called: ``URL/chat/completions``,
+    or ``URL`` itself when it already ends so."""
+    base = url.rstrip("/")
+    return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+
 class OpenAIChatConnector:
     """POSTs a chat-completions request and reads the agent's tool calls and answer; a
     conversation sends the growing ``messages``, as a chat client does."""
@@ -45,8 +52,7 @@ class OpenAIChatConnector:
         transport: http.Transport | None = None,
         observe: wire.Observer | None = None,
     ) -> None:
-        base = wire.require_url(spec, "openai").rstrip("/")
-        self.url = base if base.endswith("/chat/completions") else base + "/chat/completions"
+        self.url = endpoint(wire.require_url(spec, "openai"))
         self.spec = spec
         self.model = str(spec.options.get("model", "agent"))
         key_env = spec.options.get("api_key_env")

@@ -278,11 +278,28 @@ def timeout_of(request: AgentRequest, spec: ConnectorSpec) -> float:
     return request.timeout_s or spec.timeout
 
 
+LIKELY = {
+    404: "nothing is served at this path: check the agent's URL, path included",
+    405: "this path does not take POST: is it the agent's endpoint?",
+    415: "it refused the request's body: does the agent speak another protocol "
+    "(rest+, agui+ or openai+ before its URL)?",
+    422: "it refused the request's body: does the agent speak another protocol "
+    "(rest+, agui+ or openai+ before its URL)?",
+}
+"""The likely fix, said after the answer of a status that means the request itself was not
+the agent's (a wrong path, a REST request at an AG-UI agent): errors a run's preflight
+cannot see, because only a request body shows them (:mod:`.preflight`)."""
+
+
 def ensure_success(status: int, body: bytes, url: str) -> None:
-    """Raise :class:`~errors.AgentHTTPError` for a non-2xx answer, quoting its body."""
+    """Raise :class:`~errors.AgentHTTPError` for a non-2xx answer, quoting its body (and the
+    likely fix, when the status says the request was not one the agent takes)."""
     if not 200 <= status < 300:
+        likely = LIKELY.get(status)
         raise errors.AgentHTTPError(
-            f"agent at {url} answered HTTP {status}: {snippet(_text(body))}", status=status
+            f"agent at {url} answered HTTP {status}: {snippet(_text(body))}"
+            + (f" ({likely})" if likely else ""),
+            status=status,
         )
 
 

@@ -34,8 +34,14 @@ async def execute(
     replayed: replay.Recording | None = None,
     export: export_mod.Export | None = None,
     outlet: common.Outlet | None = None,
+    preflight: bool = False,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
-    """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader."""
+    """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader.
+
+    With ``preflight``, each agent (once started, when its config starts it) is looked at
+    before the first test (:mod:`agent_health.connectors.preflight`): one that is not there
+    raises :class:`~agent_health.connectors.errors.AgentAbsent`, a usage error.
+    """
     import asyncio
     import dataclasses
     import os
@@ -79,9 +85,13 @@ async def execute(
             # A recorded matrix is replayed as a matrix: one lane per recorded agent.
             names = list(replayed.agents) or [None]
             callers = [replay.Replayer(replayed)] * len(names)
+        live_specs = []
         for _, spec in lanes:  # none for a replay
             told = spans.env(spec.env) if spans is not None else None
-            live_spec = await stack.enter_async_context(agent_process.serving(spec, told))
+            live_specs.append(await stack.enter_async_context(agent_process.serving(spec, told)))
+        if preflight:
+            hints.extend(await _look_for_agents(lanes, live_specs, config))
+        for live_spec in live_specs:
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
@@ -152,6 +162,36 @@ async def execute(
     if reason is not None and not skip_judge:  # --no-judge: no judge call was made
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
     return outcome, hints, recorded, backend.asked if backend is not None else None
+
+
+async def _look_for_agents(
+    lanes: list[tuple[str | None, connectors.ConnectorSpec]],
+    live_specs: list[connectors.ConnectorSpec],
+    config: config_mod.Config,
+) -> list[str]:
+    """Each agent of the run answers where its spec says, all looked at at once; a connector
+    kind of the config's own (``define_config(connectors=...)``) owns its transport and is
+    not looked at. Every agent that is not there is named, in one line; what may be the
+    wrong path is returned as a hint for the run's closing lines."""
+    import asyncio
+
+    from agent_health.connectors import errors, preflight
+
+    own = config.connectors or {}
+    named = [config.agent_name(name) for name, _ in lanes]  # a config key, or a URL as given
+    checks = [
+        preflight.check(spec, key if key in config.agents else None)
+        for key, spec in zip(named, live_specs, strict=True)
+        if spec.connector not in own
+    ]
+    found = await asyncio.gather(*checks, return_exceptions=True)
+    absent = [f for f in found if isinstance(f, errors.AgentAbsent)]
+    for failure in found:
+        if isinstance(failure, BaseException) and not isinstance(failure, errors.AgentAbsent):
+            raise failure
+    if absent:
+        raise errors.AgentAbsent("; ".join(str(a) for a in absent)) from absent[0]
+    return [note for note in found if isinstance(note, str)]
 
 
 def _meter(

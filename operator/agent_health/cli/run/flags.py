@@ -25,6 +25,12 @@ def add_command(sub: Any) -> None:
         "suite against each agent (a matrix)",
     )
     run.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
+    run.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="do not check, before the first test, that each agent answers where it is said "
+        "to be (one OPTIONS request each; a missing agent is then errored in every test)",
+    )
     run.add_argument("-j", "--concurrency", type=int, default=4, help="tests at once (default 4)")
     run.add_argument(
         "--repeat",

@@ -98,6 +98,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     lanes = _lanes(config, args.agent) if recording is None else []  # a replay starts none
     if not lanes and recording is None:
         _agent_needed(cases)
+    # Each agent a test will call is looked at before the first test (not for a run of pure
+    # data tests, nor with --no-preflight): a missing one is a usage error, not N errors.
+    preflight = bool(lanes) and not args.no_preflight and bool(_needing(cases))
     skip_judge = args.no_judge or os.environ.get("AGENT_HEALTH_SKIP_JUDGE", "") not in (
         "",
         "0",
@@ -144,6 +147,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 recording,
                 export,
                 consoles.stdout,
+                preflight,
             )
         )
     except BaseException:
@@ -315,13 +319,18 @@ def _lanes(
     return [(name, config.agent(name)) for name in chosen]
 
 
+def _needing(cases: list[Any]) -> list[Any]:
+    """The selected tests that will run and take the ``agent`` fixture."""
+    from agent_health.engine import fixtures
+
+    running = [c for c in cases if c.mode not in ("skip", "fixme")]
+    return [c for c in running if fixtures.asks_for(c, "agent")]
+
+
 def _agent_needed(cases: list[Any]) -> None:
     """No agent is configured: a usage error, before anything runs, when a test that would
     run takes the ``agent`` fixture (pure data tests run without one)."""
-    from agent_health.engine import fixtures
-
-    needing = [c for c in cases if c.mode not in ("skip", "fixme")]
-    needing = [c for c in needing if fixtures.asks_for(c, "agent")]
+    needing = _needing(cases)
     if needing:
         raise common.UsageError(
             f"no agent to run: {len(needing)} of {len(cases)} selected tests take the agent "
