@@ -29,7 +29,7 @@ import triage_agent
 from agent_health import cli
 from agent_health.engine import reporters, rollup
 from agent_health.engine.report import RunReport
-from agent_health.sdk.results import TestResult
+from agent_health.sdk.results import Signal, TestResult
 from helpers import Run, run_cli
 from judge_servers import ScriptedModel, quoted_rule
 
@@ -520,6 +520,36 @@ def test_a_flaky_test_shows_its_tries_and_what_it_printed(chromium: Any, tmp_pat
         assert "Printed by the body" in text
         assert "checked the payment service" in text
         assert "warn: slow" in text
+        _clean(seen, url)
+
+
+def test_a_failed_test_shows_its_failed_check_then_the_later_error(
+    chromium: Any, tmp_path: Path
+) -> None:
+    # A body that raised after its check failed is failed, not errored: the inspector says
+    # so, lists the check, and shows what went wrong after it.
+    gate = Signal(
+        kind="deterministic", role="gate", name="to_contain('db-primary')", passed=False,
+        score=0.0, evidence={"expected": "db-primary", "actual": "all fine"},
+    )  # fmt: skip
+    crashed = TestResult(
+        id="t.py::crashes", name="crashes", title="crashes", file="t.py", line=1,
+        status="failed", score=0.0, run_id="r-1", signals=(gate,),
+        error="RuntimeError: the helper blew up (at t.py:4)",
+    )  # fmt: skip
+    written = reporters.write("html", tmp_path, RunReport.build([crashed], duration_ms=1.0))
+    url = written.as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        page = seen.page
+        page.locator("#test-list .test-row").first.click()
+        box = page.locator("#inspector .error-box.failed")
+        text = box.inner_text()
+        assert text.startswith("failed: 1 gate")
+        assert "to_contain('db-primary')" in text
+        checks, then = text.split("then:")
+        assert "RuntimeError" not in checks
+        assert then.strip() == "RuntimeError: the helper blew up (at t.py:4)"
         _clean(seen, url)
 
 
