@@ -12,7 +12,8 @@ module                      commands
 
 Exit codes of ``run``: 0 all passed, 1 any failed, 2 usage/config/load error,
 3 errored tests only, 4 a budget stopped the run (nothing that ran failed or errored),
-130 interrupted. ``compare``: 0 no regression, 1 regression beyond the
+130 interrupted, 141 stdout's reader went away (the run stopped as interrupted, its reports
+and ledger written). ``compare``: 0 no regression, 1 regression beyond the
 thresholds, 2 a report file is missing, not JSON or of another version.
 """
 
