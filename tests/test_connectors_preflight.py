@@ -161,6 +161,24 @@ async def test_a_wrong_path_is_said_before_and_in_each_error_and_the_run_goes_on
     ) in capsys.readouterr().out
 
 
+async def test_a_rest_url_at_an_agui_agent_errors_naming_the_likely_fix(
+    write_suite: Any, triage_url: str
+) -> None:
+    # The look cannot see a protocol mismatch (that takes a request body, which would run
+    # the agent): the example agent's AG-UI endpoint takes POST. The calls then say it.
+    suite = write_suite(**{"test_a.py": SUITE})
+    agui = triage_url.removesuffix("/run") + "/agui"
+    run = await run_cli(suite, "--agent", f"rest+{agui}", "--no-ledger")
+    assert run.code == 3
+    for test in run.report["tests"]:
+        assert (test["status"], test["cause"]) == ("errored", "agent")
+        assert test["error"].startswith(f"agent at {agui} answered HTTP 400: ")
+        assert test["error"].endswith(
+            "(if the agent speaks another protocol, name it before its URL: rest+, agui+ or "
+            "openai+)"
+        )
+
+
 async def test_each_agent_of_a_matrix_is_looked_at_and_none_runs_if_one_is_missing(
     write_suite: Any, agent: Agent, capsys: pytest.CaptureFixture[str]
 ) -> None:

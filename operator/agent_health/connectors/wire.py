@@ -278,13 +278,15 @@ def timeout_of(request: AgentRequest, spec: ConnectorSpec) -> float:
     return request.timeout_s or spec.timeout
 
 
+_OTHER_PROTOCOL = (
+    "if the agent speaks another protocol, name it before its URL: rest+, agui+ or openai+"
+)
 LIKELY = {
+    400: _OTHER_PROTOCOL,
     404: "nothing is served at this path: check the agent's URL, path included",
     405: "this path does not take POST: is it the agent's endpoint?",
-    415: "it refused the request's body: does the agent speak another protocol "
-    "(rest+, agui+ or openai+ before its URL)?",
-    422: "it refused the request's body: does the agent speak another protocol "
-    "(rest+, agui+ or openai+ before its URL)?",
+    415: _OTHER_PROTOCOL,
+    422: _OTHER_PROTOCOL,
 }
 """The likely fix, said after the answer of a status that means the request itself was not
 the agent's (a wrong path, a REST request at an AG-UI agent): errors a run's preflight
