@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import itertools
 import json
+import zlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -133,16 +134,52 @@ async def test_json_spans_with_hex_ids_are_kept_like_protobuf(
     assert _spans_records(tmp_path)[0].content_type == "application/json"
 
 
-async def test_a_gzipped_export_is_inflated(tmp_path: Path, upstream: str) -> None:
+def _raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "pack"),
+    [("gzip", gzip.compress), ("deflate", zlib.compress), ("Deflate", _raw_deflate)],
+)
+async def test_a_gzipped_or_deflated_export_is_inflated(
+    tmp_path: Path, upstream: str, encoding: str, pack: Callable[[bytes], bytes]
+) -> None:
     parent, trace_id = traceparent()
     async with _gateway(tmp_path, upstream) as gw, aiohttp.ClientSession() as client:
         await _run(client, gw, parent)
-        headers = {**PROTOBUF, "Content-Encoding": "gzip"}
-        status, _ = await _export(
-            client, gw, gzip.compress(protobuf(*agent_trace(trace_id))), headers
-        )
+        headers = {**PROTOBUF, "Content-Encoding": encoding}
+        status, _ = await _export(client, gw, pack(protobuf(*agent_trace(trace_id))), headers)
         assert status == 200
         assert len((await _kept(client, gw))["spans"]) == 3
+        cut = gzip.compress(json_body(*agent_trace(trace_id)))[:-12]
+        status, answer = await _export(client, gw, cut, {**JSON, "Content-Encoding": "gzip"})
+        assert (status, json.loads(answer)["message"]) == (
+            400,
+            "the gzip body is corrupt: the gzip stream ends before its end",
+        )
+
+
+def _with_start(start: str) -> bytes:
+    """One span (of no run) whose start time is ``start``, JSON text (a number or a string)."""
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "x", "startTimeUnixNano": 0}
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+    return text.replace('"startTimeUnixNano": 0', f'"startTimeUnixNano": {start}').encode()
+
+
+def _with_attribute(value: str) -> bytes:
+    """One span (of no run) with one attribute whose AnyValue is ``value``, JSON text."""
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "x",
+            "attributes": [{"key": "v", "value": "VALUE"}]}  # fmt: skip
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+    return text.replace('"VALUE"', value).encode()
+
+
+def _kvlists(levels: int) -> str:
+    """An AnyValue nested ``levels`` deep through key-value lists only (no arrays)."""
+    head = '{"kvlistValue": {"values": [{"key": "k", "value": '
+    return head * levels + '{"stringValue": "bottom"}' + "}]}}" * levels
 
 
 @pytest.mark.parametrize(
@@ -151,9 +188,14 @@ async def test_a_gzipped_export_is_inflated(tmp_path: Path, upstream: str) -> No
         (b"\xff\xfe not protobuf \x00\x01", PROTOBUF, "not a protobuf"),
         (b'{"resourceSpans": [', JSON, "not JSON"),
         (b'{"resourceSpans": {"a": 1}}', JSON, "is not a list"),
-        (json_body(FakeSpan("x", "zz" * 16)), JSON, "is not 32 hex digits"),
-        (json_body(FakeSpan("x", "0" * 32)), JSON, "all zeros"),
         (b"\x1f\x8b broken gzip", {**JSON, "Content-Encoding": "gzip"}, "corrupt"),
+        # Hostile ones: each was a 500 nobody counted (a RecursionError, int()'s digit limit).
+        (b'{"resourceSpans": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", JSON, "nested deeper"),
+        (_with_start('"' + "9" * 5000 + '"'), JSON, "an integer of 5000 digits"),
+        (_with_start("9" * 5000), JSON, "5000 digits"),
+        (_with_attribute('{"intValue": "' + "9" * 5000 + '"}'), JSON, "an integer of 5000 digits"),
+        (_with_attribute(_kvlists(2000)), JSON, "nested deeper"),  # past the JSON's depth
+        (_with_attribute(_kvlists(9)), JSON, "nested more than 8 deep"),  # within it
     ],
 )
 async def test_malformed_exports_are_refused_400_and_counted_and_the_gateway_serves_on(
@@ -172,6 +214,68 @@ async def test_malformed_exports_are_refused_400_and_counted_and_the_gateway_ser
         status, _ = await _export(client, gw, json_body(*agent_trace(trace_id)), JSON)
         assert status == 200
         assert len((await _kept(client, gw))["spans"]) == 3
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "x-unknown", "gzip, gzip"])
+async def test_an_encoding_it_does_not_inflate_is_refused_415_not_read_as_plain(
+    tmp_path: Path, upstream: str, encoding: str
+) -> None:
+    """An export whose Content-Encoding the receiver does not inflate is never read as if it
+    had none (a plain body so labelled was kept)."""
+    parent, trace_id = traceparent()
+    async with _gateway(tmp_path, upstream) as gw, aiohttp.ClientSession() as client:
+        await _run(client, gw, parent)
+        headers = {**JSON, "Content-Encoding": encoding}
+        status, answer = await _export(client, gw, json_body(*agent_trace(trace_id)), headers)
+        assert status == 415
+        assert "send gzip, deflate or none" in json.loads(answer)["message"]
+        assert (await _health(client, gw))["refused"] == {"415": 1}
+        assert (await _kept(client, gw))["spans"] == []
+        headers["Content-Encoding"] = "identity"
+        status, _ = await _export(client, gw, json_body(*agent_trace(trace_id)), headers)
+        assert status == 200
+        assert len((await _kept(client, gw))["spans"]) == 3
+
+
+async def test_spans_that_fail_their_checks_are_left_out_counted_and_named_in_the_answer(
+    tmp_path: Path, upstream: str
+) -> None:
+    """A hostile agent's spans (a start time of 400 digits, Infinity, a negative token count,
+    a bad id) never reach its run, its ledger or its trajectory; the rest of the export does."""
+    parent, trace_id = traceparent()
+    good = agent_trace(trace_id)
+    hostile = [
+        FakeSpan("chat inf", trace_id, attributes={"gen_ai.operation.name": "chat",
+                                                   "cost": float("inf")}),
+        FakeSpan("chat negative", trace_id, attributes={"gen_ai.operation.name": "chat",
+                                                        "gen_ai.usage.input_tokens": -10**6}),
+        FakeSpan("backwards", trace_id, start_ns=2_000, end_ns=1_000),
+    ]  # fmt: skip
+    async with _gateway(tmp_path, upstream) as gw, aiohttp.ClientSession() as client:
+        await _run(client, gw, parent)
+        status, answer = await _export(client, gw, protobuf(*good, *hostile), PROTOBUF)
+        assert status == 200
+        partial = trace_service_pb2.ExportTraceServiceResponse.FromString(answer).partial_success
+        assert partial.rejected_spans == 3
+        assert "3 invalid spans (the first: span 'chat inf'.cost.doubleValue inf" in (
+            partial.error_message
+        )
+        as_json = json.loads(json_body(*good))
+        spans = as_json["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        spans.append({**spans[1], "spanId": "ef" * 8, "startTimeUnixNano": "9" * 400})
+        spans.append({**spans[1], "spanId": "0" * 16})
+        status, answer = await _export(client, gw, json.dumps(as_json).encode(), JSON)
+        assert status == 200
+        assert json.loads(answer)["partialSuccess"]["rejectedSpans"] == "2"
+        kept = await _kept(client, gw)
+        health = await _health(client, gw)
+    assert [s["name"] for s in kept["spans"]] == [s.name for s in good] * 2
+    assert health["spans_invalid"] == 5
+    assert "startTimeUnixNano '999" in health["last_invalid"]
+    assert health["refused"] == {}
+    lines = (tmp_path / f"{CELL}.jsonl").read_text().splitlines()
+    assert chain.verify(lines, KEY, complete=False).ok
+    assert [len(r.spans) for r in _spans_records(tmp_path)] == [3, 3]
 
 
 async def test_other_media_types_paths_and_methods_are_refused_and_counted(
@@ -341,7 +445,7 @@ def test_a_run_takes_spans_from_at_most_its_bytes_of_exports() -> None:
     cap = len(body) + 100
     collector = otlp_receiver.Collector(otlp_receiver.Limits(max_run_bytes=cap))
     collector.expect(RUN_ID, trace_id)
-    spans = ledger_otlp.decode(body, ledger_otlp.JSON)
+    spans = ledger_otlp.decode(body, ledger_otlp.JSON).spans
     args = {"principal": "target", "evidence": "none", "content_type": ledger_otlp.JSON}
     assert collector.receive(spans, body=body, **args) == (0, "")
     rejected, why = collector.receive(spans, body=body, **args)
@@ -386,7 +490,7 @@ def test_the_receiver_holds_the_spans_of_its_last_runs_only() -> None:
     for trace_id, kept in ((traces[0], 0), (traces[-1], 3)):
         body = json_body(*agent_trace(trace_id))
         rejected, _ = collector.receive(
-            ledger_otlp.decode(body, ledger_otlp.JSON), body=body, **args
+            ledger_otlp.decode(body, ledger_otlp.JSON).spans, body=body, **args
         )
         assert rejected == 3 - kept
     assert collector.report("run-0")["spans"] == []

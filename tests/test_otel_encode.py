@@ -224,7 +224,7 @@ async def test_http_json_is_the_otlp_json_mapping_of_the_same_request() -> None:
     assert span["events"][0]["timeUnixNano"] == "1700000000900000000"
 
     # And agent-health's own OTLP/JSON reader (the receiver's) reads it back.
-    read = ledger_otlp.decode(receiver.bodies[1], ledger_otlp.JSON)
+    read = ledger_otlp.decode(receiver.bodies[1], ledger_otlp.JSON).spans
     for got, record in zip(read, RECORDS, strict=True):
         assert got["trace_id"] == _hex(record.trace_id, 16)
         assert got["span_id"] == _hex(record.span_id, 8)

@@ -155,3 +155,37 @@ def test_a_span_of_the_receiver_becomes_a_span_record() -> None:
     assert isinstance(converted, records.Span)
     assert converted.parent_span_id == "b7ad6b7169203331"
     assert converted.duration_ms == 2.0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"start_ns": int("9" * 400)},
+        {"start_ns": -5, "end_ns": True},
+        {"start_ns": 2_000_000_000, "end_ns": 1_000_000_000},
+        {"attributes": {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 1e400}},
+        {"attributes": {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": -9}},
+        {"attributes": {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": "9" * 400}},
+        {"attributes": {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": 2.5}},
+        {"attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+                        "gen_ai.tool.call.arguments": '{"n": NaN}',
+                        "gen_ai.tool.call.result": "[1e999]"}},
+    ],
+)  # fmt: skip
+def test_a_span_object_that_slipped_past_the_receivers_checks_never_raises(
+    fields: dict[str, Any],
+) -> None:
+    """Spans from elsewhere (a backend, an older ledger) are read with the same care: a time
+    that is not one is unknown, a count that is not one counts nothing, JSON text that JSON
+    cannot hold stays text."""
+    bad = {**span("chat m", "05" * 8), **fields}
+    spans = [received.to_span(s) for s in (*SPANS, bad)]
+    filled = fromspans.fill(AgentReply(output="done"), spans)
+    assert filled.token_usage == TokenUsage(prompt=16, completion=6, total=22)
+    assert len(filled.trajectory) >= 6
+    for step in filled.trajectory:
+        assert step.latency_ms is None or step.latency_ms >= 0
+    if "gen_ai.tool.call.arguments" in bad["attributes"]:
+        call, result = filled.trajectory[-2:]
+        assert call.tool_args == {"arguments": '{"n": NaN}'}
+        assert result.tool_output == "[1e999]"

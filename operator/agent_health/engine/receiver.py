@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
@@ -91,7 +92,8 @@ class LocalReceiver:
             otlp.Limits(max_body_bytes=self.cfg.max_body_bytes, max_spans=self.cfg.max_spans),
             on_kept=kept,
         )
-        runner = web.ServerRunner(web.Server(otlp.Receiver(self.collector)), shutdown_timeout=1)
+        server = web.Server(otlp.Receiver(self.collector), **otlp.SERVER_OPTIONS)
+        runner = web.ServerRunner(server, shutdown_timeout=1)
         await runner.setup()
         await web.SockSite(runner, listening).start()
         return runner
@@ -186,7 +188,14 @@ class Joined:
             return reply
         from agent_health.traces import fromspans, received
 
-        return fromspans.fill(reply, [received.to_span(s) for s in found[used:]])
+        try:
+            return fromspans.fill(reply, [received.to_span(s) for s in found[used:]])
+        except Exception as err:
+            # The receiver checked every span; should one still trip the filling, it is the
+            # agent's account that could not be read: its error, never the test's.
+            raise connector_errors.AgentProtocolError(
+                f"the agent's OTel spans could not fill in what its reply left out: {err}"
+            ) from err
 
 
 async def gateway_spans(

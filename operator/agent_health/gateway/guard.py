@@ -62,14 +62,17 @@ def server_options(settings: config.Settings) -> dict[str, Any]:
 class Listener(web.Server):
     """A low-level aiohttp server that holds one listener to the connection limit."""
 
-    def __init__(self, handler: Handler, settings: config.Settings, name: str) -> None:
+    def __init__(
+        self, handler: Handler, settings: config.Settings, name: str, **options: Any
+    ) -> None:
+        """``options``: aiohttp server options of this listener's own, over the shared ones."""
         self.name = name
         self.refused_connections = 0
         self.dropped_calls = 0  # calls whose connection was closed before they were handled
         self._inner = handler
         self._limit = settings.max_connections
         self._busy: dict[object, int] = {}  # transport → requests in progress on it
-        super().__init__(self._handle, **server_options(settings))
+        super().__init__(self._handle, **(server_options(settings) | options))
 
     def serve(self, handler: Handler) -> None:
         """Hand the listener's calls to ``handler`` from now on (a pooled gateway, assigned)."""

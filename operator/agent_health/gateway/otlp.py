@@ -10,13 +10,18 @@ calls the agent). A span of a trace no run here was given — or one whose
 counted, and the answer says so in its ``partial_success`` (HTTP 200, as OTLP asks).
 
 Bad input never reaches a run: a body over ``max_body_bytes`` (before or after inflating) is
-answered 413 without being read further, one that is not OTLP 400, another media type 415,
-another path 404 and another method 405, an export while ``max_inflight`` are being read 503
-(an exporter retries it), each counted in :meth:`Collector.summary` (the gateway's
-``/healthz``). A run keeps at most ``max_spans`` spans, taken from at most ``max_run_bytes``
-of exports; later ones are dropped and counted. The spans of the last :data:`MAX_RUNS` runs
-are held. What is kept goes, one :class:`~agent_health.ledger.records.SpansRecord` per
-request and run, to ``on_kept`` (the ledger cell of the run).
+answered 413 without being read further, one that is not OTLP 400 (also JSON nested deeper
+than an export nests, or holding an integer of thousands of digits), another media type or a
+``Content-Encoding`` other than gzip, deflate or identity 415, another path 404 and another
+method 405, an export while ``max_inflight`` are being read 503 (an exporter retries it),
+each counted in :meth:`Collector.summary` (the gateway's ``/healthz``); anything else that
+goes wrong reading one is a 500, counted and logged the same way. A span that fails its
+checks (:mod:`agent_health.ledger.otlp`: ids, times, counts, numbers) is left out of an
+export otherwise kept, counted as invalid and named in the answer's ``partial_success``. A
+run keeps at most ``max_spans`` spans, taken from at most ``max_run_bytes`` of exports;
+later ones are dropped and counted. The spans of the last :data:`MAX_RUNS` runs are held.
+What is kept goes, one :class:`~agent_health.ledger.records.SpansRecord` per request and
+run, to ``on_kept`` (the ledger cell of the run).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +43,9 @@ from agent_health.ledger import otlp, records
 log = logging.getLogger("agent_health.gateway")
 PATH = "/v1/traces"
 RUN_ID_ATTRIBUTE = "agent_health.run_id"
+ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
+"""``Content-Encoding`` values taken (the OTLP exporters send gzip or nothing); another would
+be read still encoded, as if it were the media type."""
 MAX_RUNS = 128
 """Runs whose spans are held at once; the oldest is forgotten for a new one."""
 
@@ -93,6 +102,8 @@ class Collector:
         self.spans_kept = 0
         self.spans_rejected = 0
         self.spans_dropped = 0
+        self.spans_invalid = 0
+        self.last_invalid: str | None = None
         self.refused: Counter[int] = Counter()  # HTTP status → requests refused with it
         self.reading = 0  # exports being read now (at most max_inflight)
         self.last_refusal: str | None = None
@@ -144,9 +155,16 @@ class Collector:
         evidence: str,
         content_type: str,
         body: bytes,
+        invalid: int = 0,
+        problem: str | None = None,
     ) -> tuple[int, str]:
-        """Keep each span with its run; ``(spans not kept, why)`` for the answer."""
+        """Keep each span with its run; ``(spans not kept, why)`` for the answer. ``invalid``
+        spans of the export failed their checks (the first because of ``problem``)."""
         self.requests += 1
+        if invalid:
+            self.spans_invalid += invalid
+            self.last_invalid = problem
+            log.warning("OTLP export: %d invalid spans left out (first: %s)", invalid, problem)
         by_run: dict[str, list[dict[str, Any]]] = {}
         rejected: dict[str, int] = {}
         foreign = 0
@@ -194,6 +212,8 @@ class Collector:
         self.spans_rejected += foreign
         self.spans_dropped += dropped
         reasons = []
+        if invalid:
+            reasons.append(f"{invalid} invalid spans (the first: {problem})")
         if foreign:
             reasons.append(
                 f"{foreign} spans of a trace no run here was sent (or naming another run)"
@@ -205,7 +225,7 @@ class Collector:
                 else f"{self.limits.max_spans} spans"
             )
             reasons.append(f"{dropped} spans past the run's cap of {cap}")
-        return foreign + dropped, "; ".join(reasons)
+        return invalid + foreign + dropped, "; ".join(reasons)
 
     def summary(self) -> dict[str, Any]:
         """The receiver's counts, for ``/healthz``."""
@@ -216,6 +236,8 @@ class Collector:
                 "spans_kept": self.spans_kept,
                 "spans_rejected": self.spans_rejected,
                 "spans_dropped": self.spans_dropped,
+                "spans_invalid": self.spans_invalid,
+                "last_invalid": self.last_invalid,
                 "refused": {str(status): n for status, n in sorted(self.refused.items())},
                 "last_refusal": self.last_refusal,
             }
@@ -241,6 +263,13 @@ class Receiver:
                 415,
                 f"Content-Type {request.content_type!r} is not {otlp.PROTOBUF} or {otlp.JSON}",
             )
+        encoding = request.headers.get("Content-Encoding", "")
+        if encoding.strip().lower() not in ENCODINGS:
+            return self._refuse(
+                request,
+                415,
+                f"Content-Encoding {encoding[:60]!r} is not taken: send gzip, deflate or none",
+            )
         limit = self.collector.limits.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._refuse(request, 413, f"the body has more than {limit} bytes")
@@ -254,36 +283,54 @@ class Receiver:
         collector.reading += 1
         try:
             return await self._receive(request, kind, limit)
+        except Exception as err:
+            # A bug reading an export is the receiver's, not a reason to stop serving: answered,
+            # counted and logged with its traceback, as every other refusal is counted.
+            log.exception("OTLP export: reading it failed")
+            why = f"the receiver failed reading the export: {err!r}"[:300]
+            return self._refuse(request, 500, why)
         finally:
             collector.reading -= 1
 
     async def _receive(self, request: web.BaseRequest, kind: str, limit: int) -> web.Response:
         body = bytearray()
-        # aiohttp inflates a gzip or deflate body as it arrives: the limit holds for what it
-        # inflates to, so a small bomb stops at it too.
-        inflated = " once inflated" if request.headers.get("Content-Encoding") else ""
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        inflater = _Inflater(encoding) if encoding not in ("", "identity") else None
+        # The limit holds for what the body inflates to, so a small bomb stops at it too.
+        inflated = " once inflated" if inflater is not None else ""
         try:
             async with asyncio.timeout(self.collector.limits.body_timeout):
                 async for chunk in request.content.iter_any():
+                    if inflater is not None:
+                        chunk = inflater.feed(chunk, limit - len(body) + 1)
                     body += chunk
                     if len(body) > limit:
                         reason = f"the body has more than {limit} bytes{inflated}"
                         return self._refuse(request, 413, reason)
+                if inflater is not None:
+                    inflater.finish()
         except TimeoutError:
             return self._refuse(request, 408, "the body did not arrive in time")
-        except web_protocol.RequestPayloadError as err:
-            encoding = request.headers.get("Content-Encoding", "identity")
-            return self._refuse(request, 400, f"the {encoding} body is corrupt: {err}")
+        except (web_protocol.RequestPayloadError, zlib.error) as err:
+            return self._refuse(
+                request, 400, f"the {encoding or 'identity'} body is corrupt: {err}"
+            )
         raw = bytes(body)
         try:
-            spans = await _decode(raw, kind, self.collector.limits)
+            export = await _decode(raw, kind, self.collector.limits)
         except otlp.TooLarge as err:
             return self._refuse(request, 413, str(err))
         except otlp.OtlpError as err:
             return self._refuse(request, 400, str(err))
         principal, evidence = self._tokens.evidence(request.headers.get(config.TOKEN_HEADER))
         rejected, why = self.collector.receive(
-            spans, principal=principal, evidence=evidence, content_type=kind, body=raw
+            export.spans,
+            principal=principal,
+            evidence=evidence,
+            content_type=kind,
+            body=raw,
+            invalid=export.invalid,
+            problem=export.problem,
         )
         return web.Response(
             status=200,
@@ -295,12 +342,46 @@ class Receiver:
         self.collector.refuse(status, reason)
         # The Status message of OTLP/HTTP, as JSON: what an exporter logs.
         response = web.json_response({"code": 3, "message": reason}, status=status)
-        if request.body_exists and status in (408, 413, 503):
+        if request.body_exists and status in (408, 413, 500, 503):
             response.force_close()  # the rest of the body is never read
         return response
 
 
-async def _decode(body: bytes, kind: str, limits: Limits) -> list[dict[str, Any]]:
+class _Inflater:
+    """A gzip or deflate body inflated as it arrives, never more than the room left at a time
+    (the listener leaves inflating to its handler: ``SERVER_OPTIONS``)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._inflate: Any = None
+
+    def feed(self, chunk: bytes, room: int) -> bytes:
+        """What ``chunk`` inflates to, at most ``room`` bytes (more means the body is over its
+        limit: the caller stops there)."""
+        if self._inflate is None:
+            if self.encoding == "gzip":
+                wbits = 16 + zlib.MAX_WBITS
+            else:  # deflate: zlib-wrapped, as HTTP means it, or raw, as some clients send it
+                wbits = zlib.MAX_WBITS if chunk[:1] and chunk[0] & 0x0F == 8 else -zlib.MAX_WBITS
+            self._inflate = zlib.decompressobj(wbits)
+        out: bytes = self._inflate.decompress(chunk, room)
+        if self._inflate.unused_data:
+            raise zlib.error(f"data after the end of the {self.encoding} stream")
+        return out
+
+    def finish(self) -> None:
+        """The body has all arrived: it must have been a whole stream."""
+        if self._inflate is None or not self._inflate.eof:
+            raise zlib.error(f"the {self.encoding} stream ends before its end")
+
+
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+"""Options of the aiohttp server a :class:`Receiver` serves on: it inflates bodies itself, so an
+encoding aiohttp would refuse (or pass on still encoded) reaches it, to be refused and
+counted."""
+
+
+async def _decode(body: bytes, kind: str, limits: Limits) -> otlp.Export:
     """Decode off the event loop when the body is large (protobuf parsing and JSON of a few
     MiB take milliseconds the other listeners would wait)."""
     if len(body) < 64 * 1024:

@@ -146,11 +146,12 @@ class Gateway:
     ) -> guard.Listener:
         """The listener ``name``: serving ``handler``, or, while a pooled gateway waits for its
         cell, its gate (the admin listener's ``/healthz`` still answered)."""
+        options = otlp.SERVER_OPTIONS if kind == "otlp" else {}
         if self.gate is None:
-            return guard.Listener(make(), self.settings, name)
+            return guard.Listener(make(), self.settings, name, **options)
         health = make() if kind == "admin" else None
         gated = self.gate.handler(name, otlp=kind == "otlp", health=health)
-        listener = guard.Listener(gated, self.settings, name)
+        listener = guard.Listener(gated, self.settings, name, **options)
         self._handed.append((listener, make))
         return listener
 

@@ -12,10 +12,20 @@ span objects, JSON data that a ledger ``spans`` record seals and the traces view
      "status": "ok" | "error" | "unset", "status_message": "…" | None,
      "attributes": {"gen_ai.operation.name": "chat", …}, "service": "rca-agent" | None}
 
-Everything is bounded (:class:`Limits`): the spans of one body, the attributes of a span and
-the length of a string value; a value cut to its limit marks its span ``"truncated": true``.
-Span events and links are not kept. A body that is not OTLP raises :class:`OtlpError` with
-what is wrong, which the receiver answers 400.
+Everything is bounded (:class:`Limits`): the spans of one body, the attributes of a span, the
+length of a string value and how deep values nest; a value cut to its limit marks its span
+``"truncated": true``. Span events and links are not kept.
+
+The agent sending them may be hostile, so each span is checked as it is read, and one that
+fails is left out and counted (:attr:`Export.invalid`, with why), never kept for a run to
+trip over: its trace and span ids must be there, of the right size and not all zeros; its
+times ``0 ≤ t < 2^64`` nanoseconds, its end not before its start; its kind a SpanKind;
+every integer within 64 bits, every double finite; and a token count
+(``gen_ai.usage.*tokens``) a non-negative integer. A body that is not OTLP at all — not
+JSON (or JSON that nests past :data:`MAX_JSON_DEPTH`, holds ``NaN`` or an integer of
+thousands of digits, quoted or not), not a protobuf export, not of that shape, a value
+nested deeper than :attr:`Limits.max_depth` (key-value lists count as arrays do) — raises
+:class:`OtlpError` with what is wrong, which the receiver answers 400.
 """
 
 from __future__ import annotations
@@ -23,13 +33,28 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from agent_health.ledger import strictjson
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 STATUS = {0: "unset", 1: "ok", 2: "error"}
+SPAN_KINDS = range(6)
+"""``SPAN_KIND_UNSPECIFIED`` (0) to ``SPAN_KIND_CONSUMER`` (5)."""
+MAX_TIME = 2**64
+"""Span times are ``fixed64`` nanoseconds: below this."""
+INT64 = range(-(2**63), 2**63)
+"""An ``intValue`` (and every other integer of a span) is an int64."""
+INT32 = range(-(2**31), 2**31)
+USAGE_PREFIX = "gen_ai.usage."
+"""Attributes under it ending in ``tokens`` are counts (GenAI semantic conventions)."""
+MAX_JSON_DEPTH = 64
+"""How deep an OTLP/JSON body may nest: a span's value at :attr:`Limits.max_depth` sits
+about 45 levels down; deeper is not an export."""
 
 
 class OtlpError(ValueError):
@@ -40,13 +65,54 @@ class TooLarge(OtlpError):
     """A body with more spans than the receiver takes."""
 
 
+class SpanError(OtlpError):
+    """One span that fails its checks: left out of the export and counted."""
+
+
 @dataclass(frozen=True)
 class Limits:
-    """How much of an export is read: spans per body, attributes per span, string length."""
+    """How much of an export is read: spans per body, attributes per span, string length,
+    and how deep an attribute's value may nest (arrays and key-value lists alike)."""
 
     max_spans: int = 10_000
     max_attributes: int = 128
     max_value_chars: int = 8192
+    max_depth: int = 8
+
+
+@dataclass(frozen=True)
+class Export:
+    """What one export body held: the spans that passed their checks, and how many did not
+    (with why the first of them failed)."""
+
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    invalid: int = 0
+    problem: str | None = None
+
+
+class Reading:
+    """The spans of one body as they are read (by either encoding's decoder): the ones that
+    passed their checks, and the count of those that did not."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.spans: list[dict[str, Any]] = []
+        self.invalid = 0
+        self.problem: str | None = None
+
+    def add(self, span: dict[str, Any]) -> None:
+        self.spans.append(span)
+
+    def refuse(self, err: SpanError) -> None:
+        self.invalid += 1
+        self.problem = self.problem or str(err)
+
+    def count(self) -> None:
+        if len(self.spans) + self.invalid > self.limits.max_spans:
+            raise TooLarge(f"the body has more than {self.limits.max_spans} spans")
+
+    def export(self) -> Export:
+        return Export(self.spans, self.invalid, self.problem)
 
 
 def media_type(content_type: str | None) -> str | None:
@@ -55,16 +121,19 @@ def media_type(content_type: str | None) -> str | None:
     return kind if kind in (PROTOBUF, JSON) else None
 
 
-def decode(body: bytes, content_type: str, limits: Limits | None = None) -> list[dict[str, Any]]:
-    """The spans of one export body of media type ``content_type`` (see :func:`media_type`)."""
-    limits = limits or Limits()
+def decode(body: bytes, content_type: str, limits: Limits | None = None) -> Export:
+    """The spans of one export body of media type ``content_type`` (see :func:`media_type`),
+    each checked (see the module docstring)."""
+    reading = Reading(limits or Limits())
     if content_type == JSON:
-        return _from_json(body, limits)
-    if content_type == PROTOBUF:
+        _from_json(body, reading)
+    elif content_type == PROTOBUF:
         from agent_health.ledger import otlpproto  # and the otel extra: only for protobuf
 
-        return otlpproto.decode(body, limits)
-    raise OtlpError(f"Content-Type {content_type!r} is not {PROTOBUF} or {JSON}")
+        otlpproto.decode(body, reading)
+    else:
+        raise OtlpError(f"Content-Type {content_type!r} is not {PROTOBUF} or {JSON}")
+    return reading.export()
 
 
 def response(content_type: str, rejected: int = 0, message: str = "") -> bytes:
@@ -82,39 +151,92 @@ def response(content_type: str, rejected: int = 0, message: str = "") -> bytes:
     return otlpproto.response(rejected, message)
 
 
+# --- the checks both encodings share -------------------------------------------------------
+
+
+def checked(span: dict[str, Any], at: str) -> dict[str, Any]:
+    """``span`` (a span object) if it passes the checks no encoding makes for us: its times,
+    its kind and its token counts; else :class:`SpanError` saying which failed where."""
+    start, end = span["start_ns"], span["end_ns"]
+    for name, value in (("startTimeUnixNano", start), ("endTimeUnixNano", end)):
+        if not 0 <= value < MAX_TIME:
+            raise SpanError(f"{at}.{name} {_shown(value)} is not a time (0 to 2^64 - 1 ns)")
+    if start and end and end < start:
+        raise SpanError(f"{at} ends ({end}) before it starts ({start})")
+    if span["kind"] not in SPAN_KINDS:
+        raise SpanError(f"{at}.kind {_shown(span['kind'])} is not a SpanKind (0 to 5)")
+    for key, value in span["attributes"].items():
+        if key.startswith(USAGE_PREFIX) and key.endswith("tokens") and not _count(value):
+            raise SpanError(
+                f"{at}: attribute {key} {_shown(value)} is not a count (an integer 0 or more)"
+            )
+    return span
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def finite(value: float, at: str) -> float:
+    """``value``, a double of a span, if it is finite; else :class:`SpanError`."""
+    if not math.isfinite(value):
+        raise SpanError(f"{at}.doubleValue {value} is not a finite number")
+    return value
+
+
+def bounded(value: int, at: str, within: range = INT64) -> int:
+    """``value``, an integer of a span, if it is ``within`` range; else :class:`SpanError`."""
+    if value not in within:
+        raise SpanError(f"{at} {_shown(value)} is out of range")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
+
+
 # --- JSON --------------------------------------------------------------------------------
 
 
-def _from_json(body: bytes, limits: Limits) -> list[dict[str, Any]]:
+def _from_json(body: bytes, reading: Reading) -> None:
     try:
-        payload = json.loads(body)
+        payload = strictjson.loads(body, max_depth=MAX_JSON_DEPTH)
     except (ValueError, UnicodeDecodeError) as err:
-        raise OtlpError(f"the body is not JSON: {err}") from err
+        raise OtlpError(f"the body is not JSON an export can hold: {err}") from err
     if not isinstance(payload, dict):
         raise OtlpError("the body is not a JSON object (an ExportTraceServiceRequest)")
-    spans: list[dict[str, Any]] = []
+    limits = reading.limits
     for r, resource_spans in enumerate(_list(payload, "resourceSpans", "resource_spans")):
         where = f"resourceSpans[{r}]"
         resource = _object(resource_spans, where).get("resource") or {}
-        resource_attrs = _attributes(_object(resource, f"{where}.resource"), where, limits)[0]
+        try:
+            resource_attrs = _attributes(_object(resource, f"{where}.resource"), where, limits)[0]
+        except SpanError as err:  # the resource is no span: its export is malformed
+            raise OtlpError(str(err)) from err
         service = resource_attrs.get("service.name")
         for s, scope_spans in enumerate(_list(resource_spans, "scopeSpans", "scope_spans")):
             for n, span in enumerate(_list(_object(scope_spans, where), "spans")):
                 at = f"{where}.scopeSpans[{s}].spans[{n}]"
-                spans.append(_json_span(_object(span, at), at, service, limits))
-                if len(spans) > limits.max_spans:
-                    raise TooLarge(f"the body has more than {limits.max_spans} spans")
-    return spans
+                try:
+                    reading.add(checked(_json_span(span, at, service, limits), at))
+                except SpanError as err:
+                    reading.refuse(err)
+                reading.count()
 
 
-def _json_span(span: Mapping[str, Any], at: str, service: Any, limits: Limits) -> dict[str, Any]:
+def _json_span(span: Any, at: str, service: Any, limits: Limits) -> dict[str, Any]:
+    if not isinstance(span, dict):
+        raise SpanError(f"{at} is not a JSON object")
     attributes, truncated = _attributes(span, at, limits)
     status = span.get("status") or {}
-    code = _int(_object(status, f"{at}.status").get("code", 0), f"{at}.status.code")
+    if not isinstance(status, dict):
+        raise SpanError(f"{at}.status is not a JSON object")
+    code = _int(status.get("code", 0), f"{at}.status.code", INT32)
     message = status.get("message") or None
     name = span.get("name", "")
     if not isinstance(name, str):
-        raise OtlpError(f"{at}.name is not a string")
+        raise SpanError(f"{at}.name is not a string")
     if len(name) > limits.max_value_chars:
         name, truncated = name[: limits.max_value_chars], True
     out: dict[str, Any] = {
@@ -124,9 +246,9 @@ def _json_span(span: Mapping[str, Any], at: str, service: Any, limits: Limits) -
             span.get("parentSpanId", span.get("parent_span_id")), 8, f"{at}.parentSpanId", True
         ),
         "name": name,
-        "kind": _int(span.get("kind", 0), f"{at}.kind"),
-        "start_ns": _int(span.get("startTimeUnixNano", 0), f"{at}.startTimeUnixNano"),
-        "end_ns": _int(span.get("endTimeUnixNano", 0), f"{at}.endTimeUnixNano"),
+        "kind": _int(span.get("kind", 0), f"{at}.kind", INT32),
+        "start_ns": _int(span.get("startTimeUnixNano", 0), f"{at}.startTimeUnixNano", _TIMES),
+        "end_ns": _int(span.get("endTimeUnixNano", 0), f"{at}.endTimeUnixNano", _TIMES),
         "status": STATUS.get(code, "unset"),
         "status_message": str(message)[: limits.max_value_chars] if message else None,
         "attributes": attributes,
@@ -137,18 +259,27 @@ def _json_span(span: Mapping[str, Any], at: str, service: Any, limits: Limits) -
     return out
 
 
-def _attributes(holder: Mapping[str, Any], at: str, limits: Limits) -> tuple[dict[str, Any], bool]:
+_TIMES = range(MAX_TIME)
+
+
+def _attributes(
+    holder: Mapping[str, Any], at: str, limits: Limits, depth: int = 0
+) -> tuple[dict[str, Any], bool]:
+    """The attributes of ``holder`` (a span, a resource, or a key-value list ``depth``
+    values down), and whether any was cut to the limits."""
     found: dict[str, Any] = {}
     truncated = False
-    for i, item in enumerate(_list(holder, "attributes")):
+    for i, item in enumerate(_list(holder, "attributes", at=at)):
         where = f"{at}.attributes[{i}]"
-        key = _object(item, where).get("key")
+        if not isinstance(item, dict):
+            raise SpanError(f"{where} is not a JSON object")
+        key = item.get("key")
         if not isinstance(key, str):
-            raise OtlpError(f"{where}.key is not a string")
+            raise SpanError(f"{where}.key is not a string")
         if len(found) >= limits.max_attributes:
             truncated = True
             break
-        value, cut = _any_value(item.get("value"), where, limits, 0)
+        value, cut = _any_value(item.get("value"), where, limits, depth)
         found[key[: limits.max_value_chars]] = value
         truncated = truncated or cut or len(key) > limits.max_value_chars
     return found, truncated
@@ -158,25 +289,29 @@ def _any_value(value: Any, at: str, limits: Limits, depth: int) -> tuple[Any, bo
     """An OTLP ``AnyValue`` as JSON data, and whether it was cut to the limits."""
     if value is None:
         return None, False
-    if depth > 8:
-        raise OtlpError(f"{at}: values nested more than 8 deep")
+    if depth > limits.max_depth:  # no SDK nests so: the body is not an export
+        raise OtlpError(f"{at}: values nested more than {limits.max_depth} deep")
     if not isinstance(value, dict):
-        raise OtlpError(f"{at}.value is not an AnyValue object")
+        raise SpanError(f"{at}.value is not an AnyValue object")
     if "stringValue" in value:
         return _text(value["stringValue"], at, limits)
     if "boolValue" in value:
         return bool(value["boolValue"]), False
     if "intValue" in value:
-        return _int(value["intValue"], f"{at}.intValue"), False
+        return _int(value["intValue"], f"{at}.intValue", INT64), False
     if "doubleValue" in value:
-        try:
-            return float(value["doubleValue"]), False
-        except (TypeError, ValueError) as err:
-            raise OtlpError(f"{at}.doubleValue is not a number") from err
+        number = value["doubleValue"]
+        if isinstance(number, bool) or not isinstance(number, int | float | str):
+            raise SpanError(f"{at}.doubleValue is not a number")
+        try:  # the JSON mapping writes NaN and the infinities as strings: refused below
+            double = float(number)
+        except (ValueError, OverflowError) as err:  # OverflowError: an int past any float
+            raise SpanError(f"{at}.doubleValue {_shown(number)} is not a number") from err
+        return finite(double, at), False
     if "bytesValue" in value:
         return _text(str(value["bytesValue"]), at, limits)
     if "arrayValue" in value:
-        items = _list(_object(value["arrayValue"], at), "values")
+        items = _list(_holder(value["arrayValue"], at), "values", at=at)
         out, cut = [], len(items) > limits.max_attributes
         for n, item in enumerate(items[: limits.max_attributes]):
             got, c = _any_value(item, f"{at}[{n}]", limits, depth + 1)
@@ -184,16 +319,14 @@ def _any_value(value: Any, at: str, limits: Limits, depth: int) -> tuple[Any, bo
             cut = cut or c
         return out, cut
     if "kvlistValue" in value:
-        kv, cut = _attributes(
-            {"attributes": _list(_object(value["kvlistValue"], at), "values")}, at, limits
-        )
-        return kv, cut
+        values = _list(_holder(value["kvlistValue"], at), "values", at=at)
+        return _attributes({"attributes": values}, at, limits, depth + 1)
     return None, False
 
 
 def _text(value: Any, at: str, limits: Limits) -> tuple[str, bool]:
     if not isinstance(value, str):
-        raise OtlpError(f"{at}.stringValue is not a string")
+        raise SpanError(f"{at}.stringValue is not a string")
     if len(value) > limits.max_value_chars:
         return value[: limits.max_value_chars], True
     return value, False
@@ -205,9 +338,9 @@ def _id(value: Any, size: int, at: str, optional: bool = False) -> str | None:
     if value in (None, ""):
         if optional:
             return None
-        raise OtlpError(f"{at} is missing")
+        raise SpanError(f"{at} is missing")
     if not isinstance(value, str):
-        raise OtlpError(f"{at} is not a string")
+        raise SpanError(f"{at} is not a string")
     if len(value) == size * 2:
         try:
             raw = bytes.fromhex(value)
@@ -220,7 +353,7 @@ def _id(value: Any, size: int, at: str, optional: bool = False) -> str | None:
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != size:
-        raise OtlpError(f"{at} {value[:40]!r} is not {size * 2} hex digits")
+        raise SpanError(f"{at} {value[:40]!r} is not {size * 2} hex digits")
     return nonzero(raw.hex(), at, optional)
 
 
@@ -230,19 +363,39 @@ def nonzero(hexed: str, at: str, optional: bool) -> str | None:
         return hexed
     if optional:
         return None
-    raise OtlpError(f"{at} is all zeros (an invalid id)")
+    raise SpanError(f"{at} is all zeros (an invalid id)")
 
 
-def _int(value: Any, at: str) -> int:
+_MAX_DIGITS = 20  # 2^64 has 20 digits: a longer string is out of range without reading it
+PARSER_DIGITS = 4300
+"""Digits of an integer the JSON parser reads (Python's own bound); a longer one is refused
+with the body, unquoted or quoted alike."""
+
+
+def _int(value: Any, at: str, within: range) -> int:
+    """An integer field: a JSON number or, as the mapping writes 64-bit ones, a string of
+    digits; within ``within`` (else :class:`SpanError`, never a huge int read whole)."""
     if isinstance(value, bool):
-        raise OtlpError(f"{at} is not an integer")
+        raise SpanError(f"{at} is not an integer")
     if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
+        return bounded(value, at, within)
+    if isinstance(value, str):
+        digits = value[1:] if value[:1] == "-" else value
+        if digits.isascii() and digits.isdigit():
+            if len(digits) > PARSER_DIGITS:
+                raise OtlpError(f"{at} is an integer of {len(digits)} digits: not an export")
+            if len(digits.lstrip("0")) > _MAX_DIGITS:
+                raise SpanError(f"{at} {_shown(value)} is out of range")
+            return bounded(int(value), at, within)
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise OtlpError(f"{at} {value!r} is not an integer")
+        return bounded(int(value), at, within)
+    raise SpanError(f"{at} {_shown(value)} is not an integer")
+
+
+def _holder(value: Any, at: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise SpanError(f"{at} is not a JSON object")
+    return value
 
 
 def _object(value: Any, at: str) -> Mapping[str, Any]:
@@ -251,15 +404,18 @@ def _object(value: Any, at: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(holder: Any, *keys: str) -> list[Any]:
+def _list(holder: Any, *keys: str, at: str | None = None) -> list[Any]:
+    """The list under the first of ``keys`` in ``holder``; inside a span (``at`` given) a
+    wrong shape is that span's fault (:class:`SpanError`), elsewhere the body's."""
+    error = OtlpError if at is None else SpanError
     if not isinstance(holder, dict):
-        raise OtlpError(f"expected a JSON object with {keys[0]!r}")
+        raise error(f"expected a JSON object with {keys[0]!r}")
     for key in keys:
         if key in holder:
             value = holder[key]
             if value is None:
                 return []
             if not isinstance(value, list):
-                raise OtlpError(f"{key!r} is not a list")
+                raise error(f"{at + '.' if at else ''}{key!r} is not a list")
             return value
     return []

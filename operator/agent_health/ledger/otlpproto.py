@@ -2,7 +2,8 @@
 
 Decoded with the ``opentelemetry-proto`` package's own generated messages (the ``otel``
 extra) into the span objects :mod:`agent_health.ledger.otlp` describes, within its
-:class:`~agent_health.ledger.otlp.Limits`; loaded only when a protobuf body comes.
+:class:`~agent_health.ledger.otlp.Limits` and with its checks; loaded only when a protobuf
+body comes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 from agent_health.ledger import otlp
 
 
-def decode(body: bytes, limits: otlp.Limits) -> list[dict[str, Any]]:
-    """The spans of one protobuf export body; :class:`~otlp.OtlpError` when it is not one."""
+def decode(body: bytes, reading: otlp.Reading) -> None:
+    """Read the spans of one protobuf export body into ``reading``; :class:`~otlp.OtlpError`
+    when it is not one."""
     try:
         from google.protobuf import message
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -31,12 +33,17 @@ def decode(body: bytes, limits: otlp.Limits) -> list[dict[str, Any]]:
         raise otlp.OtlpError(
             f"the body is not a protobuf ExportTraceServiceRequest: {err}"
         ) from err
-    spans = []
+    found = []
     for item in _proto_spans(request):
-        spans.append(item)
-        if len(spans) > limits.max_spans:
-            raise otlp.TooLarge(f"the body has more than {limits.max_spans} spans")
-    return [_proto_span(span, service, limits) for span, service in spans]
+        found.append(item)
+        if len(found) > reading.limits.max_spans:
+            raise otlp.TooLarge(f"the body has more than {reading.limits.max_spans} spans")
+    for span, service in found:
+        at = f"span {span.name[:60]!r}"
+        try:
+            reading.add(otlp.checked(_proto_span(span, at, service, reading.limits), at))
+        except otlp.SpanError as err:
+            reading.refuse(err)
 
 
 def _proto_spans(request: Any) -> Iterator[Any]:
@@ -50,9 +57,8 @@ def _proto_spans(request: Any) -> Iterator[Any]:
                 yield span, service
 
 
-def _proto_span(span: Any, service: str | None, limits: otlp.Limits) -> dict[str, Any]:
-    at = f"span {span.name[:60]!r}"
-    attributes, truncated = _proto_attributes(span.attributes, at, limits)
+def _proto_span(span: Any, at: str, service: str | None, limits: otlp.Limits) -> dict[str, Any]:
+    attributes, truncated = _proto_attributes(span.attributes, at, limits, 0)
     name = span.name
     if len(name) > limits.max_value_chars:
         name, truncated = name[: limits.max_value_chars], True
@@ -74,42 +80,46 @@ def _proto_span(span: Any, service: str | None, limits: otlp.Limits) -> dict[str
     return out
 
 
-def _proto_attributes(items: Any, at: str, limits: otlp.Limits) -> tuple[dict[str, Any], bool]:
+def _proto_attributes(
+    items: Any, at: str, limits: otlp.Limits, depth: int
+) -> tuple[dict[str, Any], bool]:
     found: dict[str, Any] = {}
     truncated = len(items) > limits.max_attributes
     for kv in list(items)[: limits.max_attributes]:
-        value, cut = _proto_value(kv.value, limits, 0)
+        value, cut = _proto_value(kv.value, f"{at}.{kv.key[:60]}", limits, depth)
         found[kv.key[: limits.max_value_chars]] = value
         truncated = truncated or cut or len(kv.key) > limits.max_value_chars
     return found, truncated
 
 
-def _proto_value(value: Any, limits: otlp.Limits, depth: int) -> tuple[Any, bool]:
+def _proto_value(value: Any, at: str, limits: otlp.Limits, depth: int) -> tuple[Any, bool]:
     which = value.WhichOneof("value")
-    if which is None or depth > 8:
-        return None, depth > 8
+    if which is None:
+        return None, False
+    if depth > limits.max_depth:  # as in JSON: the body is not an export
+        raise otlp.OtlpError(f"{at}: values nested more than {limits.max_depth} deep")
     if which == "string_value":
         text: str = value.string_value
         return text[: limits.max_value_chars], len(text) > limits.max_value_chars
     if which == "bool_value":
         return bool(value.bool_value), False
     if which == "int_value":
-        return int(value.int_value), False
+        return int(value.int_value), False  # an int64: in range by its type
     if which == "double_value":
-        return float(value.double_value), False
+        return otlp.finite(float(value.double_value), at), False
     if which == "bytes_value":
         text = base64.b64encode(value.bytes_value).decode()
         return text[: limits.max_value_chars], len(text) > limits.max_value_chars
     if which == "array_value":
         items = list(value.array_value.values)
         out, cut = [], len(items) > limits.max_attributes
-        for item in items[: limits.max_attributes]:
-            got, c = _proto_value(item, limits, depth + 1)
+        for n, item in enumerate(items[: limits.max_attributes]):
+            got, c = _proto_value(item, f"{at}[{n}]", limits, depth + 1)
             out.append(got)
             cut = cut or c
         return out, cut
     if which == "kvlist_value":
-        return _proto_attributes(value.kvlist_value.values, "kvlist", limits)
+        return _proto_attributes(value.kvlist_value.values, at, limits, depth + 1)
     return None, False
 
 
@@ -117,9 +127,9 @@ def _raw_id(raw: bytes, size: int, at: str, optional: bool = False) -> str | Non
     if not raw:
         if optional:
             return None
-        raise otlp.OtlpError(f"{at} is missing")
+        raise otlp.SpanError(f"{at} is missing")
     if len(raw) != size:
-        raise otlp.OtlpError(f"{at} has {len(raw)} bytes, not {size}")
+        raise otlp.SpanError(f"{at} has {len(raw)} bytes, not {size}")
     return otlp.nonzero(raw.hex(), at, optional)
 
 

@@ -20,10 +20,10 @@ where it came from. What the agent did report is never replaced.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from agent_health.connectors import wire
 from agent_health.connectors.protocol import AgentReply, Step, TokenUsage
 from agent_health.traces import records
 
@@ -108,16 +108,18 @@ def _args(span: records.Span) -> dict[str, Any] | None:
     raw = span.attributes.get(ARGUMENTS)
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = wire.parse_json(raw)
         except ValueError:
             return {"arguments": raw}
     return dict(raw) if isinstance(raw, dict) else None
 
 
 def _json(value: Any) -> Any:
+    """A JSON text attribute as the data it holds; read as a reply is (no ``NaN``, no
+    overflow, bounded nesting), else kept as the text it is."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return wire.parse_json(value)
         except ValueError:
             return value
     return value

@@ -34,8 +34,13 @@ STATUS_MESSAGE = "otel.status_description"
 
 
 def to_span(data: Mapping[str, Any]) -> records.Span:
-    """A span object of the receiver as a :class:`~records.Span` (epoch milliseconds)."""
-    start, end = data.get("start_ns") or 0, data.get("end_ns") or 0
+    """A span object of the receiver as a :class:`~records.Span` (epoch milliseconds).
+
+    The receiver checked it (:mod:`agent_health.ledger.otlp`); a time that is not one (a
+    span object from elsewhere) is read as unknown, never raised on."""
+    start, end = _time(data.get("start_ns")), _time(data.get("end_ns"))
+    if end < start:
+        end = 0  # an end before the start is no end: no negative durations
     status = data.get("status")
     attributes = dict(data.get("attributes") or {})
     if data.get("status_message"):  # as OTel names it where a backend has no status field
@@ -51,6 +56,13 @@ def to_span(data: Mapping[str, Any]) -> records.Span:
         attributes=attributes,
         service=data.get("service"),
     )
+
+
+def _time(value: Any) -> int:
+    """Nanoseconds since the epoch, or 0 (unknown) for what is not a time of a span."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**64:
+        return value
+    return 0
 
 
 class ReceivedSource:

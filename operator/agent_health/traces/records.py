@@ -193,9 +193,16 @@ def span_id_of(traceparent: str | None) -> str | None:
 
 
 def _int(value: Any) -> int | None:
+    """A token count as a backend stored it (a number, or digits as text), or ``None`` when it
+    is not one: a negative, fractional, non-finite or absurd value counts no tokens."""
     if value is None or isinstance(value, bool):
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
+    if isinstance(value, str) and not (value.isascii() and value.isdigit() and len(value) <= 19):
         return None
+    if isinstance(value, float) and not value.is_integer():
+        return None  # also NaN and the infinities
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return count if 0 <= count < 2**63 else None

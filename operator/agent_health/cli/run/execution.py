@@ -249,6 +249,11 @@ def _otlp_hints(counts: dict[str, Any]) -> list[str]:
             "test sent (or naming another run): make the agent's spans children of the "
             "traceparent it is sent"
         )
+    if counts.get("spans_invalid"):
+        hints.append(
+            f"the OTLP receiver left out {counts['spans_invalid']} invalid spans (the last "
+            f"export's first: {counts.get('last_invalid')})"
+        )
     if counts.get("spans_dropped"):
         hints.append(
             f"the OTLP receiver dropped {counts['spans_dropped']} spans past "
