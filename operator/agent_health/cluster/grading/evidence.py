@@ -47,8 +47,9 @@ class Evidence:
     records: int
     run_error: RunRecord | None = None
     """The run-result that says why ``agent.run()`` failed (then ``run`` is ``None``)."""
-    calls: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Calls from the target that reached each peer, by peer name (the gateway's record)."""
+    calls: list[str] = dataclasses.field(default_factory=list)
+    """The peer each call from the target reached, in the order the calls started (the
+    gateway's record: what tool claims are held to)."""
 
 
 def read(
@@ -143,13 +144,13 @@ def _check_dropped(parsed: list[records.Record]) -> None:
 
 def _read_body(
     body: list[records.Record], meta: records.CellMeta
-) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage, dict[str, int]]:
-    """The run-result, the signals, token usage by consumer and the target's calls to each
-    peer, checking each record."""
+) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage, list[str]]:
+    """The run-result, the signals, token usage by consumer and the peer each of the target's
+    calls reached (in the order they started), checking each record."""
     run_record: records.RunResultRecord | None = None
     signals: list[results.Signal] = []
     usage: Usage = {}
-    calls: dict[str, int] = {}  # target → peer:NAME exchanges that reached the peer, by NAME
+    to_peers: list[records.Exchange] = []  # target → peer:NAME exchanges that reached it
     target_seen: int | None = None
     _check_dropped(body)
     for record in body:
@@ -172,8 +173,7 @@ def _read_body(
             reached = record.upstream != "gateway"
             to_peer = record.upstream.startswith("peer:") and record.status is not None
             if record.principal == "target" and to_peer:
-                peer = record.upstream.removeprefix("peer:")
-                calls[peer] = calls.get(peer, 0) + 1
+                to_peers.append(record)
             if target_seen is None and reached and "target" in (record.principal, record.upstream):
                 target_seen = record.seq
             if record.usage is not None:
@@ -212,6 +212,9 @@ def _read_body(
         )
     # Derived metrics are recomputed from the run; the controller's copies are dropped.
     kept = [s for s in signals if not (s.kind == "metric" and s.name in metrics.METRIC_KEYS)]
+    # Sealed as they ended: the order they were made in is the order they started.
+    to_peers.sort(key=lambda r: (r.started_at, r.seq))
+    calls = [r.upstream.removeprefix("peer:") for r in to_peers]
     return run_record, kept, usage, calls
 
 
