@@ -292,6 +292,15 @@ def listing(*tests: tuple[str, list[str]]) -> list[dict[str, Any]]:
     ]
 
 
+def _flood_call() -> recorder.Observation:
+    """One call of a flooding target to its peer, as the gateway observes it."""
+    return recorder.Observation(
+        principal="target", evidence="none", upstream="peer:logs", run_id=None, method="GET",
+        path="/", status=200, started_at=T0, ended_at=T0, request_bytes=0, response_bytes=0,
+        request_sha256="0" * 64, response_sha256="0" * 64,
+    )  # fmt: skip
+
+
 def cell_records(
     test_id: str,
     repeat: int,
@@ -386,6 +395,8 @@ class Cell:
     """The pod's name, when it is not the cell's (a pooled sandbox's)."""
     key: bytes | None = None
     """The ledger key, when the pod was not given it in a Secret (a pooled cell unwraps it)."""
+    caps: tuple[int | None, int | None] = (None, None)
+    """The exchanges and bytes its gateway may record (``--max-cell-exchanges``/``-bytes``)."""
 
     @property
     def pod_name(self) -> str:
@@ -408,6 +419,7 @@ class Cell:
             service_account=pod["spec"].get("serviceAccountName"),
             pod=pod["metadata"]["name"],
             key=keys.unwrap_cell_key(key, handed.ledger_cell, handed.ledger_key),
+            caps=(handed.max_cell_exchanges, handed.max_cell_bytes),
         )
 
     @classmethod
@@ -427,7 +439,12 @@ class Cell:
             key_secret=key["secret"]["secretName"],
             key_item=key["secret"]["items"][0]["key"],
             service_account=pod["spec"].get("serviceAccountName"),
+            caps=(_int_arg(args, "--max-cell-exchanges"), _int_arg(args, "--max-cell-bytes")),
         )
+
+
+def _int_arg(args: list[str], flag: str) -> int | None:
+    return int(args[args.index(flag) + 1]) if flag in args else None
 
 
 @dataclasses.dataclass
@@ -441,7 +458,9 @@ class Kubelet:
     is told to (``--ledger``)."""
     outcome: Callable[[Cell], str] = lambda _cell: "passed"
     """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
-    key), "log-cut" (its gateway's log lost its last lines: a logging ledger only), "hold"
+    key), "log-cut" (its gateway's log lost its last lines: a logging ledger only),
+    "flood" / "flood-failed" (its target calls its peer with 8 KiB paths until its gateway's
+    caps are full, then its test passes / fails: a logging ledger only), "hold"
     (keeps running until :meth:`release`), "never-starts" (no status ever),
     "crashloop:CONTAINER" (a sidecar restarting over and over) or a sidecar death."""
     seen: list[str] = dataclasses.field(default_factory=list)
@@ -604,11 +623,14 @@ class Kubelet:
             cell.test_id,
             cell.repeat,
             cell.name,
-            outcome != "failed",
+            outcome not in ("failed", "flood-failed"),
             ledger_cell=cell.ledger_cell,
             attempt=cell.attempt,
         )
-        if cell.ledger is None:
+        if outcome.startswith("flood"):
+            assert cell.ledger is None, "a flooding cell records to its gateway's log"
+            await self.gateway_log(cell, key, written, flood=True)
+        elif cell.ledger is None:
             await self.gateway_log(cell, key, written, cut=outcome == "log-cut")
         elif self.spool is not None:
             await self.gateway(cell, key, written)
@@ -647,16 +669,33 @@ class Kubelet:
         assert not recording.failures, recording.failures
 
     async def gateway_log(
-        self, cell: Cell, key: bytes, written: list[records.Record], *, cut: bool = False
+        self,
+        cell: Cell,
+        key: bytes,
+        written: list[records.Record],
+        *,
+        cut: bool = False,
+        flood: bool = False,
     ) -> None:
         """Record ``written`` as a ``--ledger-log`` gateway does (its recorder, writing to
-        its log), and keep the log for ``pods/NAME/log`` (``cut``: without its last line)."""
+        its log), and keep the log for ``pods/NAME/log`` (``cut``: without its last line;
+        ``flood``: held to the pod's caps, the target's calls to its peer fill them first)."""
         sink = io.BytesIO()
         sink.write(b"2025-01-01 00:00:00,000 INFO gateway: controller -> target listening\n")
-        recording = recorder.Recorder(podlog.LogBackend(sink), key, default_cell=cell.ledger_cell)
+        caps = recorder.Caps(*cell.caps) if flood else None
+        recording = recorder.Recorder(
+            podlog.LogBackend(sink), key, default_cell=cell.ledger_cell, caps=caps
+        )
         meta, *rest = written
         assert isinstance(meta, records.CellMeta)
         await recording.open_cell(cell.ledger_cell, meta)
+        if caps is not None:
+            most = caps.records if caps.bytes is None else caps.bytes // 8192
+            assert most is not None, f"no caps to flood: {caps}"
+            assert most < 1000, f"caps too large to flood: {caps}"
+            for n in range(most + 10):
+                flooding = {**dataclasses.asdict(_flood_call()), "path": f"/{n}" + "x" * 8192}
+                recording.start(None).finish(recorder.Observation(**flooding))
         for record in rest:
             if isinstance(record, records.Exchange):
                 fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(

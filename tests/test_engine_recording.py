@@ -12,7 +12,7 @@ from typing import Any
 import ledger_support
 import pytest
 from agent_health import cli
-from agent_health.engine import recording, runrecord
+from agent_health.engine import recording, refusal, runrecord
 from agent_health.ledger import records, runfile
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import TestResult
@@ -571,3 +571,18 @@ async def test_a_run_stopped_mid_test_keeps_what_each_open_cell_sent_the_agent(
         assert kept[2]["error"].startswith("interrupted before it finished: ")
         assert kept[1]["ended_at"] == "2001-09-09T01:46:41Z"
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "cause"),
+    [("run-result", "agent"), ("spans", "agent"), ("exchange", "agent"), ("signal", "infra"),
+     ("", "infra")],
+)  # fmt: skip
+def test_a_cell_refused_for_the_agents_own_records_blames_the_agent(kind: str, cause: str) -> None:
+    """A failed test whose cell could not be sealed because of what the agent sent (its
+    spans too) is never lifted out of the pass rate as an infrastructure error."""
+    failed = TestResult(
+        id="t.py::x", name="x", title="x", file="t.py", line=1, status="failed", run_id="r"
+    )
+    graded = refusal.unrecorded(failed, refusal.Refusal("a value JSON cannot hold", kind))
+    assert (graded.status, graded.cause) == ("errored", cause)

@@ -105,7 +105,8 @@ def test_the_exchange_record_carries_the_usage_the_proxy_read() -> None:
 async def test_past_its_caps_a_cell_drops_exchanges_and_says_so_at_once(tmp_path: Path) -> None:
     """A target that makes many calls with 8 KiB paths fills only its own share: the rest
     are dropped and counted, the count goes on record at once and before the controller's
-    records, and the grade is errored (cause infra) naming how many were dropped."""
+    records, blaming the agent (everything but its own calls fits), and the grade is not
+    passed: errored, cause agent, naming how many were dropped."""
     backend = filestore.FileBackend(tmp_path)
     rec = recorder.Recorder(backend, KEY, caps=recorder.Caps(records=50, bytes=20_000))
     await rec.open_cell("c", _meta("c"))
@@ -116,10 +117,10 @@ async def test_past_its_caps_a_cell_drops_exchanges_and_says_so_at_once(tmp_path
     kinds = [json.loads(line)["kind"] for line in lines]
     assert kinds == ["cell-meta", "exchange", "exchange", "cell-meta"]  # 2 fit 20,000 bytes
     mark = json.loads(lines[-1])
-    assert mark["dropped"] == 8
+    assert (mark["dropped"], mark["dropped_cause"]) == (8, "agent")
     assert (
-        "the cell's share of the ledger (50 exchanges, 20000 bytes of exchanges)"
-        in (mark["dropped_why"])
+        "the cell's share of the ledger (50 exchanges, 20000 bytes of exchanges) is full: "
+        "the target's own traffic filled it" in (mark["dropped_why"])
     )
     assert sum(len(line) for line in lines) < 20_000 + 1_000
     rec.start(None).finish(_seen("c", "/later", principal="target"))  # dropped too
@@ -131,8 +132,54 @@ async def test_past_its_caps_a_cell_drops_exchanges_and_says_so_at_once(tmp_path
     assert chain.verify(lines, KEY).ok
     expected = grading.ExpectedCell(test_id="c", repeat=0, run_id="c")
     grade = grading.grade_lines("c", lines, KEY, expected)
-    assert (grade.status, grade.cause, grade.infra) == ("errored", "infra", True)
+    assert (grade.status, grade.cause, grade.infra) == ("errored", "agent", False)
+    # No run-result beside the target's calls: doubtful, and the gap is said with it.
     assert "the gateway had to drop 9 of the cell's exchanges" in (grade.error or "")
+
+
+async def test_a_share_too_small_for_the_controllers_own_records_blames_the_infra(
+    tmp_path: Path,
+) -> None:
+    """The controller's own calls overflow the cell's share (no target traffic at all): the
+    operator's sizing is at fault, not the agent."""
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY, caps=recorder.Caps(records=2, bytes=None))
+    await rec.open_cell("c", _meta("c"))
+    for n in range(4):
+        rec.start(None).finish(_seen("c", f"/turn/{n}"))
+    rec.start(None).finish(_seen("c", "/peer", principal="target", upstream="peer:logs"))
+    await rec.append("c", records.CellEnd(status="passed"))
+    lines = await backend.read("c")
+    mark = json.loads(lines[-2])
+    assert (mark["dropped"], mark["dropped_cause"]) == (3, "infra")
+    assert "the controller's and peers' own records do not fit it" in mark["dropped_why"]
+    grade = grading.grade_lines(
+        "c", lines, KEY, grading.ExpectedCell(test_id="c", repeat=0, run_id="c")
+    )
+    assert (grade.status, grade.cause, grade.infra) == ("errored", "infra", True)
+
+
+async def test_a_target_flooding_spans_and_calls_is_blamed_for_what_it_crowds_out(
+    tmp_path: Path,
+) -> None:
+    """Spans take at most half the byte cap, the target's calls the rest: the controller's
+    call after them is dropped, and that is the target's doing too."""
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY, caps=recorder.Caps(records=None, bytes=6_000))
+    await rec.open_cell("c", _meta("c"))
+    spans = records.SpansRecord(
+        principal="target", run_id="c", trace_id="ab" * 16, content_type="application/json",
+        request_bytes=1, request_sha256="0" * 64,
+        spans=[{"span_id": "cd" * 8, "note": "x" * 2_000}],
+    )  # fmt: skip
+    rec.note(spans)
+    for n in range(6):
+        rec.start(None).finish(_seen("c", f"/{n}" + "y" * 500, principal="target"))
+    rec.start(None).finish(_seen("c", "/run"))  # the controller's: crowded out
+    await rec.append("c", records.CellEnd(status="passed"))
+    lines = await backend.read("c")
+    assert json.loads(lines[-2])["dropped_cause"] == "agent"
+    assert '"path":"/run"' not in "".join(lines)
 
 
 async def test_a_cell_within_its_caps_records_everything(tmp_path: Path) -> None:
@@ -168,6 +215,7 @@ async def test_a_write_the_store_refuses_is_counted_as_dropped(tmp_path: Path) -
     lines = await backend.read("c")
     assert [json.loads(line)["kind"] for line in lines] == ["cell-meta", "cell-meta", "cell-end"]
     assert "the ledger refused a write" in json.loads(lines[1])["dropped_why"]
+    assert json.loads(lines[1])["dropped_cause"] == "infra"
     grade = grading.grade_lines(
         "c", lines, KEY, grading.ExpectedCell(test_id="c", repeat=0, run_id="c")
     )

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from agent_health.sdk.results import TestResult
 
+AGENT_KINDS = frozenset({"run-result", "exchange", "spans"})
+"""Records made of what the agent sent: its answer, what was seen of its calls, its spans."""
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -24,15 +27,16 @@ class Refusal:
 
 def unrecorded(result: TestResult, refusal: Refusal) -> TestResult:
     """``result`` of a test whose ledger cell could not be sealed: never passed, since
-    nothing holds the evidence of it; errored, blaming the agent when its answer was what
-    could not be recorded (as a connector blames a reply JSON cannot hold), else the
-    infrastructure. An errored result keeps its cause and says this as well."""
+    nothing holds the evidence of it; errored, blaming the agent when what could not be
+    recorded was its own (its answer, as a connector blames a reply JSON cannot hold; its
+    exchanges; the spans it exported: :data:`AGENT_KINDS`), else the infrastructure. An
+    errored result keeps its cause and says this as well."""
     note = f"its ledger records could not be sealed: {refusal.why}"
     if result.status == "skipped":
         return result
     if result.status == "errored":
         return result.model_copy(update={"error": f"{result.error}; {note}"})
-    cause = "agent" if refusal.kind == "run-result" else "infra"
+    cause = "agent" if refusal.kind in AGENT_KINDS else "infra"
     return result.model_copy(
         update={
             "status": "errored",

@@ -14,8 +14,11 @@ decides how many calls it makes and how long their paths are, and a ledger share
 run's cells (a ConfigMap) must keep room for every cell. Past the cap — or when the store
 refuses a write — exchanges are dropped and counted, and a ``cell-meta`` marked ``dropped``
 (the count so far) goes on record at once and again before the controller's records, so
-the grade says the ledger is not whole (``errored``, cause ``infra``) and how much is
-missing.
+the grade says the ledger is not whole and how much is missing. The mark says whom that
+blames (``dropped_cause``): the agent when the cell's share would have held every record but
+the target's own (its calls, the calls the gateway refused it, its spans) — a target cannot
+flood its way out of a failed grade — else the infrastructure (a write the store refused, a
+share too small for the controller's and peers' own records).
 
 The OTLP receiver's ``spans`` records (:meth:`Recorder.note`) go the same way, in the same
 batches, under the same byte cap.
@@ -32,6 +35,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from agent_health.ledger import chain, errors, records, store, usage
 
@@ -95,6 +99,13 @@ class _Cell:
     marked: int = 0
     """The ``dropped`` count last put on record."""
     why: str = ""
+    own_records: int = 0
+    own_bytes: int = 0
+    """Exchanges offered that are not the target's (kept or dropped), and their bytes: whether
+    the cell's share would have held everything but the target's traffic."""
+    refused_write: bool = False
+    """The store refused a write of this cell (the infrastructure's failure, whoever filled
+    the share)."""
 
 
 class Ticket:
@@ -261,6 +272,7 @@ class Recorder:
                     "ledger cell %s: cannot append %d exchanges: %s", cell, len(exchanges), err
                 )
                 state.dropped += len(exchanges)
+                state.refused_write = True
                 state.why = state.why or f"the ledger refused a write ({err})"
             else:
                 self.recorded += sum(isinstance(r, records.Exchange) for r in exchanges)
@@ -291,6 +303,9 @@ class Recorder:
                 state.bytes += size
                 kept.append(item)
                 continue
+            if item.principal != "target":
+                state.own_records += 1
+                state.own_bytes += size
             over_records = self.caps.records is not None and state.exchanges >= self.caps.records
             over_bytes = self.caps.bytes is not None and state.bytes + size > self.caps.bytes
             if state.dropped or over_records or over_bytes:
@@ -303,11 +318,32 @@ class Recorder:
             kept.append(item)
         return kept
 
+    def _blame(self, state: _Cell) -> tuple[Literal["agent", "infra"], str]:
+        """Whom the cell's dropped exchanges blame, and why, as the mark says it."""
+        if state.refused_write:
+            return "infra", state.why
+        caps = self.caps
+        fits = (caps.records is None or state.own_records <= caps.records) and (
+            caps.bytes is None or state.own_bytes <= caps.bytes
+        )
+        if fits:
+            return "agent", (
+                f"{state.why}: the target's own traffic filled it (its calls, the calls refused "
+                "it, its spans); everything else on record fits"
+            )
+        return "infra", f"{state.why}: the controller's and peers' own records do not fit it"
+
     async def _mark(self, cell: str, state: _Cell) -> None:
         """Put the dropped count on record (a ``cell-meta`` marked ``dropped``)."""
         count = state.dropped
+        cause, why = self._blame(state)
         marker = state.meta.model_copy(
-            update={"dropped": count, "dropped_why": state.why, "restarted": None}
+            update={
+                "dropped": count,
+                "dropped_why": why,
+                "dropped_cause": cause,
+                "restarted": None,
+            }
         )
         try:
             await state.writer.append(marker)
@@ -316,7 +352,7 @@ class Recorder:
             log.error("ledger cell %s: cannot record %d dropped exchanges: %s", cell, count, err)
             return
         state.marked = count
-        log.warning("ledger cell %s: %d exchanges dropped: %s", cell, count, state.why)
+        log.warning("ledger cell %s: %d exchanges dropped (%s): %s", cell, count, cause, why)
 
     async def flush(self, cell: str, *, wait: float | None = None) -> None:
         """Wait (at most ``wait`` seconds) for the cell's open exchanges, then append them."""

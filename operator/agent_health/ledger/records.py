@@ -18,8 +18,8 @@ Fields added after a record kind first shipped are left out of the line while th
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause``, ``content_hash``
 and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` and
-``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``agent``, ``dropped`` and
-``dropped_why`` of ``cell-meta``.
+``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``agent``, ``dropped``,
+``dropped_why`` and ``dropped_cause`` of ``cell-meta``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` and ``spans``
 (any number, from the gateway), ``run-result`` and ``signal`` (from the controller),
@@ -87,7 +87,7 @@ class CellMeta(_Record):
     """What the cell is: the first record of every cell."""
 
     LATE_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"cell", "attempt", "restarted", "agent", "dropped", "dropped_why"}
+        {"cell", "attempt", "restarted", "agent", "dropped", "dropped_why", "dropped_cause"}
     )
 
     kind: Literal["cell-meta"] = "cell-meta"
@@ -119,6 +119,13 @@ class CellMeta(_Record):
         "(the cell's caps, or a write the store refused): how many, so far",
     )
     dropped_why: str | None = Field(default=None, description="why they were dropped")
+    dropped_cause: Literal["agent", "infra"] | None = Field(
+        default=None,
+        description="whom the drop blames: agent (the target's own calls and spans filled the "
+        "cell's share; the controller's and peers' records alone fit it) or infra (a write "
+        "the store refused, or a share too small for the controller's and peers' own "
+        "records); unset on a mark of an older gateway, read as infra",
+    )
 
 
 class Exchange(_Record):

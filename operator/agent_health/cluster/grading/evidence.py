@@ -50,6 +50,10 @@ class Evidence:
     calls: list[str] = dataclasses.field(default_factory=list)
     """The peer each call from the target reached, in the order the calls started (the
     gateway's record: what tool claims are held to)."""
+    gap: str | None = None
+    """Why the gateway's record is not whole when the target made it so (its own traffic
+    filled the cell's share): the grade may fail, never pass. A gap the infrastructure left
+    raises :class:`~agent_health.cluster.errors.IncompleteEvidence` instead."""
 
 
 def read(
@@ -72,11 +76,13 @@ def read(
     if not checked.ok:
         problem = checked.problem
         if problem is not None and problem.reason == "truncated":
+            gap = None
             with contextlib.suppress(ledger_errors.RecordError):  # the chain held: a gap
-                _check_dropped(records.parse_lines(lines))  # the gateway left says so
+                gap = _gap(records.parse_lines(lines))  # the gateway left says so
             raise errors.DoubtfulEvidence(
                 f"no final record from controller: the ledger of cell {cell_name} ends after "
                 f"record {checked.records - 1} without cell-end (cut off, or the controller died)"
+                + (f"; {gap}" if gap else "")
             )
         where = f"{problem.seq} ({problem.reason}: {problem.message})" if problem else "?"
         raise errors.DoubtfulEvidence(f"ledger tampered at record {where}")
@@ -92,13 +98,18 @@ def read(
     _check_meta(meta, test_id, repeat, run_id)
     if ledger_cell is not None or attempt is not None:
         _check_attempt(meta, ledger_cell, attempt)
-    run_record, signals, usage, calls = _read_body(parsed[1:-1], meta)
+    gap = _gap(parsed[1:-1])
+    try:
+        run_record, signals, usage, calls = _read_body(parsed[1:-1], meta)
+    except errors.DoubtfulEvidence as err:
+        if gap is None or isinstance(err, errors.IncompleteEvidence):
+            raise
+        raise errors.DoubtfulEvidence(f"{err}; {gap}") from err
+    found = Evidence(meta, end, None, signals, usage, checked.records, calls=calls, gap=gap)
     if run_record is not None and run_record.error is not None:
-        return Evidence(
-            meta, end, None, signals, usage, checked.records, run_error=run_record, calls=calls
-        )
+        return dataclasses.replace(found, run_error=run_record)
     run = _run_result(run_record) if run_record is not None else None
-    return Evidence(meta, end, run, signals, usage, checked.records, calls=calls)
+    return dataclasses.replace(found, run=run)
 
 
 def _check_meta(meta: records.CellMeta, test_id: str, repeat: int, run_id: str) -> None:
@@ -130,16 +141,22 @@ def _check_attempt(meta: records.CellMeta, ledger_cell: str | None, attempt: int
         raise errors.DoubtfulEvidence(f"ledger belongs to another cell ({'; '.join(wrong)})")
 
 
-def _check_dropped(parsed: list[records.Record]) -> None:
-    """A cell whose gateway dropped exchanges (its caps, a store that refused a write) has
-    no whole record: ``IncompleteEvidence`` with how many, and why."""
+def _gap(parsed: list[records.Record]) -> str | None:
+    """Why the gateway's record of a cell whose gateway dropped exchanges (its caps, a store
+    that refused a write) is not whole, with how many and why. The last mark says whom it
+    blames: the infrastructure's gap raises ``IncompleteEvidence`` (a mark of an older gateway
+    says nothing, and is read so); the agent's is returned, for the grade to hold against it."""
     marks = [r for r in parsed if isinstance(r, records.CellMeta) and r.dropped]
-    if marks:
-        last = marks[-1]
-        raise errors.IncompleteEvidence(
-            f"the gateway had to drop {last.dropped} of the cell's exchanges "
-            f"({last.dropped_why or 'no reason given'}): the ledger is not complete evidence"
-        )
+    if not marks:
+        return None
+    last = marks[-1]
+    gap = (
+        f"the gateway had to drop {last.dropped} of the cell's exchanges "
+        f"({last.dropped_why or 'no reason given'}): the ledger is not complete evidence"
+    )
+    if last.dropped_cause == "agent":
+        return gap
+    raise errors.IncompleteEvidence(gap)
 
 
 def _read_body(
@@ -152,9 +169,10 @@ def _read_body(
     usage: Usage = {}
     to_peers: list[records.Exchange] = []  # target → peer:NAME exchanges that reached it
     target_seen: int | None = None
-    _check_dropped(body)
     for record in body:
         if isinstance(record, records.CellMeta):
+            if record.dropped and not record.restarted:
+                continue  # the gateway's mark of what it dropped: read by _gap
             if record.restarted:
                 raise errors.IncompleteEvidence(
                     f"the gateway restarted during the cell (record {record.seq}): exchanges "

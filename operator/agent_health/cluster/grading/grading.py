@@ -12,6 +12,11 @@ evidence — the grade is ``errored`` with a precise reason, never ``passed``, w
 * the agent was called (the gateway saw the target talk) but no ``run-result`` was recorded,
   or a record is malformed, duplicated, or claims a trusted principal without token evidence.
 
+A ledger the gateway could not keep whole (it dropped exchanges) is the infrastructure's gap
+(``errored``, cause ``infra``) when the store refused a write or the controller's own
+records overflowed the cell's share; when the target's own traffic filled the share, the gap
+is the agent's: the test is graded on what was recorded, and may fail but never pass.
+
 Every errored grade has a ``cause`` (``agent``, ``judge``, ``test``, ``infra``). A cell whose
 test ran takes the controller's (its ``cell-end``, and the ``run-result`` that says why the
 agent call failed); doubtful evidence is the agent's (:class:`errors.DoubtfulEvidence`), so
@@ -239,6 +244,13 @@ def _grade(
         if recomputed == "passed":
             status, error = "errored", f"doubtful evidence: {discrepancy}"
             cause = "agent"  # as for any doubtful evidence: it must not raise the pass rate
+    if found.gap is not None:
+        # The target's own traffic cut the record short: what it left may fail the test (a
+        # failed one stays failed, an errored one keeps its cause), never pass it.
+        if status == "passed":
+            status, error, cause = "errored", f"not passed: {found.gap}", "agent"
+        else:
+            error = "; ".join(filter(None, (error, found.gap)))
     result = _test_result(
         expected.model_copy(
             update={"content_hash": expected.content_hash or end.content_hash or ""}
