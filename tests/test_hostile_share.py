@@ -6,8 +6,10 @@ passed. A share too small for the controller's own records is still the infrastr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -106,6 +108,17 @@ async def test_a_flood_keeps_a_failed_test_failed(tmp_path: Path) -> None:
     assert (graded.status, graded.cause, graded.infra) == ("failed", None, False), graded.error
     assert "the gateway had to drop" in (graded.error or "")
     assert (mark(tmp_path).dropped_cause, graded.result.status) == ("agent", "failed")
+    # `agent-health grade` grades the ledger the same way, outside the cluster.
+    report = tmp_path / "graded.json"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_health.cli", "grade", f"file://{tmp_path / 'ledger'}",
+        "--key-file", str(tmp_path / "key"), "--reporter", f"json:{report}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    printed, _ = await proc.communicate()
+    assert proc.returncode == 1, printed.decode()  # failed, not errored
+    summary = json.loads(report.read_text())["summary"]
+    assert (summary["failed"], summary["errored"], summary["pass_rate"]) == (1, 0, 0.0)
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ test the agent fails stays failed — never an errored (test) result out of the 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -12,7 +14,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
+from agent_health.engine import cell
+from cell_support import cell_gateway, cell_settings, grade
+from hostile_support import free_port
 
 AGENT = Path(__file__).resolve().parent / "otlp_json_agent.py"
 CONFIG = """
@@ -75,3 +81,51 @@ def test_hostile_spans_never_lift_a_failed_test_out_of_the_pass_rate(
     sealed = [json.loads(line)["record"] for line in ledger.splitlines() if '"spans"' in line]
     assert sorted(len(r["spans"]) for r in sealed) == [3, 3]
     assert "chat hostile" not in ledger
+
+
+CELL_SUITE = """
+from agent_health import test
+
+@test("diagnoses the payment outage")
+async def diagnoses(agent, expect, judge):
+    result = await agent.run("Diagnose why the payment service is failing.")
+    expect(result).to_have_called_tool("search_logs")
+    expect(result).to_have_called_tool("restart_pod")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["start", "infinity", "negative"])
+async def test_in_a_cell_hostile_spans_leave_a_failed_test_failed(
+    tmp_path: Path, kind: str
+) -> None:
+    """The same agent as the cell's target: its spans go to the cell's gateway, the
+    controller fills its reply from what the gateway kept, and the operator's grade is
+    failed — the spans filled in the tool it did call, and it did not call the other."""
+    port = free_port()
+    proxy = await cell_gateway(tmp_path, port, "http://127.0.0.1:9", otlp_listen="127.0.0.1:0")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = str(proxy.otlp_url)
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable, str(AGENT), str(port), "--hostile", kind, env=env
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(600):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"http://127.0.0.1:{port}/healthz")).is_success:
+                        break
+                await asyncio.sleep(0.05)
+        code, result = await cell.run_cell(cell_settings(tmp_path, proxy, CELL_SUITE))
+        health = proxy.spans.summary()["otlp"] if proxy.spans is not None else {}
+    finally:
+        agent.terminate()
+        await agent.wait()
+        await proxy.stop()
+    assert (code, result.status if result else None) == (1, "failed")
+    assert health["spans_invalid"] == 1
+    graded = await grade(tmp_path)
+    assert (graded.status, graded.cause) == ("failed", None), graded.error
+    passed = {s.name: s.passed for s in graded.result.signals if s.kind == "deterministic"}
+    assert passed == {"to_have_called_tool('search_logs')": True,
+                      "to_have_called_tool('restart_pod')": False}  # fmt: skip
