@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections.abc import AsyncIterator
@@ -303,3 +304,40 @@ async def test_tokens_decide_the_principal_and_never_reach_the_ledger(
     for token in (CONTROLLER_TOKEN, PEER_TOKEN, "not-a-token"):
         assert token not in text
     assert chain.verify(text.splitlines(), KEY, complete=False).ok
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("encoding", ["gzip", "br", "x-unknown"])
+async def test_an_encoded_request_body_passes_as_sent_and_is_hashed_as_sent(
+    tmp_path: Path, encoding: str
+) -> None:
+    # The gateway is a proxy: it neither inflates a request body nor refuses an encoding it
+    # does not know. The upstream gets the bytes the caller sent, labelled as the caller
+    # labelled them, and the record's hash is of those bytes.
+    payload = gzip.compress(b'{"prompt": "hello"}') if encoding == "gzip" else b"\x0b\x07\x80ab"
+    seen: dict[str, object] = {}
+
+    async def raw(request: web.Request) -> web.Response:
+        seen["encoding"] = request.headers.get("Content-Encoding")
+        seen["body"] = await request.read()
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/run", raw)
+    runner = web.AppRunner(app, shutdown_timeout=1, auto_decompress=False)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        upstream_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        headers = {**TOKEN, "Content-Encoding": encoding, "Content-Type": "application/json"}
+        async with (
+            through(tmp_path, controller_route(upstream_url)) as (gw, client),
+            client.post(gw.url("controller") + "/run", data=payload, headers=headers) as r,
+        ):
+            assert r.status == 200, await r.text()
+    finally:
+        await runner.cleanup()
+    assert seen == {"encoding": encoding, "body": payload}
+    [record] = exchanges(tmp_path)
+    assert record.request_bytes == len(payload)
+    assert record.request_sha256 == hashlib.sha256(payload).hexdigest()

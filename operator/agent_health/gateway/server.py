@@ -147,6 +147,11 @@ class Gateway:
         """The listener ``name``: serving ``handler``, or, while a pooled gateway waits for its
         cell, its gate (the admin listener's ``/healthz`` still answered)."""
         options = otlp.SERVER_OPTIONS if kind == "otlp" else {}
+        if kind == "route":
+            # A proxy passes a request body as the caller sent it: never inflated (the
+            # upstream would get inflated bytes still labelled gzip, and the record would hash
+            # bytes nobody sent), never refused for an encoding aiohttp cannot inflate.
+            options = {"auto_decompress": False}
         if self.gate is None:
             return guard.Listener(make(), self.settings, name, **options)
         health = make() if kind == "admin" else None
