@@ -295,3 +295,41 @@ async def test_the_look_waits_no_longer_than_the_agents_own_timeout(
         server.close()
     assert run.code == 2
     assert "did not answer within 0.5 s" in _one_line_error(capsys.readouterr().err)
+
+
+async def test_no_credential_of_the_agents_url_is_in_any_error_line_or_report(
+    write_suite: Any, agent: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An agent's URL may carry its credentials (user info, an API key in the query): every
+    # message that names the agent by its URL names it without them.
+    suite = write_suite(**{"test_a.py": SUITE})
+    secret = "s3cret-pw-7731"
+    with_creds = agent.url.replace("http://", f"http://bot:{secret}@")
+    report = tmp_path / "report.html"
+    run = await run_cli(
+        suite,
+        "--agent",
+        f"rest+{with_creds}/runn?api_key={secret}",
+        "--no-ledger",
+        "--reporter",
+        f"junit:{tmp_path / 'junit.xml'}",
+        "--reporter",
+        f"html:{report}",
+    )
+    assert run.code == 3
+    assert all(
+        test["error"].startswith(f"agent at {agent.url}/runn?… ") for test in run.report["tests"]
+    )
+    out = capsys.readouterr()
+    written = await asyncio.to_thread(
+        lambda: [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
+    )
+    for text in [out.out, out.err, str(run.report), *written]:
+        assert secret not in text
+    gone = await run_cli(
+        suite, "--agent", f"rest+http://bot:{secret}@127.0.0.1:9/run", "--no-ledger"
+    )
+    assert gone.code == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert secret not in line
+    assert "at http://127.0.0.1:9/run does not answer" in line

@@ -22,16 +22,40 @@ error blames: the agent under test, except for a wrong connector spec (the test'
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_health.connectors.partial import Partial
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with every URL's user info and query string cut (``user:pass@``,
+    ``?api_key=...``): where an agent's URL carries its credentials. Messages name the agent
+    by its URL, and they end up in terminals, reports and CI logs."""
+    return _URL.sub(_cut, text)
+
+
+def _cut(match: re.Match[str]) -> str:
+    scheme, _, rest = match.group(0).partition("://")
+    authority, slash, path = rest.partition("/")
+    authority = authority.rpartition("@")[2]
+    path, question, _ = path.partition("?")
+    if not slash:  # no path: the query, if any, follows the authority
+        authority, question, _ = authority.partition("?")
+    return f"{scheme}://{authority}{slash}{path}" + ("?…" if question else "")
+
 
 class ConnectorError(Exception):
-    """The agent could not be reached or its answer could not be used."""
+    """The agent could not be reached or its answer could not be used. Its message never
+    carries the credentials of a URL it quotes (:func:`without_credentials`)."""
 
     error_cause: str = "agent"
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        super().__init__(without_credentials(message), *args)
 
 
 class AgentUnreachable(ConnectorError):

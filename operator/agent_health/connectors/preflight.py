@@ -138,7 +138,7 @@ def _path_hint(spec: ConnectorSpec, url: str) -> str:
     if spec.connector == "openai":
         return (
             f"an OpenAI-compatible agent is given by its base URL (openai+http://HOST:PORT/v1) "
-            f"and called at BASE/chat/completions, here {url}"
+            f"and called at BASE/chat/completions, here {errors.without_credentials(url)}"
         )
     return (
         f"a {spec.connector} agent is called at the URL given, path included "
@@ -148,7 +148,7 @@ def _path_hint(spec: ConnectorSpec, url: str) -> str:
 
 def _who(spec: ConnectorSpec, name: str | None, url: str) -> str:
     named = f"agent {name!r} " if name else "the agent "
-    return f"{named}({spec.connector}) at {url}"
+    return f"{named}({spec.connector}) at {errors.without_credentials(url)}"
 
 
 def _reason(err: errors.AgentUnreachable) -> str:
