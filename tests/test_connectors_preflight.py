@@ -17,6 +17,7 @@ import ledger_support
 import pytest
 from agent_health.ledger import records
 from aiohttp import web
+from gateway_support import serving
 from helpers import run_cli
 
 SUITE = """
@@ -142,41 +143,76 @@ async def test_a_path_that_does_not_take_post_is_a_usage_error_naming_the_fix(
     assert agent.seen == [("OPTIONS", "/healthz")]  # one look, and no test ran
 
 
-async def test_a_wrong_path_is_said_before_and_in_each_error_and_the_run_goes_on(
-    write_suite: Any, agent: Agent, capsys: pytest.CaptureFixture[str]
+async def test_a_wrong_path_answered_404_to_the_first_call_stops_the_run_as_a_usage_error(
+    write_suite: Any, agent: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A 404 to OPTIONS cannot tell a wrong path from a catch-all route in front of a working
-    # agent: the run goes on, each call's error names the likely fix, a closing hint too.
-    suite = write_suite(**{"test_a.py": SUITE})
-    run = await run_cli(suite, "--agent", f"rest+{agent.url}/runn", "--no-ledger")
-    assert run.code == 3
-    for test in run.report["tests"]:
-        assert (test["status"], test["cause"]) == ("errored", "agent")
-        assert test["error"].endswith(
-            "(nothing is served at this path: check the agent's URL, path included)"
-        )
-    assert (
-        f"hint: the agent (rest) at {agent.url}/runn answered 404 Not Found to OPTIONS before "
-        "the first test: if its calls were answered 404 too, nothing is served at this path"
-    ) in capsys.readouterr().out
+    # agent: the first real call can. Answered 404 before any call was answered, the run
+    # starts no more tests and ends as a usage error naming the URL and the fix.
+    suite = write_suite(**{"test_a.py": SUITE, "test_b.py": SUITE.replace('"d', '"b d')})
+    ledger = tmp_path / "ledger"
+    run = await run_cli(
+        suite, "--agent", f"rest+{agent.url}/runn", "-j", "1", "--ledger", str(ledger)
+    )
+    assert run.code == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line == (
+        f"error: the agent (rest) at {agent.url}/runn answered 404 Not Found to the run's "
+        "first call: nothing is served at this path: check the agent's URL, path included "
+        "(the tests that had started are errored; none more started)"
+    )
+    [test] = run.report["tests"]  # the first, and no other
+    assert (test["status"], test["cause"]) == ("errored", "agent")
+    assert run.report["summary"]["stopped"] == line.removeprefix("error: ")
+    assert run.report["summary"]["not_run"] == 3
+    assert agent.seen == [("OPTIONS", "/runn"), ("POST", "/runn")]
 
 
-async def test_a_rest_url_at_an_agui_agent_errors_naming_the_likely_fix(
-    write_suite: Any, triage_url: str
+async def test_a_rest_url_at_an_agui_agent_stops_at_the_first_call_naming_the_likely_fix(
+    write_suite: Any, triage_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The look cannot see a protocol mismatch (that takes a request body, which would run
-    # the agent): the example agent's AG-UI endpoint takes POST. The calls then say it.
+    # the agent): the example agent's AG-UI endpoint takes POST. The first call says it.
     suite = write_suite(**{"test_a.py": SUITE})
     agui = triage_url.removesuffix("/run") + "/agui"
     run = await run_cli(suite, "--agent", f"rest+{agui}", "--no-ledger")
-    assert run.code == 3
-    for test in run.report["tests"]:
-        assert (test["status"], test["cause"]) == ("errored", "agent")
-        assert test["error"].startswith(f"agent at {agui} answered HTTP 400: ")
-        assert test["error"].endswith(
-            "(if the agent speaks another protocol, name it before its URL: rest+, agui+ or "
-            "openai+)"
-        )
+    assert run.code == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"error: the agent (rest) at {agui} answered 400 Bad Request to the ")
+    assert "name it before its URL: rest+, agui+ or openai+" in line
+    # The call that was answered 400 is the agent's error; a test still in flight when the
+    # run stopped is cut short (interrupted, cause infra).
+    causes = sorted(test["cause"] for test in run.report["tests"])
+    assert causes in (["agent"], ["agent", "agent"], ["agent", "infra"])
+    first = next(test for test in run.report["tests"] if test["cause"] == "agent")
+    assert first["error"].startswith(f"agent at {agui} answered HTTP 400: ")
+
+
+async def test_once_the_agent_has_answered_a_404_is_that_tests_error_and_the_run_goes_on(
+    write_suite: Any,
+) -> None:
+    # After the agent answered a call, a 404 is that test's error (cause agent), not the
+    # run's setup: the run goes on.
+    suite = write_suite(**{"test_a.py": SUITE})
+    posts: list[str] = []
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        prompt = (await request.json())["prompt"]
+        posts.append(prompt)
+        if "auth" in prompt:
+            return web.json_response({"error": "no such service"}, status=404)
+        return web.json_response({"output": "the payment service is down", "trajectory": []})
+
+    app = web.Application()
+    app.router.add_post("/run", run)
+    async with serving(app) as base:
+        result = await run_cli(suite, "--agent", f"rest+{base}/run", "-j", "1", "--no-ledger")
+    assert result.code == 3
+    first, second = result.report["tests"]
+    assert first["status"] == "passed"
+    assert (second["status"], second["cause"]) == ("errored", "agent")
+    assert result.report["summary"]["stopped"] is None
+    assert len(posts) == 2
 
 
 async def test_each_agent_of_a_matrix_is_looked_at_and_none_runs_if_one_is_missing(
@@ -316,10 +352,10 @@ async def test_no_credential_of_the_agents_url_is_in_any_error_line_or_report(
         "--reporter",
         f"html:{report}",
     )
-    assert run.code == 3
-    assert all(
-        test["error"].startswith(f"agent at {agent.url}/runn?… ") for test in run.report["tests"]
-    )
+    assert run.code == 2  # answered 404 to its first call: a usage error
+    errors = [test["error"] for test in run.report["tests"] if test["cause"] == "agent"]
+    assert errors
+    assert all(error.startswith(f"agent at {agent.url}/runn?… ") for error in errors)
     out = capsys.readouterr()
     written = await asyncio.to_thread(
         lambda: [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]

@@ -23,15 +23,20 @@ What it finds (:func:`check`), each said in one line by :class:`~.errors.AgentAb
   connector uses (a health check, a page): not the agent's endpoint;
 * ``502``/``503``/``504``: a proxy in front of it answered for an agent it cannot reach.
 
-A ``404`` (or ``410``) is only a note, said after the run beside its results: a server with a
-catch-all route (an Express app's final 404 middleware, an aiohttp or Starlette
-``/{tail:.*}`` route) answers ``OPTIONS`` with 404 at the very path it serves ``POST`` at,
-so a 404 cannot tell a wrong path from a working agent; refusing the run on it would refuse
-working agents. The calls themselves then say it (:data:`~.wire.LIKELY`). Anything else
-(405, 501, 200, 401, 500 …) is an agent that answers. What an ``OPTIONS`` cannot see either
-is whether the agent speaks the connector's protocol: that takes a request body, which
-would run the agent (its tools, its tokens). A REST request at an AG-UI agent still errors
-in its first test, and that error names the likely fix.
+A ``404`` (or ``410``) to ``OPTIONS`` is only a note, said after the run beside its results:
+a server with a catch-all route (an Express app's final 404 middleware, an aiohttp or
+Starlette ``/{tail:.*}`` route) answers ``OPTIONS`` with 404 at the very path it serves
+``POST`` at, so a 404 cannot tell a wrong path from a working agent; refusing the run on it
+would refuse working agents. Anything else (405, 501, 200, 401, 500 …) is an agent that
+answers. What an ``OPTIONS`` cannot see either is whether the agent speaks the connector's
+protocol: that takes a request body, which would run the agent (its tools, its tokens).
+
+So the first real call finishes the look (:class:`FirstAnswer`): until an agent has
+answered one call, an answer whose status says the request was not one it takes (a wrong
+path, a REST request at an AG-UI agent: the statuses of :data:`~.wire.LIKELY`) stops the
+run as a usage error naming the URL and the likely fix, rather than erroring every test
+and reading as a regression. Once the agent has answered a call, such a status is that
+test's error (``errored``, cause ``agent``), as any other.
 """
 
 from __future__ import annotations
@@ -41,9 +46,18 @@ import http
 import os
 import shutil
 import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_health.connectors import environment, errors, transport, wire
+from agent_health.connectors import base, environment, errors, transport, wire
 from agent_health.connectors.base import HTTP_KINDS, ConnectorSpec
+
+if TYPE_CHECKING:
+    from agent_health.connectors.protocol import AgentReply, AgentRequest
+
+    Call = Callable[[AgentRequest], Awaitable[AgentReply]]
+
+C = TypeVar("C", bound="Callable[..., Awaitable[Any]]")
 
 TIMEOUT = 30.0
 """Seconds the probe waits for an answer (less when the agent's own ``timeout`` is less): an
@@ -192,3 +206,51 @@ def _path_of(spec: ConnectorSpec) -> str | None:
     except errors.ConnectorError:
         return None  # the connector names what is wrong with its env when it starts it
     return env.get("PATH")
+
+
+class FirstAnswer:
+    """An agent's calls, watched until it answers one: the end of the look before the
+    first test (see the module docstring).
+
+    ``stop(reason)`` is told once, when the agent's first answers all say the requests were
+    not ones it takes (:data:`~.wire.LIKELY`) and none was answered: the run then starts no
+    more tests and ends as a usage error. The call's own error is raised as always.
+    """
+
+    def __init__(self, call: Call, who: str, stop: Callable[[str], None]) -> None:
+        self._call = call
+        self._who = errors.without_credentials(who)
+        self._stop = stop
+        self.answered = False
+        self.misdirected: str | None = None
+        # It holds conversations as the connector behind ``call`` does (the SDK asks it).
+        held = base.conversations_of(call)
+        self.holds_conversations = held is not None
+        self.end_conversation = held.end if held is not None else None
+
+    async def __call__(self, request: AgentRequest) -> AgentReply:
+        if self.answered:
+            return await self._call(request)
+        try:
+            reply = await self._call(request)
+        except errors.AgentHTTPError as err:
+            likely = wire.LIKELY.get(err.status)
+            if likely is not None and not self.answered and self.misdirected is None:
+                self.misdirected = (
+                    f"{self._who} answered {_status(err.status)} to the run's first call: "
+                    f"{likely} (the tests that had started are errored; none more started)"
+                )
+                self._stop(self.misdirected)
+            raise
+        self.answered = True
+        return reply
+
+
+def first_answer(
+    spec: ConnectorSpec, name: str | None, call: C, stop: Callable[[str], None]
+) -> C | FirstAnswer:
+    """``call`` watched by :class:`FirstAnswer` when ``spec`` is a built-in HTTP agent (the
+    statuses it watches for are those agents' answers); else ``call`` itself."""
+    if spec.connector not in HTTP_KINDS:
+        return call
+    return FirstAnswer(call, _who(spec, name, endpoint(spec)), stop)

@@ -35,6 +35,9 @@ class Outcome:
     """The run's budget and spend (None without a budget)."""
     rollup: rollup_mod.Rollup | None = None
     """The run-level insights rollup (None when no test has insights)."""
+    misdirected: str | None = None
+    """Why the run stopped as a usage error: an agent's first answers said the requests were
+    not ones it takes (a wrong path or protocol; ``connectors.preflight.FirstAnswer``)."""
 
     def __repr__(self) -> str:
         # Short on purpose: when asyncio.run() restores the SIGINT handler it formats the

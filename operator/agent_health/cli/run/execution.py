@@ -91,11 +91,27 @@ async def execute(
             live_specs.append(await stack.enter_async_context(agent_process.serving(spec, told)))
         if preflight:
             hints.extend(await _look_for_agents(lanes, live_specs, config))
-        for live_spec in live_specs:
+        misdirected: list[str] = []
+
+        def misdirect(reason: str) -> None:
+            # An agent's first answers say the requests were not ones it takes: start no
+            # more tests (the run ends as a usage error, see connectors.preflight).
+            misdirected.append(reason)
+            stop.set()
+
+        for (name, _), live_spec in zip(lanes, live_specs, strict=True):
             observe = recorded.observe if recorded is not None else None
             connector = connectors.create(live_spec, config.connectors, observe=observe)
             stack.push_async_callback(connector.aclose)
-            callers.append(spans.expecting(connector.run) if spans is not None else connector.run)
+            call = spans.expecting(connector.run) if spans is not None else connector.run
+            if preflight and live_spec.connector not in (config.connectors or {}):
+                from agent_health.connectors import preflight as look
+
+                key = config.agent_name(name)
+                call = look.first_answer(
+                    live_spec, key if key in config.agents else None, call, misdirect
+                )
+            callers.append(call)
         backend = None
         skip_simulate = getattr(args, "no_simulate", False) or os.environ.get(
             "AGENT_HEALTH_SKIP_SIMULATE", ""
@@ -154,6 +170,9 @@ async def execute(
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
+    if misdirected:
+        outcome.misdirected = misdirected[0]
+        outcome.stopped = misdirected[0]
     if spans is not None:
         hints.extend(_otlp_hints(spans.summary()))
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):

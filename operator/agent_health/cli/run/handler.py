@@ -208,6 +208,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if consoles.stdout.gone:
         _output_closed(report, outputs, recorded, err_console)
         return common.EXIT_PIPE_CLOSED
+    if outcome.misdirected is not None:  # the agent is not where, or not what, it was said
+        err_console.print(f"error: {outcome.misdirected}", markup=False, highlight=False)
+        return common.EXIT_USAGE
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
     return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
 
