@@ -46,10 +46,14 @@ tools:
 	scripts/get-containers.sh >/dev/null
 
 # Every image of images/Dockerfile, built, checked (uid 65532, read-only root, --help,
-# pip check) and tagged with the chart's names and version and as agent-health/NAME:dev;
-# an up-to-date image is not built again. PYTHON_IMAGE=REF picks the base (images/README.md).
+# pip check) and tagged with the chart's names and version and as
+# localhost/agent-health/NAME:dev (the chart's kind values' name, whatever the builder); an
+# up-to-date image is not built again. BUILDER=docker|podman|buildah picks the builder
+# (default: docker when its daemon answers, the store `kind load docker-image` reads; else
+# podman, else buildah); PYTHON_IMAGE=REF the base (images/README.md).
+BUILDER ?=
 images: $(CORE)
-	$(BIN)/python scripts/images.py build
+	$(BIN)/python scripts/images.py build $(if $(BUILDER),--builder $(BUILDER))
 
 lint: $(BIN)/agent-health
 	$(BIN)/ruff check .

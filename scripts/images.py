@@ -1,19 +1,30 @@
 """Build, check and push agent-health's images (images/Dockerfile); `make images` runs `build`.
 
-    scripts/images.py build [TARGET ...] [--builder buildah|podman|docker]
+    scripts/images.py build [TARGET ...] [--builder docker|podman|buildah]
                             [--python-image REF] [--force]
-    scripts/images.py check [TARGET ...]
-    scripts/images.py push --registry HOST:PORT [--insecure] [--tag TAG] [--json] [TARGET ...]
+    scripts/images.py check [TARGET ...] [--builder ...]
+    scripts/images.py push --registry HOST:PORT [--insecure] [--tag TAG] [--json]
+                           [--builder ...] [TARGET ...]
     scripts/images.py tags [TARGET ...]
 
 ``build`` builds every target of images/Dockerfile (operator, controller, gateway,
 triage-agent, log-server; or the ones named) and tags each twice: with the chart's name and
 version (``ghcr.io/agent-health/operator:0.1.0``, from charts/agent-health; the example
 agents as examples/run.yaml names them, ``ghcr.io/agent-health/examples/triage-agent:0.1.0``)
-and as ``agent-health/<target>:dev`` (what the chart's kind values name).
+and as ``localhost/agent-health/<target>:dev`` (what the chart's kind values name). Both
+names are fully qualified, so every builder stores them as written and ``kind load`` puts
+exactly them on the nodes: docker would read a bare ``agent-health/operator:dev`` as
+``docker.io/agent-health/operator:dev``, podman as ``localhost/agent-health/operator:dev``,
+and a node's containerd as the former, whatever was loaded.
 Then it checks each image (:func:`check`) and prints its size. An image whose inputs (the
 Dockerfile, everything .dockerignore lets into the build, the base image) are unchanged
 since it was built and checked is not built again (``--force`` does).
+
+The builder (``--builder``, ``make images BUILDER=...``): by default the one whose store
+``kind load docker-image`` reads — docker, when its daemon answers — else podman, else
+buildah (for those two, ``podman save`` and ``kind load image-archive`` load an image:
+docs/operator.md). ``push`` and ``check`` read the same builder's store. Each command
+first checks that the programs it needs (:func:`tools`) are installed, naming any missing.
 
 The base: ``--python-image`` (or ``$PYTHON_IMAGE``) when given; else the Dockerfile's
 pinned Docker Hub default when this machine can reach Docker Hub or already has it; else
@@ -48,6 +59,9 @@ DOCKERFILE = ROOT / "images" / "Dockerfile"
 CHART = ROOT / "charts" / "agent-health"
 CONTAINERS_CONF = ROOT / "scripts" / "containers.conf"
 LOCAL_BASE = "localhost/agent-health/python-base:bookworm"
+DEV_NAME = "localhost/agent-health/{target}:dev"
+"""The name every builder gives an image for kind (the chart's ``ci/kind-values.yaml``)."""
+BUILDERS = ("docker", "podman", "buildah")
 INPUTS_LABEL = "dev.agent-health.inputs"
 UID = 65532
 # What .dockerignore lets into the build context (it is an allow-list), and what it drops
@@ -87,7 +101,8 @@ def targets() -> list[str]:
 
 
 def chart_tags(target: str) -> list[str]:
-    """The chart's name and version for ``target``, then the kind/dev tag."""
+    """The chart's name and version for ``target``, then the kind/dev name; both fully
+    qualified (the module docstring says why)."""
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     repositories = {k: v["repository"] for k, v in values["image"].items()}
@@ -95,7 +110,7 @@ def chart_tags(target: str) -> list[str]:
     # them (ghcr.io/agent-health/examples/triage-agent).
     prefix = repositories["operator"].rsplit("/", 1)[0]
     repository = repositories.get(target, f"{prefix}/examples/{target}")
-    return [f"{repository}:{chart['appVersion']}", f"agent-health/{target}:dev"]
+    return [f"{repository}:{chart['appVersion']}", DEV_NAME.format(target=target)]
 
 
 def engine_env() -> dict[str, str]:
@@ -120,22 +135,71 @@ def run(argv: Sequence[str], *, check: bool = True, quiet: bool = False) -> str:
     return done.stdout
 
 
-def builder(wanted: str | None) -> str:
-    for name in [wanted] if wanted else ["buildah", "podman", "docker"]:
-        if name and shutil.which(name):
+def builder(wanted: str | None, *, path: str | None = None) -> str:
+    """``wanted``, else the default: docker when its daemon answers (``kind load
+    docker-image`` reads docker's store), else podman, else buildah. ``path``: where to look
+    for them (default ``$PATH``)."""
+    if wanted:
+        if shutil.which(wanted, path=path) is None:
+            raise Failure(f"--builder {wanted}: {wanted} is not installed")
+        if wanted == "docker" and not docker_answers(path):
+            raise Failure(
+                "--builder docker: docker's daemon does not answer (`docker info` failed): "
+                "start it, or build with podman (make images BUILDER=podman)"
+            )
+        return wanted
+    if shutil.which("docker", path=path) and docker_answers(path):
+        return "docker"
+    for name in ("podman", "buildah"):
+        if shutil.which(name, path=path):
             return name
     raise Failure(
-        "no image builder: install buildah or podman (scripts/get-containers.sh does, as root) "
-        "or docker, or name one with --builder"
+        "no image builder: install docker (its daemon running), podman or buildah "
+        "(scripts/get-containers.sh installs podman and buildah, as root)"
     )
+
+
+def docker_answers(path: str | None = None) -> bool:
+    """Whether a docker daemon answers this machine's docker client."""
+    client = shutil.which("docker", path=path)
+    if client is None:
+        return False
+    try:
+        done = subprocess.run(
+            [client, "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
 
 
 def runner(build_with: str) -> str:
     """What runs containers for the checks: docker for docker builds, else podman."""
-    name = "docker" if build_with == "docker" else "podman"
-    if not shutil.which(name):
-        raise Failure(f"checking images needs {name} (scripts/get-containers.sh installs podman)")
-    return name
+    return "docker" if build_with == "docker" else "podman"
+
+
+def tools(command: str, engine: str) -> list[str]:
+    """The programs ``command`` (build, check, push) runs with builder ``engine``."""
+    store = "docker" if engine == "docker" else "podman"  # where an image is looked up
+    needed = {
+        "build": [engine, runner(engine)],
+        "check": [runner(engine)],
+        "push": ["skopeo", store],
+    }[command]
+    return list(dict.fromkeys(needed))
+
+
+def require(command: str, engine: str, *, path: str | None = None) -> None:
+    """Raise :class:`Failure` naming every program ``command`` needs that is not installed."""
+    missing = [name for name in tools(command, engine) if shutil.which(name, path=path) is None]
+    if missing:
+        raise Failure(
+            f"{command} with {engine} needs {', '.join(missing)}, not installed here "
+            "(scripts/get-containers.sh installs podman, buildah and skopeo, as root)"
+        )
 
 
 def image_id(engine: str, reference: str) -> str | None:
@@ -301,15 +365,15 @@ def check(target: str, reference: str, engine: str) -> dict[str, object]:
     return {"target": target, "reference": reference, "size": size}
 
 
-def push(names: Sequence[str], *, registry: str, insecure: bool, tag: str) -> dict[str, str]:
-    """Copy each built image to ``registry`` as ``agent-health/<target>:<tag>`` with skopeo;
-    each pushed reference → the digest the registry stored."""
-    if not shutil.which("skopeo"):
-        raise Failure("pushing needs skopeo (scripts/get-containers.sh installs it)")
+def push(
+    names: Sequence[str], *, registry: str, insecure: bool, tag: str, engine: str
+) -> dict[str, str]:
+    """Copy each image ``engine`` built to ``registry`` as ``agent-health/<target>:<tag>``
+    with skopeo; each pushed reference → the digest the registry stored."""
     pushed: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for target in names:
-            source = stored(chart_tags(target)[1])
+            source = stored(chart_tags(target)[1], engine)
             destination = f"{registry}/agent-health/{target}:{tag}"
             digest_file = Path(scratch) / target
             argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file)]
@@ -320,21 +384,25 @@ def push(names: Sequence[str], *, registry: str, insecure: bool, tag: str) -> di
     return pushed
 
 
-def stored(tag: str) -> str:
-    """Where a built image is, as skopeo names it: podman's and buildah's store, else
-    docker's."""
-    if shutil.which("podman") and image_id("podman", f"localhost/{tag}") is not None:
-        return f"containers-storage:localhost/{tag}"
-    if shutil.which("docker") and image_id("docker", tag) is not None:
-        return f"docker-daemon:{tag}"
-    raise Failure(f"no image {tag} in podman's or docker's store: run `make images` first")
+def stored(tag: str, engine: str) -> str:
+    """Where ``engine`` keeps a built image, as skopeo names it: docker's store, or the one
+    podman and buildah share. Only that store: an image left in another by an earlier build
+    may be stale."""
+    if engine == "docker":
+        if image_id("docker", tag) is not None:
+            return f"docker-daemon:{tag}"
+    elif image_id("podman", tag) is not None:
+        return f"containers-storage:{tag}"
+    raise Failure(
+        f"no image {tag} in {engine}'s store: run `make images BUILDER={engine}` first (or "
+        "push with --builder naming the builder you built with)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/images.py", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     build_cmd = commands.add_parser("build", help="build and check the images")
-    build_cmd.add_argument("--builder", choices=["buildah", "podman", "docker"])
     build_cmd.add_argument("--python-image", default=os.environ.get("PYTHON_IMAGE") or None)
     build_cmd.add_argument("--force", action="store_true", help="build even when up to date")
     check_cmd = commands.add_parser("check", help="check built images")
@@ -344,6 +412,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     push_cmd.add_argument("--tag", default="dev")
     push_cmd.add_argument("--json", action="store_true", help="print reference → digest")
     tags_cmd = commands.add_parser("tags", help="the tags build gives each image")
+    for sub in (build_cmd, check_cmd, push_cmd):
+        sub.add_argument(
+            "--builder",
+            choices=BUILDERS,
+            help="default: docker when its daemon answers, else podman, else buildah",
+        )
     for sub in (build_cmd, check_cmd, push_cmd, tags_cmd):
         sub.add_argument("targets", nargs="*", metavar="TARGET")
     args = parser.parse_args(argv)
@@ -352,20 +426,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"no target {', '.join(unknown)} in images/Dockerfile (it has {known})")
+    if args.command == "tags":
+        for name in names:
+            print(" ".join(chart_tags(name)))
+        return 0
     try:
-        if args.command == "tags":
-            for name in names:
-                print(" ".join(chart_tags(name)))
-        elif args.command == "build":
-            engine = builder(args.builder)
+        engine = builder(args.builder)
+        require(args.command, engine)
+        if args.command == "build":
             base = base_image(args.python_image, "podman" if engine == "buildah" else engine)
             build(names, engine=engine, base=base, force=args.force)
         elif args.command == "check":
-            engine = runner(builder(None))
             for name in names:
-                check(name, chart_tags(name)[0], engine)
+                check(name, chart_tags(name)[0], runner(engine))
         else:
-            pushed = push(names, registry=args.registry, insecure=args.insecure, tag=args.tag)
+            pushed = push(
+                names, registry=args.registry, insecure=args.insecure, tag=args.tag, engine=engine
+            )
             for reference, digest in pushed.items():
                 if not args.json:
                     print(f"{reference.rsplit(':', 1)[0]}@{digest}")

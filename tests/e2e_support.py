@@ -16,8 +16,10 @@ Two runtimes (``cluster(root, runtime=...)``): ``process`` runs images as comman
 host's files, with a registry stand-in that serves a digest for any tag; ``container`` runs
 every container as a real container (:mod:`node.podman`) from the images ``make images``
 built (:func:`build_images`), pushed to a real registry (Debian's docker-registry) at
-``kind-registry:5000`` and pulled from it by digest by the node — the operator's image is
-put on the node as ``kind load`` does, as the chart's kind values expect.
+``kind-registry:5000`` and pulled from it by digest by the node. On both, the operator's
+image is put on the node as ``kind load`` does, under the name ``make images`` gives it
+(:data:`OPERATOR_IMAGE`), and the node finds an image by exactly the name a pod asks for, as
+a kind node's containerd does: the chart's kind values must ask for that name.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ REGISTRY_CACHE = ROOT / ".cache" / "registry"
 """The real registry's blobs, kept between runs (an unchanged layer is not pushed again)."""
 PUSHED = ("controller", "gateway", "triage-agent", "log-server")
 """The images cells run, pushed to the registry; the operator's is loaded onto the node."""
-OPERATOR_IMAGE = "localhost/agent-health/operator:dev"
+OPERATOR_IMAGE: str = ship_support.images_script().chart_tags("operator")[1]
+"""The operator's image as ``make images`` names it for kind, with every builder."""
 JUDGE_KEY = "operator-judge-key-2b7f"
 RUNSPEC_JUDGE_KEY = "runspec-judge-key-91c3"
 GATEWAY_ACCOUNT = f"{RELEASE}-agent-health-cell-gateway"
@@ -100,6 +103,8 @@ class Cluster:
     runtime: str = "process"
     pushed: dict[str, str] = dataclasses.field(default_factory=dict)
     """With the container runtime: each pushed ``repository`` → its digest in the registry."""
+    installed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """What :meth:`install` applied: the chart's rendered documents."""
 
     # -- objects -------------------------------------------------------------------------
 
@@ -195,6 +200,7 @@ class Cluster:
             if self.kind(body["apiVersion"], body["kind"]).namespaced:
                 body["metadata"] = {"namespace": NAMESPACE, **body["metadata"]}
             await self.apply(body)
+        self.installed = documents
         return documents
 
     def operator_pod(self) -> dict[str, Any] | None:
@@ -338,6 +344,7 @@ async def cluster(root: Path, runtime_name: str = "process") -> AsyncIterator[Cl
                 hosts={"kind-registry": net.node_ip},
                 insecure=frozenset({REGISTRY}),
             )
+            puller.load(OPERATOR_IMAGE, "operator")
             node_runtime = runtime.Processes(puller)
         model = await ScriptedModel.start(
             "openai", host=net.node_ip, default=Answer(True, 0.9, "fine")

@@ -10,10 +10,12 @@ what it needs.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -61,6 +63,18 @@ def promtool() -> Path:
     found = shutil.which("promtool")
     assert found, "scripts/get-prometheus.sh installed prometheus but promtool is not on PATH"
     return Path(found)
+
+
+@functools.cache
+def images_script() -> ModuleType:
+    """``scripts/images.py`` as a module: the names ``make images`` gives, the builder it
+    picks and the programs each command needs, as the script itself decides them."""
+    spec = importlib.util.spec_from_file_location("images_script", ROOT / "scripts" / "images.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run(argv: Sequence[str | Path], *, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -457,6 +458,44 @@ async def test_judge_verdicts_are_cached_in_the_charts_cache_volume(k8s: e2e.Clu
 # -- the kind steps of docs/operator.md, and a local run of the same suite --------------------
 
 OPERATOR_DOC = Path(__file__).resolve().parents[1] / "docs" / "operator.md"
+
+
+def documented_loads() -> set[str]:
+    """The images docs/operator.md's kind step 2 loads onto the nodes (``kind load
+    docker-image REF``, or ``podman save REF`` and ``kind load image-archive``)."""
+    section = OPERATOR_DOC.read_text().split("## On kind, start to finish", 1)[1]
+    step = section.split("**2. Build the images", 1)[1].split("**3. ", 1)[0]
+    return set(re.findall(r"^(?:kind load docker-image|podman save) (\S+)", step, re.MULTILINE))
+
+
+async def test_the_chart_asks_the_node_for_exactly_the_images_the_kind_steps_load(
+    k8s: e2e.Cluster,
+) -> None:
+    # What `make images` names the operator's image, what step 2 loads and what the node was
+    # loaded with are one name, and the chart's kind values ask for exactly it: a kind node
+    # resolves no short name (agent-health/operator is docker.io's), nor does this one.
+    assert documented_loads() == {e2e.OPERATOR_IMAGE}
+    assert k8s.node.runtime.loaded == [e2e.OPERATOR_IMAGE]
+    containers = [
+        c
+        for d in k8s.installed
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    assert {c["image"] for c in containers if c["imagePullPolicy"] == "Never"} == {
+        e2e.OPERATOR_IMAGE
+    }, containers
+    # The images the operator gives its cells are in the registry they are pushed to.
+    flags = ("--controller-image=", "--gateway-image=")
+    args = [a for c in containers for a in c.get("args", []) if a.startswith(flags)]
+    assert len(args) == 2, args
+    for arg in args:
+        assert arg.split("=", 1)[1].startswith(f"{e2e.REGISTRY}/agent-health/"), arg
+    pod = k8s.operator_pod()
+    assert pod is not None
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["image"] == e2e.OPERATOR_IMAGE, status
+    assert "running" in status["state"], status
 
 
 def documented_run_yaml(out: Path) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ nothing refers to a file outside it, and the CRD field reference matches the mod
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import tomllib
 from pathlib import Path
@@ -63,7 +64,46 @@ def test_the_commands_use_the_names_the_chart_and_the_example_create() -> None:
     kind_values = yaml.safe_load((CHART / "ci" / "kind-values.yaml").read_text())
     secret = kind_values["judge"]["apiKey"]["existingSecret"]
     assert f"-n agent-health create secret generic {secret} " in SECTION
-    assert f"agent-health/operator:{kind_values['image']['operator']['tag']}" in SECTION
+    operator = kind_values["image"]["operator"]
+    assert f"kind load docker-image {operator['repository']}:{operator['tag']} " in SECTION
+    assert f"podman save {operator['repository']}:{operator['tag']} " in SECTION
+
+
+KIND_PATH = OPERATOR_DOC.split("## On kind, start to finish", 1)[1].split("\n## ", 1)[0]
+# Shell words of the kind path's commands that are not programs to install.
+SHELL = {"for", "do", "done", "printf", "sed", "cd"}
+
+
+def _programs(section: str) -> set[str]:
+    """The programs the commands of ``section``'s sh blocks run (the project's venv aside)."""
+    found = set()
+    for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL):
+        text = re.sub(r"(^|\s)#.*$", "", block.replace("\\\n", " "), flags=re.MULTILINE)
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace = " \t"  # a new line ends a command, as ; does
+        starts = True
+        for token in lexer:
+            if token == "\n" or set(token) <= set("();|&"):
+                starts = True
+            elif starts:
+                if not token.startswith((".venv/", "$")):
+                    found.add(token)
+                starts = token == "$"  # $( is read as $ then (
+    return found - SHELL
+
+
+def test_the_kind_path_lists_every_program_it_needs() -> None:
+    # The list a reader checks before starting: every program the steps run, and what the
+    # images script runs for them (skopeo for the push), with each builder it takes.
+    needs = KIND_PATH.split("You need:", 1)[1].strip().split("\n\n", 1)[0]
+    script = ship_support.images_script()
+    programs = _programs(KIND_PATH)
+    assert {"kind", "docker", "kubectl", "helm", "make", "podman"} <= programs
+    for builder in script.BUILDERS:
+        programs |= {*script.tools("build", builder), *script.tools("push", builder)}
+    missing = sorted(p for p in programs if f"`{p}`" not in needs)
+    assert not missing, f"docs/operator.md's kind path runs {missing} without listing them"
+    assert "Python 3.11" in needs
 
 
 # -- the pages in docs/ and README ---------------------------------------------------------

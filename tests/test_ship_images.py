@@ -26,7 +26,9 @@ from typing import Any
 
 import httpx
 import pytest
+import ship_support
 from agent_health import gateway
+from agent_health.cluster.registry import registry
 from packaging import markers, requirements, utils
 from ship_support import ROOT
 
@@ -290,6 +292,73 @@ def test_the_entry_point_exists(image: str) -> None:
     else:
         assert effective(image, "WORKDIR")[-1] == "/app"
         assert (ROOT / "examples" / "agents" / Path(argv[1]).name).exists()
+
+
+# -- the names the images get, and the builder that makes them -------------------------------
+
+
+def test_every_image_is_named_in_full_and_the_kind_values_ask_for_the_operators_name() -> None:
+    # Both names `make images` gives are fully qualified, so docker, podman and buildah store
+    # them as written (a bare agent-health/operator is docker.io's to docker and to a node's
+    # containerd, localhost's to podman) and `kind load` puts exactly them on the nodes.
+    script = ship_support.images_script()
+    for target in script.targets():
+        for name in script.chart_tags(target):
+            ref = registry.parse(name)
+            assert name == f"{ref.name}:{ref.tag}", f"{name} is not a fully qualified name"
+    documents = ship_support.render(ship_support.helm(), "kind")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    never = [
+        c["image"]
+        for c in deployment["spec"]["template"]["spec"]["containers"]
+        if c.get("imagePullPolicy") == "Never"
+    ]
+    assert never == [script.chart_tags("operator")[1]]
+
+
+def _program(directory: Path, name: str, exit_code: int) -> None:
+    """A stand-in for a container tool that answers every command with ``exit_code`` (for
+    docker: whether its daemon answers ``docker info``)."""
+    path = directory / name
+    path.write_text(f"#!/bin/sh\nexit {exit_code}\n")
+    path.chmod(0o755)
+
+
+def test_the_default_builder_is_the_one_kind_loads_from_else_podman_else_buildah(
+    tmp_path: Path,
+) -> None:
+    script = ship_support.images_script()
+    path = str(tmp_path)
+    for name in ("podman", "buildah"):
+        _program(tmp_path, name, 0)
+    _program(tmp_path, "docker", 0)
+    assert script.builder(None, path=path) == "docker"  # `kind load docker-image` reads it
+    _program(tmp_path, "docker", 1)  # a docker client whose daemon does not answer
+    assert script.builder(None, path=path) == "podman"
+    with pytest.raises(script.Failure, match="docker's daemon does not answer"):
+        script.builder("docker", path=path)
+    assert script.builder("buildah", path=path) == "buildah"
+    (tmp_path / "podman").unlink()
+    assert script.builder(None, path=path) == "buildah"
+    (tmp_path / "buildah").unlink()
+    with pytest.raises(script.Failure, match="no image builder"):
+        script.builder(None, path=path)
+
+
+def test_make_images_takes_the_builder() -> None:
+    chosen = ship_support.run(["make", "-n", "images", "BUILDER=podman"])
+    assert "scripts/images.py build --builder podman" in chosen.stdout, chosen.stdout
+    default = ship_support.run(["make", "-n", "images"])
+    assert "--builder" not in default.stdout.splitlines()[-1], default.stdout
+
+
+def test_push_needs_skopeo_and_reads_the_builders_own_store(tmp_path: Path) -> None:
+    script = ship_support.images_script()
+    assert script.tools("push", "docker") == ["skopeo", "docker"]
+    assert script.tools("push", "buildah") == ["skopeo", "podman"]
+    _program(tmp_path, "podman", 0)
+    with pytest.raises(script.Failure, match="push with podman needs skopeo"):
+        script.require("push", "podman", path=str(tmp_path))
 
 
 def test_the_contract_only_subcommands_are_not_yet_in_the_cli() -> None:

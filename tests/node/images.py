@@ -9,10 +9,16 @@ stage's venv (``COPY --from=builder /opt/venv /opt/venv``) is this test run's ve
 ``/app/``). So a pod runs exactly the command line the cluster would, on this checkout's
 code.
 
-An image reference is matched to an image by the last part of its repository
-(``kind-registry:5000/agent-health/controller@sha256:...`` is ``controller``). Pulling asks
-the registry for the manifest (``HEAD /v2/<name>/manifests/<ref>``) and, for a reference
-pinned by digest, checks that the registry serves exactly that digest, as a runtime does.
+A reference is read as a node's containerd reads it (:func:`qualified`): a name without a
+registry is Docker Hub's (``agent-health/operator:dev`` is
+``docker.io/agent-health/operator:dev``), never a short name resolved against what happens to
+be there. An image is on the node once a test put it there under a name, as ``kind load``
+does (:meth:`Puller.load`), or once it was pulled; ``Never`` finds only those, by the exact
+name. The registry stand-in holds each image where ``scripts/images.py push`` stores it,
+``agent-health/<image>`` (``kind-registry:5000/agent-health/controller@sha256:...`` is
+``controller``). Pulling asks the registry for the manifest (``HEAD
+/v2/<name>/manifests/<ref>``) and, for a reference pinned by digest, checks that the registry
+serves exactly that digest, as a runtime does.
 """
 
 from __future__ import annotations
@@ -86,9 +92,27 @@ def catalog(images: Path = IMAGES) -> dict[str, Image]:
     return found
 
 
+PUSHED_AS = "agent-health/"
+"""The repository prefix ``scripts/images.py push`` stores every image under."""
+
+
 def image_name(reference: str) -> str:
     """The image a reference names: the last part of its repository."""
     return registry.parse(reference).repository.rsplit("/", 1)[-1]
+
+
+def qualified(reference: str) -> str:
+    """``reference`` as a node's containerd names it: registry and repository in full
+    (``docker.io``, and ``library/`` for Docker Hub's one-part names), the tag dropped beside
+    a digest, ``latest`` when it gives neither.
+
+    >>> qualified("agent-health/operator:dev")
+    'docker.io/agent-health/operator:dev'
+    """
+    ref = registry.parse(reference)
+    if ref.digest is not None:
+        return f"{ref.name}@{ref.digest}"
+    return f"{ref.name}:{ref.tag or 'latest'}"
 
 
 @dataclasses.dataclass
@@ -96,25 +120,38 @@ class Puller:
     """Pulls through a registry stand-in; ``hosts`` maps registry host names to addresses.
 
     As a kubelet, it asks the registry again for ``Always`` and never for ``Never``; for
-    ``IfNotPresent`` only the first time it is given a reference (the node has it since)."""
+    ``IfNotPresent`` only when the node does not have the reference (loaded or pulled)."""
 
     images: Mapping[str, Image]
+    """The images the registry stand-in holds, by name (``controller``: at
+    ``agent-health/controller``)."""
     hosts: Mapping[str, str] = dataclasses.field(default_factory=dict)
     insecure: frozenset[str] = frozenset()
-    present: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Reference → the ``imageID`` it was pulled as."""
+    present: dict[str, tuple[Image, str]] = dataclasses.field(default_factory=dict)
+    """What is on the node: each :func:`qualified` reference → its image and ``imageID``."""
+    loaded: list[str] = dataclasses.field(default_factory=list)
+    """Every reference put on the node by :meth:`load`, qualified, in order."""
     _tls: ssl.SSLContext | None = None
+
+    def load(self, reference: str, image: str) -> None:
+        """Put ``image`` (a name of :attr:`images`) on the node as ``reference``, as ``kind
+        load`` puts an image on a node under the name it was built with."""
+        name = qualified(reference)
+        self.present[name] = (self.images[image], name)
+        self.loaded.append(name)
 
     async def pull(self, reference: str, policy: str) -> tuple[Image, str]:
         """The image and its ``imageID`` (``name@sha256:...``), or a :class:`PullError`."""
-        name = image_name(reference)
-        image = self.images.get(name)
+        on_node = self.present.get(qualified(reference))
         if policy == "Never":
-            if image is None:
-                raise PullError("ErrImageNeverPull", f"image {reference} is not on the node")
-            return image, reference
-        if policy == "IfNotPresent" and image is not None and reference in self.present:
-            return image, self.present[reference]
+            if on_node is None:
+                raise PullError(
+                    "ErrImageNeverPull",
+                    f'Container image "{reference}" is not present with pull policy of Never',
+                )
+            return on_node
+        if policy == "IfNotPresent" and on_node is not None:
+            return on_node
         ref = registry.parse(reference)
         host = ref.registry
         hostname, _, port = host.partition(":")
@@ -137,10 +174,16 @@ class Puller:
             raise PullError(
                 "ErrImagePull", f"pulling {reference}: the registry serves {digest or 'no digest'}"
             )
+        pushed_as = ref.repository.startswith(PUSHED_AS)
+        image = self.images.get(ref.repository.removeprefix(PUSHED_AS)) if pushed_as else None
         if image is None:
-            raise PullError("ErrImagePull", f"pulling {reference}: no such image in images/")
-        self.present[reference] = f"{host}/{ref.repository}@{digest}"
-        return image, self.present[reference]
+            raise PullError(
+                "ErrImagePull",
+                f"pulling {reference}: the registry stand-in holds only images/ as "
+                f"{PUSHED_AS}<image>",
+            )
+        self.present[qualified(reference)] = (image, f"{host}/{ref.repository}@{digest}")
+        return self.present[qualified(reference)]
 
 
 def _logical_lines(text: str) -> list[str]:

@@ -4,8 +4,11 @@ pulled.
 The node keeps images in a store of its own (``--root``/``--runroot`` under the test's
 directory): an image is on the node only once the kubelet pulled it from a registry — by
 digest where the pod names one, podman checking that the bytes match — or once a test put
-it there as ``kind load`` does (:meth:`Podman.load`). Registry names (``kind-registry:5000``)
-are mapped to addresses, over plain HTTP, by a registries.conf of the node's.
+it there as ``kind load`` does (:meth:`Podman.load`). Every reference is asked for as a
+node's containerd reads it (:func:`node.images.qualified`): podman's own short-name
+resolution (``agent-health/operator`` found as ``localhost/agent-health/operator``) is one
+kind's nodes do not do. Registry names (``kind-registry:5000``) are mapped to addresses, over
+plain HTTP, by a registries.conf of the node's.
 
 From the kubelet's launch spec a container gets: the pod's network namespace
 (``--network ns:``) and a UTS namespace with the pod's hostname; its uid, gid and
@@ -91,6 +94,8 @@ class Podman:
     image_binds: bool = False
     pulled: list[str] = dataclasses.field(default_factory=list)
     """Every reference pulled from a registry, in order."""
+    loaded: list[str] = dataclasses.field(default_factory=list)
+    """Every reference put on the node by :meth:`load`, qualified, in order."""
     _pulls: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
 
     @property
@@ -179,18 +184,22 @@ class Podman:
         shutil.rmtree(self.state, ignore_errors=True)
 
     async def load(self, reference: str) -> None:
-        """Copy an image from the local build store onto the node, as ``kind load`` does."""
+        """Copy an image from the local build store onto the node under the name it was built
+        with, as ``kind load`` does."""
         store = f"containers-storage:[overlay@{self.root / 'storage'}+{self.state / 'run'}]"
+        name = images.qualified(reference)
         await self._run(
-            ["skopeo", "copy", "--quiet", f"containers-storage:{reference}", store + reference]
+            ["skopeo", "copy", "--quiet", f"containers-storage:{reference}", store + name]
         )
+        self.loaded.append(name)
 
     # -- images ------------------------------------------------------------------------------
 
     async def pull(self, reference: str, policy: str) -> tuple[images.Image, str]:
-        lock = self._pulls.setdefault(reference, asyncio.Lock())
+        name = images.qualified(reference)  # as the node's containerd would look it up
+        lock = self._pulls.setdefault(name, asyncio.Lock())
         async with lock:  # the pods of a run pull the same images at once: one pull each
-            present = await self._present(reference)
+            present = await self._present(name)
             if policy == "Never" and not present:
                 raise images.PullError(
                     "ErrImageNeverPull",
@@ -198,11 +207,11 @@ class Podman:
                 )
             if policy == "Always" or not present:
                 try:
-                    await self.call("pull", "--quiet", reference)
+                    await self.call("pull", "--quiet", name)
                 except PodmanError as err:
                     raise images.PullError("ErrImagePull", f"pulling {reference}: {err}") from err
                 self.pulled.append(reference)
-        (found,) = json.loads(await self.call("image", "inspect", reference))
+        (found,) = json.loads(await self.call("image", "inspect", name))
         config = found.get("Config") or {}
         env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
         user = str(config.get("User") or "0")
@@ -241,7 +250,8 @@ class Podman:
         # The termination-message file and the run's state are made as for a process.
         _spec_file, termination = await asyncio.to_thread(containers.prepare, spec, state, log)
         name = f"ah{self.pid}-{spec['id']}"
-        argv = self.argv("run", *self.options(spec, name, termination), spec["image"])
+        image_ref = images.qualified(spec["image"])  # the image pull() found, by that name
+        argv = self.argv("run", *self.options(spec, name, termination), image_ref)
         process = await containers.spawn(argv, log, self.env())
         run = PodmanRun(process, log, termination, containers.now(), runtime=self, name=name)
         await run.started()

@@ -31,6 +31,12 @@ class Runtime(Protocol):
     """Whether an image's files are host paths bound into the container (the process
     runtime's images) rather than the image's own root filesystem."""
 
+    @property
+    def loaded(self) -> list[str]:
+        """Every image put on the node as ``kind load`` does, by the name the node gives it
+        (:func:`node.images.qualified`), in order."""
+        ...
+
     async def pull(self, reference: str, policy: str) -> tuple[images.Image, str]:
         """The image's config and its ``imageID``, or :class:`node.images.PullError`."""
         ...
@@ -53,6 +59,10 @@ class Processes:
     puller: images.Puller
     name: str = "process"
     image_binds: bool = True
+
+    @property
+    def loaded(self) -> list[str]:
+        return self.puller.loaded
 
     async def pull(self, reference: str, policy: str) -> tuple[images.Image, str]:
         return await self.puller.pull(reference, policy)
