@@ -287,6 +287,36 @@ async def test_usage_and_output_from_run_finished() -> None:
         reply = await run(url)
     assert reply.output == "the answer"
     assert reply.token_usage.model_dump() == {"prompt": 11, "completion": 6, "total": 17}
+    # Each entry names its model: the tokens are split between them, to be priced apart.
+    assert [u.model_dump() for u in reply.usage_by_model] == [
+        {"prompt": 10, "completion": 4, "total": 14, "model": "a"},
+        {"prompt": 1, "completion": 2, "total": 3, "model": "b"},
+    ]
+    assert reply.extra_fields()["usage_by_model"][0] == {
+        "model": "a",
+        "prompt": 10,
+        "completion": 4,
+        "total": 14,
+    }
+
+
+async def test_the_model_a_run_names_is_read_from_its_usage_its_result_or_a_custom_event() -> None:
+    one_model = [{"model": "m", "inputTokens": 3}, {"model": "m", "inputTokens": 4}]
+    streams = {
+        "usage": (run_started(), run_finished(usage=one_model)),
+        "result": (run_started(), run_finished(result={"output": "x", "model": "r"})),
+        "custom": (
+            run_started(),
+            event("CUSTOM", name="usage", value={"model": "c", "inputTokens": 1}),
+            run_finished(),
+        ),
+    }
+    found = {}
+    for name, frames in streams.items():
+        async with serving(sse_handler(*frames)) as url:
+            reply = await run(url)
+        found[name] = (reply.model_extra or {}).get("model"), reply.usage_by_model
+    assert found == {"usage": ("m", ()), "result": ("r", ()), "custom": ("c", ())}
 
 
 async def test_no_usage_reported_is_unknown_not_zeros() -> None:

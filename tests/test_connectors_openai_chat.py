@@ -118,6 +118,7 @@ async def test_tool_calls_transcript_reasoning_and_usage() -> None:
             }
         ],
         "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+        "model": "served-model-2025",
     }
     async with serving(answering(answer), path=CHAT) as url:
         reply = await run(url)
@@ -157,6 +158,8 @@ async def test_tool_calls_transcript_reasoning_and_usage() -> None:
     assert reply.output == ""
     assert reply.token_usage.model_dump() == {"prompt": 12, "completion": 8, "total": 20}
     assert (reply.model_extra or {})["response"] == answer  # kept whole, as RunResult.raw
+    # The model that answered prices the tokens (not the "agent" the request asked for).
+    assert (reply.model_extra or {})["model"] == "served-model-2025"
 
 
 async def test_error_body_is_agent_run_failed() -> None:

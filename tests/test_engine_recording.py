@@ -383,6 +383,14 @@ def test_the_run_result_record_keeps_the_whole_run_and_names_what_its_caps_cut()
     assert len(cut.trajectory) == runrecord.RECORD_STEPS
     assert cut.raw is None
     assert cut.output.endswith("… [5 more characters cut]")
+    # What prices the run is kept when the rest of raw is cut (an AG-UI reply's events).
+    parts = [{"model": "a", "prompt": 1, "completion": 2, "total": 3}]
+    events = ["z" * runrecord.RECORD_RAW_CHARS]
+    priced = {"model": "gpt-x", "usage_by_model": parts, "events": events}
+    kept = records.parse_object(runrecord.run_record(run.model_copy(update={"raw": priced}), at))
+    assert isinstance(kept, records.RunResultRecord)
+    assert kept.raw == {"model": "gpt-x", "usage_by_model": parts}
+    assert kept.truncated == ["raw"]
     line = records.dump_line(cut)  # the late fields are written only when set
     assert '"truncated":' in line
     assert '"raw"' not in records.dump_line(

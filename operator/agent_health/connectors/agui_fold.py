@@ -1,10 +1,17 @@
-"""Fold a stream of AG-UI events into one trajectory, output text and token usage.
+"""Fold a stream of AG-UI events into one trajectory, output text, token usage and the model
+the tokens were spent on.
 
 Each message, reasoning message and tool call becomes one :class:`Step`, placed where it
 *started* in the stream (so a tool call that begins inside a text message comes after that
 message), and filled in when it ends. ``*_CHUNK`` events open an item on first sight and
 close it when any other event arrives, as the AG-UI spec says. The 0.x ``THINKING_*``
 events, which the 1.0 package no longer names, fold like the 1.0 ``REASONING_*`` ones.
+
+``RUN_FINISHED.usage`` is a list of token usages, each naming its provider and model: their
+sum is the run's token usage, and the model they name is the reply's ``model`` — or, when
+they name several, ``usage_by_model`` splits the tokens between them, so each part is priced
+at its own model's price. A ``model`` in ``RUN_FINISHED.result`` (or its ``token_usage``) or
+in a ``CUSTOM`` usage event names the model when the usages do not.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import pydantic_core
 from ag_ui import core
 
 from agent_health.connectors import agui_plain, errors, wire
-from agent_health.connectors.protocol import Step, StepType, TokenUsage
+from agent_health.connectors.protocol import ModelUsage, Step, StepType, TokenUsage, by_model
 from agent_health.ledger import strictjson
 
 KNOWN_TYPES = frozenset(e.value for e in core.EventType)
@@ -75,6 +82,8 @@ class Fold:
         self._last_text: str | None = None
         self._result: Any = None
         self._usage: TokenUsage | None = None
+        self._parts: tuple[ModelUsage, ...] = ()
+        self._model: str | None = None
 
     # -- input ----------------------------------------------------------------------------
 
@@ -160,7 +169,7 @@ class Fold:
             case core.ToolCallResultEvent():
                 self._tool_result(event)
             case core.RunFinishedEvent(result=result, usage=usage):
-                self._finish(result, _sum_usage(usage))
+                self._finish(result, usage)
             case core.RunErrorEvent(message=message, code=code):
                 raise errors.AgentRunFailed(
                     f"agent at {self.url} reported RUN_ERROR"
@@ -169,17 +178,23 @@ class Fold:
                 )
             case core.CustomEvent(name=name, value=value) if name in ("token_usage", "usage"):
                 self._usage = TokenUsage.from_counts(value) or self._usage
+                self._model = _named(value) or self._model
 
-    def _finish(self, result: Any, usage: TokenUsage | None) -> None:
+    def _finish(self, result: Any, usage: list[core.TokenUsage] | None) -> None:
         self.finished = True
         self._result = result
-        self._usage = (
-            usage
-            or TokenUsage.from_counts(
-                result.get("token_usage") if isinstance(result, dict) else None
+        counts = result.get("token_usage") if isinstance(result, dict) else None
+        self._usage = _sum_usage(usage) or TokenUsage.from_counts(counts) or self._usage
+        self._parts = by_model(
+            ModelUsage(
+                model=u.model or None,
+                prompt=u.input_tokens,
+                completion=u.output_tokens,
+                total=u.total_tokens,
             )
-            or self._usage
+            for u in usage or ()
         )
+        self._model = _named(result) or _named(counts) or self._model
 
     def _legacy_thinking(self, kind: str, raw: dict[str, Any]) -> None:
         if kind == "THINKING_TEXT_MESSAGE_START":
@@ -273,7 +288,8 @@ class Fold:
     # -- output ---------------------------------------------------------------------------
 
     def reply_fields(self) -> dict[str, Any]:
-        """``output``, ``trajectory`` and ``token_usage`` of the finished run."""
+        """``output``, ``trajectory`` and ``token_usage`` of the finished run, and ``model``
+        or ``usage_by_model`` when the run named its model(s)."""
         for family, mid in list(self._texts):
             self._close_text(family, mid)
         for cid in list(self._calls):
@@ -283,11 +299,18 @@ class Fold:
             output: str | None = result["output"]
         else:
             output = result if isinstance(result, str) else self._last_text
-        return {
+        fields = {
             "output": output or "",
             "trajectory": tuple(s for s in self._slots if s is not None),
             "token_usage": self._usage or _NO_USAGE,
         }
+        models = {part.model for part in self._parts}
+        if len(models) > 1:
+            fields["usage_by_model"] = self._parts
+        model = next(iter(models)) if len(models) == 1 else None
+        if model or self._model:
+            fields["model"] = model or self._model
+        return fields
 
 
 _FOLD_PLAIN: dict[str, Callable[[Fold, dict[str, Any]], object]] = {
@@ -339,6 +362,12 @@ def _content(content: Any) -> Any:
         except ValueError:
             return content
     return "".join(getattr(part, "text", "") or "" for part in content)
+
+
+def _named(holder: Any) -> str | None:
+    """The ``model`` a dict of the stream names, if any."""
+    model = holder.get("model") if isinstance(holder, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def _sum_usage(usage: list[core.TokenUsage] | None) -> TokenUsage | None:

@@ -9,7 +9,9 @@ The prompt goes as one user message (the context items as a system message befor
   top-level ``messages`` list or as ``choices[0].message.messages``: their assistant tool
   calls and ``role: "tool"`` results become ``tool_call`` / ``tool_result`` steps, in order;
 * ``reasoning_content`` (vLLM, DeepSeek) is a ``thinking`` step, the final content is the
-  output (and an ``assistant`` step), and ``usage`` gives the token counts.
+  output (and an ``assistant`` step), ``usage`` gives the token counts and the answer's
+  ``model`` the model they were spent on (the one that answered, which may not be the one
+  asked for).
 
 ``spec.options`` may also give ``api_key_env`` (an environment variable holding a bearer
 token; never the key itself) and ``extra_body`` (merged into the request body).
@@ -126,14 +128,16 @@ class OpenAIChatConnector:
         if content:
             steps.add(Step(type="assistant", content=content))
         usage = TokenUsage.from_counts(body.get("usage")) or TokenUsage()
-        return AgentReply.model_validate(
-            {
-                "output": content,
-                "trajectory": steps.steps,
-                "token_usage": usage,
-                "response": body,  # the whole answer, as RunResult.raw["response"]
-            }
-        )
+        fields = {
+            "output": content,
+            "trajectory": steps.steps,
+            "token_usage": usage,
+            "response": body,  # the whole answer, as RunResult.raw["response"]
+        }
+        model = body.get("model")
+        if isinstance(model, str) and model:
+            fields["model"] = model  # what prices the tokens (RunResult.raw["model"])
+        return AgentReply.model_validate(fields)
 
     async def aclose(self) -> None:
         await self._http.aclose()

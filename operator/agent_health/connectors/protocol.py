@@ -7,6 +7,7 @@ these same models, so the rest of the harness sees one shape of trajectory.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -100,6 +101,40 @@ _COUNT_NAMES = {
     "completion": ("completion", "completion_tokens", "output_tokens", "outputTokens"),
     "total": ("total", "total_tokens", "totalTokens"),
 }
+
+
+class ModelUsage(TokenUsage):
+    """Token counts spent on one model: a part of a run's :class:`TokenUsage` when the agent
+    used several (``model`` ``None``: one it did not name). Each part is priced at its own
+    model's price."""
+
+    model: str | None = None
+
+
+def added(parts: Iterable[TokenUsage]) -> TokenUsage:
+    """The sum of ``parts``; a count is unknown (``None``) when any part left it out."""
+    prompt: int | None = 0
+    completion: int | None = 0
+    total: int | None = 0
+    for part in parts:
+        prompt = None if prompt is None or part.prompt is None else prompt + part.prompt
+        completion = (
+            None if completion is None or part.completion is None else completion + part.completion
+        )
+        total = None if total is None or part.total is None else total + part.total
+    return TokenUsage(prompt=prompt, completion=completion, total=total)
+
+
+def by_model(parts: Iterable[ModelUsage]) -> tuple[ModelUsage, ...]:
+    """``parts`` added up per model, in the order each model first appears; parts that
+    report no count are left out."""
+    grouped: dict[str | None, list[ModelUsage]] = {}
+    for part in parts:
+        if part.reported:
+            grouped.setdefault(part.model, []).append(part)
+    return tuple(
+        ModelUsage(model=model, **added(same).model_dump()) for model, same in grouped.items()
+    )
 
 
 class ContextItem(readonly.ReadOnlyModel):
@@ -228,13 +263,53 @@ class AgentReply(BaseModel):
     """What the agent answers (the body of a REST v1 response). ``output`` is required: a
     reply without it is not an empty answer but a broken one (the test errors, cause agent).
     A reply without ``trajectory`` or ``token_usage`` did not report them (see
-    :attr:`unreported`): that is not an empty trajectory or zero tokens."""
+    :attr:`unreported`): that is not an empty trajectory or zero tokens.
+
+    ``model`` (an extra field) names the model the tokens were spent on; ``usage_by_model``
+    splits them between several, and must add up to ``token_usage`` (which it gives when
+    the reply has no ``token_usage``)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     output: str
     trajectory: tuple[Step, ...] = ()
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
+    usage_by_model: tuple[ModelUsage, ...] = ()
+
+    @model_validator(mode="after")
+    def _parts_add_up(self) -> AgentReply:
+        if not self.usage_by_model:
+            return self
+        whole, given = added(self.usage_by_model), self.token_usage
+        if not given.reported:
+            self.__dict__["token_usage"] = whole
+            return self
+        for count in ("prompt", "completion", "total"):
+            part, stated = getattr(whole, count), getattr(given, count)
+            if part is not None and stated is not None and part != stated:
+                raise ValueError(
+                    f"usage_by_model adds up to {part} {count} tokens; token_usage.{count} "
+                    f"is {stated}"
+                )
+        return self
+
+    @property
+    def parts_by_model(self) -> tuple[ModelUsage, ...]:
+        """The token usage per model: ``usage_by_model``, else the whole usage on the model
+        the reply names (``None`` when it names none)."""
+        if self.usage_by_model:
+            return self.usage_by_model
+        named = (self.model_extra or {}).get("model")
+        model = named if isinstance(named, str) and named else None
+        return (ModelUsage(model=model, **self.token_usage.model_dump()),)
+
+    def extra_fields(self) -> dict[str, Any]:
+        """What ``RunResult.raw`` keeps: the fields beyond the protocol's, and
+        ``usage_by_model`` (as JSON data) when the reply gave it."""
+        extra = self.model_extra or {}
+        if not self.usage_by_model:
+            return extra
+        return {**extra, "usage_by_model": usage_json(self.usage_by_model)}
 
     @property
     def unreported(self) -> frozenset[str]:
@@ -243,3 +318,8 @@ class AgentReply(BaseModel):
         if not self.token_usage.reported:
             missing.add("token_usage")
         return frozenset(missing)
+
+
+def usage_json(parts: Iterable[ModelUsage]) -> list[dict[str, Any]]:
+    """``usage_by_model`` as ``RunResult.raw`` and the ledger keep it (JSON data)."""
+    return [{"model": u.model, **u.model_dump(exclude_none=True, exclude={"model"})} for u in parts]

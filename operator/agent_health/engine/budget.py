@@ -29,6 +29,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.sdk.results import TestResult
+from agent_health.traces import metrics as metrics_mod
 from agent_health.traces import settings
 
 _N = TypeVar("_N", int, float)
@@ -153,6 +154,11 @@ def _priced(prices: settings.PriceTable, metrics: dict[str, object]) -> float | 
     tokens_in, tokens_out = metrics.get("input_tokens"), metrics.get("output_tokens")
     if not isinstance(tokens_in, int) or not isinstance(tokens_out, int):
         return None
+    parts = metrics_mod.usage_parts(metrics.get("usage_by_model"))
+    if parts and sum(p.total or 0 for p in parts) == metrics.get("total_tokens"):
+        # Several models, and the tokens are still the ones the agent split between them
+        # (not a gateway's count that replaced them): each part at its own price.
+        return metrics_mod.costing(prices, parts)[0]
     model = metrics.get("model")
     return prices.cost(model if isinstance(model, str) else None, tokens_in, tokens_out)
 

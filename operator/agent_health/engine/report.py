@@ -96,6 +96,19 @@ class LabelStats(BaseModel):
     score_interval: uncertainty.Interval | None = None
 
 
+class UnpricedModel(BaseModel):
+    """A model the agent spent tokens on that the price table has no price for: those runs'
+    cost is unknown (not in ``cost_usd``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str | None = Field(description="the model; None for tokens the agent named none for")
+    runs: int = Field(description="runs that spent tokens on it")
+    tokens: int | None = Field(
+        description="tokens spent on it; None when a run did not report its total"
+    )
+
+
 class RepeatStats(BaseModel):
     """One test over its k repeats."""
 
@@ -183,6 +196,11 @@ class Summary(BaseModel):
     )
     cost_usd: float | None = None
     unpriced: int = 0
+    unpriced_models: list[UnpricedModel] = Field(
+        default_factory=list,
+        description="with a price table, the models tokens were spent on that it has no price "
+        "for, most tokens first: their runs' cost is unknown, not in cost_usd",
+    )
     labels: dict[str, LabelStats] = Field(default_factory=dict)
     per_test: dict[str, RepeatStats] = Field(default_factory=dict)
     recommendations: list[Recommendation] = Field(default_factory=list)
@@ -363,12 +381,26 @@ def _agent_errored(r: TestResult) -> int:
 
 
 def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
-    """Total cost of the runs that have one; ``unpriced`` counts runs without a price."""
+    """Total cost of the runs that have one; ``unpriced`` counts runs without a price and
+    ``unpriced_models`` names the models their tokens went to that have no price."""
     ran = [r for r in results if r.metrics]
     priced = [r.metrics["cost_usd"] for r in ran if r.metrics.get("cost_usd") is not None]
+    runs: Counter[str | None] = Counter()
+    tokens: dict[str | None, int | None] = {}
+    for r in ran:
+        for entry in r.metrics.get("unpriced_models") or ():
+            model, spent = entry.get("model"), entry.get("tokens")
+            runs[model] += 1
+            before = tokens.get(model, 0)
+            tokens[model] = None if before is None or spent is None else before + spent
+    unpriced_models = [
+        UnpricedModel(model=model, runs=n, tokens=tokens[model]) for model, n in runs.items()
+    ]
+    unpriced_models.sort(key=lambda u: -1 if u.tokens is None else u.tokens, reverse=True)
     return {
         "cost_usd": round(sum(priced), 8) if priced else None,
         "unpriced": len(ran) - len(priced),
+        "unpriced_models": unpriced_models,
     }
 
 

@@ -26,6 +26,8 @@ RECORD_OUTPUT_CHARS = 1_000_000
 RECORD_FIELD_CHARS = 256_000  # the prompt, each context value, each step's content/args/result
 RECORD_STEPS = 10_000
 RECORD_RAW_CHARS = 64_000  # the reply's fields beyond the protocol's, as JSON
+PRICING = ("model", "usage_by_model")
+"""The raw fields a grade's cost is computed from, kept when the rest of raw is cut."""
 IN_PROCESS = "in-process"
 """The evidence of a locally recorded exchange: the recorder is the caller itself."""
 
@@ -55,7 +57,9 @@ def run_record(run: RunResult, at: str) -> objects.Object:
     # in an answer's extra fields), without NaN.
     raw: dict[str, Any] | None = plain(to_jsonable_python(run.raw)) if run.raw else None
     if raw is not None and len(json.dumps(raw, default=str)) > RECORD_RAW_CHARS:
-        raw = None
+        # What prices the run outlives the cut (an AG-UI reply's raw holds every event).
+        kept = {key: raw[key] for key in PRICING if key in raw}
+        raw = kept if kept and len(json.dumps(kept, default=str)) <= RECORD_RAW_CHARS else None
         cut.truncated.append("raw")
     turns = turn_records(run, cut)
     return objects.run_result(

@@ -281,7 +281,7 @@ class Agent:
             trajectory=reply.trajectory,
             token_usage=reply.token_usage,
             duration_ms=duration_ms,
-            raw=reply.model_extra or {},
+            raw=reply.extra_fields(),
             traceparent=request.traceparent,
             unreported=reply.unreported,
         )

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from agent_health.connectors import base
+from agent_health.connectors import base, protocol
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Message, Step, TokenUsage
 from agent_health.sdk import context as ctx_mod
@@ -190,8 +190,18 @@ class Conversing:
         return frozenset(missing)
 
     def raw(self) -> dict[str, Any]:
-        """The last reply's fields beyond the protocol's (the model it used, for cost)."""
-        return dict(self.replies[-1].model_extra or {}) if self.replies else {}
+        """The last reply's fields beyond the protocol's (the model it used, for cost) and,
+        when the turns spent their tokens on more than one model, ``usage_by_model`` over all
+        of them: each turn's tokens are priced at its own model's price."""
+        if not self.replies:
+            return {}
+        raw = dict(self.replies[-1].extra_fields())
+        parts = [part for reply in self.replies for part in reply.parts_by_model]
+        if len({part.model for part in parts}) > 1 or "usage_by_model" in raw:
+            raw.pop("usage_by_model", None)
+            if all(reply.token_usage.reported for reply in self.replies):  # else: unknown
+                raw["usage_by_model"] = protocol.usage_json(protocol.by_model(parts))
+        return raw
 
 
 def _in_turn(step: Step, number: int) -> Step:

@@ -5,8 +5,14 @@ One pass over the trajectory, so the cost per step stays flat from 10 to 100,000
 
 * ``total_tokens``, ``input_tokens``, ``output_tokens`` — as the agent reported them;
   ``None`` for a count it did not report, never a made-up zero.
-* ``cost_usd`` — from the price table (``define_config(prices={...})``); ``None`` when the
-  table has no price for the model or the agent reported no tokens.
+* ``cost_usd`` — from the price table (``define_config(prices={...})``), each model's tokens
+  at that model's price (``model``, or ``usage_by_model`` when the run used several);
+  ``None`` when the table has no price for a model tokens were spent on, or the agent
+  reported no tokens (or not split into input and output).
+* ``model`` — the model the agent named (``None``: none, or several); ``usage_by_model`` —
+  with several, each one's tokens (``model``, ``prompt``, ``completion``, ``total``);
+  ``unpriced_models`` — with a price table, each model tokens were spent on that it has no
+  price for (``model``, ``None`` for one the agent did not name, and ``tokens``).
 * ``latency_ms`` — end to end; ``step_latency_ms`` — count/total/mean/max over the steps that
   carry a latency.
 * ``llm_calls`` — model turns: a run of consecutive model steps (thinking, assistant text,
@@ -43,6 +49,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from agent_health.connectors import protocol
 from agent_health.connectors.protocol import Step
 from agent_health.sdk.results import RunResult, Signal
 from agent_health.traces import acknowledge, settings
@@ -77,19 +86,21 @@ def derive(result: RunResult | None, prices: settings.PriceTable | None = None) 
     if result is None:
         return {}
     usage = result.token_usage
-    model = model_of(result)
-    cost = None
-    # Input and output are priced apart: without both counts the cost is unknown.
-    if prices and usage.prompt is not None and usage.completion is not None:
-        cost = prices.cost(model, usage.prompt, usage.completion)
+    parts = _parts(result)
+    # (Without a price table, a run that named one model needs no parts: the common case.)
+    cost, unpriced = costing(prices, parts or usage_by_model(result)) if prices else (None, [])
     derived: dict[str, Any] = {
         "total_tokens": usage.total,
         "input_tokens": usage.prompt,
         "output_tokens": usage.completion,
-        "cost_usd": None if cost is None else round(cost, 8),
-        "model": model,
+        "cost_usd": cost,
+        "model": model_of(result),
         "latency_ms": round(result.duration_ms, 3),
     }
+    if len(parts) > 1:
+        derived["usage_by_model"] = protocol.usage_json(parts)
+    if unpriced:
+        derived["unpriced_models"] = unpriced
     if result.conversation:
         derived |= per_turn(result)
     if not result.trajectory_reported:
@@ -145,9 +156,65 @@ def per_turn(result: RunResult) -> dict[str, Any]:
 
 
 def model_of(result: RunResult) -> str | None:
-    """The model the agent says it used (``"model"`` in its reply), if any."""
+    """The model the agent says it used (``"model"`` in its reply, else the one model its
+    ``usage_by_model`` names); ``None`` when it names none, or several."""
+    models = {part.model for part in _parts(result)}
+    if len(models) > 1:
+        return None
     model = result.raw.get("model")
-    return model if isinstance(model, str) and model else None
+    if isinstance(model, str) and model:
+        return model
+    return next(iter(models), None)
+
+
+_PARTS: TypeAdapter[tuple[protocol.ModelUsage, ...]] = TypeAdapter(tuple[protocol.ModelUsage, ...])
+
+
+def _parts(result: RunResult) -> tuple[protocol.ModelUsage, ...]:
+    return usage_parts(result.raw.get("usage_by_model"))
+
+
+def usage_parts(found: Any) -> tuple[protocol.ModelUsage, ...]:
+    """``usage_by_model`` as JSON data (a run's raw, its metrics) read back; checked when
+    the reply was read, so what does not fit (a hand-edited ledger) reads as none."""
+    if not found:
+        return ()
+    try:
+        return _PARTS.validate_python(found)
+    except ValidationError:
+        return ()
+
+
+def usage_by_model(result: RunResult) -> tuple[protocol.ModelUsage, ...]:
+    """The run's tokens per model: its ``usage_by_model``, else all of them on
+    :func:`model_of`'s model."""
+    parts = _parts(result)
+    if parts:
+        return parts
+    usage = result.token_usage
+    return (protocol.ModelUsage(model=model_of(result), **usage.model_dump()),)
+
+
+def costing(
+    prices: settings.PriceTable | None, parts: Sequence[protocol.ModelUsage]
+) -> tuple[float | None, list[dict[str, Any]]]:
+    """The cost of ``parts`` at ``prices``, and the parts spent on a model the table has no
+    price for (``{"model", "tokens"}``). The cost is known only when every part that
+    reported tokens is priced and split into input and output (priced apart)."""
+    if not prices:
+        return None, []
+    cost, known, unpriced = 0.0, True, []
+    reported = [part for part in parts if part.reported]
+    for part in reported:
+        price = prices.price(part.model)
+        if price is None:
+            unpriced.append({"model": part.model, "tokens": part.total})
+            known = False
+        elif part.prompt is None or part.completion is None:
+            known = False
+        else:
+            cost += price.cost(part.prompt, part.completion)
+    return (round(cost, 8) if known and reported else None), unpriced
 
 
 def canonical_args(args: Any) -> str:

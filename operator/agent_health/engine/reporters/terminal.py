@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from agent_health.engine import entries, grading, offtrack, uncertainty, visible
-from agent_health.engine.report import LEGEND, RunReport
+from agent_health.engine.report import LEGEND, RunReport, UnpricedModel
 from agent_health.engine.reporters import (
     terminal_budget,
     terminal_failures,
@@ -147,7 +147,8 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     for error in s.load_errors:
         console.print(f"[red]load error[/] {style.shown_block(error, '  ')}", highlight=False)
     judge_only = [_judge_only_hint(s.judge_only)] if s.judge_only else []
-    for hint in [*(hints or []), *judge_only]:
+    no_price = [unpriced_hint(s.unpriced_models)] if s.unpriced_models else []
+    for hint in [*(hints or []), *judge_only, *no_price]:
         console.print(f"[dim]hint: {style.shown_block(hint, '  ')}[/]", highlight=False)
     causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
     parts = [
@@ -223,6 +224,19 @@ def _judge_only_hint(count: int) -> str:
     return (
         f"{tests} checked nothing but judge() calls, and judging was off: skipped "
         f"({grading.JUDGE_ONLY}), left out of the pass rate"
+    )
+
+
+def unpriced_hint(models: list[UnpricedModel]) -> str:
+    """One line naming the models tokens were spent on that have no price."""
+    named = []
+    for u in models:
+        what = style.shown(repr(u.model)) if u.model else "a model the agent did not name"
+        tokens = "unknown tokens" if u.tokens is None else f"{u.tokens:,} tokens"
+        named.append(f"{what} ({tokens}, {u.runs} run{'s' if u.runs != 1 else ''})")
+    return (
+        f"no price for {', '.join(named)}: that cost is unknown, not counted; add "
+        'define_config(prices={"MODEL": ...}) (or a "default" price)'
     )
 
 
