@@ -156,3 +156,10 @@ def test_limits_must_be_positive() -> None:
         budget.Limits(max_tokens=0)
     assert not budget.Limits().any()
     assert budget.Limits(max_duration_s=1).any()
+
+
+def test_a_duration_limit_is_held_to_the_clock_not_to_the_rounded_figure() -> None:
+    # The spend's duration is rounded to the millisecond for reports; the limit is not.
+    meter = budget.Meter(budget.Limits(max_duration_s=0.0001), started=100.0)
+    assert meter.check(now=100.00005) is None
+    assert meter.check(now=100.0002) == "max_duration_s"

@@ -240,10 +240,13 @@ class Meter:
         spent = self.spent(now)
         limits = self.limits
         found: tuple[Kind, str] | None = None
-        if limits.max_duration_s is not None and spent.duration_s >= limits.max_duration_s:
+        # The clock as read, not the spend's figure (rounded to the millisecond for reports):
+        # a limit under a millisecond is reached as soon as it is, not once 0.5 ms went by.
+        elapsed = self.elapsed(now)
+        if limits.max_duration_s is not None and elapsed >= limits.max_duration_s:
             found = (
                 "max_duration_s",
-                f"{spent.duration_s:.1f} s elapsed of --max-duration {limits.max_duration_s:g}",
+                f"{elapsed:.1f} s elapsed of --max-duration {limits.max_duration_s:g}",
             )
         elif limits.max_tokens is not None:
             found = _reached(
