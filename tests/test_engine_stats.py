@@ -97,6 +97,13 @@ def test_exact_mcnemar() -> None:
     assert stats.mcnemar_exact(0, 0) == 1.0
 
 
+def test_exact_mcnemar_over_a_thousand_discordant_pairs() -> None:
+    # 2**m is past a float from m = 1,024: two runs of 2,000 tests in which most changed.
+    assert stats.mcnemar_exact(600, 600) == 1.0
+    assert stats.mcnemar_exact(500, 700) == pytest.approx(8.535e-9, rel=1e-3)
+    assert stats.mcnemar_exact(0, 1500) == 0.0  # 2 / 2**1500: below the smallest float
+
+
 def test_newcombe_paired_interval_without_correlation() -> None:
     # 20 tests: 10 passed in both runs, 2 only in the base, 6 only in the new run, 2 in neither.
     # p_new = 0.8, p_base = 0.6, Δ = 0.2. AD - BC = 20 - 12 = 8 <= n/2, so phi = 0.

@@ -21,6 +21,7 @@ results give the same intervals on every machine.
 
 from __future__ import annotations
 
+import fractions
 import math
 import random
 import statistics
@@ -205,7 +206,8 @@ def mcnemar_exact(worse: int, better: int) -> float:
     if m == 0:
         return 1.0
     tail = sum(math.comb(m, i) for i in range(min(worse, better) + 1))
-    return min(1.0, 2 * tail / float(2**m))
+    # An exact ratio of integers: past 1,023 discordant pairs 2**m is beyond a float.
+    return min(1.0, float(fractions.Fraction(2 * tail, 2**m)))
 
 
 def newcombe_paired(
