@@ -1,0 +1,455 @@
+"""An opened history: the SQLAlchemy engine, its schema brought to this agent-health's
+revision, and every read and write of it, each translated into the history's own errors.
+
+One concept: the handle on one database — opening it (SQLite in WAL mode with a busy
+timeout, or PostgreSQL through psycopg 3), checking its schema revision (refusing a newer
+one, migrating an older one in place with Alembic, run from code), and running each
+recording and query in a transaction whose failures become one line naming the history.
+What a recording writes is :mod:`.ingest`'s; what a query reads is :mod:`.queries`'.
+
+Every method blocks (SQL over a file or a socket): async code calls it in a thread
+(``await asyncio.to_thread(history.record, report, context)``). A :class:`History` may be
+shared by threads; :meth:`History.close` ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+
+from agent_health.history import errors, facts, ingest, migrations, queries, tables
+from agent_health.history import location as location_mod
+
+if TYPE_CHECKING:
+    from agent_health.engine.report import RunReport
+
+BUSY_TIMEOUT_S = 15.0
+"""How long a SQLite writer waits for another's transaction before the history is "locked"
+(``sqlite:///PATH?timeout=S`` sets another)."""
+CONNECT_TIMEOUT_S = 10
+"""How long a PostgreSQL connection may take (``?connect_timeout=S`` sets another)."""
+WRITE = "agent_health_write"
+"""The execution option that makes a SQLite transaction take the write lock as it begins."""
+ATTEMPTS = 3
+"""Tries of a recording that met another writer's rows (both inserting one new test)."""
+VERSION_KEY = "agent_health_version"
+
+
+def open_history(where: location_mod.Location | str, *, create: bool = True) -> History:
+    """Open the history at ``where`` (a URL, or a :class:`~.location.Location`), its schema
+    migrated to this agent-health's. ``create=False``: a SQLite file that is not there is
+    :class:`~.errors.NotFoundError` (a reader creates nothing)."""
+    found = where if isinstance(where, location_mod.Location) else location_mod.parse(where)
+    if found.kind == "sqlite" and found.path is not None and not found.path.exists():
+        if not create:
+            raise errors.NotFoundError(
+                f"no history at {found.shown} ({found.origin}) yet: `agent-health run` records "
+                "one, `agent-health history import REPORT.json` fills one from saved reports"
+            )
+        try:
+            found.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise errors.UnavailableError(
+                f"history {found.shown}: cannot make its folder ({err.strerror or err})"
+            ) from err
+    history = History(found, _engine(found))
+    try:
+        history.migrate()
+    except BaseException:
+        history.close()
+        raise
+    return history
+
+
+class History:
+    """One opened history (:func:`open_history`). A context manager: ``with`` closes it."""
+
+    def __init__(self, location: location_mod.Location, engine: sa.Engine) -> None:
+        self.location = location
+        self.engine = engine
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"History({self.location.shown!r})"
+
+    # -- the schema ------------------------------------------------------------------------
+
+    def revision(self) -> str | None:
+        """The schema revision the database is at (``None``: an empty database)."""
+        with self._reading() as conn:
+            return _revision(conn)
+
+    def migrate(self) -> None:
+        """Bring the schema to :data:`~.migrations.HEAD` in place (creating it in an empty
+        database); refuse a newer one with :class:`~.errors.NewerSchemaError`.
+
+        Up to date, this reads one row and loads no Alembic. Two processes migrating at once
+        (two first runs) are serialised by SQLite's write lock; on PostgreSQL the loser's
+        transaction fails on the tables the winner made, and finds them at its next look.
+        """
+        for attempt in range(ATTEMPTS):
+            with self._reading() as conn:
+                current = _revision(conn)
+                if current == migrations.HEAD:
+                    return
+                written_by = _written_by(conn) if current is not None else None
+            _known_or_refuse(self.location, current, written_by)
+            try:
+                with self._writing() as conn:
+                    if _revision(conn) != migrations.HEAD:
+                        _upgrade(conn)
+                        _set_version(conn)
+                return
+            except errors.UnavailableError:
+                if attempt == ATTEMPTS - 1:
+                    raise
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def record(
+        self,
+        report: RunReport | dict[str, Any],
+        context: facts.RunContext | None = None,
+    ) -> list[facts.Recorded]:
+        """Record one run (an agent matrix: one run per agent, linked) in one transaction:
+        its results, tests, agents, and the trend against the previous run of each agent.
+        A run already recorded (the same uid) is left as it is (``new`` false)."""
+        data = ingest.report_data(report)
+        told = context or facts.RunContext()
+        for attempt in range(ATTEMPTS):
+            try:
+                with self._writing() as conn:
+                    return ingest.record(conn, data, told)
+            except errors.UnavailableError as err:
+                # Another writer added the same new test or agent first (PostgreSQL): the
+                # next try finds its rows.
+                if not isinstance(err.__cause__, sa_exc.IntegrityError) or attempt == ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def prune(self, *, keep_days: float | None = None, keep_runs: int | None = None) -> int:
+        """Delete the runs older than ``keep_days`` or past the newest ``keep_runs`` (with
+        their results), in one transaction; the number of runs deleted."""
+        with self._writing() as conn:
+            return queries.prune(conn, keep_days=keep_days, keep_runs=keep_runs)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def runs(
+        self,
+        *,
+        agent: str | None = None,
+        label: str | None = None,
+        since: datetime | None = None,
+        limit: int = 20,
+        suite: str | None = None,
+    ) -> list[facts.Run]:
+        """The newest runs, newest first."""
+        with self._reading() as conn:
+            return queries.runs(
+                conn, agent=agent, label=label, since=since, limit=limit, suite=suite
+            )
+
+    def run(self, uid: str) -> facts.Run:
+        """One run by its uid (or a unique prefix of it)."""
+        with self._reading() as conn:
+            return queries.run(conn, uid)
+
+    def timeline(
+        self,
+        pattern: str,
+        *,
+        agent: str | None = None,
+        label: str | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+    ) -> list[facts.TestHistory]:
+        """Each test whose id is ``pattern`` (else whose id or title matches it as a regular
+        expression) over its newest ``limit`` runs, oldest first."""
+        with self._reading() as conn:
+            return queries.timeline(
+                conn, pattern, agent=agent, label=label, since=since, limit=limit
+            )
+
+    def flaky(
+        self,
+        *,
+        runs: int = 50,
+        agent: str | None = None,
+        label: str | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[facts.Flaky]:
+        """Tests whose outcome flipped over the newest ``runs`` runs while neither the agent's
+        identity nor the test's content hash changed, ranked."""
+        with self._reading() as conn:
+            return queries.flaky(
+                conn, runs=runs, agent=agent, label=label, since=since, limit=limit
+            )
+
+    def regressions(
+        self,
+        *,
+        runs: int = 10,
+        agent: str | None = None,
+        label: str | None = None,
+        since: datetime | None = None,
+    ) -> list[facts.Regression]:
+        """Tests that passed in a run and failed or errored in the next run of the same agent,
+        over the newest ``runs`` runs, newest first."""
+        with self._reading() as conn:
+            return queries.regressions(conn, runs=runs, agent=agent, label=label, since=since)
+
+    def baseline(
+        self, which: str, *, agent: str | None = None, suite: str | None = None
+    ) -> tuple[facts.Run, dict[str, Any]]:
+        """A run to compare with, and its report rebuilt as ``compare`` reads one: ``last``
+        (the newest run of ``agent`` and ``suite``), ``last-green`` (the newest that passed
+        whole: exit code 0, nothing failed or errored) or a run's uid."""
+        with self._reading() as conn:
+            return queries.baseline(conn, which, agent=agent, suite=suite)
+
+    def count(self) -> tuple[int, int]:
+        """(runs, results) the history holds."""
+        with self._reading() as conn:
+            return queries.count(conn)
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sa.Connection]:
+        with self._translated(), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sa.Connection]:
+        with self._translated(), self.engine.connect() as conn:
+            conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                yield conn
+
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        """SQLAlchemy's and the driver's errors as the history's, in one line naming it."""
+        try:
+            yield
+        except errors.HistoryError:
+            raise
+        except sa_exc.SQLAlchemyError as err:
+            raise errors.UnavailableError(describe(self.location, err)) from err
+        except OSError as err:
+            raise errors.UnavailableError(
+                f"history {self.location.shown}: {err.strerror or err}"
+            ) from err
+
+
+def describe(where: location_mod.Location, err: BaseException) -> str:
+    """One line saying why the history ``where`` could not be used, without credentials."""
+    original = getattr(err, "orig", None) or err
+    text = " ".join(str(original).split())
+    text = _scrub(text, where)
+    lowered = text.lower()
+    if "database is locked" in lowered or "database is busy" in lowered:
+        why = (
+            "locked by another writer past the busy timeout; try again, or raise it with ?timeout=S"
+        )
+    elif "file is not a database" in lowered or "malformed" in lowered:
+        why = f"not a readable SQLite database ({text}); move the file aside and a new one starts"
+    elif "unable to open database" in lowered:
+        why = f"cannot open the file ({text})"
+    elif "readonly" in lowered or "read-only" in lowered:
+        why = f"cannot write it ({text})"
+    elif isinstance(err, sa_exc.OperationalError | sa_exc.InterfaceError) and where.kind == (
+        "postgresql"
+    ):
+        why = f"unreachable or refused ({text})"
+    else:
+        why = text
+    return f"history {where.shown}: {why}"
+
+
+def _scrub(text: str, where: location_mod.Location) -> str:
+    """``text`` with the history's URL, password and any other URL's credentials taken out."""
+    text = text.replace(where.url, where.shown)
+    for secret in (_url_password(where.url), _password_quietly(where)):
+        if secret:
+            text = text.replace(secret, "***")
+    return re.sub(r"(\w+://[^/\s:@]*):[^@\s/]*@", r"\1:***@", text)
+
+
+def _url_password(url: str) -> str | None:
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        found = urlsplit(url).password
+    except ValueError:
+        return None
+    return unquote(found) if found else None
+
+
+def _password_quietly(where: location_mod.Location) -> str | None:
+    try:
+        return where.password
+    except errors.LocationError:
+        return None
+
+
+def _engine(where: location_mod.Location) -> sa.Engine:
+    """The SQLAlchemy engine of a history: SQLite with WAL and a busy timeout, writes that
+    take the write lock as they begin; PostgreSQL through psycopg 3."""
+    url = sa.make_url(where.url)
+    if where.kind == "sqlite":
+        query = dict(url.query)
+        timeout = float(str(query.pop("timeout", BUSY_TIMEOUT_S)))
+        engine = sa.create_engine(
+            url.set(drivername="sqlite+pysqlite", query=query),
+            connect_args={"timeout": timeout},
+        )
+        sa.event.listen(engine, "connect", _sqlite_connected)
+        sa.event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    try:
+        import psycopg  # noqa: F401  # the postgresql extra
+    except ModuleNotFoundError as err:
+        raise errors.LocationError(
+            f"history {where.shown} ({where.origin}) is on PostgreSQL, which needs the "
+            "postgresql extra (psycopg 3): pip install 'agent-health[postgresql]'"
+        ) from err
+    args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        args["connect_timeout"] = CONNECT_TIMEOUT_S
+    password = where.password
+    if password is not None and url.password is None:
+        args["password"] = password  # never in the URL, so never in a message
+    return sa.create_engine(
+        url.set(drivername="postgresql+psycopg"), connect_args=args, pool_pre_ping=True
+    )
+
+
+def _sqlite_connected(dbapi_connection: Any, _record: Any) -> None:
+    # The driver's own transaction handling off: SQLAlchemy's "begin" event below says how
+    # each transaction begins (SQLAlchemy's documented recipe for pysqlite).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        # WAL: readers never wait for the writer and a killed writer's transaction is rolled
+        # back on the next open. NORMAL is durable in WAL against a killed process.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    # A writer takes the write lock as it begins (waiting up to the busy timeout), so two
+    # writers queue instead of one failing when its read turns into a write.
+    immediate = conn.get_execution_options().get(WRITE, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _revision(conn: sa.Connection) -> str | None:
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    found = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
+    return str(found[0]) if found else None
+
+
+def _written_by(conn: sa.Connection) -> str | None:
+    if not sa.inspect(conn).has_table(tables.info.name):
+        return None
+    found = conn.execute(
+        sa.select(tables.info.c.value).where(tables.info.c.key == VERSION_KEY)
+    ).scalar()
+    return str(found) if found is not None else None
+
+
+def _set_version(conn: sa.Connection) -> None:
+    from agent_health.engine import provenance
+
+    ours = provenance.version() or "unknown"
+    conn.execute(sa.delete(tables.info).where(tables.info.c.key == VERSION_KEY))
+    conn.execute(sa.insert(tables.info).values(key=VERSION_KEY, value=ours))
+
+
+def _script() -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def alembic_config(connection: sa.Connection | None = None) -> Any:
+    """Alembic's config for the history's migrations, built in code (no alembic.ini is read,
+    whatever the working directory holds)."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.attributes["connection"] = connection
+    return config
+
+
+def revisions() -> list[str]:
+    """Every schema revision this agent-health knows, oldest first."""
+    walked = [script.revision for script in _script().walk_revisions()]
+    return list(reversed(walked))
+
+
+def _known_or_refuse(where: location_mod.Location, current: str | None, by: str | None) -> None:
+    """Raise :class:`~.errors.NewerSchemaError` when ``current`` is a revision this
+    agent-health does not know: a newer one wrote the history."""
+    if current is None or current in revisions():
+        return
+    from agent_health.engine import provenance
+
+    ours = provenance.version() or "unknown"
+    raise errors.NewerSchemaError(
+        f"history {where.shown} has schema revision {current} (written by agent-health "
+        f"{by or 'unknown'}); this agent-health {ours} knows revisions up to "
+        f"{migrations.HEAD}: upgrade agent-health to use it (it was left as it is)"
+    )
+
+
+def _upgrade(conn: sa.Connection) -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(conn), "head")
+
+
+def size_bytes(where: location_mod.Location) -> int | None:
+    """The bytes a SQLite history takes on disk (its WAL included); ``None`` otherwise."""
+    if where.path is None:
+        return None
+    total = 0
+    for suffix in ("", "-wal"):
+        with contextlib.suppress(OSError):
+            total += os.stat(f"{where.path}{suffix}").st_size
+    return total
+
+
+def checkpoint(history: History) -> None:
+    """Fold a SQLite history's WAL into its file (for measuring its size)."""
+    if history.location.kind == "sqlite":
+        with history._translated(), history.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def chunks(values: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
+    """``values`` in slices of at most ``size`` (bound parameters per statement stay low)."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]

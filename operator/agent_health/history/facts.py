@@ -1,0 +1,271 @@
+"""What the history knows, as typed values: what a recording is told beside its report, and
+what each query answers. A page, a CI reporter or a server renders these (``model_dump``
+for JSON) without SQL.
+
+* :class:`RunContext` — what a run's report does not hold: where it was recorded from, its
+  exit code, its CI job, where its report is, whether its ledger verified.
+* :class:`Run` — one recorded run (an agent matrix records one per agent, linked by
+  ``group``), with its :class:`Trend` against the previous run of the same agent.
+* :class:`TestHistory` — one test across runs: each :class:`Outcome`, and for its latest
+  break the :class:`Break` (last passing and first failing run, and what differed).
+* :class:`Flaky` — a test whose outcome flips while neither the agent nor the test changed.
+* :class:`Regression` — a test that passed in a run and not in the next run of that agent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Source = Literal["local", "ci", "operator"]
+Mark = Literal["better", "worse"]
+
+
+class CI(BaseModel):
+    """The CI job a run was part of, from the CI system's standard variables."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str = Field(description="github-actions, gitlab-ci, jenkins, buildkite")
+    url: str | None = Field(default=None, description="the job's (or pipeline's) page")
+    job: str | None = None
+    commit: str | None = None
+    branch: str | None = None
+    pr: str | None = Field(default=None, description="the pull/merge request's number")
+
+
+class RunContext(BaseModel):
+    """What a recording is told beside the report (the report does not hold it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: Source = "local"
+    uid: str | None = Field(
+        default=None,
+        description="the run's id when the report has none (the operator: the EvaluationRun's "
+        "uid); else provenance.run_id, else one derived from the report's content",
+    )
+    suite: str | None = Field(
+        default=None,
+        description="which suite this is, for baselines: its folder within git, or "
+        "NAMESPACE/RUNSPEC in a cluster",
+    )
+    exit_code: int | None = None
+    report_path: str | None = Field(default=None, description="where its JSON report was written")
+    ledger_verified: bool | None = Field(
+        default=None, description="whether its ledger's HMAC chain verified; None: not checked"
+    )
+    ci: CI | None = None
+    agent_versions: dict[str, str] = Field(
+        default_factory=dict,
+        description="the version each agent reports, by agent name ('' for a run's only agent)",
+    )
+    started_at: datetime | None = Field(
+        default=None, description="when the report does not say (a version 1 report)"
+    )
+
+
+class Recorded(BaseModel):
+    """One run a recording wrote (or found already there: ``new`` is false)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    uid: str
+    agent: str | None
+    new: bool
+    results: int
+
+
+class Interval(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    low: float
+    high: float
+
+
+class Agent(BaseModel):
+    """An agent's identity: a change in any field is a different agent for flakiness."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None = None
+    connector: str | None = None
+    url: str | None = None
+    command: list[str] | None = None
+    image: str | None = Field(default=None, description="the pinned image digest (cells)")
+    version: str | None = Field(default=None, description="the version the agent reports")
+
+    @property
+    def label(self) -> str:
+        """How the agent is named on one line."""
+        return self.name or self.url or (" ".join(self.command) if self.command else "?")
+
+
+class Trend(BaseModel):
+    """A run's pass rate against the previous run of the same agent (and suite), by the paired
+    test ``compare`` uses (:mod:`agent_health.engine.pairing`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    previous: str = Field(description="the previous run's uid")
+    effect: float = Field(description="change in pass rate over the paired tests")
+    p_value: float
+    method: str
+    tests: int = Field(description="tests decided in both runs")
+    mark: Mark | None = Field(
+        default=None, description="better or worse when significant at α = 0.05; else None"
+    )
+
+
+class Run(BaseModel):
+    """One recorded run of one agent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    uid: str
+    group: str | None = Field(default=None, description="an agent matrix: shared by its runs")
+    source: Source
+    agent: Agent | None
+    suite: str | None
+    suite_hash: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_ms: float | None
+    exit_code: int | None
+    interrupted: bool
+    budget_stop: str | None = Field(description="the budget limit that stopped it, if one did")
+    stopped: str | None
+    total: int
+    passed: int
+    failed: int
+    errored: int
+    skipped: int
+    flaky: int
+    not_run: int
+    errored_by_cause: dict[str, int]
+    pass_rate: float | None
+    pass_rate_interval: Interval | None
+    score: float | None
+    score_interval: Interval | None
+    tokens: int | None
+    cost_usd: float | None
+    repeats: int
+    selection: dict[str, Any] = Field(default_factory=dict, description="grep, labels, shard")
+    git_commit: str | None
+    git_branch: str | None
+    git_dirty: bool | None
+    judge_provider: str | None
+    judge_model: str | None
+    ci: CI | None
+    report_path: str | None
+    ledger_url: str | None
+    ledger_verified: bool | None
+    agent_health_version: str | None
+    config_hash: str | None
+    trend: Trend | None = None
+
+    @property
+    def incomplete(self) -> bool:
+        """Interrupted or stopped by a budget: what finished was recorded, not every test."""
+        return self.interrupted or self.budget_stop is not None
+
+
+class Outcome(BaseModel):
+    """One (test, repeat) in one run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str = Field(description="the run's uid")
+    started_at: datetime
+    agent: str | None
+    repeat: int
+    status: str
+    cause: str | None
+    score: float | None
+    duration_ms: int
+    tokens: int | None
+    cost_usd: float | None
+    content_hash: str | None
+    quarantined: bool = False
+    turns: int | None = None
+    ended: str | None = None
+    messages: list[str] = Field(default_factory=list, description="error and failed gates")
+
+
+class Difference(BaseModel):
+    """One thing that differed between the last passing and the first failing run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    what: Literal["agent image", "agent version", "agent", "suite commit", "test content",
+                  "judge model"]  # fmt: skip
+    before: str | None
+    after: str | None
+
+
+class Break(BaseModel):
+    """A test's latest break: where it last passed, where it first failed, what differed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    last_pass: Outcome
+    first_fail: Outcome
+    differences: list[Difference] = Field(
+        description="agent image or version, suite commit, the test's content hash, judge "
+        "model — empty when none of them changed (the agent's answer did)"
+    )
+
+
+class TestHistory(BaseModel):
+    """One test across runs, oldest first."""
+
+    __test__ = False
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    title: str
+    file: str
+    line: int
+    labels: list[str]
+    outcomes: list[Outcome]
+    broke: Break | None = Field(
+        default=None, description="its latest break, when its newest outcome is not a pass"
+    )
+
+
+class Flaky(BaseModel):
+    """A test whose outcome flipped across runs of one agent identity and one version of the
+    test; ranked by flips, then by how near its failure rate is to a coin's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    title: str
+    agent: Agent | None
+    content_hash: str | None
+    runs: int = Field(description="runs of this agent and test version in the window")
+    decided: int = Field(description="results that passed or failed (the rate's denominator)")
+    failures: int
+    flips: int = Field(description="changes between pass and not-pass, in run order")
+    failure_rate: float
+    failure_rate_interval: Interval = Field(description="Wilson, 95%")
+    last_status: str
+
+
+class Regression(BaseModel):
+    """A test that passed in one run and failed or errored in the next run of that agent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    title: str
+    run: str
+    previous: str
+    started_at: datetime
+    agent: str | None
+    status: str
+    cause: str | None
+    messages: list[str]
+    changed: bool = Field(description="the test's content hash changed between the two runs")

@@ -1,0 +1,404 @@
+"""A run report turned into the history's rows, inside the caller's transaction.
+
+:func:`record` writes one run per agent (an agent matrix: one per agent, sharing a group
+uid): the run's row (counts, intervals, cost, git, judge, CI, where its report and ledger
+are), the agent's identity (found or added), each test (found, added, or its title, place
+and labels brought up to date), each distinct content hash once, and one compact row per
+(test, repeat). Then the run's trend against the previous run of the same agent and suite
+is worked out (the paired test ``compare`` uses) and kept on its row, so that listing runs
+reads no result; a run recorded out of order (an import of an older report) also renews
+the trend of the run after it.
+
+A run whose uid is there already is left alone: recording the same run twice is a no-op.
+The uid is the report's ``provenance.run_id``, else the context's, else one derived from
+the report's content (an old report imported twice gets the same one).
+
+The report is read as its JSON shape (:func:`report_data`): a live :class:`RunReport`
+without copying its test entries, or a saved report of version 1 or 2 as loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from agent_health.history import facts, queries, tables
+
+if TYPE_CHECKING:
+    from agent_health.engine.report import RunReport
+
+MESSAGE_CHARS = 240
+"""A stored message (an error, a failed gate) is cut to this many characters, on one line."""
+MESSAGES = 6
+"""At most this many messages are kept per result: the error, then the failed gates."""
+
+
+def report_data(report: RunReport | Mapping[str, Any]) -> dict[str, Any]:
+    """The report in its JSON shape; a live report's test entries are not copied."""
+    if isinstance(report, Mapping):
+        return dict(report)
+    return {
+        "version": report.version,
+        "summary": report.summary.model_dump(mode="json"),
+        "provenance": (
+            report.provenance.model_dump(mode="json") if report.provenance is not None else None
+        ),
+        "tests": report.tests,
+        "matrix": report.matrix.model_dump(mode="json") if report.matrix is not None else None,
+    }
+
+
+def derived_uid(data: Mapping[str, Any]) -> str:
+    """A uid for a report that names none (reports before run ids): a hash of its content,
+    so the same file imported twice is the same run."""
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return "report-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def suite_hash(tests: Sequence[Mapping[str, Any]]) -> str:
+    """``sha256:`` of the suite's tests: each id with its content hash, sorted."""
+    pairs = sorted({(str(t["id"]), str(t.get("content_hash") or "")) for t in tests})
+    digest = hashlib.sha256()
+    for test_id, content in pairs:
+        digest.update(f"{test_id}\x00{content}\n".encode("utf-8", "surrogatepass"))
+    return "sha256:" + digest.hexdigest()
+
+
+def record(
+    conn: sa.Connection, data: Mapping[str, Any], context: facts.RunContext
+) -> list[facts.Recorded]:
+    """Write ``data`` (:func:`report_data`) as one run per agent; see the module docstring."""
+    provenance = data.get("provenance") or {}
+    base = context.uid or provenance.get("run_id") or derived_uid(data)
+    groups = _groups(data)
+    uids = [base if len(groups) == 1 else f"{base}/{name}" for name, _, _ in groups]
+    there = set(
+        conn.execute(sa.select(tables.runs.c.uid).where(tables.runs.c.uid.in_(uids))).scalars()
+    )
+    everything = data["tests"]
+    common = _common(data, context, everything, group=base if len(groups) > 1 else None)
+    done = []
+    for uid, (name, summary, tests) in zip(uids, groups, strict=True):
+        if uid in there:
+            done.append(facts.Recorded(uid=uid, agent=name, new=False, results=0))
+            continue
+        agent_id = _agent_id(conn, _agent_info(provenance, name), _version(context, name))
+        test_ids = _test_ids(conn, tests)
+        content_ids = _content_ids(conn, tests)
+        row = {**common, **_counts(summary), "uid": uid, "agent_id": agent_id}
+        run_id = _new_id(conn.execute(sa.insert(tables.runs).values(row)))
+        rows = [_result(run_id, t, test_ids, content_ids) for t in tests]
+        if rows:
+            conn.execute(sa.insert(tables.results), rows)
+        _trends(conn, run_id)
+        done.append(facts.Recorded(uid=uid, agent=name, new=True, results=len(rows)))
+    return done
+
+
+def _groups(data: Mapping[str, Any]) -> list[tuple[str | None, Mapping[str, Any], list[Any]]]:
+    """(agent, summary, tests) per agent: one for a run of one agent, one per agent of a
+    matrix (each with its own summary, as the matrix holds it)."""
+    matrix = data.get("matrix") or {}
+    agents = matrix.get("agents") or []
+    if len(agents) < 2:
+        tests = data["tests"]
+        named = {t.get("agent") for t in tests} - {None}
+        name = named.pop() if len(named) == 1 else None
+        return [(name, data["summary"], list(tests))]
+    summaries = matrix.get("summaries") or {}
+    return [
+        (
+            agent,
+            summaries.get(agent) or data["summary"],
+            [t for t in data["tests"] if t.get("agent") == agent],
+        )
+        for agent in agents
+    ]
+
+
+def _agent_info(provenance: Mapping[str, Any], name: str | None) -> dict[str, Any] | None:
+    """The provenance's agent of the run (or the matrix's agent called ``name``)."""
+    if name is not None:
+        for info in provenance.get("agents") or []:
+            if isinstance(info, Mapping) and info.get("name") == name:
+                return dict(info)
+        single = provenance.get("agent")
+        if isinstance(single, Mapping) and single.get("name") in (name, None):
+            return {**single, "name": name}
+        return {"name": name}
+    single = provenance.get("agent")
+    return dict(single) if isinstance(single, Mapping) else None
+
+
+def _version(context: facts.RunContext, name: str | None) -> str | None:
+    versions = context.agent_versions
+    return versions.get(name or "") or (versions.get("") if len(versions) == 1 else None)
+
+
+def _agent_id(
+    conn: sa.Connection, info: Mapping[str, Any] | None, version: str | None
+) -> int | None:
+    if info is None:
+        return None
+    agent = facts.Agent(
+        name=info.get("name"),
+        connector=info.get("connector"),
+        url=info.get("url"),
+        command=list(info["command"]) if info.get("command") else None,
+        image=info.get("image"),
+        version=version,
+    )
+    identity = hashlib.sha256(agent.model_dump_json().encode()).hexdigest()
+    agents = tables.agents
+    found = conn.execute(sa.select(agents.c.id).where(agents.c.identity == identity)).scalar()
+    if found is not None:
+        return int(found)
+    values = agent.model_dump()
+    values["command"] = json.dumps(values["command"]) if values["command"] else None
+    return _new_id(conn.execute(sa.insert(agents).values(identity=identity, **values)))
+
+
+def _new_id(inserted: sa.CursorResult[Any]) -> int:
+    key = inserted.inserted_primary_key
+    if key is None:  # pragma: no cover  # every table here has an integer key
+        raise RuntimeError("the database gave no id for the row it inserted")
+    return int(key[0])
+
+
+def _test_ids(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Each test's id in ``tests``: found, added, or brought up to date (title, file, line,
+    labels as this run saw them)."""
+    wanted: dict[str, dict[str, Any]] = {}
+    for t in tests:
+        wanted.setdefault(str(t["id"]), _test_row(t))
+    found = _tests_found(conn, list(wanted))
+    new = [{"key": key, **row} for key, row in wanted.items() if key not in found]
+    if new:
+        conn.execute(sa.insert(tables.tests), new)
+        added = _tests_found(conn, [row["key"] for row in new])
+        _labels(conn, [(added[row["key"]]["id"], row["labels"]) for row in new], replace=False)
+        found.update(added)
+    table = tables.tests
+    relabelled = []
+    for key, row in wanted.items():
+        was = found[key]
+        if any(was[field] != row[field] for field in row):
+            conn.execute(sa.update(table).where(table.c.id == was["id"]).values(**row))
+            if was["labels"] != row["labels"]:
+                relabelled.append((was["id"], row["labels"]))
+    if relabelled:
+        _labels(conn, relabelled, replace=True)
+    return {key: int(row["id"]) for key, row in found.items()}
+
+
+def _tests_found(conn: sa.Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    table = tables.tests
+    found: dict[str, dict[str, Any]] = {}
+    for part in queries.chunks(keys):
+        for row in conn.execute(sa.select(table).where(table.c.key.in_(part))).mappings():
+            found[row["key"]] = {field: row[field] for field in ("id", "title", "file", "line",
+                                                                  "labels")}  # fmt: skip
+    return found
+
+
+def _test_row(t: Mapping[str, Any]) -> dict[str, Any]:
+    labels = [str(label) for label in t.get("labels") or []]
+    return {
+        "title": str(t.get("name") or t["id"]),
+        "file": str(t.get("file") or ""),
+        "line": int(t.get("line") or 0),
+        "labels": json.dumps(labels, ensure_ascii=False),
+    }
+
+
+def _labels(conn: sa.Connection, tests: Sequence[tuple[int, str]], *, replace: bool) -> None:
+    table = tables.test_labels
+    if replace:
+        for part in queries.chunks([test_id for test_id, _ in tests]):
+            conn.execute(sa.delete(table).where(table.c.test_id.in_(part)))
+    rows = [
+        {"test_id": test_id, "label": label}
+        for test_id, labels in tests
+        for label in dict.fromkeys(json.loads(labels))
+    ]
+    if rows:
+        conn.execute(sa.insert(table), rows)
+
+
+def _content_ids(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    hashes = sorted({str(t["content_hash"]) for t in tests if t.get("content_hash")})
+    table = tables.contents
+    found: dict[str, int] = {}
+    for part in queries.chunks(hashes):
+        found.update(
+            conn.execute(sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part)))
+            .tuples()
+            .all()
+        )
+    new = [{"hash": h} for h in hashes if h not in found]
+    if new:
+        conn.execute(sa.insert(table), new)
+        for part in queries.chunks([row["hash"] for row in new]):
+            found.update(
+                conn.execute(sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part)))
+                .tuples()
+                .all()
+            )
+    return found
+
+
+def _common(
+    data: Mapping[str, Any],
+    context: facts.RunContext,
+    tests: Sequence[Mapping[str, Any]],
+    *,
+    group: str | None,
+) -> dict[str, Any]:
+    """The columns every run of one report shares (an agent matrix: each agent's)."""
+    provenance = data.get("provenance") or {}
+    suite = provenance.get("suite") or {}
+    judge = provenance.get("judge") or {}
+    ci = context.ci
+    started = _time(provenance.get("started_at")) or context.started_at or datetime.now(UTC)
+    return {
+        "group_uid": group,
+        "source": context.source,
+        "suite": context.suite,
+        "suite_hash": suite_hash(tests) if tests else None,
+        "started_at": _utc(started),
+        "ended_at": _utc(_time(provenance.get("ended_at"))),
+        "recorded_at": _utc(datetime.now(UTC)),
+        "exit_code": context.exit_code,
+        "selection": json.dumps(provenance["selection"]) if provenance.get("selection") else None,
+        "git_commit": suite.get("git_commit"),
+        "git_branch": suite.get("git_branch"),
+        "git_dirty": suite.get("git_dirty"),
+        "judge_provider": judge.get("provider"),
+        "judge_model": None if judge.get("skipped") else judge.get("model"),
+        "ci_provider": ci.provider if ci else None,
+        "ci_url": ci.url if ci else None,
+        "ci_job": ci.job if ci else None,
+        "ci_commit": ci.commit if ci else None,
+        "ci_branch": ci.branch if ci else None,
+        "ci_pr": ci.pr if ci else None,
+        "report_path": context.report_path,
+        "ledger_url": provenance.get("ledger"),
+        "ledger_verified": context.ledger_verified,
+        "agent_health_version": provenance.get("agent_health_version"),
+        "config_hash": provenance.get("config_hash"),
+    }
+
+
+def _counts(summary: Mapping[str, Any]) -> dict[str, Any]:
+    causes = summary.get("errored_by_cause") or {}
+    budget = summary.get("budget") or {}
+    rate = summary.get("pass_rate_interval") or {}
+    score = summary.get("score_interval") or {}
+    return {
+        "duration_ms": summary.get("duration_ms"),
+        "interrupted": bool(summary.get("interrupted")),
+        "budget_stop": budget.get("exhausted"),
+        "stopped": summary.get("stopped"),
+        "total": int(summary.get("total") or 0),
+        "passed": int(summary.get("passed") or 0),
+        "failed": int(summary.get("failed") or 0),
+        "errored": int(summary.get("errored") or 0),
+        "skipped": int(summary.get("skipped") or 0),
+        "flaky": int(summary.get("flaky_count") or 0),
+        "not_run": int(summary.get("not_run") or 0),
+        "errored_agent": int(causes.get("agent") or 0),
+        "errored_judge": int(causes.get("judge") or 0),
+        "errored_test": int(causes.get("test") or 0),
+        "errored_infra": int(causes.get("infra") or 0),
+        "pass_rate": summary.get("pass_rate"),
+        "pass_rate_low": rate.get("low"),
+        "pass_rate_high": rate.get("high"),
+        "score": summary.get("score"),
+        "score_low": score.get("low"),
+        "score_high": score.get("high"),
+        "tokens": summary.get("tokens"),
+        "cost_usd": summary.get("cost_usd"),
+        "repeats": int(summary.get("repeats") or 1),
+    }
+
+
+def _result(
+    run_id: int, t: Mapping[str, Any], test_ids: Mapping[str, int], content_ids: Mapping[str, int]
+) -> dict[str, Any]:
+    metrics = t.get("metrics") or {}
+    tokens = metrics.get("total_tokens")
+    cost = metrics.get("cost_usd")
+    turns = t.get("turns") or []
+    ended = t.get("ended") or {}
+    status = str(t["status"])
+    return {
+        "run_id": run_id,
+        "test_id": test_ids[str(t["id"])],
+        "repeat": int(t.get("repeat") or 0),
+        "status": tables.STATUSES[status],
+        "cause": tables.CAUSES.get(t.get("cause") or ""),
+        "score": t.get("score"),
+        "duration_ms": round(float(t.get("duration_ms") or 0)),
+        "tokens": tokens if isinstance(tokens, int) else None,
+        "cost_usd": cost if isinstance(cost, int | float) else None,
+        "content_id": content_ids.get(str(t.get("content_hash") or "")),
+        "quarantined": True if t.get("quarantined") else None,
+        "turns": len(turns) or None,
+        "ended": str(ended.get("reason"))[:16] if ended.get("reason") else None,
+        "messages": None if status == "passed" else _messages(t),
+    }
+
+
+def _messages(t: Mapping[str, Any]) -> str | None:
+    """Why a result did not pass, one line each: its error, then each failed gate."""
+    lines = []
+    if t.get("error"):
+        cause = f"[{t['cause']}] " if t.get("cause") else ""
+        lines.append(f"error: {cause}{t['error']}")
+    elif t.get("skip_reason"):
+        lines.append(f"skipped: {t['skip_reason']}")
+    for s in t.get("signals") or []:
+        if s.get("role") == "gate" and s.get("passed") is False:
+            detail = (
+                s.get("error") or s.get("reasoning") or json.dumps(s.get("evidence"), default=str)
+            )
+            lines.append(f"✗ {s.get('name')}: {detail}")
+    cut = [_line(text) for text in lines[:MESSAGES]]
+    return "\n".join(cut) if cut else None
+
+
+def _line(text: str) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= MESSAGE_CHARS else flat[: MESSAGE_CHARS - 1] + "…"
+
+
+def _trends(conn: sa.Connection, run_id: int) -> None:
+    """The trend of the run just written, and of the next run of its agent and suite (when
+    this one was recorded out of order, it is that run's previous one now)."""
+    queries.renew_trend(conn, run_id)
+    following = queries.next_run(conn, run_id)
+    if following is not None:
+        queries.renew_trend(conn, following)
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """``value`` in UTC (a time without a zone is taken as UTC already)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
