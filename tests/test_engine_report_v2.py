@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import platform
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,16 @@ async def test_provenance_says_what_ran(
         "image": None,
     }
     assert p["judge"] == {"provider": None, "model": None, "skipped": True}
-    assert p["suite"] == {"paths": [str(suite)], "git_commit": commit, "git_dirty": False}
+    branch = _git(suite, "symbolic-ref", "--short", "HEAD")
+    assert p["suite"] == {
+        "paths": [str(suite)],
+        "git_commit": commit,
+        "git_dirty": False,
+        "git_branch": branch,
+    }
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", p["run_id"])
+    assert p["run_id"] != dirty.report["provenance"]["run_id"]  # each run its own
+    assert p["selection"] == {"grep": None, "labels": [], "shard": None}
     assert dirty.report["provenance"]["suite"]["git_dirty"] is True
     config = suite / "agent-health.config.py"
     assert p["config_file"] == str(config)
@@ -132,7 +142,7 @@ async def test_provenance_says_what_ran(
 
 
 def test_outside_git_the_suite_has_no_commit(tmp_path: Path) -> None:
-    assert provenance.git_state([tmp_path]) == (None, None)
+    assert provenance.git_state([tmp_path]) == (None, None, None)
 
 
 def test_long_fields_are_cut_and_named() -> None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health.engine.report import RunReport
+    from agent_health.history import location
     from agent_health.ledger import store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERRORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -43,6 +44,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "opensearch": ("opensearchpy",),
     "bedrock": ("botocore",),
     "otel": ("google.protobuf", "opentelemetry.proto"),
+    "postgresql": ("psycopg",),
 }
 """The optional extras of pyproject.toml and the top-level modules each one installs."""
 
@@ -304,3 +306,60 @@ def ledger_access(url: str) -> store.Options | None:
         return asyncio.run(login())
     except errors.ClusterError as err:
         raise UsageError(f"reading {url}: {err}") from err
+
+
+def history_flag(parser: argparse.ArgumentParser | Any) -> None:
+    """``--history URL``, which every command that reads or writes the history takes."""
+    parser.add_argument(
+        "--history",
+        metavar="URL",
+        help="the history: sqlite:///PATH.db or postgresql://USER@HOST/DB (default: "
+        "$AGENT_HEALTH_HISTORY, else history= in the config, else .agent-health/history.db "
+        "beside the config file)",
+    )
+
+
+def history_location(
+    args: argparse.Namespace,
+    *,
+    config_file: Path | None,
+    configured: str | bool | None,
+    start: Path | None,
+) -> location.Location | None:
+    """The history a command uses (``None``: turned off); a URL that cannot name one, or a
+    PostgreSQL history without its extra, is a usage error before anything runs."""
+    from agent_health.history import errors, location
+
+    try:
+        where = location.resolve(
+            getattr(args, "history", None),
+            disabled=getattr(args, "no_history", False),
+            configured=configured,
+            config_file=config_file,
+            start=start,
+        )
+    except errors.LocationError as err:
+        raise UsageError(str(err)) from err
+    if where is not None and where.kind == "postgresql":
+        require_extra(f"the history {where.shown} ({where.origin})", "postgresql")
+    return where
+
+
+def history_to_read(args: argparse.Namespace) -> location.Location:
+    """The history a reading command (``history``, ``flaky``, ``compare --baseline``) opens:
+    ``--history``, ``$AGENT_HEALTH_HISTORY``, the config's ``history=`` (the config found as
+    ``run`` finds it: ``--config``, else upward from here), the default beside it."""
+    from agent_health.engine import loader
+
+    config_file = Path(args.config) if getattr(args, "config", None) else None
+    if config_file is None:
+        config_file = loader.find_config(Path.cwd())
+    configured: str | bool | None = None
+    if config_file is not None and not getattr(args, "history", None):
+        configured = loader.load_config(config_file).history
+    where = history_location(args, config_file=config_file, configured=configured, start=Path.cwd())
+    if where is None:
+        raise UsageError(
+            f"the history is turned off (history=False in {config_file}); pass --history URL"
+        )
+    return where

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import platform
 import re
+import secrets
 import subprocess
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +58,27 @@ class SuiteInfo(BaseModel):
     git_dirty: bool | None = Field(
         default=None, description="uncommitted or untracked changes under the suite's paths"
     )
+    git_branch: str | None = Field(
+        default=None, description="the branch checked out; None when detached or outside git"
+    )
+
+
+class Selection(BaseModel):
+    """Which of the suite's tests the run chose (``--grep``, ``--label``, ``--shard``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    grep: str | None = None
+    labels: list[str] = Field(default_factory=list)
+    shard: str | None = None
+
+
+class GitState(NamedTuple):
+    """The git checkout holding a suite: all None outside one."""
+
+    commit: str | None
+    dirty: bool | None
+    branch: str | None = None
 
 
 class Provenance(BaseModel):
@@ -63,6 +86,11 @@ class Provenance(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    run_id: str | None = Field(
+        default=None,
+        description="this run's id (UTC time and a random part): the history records a run "
+        "once by it",
+    )
     agent: AgentInfo | None = None
     agents: list[AgentInfo] = Field(
         default_factory=list, description="every agent of an agent matrix (agent: the first)"
@@ -88,6 +116,9 @@ class Provenance(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     command_line: list[str] = Field(default_factory=list)
+    selection: Selection | None = Field(
+        default=None, description="--grep, --label and --shard as given; None when not said"
+    )
 
 
 def version() -> str | None:
@@ -121,20 +152,30 @@ def file_hash(path: Path | None) -> str | None:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def git_state(paths: Sequence[Path]) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout holding ``paths``; (None, None) outside one.
+def run_id(now: datetime | None = None) -> str:
+    """A new run's id: its UTC start to the second and a random part
+    (``20250101T120000Z-3f9a1c2e``), so ids sort by time and never collide."""
+    stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(4)}"
+
+
+def git_state(paths: Sequence[Path]) -> GitState:
+    """(commit, dirty, branch) of the git checkout holding ``paths``; all None outside one.
 
     Blocking (runs ``git``): call it before the event loop starts or in a thread.
     """
     if not paths:
-        return None, None
+        return GitState(None, None)
     first = paths[0].resolve()
     where = first if first.is_dir() else first.parent
     commit = _git(where, "rev-parse", "HEAD")
     if commit is None:
-        return None, None
-    status = _git(where, "status", "--porcelain", "--", *(str(p.resolve()) for p in paths))
-    return commit, None if status is None else bool(status)
+        return GitState(None, None)
+    # agent-health's own files (.agent-health/: the history, ledgers) never make it dirty.
+    own = ":(exclude,glob)**/.agent-health/**"
+    status = _git(where, "status", "--porcelain", "--", *(str(p.resolve()) for p in paths), own)
+    branch = _git(where, "symbolic-ref", "--quiet", "--short", "HEAD")
+    return GitState(commit, None if status is None else bool(status), branch or None)
 
 
 def _git(cwd: Path, *args: str) -> str | None:
@@ -163,22 +204,28 @@ def collect(
     ledger: str | None,
     started_at: datetime,
     ended_at: datetime,
-    git: tuple[str | None, bool | None] | None = None,
+    git: GitState | None = None,
+    selection: Selection | None = None,
+    run: str | None = None,
 ) -> Provenance:
     """The provenance of a local run (blocking: reads files, and runs git unless ``git``
-    already holds what :func:`git_state` said)."""
-    commit, dirty = git if git is not None else git_state(paths)
+    already holds what :func:`git_state` said). ``run``: its id (default: a new one)."""
+    commit, dirty, branch = git if git is not None else git_state(paths)
     return Provenance(
+        run_id=run or run_id(started_at),
         agent=agent,
         agents=list(agents),
         judge=judge,
         agent_health_version=version(),
         python_version=platform.python_version(),
-        suite=SuiteInfo(paths=[str(p) for p in paths], git_commit=commit, git_dirty=dirty),
+        suite=SuiteInfo(
+            paths=[str(p) for p in paths], git_commit=commit, git_dirty=dirty, git_branch=branch
+        ),
         config_file=str(config_file) if config_file is not None else None,
         config_hash=file_hash(config_file),
         ledger=ledger,
         started_at=started_at,
         ended_at=ended_at,
         command_line=redact_argv(argv),
+        selection=selection,
     )

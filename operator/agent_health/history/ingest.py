@@ -108,7 +108,8 @@ def _groups(data: Mapping[str, Any]) -> list[tuple[str | None, Mapping[str, Any]
     if len(agents) < 2:
         tests = data["tests"]
         named = {t.get("agent") for t in tests} - {None}
-        name = named.pop() if len(named) == 1 else None
+        agent = (data.get("provenance") or {}).get("agent") or {}
+        name = named.pop() if len(named) == 1 else agent.get("name")
         return [(name, data["summary"], list(tests))]
     summaries = matrix.get("summaries") or {}
     return [
@@ -236,18 +237,16 @@ def _content_ids(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> dic
     found: dict[str, int] = {}
     for part in queries.chunks(hashes):
         found.update(
-            conn.execute(sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part)))
-            .tuples()
-            .all()
+            conn.execute(sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part))).all()
         )
     new = [{"hash": h} for h in hashes if h not in found]
     if new:
         conn.execute(sa.insert(table), new)
         for part in queries.chunks([row["hash"] for row in new]):
             found.update(
-                conn.execute(sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part)))
-                .tuples()
-                .all()
+                conn.execute(
+                    sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part))
+                ).all()
             )
     return found
 

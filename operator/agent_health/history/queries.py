@@ -718,7 +718,7 @@ def _names(
     for part in chunks(sorted({c for c in content_ids if c is not None})):
         contents.update(
             conn.execute(sa.select(contents_t.c.id, contents_t.c.hash).where(
-                contents_t.c.id.in_(part))).tuples().all()
+                contents_t.c.id.in_(part))).all()
         )  # fmt: skip
     return {"tests": tests, "agents": agents, "contents": contents}
 

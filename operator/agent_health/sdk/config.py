@@ -83,6 +83,15 @@ class Config(BaseModel):
     """Playwright's ``testIgnore``: glob patterns of files a folder search leaves out."""
     lenient_cases: bool = False
     """Load case files as ``--lenient`` does: what upstream refuses, with warnings."""
+    history: str | bool | None = None
+    """Where every run is recorded (docs/history.md): a ``sqlite:///`` (a relative path starts
+    at this file's folder) or ``postgresql://`` URL; ``False``: no history. ``--history``,
+    ``--no-history`` and ``AGENT_HEALTH_HISTORY`` override it; by default
+    ``.agent-health/history.db`` beside this file."""
+    quarantine: str | None = None
+    """A quarantine file (``agent-health flaky --quarantine FILE``; relative to this file's
+    folder): its tests are reported apart and never gate the exit code; ``--quarantine``
+    overrides it."""
     source: str | None = None
 
     def agent(self, name: str | None) -> ConnectorSpec:

@@ -77,6 +77,12 @@ def add_command(sub: Any) -> None:
         help="record every exchange and result here (default: file://.agent-health/ledger/TIME/)",
     )
     run.add_argument("--no-ledger", action="store_true", help="record no ledger")
+    common.history_flag(run)
+    run.add_argument(
+        "--no-history",
+        action="store_true",
+        help="record nothing in the history (no file or folder is made)",
+    )
     run.add_argument(
         "--replay",
         metavar="REPORT_OR_DIR",

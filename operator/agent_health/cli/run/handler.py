@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_health import timeouts
 from agent_health.cli import common
-from agent_health.cli.run import catalog, execution, reporting
+from agent_health.cli.run import archive, catalog, execution, reporting
 from agent_health.cli.run import suite as suite_mod
 
 if TYPE_CHECKING:
@@ -71,6 +71,11 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     shard = select.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
     config = suite_mod.load_config(args, paths)
+    config_file = suite_mod.config_path(args, paths)
+    # Checked now: a URL that cannot name a history is a usage error before anything runs.
+    where = common.history_location(
+        args, config_file=config_file, configured=config.history, start=paths[0]
+    )
     suite = loader.load(paths, suite_mod.discovery_of(args, config))
     if not args.list:
         for note in loader.notes(suite):
@@ -128,6 +133,11 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     git_state = git.submit(provenance.git_state, paths)
     git.shutdown(wait=False)
 
+    # The history opens beside the run (SQLAlchemy's import, a first run's schema). A replay
+    # is not recorded: the agent did not answer, so it says nothing of the agent's trend.
+    folder = config_file.parent if config_file is not None else paths[0]
+    pending = archive.prepare(where if recording is None else None, folder)
+
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
     # the collector stops going over it while tests run; put back for whatever runs after.
     gc.freeze()
@@ -153,6 +163,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     except BaseException:
         if export is not None:
             export.close()  # what was queued still goes out
+        if pending is not None:
+            pending.close()
         raise
     finally:
         gc.unfreeze()
@@ -176,6 +188,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         started_at=started_at,
         ended_at=datetime.now(UTC),
         git=git_state.result(),
+        selection=provenance.Selection(grep=args.grep, labels=list(args.label), shard=args.shard),
     )
     if recording is not None:
         replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
@@ -212,7 +225,18 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         err_console.print(f"error: {outcome.misdirected}", markup=False, highlight=False)
         return common.EXIT_USAGE
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
-    return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+    code = common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+    if pending is not None:
+        json_path = next((path for kind, path in outputs if kind == "json"), None)
+        archive.keep(
+            pending,
+            report,
+            code=code,
+            report_path=json_path,
+            console=console,
+            err_console=err_console,
+        )
+    return code
 
 
 OUTPUT_CLOSED = "stdout was closed by its reader"

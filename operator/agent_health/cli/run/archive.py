@@ -1,0 +1,174 @@
+"""The run and its history: opened beside the run, written after it, one line said.
+
+:func:`prepare` starts opening the history in a thread as the run starts (SQLAlchemy's
+import and a first run's schema are paid while the tests run, not after them);
+:func:`keep` records the finished run — interrupted or stopped by a budget too, marked so —
+in one transaction and says in one line where it went and, from the second run of an
+agent, how its pass rate moved. The history is never why a run fails: whatever goes wrong
+is one warning line, and the run's reports and exit code stay what they were.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from agent_health import history
+    from agent_health.engine.report import RunReport
+    from agent_health.history import location
+
+TREND_RUNS = 5
+"""Pass rates shown on the history line: the agent's newest runs, oldest first."""
+
+
+class Pending:
+    """The history being opened in a thread while the run goes on."""
+
+    def __init__(self, where: location.Location, folder: Path) -> None:
+        self.where = where
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
+        self._opened = pool.submit(_open, where)
+        self._suite = pool.submit(suite_key, folder)
+        pool.shutdown(wait=False)
+
+    def opened(self) -> history.History:
+        """The opened history (raises what opening it raised)."""
+        return self._opened.result()
+
+    def suite(self) -> str:
+        return self._suite.result()
+
+    def close(self) -> None:
+        """Close the history once it is open (a run that stopped early never recorded)."""
+        self._opened.add_done_callback(_close)
+
+
+def _open(where: location.Location) -> history.History:
+    from agent_health import history
+
+    return history.open_history(where)
+
+
+def _close(done: concurrent.futures.Future[Any]) -> None:
+    if done.exception() is None:
+        done.result().close()
+
+
+def prepare(where: location.Location | None, folder: Path) -> Pending | None:
+    """Start opening the history (``None`` when there is none: nothing is made)."""
+    return Pending(where, folder) if where is not None else None
+
+
+def suite_key(folder: Path) -> str:
+    """Which suite a run is, for baselines and trends: its folder relative to the top of its
+    git checkout (the same on a laptop and in CI), else its absolute path."""
+    here = Path(os.path.abspath(folder))
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return str(here)
+    top = done.stdout.strip()
+    if done.returncode != 0 or not top:
+        return str(here)
+    try:
+        relative = here.resolve().relative_to(Path(top).resolve())
+    except ValueError:
+        return str(here)
+    return relative.as_posix() or "."
+
+
+def keep(
+    pending: Pending,
+    report: RunReport,
+    *,
+    code: int,
+    report_path: Path | None,
+    console: Console,
+    err_console: Console,
+) -> None:
+    """Record the run; one line on the console, or one warning line when it could not be."""
+    from agent_health import history
+
+    try:
+        opened = pending.opened()
+        try:
+            ci = history.ci_from_env()
+            context = history.RunContext(
+                source="ci" if ci is not None else "local",
+                suite=pending.suite(),
+                exit_code=code,
+                report_path=str(report_path.resolve()) if report_path is not None else None,
+                ci=ci,
+            )
+            recorded = opened.record(report, context)
+            line = _line(opened, recorded, context.suite)
+        finally:
+            opened.close()
+    except history.HistoryError as err:
+        err_console.print(f"warning: the run was not recorded in the history: {err}", markup=False)
+        return
+    except Exception as err:  # a bug of ours must not change the run's outcome either
+        err_console.print(
+            f"warning: the run was not recorded in the history ({type(err).__name__}: {err})",
+            markup=False,
+        )
+        return
+    console.print(line, markup=False)
+
+
+def _line(opened: history.History, recorded: list[history.Recorded], suite: str | None) -> str:
+    """``history: run ID recorded in PATH; triage over its last 2 runs: pass rate 80% →
+    100% ▲`` (one part per agent of a matrix)."""
+    from agent_health.engine import visible
+
+    where = shown_path(opened.location)
+    uids = ", ".join(dict.fromkeys(r.uid.rsplit("/", 1)[0] for r in recorded))
+    again = "" if all(r.new for r in recorded) else " (already there)"
+    parts = []
+    for one in recorded:
+        newest = opened.runs(agent=one.agent, suite=suite, limit=TREND_RUNS) if one.agent else [
+            run for run in opened.runs(suite=suite, limit=TREND_RUNS) if run.agent is None
+        ]  # fmt: skip
+        parts.append(_trend(one.agent, newest))
+    said = f"history: run {uids} recorded{again} in {where}; " + "; ".join(parts)
+    return visible.line(said)
+
+
+def _trend(agent: str | None, newest: list[history.Run]) -> str:
+    name = agent or "the suite"
+    if len(newest) < 2:
+        return f"{name}: its first run here (the next one shows a trend: agent-health history)"
+    rates = " → ".join(_pct(run.pass_rate) for run in reversed(newest))
+    mark = ""
+    trend = newest[0].trend
+    if trend is not None and trend.mark is not None:
+        mark = " ▲" if trend.mark == "better" else " ▼"
+        mark += f" ({trend.mark}, {trend.method} p = {trend.p_value:.2g})"
+    return f"{name} over its last {len(newest)} runs: pass rate {rates}{mark}"
+
+
+def _pct(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate:.0%}"
+
+
+def shown_path(where: location.Location) -> str:
+    """A SQLite history's file relative to here when it is below, else its URL as shown."""
+    if where.path is None:
+        return where.shown
+    try:
+        return str(where.path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(where.path)
