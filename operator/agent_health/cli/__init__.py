@@ -6,6 +6,7 @@ module                      commands
 :mod:`.run`                 ``run``, ``list`` (a package: flags, handler, ...)
 :mod:`.reports`             ``compare``
 :mod:`.ledgers`             ``ledger verify``, ``grade``
+:mod:`.history`             ``history [TEST]``, ``history import``, ``history prune``, ``flaky``
 :mod:`.cluster`             ``operator``, ``cell``, ``gateway``, ``crds``
 :mod:`.common`              exit codes, usage errors, consoles, report writing
 ==========================  ====================================================

@@ -10,10 +10,10 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from agent_health.cli import cluster, common, ledgers, reports, run
+from agent_health.cli import cluster, common, history, ledgers, reports, run
 from agent_health.connectors import errors as connector_errors
 from agent_health.sdk import errors
 
@@ -28,6 +28,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_commands(sub)
     ledgers.add_commands(sub)
     reports.add_commands(sub)
+    history.add_commands(sub)
     cluster.add_commands(sub)
     return top
 
@@ -43,15 +44,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except common.UsageError as err:
             consoles.error(err)
             return common.EXIT_USAGE
+    if argv[:1] == ["history"]:  # a test or a subcommand in one place: its own parsers
+        return _handled(lambda: history.command(argv[1:], consoles), consoles)
     top = parser()
     args, unknown = top.parse_known_args(argv)
     if unknown:  # said by the command's own parser, with its usage, not the top level's
         _command_parser(top, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = ["agent-health", *argv]  # what ran, for the report's provenance
     handler: common.Handler = args.handler
+    return _handled(lambda: handler(args, consoles), consoles)
+
+
+def _handled(command: Callable[[], int], consoles: common.Consoles) -> int:
+    """Run a command's handler; bad input (a usage error of any part) is one line, exit 2."""
     try:
         with _fewer_collections():
-            code = handler(args, consoles)
+            code = command()
         # Whatever the command, a reader that went away is said as a shell says it.
         return common.EXIT_PIPE_CLOSED if consoles.stdout.gone else code
     except Exception as err:

@@ -106,6 +106,11 @@ class TestEntry(BaseModel):
     replayed: bool = Field(
         default=False, description="agent.run() was answered from a recording (--replay)"
     )
+    quarantined: bool = Field(
+        default=False,
+        description="named by the run's quarantine file (run --quarantine): counted apart in "
+        "summary.quarantined, never in the headline counts, pass rate or exit code",
+    )
     duration_ms: float = 0.0
     content_hash: str = ""
     trace_id: str | None = Field(
@@ -172,6 +177,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "ledger_cell": r.ledger_cell,
         "agent": r.agent,
         "replayed": r.replayed,
+        "quarantined": r.quarantined,
         "duration_ms": round(r.duration_ms, 3),
         "content_hash": r.content_hash,
         "trace_id": r.trace_id,

@@ -138,6 +138,20 @@ class Recommendation(BaseModel):
     tests: int
 
 
+class Quarantined(BaseModel):
+    """The results of quarantined tests (``run --quarantine FILE``), counted apart: never in
+    the headline counts, the pass rate, the score or the exit code."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tests: list[str] = Field(default_factory=list, description="their titles")
+    passed: int = 0
+    failed: int = 0
+    errored: int = 0
+    skipped: int = 0
+    flaky: int = 0
+
+
 class Summary(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -217,6 +231,11 @@ class Summary(BaseModel):
     pass_at: list[uncertainty.PassAtK] = Field(
         default_factory=list, description="pass@k and pass^k for k = the repeats and --pass-at"
     )
+    quarantined: Quarantined | None = Field(
+        default=None,
+        description="the quarantined tests' results, counted apart (run --quarantine); None "
+        "without a quarantine",
+    )
 
 
 class RunReport(BaseModel):
@@ -263,6 +282,10 @@ class RunReport(BaseModel):
         grouped here. ``pass_at`` lists the k of pass@k (default: the repeats, when more than
         one); ``bootstrap=False`` leaves out the scores' bootstrap intervals, which cost a
         resampling each, for a tally rebuilt often."""
+        every = results
+        apart = [r for r in every if r.quarantined]
+        if apart:  # reported apart: every aggregate below is over the others
+            results = [r for r in every if not r.quarantined]
         rollup = rollup if rollup is not None else rollup_mod.group(results)
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         flaky = 0
@@ -318,7 +341,15 @@ class RunReport(BaseModel):
                 summary["pass_at_k_interval"] = own.pass_at_k_interval
                 summary["pass_hat_k_interval"] = own.pass_hat_k_interval
         summary["flaky"] = sorted({r.title for r in results if r.status == "flaky"})
-        tests = [entries.from_result(r) for r in results]
+        if apart:
+            summary["quarantined"] = Quarantined(
+                tests=sorted({r.title for r in apart}),
+                **{
+                    s: sum(r.status == s for r in apart)
+                    for s in ("passed", "failed", "errored", "skipped", "flaky")
+                },
+            )
+        tests = [entries.from_result(r) for r in every]
 
         def alone(of_agent: Sequence[TestResult]) -> dict[str, Any]:
             built = cls.build(
@@ -335,7 +366,12 @@ class RunReport(BaseModel):
             provenance=provenance,
             tests=tests,
             # each pair of agents gets the paired test `compare` runs on two reports
-            matrix=matrix_mod.build(results, tests, alone, pairing or pairing_mod.compare),
+            matrix=matrix_mod.build(
+                results,
+                [t for t in tests if not t["quarantined"]] if apart else tests,
+                alone,
+                pairing or pairing_mod.compare,
+            ),
         )
 
 

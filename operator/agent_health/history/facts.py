@@ -199,8 +199,9 @@ class Difference(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    what: Literal["agent image", "agent version", "agent", "suite commit", "test content",
-                  "judge model"]  # fmt: skip
+    what: Literal[
+        "agent image", "agent version", "agent", "suite commit", "test content", "judge model"
+    ]
     before: str | None
     after: str | None
 

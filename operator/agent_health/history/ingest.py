@@ -202,8 +202,9 @@ def _tests_found(conn: sa.Connection, keys: Sequence[str]) -> dict[str, dict[str
     found: dict[str, dict[str, Any]] = {}
     for part in queries.chunks(keys):
         for row in conn.execute(sa.select(table).where(table.c.key.in_(part))).mappings():
-            found[row["key"]] = {field: row[field] for field in ("id", "title", "file", "line",
-                                                                  "labels")}  # fmt: skip
+            found[row["key"]] = {
+                field: row[field] for field in ("id", "title", "file", "line", "labels")
+            }
     return found
 
 

@@ -39,8 +39,9 @@ CHUNK = 500
 
 runs_t, results_t, tests_t, agents_t = tables.runs, tables.results, tables.tests, tables.agents
 contents_t, labels_t = tables.contents, tables.test_labels
-PASSED, FAILED, ERRORED, FLAKY = (tables.STATUSES[s] for s in ("passed", "failed", "errored",
-                                                                "flaky"))  # fmt: skip
+PASSED, FAILED, ERRORED, FLAKY = (
+    tables.STATUSES[s] for s in ("passed", "failed", "errored", "flaky")
+)
 BY_AGENT = tables.CAUSES["agent"]
 
 
@@ -128,7 +129,7 @@ def runs(
 
 
 def run(conn: sa.Connection, uid: str) -> facts.Run:
-    """One run by uid, or by a prefix of it that names one run."""
+    """One run by uid, or by a part of it that names one run (``f3686ba2``, as tables show)."""
     row = _run_row(conn, uid)
     return _run(row, _trend_of(conn, row))
 
@@ -137,7 +138,7 @@ def _run_row(conn: sa.Connection, uid: str) -> Any:
     exact = conn.execute(_runs_select().where(runs_t.c.uid == uid)).mappings().first()
     if exact is not None:
         return exact
-    like = uid.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    like = "%" + uid.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     rows = (
         conn.execute(_runs_select().where(runs_t.c.uid.like(like, escape="\\")).limit(2))
         .mappings()
@@ -646,8 +647,9 @@ def flaky(
     if label is not None:
         inner = inner.where(results_t.c.test_id.in_(_labelled(label)))
     seq = inner.subquery()
-    flips = sa.func.sum(sa.case((sa.and_(seq.c.before.is_not(None), seq.c.before != seq.c.ok), 1),
-                                else_=0))  # fmt: skip
+    flips = sa.func.sum(
+        sa.case((sa.and_(seq.c.before.is_not(None), seq.c.before != seq.c.ok), 1), else_=0)
+    )
     query = (
         sa.select(
             seq.c.test_id,
@@ -665,8 +667,12 @@ def flaky(
     groups = conn.execute(query).all()
     if not groups:
         return []
-    names = _names(conn, [g.test_id for g in groups], [g.agent_id for g in groups],
-                   [g.content_id for g in groups])  # fmt: skip
+    names = _names(
+        conn,
+        [g.test_id for g in groups],
+        [g.agent_id for g in groups],
+        [g.content_id for g in groups],
+    )
     found = []
     for g in groups:
         failures, total = int(g.failures), int(g.decided)
@@ -692,9 +698,11 @@ def flaky(
 
 
 def _names(
-    conn: sa.Connection, test_ids: Sequence[int], agent_ids: Sequence[int | None],
+    conn: sa.Connection,
+    test_ids: Sequence[int],
+    agent_ids: Sequence[int | None],
     content_ids: Sequence[int | None],
-) -> dict[str, dict[Any, Any]]:  # fmt: skip
+) -> dict[str, dict[Any, Any]]:
     """Keys and titles of tests, agents' identities and content hashes, by their ids."""
     tests: dict[Any, Any] = {}
     for part in chunks(sorted(set(test_ids))):
@@ -717,9 +725,10 @@ def _names(
     contents: dict[Any, Any] = {}
     for part in chunks(sorted({c for c in content_ids if c is not None})):
         contents.update(
-            conn.execute(sa.select(contents_t.c.id, contents_t.c.hash).where(
-                contents_t.c.id.in_(part))).all()
-        )  # fmt: skip
+            conn.execute(
+                sa.select(contents_t.c.id, contents_t.c.hash).where(contents_t.c.id.in_(part))
+            ).all()
+        )
     return {"tests": tests, "agents": agents, "contents": contents}
 
 
@@ -759,13 +768,14 @@ def regressions(
                 now.c.status,
                 now.c.cause,
                 now.c.messages,
-                (sa.func.coalesce(now.c.content_id, 0) != sa.func.coalesce(was.c.content_id, 0))
-                .label("changed"),
+                (
+                    sa.func.coalesce(now.c.content_id, 0) != sa.func.coalesce(was.c.content_id, 0)
+                ).label("changed"),
             )
             .select_from(
-                now.join(was, sa.and_(was.c.test_id == now.c.test_id,
-                                      was.c.repeat == now.c.repeat))
-                .join(tests_t, tests_t.c.id == now.c.test_id)
+                now.join(
+                    was, sa.and_(was.c.test_id == now.c.test_id, was.c.repeat == now.c.repeat)
+                ).join(tests_t, tests_t.c.id == now.c.test_id)
             )
             .where(
                 now.c.run_id == run_id,
@@ -774,7 +784,7 @@ def regressions(
                 now.c.status.in_((FAILED, ERRORED)),
             )
             .order_by(tests_t.c.key)
-        )  # fmt: skip
+        )
         if label is not None:
             query = query.where(now.c.test_id.in_(_labelled(label)))
         seen: set[str] = set()
@@ -848,8 +858,15 @@ def baseline(
 
 def _report(conn: sa.Connection, row: Any, run: facts.Run) -> dict[str, Any]:
     query = (
-        sa.select(results_t, tests_t.c.key, tests_t.c.title, tests_t.c.file, tests_t.c.line,
-                  tests_t.c.labels, contents_t.c.hash)
+        sa.select(
+            results_t,
+            tests_t.c.key,
+            tests_t.c.title,
+            tests_t.c.file,
+            tests_t.c.line,
+            tests_t.c.labels,
+            contents_t.c.hash,
+        )
         .select_from(
             results_t.join(tests_t, tests_t.c.id == results_t.c.test_id).outerjoin(
                 contents_t, contents_t.c.id == results_t.c.content_id
@@ -857,7 +874,7 @@ def _report(conn: sa.Connection, row: Any, run: facts.Run) -> dict[str, Any]:
         )
         .where(results_t.c.run_id == row["id"])
         .order_by(tests_t.c.key, results_t.c.repeat)
-    )  # fmt: skip
+    )
     tests = []
     for r in conn.execute(query).mappings():
         messages = r["messages"].split("\n") if r["messages"] else []
@@ -908,12 +925,15 @@ def _report(conn: sa.Connection, row: Any, run: facts.Run) -> dict[str, Any]:
         "agent": agent,
         "judge": {"provider": run.judge_provider, "model": run.judge_model},
         "agent_health_version": run.agent_health_version,
-        "suite": {"git_commit": run.git_commit, "git_branch": run.git_branch,
-                  "git_dirty": run.git_dirty},
+        "suite": {
+            "git_commit": run.git_commit,
+            "git_branch": run.git_branch,
+            "git_dirty": run.git_dirty,
+        },
         "ledger": run.ledger_url,
         "started_at": run.started_at.isoformat(),
         "ended_at": run.ended_at.isoformat() if run.ended_at else None,
-    }  # fmt: skip
+    }
     return {"version": 2, "summary": summary, "provenance": provenance, "tests": tests}
 
 

@@ -328,6 +328,10 @@ class TestResult(BaseModel):
         default=False,
         description="from a --replay run: agent.run() was answered from a recording",
     )
+    quarantined: bool = Field(
+        default=False,
+        description="named by the run's quarantine file: reported apart, never gating",
+    )
     case: dict[str, Any] | None = Field(
         default=None,
         description="a case file's test: what the case file says of it beyond the test (id, "

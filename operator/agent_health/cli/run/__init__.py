@@ -7,6 +7,7 @@ module                      what it holds
 :mod:`.handler`             the ``run`` handler: flags checked, suite loaded, run, report
 :mod:`.execution`           the run in the event loop: ledger, agents, judge, session
 :mod:`.reporting`           what the handler adds to the report; the ledger line
+:mod:`.archive`             the run's history: opened beside the run, recorded after it
 :mod:`.catalog`             ``list`` (and ``run --list``): the tests, not run
 :mod:`.suite`               what both read first: config, discovery, case-file strictness
 ==========================  ====================================================

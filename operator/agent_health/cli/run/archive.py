@@ -139,9 +139,11 @@ def _line(opened: history.History, recorded: list[history.Recorded], suite: str 
     again = "" if all(r.new for r in recorded) else " (already there)"
     parts = []
     for one in recorded:
-        newest = opened.runs(agent=one.agent, suite=suite, limit=TREND_RUNS) if one.agent else [
-            run for run in opened.runs(suite=suite, limit=TREND_RUNS) if run.agent is None
-        ]  # fmt: skip
+        newest = (
+            opened.runs(agent=one.agent, suite=suite, limit=TREND_RUNS)
+            if one.agent
+            else [run for run in opened.runs(suite=suite, limit=TREND_RUNS) if run.agent is None]
+        )
         parts.append(_trend(one.agent, newest))
     said = f"history: run {uids} recorded{again} in {where}; " + "; ".join(parts)
     return visible.line(said)

@@ -132,6 +132,13 @@ def add_command(sub: Any) -> None:
     )
     run.add_argument("--fail-on-flaky", action="store_true", help="exit 1 when any test is flaky")
     run.add_argument(
+        "--quarantine",
+        metavar="FILE",
+        help="report the tests this file names (agent-health flaky --quarantine FILE) apart: "
+        "shown, never counted in the pass rate or the exit code (default: quarantine= in the "
+        "config)",
+    )
+    run.add_argument(
         "--max-cost",
         type=float,
         metavar="USD",

@@ -72,6 +72,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     paths = [Path(p) for p in args.paths]
     config = suite_mod.load_config(args, paths)
     config_file = suite_mod.config_path(args, paths)
+    quarantined = _quarantined(args, config, config_file)
     # Checked now: a URL that cannot name a history is a usage error before anything runs.
     where = common.history_location(
         args, config_file=config_file, configured=config.history, start=paths[0]
@@ -193,8 +194,10 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if recording is not None:
         replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
         what_ran = what_ran.model_copy(update=replayed)
+    from agent_health.engine import quarantine
+
     report = RunReport.build(
-        reporting.with_cells(outcome.results, recorded),
+        quarantine.apply(reporting.with_cells(outcome.results, recorded), quarantined),
         duration_ms=outcome.duration_ms,
         repeats=args.repeat,
         load_errors=[*load_errors, *outcome.hook_errors],
@@ -218,14 +221,20 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     written = common.write_reports(outputs, report, console)
     if recorded is not None:
         reporting.print_ledger(recorded, console, err_console)
-    if consoles.stdout.gone:
-        _output_closed(report, outputs, recorded, err_console)
-        return common.EXIT_PIPE_CLOSED
+    gone = consoles.stdout.gone  # what is printed after this is dropped, never an error
     if outcome.misdirected is not None:  # the agent is not where, or not what, it was said
+        if pending is not None:
+            pending.close()  # a run that never reached its agent is not recorded
+        if gone:
+            _output_closed(report, outputs, recorded, err_console)
+            return common.EXIT_PIPE_CLOSED
         err_console.print(f"error: {outcome.misdirected}", markup=False, highlight=False)
         return common.EXIT_USAGE
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
     code = common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+    code = common.EXIT_PIPE_CLOSED if gone else code
+    if gone:
+        _output_closed(report, outputs, recorded, err_console)
     if pending is not None:
         json_path = next((path for kind, path in outputs if kind == "json"), None)
         archive.keep(
@@ -264,6 +273,27 @@ def _output_closed(
         kept.append(f"ledger {recorded.url}")
     where = f"; kept: {', '.join(kept)}" if kept else "; no report file was asked for"
     err_console.print(f"warning: {OUTPUT_CLOSED}: {what}{where}", markup=False)
+
+
+def _quarantined(
+    args: argparse.Namespace, config: config_mod.Config, config_file: Path | None
+) -> set[str]:
+    """The ids of the quarantine file (``--quarantine``, else the config's ``quarantine=``,
+    relative to the config file's folder); a file that cannot be read is a usage error."""
+    if args.quarantine:
+        path = Path(args.quarantine)
+    elif config.quarantine:
+        path = Path(config.quarantine)
+        if not path.is_absolute() and config_file is not None:
+            path = config_file.parent / path
+    else:
+        return set()
+    from agent_health.engine import quarantine
+
+    try:
+        return quarantine.read(path)
+    except quarantine.QuarantineError as err:
+        raise common.UsageError(str(err)) from err
 
 
 def _export(

@@ -33,6 +33,8 @@ from agent_health.engine import entries, offtrack, visible
 from agent_health.engine.report import RunReport
 
 LOAD_ERROR = "load error"
+QUARANTINED = ("failed", "errored", "flaky")
+"""Outcomes of a quarantined test that JUnit shows as skipped (with why), never as failing."""
 
 
 def _failed_signals(test: dict[str, Any]) -> list[dict[str, Any]]:
@@ -74,7 +76,15 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
         time=f"{test['duration_ms'] / 1000:.3f}",
     )
     _properties(case, test)
-    if test["status"] == "failed":
+    if test.get("quarantined") and test["status"] in QUARANTINED:
+        # Shown, not gating: a CI system reading JUnit must not fail the build on it.
+        reason = test.get("error") or "; ".join(f["name"] for f in _failed_signals(test))
+        _add(
+            case,
+            "skipped",
+            message=f"quarantined ({test['status']}): {reason or test['status']}",
+        )
+    elif test["status"] == "failed":
         failed = _failed_signals(test)
         # An error after the failed checks (the body raised, the agent failed) is the test's
         # too: a failure, with that error said after the checks it came after.
@@ -192,6 +202,8 @@ def _properties(case: ET.Element, test: dict[str, Any]) -> None:
         found.append(("flaky", "true"))
     if test.get("replayed"):
         found.append(("replayed", "true"))
+    if test.get("quarantined"):
+        found.append(("quarantined", "true"))
     if found:
         props = _add(case, "properties")
         for name, value in found:
@@ -209,16 +221,28 @@ def _add(parent: ET.Element, tag: str, **attributes: str) -> ET.Element:
     return ET.SubElement(parent, tag, {k: visible.block(v) for k, v in attributes.items()})
 
 
+def _tally(tests: list[dict[str, Any]]) -> dict[str, int]:
+    """The testcases' outcomes as written: a quarantined test that did not pass is skipped."""
+    apart = [t for t in tests if t.get("quarantined") and t["status"] in QUARANTINED]
+    kept = [t for t in tests if not (t.get("quarantined") and t["status"] in QUARANTINED)]
+    return {
+        "failures": sum(t["status"] == "failed" for t in kept),
+        "errors": sum(t["status"] == "errored" for t in kept),
+        "skipped": sum(t["status"] == "skipped" for t in kept) + len(apart),
+    }
+
+
 def render(report: RunReport) -> bytes:
     s = report.summary
     load_errors = list(s.load_errors)
+    tally = _tally(report.tests)
     root = ET.Element(
         "testsuites",
         name="agent-health",
-        tests=str(s.total + len(load_errors)),
-        failures=str(s.failed),
-        errors=str(s.errored + len(load_errors)),
-        skipped=str(s.skipped),
+        tests=str(len(report.tests) + len(load_errors)),
+        failures=str(tally["failures"]),
+        errors=str(tally["errors"] + len(load_errors)),
+        skipped=str(tally["skipped"]),
         time=f"{s.duration_ms / 1000:.3f}",
     )
     by_file: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -234,9 +258,9 @@ def render(report: RunReport) -> bytes:
             "testsuite",
             name=file,
             tests=str(len(tests) + len(errors)),
-            failures=str(sum(t["status"] == "failed" for t in tests)),
-            errors=str(sum(t["status"] == "errored" for t in tests) + len(errors)),
-            skipped=str(sum(t["status"] == "skipped" for t in tests)),
+            failures=str(_tally(tests)["failures"]),
+            errors=str(_tally(tests)["errors"] + len(errors)),
+            skipped=str(_tally(tests)["skipped"]),
             time=f"{sum(t['duration_ms'] for t in tests) / 1000:.3f}",
         )
         replayed = report.provenance.replay if report.provenance else None

@@ -158,6 +158,14 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
         f"{s.skipped} skipped" + (f" ({s.judge_only} judge only)" if s.judge_only else ""),
     ]
+    if s.quarantined is not None:
+        q = s.quarantined
+        bad = [f"{n} {what}" for what, n in (("failed", q.failed + q.flaky),
+                                              ("errored", q.errored)) if n]  # fmt: skip
+        parts.append(
+            f"{q.passed + q.failed + q.errored + q.skipped + q.flaky} quarantined"
+            + (f" ({', '.join(bad)}: not counted)" if bad else "")
+        )
     rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}" + style.ci(s.pass_rate_interval)
     score = "n/a" if s.score is None else f"{s.score:.2f}" + style.ci(s.score_interval, ".2f")
     if s.score is not None and s.scored < s.total:

@@ -37,6 +37,8 @@ def failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> Non
         statuses = {t["status"] for t in failing}
         status = next(s for s in ("failed", "errored", "flaky") if s in statuses)
         head = f"\n[{style.COLOR[status]}]{status.upper()}[/] {style.shown(test_id)}"
+        if any(t.get("quarantined") for t in failing):
+            head += " [dim](quarantined: reported apart, does not gate)[/]"
         if repeats > 1:
             head += style.shown(f" — {_which(failing, runs[test_id], repeats)}")
         console.print(head, highlight=False)
