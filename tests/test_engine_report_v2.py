@@ -123,6 +123,7 @@ async def test_provenance_says_what_ran(
         "git_commit": commit,
         "git_dirty": False,
         "git_branch": branch,
+        "name": ".",  # the suite's folder within its checkout: the top
     }
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", p["run_id"])
     assert p["run_id"] != dirty.report["provenance"]["run_id"]  # each run its own

@@ -20,6 +20,8 @@ from typing import IO, TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from agent_health import history
+    from agent_health.engine import compare
     from agent_health.engine.report import RunReport
     from agent_health.history import location
     from agent_health.ledger import store
@@ -363,3 +365,98 @@ def history_to_read(args: argparse.Namespace) -> location.Location:
             f"the history is turned off (history=False in {config_file}); pass --history URL"
         )
     return where
+
+
+def compare_flags(parser: argparse.ArgumentParser | Any) -> None:
+    """The gates and statistics of ``compare``, which ``run --baseline`` takes too."""
+    parser.add_argument(
+        "--max-pass-rate-drop",
+        type=float,
+        default=0.0,
+        help="largest allowed pass-rate drop as a fraction, e.g. 0.05 (5 percentage points; "
+        "default 0: any drop fails)",
+    )
+    parser.add_argument(
+        "--max-score-drop",
+        type=float,
+        help="largest allowed mean-score drop (default: no gate)",
+    )
+    parser.add_argument(
+        "--max-errored-rise",
+        type=int,
+        default=0,
+        help="largest allowed rise in the number of errored tests (default 0: any rise fails)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level of the paired tests; their intervals are at 1 - alpha "
+        "(default 0.05)",
+    )
+    parser.add_argument(
+        "--gate",
+        choices=("thresholds", "significant"),
+        default="thresholds",
+        help="thresholds (default): fail on any drop beyond the --max-* thresholds; "
+        "significant: fail only on a drop the paired test finds significant at --alpha "
+        "(and beyond the thresholds)",
+    )
+    parser.add_argument(
+        "--max-conversations-worse",
+        type=int,
+        help="most conversations allowed to get worse: more turns, goal-met lost, or now "
+        "gave-up/max-turns (default: named, no gate)",
+    )
+
+
+def compare_gates(args: argparse.Namespace) -> dict[str, Any]:
+    """The gates of :func:`compare_flags`, checked: keyword arguments of ``compare``."""
+    if (
+        args.max_pass_rate_drop < 0
+        or (args.max_score_drop is not None and args.max_score_drop < 0)
+        or args.max_errored_rise < 0
+        or (args.max_conversations_worse is not None and args.max_conversations_worse < 0)
+    ):
+        raise UsageError(
+            "--max-pass-rate-drop, --max-score-drop, --max-errored-rise and "
+            "--max-conversations-worse must not be negative"
+        )
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha must be between 0 and 1 (e.g. 0.05), got {args.alpha:g}")
+    return {
+        "max_pass_rate_drop": args.max_pass_rate_drop,
+        "max_score_drop": args.max_score_drop,
+        "max_errored_rise": args.max_errored_rise,
+        "alpha": args.alpha,
+        "gate": args.gate,
+        "max_conversations_worse": args.max_conversations_worse,
+    }
+
+
+def show_comparison(result: compare.Comparison, consoles: Consoles, *, as_json: bool) -> int:
+    """Print what ``compare`` found; its exit code (1 on a regression)."""
+    if as_json:
+        from agent_health.ledger import strictjson
+
+        payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
+        sys.stdout.write(strictjson.dumps(payload, indent=2) + "\n")
+    else:
+        from agent_health.engine import compare_render, visible
+
+        for line in compare_render.render(result):  # test names come from the reports' files
+            consoles.out.print(visible.line(line), markup=False)
+    return EXIT_FAILED if result.regressed else EXIT_OK
+
+
+def baseline_line(run: history.Run, which: str) -> str:
+    """``baseline: last-green = run ID of triage (2025-01-01 12:00 UTC, pass rate 80%)``."""
+    from agent_health.engine import visible
+
+    agent = run.agent.label if run.agent is not None else "no agent"
+    rate = "n/a" if run.pass_rate is None else f"{run.pass_rate:.0%}"
+    commit = f", commit {run.git_commit[:12]}" if run.git_commit else ""
+    return visible.line(
+        f"baseline: {which} = run {run.uid} of {agent} ({run.started_at:%Y-%m-%d %H:%M} UTC, "
+        f"pass rate {rate}{commit}) from the history"
+    )

@@ -19,53 +19,32 @@ HTML_DIR = "agent-health-report"  # reporters.DEFAULT_PATHS["html"], named here 
 
 
 def add_commands(sub: Any) -> None:
-    cmp = sub.add_parser("compare", help="compare two JSON reports; non-zero on a regression")
-    cmp.add_argument("base", help="the baseline report (agent-health run --reporter json:...)")
-    cmp.add_argument("new", help="the report to check against it")
-    cmp.add_argument(
-        "--max-pass-rate-drop",
-        type=float,
-        default=0.0,
-        help="largest allowed pass-rate drop as a fraction, e.g. 0.05 (5 percentage points; "
-        "default 0: any drop fails)",
+    cmp = sub.add_parser(
+        "compare",
+        help="compare two JSON reports (or one with a baseline from the history); non-zero on "
+        "a regression",
     )
     cmp.add_argument(
-        "--max-score-drop",
-        type=float,
-        help="largest allowed mean-score drop (default: no gate)",
+        "reports",
+        nargs="+",
+        metavar="BASE.json NEW.json",
+        help="the baseline report and the report to check against it (with --baseline: NEW.json "
+        "alone)",
     )
     cmp.add_argument(
-        "--max-errored-rise",
-        type=int,
-        default=0,
-        help="largest allowed rise in the number of errored tests (default 0: any rise fails)",
+        "--baseline",
+        metavar="last|last-green|RUN_ID",
+        help="take BASE from the history: the newest run of NEW's agent and suite, the newest "
+        "that passed whole (exit code 0), or a run by id (agent-health history lists them)",
     )
-    cmp.add_argument(
-        "--alpha",
-        type=float,
-        default=0.05,
-        help="significance level of the paired tests; their intervals are at 1 - alpha "
-        "(default 0.05)",
-    )
-    cmp.add_argument(
-        "--gate",
-        choices=("thresholds", "significant"),
-        default="thresholds",
-        help="thresholds (default): fail on any drop beyond the --max-* thresholds; "
-        "significant: fail only on a drop the paired test finds significant at --alpha "
-        "(and beyond the thresholds)",
-    )
+    common.history_flag(cmp)
+    cmp.add_argument("--config", help="config file naming the history (default: found upward)")
+    common.compare_flags(cmp)
     cmp.add_argument(
         "--allow-replayed",
         action="store_true",
         help="gate on a NEW report made by run --replay (its agent.run() answers came from a "
         "recording; without this flag such a NEW is refused, exit 2)",
-    )
-    cmp.add_argument(
-        "--max-conversations-worse",
-        type=int,
-        help="most conversations allowed to get worse: more turns, goal-met lost, or now "
-        "gave-up/max-turns (default: named, no gate)",
     )
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(handler=compare)
@@ -95,45 +74,58 @@ def add_commands(sub: Any) -> None:
 
 
 def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import compare, compare_render
+    from agent_health.engine import compare
 
-    if (
-        args.max_pass_rate_drop < 0
-        or (args.max_score_drop is not None and args.max_score_drop < 0)
-        or args.max_errored_rise < 0
-        or (args.max_conversations_worse is not None and args.max_conversations_worse < 0)
-    ):
-        raise common.UsageError(
-            "--max-pass-rate-drop, --max-score-drop, --max-errored-rise and "
-            "--max-conversations-worse must not be negative"
-        )
-    if not 0 < args.alpha < 1:
-        raise common.UsageError(f"--alpha must be between 0 and 1 (e.g. 0.05), got {args.alpha:g}")
+    gates = common.compare_gates(args)
+    if args.baseline:
+        if len(args.reports) != 1:
+            raise common.UsageError(
+                "compare --baseline takes NEW.json alone: BASE comes from the history"
+            )
+        return _against_history(args, consoles, Path(args.reports[0]), gates)
+    if len(args.reports) != 2:
+        raise common.UsageError("compare takes BASE.json NEW.json (or NEW.json with --baseline)")
+    base, new = (Path(p) for p in args.reports)
     try:
-        result = compare.compare_files(
-            Path(args.base),
-            Path(args.new),
-            max_pass_rate_drop=args.max_pass_rate_drop,
-            max_score_drop=args.max_score_drop,
-            max_errored_rise=args.max_errored_rise,
-            alpha=args.alpha,
-            gate=args.gate,
-            allow_replayed=args.allow_replayed,
-            max_conversations_worse=args.max_conversations_worse,
-        )
+        result = compare.compare_files(base, new, allow_replayed=args.allow_replayed, **gates)
     except compare.CompareError as err:
         raise common.UsageError(str(err)) from err
-    if args.json:
-        from agent_health.ledger import strictjson
+    return common.show_comparison(result, consoles, as_json=args.json)
 
-        payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
-        sys.stdout.write(strictjson.dumps(payload, indent=2) + "\n")
-    else:
-        from agent_health.engine import visible
 
-        for line in compare_render.render(result):  # test names come from the reports' files
-            consoles.out.print(visible.line(line), markup=False)
-    return common.EXIT_FAILED if result.regressed else common.EXIT_OK
+def _against_history(
+    args: argparse.Namespace, consoles: common.Consoles, path: Path, gates: dict[str, Any]
+) -> int:
+    """``compare --baseline``: BASE rebuilt from the history, of NEW's agent and suite."""
+    from agent_health import history
+    from agent_health.engine import compare
+
+    new = compare.load(path)
+    if (new.get("matrix") or {}).get("agents"):
+        raise common.UsageError(
+            f"{path} is an agent matrix: compare --baseline compares one agent's run with "
+            "that agent's baseline; compare two saved reports instead"
+        )
+    provenance = new.get("provenance") or {}
+    agent = (provenance.get("agent") or {}).get("name")
+    suite = (provenance.get("suite") or {}).get("name")
+    where = common.history_to_read(args)
+    try:
+        with history.open_history(where, create=False) as opened:
+            run, result = opened.compare(
+                args.baseline,
+                new,
+                agent=agent,
+                suite=suite,
+                new_file=str(path),
+                allow_replayed=args.allow_replayed,
+                **gates,
+            )
+    except (history.HistoryError, compare.CompareError) as err:
+        raise common.UsageError(str(err)) from err
+    if not args.json:
+        consoles.out.print(common.baseline_line(run, args.baseline), markup=False)
+    return common.show_comparison(result, consoles, as_json=args.json)
 
 
 def _read(path: Path) -> Any:

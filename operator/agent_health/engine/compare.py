@@ -230,6 +230,39 @@ def compare(
     return result.model_copy(update={"regressions": reasons + talks})
 
 
+def without(report: Mapping[str, Any], ids: set[str]) -> dict[str, Any]:
+    """``report`` without the tests ``ids`` names, its summary counted again from the tests
+    left (counts, errored by cause, pass rate, score, tokens, cost): what ``compare`` reads
+    of both sides when a run quarantines tests."""
+    from agent_health.engine import report as report_mod
+
+    tests = [t for t in report["tests"] if str(t["id"]) not in ids]
+    counts = dict.fromkeys(("passed", "failed", "errored", "skipped", "flaky"), 0)
+    causes = dict.fromkeys(("agent", "judge", "test", "infra"), 0)
+    for t in tests:
+        counts[t["status"]] = counts.get(t["status"], 0) + 1
+        if t["status"] == "errored" and t.get("cause") in causes:
+            causes[t["cause"]] += 1
+    scores = [t["score"] for t in tests if isinstance(t.get("score"), int | float)]
+    metrics = [t.get("metrics") or {} for t in tests]
+    tokens = [m["total_tokens"] for m in metrics if isinstance(m.get("total_tokens"), int)]
+    costs = [m["cost_usd"] for m in metrics if isinstance(m.get("cost_usd"), int | float)]
+    summary = {
+        **report["summary"],
+        "total": len(tests),
+        **{k: v for k, v in counts.items() if k != "flaky"},
+        "flaky_count": counts["flaky"],
+        "errored_by_cause": causes,
+        "pass_rate": report_mod.pass_rate(
+            counts["passed"], counts["failed"], causes["agent"], counts["flaky"]
+        ),
+        "score": round(sum(scores) / len(scores), 6) if scores else None,
+        "tokens": sum(tokens) if tokens else None,
+        "cost_usd": round(sum(costs), 8) if costs else None,
+    }
+    return {**report, "summary": summary, "tests": tests}
+
+
 def _conversations_worse(result: Comparison, allowed: int | None) -> list[str]:
     """The regression of ``--max-conversations-worse``, if it is given and exceeded."""
     worse = {(c.id, c.repeat) for c in result.conversation_changes if c.worse}

@@ -61,6 +61,12 @@ class SuiteInfo(BaseModel):
     git_branch: str | None = Field(
         default=None, description="the branch checked out; None when detached or outside git"
     )
+    name: str | None = Field(
+        default=None,
+        description="which suite this is, the same on every machine: the config file's folder "
+        "relative to the top of its git checkout (else its absolute path); the history's "
+        "baselines and trends are of one suite",
+    )
 
 
 class Selection(BaseModel):
@@ -79,6 +85,19 @@ class GitState(NamedTuple):
     commit: str | None
     dirty: bool | None
     branch: str | None = None
+
+
+def suite_name(folder: Path) -> str:
+    """Which suite a run is (:attr:`SuiteInfo.name`): ``folder`` relative to the top of its
+    git checkout (the same on a laptop and in CI), else its absolute path. Blocking (git)."""
+    here = Path(folder).resolve()
+    top = _git(here if here.is_dir() else here.parent, "rev-parse", "--show-toplevel")
+    if not top:
+        return str(here)
+    try:
+        return here.relative_to(Path(top).resolve()).as_posix() or "."
+    except ValueError:
+        return str(here)
 
 
 class Provenance(BaseModel):
@@ -207,9 +226,11 @@ def collect(
     git: GitState | None = None,
     selection: Selection | None = None,
     run: str | None = None,
+    suite: str | None = None,
 ) -> Provenance:
     """The provenance of a local run (blocking: reads files, and runs git unless ``git``
-    already holds what :func:`git_state` said). ``run``: its id (default: a new one)."""
+    already holds what :func:`git_state` said). ``run``: its id (default: a new one);
+    ``suite``: :func:`suite_name`."""
     commit, dirty, branch = git if git is not None else git_state(paths)
     return Provenance(
         run_id=run or run_id(started_at),
@@ -219,7 +240,11 @@ def collect(
         agent_health_version=version(),
         python_version=platform.python_version(),
         suite=SuiteInfo(
-            paths=[str(p) for p in paths], git_commit=commit, git_dirty=dirty, git_branch=branch
+            paths=[str(p) for p in paths],
+            git_commit=commit,
+            git_dirty=dirty,
+            git_branch=branch,
+            name=suite,
         ),
         config_file=str(config_file) if config_file is not None else None,
         config_hash=file_hash(config_file),

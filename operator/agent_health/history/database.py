@@ -217,13 +217,47 @@ class History:
             return queries.regressions(conn, runs=runs, agent=agent, label=label, since=since)
 
     def baseline(
-        self, which: str, *, agent: str | None = None, suite: str | None = None
+        self,
+        which: str,
+        *,
+        agent: str | None = None,
+        suite: str | None = None,
+        exclude: str | None = None,
     ) -> tuple[facts.Run, dict[str, Any]]:
         """A run to compare with, and its report rebuilt as ``compare`` reads one: ``last``
-        (the newest run of ``agent`` and ``suite``), ``last-green`` (the newest that passed
-        whole: exit code 0, nothing failed or errored) or a run's uid."""
+        (the newest run of ``agent`` and ``suite``, other than the run ``exclude``),
+        ``last-green`` (the newest that passed whole: exit code 0) or a run's uid."""
         with self._reading() as conn:
-            return queries.baseline(conn, which, agent=agent, suite=suite)
+            return queries.baseline(conn, which, agent=agent, suite=suite, exclude=exclude)
+
+    def compare(
+        self,
+        which: str,
+        new: dict[str, Any],
+        *,
+        agent: str | None = None,
+        suite: str | None = None,
+        new_file: str = "NEW",
+        **gates: Any,
+    ) -> tuple[facts.Run, Any]:
+        """``compare`` of ``new`` (a report's JSON shape) with the baseline ``which``
+        (:meth:`baseline`; never ``new`` itself when it is recorded already), with
+        ``compare``'s gates (``max_pass_rate_drop``, ``gate``, ``alpha``, ...). Tests that
+        ``new`` quarantines are left out of both sides. Returns the baseline run and the
+        :class:`agent_health.engine.compare.Comparison`."""
+        from agent_health.engine import compare
+
+        uid = (new.get("provenance") or {}).get("run_id")
+        run, base = self.baseline(which, agent=agent, suite=suite, exclude=uid)
+        apart = {str(t["id"]) for t in new["tests"] if t.get("quarantined")}
+        if apart:
+            base, new = compare.without(base, apart), compare.without(new, apart)
+        said = (
+            f"the history's {which} (run {run.uid})"
+            if which in ("last", "last-green")
+            else (f"the history's run {run.uid}")
+        )
+        return run, compare.compare(base, new, base_file=said, new_file=new_file, **gates)
 
     def count(self) -> tuple[int, int]:
         """(runs, results) the history holds."""

@@ -268,7 +268,7 @@ def _common(
     return {
         "group_uid": group,
         "source": context.source,
-        "suite": context.suite,
+        "suite": context.suite or suite.get("name"),
         "suite_hash": suite_hash(tests) if tests else None,
         "started_at": _utc(started),
         "ended_at": _utc(_time(provenance.get("ended_at"))),

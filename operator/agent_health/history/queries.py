@@ -828,12 +828,23 @@ errored, was flaky, interrupted or stopped by a budget)."""
 
 
 def baseline(
-    conn: sa.Connection, which: str, *, agent: str | None = None, suite: str | None = None
+    conn: sa.Connection,
+    which: str,
+    *,
+    agent: str | None = None,
+    suite: str | None = None,
+    exclude: str | None = None,
 ) -> tuple[facts.Run, dict[str, Any]]:
     """The run ``which`` names (``last``, ``last-green`` or a uid) and its report, rebuilt as
-    ``compare`` reads one (version 2: summary, provenance, a test entry per result)."""
+    ``compare`` reads one (version 2: summary, provenance, a test entry per result). ``last``
+    and ``last-green`` are of ``agent`` and ``suite`` (a run of no known suite, imported, is
+    of any), never the run ``exclude``."""
     if which in ("last", "last-green"):
-        query = _filtered(_runs_select(), agent=agent, suite=suite)
+        query = _filtered(_runs_select(), agent=agent)
+        if suite is not None:
+            query = query.where(sa.or_(runs_t.c.suite == suite, runs_t.c.suite.is_(None)))
+        if exclude is not None:
+            query = query.where(runs_t.c.uid != exclude)
         if which == "last-green":
             query = query.where(GREEN)
         row = conn.execute(_newest(query).limit(1)).mappings().first()

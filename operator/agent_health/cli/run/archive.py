@@ -11,10 +11,10 @@ is one warning line, and the run's reports and exit code stay what they were.
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from agent_health.cli import common
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,19 +30,15 @@ TREND_RUNS = 5
 class Pending:
     """The history being opened in a thread while the run goes on."""
 
-    def __init__(self, where: location.Location, folder: Path) -> None:
+    def __init__(self, where: location.Location) -> None:
         self.where = where
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
         self._opened = pool.submit(_open, where)
-        self._suite = pool.submit(suite_key, folder)
         pool.shutdown(wait=False)
 
     def opened(self) -> history.History:
         """The opened history (raises what opening it raised)."""
         return self._opened.result()
-
-    def suite(self) -> str:
-        return self._suite.result()
 
     def close(self) -> None:
         """Close the history once it is open (a run that stopped early never recorded)."""
@@ -60,34 +56,9 @@ def _close(done: concurrent.futures.Future[Any]) -> None:
         done.result().close()
 
 
-def prepare(where: location.Location | None, folder: Path) -> Pending | None:
+def prepare(where: location.Location | None) -> Pending | None:
     """Start opening the history (``None`` when there is none: nothing is made)."""
-    return Pending(where, folder) if where is not None else None
-
-
-def suite_key(folder: Path) -> str:
-    """Which suite a run is, for baselines and trends: its folder relative to the top of its
-    git checkout (the same on a laptop and in CI), else its absolute path."""
-    here = Path(os.path.abspath(folder))
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return str(here)
-    top = done.stdout.strip()
-    if done.returncode != 0 or not top:
-        return str(here)
-    try:
-        relative = here.resolve().relative_to(Path(top).resolve())
-    except ValueError:
-        return str(here)
-    return relative.as_posix() or "."
+    return Pending(where) if where is not None else None
 
 
 def keep(
@@ -108,7 +79,7 @@ def keep(
             ci = history.ci_from_env()
             context = history.RunContext(
                 source="ci" if ci is not None else "local",
-                suite=pending.suite(),
+                suite=_suite(report),
                 exit_code=code,
                 report_path=str(report_path.resolve()) if report_path is not None else None,
                 ci=ci,
@@ -127,6 +98,55 @@ def keep(
         )
         return
     console.print(line, markup=False)
+
+
+def gate(
+    pending: Pending,
+    report: RunReport,
+    which: str,
+    gates: dict[str, Any],
+    *,
+    code: int,
+    consoles: common.Consoles,
+) -> int:
+    """``run --baseline``: compare the run with the baseline from the history (before this
+    run is recorded), print what ``compare`` prints; the exit code, 1 on a regression. A
+    baseline that cannot be had is one warning line: the run's own exit code stands."""
+    from agent_health import history
+    from agent_health.engine import compare
+    from agent_health.history import ingest
+
+    data = ingest.report_data(report)
+    if (data.get("matrix") or {}).get("agents"):
+        consoles.err.print(
+            "warning: --baseline compares one agent's run; this agent matrix was not compared",
+            markup=False,
+        )
+        return code
+    provenance = report.provenance
+    agent = provenance.agent.name if provenance is not None and provenance.agent else None
+    try:
+        run, result = pending.opened().compare(
+            which,
+            data,
+            agent=agent,
+            suite=_suite(report),
+            new_file="this run",
+            **gates,
+        )
+    except (history.HistoryError, compare.CompareError) as err:
+        consoles.err.print(f"warning: no baseline comparison: {err}", markup=False)
+        return code
+    consoles.out.print(common.baseline_line(run, which), markup=False)
+    common.show_comparison(result, consoles, as_json=False)
+    if result.regressed and code in (common.EXIT_OK, common.EXIT_ERRORED, common.EXIT_BUDGET):
+        return common.EXIT_FAILED
+    return code
+
+
+def _suite(report: RunReport) -> str | None:
+    provenance = report.provenance
+    return provenance.suite.name if provenance is not None and provenance.suite else None
 
 
 def _line(opened: history.History, recorded: list[history.Recorded], suite: str | None) -> str:

@@ -84,6 +84,14 @@ def add_command(sub: Any) -> None:
         help="record nothing in the history (no file or folder is made)",
     )
     run.add_argument(
+        "--baseline",
+        metavar="last|last-green|RUN_ID",
+        help="then compare the run with a run from the history — the newest of this agent and "
+        "suite, the newest that passed whole, or one by id — with compare's gates (the flags "
+        "below); exit 1 on a regression",
+    )
+    common.compare_flags(run)
+    run.add_argument(
         "--replay",
         metavar="REPORT_OR_DIR",
         help="answer agent.run() from a recorded run (its JSON report, ledger directory or "

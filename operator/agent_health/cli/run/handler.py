@@ -73,6 +73,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     config = suite_mod.load_config(args, paths)
     config_file = suite_mod.config_path(args, paths)
     quarantined = _quarantined(args, config, config_file)
+    gates = _baseline_gates(args, recording)
     # Checked now: a URL that cannot name a history is a usage error before anything runs.
     where = common.history_location(
         args, config_file=config_file, configured=config.history, start=paths[0]
@@ -132,12 +133,13 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     # the state of the suite the run started from, at no cost to the run's length.
     git = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="git-state")
     git_state = git.submit(provenance.git_state, paths)
+    folder = config_file.parent if config_file is not None else paths[0]
+    suite_name = git.submit(provenance.suite_name, folder)
     git.shutdown(wait=False)
 
     # The history opens beside the run (SQLAlchemy's import, a first run's schema). A replay
     # is not recorded: the agent did not answer, so it says nothing of the agent's trend.
-    folder = config_file.parent if config_file is not None else paths[0]
-    pending = archive.prepare(where if recording is None else None, folder)
+    pending = archive.prepare(where if recording is None else None)
 
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
     # the collector stops going over it while tests run; put back for whatever runs after.
@@ -190,6 +192,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         ended_at=datetime.now(UTC),
         git=git_state.result(),
         selection=provenance.Selection(grep=args.grep, labels=list(args.label), shard=args.shard),
+        suite=suite_name.result(),
     )
     if recording is not None:
         replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
@@ -235,6 +238,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     code = common.EXIT_PIPE_CLOSED if gone else code
     if gone:
         _output_closed(report, outputs, recorded, err_console)
+    if pending is not None and gates is not None:
+        code = archive.gate(pending, report, args.baseline, gates, code=code, consoles=consoles)
     if pending is not None:
         json_path = next((path for kind, path in outputs if kind == "json"), None)
         archive.keep(
@@ -273,6 +278,24 @@ def _output_closed(
         kept.append(f"ledger {recorded.url}")
     where = f"; kept: {', '.join(kept)}" if kept else "; no report file was asked for"
     err_console.print(f"warning: {OUTPUT_CLOSED}: {what}{where}", markup=False)
+
+
+def _baseline_gates(
+    args: argparse.Namespace, recording: replay.Recording | None
+) -> dict[str, Any] | None:
+    """``compare``'s gates for ``--baseline`` (checked before anything runs); None without."""
+    if not args.baseline:
+        return None
+    if args.no_history:
+        raise common.UsageError(
+            "--baseline compares with a run from the history, and --no-history turns it off"
+        )
+    if recording is not None:
+        raise common.UsageError(
+            "--baseline gates the agent, and --replay does not call it: compare the replay's "
+            "report with `agent-health compare --allow-replayed` instead"
+        )
+    return common.compare_gates(args)
 
 
 def _quarantined(
