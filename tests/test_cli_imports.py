@@ -108,6 +108,10 @@ def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: 
         "agent_health.engine.runner",
         "agent_health.engine.reporters",
         "agent_health.traces.metrics",
+        # The history is recorded by run, never read by list.
+        "agent_health.history",
+        "sqlalchemy",
+        "alembic",
     )
 
 
@@ -203,3 +207,16 @@ def test_a_run_builds_the_models_every_test_uses_before_its_first_test(tmp_path:
     (tmp_path / "agent-health.config.py").write_text(INPROC_CONFIG)
     modules = imported_by(["run", str(tmp_path), "--no-ledger"], tmp_path)  # exit 0: passed
     assert "agent_health.engine.runner" in modules
+
+
+def test_a_run_without_a_history_loads_no_sqlalchemy_and_one_with_an_up_to_date_history_no_alembic(
+    suite: Path,
+) -> None:
+    modules = imported_by(["run", str(suite), "--no-history", "--no-ledger"], suite)
+    assert "agent_health.engine.runner" in modules
+    assert not loaded(modules, "sqlalchemy", "alembic", "agent_health.history.database")
+    first = imported_by(["run", str(suite), "--no-ledger"], suite)  # makes the history
+    assert "alembic" in first
+    again = imported_by(["run", str(suite), "--no-ledger"], suite)
+    assert "agent_health.history.ingest" in again  # it recorded the run
+    assert not loaded(again, "alembic")

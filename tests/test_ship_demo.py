@@ -90,3 +90,26 @@ def test_the_quickstart_runs_with_no_dev_package_importable(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "5 passed" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_second_demo_shows_a_trend_of_two(tmp_path: Path) -> None:
+    """What `make demo` runs, twice: the first run makes the history, the second says how the
+    pass rate moved (README, "Set up and run")."""
+    import os
+
+    env = {**os.environ, "AGENT_HEALTH_HISTORY": f"sqlite:///{tmp_path / 'history.db'}"}
+    lines = []
+    for i in range(2):
+        done = subprocess.run(
+            [sys.executable, "-m", "agent_health.cli", "run", "--ledger", f"file://{tmp_path}/{i}"],
+            cwd=ROOT / "examples" / "01-quickstart",
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines.append(next(line for line in done.stdout.splitlines() if line.startswith("history:")))
+    assert "triage: its first run here" in lines[0]
+    assert "triage over its last 2 runs: pass rate 100% → 100%" in lines[1]
