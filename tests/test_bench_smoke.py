@@ -204,3 +204,37 @@ def test_the_otel_benchmark_prints_export_on_and_off_and_what_the_receiver_got()
     assert "--otlp to a local receiver / export off: wall" in done.stdout
     assert "target <= 1.05" in done.stdout
     assert "the receiver got" in done.stdout
+
+
+HISTORY = ROOT / "bench" / "history.py"
+
+
+@pytest.mark.slow
+def test_the_history_benchmark_prints_each_part_with_its_target() -> None:
+    """bench/history.py at tiny sizes: recording with and without the history (both runs
+    passed, the history line said), the queries over a filled history, the bytes a result
+    takes."""
+    args = ["--n", "20", "--rounds", "1", "--warmup", "0", "--runs", "12", "--tests", "30"]
+    done = _bench([sys.executable, str(HISTORY), *args, "--repeat", "1", "--backend", "sqlite"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for line in (
+        "1. recording a 20-test run against a REST agent",
+        "the worst case: the same 20 tests against an instant in-process agent",
+        "ratio wall (with / without)",
+        "2. sqlite: 12 runs x 30 tests = 360 results",
+        "history (newest 20 runs)",
+        "history TEST (a steady test, 50 runs)",
+        "flaky (over the newest 50 runs)",
+        "3. size: ",
+        "bytes per result",
+    ):
+        assert line in out, out
+    assert "target <= 1.03" in out
+    assert "target <= 250" in out
+
+
+def test_the_history_benchmark_refuses_bad_sizes() -> None:
+    done = _bench([sys.executable, str(HISTORY), "--runs", "0"], timeout=60)
+    assert done.returncode == 2
+    assert "--runs must be at least 1" in done.stderr

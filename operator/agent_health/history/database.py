@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -41,6 +41,7 @@ WRITE = "agent_health_write"
 ATTEMPTS = 3
 """Tries of a recording that met another writer's rows (both inserting one new test)."""
 VERSION_KEY = "agent_health_version"
+T = TypeVar("T")
 
 
 def open_history(where: location_mod.Location | str, *, create: bool = True) -> History:
@@ -122,20 +123,32 @@ class History:
 
     # -- writes ----------------------------------------------------------------------------
 
+    def prepare(self, tests: Sequence[dict[str, Any]]) -> ingest.Known:
+        """Find or add the tests a run is about to run, in a transaction of their own, so
+        that recording the run at its end writes only the run and its results (``tests``:
+        ``id``, ``name``, ``file``, ``line``, ``labels``, ``content_hash`` each)."""
+        return self._retried(lambda conn: ingest.prepare(conn, tests))
+
     def record(
         self,
         report: RunReport | dict[str, Any],
         context: facts.RunContext | None = None,
+        known: ingest.Known | None = None,
     ) -> list[facts.Recorded]:
         """Record one run (an agent matrix: one run per agent, linked) in one transaction:
         its results, tests, agents, and the trend against the previous run of each agent.
-        A run already recorded (the same uid) is left as it is (``new`` false)."""
+        A run already recorded (the same uid) is left as it is (``new`` false). ``known``:
+        what :meth:`prepare` found before the run ended."""
         data = ingest.report_data(report)
         told = context or facts.RunContext()
+        return self._retried(lambda conn: ingest.record(conn, data, told, known))
+
+    def _retried(self, work: Callable[[sa.Connection], T]) -> T:
+        """``work`` in a writing transaction, tried again when it met another writer's rows."""
         for attempt in range(ATTEMPTS):
             try:
                 with self._writing() as conn:
-                    return ingest.record(conn, data, told)
+                    return work(conn)
             except errors.UnavailableError as err:
                 # Another writer added the same new test or agent first (PostgreSQL): the
                 # next try finds its rows.

@@ -19,6 +19,7 @@ without copying its test entries, or a saved report of version 1 or 2 as loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -69,10 +70,31 @@ def suite_hash(tests: Sequence[Mapping[str, Any]]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """The ids of tests and content hashes written before the run ended (:func:`prepare`)."""
+
+    tests: dict[str, int] = dataclasses.field(default_factory=dict)
+    contents: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def prepare(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> Known:
+    """Find or add the tests a run is about to run (and their content hashes), in their own
+    transaction while the run goes on: the run's own transaction at its end then writes only
+    the run and its results. ``tests`` are entries as the report will hold them (``id``,
+    ``name``, ``file``, ``line``, ``labels``, ``content_hash``)."""
+    return Known(tests=_test_ids(conn, tests), contents=_content_ids(conn, tests))
+
+
 def record(
-    conn: sa.Connection, data: Mapping[str, Any], context: facts.RunContext
+    conn: sa.Connection,
+    data: Mapping[str, Any],
+    context: facts.RunContext,
+    known: Known | None = None,
 ) -> list[facts.Recorded]:
-    """Write ``data`` (:func:`report_data`) as one run per agent; see the module docstring."""
+    """Write ``data`` (:func:`report_data`) as one run per agent; see the module docstring.
+    ``known``: what :func:`prepare` found (a test or hash it does not hold is looked up)."""
+    known = known or Known()
     provenance = data.get("provenance") or {}
     base = context.uid or provenance.get("run_id") or derived_uid(data)
     groups = _groups(data)
@@ -88,14 +110,17 @@ def record(
             done.append(facts.Recorded(uid=uid, agent=name, new=False, results=0))
             continue
         agent_id = _agent_id(conn, _agent_info(provenance, name), _version(context, name))
-        test_ids = _test_ids(conn, tests)
-        content_ids = _content_ids(conn, tests)
+        test_ids = dict(known.tests)
+        test_ids.update(_test_ids(conn, [t for t in tests if str(t["id"]) not in test_ids]))
+        content_ids = dict(known.contents)
+        unseen = [t for t in tests if str(t.get("content_hash") or "") not in content_ids]
+        content_ids.update(_content_ids(conn, unseen))
         row = {**common, **_counts(summary), "uid": uid, "agent_id": agent_id}
         run_id = _new_id(conn.execute(sa.insert(tables.runs).values(row)))
         rows = [_result(run_id, t, test_ids, content_ids) for t in tests]
         if rows:
             conn.execute(sa.insert(tables.results), rows)
-        _trends(conn, run_id)
+        _trends(conn, run_id, rows)
         done.append(facts.Recorded(uid=uid, agent=name, new=True, results=len(rows)))
     return done
 
@@ -199,12 +224,13 @@ def _test_ids(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> dict[s
 
 def _tests_found(conn: sa.Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
     table = tables.tests
+    columns = (table.c.id, table.c.title, table.c.file, table.c.line, table.c.labels)
     found: dict[str, dict[str, Any]] = {}
     for part in queries.chunks(keys):
-        for row in conn.execute(sa.select(table).where(table.c.key.in_(part))).mappings():
-            found[row["key"]] = {
-                field: row[field] for field in ("id", "title", "file", "line", "labels")
-            }
+        query = sa.select(table.c.key, *columns).where(table.c.key.in_(part))
+        for key, test_id, title, file, line, labels in conn.execute(query):
+            found[key] = {"id": test_id, "title": title, "file": file, "line": line,
+                          "labels": labels}  # fmt: skip
     return found
 
 
@@ -377,10 +403,20 @@ def _line(text: str) -> str:
     return flat if len(flat) <= MESSAGE_CHARS else flat[: MESSAGE_CHARS - 1] + "…"
 
 
-def _trends(conn: sa.Connection, run_id: int) -> None:
-    """The trend of the run just written, and of the next run of its agent and suite (when
-    this one was recorded out of order, it is that run's previous one now)."""
-    queries.renew_trend(conn, run_id)
+def _trends(conn: sa.Connection, run_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+    """The trend of the run just written (from its rows), and of the next run of its agent
+    and suite (when this one was recorded out of order, it is that run's previous one now)."""
+    entries = [
+        {
+            "id": str(row["test_id"]),
+            "repeat": row["repeat"],
+            "status": tables.STATUS_NAMES[row["status"]],
+            "cause": tables.CAUSE_NAMES.get(row["cause"]) if row["cause"] is not None else None,
+            "score": None,
+        }
+        for row in rows
+    ]
+    queries.renew_trend(conn, run_id, entries)
     following = queries.next_run(conn, run_id)
     if following is not None:
         queries.renew_trend(conn, following)

@@ -370,13 +370,19 @@ def next_run(conn: sa.Connection, run_id: int) -> int | None:
 
 
 def _paired(
-    conn: sa.Connection, previous: int, run_id: int, label: str | None = None
+    conn: sa.Connection,
+    previous: int,
+    run_id: int,
+    label: str | None = None,
+    after: list[dict[str, Any]] | None = None,
 ) -> facts.Trend | None:
-    """The paired test ``compare`` runs on the pass rate, between two runs' results."""
+    """The paired test ``compare`` runs on the pass rate, between two runs' results
+    (``after``: the newer run's entries when the caller holds them already)."""
     from agent_health.engine import pairing
 
     before = _entries(conn, previous, label)
-    after = _entries(conn, run_id, label)
+    if after is None:
+        after = _entries(conn, run_id, label)
     found = pairing.compare(
         [{**e, "score": None} for e in before], [{**e, "score": None} for e in after]
     ).pass_rate
@@ -386,10 +392,13 @@ def _paired(
     return _trend(uid, found.effect, found.p_value, found.method, found.tests)
 
 
-def renew_trend(conn: sa.Connection, run_id: int) -> None:
-    """Work out and keep a run's trend against its previous run."""
+def renew_trend(
+    conn: sa.Connection, run_id: int, entries: list[dict[str, Any]] | None = None
+) -> None:
+    """Work out and keep a run's trend against its previous run (``entries``: the run's own
+    results as ``compare``'s test entries, when the caller holds them)."""
     previous = _previous(conn, run_id)
-    trend = _paired(conn, previous, run_id) if previous is not None else None
+    trend = _paired(conn, previous, run_id, after=entries) if previous is not None else None
     conn.execute(
         sa.update(runs_t)
         .where(runs_t.c.id == run_id)
@@ -961,7 +970,8 @@ def count(conn: sa.Connection) -> tuple[int, int]:
 
 def prune(conn: sa.Connection, *, keep_days: float | None, keep_runs: int | None) -> int:
     """Delete the runs older than ``keep_days`` days, or past the newest ``keep_runs``, with
-    their results; then the tests, agents and content hashes no result refers to."""
+    their results; then the agents no run refers to. Tests and content hashes stay (a row
+    per test ever seen, and a run about to be recorded may have written them already)."""
     doomed: set[int] = set()
     if keep_days is not None:
         cutoff = datetime.now(UTC) - timedelta(days=keep_days)
@@ -975,11 +985,6 @@ def prune(conn: sa.Connection, *, keep_days: float | None, keep_runs: int | None
         conn.execute(sa.delete(results_t).where(results_t.c.run_id.in_(part)))
         conn.execute(sa.delete(runs_t).where(runs_t.c.id.in_(part)))
     if ids:
-        used_tests = sa.select(results_t.c.test_id).distinct()
-        conn.execute(sa.delete(labels_t).where(labels_t.c.test_id.not_in(used_tests)))
-        conn.execute(sa.delete(tests_t).where(tests_t.c.id.not_in(used_tests)))
-        used = sa.select(results_t.c.content_id).where(results_t.c.content_id.is_not(None))
-        conn.execute(sa.delete(contents_t).where(contents_t.c.id.not_in(used.distinct())))
         agents_used = sa.select(runs_t.c.agent_id).where(runs_t.c.agent_id.is_not(None))
         conn.execute(sa.delete(agents_t).where(agents_t.c.id.not_in(agents_used.distinct())))
     return len(ids)

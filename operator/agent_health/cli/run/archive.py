@@ -11,6 +11,7 @@ is one warning line, and the run's reports and exit code stay what they were.
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +31,24 @@ TREND_RUNS = 5
 class Pending:
     """The history being opened in a thread while the run goes on."""
 
-    def __init__(self, where: location.Location) -> None:
+    def __init__(self, where: location.Location, cases: Sequence[Any] = ()) -> None:
         self.where = where
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
         self._opened = pool.submit(_open, where)
+        self._known = pool.submit(_prepare, self._opened, list(cases))
         pool.shutdown(wait=False)
 
     def opened(self) -> history.History:
         """The opened history (raises what opening it raised)."""
         return self._opened.result()
+
+    def known(self) -> Any:
+        """The run's tests as written while it ran (``None`` when that could not be done:
+        recording looks them up itself)."""
+        try:
+            return self._known.result()
+        except Exception:  # said, if it matters, by the recording that follows
+            return None
 
     def close(self) -> None:
         """Close the history once it is open (a run that stopped early never recorded)."""
@@ -51,14 +61,31 @@ def _open(where: location.Location) -> history.History:
     return history.open_history(where)
 
 
+def _prepare(opened: concurrent.futures.Future[history.History], cases: list[Any]) -> Any:
+    """The run's tests written ahead (each as the report will hold it), while it runs."""
+    tests = [
+        {
+            "id": case.id,
+            "name": case.title,
+            "file": case.file,
+            "line": case.line,
+            "labels": list(case.labels),
+            "content_hash": case.content_hash,
+        }
+        for case in cases
+    ]
+    return opened.result().prepare(tests)
+
+
 def _close(done: concurrent.futures.Future[Any]) -> None:
     if done.exception() is None:
         done.result().close()
 
 
-def prepare(where: location.Location | None) -> Pending | None:
-    """Start opening the history (``None`` when there is none: nothing is made)."""
-    return Pending(where) if where is not None else None
+def prepare(where: location.Location | None, cases: Sequence[Any] = ()) -> Pending | None:
+    """Start opening the history and writing the run's tests (``cases``) ahead (``None``
+    when there is no history: nothing is made)."""
+    return Pending(where, cases) if where is not None else None
 
 
 def keep(
@@ -84,7 +111,7 @@ def keep(
                 report_path=str(report_path.resolve()) if report_path is not None else None,
                 ci=ci,
             )
-            recorded = opened.record(report, context)
+            recorded = opened.record(report, context, pending.known())
             line = _line(opened, recorded, context.suite)
         finally:
             opened.close()

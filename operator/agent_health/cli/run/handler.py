@@ -139,7 +139,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     # The history opens beside the run (SQLAlchemy's import, a first run's schema). A replay
     # is not recorded: the agent did not answer, so it says nothing of the agent's trend.
-    pending = archive.prepare(where if recording is None else None)
+    pending = archive.prepare(where if recording is None else None, cases)
 
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
     # the collector stops going over it while tests run; put back for whatever runs after.
