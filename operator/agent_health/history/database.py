@@ -494,9 +494,3 @@ def checkpoint(history: History) -> None:
     if history.location.kind == "sqlite":
         with history._translated(), history.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-
-
-def chunks(values: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
-    """``values`` in slices of at most ``size`` (bound parameters per statement stay low)."""
-    for start in range(0, len(values), size):
-        yield values[start : start + size]

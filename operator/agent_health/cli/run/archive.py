@@ -51,8 +51,9 @@ class Pending:
             return None
 
     def close(self) -> None:
-        """Close the history once it is open (a run that stopped early never recorded)."""
-        self._opened.add_done_callback(_close)
+        """Close the history once the work ahead is done (a run that stopped early records
+        nothing)."""
+        self._known.add_done_callback(lambda _done: _close(self._opened))
 
 
 def _open(where: location.Location) -> history.History:
