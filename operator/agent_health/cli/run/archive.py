@@ -29,31 +29,51 @@ TREND_RUNS = 5
 
 
 class Pending:
-    """The history being opened in a thread while the run goes on."""
+    """The history made ready in a thread beside the run: its modules imported while the
+    suite loads (:func:`warm`), then opened and the run's tests written while it runs
+    (:meth:`start`). Work that only waits for the agent leaves the thread the interpreter;
+    done while the event loop runs, the import (the most of it) would take the loop's turns."""
 
-    def __init__(self, where: location.Location, cases: Sequence[Any] = ()) -> None:
+    def __init__(self, where: location.Location) -> None:
         self.where = where
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
-        self._opened = pool.submit(_open, where)
-        self._known = pool.submit(_prepare, self._opened, list(cases))
-        pool.shutdown(wait=False)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
+        self._pool.submit(_import)
+        self._opened: concurrent.futures.Future[history.History] | None = None
+        self._known: concurrent.futures.Future[Any] | None = None
+
+    def start(self, cases: Sequence[Any]) -> None:
+        """Open the history and write the run's ``cases`` ahead, after the import."""
+        self._opened = self._pool.submit(_open, self.where)
+        self._known = self._pool.submit(_prepare, self._opened, list(cases))
+        self._pool.shutdown(wait=False)
 
     def opened(self) -> history.History:
         """The opened history (raises what opening it raised)."""
+        if self._opened is None:
+            raise RuntimeError("the history was never opened: Pending.start() first")
         return self._opened.result()
 
     def known(self) -> Any:
         """The run's tests as written while it ran (``None`` when that could not be done:
         recording looks them up itself)."""
         try:
-            return self._known.result()
+            return self._known.result() if self._known is not None else None
         except Exception:  # said, if it matters, by the recording that follows
             return None
 
     def close(self) -> None:
         """Close the history once the work ahead is done (a run that stopped early records
-        nothing)."""
-        self._known.add_done_callback(lambda _done: _close(self._opened))
+        nothing; one that never started opened nothing)."""
+        if self._known is None or self._opened is None:
+            self._pool.shutdown(wait=False)
+            return
+        opened = self._opened
+        self._known.add_done_callback(lambda _done: _close(opened))
+
+
+def _import() -> None:
+    """SQLAlchemy and the history's modules, imported (nothing is opened or made)."""
+    from agent_health.history import database  # noqa: F401
 
 
 def _open(where: location.Location) -> history.History:
@@ -83,10 +103,9 @@ def _close(done: concurrent.futures.Future[Any]) -> None:
         done.result().close()
 
 
-def prepare(where: location.Location | None, cases: Sequence[Any] = ()) -> Pending | None:
-    """Start opening the history and writing the run's tests (``cases``) ahead (``None``
-    when there is no history: nothing is made)."""
-    return Pending(where, cases) if where is not None else None
+def warm(where: location.Location | None) -> Pending | None:
+    """Start importing what the history needs (``None`` when there is no history)."""
+    return Pending(where) if where is not None else None
 
 
 def keep(

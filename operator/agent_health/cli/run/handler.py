@@ -78,6 +78,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     where = common.history_location(
         args, config_file=config_file, configured=config.history, start=paths[0]
     )
+    # SQLAlchemy's import starts while the suite loads. A replay is not recorded: the agent
+    # did not answer, so it says nothing of the agent's trend.
+    pending = archive.warm(where if recording is None and not args.list else None)
     suite = loader.load(paths, suite_mod.discovery_of(args, config))
     if not args.list:
         for note in loader.notes(suite):
@@ -137,9 +140,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     suite_name = git.submit(provenance.suite_name, folder)
     git.shutdown(wait=False)
 
-    # The history opens beside the run (SQLAlchemy's import, a first run's schema). A replay
-    # is not recorded: the agent did not answer, so it says nothing of the agent's trend.
-    pending = archive.prepare(where if recording is None else None, cases)
+    # The history opens beside the run (a first run's schema) and writes its tests ahead.
+    if pending is not None:
+        pending.start(cases)
 
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
     # the collector stops going over it while tests run; put back for whatever runs after.
