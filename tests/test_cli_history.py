@@ -327,3 +327,19 @@ def test_history_with_nothing_recorded_says_so(
     assert "no history at" in err
     assert "agent-health run" in err
     assert not (suite / ".agent-health").exists()
+
+
+def test_a_run_a_budget_stopped_is_recorded_with_what_finished_marked_so(
+    suite: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = f"sqlite:///{suite / '.agent-health' / 'history.db'}"
+    assert run(suite, "-j", "1", "--max-duration", "0.000001") == 4  # stopped by the budget
+    capsys.readouterr()
+    assert cli.main(["history", "--json", "--history", db]) == 0
+    (recorded,) = json.loads(capsys.readouterr().out)
+    assert recorded["budget_stop"] == "max_duration_s"  # the limit that stopped it
+    assert recorded["exit_code"] == 4
+    assert recorded["skipped"] >= 1  # what did not start is there, skipped (reason budget)
+    assert cli.main(["history", "--history", db]) == 0
+    out, _ = said(capsys)
+    assert "* interrupted or stopped by a budget" in out
