@@ -324,3 +324,17 @@ def test_a_report_without_results_still_builds() -> None:
     report = RunReport.build([], duration_ms=0.0)
     assert report.model_dump()["tests"] == []
     assert report.provenance is None
+
+
+def test_agent_healths_own_files_never_make_the_suite_dirty(tmp_path: Path) -> None:
+    # The history and the ledgers live in .agent-health/ beside the config: the suite's own
+    # runs must not turn it dirty for the next one.
+    (tmp_path / "test_a.py").write_text("x = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "suite")
+    (tmp_path / ".agent-health").mkdir()
+    (tmp_path / ".agent-health" / "history.db").write_bytes(b"x")
+    assert provenance.git_state([tmp_path]).dirty is False
+    (tmp_path / "test_b.py").write_text("y = 2\n")
+    assert provenance.git_state([tmp_path]).dirty is True
