@@ -359,6 +359,28 @@ def test_two_processes_writing_at_once_lose_nothing(url: str, tmp_path: Path) ->
         }
 
 
+def test_two_first_runs_at_once_both_find_the_schema(url: str, tmp_path: Path) -> None:
+    # Neither finds a schema: both migrate at once; one makes it, the other waits for it
+    # (SQLite's write lock) or finds it made when its own attempt fails (PostgreSQL).
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(tests=str(ROOT / "tests")))
+    writers = [
+        subprocess.Popen(
+            [sys.executable, str(script), url, name, "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("alpha", "beta", "gamma")
+    ]
+    for w in writers:
+        _, err = w.communicate(timeout=240)
+        assert w.returncode == 0, err
+    with history.open_history(url) as opened:
+        assert opened.count() == (3, 600)
+        assert opened.revision() == migrations.HEAD
+
+
 KILLED = textwrap.dedent(
     """
     import sys, time
