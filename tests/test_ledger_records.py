@@ -96,8 +96,8 @@ def test_bad_json_names_the_line() -> None:
 
 def test_unknown_version_says_to_upgrade() -> None:
     payload = records.to_object(every_kind()[4])
-    payload["version"] = 4
-    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 4.*upgrade"):
+    payload["version"] = 5
+    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 5.*upgrade"):
         records.parse_line(json.dumps(payload), 3)
 
 
@@ -191,3 +191,31 @@ def test_all_is_complete() -> None:
         if not name.startswith("_") and not isinstance(getattr(ledger_pkg, name), type(ledger_pkg))
     }
     assert set(ledger_pkg.__all__) == public
+
+
+def test_an_mcp_call_round_trips_at_version_4_and_names_a_peer_as_its_server() -> None:
+    call = records.McpRecord(
+        principal="target",
+        server="peer:time",
+        run_id="run-1",
+        session="s-1",
+        method="tools/call",
+        id=3,
+        name="get_current_time",
+        arguments={"timezone": "Europe/Oslo"},
+        result={"content": [{"type": "text", "text": "12:00"}], "isError": False},
+        result_bytes=80,
+        is_error=False,
+        status=200,
+        started_at=T0,
+        ended_at=T1,
+        time=T1,
+    )
+    line = records.dump_line(call)
+    assert json.loads(line)["version"] == 4
+    assert records.parse_line(line) == call
+    payload = {**json.loads(line), "server": "judge"}
+    with pytest.raises(errors.RecordError, match="'judge' is not an MCP server: use peer:NAME"):
+        records.parse_object(payload)
+    with pytest.raises(errors.RecordError, match="mcp record field 'version': Input should be 4"):
+        records.parse_object({**json.loads(line), "version": 3})

@@ -38,6 +38,8 @@ _FLAGS = {  # flag dest → settings field, for flags that map one to one
     "idle_timeout": "idle_timeout",
     "grace": "grace",
     "usage_max_bytes": "usage_max_bytes",
+    "mcp_max_bytes": "mcp_max_bytes",
+    "mcp_keep_bytes": "mcp_keep_bytes",
     "header_timeout": "header_timeout",
     "max_connections": "max_connections",
     "max_untrusted_calls": "max_untrusted_calls",
@@ -63,8 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--route",
         action="append",
         default=[],
-        metavar="principal=P,to=T,listen=HOST:PORT,upstream=URL",
-        help="one listener (repeatable); to= defaults to target",
+        metavar="principal=P,to=T,listen=HOST:PORT,upstream=URL[,protocol=mcp]",
+        help="one listener (repeatable); to= defaults to target; protocol=mcp on a route to a "
+        "peer reads its MCP calls into the ledger",
     )
     add("--config", help=f"JSON settings file (default: ${config.CONFIG_ENV} if set)")
     add("--ledger", help="ledger URL: file://DIR, configmap://NS/NAME, s3://... (default: none)")
@@ -132,6 +135,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--idle-timeout", type=float, help="max seconds of upstream silence (default 300)")
     add("--grace", type=float, help="seconds shutdown waits for exchanges (default 30)")
     add("--usage-max-bytes", type=int, help="bodies above this are not parsed for usage")
+    add(
+        "--mcp-max-bytes",
+        type=int,
+        help="the most bytes of one MCP message read (default 1 MiB); a longer one passes unread",
+    )
+    add(
+        "--mcp-keep-bytes",
+        type=int,
+        help="an MCP result or arguments past this many bytes are left out of its record "
+        "(default 64 KiB)",
+    )
     limits = parser.add_argument_group("limits (every listener is reachable by the target)")
     limits.add_argument(
         "--header-timeout",

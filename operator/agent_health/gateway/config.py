@@ -7,9 +7,13 @@ each peer, and ``controller → judge``. Routes are given as repeated flags::
 
     --route principal=controller,listen=127.0.0.1:15001,upstream=http://127.0.0.1:8080
     --route principal=target,to=peer:tools,listen=127.0.0.1:15002,upstream=http://127.0.0.1:9000
+    --route from=target,to=peer:time,listen=127.0.0.1:15003,upstream=http://127.0.0.1:9001/mcp,protocol=mcp
 
 or as JSON (``--config FILE`` or ``$AGENT_HEALTH_GATEWAY_CONFIG``) with the fields of
-:class:`Settings`.
+:class:`Settings`. A route to a peer with ``protocol=mcp`` is read as MCP's Streamable HTTP
+transport besides being recorded as exchanges (:mod:`~agent_health.gateway.mcpwire`): each
+``tools/call``, ``tools/list``, ``resources/read`` and ``prompts/get`` becomes an ``mcp``
+record.
 
 >>> parse_route("principal=controller,listen=127.0.0.1:15001,upstream=http://127.0.0.1:8080").to
 'target'
@@ -23,6 +27,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -45,7 +50,7 @@ through the gateway alone (the target shares the pod's loopback, but holds no to
 CONFIG_ENV = "AGENT_HEALTH_GATEWAY_CONFIG"
 NO_TOKEN, INVALID_TOKEN = "none", "invalid-token"  # the evidence of a call without a valid token
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
-_ROUTE_KEYS = {"principal", "from", "to", "listen", "upstream"}
+_ROUTE_KEYS = {"principal", "from", "to", "listen", "upstream", "protocol"}
 ENV_TOKEN = "env:"
 """Prefix of a token source that is an environment variable (``env:VAR``), not a file."""
 POOLED_CLASHES = ("cell", "run_id", "test_id", "repeat", "attempt", "agent", "key_file")
@@ -104,8 +109,19 @@ class Route(BaseModel):
         "the containers that mount its directory (a cell's controller, never its target)"
     )
     upstream: str = Field(description="base URL the calls are forwarded to")
+    protocol: Literal["http", "mcp"] = Field(
+        default="http",
+        description="mcp: the callee is an MCP server (Streamable HTTP), whose calls are "
+        "read and recorded one by one; only a route to a peer may say so",
+    )
 
     _check_principal = field_validator("principal", "to")(_principal)
+
+    @model_validator(mode="after")
+    def _mcp_to_a_peer(self) -> Route:
+        if self.protocol == "mcp" and not self.to.startswith("peer:"):
+            raise ValueError(f"protocol=mcp: only a route to a peer (to=peer:NAME), not {self.to}")
+        return self
 
     @field_validator("listen")
     @classmethod
@@ -208,6 +224,18 @@ class Settings(BaseModel):
     idle_timeout: float = Field(default=300.0, gt=0, description="max silence while streaming")
     grace: float = Field(default=30.0, ge=0, description="how long shutdown waits for exchanges")
     usage_max_bytes: int = Field(default=1024 * 1024, ge=0, description="larger bodies: no usage")
+    mcp_max_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="the most bytes of one MCP message read on a protocol=mcp route (a request "
+        "body, a JSON answer, one event); a longer one passes unread, its call so recorded",
+    )
+    mcp_keep_bytes: int = Field(
+        default=64 * 1024,
+        ge=256,
+        description="an MCP call's result or arguments past this many bytes of JSON are left "
+        "out of its record (marked cut; isError is still read)",
+    )
     # Limits: the target shares localhost with every listener, so each must hold under abuse.
     header_timeout: float = Field(
         default=30.0,
@@ -305,7 +333,8 @@ class Settings(BaseModel):
 
 
 def parse_route(text: str) -> Route:
-    """Parse one ``--route key=value,...`` flag (keys: principal|from, to, listen, upstream)."""
+    """Parse one ``--route key=value,...`` flag (keys: principal|from, to, listen, upstream,
+    protocol)."""
     fields: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
@@ -313,7 +342,7 @@ def parse_route(text: str) -> Route:
         if not sep or key not in _ROUTE_KEYS:
             raise errors.GatewayConfigError(
                 f"--route {text!r}: {part!r} is not one of "
-                "principal=, to=, listen=, upstream= (comma-separated)"
+                "principal=, to=, listen=, upstream=, protocol= (comma-separated)"
             )
         fields["principal" if key == "from" else key] = value.strip()
     try:

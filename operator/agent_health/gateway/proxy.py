@@ -13,6 +13,10 @@ An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON re
 upstream that breaks off a response already started aborts the caller's connection, so a
 truncated stream is never mistaken for a complete one. Both are recorded with ``error``.
 
+On a route to an MCP peer (``protocol=mcp``) each POST is also read as MCP as it passes
+(:mod:`~agent_health.gateway.mcpwire`, bounded like the usage reader): its calls become
+``mcp`` records, each as soon as its answer is in.
+
 A caller without a valid token is the target (evidence ``none``, or ``invalid-token`` when it
 presented one nobody was given). The gateway itself refuses, and records as refused (see
 :mod:`~agent_health.gateway.guard`): such a caller on a route to the judge when the route's
@@ -34,7 +38,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from agent_health.gateway import config, guard, otlp, recorder
+from agent_health.gateway import config, guard, mcpwire, otlp, recorder
 from agent_health.ledger import usage
 
 HOP_BY_HOP = frozenset({
@@ -76,6 +80,7 @@ class _State:
     sent: _Meter = field(default_factory=_Meter)
     received: _Meter = field(default_factory=_Meter)
     usage: usage.Reader | None = None
+    mcp: mcpwire.Reader | None = None
     status: int | None = None
     error: str | None = "the gateway stopped before the exchange finished"
 
@@ -123,6 +128,11 @@ class Proxy:
         self._token_required = route.to == "judge" and tokens.principal_of(route.principal)
         # A peer knows the gateway's calls by its own token; no other callee gets a token.
         self._via = tokens.token_of(route.to) if route.to.startswith("peer:") else None
+        self._mcp = (
+            mcpwire.Limits(settings.mcp_max_bytes, settings.mcp_keep_bytes)
+            if route.protocol == "mcp"
+            else None
+        )
         upstream = URL(route.upstream)
         # raw_path keeps the caller's percent-encoding and query exactly as sent.
         self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
@@ -175,9 +185,19 @@ class Proxy:
     ) -> web.StreamResponse:
         ticket = self._recorder.start(run_id) if self._recorder is not None else None
         state = _State()
+        if ticket is not None and self._mcp is not None and request.method == "POST":
+            state.mcp = mcpwire.Reader(
+                mcpwire.Caller(principal, evidence, self.route.to, run_id),
+                self._mcp,
+                ticket.note,
+                session=request.headers.get(mcpwire.SESSION_HEADER),
+                started_at=started_at,
+            )
         try:
             return await self._forward(request, run_id, state)
         finally:
+            if state.mcp is not None:
+                state.mcp.finish(state.error)
             if ticket is not None:
                 ticket.finish(
                     recorder.Observation(
@@ -214,8 +234,10 @@ class Proxy:
         if length is not None and length <= WHOLE_BODY_BYTES:
             body = await request.read()
             state.sent.update(body)
+            if state.mcp is not None:
+                state.mcp.request(body)
         elif request.body_exists:
-            body = self._body(request, state.sent)
+            body = self._body(request, state)
         try:
             upstream = await self._session.request(
                 request.method,
@@ -230,6 +252,12 @@ class Proxy:
             return self._failure(504 if isinstance(err, TimeoutError) else 502, state.error)
         try:
             state.status = upstream.status
+            if state.mcp is not None:
+                state.mcp.answer(
+                    upstream.status,
+                    upstream.headers.get("Content-Type"),
+                    upstream.headers.get(mcpwire.SESSION_HEADER),
+                )
             if upstream.status < 400 and request.method != "HEAD":
                 state.usage = usage.Reader(
                     upstream.headers.get("Content-Type"),
@@ -269,6 +297,8 @@ class Proxy:
         state.received.update(body)
         if state.usage is not None:
             state.usage.feed(body)
+        if state.mcp is not None:
+            state.mcp.response(body)
         headers.popall("Content-Length", None)
         response = web.Response(
             status=upstream.status, reason=upstream.reason, headers=headers, body=body
@@ -289,7 +319,7 @@ class Proxy:
         state: _State,
     ) -> str | None:
         """Copy the upstream body to the caller chunk by chunk; the error, if any."""
-        received, reader = state.received, state.usage
+        received, reader, calls = state.received, state.usage, state.mcp
         try:
             await response.prepare(request)
             while True:
@@ -309,15 +339,20 @@ class Proxy:
                 received.update(chunk)
                 if reader is not None:
                     reader.feed(chunk)
+                if calls is not None:
+                    calls.response(chunk)
                 await response.write(chunk)
             await response.write_eof()
         except ConnectionError as err:
             return f"the caller went away after {received.size} response bytes: {_detail(err)}"
         return None
 
-    async def _body(self, request: web.BaseRequest, meter: _Meter) -> AsyncIterator[bytes]:
+    async def _body(self, request: web.BaseRequest, state: _State) -> AsyncIterator[bytes]:
+        meter, calls = state.sent, state.mcp
         async for chunk in request.content.iter_any():
             meter.update(chunk)
+            if calls is not None:
+                calls.request(chunk)
             yield chunk
 
     async def _drain(self, request: web.BaseRequest, meter: _Meter) -> None:
@@ -327,7 +362,7 @@ class Proxy:
         try:
             async with asyncio.timeout(self.settings.connect_timeout):
                 async for chunk in request.content.iter_any():
-                    meter.update(chunk)
+                    meter.update(chunk)  # not read as MCP: the call reached no server
         except (TimeoutError, aiohttp.ClientError, OSError):
             return
 

@@ -86,7 +86,9 @@ _SEAL_BYTES = 120
 class _Cell:
     writer: chain.Writer
     meta: records.CellMeta
-    pending: list[Observation | records.SpansRecord] = field(default_factory=list)
+    pending: list[Observation | records.SpansRecord | records.McpRecord] = field(
+        default_factory=list
+    )
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
     drain: asyncio.Task[None] | None = None
     kick: asyncio.Event = field(default_factory=asyncio.Event)  # write the batch now
@@ -120,6 +122,12 @@ class Ticket:
         if not self._done.done():
             self._done.set_result(None)
             self._recorder._finish(self, observation)
+
+    def note(self, call: records.McpRecord) -> None:
+        """An MCP call read in this exchange, recorded as soon as its answer is in (before
+        the exchange's own record, which waits for the exchange to end)."""
+        if not self._done.done():
+            self._recorder._note_call(self, call)
 
 
 class Recorder:
@@ -244,7 +252,17 @@ class Recorder:
             return
         self._queue(ticket.cell, observation)
 
-    def _queue(self, cell: str, item: Observation | records.SpansRecord) -> None:
+    def _note_call(self, ticket: Ticket, call: records.McpRecord) -> None:
+        if ticket.cell is None:
+            self.unrouted += 1
+            return
+        if self._cells[ticket.cell].ended:
+            return  # counted with its exchange, which comes after cell-end too
+        self._queue(ticket.cell, call)
+
+    def _queue(
+        self, cell: str, item: Observation | records.SpansRecord | records.McpRecord
+    ) -> None:
         state = self._cells[cell]
         state.pending.append(item)
         if len(state.pending) >= BATCH_MAX:
@@ -280,15 +298,18 @@ class Recorder:
                 await self._mark(cell, state)  # at once: the gateway may not live to the end
 
     def _within_caps(
-        self, state: _Cell, exchanges: list[records.Exchange | records.SpansRecord]
-    ) -> list[records.Exchange | records.SpansRecord]:
+        self,
+        state: _Cell,
+        exchanges: list[records.Exchange | records.SpansRecord | records.McpRecord],
+    ) -> list[records.Exchange | records.SpansRecord | records.McpRecord]:
         """The records that fit the cell's caps; the rest are counted as dropped.
 
         The byte cap counts spans records too, but they may take at most half of it, and one
         that does not fit is left out alone, counted in :attr:`Recorder.spans_unrecorded`: the
         agent's spans are its own optional account, and flooding them must neither crowd out
-        the exchanges nor mark the cell incomplete (which grades it an infra error)."""
-        kept: list[records.Exchange | records.SpansRecord] = []
+        the exchanges nor mark the cell incomplete (which grades it an infra error). An
+        ``mcp`` record counts as an exchange: it is the target's traffic, recorded in full."""
+        kept: list[records.Exchange | records.SpansRecord | records.McpRecord] = []
         for item in exchanges:
             size = len(records.dump_line(item)) + _SEAL_BYTES if self.caps.bytes else 0
             if isinstance(item, records.SpansRecord):

@@ -13,6 +13,9 @@ its admin listener refused for want of the controller's token, or a call refused
 A version-1 reader meets such a record with "unknown record version 2; upgrade".
 Version 3 adds one kind, ``spans``: OpenTelemetry spans the agent exported to the gateway's
 OTLP receiver (docs/ledger.md); a cell without any is written at version 1 or 2 as before.
+Version 4 adds one kind, ``mcp``: a Model Context Protocol request (``tools/call``,
+``tools/list``, ``resources/read``, ``prompts/get``) the gateway read on its way to a peer
+declared ``protocol: mcp``, and its answer; a cell without MCP peers has none.
 
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
@@ -21,8 +24,8 @@ and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` 
 ``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``agent``, ``dropped``,
 ``dropped_why`` and ``dropped_cause`` of ``cell-meta``.
 
-Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange`` and ``spans``
-(any number, from the gateway), ``run-result`` and ``signal`` (from the controller),
+Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange``, ``spans`` and
+``mcp`` (any number, from the gateway), ``run-result`` and ``signal`` (from the controller),
 ``cell-end`` (last).
 """
 
@@ -45,12 +48,15 @@ from pydantic import (
 from agent_health.ledger import encoding, errors, strictjson
 from agent_health.ledger import usage as usage_parser
 
-VERSION: Literal[3] = 3
+VERSION: Literal[4] = 4
 """The newest version this code writes (see the module docstring for which records need it)."""
 BASE_VERSION: Literal[1] = 1
 """The version of every record that needs nothing newer."""
-SUPPORTED_VERSIONS = frozenset({1, 2, 3})
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
 SPANS_VERSION: Literal[3] = 3  # the kind is new in it
+MCP_VERSION: Literal[4] = 4  # the kind is new in it
+MCP_METHODS = ("tools/call", "tools/list", "resources/read", "prompts/get")
+"""The MCP requests the gateway records, one ``mcp`` record each."""
 GATEWAY = "gateway"
 """The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
@@ -202,6 +208,72 @@ class SpansRecord(_Record):
         return _check_principal(value)
 
 
+class McpRecord(_Record):
+    """One MCP request the gateway read on a route to a peer declared ``protocol: mcp``, and
+    what answered it (version 4): who asked which server for which tool, with which
+    arguments, and what came back. The gateway reads each message as strictly as every other
+    byte an agent sends (:mod:`agent_health.ledger.strictjson`, the MCP SDK's types) and
+    within the same bounds; what it could not read is said in ``problem``, never guessed."""
+
+    kind: Literal["mcp"] = "mcp"
+    version: Literal[4] = MCP_VERSION  # type: ignore[assignment]
+    principal: str = Field(description="the caller (the target, unless a token says else)")
+    evidence: str = Field(default="none", description="id of the caller's token, or none")
+    server: str = Field(description="the MCP server called: peer:NAME")
+    run_id: str | None = None
+    session: str | None = Field(
+        default=None, description="the Mcp-Session-Id the call carried (or was given)"
+    )
+    method: str = Field(description="tools/call, tools/list, resources/read or prompts/get")
+    id: int | str | None = Field(default=None, description="the JSON-RPC request id")
+    name: str | None = Field(
+        default=None, description="the tool or prompt called; the uri of resources/read"
+    )
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description="tools/call and prompts/get: the arguments sent; left out past the "
+        "gateway's --mcp-keep-bytes (arguments_cut)",
+    )
+    arguments_cut: bool = Field(default=False, description="the arguments are not kept")
+    result: dict[str, Any] | None = Field(
+        default=None,
+        description="the JSON-RPC result; left out past the gateway's --mcp-keep-bytes "
+        "(result_cut; is_error is still read)",
+    )
+    result_bytes: int = Field(
+        default=0, ge=0, description="bytes of the JSON answer (body or event) that carried it"
+    )
+    result_cut: bool = Field(default=False, description="the result is not kept")
+    is_error: bool | None = Field(
+        default=None,
+        description="tools/call: the result's isError as the server sent it; None when no "
+        "result was read",
+    )
+    error: dict[str, Any] | None = Field(
+        default=None, description="a JSON-RPC error answer: code, message (and data)"
+    )
+    problem: str | None = Field(
+        default=None,
+        description="what the gateway could not read: a malformed message, no answer, an "
+        "answer too large to read, an id used twice",
+    )
+    status: int | None = Field(default=None, description="the HTTP status of the exchange")
+    started_at: datetime
+    ended_at: datetime
+
+    @field_validator("principal")
+    @classmethod
+    def _principal(cls, value: str) -> str:
+        return _check_principal(value)
+
+    @field_validator("server")
+    @classmethod
+    def _server(cls, value: str) -> str:
+        if not value.startswith("peer:"):
+            raise ValueError(f"{value!r} is not an MCP server: use peer:NAME")
+        return _check_principal(value)
+
+
 class RunResultRecord(_Record):
     """The agent's reply to the one ``agent.run()`` of the test, as the controller saw it;
     or, when the call failed, why (``error``, ``cause``): the gateway then saw the target
@@ -280,10 +352,10 @@ class CellEnd(_Record):
 
 
 Record = Annotated[
-    CellMeta | Exchange | SpansRecord | RunResultRecord | SignalRecord | CellEnd,
+    CellMeta | Exchange | SpansRecord | McpRecord | RunResultRecord | SignalRecord | CellEnd,
     Field(discriminator="kind"),
 ]
-KINDS = ("cell-meta", "exchange", "spans", "run-result", "signal", "cell-end")
+KINDS = ("cell-meta", "exchange", "spans", "mcp", "run-result", "signal", "cell-end")
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
 
