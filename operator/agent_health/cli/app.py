@@ -37,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     consoles = common.Consoles()
     # Their own parsers, so `operator --help` and `gateway --help` show their flags.
-    own = {"operator": cluster.operator, "gateway": cluster.gateway}.get(argv[0] if argv else "")
+    own = {"operator": cluster.operator, "gateway": cluster.gateway, "mcp": cluster.mcp}.get(
+        argv[0] if argv else ""
+    )
     if own is not None:
         try:
             return own(argv[1:])

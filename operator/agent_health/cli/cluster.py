@@ -38,6 +38,14 @@ def add_commands(sub: Any) -> None:
     gateway_cmd.add_argument("gateway_args", nargs=argparse.REMAINDER)
     gateway_cmd.set_defaults(handler=lambda args, _consoles: gateway(args.gateway_args))
 
+    mcp_cmd = sub.add_parser(
+        "mcp",
+        help="run an MCP peer: a stdio server behind HTTP (bridge), or a mock server (mock)",
+        add_help=False,
+    )
+    mcp_cmd.add_argument("mcp_args", nargs=argparse.REMAINDER)
+    mcp_cmd.set_defaults(handler=lambda args, _consoles: mcp(args.mcp_args))
+
     operator_cmd = sub.add_parser(
         "operator",
         help="the Kubernetes operator: kopf, judge service, metrics, probes",
@@ -79,6 +87,12 @@ def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
 def gateway(argv: list[str]) -> int:
     from agent_health.gateway import command
+
+    return command.main(argv)
+
+
+def mcp(argv: list[str]) -> int:
+    from agent_health.peers import command
 
     return command.main(argv)
 

@@ -87,7 +87,9 @@ class Bridge:
         max_sessions: int = 16,
         max_line_bytes: int = 16 * 1024 * 1024,
         timeout: float = 300.0,
+        token: str | None = None,
     ) -> None:
+        """``token``: serve only calls that carry it (a peer in a cell: the gateway's)."""
         if not command:
             raise errors.PeerConfigError("the bridge needs the MCP server's command")
         self.command = list(command)
@@ -96,6 +98,7 @@ class Bridge:
         self.max_sessions = max_sessions
         self.max_line_bytes = max_line_bytes
         self.timeout = timeout
+        self.token = token
         self._sessions: dict[str, _Session] = {}
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -104,7 +107,8 @@ class Bridge:
     # -- serving ----------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=streamable.MAX_BODY)
+        guard: list[Any] = [streamable.only_via_gateway(self.token)] if self.token else []
+        app = web.Application(client_max_size=streamable.MAX_BODY, middlewares=guard)
         app.router.add_post("/{tail:.*}", self._post)
         app.router.add_get("/{tail:.*}", self._get)
         app.router.add_delete("/{tail:.*}", self._delete)

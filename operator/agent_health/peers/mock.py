@@ -185,10 +185,13 @@ class MockServer:
             raise errors.PeerConfigError(f"tool {tool.name!r}: delay must be 0 or more")
         self.tools[tool.name] = tool
 
-    async def serve(self, host: str = "127.0.0.1", port: int = 0) -> Running:
-        """A started copy of this server (a fresh record of calls)."""
+    async def serve(
+        self, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None
+    ) -> Running:
+        """A started copy of this server (a fresh record of calls); ``token``: serve only
+        calls that carry it (a peer in a cell: the gateway's)."""
         running = Running(self)
-        await running.start(host, port)
+        await running.start(host, port, token=token)
         return running
 
 
@@ -213,8 +216,9 @@ class Running:
     def calls_of(self, tool: str) -> list[Call]:
         return [c for c in self.calls if c.tool == tool]
 
-    async def start(self, host: str, port: int) -> str:
-        app = web.Application(client_max_size=streamable.MAX_BODY)
+    async def start(self, host: str, port: int, *, token: str | None = None) -> str:
+        guard: list[Any] = [streamable.only_via_gateway(token)] if token else []
+        app = web.Application(client_max_size=streamable.MAX_BODY, middlewares=guard)
         app.router.add_post("/{tail:.*}", self._post)
         app.router.add_delete("/{tail:.*}", self._delete)
         app.router.add_get("/{tail:.*}", self._get)

@@ -9,8 +9,10 @@ what is not MCP with a JSON-RPC error and the right status.
 
 from __future__ import annotations
 
+import hmac
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,10 @@ from aiohttp import web
 from agent_health.ledger import strictjson
 
 SESSION_HEADER = "Mcp-Session-Id"
+VIA_HEADER = "X-Agent-Health-Via-Gateway"
+"""What the cell's gateway sends a peer with every call it forwards: that peer's own token
+(the gateway's ``config.VIA_HEADER``; this package imports only the ledger)."""
+TOKEN_FILE_ENV, TOKEN_ENV = "AGENT_HEALTH_TOKEN_FILE", "AGENT_HEALTH_TOKEN"
 MAX_BODY = 4 * 1024 * 1024
 """The largest POST body a server of ours reads."""
 Message = dict[str, Any]
@@ -105,3 +111,51 @@ async def stream_start(request: web.Request, headers: dict[str, str]) -> web.Str
     )
     await response.prepare(request)
     return response
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+
+
+def cell_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """This container's token in a cell (the file ``$AGENT_HEALTH_TOKEN_FILE``, else
+    ``$AGENT_HEALTH_TOKEN`` in a pooled cell), else ``None`` (not in a cell)."""
+    from agent_health.peers import errors  # only a peer started in a cell gets here
+
+    env = os.environ if environ is None else environ
+    path = env.get(TOKEN_FILE_ENV)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as err:
+            raise errors.PeerConfigError(
+                f"${TOKEN_FILE_ENV} names {path}, which cannot be read: {err.strerror or err}"
+            ) from err
+        if not token:
+            raise errors.PeerConfigError(f"${TOKEN_FILE_ENV} names {path}, which is empty")
+        return token
+    if TOKEN_ENV in env:
+        if not env[TOKEN_ENV].strip():
+            raise errors.PeerConfigError(f"${TOKEN_ENV} is set but empty")
+        return env[TOKEN_ENV].strip()
+    return None
+
+
+def only_via_gateway(token: str) -> Middleware:
+    """An aiohttp middleware serving only calls that carry ``token`` in :data:`VIA_HEADER`:
+    in a cell the target shares the pod's loopback, and a call it made to the peer's own
+    port would leave nothing in the ledger."""
+    wanted = token.encode("utf-8")
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get(VIA_HEADER, "").encode("utf-8")
+        if not hmac.compare_digest(given, wanted):
+            return web.json_response(
+                error(None, mcp_types.INVALID_REQUEST, "only calls through the cell's gateway"),
+                status=403,
+            )
+        return await handler(request)
+
+    return guard
