@@ -27,6 +27,15 @@ through the gateway vs direct.
 
     python bench/gateway_overhead.py                 # targets: p50 added <= 1 ms, agent-call
     python bench/gateway_overhead.py --requests 500  # ratio >= 0.7, first event <= +5 ms
+
+``--mcp`` measures instead what reading MCP costs (issue #37's target: at most 10 % more
+gateway CPU per proxied MCP call): the same ``tools/call`` load, from the target to a peer,
+through two recording gateways whose only difference is the route's ``protocol`` — ``http``
+(passed through unparsed, recorded as exchanges) and ``mcp`` (each call also read and sealed
+as an ``mcp`` record). Rounds alternate between them; each side's gateway CPU is divided by
+its calls.
+
+    python bench/gateway_overhead.py --mcp           # target: parsed / unparsed <= 1.10
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
+import json
 import os
 import signal
 import socket
@@ -80,9 +91,27 @@ async def sse(request: web.Request) -> web.StreamResponse:
     return response
 
 
+MCP_RESULT = {
+    "content": [{"type": "text", "text": '{"timezone": "Europe/Oslo", "datetime": '
+                 '"2026-01-02T03:04:05+01:00", "day_of_week": "Friday", "is_dst": false}'}],
+    "structuredContent": {"timezone": "Europe/Oslo", "datetime": "2026-01-02T03:04:05+01:00",
+                          "day_of_week": "Friday", "is_dst": False},
+    "isError": False,
+}  # fmt: skip
+
+
+async def mcp_call(request: web.Request) -> web.Response:
+    """A tools/call answered as an MCP server answers it (the size of mcp-server-time's)."""
+    message = json.loads(await request.read())
+    await asyncio.sleep(request.app["latency"])
+    answer = {"jsonrpc": "2.0", "id": message["id"], "result": MCP_RESULT}
+    return web.Response(body=json.dumps(answer).encode(), content_type="application/json")
+
+
 async def serve_upstream(port: int, latency_s: float) -> None:
     app = web.Application()
     app["latency"] = latency_s
+    app.router.add_post("/mcp", mcp_call)
     app.router.add_post("/run", small)
     app.router.add_post("/llm", slow)
     app.router.add_get("/sse", sse)
@@ -355,6 +384,95 @@ async def bench(args: argparse.Namespace) -> None:
     )
 
 
+MCP_SIDES = ("unparsed", "parsed")
+
+
+async def start_peer_gateway(
+    scratch: Path, up_port: int, protocol: str
+) -> tuple[asyncio.subprocess.Process, str, str]:
+    """A recording gateway (spooled, as a cell's) with one route: target → peer:time."""
+    gw_port, admin_port = free_port(), free_port()
+    ledger, spool = scratch / f"ledger-{protocol}", scratch / f"spool-{protocol}"
+    command = [
+        sys.executable, "-m", "agent_health.gateway",
+        "--route", f"principal=target,to=peer:time,listen=127.0.0.1:{gw_port},"
+        f"upstream=http://127.0.0.1:{up_port},protocol={protocol}",
+        "--admin", f"127.0.0.1:{admin_port}", "--run-id", "bench",
+        "--ledger", f"file://{ledger}", "--cell", "bench", "--spool", str(spool),
+    ]  # fmt: skip
+    env = {**os.environ, "AGENT_HEALTH_LEDGER_KEY": "bench-key-" + "k" * 32}
+    proc = await asyncio.create_subprocess_exec(*command, env=env, stderr=subprocess.DEVNULL)
+    return proc, f"http://127.0.0.1:{gw_port}/mcp", f"http://127.0.0.1:{admin_port}/healthz"
+
+
+async def mcp_calls(client: aiohttp.ClientSession, url: str, n: int, concurrency: int) -> None:
+    ids = itertools.count()
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    params = {"name": "get_current_time", "arguments": {"timezone": "Europe/Oslo"}}
+
+    async def worker() -> None:
+        for _ in range(n // concurrency):
+            call = {"jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": params}
+            async with client.post(url, data=json.dumps(call).encode(), headers=headers) as r:
+                await r.read()
+                if r.status != 200:
+                    raise SystemExit(f"{url} answered {r.status}")
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def mcp_bench(args: argparse.Namespace) -> None:
+    loadavg = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    n = args.requests - args.requests % args.concurrency
+    cpu = dict.fromkeys(MCP_SIDES, 0.0)
+    calls = dict.fromkeys(MCP_SIDES, 0)
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        up_port = free_port()
+        upstream = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--serve-upstream", str(up_port), "--latency", "0"
+        )
+        sides = {
+            "unparsed": await start_peer_gateway(scratch, up_port, "http"),
+            "parsed": await start_peer_gateway(scratch, up_port, "mcp"),
+        }
+        procs = [upstream, *(side[0] for side in sides.values())]
+        try:
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(connector=connector) as client:
+                await wait_ready(client, f"http://127.0.0.1:{up_port}/sse", upstream)
+                for proc, _, health in sides.values():
+                    await wait_ready(client, health, proc)
+                for _, url, _ in sides.values():  # warm up
+                    await mcp_calls(client, url, n, args.concurrency)
+                for _ in range(args.rounds):
+                    for name, (proc, url, _) in sides.items():
+                        before = cpu_seconds(proc.pid)
+                        await mcp_calls(client, url, n, args.concurrency)
+                        after = cpu_seconds(proc.pid)
+                        if before is None or after is None:
+                            raise SystemExit("the MCP bench reads CPU time from /proc (Linux)")
+                        cpu[name] += after - before
+                        calls[name] += n
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                await proc.wait()
+        recorded = (scratch / "ledger-mcp" / "bench.jsonl").read_text().count('"kind":"mcp"')
+    per = {name: cpu[name] / calls[name] * 1000 for name in MCP_SIDES}
+    ratio = per["parsed"] / per["unparsed"]
+    print(
+        f"mcp parsing: {n} tools/call a round, concurrency {args.concurrency}, {args.rounds} "
+        f"rounds per side; {recorded} calls sealed as mcp records; {os.cpu_count()} cores, "
+        f"load average {loadavg}"
+    )
+    print(f"  unparsed (protocol=http)  gateway CPU/call {per['unparsed']:.3f} ms")
+    print(f"  parsed   (protocol=mcp)   gateway CPU/call {per['parsed']:.3f} ms")
+    print(f"  parsed / unparsed {ratio:.3f}  target <= 1.10: {'PASS' if ratio <= 1.10 else 'MISS'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="per round, instant upstream")
@@ -370,10 +488,16 @@ def main() -> None:
         action="store_true",
         help="record straight to the file ledger (fsync per batch) instead of spooling first",
     )
+    parser.add_argument(
+        "--mcp", action="store_true", help="measure what reading MCP adds (see above) instead"
+    )
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream is not None:
         asyncio.run(serve_upstream(args.serve_upstream, args.latency))
+        return
+    if args.mcp:
+        asyncio.run(mcp_bench(args))
         return
     asyncio.run(bench(args))
 

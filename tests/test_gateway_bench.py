@@ -42,3 +42,20 @@ def test_the_benchmark_prints_latency_both_workloads_cpu_and_first_event_lines()
         assert "gateway CPU/request " in line
         assert "n/a" not in line  # Linux: /proc gives every process's CPU time
     assert "added " in lines[14]
+
+
+@pytest.mark.slow
+def test_the_mcp_benchmark_prints_both_sides_and_the_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--mcp", "--requests", "64", "--concurrency", "4",
+         "--rounds", "2"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    # Warm-up and two rounds of 64 calls: every call the parsing side proxied is sealed.
+    assert lines[0].startswith("mcp parsing: 64 tools/call a round, concurrency 4, 2 rounds")
+    assert "; 192 calls sealed as mcp records;" in lines[0]
+    assert lines[1].startswith("  unparsed (protocol=http)  gateway CPU/call ")
+    assert lines[2].startswith("  parsed   (protocol=mcp)   gateway CPU/call ")
+    assert "target <= 1.10: " in lines[3]

@@ -219,3 +219,29 @@ def test_an_mcp_call_round_trips_at_version_4_and_names_a_peer_as_its_server() -
         records.parse_object(payload)
     with pytest.raises(errors.RecordError, match="mcp record field 'version': Input should be 4"):
         records.parse_object({**json.loads(line), "version": 3})
+
+
+def test_the_gateway_builds_an_mcp_record_as_the_model_writes_it() -> None:
+    from agent_health.ledger import objects
+
+    built = objects.mcp_call(
+        at=objects.stamp(T1),
+        principal="target",
+        evidence="none",
+        server="peer:time",
+        run_id=None,
+        session=None,
+        method="tools/call",
+        id="a",
+        name="t",
+        arguments={"x": [1, 2]},
+        result={"content": []},
+        result_bytes=12,
+        is_error=True,
+        status=200,
+        started_at=objects.stamp(T0),
+        ended_at=objects.stamp(T1),
+    )
+    model = records.parse_object(built)
+    assert records.to_object(model, with_mac=False) == built
+    assert list(records.to_object(model, with_mac=False)) == list(built)

@@ -6,7 +6,8 @@ one JSON-RPC 2.0 message, or a batch (a JSON array), and the server answers with
 carry one message; notifications and responses alone get ``202 Accepted``; the session, when
 the server keeps one, travels in the ``Mcp-Session-Id`` header. :class:`Reader` follows one
 such exchange as its bytes stream through the proxy, matches each answer to its request by
-id, and hands the recorder one :class:`~agent_health.ledger.records.McpRecord` per
+id, and hands the recorder one ``mcp`` record (:class:`~agent_health.ledger.records.McpRecord`,
+built as its JSON object: :func:`~agent_health.ledger.objects.mcp_call`) per
 ``tools/call``, ``tools/list``, ``resources/read`` or ``prompts/get`` — as soon as its answer
 is read, so a call answered on a stream that then never ends is on record all the same.
 
@@ -37,7 +38,7 @@ from typing import Any
 import mcp_types
 import pydantic
 
-from agent_health.ledger import encoding, records, strictjson
+from agent_health.ledger import encoding, objects, records, strictjson
 
 SESSION_HEADER = "Mcp-Session-Id"
 METHODS = frozenset(records.MCP_METHODS)
@@ -54,6 +55,56 @@ _RESULTS: dict[str, type[pydantic.BaseModel]] = {
     "resources/read": mcp_types.ReadResourceResult,
     "prompts/get": mcp_types.GetPromptResult,
     "tools/list": mcp_types.ListToolsResult,
+}
+
+
+class _ToolCall(mcp_types.JSONRPCRequest):
+    params: mcp_types.CallToolRequestParams  # type: ignore[assignment]
+
+
+class _ResourceRead(mcp_types.JSONRPCRequest):
+    params: mcp_types.ReadResourceRequestParams  # type: ignore[assignment]
+
+
+class _PromptGet(mcp_types.JSONRPCRequest):
+    params: mcp_types.GetPromptRequestParams  # type: ignore[assignment]
+
+
+class _ToolList(mcp_types.JSONRPCRequest):
+    params: mcp_types.PaginatedRequestParams | None = None  # type: ignore[assignment]
+
+
+class _ToolAnswer(mcp_types.JSONRPCResponse):
+    result: mcp_types.CallToolResult  # type: ignore[assignment]
+
+
+class _ResourceAnswer(mcp_types.JSONRPCResponse):
+    result: mcp_types.ReadResourceResult  # type: ignore[assignment]
+
+
+class _PromptAnswer(mcp_types.JSONRPCResponse):
+    result: mcp_types.GetPromptResult  # type: ignore[assignment]
+
+
+class _ListAnswer(mcp_types.JSONRPCResponse):
+    result: mcp_types.ListToolsResult  # type: ignore[assignment]
+
+
+# The SDK's envelope and the method's own types in one model: a call costs one validation
+# each way on the usual path (a gateway proxies every call; two each way cost a third more
+# CPU per call than the proxying). A message that fails it is read again piece by piece,
+# envelope first, to say what is wrong.
+_CALLS: dict[str, type[mcp_types.JSONRPCRequest]] = {
+    "tools/call": _ToolCall,
+    "resources/read": _ResourceRead,
+    "prompts/get": _PromptGet,
+    "tools/list": _ToolList,
+}
+_ANSWERS: dict[str, type[mcp_types.JSONRPCResponse]] = {
+    "tools/call": _ToolAnswer,
+    "resources/read": _ResourceAnswer,
+    "prompts/get": _PromptAnswer,
+    "tools/list": _ListAnswer,
 }
 
 
@@ -152,7 +203,7 @@ class Reader:
         self,
         caller: Caller,
         limits: Limits,
-        emit: Callable[[records.McpRecord], None],
+        emit: Callable[[objects.Object], None],
         *,
         session: str | None = None,
         started_at: datetime | None = None,
@@ -161,7 +212,8 @@ class Reader:
         self.limits = limits
         self.emit = emit
         self.session = session
-        self.started_at = started_at or _now()
+        self._started = started_at or _now()
+        self._stamp: str | None = None  # made when the first record is
         self.status: int | None = None
         self.unmatched = 0
         """Answers whose id matched no request of this exchange."""
@@ -206,6 +258,26 @@ class Reader:
             self._read_request(message, body.size)
 
     def _read_request(self, message: Any, carried: int) -> None:
+        if isinstance(message, dict) and "id" in message:
+            model = _CALLS.get(message.get("method"))  # type: ignore[arg-type]
+            if model is not None:
+                try:
+                    request = model.model_validate(message)
+                except pydantic.ValidationError:
+                    pass  # read again below, to say what is wrong
+                else:
+                    params: Any = request.params
+                    self._add_call(request.id, request.method, params, message, carried)
+                    return
+            elif message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str):
+                return  # a request we do not record (initialize, ping, ...): not read further
+        elif (
+            isinstance(message, dict)
+            and message.get("jsonrpc") == "2.0"
+            and isinstance(message.get("method"), str)
+            and "params" not in message
+        ):
+            return  # a notification without parameters
         try:
             envelope = mcp_types.jsonrpc_message_adapter.validate_python(message)
         except pydantic.ValidationError as err:
@@ -228,16 +300,33 @@ class Reader:
             return
         if not isinstance(envelope, mcp_types.JSONRPCRequest) or envelope.method not in METHODS:
             return
+        params = envelope.params or {}
+        try:
+            read = _PARAMS[envelope.method].model_validate(params)
+        except pydantic.ValidationError as err:
+            self._add_call(envelope.id, envelope.method, None, message, carried, err)
+        else:
+            self._add_call(envelope.id, envelope.method, read, message, carried)
+
+    def _add_call(
+        self,
+        id: int | str,
+        method: str,
+        read: pydantic.BaseModel | None,
+        message: dict[str, Any],
+        carried: int,
+        refused: pydantic.ValidationError | None = None,
+    ) -> None:
+        """A request to record, waiting for its answer (``read``: its params as the SDK's
+        type; ``refused``: why they are not)."""
         if self._calls >= self.limits.max_calls:
             self.uncounted += 1
             return
         self._calls += 1
-        params = envelope.params or {}
+        params = message.get("params") or {}
         problem: str | None = None
-        try:
-            read = _PARAMS[envelope.method].model_validate(params)
-        except pydantic.ValidationError as err:
-            problem = f"params: {_first_error(err)}"
+        if refused is not None or read is None:
+            problem = f"params: {_first_error(refused)}" if refused is not None else None
             named = params.get("name", params.get("uri"))
             name = named if isinstance(named, str) else None
         else:
@@ -248,13 +337,13 @@ class Reader:
             arguments = None
         elif not _within(arguments, carried, self.limits.keep_bytes):
             arguments, cut = None, True
-        key = _id_key(envelope.id)
+        key = _id_key(id)
         waiting = self._pending.setdefault(key, deque())
         if waiting:
-            problem = problem or f"id {envelope.id!r} is used twice in one request"
+            problem = problem or f"id {id!r} is used twice in one request"
             for earlier in waiting:
                 earlier.problem = earlier.problem or problem
-        waiting.append(_Call(envelope.id, envelope.method, name, arguments, cut, problem))
+        waiting.append(_Call(id, method, name, arguments, cut, problem))
 
     def _unread(self, problem: str, *, method: str = "") -> None:
         """A request that does not read: on record as such (never a call of a tool)."""
@@ -369,6 +458,20 @@ class Reader:
         return calls[0]
 
     def _read_response(self, message: Any, size: int) -> None:
+        if isinstance(message, dict) and "result" in message:
+            id = message.get("id")
+            waiting = self._pending.get(_id_key(id)) if isinstance(id, int | str) else None
+            if waiting:
+                try:
+                    read = _ANSWERS[waiting[0].method].model_validate(message)
+                except pydantic.ValidationError:
+                    pass  # read again below, to say what is wrong
+                else:
+                    call = self._take(read.id)
+                    if call is not None:
+                        is_error = getattr(read.result, "is_error", None)
+                        self._answered(call, message["result"], size, is_error, None)
+                    return
         try:
             envelope = mcp_types.jsonrpc_message_adapter.validate_python(message)
         except pydantic.ValidationError as err:
@@ -401,6 +504,7 @@ class Reader:
         return call
 
     def _complete_result(self, call: _Call, result: dict[str, Any], size: int) -> None:
+        """An answer whose result did not fit its method's type (the fast path failed)."""
         problem: str | None = None
         is_error: bool | None = None
         try:
@@ -412,6 +516,16 @@ class Reader:
         else:
             if isinstance(read, mcp_types.CallToolResult):
                 is_error = read.is_error
+        self._answered(call, result, size, is_error, problem)
+
+    def _answered(
+        self,
+        call: _Call,
+        result: dict[str, Any],
+        size: int,
+        is_error: bool | None,
+        problem: str | None,
+    ) -> None:
         cut = not _within(result, size, self.limits.keep_bytes)
         self._complete(
             call,
@@ -452,23 +566,25 @@ class Reader:
                 self._complete(call, problem=why)
         self._pending.clear()
 
+    @property
+    def started_at(self) -> str:
+        if self._stamp is None:
+            self._stamp = objects.stamp(self._started)
+        return self._stamp
+
     def _emit(self, **fields: Any) -> None:
-        caller = self.caller
-        common: dict[str, Any] = {
-            "principal": caller.principal,
-            "evidence": caller.evidence,
-            "server": caller.server,
-            "run_id": caller.run_id,
-            "status": self.status,
-            "started_at": self.started_at,
-            "ended_at": _now(),
-        }
-        try:
-            record = records.McpRecord(session=self.session, **common, **fields)
-        except pydantic.ValidationError as err:  # a value no record holds: say so instead
-            record = records.McpRecord(
-                method=str(fields.get("method") or "")[:128],
-                problem=f"the call cannot be recorded as read: {_first_error(err)}",
-                **common,
+        caller, now = self.caller, objects.stamp_now()
+        self.emit(
+            objects.mcp_call(
+                at=now,
+                principal=caller.principal,
+                evidence=caller.evidence,
+                server=caller.server,
+                run_id=caller.run_id,
+                session=self.session,
+                status=self.status,
+                started_at=self.started_at,
+                ended_at=now,
+                **fields,
             )
-        self.emit(record)
+        )

@@ -13,9 +13,10 @@ An upstream that cannot be reached answers 502 (504 on a timeout) with a JSON re
 upstream that breaks off a response already started aborts the caller's connection, so a
 truncated stream is never mistaken for a complete one. Both are recorded with ``error``.
 
-On a route to an MCP peer (``protocol=mcp``) each POST is also read as MCP as it passes
-(:mod:`~agent_health.gateway.mcpwire`, bounded like the usage reader): its calls become
-``mcp`` records, each as soon as its answer is in.
+On a route to an MCP peer (``protocol=mcp``) each POST is read as MCP as it passes
+(:mod:`~agent_health.gateway.mcpwire`, bounded like the usage reader) instead of for token
+usage, which no MCP answer reports: its calls become ``mcp`` records, each as soon as its
+answer is in.
 
 A caller without a valid token is the target (evidence ``none``, or ``invalid-token`` when it
 presented one nobody was given). The gateway itself refuses, and records as refused (see
@@ -258,7 +259,9 @@ class Proxy:
                     upstream.headers.get("Content-Type"),
                     upstream.headers.get(mcpwire.SESSION_HEADER),
                 )
-            if upstream.status < 400 and request.method != "HEAD":
+            # An MCP server's answers are not model completions: nothing there reports token
+            # usage, and its calls are read as MCP instead.
+            if upstream.status < 400 and request.method != "HEAD" and self._mcp is None:
                 state.usage = usage.Reader(
                     upstream.headers.get("Content-Type"),
                     upstream.headers.get("Content-Encoding"),

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from agent_health.ledger import chain, errors, records, store, usage
+from agent_health.ledger import chain, encoding, errors, objects, records, store, usage
 
 log = logging.getLogger("agent_health.gateway")
+_Item = records.Exchange | records.SpansRecord | objects.Object
+"""What a cell's batch holds: exchanges, spans, and MCP calls as their JSON objects."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,7 @@ _SEAL_BYTES = 120
 class _Cell:
     writer: chain.Writer
     meta: records.CellMeta
-    pending: list[Observation | records.SpansRecord | records.McpRecord] = field(
-        default_factory=list
-    )
+    pending: list[Observation | records.SpansRecord | objects.Object] = field(default_factory=list)
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
     drain: asyncio.Task[None] | None = None
     kick: asyncio.Event = field(default_factory=asyncio.Event)  # write the batch now
@@ -123,7 +123,7 @@ class Ticket:
             self._done.set_result(None)
             self._recorder._finish(self, observation)
 
-    def note(self, call: records.McpRecord) -> None:
+    def note(self, call: objects.Object) -> None:
         """An MCP call read in this exchange, recorded as soon as its answer is in (before
         the exchange's own record, which waits for the exchange to end)."""
         if not self._done.done():
@@ -252,7 +252,7 @@ class Recorder:
             return
         self._queue(ticket.cell, observation)
 
-    def _note_call(self, ticket: Ticket, call: records.McpRecord) -> None:
+    def _note_call(self, ticket: Ticket, call: objects.Object) -> None:
         if ticket.cell is None:
             self.unrouted += 1
             return
@@ -260,9 +260,7 @@ class Recorder:
             return  # counted with its exchange, which comes after cell-end too
         self._queue(ticket.cell, call)
 
-    def _queue(
-        self, cell: str, item: Observation | records.SpansRecord | records.McpRecord
-    ) -> None:
+    def _queue(self, cell: str, item: Observation | records.SpansRecord | objects.Object) -> None:
         state = self._cells[cell]
         state.pending.append(item)
         if len(state.pending) >= BATCH_MAX:
@@ -297,11 +295,7 @@ class Recorder:
             if state.dropped and not state.marked:
                 await self._mark(cell, state)  # at once: the gateway may not live to the end
 
-    def _within_caps(
-        self,
-        state: _Cell,
-        exchanges: list[records.Exchange | records.SpansRecord | records.McpRecord],
-    ) -> list[records.Exchange | records.SpansRecord | records.McpRecord]:
+    def _within_caps(self, state: _Cell, exchanges: list[_Item]) -> list[_Item]:
         """The records that fit the cell's caps; the rest are counted as dropped.
 
         The byte cap counts spans records too, but they may take at most half of it, and one
@@ -309,9 +303,9 @@ class Recorder:
         agent's spans are its own optional account, and flooding them must neither crowd out
         the exchanges nor mark the cell incomplete (which grades it an infra error). An
         ``mcp`` record counts as an exchange: it is the target's traffic, recorded in full."""
-        kept: list[records.Exchange | records.SpansRecord | records.McpRecord] = []
+        kept: list[_Item] = []
         for item in exchanges:
-            size = len(records.dump_line(item)) + _SEAL_BYTES if self.caps.bytes else 0
+            size = _size(item) + _SEAL_BYTES if self.caps.bytes else 0
             if isinstance(item, records.SpansRecord):
                 cap = self.caps.bytes
                 if state.dropped or (
@@ -324,7 +318,8 @@ class Recorder:
                 state.bytes += size
                 kept.append(item)
                 continue
-            if item.principal != "target":
+            principal = item["principal"] if isinstance(item, dict) else item.principal
+            if principal != "target":
                 state.own_records += 1
                 state.own_bytes += size
             over_records = self.caps.records is not None and state.exchanges >= self.caps.records
@@ -430,6 +425,12 @@ class Recorder:
         except errors.LedgerError as err:
             self.failures.append(f"closing the ledger: {err}")
             log.error("ledger %s: closing failed, records may be lost: %s", self.backend.url, err)
+
+
+def _size(item: _Item) -> int:
+    if isinstance(item, dict):
+        return len(encoding.canonical(item))
+    return len(records.dump_line(item))
 
 
 def exchange(observation: Observation) -> records.Exchange:

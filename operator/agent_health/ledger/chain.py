@@ -29,8 +29,15 @@ from pydantic import BaseModel, ConfigDict
 from agent_health.ledger import encoding, errors, strictjson
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from agent_health.ledger import records
     from agent_health.ledger.store import Backend
+
+    Item: TypeAlias = records.Record | dict[str, Any]
+    """What a :class:`Writer` seals: a record model, or a record already in its JSON form
+    (a builder of :mod:`.objects`: what the gateway makes of each MCP call, at a fraction of
+    the model's cost)."""
 
 GENESIS = "0" * 64
 MIN_KEY_BYTES = 32
@@ -272,17 +279,17 @@ class Writer:
                 for n, (item, mac) in enumerate(zip(items, self._macs, strict=True))
             ]
 
-    async def write(self, *items: records.Record) -> None:
+    async def write(self, *items: Item) -> None:
         """Seal and append ``items`` as one batch, without making sealed copies of them (the
         gateway's exchanges: nobody reads them back)."""
         async with self._lock:
             await self._append(items)
 
-    async def _append(self, items: Sequence[records.Record]) -> None:
+    async def _append(self, items: Sequence[Item]) -> None:
         trial = self._sealer.fork()
         lines, macs = [], []
         for item in items:
-            lines.append(trial.line(item))
+            lines.append(trial.line_of(dict(item)) if isinstance(item, dict) else trial.line(item))
             macs.append(trial.previous_mac)
         await self.backend.append(self.cell, lines)
         # Only a stored batch advances the chain, so a failed write can be retried.

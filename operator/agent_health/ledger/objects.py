@@ -15,12 +15,15 @@ lists and dicts of them); a time is written with :func:`stamp`, as pydantic writ
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
 Object = dict[str, Any]
 VERSION = 1
-"""The version of every record built here (``records.BASE_VERSION``: none needs newer)."""
+"""The version of every record built here but ``mcp`` (``records.BASE_VERSION``)."""
+MCP_VERSION = 4
+"""The version of an ``mcp`` record (``records.MCP_VERSION``: the kind is new in it)."""
 
 
 def stamp(moment: datetime) -> str:
@@ -36,6 +39,19 @@ def stamp(moment: datetime) -> str:
     if not text.endswith("+00:00"):
         raise ValueError(f"ledger times are UTC; got {text}")
     return text[:-6] + "Z"
+
+
+def stamp_now() -> str:
+    """:func:`stamp` of this moment, without a ``datetime``: what the gateway dates each MCP
+    call with (making and formatting a datetime cost as much as building the record).
+
+    >>> stamp_now().endswith("Z")
+    True
+    """
+    now = time.time_ns() // 1000
+    seconds, micro = divmod(now, 1_000_000)
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return f"{text}.{micro:06d}Z" if micro else f"{text}Z"
 
 
 def _head(kind: str, at: str) -> Object:
@@ -171,3 +187,56 @@ def cell_end(
         duration_ms=None if duration_ms is None else float(duration_ms),
     )
     return _late(obj, cause=cause, content_hash=content_hash, insights=insights)
+
+
+def mcp_call(
+    *,
+    at: str,
+    principal: str,
+    evidence: str,
+    server: str,
+    run_id: str | None,
+    session: str | None,
+    method: str,
+    id: int | str | None = None,
+    name: str | None = None,
+    arguments: Object | None = None,
+    arguments_cut: bool = False,
+    result: Object | None = None,
+    result_bytes: int = 0,
+    result_cut: bool = False,
+    is_error: bool | None = None,
+    error: Object | None = None,
+    problem: str | None = None,
+    status: int | None,
+    started_at: str,
+    ended_at: str,
+) -> Object:
+    """An ``mcp`` record (version 4): one MCP call the gateway read. The gateway builds one
+    per call it proxies, so without the model's round trip (the record's fields hold what
+    the MCP SDK's types already validated)."""
+    return {
+        "version": MCP_VERSION,
+        "seq": 0,
+        "time": at,
+        "kind": "mcp",
+        "principal": principal,
+        "evidence": evidence,
+        "server": server,
+        "run_id": run_id,
+        "session": session,
+        "method": method,
+        "id": id,
+        "name": name,
+        "arguments": arguments,
+        "arguments_cut": arguments_cut,
+        "result": result,
+        "result_bytes": result_bytes,
+        "result_cut": result_cut,
+        "is_error": is_error,
+        "error": error,
+        "problem": problem,
+        "status": status,
+        "started_at": started_at,
+        "ended_at": ended_at,
+    }
