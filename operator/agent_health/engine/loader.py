@@ -268,7 +268,14 @@ def load_config(path: Path | None) -> config_mod.Config:
         else spec
         for name, spec in value.agents.items()
     }
-    return value.model_copy(update={"source": str(path), "agents": agents})
+    # So does a peer's (a stdio MCP server's).
+    peers = {
+        name: spec.model_copy(update={"cwd": str(path.resolve().parent)})
+        if spec.command and spec.cwd is None
+        else spec
+        for name, spec in value.peers.items()
+    }
+    return value.model_copy(update={"source": str(path), "agents": agents, "peers": peers})
 
 
 def only_focused(cases: Iterable[declare.TestCase]) -> list[declare.TestCase]:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic_core import to_jsonable_python
 
@@ -44,6 +45,9 @@ from agent_health.ledger import chain, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
+
+if TYPE_CHECKING:
+    from agent_health import gateway
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
@@ -121,9 +125,12 @@ class _Cell:
     began: float  # epoch seconds
     seen: list[wire.Observation] = field(default_factory=list)
     spans: list[objects.Object] = field(default_factory=list)  # the OTLP receiver's records
+    peers: list[objects.Object] = field(default_factory=list)
+    """What the target's calls to its peers left: exchanges and mcp records, in order."""
 
     def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
-        """cell-meta, an exchange for each observation, spans, then what ``then`` makes."""
+        """cell-meta, an exchange for each observation, the peers' exchanges and MCP calls,
+        spans, then what ``then`` makes."""
         info = self.info
         meta = objects.cell_meta(
             at=runrecord.stamp(self.began),
@@ -132,7 +139,8 @@ class _Cell:
             run_id=info.run_id,
             agent=info.agent,
         )
-        return [meta, *map(runrecord.exchange_record, self.seen), *self.spans, *then()]
+        seen = map(runrecord.exchange_record, self.seen)
+        return [meta, *seen, *self.peers, *self.spans, *then()]
 
 
 class LocalLedger:
@@ -177,7 +185,7 @@ class LocalLedger:
 
     async def __aexit__(self, *exc: object) -> None:
         for cell in list(self._open.values()):
-            if cell.seen:  # the run stopped mid-test: keep what the agent was sent
+            if cell.seen or cell.peers:  # the run stopped mid-test: keep what the agent was sent
                 await self._write(cell, _interrupted(cell), count=2)
         self._open.clear()
         try:
@@ -218,6 +226,23 @@ class LocalLedger:
             return
         cell.spans.append(record)
 
+    def peer_sink(self, run_id: str | None = None) -> PeerSink:
+        """Where a peer's listener (``gateway.RouteListener``) records: the cell of
+        ``run_id`` (a test's own mock), or, for a peer the whole run shares, the cell of the
+        run id the call carries (``X-Agent-Health-Run-Id``, forwarded by the agent), else of
+        the one test in flight."""
+        return PeerSink(self, run_id)
+
+    def mcp_calls(self, run_id: str) -> list[objects.Object]:
+        """The MCP calls recorded so far for the test of ``run_id`` (``mcp`` records)."""
+        cell = self._open.get(run_id)
+        return [r for r in cell.peers if r.get("kind") == "mcp"] if cell is not None else []
+
+    def _peer_cell(self, run_id: str | None) -> _Cell | None:
+        if run_id is not None and run_id in self._open:
+            return self._open[run_id]
+        return next(iter(self._open.values())) if len(self._open) == 1 else None
+
     async def begin(self, info: ctx_mod.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
@@ -235,7 +260,9 @@ class LocalLedger:
         """Seal the cell — meta, exchanges, run-result, signals, cell-end — in one batch; a
         test that never ran the agent writes nothing."""
         cell = self._open.pop(result.run_id, None)
-        if cell is None or (run is None and agent_error is None and not cell.seen):
+        if cell is None or (
+            run is None and agent_error is None and not cell.seen and not cell.peers
+        ):
             return
         ended = time.time()  # the records the test's end writes are made later, dated now
         await self._write(
@@ -260,7 +287,7 @@ class LocalLedger:
             if self._runfile is not None:
                 # Made and sealed in the run file's writer thread, off the event loop: what
                 # is left of recording a cell here is handing it over.
-                made = 1 + len(cell.seen) + len(cell.spans) + count
+                made = 1 + len(cell.seen) + len(cell.peers) + len(cell.spans) + count
                 self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
                 await self._runfile.room()
             elif self._backend is not None:
@@ -277,6 +304,64 @@ class LocalLedger:
             self.failures.append(f"cell {cell.name}: {err}")
             return
         self.cells.append(cell.name)
+
+
+class PeerSink:
+    """A local ledger as the sink of a peer's listener (:meth:`LocalLedger.peer_sink`)."""
+
+    def __init__(self, ledger: LocalLedger, run_id: str | None) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+
+    def start(self, run_id: str | None) -> _PeerCall:
+        return _PeerCall(self.ledger, self.run_id or run_id)
+
+
+class _PeerCall:
+    """One exchange with a peer: its MCP calls as they are read, then the exchange."""
+
+    def __init__(self, ledger: LocalLedger, run_id: str | None) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+
+    def note(self, call: objects.Object) -> None:
+        self._keep(call)
+
+    def finish(self, observation: gateway.Observation) -> None:
+        o = observation
+        usage = o.usage.model_dump(mode="json") if o.usage is not None else None
+        self._keep(
+            objects.exchange(
+                at=objects.stamp(o.ended_at),
+                principal=o.principal,
+                evidence=o.evidence,
+                upstream=o.upstream,
+                run_id=o.run_id,
+                method=o.method,
+                path=o.path,
+                status=o.status,
+                started_at=objects.stamp(o.started_at),
+                ended_at=objects.stamp(o.ended_at),
+                request_bytes=o.request_bytes,
+                response_bytes=o.response_bytes,
+                request_sha256=o.request_sha256,
+                response_sha256=o.response_sha256,
+                usage=usage,
+                error=o.error,
+            )
+        )
+
+    def _keep(self, record: objects.Object) -> None:
+        cell = self.ledger._peer_cell(self.run_id)
+        if cell is None:
+            self.ledger.unrouted += 1
+            log.warning(
+                "a call to a peer (run id %s) belongs to no single test in flight; not "
+                "recorded (the agent can forward X-Agent-Health-Run-Id, or run with -j 1)",
+                self.run_id,
+            )
+            return
+        cell.peers.append(record)
 
 
 def _now() -> str:

@@ -77,6 +77,8 @@ class RunEnv:
     """``agent_caller`` answers from a recording (``--replay``): every result says so."""
     spans: TestSpans | None = None
     """Where each test's spans go (``--otlp``); ``None``: no export."""
+    peer_routes: ctx_mod.PeerRoutes | None = None
+    """Where a test's own servers (a mock MCP server) go behind the run's gateway."""
 
     @property
     def prices(self) -> settings.PriceTable:
@@ -223,6 +225,7 @@ async def _run_case(
         skip_judge=env.skip_judge,
         judge_hint=env.judge_hint,
         skip_simulate=env.skip_simulate,
+        peer_routes=env.peer_routes,
     )
     token = ctx_mod.activate(ctx)
     traces = _Traces(env)

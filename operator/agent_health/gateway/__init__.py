@@ -11,8 +11,9 @@ The target shares localhost with every listener: :mod:`~agent_health.gateway.gua
 each to its limits (request heads, header timeout, connections, calls without a token, admin
 body size) and records every refused call in the ledger as an exchange to ``gateway``.
 
-``agent-health run`` uses the same gateway in-process, so a local run's ledger has exactly
-the shape of a cell's. This package imports only :mod:`agent_health.ledger`, so the sidecar
+``agent-health run`` records its peers through the same proxy in-process
+(:class:`~agent_health.gateway.server.RouteListener`), so a local run's ledger has the shape
+of a cell's. This package imports only :mod:`agent_health.ledger`, so the sidecar
 image stays small.
 """
 
@@ -27,8 +28,8 @@ from agent_health.gateway.config import (
     token_id,
 )
 from agent_health.gateway.errors import GatewayConfigError, GatewayError, RecordingError
-from agent_health.gateway.recorder import Observation, Recorder
-from agent_health.gateway.server import Gateway, serve
+from agent_health.gateway.recorder import Observation, Open, Recorder, Sink
+from agent_health.gateway.server import Gateway, RouteListener, serve
 
 __all__ = [
     "RUN_ID_HEADER",
@@ -38,10 +39,13 @@ __all__ = [
     "GatewayConfigError",
     "GatewayError",
     "Observation",
+    "Open",
     "Recorder",
     "RecordingError",
     "Route",
+    "RouteListener",
     "Settings",
+    "Sink",
     "Tokens",
     "parse_route",
     "serve",

@@ -122,7 +122,7 @@ def _now() -> datetime:
 class Refusals:
     """Refused calls, recorded as ``exchange`` records to the gateway up to a cap, then counted."""
 
-    def __init__(self, record: recorder.Recorder | None, limit: int) -> None:
+    def __init__(self, record: recorder.Sink | None, limit: int) -> None:
         self._recorder = record
         self.limit = limit
         self.recorded = 0

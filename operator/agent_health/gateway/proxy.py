@@ -110,7 +110,7 @@ class Proxy:
         settings: config.Settings,
         session: aiohttp.ClientSession,  # carries the timeouts and skip_auto_headers
         tokens: config.Tokens,
-        record: recorder.Recorder | None,
+        record: recorder.Sink | None,
         refusals: guard.Refusals | None = None,
         spans: otlp.Collector | None = None,
     ) -> None:

@@ -35,7 +35,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from agent_health.ledger import chain, encoding, errors, objects, records, store, usage
 
@@ -108,6 +108,22 @@ class _Cell:
     refused_write: bool = False
     """The store refused a write of this cell (the infrastructure's failure, whoever filled
     the share)."""
+
+
+class Open(Protocol):
+    """An exchange in flight, as the proxy reports it: its MCP calls as they are read
+    (:meth:`note`), then the exchange itself, once (:meth:`finish`)."""
+
+    def finish(self, observation: Observation) -> None: ...
+
+    def note(self, call: objects.Object) -> None: ...
+
+
+class Sink(Protocol):
+    """Where a listener's exchanges go: a cell's :class:`Recorder`, or a local run's ledger
+    (``engine.recording``), which routes each to its test."""
+
+    def start(self, run_id: str | None) -> Open: ...
 
 
 class Ticket:

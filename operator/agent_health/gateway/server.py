@@ -105,17 +105,7 @@ class Gateway:
         """Open the gateway's own cell (if any), then every listener."""
         s = self.settings
         await self._open_cell()
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
-            timeout=aiohttp.ClientTimeout(
-                total=s.total_timeout, connect=s.connect_timeout, sock_read=s.idle_timeout
-            ),
-            skip_auto_headers=proxy.SKIP_AUTO_HEADERS,  # forward exactly what the caller sent
-            auto_decompress=False,  # bytes pass through as the upstream sent them
-            cookie_jar=aiohttp.DummyCookieJar(),  # never carry one caller's cookies to another
-            trust_env=False,
-            read_bufsize=proxy.CHUNK_BYTES // 2,
-        )
+        self._session = upstream_session(s)
         try:
             for route in s.routes:
                 name = f"{route.principal}→{route.to}"
@@ -300,6 +290,80 @@ class Gateway:
             },
             "ledger_failures": failures[-10:],
         }
+
+
+def upstream_session(settings: config.Settings) -> aiohttp.ClientSession:
+    """The client every listener forwards with: the settings' timeouts, and bytes, headers and
+    cookies passed exactly as the caller and the upstream sent them."""
+    s = settings
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
+        timeout=aiohttp.ClientTimeout(
+            total=s.total_timeout, connect=s.connect_timeout, sock_read=s.idle_timeout
+        ),
+        skip_auto_headers=proxy.SKIP_AUTO_HEADERS,  # forward exactly what the caller sent
+        auto_decompress=False,  # bytes pass through as the upstream sent them
+        cookie_jar=aiohttp.DummyCookieJar(),  # never carry one caller's cookies to another
+        trust_env=False,
+        read_bufsize=proxy.CHUNK_BYTES // 2,
+    )
+
+
+class RouteListener:
+    """One route served on its own, into any :class:`~.recorder.Sink` (``None``: recorded
+    nowhere): how a local run puts a peer — an MCP server of its config, a test's mock —
+    behind the same proxy a cell's gateway runs, its calls recorded in the test's cell.
+
+    ``route.listen`` is usually ``127.0.0.1:0`` (a free port); :attr:`url` is where it is.
+    """
+
+    def __init__(
+        self,
+        route: config.Route,
+        sink: recorder.Sink | None = None,
+        settings: config.Settings | None = None,
+    ) -> None:
+        self.route = route
+        self.settings = settings or config.Settings(routes=(route,))
+        self.sink = sink
+        self.url: str | None = None
+        self._runner: web.ServerRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> str:
+        self._session = upstream_session(self.settings)
+        handler = proxy.Proxy(
+            self.route, self.settings, self._session, config.Tokens({}), self.sink
+        )
+        listener = guard.Listener(handler, self.settings, f"{self.route.principal}→{self.route.to}")
+        self._runner = web.ServerRunner(listener, shutdown_timeout=self.settings.grace)
+        await self._runner.setup()
+        host, port = config.split_listen(self.route.listen)
+        try:
+            await web.TCPSite(self._runner, host, port).start()
+        except OSError as err:
+            await self.stop()
+            raise errors.GatewayConfigError(
+                f"cannot listen on {self.route.listen}: {err.strerror or err}"
+            ) from err
+        bound: Any = self._runner.addresses[0]
+        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> RouteListener:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
 
 async def serve(settings: config.Settings, stop: asyncio.Event) -> None:

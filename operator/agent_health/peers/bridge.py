@@ -89,7 +89,8 @@ class Bridge:
         timeout: float = 300.0,
         token: str | None = None,
     ) -> None:
-        """``token``: serve only calls that carry it (a peer in a cell: the gateway's)."""
+        """``env``: the command's whole environment (``None``: the bridge's own); ``token``:
+        serve only calls that carry it (a peer in a cell: the gateway's)."""
         if not command:
             raise errors.PeerConfigError("the bridge needs the MCP server's command")
         self.command = list(command)
@@ -252,14 +253,13 @@ class Bridge:
                 mcp_types.INTERNAL_ERROR,
                 f"{self.max_sessions} sessions are open (the bridge's --max-sessions)",
             )
-        env = {**os.environ, **self.env} if self.env is not None else None
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=env,
+                env=self.env,
                 cwd=self.cwd,
                 limit=self.max_line_bytes,
                 start_new_session=True,

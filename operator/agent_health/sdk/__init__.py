@@ -15,6 +15,7 @@ from agent_health.sdk.errors import (
 )
 from agent_health.sdk.judges import judge
 from agent_health.sdk.matchers import expect
+from agent_health.sdk.mcpmock import MockMCP, mock_mcp
 from agent_health.sdk.results import RunResult, Signal, TestResult, Trajectory, Verdict
 from agent_health.sdk.simulated import SimulatedUser, simulated_user
 from agent_health.sdk.turns import Conversation, ConversationEnd, Stop, Turn
@@ -32,6 +33,7 @@ __all__ = [
     "JudgeError",
     "JudgeFailed",
     "MatcherUsageError",
+    "MockMCP",
     "RunResult",
     "Signal",
     "SimulatedUser",
@@ -45,6 +47,7 @@ __all__ = [
     "define_config",
     "expect",
     "judge",
+    "mock_mcp",
     "simulated_user",
     "test",
 ]

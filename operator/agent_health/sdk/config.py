@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import difflib
 import os
+import shlex
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent_health import timeouts
 from agent_health.connectors.base import ConnectorSpec
@@ -58,6 +66,53 @@ class JudgeConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class PeerSpec(BaseModel):
+    """A server the agent calls for its tools (``peers={"time": {...}}``): the run puts it
+    behind its own gateway and tells the agent where, in ``AGENT_HEALTH_PEER_<NAME>_URL``
+    (as a cell does), so every call to it is recorded in the calling test's ledger cell.
+
+    ``protocol: mcp`` (the default): an MCP server, whose calls are read one by one (the
+    ``mcp`` records that tool matchers check): ``url`` of one that serves Streamable HTTP, or
+    the ``command`` of a stdio one, which the run starts behind its bridge (one process per
+    MCP session). ``protocol: http``: any HTTP server at ``url``, recorded as exchanges.
+    """
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    protocol: Literal["mcp", "http"] = "mcp"
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    command: tuple[str, ...] | None = None
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_command(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            words = shlex.split(value)
+            if not words:
+                raise ValueError("is empty; give the server's program and its arguments")
+            return tuple(words)
+        return value
+
+    @model_validator(mode="after")
+    def _one_server(self) -> PeerSpec:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("give the server's url, or (an MCP server over stdio) its command")
+        if self.command is not None and self.protocol != "mcp":
+            raise ValueError("a command is an MCP server over stdio: protocol must be mcp")
+        return self
+
+
+PEER_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+"""A peer's name: a DNS label, as a RunSpec's ``peers[].name``."""
+
+
+def peer_url_env(name: str) -> str:
+    """The variable that gives the agent a peer's URL: ``AGENT_HEALTH_PEER_<NAME>_URL``."""
+    return f"AGENT_HEALTH_PEER_{name.upper().replace('-', '_')}_URL"
+
+
 class Config(BaseModel):
     """The whole config. Built with :func:`define_config`."""
 
@@ -67,6 +122,8 @@ class Config(BaseModel):
 
     agents: dict[str, ConnectorSpec] = Field(default_factory=dict)
     default_agent: str | None = None
+    peers: dict[Annotated[str, Field(pattern=PEER_NAME)], PeerSpec] = Field(default_factory=dict)
+    """The agent's tool servers, each behind the run's gateway (:class:`PeerSpec`)."""
     judge: JudgeConfig | None = None
     evaluators: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     insights: Callable[..., Any] | None = None

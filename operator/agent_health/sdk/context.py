@@ -36,6 +36,24 @@ class JudgeBackend(Protocol):
     async def __call__(self, request: JudgeRequest) -> Verdict: ...
 
 
+class PeerRoute(Protocol):
+    """A listener of the run's gateway in front of one of the test's servers."""
+
+    url: str
+    """What the agent calls instead of the server's own URL."""
+
+    async def close(self) -> None: ...
+
+
+class PeerRoutes(Protocol):
+    """The engine's seam for servers a test starts (a mock MCP server): put one behind the
+    run's gateway, its calls recorded in the test's ledger cell (``engine.peerroutes``)."""
+
+    async def route(
+        self, name: str, url: str, *, run_id: str, protocol: str = "mcp"
+    ) -> PeerRoute: ...
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
     """Everything a judge backend needs to answer one ``judge()`` call."""
@@ -115,6 +133,9 @@ class TestContext:
     RunResult reports instead of the microseconds the recording took to answer."""
     cut_short: list[Cause] = field(default_factory=list)
     """Who was being waited on when the test's deadline cancelled the call: whom it blames."""
+    peer_routes: PeerRoutes | None = None
+    """Where a test's own servers go behind the run's gateway; ``None``: nowhere (a cell,
+    whose gateway's routes are fixed, or a run without a ledger)."""
     on_judge_call: Callable[[JudgeRequest], Awaitable[None]] | None = None
     judged: list[tuple[Verdict, Signal]] = field(default_factory=list)
     """Each verdict the body got back, with the signal it recorded (see :meth:`signal_of`)."""

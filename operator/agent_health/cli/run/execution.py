@@ -85,9 +85,17 @@ async def execute(
             # A recorded matrix is replayed as a matrix: one lane per recorded agent.
             names = list(replayed.agents) or [None]
             callers = [replay.Replayer(replayed)] * len(names)
+        peers = None
+        if replayed is None:
+            from agent_health.engine import peerroutes
+
+            # The agent's tool servers, each behind the run's gateway, recorded per test.
+            peers = await stack.enter_async_context(peerroutes.Peers(config.peers, recorded))
         live_specs = []
         for _, spec in lanes:  # none for a replay
             told = spans.env(spec.env) if spans is not None else None
+            if peers is not None and peers.urls:
+                told = {**(told or {}), **peers.env()}
             live_specs.append(await stack.enter_async_context(agent_process.serving(spec, told)))
         if preflight:
             hints.extend(await _look_for_agents(lanes, live_specs, config))
@@ -143,6 +151,7 @@ async def execute(
             replaying=replayed is not None,
             lane=names[0] if replayed is not None and names else None,  # one recorded agent
             spans=export,
+            peer_routes=peers,
         )
         # A matrix: one environment per agent, each naming its lane.
         matrix = [

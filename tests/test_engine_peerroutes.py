@@ -1,0 +1,81 @@
+"""A local run's MCP peers: the config's stdio server (mcp-server-time behind the bridge) and a
+test's mock server, each behind the run's in-process gateway; every call an agent makes to
+them is an ``mcp`` record in the calling test's ledger cell, and the mock holds the agent to
+its tools (no unknown tool, no decoy)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SUITE = Path(__file__).parent / "data" / "mcp_suite"
+
+
+@pytest.mark.slow
+def test_mcp_calls_are_recorded_in_the_calling_tests_cell(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    shutil.copytree(SUITE, suite)
+    report, ledger = tmp_path / "report.json", tmp_path / "ledger"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_health.cli", "run", "-j", "3",
+         "--reporter", f"json:{report}", "--ledger", f"file://{ledger}"],
+        cwd=suite, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "belongs to no single test" not in proc.stdout + proc.stderr
+    tests = {t["name"]: t for t in json.loads(report.read_text())["tests"]}
+    assert tests["asks the time and the tickets"]["status"] == "passed"
+    decoy = tests["calls the decoy"]
+    assert decoy["status"] == "failed"
+    [gate] = [s for s in decoy["signals"] if s["passed"] is False]
+    assert gate["name"] == "mock MCP server tickets: no decoy tool called"
+    unknown = tests["calls a tool the server does not have"]
+    [gate] = [s for s in unknown["signals"] if s["passed"] is False]
+    assert gate["name"] == "mock MCP server tickets: only its tools called"
+    assert gate["evidence"]["actual"] == ["drop_tables"]
+    calls: dict[str, list[tuple[str, str, bool | None]]] = {}
+    run_ids = {t["run_id"]: name for name, t in tests.items()}
+    for line in (ledger / "run.jsonl").read_text().splitlines():
+        record = json.loads(line).get("record", {})
+        if record.get("kind") == "mcp" and record["method"] == "tools/call":
+            calls.setdefault(run_ids[record["run_id"]], []).append(
+                (record["server"], record["name"], record["is_error"])
+            )
+    assert calls == {
+        "asks the time and the tickets": [
+            ("peer:time", "get_current_time", False),
+            ("peer:tickets", "search", False),
+        ],
+        "calls the decoy": [
+            ("peer:time", "get_current_time", False),
+            ("peer:tickets", "search", False),
+            ("peer:tickets", "close_all", False),
+        ],
+        "calls a tool the server does not have": [
+            ("peer:time", "get_current_time", False),
+            ("peer:tickets", "search", False),
+            ("peer:tickets", "drop_tables", None),
+        ],
+    }
+    verified = subprocess.run(
+        [sys.executable, "-m", "agent_health.cli", "ledger", "verify", f"file://{ledger}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_peer_needs_a_url_or_a_command_and_a_dns_name() -> None:
+    from agent_health import define_config
+    from agent_health.sdk import errors
+
+    with pytest.raises(errors.ConfigError, match="give the server's url, or"):
+        define_config(peers={"time": {}})
+    with pytest.raises(errors.ConfigError, match="protocol must be mcp"):
+        define_config(peers={"time": {"protocol": "http", "command": "x"}})
+    with pytest.raises(errors.ConfigError, match=r"peers\.Time"):
+        define_config(peers={"Time": {"url": "http://127.0.0.1:1/mcp"}})
