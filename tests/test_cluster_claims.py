@@ -4,8 +4,8 @@ the calls it recorded."""
 from __future__ import annotations
 
 from agent_health.cluster.api import runspec
-from agent_health.cluster.grading import claims
 from agent_health.connectors import protocol
+from agent_health.engine import claims
 from agent_health.sdk import check, results
 
 TOOLS = {"logs": ("search_logs", "tail_logs"), "db": ("query",)}

@@ -38,6 +38,17 @@ def test_mcp_calls_are_recorded_in_the_calling_tests_cell(tmp_path: Path) -> Non
     [gate] = [s for s in unknown["signals"] if s["passed"] is False]
     assert gate["name"] == "mock MCP server tickets: only its tools called"
     assert gate["evidence"]["actual"] == ["drop_tables"]
+    lies = tests["claims a call it never made"]
+    assert lies["status"] == "failed"
+    server, never = [s for s in lies["signals"] if s["name"].startswith("to_have_called_tool")]
+    assert (server["passed"], server["evidence"]["source"]) == (True, "gateway")
+    assert never["passed"] is False
+    assert never["evidence"]["problem"] == "claimed by the agent, not seen by the gateway"
+    hides = tests["hides a tool error"]
+    assert hides["status"] == "failed"
+    [no_errors] = [s for s in hides["signals"] if s["name"] == "to_have_no_tool_errors()"]
+    assert no_errors["evidence"]["problem"] == "the gateway saw the MCP server answer isError"
+    assert hides["metrics"]["ignored_tool_errors"] == 1
     calls: dict[str, list[tuple[str, str, bool | None]]] = {}
     run_ids = {t["run_id"]: name for name, t in tests.items()}
     for line in (ledger / "run.jsonl").read_text().splitlines():
@@ -60,6 +71,15 @@ def test_mcp_calls_are_recorded_in_the_calling_tests_cell(tmp_path: Path) -> Non
             ("peer:time", "get_current_time", False),
             ("peer:tickets", "search", False),
             ("peer:tickets", "drop_tables", None),
+        ],
+        "claims a call it never made": [
+            ("peer:time", "get_current_time", False),
+            ("peer:tickets", "search", False),
+        ],
+        "hides a tool error": [
+            ("peer:time", "get_current_time", False),
+            ("peer:tickets", "search", False),
+            ("peer:tickets", "page_oncall", True),
         ],
     }
     verified = subprocess.run(

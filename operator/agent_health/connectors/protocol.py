@@ -7,7 +7,7 @@ these same models, so the rest of the harness sees one shape of trajectory.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -43,6 +43,24 @@ class Step(readonly.ReadOnlyModel):
         if extra:
             object.__setattr__(self, "__pydantic_extra__", readonly.freeze(extra))
         return self
+
+    @property
+    def failed(self) -> bool:
+        """Whether this tool result is an error: its ``status`` says so, or its output is an
+        MCP tool result (``CallToolResult``) that says ``isError`` — an MCP server's answer
+        the agent passed on as it came, whatever status it gave the step."""
+        if self.status == "error":
+            return True
+        output = self.tool_output
+        return isinstance(output, Mapping) and output.get("isError") is True
+
+    @property
+    def server(self) -> str | None:
+        """The MCP server the step's tool came from, when the agent says (an extra
+        ``server`` field: ``time`` or ``peer:time``); ``None`` when it does not."""
+        extra = self.__pydantic_extra__
+        value = extra.get("server") if extra else None
+        return value if isinstance(value, str) else None
 
     @property
     def turn(self) -> int | None:

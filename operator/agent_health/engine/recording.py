@@ -233,10 +233,11 @@ class LocalLedger:
         the one test in flight."""
         return PeerSink(self, run_id)
 
-    def mcp_calls(self, run_id: str) -> list[objects.Object]:
-        """The MCP calls recorded so far for the test of ``run_id`` (``mcp`` records)."""
+    def peer_records(self, run_id: str) -> list[objects.Object]:
+        """What the test of ``run_id`` has recorded of its peers so far (``exchange`` and
+        ``mcp`` records): what its tool claims are held to (``engine.claims``)."""
         cell = self._open.get(run_id)
-        return [r for r in cell.peers if r.get("kind") == "mcp"] if cell is not None else []
+        return list(cell.peers) if cell is not None else []
 
     def _peer_cell(self, run_id: str | None) -> _Cell | None:
         if run_id is not None and run_id in self._open:

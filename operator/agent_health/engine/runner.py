@@ -79,10 +79,28 @@ class RunEnv:
     """Where each test's spans go (``--otlp``); ``None``: no export."""
     peer_routes: ctx_mod.PeerRoutes | None = None
     """Where a test's own servers (a mock MCP server) go behind the run's gateway."""
+    peer_calls: Callable[[str], list[dict[str, Any]]] | None = None
+    """What the run's gateway recorded of a run id's calls to peers (``exchange`` and ``mcp``
+    records), which the test's tool claims are held to after its body (``engine.claims``)."""
 
     @property
     def prices(self) -> settings.PriceTable:
         return self.config.price_table() if self.config else settings.PriceTable()
+
+
+def _held_to_peers(env: RunEnv, ctx: ctx_mod.TestContext, run_id: str) -> RunResult | None:
+    """Hold the body's tool claims to the MCP calls the run's gateway saw (the signals are
+    replaced by the checked ones, as a cell's grade does), and the run with the tool errors
+    the gateway saw marked: what the metrics are derived from."""
+    recorded = env.peer_calls(run_id) if env.peer_calls is not None else []
+    if not recorded:
+        return ctx.result
+    from agent_health.engine import claims
+
+    calls, shown = claims.from_objects(recorded)
+    checked = claims.check(ctx.signals, ctx.result, calls, claims.served({}, shown))
+    ctx.signals[:] = checked.signals
+    return claims.with_gateway_errors(ctx.result, calls)
 
 
 class _Traces:
@@ -236,7 +254,8 @@ async def _run_case(
         finally:
             ctx_mod.deactivate(token)
         duration = (time.perf_counter() - started) * 1000
-        derived = metrics.derive(ctx.result, env.prices)
+        measured = _held_to_peers(env, ctx, run_id)
+        derived = metrics.derive(measured, env.prices)
         status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
         skip_reason = skip_reason or grading.skip_reason(status, ctx.signals)
         result = _result(

@@ -49,7 +49,7 @@ class Trajectory(tuple[Step, ...]):
         return [s for s in self if s.type == kind]
 
     def tool_errors(self) -> list[Step]:
-        return [s for s in self if s.status == "error"]
+        return [s for s in self if s.failed]
 
 
 TraceResolver = Callable[["RunResult"], Any]

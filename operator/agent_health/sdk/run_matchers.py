@@ -35,6 +35,14 @@ NO_USAGE = (
 )
 
 
+def _of_server(step: Step, server: str | None) -> bool:
+    """Whether ``step`` may be a call of ``server``'s tool: it names that server, or none."""
+    said = step.server
+    if server is None or said is None:
+        return True
+    return said.removeprefix("peer:") == server.removeprefix("peer:")
+
+
 def _args_match(actual: Mapping[str, Any] | None, expected: Mapping[str, Any]) -> bool:
     actual = actual or {}
     for key, want in expected.items():
@@ -67,20 +75,36 @@ class RunMatchers(check.Check):
         args: Mapping[str, Any] | None = None,
         *,
         times: int | None = None,
+        server: str | None = None,
         weight: float = 1.0,
     ) -> Signal:
-        """The agent called tool ``name`` (with ``args`` as a subset, ``times`` exactly)."""
+        """The agent called tool ``name`` (with ``args`` as a subset, ``times`` exactly; of
+        the MCP server ``server`` — its peer name — when given).
+
+        A tool of a peer the gateway records (a RunSpec peer's declared tools, an MCP
+        server's) is held to the gateway's record when the test is graded: a call the agent
+        claims and the gateway did not see fails, and for an MCP tool so does one the gateway
+        saw of another server or without these ``args``. On the agent's word, a step that
+        names its server (a ``server`` field) counts only for that server."""
         steps = _steps(self._value, "to_have_called_tool")
         calls = [s for s in steps if s.type == "tool_call"]
-        named = [s for s in calls if s.tool_name == name]
+        named = [s for s in calls if s.tool_name == name and _of_server(s, server)]
         matching = [s for s in named if args is None or _args_match(s.tool_args, args)]
         passed = len(matching) == times if times is not None else bool(matching)
         label = f"to_have_called_tool({name!r}" + (f", times={times}" if times is not None else "")
+        label += f", server={server!r}" if server is not None else ""
+        expected: dict[str, Any] = {
+            "tool": name,
+            "args": args,
+            "times": times if times is not None else ">=1",
+        }
+        if server is not None:
+            expected["server"] = server
         return self._record(
             label + ")",
             passed,
             evidence(
-                {"tool": name, "args": args, "times": times if times is not None else ">=1"},
+                expected,
                 {
                     "matching_calls": len(matching),
                     "calls_of_tool": [s.tool_args for s in named],
@@ -154,7 +178,7 @@ class RunMatchers(check.Check):
 
     def to_have_no_tool_errors(self, *, weight: float = 1.0) -> Signal:
         steps = _steps(self._value, "to_have_no_tool_errors")
-        failed = [s for s in steps if s.status == "error"]
+        failed = [s for s in steps if s.failed]
         return self._record(
             "to_have_no_tool_errors()",
             not failed,

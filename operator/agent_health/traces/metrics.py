@@ -137,9 +137,7 @@ def per_turn(result: RunResult) -> dict[str, Any]:
     turns = result.conversation
     reported = result.trajectory_reported
     failed = (
-        t.number
-        for t in turns
-        if any(s.type == "tool_result" and s.status == "error" for s in t.trajectory)
+        t.number for t in turns if any(s.type == "tool_result" and s.failed for s in t.trajectory)
     )
     slowest = max(turns, key=lambda t: t.duration_ms)  # the first of equals
     return {
@@ -307,7 +305,7 @@ def tool_stats(steps: Sequence[Step], final: str | None = None) -> ToolStats:
         elif kind == "tool_result":
             call = _match(step, awaiting, by_id)
             name = step.tool_name or (call[1][0] if call else "?")
-            if step.status == "error":
+            if step.failed:
                 stats.tool_errors += 1
                 failed_last.add(name)
                 error_results.append(

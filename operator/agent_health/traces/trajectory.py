@@ -112,7 +112,7 @@ def to_spans(result: RunResult) -> list[records.Span]:
                     span_id=call.span_id,
                     name=call.name,
                     parent_span_id=call.parent_span_id,
-                    status="error" if step.status == "error" else "ok",
+                    status="error" if step.failed else "ok",
                     attributes={**call.attributes, "agent_health.result_step": i},
                     elapsed_ms=step.latency_ms,
                 )
@@ -131,7 +131,7 @@ def to_logs(result: RunResult) -> list[records.LogRecord]:
                     attributes={"agent_health.step": i, "agent_health.step_type": step.type},
                 )
             )
-        elif step.type == "tool_result" and step.status == "error":
+        elif step.type == "tool_result" and step.failed:
             output = json.dumps(step.tool_output, default=str)[:500]
             logs.append(
                 records.LogRecord(

@@ -24,6 +24,7 @@ import pydantic
 
 from agent_health.cluster import errors
 from agent_health.connectors import protocol
+from agent_health.engine import claims
 from agent_health.ledger import chain, records
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import usage as ledger_usage
@@ -47,9 +48,12 @@ class Evidence:
     records: int
     run_error: RunRecord | None = None
     """The run-result that says why ``agent.run()`` failed (then ``run`` is ``None``)."""
-    calls: list[str] = dataclasses.field(default_factory=list)
-    """The peer each call from the target reached, in the order the calls started (the
-    gateway's record: what tool claims are held to)."""
+    calls: list[claims.Sighting] = dataclasses.field(default_factory=list)
+    """Each call from the target to a peer, in the order the calls started (the gateway's
+    record: what tool claims are held to): a plain peer's request, or an MCP ``tools/call``
+    with its tool, arguments and ``isError``."""
+    mcp_tools: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    """MCP peer name → the tools the gateway saw it list or be called for."""
     gap: str | None = None
     """Why the gateway's record is not whole when the target made it so (its own traffic
     filled the cell's share): the grade may fail, never pass. A gap the infrastructure left
@@ -100,12 +104,14 @@ def read(
         _check_attempt(meta, ledger_cell, attempt)
     gap = _gap(parsed[1:-1])
     try:
-        run_record, signals, usage, calls = _read_body(parsed[1:-1], meta)
+        run_record, signals, usage, calls, mcp_tools = _read_body(parsed[1:-1], meta)
     except errors.DoubtfulEvidence as err:
         if gap is None or isinstance(err, errors.IncompleteEvidence):
             raise
         raise errors.DoubtfulEvidence(f"{err}; {gap}") from err
-    found = Evidence(meta, end, None, signals, usage, checked.records, calls=calls, gap=gap)
+    found = Evidence(
+        meta, end, None, signals, usage, checked.records, calls=calls, mcp_tools=mcp_tools, gap=gap
+    )
     if run_record is not None and run_record.error is not None:
         return dataclasses.replace(found, run_error=run_record)
     run = _run_result(run_record) if run_record is not None else None
@@ -161,13 +167,20 @@ def _gap(parsed: list[records.Record]) -> str | None:
 
 def _read_body(
     body: list[records.Record], meta: records.CellMeta
-) -> tuple[records.RunResultRecord | None, list[results.Signal], Usage, list[str]]:
-    """The run-result, the signals, token usage by consumer and the peer each of the target's
-    calls reached (in the order they started), checking each record."""
+) -> tuple[
+    records.RunResultRecord | None,
+    list[results.Signal],
+    Usage,
+    list[claims.Sighting],
+    dict[str, set[str]],
+]:
+    """The run-result, the signals, token usage by consumer, the target's calls to peers (in
+    the order they started) and the tools each MCP peer showed, checking each record."""
     run_record: records.RunResultRecord | None = None
     signals: list[results.Signal] = []
     usage: Usage = {}
     to_peers: list[records.Exchange] = []  # target → peer:NAME exchanges that reached it
+    mcp: list[records.McpRecord] = []  # the target's MCP calls (version 4)
     target_seen: int | None = None
     for record in body:
         if isinstance(record, records.CellMeta):
@@ -197,6 +210,14 @@ def _read_body(
             if record.usage is not None:
                 consumer = "judge" if record.upstream == "judge" else record.principal
                 usage[consumer] = _add(usage.get(consumer), record.usage)
+        elif isinstance(record, records.McpRecord):
+            if record.principal.startswith(_TRUSTED) and record.evidence == "none":
+                raise errors.DoubtfulEvidence(
+                    f"mcp call at record {record.seq} is attributed to {record.principal} "
+                    "without token evidence"
+                )
+            if record.principal == "target":
+                mcp.append(record)
         elif isinstance(record, records.SpansRecord):
             # The agent's OTLP spans (version 3): sent by the target, sealed by the gateway.
             if record.principal.startswith(_TRUSTED) and record.evidence == "none":
@@ -230,10 +251,17 @@ def _read_body(
         )
     # Derived metrics are recomputed from the run; the controller's copies are dropped.
     kept = [s for s in signals if not (s.kind == "metric" and s.name in metrics.METRIC_KEYS)]
-    # Sealed as they ended: the order they were made in is the order they started.
-    to_peers.sort(key=lambda r: (r.started_at, r.seq))
-    calls = [r.upstream.removeprefix("peer:") for r in to_peers]
-    return run_record, kept, usage, calls
+    calls, mcp_tools = sightings(to_peers, mcp)
+    return run_record, kept, usage, calls, mcp_tools
+
+
+def sightings(
+    exchanges: list[records.Exchange], mcp: list[records.McpRecord]
+) -> tuple[list[claims.Sighting], dict[str, set[str]]]:
+    """The target's calls to peers in the order they started, and the tools each MCP peer
+    showed (:func:`agent_health.engine.claims.from_objects`, as a local run reads its own)."""
+    made: list[records.Record] = [*exchanges, *mcp]
+    return claims.from_objects([records.to_object(r) for r in made])
 
 
 def _signal(record: records.SignalRecord) -> results.Signal:

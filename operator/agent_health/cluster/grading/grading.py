@@ -44,7 +44,8 @@ import pydantic
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
-from agent_health.cluster.grading import claims, evidence
+from agent_health.cluster.grading import evidence
+from agent_health.engine import claims
 from agent_health.engine import grading as engine_grading
 from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
@@ -230,9 +231,11 @@ def _grade(
         attempt=expected.attempt,
     )
     end = found.end
-    derived = metrics.derive(found.run, prices)
+    # The errors an MCP server answered count as the agent's tool errors, reported or not.
+    derived = metrics.derive(claims.with_gateway_errors(found.run, found.calls), prices)
     derived |= claims.tokens(found.usage)
-    checked = claims.check(found.signals, found.run, found.calls, expected.peer_tools)
+    peer_tools = claims.served(expected.peer_tools, found.mcp_tools)
+    checked = claims.check(found.signals, found.run, found.calls, peer_tools)
     signals = checked.signals
     problems, cause = _problems(found)
     recomputed = engine_grading.decide(signals, problems, end.status == "skipped")
