@@ -945,3 +945,20 @@ def test_the_operators_otlp_endpoint_serves_runspecs_that_name_none() -> None:
     assert "OTEL_EXPORTER_OTLP_HEADERS" not in env
     own = _env_of(_pod(spec=_runspec(otlp=OTLP), settings=settings), cellpod.CONTROLLER)
     assert own["OTEL_EXPORTER_OTLP_ENDPOINT"] == OTLP["endpoint"]  # the RunSpec's wins
+
+
+def test_an_mcp_peers_route_reads_mcp_and_the_target_is_given_its_mcp_url() -> None:
+    body = copy.deepcopy(EXAMPLE["RunSpec"])
+    peer = {**body["spec"]["peers"][0], "protocol": "mcp"}
+    spec = _runspec(peers=[peer])
+    pod = _pod(spec=spec)
+    containers = _by_name(pod["spec"])
+    routes = _arg(containers["gateway"]["args"], "--route")
+    to_peer = [r for r in routes if f"to=peer:{peer['name']}" in r]
+    assert len(to_peer) == 1
+    assert to_peer[0].endswith(",protocol=mcp")
+    assert all(not r.endswith("protocol=mcp") for r in routes if r not in to_peer)
+    env = {e["name"]: e.get("value") for e in containers["target"]["env"]}
+    name = peer["name"].upper().replace("-", "_")
+    assert env[f"AGENT_HEALTH_PEER_{name}_URL"].endswith("/mcp")
+    kubernetes_validate.validate(pod, "1.31", strict=True)

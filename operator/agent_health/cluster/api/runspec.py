@@ -122,6 +122,13 @@ class Peer(meta.Model):
         "against the calls the gateway recorded from the target to this peer: a call the "
         "agent claims and the gateway did not see fails the matcher.",
     )
+    protocol: Literal["http", "mcp"] = pydantic.Field(
+        default="http",
+        description="mcp: the peer is an MCP server (Streamable HTTP); the gateway reads each "
+        "tools/call, tools/list, resources/read and prompts/get of the target's into the ledger "
+        "(mcp records), and tool matchers on its tools are held to those calls by name, "
+        "arguments and isError. Its tools are those declared here and those it lists.",
+    )
 
 
 class Judge(meta.Model):

@@ -71,6 +71,15 @@ def target_env(spec: runspec.RunSpec, plan: cellgateway.Ports) -> list[dict[str,
         out.append(var)
     out.extend(cellgateway.otlp_env(plan, out))
     return out + [
-        {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}"}
+        {"name": peer_url_env(p.name), "value": f"http://127.0.0.1:{plan.peers[p.name]}{_path(p)}"}
         for p in spec.spec.peers
     ]
+
+
+MCP_PATH = "/mcp"
+"""Where an MCP peer serves Streamable HTTP (``agent-health mcp bridge`` and ``mock`` do):
+an MCP peer's URL names it, so an MCP client takes it as it is."""
+
+
+def _path(peer: runspec.Peer) -> str:
+    return MCP_PATH if peer.protocol == "mcp" else ""

@@ -77,6 +77,8 @@ class Route:
     to: str
     listen: int | str
     upstream: str
+    protocol: str = "http"
+    """``mcp``: the gateway reads the route's traffic as MCP (a ``protocol: mcp`` peer)."""
 
     @property
     def address(self) -> str:
@@ -172,10 +174,11 @@ def gateway_args(
     """
     args = ["gateway"]
     for route in routes:
+        mcp = ",protocol=mcp" if route.protocol == "mcp" else ""
         args += [
             "--route",
             f"principal={route.principal},to={route.to},"
-            f"listen={route.address},upstream={route.upstream}",
+            f"listen={route.address},upstream={route.upstream}{mcp}",
         ]
     if ledgerurl.collected(ledger):
         # A ConfigMap ledger: the sealed records go to the gateway's log, and the operator

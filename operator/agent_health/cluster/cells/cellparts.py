@@ -142,7 +142,8 @@ def routes_of(
     for peer in spec.spec.peers:
         peer_url = f"http://127.0.0.1:{peer.port}"
         principal = f"peer:{peer.name}"
-        routes.append(cellgateway.Route(TARGET, principal, plan.peers[peer.name], peer_url))
+        listen = plan.peers[peer.name]
+        routes.append(cellgateway.Route(TARGET, principal, listen, peer_url, peer.protocol))
         routes.append(cellgateway.Route(principal, TARGET, plan.peer_target[peer.name], target_url))
     return plan, routes
 
