@@ -685,3 +685,36 @@ def test_an_agui_agent_that_stalls_shows_its_steps_so_far(chromium: Any, tmp_pat
         assert "service_status" in last
         assert '"_raw": "{\\"name\\": \\"db-"' in last  # the arguments as far as they came
         _clean(seen, url)
+
+
+def test_each_mcp_call_shows_with_its_server(chromium: Any, tmp_path: Path) -> None:
+    calls = (
+        {"server": "peer:time", "method": "tools/call", "name": "get_current_time",
+         "arguments": {"timezone": "Europe/Oslo"}, "is_error": False, "error": None,
+         "problem": None},
+        {"server": "peer:tickets", "method": "tools/call", "name": "page_oncall",
+         "arguments": {}, "is_error": True, "error": None, "problem": None},
+        {"server": "peer:tickets", "method": "tools/call", "name": "drop_tables",
+         "arguments": {}, "is_error": None,
+         "error": {"code": -32602, "message": "Unknown tool: 'drop_tables'"}, "problem": None},
+    )  # fmt: skip
+    result = TestResult(
+        id="t.py::mcp", name="mcp", title="mcp", file="t.py", line=1, status="passed",
+        run_id="r", output="done", mcp_calls=calls,
+    )  # fmt: skip
+    url = reporters.write("html", tmp_path, RunReport.build([result], duration_ms=1.0)).as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        seen.page.click("#test-list .test-row")
+        rows = seen.page.locator("#inspector tr.mcp-call")
+        assert rows.count() == 3
+        first, second, third = (rows.nth(n).inner_text() for n in range(3))
+        assert "peer:time" in first
+        assert "get_current_time" in first
+        assert "Europe/Oslo" in first
+        assert "peer:tickets" in second
+        assert "isError" in second
+        assert "Unknown tool: 'drop_tables'" in third
+        heading = seen.page.locator("#inspector").inner_text()
+        assert "MCP calls, as the gateway read them (3)" in heading
+        _clean(seen, url)

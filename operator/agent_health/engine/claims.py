@@ -248,6 +248,23 @@ def _started(record: Mapping[str, Any]) -> datetime:
         return datetime.min.replace(tzinfo=UTC)
 
 
+REPORTED_CALLS = 200
+"""The most MCP calls a test's report lists (the ledger cell has them all)."""
+
+
+def reported(recorded: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The target's MCP calls among ``recorded`` as a report shows them (``mcp_calls``):
+    server, method, tool, arguments, ``isError``, error and what could not be read; their
+    results stay in the ledger cell."""
+    fields = ("server", "method", "name", "arguments", "is_error", "error", "problem")
+    calls = [
+        {name: record.get(name) for name in fields}
+        for record in recorded
+        if record.get("kind") == "mcp" and record.get("principal") == "target"
+    ]
+    return tuple(calls[:REPORTED_CALLS])
+
+
 def served(
     declared: Mapping[str, Sequence[str]], shown: Mapping[str, set[str]]
 ) -> dict[str, list[str]]:

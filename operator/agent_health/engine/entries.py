@@ -133,6 +133,11 @@ class TestEntry(BaseModel):
         description="a case file's test: the case's metadata (id, subcategory, versions, "
         "expectedPPL, ...); null for a code test",
     )
+    mcp_calls: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the MCP calls the gateway read (server, method, name, arguments, "
+        "is_error, error, problem); [] when the test had no MCP server",
+    )
 
 
 def from_result(r: TestResult) -> dict[str, Any]:
@@ -204,6 +209,7 @@ def from_result(r: TestResult) -> dict[str, Any]:
         "metrics": r.metrics,
         "insights": r.insights,
         "case": r.case,
+        "mcp_calls": list(r.mcp_calls),
     }
 
 

@@ -88,19 +88,22 @@ class RunEnv:
         return self.config.price_table() if self.config else settings.PriceTable()
 
 
-def _held_to_peers(env: RunEnv, ctx: ctx_mod.TestContext, run_id: str) -> RunResult | None:
-    """Hold the body's tool claims to the MCP calls the run's gateway saw (the signals are
-    replaced by the checked ones, as a cell's grade does), and the run with the tool errors
-    the gateway saw marked: what the metrics are derived from."""
+def _held_to_peers(
+    env: RunEnv, ctx: ctx_mod.TestContext, run_id: str
+) -> tuple[RunResult | None, tuple[dict[str, Any], ...]]:
+    """Hold the body's tool claims to the calls the run's gateway saw (the signals are
+    replaced by the checked ones, as a cell's grade does); the run with the tool errors the
+    gateway saw marked (what the metrics and insights read), and its MCP calls (the report's
+    ``mcp_calls``)."""
     recorded = env.peer_calls(run_id) if env.peer_calls is not None else []
     if not recorded:
-        return ctx.result
+        return ctx.result, ()
     from agent_health.engine import claims
 
     calls, shown = claims.from_objects(recorded)
     checked = claims.check(ctx.signals, ctx.result, calls, claims.served({}, shown))
     ctx.signals[:] = checked.signals
-    return claims.with_gateway_errors(ctx.result, calls)
+    return claims.with_gateway_errors(ctx.result, calls), claims.reported(recorded)
 
 
 class _Traces:
@@ -254,7 +257,7 @@ async def _run_case(
         finally:
             ctx_mod.deactivate(token)
         duration = (time.perf_counter() - started) * 1000
-        measured = _held_to_peers(env, ctx, run_id)
+        measured, mcp_calls = _held_to_peers(env, ctx, run_id)
         derived = metrics.derive(measured, env.prices)
         status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
         skip_reason = skip_reason or grading.skip_reason(status, ctx.signals)
@@ -272,12 +275,14 @@ async def _run_case(
             derived=derived,
             cause=grading.cause(ctx.causes) if status == "errored" else None,
         )
+        if mcp_calls:
+            result = result.model_copy(update={"mcp_calls": mcp_calls})
         fn = insights.function_for(case, env.config)
         if fn is not None and status != "skipped":
             found = await insights.explain(
                 fn,
                 result,
-                run=ctx.result,
+                run=measured,  # with the tool errors the gateway saw
                 traces=traces.for_insights(ctx.result),
                 llm=env.insights_llm,
                 timeout=timeout,

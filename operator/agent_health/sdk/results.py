@@ -337,6 +337,11 @@ class TestResult(BaseModel):
         description="a case file's test: what the case file says of it beyond the test (id, "
         "subcategory, versions, expectedPPL, ...); None for a code test",
     )
+    mcp_calls: tuple[dict[str, Any], ...] = Field(
+        default=(),
+        description="the MCP calls the gateway read for this test, in order: server, method, "
+        "name (the tool), arguments, is_error, error, problem (their results: the ledger cell)",
+    )
 
     @model_validator(mode="after")
     def _cause_of_errored(self) -> TestResult:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import pydantic
 
@@ -54,6 +55,8 @@ class Evidence:
     with its tool, arguments and ``isError``."""
     mcp_tools: dict[str, set[str]] = dataclasses.field(default_factory=dict)
     """MCP peer name → the tools the gateway saw it list or be called for."""
+    mcp_calls: tuple[dict[str, Any], ...] = ()
+    """The target's MCP calls as the report shows them (``claims.reported``)."""
     gap: str | None = None
     """Why the gateway's record is not whole when the target made it so (its own traffic
     filled the cell's share): the grade may fail, never pass. A gap the infrastructure left
@@ -104,13 +107,23 @@ def read(
         _check_attempt(meta, ledger_cell, attempt)
     gap = _gap(parsed[1:-1])
     try:
-        run_record, signals, usage, calls, mcp_tools = _read_body(parsed[1:-1], meta)
+        run_record, signals, usage, seen = _read_body(parsed[1:-1], meta)
     except errors.DoubtfulEvidence as err:
         if gap is None or isinstance(err, errors.IncompleteEvidence):
             raise
         raise errors.DoubtfulEvidence(f"{err}; {gap}") from err
+    calls, mcp_tools, mcp_calls = seen
     found = Evidence(
-        meta, end, None, signals, usage, checked.records, calls=calls, mcp_tools=mcp_tools, gap=gap
+        meta,
+        end,
+        None,
+        signals,
+        usage,
+        checked.records,
+        calls=calls,
+        mcp_tools=mcp_tools,
+        mcp_calls=mcp_calls,
+        gap=gap,
     )
     if run_record is not None and run_record.error is not None:
         return dataclasses.replace(found, run_error=run_record)
@@ -171,8 +184,7 @@ def _read_body(
     records.RunResultRecord | None,
     list[results.Signal],
     Usage,
-    list[claims.Sighting],
-    dict[str, set[str]],
+    Seen,
 ]:
     """The run-result, the signals, token usage by consumer, the target's calls to peers (in
     the order they started) and the tools each MCP peer showed, checking each record."""
@@ -251,17 +263,20 @@ def _read_body(
         )
     # Derived metrics are recomputed from the run; the controller's copies are dropped.
     kept = [s for s in signals if not (s.kind == "metric" and s.name in metrics.METRIC_KEYS)]
-    calls, mcp_tools = sightings(to_peers, mcp)
-    return run_record, kept, usage, calls, mcp_tools
+    return run_record, kept, usage, sightings(to_peers, mcp)
 
 
-def sightings(
-    exchanges: list[records.Exchange], mcp: list[records.McpRecord]
-) -> tuple[list[claims.Sighting], dict[str, set[str]]]:
-    """The target's calls to peers in the order they started, and the tools each MCP peer
-    showed (:func:`agent_health.engine.claims.from_objects`, as a local run reads its own)."""
+Seen = tuple[list[claims.Sighting], dict[str, set[str]], tuple[dict[str, Any], ...]]
+
+
+def sightings(exchanges: list[records.Exchange], mcp: list[records.McpRecord]) -> Seen:
+    """The target's calls to peers in the order they started, the tools each MCP peer showed,
+    and its MCP calls as the report shows them (:mod:`agent_health.engine.claims`, as a local
+    run reads its own)."""
     made: list[records.Record] = [*exchanges, *mcp]
-    return claims.from_objects([records.to_object(r) for r in made])
+    objects = [records.to_object(r) for r in made]
+    calls, shown = claims.from_objects(objects)
+    return calls, shown, claims.reported(objects)
 
 
 def _signal(record: records.SignalRecord) -> results.Signal:

@@ -268,6 +268,8 @@ def _grade(
         cause=cause if status == "errored" else None,
         insights=end.insights,
     )
+    if found.mcp_calls:
+        result = result.model_copy(update={"mcp_calls": found.mcp_calls})
     return CellGrade(
         cell=cell_name,
         test_id=expected.test_id,

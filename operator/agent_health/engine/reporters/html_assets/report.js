@@ -623,6 +623,7 @@
       output(run),
       printed(run),
       trajectory(run),
+      mcpCalls(run),
       metricsPart(run)]);
   }
 
@@ -784,6 +785,30 @@
     if (!steps.length) return section("Trajectory", typeof run.output === "string"
       ? el("p", { class: "muted", text: "The agent reported no steps." }) : notRecorded(run));
     return section("Trajectory (" + steps.length + " steps)", timeline(steps));
+  }
+
+  // The MCP calls the gateway read (run.mcp_calls): each with its server, whatever the
+  // agent's own trajectory says of it.
+  function mcpCalls(run) {
+    const calls = Array.isArray(run.mcp_calls) ? run.mcp_calls : [];
+    if (!calls.length) return null;
+    const head = ["#", "server", "call", "tool", "arguments", "answer"];
+    return section("MCP calls, as the gateway read them (" + calls.length + ")",
+      el("table", { class: "signals mcp-calls" },
+        el("thead", null, el("tr", null, head.map((h) => el("th", { text: h })))),
+        el("tbody", null, calls.map((c, i) => el("tr", { class: "mcp-call" },
+          el("td", { text: i + 1 }),
+          el("td", null, el("code", { text: String(c.server || "") })),
+          el("td", { class: "mono", text: String(c.method || "") }),
+          el("td", null, c.name ? el("code", { text: String(c.name) }) : null),
+          el("td", { class: "detail" }, c.arguments ? pre(json(c.arguments)) : null),
+          el("td", null, c.is_error === true ? el("span", { class: "status failed",
+            text: "isError" }) : c.error ? el("span", { class: "status failed",
+            text: "error " + (c.error.code !== undefined ? c.error.code : "") })
+            : c.problem ? null : el("span", { class: "status passed", text: "ok" }),
+          c.error && c.error.message ? el("div", { class: "muted", text: c.error.message })
+            : null,
+          c.problem ? el("div", { class: "muted", text: c.problem }) : null))))));
   }
 
   function timeline(steps) {
