@@ -624,3 +624,39 @@ async def test_with_content_the_evidence_and_errors_are_exported(
     assert SECRET in fails["attributes"][cv.TEST_ERROR]
     # Credentials are never content: the URL's password stays out either way.
     assert all(PASSWORD.encode() not in body for body in receiver.bodies)
+
+
+def test_a_tool_the_gateway_read_from_an_mcp_server_is_named_as_the_conventions_name_mcp() -> None:
+    from agent_health.connectors.protocol import Step
+    from agent_health.otel import records as span_records
+    from agent_health.otel import trajectory_spans
+    from opentelemetry.semconv._incubating.attributes import mcp_attributes
+
+    assert cv.MCP_METHOD_NAME == mcp_attributes.MCP_METHOD_NAME
+    assert mcp_attributes.McpMethodNameValues.TOOLS_CALL.value == cv.MCP_TOOLS_CALL
+    invoke = span_records.SpanRecord(
+        name="invoke_agent a", trace_id="1" * 32, span_id="2" * 16, parent_id=None,
+        start_ns=0, end_ns=1_000_000, attributes={},
+    )  # fmt: skip
+    trajectory = [
+        Step(type="tool_call", tool_name="get_current_time", tool_args={}),
+        Step(type="tool_result", tool_name="get_current_time", tool_output="12:00"),
+        Step(type="tool_call", tool_name="page_oncall", tool_args={}),
+        Step(type="tool_result", tool_name="page_oncall", tool_output="down", status="ok"),
+        Step(type="tool_call", tool_name="local_tool", tool_args={}),
+    ]
+    calls = [
+        {"server": "peer:time", "method": "tools/call", "name": "get_current_time",
+         "is_error": False, "error": None},
+        {"server": "peer:tickets", "method": "tools/call", "name": "page_oncall",
+         "is_error": True, "error": None},
+    ]  # fmt: skip
+    now, page, local = trajectory_spans.steps(trajectory, invoke, False, calls)
+    assert now.attributes[cv.MCP_METHOD_NAME] == "tools/call"
+    assert now.attributes[cv.MCP_SERVER] == "peer:time"
+    assert now.attributes[cv.TOOL_NAME] == "get_current_time"
+    assert cv.ERROR_TYPE not in now.attributes
+    # The agent said ok; the server answered isError.
+    assert page.attributes[cv.ERROR_TYPE] == "tool_error"
+    assert page.error == "the MCP server answered an error"
+    assert cv.MCP_METHOD_NAME not in local.attributes

@@ -42,6 +42,10 @@ EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
 EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
 EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
 ERROR_TYPE: Final = "error.type"
+MCP_METHOD_NAME: Final = "mcp.method.name"
+"""The MCP method a tool span's call was (``tools/call``), as the GenAI conventions' MCP
+spans name it, when the gateway read the call from an MCP server."""
+MCP_TOOLS_CALL: Final = "tools/call"
 
 GEN_AI: Final = (
     OPERATION_NAME,
@@ -78,6 +82,8 @@ TEST_SCORE: Final = "agent_health.test.score"
 TEST_CONTENT_HASH: Final = "agent_health.test.content_hash"
 TEST_ERROR: Final = "agent_health.test.error"
 TEST_AGENT: Final = "agent_health.test.agent"
+MCP_SERVER: Final = "agent_health.mcp.server"
+"""The MCP server (``peer:NAME``) a tool span's call went to: the conventions name none."""
 COST_USD: Final = "agent_health.cost_usd"
 TIMING: Final = "agent_health.timing"
 """``estimated`` on a span the trajectory gave no time for: laid out in order inside its

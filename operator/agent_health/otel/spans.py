@@ -217,7 +217,8 @@ def _agent_spans(
         attributes=attributes,
         error=records.cut(error) if error else None,
     )
-    return [invoke, *trajectory_spans.steps(result.trajectory, invoke, run.capture_content)]
+    steps = trajectory_spans.steps(result.trajectory, invoke, run.capture_content, result.mcp_calls)
+    return [invoke, *steps]
 
 
 def _judge_span(call: JudgeCall, run: RunContext, test: records.SpanRecord) -> records.SpanRecord:

@@ -1,6 +1,9 @@
 """The spans of an agent's trajectory under its ``invoke_agent`` span: ``execute_tool`` for
 each tool call (paired with its result) and ``chat`` for each assistant turn
-(:mod:`.spans` builds the rest of a test's tree)."""
+(:mod:`.spans` builds the rest of a test's tree). A tool call the gateway read from an MCP
+server (the test's ``mcp_calls``: the n-th call of a tool for its n-th span) is named as the
+GenAI conventions name MCP tools: ``mcp.method.name`` ``tools/call``, its server, and an
+``isError`` the server answered as ``error.type`` ``tool_error``."""
 
 from __future__ import annotations
 
@@ -57,9 +60,16 @@ def _items(trajectory: Sequence[Step]) -> list[_Item]:
 
 
 def steps(
-    trajectory: Sequence[Step], invoke: records.SpanRecord, content: bool
+    trajectory: Sequence[Step],
+    invoke: records.SpanRecord,
+    content: bool,
+    mcp_calls: Sequence[Mapping[str, Any]] = (),
 ) -> list[records.SpanRecord]:
     items = _items(trajectory)
+    read: dict[str, list[Mapping[str, Any]]] = {}
+    for call in mcp_calls:
+        if call.get("method") == cv.MCP_TOOLS_CALL and isinstance(call.get("name"), str):
+            read.setdefault(call["name"], []).append(call)
     if not items:
         return []
     window = invoke.end_ns - invoke.start_ns
@@ -74,7 +84,11 @@ def steps(
         start = min(cursor, invoke.end_ns)
         end = min(start + length, invoke.end_ns)
         cursor = end
-        span = _tool(item, invoke, content) if item.kind == "tool" else _chat(item, invoke)
+        if item.kind == "tool":
+            span = _tool(item, invoke, content)
+            _mcp(span, read)
+        else:
+            span = _chat(item, invoke)
         span.start_ns, span.end_ns = start, end
         if latency is None:
             span.attributes[cv.TIMING] = "estimated"
@@ -97,7 +111,7 @@ def _tool(item: _Item, invoke: records.SpanRecord, content: bool) -> records.Spa
         attributes[cv.TOOL_CALL_ARGUMENTS] = records.as_json(call.tool_args)
     if content and answer is not None and answer.tool_output is not None:
         attributes[cv.TOOL_CALL_RESULT] = records.as_json(answer.tool_output)
-    failed = any(s is not None and s.status == "error" for s in (call, answer))
+    failed = any(s is not None and s.failed for s in (call, answer))
     if failed:
         attributes[cv.ERROR_TYPE] = "tool_error"
     return records.SpanRecord(
@@ -110,6 +124,22 @@ def _tool(item: _Item, invoke: records.SpanRecord, content: bool) -> records.Spa
         attributes=attributes,
         error="the tool answered an error" if failed else None,
     )
+
+
+def _mcp(span: records.SpanRecord, read: dict[str, list[Mapping[str, Any]]]) -> None:
+    """Name ``span`` as an MCP tool's when the gateway read a call of its tool (the next one
+    not yet given to a span)."""
+    name = span.attributes.get(cv.TOOL_NAME)
+    calls = read.get(name) if isinstance(name, str) else None
+    if not calls:
+        return
+    call = calls.pop(0)
+    span.attributes[cv.MCP_METHOD_NAME] = cv.MCP_TOOLS_CALL
+    if isinstance(call.get("server"), str):
+        span.attributes[cv.MCP_SERVER] = call["server"]
+    if call.get("is_error") is True or call.get("error") is not None:
+        span.attributes[cv.ERROR_TYPE] = "tool_error"
+        span.error = span.error or "the MCP server answered an error"
 
 
 def _chat(item: _Item, invoke: records.SpanRecord) -> records.SpanRecord:
