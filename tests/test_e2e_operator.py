@@ -189,6 +189,41 @@ async def test_the_example_runs_and_its_agent_calls_its_peer_through_the_gateway
     assert len(report.cells) == 2, str(report)
 
 
+async def test_an_mcp_peer_is_read_call_by_call_and_graded_on_what_its_gateway_read(
+    k8s: e2e.Cluster,
+) -> None:
+    """The example's peer serving its tools as an MCP server (``protocol: mcp``): the cell's
+    gateway reads each tools/call into the ledger, and the operator holds the test's tool
+    matchers to those calls by tool name."""
+    runspec = runspec_of("mcp", k8s.model.url)
+    peer = runspec["spec"]["peers"][0]
+    peer["protocol"] = "mcp"
+    peer["env"] = [{"name": "LOG_SERVER_PROTOCOL", "value": "mcp"}]
+    await k8s.apply(runspec)
+    await k8s.apply(run_of("mcp-1", "mcp", selection={"grep": "payment"}))
+    done = await finished(k8s, "mcp-1")
+    status = done["status"]
+    assert status["phase"] == "Succeeded", e2e.dump(k8s, "mcp-1")
+    assert status["counts"]["passed"] == 1, status
+    assert status["counts"]["unverifiedClaims"] == 0, status
+    [pod] = cells_of(k8s, "mcp-1")
+    env = {
+        e["name"]: e.get("value") for c in pod["spec"]["initContainers"] for e in c.get("env", [])
+    }
+    assert (env["AGENT_HEALTH_PEER_LOGS_URL"] or "").endswith("/mcp"), env
+    key = k8s.ledger_key("mcp-1")
+    ledger = await k8s.ledger("configmap://default/mcp-ledger-mcp-1", pod["metadata"]["name"], key)
+    calls = [
+        (r.principal, r.server, r.method, r.name, r.is_error)
+        for r in ledger
+        if isinstance(r, records.McpRecord) and r.method == "tools/call"
+    ]
+    assert ("target", "peer:logs", "tools/call", "search_logs", False) in calls, calls
+    assert ("target", "peer:logs", "tools/call", "service_status", False) in calls, calls
+    signals = [r.signal for r in ledger if isinstance(r, records.SignalRecord)]
+    assert any(s["name"].startswith("to_have_called_tool(") for s in signals), signals
+
+
 def pod_creations(k8s: e2e.Cluster, run: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for event in k8s.emulator.store.events:

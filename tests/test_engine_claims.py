@@ -123,3 +123,14 @@ def test_exchanges_of_an_mcp_peer_are_not_calls_of_its_tools() -> None:
         claims.Sighting("time", "convert_time", {"time": "12:00"}, False),
     ]
     assert shown == {"time": {"get_current_time", "convert_time"}}
+
+
+def test_mcp_calls_the_agent_left_out_are_named_by_tool() -> None:
+    seen = [call(TIME, "get_current_time"), call(TIME, "convert_time"), call(TIME, "convert_time")]
+    ran = run(("get_current_time", "ok"))  # the agent reports one call of three
+    signals = held([called("get_current_time")], seen, ran)
+    [omitted] = [s for s in signals if s.role == "observe"]
+    assert omitted.name == "calls to peer:time the trajectory omits"
+    assert omitted.evidence is not None
+    assert omitted.evidence["omitted_calls"] == 2
+    assert omitted.evidence["omitted_tools"] == {"convert_time": 2}

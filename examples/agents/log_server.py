@@ -17,6 +17,11 @@ gateway sends that token in ``X-Agent-Health-Via-Gateway`` with every call it fo
 the target holds no token. So when it has a token, every tool call without it is refused
 (403) — only ``/healthz``, which the kubelet probes, stays open. Outside a cell there is no
 token and nothing is checked.
+
+With ``LOG_SERVER_PROTOCOL=mcp`` in its environment (a RunSpec peer's ``env``, beside its
+``protocol: mcp``) it serves the same two tools as an MCP server instead, on ``/mcp``
+(agent-health's :class:`~agent_health.peers.MockServer`, the tools its functions), and the
+cell's gateway reads each call of them into the ledger.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import os
 from pathlib import Path
 
 import triage_agent
+from agent_health.peers import MockServer
 from aiohttp import web
 
 VIA_HEADER = "X-Agent-Health-Via-Gateway"
@@ -96,7 +102,40 @@ async def start(
     return runner, f"http://{host}:{bound}"
 
 
+PROTOCOL_ENV = "LOG_SERVER_PROTOCOL"
+
+
+def mcp_tools() -> MockServer:
+    """The two tools as an MCP server's (an unknown service answers ``isError``)."""
+    server = MockServer("logs")
+
+    @server.tool(description="Log lines of a service, optionally of one level")
+    def search_logs(service: str, level: str = "") -> dict[str, object]:
+        if service not in triage_agent.LOGS:
+            raise LookupError(f"unknown service {service!r}")
+        lines = [e for e in triage_agent.LOGS[service] if not level or e["level"] == level]
+        return {"service": service, "lines": lines}
+
+    @server.tool(description="The status of a dependency")
+    def service_status(name: str) -> dict[str, object]:
+        return {"name": name, "status": triage_agent.STATUS.get(name, "unknown")}
+
+    return server
+
+
+async def _serve_mcp(host: str, port: int) -> None:
+    running = await mcp_tools().serve(host, port, token=own_token())
+    print(f"log server (MCP) listening on {running.url}", flush=True)
+    try:
+        await triage_agent.until_terminated()
+    finally:
+        await running.stop()
+
+
 async def _main(host: str, port: int) -> None:
+    if os.environ.get(PROTOCOL_ENV) == "mcp":
+        await _serve_mcp(host, port)
+        return
     runner, url = await start(host, port, own_token())
     print(f"log server listening on {url}", flush=True)
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -127,10 +128,62 @@ async def _call_tool(
     session: aiohttp.ClientSession, base: str, name: str, args: dict[str, str]
 ) -> tuple[Any, bool, float]:
     started = time.perf_counter()
-    async with session.get(f"{base}/{name}", params=args) as response:
-        body = await response.json()
-        ok = response.status == 200
+    if base.endswith("/mcp"):  # an MCP server (a cell's MCP peer names its /mcp)
+        body, ok = await _call_mcp_tool(session, base, name, args)
+    else:
+        async with session.get(f"{base}/{name}", params=args) as response:
+            body = await response.json()
+            ok = response.status == 200
     return body, ok, round((time.perf_counter() - started) * 1000, 3)
+
+
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+async def _mcp(
+    session: aiohttp.ClientSession, url: str, message: dict[str, Any], sid: str | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One JSON-RPC message to an MCP server (Streamable HTTP): its answer, if any (JSON or
+    the first event of a stream that carries one), and the session id it names."""
+    headers = {**MCP_HEADERS, **({"Mcp-Session-Id": sid} if sid else {})}
+    async with session.post(url, json=message, headers=headers) as response:
+        sid = response.headers.get("Mcp-Session-Id", sid)
+        if response.status == 202:
+            return None, sid
+        if response.content_type == "text/event-stream":
+            async for line in response.content:
+                if line.startswith(b"data:"):
+                    said = json.loads(line[5:])
+                    if "id" in said and ("result" in said or "error" in said):
+                        return said, sid
+            return None, sid
+        return await response.json(), sid
+
+
+async def _call_mcp_tool(
+    session: aiohttp.ClientSession, url: str, name: str, args: dict[str, str]
+) -> tuple[Any, bool]:
+    """``tools/call`` of ``name`` in a session of its own: what it answered, and whether it
+    answered without an error (``isError``)."""
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {},
+             "clientInfo": {"name": "triage-agent", "version": "1"}}  # fmt: skip
+    _, sid = await _mcp(session, url, {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                       "params": hello}, None)  # fmt: skip
+    await _mcp(session, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": name, "arguments": args}}  # fmt: skip
+    answer, _ = await _mcp(session, url, call, sid)
+    result = (answer or {}).get("result")
+    if not isinstance(result, dict):
+        return (answer or {}).get("error") or {"error": "no answer"}, False
+    body = result.get("structuredContent")
+    if body is None:
+        text = "".join(c.get("text", "") for c in result.get("content", []))
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = text
+    return body, not result.get("isError", False)
 
 
 async def diagnose(

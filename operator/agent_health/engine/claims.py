@@ -308,10 +308,13 @@ def check(
     checked = [_checked(s, seen, claimed_tools) for s in signals]
     claimed = Counter(seen.peer(tool) for tool in claimed_tools if tool is not None)
     recorded = Counter(c.peer for c in seen.calls)
+    by_tool = Counter(claimed_tools)
     for peer in peer_tools:
         extra = recorded[peer] - claimed[peer]
         if extra > 0:
-            checked.append(_omitted(peer, extra, claimed[peer], recorded[peer]))
+            read = Counter(c.tool for c in seen.calls if c.peer == peer and c.tool is not None)
+            tools = {t: n - by_tool[t] for t, n in sorted(read.items()) if n > by_tool[t]}
+            checked.append(_omitted(peer, extra, claimed[peer], recorded[peer], tools))
     unseen = {peer: max(0, n - recorded[peer]) for peer, n in claimed.items()}
     return Checked(checked, sum(unseen.values()))
 
@@ -423,19 +426,26 @@ def _failed(signal: results.Signal, evidence: dict[str, Any], problem: str) -> r
     )
 
 
-def _omitted(peer: str, extra: int, claimed: int, seen: int) -> results.Signal:
+def _omitted(
+    peer: str, extra: int, claimed: int, seen: int, tools: Mapping[str, int]
+) -> results.Signal:
+    """An observation of calls the gateway saw that the trajectory leaves out (for an MCP
+    peer, which of its tools: ``omitted_tools``, tool → calls)."""
+    evidence: dict[str, Any] = {
+        "source": "gateway",
+        "problem": OMITTED,
+        "omitted_calls": extra,
+        "claimed_calls_to_peer": claimed,
+        "gateway_calls_to_peer": seen,
+    }
+    if tools:
+        evidence["omitted_tools"] = dict(tools)
     return results.Signal(
         kind="deterministic",
         role="observe",
         name=f"calls to peer:{peer} the trajectory omits",
         passed=None,
-        evidence={
-            "source": "gateway",
-            "problem": OMITTED,
-            "omitted_calls": extra,
-            "claimed_calls_to_peer": claimed,
-            "gateway_calls_to_peer": seen,
-        },
+        evidence=evidence,
     )
 
 
