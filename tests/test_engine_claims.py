@@ -134,3 +134,17 @@ def test_mcp_calls_the_agent_left_out_are_named_by_tool() -> None:
     assert omitted.evidence is not None
     assert omitted.evidence["omitted_calls"] == 2
     assert omitted.evidence["omitted_tools"] == {"convert_time": 2}
+
+
+def test_an_mcp_call_the_agent_left_out_fails_not_to_have_called_tool() -> None:
+    seen = [call(TICKETS, "search"), call(TICKETS, "page_oncall")]
+    ran = run(("search", "ok"))  # the agent does not report the page
+    never = signal("not_to_have_called_tool('page_oncall')", {"tool": "page_oncall", "times": 0})
+    other = signal("not_to_have_called_tool('convert_time')", {"tool": "convert_time", "times": 0})
+    paged, converted = held([never, other], seen, ran)[:2]
+    assert (paged.passed, paged.error) == (False, claims.CALLED_UNREPORTED)
+    assert paged.evidence is not None
+    assert paged.evidence["gateway_calls_of_tool"] == [{"server": "peer:tickets", "arguments": {}}]
+    assert converted.passed is True
+    assert converted.evidence is not None
+    assert converted.evidence["source"] == "gateway"

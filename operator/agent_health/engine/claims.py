@@ -30,6 +30,9 @@ recorded calls could have been a given tool; every check below asks it):
 * ``to_have_called_tool(NAME, args, server=...)`` on an MCP tool is held to the calls the
   gateway read by name: of that server when the matcher names one, with arguments that
   include ``args`` (JSON values);
+* ``not_to_have_called_tool(NAME)`` that passed fails when the gateway read an MCP call of
+  NAME (with the plain-JSON ``args`` asked about): a call the agent left out of its
+  trajectory is still a call;
 * ``to_have_no_tool_errors()`` that passed fails when the gateway saw an MCP tool answer
   ``isError``, and :func:`with_gateway_errors` marks those results failed in the trajectory
   the metrics (``ignored_tool_errors``) and insights read.
@@ -59,6 +62,8 @@ MATCHER = "to_have_called_tool("
 IN_ORDER = "to_have_called_tools_in_order("
 IN_STEPS = "to_have_called_tools_in_steps("
 NO_ERRORS = "to_have_no_tool_errors("
+NOT_CALLED = "not_to_have_called_tool("
+CALLED_UNREPORTED = "the gateway saw the agent call it"
 ERRORED = "the gateway saw the MCP server answer isError"
 NOT_SEEN_AS_CALLED = "the gateway saw no such call: not of this server, or not with these arguments"
 SHOWN_CALLS = 50
@@ -330,6 +335,8 @@ def _checked(
             return _ordered(signal, evidence, seen)
         if signal.name.startswith(NO_ERRORS) and seen.errors():
             return _errored(signal, evidence, seen)
+        if signal.name.startswith(NOT_CALLED):
+            return _not_called(signal, evidence, seen)
     evidence.setdefault("source", "agent")
     return signal.model_copy(update={"evidence": evidence})
 
@@ -366,6 +373,32 @@ def _called(
         evidence["gateway_calls_with_args"] = matching
         if not matching:
             return _failed(signal, evidence, NOT_SEEN_AS_CALLED)
+    return signal.model_copy(update={"evidence": evidence})
+
+
+def _not_called(
+    signal: results.Signal, evidence: dict[str, Any], seen: Sightings
+) -> results.Signal:
+    """``not_to_have_called_tool``: no MCP call of the tool the gateway read (with the
+    plain-JSON ``args``, when given) — a call the agent made and left out of its trajectory
+    fails it as one it reported does."""
+    tool = _tool_of(evidence)
+    named = [c for c in seen.calls if c.tool is not None and c.tool == tool]
+    if tool is None or not seen.checked(tool):
+        evidence.setdefault("source", "agent")
+        return signal.model_copy(update={"evidence": evidence})
+    args = _args_of(evidence)
+    if args is not None:
+        named = [c for c in named if c.arguments is not None and _includes(c.arguments, args)]
+    evidence |= {
+        "source": "gateway",
+        "gateway_calls_of_tool": [
+            {"server": f"peer:{c.peer}", "arguments": dict(c.arguments or {})}
+            for c in named[:SHOWN_CALLS]
+        ],
+    }
+    if signal.passed and named:
+        return _failed(signal, evidence, CALLED_UNREPORTED)
     return signal.model_copy(update={"evidence": evidence})
 
 
