@@ -9,7 +9,8 @@ so the run's gateway files every call under the right test.
 
 The scripted model plans from the prompt: the time in a city (``get_current_time``), a time
 converted (``convert_time``), the tickets about a service (``search_tickets``, then
-``open_ticket`` when none is open), paging the on-call (``page_oncall``). It calls one tool
+``open_ticket`` when none is open), paging the on-call (``page_oncall``), the last commits
+in a repository (``git_log``, mcp-server-git's). It calls one tool
 per turn and, when a tool fails, says so in its answer instead of going on as if it worked.
 It never calls a tool it was not asked for.
 
@@ -69,6 +70,9 @@ def plan(prompt: str) -> list[tuple[str, dict[str, Any]]]:
         steps.append(("search_tickets", {"service": service.group(1)}))
     if "page" in text:
         steps.append(("page_oncall", {"reason": prompt[:80]}))
+    repository = re.search(r"commits? in (/\S+?)[?.]?$", prompt.strip())
+    if repository:  # a git server's: the repository's history
+        steps.append(("git_log", {"repo_path": repository.group(1), "max_count": 3}))
     return steps
 
 
@@ -127,6 +131,8 @@ def _answer(returned: dict[str, Any], failed: dict[str, str]) -> str:
         elif tool == "convert_time" and isinstance(value, dict):
             target = value.get("target", {})
             said.append(f"That is {target.get('datetime')} in {target.get('timezone')}.")
+        elif tool == "git_log":
+            said.append(f"The latest commits: {value}")
         elif tool == "open_ticket" and isinstance(value, dict):
             said.append(f"I opened ticket {value.get('id')}: {value.get('title')}.")
         else:
