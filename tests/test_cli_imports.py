@@ -49,6 +49,8 @@ SERVER_SIDE = (
     "kubernetes",
     "agent_health.cluster",
     "agent_health.gateway",
+    "agent_health.peers",  # a run's MCP peers: only when its config has some
+    "mcp_types",
     "agent_health.judging",
     "tenacity",
     "yaml",

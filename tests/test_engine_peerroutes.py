@@ -99,3 +99,28 @@ def test_a_peer_needs_a_url_or_a_command_and_a_dns_name() -> None:
         define_config(peers={"time": {"protocol": "http", "command": "x"}})
     with pytest.raises(errors.ConfigError, match=r"peers\.Time"):
         define_config(peers={"Time": {"url": "http://127.0.0.1:1/mcp"}})
+
+
+def test_a_peer_that_cannot_listen_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (tmp_path / "agent-health.config.py").write_text(
+            "from agent_health import define_config\n"
+            f"config = define_config(peers={{'docs': {{'url': 'http://127.0.0.1:9/mcp', "
+            f"'listen': '127.0.0.1:{port}'}}}})\n"
+        )
+        (tmp_path / "test_x.py").write_text(
+            "from agent_health import test\n\n@test('t')\nasync def t(expect):\n"
+            "    expect(1).to_equal(1)\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "agent_health.cli", "run", "--no-ledger"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"peers.docs: cannot listen on 127.0.0.1:{port}" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr

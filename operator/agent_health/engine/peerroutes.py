@@ -23,10 +23,15 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from agent_health.sdk import config as config_mod
+from agent_health.sdk import errors
 
 if TYPE_CHECKING:
     from agent_health import gateway, peers
     from agent_health.engine import recording
+
+
+LISTEN = "127.0.0.1:0"
+"""Where a peer's listener binds unless its config says (a free loopback port)."""
 
 
 class Route:
@@ -46,6 +51,7 @@ async def open_route(
     *,
     protocol: str,
     sink: gateway.Sink | None,
+    listen: str = "127.0.0.1:0",
 ) -> Route:
     """A started listener from the target to ``peer:NAME`` at ``url``: the URL to call it by
     is the listener's with ``url``'s path (``/mcp``), forwarded to ``url`` unchanged."""
@@ -54,7 +60,7 @@ async def open_route(
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
     route = gateway.parse_route(
-        f"principal=target,to=peer:{name},listen=127.0.0.1:0,upstream={origin},protocol={protocol}"
+        f"principal=target,to=peer:{name},listen={listen},upstream={origin},protocol={protocol}"
     )
     listener = gateway.RouteListener(route, sink)
     base = await listener.start()
@@ -78,11 +84,21 @@ class Peers:
         self._routes: list[Route] = []
 
     async def __aenter__(self) -> Peers:
+        if not self.specs:
+            return self  # nothing to start: a run without peers loads neither package
+        from agent_health import gateway, peers
+
         try:
             for name, spec in self.specs.items():
-                url = spec.url or await self._bridge(spec)
-                sink = self.ledger.peer_sink() if self.ledger is not None else None
-                route = await open_route(name, url, protocol=spec.protocol, sink=sink)
+                try:
+                    url = spec.url or await self._bridge(spec)
+                    sink = self.ledger.peer_sink() if self.ledger is not None else None
+                    listen = spec.listen or LISTEN
+                    route = await open_route(
+                        name, url, protocol=spec.protocol, sink=sink, listen=listen
+                    )
+                except (gateway.GatewayError, peers.PeerError) as err:
+                    raise errors.ConfigError(f"peers.{name}: {err}") from err
                 self._routes.append(route)
                 self.urls[name] = route.url
         except BaseException:

@@ -84,6 +84,12 @@ class PeerSpec(BaseModel):
     command: tuple[str, ...] | None = None
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    listen: str | None = Field(
+        default=None,
+        pattern=r"^127\.0\.0\.1:[0-9]{1,5}$",
+        description="127.0.0.1:PORT for the gateway's listener in front of the peer (an "
+        "agent started by hand is given a fixed address); default: a free port",
+    )
 
     @field_validator("command", mode="before")
     @classmethod
