@@ -86,7 +86,7 @@ def test_an_is_error_the_agent_did_not_report_is_a_tool_error() -> None:
     assert no_errors.evidence["gateway_tool_errors"] == [
         {"server": "peer:tickets", "tool": "page_oncall", "arguments": {}}
     ]
-    measured = claims.with_gateway_errors(ran, seen)
+    measured = claims.as_seen(ran, seen)
     assert measured is not None
     failed = [s.tool_name for s in measured.trajectory if s.failed]
     assert failed == ["page_oncall"]
@@ -148,3 +148,28 @@ def test_an_mcp_call_the_agent_left_out_fails_not_to_have_called_tool() -> None:
     assert converted.passed is True
     assert converted.evidence is not None
     assert converted.evidence["source"] == "gateway"
+
+
+def test_the_run_as_the_gateway_saw_it_says_where_each_step_came_from() -> None:
+    seen = [
+        call(TIME, "get_current_time", timezone="UTC"),
+        call(TICKETS, "page_oncall", is_error=True),
+        call(TICKETS, "search", q="db"),  # made, and never reported
+    ]
+    ran = run(("get_current_time", "ok"), ("page_oncall", "ok"))
+    measured = claims.as_seen(ran, seen)
+    assert measured is not None
+    shown = [
+        (s.type, s.tool_name, s.server, s.status, (s.model_extra or {}).get("source"))
+        for s in measured.trajectory
+    ]
+    assert shown == [
+        ("tool_call", "get_current_time", "peer:time", None, None),
+        ("tool_result", "get_current_time", "peer:time", "ok", None),
+        ("tool_call", "page_oncall", "peer:tickets", None, None),
+        ("tool_result", "page_oncall", "peer:tickets", "error", "gateway"),
+        ("tool_call", "search", "peer:tickets", None, "gateway"),
+        ("tool_result", "search", "peer:tickets", "ok", "gateway"),
+    ]
+    assert measured.trajectory[4].tool_args == {"q": "db"}
+    assert metrics.derive(measured)["tool_calls"] == 3

@@ -698,9 +698,15 @@ def test_each_mcp_call_shows_with_its_server(chromium: Any, tmp_path: Path) -> N
          "arguments": {}, "is_error": None,
          "error": {"code": -32602, "message": "Unknown tool: 'drop_tables'"}, "problem": None},
     )  # fmt: skip
+    from agent_health.connectors.protocol import Step
+
+    steps = (
+        Step(type="tool_call", tool_name="get_current_time", server="peer:time"),
+        Step(type="tool_call", tool_name="search", server="peer:tickets", source="gateway"),
+    )
     result = TestResult(
         id="t.py::mcp", name="mcp", title="mcp", file="t.py", line=1, status="passed",
-        run_id="r", output="done", mcp_calls=calls,
+        run_id="r", output="done", mcp_calls=calls, trajectory=steps,
     )  # fmt: skip
     url = reporters.write("html", tmp_path, RunReport.build([result], duration_ms=1.0)).as_uri()
     with browser.watched_page(chromium) as seen:
@@ -717,4 +723,7 @@ def test_each_mcp_call_shows_with_its_server(chromium: Any, tmp_path: Path) -> N
         assert "Unknown tool: 'drop_tables'" in third
         heading = seen.page.locator("#inspector").inner_text()
         assert "MCP calls, as the gateway read them (3)" in heading
+        timeline = seen.page.locator("#inspector .timeline").inner_text()
+        assert "@ peer:time" in timeline
+        assert "seen by the gateway" in timeline
         _clean(seen, url)

@@ -75,11 +75,16 @@ def test_the_mcp_example_passes_on_what_the_gateway_read(tmp_path: Path) -> None
     [called] = [s for s in oslo["signals"] if s["name"].startswith("to_have_called_tool")]
     assert called["evidence"]["source"] == "gateway"
     assert called["evidence"]["peer"] == "peer:time"
-    # The pager's isError reached the agent as a plain output (its trajectory says ok);
-    # the gateway's record says it failed.
+    # The pager's isError reached the agent as a plain output (it reported the step ok); the
+    # report shows the run as the gateway saw it: failed, and the server that answered.
     paging = tests["says so when paging the on-call fails"]
     [result] = [s for s in paging["trajectory"] if s["type"] == "tool_result"]
-    assert result["status"] == "ok"
+    assert (result["status"], result["source"], result["server"]) == (
+        "error",
+        "gateway",
+        "peer:tickets",
+    )
+    assert paging["metrics"]["ignored_tool_errors"] == 0  # it said so: not ignored
     sealed: dict[str, list[tuple[str, str, bool | None]]] = {}
     names = {t["run_id"]: t["name"] for t in data["tests"]}
     for line in (ledger / "run.jsonl").read_text().splitlines():

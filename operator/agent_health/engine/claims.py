@@ -34,8 +34,9 @@ recorded calls could have been a given tool; every check below asks it):
   NAME (with the plain-JSON ``args`` asked about): a call the agent left out of its
   trajectory is still a call;
 * ``to_have_no_tool_errors()`` that passed fails when the gateway saw an MCP tool answer
-  ``isError``, and :func:`with_gateway_errors` marks those results failed in the trajectory
-  the metrics (``ignored_tool_errors``) and insights read.
+  ``isError``, and :func:`as_seen` marks those results failed in the trajectory
+  the report, the metrics (``ignored_tool_errors``) and insights read, with each MCP call's
+  server, and the MCP calls the agent left out added, ``"source": "gateway"``.
 
 A plain peer's calls are requests, not tool names: such a call could have been any tool the
 peer serves, so a peer that serves several tools is checked by count and order of calls, all
@@ -508,35 +509,64 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def with_gateway_errors(
+def as_seen(
     run: results.RunResult | None, calls: Sequence[str | Sighting]
 ) -> results.RunResult | None:
-    """``run`` with each tool result the gateway saw answer ``isError`` marked failed (the
-    n-th result of a tool for the n-th MCP call of it), so the metrics (``ignored_tool_errors``)
-    and insights count the errors the agent did not report."""
+    """``run`` as the gateway saw it: each tool step of an MCP call says the ``server`` that
+    answered it (the n-th call of a tool for the n-th MCP call of it the gateway read); each
+    result the server answered ``isError`` is marked failed (``"source": "gateway"``), so the
+    metrics (``ignored_tool_errors``) and insights count the errors the agent did not report;
+    and each MCP call the gateway read that the trajectory leaves out is added at its end,
+    ``"source": "gateway"`` — the trajectory says where each step came from."""
     if run is None:
         return None
-    errored: dict[str, list[bool]] = {}
+    read: dict[str, list[Sighting]] = {}
     for call in calls:
         if isinstance(call, Sighting) and call.tool is not None:
-            errored.setdefault(call.tool, []).append(bool(call.is_error))
-    if not any(any(flags) for flags in errored.values()):
+            read.setdefault(call.tool, []).append(call)
+    if not read:
         return run
-    taken: Counter[str] = Counter()
-    steps = []
-    changed = False
+    steps: list[protocol.Step] = []
+    answered: Counter[str] = Counter()
+    reported: Counter[str] = Counter()
     for step in run.trajectory:
-        name = step.tool_name
-        if step.type == "tool_result" and name in errored:
-            n = taken[name]
-            taken[name] += 1
-            if n < len(errored[name]) and errored[name][n] and not step.failed:
-                step = protocol.Step.model_validate(
-                    {**_plain_step(step), "status": "error", "source": "gateway"}
-                )
-                changed = True
+        name = step.tool_name or ""
+        seen = read.get(name, [])
+        if step.type == "tool_call" and name in read:
+            n = reported[name]
+            reported[name] += 1
+            if n < len(seen) and step.server is None:
+                step = _with(step, server=f"peer:{seen[n].peer}")
+        elif step.type == "tool_result" and name in read:
+            n = answered[name]
+            answered[name] += 1
+            if n < len(seen):
+                extra: dict[str, Any] = {}
+                if step.server is None:
+                    extra["server"] = f"peer:{seen[n].peer}"
+                if seen[n].is_error and not step.failed:
+                    extra |= {"status": "error", "source": "gateway"}
+                step = _with(step, **extra) if extra else step
         steps.append(step)
-    return run.model_copy(update={"trajectory_steps": tuple(steps)}) if changed else run
+    for name, seen in read.items():
+        for call in seen[reported[name] :]:  # made, and left out of the trajectory
+            server = f"peer:{call.peer}"
+            steps.append(_gateway_step("tool_call", name, server, tool_args=call.arguments))
+            if call.is_error is not None:
+                status = "error" if call.is_error else "ok"
+                steps.append(_gateway_step("tool_result", name, server, status=status))
+    return run.model_copy(update={"trajectory_steps": tuple(steps)})
+
+
+def _with(step: protocol.Step, **fields: Any) -> protocol.Step:
+    return protocol.Step.model_validate({**_plain_step(step), **fields})
+
+
+def _gateway_step(kind: str, tool: str, server: str, **fields: Any) -> protocol.Step:
+    given = {k: v for k, v in fields.items() if v is not None}
+    return protocol.Step.model_validate(
+        {"type": kind, "tool_name": tool, "server": server, "source": "gateway", **given}
+    )
 
 
 def _plain_step(step: protocol.Step) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def _held_to_peers(
     calls, shown = claims.from_objects(recorded)
     checked = claims.check(ctx.signals, ctx.result, calls, claims.served({}, shown))
     ctx.signals[:] = checked.signals
-    return claims.with_gateway_errors(ctx.result, calls), claims.reported(recorded)
+    return claims.as_seen(ctx.result, calls), claims.reported(recorded)
 
 
 class _Traces:
@@ -275,7 +275,12 @@ async def _run_case(
             derived=derived,
             cause=grading.cause(ctx.causes) if status == "errored" else None,
         )
-        if mcp_calls:
+        if mcp_calls and measured is not None:
+            # The report shows the run as the gateway saw it: each MCP step's server, the
+            # errors its servers answered, the calls the agent left out.
+            seen = {"mcp_calls": mcp_calls, "trajectory": measured.trajectory_steps}
+            result = result.model_copy(update=seen)
+        elif mcp_calls:
             result = result.model_copy(update={"mcp_calls": mcp_calls})
         fn = insights.function_for(case, env.config)
         if fn is not None and status != "skipped":

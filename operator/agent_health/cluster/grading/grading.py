@@ -232,7 +232,8 @@ def _grade(
     )
     end = found.end
     # The errors an MCP server answered count as the agent's tool errors, reported or not.
-    derived = metrics.derive(claims.with_gateway_errors(found.run, found.calls), prices)
+    measured = claims.as_seen(found.run, found.calls)
+    derived = metrics.derive(measured, prices)
     derived |= claims.tokens(found.usage)
     peer_tools = claims.served(expected.peer_tools, found.mcp_tools)
     checked = claims.check(found.signals, found.run, found.calls, peer_tools)
@@ -269,7 +270,10 @@ def _grade(
         insights=end.insights,
     )
     if found.mcp_calls:
-        result = result.model_copy(update={"mcp_calls": found.mcp_calls})
+        seen: dict[str, Any] = {"mcp_calls": found.mcp_calls}
+        if measured is not None:  # the run as the gateway saw it (engine.claims.as_seen)
+            seen["trajectory"] = measured.trajectory_steps
+        result = result.model_copy(update=seen)
     return CellGrade(
         cell=cell_name,
         test_id=expected.test_id,

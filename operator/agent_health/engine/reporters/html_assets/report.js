@@ -821,6 +821,10 @@
             text: "turn " + step.turn }) : null,
           el("span", { class: "step-type", text: String(step.type).replace("_", " ") }),
           step.tool_name ? el("code", { text: step.tool_name }) : null,
+          typeof step.server === "string" ? el("span", { class: "muted mono",
+            text: "@ " + step.server }) : null,
+          step.source === "gateway" ? el("span", { class: "turn-mark",
+            text: "seen by the gateway" }) : null,
           failed ? el("span", { class: "status failed", text: "error" }) : null,
           typeof step.latency_ms === "number"
             ? el("span", { class: "muted", text: step.latency_ms.toFixed(0) + " ms" }) : null),
