@@ -594,3 +594,59 @@ def test_a_cell_refused_for_the_agents_own_records_blames_the_agent(kind: str, c
     )
     graded = refusal.unrecorded(failed, refusal.Refusal("a value JSON cannot hold", kind))
     assert (graded.status, graded.cause) == ("errored", cause)
+
+
+async def test_a_flood_of_peer_calls_is_kept_to_the_cells_share_and_marked_the_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_health.cluster.grading import grading
+    from agent_health.ledger import objects
+
+    monkeypatch.setattr(recording, "PEER_RECORDS", 2)
+    ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
+    info = ctx_mod.TestInfo(
+        id="t.py::floods", title="floods", name="floods", file="t.py", labels=(), repeat=0,
+        run_id="run-flood", timeout=10.0,
+    )  # fmt: skip
+    stamp = objects.stamp_now()
+    async with ledger:
+        await ledger.begin(info)
+        sink = ledger.peer_sink("run-flood")
+        for n in range(5):
+            sink.start("run-flood").note(
+                objects.mcp_call(
+                    at=stamp,
+                    principal="target",
+                    evidence="none",
+                    server="peer:tools",
+                    run_id="run-flood",
+                    session=None,
+                    method="tools/call",
+                    id=n,
+                    name="t",
+                    arguments={},
+                    status=200,
+                    started_at=stamp,
+                    ended_at=stamp,
+                )
+            )
+        assert len(ledger.peer_records("run-flood")) == 2
+        passed = _errored(info).model_copy(update={"status": "passed", "cause": None})
+        await ledger.finish(passed, None, agent_error="the agent did not answer")
+    assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
+    written = (tmp_path / "ledger" / runfile.NAME).read_text().splitlines()
+    line_set = [  # the cell's own lines, as a cell's ledger holds them
+        records.canonical(json.loads(line)["record"]).decode()
+        for line in written
+        if '"record"' in line
+    ]
+    kept = records.parse_lines(line_set)
+    [marker] = [r for r in kept if isinstance(r, records.CellMeta) and r.dropped]
+    assert (marker.dropped, marker.dropped_cause) == (3, "agent")
+    assert sum(isinstance(r, records.McpRecord) for r in kept) == 2
+    # Graded again, the gap is the agent's: never an infra error.
+    expected = grading.ExpectedCell(test_id=info.id, repeat=0, run_id="run-flood")
+    key = ledger.key_file.read_text().strip().encode()
+    graded = grading.grade_lines("c", line_set, key, expected)
+    assert not graded.infra
+    assert graded.cause == "agent"

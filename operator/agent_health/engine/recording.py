@@ -41,7 +41,7 @@ from pydantic_core import to_jsonable_python
 
 from agent_health.connectors import wire
 from agent_health.engine import refusal, runrecord
-from agent_health.ledger import chain, objects, runfile, store
+from agent_health.ledger import chain, encoding, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
+PEER_RECORDS = 10_000
+"""The most records of a test's calls to its peers (exchanges, MCP calls) its cell keeps."""
+PEER_BYTES = 64 * 1024 * 1024
+"""The most bytes of them, as canonical JSON."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -127,6 +131,9 @@ class _Cell:
     spans: list[objects.Object] = field(default_factory=list)  # the OTLP receiver's records
     peers: list[objects.Object] = field(default_factory=list)
     """What the target's calls to its peers left: exchanges and mcp records, in order."""
+    peer_bytes: int = 0
+    peers_dropped: int = 0
+    """Peer records past the cell's share (:data:`PEER_RECORDS`, :data:`PEER_BYTES`)."""
 
     def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
         """cell-meta, an exchange for each observation, the peers' exchanges and MCP calls,
@@ -140,7 +147,20 @@ class _Cell:
             agent=info.agent,
         )
         seen = map(runrecord.exchange_record, self.seen)
-        return [meta, *seen, *self.peers, *self.spans, *then()]
+        dropped = [self._dropped(meta)] if self.peers_dropped else []
+        return [meta, *seen, *self.peers, *dropped, *self.spans, *then()]
+
+    def _dropped(self, meta: objects.Object) -> objects.Object:
+        """A second ``cell-meta`` saying how many of the target's peer records were left out,
+        as a cell's gateway marks its own: the target made them, so the gap is its own."""
+        marker = dict(meta)
+        marker.update(
+            dropped=self.peers_dropped,
+            dropped_why=f"more than {PEER_RECORDS} records or {PEER_BYTES} bytes of the "
+            "target's calls to its peers",
+            dropped_cause="agent",
+        )
+        return marker
 
 
 class LocalLedger:
@@ -354,15 +374,21 @@ class _PeerCall:
 
     def _keep(self, record: objects.Object) -> None:
         cell = self.ledger._peer_cell(self.run_id)
-        if cell is None:
-            self.ledger.unrouted += 1
-            log.warning(
-                "a call to a peer (run id %s) belongs to no single test in flight; not "
-                "recorded (the agent can forward X-Agent-Health-Run-Id, or run with -j 1)",
-                self.run_id,
-            )
+        if cell is not None and not cell.peers_dropped:
+            size = len(encoding.canonical(record))
+            if len(cell.peers) < PEER_RECORDS and cell.peer_bytes + size <= PEER_BYTES:
+                cell.peer_bytes += size
+                cell.peers.append(record)
+                return
+        if cell is not None:  # once one is left out, every later one is: a whole prefix
+            cell.peers_dropped += 1
             return
-        cell.peers.append(record)
+        self.ledger.unrouted += 1
+        log.warning(
+            "a call to a peer (run id %s) belongs to no single test in flight; not "
+            "recorded (the agent can forward X-Agent-Health-Run-Id, or run with -j 1)",
+            self.run_id,
+        )
 
 
 def _now() -> str:
