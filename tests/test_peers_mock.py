@@ -135,3 +135,18 @@ def test_declarations_that_cannot_serve_are_refused_saying_why() -> None:
         server.tool("c", answer=1, delay=-1)
     with pytest.raises(PeerConfigError, match="use letters, digits"):
         MockServer("bad name")
+
+
+async def test_a_runaway_agent_cannot_grow_the_mock_without_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agent_health.peers import mock
+
+    monkeypatch.setattr(mock, "MAX_CALLS", 3)
+    async with await tickets().serve() as running, Client(running.url or "") as client:
+        for _ in range(4):
+            await client.call_tool("search", {"q": "x"})
+        await client.call_tool("close_all", {})
+    assert len(running.calls) == 3
+    assert running.dropped == 2
+    assert [c.tool for c in running.decoy_calls] == ["close_all"]  # kept apart: still seen

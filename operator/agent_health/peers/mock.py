@@ -195,23 +195,39 @@ class MockServer:
         return running
 
 
+MAX_CALLS = 10_000
+"""The most calls a running mock keeps (and, apart, the most unknown and decoy calls); later
+ones are counted in :attr:`Running.dropped`, so a runaway agent cannot grow it unbounded."""
+
+
 class Running:
     """A mock MCP server serving on loopback: its URL and the calls it received."""
 
     def __init__(self, server: MockServer) -> None:
         self.server = server
         self.calls: list[Call] = []
+        self.dropped = 0
+        """Calls past :data:`MAX_CALLS` (answered, not kept)."""
+        self._flagged: list[Call] = []  # unknown and decoy calls, kept apart
         self.url: str | None = None
         self._sessions: set[str] = set()
         self._runner: web.AppRunner | None = None
 
     @property
     def unknown_calls(self) -> list[Call]:
-        return [c for c in self.calls if c.outcome == "unknown"]
+        return [c for c in self._flagged if c.outcome == "unknown"]
 
     @property
     def decoy_calls(self) -> list[Call]:
-        return [c for c in self.calls if c.outcome == "decoy"]
+        return [c for c in self._flagged if c.outcome == "decoy"]
+
+    def _keep(self, call: Call) -> None:
+        if call.outcome in ("unknown", "decoy") and len(self._flagged) < MAX_CALLS:
+            self._flagged.append(call)
+        if len(self.calls) < MAX_CALLS:
+            self.calls.append(call)
+        else:
+            self.dropped += 1
 
     def calls_of(self, tool: str) -> list[Call]:
         return [c for c in self.calls if c.tool == tool]
@@ -314,7 +330,7 @@ class Running:
         at = time.time()
         tool = self.server.tools.get(name) if isinstance(name, str) else None
         if tool is None or not isinstance(arguments, dict):
-            self.calls.append(Call(str(name), {}, "unknown", None, session, at))
+            self._keep(Call(str(name)[:256], {}, "unknown", None, session, at))
             known = ", ".join(self.server.tools) or "none"
             return streamable.error(
                 id, mcp_types.INVALID_PARAMS, f"Unknown tool: {name!r} (tools: {known})"
@@ -328,7 +344,7 @@ class Running:
         else:
             result = await _run(tool, arguments)
             outcome = "decoy" if tool.decoy else ("error" if result.get("isError") else "answered")
-        self.calls.append(Call(tool.name, dict(arguments), outcome, result, session, at))
+        self._keep(Call(tool.name, dict(arguments), outcome, result, session, at))
         return _result(id, result)
 
     def entry(self) -> dict[str, Any]:
