@@ -15,7 +15,16 @@ import pytest
 from agent_health.cluster.cells import cellsecrets
 from agent_health.cluster.reconcile import secretrefs
 from judge_servers import Answer, ScriptedModel
-from operator_support import Kubelet, cluster, kubelet, listing, offered_secret, until
+from operator_support import (
+    Kubelet,
+    cluster,
+    condition,
+    finished,
+    kubelet,
+    listing,
+    offered_secret,
+    until,
+)
 
 pytestmark = pytest.mark.slow
 LEDGER = "configmap://default/triage-ledger-{run}"
@@ -159,3 +168,39 @@ async def test_a_run_that_skips_judging_needs_no_judge_secret_and_one_that_judge
             "spec.judge.secretRef names Secret default/not-made-yet, which does not exist"
             in (refused["message"])
         )
+
+
+@pytest.mark.parametrize("agent", ["candidate", "stable"])
+async def test_a_matrix_agents_env_is_held_to_the_same_rule_as_the_targets(agent: str) -> None:
+    """Issue 34 item 2: every agent of a matrix is a target its cells run, whether or not
+    the run names it: an un-offered Secret in any ``spec.targets[].env`` fails the run with
+    the error a single target gets, and no cell carries it."""
+    async with cluster() as k8s:
+        example, template = k8s.example(ledger=LEDGER)
+        answer = await k8s.client.post(
+            "/api/v1/namespaces/default/secrets",
+            json=offered_secret("payroll-db", "default", offered=False),
+        )
+        assert answer.status_code == 201, answer.text
+        target = example["spec"]["target"]
+        env = [{"name": "DB", "valueFrom": {"secretKeyRef": {"name": "payroll-db", "key": "k"}}}]
+        targets = [
+            target | {"name": name} | ({"env": env} if name == agent else {})
+            for name in ("stable", "candidate")
+        ]
+        spec = renamed(example, "matrix", targets=targets)
+        async with kubelet(Kubelet(k8s, TESTS, LEDGER)), k8s.operator():
+            await k8s.apply(spec)
+            run = renamed(template, "matrix-run", runSpecRef={"name": "matrix"})
+            await k8s.apply(run | {"spec": run["spec"] | {"agents": ["candidate"]}})
+            done = await until(lambda: finished(k8s, "matrix-run"), "the run to end")
+        assert done["phase"] == "Failed", done  # was: Succeeded, the Secret in its cells
+        refused = condition(done, "Failed")
+        assert refused["reason"] == "SecretNotOffered"
+        assert refused["message"] == (
+            f"RunSpec matrix: spec.targets[{agent}].env[DB].valueFrom.secretKeyRef names Secret "
+            "default/payroll-db, which is not offered to runs: the operator uses a Secret for "
+            "a RunSpec only when it is labelled agenthealth.dev/usable-by-runs=true (kubectl "
+            "label secret payroll-db -n default agenthealth.dev/usable-by-runs=true)"
+        )
+        assert not k8s.pods()  # no cell was made to carry it

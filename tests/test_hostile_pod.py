@@ -121,5 +121,5 @@ def test_a_runspec_cannot_hand_a_target_or_peer_one_of_our_secrets(secret: str, 
     else:
         run, spec = _objects(env=env)
     digests = {image: DIGEST for image in spec.images()}
-    with pytest.raises(errors.SpecError, match=rf"STOLEN reads Secret {secret!r}"):
+    with pytest.raises(errors.SpecError, match=rf"env\[STOLEN\] reads Secret {secret!r}"):
         cellpod.cell_pod(run, spec, test_id=TEST_ID, repeat=0, digests=digests, settings=SETTINGS)

@@ -356,6 +356,17 @@ class RunSpec(meta.Model):
         found += [t.image for t in self.spec.targets] + [p.image for p in self.spec.peers]
         return list(dict.fromkeys(i for i in found if i is not None))
 
+    def environments(self) -> list[tuple[str, list[meta.EnvVar]]]:
+        """Every ``env`` list a container of a cell is given, with the field naming it: each
+        agent's as its cells see it (``target``, then every ``spec.targets`` agent expanded
+        by :meth:`for_agent`), then the peers'. What checks one agent's env checks them all."""
+        found = [("spec.target.env", list(self.spec.target.env))]
+        for named in self.spec.targets:
+            expanded = self.for_agent(named.name).spec.target
+            found.append((f"spec.targets[{named.name}].env", list(expanded.env)))
+        found += [(f"spec.peers[{p.name}].env", list(p.env)) for p in self.spec.peers]
+        return found
+
     def for_agent(self, agent: str | None) -> RunSpec:
         """This RunSpec as a cell of ``agent`` sees it: that named target as its ``target``
         (itself for ``None``). Raises ``KeyError`` for a name it does not declare."""

@@ -61,9 +61,7 @@ def resources_of(
 
 def refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
     """A target or peer that read our tokens or ledger key could speak as the controller."""
-    envs = [("target", spec.spec.target.env)]
-    envs += [(f"peers[{p.name}]", p.env) for p in spec.spec.peers]
-    for where, env in envs:
+    for where, env in spec.environments():
         for var in env:
             ref = var.value_from.secret_key_ref if var.value_from is not None else None
             if ref is None:
@@ -73,7 +71,7 @@ def refuse_our_secrets(spec: runspec.RunSpec, settings: manifests.Settings) -> N
                 or ref.name == settings.ledger_credentials_secret
             ):
                 raise errors.SpecError(
-                    f"RunSpec {spec.metadata.get('name', '?')}: {where}.env {var.name} reads "
+                    f"RunSpec {spec.metadata.get('name', '?')}: {where}[{var.name}] reads "
                     f"Secret {ref.name!r}, one of agent-health's own (principal tokens, ledger "
                     "key or ledger credentials); the target and peers must never hold them"
                 )

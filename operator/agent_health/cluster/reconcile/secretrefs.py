@@ -3,9 +3,10 @@
 The operator can read every Secret of the namespaces it serves and creates Pods there, so
 whatever Secret a RunSpec names, the operator would fetch (``spec.judge.secretRef``: its
 value then goes to the RunSpec's own ``baseUrl`` as an API key) or hand to a container
-(``env[].valueFrom.secretKeyRef`` of the target and peers: the kubelet resolves it for the
-Pod the operator made). A tenant who may create RunSpecs but not read a Secret would read
-it through the operator — a confused deputy. So every Secret a RunSpec names must be
+(``env[].valueFrom.secretKeyRef`` of the target, every agent of a matrix and the peers: the
+kubelet resolves it for the Pod the operator made). A tenant who may create RunSpecs but not
+read a Secret would read it through the operator — a confused deputy. So every Secret a
+RunSpec names must be
 
 * **offered**: labelled ``agenthealth.dev/usable-by-runs=true`` by someone who may label
   Secrets in that namespace (``kubectl label secret NAME agenthealth.dev/usable-by-runs=true``);
@@ -66,9 +67,7 @@ def references(spec: runspec.RunSpec) -> list[Reference]:
     if otlp is not None and otlp.headers_secret_ref is not None:
         ref = otlp.headers_secret_ref
         found.append(Reference("spec.otlp.headersSecretRef", ref.name, ref.key))
-    envs = [("spec.target.env", spec.spec.target.env)]
-    envs += [(f"spec.peers[{p.name}].env", p.env) for p in spec.spec.peers]
-    for where, env in envs:
+    for where, env in spec.environments():
         for var in env:
             ref_ = _secret_of(var)
             if ref_ is not None:
