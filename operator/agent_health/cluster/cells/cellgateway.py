@@ -60,8 +60,6 @@ AGENT_SOCKET, JUDGE_SOCKET, ADMIN_SOCKET = (
 )
 SOCKET_HOST = "gateway"
 ASSIGNMENT_VOLUME = "assignment"
-POOLED_SECRET = "cell-keys"
-"""A pooled sandbox's generated Secret, as the template names it (:mod:`.cellparts`)."""
 SANDBOX_KEY_ITEM = "sandbox-key"
 """Its item holding the sandbox's own key, which unwraps the cell's ledger key."""
 SANDBOX_KEY_ENV = "AGENT_HEALTH_SANDBOX_KEY"
@@ -145,13 +143,15 @@ class Pooled:
     images: Mapping[str, str]
     mount: dict[str, Any]
     """The assignment file's mount (:func:`.cellparts.assignment_mount`)."""
+    secret: str
+    """The logical name of the sandbox's generated Secret, as its template declares it."""
 
 
 def identity_env(identity: Identity | Pooled) -> list[dict[str, Any]]:
     """A pooled gateway's sandbox key, from the sandbox's generated Secret."""
     if not isinstance(identity, Pooled):
         return []
-    ref = {"name": POOLED_SECRET, "key": SANDBOX_KEY_ITEM}
+    ref = {"name": identity.secret, "key": SANDBOX_KEY_ITEM}
     return [{"name": SANDBOX_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}]
 
 

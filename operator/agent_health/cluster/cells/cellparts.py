@@ -6,11 +6,12 @@ only in when they learn their cell and how tokens reach the containers (:class:`
 * a cold cell's tokens are files, one Secret volume per principal (``secret.items``), so each
   container sees its own alone and the gateway all of them;
 * a pooled cell's tokens are values of the Secret the sandbox controller generated for that
-  sandbox alone (:data:`GENERATED_SECRET`), as environment variables from ``secretKeyRef``
-  — the one way such a Secret reaches a pod made from a template (the controller rewrites
-  env references to each sandbox's own Secret, never volumes). The controller and each peer
+  sandbox alone (its logical name in the template: ``cell-keys-<random>``,
+  :func:`.warmpool.new_secret_name`), as environment variables from ``secretKeyRef`` — the
+  one way such a Secret reaches a pod made from a template (the controller rewrites env
+  references to each sandbox's own Secret, never volumes). The controller and each peer
   get their own token (``$AGENT_HEALTH_TOKEN``), the gateway every token and the sandbox's
-  key; the target none.
+  key; the target none (:func:`.warmpool.leak` checks a pod spec for it).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ from agent_health.ledger import assignment as assignment_mod
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
-GENERATED_SECRET = cellgateway.POOLED_SECRET
-"""The logical name of a pooled sandbox's generated Secret (``<sandbox>-cell-keys``)."""
 TOKEN_ENV = "AGENT_HEALTH_TOKEN"
 
 Env = list[dict[str, Any]]
@@ -66,19 +65,23 @@ class Tokens:
         return cls(list(volumes.values()), cellgateway.GatewayTokens.files(volumes), own)
 
     @classmethod
-    def generated(cls, spec: runspec.RunSpec) -> Tokens:
-        """A pooled cell's: values of the sandbox's generated Secret, as env variables."""
+    def generated(cls, spec: runspec.RunSpec, secret: str) -> Tokens:
+        """A pooled cell's: values of the sandbox's generated Secret (logical name
+        ``secret``), as env variables."""
+
+        def env(name: str, key: str) -> dict[str, Any]:
+            return secret_env(secret, name, key)
 
         def own(principal: str) -> tuple[Env, Mounts]:
-            return [secret_env(TOKEN_ENV, cellsecrets.secret_key(principal))], []
+            return [env(TOKEN_ENV, cellsecrets.secret_key(principal))], []
 
         principals = cellsecrets.principals(spec)
-        return cls([], cellgateway.GatewayTokens.generated(principals, secret_env), own)
+        return cls([], cellgateway.GatewayTokens.generated(principals, env), own)
 
 
-def secret_env(name: str, key: str) -> dict[str, Any]:
-    """``name`` from item ``key`` of the sandbox's generated Secret."""
-    ref = {"name": GENERATED_SECRET, "key": key}
+def secret_env(secret: str, name: str, key: str) -> dict[str, Any]:
+    """``name`` from item ``key`` of the sandbox's generated Secret ``secret``."""
+    ref = {"name": secret, "key": key}
     return {"name": name, "valueFrom": {"secretKeyRef": ref}}
 
 
@@ -102,12 +105,12 @@ def assignment_mount() -> dict[str, Any]:
     }
 
 
-def generated_secret(spec: runspec.RunSpec) -> dict[str, Any]:
-    """The SandboxTemplate's ``generatedSecrets`` entry: a token per principal and the
-    sandbox key, 32 random bytes each, made afresh for every sandbox of the pool."""
+def generated_secret(spec: runspec.RunSpec, secret: str) -> dict[str, Any]:
+    """The SandboxTemplate's ``generatedSecrets`` entry, named ``secret``: a token per
+    principal and the sandbox key, 32 random bytes each, made afresh for every sandbox."""
     keys = [cellsecrets.secret_key(p) for p in cellsecrets.principals(spec)]
     return {
-        "name": GENERATED_SECRET,
+        "name": secret,
         "data": [{"key": k, "lengthBytes": 32} for k in [*keys, cellgateway.SANDBOX_KEY_ITEM]],
     }
 

@@ -50,14 +50,22 @@ _TOKEN_CHARS = 43  # secrets.token_urlsafe(32)
 _KEY_CHARS = 44  # new_ledger_key(): 32 bytes as base64
 
 
+POOLED_SECRET = "cell-keys"
+"""What the logical name of a warm pool's generated Secret starts with (``cell-keys-<random>``,
+one per SandboxTemplate: :func:`.warmpool.new_secret_name`); the Secret the sandbox
+controller makes for each sandbox from it holds every principal's token and the sandbox key."""
+
 OUR_NAMES = re.compile(
     rf"^(.*-[0-9a-f]{{{manifests.HASH_CHARS}}}-r[0-9]+(-a[0-9]+)?-tokens|.*-tokens-[0-9]+"
-    r"|.*-ledger-key)$"
+    rf"|.*-ledger-key|.*{POOLED_SECRET}.*)$"
 )
 """Names agent-health gives its own Secrets: an attempt's tokens (``<cell>-tokens``, the cell
 name ending in ``-<hash>-r<repeat>``, a retry's ``-aN``), a run's shared tokens
-(``<run>-tokens-N``) and its ledger key (``<run>-ledger-key``). No RunSpec may name one,
-even before it exists (a Secret squatting a future run's name)."""
+(``<run>-tokens-N``), its ledger key (``<run>-ledger-key``) and a warm pool's generated
+Secret, by its logical name in the template or by a sandbox's own (any name with
+``cell-keys`` in it: the sandbox controller rewrites every reference to the logical name, the
+target's included, to the sandbox's tokens and key). No RunSpec may name one, even before it
+exists (a Secret squatting a future run's name)."""
 
 
 @dataclasses.dataclass(frozen=True)

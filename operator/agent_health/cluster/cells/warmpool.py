@@ -22,22 +22,38 @@ What every cell keeps:
   variables; the operator reads them once the sandbox is bound (the judge service's
   allow-list). The cell's ledger key is the one derived from the run key, sent wrapped for
   that sandbox (:func:`agent_health.ledger.keys.wrap_cell_key`);
-* **images pinned by digest**, as in every cell; the template is per RunSpec generation, so a
-  changed RunSpec never gets an old pool's sandboxes;
+* **the target holds none of them**: the sandbox controller rewrites *every* env reference to
+  the template's logical name of that Secret, in every container, so the name is one no
+  tenant can predict (``cell-keys-<random>``, made with the template, :func:`new_secret_name`)
+  and reserved besides (a RunSpec naming anything ``cell-keys`` is refused); :func:`leak`
+  finds a container that would reach more of it than its own token, in the template the
+  operator makes and in each bound sandbox before it is handed a cell;
+* **only what the operator made**: the template's and pool's name ends in a digest of the
+  template the operator generates (:func:`pool_name`: a changed RunSpec or operator setting is
+  a new pool, never an old pool's sandboxes), the digest is recorded on both
+  (:data:`ANNOTATION_DIGEST`), and a stored template or pool that differs from what the
+  operator would make — a field, the pool's ``sandboxTemplateRef`` — is refused
+  (:func:`difference`);
+* **images pinned by digest**, as in every cell;
 * **the fence**: the pooled pods carry the pool's label, which a NetworkPolicy of the same
   rules as a run's selects (:func:`network_policy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+import secrets
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import (
     cellenv,
     cellgateway,
     cellparts,
+    cellsecrets,
     manifests,
     netpol,
     podsecurity,
@@ -50,6 +66,12 @@ API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_POOL = "agenthealth.dev/pool"
 ANNOTATION_KEEP = "agenthealth.dev/keep-seconds"
 """On a pool: its RunSpec's ``keepSeconds``, for an operator that starts with the pool up."""
+ANNOTATION_DIGEST = "agenthealth.dev/spec-digest"
+"""On a template and its pool: the sha256 of the ``spec`` the operator generated for it."""
+DIGEST_CHARS = 10
+"""Of the template's digest, in the pool's name."""
+_PLACEHOLDER = "pool"
+"""The pool's name and Secret's logical name while the template is digested for its name."""
 DEFAULT_KEEP_SECONDS: int = runspec.WarmPool.model_fields["keep_seconds"].default
 LAUNCH_TYPE_LABEL = "agents.x-k8s.io/launch-type"
 GENERATED_SECRETS = "extensions.agents.x-k8s.io/generated-secrets"
@@ -58,13 +80,26 @@ CLAIM_TTL_SECONDS = 3600
 no ``ttlSecondsAfterFinished`` of its own."""
 
 
-def pool_name(spec: runspec.RunSpec, agent: str | None = None) -> str:
-    """``<runspec>[-<agent>]-g<generation>``: the template's and the pool's name."""
+def pool_name(spec: runspec.RunSpec, agent: str | None, digest: str) -> str:
+    """``<runspec>[-<agent>]-g<generation>-<digest>``: the template's and the pool's name,
+    ``digest`` being the template's (:func:`template`): what the operator would make for the
+    RunSpec generation, with its settings (images, resources, RuntimeClass, queue)."""
     name = str(spec.metadata.get("name") or "")
     generation = int(spec.metadata.get("generation") or 0)
-    suffix = f"-g{generation}"
+    suffix = f"-g{generation}-{digest[:DIGEST_CHARS]}"
     base = name if agent is None else f"{name}-{agent}"
     return manifests.fit(base, manifests.DNS_LABEL_MAX - len(suffix)) + suffix
+
+
+def new_secret_name() -> str:
+    """A logical name for a new template's generated Secret that no tenant can predict."""
+    return f"{cellsecrets.POOLED_SECRET}-{secrets.token_hex(8)}"
+
+
+def digest(spec_body: Mapping[str, Any]) -> str:
+    """The sha256 of an object's ``spec`` as canonical JSON."""
+    text = json.dumps(spec_body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _owner(spec: runspec.RunSpec) -> dict[str, Any]:
@@ -100,14 +135,16 @@ def pooled_pod(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     agent: str | None = None,
+    pool: str,
+    secret: str,
 ) -> dict[str, Any]:
-    """The pod template of a pooled cell of ``spec`` (``for_agent(agent)`` of a matrix):
-    every container of a cold cell, none told its cell (module docstring)."""
-    pool = pool_name(spec, agent)
+    """The pod template of a pooled cell of ``spec`` (``for_agent(agent)`` of a matrix) in
+    ``pool``, its tokens from the generated Secret ``secret``: every container of a cold
+    cell, none told its cell (module docstring)."""
     spec = spec.for_agent(agent)
     cellparts.check(spec, settings)
     controller_image, volumes, suite_mounts = manifests.suite_source(spec, digests, settings)
-    tokens = cellparts.Tokens.generated(spec)
+    tokens = cellparts.Tokens.generated(spec, secret)
     volumes += [
         cellgateway.socket_volume(),
         cellparts.assignment_volume(),
@@ -122,6 +159,7 @@ def pooled_pod(
             identity=cellgateway.Pooled(
                 cellparts.images_of(spec, digests, controller_image),
                 cellparts.assignment_mount(),
+                secret,
             ),
             routes=routes,
             tokens=tokens.gateway,
@@ -154,6 +192,12 @@ def pooled_pod(
     chosen = spec.spec.isolation.runtime_class_name or settings.sandbox_runtime_class
     if chosen or settings.runtime_class:
         pod_spec["runtimeClassName"] = chosen or settings.runtime_class
+    found = leak(pod_spec, spec, {secret})
+    if found is not None:  # whatever the RunSpec says, no pod of ours gives one away
+        raise errors.SpecError(
+            f"RunSpec {spec.metadata.get('name', '?')}: the pooled pod's {found}; the "
+            "operator makes no sandbox whose target holds another principal's key or token"
+        )
     return {
         "metadata": {
             "labels": _pool_labels(spec, pool),
@@ -169,27 +213,140 @@ def template(
     digests: Mapping[str, str],
     settings: manifests.Settings,
     agent: str | None = None,
+    secret: str,
 ) -> dict[str, Any]:
-    """The ``SandboxTemplate`` of the pool (:func:`pool_name`), owned by the RunSpec."""
-    return {
-        **_object("SandboxTemplate", spec, pool_name(spec, agent)),
-        "spec": {
-            "podTemplate": pooled_pod(spec, digests=digests, settings=settings, agent=agent),
-            "generatedSecrets": [cellparts.generated_secret(spec.for_agent(agent))],
+    """The ``SandboxTemplate`` of the pool, owned by the RunSpec: named by
+    :func:`pool_name` after the digest of what it holds (its generated Secret's logical name,
+    ``secret``, and its own name left out, so that the name is the same whatever ``secret``
+    is), the full digest recorded in :data:`ANNOTATION_DIGEST`."""
+
+    def spec_of(pool: str, secret: str) -> dict[str, Any]:
+        pod = pooled_pod(
+            spec, digests=digests, settings=settings, agent=agent, pool=pool, secret=secret
+        )
+        return {
+            "podTemplate": pod,
+            "generatedSecrets": [cellparts.generated_secret(spec.for_agent(agent), secret)],
             # A claim never changes a pooled cell: no env, no volumes of its own.
             "envVarsInjectionPolicy": "Disallowed",
-        },
-    }
+        }
+
+    name = pool_name(spec, agent, digest(spec_of(_PLACEHOLDER, _PLACEHOLDER)))
+    body = {**_object("SandboxTemplate", spec, name), "spec": spec_of(name, secret)}
+    body["metadata"]["annotations"] = {ANNOTATION_DIGEST: digest(body["spec"])}
+    return body
 
 
-def pool(spec: runspec.RunSpec, replicas: int, agent: str | None = None) -> dict[str, Any]:
-    """The ``SandboxWarmPool`` of ``replicas`` sandboxes from :func:`template`."""
-    name = pool_name(spec, agent)
+def secret_of(stored: Mapping[str, Any]) -> str | None:
+    """The logical name of a stored template's generated Secret, when it is one the operator
+    would have made (:func:`new_secret_name`); ``None`` otherwise."""
+    declared = (stored.get("spec") or {}).get("generatedSecrets")
+    if not isinstance(declared, list) or len(declared) != 1 or not isinstance(declared[0], dict):
+        return None
+    name = declared[0].get("name")
+    prefix = f"{cellsecrets.POOLED_SECRET}-"
+    if not isinstance(name, str) or not name.startswith(prefix):
+        return None
+    rest = name.removeprefix(prefix)
+    return name if len(rest) == 16 and all(c in "0123456789abcdef" for c in rest) else None
+
+
+def pool(
+    spec: runspec.RunSpec, replicas: int, *, name: str, agent: str | None = None
+) -> dict[str, Any]:
+    """The ``SandboxWarmPool`` ``name`` (its template's) of ``replicas`` sandboxes, the digest
+    of its ``spec`` but ``replicas`` (which the operator scales) recorded on it."""
     body = _object("SandboxWarmPool", spec, name)
     warm_pool = spec.spec.isolation.warm_pool
     keep = warm_pool.keep_seconds if warm_pool is not None else 0
-    body["metadata"]["annotations"] = {ANNOTATION_KEEP: str(keep)}
-    return {**body, "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": name}}}
+    fixed = {"sandboxTemplateRef": {"name": name}}
+    body["metadata"]["annotations"] = {ANNOTATION_KEEP: str(keep), ANNOTATION_DIGEST: digest(fixed)}
+    return {**body, "spec": {"replicas": replicas, **fixed}}
+
+
+def difference(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | None:
+    """The first field where a stored template or pool is not what the operator makes
+    (``wanted``: :func:`template` or :func:`pool`), ``None`` when it is. A pool's
+    ``replicas`` is the operator's to scale; everything else of the ``spec`` must be equal,
+    and so must the recorded digest."""
+    have = dict(stored.get("spec") or {})
+    want = dict(wanted["spec"])
+    if wanted.get("kind") == "SandboxWarmPool":
+        have.pop("replicas", None)
+        want.pop("replicas", None)
+    field = _first_difference("spec", have, want)
+    if field is not None:
+        return field
+    recorded = (stored["metadata"].get("annotations") or {}).get(ANNOTATION_DIGEST)
+    if recorded != wanted["metadata"]["annotations"][ANNOTATION_DIGEST]:
+        return f"metadata.annotations[{ANNOTATION_DIGEST}]"
+    return None
+
+
+def _first_difference(where: str, have: Any, want: Any) -> str | None:
+    if isinstance(want, dict) and isinstance(have, dict):
+        for key in sorted(set(want) | set(have)):
+            if key not in want or key not in have:
+                return f"{where}.{key}"
+            found = _first_difference(f"{where}.{key}", have[key], want[key])
+            if found is not None:
+                return found
+        return None
+    if isinstance(want, list) and isinstance(have, list):
+        if len(want) != len(have):
+            return where
+        for n, (one, other) in enumerate(zip(have, want, strict=True)):
+            found = _first_difference(f"{where}[{n}]", one, other)
+            if found is not None:
+                return found
+        return None
+    return None if have == want and type(have) is type(want) else where
+
+
+def leak(pod_spec: Mapping[str, Any], spec: runspec.RunSpec, names: Collection[str]) -> str | None:
+    """Where ``pod_spec`` gives a container more of a pooled sandbox's generated Secret than
+    its own share, ``None`` when no container does. The Secret is any of ``names`` (its
+    logical name in the template, a sandbox's own) or any name with ``cell-keys`` in it.
+
+    The gateway may read every item; the controller and each peer (``spec``'s, as the cell's
+    agent sees it) their own token; the target, and any other container, nothing. No
+    ``envFrom`` and no volume may name the Secret at all."""
+
+    def generated(name: object) -> bool:
+        return isinstance(name, str) and (name in names or cellsecrets.POOLED_SECRET in name)
+
+    own: dict[str, set[str] | None] = {
+        cellgateway.NAME: None,  # every item
+        cellparts.CONTROLLER: {cellsecrets.secret_key(cellparts.CONTROLLER)},
+    }
+    for peer in spec.spec.peers:
+        principal = cellsecrets.secret_key(f"peer:{peer.name}")
+        own[cellparts.peer_container_name(peer.name)] = {principal}
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for n, container in enumerate(pod_spec.get(kind) or []):
+            name = container.get("name")
+            where = f"{kind}[{n}] ({name})"
+            allowed = own.get(str(name), set())
+            for m, source in enumerate(container.get("envFrom") or []):
+                ref = (source.get("secretRef") or {}).get("name")
+                if generated(ref):
+                    return f"{where}.envFrom[{m}] takes every item of Secret {ref}"
+            for m, var in enumerate(container.get("env") or []):
+                ref = (var.get("valueFrom") or {}).get("secretKeyRef") or {}
+                mine = allowed is None or ref.get("key") in allowed
+                if generated(ref.get("name")) and not mine:
+                    return (
+                        f"{where}.env[{m}] ({var.get('name')}) reads item "
+                        f"{ref.get('key')!r} of Secret {ref.get('name')}"
+                    )
+    for n, volume in enumerate(pod_spec.get("volumes") or []):
+        sources = [(volume.get("secret") or {}).get("secretName")]
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            sources.append((source.get("secret") or {}).get("name"))
+        found = next((ref for ref in sources if generated(ref)), None)
+        if found is not None:
+            return f"volumes[{n}] ({volume.get('name')}) mounts Secret {found}"
+    return None
 
 
 def keep_seconds(pool_body: Mapping[str, Any]) -> int:
@@ -203,13 +360,14 @@ def keep_seconds(pool_body: Mapping[str, Any]) -> int:
 
 def claim(
     run: evaluationrun.EvaluationRun,
-    spec: runspec.RunSpec,
     *,
     test_id: str,
     repeat: int,
     agent: str | None = None,
+    pool: str,
 ) -> dict[str, Any]:
-    """The ``SandboxClaim`` of one cell: the cell's name and labels, owned by the run."""
+    """The ``SandboxClaim`` of one cell on ``pool``: the cell's name and labels, owned by the
+    run."""
     namespace, run_name, _ = manifests.identity(run)
     ttl = run.spec.ttl_seconds_after_finished
     return {
@@ -226,7 +384,7 @@ def claim(
             "ownerReferences": [manifests.owner_reference(run)],
         },
         "spec": {
-            "warmPoolRef": {"name": pool_name(spec, agent)},
+            "warmPoolRef": {"name": pool},
             "lifecycle": {
                 "shutdownPolicy": "Delete",
                 "ttlSecondsAfterFinished": CLAIM_TTL_SECONDS if ttl is None else ttl,

@@ -78,9 +78,9 @@ class Creator:
     async def _claim(self, run: plan.Run, cell: plan.Cell) -> observed.Failure | None:
         """A warm-pool cell: its claim on the pool. Its tokens are its sandbox's, read once
         the claim is bound (:meth:`.pools.Pools.assign`); it has no Secret of its own."""
-        assert run.spec is not None
+        pool = run.pools[cell.agent]
         manifest = warmpool.claim(
-            run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, agent=cell.agent
+            run.model, test_id=cell.test.id, repeat=cell.repeat, agent=cell.agent, pool=pool.name
         )
         manifest["metadata"]["annotations"][plan.ATTEMPT] = str(cell.attempt)
         stored = await self._ensure(run, cell, manifest)

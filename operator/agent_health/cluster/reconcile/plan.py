@@ -62,6 +62,16 @@ class Cell:
         return self.attempt - self.preempted
 
 
+@dataclasses.dataclass(frozen=True)
+class Pool:
+    """A warm pool a run's cells claim from (:mod:`.pools`)."""
+
+    name: str
+    """Its SandboxWarmPool's (and SandboxTemplate's) name."""
+    secret: str
+    """The logical name of its sandboxes' generated Secret, as its template declares it."""
+
+
 @dataclasses.dataclass
 class Run:
     """What the operator holds about one started run."""
@@ -84,9 +94,9 @@ class Run:
     buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     phase: evaluationrun.Phase | None = None
     keyring: dict[int, asyncio.Future[Any]] = dataclasses.field(default_factory=dict)
-    pools: set[str] = dataclasses.field(default_factory=set)
-    """The warm pools (SandboxWarmPool names) this run's cells claim from."""
     """The run's shared token Secrets, by number, as they are made or read (:mod:`.keyring`)."""
+    pools: dict[str | None, Pool] = dataclasses.field(default_factory=dict)
+    """The warm pool each agent's cells claim from (``None``: ``target``'s)."""
     _positions: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def planned(self) -> list[str]:

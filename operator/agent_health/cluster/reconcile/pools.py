@@ -5,12 +5,16 @@ and why every cell's guarantees hold):
 
 * :meth:`Pools.ensure` (the run starts): the RunSpec generation's ``SandboxTemplate`` and
   ``SandboxWarmPool`` per agent, and the pool's NetworkPolicy when the operator fences runs —
-  created, or found (409) and scaled back to ``replicas`` if a finished run left it at zero;
+  created, or found (409), held to what the operator makes (a stored one that the RunSpec
+  does not own or that differs in any field fails the run, ``WarmPoolNotOwned``, naming the
+  field) and scaled back to ``replicas`` if a finished run left it at zero;
 * :meth:`Pools.assign` (a cell's claim is bound): reads the bound Sandbox (its launch type, the
-  name of its generated Secret) and that Secret (the sandbox's tokens and key), lets the judge
-  service answer the cell's controller token, and writes the cell's assignment on the
-  sandbox's pod — one merge patch, which the pod's gateway and controller read through their
-  downward-API file. Reads: 2; writes: 1 (the claim itself is the cell's other write);
+  name of its generated Secret) and that Secret (the sandbox's tokens and key), checks that
+  the sandbox's pod gives no container more of that Secret than its own share
+  (:func:`.warmpool.leak`), lets the judge service answer the cell's controller token, and
+  writes the cell's assignment on the sandbox's pod — one merge patch, which the pod's
+  gateway and controller read through their downward-API file. Reads: 2; writes: 1 (the
+  claim itself is the cell's other write);
 * :meth:`Pools.release` (a run is over): a pool no live run of the operator needs once its
   ``keepSeconds`` passed is scaled to zero; its template stays for the next run of that
   generation;
@@ -82,12 +86,20 @@ class Pools:
         digests = run.spec.status.image_digests if run.spec.status else {}
         owner = str(run.spec.metadata.get("uid") or "")
         for agent in agents:
+            secret = warmpool.new_secret_name()
             template = warmpool.template(
-                run.spec, digests=digests, settings=run.settings, agent=agent
+                run.spec, digests=digests, settings=run.settings, agent=agent, secret=secret
             )
             name = template["metadata"]["name"]
-            stored, _ = await self.board.api.ensure(TEMPLATES, namespace, template)
-            _check_owned(stored, owner, run)
+            stored, created = await self.board.api.ensure(TEMPLATES, namespace, template)
+            if not created:
+                # Made before (by this operator for an earlier run, or by someone else): the
+                # same template has the Secret's name it was made with; any other is not ours.
+                secret = warmpool.secret_of(stored) or secret
+                template = warmpool.template(
+                    run.spec, digests=digests, settings=run.settings, agent=agent, secret=secret
+                )
+                _check_owned(stored, template, owner, run)
             if self.fence is not None:
                 policy = warmpool.network_policy(run.spec, self.fence, run.settings, name)
                 try:
@@ -95,13 +107,14 @@ class Pools:
                 except kube.ApiError as err:
                     if err.status != 409:  # there already: the RunSpec's, from an earlier run
                         raise
-            manifest = warmpool.pool(run.spec, warm_pool.replicas, agent)
+            manifest = warmpool.pool(run.spec, warm_pool.replicas, name=name, agent=agent)
             stored, created = await self.board.api.ensure(POOLS, namespace, manifest)
-            _check_owned(stored, owner, run)
+            if not created:
+                _check_owned(stored, manifest, owner, run)
             if not created and (stored.get("spec") or {}).get("replicas") != warm_pool.replicas:
                 patch = {"spec": {"replicas": warm_pool.replicas}}
                 await self.board.api.patch(POOLS, namespace, name, patch)
-            run.pools.add(name)
+            run.pools[agent] = plan.Pool(name, secret)
 
     async def release(self, run: plan.Run) -> None:
         """After the pool's ``keepSeconds``, scale to zero each of the run's pools that no
@@ -109,7 +122,8 @@ class Pools:
         assert run.spec is not None
         warm_pool = run.spec.spec.isolation.warm_pool
         keep = warm_pool.keep_seconds if warm_pool is not None else 0
-        await self._scale_down(run.ref.namespace, run.pools, keep, but=run)
+        names = {p.name for p in run.pools.values()}
+        await self._scale_down(run.ref.namespace, names, keep, but=run)
 
     async def sweep(self, namespace: str | None) -> None:
         """At the operator's start: every pool of its RunSpecs still up is released as if a
@@ -127,7 +141,7 @@ class Pools:
         self, namespace: str, names: set[str], keep: float, *, but: plan.Run | None = None
     ) -> None:
         await asyncio.sleep(keep)
-        used = {p for r in self.board.runs.values() if r is not but for p in r.pools}
+        used = {p.name for r in self.board.runs.values() if r is not but for p in r.pools.values()}
         for name in sorted(names - used):
             try:
                 await self.board.api.patch(POOLS, namespace, name, {"spec": {"replicas": 0}})
@@ -144,9 +158,10 @@ class Pools:
         sandbox_name = bound_sandbox(claim)
         assert sandbox_name is not None
         namespace = run.ref.namespace
+        logical = run.pools[cell.agent].secret
         # Both at once (a warm start waits on them): the Secret by the name the controller
         # gives it, read again only if the Sandbox records another.
-        guess = f"{sandbox_name}-{cellgateway.POOLED_SECRET}"
+        guess = f"{sandbox_name}-{logical}"
         read: tuple[dict[str, Any] | BaseException, ...] = await asyncio.gather(
             self.board.api.get(kube.SANDBOXES, namespace, sandbox_name),
             self.board.api.get(kube.SECRETS, namespace, guess),
@@ -160,7 +175,15 @@ class Pools:
                 f"Sandbox {sandbox_name} is not owned by the cell's claim {cell.name}; the "
                 "operator will not hand a cell to a sandbox its claim does not hold"
             )
-        secret_name = _generated_secret(sandbox)
+        secret_name = _generated_secret(sandbox, logical)
+        agent_spec = run.spec.for_agent(cell.agent)
+        pod_spec = ((sandbox.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
+        found = warmpool.leak(pod_spec, agent_spec, {logical, secret_name})
+        if found is not None:
+            return "other", (
+                f"Sandbox {sandbox_name}'s spec.podTemplate.spec.{found}; the operator hands "
+                "no cell to a sandbox whose target could hold another principal's key or token"
+            )
         if secret_name != guess or isinstance(secret, BaseException):
             try:
                 secret = await self.board.api.get(kube.SECRETS, namespace, secret_name)
@@ -178,7 +201,7 @@ class Pools:
         except KeyError as err:
             return "other", f"Secret {secret_name} lacks the item {err}: not a pooled cell's"
         handed = warmpool.assignment(
-            run.model, run.spec.for_agent(cell.agent), run.settings,
+            run.model, agent_spec, run.settings,
             cell=cell.name, test_id=cell.test.id, repeat=cell.repeat, attempt=cell.attempt,
             agent=cell.agent, run_key=run.key, sandbox_key=sandbox_key.encode(),
         )  # fmt: skip
@@ -199,28 +222,38 @@ class Pools:
         return None
 
 
-def _check_owned(stored: Mapping[str, Any], owner: str, run: plan.Run) -> None:
-    """A template or pool of the pool's name that the RunSpec does not own is someone else's:
-    its sandboxes (and their keys) would be theirs, so no cell is handed to them."""
-    if plan.owned_by(stored, owner):
-        return
+def _check_owned(
+    stored: Mapping[str, Any], wanted: Mapping[str, Any], owner: str, run: plan.Run
+) -> None:
+    """A template or pool of the pool's name is the operator's only if the RunSpec owns it
+    *and* it is what the operator makes (``wanted``) — an ownerReference is anyone's to write,
+    and a planted template's sandboxes (their env, their keys) would be its author's; so no
+    cell is handed to them. Raises a :class:`~agent_health.cluster.errors.SpecError` naming
+    the object and the first field that differs."""
     kind, name = stored.get("kind", "object"), stored["metadata"]["name"]
+    where = f"{kind} {name} already exists in namespace {run.ref.namespace}"
+    if not plan.owned_by(stored, owner):
+        why = f"is not RunSpec {run.runspec}'s"
+    elif (field := warmpool.difference(stored, wanted)) is not None:
+        why = f"is not what the operator makes for RunSpec {run.runspec}: its {field} differs"
+    else:
+        return
     raise errors.SpecError(
-        f"{kind} {name} already exists in namespace {run.ref.namespace} and is not RunSpec "
-        f"{run.runspec}'s; the operator will not run cells in sandboxes it did not make: "
+        f"{where} and {why}; the operator will not run cells in sandboxes it did not make: "
         "delete it and run again"
     )
 
 
-def _generated_secret(sandbox: Mapping[str, Any]) -> str:
-    """The name of the Sandbox's own cell-keys Secret, as the controller recorded it."""
+def _generated_secret(sandbox: Mapping[str, Any], logical: str) -> str:
+    """The name of the Sandbox's own generated Secret (``logical`` in its template), as the
+    controller recorded it."""
     recorded = (sandbox["metadata"].get("annotations") or {}).get(warmpool.GENERATED_SECRETS)
     try:
         names = json.loads(recorded) if recorded else {}
     except ValueError:
         names = {}
-    name = names.get(cellgateway.POOLED_SECRET) if isinstance(names, dict) else None
-    return str(name or f"{sandbox['metadata']['name']}-{cellgateway.POOLED_SECRET}")
+    name = names.get(logical) if isinstance(names, dict) else None
+    return str(name or f"{sandbox['metadata']['name']}-{logical}")
 
 
 def _item(secret: Mapping[str, Any], key: str) -> str:
