@@ -128,18 +128,32 @@ def test_the_queue_of_a_cell_is_its_runs_then_its_runspecs_then_the_operators(
         assert kueue.MANAGED_LABEL not in labels
 
 
-def test_sandboxed_cells_are_never_queued_and_a_queue_named_for_them_is_refused() -> None:
+def _sandboxed(spec: runspec.RunSpec, **isolation: Any) -> runspec.RunSpec:
+    chosen = runspec.Isolation.model_validate({"mode": "agentSandbox", **isolation})
+    return spec.model_copy(update={"spec": spec.spec.model_copy(update={"isolation": chosen})})
+
+
+def test_sandboxed_cells_are_queued_only_when_the_operator_admits_them_and_refused_else() -> None:
     run, spec = _models(None, None)
-    sandboxed = spec.model_copy(
-        update={"spec": spec.spec.model_copy(update={"isolation": runspec.Isolation(
-            mode="agentSandbox")})}
-    )  # fmt: skip
-    assert kueue.queue_of(sandboxed, run, "shared") is None  # the default does not apply
+    sandboxed = _sandboxed(spec)
+    assert kueue.queue_of(sandboxed, run, "shared") is None  # refuse: never queued...
     assert kueue.queue_of(sandboxed, None, "shared") == "shared"  # its discovery is a pod
-    kueue.refuse(sandboxed, run)
+    kueue.refuse(sandboxed, run, None)
+    with pytest.raises(errors.SpecError, match=r"queues every run in LocalQueue 'shared'"):
+        kueue.refuse(sandboxed, run, "shared")  # ...so a run the default applies to is refused
     queued, _ = _models("team-a", None)
     with pytest.raises(errors.SpecError, match=r"spec\.queue 'team-a' cannot queue cells"):
-        kueue.refuse(sandboxed, queued)
+        kueue.refuse(sandboxed, queued, None)
+    # admit: the Sandbox's pod waits in the queue a plain cell would
+    assert kueue.queue_of(sandboxed, run, "shared", "admit") == "shared"
+    assert kueue.queue_of(sandboxed, queued, "shared", "admit") == "team-a"
+    kueue.refuse(sandboxed, queued, "shared", "admit")
+    # a warm pool's sandboxes serve every run: its RunSpec's queue (else the default) only
+    warm = _sandboxed(spec, warmPool={"replicas": 2})
+    assert kueue.queue_of(warm, queued, "shared", "admit") == "shared"
+    kueue.refuse(warm, run, "shared", "admit")
+    with pytest.raises(errors.SpecError, match=r"cannot queue a warm pool's cells"):
+        kueue.refuse(warm, queued, "shared", "admit")
 
 
 async def test_a_run_of_sandboxed_cells_naming_a_queue_fails_saying_why() -> None:

@@ -145,3 +145,32 @@ def test_the_otlp_endpoint_is_an_http_url_or_unset(monkeypatch: pytest.MonkeyPat
     assert from_env.otlp_endpoint == "https://collector:4318"
     with pytest.raises(ValueError, match=r"--otlp-endpoint .* is not an http"):
         parse(["--otlp-endpoint", "collector:4318"], monkeypatch)
+
+
+def test_sandbox_queueing_refuses_by_default_and_admits_when_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert parse([], monkeypatch).sandbox_queueing == "refuse"
+    assert parse(["--sandbox-queueing", "admit"], monkeypatch).sandbox_queueing == "admit"
+    from_env = parse([], monkeypatch, AGENT_HEALTH_SANDBOX_QUEUEING="admit")
+    assert from_env.sandbox_queueing == "admit"
+    with pytest.raises(ValueError, match=r"--sandbox-queueing .* must be refuse or admit"):
+        parse(["--sandbox-queueing", "allow"], monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("value", "cap"), [(None, 100), ("0", 0), ("250", 250), ("none", None), (" None ", None)]
+)
+def test_the_warm_replicas_cap_is_a_count_or_none(
+    value: str | None, cap: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = [] if value is None else ["--max-warm-replicas", value]
+    assert parse(argv, monkeypatch).max_warm_replicas == cap
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "1.5", ""])
+def test_a_warm_replicas_cap_that_is_no_count_is_a_usage_error(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match=r"--max-warm-replicas .* must be a count"):
+        parse(["--max-warm-replicas", value], monkeypatch)

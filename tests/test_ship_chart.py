@@ -370,7 +370,11 @@ def test_the_judge_key_comes_from_a_secret_and_never_from_values(helm: Path) -> 
         "secretKeyRef": {"name": "judge-credentials", "key": "api-key"}
     }
     assert "AGENT_HEALTH_JUDGE_FOR_ALL_RUNS" not in env  # offered to all runs only if asked
-    assert _env(render(helm, "default")) == {"AGENT_HEALTH_JUDGE_MAX_TOKENS": "4096"}
+    assert _env(render(helm, "default")) == {
+        "AGENT_HEALTH_JUDGE_MAX_TOKENS": "4096",
+        "AGENT_HEALTH_SANDBOX_QUEUEING": "refuse",
+        "AGENT_HEALTH_MAX_WARM_REPLICAS": "100",
+    }
 
 
 def test_the_minimal_scenario_renders_no_monitoring_objects(helm: Path) -> None:
@@ -521,6 +525,8 @@ def test_the_watched_namespace_is_a_cell_namespace(helm: Path) -> None:
         ("cells.gatewayAccount=x", "cells: Additional property gatewayAccount is not allowed"),
         ("cellNetworkPolicy.namespaces={a}", "Additional property namespaces is not allowed"),
         ("kueue.defaultQueue=Team_A", "kueue.defaultQueue: Does not match pattern"),
+        ("sandbox.queueing=allow", "sandbox.queueing must be one of"),
+        ("sandbox.maxWarmReplicas=-1", "sandbox.maxWarmReplicas: Must be greater than"),
     ],
 )
 def test_the_values_schema_refuses_mistakes(helm: Path, setting: str, complaint: str) -> None:
@@ -609,3 +615,23 @@ def test_the_ledger_prefixes_a_runspec_may_choose_are_the_operators(helm: Path) 
     options.add_arguments(parser, {})
     chosen = options.from_args(parser.parse_args(argv))
     assert chosen.ledger_allowed == ("s3://evals/{namespace}/", "gs://evals/{namespace}/")
+
+
+def test_the_admin_chooses_what_a_queue_does_to_sandboxes_and_caps_warm_sandboxes(
+    helm: Path,
+) -> None:
+    """Issue 34 item 8: the switch and the cap reach the operator, from values to Options."""
+
+    def chosen(*settings: str) -> options.Options:
+        documents = render(helm, "default", *settings)
+        environ = {k: v for k, v in _env(documents).items() if isinstance(v, str)}
+        parser = argparse.ArgumentParser()
+        options.add_arguments(parser, environ)
+        return options.from_args(parser.parse_args(_argv(documents)))
+
+    default = chosen()
+    assert (default.sandbox_queueing, default.max_warm_replicas) == ("refuse", 100)
+    admitting = chosen("--set", "sandbox.queueing=admit", "--set", "sandbox.maxWarmReplicas=0")
+    assert (admitting.sandbox_queueing, admitting.max_warm_replicas) == ("admit", 0)
+    uncapped = chosen("--set", "sandbox.maxWarmReplicas=null")
+    assert uncapped.max_warm_replicas is None

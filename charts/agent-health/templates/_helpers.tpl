@@ -103,8 +103,8 @@ judge.cache.volume is persistentVolumeClaim (an existing claim, or the one the c
 {{/*
 agent-health.operatorEnv: the operator container's environment: the judge settings
 (AGENT_HEALTH_JUDGE_*, the API key from its Secret, whether it is offered to all runs, the
-token ceiling), insecure registries, Agent Sandbox watching and RuntimeClass, and
-operator.extraEnv.
+token ceiling), insecure registries, Agent Sandbox watching, RuntimeClass, queueing and warm
+replicas cap, and operator.extraEnv.
 */}}
 {{- define "agent-health.operatorEnv" -}}
 {{- with .Values.judge.provider }}
@@ -150,6 +150,10 @@ operator.extraEnv.
 - name: AGENT_HEALTH_SANDBOX_RUNTIME_CLASS
   value: {{ . | quote }}
 {{- end }}
+- name: AGENT_HEALTH_SANDBOX_QUEUEING
+  value: {{ .Values.sandbox.queueing | quote }}
+- name: AGENT_HEALTH_MAX_WARM_REPLICAS
+  value: {{ if kindIs "invalid" .Values.sandbox.maxWarmReplicas }}"none"{{ else }}{{ .Values.sandbox.maxWarmReplicas | int | quote }}{{ end }}
 {{- with .Values.kueue.defaultQueue }}
 - name: AGENT_HEALTH_DEFAULT_QUEUE
   value: {{ . | quote }}

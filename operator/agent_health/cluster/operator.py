@@ -109,6 +109,8 @@ async def serve(
             runtime_class=options.cell_runtime_class,
             sandbox_runtime_class=options.sandbox_runtime_class,
             default_queue=options.default_queue,
+            sandbox_queueing=options.sandbox_queueing,
+            max_warm_replicas=options.max_warm_replicas,
         )
         backend = await stack.enter_async_context(
             judging.backend(judge, config_mod.define_config())

@@ -19,6 +19,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
+from typing import Literal
 
 from agent_health.cluster.api import meta
 from agent_health.cluster.cells import ledgerurl, netpol
@@ -79,6 +80,10 @@ class Options:
     sandbox_runtime_class: str | None = None
     default_queue: str | None = None
     """The Kueue LocalQueue of cells and discovery pods whose run and RunSpec name none."""
+    sandbox_queueing: Literal["refuse", "admit"] = "refuse"
+    """Refuse a run of sandboxed cells that a queue applies to, or admit them through it."""
+    max_warm_replicas: int | None = 100
+    """The most warm sandboxes kept at once in one namespace; ``None``: no cap."""
     judge_for_all_runs: bool = False
     """Whether the operator's own judge answers cells of RunSpecs that name none."""
     judge_max_tokens: int = 4096
@@ -199,6 +204,17 @@ FLAGS = (
     _Flag("--default-queue", "AGENT_HEALTH_DEFAULT_QUEUE", "the Kueue LocalQueue (in each "
           "run's namespace) that cells and discovery pods wait in when neither the run nor its "
           "RunSpec sets spec.queue; unset: those are not queued", metavar="NAME"),
+    _Flag("--sandbox-queueing", "AGENT_HEALTH_SANDBOX_QUEUEING", "what a queue (the run's, "
+          "its RunSpec's or --default-queue) does to cells with isolation.mode agentSandbox: "
+          "refuse fails such a run (InvalidSpec), so no sandbox runs outside the queue's "
+          "quota; admit labels each Sandbox's pod, and each warm pool's, with the queue, so "
+          "Kueue's pod integration admits them (an idle warm sandbox holds quota too)",
+          "refuse", metavar="refuse|admit"),
+    _Flag("--max-warm-replicas", "AGENT_HEALTH_MAX_WARM_REPLICAS", "the most warm sandboxes "
+          "the operator keeps up at once in one namespace, over all its warm pools: a RunSpec "
+          "asking for more is refused (NotAllowed), a pool that would pass the cap gets what "
+          "is left (Event WarmPoolCapped; its run's other cells start cold); 0 refuses warm "
+          "pools, none lifts the cap", "100", metavar="N|none"),
 )  # fmt: skip
 
 
@@ -255,6 +271,11 @@ def from_args(args: argparse.Namespace) -> Options:
             f"--judge-max-tokens (or AGENT_HEALTH_JUDGE_MAX_TOKENS) must be a positive "
             f"integer, got {args.judge_max_tokens!r}"
         ) from None
+    if args.sandbox_queueing not in ("refuse", "admit"):
+        raise ValueError(
+            "--sandbox-queueing (or AGENT_HEALTH_SANDBOX_QUEUEING) must be refuse or admit, "
+            f"got {args.sandbox_queueing!r}"
+        )
     return Options(
         controller_image=args.controller_image,
         gateway_image=args.gateway_image,
@@ -285,7 +306,26 @@ def from_args(args: argparse.Namespace) -> Options:
         cell_runtime_class=required,
         sandbox_runtime_class=sandboxed,
         default_queue=_queue(args.default_queue),
+        sandbox_queueing=args.sandbox_queueing,
+        max_warm_replicas=_warm_cap(args.max_warm_replicas),
     )
+
+
+def _warm_cap(value: str | None) -> int | None:
+    """``--max-warm-replicas``: a count (0 refuses warm pools), or ``none`` (no cap)."""
+    text = (value or "").strip().lower()
+    if text == "none":
+        return None
+    try:
+        cap = int(text)
+        if cap < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            "--max-warm-replicas (or AGENT_HEALTH_MAX_WARM_REPLICAS) must be a count of "
+            f"sandboxes (0 or more) or none, got {value!r}"
+        ) from None
+    return cap
 
 
 def _queue(name: str | None) -> str | None:

@@ -228,7 +228,8 @@ class WarmPool(meta.Model):
 
     replicas: Annotated[int, pydantic.Field(ge=1, le=1000)] = pydantic.Field(
         description="Ready sandboxes (target and peers up) the pool keeps while a run needs "
-        "it; each serves one cell, then is deleted and replaced."
+        "it; each serves one cell, then is deleted and replaced. The operator keeps at most "
+        "its --max-warm-replicas warm in one namespace, over all its pools."
     )
     keep_seconds: Annotated[int, pydantic.Field(ge=0, le=86400)] = pydantic.Field(
         default=300,

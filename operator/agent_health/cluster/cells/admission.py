@@ -9,7 +9,9 @@ way should the operator's rules change between the two):
 * ``isolation.runtimeClassName`` other than the RuntimeClass every cell must use
   (``--cell-runtime-class``);
 * target or peer ``resources`` beyond the operator's cap, or unreadable
-  (:mod:`.resources`).
+  (:mod:`.resources`);
+* a warm pool of more sandboxes than the operator keeps warm in a namespace
+  (``--max-warm-replicas``).
 
 Which Secrets a RunSpec may name is decided when a run starts, by the labels on them
 (:mod:`..reconcile.secretrefs`); :func:`refuse_our_secrets` is the cell's last line, by
@@ -44,6 +46,14 @@ def admit(spec: runspec.RunSpec, settings: manifests.Settings) -> None:
         where = f"{name} spec.targets[{named.name}].resources"
         cells = settings.resources
         resources.effective(cells.target, named.resources, cells.max, where=where)
+    warm = spec.spec.isolation.warm_pool
+    cap = settings.max_warm_replicas
+    if warm is not None and cap is not None and warm.replicas > cap:
+        raise errors.SpecError(
+            f"{name} spec.isolation.warmPool.replicas: {warm.replicas} is more than this "
+            f"operator keeps warm in one namespace ({cap}, --max-warm-replicas): ask for at "
+            f"most {cap}"
+        )
 
 
 def resources_of(

@@ -147,7 +147,9 @@ def cell_pod(
             "namespace": namespace,
             "labels": {
                 **manifests.cell_labels(run, test_id, repeat, agent),
-                **kueue.labels(kueue.queue_of(spec, run, settings.default_queue)),
+                **kueue.labels(
+                    kueue.queue_of(spec, run, settings.default_queue, settings.sandbox_queueing)
+                ),
             },
             "annotations": {
                 manifests.ANNOTATION_TEST_ID: test_id,
@@ -193,5 +195,9 @@ def cell(
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":
         chosen = isolation.runtime_class_name or settings.sandbox_runtime_class
-        return sandbox.sandbox(pod, runtime_class_name=chosen or settings.runtime_class)
+        box = sandbox.sandbox(pod, runtime_class_name=chosen or settings.runtime_class)
+        # Kueue admits the Sandbox's pod (its pod template keeps the queue's label); the
+        # Sandbox itself is no workload of Kueue's.
+        box["metadata"]["labels"].pop(kueue.QUEUE_LABEL, None)
+        return box
     return pod

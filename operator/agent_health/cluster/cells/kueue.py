@@ -12,6 +12,13 @@ manage runs its cells at once instead of leaving them gated for ever. It reads t
 :func:`gated` (the cell is *queued*: no deadline runs yet) and :func:`preempted` (the cell
 is planned again, as a retry that costs none of the run's infrastructure retries).
 
+Sandboxed cells (``isolation.mode: agentSandbox``) are pods the Agent Sandbox controller
+makes. With ``--sandbox-queueing admit`` the queue's label goes on the Sandbox's pod template
+(and on a warm pool's, whose idle sandboxes then hold quota too), Kueue's pod integration
+holds those pods as it holds a cell's, and the operator reads the gate and a preemption off
+them (:mod:`..reconcile.reactions`). With ``refuse`` (the default) a run of them that a queue
+applies to is refused (:func:`refuse`): no sandbox runs outside the quota a queue keeps.
+
 One Workload per cell, not a pod group per wave: a group is admitted only once all of its
 ``kueue.x-k8s.io/pod-group-total-count`` pods exist and keeps its quota until every one has
 ended, so the wave would wait for its slowest cell and a preemption would stop all of it.
@@ -20,7 +27,7 @@ ended, so the wave would wait for its slowest cell and a preemption would stop a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
@@ -29,35 +36,76 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"
 GATE = "kueue.x-k8s.io/admission"
 TERMINATION_TARGET = "TerminationTarget"
+SandboxQueueing = Literal["refuse", "admit"]
+"""``--sandbox-queueing``: refuse a sandboxed run a queue applies to, or admit it through it."""
 
 
 def queue_of(
-    spec: runspec.RunSpec, run: evaluationrun.EvaluationRun | None, default: str | None
+    spec: runspec.RunSpec,
+    run: evaluationrun.EvaluationRun | None,
+    default: str | None,
+    sandboxes: SandboxQueueing = "refuse",
 ) -> str | None:
     """The LocalQueue a pod waits in: the run's ``spec.queue``, else its RunSpec's, else the
-    operator's ``--default-queue`` (``run`` is ``None`` for a RunSpec's discovery pod).
+    operator's ``--default-queue`` (``run`` is ``None`` for a RunSpec's discovery pod, and
+    for a warm pool's pods).
 
-    A sandboxed cell (``isolation.mode: agentSandbox``) is never queued: Kueue would hold the
-    Sandbox's pod, which the operator does not watch (:func:`refuse` rejects a queue such a
-    run names; the operator's default does not apply to it)."""
-    if run is not None and spec.spec.isolation.mode == "agentSandbox":
+    A sandboxed cell (``isolation.mode: agentSandbox``) is queued only when the operator's
+    admin lets Kueue admit sandboxes (``sandboxes``: ``--sandbox-queueing admit``): then the
+    Sandbox's pod carries the queue's label, and Kueue's pod integration holds it as it holds
+    a cell's pod. Otherwise it is never queued, and :func:`refuse` refuses a run of them that a
+    queue applies to. A warm pool's sandboxes serve every run of the RunSpec: they wait in
+    the RunSpec's queue (else the default), never in one a run names (:func:`refuse`)."""
+    sandboxed = spec.spec.isolation.mode == "agentSandbox"
+    if run is not None and sandboxed and sandboxes != "admit":
         return None
+    if run is not None and spec.spec.isolation.warm_pool is not None:
+        return spec.spec.queue or default
     if run is not None and run.spec.queue is not None:
         return run.spec.queue
     return spec.spec.queue or default
 
 
-def refuse(spec: runspec.RunSpec, run: evaluationrun.EvaluationRun) -> None:
-    """A :class:`.errors.SpecError` for a queue named on a run of sandboxed cells."""
+def refuse(
+    spec: runspec.RunSpec,
+    run: evaluationrun.EvaluationRun,
+    default: str | None,
+    sandboxes: SandboxQueueing = "refuse",
+) -> None:
+    """A :class:`.errors.SpecError` for a run of sandboxed cells that would step out of the
+    quota a queue keeps: a queue applies to it (its own, its RunSpec's or the operator's
+    default) and the operator does not admit sandboxes through Kueue; or, admitting them, a
+    warm-pool run names a queue its pool's sandboxes do not wait in."""
+    if spec.spec.isolation.mode != "agentSandbox":
+        return
     named = run.spec.queue or spec.spec.queue
-    if named is not None and spec.spec.isolation.mode == "agentSandbox":
-        where = (
-            "the EvaluationRun's" if run.spec.queue else f"RunSpec {spec.metadata.get('name')}'s"
+    where = "the EvaluationRun's" if run.spec.queue else f"RunSpec {spec.metadata.get('name')}'s"
+    if sandboxes != "admit":
+        switch = (
+            "this operator does not let Kueue admit sandboxed cells (--sandbox-queueing "
+            "refuse; its admin may set it to admit, the chart's sandbox.queueing)"
         )
+        if named is not None:
+            raise errors.SpecError(
+                f"{where} spec.queue {named!r} cannot queue cells with isolation.mode "
+                f"agentSandbox: {switch}; remove spec.queue, or run the cells as pods "
+                "(isolation.mode pod)"
+            )
+        if default is not None:
+            raise errors.SpecError(
+                f"this operator queues every run in LocalQueue {default!r} (--default-queue) "
+                f"and cells with isolation.mode agentSandbox would run outside it: {switch}; "
+                "run the cells as pods (isolation.mode pod)"
+            )
+        return
+    pool = spec.spec.queue or default
+    if spec.spec.isolation.warm_pool is not None and run.spec.queue not in (None, pool):
+        waits = f"LocalQueue {pool!r}" if pool else "no queue"
         raise errors.SpecError(
-            f"{where} spec.queue {named!r} cannot queue cells with isolation.mode agentSandbox "
-            "(Kueue would hold the Sandbox's pod, which the operator does not watch): remove "
-            "spec.queue, or run the cells as pods (isolation.mode pod)"
+            f"the EvaluationRun's spec.queue {run.spec.queue!r} cannot queue a warm pool's "
+            f"cells: the pool's sandboxes serve every run of RunSpec "
+            f"{spec.metadata.get('name')} and wait in {waits} (its spec.queue, else the "
+            "operator's --default-queue); set spec.queue on the RunSpec instead"
         )
 
 

@@ -21,7 +21,7 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, runspec
@@ -114,6 +114,12 @@ class Settings:
     """A cell's exchanges and their bytes at most (its gateway's ``--max-cell-*``)."""
     default_queue: str | None = None
     """The Kueue LocalQueue of runs and RunSpecs that name none (``--default-queue``)."""
+    sandbox_queueing: Literal["refuse", "admit"] = "refuse"
+    """What a queue does to sandboxed cells (``--sandbox-queueing``): ``refuse`` a run of
+    them that a queue applies to; ``admit`` their pods, and a warm pool's, through it."""
+    max_warm_replicas: int | None = 100
+    """The most warm sandboxes kept at once in one namespace, over all the operator's pools
+    (``--max-warm-replicas``); ``None``: no cap."""
 
     def __post_init__(self) -> None:
         for field in ("controller_image", "gateway_image"):

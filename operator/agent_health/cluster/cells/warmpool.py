@@ -34,6 +34,10 @@ What every cell keeps:
   (:data:`ANNOTATION_DIGEST`), and a stored template or pool that differs from what the
   operator would make — a field, the pool's ``sandboxTemplateRef`` — is refused
   (:func:`difference`);
+* **within quota**: with ``--sandbox-queueing admit`` each pooled pod carries the RunSpec's
+  queue (else the operator's default), so an idle warm sandbox holds Kueue quota as a running
+  cell does; and the operator keeps at most ``--max-warm-replicas`` warm sandboxes up in
+  one namespace, over all its pools (:mod:`..reconcile.pools`);
 * **images pinned by digest**, as in every cell;
 * **the fence**: the pooled pods carry the pool's label, which a NetworkPolicy of the same
   rules as a run's selects (:func:`network_policy`).
@@ -54,6 +58,7 @@ from agent_health.cluster.cells import (
     cellgateway,
     cellparts,
     cellsecrets,
+    kueue,
     manifests,
     netpol,
     podsecurity,
@@ -198,13 +203,21 @@ def pooled_pod(
             f"RunSpec {spec.metadata.get('name', '?')}: the pooled pod's {found}; the "
             "operator makes no sandbox whose target holds another principal's key or token"
         )
+    # With --sandbox-queueing admit, each pooled pod is a Kueue workload of the RunSpec's
+    # queue: a warm sandbox holds quota while it waits, as a running cell does.
+    queue = kueue.queue_of(spec, None, settings.default_queue) if admitted(settings) else None
     return {
         "metadata": {
-            "labels": _pool_labels(spec, pool),
+            "labels": {**_pool_labels(spec, pool), **kueue.labels(queue)},
             "annotations": podsecurity.skip_cloud_identity(pod_spec, keep=cellgateway.NAME),
         },
         "spec": pod_spec,
     }
+
+
+def admitted(settings: manifests.Settings) -> bool:
+    """Whether Kueue admits sandboxes' pods (``--sandbox-queueing admit``)."""
+    return settings.sandbox_queueing == "admit"
 
 
 def template(

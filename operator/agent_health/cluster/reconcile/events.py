@@ -238,6 +238,18 @@ class EventRecorder:
         message = f"cell {cell} was preempted by Kueue ({why}); it is planned again"
         return self.event(involved, "Normal", "CellPreempted", message, action="Requeue")
 
+    def warm_pool_capped(
+        self, involved: Mapping[str, str], pool: str, wanted: int, kept: int, cap: int
+    ) -> Emit:
+        """A ``Warning`` Event: a warm pool gets fewer sandboxes than its RunSpec asks for,
+        the namespace being at the operator's cap (its cells start cold beyond them)."""
+        message = (
+            f"warm pool {pool} keeps {kept} of the {wanted} sandboxes its RunSpec asks for: the "
+            f"operator keeps at most {cap} warm in this namespace (--max-warm-replicas), over "
+            "all its pools; the run's other cells start cold"
+        )
+        return self.event(involved, "Warning", "WarmPoolCapped", message, action="Scale")
+
     def _expire(self, now: datetime.datetime) -> None:
         while self._seen:
             key, oldest = next(iter(self._seen.items()))

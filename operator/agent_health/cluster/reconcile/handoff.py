@@ -72,6 +72,7 @@ class Handoff:
 
     async def launch(self, run: plan.Run, cell: plan.Cell) -> None:
         """Create the cell; one that cannot be created is an infrastructure failure."""
+        cell.held = False  # a new attempt: its own pod says whether Kueue holds it
         failure = await self.creator.create(run, cell)
         if failure is not None:
             await self.infra(run, cell, {}, failure)

@@ -163,7 +163,9 @@ class Intake:
                 return await board.fail(run, "DiscoveryFailed", f"RunSpec {run.runspec}: {why}")
             chosen = plan.select(outcome.tests, run.model.spec.selection)
             agents = plan.agents(run.model, spec)  # an agent matrix: each a declared target
-            kueue.refuse(spec, run.model)
+            kueue.refuse(
+                spec, run.model, self.settings.default_queue, self.settings.sandbox_queueing
+            )
         except errors.SpecError as err:
             return await board.fail(run, "InvalidSpec", str(err))
         if not chosen:

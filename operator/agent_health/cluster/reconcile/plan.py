@@ -54,6 +54,9 @@ class Cell:
     """The attempt whose claimed sandbox was handed this cell (a warm-pool run's)."""
     pod: str | None = None
     """A warm-pool cell's pod (its sandbox's name); ``None``: the pod is named as the cell."""
+    held: bool = False
+    """Kueue holds the pod of the cell's Sandbox (``--sandbox-queueing admit``): its deadline
+    waits for the admission, whatever the Sandbox's own events say."""
     last: dict[str, Any] | None = None
 
     @property
@@ -253,7 +256,9 @@ def queued(run: Run) -> bool:
     """Whether the run's cells wait in a Kueue LocalQueue (:func:`.kueue.queue_of`)."""
     if run.spec is None or run.settings is None:
         return False
-    return kueue.queue_of(run.spec, run.model, run.settings.default_queue) is not None
+    settings = run.settings
+    queue = kueue.queue_of(run.spec, run.model, settings.default_queue, settings.sandbox_queueing)
+    return queue is not None
 
 
 def started_at(body: Mapping[str, Any]) -> datetime.datetime | None:

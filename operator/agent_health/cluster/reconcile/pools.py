@@ -7,7 +7,10 @@ and why every cell's guarantees hold):
   ``SandboxWarmPool`` per agent, and the pool's NetworkPolicy when the operator fences runs —
   created, or found (409), held to what the operator makes (a stored one that the RunSpec
   does not own or that differs in any field fails the run, ``WarmPoolNotOwned``, naming the
-  field) and scaled back to ``replicas`` if a finished run left it at zero;
+  field) and scaled back to ``replicas`` if a finished run left it at zero. The operator's
+  pools of a namespace hold at most ``--max-warm-replicas`` sandboxes together: a pool that
+  would pass the cap gets what is left (a ``WarmPoolCapped`` Event; the run's cells beyond
+  it start cold), decided one run at a time per namespace;
 * :meth:`Pools.assign` (a cell's claim is bound): reads the bound Sandbox (its launch type, the
   name of its generated Secret) and that Secret (the sandbox's tokens and key), checks that
   the sandbox's pod gives no container more of that Secret than its own share
@@ -75,14 +78,22 @@ class Pools:
 
     board: lifecycle.Board
     fence: netpol.Fence | None = None
+    _sizing: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
+    """Per namespace: one run at a time sizes its pools against the cap."""
 
     async def ensure(self, run: plan.Run, agents: list[str | None]) -> None:
-        """The run's pools (one per agent), at the RunSpec's ``replicas``."""
+        """The run's pools (one per agent), at the RunSpec's ``replicas`` within the cap."""
+        lock = self._sizing.setdefault(run.ref.namespace, asyncio.Lock())
+        async with lock:
+            await self._ensure(run, agents)
+
+    async def _ensure(self, run: plan.Run, agents: list[str | None]) -> None:
         assert run.spec is not None
         assert run.settings is not None
         warm_pool = run.spec.spec.isolation.warm_pool
         assert warm_pool is not None
         namespace = run.ref.namespace
+        left = await self._left(run, run.settings.max_warm_replicas)
         digests = run.spec.status.image_digests if run.spec.status else {}
         owner = str(run.spec.metadata.get("uid") or "")
         for agent in agents:
@@ -107,14 +118,39 @@ class Pools:
                 except kube.ApiError as err:
                     if err.status != 409:  # there already: the RunSpec's, from an earlier run
                         raise
-            manifest = warmpool.pool(run.spec, warm_pool.replicas, name=name, agent=agent)
+            replicas = warm_pool.replicas
+            if left is not None:
+                own = left.pop(name, 0)
+                replicas = min(replicas, max(0, own + left[""]))
+                left[""] -= replicas - own
+            manifest = warmpool.pool(run.spec, replicas, name=name, agent=agent)
             stored, created = await self.board.api.ensure(POOLS, namespace, manifest)
             if not created:
                 _check_owned(stored, manifest, owner, run)
-            if not created and (stored.get("spec") or {}).get("replicas") != warm_pool.replicas:
-                patch = {"spec": {"replicas": warm_pool.replicas}}
+            if not created and (stored.get("spec") or {}).get("replicas") != replicas:
+                patch = {"spec": {"replicas": replicas}}
                 await self.board.api.patch(POOLS, namespace, name, patch)
             run.pools[agent] = plan.Pool(name, secret)
+            cap = run.settings.max_warm_replicas
+            if replicas < warm_pool.replicas and cap is not None:
+                recorder = self.board.recorder
+                emit = recorder.warm_pool_capped(
+                    run.involved, name, warm_pool.replicas, replicas, cap
+                )
+                self.board.spawn(self.board.event(emit))
+
+    async def _left(self, run: plan.Run, cap: int | None) -> dict[str, int] | None:
+        """What the namespace's pools may still hold under ``cap``: key ``""`` the sandboxes
+        not held by any pool, and each pool's own replicas by its name (a run scaling a pool
+        up again may reuse what it holds); ``None`` without a cap."""
+        if cap is None:
+            return None
+        labels = {manifests.LABEL_MANAGED_BY: manifests.MANAGED_BY}
+        held = {
+            body["metadata"]["name"]: _replicas(body)
+            for body in await self.board.api.list(POOLS, run.ref.namespace, labels)
+        }
+        return {"": cap - sum(held.values()), **held}
 
     async def release(self, run: plan.Run) -> None:
         """After the pool's ``keepSeconds``, scale to zero each of the run's pools that no
@@ -242,6 +278,12 @@ def _check_owned(
         f"{where} and {why}; the operator will not run cells in sandboxes it did not make: "
         "delete it and run again"
     )
+
+
+def _replicas(pool: Mapping[str, Any]) -> int:
+    """A stored pool's ``spec.replicas`` (a value that is not a count holds none)."""
+    found = (pool.get("spec") or {}).get("replicas")
+    return found if isinstance(found, int) and found > 0 else 0
 
 
 def _generated_secret(sandbox: Mapping[str, Any], logical: str) -> str:

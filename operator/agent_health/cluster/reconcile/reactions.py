@@ -6,7 +6,9 @@ buffered and applied once its plan exists. Then, for the cell's current attempt:
 
 * it ended → graded (:meth:`.handoff.Handoff.grade`);
 * Kueue holds it (its admission gate is on, :mod:`.kueue`) → counted as queued; its
-  deadline starts only once Kueue admits it;
+  deadline starts only once Kueue admits it. A sandboxed cell's pod is the Sandbox's, not
+  the run's: with ``--sandbox-queueing admit`` its events come to :meth:`Reactions.sandbox_pod`,
+  which reads the gate (and a preemption) off it for the cell it serves;
 * Kueue preempted it (condition ``TerminationTarget``) → planned again as its next attempt,
   created once the pod is gone (:meth:`.handoff.Handoff.preempted`);
 * a warm-pool cell's claim is bound → its sandbox is handed the cell, once per attempt
@@ -27,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent_health.cluster.cells import kueue, observed
+from agent_health.cluster.cells import kueue, observed, sandbox
 from agent_health.cluster.reconcile import batcher, handoff, lifecycle, plan, pools
 
 
@@ -51,6 +53,7 @@ class Reactions:
             None,
         )
         if owner is None:
+            self.sandbox_pod(event_type, body)
             return
         ref = batcher.RunRef(str(body["metadata"].get("namespace")), owner["name"])
         run = self.board.runs.get(ref)
@@ -91,7 +94,10 @@ class Reactions:
             if run.tally.queued(cell.name):
                 spawn(self.board.changed(run))
             return
-        if cell.timed != cell.attempt:  # admitted now (or never queued): its deadline starts
+        # Admitted now (or never queued): its deadline starts. While Kueue holds a Sandbox's
+        # pod, the Sandbox's own events do not start it: the pod's admission does.
+        sandbox_held = cell.held and observed.is_sandbox(body)
+        if cell.timed != cell.attempt and not sandbox_held:
             self.handoff.keep_deadline(run, cell, plan.started_at(body))
             run.tally.queued(cell.name, held=False)
         state = observed.state(body)
@@ -117,6 +123,61 @@ class Reactions:
                 )
             else:
                 spawn(self.board.later(left, lambda: self._recheck(run, cell, body)))
+
+    def sandbox_pod(self, event_type: str, body: Mapping[str, Any]) -> None:
+        """An event of a Sandbox's pod (no EvaluationRun owns it; the Sandbox does). When the
+        cell the Sandbox serves waits in a queue (``--sandbox-queueing admit``), the pod is
+        what Kueue holds: gated → the cell is queued and its deadline is stopped; admitted →
+        its deadline starts from the pod's start; preempted → the cell is planned again, as
+        a preempted pod's is. Every other state is read off the Sandbox (:meth:`apply`)."""
+        meta = body["metadata"]
+        owner = next(
+            (o for o in meta.get("ownerReferences") or [] if o.get("kind") == sandbox.KIND),
+            None,
+        )
+        if owner is None:
+            return
+        found = self._serving(str(meta.get("namespace")), str(owner["name"]), body)
+        if found is None:
+            return
+        run, cell = found
+        if (why := kueue.preempted(body)) is not None:
+            cell.held = False
+            self.handoff.preempted(run, cell, body, why)
+            return
+        if event_type == "DELETED":
+            return
+        if kueue.gated(body):
+            cell.held = True
+            if cell.deadline is not None:  # started by a Sandbox event before the pod's
+                cell.deadline.cancel()
+                cell.deadline, cell.timed = None, None
+            if run.tally.queued(cell.name):
+                self.board.spawn(self.board.changed(run))
+            return
+        cell.held = False
+        if cell.timed != cell.attempt:
+            self.handoff.keep_deadline(run, cell, plan.started_at(body))
+            if run.tally.queued(cell.name, held=False):
+                self.board.spawn(self.board.changed(run))
+
+    def _serving(
+        self, namespace: str, name: str, pod: Mapping[str, Any]
+    ) -> tuple[plan.Run, plan.Cell] | None:
+        """The queued run's active cell whose current Sandbox is ``name``: a warm cell's
+        bound sandbox, or a cold one's (named as its cell) of the cell's current attempt."""
+        for run in self.board.runs.values():
+            if run.ref.namespace != namespace or not run.started or not plan.queued(run):
+                continue
+            for cell_name in run.active:
+                cell = run.cells[cell_name]
+                if cell.state != "active":
+                    continue
+                if cell.pod == name:
+                    return run, cell
+                if cell.pod is None and cell.name == name and plan.attempt(pod) >= cell.attempt:
+                    return run, cell
+        return None
 
     def _claimed(self, run: plan.Run, cell: plan.Cell, body: dict[str, Any]) -> bool:
         """A warm-pool cell's claim: refused (the attempt ends), or newly bound (its sandbox
