@@ -345,6 +345,8 @@ def test_the_gke_scenario_gives_cells_no_google_identity_and_runs_them_on_gvisor
     # Runs that name no queue wait in each namespace's LocalQueue "evals"; elsewhere none.
     assert _env(documents)["AGENT_HEALTH_DEFAULT_QUEUE"] == "evals"
     assert "AGENT_HEALTH_DEFAULT_QUEUE" not in _env(render(helm, "kind"))
+    # ...and sandboxed cells (gVisor) with them: admitted through the queue, not refused.
+    assert _env(documents)["AGENT_HEALTH_SANDBOX_QUEUEING"] == "admit"
     args = _args(documents)
     assert args["cell-runtime-class"] == "gvisor"
     assert args["ledger-url"] == "configmap://{namespace}/agent-health-ledger-{run}"
