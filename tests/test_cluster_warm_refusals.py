@@ -96,9 +96,13 @@ async def test_a_runspec_naming_the_sandboxes_generated_secret_is_refused(
         assert not templates(k8s)
 
 
-async def test_a_sandbox_edited_to_give_its_target_the_key_is_never_handed_a_cell() -> None:
-    """Whatever put it there: a pooled Sandbox whose pod would give the target its sandbox
-    key is refused at the hand-over (the cell errors, infra) and never learns a cell."""
+@pytest.mark.parametrize("edit", ["key-to-target", "target-image"])
+async def test_a_sandbox_edited_after_the_operator_made_it_is_never_handed_a_cell(
+    edit: str,
+) -> None:
+    """Whatever edited it: a pooled Sandbox whose pod would give the target its sandbox key,
+    or run another target than the template's, is refused at the hand-over (the cell
+    errors, infra) and never learns a cell."""
     async with cluster() as k8s:
         runspec_body, run = warm_example(k8s, replicas=1)
         runspec_body["spec"]["isolation"]["warmPool"]["keepSeconds"] = KEEP
@@ -119,13 +123,18 @@ async def test_a_sandbox_edited_to_give_its_target_the_key_is_never_handed_a_cel
             (concrete,) = json.loads(recorded).values()
             containers = pooled["spec"]["podTemplate"]["spec"]["initContainers"]
             index = next(n for n, c in enumerate(containers) if c["name"] == "target")
-            patch = [
-                {
-                    "op": "add",
-                    "path": f"/spec/podTemplate/spec/initContainers/{index}/env/-",
-                    "value": _env("STOLEN", concrete, "sandbox-key"),
-                }
-            ]
+            where = f"/spec/podTemplate/spec/initContainers/{index}"
+            patch = (
+                [
+                    {
+                        "op": "add",
+                        "path": f"{where}/env/-",
+                        "value": _env("STOLEN", concrete, "sandbox-key"),
+                    }
+                ]
+                if edit == "key-to-target"
+                else [{"op": "replace", "path": f"{where}/image", "value": "evil.example/agent:1"}]
+            )
             answer = await k8s.client.patch(
                 f"/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes/{name}",
                 json=patch,
@@ -141,6 +150,8 @@ async def test_a_sandbox_edited_to_give_its_target_the_key_is_never_handed_a_cel
         assert second["counts"]["errored"] >= 1, second
         errors = [t for t in second["tests"] if t.get("errored")]
         assert errors, second["tests"]
+        why = "whose target could hold" if edit == "key-to-target" else "(target).image differs"
+        assert any(why in str(t.get("error")) for t in errors), [t.get("error") for t in errors]
 
 
 def _idle_sandbox(k8s: Cluster, pool: dict[str, Any]) -> dict[str, Any] | None:

@@ -269,3 +269,25 @@ def test_the_pools_network_policy_is_valid_and_selects_the_pools_pods() -> None:
 def test_a_warm_pool_is_refused_without_agent_sandbox(mode: str) -> None:
     with pytest.raises(ValueError, match="warmPool is only allowed with mode agentSandbox"):
         _runspec(mode=mode)
+
+
+def test_a_bound_sandbox_runs_the_pod_its_template_made_or_the_change_is_named() -> None:
+    """The sandbox controller renames the generated Secret in env references (not a change);
+    any other change to what runs or what it reaches is named, field by field."""
+    spec = _runspec()
+    made = _template(spec)["spec"]["podTemplate"]["spec"]
+    concrete = f"triage-g3-abcde-{SECRET}"
+    bound = json.loads(json.dumps(made).replace(f'"{SECRET}"', f'"{concrete}"'))
+    assert bound != made
+    assert warmpool.drift(bound, made, {concrete: SECRET}) is None
+    swapped = copy.deepcopy(bound)
+    target = next(n for n, c in enumerate(swapped["initContainers"]) if c["name"] == "target")
+    swapped["initContainers"][target]["image"] = "registry.example/squatter:1"
+    assert warmpool.drift(swapped, made, {concrete: SECRET}) == (
+        f"initContainers[{target}] (target).image"
+    )
+    extra = copy.deepcopy(bound)
+    extra["containers"].append({"name": "miner", "image": "registry.example/miner:1"})
+    assert warmpool.drift(extra, made, {concrete: SECRET}) == "containers"
+    mounted = copy.deepcopy(bound) | {"hostPID": True}
+    assert warmpool.drift(mounted, made, {concrete: SECRET}) == "hostPID"

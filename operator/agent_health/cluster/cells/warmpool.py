@@ -33,7 +33,8 @@ What every cell keeps:
   a new pool, never an old pool's sandboxes), the digest is recorded on both
   (:data:`ANNOTATION_DIGEST`), and a stored template or pool that differs from what the
   operator would make — a field, the pool's ``sandboxTemplateRef`` — is refused
-  (:func:`difference`);
+  (:func:`difference`); so is, at the hand-over, a bound sandbox whose pod runs other
+  containers than the template's (:func:`drift`);
 * **within quota**: with ``--sandbox-queueing admit`` each pooled pod carries the RunSpec's
   queue (else the operator's default), so an idle warm sandbox holds Kueue quota as a running
   cell does; and the operator keeps at most ``--max-warm-replicas`` warm sandboxes up in
@@ -45,6 +46,7 @@ What every cell keeps:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import secrets
@@ -314,6 +316,52 @@ def _first_difference(where: str, have: Any, want: Any) -> str | None:
                 return found
         return None
     return None if have == want and type(have) is type(want) else where
+
+
+_CONTAINER_FIELDS = (
+    "image", "command", "args", "env", "envFrom", "volumeMounts", "securityContext", "resources",
+)  # fmt: skip
+_POD_FIELDS = (
+    "volumes", "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "runtimeClassName",
+    "serviceAccountName", "automountServiceAccountToken", "securityContext",
+    "ephemeralContainers",
+)  # fmt: skip
+
+
+def drift(
+    pod_spec: Mapping[str, Any], made: Mapping[str, Any], renamed: Mapping[str, str]
+) -> str | None:
+    """The first field where a bound sandbox's pod spec runs something other than the pod the
+    operator made for its pool (``made``: the template's), ``None`` when it runs that.
+
+    Compared: the containers (names and order, and each one's image, command, arguments,
+    env, mounts, security context and resources) and the pod's volumes, host namespaces,
+    identity and RuntimeClass — what decides what runs and what it may reach; metadata, and
+    fields the sandbox controller or the API server may add elsewhere, are not. ``renamed``
+    maps a sandbox's own generated Secret to the template's logical name for it (the
+    controller rewrites env references from one to the other)."""
+
+    def env_of(container: Mapping[str, Any]) -> Any:
+        env = copy.deepcopy(container.get("env"))
+        for var in env or []:
+            ref = (var.get("valueFrom") or {}).get("secretKeyRef") or {}
+            if ref.get("name") in renamed:
+                ref["name"] = renamed[ref["name"]]
+        return env
+
+    for kind in ("initContainers", "containers"):
+        have, want = pod_spec.get(kind) or [], made.get(kind) or []
+        if [c.get("name") for c in have] != [c.get("name") for c in want]:
+            return kind
+        for n, (one, other) in enumerate(zip(have, want, strict=True)):
+            for field in _CONTAINER_FIELDS:
+                found = env_of(one) if field == "env" else one.get(field)
+                if found != other.get(field):
+                    return f"{kind}[{n}] ({other.get('name')}).{field}"
+    for field in _POD_FIELDS:
+        if pod_spec.get(field) != made.get(field):
+            return field
+    return None
 
 
 def leak(pod_spec: Mapping[str, Any], spec: runspec.RunSpec, names: Collection[str]) -> str | None:

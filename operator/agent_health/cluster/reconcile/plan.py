@@ -73,6 +73,8 @@ class Pool:
     """Its SandboxWarmPool's (and SandboxTemplate's) name."""
     secret: str
     """The logical name of its sandboxes' generated Secret, as its template declares it."""
+    pod: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    """The PodSpec of its template, as the operator made it: what a bound sandbox must run."""
 
 
 @dataclasses.dataclass

@@ -14,7 +14,8 @@ and why every cell's guarantees hold):
 * :meth:`Pools.assign` (a cell's claim is bound): reads the bound Sandbox (its launch type, the
   name of its generated Secret) and that Secret (the sandbox's tokens and key), checks that
   the sandbox's pod gives no container more of that Secret than its own share
-  (:func:`.warmpool.leak`), lets the judge service answer the cell's controller token, and
+  (:func:`.warmpool.leak`) and runs the containers of the pool's template as the operator
+  made it (:func:`.warmpool.drift`), lets the judge service answer the cell's controller token, and
   writes the cell's assignment on the sandbox's pod — one merge patch, which the pod's
   gateway and controller read through their downward-API file. Reads: 2; writes: 1 (the
   claim itself is the cell's other write);
@@ -130,7 +131,8 @@ class Pools:
             if not created and (stored.get("spec") or {}).get("replicas") != replicas:
                 patch = {"spec": {"replicas": replicas}}
                 await self.board.api.patch(POOLS, namespace, name, patch)
-            run.pools[agent] = plan.Pool(name, secret)
+            pod = template["spec"]["podTemplate"]["spec"]
+            run.pools[agent] = plan.Pool(name, secret, pod)
             cap = run.settings.max_warm_replicas
             if replicas < warm_pool.replicas and cap is not None:
                 recorder = self.board.recorder
@@ -194,7 +196,8 @@ class Pools:
         sandbox_name = bound_sandbox(claim)
         assert sandbox_name is not None
         namespace = run.ref.namespace
-        logical = run.pools[cell.agent].secret
+        pool = run.pools[cell.agent]
+        logical = pool.secret
         # Both at once (a warm start waits on them): the Secret by the name the controller
         # gives it, read again only if the Sandbox records another.
         guess = f"{sandbox_name}-{logical}"
@@ -219,6 +222,13 @@ class Pools:
             return "other", (
                 f"Sandbox {sandbox_name}'s spec.podTemplate.spec.{found}; the operator hands "
                 "no cell to a sandbox whose target could hold another principal's key or token"
+            )
+        found = warmpool.drift(pod_spec, pool.pod, {secret_name: logical})
+        if found is not None:
+            return "other", (
+                f"Sandbox {sandbox_name} does not run the pod the operator made for pool "
+                f"{pool.name}: its spec.podTemplate.spec.{found} differs; the operator hands no "
+                "cell to a sandbox it did not make"
             )
         if secret_name != guess or isinstance(secret, BaseException):
             try:
