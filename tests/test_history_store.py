@@ -207,6 +207,51 @@ def test_regressions_are_tests_that_passed_in_the_agents_previous_run(
     assert not found.changed
 
 
+def test_the_grid_is_the_newest_runs_by_every_test_they_ran(opened: history.History) -> None:
+    causes = {"t.py::c": "infra"}
+    opened.record(report({"t.py::a": "passed", "t.py::b": "passed"}, run_id="r1", at=0))
+    opened.record(
+        report(
+            # a's repeats make one cell, the worst of them; c errored, not the agent's doing
+            [("t.py::a", "passed"), ("t.py::a", "failed"), ("t.py::c", "errored")],
+            run_id="r2",
+            at=1,
+            causes=causes,
+        )
+    )
+    opened.record(
+        report({"t.py::a": "errored", "t.py::b": "skipped"}, run_id="r3", at=2, agent="other")
+    )
+    found = opened.grid(runs=10)
+    assert [c.run.uid for c in found.columns] == ["r1", "r2", "r3"]  # oldest first
+    assert {r.id: r.cells for r in found.rows} == {
+        "t.py::a": "PFE",
+        "t.py::b": "P.S",
+        "t.py::c": ".X.",
+    }
+    assert [r.title for r in found.rows] == ["a", "b", "c"]
+    latency = found.columns[0].latency
+    assert latency is not None
+    assert (latency.mean_ms, latency.p50_ms, latency.p90_ms) == (12.0, 12.0, 12.0)
+    # the trend each run carries, as runs() gives it
+    assert found.columns[1].run.trend == opened.run("r2").trend
+    assert found.columns[1].run.trend is not None
+    newest = opened.grid(runs=2)
+    assert [c.run.uid for c in newest.columns] == ["r2", "r3"]
+    assert {r.id: r.cells for r in newest.rows}["t.py::b"] == ".S"
+    assert [c.run.uid for c in opened.grid(agent="other").columns] == ["r3"]
+    assert opened.grid(agent="nobody") == history.Grid(columns=[], rows=[])
+
+
+def test_the_grid_with_a_label_draws_its_tests_alone(opened: history.History) -> None:
+    labels = {"t.py::a": ["area:db"]}
+    opened.record(report({"t.py::a": "failed", "t.py::b": "passed"}, run_id="r1", labels=labels))
+    found = opened.grid(label="area:db")
+    assert [r.id for r in found.rows] == ["t.py::a"]
+    (column,) = found.columns
+    assert (column.run.total, column.run.failed, column.run.pass_rate) == (1, 1, 0.0)
+
+
 def test_baselines_last_last_green_and_by_id(opened: history.History) -> None:
     opened.record(
         report(named(2), run_id="20250101T120000Z-aaaa1111", at=0), history.RunContext(exit_code=0)

@@ -35,6 +35,11 @@ STATUS_STYLE = {
     "skipped": "dim",
     "flaky": "magenta",
 }
+LIMIT = 20
+"""Runs ``history`` lists, and outcomes ``history TEST`` shows, unless told."""
+HTML_RUNS = 100
+"""Runs the history page draws unless told (``agent_health.history.page.RUNS``, named here
+so that ``--help`` loads no SQLAlchemy)."""
 SPARKS = "▁▂▃▄▅▆▇█"
 STRIP = 60
 """Outcomes shown in a test's status strip (the newest)."""
@@ -67,7 +72,9 @@ def add_commands(sub: Any) -> None:
     flaky.set_defaults(handler=flaky_command)
 
 
-def _query_flags(parser: argparse.ArgumentParser, *, limit: int | None) -> None:
+def _query_flags(
+    parser: argparse.ArgumentParser, *, limit: int | None, limit_help: str | None = None
+) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--agent", metavar="NAME", help="only runs of this agent")
     parser.add_argument("--label", metavar="LABEL", help="only tests carrying this label")
@@ -78,7 +85,9 @@ def _query_flags(parser: argparse.ArgumentParser, *, limit: int | None) -> None:
         "(7d, 12h, 30m, 2w)",
     )
     shown = f" (default {limit})" if limit is not None else " (default: all)"
-    parser.add_argument("--limit", type=int, default=limit, metavar="N", help=f"at most N{shown}")
+    parser.add_argument(
+        "--limit", type=int, default=limit, metavar="N", help=limit_help or f"at most N{shown}"
+    )
     parser.add_argument("--config", help="config file (default: agent-health.config.py upward)")
     common.history_flag(parser)
 
@@ -93,7 +102,19 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         "`agent-health history import REPORT.json...`, `agent-health history prune`.",
     )
     query.add_argument("test", nargs="?", help="a test's id, or a pattern of ids and titles")
-    _query_flags(query, limit=20)
+    query.add_argument(
+        "--html",
+        metavar="DIR",
+        help="write the history page DIR/index.html: the pass-rate trend, cost, tokens and "
+        "latency, every test run by run, flaky tests, recent regressions (self-contained; "
+        "opens from file://)",
+    )
+    _query_flags(
+        query,
+        limit=None,
+        limit_help=f"at most N runs (default 20; with --html {HTML_RUNS}), or N outcomes "
+        "of a TEST (default 20)",
+    )
     imports = argparse.ArgumentParser(
         prog="agent-health history import",
         description="Record saved JSON reports (version 1 or 2) in the history; a report "
@@ -168,6 +189,10 @@ def _limit(value: int | None) -> None:
 def _query(args: argparse.Namespace, consoles: common.Consoles) -> int:
     _limit(args.limit)
     after = since(args.since)
+    if args.html is not None:
+        return _page(args, after, consoles)
+    if args.limit is None:
+        args.limit = LIMIT
     with _open(args) as opened:
         if args.test:
             found = opened.timeline(
@@ -188,16 +213,60 @@ def _query(args: argparse.Namespace, consoles: common.Consoles) -> int:
     return common.EXIT_OK
 
 
+def _page(args: argparse.Namespace, after: datetime | None, consoles: common.Consoles) -> int:
+    """``history --html DIR``: the history page, and where it is."""
+    from agent_health import history
+    from agent_health.engine import visible
+
+    if args.test:
+        raise common.UsageError(
+            f"--html draws every test; drop {args.test!r} (--label narrows the page to the tests "
+            "carrying a label)"
+        )
+    if args.json:
+        raise common.UsageError("--html writes a page and --json prints JSON: pass one")
+    folder = Path(args.html)
+    if folder.exists() and not folder.is_dir():
+        raise common.UsageError(f"--html {folder}: a file is there; name a folder")
+    with _open(args) as opened:
+        try:
+            written = history.write_page(
+                folder,
+                opened,
+                runs=args.limit or HTML_RUNS,
+                agent=args.agent,
+                label=args.label,
+                since=after,
+            )
+        except OSError as err:
+            raise common.UsageError(
+                f"--html {folder}: cannot write the page ({err.strerror or err})"
+            ) from err
+    for why in written.unreadable:
+        consoles.err.print(
+            visible.line(f"warning: a run's report is not linked: {why}"), markup=False
+        )
+    at_hand = f"; {written.reports} with their report at hand" if written.reports else ""
+    consoles.out.print(
+        visible.line(
+            f"history page: {written.path} ({written.runs} runs × {written.tests} tests{at_hand})"
+        ),
+        markup=False,
+    )
+    consoles.out.print(visible.line(f"open it: {written.path.resolve().as_uri()}"), markup=False)
+    return common.EXIT_OK
+
+
 def _json(value: Any) -> int:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
     return common.EXIT_OK
 
 
 def short(uid: str) -> str:
-    """A run's uid as the tables show it: its random part (``f3686ba2``); any unique part of
-    a uid names the run where one is asked for."""
-    head = uid.split("/", 1)[0]
-    return head.rsplit("-", 1)[-1][:12]
+    """A run's uid as the tables show it (:func:`agent_health.history.short`)."""
+    from agent_health import history
+
+    return history.short(uid)
 
 
 def show_runs(console: Console, runs: list[history.Run], where: str) -> None:

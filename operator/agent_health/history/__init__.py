@@ -13,7 +13,11 @@ calls::
         (timeline,) = h.test("test_triage.py::payment RCA")   # one test across runs
         h.flaky(runs=50)                                      # flips, failure rate, Wilson
         h.regressions(runs=10)
+        h.grid(runs=100)                                      # runs × tests, for a page
         run, report = h.baseline("last-green", agent="triage") # a report compare reads
+        history.write_page(Path("history-page"), h)           # the history page (--html)
+
+``history.short(uid)`` is a run's uid as tables and pages show it.
 
 Every answer is a typed value of :mod:`.facts` (pydantic, ``model_dump(mode="json")`` for
 JSON). Every method of :class:`History` blocks: async code calls it in a thread. Errors are
@@ -40,18 +44,24 @@ if _typing.TYPE_CHECKING:
         CI,
         Agent,
         Break,
+        Column,
         Difference,
         Flaky,
+        Grid,
         Interval,
+        Latency,
         Outcome,
         Recorded,
         Regression,
+        Row,
         Run,
         RunContext,
         TestHistory,
         Trend,
+        short,
     )
     from agent_health.history.location import Location, default_location, parse, redact, resolve
+    from agent_health.history.page import write_page
 
 _WHERE = {
     "ci_from_env": "ci",
@@ -66,19 +76,25 @@ _WHERE = {
             "CI",
             "Agent",
             "Break",
+            "Column",
             "Difference",
             "Flaky",
+            "Grid",
             "Interval",
+            "Latency",
             "Outcome",
             "Recorded",
             "Regression",
+            "Row",
             "Run",
             "RunContext",
             "TestHistory",
             "Trend",
+            "short",
         ),
         "facts",
     ),
+    "write_page": "page",
     **dict.fromkeys(("Location", "default_location", "parse", "redact", "resolve"), "location"),
 }
 
@@ -100,11 +116,14 @@ __all__ = [
     "CI",
     "Agent",
     "Break",
+    "Column",
     "Difference",
     "Flaky",
+    "Grid",
     "History",
     "HistoryError",
     "Interval",
+    "Latency",
     "Location",
     "LocationError",
     "NewerSchemaError",
@@ -112,6 +131,7 @@ __all__ = [
     "Outcome",
     "Recorded",
     "Regression",
+    "Row",
     "Run",
     "RunContext",
     "TestHistory",
@@ -123,4 +143,6 @@ __all__ = [
     "parse",
     "redact",
     "resolve",
+    "short",
+    "write_page",
 ]

@@ -229,6 +229,19 @@ class History:
         with self._reading() as conn:
             return queries.regressions(conn, runs=runs, agent=agent, label=label, since=since)
 
+    def grid(
+        self,
+        *,
+        runs: int = 100,
+        agent: str | None = None,
+        label: str | None = None,
+        since: datetime | None = None,
+    ) -> facts.Grid:
+        """The newest ``runs`` runs (oldest first, each with its tests' durations) × every
+        test they ran, one character per (test, run): what the history page draws."""
+        with self._reading() as conn:
+            return queries.grid(conn, runs=runs, agent=agent, label=label, since=since)
+
     def baseline(
         self,
         which: str,

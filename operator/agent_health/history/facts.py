@@ -10,6 +10,8 @@ for JSON) without SQL.
   break the :class:`Break` (last passing and first failing run, and what differed).
 * :class:`Flaky` — a test whose outcome flips while neither the agent nor the test changed.
 * :class:`Regression` — a test that passed in a run and not in the next run of that agent.
+* :class:`Grid` — the newest runs (each a :class:`Column`, with its tests' :class:`Latency`)
+  × the tests they ran (each a :class:`Row` of one character per run): the history page.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Source = Literal["local", "ci", "operator"]
 Mark = Literal["better", "worse"]
+
+
+def short(uid: str) -> str:
+    """A run's uid as tables and pages show it: its random part (``f3686ba2``); any unique
+    part of a uid names the run where one is asked for."""
+    head = uid.split("/", 1)[0]
+    return head.rsplit("-", 1)[-1][:12]
 
 
 class CI(BaseModel):
@@ -270,3 +279,63 @@ class Regression(BaseModel):
     cause: str | None
     messages: list[str]
     changed: bool = Field(description="the test's content hash changed between the two runs")
+
+
+CELLS: dict[str, str] = {
+    "passed": "P",
+    "flaky": "K",
+    "failed": "F",
+    "errored": "E",
+    "skipped": "S",
+}
+"""A grid cell's character for each status; an error of another cause than the agent (the
+judge, the test, the infrastructure) is ``X``, a test a run did not run ``.``."""
+OTHER_ERROR, ABSENT = "X", "."
+WORST_FIRST = "FEXKPS"
+"""Repeats of a test in one run make one cell: the first of these any of them has."""
+
+
+class Latency(BaseModel):
+    """How long a run's tests took, one result each (a run's own duration is its
+    :attr:`Run.duration_ms`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mean_ms: float
+    p50_ms: float
+    p90_ms: float
+
+
+class Column(BaseModel):
+    """One run of a :class:`Grid`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: Run
+    latency: Latency | None = Field(description="its tests' durations; None: no result")
+
+
+class Row(BaseModel):
+    """One test of a :class:`Grid`: its outcome in each run, one character per column."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    title: str
+    file: str
+    line: int
+    labels: list[str]
+    cells: str = Field(
+        description="one character per column, oldest run first: P passed, K flaky, F "
+        "failed, E errored by the agent, X errored for another cause, S skipped, . not run; "
+        "a test's repeats in a run make one cell, the worst of them (F E X K P S)"
+    )
+
+
+class Grid(BaseModel):
+    """The newest runs × the tests they ran: what the history page draws."""
+
+    model_config = ConfigDict(frozen=True)
+
+    columns: list[Column] = Field(description="the runs, oldest first")
+    rows: list[Row] = Field(description="every test any of the runs ran, by id")

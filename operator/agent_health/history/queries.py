@@ -5,8 +5,9 @@ One concept: reading the history — the newest runs (with the trend each run ca
 test across runs and its latest break (the last passing and first failing run and what
 differed between them), flaky tests (outcome flips while neither the agent's identity nor
 the test's content hash changed: a window function over the results, in the database),
-regressions between consecutive runs of an agent, a baseline rebuilt as the report
-``compare`` reads, pruning, and the trend a recording works out. Every query is plain
+regressions between consecutive runs of an agent, the grid of the newest runs × their tests
+the history page draws, a baseline rebuilt as the report ``compare`` reads, pruning, and the
+trend a recording works out. Every query is plain
 SQLAlchemy Core that SQLite and PostgreSQL both run; each reads through an index
 (``tables.py``): runs by time and agent, a test's results by (test, run), a run's by its
 primary key.
@@ -818,6 +819,124 @@ def regressions(
                 )
             )
     return found
+
+
+# -- the grid --------------------------------------------------------------------------------
+
+
+def grid(
+    conn: sa.Connection,
+    *,
+    runs: int = 100,
+    agent: str | None = None,
+    label: str | None = None,
+    since: datetime | None = None,
+) -> facts.Grid:
+    """The newest ``runs`` runs, oldest first, × every test they ran: one character per
+    (test, run) (:data:`facts.CELLS`; a test's repeats make one cell, the worst of them),
+    and each run's test durations. With ``label``: the tests carrying it, and each run
+    counted over them alone (as :func:`runs` does)."""
+    window = _window(conn, runs, agent=agent, since=since, label=label)
+    if not window:
+        return facts.Grid(columns=[], rows=[])
+    found = {row["id"]: row for row in _rows_of(conn, window)}
+    ordered = [found[run_id] for run_id in reversed(window)]  # oldest first
+    trends = _trends(conn, ordered)
+    columns_runs = [_run(row, trends.get(row["id"])) for row in ordered]
+    if label is not None:
+        columns_runs = [
+            _scoped(conn, run, row, label) for run, row in zip(columns_runs, ordered, strict=True)
+        ]
+    place = {row["id"]: i for i, row in enumerate(ordered)}
+    worst = {code: rank for rank, code in enumerate(facts.WORST_FIRST)}
+    cells: dict[int, list[str]] = {}
+    durations: list[list[int]] = [[] for _ in ordered]
+    query = sa.select(
+        results_t.c.test_id,
+        results_t.c.run_id,
+        results_t.c.status,
+        results_t.c.cause,
+        results_t.c.duration_ms,
+    )
+    if label is not None:
+        query = query.where(results_t.c.test_id.in_(_labelled(label)))
+    codes = {tables.STATUSES[name]: code for name, code in facts.CELLS.items()}
+    for part in chunks(window):
+        for test_id, run_id, status, cause, duration in conn.execute(
+            query.where(results_t.c.run_id.in_(part))
+        ):
+            i = place[run_id]
+            code = codes.get(status, facts.OTHER_ERROR)
+            if status == ERRORED and cause != BY_AGENT:
+                code = facts.OTHER_ERROR
+            row_cells = cells.get(test_id)
+            if row_cells is None:
+                row_cells = cells[test_id] = [facts.ABSENT] * len(ordered)
+            held = row_cells[i]
+            if held == facts.ABSENT or worst[code] < worst[held]:
+                row_cells[i] = code
+            durations[i].append(duration)
+    rows = []
+    for part in chunks(sorted(cells)):
+        for test in conn.execute(sa.select(tests_t).where(tests_t.c.id.in_(part))).mappings():
+            rows.append(
+                facts.Row(
+                    id=test["key"],
+                    title=test["title"],
+                    file=test["file"],
+                    line=test["line"],
+                    labels=json.loads(test["labels"]),
+                    cells="".join(cells[test["id"]]),
+                )
+            )
+    rows.sort(key=lambda r: r.id)
+    columns = [
+        facts.Column(run=run, latency=_latency(took))
+        for run, took in zip(columns_runs, durations, strict=True)
+    ]
+    return facts.Grid(columns=columns, rows=rows)
+
+
+def _rows_of(conn: sa.Connection, ids: Sequence[int]) -> list[Any]:
+    found: list[Any] = []
+    for part in chunks(ids):
+        found.extend(conn.execute(_runs_select().where(runs_t.c.id.in_(part))).mappings())
+    return found
+
+
+def _trends(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, facts.Trend]:
+    """The trend kept on each run's row (:func:`_trend_of`), their previous runs' uids read
+    at once."""
+    wanted = sorted({r["trend_from"] for r in rows if r["trend_from"] is not None})
+    uids: dict[int, str] = {}
+    for part in chunks(wanted):
+        uids.update(
+            conn.execute(sa.select(runs_t.c.id, runs_t.c.uid).where(runs_t.c.id.in_(part))).all()
+        )
+    return {
+        row["id"]: _trend(
+            uids.get(row["trend_from"], f"#{row['trend_from']}"),
+            row["trend_effect"],
+            row["trend_p"],
+            row["trend_method"],
+            row["trend_tests"],
+        )
+        for row in rows
+        if row["trend_from"] is not None and row["trend_p"] is not None
+    }
+
+
+def _latency(took: list[int]) -> facts.Latency | None:
+    """Mean, median and 90th percentile (nearest rank) of a run's test durations."""
+    if not took:
+        return None
+    took.sort()
+    n = len(took)
+    return facts.Latency(
+        mean_ms=round(sum(took) / n, 3),
+        p50_ms=float(took[(n - 1) // 2]),
+        p90_ms=float(took[max(0, -(-9 * n // 10) - 1)]),
+    )
 
 
 # -- baselines -------------------------------------------------------------------------------

@@ -55,7 +55,12 @@ def _embedded(report_json: str) -> str:
     written as that escape, which the page's JSON reads back as the same text.
     """
     legend = json.dumps(LEGEND, ensure_ascii=False, separators=(",", ":"))
-    data = ('{"legend":' + legend + ',"report":' + report_json + "}").replace("<", "\\u003c")
+    return script_safe('{"legend":' + legend + ',"report":' + report_json + "}")
+
+
+def script_safe(data: str) -> str:
+    """JSON text made safe inside a ``<script>`` element (see :func:`_embedded`)."""
+    data = data.replace("<", "\\u003c")
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", data)
 
 
@@ -100,13 +105,27 @@ def _script() -> str:
 
 def render_json(report_json: str, *, title: str = "agent-health report") -> str:
     """The page for a report given as JSON text."""
-    script, style = _script(), _asset("report.css")
+    return self_contained(
+        _asset("index.html"),
+        script=_script(),
+        style=_asset("report.css"),
+        title=title,
+        data=_embedded(report_json),
+    )
+
+
+def self_contained(template: str, *, script: str, style: str, title: str, data: str) -> str:
+    """A page from ``template`` that runs its own ``script`` and ``style`` alone (pinned by
+    hash in its Content-Security-Policy) and may fetch nothing, carrying ``data`` (JSON text
+    made :func:`script_safe`). The template holds the placeholders ``__CSP__``,
+    ``__VERSION__``, ``__TITLE__``, ``__STYLE__``, ``__SCRIPT__`` and ``__DATA__``, once each;
+    the history page (``agent_health.history.page``) is built the same way."""
     csp = (
         "default-src 'none'; "
         f"script-src {_sha256(script)}; style-src {_sha256(style)}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
-    page = _asset("index.html")
+    page = template
     # Placeholders are replaced in an order where no replacement can contain a later one:
     # the data goes in last, so nothing in a test's output is ever read as a placeholder.
     for key, value in (
@@ -117,7 +136,7 @@ def render_json(report_json: str, *, title: str = "agent-health report") -> str:
         ("__SCRIPT__", script),
     ):
         page = page.replace(key, value, 1)
-    return page.replace("__DATA__", _embedded(report_json), 1)
+    return page.replace("__DATA__", data, 1)
 
 
 def title(report: RunReport) -> str:
