@@ -292,7 +292,7 @@
     const n = Math.max(COLUMNS.length, 1);
     grid.cellW = Math.max(3, Math.min(18, Math.floor((width - LABEL_W - 10) / n)));
     const content = HEAD_H + grid.rows.length * ROW_H;
-    const view = Math.min(content, Math.max(200, Math.round(window.innerHeight * 0.7)));
+    const view = Math.min(content, Math.max(240, Math.round(window.innerHeight * 0.7)));
     scroller.style.height = view + 2 + "px";
     grid.width = width;
     grid.height = view;
@@ -302,6 +302,9 @@
     canvas.style.width = width + "px";
     canvas.style.height = view + "px";
     spacer.style.height = Math.max(0, content - view) + "px";
+    // The geometry, for whoever needs to find a cell (the browser tests do).
+    Object.assign(canvas.dataset, { cellWidth: grid.cellW, rowHeight: ROW_H,
+      headHeight: HEAD_H, labelWidth: LABEL_W });
     draw();
   }
 
