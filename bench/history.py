@@ -18,12 +18,22 @@ the bytes a result takes.
    50 runs <= 1 s. Beside each, the ratio to a bare ``SELECT 1`` through the same engine (the
    floor of any query here).
 3. **Size** — the SQLite file's bytes (its WAL folded in) per stored result. Target: <= 250.
+4. **The page** — ``history --html`` over ``--page-runs`` runs x ``--tests`` tests (default 100 x
+   2,000: 200,000 cells) in a SQLite history of its own: the seconds writing it takes and its
+   size, then the time from navigation start until it is interactive (every plot, the grid
+   and the lists drawn: the page's own ``agent-health-ready`` mark) in Debian's headless
+   Chromium from ``file://``, the median of ``--rounds`` loads, against a bare page carrying
+   the same JSON that only parses it, loaded the same way (the ratio is what drawing costs on
+   top of reading the data). Target: interactive <= 2 s. Beside it: filtering the grid
+   (typing until the count shows the match, with its 120 ms typing pause) and one grid
+   redraw after scrolling to its last row.
 
 The script reports, it never gates: exit 0 whatever the figures, 1 when a side failed its
 work, 2 for bad options. ``tests/test_bench_smoke.py`` runs it at tiny sizes.
 
-    python bench/history.py                           # all three (fills 2 M results twice)
+    python bench/history.py                           # all four (fills 2 M results twice)
     python bench/history.py --part queries --runs 200 --backend sqlite
+    python bench/history.py --part page               # the history page alone
 """
 
 from __future__ import annotations
@@ -46,8 +56,14 @@ import suites
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "scripts"))
 
-PARTS = ("recording", "queries", "size")
+PARTS = ("recording", "queries", "size", "page")
+PAGE_TARGET_S = 2.0
+BARE_PAGE = """<!doctype html><meta charset="utf-8"><title>bare</title><body>
+<script id="history-data" type="application/json">{data}</script>
+<script>JSON.parse(document.getElementById("history-data").textContent);
+document.body.dataset.ready = "1"; performance.mark("agent-health-ready");</script>"""
 BACKENDS = ("sqlite", "postgresql")
 
 
@@ -293,6 +309,95 @@ def big(work: Path, args: argparse.Namespace, parts: list[str]) -> list[str]:
     return lines
 
 
+# -- 4. the page ------------------------------------------------------------------------------
+
+
+def page(work: Path, args: argparse.Namespace) -> list[str]:
+    import re
+
+    import browser
+    from agent_health import history
+
+    with history.open_history(f"sqlite:///{work / 'page.db'}") as opened:
+        fill(opened, args.page_runs, args.tests)
+        started = time.perf_counter()
+        written = history.write_page(work / "page", opened, runs=args.page_runs)
+        write_s = time.perf_counter() - started
+    text = written.path.read_text(encoding="utf-8")
+    found = re.search(r'<script id="history-data" type="application/json">(.*?)</script>', text)
+    if found is None:
+        raise engine_overhead.BenchError("the page carries no data element")
+    bare = work / "bare.html"
+    bare.write_text(BARE_PAGE.format(data=found.group(1)), encoding="utf-8")
+    url = written.path.as_uri()
+    page_ms: list[float] = []
+    bare_ms: list[float] = []
+    try:
+        with browser.chromium() as chromium:
+            for _ in range(args.rounds):  # interleaved: other load on the machine hits both
+                bare_ms.append(_load(chromium, bare.as_uri()))
+                page_ms.append(_load(chromium, url))
+            filter_s, redraw_ms = _use(chromium, url)
+    except browser.BrowserMissing as err:
+        return [f"4. page: skipped: {err}"]
+    load_s = statistics.median(page_ms) / 1000
+    base_s = statistics.median(bare_ms) / 1000
+    mib = written.path.stat().st_size / 2**20
+    return [
+        f"4. page: {written.runs} runs x {written.tests:,} tests = "
+        f"{written.runs * written.tests:,} cells; written in {write_s:.2f} s, {mib:.2f} MiB",
+        f"   bare page parsing the same JSON        {base_s:6.2f} s",
+        f"   history page, interactive              {load_s:6.2f} s  "
+        f"(x{load_s / base_s:.2f} the bare page)  target <= {PAGE_TARGET_S:g} s: "
+        f"{'PASS' if load_s <= PAGE_TARGET_S else 'MISS'}",
+        f"   filter the grid to one test            {filter_s:6.2f} s",
+        f"   redraw the grid at its last row        {redraw_ms:6.1f} ms",
+    ]
+
+
+def _load(chromium: Any, url: str) -> float:
+    """Open ``url`` in a fresh page; the ms from navigation start to its ready mark."""
+    import browser
+
+    with browser.watched_page(chromium) as seen:
+        seen.page.goto(url)
+        seen.page.wait_for_selector("body[data-ready='1']", state="attached", timeout=120_000)
+        if seen.outside(url) or seen.errors:
+            raise engine_overhead.BenchError(f"{url} misbehaved: {seen.outside(url)} {seen.errors}")
+        mark: float = seen.page.evaluate(
+            "performance.getEntriesByName('agent-health-ready')[0].startTime"
+        )
+        return mark
+
+
+def _use(chromium: Any, url: str) -> tuple[float, float]:
+    """Seconds to filter the grid to one test; ms of one redraw after a scroll to its end."""
+    import browser
+
+    with browser.watched_page(chromium) as seen:
+        page = seen.page
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']", state="attached", timeout=120_000)
+        started = time.perf_counter()
+        page.fill("#grid-search", "ping 00007")
+        page.wait_for_selector("#grid-count >> text=/^1 of /", timeout=60_000)
+        filter_s = time.perf_counter() - started
+        page.fill("#grid-search", "")
+        page.wait_for_selector("#grid-count >> text=/^[0-9,]+ of [0-9,]+ tests$/")
+        redraw: float = page.evaluate(
+            """() => new Promise((done) => {
+                const scroller = document.getElementById("grid-scroll");
+                const started = performance.now();
+                scroller.scrollTop = scroller.scrollHeight;
+                requestAnimationFrame(() => requestAnimationFrame(
+                    () => done(performance.now() - started)));
+            })"""
+        )
+        if seen.outside(url) or seen.errors:
+            raise engine_overhead.BenchError(f"{url} misbehaved: {seen.outside(url)} {seen.errors}")
+    return filter_s, redraw
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", action="append", choices=PARTS, help="run only these parts")
@@ -304,7 +409,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--runs", type=int, default=1000, help="runs in the big history (2.)")
-    parser.add_argument("--tests", type=int, default=2000, help="tests per run (2.)")
+    parser.add_argument("--tests", type=int, default=2000, help="tests per run (2. and 4.)")
+    parser.add_argument("--page-runs", type=int, default=100, help="runs the page draws (4.)")
     parser.add_argument("--repeat", type=int, default=15, help="calls per query timed")
     parser.add_argument(
         "--backend", action="append", choices=BACKENDS, help="default: sqlite and postgresql"
@@ -314,9 +420,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for name in ("n", "rounds", "runs", "tests", "repeat"):
+    for name in ("n", "rounds", "runs", "tests", "repeat", "page_runs"):
         if getattr(args, name) < 1:
-            print(f"error: --{name} must be at least 1", file=sys.stderr)
+            print(f"error: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
     parts = args.part or list(PARTS)
     args.backend = args.backend or list(BACKENDS)
@@ -330,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(line, flush=True)
             if "queries" in parts or "size" in parts:
                 for line in big(work, args, parts):
+                    print(line, flush=True)
+            if "page" in parts:
+                for line in page(work, args):
                     print(line, flush=True)
         except engine_overhead.BenchError as err:
             print(f"error: {err}", file=sys.stderr)

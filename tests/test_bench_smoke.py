@@ -228,10 +228,16 @@ def test_the_history_benchmark_prints_each_part_with_its_target() -> None:
         "flaky (over the newest 50 runs)",
         "3. size: ",
         "bytes per result",
+        "4. page: 100 runs x 30 tests = 3,000 cells",
+        "bare page parsing the same JSON",
+        "history page, interactive",
+        "filter the grid to one test",
+        "redraw the grid at its last row",
     ):
         assert line in out, out
     assert "target <= 1.03" in out
     assert "target <= 250" in out
+    assert "target <= 2 s" in out
 
 
 def test_the_history_benchmark_refuses_bad_sizes() -> None:

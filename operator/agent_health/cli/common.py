@@ -212,10 +212,15 @@ def check_reports(outputs: list[tuple[str, Path | None]]) -> None:
 
 
 def write_reports(
-    outputs: list[tuple[str, Path | None]], report: RunReport, console: Console
+    outputs: list[tuple[str, Path | None]],
+    report: RunReport,
+    console: Console,
+    *,
+    context: object = None,
 ) -> bool:
-    """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``);
-    ``False`` when one could not be written (said on stderr; the ones after it still are)."""
+    """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``,
+    ``markdown:PATH`` with what the history adds in ``context``); ``False`` when one could
+    not be written (said on stderr; the ones after it still are)."""
     from agent_health.engine import reporters, visible
 
     ok = True
@@ -223,7 +228,7 @@ def write_reports(
         if path is None:
             continue
         try:
-            written = reporters.write(kind, path, report)
+            written = reporters.write(kind, path, report, context)
         except OSError as err:
             ok = False
             shown = visible.line(f"cannot write the {kind} report {path}: {err}")

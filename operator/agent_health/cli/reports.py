@@ -55,7 +55,8 @@ def add_commands(sub: Any) -> None:
         "--reporter",
         action="append",
         default=[],
-        help=f"list, json[:PATH], junit[:PATH], html[:DIR] (repeatable; default html:{HTML_DIR})",
+        help=f"list, json[:PATH], junit[:PATH], html[:DIR], markdown[:PATH] (repeatable; default "
+        f"html:{HTML_DIR})",
     )
     rep.set_defaults(handler=report)
 

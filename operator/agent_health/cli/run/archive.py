@@ -4,14 +4,18 @@
 import and a first run's schema are paid while the tests run, not after them);
 :func:`keep` records the finished run — interrupted or stopped by a budget too, marked so —
 in one transaction and says in one line where it went and, from the second run of an
-agent, how its pass rate moved. The history is never why a run fails: whatever goes wrong
-is one warning line, and the run's reports and exit code stay what they were.
+agent, how its pass rate moved. :func:`gate` compares the run with ``--baseline`` from the
+history; :func:`compared` does so for information (the markdown summary's comparison with
+the agent's last run), and :func:`summary` gathers what the markdown summary adds from the
+history. The history is never why a run fails: whatever goes wrong is one warning line (or
+one line of the summary), and the run's reports and exit code stay what they were.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +25,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import history
+    from agent_health.engine import compare
     from agent_health.engine.report import RunReport
+    from agent_health.engine.reporters import markdown
     from agent_health.history import location
 
 TREND_RUNS = 5
 """Pass rates shown on the history line: the agent's newest runs, oldest first."""
+FLAKY_RUNS = 50
+"""The window the markdown summary's flaky tests are found over (``flaky``'s default)."""
 
 
 class Pending:
@@ -117,24 +125,22 @@ def keep(
     console: Console,
     err_console: Console,
 ) -> None:
-    """Record the run; one line on the console, or one warning line when it could not be."""
+    """Record the run; one line on the console, or one warning line when it could not be.
+    The history stays open (:meth:`Pending.close` closes it)."""
     from agent_health import history
 
     try:
         opened = pending.opened()
-        try:
-            ci = history.ci_from_env()
-            context = history.RunContext(
-                source="ci" if ci is not None else "local",
-                suite=_suite(report),
-                exit_code=code,
-                report_path=str(report_path.resolve()) if report_path is not None else None,
-                ci=ci,
-            )
-            recorded = opened.record(report, context, pending.known())
-            line = _line(opened, recorded, context.suite)
-        finally:
-            opened.close()
+        ci = history.ci_from_env()
+        context = history.RunContext(
+            source="ci" if ci is not None else "local",
+            suite=_suite(report),
+            exit_code=code,
+            report_path=str(report_path.resolve()) if report_path is not None else None,
+            ci=ci,
+        )
+        recorded = opened.record(report, context, pending.known())
+        line = _line(opened, recorded, context.suite)
     except history.HistoryError as err:
         err_console.print(f"warning: the run was not recorded in the history: {err}", markup=False)
         return
@@ -147,6 +153,45 @@ def keep(
     console.print(line, markup=False)
 
 
+@dataclass(frozen=True)
+class Compared:
+    """A run compared with a baseline from the history, or why it was not."""
+
+    which: str
+    run: history.Run | None = None
+    result: compare.Comparison | None = None
+    why_not: str | None = None
+
+
+MATRIX_NOT_COMPARED = "--baseline compares one agent's run; this agent matrix was not compared"
+
+
+def compared(pending: Pending, report: RunReport, which: str, gates: dict[str, Any]) -> Compared:
+    """The run compared with the baseline ``which`` from the history (never with itself);
+    what went wrong, in one line, when it could not be."""
+    from agent_health import history
+    from agent_health.engine import compare
+    from agent_health.history import ingest
+
+    data = ingest.report_data(report)
+    if (data.get("matrix") or {}).get("agents"):
+        return Compared(which, why_not=MATRIX_NOT_COMPARED)
+    try:
+        run, result = pending.opened().compare(
+            which,
+            data,
+            agent=_agent(report),
+            suite=_suite(report),
+            new_file="this run",
+            **gates,
+        )
+    except (history.HistoryError, compare.CompareError) as err:
+        return Compared(which, why_not=str(err))
+    except Exception as err:  # a bug of ours must not change the run's outcome either
+        return Compared(which, why_not=f"{type(err).__name__}: {err}")
+    return Compared(which, run=run, result=result)
+
+
 def gate(
     pending: Pending,
     report: RunReport,
@@ -155,40 +200,86 @@ def gate(
     *,
     code: int,
     consoles: common.Consoles,
-) -> int:
-    """``run --baseline``: compare the run with the baseline from the history (before this
-    run is recorded), print what ``compare`` prints; the exit code, 1 on a regression. A
-    baseline that cannot be had is one warning line: the run's own exit code stands."""
-    from agent_health import history
-    from agent_health.engine import compare
-    from agent_health.history import ingest
+) -> tuple[int, Compared]:
+    """``run --baseline``: compare the run with the baseline from the history, print what
+    ``compare`` prints; the exit code (1 on a regression) and the comparison. A baseline
+    that cannot be had is one warning line: the run's own exit code stands."""
+    found = compared(pending, report, which, gates)
+    if found.result is None or found.run is None:
+        said = (
+            found.why_not
+            if found.why_not == MATRIX_NOT_COMPARED
+            else (f"no baseline comparison: {found.why_not}")
+        )
+        consoles.err.print(f"warning: {said}", markup=False)
+        return code, found
+    consoles.out.print(common.baseline_line(found.run, which), markup=False)
+    common.show_comparison(found.result, consoles, as_json=False)
+    if found.result.regressed and code in (
+        common.EXIT_OK,
+        common.EXIT_ERRORED,
+        common.EXIT_BUDGET,
+    ):
+        return common.EXIT_FAILED, found
+    return code, found
 
-    data = ingest.report_data(report)
-    if (data.get("matrix") or {}).get("agents"):
-        consoles.err.print(
-            "warning: --baseline compares one agent's run; this agent matrix was not compared",
-            markup=False,
+
+def summary(
+    pending: Pending | None, report: RunReport, found: Compared | None, *, gating: bool
+) -> markdown.Context:
+    """What the markdown summary adds from the history: the comparison (``found``), the flaky
+    tests of the run's agent over the last runs (this one included), where the history is.
+    Whatever cannot be had is a line of the summary, never an error."""
+    from agent_health import history
+    from agent_health.engine.reporters import markdown
+
+    if pending is None:
+        return markdown.Context(
+            comparison_note="No history for this run (--no-history or --replay): no baseline "
+            "to compare with, no flaky tests to name.",
         )
-        return code
-    provenance = report.provenance
-    agent = provenance.agent.name if provenance is not None and provenance.agent else None
+    comparison = found.result if found is not None else None
+    baseline = None
+    if found is not None and found.run is not None:
+        baseline = common.baseline_line(found.run, found.which).removeprefix("baseline: ")
+    note = None
+    if found is not None and found.result is None and found.why_not != MATRIX_NOT_COMPARED:
+        note = f"No comparison with the history's {found.which} run: {found.why_not}"
+    flaky: list[markdown.FlakyTest] | None = None
+    flaky_note = None
     try:
-        run, result = pending.opened().compare(
-            which,
-            data,
-            agent=agent,
-            suite=_suite(report),
-            new_file="this run",
-            **gates,
-        )
-    except (history.HistoryError, compare.CompareError) as err:
-        consoles.err.print(f"warning: no baseline comparison: {err}", markup=False)
-        return code
-    consoles.out.print(common.baseline_line(run, which), markup=False)
-    common.show_comparison(result, consoles, as_json=False)
-    if result.regressed and code in (common.EXIT_OK, common.EXIT_ERRORED, common.EXIT_BUDGET):
-        return common.EXIT_FAILED
-    return code
+        flaky = [
+            markdown.FlakyTest(
+                id=f.id,
+                title=f.title,
+                flips=f.flips,
+                runs=f.runs,
+                failure_rate=f.failure_rate,
+                low=f.failure_rate_interval.low,
+                high=f.failure_rate_interval.high,
+                agent=f.agent.label if f.agent is not None else None,
+            )
+            for f in pending.opened().flaky(runs=FLAKY_RUNS, agent=_agent(report))
+        ]
+    except history.HistoryError as err:
+        flaky_note = f"The history could not be read for flaky tests: {err}"
+    except Exception as err:  # a bug of ours must not change the run's outcome either
+        flaky_note = f"The history could not be read for flaky tests ({type(err).__name__})"
+    return markdown.Context(
+        history=shown_path(pending.where),
+        baseline=baseline,
+        comparison=comparison,
+        gating=gating,
+        comparison_note=note,
+        flaky=flaky,
+        flaky_runs=FLAKY_RUNS,
+        flaky_note=flaky_note,
+    )
+
+
+def _agent(report: RunReport) -> str | None:
+    provenance = report.provenance
+    return provenance.agent.name if provenance is not None and provenance.agent else None
 
 
 def _suite(report: RunReport) -> str | None:

@@ -64,7 +64,7 @@ def add_command(sub: Any) -> None:
         "--reporter",
         action="append",
         default=[],
-        help="list, json[:PATH], junit[:PATH], html[:DIR] (repeatable)",
+        help="list, json[:PATH], junit[:PATH], html[:DIR], markdown[:PATH] (repeatable)",
     )
     run.add_argument("--timeout", type=float, help="per-test timeout in seconds")
     run.add_argument(

@@ -224,7 +224,12 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     terminal.summary(console, report, hints=hints)
     if judge_usage and judge_usage.calls:
         console.print(judge_usage.line())
-    written = common.write_reports(outputs, report, console)
+    # The markdown summary is written last: it says what the history adds (the baseline
+    # comparison, the flaky tests), known once the run is compared and recorded.
+    summaries = [(kind, path) for kind, path in outputs if kind == "markdown"]
+    written = common.write_reports(
+        [(kind, path) for kind, path in outputs if kind != "markdown"], report, console
+    )
     if recorded is not None:
         reporting.print_ledger(recorded, console, err_console)
     gone = consoles.stdout.gone  # what is printed after this is dropped, never an error
@@ -241,8 +246,13 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     code = common.EXIT_PIPE_CLOSED if gone else code
     if gone:
         _output_closed(report, outputs, recorded, err_console)
+    found = None
     if pending is not None and gates is not None:
-        code = archive.gate(pending, report, args.baseline, gates, code=code, consoles=consoles)
+        code, found = archive.gate(
+            pending, report, args.baseline, gates, code=code, consoles=consoles
+        )
+    elif pending is not None and summaries:  # for the summary: against the agent's last run
+        found = archive.compared(pending, report, "last", common.compare_gates(args))
     if pending is not None:
         json_path = next((path for kind, path in outputs if kind == "json"), None)
         archive.keep(
@@ -253,6 +263,12 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             console=console,
             err_console=err_console,
         )
+    if summaries:
+        context = archive.summary(pending, report, found, gating=gates is not None)
+        if not common.write_reports(summaries, report, console, context=context):
+            code = common.EXIT_USAGE if code == common.EXIT_OK else code
+    if pending is not None:
+        pending.close()
     return code
 
 

@@ -1,4 +1,5 @@
-"""Reporters: live progress and a summary on the terminal, JSON, JUnit, HTML and plain lists.
+"""Reporters: live progress and a summary on the terminal, JSON, JUnit, HTML, Markdown (a CI
+summary) and plain lists.
 
 A file reporter is named by the module that writes it, imported only when a run asks for it:
 a run without ``--reporter junit`` never loads an XML library, nor one without
@@ -26,15 +27,20 @@ FILE_REPORTERS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "json": ("agent_health.engine.reporters.json_file", "agent-health-report.json"),
         "junit": ("agent_health.engine.reporters.junit", "agent-health-junit.xml"),
         "html": ("agent_health.engine.reporters.html", "agent-health-report"),
+        "markdown": ("agent_health.engine.reporters.markdown", "agent-health-summary.md"),
     }
 )
 DEFAULT_PATHS = {kind: default for kind, (_, default) in FILE_REPORTERS.items()}
 KINDS = ("list", *FILE_REPORTERS)
-HELP = "list, json[:PATH], junit[:PATH], html[:DIR] (repeatable)"
+HELP = "list, json[:PATH], junit[:PATH], html[:DIR], markdown[:PATH] (repeatable)"
 
 
 class _Writer(Protocol):
     def write(self, path: Path, report: RunReport) -> object: ...
+
+
+class _WriterWithContext(Protocol):
+    def write(self, path: Path, report: RunReport, context: object) -> object: ...
 
 
 def parse(value: str) -> tuple[str, Path | None]:
@@ -80,10 +86,14 @@ def check(kind: str, path: Path) -> None:
         ) from err
 
 
-def write(kind: str, path: Path, report: RunReport) -> Path:
-    """Write one file report; the file written (``DIR/index.html`` for html)."""
-    module = cast("_Writer", importlib.import_module(FILE_REPORTERS[kind][0]))
+def write(kind: str, path: Path, report: RunReport, context: object = None) -> Path:
+    """Write one file report; the file written (``DIR/index.html`` for html). ``context``:
+    what the markdown summary adds from the history (:class:`.markdown.Context`)."""
+    imported = importlib.import_module(FILE_REPORTERS[kind][0])
     if kind != "html":  # html writes into the folder it is given
         path.parent.mkdir(parents=True, exist_ok=True)
-    written = module.write(path, report)
+    if kind == "markdown" and context is not None:
+        written = cast("_WriterWithContext", imported).write(path, report, context)
+    else:
+        written = cast("_Writer", imported).write(path, report)
     return written if isinstance(written, Path) else path
