@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -250,3 +253,116 @@ def test_the_workflow_creates_a_run_and_gates_on_it() -> None:
         workflow["env"]["NAMESPACE"]
         == yaml.safe_load((GITOPS / "ci" / "pr-run.yaml").read_text())["metadata"]["namespace"]
     )
+
+
+# -- the workflow that gates on the history (ci/history-gate.yaml) ----------------------------
+
+HISTORY_WORKFLOW = GITOPS / "ci" / "history-gate.yaml"
+
+
+def _workflow(path: Path) -> dict[str, Any]:
+    # PyYAML reads the key `on` as True (YAML 1.1); GitHub reads it as "on".
+    found: dict[Any, Any] = yaml.safe_load(path.read_text())
+    return {("on" if k is True else k): v for k, v in found.items()}
+
+
+def _steps(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    steps = workflow["jobs"]["evaluate"]["steps"]
+    return {step.get("name") or step["uses"]: step for step in steps}
+
+
+def _env(text: str, env: dict[str, str]) -> str:
+    """``${{ env.NAME }}`` expressions replaced as the runner would."""
+    return re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}", lambda m: env[m.group(1)], text)
+
+
+@pytest.mark.parametrize("name", ["github-actions.yaml", "history-gate.yaml"])
+def test_the_workflows_match_githubs_workflow_schema(name: str) -> None:
+    checker = Path(sys.executable).parent / "check-jsonschema"
+    done = ship_support.run(
+        [str(checker), "--builtin-schema", "vendor.github-workflows", str(GITOPS / "ci" / name)]
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_history_workflow_keeps_the_history_in_the_cache_and_gates_on_last_green() -> None:
+    workflow = _workflow(HISTORY_WORKFLOW)
+    assert set(workflow["on"]) == {"pull_request", "push"}
+    steps = _steps(workflow)
+    restore, save = steps["Restore the history"], steps["Keep the history"]
+    assert restore["uses"].startswith("actions/cache/restore@")
+    assert save["uses"].startswith("actions/cache/save@")
+    # the same file, saved whatever the run's outcome (a failing run is history too), under a
+    # key of its own each run that the next run's restore finds by its prefix
+    assert restore["with"]["path"] == save["with"]["path"]
+    assert save["if"] == "always()"
+    key = save["with"]["key"]
+    assert key == restore["with"]["key"]
+    assert "${{ github.run_id }}" in key
+    prefixes = restore["with"]["restore-keys"].strip().splitlines()
+    assert key.startswith(prefixes[0])
+    assert prefixes[1] == "agent-health-history-main-"
+    # the cached path is the default history of the suite the run step runs
+    env = workflow["env"]
+    assert _env(save["with"]["path"], env) == f"{env['SUITE']}/.agent-health/history.db*"
+    run_step = steps["Run and gate on the last green run"]["run"]
+    assert run_step.startswith('agent-health run "$SUITE" --baseline last-green')
+    assert "--reporter markdown:agent-health-summary.md" in run_step
+    comment = steps["Comment on the pull request"]
+    assert "--body-file agent-health-summary.md" in comment["run"]
+    assert workflow["permissions"]["pull-requests"] == "write"
+    # the PostgreSQL variant is said where a team needs it: the secrets, in the env block
+    text = HISTORY_WORKFLOW.read_text()
+    assert "# AGENT_HEALTH_HISTORY: ${{ secrets.AGENT_HEALTH_HISTORY_URL }}" in text
+    assert "# PGPASSWORD: ${{ secrets.AGENT_HEALTH_HISTORY_PASSWORD }}" in text
+
+
+@pytest.mark.slow
+def test_the_history_workflows_run_step_gates_on_the_restored_history(tmp_path: Path) -> None:
+    """The run step as the runner runs it, twice, in a checkout's layout (the quickstart and
+    its agent), the cached files kept between the two as the cache keeps them: the second
+    run is compared with the first from the history, and the summary lands in the file the
+    comment step reads and in $GITHUB_STEP_SUMMARY."""
+    workflow = _workflow(HISTORY_WORKFLOW)
+    steps = _steps(workflow)
+    checkout = tmp_path / "checkout"
+    for folder in ("01-quickstart", "agents"):
+        shutil.copytree(
+            ROOT / "examples" / folder,
+            checkout / "examples" / folder,
+            ignore=shutil.ignore_patterns(".agent-health", "__pycache__"),
+        )
+    bin_dir = str(Path(sys.executable).parent)
+    summary = tmp_path / "step-summary.md"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENT_HEALTH_", "GITHUB_"))},
+        **workflow["env"],
+        "PATH": bin_dir + os.pathsep + os.environ["PATH"],
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "CI": "true",
+    }
+    script = steps["Run and gate on the last green run"]["run"]
+    cached = _env(steps["Keep the history"]["with"]["path"], workflow["env"])
+    outputs = []
+    for _ in range(2):
+        done = subprocess.run(
+            ["bash", "-e", "-c", script],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        outputs.append(done)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [p.name for p in checkout.glob(cached)] == ["history.db"]
+    first, second = outputs
+    assert "no green run" in first.stderr  # the first run: nothing to gate on yet, exit 0
+    assert "baseline: last-green = run " in second.stdout
+    assert "no regression beyond the thresholds" in second.stdout
+    body = (checkout / "agent-health-summary.md").read_text()
+    assert body.startswith("## agent-health: ✅ all ")
+    assert "Baseline: last-green = run " in body
+    assert "**Gate: passed** — no regression beyond the thresholds" in body
+    assert summary.read_text().count("## agent-health: ") == 2  # appended by each run
