@@ -106,3 +106,41 @@ def test_without_a_history_the_summary_says_so_and_a_saved_report_renders_too(
     rendered = again.read_text()
     assert rendered.startswith("## agent-health: ❌ 1 of 2 results did not pass\n")
     assert "### Against the baseline" not in rendered
+
+
+async def test_a_run_that_never_reached_its_agent_still_writes_its_summary(
+    suite: Path, tmp_path: Path
+) -> None:
+    """The agent answers its first call 404 (the URL names no endpoint of it): the run stops
+    as a usage error, is not recorded, and the summary still says what its report holds."""
+    from aiohttp import web
+    from helpers import run_cli
+
+    (suite / "test_agent.py").write_text(
+        "from agent_health import test\n\n\n@test('asks')\nasync def asks(agent):\n"
+        "    await agent.run('hello')\n"
+    )
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"output": "hi"})
+
+    app = web.Application()
+    app.router.add_post("/run", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/runn"  # 404: not its endpoint
+    summary = tmp_path / "summary.md"
+    try:
+        (suite / "outcome.txt").write_text("pass")
+        args = ("--agent", f"rest+{url}", "--no-ledger", "--reporter", f"markdown:{summary}")
+        done = await run_cli(suite, *args)
+    finally:
+        await runner.cleanup()
+    assert done.code == 2
+    text = summary.read_text()
+    assert text.startswith("## agent-health: ⏹ interrupted — rest+http://127.0.0.1:")
+    assert "stopped early: the agent (rest) at http://127.0.0.1:" in text
+    assert "- `test_agent.py::asks` — errored (agent): `agent at " in text
+    assert "### Against the baseline" not in text

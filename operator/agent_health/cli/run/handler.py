@@ -236,6 +236,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if outcome.misdirected is not None:  # the agent is not where, or not what, it was said
         if pending is not None:
             pending.close()  # a run that never reached its agent is not recorded
+        common.write_reports(summaries, report, console)  # nor compared: what its report holds
         if gone:
             _output_closed(report, outputs, recorded, err_console)
             return common.EXIT_PIPE_CLOSED
