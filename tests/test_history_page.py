@@ -108,6 +108,10 @@ def test_history_html_usage_errors_are_one_line(
         err = capsys.readouterr().err
         assert said in err
         assert len(err.strip().splitlines()) == 1, err
+    assert (
+        cli.main(["history", "--html", str(tmp_path / "one"), "--limit", "1", "--history", db]) == 0
+    )
+    assert "(1 run × 1 test)" in capsys.readouterr().out
     missing = f"sqlite:///{tmp_path / 'none.db'}"
     assert cli.main(["history", "--html", str(tmp_path / "p"), "--history", missing]) == 2
     assert "no history at" in capsys.readouterr().err

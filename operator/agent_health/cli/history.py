@@ -40,6 +40,8 @@ LIMIT = 20
 HTML_RUNS = 100
 """Runs the history page draws unless told (``agent_health.history.page.RUNS``, named here
 so that ``--help`` loads no SQLAlchemy)."""
+UNREADABLE_SHOWN = 3
+"""Reports that could not be read named one a line; the rest counted."""
 SPARKS = "▁▂▃▄▅▆▇█"
 STRIP = 60
 """Outcomes shown in a test's status strip (the newest)."""
@@ -242,19 +244,27 @@ def _page(args: argparse.Namespace, after: datetime | None, consoles: common.Con
             raise common.UsageError(
                 f"--html {folder}: cannot write the page ({err.strerror or err})"
             ) from err
-    for why in written.unreadable:
+    for why in written.unreadable[:UNREADABLE_SHOWN]:
         consoles.err.print(
             visible.line(f"warning: a run's report is not linked: {why}"), markup=False
         )
+    more = len(written.unreadable) - UNREADABLE_SHOWN
+    if more > 0:
+        consoles.err.print(f"warning: {more} more runs' reports are not linked", markup=False)
     at_hand = f"; {written.reports} with their report at hand" if written.reports else ""
     consoles.out.print(
         visible.line(
-            f"history page: {written.path} ({written.runs} runs × {written.tests} tests{at_hand})"
+            f"history page: {written.path} ({_many(written.runs, 'run')} × "
+            f"{_many(written.tests, 'test')}{at_hand})"
         ),
         markup=False,
     )
     consoles.out.print(visible.line(f"open it: {written.path.resolve().as_uri()}"), markup=False)
     return common.EXIT_OK
+
+
+def _many(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def _json(value: Any) -> int:
