@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_health.engine import compare as compare_mod
 from agent_health.engine import entries, visible
 
 if TYPE_CHECKING:
+    from agent_health.engine import compare as compare_mod
     from agent_health.engine.report import RunReport
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
