@@ -116,3 +116,21 @@ def test_history_html_usage_errors_are_one_line(
     assert cli.main(["history", "--html", str(tmp_path / "p"), "--history", missing]) == 2
     assert "no history at" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_a_team_history_on_postgresql_is_drawn_without_its_password(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    import postgres_support
+
+    url = postgres_server.url(postgres_server.new_database(), password=True)
+    with history.open_history(url) as opened:
+        opened.record(report({"t.py::a": "passed", "t.py::b": "failed"}, run_id="r1"))
+        opened.record(report({"t.py::a": "failed", "t.py::b": "failed"}, run_id="r2", at=1))
+        written = history.write_page(tmp_path / "page", opened)
+    text = written.path.read_text()
+    assert postgres_support.PASSWORD not in text
+    data = _data(written.path)
+    assert data["scope"]["where"].startswith(f"postgresql://{postgres_support.USER}@127.0.0.1:")
+    assert [r[5] for r in data["rows"]] == ["PF", "FF"]
+    assert [r["id"] for r in data["regressions"]] == ["t.py::a"]
