@@ -426,6 +426,45 @@ def test_two_first_runs_at_once_both_find_the_schema(url: str, tmp_path: Path) -
         assert opened.revision() == migrations.HEAD
 
 
+THREADS = textwrap.dedent(
+    """
+    import sys, threading
+    from agent_health import history
+    folder = sys.argv[1]
+    for round_ in range(5):
+        urls = [f"sqlite:///{folder}/{round_}-{i}.db" for i in range(8)]
+        threads = [threading.Thread(target=lambda u=u: history.open_history(u).close())
+                   for u in urls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for u in urls:
+            with history.open_history(u) as h:
+                assert h.revision() is not None, u
+    print("done")
+    """
+)
+
+
+def test_histories_first_opened_in_several_threads_at_once_are_each_migrated(
+    tmp_path: Path,
+) -> None:
+    # Alembic keeps its migration context per process: threads migrating at once must not
+    # run one another's operations (on SQLite, that crashed the process). In a subprocess,
+    # so that a crash is this test's failure, not the end of the test session.
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr[-2000:]
+
+
 KILLED = textwrap.dedent(
     """
     import sys, time

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -485,10 +486,19 @@ def _known_or_refuse(where: location_mod.Location, current: str | None, by: str 
     )
 
 
+_ALEMBIC = threading.Lock()
+"""Held while Alembic migrates. Its ``op`` and ``context`` are proxies the library keeps per
+process, set for each migration it runs: two threads migrating at once (two histories
+opened together, in the operator or in one process's tests) would run one migration's
+operations on the other's connection, and SQLite crashes the process when one connection
+is used from two threads at once. The lock guards the library's globals, not ours."""
+
+
 def _upgrade(conn: sa.Connection) -> None:
     from alembic import command
 
-    command.upgrade(alembic_config(conn), "head")
+    with _ALEMBIC:
+        command.upgrade(alembic_config(conn), "head")
 
 
 def size_bytes(where: location_mod.Location) -> int | None:
