@@ -238,7 +238,7 @@ class FirstAnswer:
             if likely is not None and not self.answered and self.misdirected is None:
                 self.misdirected = (
                     f"{self._who} answered {_status(err.status)} to the run's first call: "
-                    f"{likely} (the tests that had started are errored; none more started)"
+                    f"{likely} (no more tests were started)"
                 )
                 self._stop(self.misdirected)
             raise

@@ -50,6 +50,22 @@ class Outcome:
         )
 
 
+@dataclass
+class Halt:
+    """Told a reason (called), a run starts no more tests; those in flight end as they will.
+
+    Unlike ``stop`` (Ctrl-C), which cuts the tests in flight short, a halt keeps each one's
+    own result: the run's setup was found wrong by a test's own call, and that test's
+    error is the evidence (``connectors.preflight.FirstAnswer``).
+    """
+
+    reason: str | None = None
+
+    def __call__(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
 class _FileHooks:
     """before_all once before the file's first test; after_all after its last one."""
 
@@ -138,6 +154,7 @@ async def run(
     policy: Policy | None = None,
     meter: budget_mod.Meter | None = None,
     lanes: Sequence[runner.RunEnv] = (),
+    halt: Halt | None = None,
 ) -> Outcome:
     """Run every (case, repeat) with at most ``concurrency`` at once.
 
@@ -151,11 +168,14 @@ async def run(
 
     Setting ``stop`` (Ctrl-C) stops the workers; tests that finished are kept, tests cut
     short are ``errored`` ("interrupted", with the time they ran), tests never started are
-    counted. What each body prints is captured into its result (:mod:`.capture`).
+    counted. A ``halt`` told a reason starts no more tests and lets those in flight end as
+    they will (the reason is ``Outcome.stopped``). What each body prints is captured into
+    its result (:mod:`.capture`).
     """
     with capture.installed():
         envs = list(lanes) or [env]
         pool = _Pool(cases, hooks, envs, repeat, listener, policy or Policy(), meter)
+        pool.halt = halt
         return await pool.run(concurrency, stop)
 
 
@@ -190,6 +210,7 @@ class _Pool:
         self.stopped: str | None = None
         self.meter = meter
         self.stop: asyncio.Event | None = None  # set: no new test starts (see run)
+        self.halt: Halt | None = None  # told a reason: no new test starts (see run)
 
     async def run(self, concurrency: int, stop: asyncio.Event | None) -> Outcome:
         started = time.perf_counter()
@@ -246,13 +267,15 @@ class _Pool:
             interrupted=interrupted,
             not_run=len(self.items),
             hook_errors=self.hook_errors,
-            stopped=self.stopped,
+            stopped=self.stopped or (self.halt.reason if self.halt is not None else None),
             rollup=await rollup_mod.synthesise(self.results, llm),
             budget=self.meter.report() if self.meter is not None else None,
         )
 
     async def worker(self, slot: int) -> None:
         while self.items and self.stopped is None and not self._over_budget():
+            if self.halt is not None and self.halt.reason is not None:
+                return  # halted (an agent not where it was said): start nothing more
             if self.stop is not None and self.stop.is_set():
                 return  # stopping (Ctrl-C, a closed output): start nothing more
             case, r, lane = self.items.popleft()

@@ -99,13 +99,9 @@ async def execute(
             live_specs.append(await stack.enter_async_context(agent_process.serving(spec, told)))
         if preflight:
             hints.extend(await _look_for_agents(lanes, live_specs, config))
-        misdirected: list[str] = []
-
-        def misdirect(reason: str) -> None:
-            # An agent's first answers say the requests were not ones it takes: start no
-            # more tests (the run ends as a usage error, see connectors.preflight).
-            misdirected.append(reason)
-            stop.set()
+        # An agent's first answers say the requests were not ones it takes: start no more
+        # tests (the run ends as a usage error, see connectors.preflight).
+        misdirect = session.Halt()
 
         for (name, _), live_spec in zip(lanes, live_specs, strict=True):
             observe = recorded.observe if recorded is not None else None
@@ -177,12 +173,11 @@ async def execute(
                 policy=session.Policy(retries=args.retries, max_failures=args.max_failures),
                 meter=_meter(limits, judge_config),
                 lanes=matrix,
+                halt=misdirect,
             )
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
-    if misdirected:
-        outcome.misdirected = misdirected[0]
-        outcome.stopped = misdirected[0]
+    outcome.misdirected = misdirect.reason
     if spans is not None:
         hints.extend(_otlp_hints(spans.summary()))
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):
