@@ -166,34 +166,6 @@ def _summary_at(width: int, results: list[TestResult]) -> list[str]:
     return out.getvalue().splitlines()
 
 
-def test_the_results_table_wraps_titles_not_rows_at_80_columns() -> None:
-    metrics = {"total_tokens": 123456, "cost_usd": 0.000123, "tool_calls": 12, "retries": 2}
-    metrics["redundant_tool_calls"] = 3
-    long = "diagnoses the payment outage from the error log and the service status page"
-    results = [
-        _result(long, "failed", score=0.25, metrics=metrics, labels=("difficulty:hard",)),
-        _result(long + " again", "errored", error="HTTP 500", metrics=metrics),
-        _result("short", "passed", score=1.0, metrics=metrics),
-    ]
-    lines = _summary_at(80, results)
-    assert max(len(line) for line in lines[: lines.index("")]) <= 80
-    # each row is one line for every cell but the title: its status, time, tokens, cost and
-    # tools on the line where it starts
-    for mark in ("✗ failed", "! errored (agent)", "✓ passed"):
-        (row,) = [line for line in lines if line.startswith(mark)]
-        assert "0.00s" in row
-        assert "123456" in row
-        assert "$0.000123" in row
-    # the title wraps within its column, whole, and too narrow a table for a notes column
-    # puts each test's notes under its title
-    column = lines[1].index("test")
-    wrapped = " ".join(line[column:].split("  ")[0] for line in lines[3:12])
-    assert "diagnoses the payment outage from the error log and the service status page" in (
-        wrapped
-    )
-    assert "3 redundant, 2 retried" in wrapped
-
-
 def test_the_label_table_fits_80_columns_and_keeps_labels_apart() -> None:
     labels = [
         "difficulty:extremely-hard-multi-step-easy",

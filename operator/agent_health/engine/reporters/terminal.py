@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 MARK, COLOR = style.MARK, style.COLOR
 CAPTURE_LINES = terminal_failures.CAPTURE_LINES
-TABLE_LIMIT = 50
 
 
 def _line(result: TestResult, repeats: int = 1) -> str:
@@ -133,15 +132,17 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     """The table of results, the reasons of what did not pass, and the totals."""
     tests = report.tests
     k = report.summary.repeats
-    shown = tests if len(tests) <= TABLE_LIMIT else [t for t in tests if t["status"] != "passed"]
-    if shown:
+    narrow = False
+    if tests:
         replayed = report.provenance.replay if report.provenance else None
         title = "agent-health results" + (" (replayed)" if replayed else "")
-        terminal_tables.results(console, shown, k, title)
-        if len(shown) < len(tests):
-            console.print(f"({len(tests) - len(shown)} passed tests not listed)")
-    terminal_failures.failures(console, tests, k)
-    terminal_failures.insights(console, shown, k)
+        narrow = terminal_tables.results(console, tests, k, title)
+    terminal_failures.failures(console, tests, k, details=narrow)
+    # past a table's worth, only the insights of the tests that did not pass
+    many = len(tests) > terminal_tables.TABLE_LIMIT
+    terminal_failures.insights(
+        console, [t for t in tests if t["status"] != "passed"] if many else tests, k
+    )
     s = report.summary
     terminal_tables.labels(console, report)
     for error in s.load_errors:

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from agent_health.engine import entries, offtrack, visible
 from agent_health.engine.reporters import terminal_style as style
+from agent_health.engine.reporters import terminal_tables
 
 CAPTURE_LINES = 40  # lines of a failed test's captured output shown (all are in the JSON)
 RECEIVED_LINES = 10  # lines of what a timed-out agent had sent (the JSON report has more)
@@ -26,8 +27,12 @@ TURN_LINES = 10  # lines of the failing turn's user message and answer shown
 MARGIN = "    "  # where the second and later lines of a reason or message go
 
 
-def failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> None:
-    """Each test that did not pass, once: its failing repeats and each distinct reason."""
+def failures(
+    console: Console, tests: list[dict[str, Any]], repeats: int, *, details: bool = False
+) -> None:
+    """Each test that did not pass, once: its failing repeats and each distinct reason; with
+    ``details`` (the results table was narrow and left them out), each failing repeat's time,
+    tokens, cost, tools, turns and notes."""
     runs: dict[str, int] = Counter(_key(t) for t in tests)
     bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
@@ -55,6 +60,12 @@ def failures(console: Console, tests: list[dict[str, Any]], repeats: int) -> Non
             )
         for t in failing:
             label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
+            if details and t["metrics"]:  # the agent ran: what it spent and did
+                said = terminal_tables.details(t)
+                console.print(
+                    f"  details{style.shown(' ' + label if label else '')}: {style.shown(said)}",
+                    highlight=False,
+                )
             _conversation(console, t, label)
             _received(console, t, label)
             _attempts(console, t, label)

@@ -1,17 +1,24 @@
-"""The summary's two tables, made to fit the terminal (80 columns and up): the results, one
-row per test, and the breakdown by label.
+"""The summary's two tables, made to fit the terminal (80 columns and up): the results and
+the breakdown by label.
 
-In the results only the title wraps; every other cell keeps to one line, and a column no
-test has a value for is left out. The label table leaves out a count that is zero for every
-label; where it still does not fit, the intervals, then shortens the counts' heads, then
-cuts labels in the middle, keeping their ends so that two labels never read the same. Its
-``scored`` column says how many results the score is the mean of: errored and skipped tests
-have no score, so a label whose tests mostly errored may show a low pass rate beside a high
-score.
+The results keep one line per row at any width, a title too long for its room cut with an
+ellipsis. When the titles have room beside the details (tokens, cost, tools, turns, notes),
+each (test, repeat) is a row of its own; a column no test has a value for is left out.
+Otherwise (a CI log's 80 columns) each test is one row: its title first, its repeats folded
+into one cell (``2/3 passed ●●○``), its mean score and time; the details go under the
+failures (:mod:`.terminal_failures`) and are in every report.
+
+The label table leaves out a count that is zero for every label; where it still does not
+fit, the intervals, then shortens the counts' heads, then cuts labels in the middle, keeping
+their ends so that two labels never read the same. Its ``scored`` column says how many
+results the score is the mean of: errored and skipped tests have no score, so a label whose
+tests mostly errored may show a low pass rate beside a high score.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +34,6 @@ from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal_style as style
 
 MIN_LABEL = 12  # a label is never cut shorter than this (it wraps instead)
-MIN_TITLE = 30  # below this, a results row's notes move under its title
 LONG: dict[str, str] = {}
 SHORT = {"passed": "pass", "failed": "fail", "errored": "error", "skipped": "skip"}
 """The count columns' heads when the long ones leave a label too little room."""
@@ -41,64 +47,234 @@ def _table(title: str | None = None) -> Table:
     )
 
 
-def results(console: Console, shown: list[dict[str, Any]], repeats: int, title: str) -> None:
-    """One row per (test, repeat): status, title, score, time, tokens, cost, tools, a
-    conversation's turns and why it ended, notes."""
-    rows: list[dict[str, Text | str]] = []
-    for t in shown:
+def results(console: Console, tests: list[dict[str, Any]], repeats: int, title: str) -> bool:
+    """The results, in the layout the console's width allows; ``True`` when it was the
+    narrow one (the details it leaves out then go under each failure).
+
+    Wide: one row per (test, repeat) with its status, title, score, time, tokens, cost, tools,
+    a conversation's turns and notes, used when the other cells leave the titles
+    :data:`WIDE_TITLE` cells (or their longest whole). Narrow: one row per test, its repeats
+    folded into one cell (``2/3 passed ●●○``), the title first, then score and time. Either
+    way a title too long for its room is cut with an ellipsis, so each row is one line. Past
+    :data:`TABLE_LIMIT` rows only those that did not all pass are listed.
+    """
+    rows = _wide_rows(tests, repeats)
+    wide = _shown(rows, lambda r: r["passed"])
+    if not wide:  # past the limit, and all passed
+        _not_listed(console, len(rows), "results")
+        return False
+    columns = _wide_columns(wide)
+    names = [r["test"] for r in wide]
+    label = max(cell_len(r["repeat"]) for r in wide)  # `` [2/3]``, after the title
+    # the blank titles' column is as wide as its head: that much is the titles' room too
+    others = _natural_width(console, _wide_table(title, wide, columns, [""])) - len("test")
+    room = console.width - others
+    if room - label >= min(WIDE_TITLE, max(cell_len(n) for n in names)):
+        cut = cut_titles(names, room - label)
+        shown = [n + r["repeat"] for n, r in zip(cut, wide, strict=True)]
+        console.print(_wide_table(title, wide, columns, shown))
+        _not_listed(console, len(rows) - len(wide), "results")
+        return False
+    groups = _narrow_rows(tests, repeats)
+    shown = _shown(groups, lambda g: g.passed == len(g.runs))
+    console.print(_narrow_table(console, title, shown, repeats))
+    marks = sorted({t["status"] for g in shown for t in g.runs}, key=list(DOT).index)
+    if any(len(g.runs) > 1 for g in shown) and any(len(g.runs) <= MAX_DOTS for g in shown):
+        key = "  ".join(f"{DOT[m]} {m}" for m in marks)
+        console.print(f"[dim]each repeat in order: {key}[/]", highlight=False)
+    _not_listed(console, len(groups) - len(shown), "tests")
+    return True
+
+
+TABLE_LIMIT = 50
+"""Rows past which a table lists only what did not pass (the reports list everything)."""
+DOT = {"passed": "●", "flaky": "◐", "failed": "○", "errored": "◌", "skipped": "·"}
+"""A repeat's mark in a narrow row, in repeat order: ``●●○`` passed twice, then failed."""
+MAX_DOTS = 10
+"""Repeats past which a narrow row counts its outcomes instead of drawing a mark for each."""
+WIDE_TITLE = 50
+"""The wide layout is used when it leaves the titles this many cells (or their longest
+whole); narrower, the narrow one."""
+MIN_CUT = 16
+"""A title is never cut shorter than this, however narrow the console."""
+
+
+def _shown(rows: list[Any], passed: Any) -> list[Any]:
+    return rows if len(rows) <= TABLE_LIMIT else [r for r in rows if not passed(r)]
+
+
+def _not_listed(console: Console, count: int, what: str) -> None:
+    if count:
+        console.print(f"({count} passed {what} not listed)")
+
+
+def _wide_rows(tests: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for t in tests:
         metrics = t["metrics"] or {}
         label = entries.repeat_label(t["repeat"], repeats)
-        name = f"{t['file']} › {t['name']}" + (f" {label}" if label else "")
-        name += f" [{t['agent']}]" if t.get("agent") else ""
         status = t["status"]
         rows.append(
             {
+                "passed": status == "passed",
                 "status": Text(
                     f"{style.MARK[status]} {status}"
                     + (f" ({visible.line(t['cause'])})" if t.get("cause") else ""),
                     style=style.COLOR[status],
                 ),
-                "test": Text(visible.line(name)),
+                "test": visible.line(_name(t)),
+                "repeat": f" {label}" if label else "",
                 "score": "" if t["score"] is None else f"{t['score']:.2f}",
                 "time": f"{t['duration_ms'] / 1000:.2f}s",
                 "tokens": _count(metrics, "total_tokens"),
                 "cost": style.money(metrics.get("cost_usd")),
                 "tools": _count(metrics, "tool_calls"),
                 "turns": _turns(t),
-                "notes": _notes(metrics),
+                "notes": notes(metrics),
             }
         )
-    always = ("status", "test", "score", "time")
-    columns = [c for c in rows[0] if c in always or any(_has(r[c]) for r in rows)]
-    table = _results_table(title, rows, columns)
-    if "notes" in columns and _title_room(console, title, rows, columns) < MIN_TITLE:
-        # too narrow for a notes column: each test's notes go under its title instead
-        for r in rows:
-            if r["notes"]:
-                r["test"] = Text.assemble(r["test"], "\n", (str(r["notes"]), "dim"))
-        table = _results_table(title, rows, [c for c in columns if c != "notes"])
-    console.print(table)
+    return rows
 
 
-def _results_table(title: str, rows: list[dict[str, Text | str]], columns: list[str]) -> Table:
+WIDE = ("status", "test", "score", "time", "tokens", "cost", "tools", "turns", "notes")
+ALWAYS = ("status", "test", "score", "time")
+
+
+def _wide_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The columns some row has a value for (status, test, score and time always)."""
+    return [c for c in WIDE if c in ALWAYS or any(_has(r[c]) for r in rows)]
+
+
+def _wide_table(
+    title: str, rows: list[dict[str, Any]], columns: list[str], names: Sequence[str]
+) -> Table:
+    """The wide results, each row's title (and repeat) from ``names`` (one name for all: a
+    blank, to measure what the other columns take)."""
     table = _table(title)
     for column in columns:
-        if column == "test":
-            table.add_column(column, overflow="fold", ratio=1)
-        else:
-            right = column not in ("status", "turns", "notes")
-            table.add_column(column, justify="right" if right else "left", no_wrap=True)
-    for r in rows:
-        table.add_row(*(r[c] for c in columns))
+        right = column not in ("status", "test", "turns", "notes")
+        table.add_column(column, justify="right" if right else "left", no_wrap=True)
+    for i, r in enumerate(rows):
+        name = Text(names[i] if len(names) > 1 else names[0])
+        table.add_row(*(name if c == "test" else r[c] for c in columns))
     return table
 
 
-def _title_room(
-    console: Console, title: str, rows: list[dict[str, Text | str]], columns: list[str]
-) -> int:
-    """The width the titles would get: what the other columns leave of the console's."""
-    untitled = [{**r, "test": ""} for r in rows]
-    return console.width - _natural_width(console, _results_table(title, untitled, columns))
+@dataclasses.dataclass
+class _Group:
+    """One test's repeats, for a narrow row."""
+
+    name: str
+    runs: list[dict[str, Any]]
+
+    @property
+    def passed(self) -> int:
+        return sum(t["status"] == "passed" for t in self.runs)
+
+
+def _narrow_rows(tests: list[dict[str, Any]], repeats: int) -> list[_Group]:
+    """The tests, each with its repeats in order, named by title (and agent, in a matrix);
+    ``file › title`` only where two files hold the same title."""
+    groups: dict[str, _Group] = {}
+    for t in tests:
+        key = f"{t['id']}\0{t.get('agent') or ''}"
+        if key not in groups:
+            groups[key] = _Group(visible.line(_name(t, file=False)), [])
+        groups[key].runs.append(t)
+    seen = Counter(g.name for g in groups.values())
+    for g in groups.values():
+        g.runs.sort(key=lambda t: t["repeat"])
+        if seen[g.name] > 1:
+            g.name = visible.line(_name(g.runs[0]))
+    return list(groups.values())
+
+
+def _narrow_table(console: Console, title: str, groups: list[_Group], repeats: int) -> Table:
+    """One line per test: its title cut to the room the other cells leave, its outcome over
+    its repeats, its mean score and time."""
+    cells = [(_outcome(g), _mean_score(g), _mean_time(g)) for g in groups]
+    time_head = "time" if all(len(g.runs) == 1 for g in groups) else "mean time"
+
+    def build(names: Sequence[str]) -> Table:
+        table = _table(title)
+        table.add_column("test", no_wrap=True)
+        table.add_column("result", no_wrap=True)
+        table.add_column("score", justify="right", no_wrap=True)
+        table.add_column(time_head, justify="right", no_wrap=True)
+        for name, (outcome, score, time) in zip(names, cells, strict=True):
+            table.add_row(Text(name), outcome, score, time)
+        return table
+
+    names = [g.name for g in groups]
+    room = console.width - (_natural_width(console, build([""] * len(groups))) - len("test"))
+    return build(cut_titles(names, max(MIN_CUT, room)))
+
+
+def _outcome(group: _Group) -> Text:
+    """``✓ passed`` for one run; ``2/3 passed ●●○`` (each repeat's mark, in order) for
+    several; ``12/20 passed, 8 failed`` past :data:`MAX_DOTS` repeats."""
+    runs = group.runs
+    worst = next(
+        (
+            s
+            for s in ("failed", "errored", "flaky", "skipped")
+            if any(t["status"] == s for t in runs)
+        ),
+        "passed",
+    )
+    if len(runs) == 1:
+        t = runs[0]
+        cause = f" ({visible.line(t['cause'])})" if t.get("cause") else ""
+        return Text(f"{style.MARK[t['status']]} {t['status']}{cause}", style=style.COLOR[worst])
+    text = Text(f"{group.passed}/{len(runs)} passed", style=style.COLOR[worst])
+    if len(runs) <= MAX_DOTS:
+        text.append(" ")
+        for t in runs:
+            text.append(DOT[t["status"]], style=style.COLOR[t["status"]])
+        return text
+    counts = Counter(t["status"] for t in runs if t["status"] != "passed")
+    for status in ("failed", "errored", "flaky", "skipped"):
+        if counts[status]:
+            text.append(f", {counts[status]} {status}")
+    return text
+
+
+def _mean_score(group: _Group) -> str:
+    scores = [t["score"] for t in group.runs if t["score"] is not None]
+    return f"{sum(scores) / len(scores):.2f}" if scores else ""
+
+
+def _mean_time(group: _Group) -> str:
+    return f"{sum(t['duration_ms'] for t in group.runs) / len(group.runs) / 1000:.2f}s"
+
+
+def _name(test: dict[str, Any], *, file: bool = True) -> str:
+    """``file › title`` (or the title alone), and its agent in an agent matrix."""
+    name = f"{test['file']} › {test['name']}" if file else str(test["name"])
+    return name + (f" [{test['agent']}]" if test.get("agent") else "")
+
+
+def cut_titles(names: Sequence[str], width: int) -> list[str]:
+    """``names`` cut to ``width`` cells with an ellipsis at the end; where two different names
+    would then read the same, cut in the middle instead (keeping the end, where they differ),
+    and where even that is the same, whole (a name repeated, a test's repeats, is one)."""
+
+    def end(name: str) -> str:
+        if cell_len(name) <= width:
+            return name
+        kept = ""
+        for char in name:
+            if cell_len(kept + char) > width - 1:
+                break
+            kept += char
+        return kept + "…"
+
+    distinct = list(dict.fromkeys(names))
+    short = {n: end(n) for n in distinct}
+    seen = Counter(short.values())
+    middle = {n: s if seen[s] == 1 else cut([n], width)[0] for n, s in short.items()}
+    again = Counter(middle.values())
+    return [middle[n] if again[middle[n]] == 1 else n for n in names]
 
 
 def _has(cell: Any) -> bool:
@@ -124,17 +300,35 @@ def _turns(test: dict[str, Any]) -> str:
     return visible.line(f"{len(turns)} {reason}" if reason else str(len(turns)))
 
 
-def _notes(metrics: dict[str, Any]) -> str:
+def notes(metrics: dict[str, Any]) -> str:
     """The tool-use smells worth a glance: duplicates, retries, ignored errors."""
-    notes = []
+    found = []
     for key, word in (
         ("redundant_tool_calls", "redundant"),
         ("retries", "retried"),
         ("ignored_tool_errors", "ignored errors"),
     ):
         if metrics.get(key):
-            notes.append(f"{metrics[key]} {word}")
-    return ", ".join(notes)
+            found.append(f"{metrics[key]} {word}")
+    return ", ".join(found)
+
+
+def details(test: dict[str, Any]) -> str:
+    """What a wide row shows of one (test, repeat) besides its status, title and score, in
+    words: ``0.42s, 1234 tokens, $0.0012, 5 tools, 3 turns goal-met, 2 redundant``."""
+    metrics = test["metrics"] or {}
+    tokens, tools = _count(metrics, "total_tokens"), _count(metrics, "tool_calls")
+    turns = test.get("turns") or []
+    reason = (test.get("ended") or {}).get("reason")
+    parts = [
+        f"{test['duration_ms'] / 1000:.2f}s",
+        "" if not tokens else "tokens not reported" if tokens == "n/a" else f"{tokens} tokens",
+        style.money(metrics.get("cost_usd")),
+        "" if not tools else "tools not reported" if tools == "n/a" else f"{tools} tools",
+        visible.line(f"{len(turns)} turns" + (f" {reason}" if reason else "")) if turns else "",
+        notes(metrics),
+    ]
+    return ", ".join(p for p in parts if p)
 
 
 def labels(console: Console, report: RunReport) -> None:
