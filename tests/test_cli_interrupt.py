@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ async def never():
 @pytest.mark.slow
 def test_sigint_writes_reports_of_what_finished(tmp_path: Path) -> None:
     (tmp_path / "test_int.py").write_text(textwrap.dedent(SUITE))
-    report = tmp_path / "report.json"
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -64,6 +65,8 @@ def test_sigint_writes_reports_of_what_finished(tmp_path: Path) -> None:
             "1",
             "--reporter",
             f"json:{report}",
+            "--reporter",
+            f"junit:{junit}",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -95,6 +98,14 @@ def test_sigint_writes_reports_of_what_finished(tmp_path: Path) -> None:
     assert b"(0 ms)" not in out.split(b"hangs", 1)[1].split(b"\n", 1)[0]
     assert data["summary"]["interrupted"] is True
     assert data["summary"]["not_run"] == 1
+    # the last line says so, and so do both reports: JUnit with an error for the test that
+    # never started (the exit code, 130, is not a pass)
+    last = out.decode().splitlines()[-1]
+    assert last.startswith("interrupted, 1 never started; 1 passed, 0 failed, 1 errored"), last
+    assert data["summary"]["did_not_run"] == ["interrupted, 1 never started"]
+    never = ET.parse(junit).find("testsuite[@name='not run']/testcase/error")
+    assert never is not None
+    assert never.get("message") == "interrupted, 1 never started"
     assert (tmp_path / "cleaned").read_text() == "yes"  # teardown ran on interrupt
 
 

@@ -217,20 +217,20 @@ def write_reports(
     console: Console,
     *,
     context: object = None,
-) -> bool:
+) -> int:
     """Write every file reporter's output (``json:PATH``, ``junit:PATH``, ``html:DIR``,
-    ``markdown:PATH`` with what the history adds in ``context``); ``False`` when one could
-    not be written (said on stderr; the ones after it still are)."""
+    ``markdown:PATH`` with what the history adds in ``context``); the number that could not
+    be written (each said on stderr; the ones after it still are)."""
     from agent_health.engine import reporters, visible
 
-    ok = True
+    unwritten = 0
     for kind, path in outputs:
         if path is None:
             continue
         try:
             written = reporters.write(kind, path, report, context)
         except OSError as err:
-            ok = False
+            unwritten += 1
             shown = visible.line(f"cannot write the {kind} report {path}: {err}")
             print(f"error: {shown}", file=sys.stderr)
             continue
@@ -238,7 +238,7 @@ def write_reports(
         if kind == "html":
             again = f"{invocation()} show-report {_quote(str(path))}"
             console.print(f"open it with: {visible.line(again)}", markup=False)
-    return ok
+    return unwritten
 
 
 def exit_code(report: RunReport, *, fail_on_flaky: bool = False) -> int:

@@ -131,7 +131,8 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
             command_line=provenance.redact_argv(getattr(args, "command_line", [])),
         ),
     )
-    terminal.summary(consoles.out, report)
-    written = common.write_reports(outputs, report, consoles.out)
+    terminal.summary(consoles.out, report, close=False)
+    unwritten = common.write_reports(outputs, report, consoles.out)
+    terminal.closing(consoles.out, report, unwritten=unwritten)
     code = common.exit_code(report)
-    return common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+    return common.EXIT_USAGE if code == common.EXIT_OK and unwritten else code

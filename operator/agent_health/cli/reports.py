@@ -145,9 +145,10 @@ def report(args: argparse.Namespace, consoles: common.Consoles) -> int:
     outputs = [reporters.parse(r) for r in args.reporter or ["html"]]
     common.check_reports(outputs)
     saved = _read(Path(args.file))
-    terminal.summary(consoles.out, saved)
-    written = common.write_reports(outputs, saved, consoles.out)
-    return common.EXIT_OK if written else common.EXIT_USAGE
+    terminal.summary(consoles.out, saved, close=False)
+    unwritten = common.write_reports(outputs, saved, consoles.out)
+    terminal.closing(consoles.out, saved, unwritten=unwritten)
+    return common.EXIT_USAGE if unwritten else common.EXIT_OK
 
 
 def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:

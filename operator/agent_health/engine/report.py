@@ -236,6 +236,17 @@ class Summary(BaseModel):
         description="the quarantined tests' results, counted apart (run --quarantine); None "
         "without a quarantine",
     )
+    not_loaded: list[str] = Field(
+        default_factory=list,
+        description="the files that did not load (a syntax error, a case file that does not "
+        "validate, a path that is not there): none of their tests ran; load_errors says why",
+    )
+    did_not_run: list[str] = Field(
+        default_factory=list,
+        description="what of the run did not run or did not finish, in words, as the "
+        "terminal's closing line begins ('1 file not loaded', 'interrupted, 12 never "
+        "started'); empty when every selected test ran",
+    )
 
 
 class RunReport(BaseModel):
@@ -266,6 +277,8 @@ class RunReport(BaseModel):
         duration_ms: float,
         repeats: int = 1,
         load_errors: Sequence[str] = (),
+        not_loaded: Sequence[str] = (),
+        hook_errors: Sequence[str] = (),
         interrupted: bool = False,
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
@@ -281,7 +294,9 @@ class RunReport(BaseModel):
         synthesised (an async step, :func:`~agent_health.engine.rollup.synthesise`); else
         grouped here. ``pass_at`` lists the k of pass@k (default: the repeats, when more than
         one); ``bootstrap=False`` leaves out the scores' bootstrap intervals, which cost a
-        resampling each, for a tally rebuilt often."""
+        resampling each, for a tally rebuilt often. ``load_errors`` say why each file of
+        ``not_loaded`` did not load; ``hook_errors`` (an ``after_all`` hook that failed) are
+        listed with them."""
         every = results
         apart = [r for r in every if r.quarantined]
         if apart:  # reported apart: every aggregate below is over the others
@@ -310,7 +325,16 @@ class RunReport(BaseModel):
             duration_ms=round(duration_ms, 3),
             tokens=_known_sum(r.token_usage.total for r in results),
             repeats=repeats,
-            load_errors=list(load_errors),
+            load_errors=[*load_errors, *hook_errors],
+            not_loaded=sorted(set(not_loaded)),
+            did_not_run=did_not_run(
+                not_loaded=len(set(not_loaded)),
+                hooks=len(hook_errors),
+                interrupted=interrupted,
+                stopped=stopped,
+                not_run=not_run,
+                budget=budget,
+            ),
             interrupted=interrupted,
             not_run=not_run,
             stopped=stopped,
@@ -373,6 +397,33 @@ class RunReport(BaseModel):
                 pairing or pairing_mod.compare,
             ),
         )
+
+
+def did_not_run(
+    *,
+    not_loaded: int,
+    hooks: int,
+    interrupted: bool,
+    stopped: str | None,
+    not_run: int,
+    budget: budget_mod.Report | None,
+) -> list[str]:
+    """What of a run did not run, each in a few words: the files not loaded, the
+    ``after_all`` hooks that failed, the tests an interruption, ``-x`` or a misdirected agent
+    left unstarted, the tests a budget skipped (why is said on the lines above)."""
+    said = []
+    if not_loaded:
+        said.append(f"{not_loaded} file{'s' if not_loaded != 1 else ''} not loaded")
+    if hooks:
+        said.append(f"{hooks} after_all hook{'s' if hooks != 1 else ''} failed")
+    never = f", {not_run} never started" if not_run else ""
+    if interrupted:
+        said.append(f"interrupted{never}")
+    elif budget is not None and budget.exhausted is not None:
+        said.append(f"stopped by the budget, {budget.skipped} skipped{never}")
+    elif stopped:
+        said.append(f"stopped early{never}")
+    return said
 
 
 def _known_sum(values: Iterable[int | None]) -> int | None:

@@ -102,8 +102,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         chosen = {"--grep": args.grep, "--label": args.label, "--shard": args.shard}
         filters = [flag for flag, value in chosen.items() if value]
         said = select.nothing_to_run(args.paths, len(suite.cases), filters, loader.PATTERNS)
-        console.print(visible.line(said), markup=False)
         common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
+        console.print(visible.line(said), markup=False)  # last: why nothing ran
         return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
     lanes = _lanes(config, args.agent) if recording is None else []  # a replay starts none
     if not lanes and recording is None:
@@ -206,7 +206,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         quarantine.apply(reporting.with_cells(outcome.results, recorded), quarantined),
         duration_ms=outcome.duration_ms,
         repeats=args.repeat,
-        load_errors=[*load_errors, *outcome.hook_errors],
+        load_errors=load_errors,
+        not_loaded=[e.file for e in suite.errors],
+        hook_errors=outcome.hook_errors,
         interrupted=outcome.interrupted,
         not_run=outcome.not_run,
         judge_tokens=judge_usage.model_dump() if judge_usage and judge_usage.calls else None,
@@ -221,13 +223,13 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         dropped = export.close()
         if dropped is not None:
             err_console.print(f"warning: {dropped}", markup=False, highlight=False)
-    terminal.summary(console, report, hints=hints)
+    terminal.summary(console, report, hints=hints, close=False)
     if judge_usage and judge_usage.calls:
         console.print(judge_usage.line())
     # The markdown summary is written last: it says what the history adds (the baseline
     # comparison, the flaky tests), known once the run is compared and recorded.
     summaries = [(kind, path) for kind, path in outputs if kind == "markdown"]
-    written = common.write_reports(
+    unwritten = common.write_reports(
         [(kind, path) for kind, path in outputs if kind != "markdown"], report, console
     )
     if recorded is not None:
@@ -236,22 +238,28 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if outcome.misdirected is not None:  # the agent is not where, or not what, it was said
         if pending is not None:
             pending.close()  # a run that never reached its agent is not recorded
-        common.write_reports(summaries, report, console)  # nor compared: what its report holds
+        # nor compared: its summary is what its report holds
+        unwritten += common.write_reports(summaries, report, console)
         if gone:
             _output_closed(report, outputs, recorded, err_console)
             return common.EXIT_PIPE_CLOSED
         err_console.print(f"error: {outcome.misdirected}", markup=False, highlight=False)
+        terminal.closing(console, report, unwritten=unwritten)
         return common.EXIT_USAGE
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
-    code = common.EXIT_USAGE if code == common.EXIT_OK and not written else code
+    code = common.EXIT_USAGE if code == common.EXIT_OK and unwritten else code
     code = common.EXIT_PIPE_CLOSED if gone else code
     if gone:
         _output_closed(report, outputs, recorded, err_console)
     found = None
+    regressed = []
     if pending is not None and gates is not None:
-        code, found = archive.gate(
+        gated, found = archive.gate(
             pending, report, args.baseline, gates, code=code, consoles=consoles
         )
+        if gated != code:
+            regressed.append(f"regressed from the baseline ({args.baseline})")
+        code = gated
     elif pending is not None and summaries:  # for the summary: against the agent's last run
         found = archive.compared(pending, report, "last", common.compare_gates(args))
     if pending is not None:
@@ -266,10 +274,14 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         )
     if summaries:
         context = archive.summary(pending, report, found, gating=gates is not None)
-        if not common.write_reports(summaries, report, console, context=context):
-            code = common.EXIT_USAGE if code == common.EXIT_OK else code
+        missed = common.write_reports(summaries, report, console, context=context)
+        unwritten += missed
+        code = common.EXIT_USAGE if code == common.EXIT_OK and missed else code
     if pending is not None:
         pending.close()
+    # last, after where the reports, the ledger and the history went: the totals, and what
+    # did not run
+    terminal.closing(console, report, unwritten=unwritten, also=regressed)
     return code
 
 

@@ -1,8 +1,10 @@
 """JUnit XML, the format CI systems read (one testsuite per file).
 
 Honest counts: a file that failed to load is an ``<error>`` testcase (CI shows red, as the
-run's exit code 2 says), every repeat is its own testcase named with its ``[2/3]`` label,
-and each derived metric is a ``metric.NAME`` property with its value.
+run's exit code 2 says), the tests a run never started (interrupted, ``-x``) are one testcase
+of a ``not run`` suite (an ``<error>`` when interrupted, else ``<skipped>``, saying why),
+every repeat is its own testcase named with its ``[2/3]`` label, and each derived metric is
+a ``metric.NAME`` property with its value.
 
 A flaky test (passed on a retry) is a passing testcase with one ``flakyFailure`` or
 ``flakyError`` per earlier try, as Maven Surefire writes them; what a body printed is its
@@ -35,6 +37,8 @@ from agent_health.engine.report import RunReport
 LOAD_ERROR = "load error"
 QUARANTINED = ("failed", "errored", "flaky")
 """Outcomes of a quarantined test that JUnit shows as skipped (with why), never as failing."""
+NOT_RUN = "not run"
+"""The suite of the one testcase that stands for the tests a run never started."""
 
 
 def _failed_signals(test: dict[str, Any]) -> list[dict[str, Any]]:
@@ -236,13 +240,14 @@ def render(report: RunReport) -> bytes:
     s = report.summary
     load_errors = list(s.load_errors)
     tally = _tally(report.tests)
+    never = 1 if s.not_run else 0  # one testcase stands for the tests that never started
     root = ET.Element(
         "testsuites",
         name="agent-health",
-        tests=str(len(report.tests) + len(load_errors)),
+        tests=str(len(report.tests) + len(load_errors) + never),
         failures=str(tally["failures"]),
-        errors=str(tally["errors"] + len(load_errors)),
-        skipped=str(tally["skipped"]),
+        errors=str(tally["errors"] + len(load_errors) + (never if s.interrupted else 0)),
+        skipped=str(tally["skipped"] + (0 if s.interrupted else never)),
         time=f"{s.duration_ms / 1000:.3f}",
     )
     by_file: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -277,9 +282,36 @@ def render(report: RunReport) -> bytes:
             node.text = _shown(text)
         for test in tests:
             _case(suite, test, s.repeats)
+    if never:
+        _never_started(root, report)
     ET.indent(root)
     data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return data
+
+
+def _never_started(root: ET.Element, report: RunReport) -> None:
+    """The tests that never started, as one testcase of a suite of their own: an error when
+    the run was interrupted (CI shows red, as its exit code 130 says), else skipped, with why
+    (``-x``, a misdirected agent) and what else did not run."""
+    s = report.summary
+    why = "; ".join(s.did_not_run) or f"{s.not_run} never started"
+    if s.stopped and not s.interrupted:
+        why = f"{s.stopped}: {why}"
+    suite = _add(
+        root,
+        "testsuite",
+        name=NOT_RUN,
+        tests="1",
+        failures="0",
+        errors="1" if s.interrupted else "0",
+        skipped="0" if s.interrupted else "1",
+        time="0.000",
+    )
+    case = _add(suite, "testcase", name=f"{s.not_run} tests never started", classname=NOT_RUN)
+    if s.interrupted:
+        _add(case, "error", message=why, type="AgentHealthNotRun").text = _shown(why)
+    else:
+        _add(case, "skipped", message=why)
 
 
 def write(path: Path, report: RunReport) -> None:

@@ -14,6 +14,7 @@ move the cursor, erase a line, set the window title or write the clipboard.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -128,8 +129,12 @@ class LiveProgress:
             out.flush()
 
 
-def summary(console: Console, report: RunReport, *, hints: list[str] | None = None) -> None:
-    """The table of results, the reasons of what did not pass, and the totals."""
+def summary(
+    console: Console, report: RunReport, *, hints: list[str] | None = None, close: bool = True
+) -> None:
+    """The table of results, the reasons of what did not pass, what the numbers mean, and
+    (unless ``close`` is false: the caller prints :func:`closing` after its own lines) the
+    closing line with the totals."""
     tests = report.tests
     k = report.summary.repeats
     narrow = False
@@ -151,33 +156,6 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
     no_price = [unpriced_hint(s.unpriced_models)] if s.unpriced_models else []
     for hint in [*(hints or []), *judge_only, *no_price]:
         console.print(f"[dim]hint: {style.shown_block(hint, '  ')}[/]", highlight=False)
-    causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
-    parts = [
-        f"{s.passed} passed",
-        *([f"{s.flaky_count} flaky"] if s.flaky_count else []),
-        f"{s.failed} failed",
-        f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
-        f"{s.skipped} skipped" + (f" ({s.judge_only} judge only)" if s.judge_only else ""),
-    ]
-    if s.quarantined is not None:
-        q = s.quarantined
-        bad = [f"{n} {what}" for what, n in (("failed", q.failed + q.flaky),
-                                              ("errored", q.errored)) if n]  # fmt: skip
-        parts.append(
-            f"{q.passed + q.failed + q.errored + q.skipped + q.flaky} quarantined"
-            + (f" ({', '.join(bad)}: not counted)" if bad else "")
-        )
-    rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}" + style.ci(s.pass_rate_interval)
-    score = "n/a" if s.score is None else f"{s.score:.2f}" + style.ci(s.score_interval, ".2f")
-    if s.score is not None and s.scored < s.total:
-        # the two numbers count different tests: say so where they may disagree
-        score += f" (over the {s.scored} scored of {s.total} results)"
-    cost = "" if s.cost_usd is None else f", {style.money(s.cost_usd)}"
-    unpriced = f" ({s.unpriced} runs unpriced)" if s.cost_usd is not None and s.unpriced else ""
-    console.print(
-        f"\n{', '.join(parts)} — pass rate {rate}, score {score}, "
-        f"{_tokens(s.tokens, s.tokens_unreported)}{cost}{unpriced}, {s.duration_ms / 1000:.2f}s"
-    )
     if s.pass_at:
         console.print(", ".join(_pass_at(p, s.per_test) for p in s.pass_at), highlight=False)
     elif s.repeats > 1:
@@ -221,6 +199,53 @@ def summary(console: Console, report: RunReport, *, hints: list[str] | None = No
         )
     elif s.stopped:
         console.print(f"[yellow]{style.shown(s.stopped)}[/]: {s.not_run} tests never started")
+    if close:
+        closing(console, report)
+
+
+def closing(
+    console: Console, report: RunReport, *, unwritten: int = 0, also: Sequence[str] = ()
+) -> None:
+    """The run's last line: what did not run first (files not loaded, tests never started,
+    ``unwritten`` reports) and ``also`` (a regression from the baseline), then the totals.
+    Whenever the exit code is not 0 this line says why, so a reader of its last line is
+    never told that all passed."""
+    s = report.summary
+    causes = [f"{n} {cause}" for cause, n in s.errored_by_cause.items() if n]
+    parts = [
+        f"{s.passed} passed",
+        *([f"{s.flaky_count} flaky"] if s.flaky_count else []),
+        f"{s.failed} failed",
+        f"{s.errored} errored" + (f" ({', '.join(causes)})" if causes else ""),
+        f"{s.skipped} skipped" + (f" ({s.judge_only} judge only)" if s.judge_only else ""),
+    ]
+    if s.quarantined is not None:
+        q = s.quarantined
+        bad = [f"{n} {what}" for what, n in (("failed", q.failed + q.flaky),
+                                              ("errored", q.errored)) if n]  # fmt: skip
+        parts.append(
+            f"{q.passed + q.failed + q.errored + q.skipped + q.flaky} quarantined"
+            + (f" ({', '.join(bad)}: not counted)" if bad else "")
+        )
+    first = list(s.did_not_run)
+    if s.load_errors and not (s.not_loaded or first):  # a report saved before these fields
+        first.append(f"{len(s.load_errors)} load error{'s' if len(s.load_errors) != 1 else ''}")
+    if unwritten:
+        first.append(f"{unwritten} report{'s' if unwritten != 1 else ''} not written")
+    first.extend(also)
+    rate = "n/a" if s.pass_rate is None else f"{s.pass_rate:.0%}" + style.ci(s.pass_rate_interval)
+    score = "n/a" if s.score is None else f"{s.score:.2f}" + style.ci(s.score_interval, ".2f")
+    if s.score is not None and s.scored < s.total:
+        # the two numbers count different tests: say so where they may disagree
+        score += f" (over the {s.scored} scored of {s.total} results)"
+    cost = "" if s.cost_usd is None else f", {style.money(s.cost_usd)}"
+    unpriced = f" ({s.unpriced} runs unpriced)" if s.cost_usd is not None and s.unpriced else ""
+    head = f"[bold red]{style.shown('; '.join(first))}[/]; " if first else ""
+    console.print(
+        f"\n{head}{', '.join(parts)} — pass rate {rate}, score {score}, "
+        f"{_tokens(s.tokens, s.tokens_unreported)}{cost}{unpriced}, {s.duration_ms / 1000:.2f}s",
+        highlight=False,
+    )
 
 
 def _ended(ended: dict[str, int], repeats: int) -> str:
