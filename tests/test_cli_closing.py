@@ -166,3 +166,30 @@ def test_a_run_where_everything_ran_ends_on_its_totals(
     assert report["summary"]["did_not_run"] == []
     assert report["summary"]["not_loaded"] == []
     assert not [s for s in junit.iter("testsuite") if s.get("name") == "not run"]
+
+
+WOBBLY = """
+from pathlib import Path
+from agent_health import test
+
+@test("wobbly")
+async def wobbly(expect):
+    said = (Path(__file__).parent / "outcome.txt").read_text()
+    if said == "error":
+        raise RuntimeError("the fixture data is gone")
+    expect(said).to_equal("pass")
+"""
+
+
+def test_a_regression_from_the_baseline_is_on_the_last_line(
+    write_suite: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An errored test alone exits 3; ``--baseline`` makes it 1 (newly failing), and the last
+    line says why."""
+    suite = write_suite(**{"test_wobbly.py": WOBBLY, "outcome.txt": "pass"})
+    assert cli.main(["run", str(suite), "--no-ledger"]) == 0
+    (suite / "outcome.txt").write_text("error")
+    capsys.readouterr()
+    assert cli.main(["run", str(suite), "--no-ledger", "--baseline", "last-green"]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("regressed from the baseline (last-green); 0 passed, 0 failed, 1 err")
