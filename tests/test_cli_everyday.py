@@ -168,6 +168,54 @@ def test_run_list_lists_what_would_run_and_runs_nothing(
     assert not Path(".agent-health").exists()  # nothing ran, nothing recorded
 
 
+# -- --grep, repeated ----------------------------------------------------------------------
+
+THREE = """
+from agent_health import test
+
+@test("payment outage")
+async def payment(expect):
+    expect(1).to_equal(1)
+
+@test("auth outage")
+async def auth(expect):
+    expect(1).to_equal(1)
+
+@test("search is healthy")
+async def search(expect):
+    expect(1).to_equal(1)
+"""
+
+
+def test_every_grep_is_taken_and_any_may_match(
+    write_suite: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second --grep used to replace the first silently; now each is taken, and a test
+    that matches any of them runs (as --label's rule is said: all must match)."""
+    suite = write_suite(**{"test_three.py": THREE})
+    run = run_cli_sync(suite, "--no-ledger", "--grep", "^payment", "--grep", "auth")
+    assert run.code == 0
+    assert sorted(t["name"] for t in run.report["tests"]) == ["auth outage", "payment outage"]
+    assert run.report["provenance"]["selection"]["grep"] == ["^payment", "auth"]
+    capsys.readouterr()
+    assert cli.main(["list", str(suite), "--grep", "search", "--grep", "^auth"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "test_three.py::auth outage",
+        "test_three.py::search is healthy",
+        "2 tests in 1 files",
+    ]
+    # a bad pattern is named, whichever it is
+    assert cli.main(["run", str(suite), "--grep", "auth", "--grep", "(unclosed"]) == 2
+    assert "--grep '(unclosed' is not a valid regular expression" in capsys.readouterr().err
+
+
+def test_a_report_saved_with_one_grep_reads_as_a_list() -> None:
+    from agent_health.engine import provenance
+
+    assert provenance.Selection.model_validate({"grep": "payment"}).grep == ["payment"]
+    assert provenance.Selection.model_validate({"grep": None}).grep == []
+
+
 # -- --last-failed -------------------------------------------------------------------------
 
 

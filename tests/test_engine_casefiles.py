@@ -244,6 +244,39 @@ def test_a_folder_search_says_which_json_files_it_skips(write_suite: Any, capsys
     assert [line.split()[0] for line in out.splitlines()] == ["cases.json::two", "1"]
 
 
+OK = """
+from agent_health import test
+
+@test("ok")
+async def ok():
+    pass
+"""
+
+
+def test_reports_written_into_the_suite_are_passed_over_without_a_word(
+    write_suite: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's own examples write their reports into the suite (``--reporter
+    json:run.json``): every later run used to warn that it skipped them, and a report named
+    like a case file (``*benchmark*.json``) failed to load as one. A report is the run's
+    output, never a test: a folder search passes over it; other JSON is still named."""
+    suite = write_suite(**{"test_ok.py": OK})
+    monkeypatch.chdir(suite)
+    assert cli.main(["run", ".", "--no-ledger", "--reporter", "json:run.json"]) == 0
+    assert cli.main(["run", ".", "--no-ledger", "--reporter", "json:benchmark-run.json"]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", ".", "--no-ledger"]) == 0
+    captured = capsys.readouterr()
+    assert "skipped" not in captured.err
+    assert "load error" not in captured.out
+    assert captured.out.splitlines()[-1].startswith("1 passed, 0 failed")
+    (suite / "notes.json").write_text("[]")  # not a report: still said
+    code, out, err = listing(capsys, ".")
+    assert code == 0
+    assert out.splitlines()[-1] == "1 tests in 1 files, 1 JSON skipped"
+    assert "no test_match pattern: notes.json;" in err
+
+
 DEEP = "[" * 100_000 + "]" * 100_000
 WRONG_TYPES = [
     {

@@ -127,7 +127,7 @@ async def test_provenance_says_what_ran(
     }
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", p["run_id"])
     assert p["run_id"] != dirty.report["provenance"]["run_id"]  # each run its own
-    assert p["selection"] == {"grep": None, "labels": [], "shard": None}
+    assert p["selection"] == {"grep": [], "labels": [], "shard": None}
     assert dirty.report["provenance"]["suite"]["git_dirty"] is True
     config = suite / "agent-health.config.py"
     assert p["config_file"] == str(config)

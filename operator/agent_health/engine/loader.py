@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
@@ -61,7 +62,8 @@ def find_files(
     paths: Sequence[Path], found_by: discovery.Discovery | None = None
 ) -> tuple[list[Path], list[Path]]:
     """Test files named by ``paths`` (files as given, directories searched recursively),
-    and the JSON files the search passed over (not test files by name, not ignored)."""
+    and the JSON files the search passed over (not test files by name, not ignored, not an
+    agent-health report: :func:`is_report`)."""
     found_by = found_by or discovery.Discovery()
     found: list[Path] = []
     passed_over: list[Path] = []
@@ -76,15 +78,33 @@ def find_files(
             below = Path(dirpath).relative_to(path).as_posix()
             for name in sorted(filenames):
                 relative = name if below == "." else f"{below}/{name}"
+                json_file = Path(name).suffix.lower() in discovery.CASE_SUFFIXES
+                if json_file and is_report(Path(dirpath, name)):
+                    continue  # a run's own report, written into the suite: never a test
                 if found_by.is_test_file(relative):
                     found.append(Path(dirpath, name).resolve())
-                elif Path(name).suffix.lower() in discovery.CASE_SUFFIXES and not (
-                    found_by.is_ignored(relative)
-                ):
+                elif json_file and not found_by.is_ignored(relative):
                     passed_over.append(Path(dirpath, name).resolve())
     seen: set[Path] = set()
     unique = [p for p in found if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
     return unique, [p for p in passed_over if p not in seen]
+
+
+REPORT_HEAD = re.compile(rb'\A\s*\{\s*"version"\s*:\s*\d+\s*,\s*"summary"\s*:')
+"""How an agent-health JSON report begins (``--reporter json`` writes its version, then its
+summary); no case file format begins so."""
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` is an agent-health JSON report, from its first bytes: the reports a
+    run writes into its suite's folder (``--reporter json:run.json``, as the README does)
+    are its output, not tests, and a folder search passes them over without a word."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return REPORT_HEAD.match(head) is not None
 
 
 def _beside(found_by: discovery.Discovery, benchmark: Path) -> list[Path]:

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GIT_TIMEOUT = 5.0  # seconds; a hung git (a network filesystem) must not hold up the run
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
@@ -74,9 +74,19 @@ class Selection(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    grep: str | None = None
+    grep: list[str] = Field(
+        default_factory=list, description="every --grep as given (any may match)"
+    )
     labels: list[str] = Field(default_factory=list)
     shard: str | None = None
+
+    @field_validator("grep", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        """A report written when one ``--grep`` was kept (a string, or null) reads as a list."""
+        if value is None:
+            return []
+        return [value] if isinstance(value, str) else value
 
 
 class GitState(NamedTuple):

@@ -1,5 +1,10 @@
 """Choosing which tests run: ``--grep``, ``--label``, ``--shard i/n``, ``test.only`` and
-``--forbid-only``."""
+``--forbid-only``.
+
+Both filters repeat, and each says its rule: a test is chosen when *any* ``--grep`` pattern
+matches its title or id (a second pattern widens the run, as Playwright's ``--grep a|b``
+would), and when it carries *every* ``--label`` (a second label narrows it).
+"""
 
 from __future__ import annotations
 
@@ -43,23 +48,28 @@ def parse_shard(value: str) -> tuple[int, int]:
 def select(
     cases: Sequence[declare.TestCase],
     *,
-    grep: str | None = None,
+    grep: Sequence[str] = (),
     labels: Sequence[str] = (),
     shard: tuple[int, int] | None = None,
 ) -> list[declare.TestCase]:
-    """Tests whose title matches ``grep``, that carry every label, in this shard."""
+    """Tests whose title or id matches any of the ``grep`` patterns (all tests when there is
+    none), that carry every label, in this shard."""
     chosen = list(cases)
     focused = [c for c in chosen if c.mode == "only"]
     if focused:
         chosen = focused
     if grep:
-        try:
-            rx = re.compile(grep)
-        except re.error as err:
-            raise errors.ConfigError(
-                f"--grep {grep!r} is not a valid regular expression: {err}"
-            ) from err
-        chosen = [c for c in chosen if rx.search(c.title) or rx.search(c.id)]
+        patterns = []
+        for one in grep:
+            try:
+                patterns.append(re.compile(one))
+            except re.error as err:
+                raise errors.ConfigError(
+                    f"--grep {one!r} is not a valid regular expression: {err}"
+                ) from err
+        chosen = [
+            c for c in chosen if any(rx.search(c.title) or rx.search(c.id) for rx in patterns)
+        ]
     for label in labels:
         chosen = [c for c in chosen if has_label(c.labels, label)]
     if shard is not None:

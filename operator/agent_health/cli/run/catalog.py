@@ -21,8 +21,18 @@ def add_command(sub: Any) -> None:
     ls = sub.add_parser("list", help="discover tests without running them")
     ls.add_argument("paths", nargs="*", default=["."])
     ls.add_argument("--json", action="store_true", help="print JSON")
-    ls.add_argument("--grep")
-    ls.add_argument("--label", action="append", default=[])
+    ls.add_argument(
+        "--grep",
+        action="append",
+        default=[],
+        help="only tests whose title or id matches this regex (repeat it: any may match)",
+    )
+    ls.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="only tests with this label (repeat it: all must match, letter case aside)",
+    )
     ls.add_argument("--config", help="config file (default: agent-health.config.py found upward)")
     suite_mod.case_file_flags(ls)
     ls.set_defaults(handler=list_command)

@@ -43,12 +43,17 @@ def add_command(sub: Any) -> None:
         help="report pass@k and pass^k for these k, e.g. 1,3,5 (each at most --repeat; "
         "default: --repeat when it is more than 1)",
     )
-    run.add_argument("--grep", help="only tests whose title or id matches this regex")
+    run.add_argument(
+        "--grep",
+        action="append",
+        default=[],
+        help="only tests whose title or id matches this regex (repeat it: any may match)",
+    )
     run.add_argument(
         "--label",
         action="append",
         default=[],
-        help="only tests with this label (repeat to require several)",
+        help="only tests with this label (repeat it: all must match, letter case aside)",
     )
     run.add_argument("--shard", help="run shard i of n, e.g. 1/4")
     run.add_argument("--no-judge", action="store_true", help="skip every judge() call (neutral)")

@@ -194,7 +194,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         started_at=started_at,
         ended_at=datetime.now(UTC),
         git=git_state.result(),
-        selection=provenance.Selection(grep=args.grep, labels=list(args.label), shard=args.shard),
+        selection=provenance.Selection(
+            grep=list(args.grep), labels=list(args.label), shard=args.shard
+        ),
         suite=suite_name.result(),
     )
     if recording is not None:
