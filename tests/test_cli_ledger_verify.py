@@ -70,9 +70,10 @@ def test_the_printed_verify_command_runs_as_printed(tmp_path: Path, how: str) ->
         command, cwd=where, env=_env(), capture_output=True, text=True, timeout=120
     )
     assert checked.returncode == 0, checked.stderr
-    assert "1 cells verified (run file sealed) with the key file .agent-health/ledger/" in (
-        checked.stdout
-    )
+    # the ledger is the suite's (beside its first path, there being no config), not here's
+    key_dir = suite / ".agent-health" / "ledger"
+    assert f"1 cells verified (run file sealed) with the key file {key_dir}/" in checked.stdout
+    assert not (where / ".agent-health").exists()
 
 
 def test_verify_finds_the_key_beside_the_ledger_given_its_folder_or_file(

@@ -650,3 +650,61 @@ async def test_a_flood_of_peer_calls_is_kept_to_the_cells_share_and_marked_the_a
     graded = grading.grade_lines("c", line_set, key, expected)
     assert not graded.infra
     assert graded.cause == "agent"
+
+
+BESIDE = """
+from agent_health import test
+
+
+@test("asks the agent")
+async def asks(agent, expect):
+    result = await agent.run("Diagnose why the payment service is failing.")
+    expect(result.output).to_contain("db-primary")
+
+
+@test("fails")
+async def fails(expect):
+    expect(1).to_equal(2)
+"""
+
+
+async def test_the_suites_own_files_live_beside_its_config_wherever_the_run_starts(
+    triage_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """.agent-health/ used to land in the working directory; now the default ledger, its key
+    and the --last-failed cache go beside the suite's config, as the history does, and the
+    printed `ledger verify` command runs as printed from where the run started."""
+    suite = tmp_path / "project"
+    (suite / "tests").mkdir(parents=True)
+    (suite / "tests" / "test_beside.py").write_text(BESIDE)
+    (suite / "agent-health.config.py").write_text(
+        "from agent_health import define_config\n\n"
+        f"config = define_config(agents={{'triage': {{'url': {triage_url!r}}}}}, history=False)\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    run = await run_cli(suite / "tests")  # the config is found upward, in project/
+    assert run.code == 1
+    home = suite / ".agent-health"
+    [ledger] = [p for p in (home / "ledger").iterdir() if p.is_dir()]
+    assert (home / "ledger" / f"{ledger.name}.key").is_file()
+    cache = json.loads((home / "last-failed.json").read_text())
+    assert cache["suites"] == {str(suite / "tests"): ["test_beside.py::fails"]}
+    assert not (elsewhere / ".agent-health").exists()
+    assert not (suite / "tests" / ".agent-health").exists()
+    printed = capsys.readouterr().out
+    assert f"ledger: file://{ledger} (1 cells, key {ledger}.key)" in printed
+    verify = printed.split("check it with: ", 1)[1].split("\n", 1)[0].split()
+    assert verify[-3:-1] == ["ledger", "verify"]
+    checked = await asyncio.to_thread(cli.main, verify[-3:])
+    assert checked == 0  # as printed, from where the run started
+    # from inside the project, the same cache: --last-failed reruns the one that failed
+    monkeypatch.chdir(suite)
+    again = await run_cli(Path("tests"), "--last-failed", "--no-ledger")
+    assert [t["name"] for t in again.report["tests"]] == ["fails"]
+    assert "--last-failed: rerunning 1 of 2 tests" in capsys.readouterr().err
+    assert [p.name for p in (home / "ledger").iterdir() if p.is_dir()] == [ledger.name]

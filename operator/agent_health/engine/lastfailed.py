@@ -1,7 +1,8 @@
 """What failed last time, for ``agent-health run --last-failed`` (pytest's ``--lf``).
 
-The cache is ``.agent-health/last-failed.json`` in the directory the command runs from,
-one entry per suite root (test ids are relative to it). After every run it is updated as
+The cache is ``last-failed.json`` in the suite's ``.agent-health/`` (beside its config, as
+``agent-health run`` finds it, wherever the command runs from), one entry per suite root
+(test ids are relative to it). After every run it is updated as
 pytest updates its own: a test that failed or errored is added, one that passed, was flaky or
 skipped is removed, and a test that did not run this time keeps its entry.
 """
@@ -18,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent_health.sdk import declare
 from agent_health.sdk.results import TestResult
 
-PATH = Path(".agent-health") / "last-failed.json"
+NAME = "last-failed.json"
+PATH = Path(".agent-health") / NAME
 VERSION = 1
 
 

@@ -59,7 +59,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def default_url(root: Path = DEFAULT_ROOT, now: datetime | None = None) -> str:
-    """``file://.agent-health/ledger/<UTC timestamp>-<random>/`` (unique per run)."""
+    """``file://ROOT/<UTC timestamp>-<random>/`` (unique per run); ``agent-health run``
+    gives the ``ledger/`` folder of the suite's ``.agent-health/``, beside its config."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     return f"file://{root / f'{stamp}-{secrets.token_hex(2)}'}"
 
@@ -94,14 +95,14 @@ def _lane(agent: str) -> str:
     return f"{slug or 'agent'}-{hashlib.sha256(agent.encode('utf-8')).hexdigest()[:6]}"
 
 
-def key_path(url: str) -> Path:
-    """Where the run's key is written: ``DIR.key`` beside a file ledger, else under
-    ``.agent-health/ledger/``."""
+def key_path(url: str, root: Path = DEFAULT_ROOT) -> Path:
+    """Where the run's key is written: ``DIR.key`` beside a file ledger, else in ``root``
+    (the ``ledger/`` folder of the suite's ``.agent-health/``)."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme == "file":
         return chain.key_beside(url)  # where `ledger verify` looks for it
     safe = _UNSAFE.sub("-", rest).strip("-") or "ledger"
-    return DEFAULT_ROOT / f"{safe}.key"
+    return root / f"{safe}.key"
 
 
 def _remove_key(path: Path) -> None:
@@ -166,9 +167,9 @@ class _Cell:
 class LocalLedger:
     """The ledger of one local run: key, store, and the cells of the tests in flight."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, root: Path = DEFAULT_ROOT) -> None:
         self.url = url
-        self.key_file = key_path(url)
+        self.key_file = key_path(url, root)
         self.failures: list[str] = []
         self.cells: list[str] = []  # recorded, in the order their tests ended
         self.refused: dict[str, refusal.Refusal] = {}

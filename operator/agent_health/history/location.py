@@ -36,7 +36,10 @@ ENV = "AGENT_HEALTH_HISTORY"
 """The environment variable naming the history's URL (below ``--history``, above the config)."""
 PASSWORD_FILE_ENV = "AGENT_HEALTH_HISTORY_PASSWORD_FILE"
 """A file holding only the PostgreSQL password (a mounted Secret); trailing newlines dropped."""
-DEFAULT_PATH = Path(".agent-health") / "history.db"
+HOME = Path(".agent-health")
+"""agent-health's own folder of a suite (history, local ledgers, the --last-failed cache),
+relative to the folder of the suite's config file: :func:`home`."""
+DEFAULT_PATH = HOME / "history.db"
 """The default history, relative to the folder of the suite's config file."""
 Kind = Literal["sqlite", "postgresql"]
 SCHEMES: dict[str, Kind] = {
@@ -184,6 +187,14 @@ def resolve(
 def default_location(config_file: Path | None, start: Path | None = None) -> Location:
     """``.agent-health/history.db`` beside ``config_file`` (else beside ``start``)."""
     return parse(f"sqlite:///{_folder(config_file, start) / DEFAULT_PATH}", origin="the default")
+
+
+def home(config_file: Path | None, start: Path | None = None) -> Path:
+    """The suite's ``.agent-health/`` folder (absolute), found as the history is: beside
+    ``config_file`` (the config found upward from the first path given, or ``--config``),
+    else beside ``start`` (that first path; its folder when it is a file). Every file
+    agent-health keeps for a suite lives there, wherever the command is run from."""
+    return _folder(config_file, start) / HOME
 
 
 def _folder(config_file: Path | None, start: Path | None) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,12 +36,14 @@ async def execute(
     export: export_mod.Export | None = None,
     outlet: common.Outlet | None = None,
     preflight: bool = False,
+    home: Path | None = None,
 ) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
     """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader.
 
     With ``preflight``, each agent (once started, when its config starts it) is looked at
     before the first test (:mod:`agent_health.connectors.preflight`): one that is not there
-    raises :class:`~agent_health.connectors.errors.AgentAbsent`, a usage error.
+    raises :class:`~agent_health.connectors.errors.AgentAbsent`, a usage error. ``home`` is
+    the suite's ``.agent-health/``: the default ledger goes into its ``ledger/``.
     """
     import asyncio
     import dataclasses
@@ -64,8 +67,9 @@ async def execute(
             # reports and the ledger say so. Told from whichever thread wrote.
             stack.enter_context(outlet.watching(lambda: _stop_from_any_thread(loop, stop)))
         if not args.no_ledger and replayed is None:
-            url = args.ledger or recording.default_url()
-            recorded = await stack.enter_async_context(recording.LocalLedger(url))
+            root = home / "ledger" if home is not None else recording.DEFAULT_ROOT
+            url = args.ledger or recording.default_url(root)
+            recorded = await stack.enter_async_context(recording.LocalLedger(url, root))
         names: list[str | None] = [name for name, _ in lanes]
         callers: list[Any] = []
         spans = None

@@ -79,7 +79,8 @@ def add_command(sub: Any) -> None:
     )
     run.add_argument(
         "--ledger",
-        help="record every exchange and result here (default: file://.agent-health/ledger/TIME/)",
+        help="record every exchange and result here (default: file://.agent-health/ledger/"
+        "TIME/, in the suite's .agent-health/ beside its config)",
     )
     run.add_argument("--no-ledger", action="store_true", help="record no ledger")
     common.history_flag(run)

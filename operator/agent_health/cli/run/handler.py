@@ -72,6 +72,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     paths = [Path(p) for p in args.paths]
     config = suite_mod.load_config(args, paths)
     config_file = suite_mod.config_path(args, paths)
+    home = suite_mod.home(args, paths)  # the suite's .agent-health/, beside its config
     quarantined = _quarantined(args, config, config_file)
     gates = _baseline_gates(args, recording)
     # Checked now: a URL that cannot name a history is a usage error before anything runs.
@@ -90,7 +91,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if args.last_failed:
         from agent_health.engine import lastfailed
 
-        cases, note = lastfailed.choose(cases, lastfailed.failed(suite.root))
+        cases, note = lastfailed.choose(
+            cases, lastfailed.failed(suite.root, home / lastfailed.NAME)
+        )
         err_console.print(note, markup=False)
     if args.list:
         return catalog.print_cases(cases, suite, as_json=False, consoles=consoles)
@@ -164,6 +167,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 export,
                 consoles.stdout,
                 preflight,
+                home,
             )
         )
     except BaseException:
@@ -178,7 +182,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine import lastfailed
 
     with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
-        lastfailed.update(suite.root, outcome.results)
+        lastfailed.update(suite.root, outcome.results, home / lastfailed.NAME)
     what_ran = provenance.collect(
         paths=paths,
         argv=getattr(args, "command_line", ["agent-health", "run"]),
