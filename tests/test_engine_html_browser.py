@@ -727,3 +727,37 @@ def test_each_mcp_call_shows_with_its_server(chromium: Any, tmp_path: Path) -> N
         assert "@ peer:time" in timeline
         assert "seen by the gateway" in timeline
         _clean(seen, url)
+
+
+def test_the_filter_chips_say_they_count_tests_and_the_cards_results(
+    chromium: Any, tmp_path: Path
+) -> None:
+    """Two tests, three repeats, one failing twice: the card says 2 failed results of 6, the
+    chip 1 failed test, and each says which it counts (they used to disagree unexplained)."""
+
+    def result(name: str, repeat: int, status: Any) -> TestResult:
+        return TestResult(
+            id=f"t.py::{name}", name=name, title=name, file="t.py", line=1, repeat=repeat,
+            status=status, run_id=f"r{repeat}", score=1.0 if status == "passed" else 0.0,
+        )  # fmt: skip
+
+    results = [result("steady", r, "passed") for r in range(3)]
+    results += [result("wobbly", r, "passed" if r == 0 else "failed") for r in range(3)]
+    report = RunReport.build(results, duration_ms=1.0, repeats=3)
+    url = reporters.write("html", tmp_path, report).as_uri()
+    with browser.watched_page(chromium) as seen:
+        _open(seen, url)
+        page = seen.page
+        card = page.locator("#summary .card.failed")
+        assert card.locator(".value").inner_text() == "2"
+        assert card.locator(".def").inner_text() == "results (of 6)"
+        assert page.locator("#status-filters .chips-head").inner_text() == "tests:"
+        chip = page.locator("#status-filters button[data-status='failed']")
+        assert chip.inner_text() == "failed 1"
+        assert chip.get_attribute("title") == (
+            "1 test with at least one failed repeat (the card above counts results)"
+        )
+        passed = page.locator("#status-filters button[data-status='passed']")
+        assert passed.inner_text() == "passed 2"  # both tests passed in some repeat
+        assert page.locator("#summary .card.passed .value").inner_text() == "4"
+        _clean(seen, url)

@@ -234,6 +234,11 @@
     return parts.length ? "by cause: " + parts.join(", ") : "";
   }
 
+  // What a status card counts: results, one per (test, repeat), not tests (the chips).
+  function resultsOf() {
+    return "results (of " + String(SUMMARY.total ?? TESTS.length) + ")";
+  }
+
   function judgeOnly() {
     const n = SUMMARY.judge_only;
     return n ? n + " judge only: judge skipped, nothing else checked" : "";
@@ -250,7 +255,8 @@
       card("total", "results", String(SUMMARY.total ?? TESTS.length),
         K > 1 ? testsCount + " tests × " + K + " repeats" : testsCount + " tests"),
       STATUSES.map((s) => card(s, s, String(SUMMARY[s] ?? 0),
-        s === "errored" ? erroredCauses() : s === "skipped" ? judgeOnly() : null)),
+        [resultsOf(), s === "errored" ? erroredCauses() : s === "skipped" ? judgeOnly() : ""]
+          .filter(Boolean).join("; "))),
       SUMMARY.flaky_count ? card("flaky", "flaky", String(SUMMARY.flaky_count),
         "passed only on a retry (--retries); counted as not passed") : null,
       card("rate", "pass rate", pct(SUMMARY.pass_rate), LEGEND.pass_rate,
@@ -499,16 +505,29 @@
     for (const s of STATUSES) counts[s] = groups.filter((g) => g.counts[s]).length;
     // flaky and mixed are offered when there are some: the chips and the summary agree
     const kinds = ["all", ...STATUSES, ...["flaky", "mixed"].filter((k) => counts[k])];
-    box.replaceChildren(...kinds.map((kind) => el("button", {
-      type: "button", "data-status": kind, "aria-pressed": String(state.status === kind),
-      onclick: () => { state.status = kind; state.shown = PAGE; update(); },
-    }, kind + " " + counts[kind])));
+    // The chips count tests (a test with a failed repeat is one failed test); the cards
+    // above count results (test × repeat): each says which it counts.
+    box.replaceChildren(el("span", { class: "chips-head", text: "tests:" }),
+      ...kinds.map((kind) => el("button", {
+        type: "button", "data-status": kind, "aria-pressed": String(state.status === kind),
+        title: chipTitle(kind, counts[kind]),
+        onclick: () => { state.status = kind; state.shown = PAGE; update(); },
+      }, kind + " " + counts[kind])));
     const select = document.getElementById("label-filter");
     const labels = [...new Set(groups.flatMap((g) => g.labels))].sort();
     select.replaceChildren(el("option", { value: "", text: "all labels" }),
       ...labels.map((l) => el("option", { value: l, text: l })));
     select.value = state.label;
     select.hidden = labels.length === 0;
+  }
+
+  function chipTitle(kind, n) {
+    const tests = n === 1 ? "1 test" : n + " tests";
+    if (kind === "all") return "all " + tests;
+    if (kind === "mixed") return tests + " that passed in some repeats and not in others";
+    if (kind === "flaky") return tests + " that passed only on a retry";
+    return tests + (K > 1 ? " with at least one " + kind + " repeat" : " " + kind)
+      + " (the card above counts results)";
   }
 
   function row(group) {
