@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,61 @@ def test_nothing_to_grade_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
     (tmp_path / "key").write_bytes(b"k" * 40)
     assert cli.main(["grade", str(tmp_path), "--key-file", str(tmp_path / "key")]) == 2
     assert "no ledger cells" in capsys.readouterr().err
+
+
+SIDE_BY_SIDE = """
+import asyncio
+from agent_health import test
+
+IN = []
+
+
+async def together(name):
+    # each waits (bounded) until the other is in its body too: the two overlap for sure
+    IN.append(name)
+    for _ in range(3000):
+        if len(IN) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # both in flight for at least this long
+
+
+@test("one")
+async def one(agent, expect):
+    result = await agent.run("Diagnose the payment service")
+    await together("one")
+    expect(result).to_have_called_tool("search_logs")
+
+
+@test("two")
+async def two(agent, expect):
+    result = await agent.run("Diagnose the payment service")
+    await together("two")
+    expect(result).to_have_called_tool("search_logs")
+"""
+
+
+async def test_grade_reports_the_recorded_runs_duration(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: Any
+) -> None:
+    """Two tests that ran side by side (-j 2): the regrade's duration is the run's, from its
+    first cell's start to its last cell's end — less than the sum of the two tests' times
+    (what grade said before), at least the longer one's — and its provenance says when."""
+    ledger = tmp_path / "ledger"
+    suite = write_suite(**{"test_side.py": SIDE_BY_SIDE})
+    argv = ("--agent", f"rest+{triage_url}", "-j", "2", "--ledger", f"file://{ledger}")
+    run = await run_cli(suite, *argv)
+    assert run.code == 0
+    out = tmp_path / "regraded.json"
+    grade = ["grade", f"file://{ledger}", "--key-file", str(tmp_path / "ledger.key")]
+    assert await asyncio.to_thread(cli.main, [*grade, "--reporter", f"json:{out}"]) == 0
+    regraded = json.loads(out.read_text())
+    took = [t["duration_ms"] for t in regraded["tests"]]
+    duration = regraded["summary"]["duration_ms"]
+    assert max(took) <= duration
+    assert duration < sum(took) - 25  # they overlapped by 50 ms at least
+    provenance = regraded["provenance"]
+    started = datetime.fromisoformat(provenance["started_at"])
+    ended = datetime.fromisoformat(provenance["ended_at"])
+    assert abs((ended - started).total_seconds() * 1000 - duration) < 1
+    assert f", {duration / 1000:.2f}s" in capsys.readouterr().out.splitlines()[-1]

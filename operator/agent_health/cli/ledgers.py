@@ -120,15 +120,25 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(str(err)) from err
     if not results:
         raise common.UsageError(f"no ledger cells found at {args.url}")
+    # The recorded run's own time, from its cells: not the regrade's, nor the sum of its
+    # tests' (run side by side, they overlap). A ledger whose cells say no start: the
+    # longest test, the least the run took.
+    ran = regrade.span(results)
+    if ran is not None:
+        duration_ms = (ran[1] - ran[0]).total_seconds() * 1000
+    else:
+        duration_ms = max(r.duration_ms for r in results)
     report = RunReport.build(
         results,
-        duration_ms=sum(r.duration_ms for r in results),
+        duration_ms=duration_ms,
         repeats=max(r.repeat for r in results) + 1,
         provenance=provenance.Provenance(
             agent_health_version=provenance.version(),
             python_version=platform.python_version(),
             ledger=provenance.redact_url(args.url),
             command_line=provenance.redact_argv(getattr(args, "command_line", [])),
+            started_at=ran[0] if ran is not None else None,
+            ended_at=ran[1] if ran is not None else None,
         ),
     )
     terminal.summary(consoles.out, report, close=False)

@@ -8,6 +8,9 @@ work: ``file://``, ``configmap://``, ``s3://``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
 from agent_health.cluster.grading import grading
 from agent_health.ledger import backends, keys, records, store
 from agent_health.ledger import errors as ledger_errors
@@ -52,3 +55,16 @@ async def grade_ledger(
         return results
     finally:
         await backend.close()
+
+
+def span(results: Sequence[TestResult]) -> tuple[datetime, datetime] | None:
+    """When the recorded run ran: from its first cell's start to its last cell's end (each
+    cell's own record of its start, plus its test's duration); ``None`` when no cell says
+    when it started. This is the run's time, not the time it takes to grade it again, and
+    not the sum of its tests' times (tests run side by side)."""
+    timed = [r for r in results if r.started_at > 0]
+    if not timed:
+        return None
+    start = min(r.started_at for r in timed)
+    end = max(r.started_at + r.duration_ms / 1000 for r in timed)
+    return datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
