@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import ship_support
 import yaml
@@ -110,6 +111,8 @@ def test_the_kind_path_lists_every_program_it_needs() -> None:
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOC_NAMES = (
+    "your-agent",
+    "cli",
     "architecture",
     "writing-tests",
     "agent-protocol",
@@ -117,6 +120,7 @@ DOC_NAMES = (
     "ledger",
     "statistics",
     "otel",
+    "history",
 )
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^(```|~~~)")
@@ -264,19 +268,46 @@ def test_a_stale_reference_is_found_and_rewritten(tmp_path: Path) -> None:
     assert text.endswith(f"{reference.END}\n\nafter\n")
 
 
-def test_readme_documents_every_flag_of_run() -> None:
-    """Every option of ``agent-health run`` is in README's `run` flags paragraph."""
+CLI_DOC = (ROOT / "docs" / "cli.md").read_text()
+
+
+def _commands() -> dict[str, Any]:
+    """``agent-health``'s subcommands, by name, as its parser has them."""
     from agent_health.cli import app
 
     top = app.parser()
     sub = next(a for a in top._actions if a.dest == "command")
-    run = sub.choices["run"]  # type: ignore[attr-defined]
-    flags = README.split("`run` flags:", 1)[1].split("\n\n", 1)[0]
+    return dict(sub.choices)  # type: ignore[attr-defined]
+
+
+def test_the_cli_page_documents_every_flag_of_run() -> None:
+    """Every option of ``agent-health run`` is in docs/cli.md's section on ``run``."""
+    run = _commands()["run"]
+    section = CLI_DOC.split("## `agent-health run`", 1)[1].split("\n## ", 1)[0]
     missing = [
         option
         for action in run._actions
         for option in action.option_strings
         if option not in ("-h", "--help")
-        and not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", flags)
+        and not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", section)
     ]
-    assert missing == [], f"README's `run` flags paragraph lacks {missing}"
+    assert missing == [], f"docs/cli.md's `run` section lacks {missing}"
+
+
+def test_the_cli_page_names_every_command() -> None:
+    missing = [name for name in _commands() if f"`{name}" not in CLI_DOC]
+    assert missing == [], f"docs/cli.md does not name the commands {missing}"
+
+
+def test_the_readme_is_an_overview() -> None:
+    """The README's command table says what each command is for in a line (it ran to ~190
+    words a row, and a flag paragraph of ~700 words followed it): the reference is
+    docs/cli.md, and the README links to it and to the five-minute page."""
+    rows = [line for line in README.splitlines() if line.startswith("| `agent-health ")]
+    assert len(rows) >= 5
+    longest = max(len(row.split()) for row in rows)
+    assert longest <= 40, f"a README command row runs to {longest} words"
+    assert "`run` flags:" not in README
+    assert "](docs/cli.md)" in README
+    assert "](docs/your-agent.md)" in README
+    assert len(README.splitlines()) < 300

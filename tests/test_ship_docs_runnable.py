@@ -5,7 +5,9 @@ fence's info string: ```` ```python runnable ```` is a test file run against the
 example agent, ```` ```python runnable agent ```` a REST agent and ```` ```python runnable
 cmd ```` a subprocess agent, each driven by a probe test,
 ```` ```sh runnable ```` a shell script run beside a copy of ``examples/``; ``exit=N``
-expects exit code N instead of 0.
+expects exit code N instead of 0. A block marked ``file=PATH`` is a file a page builds step
+by step: each ``sh`` block of the page runs with every such block above it written to its
+path first, so a page's steps run in order, as its reader runs them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,10 +68,12 @@ class Block:
     flags: tuple[str, ...]
     exit: int
     code: str
+    file: str | None = None  # ``file=PATH``: written there for the page's later sh blocks
 
     @property
     def name(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page}:{self.line}"
 
 
 def parse(page: Path) -> list[Block]:
@@ -95,11 +100,10 @@ def parse(page: Path) -> list[Block]:
         rest = words[words.index("runnable") + 1 :]
         options = dict(w.split("=", 1) for w in rest if "=" in w)
         flags = tuple(w for w in rest if "=" not in w)
-        unknown = set(options) - {"exit"}
+        unknown = set(options) - {"exit", "file"}
         assert not unknown, f"{page.name}:{start + 1}: unknown runnable option {sorted(unknown)}"
-        blocks.append(
-            Block(page, start + 1, language, flags, int(options.get("exit", 0)), "\n".join(body))
-        )
+        exit_code, code = int(options.get("exit", 0)), "\n".join(body)
+        blocks.append(Block(page, start + 1, language, flags, exit_code, code, options.get("file")))
     return blocks
 
 
@@ -129,8 +133,23 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_block(block: Block, tmp: Path) -> subprocess.CompletedProcess[str]:
-    """Run one block the way its marking says; return the finished process."""
+def written_before(block: Block, blocks: list[Block]) -> list[Block]:
+    """The ``file=`` blocks of ``block``'s page above it: what its reader has written by
+    then."""
+    return [b for b in blocks if b.page == block.page and b.line < block.line and b.file]
+
+
+def run_block(
+    block: Block, tmp: Path, files: Sequence[Block] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run one block the way its marking says, after writing ``files`` (``file=`` blocks)
+    to their paths; return the finished process."""
+    for written in files:
+        assert written.file is not None
+        target = tmp / written.file
+        assert target.resolve().is_relative_to(tmp.resolve()), f"{written.name}: {written.file}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(written.code + "\n")
     agent_health = str(BIN / "agent-health")
     if block.language == "python" and block.flags in (("agent",), ("cmd",)):
         (tmp / "agent.py").write_text(block.code + "\n")
@@ -177,10 +196,44 @@ def test_a_block_that_does_not_do_what_it_says_is_caught(tmp_path: Path) -> None
     assert done.returncode != block.exit
 
 
+def check_file_block(block: Block, blocks: list[Block]) -> None:
+    """A ``file=`` block is run by the page's sh blocks below it: there must be one; and a
+    Python file must at least compile."""
+    below = [b for b in blocks if b.page == block.page and b.line > block.line and not b.file]
+    assert any(b.language in ("sh", "bash") for b in below), (
+        f"{block.name}: file={block.file} has no sh runnable block below it to run it"
+    )
+    if block.language == "python":
+        compile(block.code, block.file or block.name, "exec")
+
+
+def test_a_page_builds_its_files_in_order_for_its_commands(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python runnable file=app/agent.py\nprint('hello')\n```\n\n"
+        "```sh runnable\ncd app && python agent.py | grep -x hello\n```\n\n"
+        "```text runnable file=app/late.txt\nwritten after the command\n```\n"
+    )
+    blocks = parse(page)
+    first, command, late = blocks
+    assert (first.file, first.language, command.file) == ("app/agent.py", "python", None)
+    assert written_before(command, blocks) == [first]
+    done = run_block(command, tmp_path / "run", written_before(command, blocks))
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "run" / "app" / "late.txt").exists()
+    check_file_block(first, blocks)
+    # a file block no command of its page runs checks nothing: it is refused
+    with pytest.raises(AssertionError, match="no sh runnable block below it"):
+        check_file_block(late, blocks)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
 def test_runnable_block(block: Block, tmp_path: Path) -> None:
-    done = run_block(block, tmp_path)
+    if block.file is not None:
+        check_file_block(block, BLOCKS)
+        return
+    done = run_block(block, tmp_path, written_before(block, BLOCKS))
     assert done.returncode == block.exit, (
         f"{block.name} exited {done.returncode}, the page says {block.exit}:\n"
         f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

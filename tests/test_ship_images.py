@@ -69,7 +69,7 @@ IMAGE_PLATFORMS = [
     for machine in ("x86_64", "aarch64")
 ]  # fmt: skip
 # Subcommands the CLI is being given in parallel work; until they land, the entry points
-# name them from the CLI contract (README.md's command table). Remove a name here once
+# name them from the CLI contract (docs/cli.md). Remove a name here once
 # `agent-health --help` lists it.
 CONTRACT_ONLY: set[str] = set()
 
