@@ -100,7 +100,8 @@ def test_without_a_history_the_summary_says_so_and_a_saved_report_renders_too(
     assert run(suite, "fail", *args) == 1
     text = summary.read_text()
     assert "No history for this run (--no-history or --replay)" in text
-    assert not (suite / ".agent-health").exists()
+    # no history beside the config (the --last-failed cache lives there too, and may be)
+    assert not (suite / ".agent-health" / "history.db").exists()
     again = tmp_path / "again.md"
     assert cli.main(["report", str(saved), "--reporter", f"markdown:{again}"]) == 0
     rendered = again.read_text()
@@ -140,7 +141,11 @@ async def test_a_run_that_never_reached_its_agent_still_writes_its_summary(
         await runner.cleanup()
     assert done.code == 2
     text = summary.read_text()
-    assert text.startswith("## agent-health: ⏹ interrupted — rest+http://127.0.0.1:")
+    # halted (not interrupted: the test whose call was answered keeps its own error), and the
+    # headline says so first, as the terminal's last line does
+    assert text.startswith(
+        "## agent-health: ❌ stopped early; 1 of 3 results did not pass — rest+http://127.0.0.1:"
+    )
     assert "stopped early: the agent (rest) at http://127.0.0.1:" in text
     assert "- `test_agent.py::asks` — errored (agent): `agent at " in text
     assert "### Against the baseline" not in text

@@ -64,6 +64,17 @@ def test_all_passed_is_said_first() -> None:
     assert "<details>" not in text
 
 
+def test_what_did_not_run_is_said_first() -> None:
+    """As the terminal's last line: a file that did not load, tests that never started."""
+    ok = _result("ok", "passed")
+    broken = "test_b.py:2: SyntaxError: '(' was never closed"
+    loaded = RunReport.build([ok], duration_ms=1.0, load_errors=[broken], not_loaded=["test_b.py"])
+    text = markdown.render(loaded)
+    assert text.startswith("## agent-health: ❌ 1 file not loaded; all 1 that ran passed\n")
+    cut = RunReport.build([ok], duration_ms=1.0, interrupted=True, not_run=12)
+    assert markdown.render(cut).startswith("## agent-health: ⏹ interrupted, 12 never started\n")
+
+
 def test_a_tables_columns_line_up_as_raw_text() -> None:
     flaky = [
         markdown.FlakyTest(id="t.py::a long test name", title="x", flips=12, runs=40,

@@ -57,6 +57,8 @@ def update(root: Path, results: Sequence[TestResult], path: Path = PATH) -> None
     suites = {**cache.suites, key: sorted(ids)}
     if not ids:
         del suites[key]
+    if not suites and not path.exists():
+        return  # nothing to remember, nothing remembered: no file (nor folder) is made
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(Cache(suites=suites).model_dump(), indent=1) + "\n")

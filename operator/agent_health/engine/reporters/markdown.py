@@ -114,17 +114,28 @@ def _headline(report: RunReport) -> list[str]:
     s = report.summary
     agent = _agent(report)
     of = f" — {_plain(agent)}" if agent else ""
+    # What did not run comes first, in the words the terminal's last line begins with: a
+    # summary never reads as all passed when a file did not load or tests never started.
+    missing = list(s.did_not_run)
+    if s.load_errors and not (s.not_loaded or missing):  # a report saved before these fields
+        missing.append(f"{len(s.load_errors)} load error{'s' if len(s.load_errors) != 1 else ''}")
+    bad = s.failed + s.errored
+    words = list(missing)
+    if bad:
+        words.append(f"{bad} of {s.total} {'result' if s.total == 1 else 'results'} did not pass")
+    elif s.total and not s.interrupted:
+        words.append(f"all {s.total} {'that ran ' if missing else ''}passed")
     if s.interrupted:
-        verdict = "⏹ interrupted"
-    elif s.load_errors:
-        verdict = f"❌ {len(s.load_errors)} test files could not be loaded"
-    elif s.failed or s.errored:
-        bad = s.failed + s.errored
-        verdict = f"❌ {bad} of {s.total} {'result' if s.total == 1 else 'results'} did not pass"
+        mark = "⏹"
+    elif bad or s.load_errors:
+        mark = "❌"
+    elif missing:
+        mark = "⚠️"
     elif s.total == 0:
-        verdict = "⚪ no test ran"
+        mark, words = "⚪", ["no test ran"]
     else:
-        verdict = f"✅ all {s.total} passed"
+        mark = "✅"
+    verdict = f"{mark} {'; '.join(words) or 'interrupted'}"
     lines = [f"## agent-health: {verdict}{of}", ""]
     rate = f"**pass rate {_pct(s.pass_rate)}**"
     if s.pass_rate_interval is not None:
