@@ -67,7 +67,8 @@ def results(console: Console, tests: list[dict[str, Any]], repeats: int, title: 
     names = [r["test"] for r in wide]
     label = max(cell_len(r["repeat"]) for r in wide)  # `` [2/3]``, after the title
     # the blank titles' column is as wide as its head: that much is the titles' room too
-    others = _natural_width(console, _wide_table(title, wide, columns, [""])) - len("test")
+    blank = [""] * len(wide)
+    others = _natural_width(console, _wide_table(title, wide, columns, blank)) - len("test")
     room = console.width - others
     if room - label >= min(WIDE_TITLE, max(cell_len(n) for n in names)):
         cut = cut_titles(names, room - label)
@@ -75,9 +76,9 @@ def results(console: Console, tests: list[dict[str, Any]], repeats: int, title: 
         console.print(_wide_table(title, wide, columns, shown))
         _not_listed(console, len(rows) - len(wide), "results")
         return False
-    groups = _narrow_rows(tests, repeats)
+    groups = _narrow_rows(tests)
     shown = _shown(groups, lambda g: g.passed == len(g.runs))
-    console.print(_narrow_table(console, title, shown, repeats))
+    console.print(_narrow_table(console, title, shown))
     marks = sorted({t["status"] for g in shown for t in g.runs}, key=list(DOT).index)
     if any(len(g.runs) > 1 for g in shown) and any(len(g.runs) <= MAX_DOTS for g in shown):
         key = "  ".join(f"{DOT[m]} {m}" for m in marks)
@@ -148,15 +149,14 @@ def _wide_columns(rows: list[dict[str, Any]]) -> list[str]:
 def _wide_table(
     title: str, rows: list[dict[str, Any]], columns: list[str], names: Sequence[str]
 ) -> Table:
-    """The wide results, each row's title (and repeat) from ``names`` (one name for all: a
-    blank, to measure what the other columns take)."""
+    """The wide results, each row's title (and repeat) from ``names`` (blanks: to measure
+    what the other columns take)."""
     table = _table(title)
     for column in columns:
         right = column not in ("status", "test", "turns", "notes")
         table.add_column(column, justify="right" if right else "left", no_wrap=True)
-    for i, r in enumerate(rows):
-        name = Text(names[i] if len(names) > 1 else names[0])
-        table.add_row(*(name if c == "test" else r[c] for c in columns))
+    for name, r in zip(names, rows, strict=True):
+        table.add_row(*(Text(name) if c == "test" else r[c] for c in columns))
     return table
 
 
@@ -172,7 +172,7 @@ class _Group:
         return sum(t["status"] == "passed" for t in self.runs)
 
 
-def _narrow_rows(tests: list[dict[str, Any]], repeats: int) -> list[_Group]:
+def _narrow_rows(tests: list[dict[str, Any]]) -> list[_Group]:
     """The tests, each with its repeats in order, named by title (and agent, in a matrix);
     ``file › title`` only where two files hold the same title."""
     groups: dict[str, _Group] = {}
@@ -189,7 +189,7 @@ def _narrow_rows(tests: list[dict[str, Any]], repeats: int) -> list[_Group]:
     return list(groups.values())
 
 
-def _narrow_table(console: Console, title: str, groups: list[_Group], repeats: int) -> Table:
+def _narrow_table(console: Console, title: str, groups: list[_Group]) -> Table:
     """One line per test: its title cut to the room the other cells leave, its outcome over
     its repeats, its mean score and time."""
     cells = [(_outcome(g), _mean_score(g), _mean_time(g)) for g in groups]
