@@ -96,7 +96,9 @@ def suite(tmp_path: Path) -> Path:
 
 def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: Path) -> None:
     modules = imported_by(["list", str(suite)], suite)
-    assert "agent_health.engine.loader" in modules  # the check would pass on a crash otherwise
+    assert (
+        "agent_health.engine.loading.loader" in modules
+    )  # the check would pass on a crash otherwise
     assert not loaded(
         modules,
         *SERVER_SIDE,
@@ -107,7 +109,7 @@ def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: 
         "asyncio",
         "ag_ui",
         "agent_health.ledger",
-        "agent_health.engine.runner",
+        "agent_health.engine.running.runner",
         "agent_health.engine.reporters",
         "agent_health.traces.metrics",
         # The history is recorded by run, never read by list.
@@ -119,7 +121,7 @@ def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: 
 
 def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite: Path) -> None:
     modules = imported_by(["run", str(suite)], suite)
-    assert "agent_health.engine.runner" in modules
+    assert "agent_health.engine.running.runner" in modules
     assert "agent_health.ledger.chain" in modules  # the default local ledger recorded the run
     assert not loaded(
         modules,
@@ -141,7 +143,7 @@ def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite
         "agent_health.traces.view",
         "agent_health.traces.opensearch",
         # The OTLP receiver is for agents the run starts; protobuf only once a span comes.
-        "agent_health.engine.receiver",
+        "agent_health.engine.recording.receiver",
         "agent_health.ledger.otlp",
         "opentelemetry",
         "google.protobuf",
@@ -208,14 +210,14 @@ def test_a_run_builds_the_models_every_test_uses_before_its_first_test(tmp_path:
     (tmp_path / "test_built.py").write_text(BUILT_FIRST)
     (tmp_path / "agent-health.config.py").write_text(INPROC_CONFIG)
     modules = imported_by(["run", str(tmp_path), "--no-ledger"], tmp_path)  # exit 0: passed
-    assert "agent_health.engine.runner" in modules
+    assert "agent_health.engine.running.runner" in modules
 
 
 def test_a_run_without_a_history_loads_no_sqlalchemy_and_one_with_an_up_to_date_history_no_alembic(
     suite: Path,
 ) -> None:
     modules = imported_by(["run", str(suite), "--no-history", "--no-ledger"], suite)
-    assert "agent_health.engine.runner" in modules
+    assert "agent_health.engine.running.runner" in modules
     assert not loaded(modules, "sqlalchemy", "alembic", "agent_health.history.database")
     first = imported_by(["run", str(suite), "--no-ledger"], suite)  # makes the history
     assert "alembic" in first

@@ -19,7 +19,7 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import crds, evaluationrun
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, status
-from agent_health.engine import report
+from agent_health.engine.reports import report
 from agent_health.sdk import results
 from kube import serve
 

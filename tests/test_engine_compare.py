@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from agent_health import cli
-from agent_health.engine import compare, compare_render
+from agent_health.engine.comparing import compare, compare_render
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "04-diagnosis"
 

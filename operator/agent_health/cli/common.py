@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import history
-    from agent_health.engine import compare
-    from agent_health.engine.report import RunReport
+    from agent_health.engine.comparing import compare
+    from agent_health.engine.reports.report import RunReport
     from agent_health.history import location
     from agent_health.ledger import store
 
@@ -100,7 +100,7 @@ class Outlet(io.TextIOBase):
 
     def _stream(self) -> Any:
         stream = getattr(sys, self.name)
-        # Past a run's router of its tests' output (engine.capture): the run's own lines
+        # Past a run's router of its tests' output (engine.running.capture): the run's own lines
         # go straight out.
         return getattr(stream, "rich_proxied_file", stream)
 
@@ -356,7 +356,7 @@ def history_to_read(args: argparse.Namespace) -> location.Location:
     """The history a reading command (``history``, ``flaky``, ``compare --baseline``) opens:
     ``--history``, ``$AGENT_HEALTH_HISTORY``, the config's ``history=`` (the config found as
     ``run`` finds it: ``--config``, else upward from here), the default beside it."""
-    from agent_health.engine import loader
+    from agent_health.engine.loading import loader
 
     config_file = Path(args.config) if getattr(args, "config", None) else None
     if config_file is None:
@@ -447,7 +447,8 @@ def show_comparison(result: compare.Comparison, consoles: Consoles, *, as_json: 
         payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
         sys.stdout.write(strictjson.dumps(payload, indent=2) + "\n")
     else:
-        from agent_health.engine import compare_render, visible
+        from agent_health.engine import visible
+        from agent_health.engine.comparing import compare_render
 
         for line in compare_render.render(result):  # test names come from the reports' files
             consoles.out.print(visible.line(line), markup=False)

@@ -439,7 +439,7 @@ def show_test(console: Console, found: history.TestHistory) -> None:
 
 def _import(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health import history
-    from agent_health.engine import savedreport
+    from agent_health.engine.reports import savedreport
 
     read = []
     for name in args.reports:
@@ -542,7 +542,7 @@ def show_flaky(console: Console, found: list[history.Flaky], runs: int) -> None:
 
 
 def _write_quarantine(path: Path, found: list[history.Flaky], consoles: common.Consoles) -> None:
-    from agent_health.engine import quarantine
+    from agent_health.engine.loading import quarantine
 
     try:
         written = quarantine.write(

@@ -106,9 +106,10 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     from agent_health import ledger
     from agent_health.cluster.grading import regrade
-    from agent_health.engine import provenance, reporters
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import reporters
     from agent_health.engine.reporters import terminal
+    from agent_health.engine.reports import provenance
+    from agent_health.engine.reports.report import RunReport
 
     outputs = [reporters.parse(r) for r in args.reporter]
     common.check_reports(outputs)

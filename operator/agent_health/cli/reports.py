@@ -75,7 +75,7 @@ def add_commands(sub: Any) -> None:
 
 
 def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import compare
+    from agent_health.engine.comparing import compare
 
     gates = common.compare_gates(args)
     if args.baseline:
@@ -99,7 +99,7 @@ def _against_history(
 ) -> int:
     """``compare --baseline``: BASE rebuilt from the history, of NEW's agent and suite."""
     from agent_health import history
-    from agent_health.engine import compare
+    from agent_health.engine.comparing import compare
 
     new = compare.load(path)
     if (new.get("matrix") or {}).get("agents"):

@@ -30,7 +30,7 @@ from agent_health.history import errors, facts, ingest, migrations, queries, tab
 from agent_health.history import location as location_mod
 
 if TYPE_CHECKING:
-    from agent_health.engine.report import RunReport
+    from agent_health.engine.reports.report import RunReport
 
 BUSY_TIMEOUT_S = 15.0
 """How long a SQLite writer waits for another's transaction before the history is "locked"
@@ -271,8 +271,8 @@ class History:
         (:meth:`baseline`; never ``new`` itself when it is recorded already), with
         ``compare``'s gates (``max_pass_rate_drop``, ``gate``, ``alpha``, ...). Tests that
         ``new`` quarantines are left out of both sides. Returns the baseline run and the
-        :class:`agent_health.engine.compare.Comparison`."""
-        from agent_health.engine import compare
+        :class:`agent_health.engine.comparing.compare.Comparison`."""
+        from agent_health.engine.comparing import compare
 
         uid = (new.get("provenance") or {}).get("run_id")
         run, base = self.baseline(which, agent=agent, suite=suite, exclude=uid)
@@ -441,7 +441,7 @@ def _written_by(conn: sa.Connection) -> str | None:
 
 
 def _set_version(conn: sa.Connection) -> None:
-    from agent_health.engine import provenance
+    from agent_health.engine.reports import provenance
 
     ours = provenance.version() or "unknown"
     conn.execute(sa.delete(tables.info).where(tables.info.c.key == VERSION_KEY))
@@ -476,7 +476,7 @@ def _known_or_refuse(where: location_mod.Location, current: str | None, by: str 
     agent-health does not know: a newer one wrote the history."""
     if current is None or current in revisions():
         return
-    from agent_health.engine import provenance
+    from agent_health.engine.reports import provenance
 
     ours = provenance.version() or "unknown"
     raise errors.NewerSchemaError(

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from agent_health.history import facts, queries, tables
 
 if TYPE_CHECKING:
-    from agent_health.engine.report import RunReport
+    from agent_health.engine.reports.report import RunReport
 
 MESSAGE_CHARS = 240
 """A stored message (an error, a failed gate) is cut to this many characters, on one line."""

@@ -253,7 +253,7 @@ def _trend(previous: str, effect: float, p: float, method: str, tests: int) -> f
 
 def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.Run:
     """``run`` counted over the tests carrying ``label`` alone."""
-    from agent_health.engine import stats
+    from agent_health.engine.statistics import stats
 
     entries = _entries(conn, row["id"], label)
     counts = dict.fromkeys(("passed", "failed", "errored", "skipped", "flaky"), 0)
@@ -379,7 +379,7 @@ def _paired(
 ) -> facts.Trend | None:
     """The paired test ``compare`` runs on the pass rate, between two runs' results
     (``after``: the newer run's entries when the caller holds them already)."""
-    from agent_health.engine import pairing
+    from agent_health.engine.statistics import pairing
 
     before = _entries(conn, previous, label)
     if after is None:
@@ -636,7 +636,7 @@ def flaky(
     """Tests whose decided outcome flipped (pass ↔ not) across the newest ``runs`` runs, per
     agent identity and test content hash; ranked by flips, then by a failure rate nearer a
     coin's, then by more results."""
-    from agent_health.engine import stats
+    from agent_health.engine.statistics import stats
 
     window = _window(conn, runs, agent=agent, since=since)
     if not window:

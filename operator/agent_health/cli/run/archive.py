@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import history
-    from agent_health.engine import compare
-    from agent_health.engine.report import RunReport
+    from agent_health.engine.comparing import compare
     from agent_health.engine.reporters import markdown
+    from agent_health.engine.reports.report import RunReport
     from agent_health.history import location
 
 TREND_RUNS = 5
@@ -170,7 +170,7 @@ def compared(pending: Pending, report: RunReport, which: str, gates: dict[str, A
     """The run compared with the baseline ``which`` from the history (never with itself);
     what went wrong, in one line, when it could not be."""
     from agent_health import history
-    from agent_health.engine import compare
+    from agent_health.engine.comparing import compare
     from agent_health.history import ingest
 
     data = ingest.report_data(report)

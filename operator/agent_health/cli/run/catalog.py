@@ -14,7 +14,7 @@ from agent_health.cli import common
 from agent_health.cli.run import suite as suite_mod
 
 if TYPE_CHECKING:
-    from agent_health.engine import loader
+    from agent_health.engine.loading import loader
 
 
 def add_command(sub: Any) -> None:
@@ -29,7 +29,7 @@ def add_command(sub: Any) -> None:
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import loader, select
+    from agent_health.engine.loading import loader, select
 
     paths = [Path(p) for p in args.paths]
     suite = loader.load(paths, suite_mod.discovery_of(args, suite_mod.load_config(args, paths)))
@@ -41,7 +41,7 @@ def print_cases(
     cases: list[Any], suite: loader.Suite, *, as_json: bool, consoles: common.Consoles
 ) -> int:
     """What ``list`` (and ``run --list``) prints: every selected test, or JSON."""
-    from agent_health.engine import listing, loader
+    from agent_health.engine.loading import listing, loader
 
     for error in suite.errors:
         consoles.error(error, label="load error")

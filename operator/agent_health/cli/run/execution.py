@@ -15,7 +15,10 @@ if TYPE_CHECKING:
 
     from agent_health import connectors, judging
     from agent_health.cli import common
-    from agent_health.engine import budget, loader, recording, replay, session
+    from agent_health.engine import budget
+    from agent_health.engine.loading import loader
+    from agent_health.engine.recording import recording, replay
+    from agent_health.engine.running import session
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
@@ -47,8 +50,9 @@ async def execute(
     import os
 
     from agent_health import connectors
-    from agent_health.engine import agent_process, recording, runner, session
+    from agent_health.engine.recording import recording
     from agent_health.engine.reporters import terminal
+    from agent_health.engine.running import agent_process, runner, session
     from agent_health.sdk.judges import NO_JUDGE_HINT
 
     stop = asyncio.Event()
@@ -72,7 +76,7 @@ async def execute(
         started = any(spec.command and spec.connector != "subprocess" for _, spec in lanes)
         if replayed is None and config.traces.otlp.wanted(started):
             # The agents it starts export their OTel spans to it (OTEL_EXPORTER_OTLP_ENDPOINT).
-            from agent_health.engine import receiver
+            from agent_health.engine.recording import receiver
 
             spans = await stack.enter_async_context(
                 receiver.LocalReceiver(
@@ -80,14 +84,14 @@ async def execute(
                 )
             )
         if replayed is not None:  # the agent is neither started nor called
-            from agent_health.engine import replay
+            from agent_health.engine.recording import replay
 
             # A recorded matrix is replayed as a matrix: one lane per recorded agent.
             names = list(replayed.agents) or [None]
             callers = [replay.Replayer(replayed)] * len(names)
         peers = None
         if replayed is None:
-            from agent_health.engine import peerroutes
+            from agent_health.engine.recording import peerroutes
 
             # The agent's tool servers, each behind the run's gateway, recorded per test.
             peers = await stack.enter_async_context(peerroutes.Peers(config.peers, recorded))

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors
-    from agent_health.engine import budget, recording, replay
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import budget
+    from agent_health.engine.recording import recording, replay
+    from agent_health.engine.reports.report import RunReport
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
@@ -34,17 +35,12 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import concurrent.futures
     import gc
 
-    from agent_health.engine import (
-        loader,
-        provenance,
-        reporters,
-        savedreport,
-        select,
-        uncertainty,
-        visible,
-    )
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import reporters, visible
+    from agent_health.engine.loading import loader, select
     from agent_health.engine.reporters import terminal
+    from agent_health.engine.reports import provenance, savedreport
+    from agent_health.engine.reports.report import RunReport
+    from agent_health.engine.statistics import uncertainty
 
     console, err_console = consoles.out, consoles.err
     recording = _recording(args)
@@ -88,7 +84,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     select.forbid_only(suite.cases, args.forbid_only)
     cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
     if args.last_failed:
-        from agent_health.engine import lastfailed
+        from agent_health.engine.loading import lastfailed
 
         cases, note = lastfailed.choose(cases, lastfailed.failed(suite.root))
         err_console.print(note, markup=False)
@@ -117,7 +113,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     )
     judge_config = config.judge_from_env()
     if lanes:
-        from agent_health.engine import agent_process
+        from agent_health.engine.running import agent_process
 
         # Before anything starts: no agent's env hands it the judge's, ledger's or export's
         # credentials (it inherits none of them: connectors.environment).
@@ -175,7 +171,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     finally:
         gc.unfreeze()
     judge_usage = reporting.judge_usage(outcome, judge_config, asked)
-    from agent_health.engine import lastfailed
+    from agent_health.engine.loading import lastfailed
 
     with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
         lastfailed.update(suite.root, outcome.results)
@@ -200,7 +196,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if recording is not None:
         replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
         what_ran = what_ran.model_copy(update=replayed)
-    from agent_health.engine import quarantine
+    from agent_health.engine.loading import quarantine
 
     report = RunReport.build(
         quarantine.apply(reporting.with_cells(outcome.results, recorded), quarantined),
@@ -331,7 +327,7 @@ def _quarantined(
             path = config_file.parent / path
     else:
         return set()
-    from agent_health.engine import quarantine
+    from agent_health.engine.loading import quarantine
 
     try:
         return quarantine.read(path)
@@ -368,7 +364,7 @@ def _export(
                 f"{err} (or export OTLP/JSON, which needs none: "
                 "OTEL_EXPORTER_OTLP_PROTOCOL=http/json)"
             ) from None
-    from agent_health.engine import provenance
+    from agent_health.engine.reports import provenance
     from agent_health.otel import export as export_mod
 
     return export_mod.Export.open(
@@ -394,7 +390,7 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
         raise common.UsageError("--replay calls no agent, so it records no ledger; drop --ledger")
     import asyncio
 
-    from agent_health.engine import recordings, replay
+    from agent_health.engine.recording import recordings, replay
 
     try:
         where = recordings.locate(args.replay)
@@ -421,7 +417,7 @@ def _lanes(
 
 def _needing(cases: list[Any]) -> list[Any]:
     """The selected tests that will run and take the ``agent`` fixture."""
-    from agent_health.engine import fixtures
+    from agent_health.engine.running import fixtures
 
     running = [c for c in cases if c.mode not in ("skip", "fixme")]
     return [c for c in running if fixtures.asks_for(c, "agent")]

@@ -11,7 +11,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors, judging
-    from agent_health.engine import provenance, recording, session
+    from agent_health.engine.recording import recording
+    from agent_health.engine.reports import provenance
+    from agent_health.engine.running import session
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
 
@@ -40,7 +42,7 @@ def print_ledger(recorded: recording.LocalLedger, console: Console, err_console:
 def agent_info(
     config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec
 ) -> provenance.AgentInfo:
-    from agent_health.engine import provenance
+    from agent_health.engine.reports import provenance
 
     name = config.agent_name(chosen)
     return provenance.AgentInfo(
@@ -58,7 +60,7 @@ def with_cells(
     place: copies kept beside their originals took 31 MiB of a 20,000-test run's 464."""
     if recorded is None:
         return results
-    from agent_health.engine import recording, refusal
+    from agent_health.engine.recording import recording, refusal
 
     cells = set(recorded.cells)
     for i, r in enumerate(results):

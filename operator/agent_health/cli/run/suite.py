@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent_health.engine import discovery
+    from agent_health.engine.loading import discovery
     from agent_health.sdk import config as config_mod
 
 
@@ -31,7 +31,7 @@ def case_file_flags(parser: Any) -> None:
 
 def discovery_of(args: argparse.Namespace, config: config_mod.Config) -> discovery.Discovery:
     """Which files are tests, and how strictly case files are read (flags over config)."""
-    from agent_health.engine import discovery
+    from agent_health.engine.loading import discovery
 
     return discovery.of(
         config.test_match,
@@ -42,7 +42,7 @@ def discovery_of(args: argparse.Namespace, config: config_mod.Config) -> discove
 
 
 def config_path(args: argparse.Namespace, paths: list[Path]) -> Path | None:
-    from agent_health.engine import loader
+    from agent_health.engine.loading import loader
 
     if getattr(args, "config", None):
         return Path(args.config)
@@ -50,6 +50,6 @@ def config_path(args: argparse.Namespace, paths: list[Path]) -> Path | None:
 
 
 def load_config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
-    from agent_health.engine import loader
+    from agent_health.engine.loading import loader
 
     return loader.load_config(config_path(args, paths))

@@ -25,7 +25,7 @@ import pydantic
 
 from agent_health.cluster import errors
 from agent_health.connectors import protocol
-from agent_health.engine import claims
+from agent_health.engine.outcome import claims
 from agent_health.ledger import chain, records
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import usage as ledger_usage
@@ -271,8 +271,8 @@ Seen = tuple[list[claims.Sighting], dict[str, set[str]], tuple[dict[str, Any], .
 
 def sightings(exchanges: list[records.Exchange], mcp: list[records.McpRecord]) -> Seen:
     """The target's calls to peers in the order they started, the tools each MCP peer showed,
-    and its MCP calls as the report shows them (:mod:`agent_health.engine.claims`, as a local
-    run reads its own)."""
+    and its MCP calls as the report shows them (:mod:`agent_health.engine.outcome.claims`, as a
+    local run reads its own)."""
     made: list[records.Record] = [*exchanges, *mcp]
     objects = [records.to_object(r) for r in made]
     calls, shown = claims.from_objects(objects)

@@ -25,8 +25,8 @@ breaking a failed test's evidence can never lift it out of the pass rate.
 The checks, and why records without a principal field are the controller's, are in
 :mod:`~agent_health.cluster.grading.evidence`.
 
-The status is recomputed from the recorded signals with :func:`engine.grading.decide` and
-the score with :func:`engine.grading.score`. When the controller's ``cell-end`` status
+The status is recomputed from the recorded signals with :func:`engine.outcome.grading.decide` and
+the score with :func:`engine.outcome.grading.score`. When the controller's ``cell-end`` status
 disagrees, the disagreement is kept on the grade (``discrepancy``); the recomputed status
 wins, except that a disagreement never yields ``passed`` (it becomes ``errored``).
 
@@ -45,8 +45,8 @@ import pydantic
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import evidence
-from agent_health.engine import claims
-from agent_health.engine import grading as engine_grading
+from agent_health.engine.outcome import claims
+from agent_health.engine.outcome import grading as engine_grading
 from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import store
@@ -271,7 +271,7 @@ def _grade(
     )
     if found.mcp_calls:
         seen: dict[str, Any] = {"mcp_calls": found.mcp_calls}
-        if measured is not None:  # the run as the gateway saw it (engine.claims.as_seen)
+        if measured is not None:  # the run as the gateway saw it (engine.outcome.claims.as_seen)
             seen["trajectory"] = measured.trajectory_steps
         result = result.model_copy(update=seen)
     return CellGrade(

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import grading
-from agent_health.engine import matrix
+from agent_health.engine.statistics import matrix
 
 
 def agents(

@@ -36,8 +36,9 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runbudget
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import sidebyside, spending
-from agent_health.engine import grading as engine_grading
-from agent_health.engine import matrix, report, uncertainty
+from agent_health.engine.outcome import grading as engine_grading
+from agent_health.engine.reports import report
+from agent_health.engine.statistics import matrix, uncertainty
 
 Phase = evaluationrun.Phase
 TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from agent_health.sdk import errors
 
 if TYPE_CHECKING:
-    from agent_health.engine.report import RunReport
+    from agent_health.engine.reports.report import RunReport
 
 # kind → (the module whose ``write(path, report)`` writes it, the default path)
 FILE_REPORTERS: Mapping[str, tuple[str, str]] = MappingProxyType(

@@ -24,8 +24,8 @@ from typing import Any
 
 import pydantic_core
 
-from agent_health.engine import entries, provenance
-from agent_health.engine.report import LEGEND, RunReport
+from agent_health.engine.reports import entries, provenance
+from agent_health.engine.reports.report import LEGEND, RunReport
 
 INDEX = "index.html"
 _SURROGATE = re.compile("[\ud800-\udfff]")

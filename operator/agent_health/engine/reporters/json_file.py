@@ -9,8 +9,8 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from agent_health.engine import entries, savedreport
-from agent_health.engine.report import RunReport
+from agent_health.engine.reports import entries, savedreport
+from agent_health.engine.reports.report import RunReport
 
 ReportFileError = savedreport.ReportFileError
 """A JSON report that cannot be read: missing, not JSON, another version, bad fields."""

@@ -29,8 +29,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_health.engine import entries, offtrack, visible
-from agent_health.engine.report import RunReport
+from agent_health.engine import visible
+from agent_health.engine.reports import entries, offtrack
+from agent_health.engine.reports.report import RunReport
 
 LOAD_ERROR = "load error"
 QUARANTINED = ("failed", "errored", "flaky")

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_health.engine import entries, visible
+from agent_health.engine import visible
+from agent_health.engine.reports import entries
 
 if TYPE_CHECKING:
-    from agent_health.engine import compare as compare_mod
-    from agent_health.engine.report import RunReport
+    from agent_health.engine.comparing import compare as compare_mod
+    from agent_health.engine.reports.report import RunReport
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 """The variable GitHub Actions names its job summary's file in."""

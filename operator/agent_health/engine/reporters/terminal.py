@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agent_health.engine import entries, grading, offtrack, uncertainty, visible
-from agent_health.engine.report import LEGEND, RunReport, UnpricedModel
+from agent_health.engine import visible
+from agent_health.engine.outcome import grading
 from agent_health.engine.reporters import (
     terminal_budget,
     terminal_failures,
@@ -27,6 +27,9 @@ from agent_health.engine.reporters import (
     terminal_tables,
 )
 from agent_health.engine.reporters import terminal_style as style
+from agent_health.engine.reports import entries, offtrack
+from agent_health.engine.reports.report import LEGEND, RunReport, UnpricedModel
+from agent_health.engine.statistics import uncertainty
 from agent_health.sdk.results import TestResult
 
 if TYPE_CHECKING:

@@ -16,8 +16,9 @@ from typing import Any
 
 from rich.console import Console
 
-from agent_health.engine import entries, offtrack, visible
+from agent_health.engine import visible
 from agent_health.engine.reporters import terminal_style as style
+from agent_health.engine.reports import entries, offtrack
 
 CAPTURE_LINES = 40  # lines of a failed test's captured output shown (all are in the JSON)
 RECEIVED_LINES = 10  # lines of what a timed-out agent had sent (the JSON report has more)

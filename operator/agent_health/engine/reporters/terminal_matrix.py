@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agent_health.engine import matrix as matrix_mod
 from agent_health.engine import visible
 from agent_health.engine.reporters import terminal_style as style
+from agent_health.engine.statistics import matrix as matrix_mod
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-"}
 COLOR = {"passed": "green", "failed": "red", "errored": "yellow", "skipped": "dim"}

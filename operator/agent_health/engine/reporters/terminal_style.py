@@ -14,7 +14,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from agent_health.engine import uncertainty, visible
+from agent_health.engine import visible
+from agent_health.engine.statistics import uncertainty
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
 COLOR = {

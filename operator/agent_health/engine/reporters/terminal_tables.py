@@ -22,9 +22,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from agent_health.engine import entries, visible
-from agent_health.engine.report import RunReport
+from agent_health.engine import visible
 from agent_health.engine.reporters import terminal_style as style
+from agent_health.engine.reports import entries
+from agent_health.engine.reports.report import RunReport
 
 MIN_LABEL = 12  # a label is never cut shorter than this (it wraps instead)
 MIN_TITLE = 30  # below this, a results row's notes move under its title
