@@ -106,10 +106,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     from agent_health import ledger
     from agent_health.cluster.grading import regrade
-    from agent_health.engine import reporters
-    from agent_health.engine.reporters import terminal
-    from agent_health.engine.reports import provenance
-    from agent_health.engine.reports.report import RunReport
+    from agent_health.engine import reporters, reports
 
     outputs = [reporters.parse(r) for r in args.reporter]
     common.check_reports(outputs)
@@ -121,18 +118,18 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError(str(err)) from err
     if not results:
         raise common.UsageError(f"no ledger cells found at {args.url}")
-    report = RunReport.build(
+    report = reports.RunReport.build(
         results,
         duration_ms=sum(r.duration_ms for r in results),
         repeats=max(r.repeat for r in results) + 1,
-        provenance=provenance.Provenance(
-            agent_health_version=provenance.version(),
+        provenance=reports.Provenance(
+            agent_health_version=reports.agent_health_version(),
             python_version=platform.python_version(),
-            ledger=provenance.redact_url(args.url),
-            command_line=provenance.redact_argv(getattr(args, "command_line", [])),
+            ledger=reports.redact_url(args.url),
+            command_line=reports.redact_argv(getattr(args, "command_line", [])),
         ),
     )
-    terminal.summary(consoles.out, report)
+    reporters.summary(consoles.out, report)
     written = common.write_reports(outputs, report, consoles.out)
     code = common.exit_code(report)
     return common.EXIT_USAGE if code == common.EXIT_OK and not written else code

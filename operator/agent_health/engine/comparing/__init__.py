@@ -2,3 +2,44 @@
 conversation moved turn by turn (:mod:`.compare_turns`), whether a side was replayed
 (:mod:`.replayed`), and its terminal lines (:mod:`.compare_render`).
 """
+
+from typing import TYPE_CHECKING
+
+from agent_health import faces
+
+if TYPE_CHECKING:
+    from agent_health.engine.comparing.compare import (
+        CompareError,
+        Comparison,
+        Delta,
+        compare_files,
+        without,
+    )
+    from agent_health.engine.comparing.compare import compare as compare_reports
+    from agent_health.engine.comparing.compare import load as load_report
+    from agent_health.engine.comparing.compare_render import render
+else:
+    __getattr__, __dir__ = faces.lazy(
+        __name__,
+        {
+            "CompareError": "compare",
+            "Comparison": "compare",
+            "Delta": "compare",
+            "compare_files": "compare",
+            "compare_reports": "compare:compare",
+            "load_report": "compare:load",
+            "without": "compare",
+            "render": "compare_render",
+        },
+    )
+
+__all__ = [
+    "CompareError",
+    "Comparison",
+    "Delta",
+    "compare_files",
+    "compare_reports",
+    "load_report",
+    "render",
+    "without",
+]

@@ -30,9 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.engine import reports, statistics
 from agent_health.engine.comparing import compare_turns, replayed
-from agent_health.engine.reports import savedreport
-from agent_health.engine.statistics import pairing
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -95,7 +94,7 @@ class Comparison(BaseModel):
     errored: Delta
     tokens: Delta
     cost_usd: Delta
-    paired: pairing.Paired = Field(default_factory=pairing.Paired)
+    paired: statistics.Paired = Field(default_factory=statistics.Paired)
     base_replay: replayed.Replay | None = Field(
         default=None, description="BASE was made by --replay"
     )
@@ -112,8 +111,8 @@ def load(path: Path) -> dict[str, Any]:
     """A JSON report, checked for the version and the fields compare relies on
     (:mod:`.savedreport`: finite numbers, counts at least 0, unique test ids, ...)."""
     try:
-        return savedreport.read(path)
-    except savedreport.ReportFileError as err:
+        return reports.read_report(path)
+    except reports.ReportFileError as err:
         raise CompareError(str(err)) from err
 
 
@@ -126,7 +125,7 @@ def compare(
     max_pass_rate_drop: float = 0.0,
     max_score_drop: float | None = None,
     max_errored_rise: int = 0,
-    alpha: float = pairing.ALPHA,
+    alpha: float = statistics.ALPHA,
     gate: Gate = "thresholds",
     allow_replayed: bool = False,
     max_conversations_worse: int | None = None,
@@ -194,7 +193,7 @@ def compare(
         errored=_delta(s0.get("errored"), s1.get("errored")),
         tokens=_delta(s0.get("tokens"), s1.get("tokens")),
         cost_usd=_delta(s0.get("cost_usd"), s1.get("cost_usd")),
-        paired=pairing.compare(base["tests"], new["tests"], alpha=alpha),
+        paired=statistics.pair_runs(base["tests"], new["tests"], alpha=alpha),
         base_replay=replayed.replay_of(base),
         new_replay=new_replay,
         gate=gate,
@@ -236,7 +235,7 @@ def without(report: Mapping[str, Any], ids: set[str]) -> dict[str, Any]:
     """``report`` without the tests ``ids`` names, its summary counted again from the tests
     left (counts, errored by cause, pass rate, score, tokens, cost): what ``compare`` reads
     of both sides when a run quarantines tests."""
-    from agent_health.engine.reports import report as report_mod
+    from agent_health.engine import reports
 
     tests = [t for t in report["tests"] if str(t["id"]) not in ids]
     counts = dict.fromkeys(("passed", "failed", "errored", "skipped", "flaky"), 0)
@@ -255,7 +254,7 @@ def without(report: Mapping[str, Any], ids: set[str]) -> dict[str, Any]:
         **{k: v for k, v in counts.items() if k != "flaky"},
         "flaky_count": counts["flaky"],
         "errored_by_cause": causes,
-        "pass_rate": report_mod.pass_rate(
+        "pass_rate": reports.pass_rate(
             counts["passed"], counts["failed"], causes["agent"], counts["flaky"]
         ),
         "score": round(sum(scores) / len(scores), 6) if scores else None,
@@ -277,7 +276,7 @@ def _conversations_worse(result: Comparison, allowed: int | None) -> list[str]:
 
 
 def _significant(
-    found: pairing.Paired, max_pass_rate_drop: float, max_score_drop: float | None
+    found: statistics.Paired, max_pass_rate_drop: float, max_score_drop: float | None
 ) -> list[str]:
     """The regressions of ``--gate significant``: significant drops beyond the thresholds."""
     reasons = []
@@ -312,7 +311,7 @@ def compare_files(
     max_pass_rate_drop: float = 0.0,
     max_score_drop: float | None = None,
     max_errored_rise: int = 0,
-    alpha: float = pairing.ALPHA,
+    alpha: float = statistics.ALPHA,
     gate: Gate = "thresholds",
     allow_replayed: bool = False,
     max_conversations_worse: int | None = None,

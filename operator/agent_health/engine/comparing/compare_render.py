@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
+from agent_health.engine import reports, statistics
 from agent_health.engine.comparing import compare
-from agent_health.engine.reports import entries
-from agent_health.engine.statistics import pairing
 
 
 def render(c: compare.Comparison) -> list[str]:
@@ -16,7 +15,7 @@ def render(c: compare.Comparison) -> list[str]:
     for title, changes in (("newly failing", c.newly_failing), ("newly passing", c.newly_passing)):
         lines.append(f"{title}: {len(changes)}")
         for ch in changes:
-            label = entries.repeat_label(ch.repeat, c.repeats)
+            label = reports.repeat_label(ch.repeat, c.repeats)
             repeat = f" {label}" if label else ""
             note = " (test changed)" if ch.changed else ""
             why = f" — {ch.error}" if ch.error and ch.new == "errored" else ""
@@ -26,12 +25,12 @@ def render(c: compare.Comparison) -> list[str]:
         lines.append("score changes:")
         for ch in c.score_changes:
             d = (ch.new_score or 0.0) - (ch.base_score or 0.0)
-            label = entries.repeat_label(ch.repeat, c.repeats)
+            label = reports.repeat_label(ch.repeat, c.repeats)
             lines.append(f"  {d:+.3f}  {ch.id}" + (f" {label}" if label else ""))
     if c.conversation_changes:
         lines.append(f"conversation changes: {len(c.conversation_changes)}")
         for tc in c.conversation_changes:
-            label = entries.repeat_label(tc.repeat, c.repeats)
+            label = reports.repeat_label(tc.repeat, c.repeats)
             mark = "worse" if tc.worse else "moved"
             lines.append(f"  {mark}  {tc.id}" + (f" {label}" if label else "") + f": {tc.text}")
     listed = (("changed tests", c.changed_tests), ("added", c.added), ("removed", c.removed))
@@ -44,7 +43,7 @@ def render(c: compare.Comparison) -> list[str]:
         + f"; score {_num(c.score, '.3f')}; errored {_num(c.errored, '.0f')}; "
         f"tokens {_num(c.tokens, '.0f')}; cost USD {_num(c.cost_usd, '.6f')}"
     )
-    lines.extend(pairing.render(c.paired))
+    lines.extend(statistics.render_paired(c.paired))
     if c.regressions:
         lines.extend(f"REGRESSION: {r}" for r in c.regressions)
     elif c.gate == "significant":

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_health.engine.reports import offtrack
+from agent_health.engine import reports
 from agent_health.traces import metrics
 
 Kind = Literal["turns", "ended", "tools"]
@@ -74,7 +74,7 @@ def _of(key: tuple[str, int], was: dict[str, Any], now: dict[str, Any]) -> list[
         out.append(change("turns", str(n0), str(n1), n1 > n0, f"took {n1} turns, was {n0}"))
     r0, r1 = _reason(was), _reason(now)
     if r0 != r1:
-        lost = r0 == "goal-met" or (r1 in offtrack.ENDED_BADLY and r0 not in offtrack.ENDED_BADLY)
+        lost = r0 == "goal-met" or (r1 in reports.ENDED_BADLY and r0 not in reports.ENDED_BADLY)
         out.append(change("ended", r0, r1, lost, f"ended {r1}, was {r0}"))
     calls0, calls1 = _calls(was), _calls(now)
     for turn in range(1, min(n0, n1) + 1):

@@ -50,10 +50,8 @@ import httpx
 
 from agent_health import connectors, timeouts, tls
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.engine import visible
+from agent_health.engine import recording, running, visible
 from agent_health.engine.controller import cellsuite
-from agent_health.engine.recording import receiver, recording
-from agent_health.engine.running import runner
 from agent_health.ledger import objects, strictjson
 from agent_health.otel import settings as otel_settings
 from agent_health.sdk import config as config_mod
@@ -198,7 +196,7 @@ class GatewayRecords:
             )
 
     async def spans(self, run_id: str) -> Mapping[str, Any] | None:  # its received spans
-        return await receiver.gateway_spans(self._client, self._url, self._headers, run_id)
+        return await recording.gateway_spans(self._client, self._url, self._headers, run_id)
 
 
 @contextlib.asynccontextmanager
@@ -284,8 +282,8 @@ async def _run(
 ) -> tuple[int, TestResult | None]:
     export = _export(settings)
     async with _judge(settings, config) as judge:
-        env = runner.RunEnv(  # the gateway's OTLP receiver: spans fill what a reply left out
-            agent_caller=receiver.Joined(connector.run, ledger.spans) if ledger else connector.run,
+        env = running.RunEnv(  # the gateway's OTLP receiver: spans fill what a reply left out
+            agent_caller=recording.Joined(connector.run, ledger.spans) if ledger else connector.run,
             judge_backend=judge,
             skip_judge=settings.skip_judge or settings.judge_url is None,
             skip_simulate=settings.skip_simulate,
@@ -299,7 +297,7 @@ async def _run(
             spans=export,
         )
         try:
-            result = await runner.run_case(case, settings.repeat, env, run_id=settings.run_id)
+            result = await running.run_case(case, settings.repeat, env, run_id=settings.run_id)
         finally:
             await connector.aclose()
             if export is not None:

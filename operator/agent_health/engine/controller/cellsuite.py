@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_health import connectors
-from agent_health.engine.loading import discovery, loader
+from agent_health.engine import loading
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import errors
 
@@ -26,21 +26,21 @@ class Loaded:
     makes before it has a cell (none of it depends on which cell it gets)."""
 
     config: config_mod.Config
-    suite: loader.Suite
+    suite: loading.Suite
     connector: connectors.Connector | None = None
 
 
 def load(path: Path) -> Loaded:
     """The suite at ``path`` with the files and case-file strictness it was listed with (its
     config's)."""
-    config = loader.load_config(loader.find_config(path))
-    found_by = discovery.of(
+    config = loading.load_config(loading.find_config(path))
+    found_by = loading.discover(
         config.test_match, config.test_ignore, lenient=config.lenient_cases, forbid_unknown=None
     )
-    return Loaded(config, loader.load([path], found_by))
+    return Loaded(config, loading.load([path], found_by))
 
 
-def find(suite: loader.Suite, test_id: str) -> Any:
+def find(suite: loading.Suite, test_id: str) -> Any:
     """The suite's test with this id, or a CellError listing what was found."""
     for case in suite.cases:
         if case.id == test_id:

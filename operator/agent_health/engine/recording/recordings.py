@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_health.engine import reports
 from agent_health.engine.recording import replay
-from agent_health.engine.reports import savedreport
 from agent_health.ledger import audit, backends, chain, filestore, records, store
 from agent_health.ledger import errors as ledger_errors
 
@@ -66,8 +66,8 @@ def locate(source: str) -> Located:
 
 def _from_report(path: Path) -> Located:
     try:
-        data = savedreport.read(path)
-    except savedreport.ReportFileError as err:
+        data = reports.read_report(path)
+    except reports.ReportFileError as err:
         raise replay.ReplayError(f"--replay {err}") from err
     made = data.get("provenance") or {}
     url = made.get("replay") or made.get("ledger")

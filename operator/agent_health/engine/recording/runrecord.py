@@ -16,7 +16,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from agent_health.connectors import wire
-from agent_health.engine.reports import bounds
+from agent_health.engine import reports
 from agent_health.ledger import objects
 from agent_health.sdk.results import RunResult
 
@@ -37,7 +37,7 @@ def run_record(run: RunResult, at: str) -> objects.Object:
     :func:`objects.stamp`): the whole RunResult, each field cut to the recording's caps, the
     cut ones named in ``truncated`` (``--replay`` refuses a cut record: it is not the whole
     answer)."""
-    cut = bounds.Bounded(RECORD_FIELD_CHARS, RECORD_OUTPUT_CHARS, RECORD_STEPS)
+    cut = reports.Bounded(RECORD_FIELD_CHARS, RECORD_OUTPUT_CHARS, RECORD_STEPS)
     prompt = cut.text(run.prompt, "prompt")
     context = [
         {**item.model_dump(), "value": cut.text(item.value, f"context[{i}].value") or ""}
@@ -79,7 +79,7 @@ def run_record(run: RunResult, at: str) -> objects.Object:
     )
 
 
-def turn_records(run: RunResult, cut: bounds.Bounded) -> list[objects.Object] | None:
+def turn_records(run: RunResult, cut: reports.Bounded) -> list[objects.Object] | None:
     """A conversation's turns as the run-result keeps them (their steps are the trajectory's,
     marked with the turn: not written twice); ``None`` for a single run."""
     if not run.conversation:

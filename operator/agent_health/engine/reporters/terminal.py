@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agent_health.engine import visible
-from agent_health.engine.outcome import grading
+from agent_health.engine import outcome, reports, statistics, visible
 from agent_health.engine.reporters import (
     terminal_budget,
     terminal_failures,
@@ -27,9 +26,6 @@ from agent_health.engine.reporters import (
     terminal_tables,
 )
 from agent_health.engine.reporters import terminal_style as style
-from agent_health.engine.reports import entries, offtrack
-from agent_health.engine.reports.report import LEGEND, RunReport, UnpricedModel
-from agent_health.engine.statistics import uncertainty
 from agent_health.sdk.results import TestResult
 
 if TYPE_CHECKING:
@@ -41,7 +37,7 @@ TABLE_LIMIT = 50
 
 
 def _line(result: TestResult, repeats: int = 1) -> str:
-    label = entries.repeat_label(result.repeat, repeats)
+    label = reports.repeat_label(result.repeat, repeats)
     repeat = f" {label}" if label else ""
     repeat += f" [{result.agent}]" if result.agent else ""
     extra = ""
@@ -55,7 +51,7 @@ def _line(result: TestResult, repeats: int = 1) -> str:
         extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
     replayed = " [replayed]" if result.replayed else ""
     ended = result.ended.model_dump() if result.ended is not None else None
-    talk = offtrack.summary({"turns": result.turns, "ended": ended})
+    talk = reports.conversation_summary({"turns": result.turns, "ended": ended})
     replayed += f" {visible.line(talk)}" if talk else ""
     # One line per test whatever its title or error holds: a newline in either would start
     # a line of the agent's own, so it is shown as \n with the rest.
@@ -132,7 +128,7 @@ class LiveProgress:
             out.flush()
 
 
-def summary(console: Console, report: RunReport, *, hints: list[str] | None = None) -> None:
+def summary(console: Console, report: reports.RunReport, *, hints: list[str] | None = None) -> None:
     """The table of results, the reasons of what did not pass, and the totals."""
     tests = report.tests
     k = report.summary.repeats
@@ -234,11 +230,11 @@ def _judge_only_hint(count: int) -> str:
     tests = "1 test" if count == 1 else f"{count} tests"
     return (
         f"{tests} checked nothing but judge() calls, and judging was off: skipped "
-        f"({grading.JUDGE_ONLY}), left out of the pass rate"
+        f"({outcome.JUDGE_ONLY}), left out of the pass rate"
     )
 
 
-def unpriced_hint(models: list[UnpricedModel]) -> str:
+def unpriced_hint(models: list[reports.UnpricedModel]) -> str:
     """One line naming the models tokens were spent on that have no price."""
     named = []
     for u in models:
@@ -271,7 +267,7 @@ def _rollup(console: Console, insights: Any) -> None:
         console.print(f"  [yellow]{style.shown_block(insights.error, '    ')}[/]", highlight=False)
 
 
-def _pass_at(p: uncertainty.PassAtK, per_test: dict[str, Any]) -> str:
+def _pass_at(p: statistics.PassAtK, per_test: dict[str, Any]) -> str:
     """``pass@3 80% [55%, 95%], pass^3 60% [...]`` and how many tests had too few repeats."""
     text = (
         f"pass@{p.k} {style.pct(p.pass_at_k)}{style.ci(p.pass_at_k_interval)}, "
@@ -292,11 +288,11 @@ def _tokens(tokens: int | None, unreported: int) -> str:
 
 def legend(repeats: int) -> str:
     """One line that says what the summary's numbers mean."""
-    parts = [f"pass rate = {LEGEND['pass_rate']}", f"score = {LEGEND['score']}"]
+    parts = [f"pass rate = {reports.LEGEND['pass_rate']}", f"score = {reports.LEGEND['score']}"]
     if repeats > 1:
         parts += [
-            f"pass@{repeats} = " + LEGEND["pass_at_k"].replace(" k ", f" {repeats} "),
-            f"pass^{repeats} = " + LEGEND["pass_hat_k"].replace(" k ", f" {repeats} "),
+            f"pass@{repeats} = " + reports.LEGEND["pass_at_k"].replace(" k ", f" {repeats} "),
+            f"pass^{repeats} = " + reports.LEGEND["pass_hat_k"].replace(" k ", f" {repeats} "),
         ]
-    parts.append(LEGEND["interval"])
+    parts.append(reports.LEGEND["interval"])
     return "legend: " + "; ".join(parts)

@@ -22,10 +22,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from agent_health.engine import visible
+from agent_health.engine import reports, visible
 from agent_health.engine.reporters import terminal_style as style
-from agent_health.engine.reports import entries
-from agent_health.engine.reports.report import RunReport
 
 MIN_LABEL = 12  # a label is never cut shorter than this (it wraps instead)
 MIN_TITLE = 30  # below this, a results row's notes move under its title
@@ -48,7 +46,7 @@ def results(console: Console, shown: list[dict[str, Any]], repeats: int, title: 
     rows: list[dict[str, Text | str]] = []
     for t in shown:
         metrics = t["metrics"] or {}
-        label = entries.repeat_label(t["repeat"], repeats)
+        label = reports.repeat_label(t["repeat"], repeats)
         name = f"{t['file']} › {t['name']}" + (f" {label}" if label else "")
         name += f" [{t['agent']}]" if t.get("agent") else ""
         status = t["status"]
@@ -138,7 +136,7 @@ def _notes(metrics: dict[str, Any]) -> str:
     return ", ".join(notes)
 
 
-def labels(console: Console, report: RunReport) -> None:
+def labels(console: Console, report: reports.RunReport) -> None:
     """How the tests of each label did; fitted to the console's width (see the module)."""
     stats = report.summary.labels
     if not stats:
@@ -171,7 +169,7 @@ def _natural_width(console: Console, table: Table) -> int:
 
 
 def _label_table(
-    report: RunReport,
+    report: reports.RunReport,
     names: Sequence[str],
     counts: Sequence[str],
     intervals: Sequence[str],

@@ -34,13 +34,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from agent_health.engine import budget as budget_mod
-from agent_health.engine.outcome import grading
+from agent_health.engine import outcome, statistics
 from agent_health.engine.reports import entries
 from agent_health.engine.reports import rollup as rollup_mod
 from agent_health.engine.reports.provenance import Provenance
-from agent_health.engine.statistics import matrix as matrix_mod
-from agent_health.engine.statistics import pairing as pairing_mod
-from agent_health.engine.statistics import stats, uncertainty
 from agent_health.sdk.results import CAUSES, Cause, TestResult
 
 REPORT_VERSION = 2
@@ -94,8 +91,8 @@ class LabelStats(BaseModel):
     pass_rate: float | None = None
     score: float | None = None
     scored: int = Field(default=0, description="results with a score, which `score` is the mean of")
-    pass_rate_interval: uncertainty.Interval | None = None
-    score_interval: uncertainty.Interval | None = None
+    pass_rate_interval: statistics.Interval | None = None
+    score_interval: statistics.Interval | None = None
 
 
 class UnpricedModel(BaseModel):
@@ -225,12 +222,12 @@ class Summary(BaseModel):
         description="the run-level insights rollup: synthesised by the judge model (source "
         "llm) or grouped deterministically (source grouped); None without insights",
     )
-    confidence: float = Field(default=uncertainty.CONFIDENCE, description="of every interval")
-    pass_rate_interval: uncertainty.Interval | None = None
-    score_interval: uncertainty.Interval | None = None
-    pass_at_k_interval: uncertainty.Interval | None = None
-    pass_hat_k_interval: uncertainty.Interval | None = None
-    pass_at: list[uncertainty.PassAtK] = Field(
+    confidence: float = Field(default=statistics.CONFIDENCE, description="of every interval")
+    pass_rate_interval: statistics.Interval | None = None
+    score_interval: statistics.Interval | None = None
+    pass_at_k_interval: statistics.Interval | None = None
+    pass_hat_k_interval: statistics.Interval | None = None
+    pass_at: list[statistics.PassAtK] = Field(
         default_factory=list, description="pass@k and pass^k for k = the repeats and --pass-at"
     )
     quarantined: Quarantined | None = Field(
@@ -249,7 +246,7 @@ class RunReport(BaseModel):
     summary: Summary
     provenance: Provenance | None = None
     tests: list[dict[str, Any]]
-    matrix: matrix_mod.Matrix | None = Field(
+    matrix: statistics.Matrix | None = Field(
         default=None,
         description="an agent matrix (--agent a --agent b): each agent's summary, the tests "
         "side by side and the paired statistics of each pair; None for one agent",
@@ -275,7 +272,7 @@ class RunReport(BaseModel):
         rollup: rollup_mod.Rollup | None = None,
         provenance: Provenance | None = None,
         budget: budget_mod.Report | None = None,
-        pairing: matrix_mod.Pairing | None = None,
+        pairing: statistics.Pairing | None = None,
         pass_at: Sequence[int] | None = None,
         bootstrap: bool = True,
     ) -> RunReport:
@@ -303,7 +300,7 @@ class RunReport(BaseModel):
             **counts,
             flaky_count=flaky,
             judge_only=sum(
-                r.status == "skipped" and r.skip_reason == grading.JUDGE_ONLY for r in results
+                r.status == "skipped" and r.skip_reason == outcome.JUDGE_ONLY for r in results
             ),
             errored_by_cause=causes,
             pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"], flaky),
@@ -329,15 +326,15 @@ class RunReport(BaseModel):
             insights=rollup,
             **_cost(results),
         )
-        tallies = uncertainty.tallies(results)
-        summary["pass_rate_interval"] = uncertainty.proportion(list(tallies.values()))
+        tallies = statistics.tallies(results)
+        summary["pass_rate_interval"] = statistics.proportion(list(tallies.values()))
         if bootstrap:
-            summary["score_interval"] = uncertainty.score(list(tallies.values()))
+            summary["score_interval"] = statistics.score_interval(list(tallies.values()))
         ks = list(pass_at) if pass_at is not None else ([repeats] if repeats > 1 else [])
         if repeats > 1:
             summary.update(_pass_at_k(results, tallies, repeats))
         if ks:
-            summary["pass_at"] = uncertainty.pass_at(tallies, ks)
+            summary["pass_at"] = statistics.pass_at(tallies, ks)
             own = next((p for p in summary["pass_at"] if p.k == repeats), None)
             if own is not None:
                 summary["pass_at_k_interval"] = own.pass_at_k_interval
@@ -368,11 +365,11 @@ class RunReport(BaseModel):
             provenance=provenance,
             tests=tests,
             # each pair of agents gets the paired test `compare` runs on two reports
-            matrix=matrix_mod.build(
+            matrix=statistics.build_matrix(
                 results,
                 [t for t in tests if not t["quarantined"]] if apart else tests,
                 alone,
-                pairing or pairing_mod.compare,
+                pairing or statistics.pair_runs,
             ),
         )
 
@@ -402,14 +399,14 @@ def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, 
     out = {}
     for label in sorted(counts):
         c = counts[label]
-        tallies = list(uncertainty.tallies(members[label]).values())
+        tallies = list(statistics.tallies(members[label]).values())
         out[label] = LabelStats(
             **c,
             pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"], c["flaky"]),
             score=_mean(scores[label]),
             scored=len(scores[label]),
-            pass_rate_interval=uncertainty.proportion(tallies),
-            score_interval=uncertainty.score(tallies) if bootstrap else None,
+            pass_rate_interval=statistics.proportion(tallies),
+            score_interval=statistics.score_interval(tallies) if bootstrap else None,
         )
     return out
 
@@ -443,7 +440,7 @@ def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
 
 
 def _pass_at_k(
-    results: Sequence[TestResult], tallies: dict[str, uncertainty.Tally], k: int
+    results: Sequence[TestResult], tallies: dict[str, statistics.Tally], k: int
 ) -> dict[str, Any]:
     """pass@k and pass^k for k = the repeats, per test and overall (the unbiased estimators
     over each test's decided repeats: passed, failed, flaky and errored by the agent, which
@@ -453,12 +450,12 @@ def _pass_at_k(
     titles: dict[str, str] = {}
     ended: dict[str, Counter[str]] = defaultdict(Counter)
     for r in results:
-        key = matrix_mod.key(r)  # a matrix: per agent and test
+        key = statistics.matrix_key(r)  # a matrix: per agent and test
         statuses[key].append(r.status)
         if r.ended is not None:
             ended[key][r.ended.reason] += 1
         titles[key] = r.title if r.agent is None else f"{r.title} [{r.agent}]"
-    (overall,) = uncertainty.pass_at(tallies, [k], intervals=False)
+    (overall,) = statistics.pass_at(tallies, [k], intervals=False)
     per_test = {}
     for test_id, seen in statuses.items():
         t = tallies[test_id]
@@ -468,9 +465,9 @@ def _pass_at_k(
             passed=seen.count("passed"),
             failed=seen.count("failed"),
             errored=seen.count("errored"),
-            errored_by_agent=t.decided - len([s for s in seen if s in uncertainty.DECIDED]),
-            pass_at_k=round(stats.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
-            pass_hat_k=round(stats.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
+            errored_by_agent=t.decided - len([s for s in seen if s in statistics.DECIDED]),
+            pass_at_k=round(statistics.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
+            pass_hat_k=round(statistics.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
             ended=dict(sorted(ended[test_id].items())),
         )
     mixed = sorted(

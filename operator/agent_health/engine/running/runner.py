@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_health.connectors.errors import ConnectorError
 from agent_health.connectors.protocol import AgentReply, AgentRequest, TokenUsage
-from agent_health.engine.outcome import grading
-from agent_health.engine.reports import insights
+from agent_health.engine import outcome, reports
 from agent_health.engine.running import capture, fixtures
 from agent_health.sdk import agent as agent_mod
 from agent_health.sdk import config as config_mod
@@ -65,7 +64,7 @@ class RunEnv:
     timeout: float | None = None
     config: config_mod.Config | None = None
     agent_name: str | None = None
-    insights_llm: insights.LLM | None = None
+    insights_llm: reports.InsightsLLM | None = None
     read_exchanges: exchanges.ExchangeReader | None = None
     read_spans: received.SpansReader | None = None
     """What the run's OTLP receiver kept for a run id (the local run's, or the gateway's)."""
@@ -101,12 +100,12 @@ def _held_to_peers(
     recorded = env.peer_calls(run_id) if env.peer_calls is not None else []
     if not recorded:
         return ctx.result, ()
-    from agent_health.engine.outcome import claims
+    from agent_health.engine import outcome
 
-    calls, shown = claims.from_objects(recorded)
-    checked = claims.check(ctx.signals, ctx.result, calls, claims.served({}, shown))
+    calls, shown = outcome.sightings(recorded)
+    checked = outcome.check_claims(ctx.signals, ctx.result, calls, outcome.served_tools({}, shown))
     ctx.signals[:] = checked.signals
-    return claims.as_seen(ctx.result, calls), claims.reported(recorded)
+    return outcome.as_seen(ctx.result, calls), outcome.reported_calls(recorded)
 
 
 class _Traces:
@@ -262,8 +261,8 @@ async def _run_case(
         duration = (time.perf_counter() - started) * 1000
         measured, mcp_calls = _held_to_peers(env, ctx, run_id)
         derived = metrics.derive(measured, env.prices)
-        status = grading.decide(ctx.signals, ctx.errors, skip_reason is not None)
-        skip_reason = skip_reason or grading.skip_reason(status, ctx.signals)
+        status = outcome.decide(ctx.signals, ctx.errors, skip_reason is not None)
+        skip_reason = skip_reason or outcome.skip_reason(status, ctx.signals)
         result = _result(
             case,
             repeat,
@@ -276,7 +275,7 @@ async def _run_case(
             duration,
             skip_reason=skip_reason,
             derived=derived,
-            cause=grading.cause(ctx.causes) if status == "errored" else None,
+            cause=outcome.cause(ctx.causes) if status == "errored" else None,
         )
         if mcp_calls and measured is not None:
             # The report shows the run as the gateway saw it: each MCP step's server, the
@@ -285,16 +284,16 @@ async def _run_case(
             result = result.model_copy(update=seen)
         elif mcp_calls:
             result = result.model_copy(update={"mcp_calls": mcp_calls})
-        fn = insights.function_for(case, env.config)
+        fn = reports.insights_function(case, env.config)
         if fn is not None and status != "skipped":
-            found = await insights.explain(
+            found = await reports.explain(
                 fn,
                 result,
                 run=measured,  # with the tool errors the gateway saw
                 traces=traces.for_insights(ctx.result),
                 llm=env.insights_llm,
                 timeout=timeout,
-                tools=insights.tools_for(ctx.result),
+                tools=reports.insights_tools(ctx.result),
             )
             result = result.model_copy(update={"insights": found})
         return await _finish(env, ctx.result, result, ctx.agent_error, ctx)
@@ -319,7 +318,7 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
         if deadline.expired():
             _timed_out(ctx, timeout)
         else:
-            ctx.record_error(describe_error(err, case.file), grading.cause_of(err))
+            ctx.record_error(describe_error(err, case.file), outcome.cause_of(err))
     except errors.TestSkipped as err:
         skip_reason = str(err)
     except AssertionError as err:
@@ -336,7 +335,7 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
                 )
             )
     except Exception as err:
-        ctx.record_error(describe_error(err, case.file), grading.cause_of(err))
+        ctx.record_error(describe_error(err, case.file), outcome.cause_of(err))
     finally:
         await _after(ctx, scope, case, timeout)
     return skip_reason
@@ -399,7 +398,7 @@ async def _after(
                     except AssertionError as err:
                         ctx.record_error(f"after_each hook failed: {err}")
                     except Exception as err:
-                        ctx.record_error(describe_error(err), grading.cause_of(err))
+                        ctx.record_error(describe_error(err), outcome.cause_of(err))
             for message in await scope.teardown():
                 ctx.record_error(message)
     except TimeoutError:
@@ -430,7 +429,7 @@ def _result(
         labels=case.labels,
         repeat=repeat,
         status=status,
-        score=grading.score(signals, status),
+        score=outcome.score(signals, status),
         error=error,
         cause=cause,
         run_id=run_id,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent_health.engine import budget as budget_mod
-from agent_health.engine.reports import rollup as rollup_mod
+from agent_health.engine import reports
 from agent_health.engine.running import capture, runner
 from agent_health.sdk import declare
 from agent_health.sdk.results import Attempt, TestResult
@@ -33,7 +33,7 @@ class Outcome:
     stopped: str | None = None  # why no more tests started (--max-failures, a budget), if so
     budget: budget_mod.Report | None = None
     """The run's budget and spend (None without a budget)."""
-    rollup: rollup_mod.Rollup | None = None
+    rollup: reports.Rollup | None = None
     """The run-level insights rollup (None when no test has insights)."""
     misdirected: str | None = None
     """Why the run stopped as a usage error: an agent's first answers said the requests were
@@ -268,7 +268,7 @@ class _Pool:
             not_run=len(self.items),
             hook_errors=self.hook_errors,
             stopped=self.stopped or (self.halt.reason if self.halt is not None else None),
-            rollup=await rollup_mod.synthesise(self.results, llm),
+            rollup=await reports.synthesise_rollup(self.results, llm),
             budget=self.meter.report() if self.meter is not None else None,
         )
 
