@@ -448,7 +448,7 @@ def show_comparison(result: comparing.Comparison, consoles: Consoles, *, as_json
     else:
         from agent_health.engine import comparing, visible
 
-        for line in comparing.render(result):  # test names come from the reports' files
+        for line in comparing.render_comparison(result):  # test names come from the reports' files
             consoles.out.print(visible.line(line), markup=False)
     return EXIT_FAILED if result.regressed else EXIT_OK
 

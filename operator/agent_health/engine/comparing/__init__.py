@@ -1,6 +1,6 @@
 """``agent-health compare``: what changed between two reports (:mod:`.compare`), how each
-conversation moved turn by turn (:mod:`.compare_turns`), whether a side was replayed
-(:mod:`.replayed`), and its terminal lines (:mod:`.compare_render`).
+conversation moved turn by turn (:mod:`.turns`), whether a side was replayed
+(:mod:`.replayed`), and its terminal lines (:mod:`.render`).
 """
 
 from typing import TYPE_CHECKING
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     )
     from agent_health.engine.comparing.compare import compare as compare_reports
     from agent_health.engine.comparing.compare import load as load_report
-    from agent_health.engine.comparing.compare_render import render
+    from agent_health.engine.comparing.render import render as render_comparison
 else:
     __getattr__, __dir__ = faces.lazy(
         __name__,
@@ -29,7 +29,7 @@ else:
             "compare_reports": "compare:compare",
             "load_report": "compare:load",
             "without": "compare",
-            "render": "compare_render",
+            "render_comparison": "render:render",
         },
     )
 
@@ -40,6 +40,6 @@ __all__ = [
     "compare_files",
     "compare_reports",
     "load_report",
-    "render",
+    "render_comparison",
     "without",
 ]

@@ -13,7 +13,7 @@ comparison is a regression when:
 * more than ``max_conversations_worse`` conversations got worse (only when given): took more
   turns, lost ``goal-met``, or now end ``gave-up`` / ``max-turns``.
 
-Every conversation that moved turn by turn (:mod:`.compare_turns`) is named either way.
+Every conversation that moved turn by turn (:mod:`.turns`) is named either way.
 
 Beside the deltas, the tests paired by id go through a paired test of "no change"
 (:mod:`.pairing`): its p-value, the effect's interval and whether the change can be told from
@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.engine import reports, statistics
-from agent_health.engine.comparing import compare_turns, replayed
+from agent_health.engine.comparing import replayed, turns
 from agent_health.sdk import errors
 
 NOT_PASSING = ("failed", "errored")
@@ -83,7 +83,7 @@ class Comparison(BaseModel):
     changed_tests: list[str] = Field(default_factory=list)
     added: list[str] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
-    conversation_changes: list[compare_turns.TurnChange] = Field(
+    conversation_changes: list[turns.TurnChange] = Field(
         default_factory=list,
         description="conversations that took other turns, ended otherwise or called other "
         "tools in a turn",
@@ -186,7 +186,7 @@ def compare(
         changed_tests=sorted(edited),
         added=sorted({k[0] for k in after} - {k[0] for k in before}),
         removed=sorted({k[0] for k in before} - {k[0] for k in after}),
-        conversation_changes=compare_turns.changes(before, after),
+        conversation_changes=turns.changes(before, after),
         compared=sum(1 for key in after if key in before),
         pass_rate=_delta(s0.get("pass_rate"), s1.get("pass_rate")),
         score=_delta(s0.get("score"), s1.get("score")),

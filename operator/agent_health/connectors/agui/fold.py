@@ -25,7 +25,8 @@ import pydantic
 import pydantic_core
 from ag_ui import core
 
-from agent_health.connectors import agui_plain, errors, wire
+from agent_health.connectors import errors, wire
+from agent_health.connectors.agui import plain
 from agent_health.connectors.protocol import ModelUsage, Step, StepType, TokenUsage, by_model
 from agent_health.ledger import strictjson
 
@@ -45,7 +46,7 @@ _CHUNKS = {
     "TOOL_CALL_CHUNK": "tool",
 }
 _EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(core.Event)
-PLAIN: dict[str, agui_plain.Shape] = agui_plain.shapes()
+PLAIN: dict[str, plain.Shape] = plain.shapes()
 """The event types folded without the package's validation when an event is plain."""
 
 

@@ -15,7 +15,7 @@ run ends. Its stdout is either
   ``{"output": ..., "token_usage"?: {...}}`` line.
 
 A conversation (``agent.run(turns=...)``) keeps one process for all its turns and talks
-to it one line at a time: :mod:`.subprocess_talk`.
+to it one line at a time: :mod:`.talks`.
 
 A non-zero exit is :class:`~errors.AgentRunFailed` and a run past the timeout is
 :class:`~errors.AgentTimeout` (the whole process group is killed; it keeps the stdout so
@@ -38,9 +38,10 @@ from typing import Any
 
 import pydantic
 
-from agent_health.connectors import environment, errors, partial, subprocess_talk, wire
+from agent_health.connectors import environment, errors, partial, wire
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step
+from agent_health.connectors.subprocess import talks
 from agent_health.ledger import strictjson
 
 TERM_GRACE_S = 2.0
@@ -65,7 +66,7 @@ class SubprocessConnector:
         self.name = wire.snippet(shlex.join(spec.command), 80)
         self.spec = spec
         self._live: set[asyncio.subprocess.Process] = set()
-        self._talks = subprocess_talk.Talks()
+        self._talks = talks.Talks()
 
     async def run(self, request: AgentRequest) -> AgentReply:
         if request.conversation:
@@ -97,7 +98,7 @@ class SubprocessConnector:
                 if files_dir is not None:
                     await asyncio.to_thread(shutil.rmtree, files_dir, True)
                 raise
-            talk = subprocess_talk.Talk(proc, self.name, files_dir)
+            talk = talks.Talk(proc, self.name, files_dir)
             self._talks.add(request.run_id, talk)
         try:
             return await talk.turn(request, timeout, parse)
@@ -114,7 +115,7 @@ class SubprocessConnector:
             code = await talk.end(_stop)
         finally:
             self._live.discard(talk.proc)
-        failed = subprocess_talk.ended_badly(self.name, code, talk)
+        failed = talks.ended_badly(self.name, code, talk)
         if failed is not None:
             raise failed
 
@@ -148,7 +149,7 @@ class SubprocessConnector:
                 cwd=self.spec.cwd,
                 env=env,
                 start_new_session=True,
-                limit=subprocess_talk.LINE_LIMIT,
+                limit=talks.LINE_LIMIT,
             )
         except OSError as err:
             raise errors.ConnectorConfigError(
@@ -164,8 +165,8 @@ class SubprocessConnector:
         assert proc.stdout is not None
         assert proc.stderr is not None
         readers = [
-            asyncio.create_task(subprocess_talk.drain(proc.stdout, stdout)),
-            asyncio.create_task(subprocess_talk.drain(proc.stderr, stderr)),
+            asyncio.create_task(talks.drain(proc.stdout, stdout)),
+            asyncio.create_task(talks.drain(proc.stderr, stderr)),
         ]
         try:
             async with asyncio.timeout(timeout):
@@ -184,7 +185,7 @@ class SubprocessConnector:
             await _stop(proc)
             self._live.discard(proc)
         if code != 0:
-            ended = subprocess_talk.how(code)
+            ended = talks.how(code)
             raise errors.AgentRunFailed(f"agent command {self.name!r} {ended}{_tail(stderr)}")
         return parse(stdout.decode(errors="replace"), self.name)
 

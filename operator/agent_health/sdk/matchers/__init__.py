@@ -16,17 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import run_matchers, talk_matchers, value_matchers
+from agent_health.sdk.matchers import run, talk, value
 
 
-class Expectation(
-    run_matchers.RunMatchers, talk_matchers.TalkMatchers, value_matchers.ValueMatchers
-):
+class Expectation(run.RunMatchers, talk.TalkMatchers, value.ValueMatchers):
     """Checks on one value, recorded on one test's context.
 
-    Its matchers come in three families: :mod:`.run_matchers` (what ``agent.run()``
-    returned), :mod:`.talk_matchers` (a conversation's turns and its user's goal) and
-    :mod:`.value_matchers` (any value, and judges' verdicts); :mod:`.check` records them.
+    Its matchers come in three families: :mod:`.run` (what ``agent.run()``
+    returned), :mod:`.talk` (a conversation's turns and its user's goal) and
+    :mod:`.value` (any value, and judges' verdicts); :mod:`.check` records them.
     """
 
     __slots__ = ()

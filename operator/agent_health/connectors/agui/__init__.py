@@ -5,7 +5,7 @@ id is both ``threadId`` and ``runId``, the prompt is one user message, the conte
 are AG-UI ``context`` and ``agent.run(env=...)`` travels as ``forwardedProps.env``
 (``provisioned=`` and ``files=`` as ``forwardedProps.provisioned`` / ``.files``, when given).
 ``agent.run(tools=...)`` (a case's ``tools``) are AG-UI ``tools``, after the config's.
-The events are folded into the trajectory by :mod:`agent_health.connectors.agui_fold` as
+The events are folded into the trajectory by :mod:`agent_health.connectors.agui.fold` as
 they arrive; an optional ``on_event`` callback sees each one as soon as it is read.
 
 A run must end with ``RUN_FINISHED``. ``RUN_ERROR`` is
@@ -25,9 +25,10 @@ from typing import Any
 import pydantic_core
 from ag_ui import core
 
-from agent_health.connectors import agui_fold, errors, sse, wire
+from agent_health.connectors import errors, sse, wire
 from agent_health.connectors import partial as partial_mod
 from agent_health.connectors import transport as http
+from agent_health.connectors.agui import fold
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 
@@ -146,7 +147,7 @@ class _Stream:
     def __init__(self, url: str, on_event: EventCallback | None) -> None:
         self.url = url
         self.on_event = on_event
-        self.fold = agui_fold.Fold(url)
+        self.fold = fold.Fold(url)
         self.events: list[dict[str, Any]] = []
         self.size = 0
 
