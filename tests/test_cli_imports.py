@@ -14,34 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import INPROC_CONFIG, ONE_TEST
 
-ONE_TEST = """
-from agent_health import test
-
-
-@test("one", default_prompt="ping")
-async def one(agent, expect):
-    result = await agent.run()
-    expect(result.output).to_equal("pong")
-"""
-INPROC_CONFIG = """
-from agent_health import define_config
-from agent_health.connectors import AgentReply
-
-
-class Inproc:
-    def __init__(self, spec):
-        pass
-
-    async def run(self, request):
-        return AgentReply(output="pong")
-
-    async def aclose(self):
-        pass
-
-
-config = define_config(connectors={"inproc": Inproc}, agents={"a": {"connector": "inproc"}})
-"""
 # Never needed by `run` or `list` on a laptop: the servers, the cluster, the judge's providers.
 SERVER_SIDE = (
     "aiohttp.web",

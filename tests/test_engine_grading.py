@@ -27,7 +27,7 @@ from agent_health.ledger import backends, keys
 from agent_health.sdk.results import Signal
 from helpers import run_cli
 from judge_servers import Answer
-from test_cluster_status import Clock, running_tally
+from status_support import Clock, running_tally
 
 REASON = "judge skipped: nothing else checked"
 CASES = [
