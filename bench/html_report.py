@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import browser  # noqa: E402
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage  # noqa: E402
 from agent_health.engine import reporters  # noqa: E402
-from agent_health.engine.report import RunReport  # noqa: E402
 from agent_health.engine.reporters import html  # noqa: E402
+from agent_health.engine.reports.report import RunReport  # noqa: E402
 from agent_health.sdk.results import RunResult, Signal, TestResult  # noqa: E402
 from agent_health.traces import metrics  # noqa: E402
 

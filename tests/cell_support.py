@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from agent_health import gateway, judging
 from agent_health.cluster.grading import grading
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from agent_health.gateway import config as gateway_config
 from agent_health.judging import service
 from agent_health.ledger import backends

@@ -32,3 +32,34 @@ def run_cli_sync(suite: Path, *args: str) -> Run:
 
 async def run_cli(suite: Path, *args: str) -> Run:
     return await asyncio.to_thread(run_cli_sync, suite, *args)
+
+
+# A suite of one test against an in-process agent (a connector in its config): a run that
+# starts no server.
+ONE_TEST = """
+from agent_health import test
+
+
+@test("one", default_prompt="ping")
+async def one(agent, expect):
+    result = await agent.run()
+    expect(result.output).to_equal("pong")
+"""
+INPROC_CONFIG = """
+from agent_health import define_config
+from agent_health.connectors import AgentReply
+
+
+class Inproc:
+    def __init__(self, spec):
+        pass
+
+    async def run(self, request):
+        return AgentReply(output="pong")
+
+    async def aclose(self):
+        pass
+
+
+config = define_config(connectors={"inproc": Inproc}, agents={"a": {"connector": "inproc"}})
+"""

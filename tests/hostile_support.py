@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 from agent_health import gateway
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from cell_support import (
     CELL,
     TEST_ID,

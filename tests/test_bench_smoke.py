@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_health.engine import session
 from agent_health.engine.reporters import terminal
+from agent_health.engine.running import session
 from agent_health.sdk.results import TestResult
 from rich.console import Console
 

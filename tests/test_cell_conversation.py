@@ -15,7 +15,7 @@ import cell_support
 import pytest
 import simulated_user_server
 import support_agent
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from agent_health.ledger import records
 from cell_support import TOKEN
 from judge_servers import Text

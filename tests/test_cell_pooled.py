@@ -18,7 +18,7 @@ import httpx
 import pooled_support
 import pytest
 from agent_health.cluster.grading import grading
-from agent_health.engine import warmcell
+from agent_health.engine.controller import warmcell
 from agent_health.gateway import config
 from agent_health.ledger import assignment, backends, keys, records
 from hostile_support import free_port

@@ -14,34 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import INPROC_CONFIG, ONE_TEST
 
-ONE_TEST = """
-from agent_health import test
-
-
-@test("one", default_prompt="ping")
-async def one(agent, expect):
-    result = await agent.run()
-    expect(result.output).to_equal("pong")
-"""
-INPROC_CONFIG = """
-from agent_health import define_config
-from agent_health.connectors import AgentReply
-
-
-class Inproc:
-    def __init__(self, spec):
-        pass
-
-    async def run(self, request):
-        return AgentReply(output="pong")
-
-    async def aclose(self):
-        pass
-
-
-config = define_config(connectors={"inproc": Inproc}, agents={"a": {"connector": "inproc"}})
-"""
 # Never needed by `run` or `list` on a laptop: the servers, the cluster, the judge's providers.
 SERVER_SIDE = (
     "aiohttp.web",
@@ -96,7 +70,9 @@ def suite(tmp_path: Path) -> Path:
 
 def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: Path) -> None:
     modules = imported_by(["list", str(suite)], suite)
-    assert "agent_health.engine.loader" in modules  # the check would pass on a crash otherwise
+    assert (
+        "agent_health.engine.loading.loader" in modules
+    )  # the check would pass on a crash otherwise
     assert not loaded(
         modules,
         *SERVER_SIDE,
@@ -107,7 +83,7 @@ def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: 
         "asyncio",
         "ag_ui",
         "agent_health.ledger",
-        "agent_health.engine.runner",
+        "agent_health.engine.running.runner",
         "agent_health.engine.reporters",
         "agent_health.traces.metrics",
         # The history is recorded by run, never read by list.
@@ -119,7 +95,7 @@ def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: 
 
 def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite: Path) -> None:
     modules = imported_by(["run", str(suite)], suite)
-    assert "agent_health.engine.runner" in modules
+    assert "agent_health.engine.running.runner" in modules
     assert "agent_health.ledger.chain" in modules  # the default local ledger recorded the run
     assert not loaded(
         modules,
@@ -141,7 +117,7 @@ def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite
         "agent_health.traces.view",
         "agent_health.traces.opensearch",
         # The OTLP receiver is for agents the run starts; protobuf only once a span comes.
-        "agent_health.engine.receiver",
+        "agent_health.engine.recording.receiver",
         "agent_health.ledger.otlp",
         "opentelemetry",
         "google.protobuf",
@@ -208,14 +184,14 @@ def test_a_run_builds_the_models_every_test_uses_before_its_first_test(tmp_path:
     (tmp_path / "test_built.py").write_text(BUILT_FIRST)
     (tmp_path / "agent-health.config.py").write_text(INPROC_CONFIG)
     modules = imported_by(["run", str(tmp_path), "--no-ledger"], tmp_path)  # exit 0: passed
-    assert "agent_health.engine.runner" in modules
+    assert "agent_health.engine.running.runner" in modules
 
 
 def test_a_run_without_a_history_loads_no_sqlalchemy_and_one_with_an_up_to_date_history_no_alembic(
     suite: Path,
 ) -> None:
     modules = imported_by(["run", str(suite), "--no-history", "--no-ledger"], suite)
-    assert "agent_health.engine.runner" in modules
+    assert "agent_health.engine.running.runner" in modules
     assert not loaded(modules, "sqlalchemy", "alembic", "agent_health.history.database")
     first = imported_by(["run", str(suite), "--no-ledger"], suite)  # makes the history
     assert "alembic" in first

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from agent_health import cli
-from agent_health.engine import recording
+from agent_health.engine.recording import recording
 from aiohttp import web
 from loopback import serving
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent_health.cluster.api import runspec
 from agent_health.connectors import protocol
-from agent_health.engine import claims
+from agent_health.engine.outcome import claims
 from agent_health.sdk import check, results
 
 TOOLS = {"logs": ("search_logs", "tail_logs"), "db": ("query",)}

@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from agent_health.cluster.cells import manifests
-from agent_health.engine import stats
+from agent_health.engine.statistics import stats
 from operator_support import PINNED, Cell, Kubelet, cluster, finished, kubelet, listing, until
 
 pytestmark = pytest.mark.slow

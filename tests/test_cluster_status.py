@@ -19,26 +19,13 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import crds, evaluationrun
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, status
-from agent_health.engine import report
+from agent_health.engine.reports import report
 from agent_health.sdk import results
 from kube import serve
+from status_support import T0, Clock, running_tally
 
 RUNS = "/apis/agenthealth.dev/v1alpha1/namespaces/default/evaluationruns"
 MERGE = {"Content-Type": "application/merge-patch+json"}
-T0 = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
-
-
-class Clock:
-    """A settable clock: ``now()`` for datetimes, ``()`` for monotonic seconds."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def now(self) -> datetime.datetime:
-        return T0 + datetime.timedelta(seconds=int(self.t))
 
 
 def grade(
@@ -75,15 +62,6 @@ def grade(
     return grading.CellGrade(
         cell=cell, test_id=test_id, repeat=repeat, status=state, score=score, result=result
     )
-
-
-def running_tally(clock: Clock, cells: list[str], repeats: int = 1) -> status.RunTally:
-    tally = status.RunTally(repeats=repeats, generation=1, clock=clock.now)
-    tally.advance("Pending", reason="Accepted")
-    tally.advance("Resolving", reason="Resolving")
-    tally.plan(cells)
-    tally.advance("Running", reason="Scheduled")
-    return tally
 
 
 def test_counts_follow_cells_and_regrading_never_double_counts() -> None:

@@ -11,7 +11,8 @@ from typing import Any
 import pydantic
 import pytest
 from ag_ui import core
-from agent_health.connectors import agui_fold, agui_plain, errors
+from agent_health.connectors import errors
+from agent_health.connectors.agui import fold, plain
 
 MID = {"messageId": "m"}
 CID = {"toolCallId": "c"}
@@ -90,9 +91,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def fold(events: list[dict[str, Any]], plain: bool) -> tuple[str, Any]:
+def folded(events: list[dict[str, Any]], *, plain_path: bool) -> tuple[str, Any]:
     """What folding ``events`` gives: the reply's fields and the events, or the refusal."""
-    folding = agui_fold.Fold("http://agent.invalid/agui", plain=plain)
+    folding = fold.Fold("http://agent.invalid/agui", plain=plain_path)
     try:
         seen = [folding.feed(json.dumps(e)) for e in events]
         fields = folding.reply_fields()
@@ -126,24 +127,24 @@ def streams() -> list[list[dict[str, Any]]]:
 def test_every_event_folds_or_is_refused_as_through_the_model(
     events: list[dict[str, Any]],
 ) -> None:
-    assert fold(events, plain=True) == fold(events, plain=False)
+    assert folded(events, plain_path=True) == folded(events, plain_path=False)
 
 
 def test_the_variants_take_both_paths() -> None:
     """The comparison above is worth something only if both paths run."""
     taken = {True: 0, False: 0}
     for kind, variants in VARIANTS.items():
-        shape = agui_fold.PLAIN[kind]
+        shape = fold.PLAIN[kind]
         for variant in variants:
             taken[shape.plain({"type": kind, **variant})] += 1
     assert taken[True] >= 20
     assert taken[False] >= 20
 
 
-@pytest.mark.parametrize("kind", sorted(agui_plain.MODELS))
+@pytest.mark.parametrize("kind", sorted(plain.MODELS))
 def test_a_plain_event_is_one_the_model_keeps_as_it_is(kind: str) -> None:
-    model = agui_plain.MODELS[kind]
-    shape = agui_fold.PLAIN[kind]
+    model = plain.MODELS[kind]
+    shape = fold.PLAIN[kind]
     for variant in VARIANTS[kind]:
         raw = {"type": kind, **variant}
         if not shape.plain(raw):
@@ -165,10 +166,10 @@ def test_a_plain_event_is_one_the_model_keeps_as_it_is(kind: str) -> None:
 
 def test_each_plain_type_is_the_model_the_union_picks() -> None:
     union = typing.get_args(typing.get_args(core.Event)[0])
-    for kind, model in agui_plain.MODELS.items():
+    for kind, model in plain.MODELS.items():
         assert model in union
         assert model.model_fields["type"].default.value == kind
-    assert set(agui_fold.PLAIN) == set(agui_plain.MODELS)  # every one has a plain shape
+    assert set(fold.PLAIN) == set(plain.MODELS)  # every one has a plain shape
 
 
 def test_a_model_that_does_more_than_check_types_has_no_plain_shape() -> None:
@@ -189,6 +190,6 @@ def test_a_model_that_does_more_than_check_types_has_no_plain_shape() -> None:
         model_config = pydantic.ConfigDict(extra="allow")
         inner: Closed
 
-    assert agui_plain.shape(Checked) is None
-    assert agui_plain.shape(Closed) is None
-    assert agui_plain.shape(Nested) is None  # a required field it cannot check
+    assert plain.shape(Checked) is None
+    assert plain.shape(Closed) is None
+    assert plain.shape(Nested) is None  # a required field it cannot check

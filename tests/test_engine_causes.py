@@ -1,7 +1,7 @@
 """Every errored test says whom it blames: the agent, the judge, the test or the infrastructure.
 
 Run through the real CLI against the example agent (a real HTTP server on 127.0.0.1); the
-unit tests at the end check the ranking rules of ``engine.grading``.
+unit tests at the end check the ranking rules of ``engine.outcome.grading``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import cell_support
 import pytest
 from agent_health import cli
 from agent_health.connectors import errors as connector_errors
-from agent_health.engine import cell, grading
+from agent_health.engine.controller import cell
+from agent_health.engine.outcome import grading
 from agent_health.sdk import errors as sdk_errors
 from helpers import run_cli
 from hostile_support import free_port, hostile_target

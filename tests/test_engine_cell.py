@@ -13,7 +13,7 @@ import cell_support
 import opensearch_support
 import pytest
 from agent_health import gateway
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from agent_health.gateway import config as gateway_config
 from agent_health.ledger import records
 from cell_support import CELL, TEST_ID, TOKEN

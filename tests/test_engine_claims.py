@@ -4,7 +4,7 @@ its arguments, and an isError the agent did not report."""
 from __future__ import annotations
 
 from agent_health.connectors import protocol
-from agent_health.engine import claims
+from agent_health.engine.outcome import claims
 from agent_health.sdk import check, results
 from agent_health.traces import metrics
 

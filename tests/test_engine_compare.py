@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from agent_health import cli
-from agent_health.engine import compare, compare_render
+from agent_health.engine.comparing import compare, render
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "04-diagnosis"
 
@@ -161,11 +161,11 @@ def test_repeats_are_matched_by_id_and_repeat() -> None:
 def test_repeats_are_labelled_as_every_reporter_labels_them() -> None:
     base = report([entry("a", "passed", 1.0, 0), entry("a", "failed", 0.0, 1)], repeats=2)
     new = report([entry("a", "failed", 0.0, 0), entry("a", "passed", 1.0, 1)], repeats=2)
-    lines = compare_render.render(compare.compare(base, new))
+    lines = render.render(compare.compare(base, new))
     assert "  passed → failed  test_a.py::a [1/2]" in lines
     assert "  failed → passed  test_a.py::a [2/2]" in lines
     assert not any("[repeat" in line for line in lines)
-    single = compare_render.render(
+    single = render.render(
         compare.compare(report([entry("b", "passed", 1.0)]), report([entry("b", "failed", 0.0)]))
     )
     assert "  passed → failed  test_a.py::b" in single  # one run per test: no label

@@ -4,7 +4,7 @@ defaults that cover upstream's case-file names."""
 from __future__ import annotations
 
 import pytest
-from agent_health.engine import discovery
+from agent_health.engine.loading import discovery
 
 
 @pytest.mark.parametrize(

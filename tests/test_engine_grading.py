@@ -21,13 +21,13 @@ import cell_support
 import pytest
 from agent_health import cli, ledger
 from agent_health.cluster.grading import grading, regrade
-from agent_health.engine import cell
-from agent_health.engine import grading as engine_grading
+from agent_health.engine.controller import cell
+from agent_health.engine.outcome import grading as engine_grading
 from agent_health.ledger import backends, keys
 from agent_health.sdk.results import Signal
 from helpers import run_cli
 from judge_servers import Answer
-from test_cluster_status import Clock, running_tally
+from status_support import Clock, running_tally
 
 REASON = "judge skipped: nothing else checked"
 CASES = [

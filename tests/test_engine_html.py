@@ -19,8 +19,8 @@ import pytest
 from agent_health import cli
 from agent_health.cli import common
 from agent_health.engine import reporters
-from agent_health.engine.report import LEGEND, RunReport
 from agent_health.engine.reporters import html
+from agent_health.engine.reports.report import LEGEND, RunReport
 from agent_health.sdk.results import TestResult
 
 HOSTILE = '</script><script>window.pwned = 1</script><!-- <img src="http://127.0.0.1:9/x">'
@@ -169,7 +169,7 @@ def test_the_html_module_loads_only_when_asked_for(tmp_path: Path) -> None:
         "import agent_health.engine.reporters as r; "
         "assert 'agent_health.engine.reporters.html' not in sys.modules, 'loaded early'; "
         "r.write('html', __import__('pathlib').Path(sys.argv[1]), "
-        "__import__('agent_health.engine.report', fromlist=['x']).RunReport.build([], "
+        "__import__('agent_health.engine.reports.report', fromlist=['x']).RunReport.build([], "
         "duration_ms=0.0)); "
         "assert 'agent_health.engine.reporters.html' in sys.modules"
     )

@@ -27,8 +27,9 @@ import loopback
 import pytest
 import triage_agent
 from agent_health import cli
-from agent_health.engine import reporters, rollup
-from agent_health.engine.report import RunReport
+from agent_health.engine import reporters
+from agent_health.engine.reports import rollup
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import Signal, TestResult
 from helpers import Run, run_cli
 from judge_servers import ScriptedModel, quoted_rule
@@ -323,7 +324,7 @@ def test_hostile_output_stays_text(chromium: Any, tmp_path: Path) -> None:
 def test_a_replayed_run_says_so_in_the_summary_list_and_inspector(
     chromium: Any, tmp_path: Path
 ) -> None:
-    from agent_health.engine import provenance
+    from agent_health.engine.reports import provenance
 
     result = TestResult(
         id="t.py::replayed one", name="replayed one", title="replayed one", file="t.py",
@@ -479,7 +480,7 @@ def test_benchmark_prints_size_and_load_time(tmp_path: Path) -> None:
 
 
 def test_a_flaky_test_shows_its_tries_and_what_it_printed(chromium: Any, tmp_path: Path) -> None:
-    from agent_health.engine import session
+    from agent_health.engine.running import session
 
     def result(status: Any, score: float, **extra: Any) -> TestResult:
         return TestResult(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from agent_health.connectors.protocol import TokenUsage
 from agent_health.engine import budget, reporters
-from agent_health.engine.report import RunReport
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import TestResult
 
 ROOT = Path(__file__).resolve().parents[1]

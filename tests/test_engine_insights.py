@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_health.engine import insights
+from agent_health.engine.reports import insights
 from agent_health.sdk.results import TestResult
 from helpers import run_cli
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from agent_health import cli
-from agent_health.engine import rollup
+from agent_health.engine.reports import rollup
 from agent_health.sdk.results import Signal, TestResult
 from helpers import run_cli
 from judge_servers import USAGE_IN, USAGE_OUT, Action, ScriptedModel, Text, prompt_text

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_health import cli
-from agent_health.engine import loader
+from agent_health.engine.loading import loader
 from helpers import run_cli_sync
 
 GOOD = """

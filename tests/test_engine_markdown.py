@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_health.engine import compare, reporters
-from agent_health.engine.report import RunReport
+from agent_health.engine import reporters
+from agent_health.engine.comparing import compare
 from agent_health.engine.reporters import markdown
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import Signal, TestResult
 
 HOSTILE = "a `tick`` | pipe <script>alert(1)</script> *bold* [link](x)"

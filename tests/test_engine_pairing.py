@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from agent_health import cli
-from agent_health.engine import compare, pairing
+from agent_health.engine.comparing import compare
+from agent_health.engine.statistics import pairing
 
 
 def entry(name: str, status: str, repeat: int = 0, score: float | None = None, **kw: Any) -> dict:

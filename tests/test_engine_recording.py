@@ -12,7 +12,7 @@ from typing import Any
 import ledger_support
 import pytest
 from agent_health import cli
-from agent_health.engine import recording, refusal, runrecord
+from agent_health.engine.recording import recording, refusal, runrecord
 from agent_health.ledger import records, runfile
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import TestResult

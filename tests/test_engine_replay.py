@@ -313,7 +313,7 @@ async def test_a_cluster_cell_graded_from_its_ledger_replays(
     """A cell pod's controller and gateway (as the operator runs them), its ledger graded by
     ``agent-health grade``, and that report replayed: no call reaches the agent."""
     import cell_support
-    from agent_health.engine import cell
+    from agent_health.engine.controller import cell
 
     async with counting_agent() as agent:
         port = int(agent.url.rsplit(":", 1)[1].split("/")[0])

@@ -9,8 +9,8 @@ from typing import Any
 import pydantic_core
 import pytest
 from agent_health.connectors.protocol import TokenUsage
-from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import json_file, terminal
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import TestResult
 from rich.console import Console
 

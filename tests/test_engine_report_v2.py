@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from agent_health import cli
 from agent_health.connectors.protocol import ContextItem, Step
-from agent_health.engine import bounds, entries, provenance, recording
-from agent_health.engine.report import RunReport
+from agent_health.engine.recording import recording
+from agent_health.engine.reports import bounds, entries, provenance
+from agent_health.engine.reports.report import RunReport
 from agent_health.ledger import backends
 from agent_health.sdk.results import TestResult
 from helpers import run_cli

@@ -7,8 +7,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import junit, terminal
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import Signal, TestResult
 from helpers import run_cli_sync
 from rich.console import Console

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from agent_health import cli
-from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import junit, terminal
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import Signal, TestResult
 from rich.console import Console
 

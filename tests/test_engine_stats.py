@@ -9,7 +9,7 @@ import random
 import statistics
 
 import pytest
-from agent_health.engine import resample, stats
+from agent_health.engine.statistics import resample, stats
 
 Z = 1.959964  # the 97.5% standard normal quantile
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from agent_health.engine import stats
-from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal_matrix
+from agent_health.engine.reports.report import RunReport
+from agent_health.engine.statistics import stats
 from agent_health.sdk.results import TestResult
 from rich.console import Console
 

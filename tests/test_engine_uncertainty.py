@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from agent_health import cli
-from agent_health.engine.report import RunReport
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import TestResult
 
 PASSES = [3, 3, 2, 0, 1]

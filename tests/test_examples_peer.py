@@ -16,7 +16,7 @@ import httpx
 import log_server
 import pytest
 import triage_agent
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from agent_health.ledger import records
 from aiohttp import web
 from cell_support import CELL

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from agent_health import gateway
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from agent_health.gateway import config as gateway_config
 from agent_health.ledger import chain, records
 from hostile_support import (

@@ -9,7 +9,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from agent_health.cluster.grading import grading
-from agent_health.engine import cell, claims
+from agent_health.engine.controller import cell
+from agent_health.engine.outcome import claims
 from agent_health.ledger import backends
 from aiohttp import web
 from cell_support import CELL, KEY, TEST_ID, cell_gateway, cell_settings

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent_health.cluster.grading import grading
-from agent_health.engine import claims
+from agent_health.engine.outcome import claims
 from agent_health.ledger import chain, objects
 
 KEY = b"m" * 48

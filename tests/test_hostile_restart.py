@@ -19,7 +19,7 @@ import hostile_support
 import httpx
 import pytest
 from agent_health.cluster.grading import grading
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from agent_health.ledger import backends, records
 from cell_support import CELL, TEST_ID, TOKEN
 from hostile_support import free_port, hostile_target, read_report

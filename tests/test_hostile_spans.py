@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from cell_support import cell_gateway, cell_settings, grade
 from hostile_support import free_port
 

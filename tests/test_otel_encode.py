@@ -21,8 +21,8 @@ from agent_health.otel import export, exporter, records
 from agent_health.otel import settings as otel_settings
 from agent_health.sdk.results import TestResult
 from google.protobuf import json_format
+from helpers import INPROC_CONFIG, ONE_TEST
 from otlp_support import receiving
-from test_cli_imports import INPROC_CONFIG, ONE_TEST
 
 TRACE = 0x0AF7651916CD43DD8448EB211C80319C
 OTHER_TRACE = 0x4BF92F3577B34DA6A3CE929D0E0E4736

@@ -18,7 +18,7 @@ from pathlib import Path
 import cell_support
 import httpx
 import pytest
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from agent_health.ledger import records
 from cell_support import CELL
 

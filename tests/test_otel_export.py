@@ -385,7 +385,7 @@ async def test_a_cell_exports_its_test_through_its_gateway_and_no_run_span(
     from urllib.parse import urlsplit
 
     import cell_support
-    from agent_health.engine import cell
+    from agent_health.engine.controller import cell
 
     cell_support.private_judge_cache(monkeypatch, tmp_path)
     async with (

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_health.engine import loader, runner, session
+from agent_health.engine.loading import loader
+from agent_health.engine.running import runner, session
 from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import TestResult, Verdict
 from helpers import run_cli_sync

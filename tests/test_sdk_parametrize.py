@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_health.engine import loader
+from agent_health.engine.loading import loader
 from helpers import run_cli_sync
 
 EACH = """

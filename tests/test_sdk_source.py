@@ -7,7 +7,7 @@ import inspect
 from pathlib import Path
 
 import pytest
-from agent_health.engine import loader
+from agent_health.engine.loading import loader
 
 ROOT = Path(__file__).resolve().parents[1]
 

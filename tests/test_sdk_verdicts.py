@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from agent_health.cluster.grading import grading
-from agent_health.engine import loader, runner, session
+from agent_health.engine.loading import loader
+from agent_health.engine.running import runner, session
 from agent_health.ledger import chain, filestore, records
 from agent_health.sdk.context import JudgeRequest
 from agent_health.sdk.results import Signal, TestResult, Verdict

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from agent_health import tls
-from agent_health.engine import cell
+from agent_health.engine.controller import cell
 from aiohttp import web
 
 

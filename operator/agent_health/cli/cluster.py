@@ -63,15 +63,15 @@ def cell(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 "give either --assignment FILE or --test ID [--repeat N]"
             )
             return common.EXIT_USAGE
-        from agent_health.engine import warmcell
+        from agent_health.engine import controller
 
-        return warmcell.main(Path(args.suite), Path(args.assignment))
+        return controller.run_warm_cell(Path(args.suite), Path(args.assignment))
     if args.test is None:
         consoles.error("agent-health cell: give --test ID [--repeat N], or --assignment FILE")
         return common.EXIT_USAGE
-    from agent_health.engine import cell as cell_mod
+    from agent_health.engine import controller
 
-    return cell_mod.main(Path(args.suite), args.test, args.repeat or 0)
+    return controller.run_cell(Path(args.suite), args.test, args.repeat or 0)
 
 
 def crds(args: argparse.Namespace, consoles: common.Consoles) -> int:

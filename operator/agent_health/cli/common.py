@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import history
-    from agent_health.engine import compare
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import comparing, reports
     from agent_health.history import location
     from agent_health.ledger import store
 
@@ -100,7 +99,7 @@ class Outlet(io.TextIOBase):
 
     def _stream(self) -> Any:
         stream = getattr(sys, self.name)
-        # Past a run's router of its tests' output (engine.capture): the run's own lines
+        # Past a run's router of its tests' output (engine.running.capture): the run's own lines
         # go straight out.
         return getattr(stream, "rich_proxied_file", stream)
 
@@ -213,7 +212,7 @@ def check_reports(outputs: list[tuple[str, Path | None]]) -> None:
 
 def write_reports(
     outputs: list[tuple[str, Path | None]],
-    report: RunReport,
+    report: reports.RunReport,
     console: Console,
     *,
     context: object = None,
@@ -241,7 +240,7 @@ def write_reports(
     return unwritten
 
 
-def exit_code(report: RunReport, *, fail_on_flaky: bool = False) -> int:
+def exit_code(report: reports.RunReport, *, fail_on_flaky: bool = False) -> int:
     """The exit code of a run (or a re-grade) from its summary."""
     s = report.summary
     if s.interrupted:
@@ -356,14 +355,14 @@ def history_to_read(args: argparse.Namespace) -> location.Location:
     """The history a reading command (``history``, ``flaky``, ``compare --baseline``) opens:
     ``--history``, ``$AGENT_HEALTH_HISTORY``, the config's ``history=`` (the config found as
     ``run`` finds it: ``--config``, else upward from here), the default beside it."""
-    from agent_health.engine import loader
+    from agent_health.engine import loading
 
     config_file = Path(args.config) if getattr(args, "config", None) else None
     if config_file is None:
-        config_file = loader.find_config(Path.cwd())
+        config_file = loading.find_config(Path.cwd())
     configured: str | bool | None = None
     if config_file is not None and not getattr(args, "history", None):
-        configured = loader.load_config(config_file).history
+        configured = loading.load_config(config_file).history
     where = history_location(args, config_file=config_file, configured=configured, start=Path.cwd())
     if where is None:
         raise UsageError(
@@ -439,7 +438,7 @@ def compare_gates(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def show_comparison(result: compare.Comparison, consoles: Consoles, *, as_json: bool) -> int:
+def show_comparison(result: comparing.Comparison, consoles: Consoles, *, as_json: bool) -> int:
     """Print what ``compare`` found; its exit code (1 on a regression)."""
     if as_json:
         from agent_health.ledger import strictjson
@@ -447,9 +446,9 @@ def show_comparison(result: compare.Comparison, consoles: Consoles, *, as_json: 
         payload = {**result.model_dump(mode="json"), "regressed": result.regressed}
         sys.stdout.write(strictjson.dumps(payload, indent=2) + "\n")
     else:
-        from agent_health.engine import compare_render, visible
+        from agent_health.engine import comparing, visible
 
-        for line in compare_render.render(result):  # test names come from the reports' files
+        for line in comparing.render_comparison(result):  # test names come from the reports' files
             consoles.out.print(visible.line(line), markup=False)
     return EXIT_FAILED if result.regressed else EXIT_OK
 

@@ -439,14 +439,14 @@ def show_test(console: Console, found: history.TestHistory) -> None:
 
 def _import(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health import history
-    from agent_health.engine import savedreport
+    from agent_health.engine import reports
 
     read = []
     for name in args.reports:
         path = Path(name)
         try:
-            data = savedreport.read(path)
-        except savedreport.ReportFileError as err:
+            data = reports.read_report(path)
+        except reports.ReportFileError as err:
             raise common.UsageError(str(err)) from err
         started = datetime.fromtimestamp(path.stat().st_mtime, UTC)
         read.append((path, data, started))
@@ -542,13 +542,13 @@ def show_flaky(console: Console, found: list[history.Flaky], runs: int) -> None:
 
 
 def _write_quarantine(path: Path, found: list[history.Flaky], consoles: common.Consoles) -> None:
-    from agent_health.engine import quarantine
+    from agent_health.engine import loading
 
     try:
-        written = quarantine.write(
+        written = loading.write_quarantine(
             path,
             [
-                quarantine.Entry(
+                loading.QuarantineEntry(
                     id=f.id,
                     flips=f.flips,
                     failure_rate=f.failure_rate,

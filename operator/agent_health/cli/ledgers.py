@@ -106,9 +106,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
 
     from agent_health import ledger
     from agent_health.cluster.grading import regrade
-    from agent_health.engine import provenance, reporters
-    from agent_health.engine.report import RunReport
-    from agent_health.engine.reporters import terminal
+    from agent_health.engine import reporters, reports
 
     outputs = [reporters.parse(r) for r in args.reporter]
     common.check_reports(outputs)
@@ -128,21 +126,21 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
         duration_ms = (ran[1] - ran[0]).total_seconds() * 1000
     else:
         duration_ms = max(r.duration_ms for r in results)
-    report = RunReport.build(
+    report = reports.RunReport.build(
         results,
         duration_ms=duration_ms,
         repeats=max(r.repeat for r in results) + 1,
-        provenance=provenance.Provenance(
-            agent_health_version=provenance.version(),
+        provenance=reports.Provenance(
+            agent_health_version=reports.agent_health_version(),
             python_version=platform.python_version(),
-            ledger=provenance.redact_url(args.url),
-            command_line=provenance.redact_argv(getattr(args, "command_line", [])),
+            ledger=reports.redact_url(args.url),
+            command_line=reports.redact_argv(getattr(args, "command_line", [])),
             started_at=ran[0] if ran is not None else None,
             ended_at=ran[1] if ran is not None else None,
         ),
     )
-    terminal.summary(consoles.out, report, close=False)
+    reporters.summary(consoles.out, report, close=False)
     unwritten = common.write_reports(outputs, report, consoles.out)
-    terminal.closing(consoles.out, report, unwritten=unwritten)
+    reporters.closing(consoles.out, report, unwritten=unwritten)
     code = common.exit_code(report)
     return common.EXIT_USAGE if code == common.EXIT_OK and unwritten else code

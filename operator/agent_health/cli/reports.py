@@ -75,7 +75,7 @@ def add_commands(sub: Any) -> None:
 
 
 def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import compare
+    from agent_health.engine import comparing
 
     gates = common.compare_gates(args)
     if args.baseline:
@@ -88,8 +88,8 @@ def compare(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise common.UsageError("compare takes BASE.json NEW.json (or NEW.json with --baseline)")
     base, new = (Path(p) for p in args.reports)
     try:
-        result = compare.compare_files(base, new, allow_replayed=args.allow_replayed, **gates)
-    except compare.CompareError as err:
+        result = comparing.compare_files(base, new, allow_replayed=args.allow_replayed, **gates)
+    except comparing.CompareError as err:
         raise common.UsageError(str(err)) from err
     return common.show_comparison(result, consoles, as_json=args.json)
 
@@ -99,9 +99,9 @@ def _against_history(
 ) -> int:
     """``compare --baseline``: BASE rebuilt from the history, of NEW's agent and suite."""
     from agent_health import history
-    from agent_health.engine import compare
+    from agent_health.engine import comparing
 
-    new = compare.load(path)
+    new = comparing.load_report(path)
     if (new.get("matrix") or {}).get("agents"):
         raise common.UsageError(
             f"{path} is an agent matrix: compare --baseline compares one agent's run with "
@@ -122,7 +122,7 @@ def _against_history(
                 allow_replayed=args.allow_replayed,
                 **gates,
             )
-    except (history.HistoryError, compare.CompareError) as err:
+    except (history.HistoryError, comparing.CompareError) as err:
         raise common.UsageError(str(err)) from err
     if not args.json:
         consoles.out.print(common.baseline_line(run, args.baseline), markup=False)
@@ -130,24 +130,23 @@ def _against_history(
 
 
 def _read(path: Path) -> Any:
-    from agent_health.engine.reporters import json_file
+    from agent_health.engine import reporters, reports
 
     try:
-        return json_file.read(path)
-    except json_file.ReportFileError as err:
+        return reporters.read_json_report(path)
+    except reports.ReportFileError as err:
         raise common.UsageError(str(err)) from err
 
 
 def report(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine import reporters
-    from agent_health.engine.reporters import terminal
 
     outputs = [reporters.parse(r) for r in args.reporter or ["html"]]
     common.check_reports(outputs)
     saved = _read(Path(args.file))
-    terminal.summary(consoles.out, saved, close=False)
+    reporters.summary(consoles.out, saved, close=False)
     unwritten = common.write_reports(outputs, saved, consoles.out)
-    terminal.closing(consoles.out, saved, unwritten=unwritten)
+    reporters.closing(consoles.out, saved, unwritten=unwritten)
     return common.EXIT_USAGE if unwritten else common.EXIT_OK
 
 
@@ -156,10 +155,10 @@ def _report_dir(path: Path, stack: contextlib.ExitStack) -> Path:
     if path.is_file() and path.suffix == ".json":
         import tempfile
 
-        from agent_health.engine.reporters import html
+        from agent_health.engine import reporters
 
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agent-health-")))
-        html.write(folder, _read(path))
+        reporters.write_html(folder, _read(path))
         return folder
     folder = path.parent if path.is_file() else path
     if not (folder / "index.html").is_file():

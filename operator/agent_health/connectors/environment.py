@@ -19,7 +19,7 @@ that go with them) and what its config entry's ``env`` gives it::
 ``{"from_env": "NAME"}`` copies agent-health's own variable ``NAME`` when the agent starts,
 so a secret never lives in the config file. A run refuses to give an agent the judge's,
 the ledger's or the export's credentials even when its ``env`` names them
-(:func:`agent_health.engine.agent_process.refuse_credentials`). ``agent.run(env=...)`` adds
+(:func:`agent_health.engine.running.agent_process.refuse_credentials`). ``agent.run(env=...)`` adds
 a run's own variables on top, as before.
 """
 

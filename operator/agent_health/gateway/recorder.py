@@ -121,7 +121,7 @@ class Open(Protocol):
 
 class Sink(Protocol):
     """Where a listener's exchanges go: a cell's :class:`Recorder`, or a local run's ledger
-    (``engine.recording``), which routes each to its test."""
+    (``engine.recording.recording``), which routes each to its test."""
 
     def start(self, run_id: str | None) -> Open: ...
 

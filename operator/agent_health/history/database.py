@@ -30,7 +30,7 @@ from agent_health.history import errors, facts, ingest, migrations, queries, tab
 from agent_health.history import location as location_mod
 
 if TYPE_CHECKING:
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import reports
 
 BUSY_TIMEOUT_S = 15.0
 """How long a SQLite writer waits for another's transaction before the history is "locked"
@@ -132,7 +132,7 @@ class History:
 
     def record(
         self,
-        report: RunReport | dict[str, Any],
+        report: reports.RunReport | dict[str, Any],
         context: facts.RunContext | None = None,
         known: ingest.Known | None = None,
     ) -> list[facts.Recorded]:
@@ -271,20 +271,20 @@ class History:
         (:meth:`baseline`; never ``new`` itself when it is recorded already), with
         ``compare``'s gates (``max_pass_rate_drop``, ``gate``, ``alpha``, ...). Tests that
         ``new`` quarantines are left out of both sides. Returns the baseline run and the
-        :class:`agent_health.engine.compare.Comparison`."""
-        from agent_health.engine import compare
+        :class:`agent_health.engine.comparing.compare.Comparison`."""
+        from agent_health.engine import comparing
 
         uid = (new.get("provenance") or {}).get("run_id")
         run, base = self.baseline(which, agent=agent, suite=suite, exclude=uid)
         apart = {str(t["id"]) for t in new["tests"] if t.get("quarantined")}
         if apart:
-            base, new = compare.without(base, apart), compare.without(new, apart)
+            base, new = comparing.without(base, apart), comparing.without(new, apart)
         said = (
             f"the history's {which} (run {run.uid})"
             if which in ("last", "last-green")
             else (f"the history's run {run.uid}")
         )
-        return run, compare.compare(base, new, base_file=said, new_file=new_file, **gates)
+        return run, comparing.compare_reports(base, new, base_file=said, new_file=new_file, **gates)
 
     def count(self) -> tuple[int, int]:
         """(runs, results) the history holds."""
@@ -441,9 +441,9 @@ def _written_by(conn: sa.Connection) -> str | None:
 
 
 def _set_version(conn: sa.Connection) -> None:
-    from agent_health.engine import provenance
+    from agent_health.engine import reports
 
-    ours = provenance.version() or "unknown"
+    ours = reports.agent_health_version() or "unknown"
     conn.execute(sa.delete(tables.info).where(tables.info.c.key == VERSION_KEY))
     conn.execute(sa.insert(tables.info).values(key=VERSION_KEY, value=ours))
 
@@ -476,9 +476,9 @@ def _known_or_refuse(where: location_mod.Location, current: str | None, by: str 
     agent-health does not know: a newer one wrote the history."""
     if current is None or current in revisions():
         return
-    from agent_health.engine import provenance
+    from agent_health.engine import reports
 
-    ours = provenance.version() or "unknown"
+    ours = reports.agent_health_version() or "unknown"
     raise errors.NewerSchemaError(
         f"history {where.shown} has schema revision {current} (written by agent-health "
         f"{by or 'unknown'}); this agent-health {ours} knows revisions up to "

@@ -114,7 +114,7 @@ class Agent(BaseModel):
 
 class Trend(BaseModel):
     """A run's pass rate against the previous run of the same agent (and suite), by the paired
-    test ``compare`` uses (:mod:`agent_health.engine.pairing`)."""
+    test ``compare`` uses (:mod:`agent_health.engine.statistics.pairing`)."""
 
     model_config = ConfigDict(frozen=True)
 

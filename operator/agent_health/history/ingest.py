@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from agent_health.history import facts, queries, tables
 
 if TYPE_CHECKING:
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import reports
 
 MESSAGE_CHARS = 240
 """A stored message (an error, a failed gate) is cut to this many characters, on one line."""
@@ -39,7 +39,7 @@ MESSAGES = 6
 """At most this many messages are kept per result: the error, then the failed gates."""
 
 
-def report_data(report: RunReport | Mapping[str, Any]) -> dict[str, Any]:
+def report_data(report: reports.RunReport | Mapping[str, Any]) -> dict[str, Any]:
     """The report in its JSON shape; a live report's test entries are not copied."""
     if isinstance(report, Mapping):
         return dict(report)

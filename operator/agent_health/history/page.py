@@ -119,14 +119,14 @@ def write_page(
 
 def render(data: str, *, title: str = "agent-health history") -> str:
     """The page for ``data`` (:func:`page_data`'s JSON text)."""
-    from agent_health.engine.reporters import html
+    from agent_health.engine import reporters
 
-    return html.self_contained(
+    return reporters.self_contained(
         _asset("index.html"),
         script=_asset("page.js"),
         style=_asset("page.css"),
         title=title,
-        data=html.script_safe(data),
+        data=reporters.script_safe(data),
     )
 
 
@@ -237,15 +237,15 @@ def _report_link(directory: Path, run: facts.Run) -> str | None:
 
 def _render_run(source: Path, target: Path) -> None:
     """The run report's page for the JSON report ``source``, written to ``target``."""
-    from agent_health.engine.reporters import html, json_file
+    from agent_health.engine import reporters, reports
 
     try:
-        report = json_file.read(source)
-    except json_file.ReportFileError as err:
+        report = reporters.read_json_report(source)
+    except reports.ReportFileError as err:
         raise _Unreadable(str(err)) from err
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(html.render(report), encoding="utf-8")
+    tmp.write_text(reporters.render_html(report), encoding="utf-8")
     tmp.replace(target)
 
 

@@ -253,7 +253,7 @@ def _trend(previous: str, effect: float, p: float, method: str, tests: int) -> f
 
 def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.Run:
     """``run`` counted over the tests carrying ``label`` alone."""
-    from agent_health.engine import stats
+    from agent_health.engine import statistics
 
     entries = _entries(conn, row["id"], label)
     counts = dict.fromkeys(("passed", "failed", "errored", "skipped", "flaky"), 0)
@@ -266,7 +266,7 @@ def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.
     rate = round(counts["passed"] / decided, 6) if decided else None
     interval = None
     if decided:
-        low, high = stats.wilson(counts["passed"], decided)
+        low, high = statistics.wilson(counts["passed"], decided)
         interval = facts.Interval(low=round(low, 6), high=round(high, 6))
     scores = [e["score"] for e in entries if e["score"] is not None]
     totals = conn.execute(
@@ -379,12 +379,12 @@ def _paired(
 ) -> facts.Trend | None:
     """The paired test ``compare`` runs on the pass rate, between two runs' results
     (``after``: the newer run's entries when the caller holds them already)."""
-    from agent_health.engine import pairing
+    from agent_health.engine import statistics
 
     before = _entries(conn, previous, label)
     if after is None:
         after = _entries(conn, run_id, label)
-    found = pairing.compare(
+    found = statistics.pair_runs(
         [{**e, "score": None} for e in before], [{**e, "score": None} for e in after]
     ).pass_rate
     if found is None:
@@ -636,7 +636,7 @@ def flaky(
     """Tests whose decided outcome flipped (pass ↔ not) across the newest ``runs`` runs, per
     agent identity and test content hash; ranked by flips, then by a failure rate nearer a
     coin's, then by more results."""
-    from agent_health.engine import stats
+    from agent_health.engine import statistics
 
     window = _window(conn, runs, agent=agent, since=since)
     if not window:
@@ -688,7 +688,7 @@ def flaky(
     found = []
     for g in groups:
         failures, total = int(g.failures), int(g.decided)
-        low, high = stats.wilson(failures, total)
+        low, high = statistics.wilson(failures, total)
         key, title = names["tests"][g.test_id]
         found.append(
             facts.Flaky(

@@ -1,5 +1,5 @@
 """A run's OTLP export as the engine sees it: told about each test as it ends, and about the
-run when it ends (``engine.runner.TestSpans``).
+run when it ends (``engine.running.runner.TestSpans``).
 
 The event loop only hands each ended test over (a bounded queue, never waited on); one
 worker thread, started by the first test that ends, loads the sender (:mod:`.exporter`),

@@ -47,7 +47,8 @@ class PeerRoute(Protocol):
 
 class PeerRoutes(Protocol):
     """The engine's seam for servers a test starts (a mock MCP server): put one behind the
-    run's gateway, its calls recorded in the test's ledger cell (``engine.peerroutes``)."""
+    run's gateway, its calls recorded in the test's ledger cell
+    (``engine.recording.peerroutes``)."""
 
     async def route(
         self, name: str, url: str, *, run_id: str, protocol: str = "mcp"

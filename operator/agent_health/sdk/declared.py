@@ -1,7 +1,7 @@
 """What a test file declares: each test (:class:`TestCase`), its hooks and its fixtures.
 
 :mod:`agent_health.sdk.declare` makes them (``@test``, ``test.extend``, the hooks); the
-engine reads them. A case file's tests (:mod:`agent_health.engine.datasuite`) are
+engine reads them. A case file's tests (:mod:`agent_health.engine.loading.datasuite`) are
 ``TestCase`` too, with the case's own identity (``key``) and metadata.
 """
 

@@ -121,7 +121,7 @@ async def ask(
                 "input_tokens": verdict.input_tokens,
                 "output_tokens": verdict.output_tokens,
                 # A skipped signal is neutral: what it would have gated decides whether the
-                # test checked anything (engine.grading.unchecked).
+                # test checked anything (engine.outcome.grading.unchecked).
                 **({"asked_role": role} if verdict.skipped else {}),
                 # A verdict on result.turn(n) names its turn: reports show it beside turn n.
                 **({"turn": turn} if (turn := _turn_of(subject)) is not None else {}),

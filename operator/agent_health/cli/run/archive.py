@@ -25,9 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import history
-    from agent_health.engine import compare
-    from agent_health.engine.report import RunReport
-    from agent_health.engine.reporters import markdown
+    from agent_health.engine import comparing, reporters, reports
     from agent_health.history import location
 
 TREND_RUNS = 5
@@ -118,7 +116,7 @@ def warm(where: location.Location | None) -> Pending | None:
 
 def keep(
     pending: Pending,
-    report: RunReport,
+    report: reports.RunReport,
     *,
     code: int,
     report_path: Path | None,
@@ -159,18 +157,20 @@ class Compared:
 
     which: str
     run: history.Run | None = None
-    result: compare.Comparison | None = None
+    result: comparing.Comparison | None = None
     why_not: str | None = None
 
 
 MATRIX_NOT_COMPARED = "--baseline compares one agent's run; this agent matrix was not compared"
 
 
-def compared(pending: Pending, report: RunReport, which: str, gates: dict[str, Any]) -> Compared:
+def compared(
+    pending: Pending, report: reports.RunReport, which: str, gates: dict[str, Any]
+) -> Compared:
     """The run compared with the baseline ``which`` from the history (never with itself);
     what went wrong, in one line, when it could not be."""
     from agent_health import history
-    from agent_health.engine import compare
+    from agent_health.engine import comparing
     from agent_health.history import ingest
 
     data = ingest.report_data(report)
@@ -185,7 +185,7 @@ def compared(pending: Pending, report: RunReport, which: str, gates: dict[str, A
             new_file="this run",
             **gates,
         )
-    except (history.HistoryError, compare.CompareError) as err:
+    except (history.HistoryError, comparing.CompareError) as err:
         return Compared(which, why_not=str(err))
     except Exception as err:  # a bug of ours must not change the run's outcome either
         return Compared(which, why_not=f"{type(err).__name__}: {err}")
@@ -194,7 +194,7 @@ def compared(pending: Pending, report: RunReport, which: str, gates: dict[str, A
 
 def gate(
     pending: Pending,
-    report: RunReport,
+    report: reports.RunReport,
     which: str,
     gates: dict[str, Any],
     *,
@@ -225,16 +225,16 @@ def gate(
 
 
 def summary(
-    pending: Pending | None, report: RunReport, found: Compared | None, *, gating: bool
-) -> markdown.Context:
+    pending: Pending | None, report: reports.RunReport, found: Compared | None, *, gating: bool
+) -> reporters.MarkdownContext:
     """What the markdown summary adds from the history: the comparison (``found``), the flaky
     tests of the run's agent over the last runs (this one included), where the history is.
     Whatever cannot be had is a line of the summary, never an error."""
     from agent_health import history
-    from agent_health.engine.reporters import markdown
+    from agent_health.engine import reporters
 
     if pending is None:
-        return markdown.Context(
+        return reporters.MarkdownContext(
             comparison_note="No history for this run (--no-history or --replay): no baseline "
             "to compare with, no flaky tests to name.",
         )
@@ -245,11 +245,11 @@ def summary(
     note = None
     if found is not None and found.result is None and found.why_not != MATRIX_NOT_COMPARED:
         note = f"No comparison with the history's {found.which} run: {found.why_not}"
-    flaky: list[markdown.FlakyTest] | None = None
+    flaky: list[reporters.FlakyTest] | None = None
     flaky_note = None
     try:
         flaky = [
-            markdown.FlakyTest(
+            reporters.FlakyTest(
                 id=f.id,
                 title=f.title,
                 flips=f.flips,
@@ -265,7 +265,7 @@ def summary(
         flaky_note = f"The history could not be read for flaky tests: {err}"
     except Exception as err:  # a bug of ours must not change the run's outcome either
         flaky_note = f"The history could not be read for flaky tests ({type(err).__name__})"
-    return markdown.Context(
+    return reporters.MarkdownContext(
         history=shown_path(pending.where),
         baseline=baseline,
         comparison=comparison,
@@ -277,12 +277,12 @@ def summary(
     )
 
 
-def _agent(report: RunReport) -> str | None:
+def _agent(report: reports.RunReport) -> str | None:
     provenance = report.provenance
     return provenance.agent.name if provenance is not None and provenance.agent else None
 
 
-def _suite(report: RunReport) -> str | None:
+def _suite(report: reports.RunReport) -> str | None:
     provenance = report.provenance
     return provenance.suite.name if provenance is not None and provenance.suite else None
 

@@ -14,7 +14,7 @@ from agent_health.cli import common
 from agent_health.cli.run import suite as suite_mod
 
 if TYPE_CHECKING:
-    from agent_health.engine import loader
+    from agent_health.engine import loading
 
 
 def add_command(sub: Any) -> None:
@@ -39,34 +39,34 @@ def add_command(sub: Any) -> None:
 
 
 def list_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
-    from agent_health.engine import loader, select
+    from agent_health.engine import loading
 
     paths = [Path(p) for p in args.paths]
-    suite = loader.load(paths, suite_mod.discovery_of(args, suite_mod.load_config(args, paths)))
-    cases = select.select(suite.cases, grep=args.grep, labels=args.label)
+    suite = loading.load(paths, suite_mod.discovery_of(args, suite_mod.load_config(args, paths)))
+    cases = loading.select_tests(suite.cases, grep=args.grep, labels=args.label)
     return print_cases(cases, suite, as_json=args.json, consoles=consoles)
 
 
 def print_cases(
-    cases: list[Any], suite: loader.Suite, *, as_json: bool, consoles: common.Consoles
+    cases: list[Any], suite: loading.Suite, *, as_json: bool, consoles: common.Consoles
 ) -> int:
     """What ``list`` (and ``run --list``) prints: every selected test, or JSON."""
-    from agent_health.engine import listing, loader
+    from agent_health.engine import loading
 
     for error in suite.errors:
         consoles.error(error, label="load error")
-    for note in loader.notes(suite):
+    for note in loading.notes(suite):
         sys.stderr.write(note + "\n")
     if as_json:
         from agent_health.ledger import strictjson
 
-        payload = [listing.entry(c) for c in cases]
+        payload = [loading.list_entry(c) for c in cases]
         # A code test may hold a NaN (a parameter, metadata): written as null, never as the
         # bare NaN that is not JSON.
         sys.stdout.write(strictjson.dumps(payload, indent=2) + "\n")
     else:
         for c in cases:
-            sys.stdout.write(listing.line(c) + "\n")  # its titles and labels made visible
+            sys.stdout.write(loading.list_line(c) + "\n")  # its titles and labels made visible
         skipped = f", {len(suite.skipped)} JSON skipped" if suite.skipped else ""
         sys.stdout.write(f"{len(cases)} tests in {len(suite.files)} files{skipped}\n")
     return common.EXIT_USAGE if suite.errors else common.EXIT_OK

@@ -16,13 +16,13 @@ if TYPE_CHECKING:
 
     from agent_health import connectors, judging
     from agent_health.cli import common
-    from agent_health.engine import budget, loader, recording, replay, session
+    from agent_health.engine import budget, loading, recording, running
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
 
 async def execute(
-    suite: loader.Suite,
+    suite: loading.Suite,
     cases: list[Any],
     config: config_mod.Config,
     lanes: list[tuple[str | None, connectors.ConnectorSpec]],
@@ -32,12 +32,12 @@ async def execute(
     console: Console,
     list_lines: bool,
     limits: budget.Limits | None = None,
-    replayed: replay.Recording | None = None,
+    replayed: recording.Recording | None = None,
     export: export_mod.Export | None = None,
     outlet: common.Outlet | None = None,
     preflight: bool = False,
     home: Path | None = None,
-) -> tuple[session.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
+) -> tuple[running.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
     """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader.
 
     With ``preflight``, each agent (once started, when its config starts it) is looked at
@@ -50,8 +50,7 @@ async def execute(
     import os
 
     from agent_health import connectors
-    from agent_health.engine import agent_process, recording, runner, session
-    from agent_health.engine.reporters import terminal
+    from agent_health.engine import recording, reporters, running
     from agent_health.sdk.judges import NO_JUDGE_HINT
 
     stop = asyncio.Event()
@@ -76,36 +75,36 @@ async def execute(
         started = any(spec.command and spec.connector != "subprocess" for _, spec in lanes)
         if replayed is None and config.traces.otlp.wanted(started):
             # The agents it starts export their OTel spans to it (OTEL_EXPORTER_OTLP_ENDPOINT).
-            from agent_health.engine import receiver
+            from agent_health.engine import recording
 
             spans = await stack.enter_async_context(
-                receiver.LocalReceiver(
+                recording.LocalReceiver(
                     config.traces.otlp, recorded.note_spans if recorded is not None else None
                 )
             )
         if replayed is not None:  # the agent is neither started nor called
-            from agent_health.engine import replay
+            from agent_health.engine import recording
 
             # A recorded matrix is replayed as a matrix: one lane per recorded agent.
             names = list(replayed.agents) or [None]
-            callers = [replay.Replayer(replayed)] * len(names)
+            callers = [recording.Replayer(replayed)] * len(names)
         peers = None
         if replayed is None:
-            from agent_health.engine import peerroutes
+            from agent_health.engine import recording
 
             # The agent's tool servers, each behind the run's gateway, recorded per test.
-            peers = await stack.enter_async_context(peerroutes.Peers(config.peers, recorded))
+            peers = await stack.enter_async_context(recording.Peers(config.peers, recorded))
         live_specs = []
         for _, spec in lanes:  # none for a replay
             told = spans.env(spec.env) if spans is not None else None
             if peers is not None and peers.urls:
                 told = {**(told or {}), **peers.env()}
-            live_specs.append(await stack.enter_async_context(agent_process.serving(spec, told)))
+            live_specs.append(await stack.enter_async_context(running.serving(spec, told)))
         if preflight:
             hints.extend(await _look_for_agents(lanes, live_specs, config))
         # An agent's first answers say the requests were not ones it takes: start no more
         # tests (the run ends as a usage error, see connectors.preflight).
-        misdirect = session.Halt()
+        misdirect = running.Halt()
 
         for (name, _), live_spec in zip(lanes, live_specs, strict=True):
             observe = recorded.observe if recorded is not None else None
@@ -133,7 +132,7 @@ async def execute(
             backend = await stack.enter_async_context(
                 judging.backend(judge_config, config, use_cache=not args.no_cache)
             )
-        env = runner.RunEnv(
+        env = running.RunEnv(
             agent_caller=callers[0] if callers else None,
             judge_backend=backend,
             skip_judge=skip_judge,
@@ -159,14 +158,14 @@ async def execute(
             dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
             for name, caller in zip(names, callers, strict=True)
         ] if len(names) > 1 else []  # fmt: skip
-        runner.ready()
-        with terminal.LiveProgress(
+        running.ready()
+        with reporters.LiveProgress(
             console,
-            len(session.plan(cases, args.repeat)) * max(1, len(matrix)),
+            len(running.plan(cases, args.repeat)) * max(1, len(matrix)),
             list_lines=list_lines,
             repeats=args.repeat,
         ) as progress:
-            outcome = await session.run(
+            outcome = await running.run(
                 cases,
                 suite.hooks,
                 env,
@@ -174,7 +173,7 @@ async def execute(
                 repeat=args.repeat,
                 listener=progress,
                 stop=stop,
-                policy=session.Policy(retries=args.retries, max_failures=args.max_failures),
+                policy=running.Policy(retries=args.retries, max_failures=args.max_failures),
                 meter=_meter(limits, judge_config),
                 lanes=matrix,
                 halt=misdirect,
@@ -257,7 +256,7 @@ def _on_interrupt(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
     loop.remove_signal_handler(signal.SIGINT)
 
 
-def _judge_was_skipped(outcome: session.Outcome) -> bool:
+def _judge_was_skipped(outcome: running.Outcome) -> bool:
     return any(s.kind == "judge" and s.passed is None for r in outcome.results for s in r.signals)
 
 

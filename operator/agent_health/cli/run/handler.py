@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors
-    from agent_health.engine import budget, recording, replay
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import budget, recording, reports
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
@@ -34,17 +33,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import concurrent.futures
     import gc
 
-    from agent_health.engine import (
-        loader,
-        provenance,
-        reporters,
-        savedreport,
-        select,
-        uncertainty,
-        visible,
-    )
-    from agent_health.engine.report import RunReport
-    from agent_health.engine.reporters import terminal
+    from agent_health.engine import loading, reporters, reports, statistics, visible
 
     console, err_console = consoles.out, consoles.err
     recording = _recording(args)
@@ -54,21 +43,21 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         args.repeat = recording.repeats if recording is not None else 1
     if args.concurrency < 1:
         raise common.UsageError("-j/--concurrency must be at least 1")
-    if not 1 <= args.repeat <= savedreport.MAX_REPEATS:  # what a saved report may say
-        raise common.UsageError(f"--repeat must be from 1 to {savedreport.MAX_REPEATS:,}")
+    if not 1 <= args.repeat <= reports.MAX_REPEATS:  # what a saved report may say
+        raise common.UsageError(f"--repeat must be from 1 to {reports.MAX_REPEATS:,}")
     wrong = timeouts.problem(args.timeout) if args.timeout is not None else None
     if wrong is not None:
         raise common.UsageError(f"--timeout {wrong}")
     if args.ledger and args.no_ledger:
         raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
-    pass_at = uncertainty.parse_pass_at(args.pass_at, args.repeat)
+    pass_at = statistics.parse_pass_at(args.pass_at, args.repeat)
     if args.retries < 0:
         raise common.UsageError("--retries must be 0 or more")
     if args.max_failures is not None and args.max_failures < 1:
         raise common.UsageError("--max-failures must be at least 1")
     limits = _limits(args)
     outputs = [reporters.parse(r) for r in args.reporter]
-    shard = select.parse_shard(args.shard) if args.shard else None
+    shard = loading.parse_shard(args.shard) if args.shard else None
     paths = [Path(p) for p in args.paths]
     config = suite_mod.load_config(args, paths)
     config_file = suite_mod.config_path(args, paths)
@@ -82,17 +71,17 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     # SQLAlchemy's import starts while the suite loads. A replay is not recorded: the agent
     # did not answer, so it says nothing of the agent's trend.
     pending = archive.warm(where if recording is None and not args.list else None)
-    suite = loader.load(paths, suite_mod.discovery_of(args, config))
+    suite = loading.load(paths, suite_mod.discovery_of(args, config))
     if not args.list:
-        for note in loader.notes(suite):
+        for note in loading.notes(suite):
             err_console.print(note, markup=False, highlight=False)
-    select.forbid_only(suite.cases, args.forbid_only)
-    cases = select.select(suite.cases, grep=args.grep, labels=args.label, shard=shard)
+    loading.forbid_only(suite.cases, args.forbid_only)
+    cases = loading.select_tests(suite.cases, grep=args.grep, labels=args.label, shard=shard)
     if args.last_failed:
-        from agent_health.engine import lastfailed
+        from agent_health.engine import loading
 
-        cases, note = lastfailed.choose(
-            cases, lastfailed.failed(suite.root, home / lastfailed.NAME)
+        cases, note = loading.choose_last_failed(
+            cases, loading.last_failed(suite.root, home / loading.LAST_FAILED)
         )
         err_console.print(note, markup=False)
     if args.list:
@@ -104,8 +93,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if not cases and not load_errors:
         chosen = {"--grep": args.grep, "--label": args.label, "--shard": args.shard}
         filters = [flag for flag, value in chosen.items() if value]
-        said = select.nothing_to_run(args.paths, len(suite.cases), filters, loader.PATTERNS)
-        common.write_reports(outputs, RunReport.build([], duration_ms=0.0), console)
+        said = loading.nothing_to_run(args.paths, len(suite.cases), filters, loading.PATTERNS)
+        common.write_reports(outputs, reports.RunReport.build([], duration_ms=0.0), console)
         console.print(visible.line(said), markup=False)  # last: why nothing ran
         return common.EXIT_OK if args.pass_with_no_tests else common.EXIT_USAGE
     lanes = _lanes(config, args.agent) if recording is None else []  # a replay starts none
@@ -120,11 +109,11 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     )
     judge_config = config.judge_from_env()
     if lanes:
-        from agent_health.engine import agent_process
+        from agent_health.engine import running
 
         # Before anything starts: no agent's env hands it the judge's, ledger's or export's
         # credentials (it inherits none of them: connectors.environment).
-        agent_process.refuse_credentials(lanes, config, judge_config, os.environ)
+        running.refuse_credentials(lanes, config, judge_config, os.environ)
     if limits is not None and limits.max_cost_usd is not None and not config.price_table():
         raise common.UsageError(
             f"--max-cost needs the agent's prices: add prices={{'default': {{'input_per_mtok': "
@@ -138,9 +127,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     # git (the suite's commit and whether it is dirty) runs beside the tests, not after them:
     # the state of the suite the run started from, at no cost to the run's length.
     git = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="git-state")
-    git_state = git.submit(provenance.git_state, paths)
+    git_state = git.submit(reports.git_state, paths)
     folder = config_file.parent if config_file is not None else paths[0]
-    suite_name = git.submit(provenance.suite_name, folder)
+    suite_name = git.submit(reports.suite_name, folder)
     git.shutdown(wait=False)
 
     # The history opens beside the run (a first run's schema) and writes its tests ahead.
@@ -179,16 +168,16 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     finally:
         gc.unfreeze()
     judge_usage = reporting.judge_usage(outcome, judge_config, asked)
-    from agent_health.engine import lastfailed
+    from agent_health.engine import loading
 
     with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
-        lastfailed.update(suite.root, outcome.results, home / lastfailed.NAME)
-    what_ran = provenance.collect(
+        loading.update_last_failed(suite.root, outcome.results, home / loading.LAST_FAILED)
+    what_ran = reports.collect_provenance(
         paths=paths,
         argv=getattr(args, "command_line", ["agent-health", "run"]),
         agent=reporting.agent_info(config, *lanes[0]) if lanes else None,
         agents=[reporting.agent_info(config, *lane) for lane in lanes] if len(lanes) > 1 else [],
-        judge=provenance.JudgeInfo(
+        judge=reports.JudgeInfo(
             provider=judge_config.provider if judge_config else None,
             model=judge_config.model if judge_config else None,
             skipped=skip_judge,
@@ -198,7 +187,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         started_at=started_at,
         ended_at=datetime.now(UTC),
         git=git_state.result(),
-        selection=provenance.Selection(
+        selection=reports.Selection(
             grep=list(args.grep), labels=list(args.label), shard=args.shard
         ),
         suite=suite_name.result(),
@@ -206,10 +195,10 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     if recording is not None:
         replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
         what_ran = what_ran.model_copy(update=replayed)
-    from agent_health.engine import quarantine
+    from agent_health.engine import loading
 
-    report = RunReport.build(
-        quarantine.apply(reporting.with_cells(outcome.results, recorded), quarantined),
+    report = reports.RunReport.build(
+        loading.apply_quarantine(reporting.with_cells(outcome.results, recorded), quarantined),
         duration_ms=outcome.duration_ms,
         repeats=args.repeat,
         load_errors=load_errors,
@@ -229,7 +218,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         dropped = export.close()
         if dropped is not None:
             err_console.print(f"warning: {dropped}", markup=False, highlight=False)
-    terminal.summary(console, report, hints=hints, close=False)
+    reporters.summary(console, report, hints=hints, close=False)
     if judge_usage and judge_usage.calls:
         console.print(judge_usage.line())
     # The markdown summary is written last: it says what the history adds (the baseline
@@ -250,7 +239,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             _output_closed(report, outputs, recorded, err_console)
             return common.EXIT_PIPE_CLOSED
         err_console.print(f"error: {outcome.misdirected}", markup=False, highlight=False)
-        terminal.closing(console, report, unwritten=unwritten)
+        reporters.closing(console, report, unwritten=unwritten)
         return common.EXIT_USAGE
     code = common.exit_code(report, fail_on_flaky=args.fail_on_flaky)
     code = common.EXIT_USAGE if code == common.EXIT_OK and unwritten else code
@@ -287,7 +276,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         pending.close()
     # last, after where the reports, the ledger and the history went: the totals, and what
     # did not run
-    terminal.closing(console, report, unwritten=unwritten, also=regressed)
+    reporters.closing(console, report, unwritten=unwritten, also=regressed)
     return code
 
 
@@ -296,7 +285,7 @@ OUTPUT_CLOSED = "stdout was closed by its reader"
 
 
 def _output_closed(
-    report: RunReport,
+    report: reports.RunReport,
     outputs: list[tuple[str, Path | None]],
     recorded: recording.LocalLedger | None,
     err_console: Console,
@@ -319,7 +308,7 @@ def _output_closed(
 
 
 def _baseline_gates(
-    args: argparse.Namespace, recording: replay.Recording | None
+    args: argparse.Namespace, recording: recording.Recording | None
 ) -> dict[str, Any] | None:
     """``compare``'s gates for ``--baseline`` (checked before anything runs); None without."""
     if not args.baseline:
@@ -349,11 +338,11 @@ def _quarantined(
             path = config_file.parent / path
     else:
         return set()
-    from agent_health.engine import quarantine
+    from agent_health.engine import loading
 
     try:
-        return quarantine.read(path)
-    except quarantine.QuarantineError as err:
+        return loading.read_quarantine(path)
+    except loading.QuarantineError as err:
         raise common.UsageError(str(err)) from err
 
 
@@ -386,18 +375,18 @@ def _export(
                 f"{err} (or export OTLP/JSON, which needs none: "
                 "OTEL_EXPORTER_OTLP_PROTOCOL=http/json)"
             ) from None
-    from agent_health.engine import provenance
+    from agent_health.engine import reports
     from agent_health.otel import export as export_mod
 
     return export_mod.Export.open(
         settings,
         agent=(lanes[0][0] or config.agent_name(None)) if len(lanes) == 1 else None,
         judge_provider=judge_config.provider if judge_config else None,
-        version=provenance.version() or "",
+        version=reports.agent_health_version() or "",
     )
 
 
-def _recording(args: argparse.Namespace) -> replay.Recording | None:
+def _recording(args: argparse.Namespace) -> recording.Recording | None:
     """The recording ``--replay`` names, read before anything runs (exit 2 when it cannot
     be); a replay calls no agent and records no ledger."""
     if not args.replay:
@@ -412,13 +401,13 @@ def _recording(args: argparse.Namespace) -> replay.Recording | None:
         raise common.UsageError("--replay calls no agent, so it records no ledger; drop --ledger")
     import asyncio
 
-    from agent_health.engine import recordings, replay
+    from agent_health.engine import recording
 
     try:
-        where = recordings.locate(args.replay)
+        where = recording.locate(args.replay)
         options = common.ledger_access(where.ledger)
-        return asyncio.run(recordings.load(args.replay, options, key_file=args.key_file))
-    except replay.ReplayError as err:
+        return asyncio.run(recording.load_recording(args.replay, options, key_file=args.key_file))
+    except recording.ReplayError as err:
         raise common.UsageError(str(err)) from err
 
 
@@ -439,10 +428,10 @@ def _lanes(
 
 def _needing(cases: list[Any]) -> list[Any]:
     """The selected tests that will run and take the ``agent`` fixture."""
-    from agent_health.engine import fixtures
+    from agent_health.engine import running
 
-    running = [c for c in cases if c.mode not in ("skip", "fixme")]
-    return [c for c in running if fixtures.asks_for(c, "agent")]
+    runnable = [c for c in cases if c.mode not in ("skip", "fixme")]
+    return [c for c in runnable if running.asks_for(c, "agent")]
 
 
 def _agent_needed(cases: list[Any]) -> None:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors, judging
-    from agent_health.engine import provenance, recording, session
+    from agent_health.engine import recording, reports, running
     from agent_health.sdk import config as config_mod
     from agent_health.sdk.results import TestResult
 
@@ -39,14 +39,14 @@ def print_ledger(recorded: recording.LocalLedger, console: Console, err_console:
 
 def agent_info(
     config: config_mod.Config, chosen: str | None, spec: connectors.ConnectorSpec
-) -> provenance.AgentInfo:
-    from agent_health.engine import provenance
+) -> reports.AgentInfo:
+    from agent_health.engine import reports
 
     name = config.agent_name(chosen)
-    return provenance.AgentInfo(
-        name=provenance.redact_argv([name])[0] if name else None,
+    return reports.AgentInfo(
+        name=reports.redact_argv([name])[0] if name else None,
         connector=spec.connector,
-        url=provenance.redact_url(spec.url),
+        url=reports.redact_url(spec.url),
         command=list(spec.command) if spec.command else None,
     )
 
@@ -58,7 +58,7 @@ def with_cells(
     place: copies kept beside their originals took 31 MiB of a 20,000-test run's 464."""
     if recorded is None:
         return results
-    from agent_health.engine import recording, refusal
+    from agent_health.engine import recording
 
     cells = set(recorded.cells)
     for i, r in enumerate(results):
@@ -66,12 +66,12 @@ def with_cells(
         if cell in cells:
             results[i] = r.model_copy(update={"ledger_cell": cell})
         elif cell in recorded.refused:  # a result nothing evidences is never a pass
-            results[i] = refusal.unrecorded(r, recorded.refused[cell])
+            results[i] = recording.unrecorded(r, recorded.refused[cell])
     return results
 
 
 def judge_usage(
-    outcome: session.Outcome,
+    outcome: running.Outcome,
     judge_config: config_mod.JudgeConfig | None,
     asked: judging.Asked | None,
 ) -> Any:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent_health.engine import discovery
+    from agent_health.engine import loading
     from agent_health.sdk import config as config_mod
 
 
@@ -29,11 +29,11 @@ def case_file_flags(parser: Any) -> None:
     )
 
 
-def discovery_of(args: argparse.Namespace, config: config_mod.Config) -> discovery.Discovery:
+def discovery_of(args: argparse.Namespace, config: config_mod.Config) -> loading.Discovery:
     """Which files are tests, and how strictly case files are read (flags over config)."""
-    from agent_health.engine import discovery
+    from agent_health.engine import loading
 
-    return discovery.of(
+    return loading.discover(
         config.test_match,
         config.test_ignore,
         lenient=args.lenient or config.lenient_cases,
@@ -42,17 +42,17 @@ def discovery_of(args: argparse.Namespace, config: config_mod.Config) -> discove
 
 
 def config_path(args: argparse.Namespace, paths: list[Path]) -> Path | None:
-    from agent_health.engine import loader
+    from agent_health.engine import loading
 
     if getattr(args, "config", None):
         return Path(args.config)
-    return loader.find_config(paths[0] if paths else Path.cwd())
+    return loading.find_config(paths[0] if paths else Path.cwd())
 
 
 def load_config(args: argparse.Namespace, paths: list[Path]) -> config_mod.Config:
-    from agent_health.engine import loader
+    from agent_health.engine import loading
 
-    return loader.load_config(config_path(args, paths))
+    return loading.load_config(config_path(args, paths))
 
 
 def home(args: argparse.Namespace, paths: list[Path]) -> Path:

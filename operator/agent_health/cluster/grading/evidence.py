@@ -25,7 +25,7 @@ import pydantic
 
 from agent_health.cluster import errors
 from agent_health.connectors import protocol
-from agent_health.engine import claims
+from agent_health.engine import outcome
 from agent_health.ledger import chain, records
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import usage as ledger_usage
@@ -49,7 +49,7 @@ class Evidence:
     records: int
     run_error: RunRecord | None = None
     """The run-result that says why ``agent.run()`` failed (then ``run`` is ``None``)."""
-    calls: list[claims.Sighting] = dataclasses.field(default_factory=list)
+    calls: list[outcome.Sighting] = dataclasses.field(default_factory=list)
     """Each call from the target to a peer, in the order the calls started (the gateway's
     record: what tool claims are held to): a plain peer's request, or an MCP ``tools/call``
     with its tool, arguments and ``isError``."""
@@ -266,17 +266,17 @@ def _read_body(
     return run_record, kept, usage, sightings(to_peers, mcp)
 
 
-Seen = tuple[list[claims.Sighting], dict[str, set[str]], tuple[dict[str, Any], ...]]
+Seen = tuple[list[outcome.Sighting], dict[str, set[str]], tuple[dict[str, Any], ...]]
 
 
 def sightings(exchanges: list[records.Exchange], mcp: list[records.McpRecord]) -> Seen:
     """The target's calls to peers in the order they started, the tools each MCP peer showed,
-    and its MCP calls as the report shows them (:mod:`agent_health.engine.claims`, as a local
-    run reads its own)."""
+    and its MCP calls as the report shows them (:mod:`agent_health.engine.outcome.claims`, as a
+    local run reads its own)."""
     made: list[records.Record] = [*exchanges, *mcp]
     objects = [records.to_object(r) for r in made]
-    calls, shown = claims.from_objects(objects)
-    return calls, shown, claims.reported(objects)
+    calls, shown = outcome.sightings(objects)
+    return calls, shown, outcome.reported_calls(objects)
 
 
 def _signal(record: records.SignalRecord) -> results.Signal:

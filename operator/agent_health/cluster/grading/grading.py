@@ -25,8 +25,8 @@ breaking a failed test's evidence can never lift it out of the pass rate.
 The checks, and why records without a principal field are the controller's, are in
 :mod:`~agent_health.cluster.grading.evidence`.
 
-The status is recomputed from the recorded signals with :func:`engine.grading.decide` and
-the score with :func:`engine.grading.score`. When the controller's ``cell-end`` status
+The status is recomputed from the recorded signals with :func:`engine.outcome.grading.decide` and
+the score with :func:`engine.outcome.grading.score`. When the controller's ``cell-end`` status
 disagrees, the disagreement is kept on the grade (``discrepancy``); the recomputed status
 wins, except that a disagreement never yields ``passed`` (it becomes ``errored``).
 
@@ -45,8 +45,7 @@ import pydantic
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import evidence
-from agent_health.engine import claims
-from agent_health.engine import grading as engine_grading
+from agent_health.engine import outcome
 from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import store
@@ -232,14 +231,14 @@ def _grade(
     )
     end = found.end
     # The errors an MCP server answered count as the agent's tool errors, reported or not.
-    measured = claims.as_seen(found.run, found.calls)
+    measured = outcome.as_seen(found.run, found.calls)
     derived = metrics.derive(measured, prices)
-    derived |= claims.tokens(found.usage)
-    peer_tools = claims.served(expected.peer_tools, found.mcp_tools)
-    checked = claims.check(found.signals, found.run, found.calls, peer_tools)
+    derived |= outcome.gateway_tokens(found.usage)
+    peer_tools = outcome.served_tools(expected.peer_tools, found.mcp_tools)
+    checked = outcome.check_claims(found.signals, found.run, found.calls, peer_tools)
     signals = checked.signals
     problems, cause = _problems(found)
-    recomputed = engine_grading.decide(signals, problems, end.status == "skipped")
+    recomputed = outcome.decide(signals, problems, end.status == "skipped")
     status, error, discrepancy = recomputed, "; ".join(problems) or None, None
     if recomputed != end.status:
         discrepancy = (
@@ -271,7 +270,7 @@ def _grade(
     )
     if found.mcp_calls:
         seen: dict[str, Any] = {"mcp_calls": found.mcp_calls}
-        if measured is not None:  # the run as the gateway saw it (engine.claims.as_seen)
+        if measured is not None:  # the run as the gateway saw it (engine.outcome.claims.as_seen)
             seen["trajectory"] = measured.trajectory_steps
         result = result.model_copy(update=seen)
     return CellGrade(
@@ -340,7 +339,7 @@ def _test_result(
         labels=expected.labels,
         repeat=expected.repeat,
         status=status,
-        score=engine_grading.score(signals, status),
+        score=outcome.score(signals, status),
         error=error,
         cause=cause,
         run_id=expected.run_id,
@@ -352,7 +351,7 @@ def _test_result(
         content_hash=expected.content_hash,
         agent=expected.agent,
         insights=insights,  # what the cell's insights said, as the cell recorded it
-        skip_reason=engine_grading.skip_reason(status, signals),
+        skip_reason=outcome.skip_reason(status, signals),
     )
 
 

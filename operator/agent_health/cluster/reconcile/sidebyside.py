@@ -12,11 +12,11 @@ from typing import Any
 
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import grading
-from agent_health.engine import matrix
+from agent_health.engine import statistics
 
 
 def agents(
-    found: matrix.Matrix | None,
+    found: statistics.Matrix | None,
     score_intervals: Mapping[str, evaluationrun.Interval | None] | None = None,
 ) -> list[evaluationrun.AgentSummary]:
     """Each agent's tally over its own cells; ``score_intervals`` are the bootstrap intervals
@@ -42,14 +42,14 @@ def agents(
     ]
 
 
-def score_intervals(found: matrix.Matrix | None) -> dict[str, evaluationrun.Interval | None]:
+def score_intervals(found: statistics.Matrix | None) -> dict[str, evaluationrun.Interval | None]:
     """Each agent's bootstrap interval of its score, from a matrix built with the bootstrap."""
     if found is None:
         return {}
     return {name: _bounds(s.get("score_interval")) for name, s in found.summaries.items()}
 
 
-def pairs(found: matrix.Matrix | None) -> list[evaluationrun.AgentPair]:
+def pairs(found: statistics.Matrix | None) -> list[evaluationrun.AgentPair]:
     """Each pair of agents: the change from the first to the second and its paired test."""
     if found is None:
         return []

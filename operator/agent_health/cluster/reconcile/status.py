@@ -36,8 +36,7 @@ from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun, meta, runbudget
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import sidebyside, spending
-from agent_health.engine import grading as engine_grading
-from agent_health.engine import matrix, report, uncertainty
+from agent_health.engine import outcome, reports, statistics
 
 Phase = evaluationrun.Phase
 TERMINAL: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
@@ -114,7 +113,7 @@ class RunTally:
         self._launches: dict[str, Literal["warm", "cold"]] = {}
         # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
         self._aggregates: (
-            tuple[report.Summary, list[evaluationrun.TestSummary], matrix.Matrix | None] | None
+            tuple[reports.Summary, list[evaluationrun.TestSummary], statistics.Matrix | None] | None
         ) = None
         self._score_interval: evaluationrun.Interval | None = None
         self._agent_score_intervals: dict[str, evaluationrun.Interval | None] = {}
@@ -293,7 +292,7 @@ class RunTally:
             graded = [g.result for g in self._grades.values()]
             now, last = self._clock(), self._bootstrapped_at
             due = self.phase in TERMINAL or last is None or now - last >= BOOTSTRAP_EVERY
-            built = report.RunReport.build(
+            built = reports.RunReport.build(
                 graded, duration_ms=0, repeats=self.repeats, bootstrap=due
             )
             if due:
@@ -369,7 +368,7 @@ class RunTally:
 
     def _judge_only(self) -> str:
         """`` (3 judge only)`` — skipped cells whose only gates were skipped judge calls."""
-        n = sum(g.result.skip_reason == engine_grading.JUDGE_ONLY for g in self._grades.values())
+        n = sum(g.result.skip_reason == outcome.JUDGE_ONLY for g in self._grades.values())
         return f" ({n} judge only)" if n else ""
 
 
@@ -380,7 +379,7 @@ _RESOLVED: dict[Phase, tuple[ConditionStatus, str, str]] = {
 }
 
 
-def _interval(found: uncertainty.Interval | None) -> evaluationrun.Interval | None:
+def _interval(found: statistics.Interval | None) -> evaluationrun.Interval | None:
     return None if found is None else evaluationrun.Interval(low=found.low, high=found.high)
 
 

@@ -3,7 +3,9 @@ summary) and plain lists.
 
 A file reporter is named by the module that writes it, imported only when a run asks for it:
 a run without ``--reporter junit`` never loads an XML library, nor one without
-``--reporter html`` the HTML report's code.
+``--reporter html`` the HTML report's code. The terminal's live progress and summary, a JSON
+report read back, the HTML report's parts and the Markdown summary's inputs load on first use
+too (:mod:`agent_health.faces`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,34 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, cast
 
+from agent_health import faces
 from agent_health.sdk import errors
 
 if TYPE_CHECKING:
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import reports
+    from agent_health.engine.reporters.html import render as render_html
+    from agent_health.engine.reporters.html import script_safe, self_contained
+    from agent_health.engine.reporters.html import write as write_html
+    from agent_health.engine.reporters.json_file import read as read_json_report
+    from agent_health.engine.reporters.markdown import Context as MarkdownContext
+    from agent_health.engine.reporters.markdown import FlakyTest
+    from agent_health.engine.reporters.terminal import LiveProgress, closing, summary
+else:
+    __getattr__, __dir__ = faces.lazy(
+        __name__,
+        {
+            "render_html": "html:render",
+            "script_safe": "html",
+            "self_contained": "html",
+            "write_html": "html:write",
+            "read_json_report": "json_file:read",
+            "FlakyTest": "markdown",
+            "MarkdownContext": "markdown:Context",
+            "LiveProgress": "terminal",
+            "summary": "terminal",
+            "closing": "terminal",
+        },
+    )
 
 # kind → (the module whose ``write(path, report)`` writes it, the default path)
 FILE_REPORTERS: Mapping[str, tuple[str, str]] = MappingProxyType(
@@ -36,11 +62,11 @@ HELP = "list, json[:PATH], junit[:PATH], html[:DIR], markdown[:PATH] (repeatable
 
 
 class _Writer(Protocol):
-    def write(self, path: Path, report: RunReport) -> object: ...
+    def write(self, path: Path, report: reports.RunReport) -> object: ...
 
 
 class _WriterWithContext(Protocol):
-    def write(self, path: Path, report: RunReport, context: object) -> object: ...
+    def write(self, path: Path, report: reports.RunReport, context: object) -> object: ...
 
 
 def parse(value: str) -> tuple[str, Path | None]:
@@ -86,7 +112,7 @@ def check(kind: str, path: Path) -> None:
         ) from err
 
 
-def write(kind: str, path: Path, report: RunReport, context: object = None) -> Path:
+def write(kind: str, path: Path, report: reports.RunReport, context: object = None) -> Path:
     """Write one file report; the file written (``DIR/index.html`` for html). ``context``:
     what the markdown summary adds from the history (:class:`.markdown.Context`)."""
     imported = importlib.import_module(FILE_REPORTERS[kind][0])
@@ -97,3 +123,24 @@ def write(kind: str, path: Path, report: RunReport, context: object = None) -> P
     else:
         written = cast("_Writer", imported).write(path, report)
     return written if isinstance(written, Path) else path
+
+
+__all__ = [
+    "DEFAULT_PATHS",
+    "FILE_REPORTERS",
+    "HELP",
+    "KINDS",
+    "FlakyTest",
+    "LiveProgress",
+    "MarkdownContext",
+    "check",
+    "closing",
+    "parse",
+    "read_json_report",
+    "render_html",
+    "script_safe",
+    "self_contained",
+    "summary",
+    "write",
+    "write_html",
+]

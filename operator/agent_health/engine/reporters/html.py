@@ -24,8 +24,7 @@ from typing import Any
 
 import pydantic_core
 
-from agent_health.engine import entries, provenance
-from agent_health.engine.report import LEGEND, RunReport
+from agent_health.engine import reports
 
 INDEX = "index.html"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -54,7 +53,7 @@ def _embedded(report_json: str) -> str:
     surrogate (an agent's JSON may hold ``"\\ud800"``) has no UTF-8 to be written in: it is
     written as that escape, which the page's JSON reads back as the same text.
     """
-    legend = json.dumps(LEGEND, ensure_ascii=False, separators=(",", ":"))
+    legend = json.dumps(reports.LEGEND, ensure_ascii=False, separators=(",", ":"))
     return script_safe('{"legend":' + legend + ',"report":' + report_json + "}")
 
 
@@ -64,7 +63,7 @@ def script_safe(data: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", data)
 
 
-def _report_json(report: RunReport) -> str:
+def _report_json(report: reports.RunReport) -> str:
     """The report as compact JSON, without the derived-metric signals.
 
     Those repeat each test's ``metrics`` (about a third of a typical report's bytes); the
@@ -76,8 +75,10 @@ def _report_json(report: RunReport) -> str:
     try:
         tests = pydantic_core.to_jsonable_python(report.tests)
     except ValueError:  # a lone surrogate in a key (an agent's JSON): pydantic refuses it
-        tests = entries.plain(report.tests)
-    data = {name: tests if name == "tests" else rest[name] for name in RunReport.model_fields}
+        tests = reports.plain(report.tests)
+    data = {
+        name: tests if name == "tests" else rest[name] for name in reports.RunReport.model_fields
+    }
     try:
         return _compact(data)
     except ValueError:  # a NaN or an infinity: pydantic's JSON writes those as null
@@ -92,7 +93,7 @@ def _compact(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def page_data(report: RunReport) -> str:
+def page_data(report: reports.RunReport) -> str:
     """What the page's data element holds for ``report`` (the benchmark's baseline uses it)."""
     return _embedded(_report_json(report))
 
@@ -130,7 +131,7 @@ def self_contained(template: str, *, script: str, style: str, title: str, data: 
     # the data goes in last, so nothing in a test's output is ever read as a placeholder.
     for key, value in (
         ("__CSP__", html.escape(csp)),
-        ("__VERSION__", html.escape(provenance.version() or "dev")),
+        ("__VERSION__", html.escape(reports.agent_health_version() or "dev")),
         ("__TITLE__", html.escape(title)),
         ("__STYLE__", style),
         ("__SCRIPT__", script),
@@ -139,17 +140,17 @@ def self_contained(template: str, *, script: str, style: str, title: str, data: 
     return page.replace("__DATA__", data, 1)
 
 
-def title(report: RunReport) -> str:
+def title(report: reports.RunReport) -> str:
     s = report.summary
     return f"agent-health report — {s.passed} passed, {s.failed} failed, {s.errored} errored"
 
 
-def render(report: RunReport) -> str:
+def render(report: reports.RunReport) -> str:
     """The page for a report."""
     return render_json(_report_json(report), title=title(report))
 
 
-def write(directory: Path, report: RunReport) -> Path:
+def write(directory: Path, report: reports.RunReport) -> Path:
     """Write ``DIR/index.html`` (atomically: a reader never sees half a page); its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / INDEX

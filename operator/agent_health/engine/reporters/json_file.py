@@ -9,14 +9,13 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from agent_health.engine import entries, savedreport
-from agent_health.engine.report import RunReport
+from agent_health.engine import reports
 
-ReportFileError = savedreport.ReportFileError
+ReportFileError = reports.ReportFileError
 """A JSON report that cannot be read: missing, not JSON, another version, bad fields."""
 
 
-def write(path: Path, report: RunReport) -> None:
+def write(path: Path, report: reports.RunReport) -> None:
     """``report`` as ``model_dump_json(indent=2)`` writes it, a test entry at a time: a large
     run's report is never one string in memory (for 2,000 tests it was the largest thing
     the run made)."""
@@ -25,7 +24,7 @@ def write(path: Path, report: RunReport) -> None:
     try:
         with tmp.open("w", encoding="utf-8") as out:
             out.write("{")
-            for i, name in enumerate(RunReport.model_fields):
+            for i, name in enumerate(reports.RunReport.model_fields):
                 out.write(f'{"," if i else ""}\n  "{name}": ')
                 if name != "tests":
                     out.write(_indented(fields[name]))
@@ -33,7 +32,7 @@ def write(path: Path, report: RunReport) -> None:
                 out.write("[" if report.tests else "[]")
                 for j, entry in enumerate(report.tests):
                     out.write(f"{',' if j else ''}\n    ")
-                    out.write(_indented(entries.with_metric_signals(entry), "    "))
+                    out.write(_indented(reports.with_metric_signals(entry), "    "))
                 if report.tests:
                     out.write("\n  ]")
             out.write("\n}\n")
@@ -54,24 +53,24 @@ def _indented(value: Any, margin: str = "  ") -> str:
     try:
         text = pydantic_core.to_json(value, indent=2, inf_nan_mode="null").decode("utf-8")
     except ValueError:
-        text = json.dumps(entries.plain(value), indent=2)
+        text = json.dumps(reports.plain(value), indent=2)
     return text.replace("\n", "\n" + margin)
 
 
-def read(path: Path) -> RunReport:
+def read(path: Path) -> reports.RunReport:
     """A saved JSON report of any readable version (its ``version`` is kept as written):
     the fields readers rely on checked first (:mod:`..savedreport`), then the whole file
     against the report's model."""
-    data = savedreport.read(path)
+    data = reports.read_report(path)
     tests = data["tests"]
     where: tuple[Any, ...] = ()
     try:
         checked = []
         for i, entry in enumerate(tests):
             where = ("tests", i)
-            checked.append(entries.check(entry))
+            checked.append(reports.check_entry(entry))
         where = ()
-        return RunReport.model_validate({**data, "tests": checked})
+        return reports.RunReport.model_validate({**data, "tests": checked})
     except pydantic.ValidationError as err:
         first = err.errors()[0]
         loc = (*where, *first["loc"])

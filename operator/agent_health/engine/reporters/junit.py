@@ -31,8 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_health.engine import entries, offtrack, visible
-from agent_health.engine.report import RunReport
+from agent_health.engine import reports, visible
 
 LOAD_ERROR = "load error"
 QUARANTINED = ("failed", "errored", "flaky")
@@ -68,7 +67,7 @@ def _signal_line(sig: dict[str, Any]) -> str:
 def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
     """One testcase, its children in the schema's order: properties, the outcome, then
     what was printed (``tests/data/junit.xsd``)."""
-    label = entries.repeat_label(test["repeat"], repeats)
+    label = reports.repeat_label(test["repeat"], repeats)
     agent = f" [{test['agent']}]" if test.get("agent") else ""  # an agent matrix
     case = _add(
         suite,
@@ -137,11 +136,11 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
                 )
                 if attempt["reason"]:
                     _add(node, "stackTrace").text = _shown(attempt["reason"])
-    lines = [_signal_line(sig) for sig in entries.with_metric_signals(test)["signals"]]
+    lines = [_signal_line(sig) for sig in reports.with_metric_signals(test)["signals"]]
     lines += _conversation(test)
     partial = test.get("partial")
     if partial:  # what a timed-out agent had sent (escaped like every text here)
-        lines.append(f"[partial] {entries.received(partial)}:")
+        lines.append(f"[partial] {reports.received(partial)}:")
         if partial.get("text"):
             lines.append(partial["text"])
     if test.get("stdout"):
@@ -160,10 +159,10 @@ def _conversation(test: dict[str, Any]) -> list[str]:
         return []
     ended = test.get("ended") or {}
     detail = f" ({ended['detail']})" if ended.get("detail") else ""
-    lines = [f"[conversation] {offtrack.summary(test)}{detail}"]
-    wrong = offtrack.find(test)
+    lines = [f"[conversation] {reports.conversation_summary(test)}{detail}"]
+    wrong = reports.find_offtrack(test)
     if wrong is not None:
-        lines.append(f"[conversation] {offtrack.said(wrong)}")
+        lines.append(f"[conversation] {reports.offtrack_said(wrong)}")
     steps = test.get("trajectory") or []
     for turn in turns:
         number = turn.get("number")
@@ -236,7 +235,7 @@ def _tally(tests: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
-def render(report: RunReport) -> bytes:
+def render(report: reports.RunReport) -> bytes:
     s = report.summary
     load_errors = list(s.load_errors)
     tally = _tally(report.tests)
@@ -289,7 +288,7 @@ def render(report: RunReport) -> bytes:
     return data
 
 
-def _never_started(root: ET.Element, report: RunReport) -> None:
+def _never_started(root: ET.Element, report: reports.RunReport) -> None:
     """The tests that never started, as one testcase of a suite of their own: an error when
     the run was interrupted (CI shows red, as its exit code 130 says), else skipped, with why
     (``-x``, a misdirected agent) and what else did not run."""
@@ -314,7 +313,7 @@ def _never_started(root: ET.Element, report: RunReport) -> None:
         _add(case, "skipped", message=why)
 
 
-def write(path: Path, report: RunReport) -> None:
+def write(path: Path, report: reports.RunReport) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(render(report))
     tmp.replace(path)

@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_health.engine import entries, visible
+from agent_health.engine import reports, visible
 
 if TYPE_CHECKING:
-    from agent_health.engine import compare as compare_mod
-    from agent_health.engine.report import RunReport
+    from agent_health.engine import comparing, reports
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 """The variable GitHub Actions names its job summary's file in."""
@@ -61,7 +60,7 @@ class Context:
     """where the history is, as shown; ``None`` when the run has none (``--no-history``)"""
     baseline: str | None = None
     """the baseline, named: ``last-green = run 3f9a… of triage (2025-01-31 12:00 UTC, …)``"""
-    comparison: compare_mod.Comparison | None = None
+    comparison: comparing.Comparison | None = None
     gating: bool = False
     """whether the comparison gates the run (``--baseline``); else it is for information"""
     comparison_note: str | None = None
@@ -71,7 +70,7 @@ class Context:
     notes: Sequence[str] = field(default_factory=tuple)
 
 
-def write(path: Path, report: RunReport, context: Context | None = None) -> Path:
+def write(path: Path, report: reports.RunReport, context: Context | None = None) -> Path:
     """Write the summary to ``path`` (atomically) and append it to ``$GITHUB_STEP_SUMMARY``
     when that names a file; ``path``."""
     text = render(report, context)
@@ -86,7 +85,7 @@ def write(path: Path, report: RunReport, context: Context | None = None) -> Path
     return path
 
 
-def render(report: RunReport, context: Context | None = None) -> str:
+def render(report: reports.RunReport, context: Context | None = None) -> str:
     """The summary as Markdown text."""
     told = context or Context()
     lines = _headline(report)
@@ -110,7 +109,7 @@ def render(report: RunReport, context: Context | None = None) -> str:
 # -- parts -----------------------------------------------------------------------------------
 
 
-def _headline(report: RunReport) -> list[str]:
+def _headline(report: reports.RunReport) -> list[str]:
     s = report.summary
     agent = _agent(report)
     of = f" — {_plain(agent)}" if agent else ""
@@ -155,7 +154,7 @@ def _headline(report: RunReport) -> list[str]:
     return lines
 
 
-def _counts(report: RunReport) -> list[str]:
+def _counts(report: reports.RunReport) -> list[str]:
     s = report.summary
     header = ["passed", "failed", "errored", "flaky", "skipped"]
     values = [s.passed, s.failed, s.errored, s.flaky_count, s.skipped]
@@ -180,7 +179,7 @@ def _counts(report: RunReport) -> list[str]:
     return lines + [""] + [f"{line}  " for line in said] + ([""] if said else [])
 
 
-def _matrix(report: RunReport) -> list[str]:
+def _matrix(report: reports.RunReport) -> list[str]:
     matrix = report.matrix
     if matrix is None:
         return []
@@ -205,7 +204,7 @@ def _matrix(report: RunReport) -> list[str]:
     return ["### Agents", "", *_table(header, rows, right={2, 3, 4, 5}), ""]
 
 
-def _comparison(told: Context, report: RunReport) -> list[str]:
+def _comparison(told: Context, report: reports.RunReport) -> list[str]:
     c = told.comparison
     if c is None:
         if told.comparison_note:
@@ -247,7 +246,7 @@ def _comparison(told: Context, report: RunReport) -> list[str]:
         lines.append(f"**{title} ({len(changes)})**")
         lines.append("")
         for ch in changes[:LISTED]:
-            label = entries.repeat_label(ch.repeat, c.repeats)
+            label = reports.repeat_label(ch.repeat, c.repeats)
             new = f"{ch.new} ({ch.cause})" if ch.new == "errored" and ch.cause else ch.new
             why = f": {_code(_cut(ch.error))}" if ch.error and ch.new == "errored" else ""
             edited = " (the test changed)" if ch.changed else ""
@@ -306,7 +305,7 @@ def _flaky(told: Context) -> list[str]:
     return [*lines, ""]
 
 
-def _cost(report: RunReport) -> list[str]:
+def _cost(report: reports.RunReport) -> list[str]:
     s = report.summary
     parts = [f"cost {_money(s.cost_usd)}"]
     if s.unpriced:
@@ -323,7 +322,7 @@ def _cost(report: RunReport) -> list[str]:
     return ["### Cost", "", " · ".join(parts), ""]
 
 
-def _not_passed(report: RunReport) -> list[str]:
+def _not_passed(report: reports.RunReport) -> list[str]:
     bad = [
         t
         for t in report.tests
@@ -337,7 +336,7 @@ def _not_passed(report: RunReport) -> list[str]:
         "",
     ]
     for t in bad[:LISTED]:
-        label = entries.repeat_label(int(t.get("repeat") or 0), repeats)
+        label = reports.repeat_label(int(t.get("repeat") or 0), repeats)
         status = str(t.get("status"))
         if status == "errored" and t.get("cause"):
             status += f" ({t['cause']})"
@@ -366,7 +365,7 @@ def _why(entry: dict[str, Any]) -> str | None:
 # -- formatting ------------------------------------------------------------------------------
 
 
-def _agent(report: RunReport) -> str | None:
+def _agent(report: reports.RunReport) -> str | None:
     provenance = report.provenance
     if provenance is None or report.matrix is not None:
         return None
@@ -434,13 +433,13 @@ def _money(value: float | None) -> str:
     return f"${value:.2f}" if value >= 0.01 else f"${value:.4f}"
 
 
-def _delta_money(d: compare_mod.Delta) -> str:
+def _delta_money(d: comparing.Delta) -> str:
     if d.base is None and d.new is None:
         return "n/a"
     return f"{_money(d.base)} → {_money(d.new)}"
 
 
-def _num(d: compare_mod.Delta, fmt: str) -> str:
+def _num(d: comparing.Delta, fmt: str) -> str:
     if d.base is None and d.new is None:
         return "n/a"
     b = "n/a" if d.base is None else format(d.base, fmt)

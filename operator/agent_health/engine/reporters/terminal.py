@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agent_health.engine import entries, grading, offtrack, uncertainty, visible
-from agent_health.engine.report import LEGEND, RunReport, UnpricedModel
+from agent_health.engine import outcome, reports, statistics, visible
 from agent_health.engine.reporters import (
     terminal_budget,
     terminal_failures,
@@ -38,7 +37,7 @@ CAPTURE_LINES = terminal_failures.CAPTURE_LINES
 
 
 def _line(result: TestResult, repeats: int = 1) -> str:
-    label = entries.repeat_label(result.repeat, repeats)
+    label = reports.repeat_label(result.repeat, repeats)
     repeat = f" {label}" if label else ""
     repeat += f" [{result.agent}]" if result.agent else ""
     extra = ""
@@ -52,7 +51,7 @@ def _line(result: TestResult, repeats: int = 1) -> str:
         extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
     replayed = " [replayed]" if result.replayed else ""
     ended = result.ended.model_dump() if result.ended is not None else None
-    talk = offtrack.summary({"turns": result.turns, "ended": ended})
+    talk = reports.conversation_summary({"turns": result.turns, "ended": ended})
     replayed += f" {visible.line(talk)}" if talk else ""
     # One line per test whatever its title or error holds: a newline in either would start
     # a line of the agent's own, so it is shown as \n with the rest.
@@ -130,7 +129,11 @@ class LiveProgress:
 
 
 def summary(
-    console: Console, report: RunReport, *, hints: list[str] | None = None, close: bool = True
+    console: Console,
+    report: reports.RunReport,
+    *,
+    hints: list[str] | None = None,
+    close: bool = True,
 ) -> None:
     """The table of results, the reasons of what did not pass, what the numbers mean, and
     (unless ``close`` is false: the caller prints :func:`closing` after its own lines) the
@@ -204,7 +207,7 @@ def summary(
 
 
 def closing(
-    console: Console, report: RunReport, *, unwritten: int = 0, also: Sequence[str] = ()
+    console: Console, report: reports.RunReport, *, unwritten: int = 0, also: Sequence[str] = ()
 ) -> None:
     """The run's last line: what did not run first (files not loaded, tests never started,
     ``unwritten`` reports) and ``also`` (a regression from the baseline), then the totals.
@@ -257,11 +260,11 @@ def _judge_only_hint(count: int) -> str:
     tests = "1 test" if count == 1 else f"{count} tests"
     return (
         f"{tests} checked nothing but judge() calls, and judging was off: skipped "
-        f"({grading.JUDGE_ONLY}), left out of the pass rate"
+        f"({outcome.JUDGE_ONLY}), left out of the pass rate"
     )
 
 
-def unpriced_hint(models: list[UnpricedModel]) -> str:
+def unpriced_hint(models: list[reports.UnpricedModel]) -> str:
     """One line naming the models tokens were spent on that have no price."""
     named = []
     for u in models:
@@ -294,7 +297,7 @@ def _rollup(console: Console, insights: Any) -> None:
         console.print(f"  [yellow]{style.shown_block(insights.error, '    ')}[/]", highlight=False)
 
 
-def _pass_at(p: uncertainty.PassAtK, per_test: dict[str, Any]) -> str:
+def _pass_at(p: statistics.PassAtK, per_test: dict[str, Any]) -> str:
     """``pass@3 80% [55%, 95%], pass^3 60% [...]`` and how many tests had too few repeats."""
     text = (
         f"pass@{p.k} {style.pct(p.pass_at_k)}{style.ci(p.pass_at_k_interval)}, "
@@ -315,11 +318,11 @@ def _tokens(tokens: int | None, unreported: int) -> str:
 
 def legend(repeats: int) -> str:
     """One line that says what the summary's numbers mean."""
-    parts = [f"pass rate = {LEGEND['pass_rate']}", f"score = {LEGEND['score']}"]
+    parts = [f"pass rate = {reports.LEGEND['pass_rate']}", f"score = {reports.LEGEND['score']}"]
     if repeats > 1:
         parts += [
-            f"pass@{repeats} = " + LEGEND["pass_at_k"].replace(" k ", f" {repeats} "),
-            f"pass^{repeats} = " + LEGEND["pass_hat_k"].replace(" k ", f" {repeats} "),
+            f"pass@{repeats} = " + reports.LEGEND["pass_at_k"].replace(" k ", f" {repeats} "),
+            f"pass^{repeats} = " + reports.LEGEND["pass_hat_k"].replace(" k ", f" {repeats} "),
         ]
-    parts.append(LEGEND["interval"])
+    parts.append(reports.LEGEND["interval"])
     return "legend: " + "; ".join(parts)

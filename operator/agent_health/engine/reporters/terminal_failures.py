@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from agent_health.engine import entries, offtrack, visible
+from agent_health.engine import reports, visible
 from agent_health.engine.reporters import terminal_style as style
 from agent_health.engine.reporters import terminal_tables
 
@@ -54,12 +54,12 @@ def failures(
         for reason, where in reasons.items():
             labels = ""
             if repeats > 1 and len(where) < len(failing):
-                labels = " " + " ".join(entries.repeat_label(r, repeats) for r in where)
+                labels = " " + " ".join(reports.repeat_label(r, repeats) for r in where)
             console.print(
                 f"  {style.shown_block(reason, MARGIN)}{style.shown(labels)}", highlight=False
             )
         for t in failing:
-            label = entries.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
+            label = reports.repeat_label(t["repeat"], repeats) if repeats > 1 else ""
             if details and t["metrics"]:  # the agent ran: what it spent and did
                 said = terminal_tables.details(t)
                 console.print(
@@ -75,7 +75,7 @@ def failures(
 def _conversation(console: Console, test: dict[str, Any], label: str = "") -> None:
     """A conversation's turns and end, where it went wrong, and that turn's user message and
     answer (their first lines; the JSON report has every turn)."""
-    said = offtrack.summary(test)
+    said = reports.conversation_summary(test)
     if not said:
         return
     where = f" {label}" if label else ""
@@ -84,10 +84,10 @@ def _conversation(console: Console, test: dict[str, Any], label: str = "") -> No
     console.print(
         f"  conversation{style.shown(where)}: {style.shown(said + detail)}", highlight=False
     )
-    wrong = offtrack.find(test)
+    wrong = reports.find_offtrack(test)
     if wrong is not None:
-        console.print(f"  {style.shown(offtrack.said(wrong))}", highlight=False)
-    turn = offtrack.failing_turn(test)
+        console.print(f"  {style.shown(reports.offtrack_said(wrong))}", highlight=False)
+    turn = reports.failing_turn(test)
     if turn is None:
         return
     number = turn.get("number")
@@ -108,7 +108,7 @@ def _received(console: Console, test: dict[str, Any], label: str = "") -> None:
     if not partial:
         return
     where = f" {label}" if label else ""
-    console.print(f"  {style.shown(entries.received(partial) + where)}:", highlight=False)
+    console.print(f"  {style.shown(reports.received(partial) + where)}:", highlight=False)
     text = partial.get("text") or ""
     lines = text.replace("\r\n", "\n").rstrip("\n").split("\n") if text else []
     for line in lines[:RECEIVED_LINES]:
@@ -164,7 +164,7 @@ def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:
         return f"{failing[0]['status']} in all {runs} repeats"
     by_status: dict[str, list[str]] = {}
     for t in failing:
-        by_status.setdefault(t["status"], []).append(entries.repeat_label(t["repeat"], repeats))
+        by_status.setdefault(t["status"], []).append(reports.repeat_label(t["repeat"], repeats))
     return ", ".join(f"{status} in {' '.join(labels)}" for status, labels in by_status.items())
 
 
@@ -196,7 +196,7 @@ def insights(console: Console, tests: list[dict[str, Any]], repeats: int) -> Non
         for insight, where in answers.values():
             labels = ""
             if repeats > 1 and (len(answers) > 1 or len(where) < repeats):
-                labels = " " + " ".join(entries.repeat_label(r, repeats) for r in where)
+                labels = " " + " ".join(reports.repeat_label(r, repeats) for r in where)
             console.print(f"\n[bold]insights[/] {style.shown(test_id + labels)}")
             if insight.get("error"):
                 error = style.shown_block(insight["error"], MARGIN)
@@ -208,6 +208,6 @@ def insights(console: Console, tests: list[dict[str, Any]], repeats: int) -> Non
                 console.print(f"  why: {style.shown_block(insight['why'], MARGIN)}")
             wrong = insight.get("went_wrong")
             if isinstance(wrong, dict) and "turn" in wrong and "why" in wrong:
-                console.print(f"  {style.shown(offtrack.said(wrong))}", highlight=False)
+                console.print(f"  {style.shown(reports.offtrack_said(wrong))}", highlight=False)
             for rec in insight.get("recommendations") or []:
                 console.print(f"  → {style.shown_block(rec, MARGIN)}", highlight=False)

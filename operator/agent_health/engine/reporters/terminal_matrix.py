@@ -8,15 +8,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agent_health.engine import matrix as matrix_mod
-from agent_health.engine import visible
+from agent_health.engine import statistics, visible
 from agent_health.engine.reporters import terminal_style as style
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-"}
 COLOR = {"passed": "green", "failed": "red", "errored": "yellow", "skipped": "dim"}
 
 
-def show(console: Console, matrix: matrix_mod.Matrix) -> None:
+def show(console: Console, matrix: statistics.Matrix) -> None:
     """The agents side by side: per test, then each agent's totals, then each pair."""
     table = Table(title="agents side by side", show_lines=False)
     table.add_column("test")
@@ -39,7 +38,7 @@ def show(console: Console, matrix: matrix_mod.Matrix) -> None:
         console.print(visible.line(pair_line(pair)), highlight=False, markup=False)
 
 
-def _side(side: matrix_mod.Side | None) -> str:
+def _side(side: statistics.MatrixSide | None) -> str:
     """``✓ 3/3 0.95``: passes of the decided repeats, mean score; ``-`` when it did not run."""
     if side is None:
         return "-"
@@ -52,7 +51,7 @@ def _side(side: matrix_mod.Side | None) -> str:
     return f"[{color}]{mark} {side.passed}/{decided}{score}[/]"
 
 
-def pair_line(pair: matrix_mod.Pair) -> str:
+def pair_line(pair: statistics.MatrixPair) -> str:
     """``triage → triage-faulty over 3 tests: pass rate -66.7 pts (2 worse, 0 better), ...``
     with the paired test's verdict when there is one."""
     parts = [f"{pair.base} → {pair.new} over {pair.tests} tests:"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from agent_health.engine import uncertainty, visible
+from agent_health.engine import statistics, visible
 
 MARK = {"passed": "✓", "failed": "✗", "errored": "!", "skipped": "-", "flaky": "~"}
 COLOR = {
@@ -43,7 +43,7 @@ def cause_word(cause: str | None) -> str:
     return f"{cause} error: " if cause else ""
 
 
-def ci(interval: uncertainty.Interval | None, fmt: str = ".0%") -> str:
+def ci(interval: statistics.Interval | None, fmt: str = ".0%") -> str:
     """`` [62%, 91%]`` after a number: its 95% interval (nothing when there is none)."""
     return "" if interval is None else " " + interval.text(fmt)
 

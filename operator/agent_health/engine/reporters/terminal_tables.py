@@ -29,8 +29,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from agent_health.engine import entries, visible
-from agent_health.engine.report import RunReport
+from agent_health.engine import reports, visible
 from agent_health.engine.reporters import terminal_style as style
 
 MIN_LABEL = 12  # a label is never cut shorter than this (it wraps instead)
@@ -113,7 +112,7 @@ def _wide_rows(tests: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]
     rows = []
     for t in tests:
         metrics = t["metrics"] or {}
-        label = entries.repeat_label(t["repeat"], repeats)
+        label = reports.repeat_label(t["repeat"], repeats)
         status = t["status"]
         rows.append(
             {
@@ -331,7 +330,7 @@ def details(test: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def labels(console: Console, report: RunReport) -> None:
+def labels(console: Console, report: reports.RunReport) -> None:
     """How the tests of each label did; fitted to the console's width (see the module)."""
     stats = report.summary.labels
     if not stats:
@@ -364,7 +363,7 @@ def _natural_width(console: Console, table: Table) -> int:
 
 
 def _label_table(
-    report: RunReport,
+    report: reports.RunReport,
     names: Sequence[str],
     counts: Sequence[str],
     intervals: Sequence[str],

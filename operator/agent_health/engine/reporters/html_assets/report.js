@@ -762,7 +762,7 @@
           : "") + "." }));
   }
 
-  // As agent_health/engine/entries.py's received() words it for the terminal and JUnit.
+  // As agent_health/engine/reports/entries.py's received() words it for the terminal and JUnit.
   function receivedHeading(p) {
     const size = (Number(p.bytes) || 0).toLocaleString("en-US");
     const kept = p.truncated ? " (the first 64 KiB kept)" : "";

@@ -1,0 +1,117 @@
+"""Which files of a folder are test files, and how strictly case files are read.
+
+As Playwright's ``testMatch`` / ``testIgnore``: glob patterns (``*``, ``**``, ``?``,
+``[abc]``, ``{a,b}``) matched against a file's path below the folder searched, anywhere in
+it (``*.cases.json`` matches ``a/b/x.cases.json``). The config's ``test_match`` replaces
+the defaults (:data:`DEFAULT_TEST_MATCH`, which cover upstream's ``*test-cases*.json`` and
+``*benchmark*.json`` names); ``test_ignore`` leaves files out. A file named on the command
+line is read whatever its name.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agent_health.engine.loading.casefiles import checks
+
+DEFAULT_TEST_MATCH = (
+    "test_*.py",
+    "*_test.py",
+    "*.test.py",
+    "*.cases.json",
+    "*.cases.jsonl",
+    "test_*.json",
+    "test_*.jsonl",
+    "*test-cases*.json",
+    "*test-cases*.jsonl",
+    "*test_cases*.json",
+    "*benchmark*.json",
+)
+CASE_SUFFIXES = (".json", ".jsonl")
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The test match patterns and how case files are read."""
+
+    test_match: tuple[str, ...] = DEFAULT_TEST_MATCH
+    test_ignore: tuple[str, ...] = ()
+    cases: checks.Options = field(default_factory=checks.Options)
+
+    def is_test_file(self, relative: str) -> bool:
+        """Whether ``relative`` (a path below the folder searched, with ``/``) is a test file."""
+        return _matches(self.test_match, relative) and not self.is_ignored(relative)
+
+    def is_ignored(self, relative: str) -> bool:
+        return _matches(self.test_ignore, relative)
+
+
+def of(
+    test_match: Sequence[str] | None,
+    test_ignore: Sequence[str],
+    *,
+    lenient: bool,
+    forbid_unknown: bool | None,
+    environ: Mapping[str, str] | None = None,
+) -> Discovery:
+    """The discovery of a run: the config's patterns, ``--lenient`` (or the config's
+    ``lenient_cases``), and ``--forbid-unknown`` (``None``: on when ``$CI`` is set)."""
+    env = os.environ if environ is None else environ
+    forbid = (
+        forbid_unknown
+        if forbid_unknown is not None
+        else env.get("CI", "").lower() not in ("", "0", "false")
+    )
+    return Discovery(
+        test_match=tuple(test_match) if test_match is not None else DEFAULT_TEST_MATCH,
+        test_ignore=tuple(test_ignore),
+        cases=checks.Options(lenient=lenient, forbid_unknown=forbid),
+    )
+
+
+def _matches(patterns: Sequence[str], relative: str) -> bool:
+    return any(_regex(p).fullmatch(relative) for p in patterns)
+
+
+@functools.lru_cache(maxsize=256)
+def _regex(pattern: str) -> re.Pattern[str]:
+    """A glob as a regex; like Playwright, a pattern not anchored by ``/`` or ``**/``
+    matches at any depth."""
+    glob = pattern.removeprefix("./")
+    anchored = glob.startswith("/")
+    body = _translate(glob.lstrip("/"))
+    return re.compile(body if anchored or glob.startswith("**/") else f"(?:.*/)?{body}")
+
+
+def _translate(glob: str) -> str:
+    out, i = [], 0
+    while i < len(glob):
+        c = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and (end := glob.find("]", i + 1)) > i + 1:
+            inner = glob[i + 1 : end]
+            out.append("[" + ("^" + inner[1:] if inner.startswith("!") else inner) + "]")
+            i = end
+        elif c == "{" and (end := glob.find("}", i + 1)) > i:
+            options = glob[i + 1 : end].split(",")
+            out.append("(?:" + "|".join(_translate(o) for o in options) + ")")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)

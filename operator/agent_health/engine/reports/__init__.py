@@ -1,0 +1,130 @@
+"""The run report and what it holds: every TestResult and the aggregates (:mod:`.report`),
+one test's entry (:mod:`.entries`, within the caps of :mod:`.bounds`), where a conversation
+went wrong (:mod:`.offtrack`), what ran (:mod:`.provenance`), per-test insights and their
+run-level rollup (:mod:`.insights`, :mod:`.rollup`), and a saved report read back checked
+(:mod:`.savedreport`).
+"""
+
+from typing import TYPE_CHECKING
+
+from agent_health import faces
+
+if TYPE_CHECKING:
+    from agent_health.engine.reports.bounds import Bounded
+    from agent_health.engine.reports.entries import check as check_entry
+    from agent_health.engine.reports.entries import (
+        plain,
+        received,
+        repeat_label,
+        with_metric_signals,
+    )
+    from agent_health.engine.reports.insights import LLM as InsightsLLM
+    from agent_health.engine.reports.insights import explain
+    from agent_health.engine.reports.insights import function_for as insights_function
+    from agent_health.engine.reports.insights import tools_for as insights_tools
+    from agent_health.engine.reports.offtrack import ENDED_BADLY, failing_turn
+    from agent_health.engine.reports.offtrack import find as find_offtrack
+    from agent_health.engine.reports.offtrack import said as offtrack_said
+    from agent_health.engine.reports.offtrack import summary as conversation_summary
+    from agent_health.engine.reports.provenance import (
+        AgentInfo,
+        JudgeInfo,
+        Provenance,
+        Selection,
+        git_state,
+        redact_argv,
+        redact_url,
+        suite_name,
+    )
+    from agent_health.engine.reports.provenance import collect as collect_provenance
+    from agent_health.engine.reports.provenance import version as agent_health_version
+    from agent_health.engine.reports.report import (
+        LEGEND,
+        RunReport,
+        Summary,
+        UnpricedModel,
+        pass_rate,
+    )
+    from agent_health.engine.reports.rollup import Rollup
+    from agent_health.engine.reports.rollup import synthesise as synthesise_rollup
+    from agent_health.engine.reports.savedreport import MAX_REPEATS, ReportFileError
+    from agent_health.engine.reports.savedreport import read as read_report
+else:
+    __getattr__, __dir__ = faces.lazy(
+        __name__,
+        {
+            "Bounded": "bounds",
+            "check_entry": "entries:check",
+            "plain": "entries",
+            "received": "entries",
+            "repeat_label": "entries",
+            "with_metric_signals": "entries",
+            "InsightsLLM": "insights:LLM",
+            "explain": "insights",
+            "insights_function": "insights:function_for",
+            "insights_tools": "insights:tools_for",
+            "ENDED_BADLY": "offtrack",
+            "conversation_summary": "offtrack:summary",
+            "failing_turn": "offtrack",
+            "find_offtrack": "offtrack:find",
+            "offtrack_said": "offtrack:said",
+            "AgentInfo": "provenance",
+            "JudgeInfo": "provenance",
+            "Provenance": "provenance",
+            "Selection": "provenance",
+            "agent_health_version": "provenance:version",
+            "collect_provenance": "provenance:collect",
+            "git_state": "provenance",
+            "redact_argv": "provenance",
+            "redact_url": "provenance",
+            "suite_name": "provenance",
+            "LEGEND": "report",
+            "RunReport": "report",
+            "Summary": "report",
+            "UnpricedModel": "report",
+            "pass_rate": "report",
+            "Rollup": "rollup",
+            "synthesise_rollup": "rollup:synthesise",
+            "MAX_REPEATS": "savedreport",
+            "ReportFileError": "savedreport",
+            "read_report": "savedreport:read",
+        },
+    )
+
+__all__ = [
+    "ENDED_BADLY",
+    "LEGEND",
+    "MAX_REPEATS",
+    "AgentInfo",
+    "Bounded",
+    "InsightsLLM",
+    "JudgeInfo",
+    "Provenance",
+    "ReportFileError",
+    "Rollup",
+    "RunReport",
+    "Selection",
+    "Summary",
+    "UnpricedModel",
+    "agent_health_version",
+    "check_entry",
+    "collect_provenance",
+    "conversation_summary",
+    "explain",
+    "failing_turn",
+    "find_offtrack",
+    "git_state",
+    "insights_function",
+    "insights_tools",
+    "offtrack_said",
+    "pass_rate",
+    "plain",
+    "read_report",
+    "received",
+    "redact_argv",
+    "redact_url",
+    "repeat_label",
+    "suite_name",
+    "synthesise_rollup",
+    "with_metric_signals",
+]
