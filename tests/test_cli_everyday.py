@@ -210,7 +210,7 @@ def test_every_grep_is_taken_and_any_may_match(
 
 
 def test_a_report_saved_with_one_grep_reads_as_a_list() -> None:
-    from agent_health.engine import provenance
+    from agent_health.engine.reports import provenance
 
     assert provenance.Selection.model_validate({"grep": "payment"}).grep == ["payment"]
     assert provenance.Selection.model_validate({"grep": None}).grep == []

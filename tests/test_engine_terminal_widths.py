@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent_health.engine.report import RunReport
 from agent_health.engine.reporters import terminal, terminal_tables
+from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import Signal, TestResult
 from rich.cells import cell_len
 from rich.console import Console
