@@ -308,6 +308,53 @@ def test_labels_scope_runs_and_queries(opened: history.History) -> None:
     assert [t.id for t in opened.timeline("t.py", label="area:db")] == ["t.py::a"]
 
 
+def test_a_page_of_a_runs_results_with_its_tests(opened: history.History) -> None:
+    statuses = {**named(5, prefix="t.py::ok"), "t.py::bad": "failed", "t.py::err": "errored"}
+    opened.record(report(statuses, run_id="run-0001", labels={"t.py::bad": ["area:db"]}))
+    page = opened.results("run-0001")
+    assert (page.run, page.total, page.offset, len(page.results)) == ("run-0001", 7, 0, 7)
+    assert [r.id for r in page.results] == sorted(statuses)  # test id, then repeat
+    bad = next(r for r in page.results if r.id == "t.py::bad")
+    assert (bad.status, bad.labels, bad.file, bad.content_hash) == (
+        "failed",
+        ["area:db"],
+        "t.py",
+        "h-t.py::bad",
+    )
+    failing = opened.results("0001", status="failed")  # a unique part of the uid names it
+    assert [r.id for r in failing.results] == ["t.py::bad"]
+    assert failing.total == 1
+    second = opened.results("run-0001", offset=2, limit=2)
+    assert ([r.id for r in second.results], second.total) == ([r.id for r in page.results][2:4], 7)
+    with pytest.raises(history.NotFoundError, match="no status 'fine'"):
+        opened.results("run-0001", status="fine")
+    with pytest.raises(history.NotFoundError, match="no run 'nope'"):
+        opened.results("nope")
+
+
+def test_runs_filtered_by_branch_and_by_how_they_ended(opened: history.History) -> None:
+    def on(branch: str, data: dict[str, Any]) -> dict[str, Any]:
+        data["provenance"]["suite"]["git_branch"] = branch
+        return data
+
+    opened.record(on("main", report({"t.py::a": "passed"}, run_id="green", at=0)),
+                  history.RunContext(exit_code=0))  # fmt: skip
+    opened.record(on("main", report({"t.py::a": "failed"}, run_id="red", at=1)),
+                  history.RunContext(exit_code=1))  # fmt: skip
+    opened.record(on("dev", report({"t.py::a": "errored"}, run_id="infra", at=2,
+                                   causes={"t.py::a": "infra"})))  # fmt: skip
+    stopped = on("dev", report({"t.py::a": "passed"}, run_id="cut", at=3))
+    stopped["summary"]["interrupted"] = True
+    opened.record(stopped)
+    assert [r.uid for r in opened.runs(branch="main")] == ["red", "green"]
+    assert [r.uid for r in opened.runs(branch="dev")] == ["cut", "infra"]
+    assert [r.uid for r in opened.runs(ending="green")] == ["green"]
+    assert [r.uid for r in opened.runs(ending="failed")] == ["red"]
+    assert [r.uid for r in opened.runs(ending="errored")] == ["infra"]
+    assert [r.uid for r in opened.runs(ending="incomplete")] == ["cut"]
+    assert [r.uid for r in opened.runs(offset=1, limit=2)] == ["infra", "red"]
+
+
 # -- the schema -------------------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from agent_health.cli import cluster, common, history, ledgers, reports, run
+from agent_health.cli import cluster, common, history, ledgers, reports, run, web
 from agent_health.connectors import errors as connector_errors
 from agent_health.sdk import errors
 
@@ -29,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
     ledgers.add_commands(sub)
     reports.add_commands(sub)
     history.add_commands(sub)
+    web.add_commands(sub)
     cluster.add_commands(sub)
     return top
 

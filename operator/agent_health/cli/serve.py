@@ -14,12 +14,16 @@ Two guards a local server needs (README, "show-report"):
 from __future__ import annotations
 
 import http.server
-import ipaddress
 import os
 from http import HTTPStatus
 from typing import Any
 
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+from agent_health.server import access
+
+# The Host checks are agent-health serve's (server.access), shared so both answer alike.
+LOOPBACK_NAMES = access.LOOPBACK_NAMES
+host_allowed = access.host_allowed
+named = access.named
 
 
 def handler(folder: str, listen_host: str) -> type[http.server.SimpleHTTPRequestHandler]:
@@ -64,36 +68,5 @@ def handler(folder: str, listen_host: str) -> type[http.server.SimpleHTTPRequest
     return ReportHandler
 
 
-def host_allowed(values: list[str], names: frozenset[str], port: int) -> bool:
-    """Whether a request's Host header values (exactly one is allowed) name this server."""
-    if len(values) != 1:
-        return False
-    value = values[0].strip().lower()
-    if value.startswith("["):
-        name, bracket, rest = value.partition("]")
-        name += bracket
-    else:
-        name, _, given = value.partition(":")
-        rest = f":{given}" if given or value.endswith(":") else ""
-    if name not in names:
-        return False
-    if not rest:
-        return port == 80  # a browser leaves out only the default port
-    return rest[0] == ":" and rest[1:].isdigit() and int(rest[1:]) == port
-
-
 def inside(real: str, root: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def named(host: str) -> str | None:
-    """``--host`` as a Host header names it; ``None`` for an address no browser asks for
-    (0.0.0.0, ::, empty: every interface)."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        # A name the user chose, not one a rebinding page controls.
-        return host.strip().lower() or None
-    if address.is_unspecified:
-        return None
-    return f"[{address}]" if address.version == 6 else str(address)

@@ -173,17 +173,37 @@ class History:
         since: datetime | None = None,
         limit: int = 20,
         suite: str | None = None,
+        branch: str | None = None,
+        ending: facts.Ending | None = None,
+        offset: int = 0,
     ) -> list[facts.Run]:
-        """The newest runs, newest first."""
+        """The newest runs, newest first (``offset`` of them skipped); ``branch``: of that git
+        or CI branch; ``ending``: that ended so (:data:`.facts.Ending`)."""
         with self._reading() as conn:
             return queries.runs(
-                conn, agent=agent, label=label, since=since, limit=limit, suite=suite
+                conn,
+                agent=agent,
+                label=label,
+                since=since,
+                limit=limit,
+                suite=suite,
+                branch=branch,
+                ending=ending,
+                offset=offset,
             )
 
     def run(self, uid: str) -> facts.Run:
         """One run by its uid (or a unique prefix of it)."""
         with self._reading() as conn:
             return queries.run(conn, uid)
+
+    def results(
+        self, uid: str, *, status: str | None = None, offset: int = 0, limit: int = 1000
+    ) -> facts.Results:
+        """A page of one run's results (``uid`` or a unique part of it), by test id and
+        repeat; ``status``: of that status only."""
+        with self._reading() as conn:
+            return queries.results(conn, uid, status=status, offset=offset, limit=limit)
 
     def timeline(
         self,

@@ -12,6 +12,8 @@ for JSON) without SQL.
 * :class:`Regression` — a test that passed in a run and not in the next run of that agent.
 * :class:`Grid` — the newest runs (each a :class:`Column`, with its tests' :class:`Latency`)
   × the tests they ran (each a :class:`Row` of one character per run): the history page.
+* :class:`Result` — one (test, repeat) of one run, with the test's identity: a page of a
+  run's results (:class:`Results`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Source = Literal["local", "ci", "operator"]
 Mark = Literal["better", "worse"]
+Ending = Literal["green", "failed", "errored", "incomplete"]
+"""How a run ended, for filtering runs: ``green`` passed whole (as ``last-green``),
+``failed`` had a failed test or one the agent errored, ``errored`` only other errors,
+``incomplete`` was interrupted or stopped by a budget."""
 
 
 def short(uid: str) -> str:
@@ -339,3 +345,38 @@ class Grid(BaseModel):
 
     columns: list[Column] = Field(description="the runs, oldest first")
     rows: list[Row] = Field(description="every test any of the runs ran, by id")
+
+
+class Result(BaseModel):
+    """One (test, repeat) of one run, as a run's page lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="the test's stable id")
+    title: str
+    file: str
+    line: int
+    labels: list[str]
+    repeat: int
+    status: str
+    cause: str | None
+    score: float | None
+    duration_ms: int
+    tokens: int | None
+    cost_usd: float | None
+    content_hash: str | None
+    quarantined: bool = False
+    turns: int | None = None
+    ended: str | None = None
+    messages: list[str] = Field(default_factory=list, description="error and failed gates")
+
+
+class Results(BaseModel):
+    """A page of one run's results, in test id then repeat order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str = Field(description="the run's uid")
+    total: int = Field(description="results of the run that match the filter")
+    offset: int
+    results: list[Result]

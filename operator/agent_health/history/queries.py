@@ -86,7 +86,13 @@ def _filtered(
     label: str | None = None,
     since: datetime | None = None,
     suite: str | None = None,
+    branch: str | None = None,
+    ending: facts.Ending | None = None,
 ) -> sa.Select[Any]:
+    if branch is not None:  # the suite's checkout, else the CI job's
+        query = query.where(sa.func.coalesce(runs_t.c.git_branch, runs_t.c.ci_branch) == branch)
+    if ending is not None:
+        query = query.where(ENDINGS[ending])
     if agent is not None:
         query = query.where(sa.or_(agents_t.c.name == agent, agents_t.c.url == agent))
     if since is not None:
@@ -118,11 +124,26 @@ def runs(
     since: datetime | None = None,
     limit: int = 20,
     suite: str | None = None,
+    branch: str | None = None,
+    ending: facts.Ending | None = None,
+    offset: int = 0,
 ) -> list[facts.Run]:
-    """The newest runs, newest first. With ``label``: only runs that ran a test carrying it,
-    each counted over those tests alone (and its trend worked out over them)."""
-    query = _newest(_filtered(_runs_select(), agent=agent, label=label, since=since, suite=suite))
-    rows = conn.execute(query.limit(limit)).mappings().all()
+    """The newest runs, newest first (``offset`` of them left out). With ``label``: only runs
+    that ran a test carrying it, each counted over those tests alone (and its trend worked
+    out over them); ``branch``: of that git (or CI) branch; ``ending``: that ended so
+    (:data:`.facts.Ending`)."""
+    query = _newest(
+        _filtered(
+            _runs_select(),
+            agent=agent,
+            label=label,
+            since=since,
+            suite=suite,
+            branch=branch,
+            ending=ending,
+        )
+    )
+    rows = conn.execute(query.limit(limit).offset(offset)).mappings().all()
     found = [_run(row, _trend_of(conn, row)) for row in rows]
     if label is None:
         return found
@@ -956,6 +977,23 @@ GREEN = sa.or_(
 """A run that passed whole: exit code 0 (a report imported without one: nothing failed,
 errored, was flaky, interrupted or stopped by a budget)."""
 
+_INCOMPLETE = sa.or_(runs_t.c.interrupted.is_(True), runs_t.c.budget_stop.is_not(None))
+ENDINGS: dict[str, sa.ColumnElement[bool]] = {
+    "green": GREEN,
+    "incomplete": _INCOMPLETE,
+    "failed": sa.and_(
+        sa.not_(_INCOMPLETE), sa.or_(runs_t.c.failed > 0, runs_t.c.errored_agent > 0)
+    ),
+    "errored": sa.and_(
+        sa.not_(_INCOMPLETE),
+        runs_t.c.failed == 0,
+        runs_t.c.errored_agent == 0,
+        runs_t.c.errored > 0,
+    ),
+}
+"""The condition of each :data:`.facts.Ending` (read when a query runs: defined below
+``GREEN``, which it uses)."""
+
 
 def baseline(
     conn: sa.Connection,
@@ -1076,6 +1114,72 @@ def _report(conn: sa.Connection, row: Any, run: facts.Run) -> dict[str, Any]:
         "ended_at": run.ended_at.isoformat() if run.ended_at else None,
     }
     return {"version": 2, "summary": summary, "provenance": provenance, "tests": tests}
+
+
+# -- one run's results -----------------------------------------------------------------------
+
+
+def results(
+    conn: sa.Connection,
+    uid: str,
+    *,
+    status: str | None = None,
+    offset: int = 0,
+    limit: int = 1000,
+) -> facts.Results:
+    """A page of one run's results (of ``status`` only, when given), in test id then repeat
+    order: one query over the run's primary-key range, joined with its tests."""
+    row = _run_row(conn, uid)
+    where = [results_t.c.run_id == row["id"]]
+    if status is not None:
+        code = tables.STATUSES.get(status)
+        if code is None:
+            raise errors.NotFoundError(f"no status {status!r}: one of {', '.join(tables.STATUSES)}")
+        where.append(results_t.c.status == code)
+    total = conn.execute(sa.select(sa.func.count()).select_from(results_t).where(*where)).scalar()
+    query = (
+        sa.select(
+            results_t,
+            tests_t.c.key,
+            tests_t.c.title,
+            tests_t.c.file,
+            tests_t.c.line,
+            tests_t.c.labels,
+            contents_t.c.hash,
+        )
+        .select_from(
+            results_t.join(tests_t, tests_t.c.id == results_t.c.test_id).outerjoin(
+                contents_t, contents_t.c.id == results_t.c.content_id
+            )
+        )
+        .where(*where)
+        .order_by(tests_t.c.key, results_t.c.repeat)
+        .offset(offset)
+        .limit(limit)
+    )
+    found = [
+        facts.Result(
+            id=r["key"],
+            title=r["title"],
+            file=r["file"],
+            line=r["line"],
+            labels=json.loads(r["labels"]),
+            repeat=r["repeat"],
+            status=tables.STATUS_NAMES[r["status"]],
+            cause=tables.CAUSE_NAMES.get(r["cause"]) if r["cause"] is not None else None,
+            score=r["score"],
+            duration_ms=r["duration_ms"],
+            tokens=r["tokens"],
+            cost_usd=r["cost_usd"],
+            content_hash=r["hash"],
+            quarantined=bool(r["quarantined"]),
+            turns=r["turns"],
+            ended=r["ended"],
+            messages=r["messages"].split("\n") if r["messages"] else [],
+        )
+        for r in conn.execute(query).mappings()
+    ]
+    return facts.Results(run=row["uid"], total=int(total or 0), offset=offset, results=found)
 
 
 # -- size and retention ----------------------------------------------------------------------

@@ -37,6 +37,7 @@ async def execute(
     outlet: common.Outlet | None = None,
     preflight: bool = False,
     home: Path | None = None,
+    run_uid: str | None = None,
 ) -> tuple[running.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
     """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader.
 
@@ -159,25 +160,34 @@ async def execute(
             for name, caller in zip(names, callers, strict=True)
         ] if len(names) > 1 else []  # fmt: skip
         running.ready()
+        planned = len(running.plan(cases, args.repeat)) * max(1, len(matrix))
+        feed = await _live_feed(args, run_uid, stack)
+        if feed is not None:
+            agent = config.agent_name(names[0] if names else None)
+            source = "worker" if os.environ.get(WORKER_ENV) else "local"
+            feed.begin(planned, agent=agent, suite=str(suite.root), source=source)
         with reporters.LiveProgress(
             console,
-            len(running.plan(cases, args.repeat)) * max(1, len(matrix)),
+            planned,
             list_lines=list_lines,
             repeats=args.repeat,
         ) as progress:
+            listener: Any = progress if feed is None else running.Tee(progress, feed)
             outcome = await running.run(
                 cases,
                 suite.hooks,
                 env,
                 concurrency=args.concurrency,
                 repeat=args.repeat,
-                listener=progress,
+                listener=listener,
                 stop=stop,
                 policy=running.Policy(retries=args.retries, max_failures=args.max_failures),
                 meter=_meter(limits, judge_config),
                 lanes=matrix,
                 halt=misdirect,
             )
+        if feed is not None:  # posted as the stack closes, within the feed's grace
+            feed.end(interrupted=outcome.interrupted, stopped=outcome.stopped)
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
     outcome.misdirected = misdirect.reason
@@ -189,6 +199,23 @@ async def execute(
     if reason is not None and not skip_judge:  # --no-judge: no judge call was made
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
     return outcome, hints, recorded, backend.asked if backend is not None else None
+
+
+WORKER_ENV = "AGENT_HEALTH_SERVE_WORKER"
+"""Set by agent-health serve in the runs it starts (``server.steering``): the run's id, and
+their feed says they are its workers."""
+
+
+async def _live_feed(
+    args: argparse.Namespace, run_uid: str | None, stack: contextlib.AsyncExitStack
+) -> Any:
+    """The run's live feed to ``--serve URL`` (or ``$AGENT_HEALTH_SERVE``), or ``None``."""
+    from agent_health.engine import running
+
+    url = running.feed_url(getattr(args, "serve", None))
+    if url is None or run_uid is None:
+        return None
+    return await stack.enter_async_context(running.Feed(url, run_uid))
 
 
 async def _look_for_agents(

@@ -90,6 +90,13 @@ def add_command(sub: Any) -> None:
         help="record nothing in the history (no file or folder is made)",
     )
     run.add_argument(
+        "--serve",
+        metavar="URL",
+        help="stream each result as it finishes to agent-health serve at URL (default: "
+        "$AGENT_HEALTH_SERVE; a token of the operate role in $AGENT_HEALTH_SERVE_TOKEN); a "
+        "server that is gone is one warning and never slows or fails the run",
+    )
+    run.add_argument(
         "--baseline",
         metavar="last|last-green|RUN_ID",
         help="then compare the run with a run from the history — the newest of this agent and "

@@ -122,8 +122,17 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             "input_cost_per_mtok/output_cost_per_mtok when it judges)"
         )
     export = _export(args, config, lanes, judge_config)
+    from agent_health.engine import running
+
+    try:
+        running.feed_url(args.serve)  # a URL it cannot stream to: said before anything runs
+    except running.FeedError as err:
+        raise common.UsageError(str(err)) from err
     list_lines = any(kind == "list" for kind, _ in outputs)
     started_at = datetime.now(UTC)
+    # The live feed's, the report's and the history's id; a run agent-health serve started
+    # is told its id, so the page that started it can follow it at once.
+    run_uid = _given_uid() or reports.new_run_id(started_at)
     # git (the suite's commit and whether it is dirty) runs beside the tests, not after them:
     # the state of the suite the run started from, at no cost to the run's length.
     git = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="git-state")
@@ -157,6 +166,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 consoles.stdout,
                 preflight,
                 home,
+                run_uid,
             )
         )
     except BaseException:
@@ -191,6 +201,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             grep=list(args.grep), labels=list(args.label), shard=args.shard
         ),
         suite=suite_name.result(),
+        run=run_uid,
     )
     if recording is not None:
         replayed = {"replay": recording.ledger, "replay_verified": recording.verified}
@@ -278,6 +289,13 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     # did not run
     reporters.closing(console, report, unwritten=unwritten, also=regressed)
     return code
+
+
+def _given_uid() -> str | None:
+    import re
+
+    given = os.environ.get(execution.WORKER_ENV, "")
+    return given if re.fullmatch(r"[A-Za-z0-9._:-]{1,80}", given) else None
 
 
 OUTPUT_CLOSED = "stdout was closed by its reader"

@@ -24,6 +24,7 @@ from agent_health.sdk import errors
 if TYPE_CHECKING:
     from agent_health.engine import reports
     from agent_health.engine.reporters.html import render as render_html
+    from agent_health.engine.reporters.html import render_json as render_html_json
     from agent_health.engine.reporters.html import script_safe, self_contained
     from agent_health.engine.reporters.html import write as write_html
     from agent_health.engine.reporters.json_file import read as read_json_report
@@ -35,6 +36,7 @@ else:
         __name__,
         {
             "render_html": "html:render",
+            "render_html_json": "html:render_json",
             "script_safe": "html",
             "self_contained": "html",
             "write_html": "html:write",
@@ -138,6 +140,7 @@ __all__ = [
     "parse",
     "read_json_report",
     "render_html",
+    "render_html_json",
     "script_safe",
     "self_contained",
     "summary",

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         suite_name,
     )
     from agent_health.engine.reports.provenance import collect as collect_provenance
+    from agent_health.engine.reports.provenance import run_id as new_run_id
     from agent_health.engine.reports.provenance import version as agent_health_version
     from agent_health.engine.reports.report import (
         LEGEND,
@@ -74,6 +75,7 @@ else:
             "Selection": "provenance",
             "agent_health_version": "provenance:version",
             "collect_provenance": "provenance:collect",
+            "new_run_id": "provenance:run_id",
             "git_state": "provenance",
             "redact_argv": "provenance",
             "redact_url": "provenance",
@@ -116,6 +118,7 @@ __all__ = [
     "git_state",
     "insights_function",
     "insights_tools",
+    "new_run_id",
     "offtrack_said",
     "pass_rate",
     "plain",

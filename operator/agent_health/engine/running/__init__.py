@@ -1,6 +1,8 @@
 """Running tests: one (test, repeat) with its fixtures, hooks, timeout and teardown
 (:mod:`.runner`, :mod:`.fixtures`, what it prints: :mod:`.capture`), many in a session
-(:mod:`.session`), and the agent a run starts from its config (:mod:`.agent_process`).
+(:mod:`.session`), the agent a run starts from its config (:mod:`.agent_process`), and a
+run's live feed to ``agent-health serve`` with the wire models the server reads
+(:mod:`.livefeed`).
 """
 
 from typing import TYPE_CHECKING
@@ -10,6 +12,16 @@ from agent_health import faces
 if TYPE_CHECKING:
     from agent_health.engine.running.agent_process import refuse_credentials, serving
     from agent_health.engine.running.fixtures import asks_for
+    from agent_health.engine.running.livefeed import ENV as SERVE_ENV
+    from agent_health.engine.running.livefeed import PATH as LIVE_PATH
+    from agent_health.engine.running.livefeed import TOKEN_ENV as SERVE_TOKEN_ENV
+    from agent_health.engine.running.livefeed import Batch as LiveBatch
+    from agent_health.engine.running.livefeed import Begun as LiveBegun
+    from agent_health.engine.running.livefeed import Ended as LiveEnded
+    from agent_health.engine.running.livefeed import Feed, FeedError, LiveResult, Tee
+    from agent_health.engine.running.livefeed import Finished as LiveFinished
+    from agent_health.engine.running.livefeed import Started as LiveStarted
+    from agent_health.engine.running.livefeed import url_from as feed_url
     from agent_health.engine.running.runner import RunEnv, ready, run_case
     from agent_health.engine.running.session import Halt, Outcome, Policy, plan, run
 else:
@@ -19,6 +31,19 @@ else:
             "refuse_credentials": "agent_process",
             "serving": "agent_process",
             "asks_for": "fixtures",
+            "SERVE_ENV": "livefeed:ENV",
+            "LIVE_PATH": "livefeed:PATH",
+            "SERVE_TOKEN_ENV": "livefeed:TOKEN_ENV",
+            "LiveBatch": "livefeed:Batch",
+            "LiveBegun": "livefeed:Begun",
+            "LiveEnded": "livefeed:Ended",
+            "Feed": "livefeed",
+            "FeedError": "livefeed",
+            "LiveResult": "livefeed",
+            "Tee": "livefeed",
+            "LiveFinished": "livefeed:Finished",
+            "LiveStarted": "livefeed:Started",
+            "feed_url": "livefeed:url_from",
             "RunEnv": "runner",
             "ready": "runner",
             "run_case": "runner",
@@ -31,11 +56,24 @@ else:
     )
 
 __all__ = [
+    "LIVE_PATH",
+    "SERVE_ENV",
+    "SERVE_TOKEN_ENV",
+    "Feed",
+    "FeedError",
     "Halt",
+    "LiveBatch",
+    "LiveBegun",
+    "LiveEnded",
+    "LiveFinished",
+    "LiveResult",
+    "LiveStarted",
     "Outcome",
     "Policy",
     "RunEnv",
+    "Tee",
     "asks_for",
+    "feed_url",
     "plan",
     "ready",
     "refuse_credentials",

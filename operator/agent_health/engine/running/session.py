@@ -23,6 +23,12 @@ class Listener(Protocol):
     def on_test_end(self, result: TestResult) -> None: ...
 
 
+class StartListener(Listener, Protocol):
+    """A listener also told when each test starts (what a live page shows in flight)."""
+
+    def on_test_start(self, test_id: str, title: str, repeat: int, agent: str | None) -> None: ...
+
+
 @dataclass(repr=False)
 class Outcome:
     results: list[TestResult]
@@ -201,6 +207,8 @@ class _Pool:
         self.envs = envs
         self.env = envs[0]
         self.listener = listener
+        # A StartListener is told of each start too (looked up once, not per test).
+        self.starting = getattr(listener, "on_test_start", None)
         self.policy = policy
         self.results: list[TestResult] = []
         # slot → (case, repeat, lane, wall-clock start, perf_counter start) of its test
@@ -280,6 +288,8 @@ class _Pool:
                 return  # stopping (Ctrl-C, a closed output): start nothing more
             case, r, lane = self.items.popleft()
             self.running[slot] = (case, r, lane, time.time(), time.perf_counter())
+            if self.starting is not None:
+                self.starting(case.id, case.title, r, self.envs[lane].lane)
             state = self.files[case.file]
             failure = await state.enter()
             if failure is not None:
