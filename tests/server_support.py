@@ -85,6 +85,7 @@ def recorded_history(path: Path) -> str:
         for n, (statuses, code) in enumerate(runs):
             data = report(statuses, run_id=f"run-{n}", at=n * 10)
             data["provenance"]["suite"]["git_branch"] = "main"
+            data["provenance"]["ledger"] = f"file://{path}/ledger-{n}"
             saved = path / f"run-{n}.json"
             import json
 

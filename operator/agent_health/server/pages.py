@@ -25,7 +25,7 @@ VIEWS = ("/", "/runs/{uid}", "/tests", "/flaky", "/trends", "/compare", "/live/{
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
 SHELL_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data:; frame-src 'self'; base-uri 'none'; form-action 'none'; "
+    "img-src 'self' data:; frame-src 'self'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
 

@@ -348,8 +348,7 @@
     const step = width / Math.max(values.length, 1);
     const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     svg.setAttribute("viewBox", "0 0 " + width + " " + height);
-    svg.setAttribute("class", "plot");
-    svg.setAttribute("style", "height:70px");
+    svg.setAttribute("class", "plot small");
     svg.setAttribute("aria-label", label);
     values.forEach((v, i) => {
       const h = ((v || 0) / max) * (height - 4);
@@ -393,7 +392,7 @@
       el("tr", { "data-test": f.id }, el("td", {}, el("a", { href: "/tests?id=" + encodeURIComponent(f.id), text: f.title })),
         el("td", { text: f.agent ? f.agent.name || f.agent.url || "" : "" }), el("td", { class: "num", text: f.flips }),
         el("td", { class: "num", text: pct(f.failure_rate) + " [" + pct(f.failure_rate_interval.low) + ", " + pct(f.failure_rate_interval.high) + "]" }),
-        el("td", { class: "num", text: f.runs }), el("td", {}, status(f.last_status))))), { id: "flaky" })
+        el("td", { class: "num", text: f.runs }), el("td", {}, status(f.last_status)))), { id: "flaky" })
       : el("p", { class: "muted", text: "No test flips while nothing changed." }));
   }
 
@@ -433,7 +432,7 @@
         dot.append(tip);
       }
     });
-    const legend = el("div", { class: "legend" }, agents.map((a, i) => el("span", { style: "color:" + COLORS[i % COLORS.length], text: "● " + a })));
+    const legend = el("div", { class: "legend" }, agents.map((a, i) => el("span", { class: "c" + (i % COLORS.length), text: "● " + a })));
     return el("figure", {}, el("figcaption", { text: label }), svg, legend);
   }
 
