@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,50 @@ def test_live_events_carry_ids_and_a_reconnect_with_last_event_id_misses_nothing
         # An id from before this server's events were kept (or another server's): reset.
         (reset,) = _events(f"{running.url}/api/events?run=live-2", "1", 1)
         assert reset["event"] == "reset"
+
+
+QUICK = """
+from agent_health import test
+
+
+@test("one")
+async def one(expect):
+    expect(1).to_equal(1)
+"""
+
+
+def test_a_local_run_started_through_the_api_with_tokens_reports_live_and_ends(
+    tmp_path: Path, history_url: str
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_one.py").write_text(QUICK)
+    (suite / "agent-health.config.py").write_text(
+        "from agent_health import define_config\n\nconfig = define_config()\n"
+    )
+    guards = _tokens(tmp_path)
+    with serving(history_url, guards, root=tmp_path) as running:
+        reader = running.client(Authorization=f"Bearer {READ}")
+        operator = running.client(Authorization=f"Bearer {OPERATE}")
+        asked = {"paths": ["suite"]}
+        assert reader.post("/api/workers", json=asked, headers=CHANGE).status_code == 403
+        outside = operator.post("/api/workers", json={"paths": ["../.."]}, headers=CHANGE)
+        assert outside.status_code == 400
+        assert "outside the server's root" in outside.json()["error"]
+        started = operator.post("/api/workers", json=asked, headers=CHANGE)
+        assert started.status_code == 201, started.text
+        uid = started.json()["run"]
+        for _ in range(1200):  # the worker is a process of its own: wait for its end
+            workers = operator.get("/api/workers").json()
+            if workers[0]["state"] == "ended":
+                break
+            time.sleep(0.05)
+        assert workers[0]["exit_code"] == 0
+        detail = operator.get(f"/api/live/{uid}").json()
+        # It posted its results with a token of its own (this server needs one), and that
+        # token opens nothing once it ended.
+        assert detail["run"]["counts"]["passed"] == 1
+        assert detail["run"]["ended"] is True
+        assert len(guards.tokens) == 2
+        reader.close()
+        operator.close()

@@ -171,3 +171,38 @@ def test_a_runs_results_arrive_live_while_it_runs(chromium: Any, tmp_path: Path)
             _clean(seen, running.url)
         worker.join(60)
         assert done[0].code == 0
+
+
+def test_a_run_started_and_cancelled_from_the_page(chromium: Any, tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_gated.py").write_text(GATED)  # its gate never opens: it runs until cancelled
+    (suite / "agent-health.config.py").write_text(
+        "from agent_health import define_config\n\nconfig = define_config()\n"
+    )
+    with serving(f"sqlite:///{tmp_path / 'h.db'}", root=tmp_path) as running:
+        with browser.watched_page(chromium) as seen:
+            page = seen.page
+            _open(seen, running.url + "/")
+            page.fill("#start-local input[name=paths]", "suite")
+            page.click("#start-local button")
+            page.wait_for_url(f"{running.url}/live/**")
+            expect(page.locator("body[data-ready='1']")).to_have_count(1)
+            # A worker is a new process: it takes its time to import and start its tests.
+            started = page.locator("#results tr[data-test$='quick one']")
+            expect(started).to_have_count(1, timeout=60_000)
+            expect(page.locator("#in-flight li")).to_have_count(1)
+            page.click("button[data-action=cancel]")
+            expect(page.locator("#live-state")).to_contain_text(
+                "ended (interrupted)", timeout=60_000
+            )
+            _clean(seen, running.url)
+        for _ in range(1200):  # the process writes its reports and history after its feed ends
+            workers = httpx.get(running.url + "/api/workers").json()
+            if workers[0]["state"] == "ended":
+                break
+            time.sleep(0.05)
+        assert [w["state"] for w in workers] == ["ended"]
+        assert workers[0]["exit_code"] == 130  # the run's own Ctrl-C
+        report = Path(workers[0]["report"])
+        assert report.is_file()  # a cancelled run still writes its report

@@ -96,6 +96,7 @@ class Access:
     operators: frozenset[str] = frozenset()
     clock: Callable[[], float] = time.monotonic
     _sessions: dict[str, tuple[Role, float]] = dataclasses.field(default_factory=dict)
+    _open: bool | None = None
 
     def __post_init__(self) -> None:
         own = named(self.host)
@@ -108,11 +109,16 @@ class Access:
 
     @property
     def open_locally(self) -> bool:
-        """Loopback without any credential configured: the local user operates."""
-        return self.loopback and not self.tokens and self.trust_header is None
+        """Loopback without any credential configured: the local user operates. Decided when
+        the server starts (a worker's token added later changes nothing)."""
+        if self._open is None:
+            self._open = self.loopback and not self.tokens and self.trust_header is None
+        return self._open
 
     def check(self) -> None:
-        """Refuse settings that would serve the history to anyone who can reach the port."""
+        """Refuse settings that would serve the history to anyone who can reach the port;
+        settle whether it is open locally (before any worker's token is added)."""
+        self._open = self.loopback and not self.tokens and self.trust_header is None
         if not self.loopback and not self.tokens and self.trust_header is None:
             raise errors.SettingsError(
                 f"--host {self.host} is reachable from other machines: give a token "
@@ -122,6 +128,10 @@ class Access:
 
     def add_token(self, token: str, role: Role) -> None:
         self.tokens[hashed(token)] = role
+
+    def forget_token(self, token: str) -> None:
+        """A token that opens nothing more (a worker's, when it ended)."""
+        self.tokens.pop(hashed(token), None)
 
     # -- per request -----------------------------------------------------------------------
 

@@ -198,6 +198,10 @@ async def _start_parts(served: state.State, stack: Any) -> None:
 
     served.hub = live.Hub()
     stack.push_async_callback(served.hub.close)
+    from agent_health.server import steering
+
+    served.workers = steering.Workers(served)
+    stack.push_async_callback(served.workers.close)
 
 
 def _bound_port(runner: web.AppRunner) -> int:
