@@ -13,7 +13,7 @@ import pytest
 import yaml
 from agent_health import cli
 from agent_health.cluster import errors
-from agent_health.cluster.api import crds, schema
+from agent_health.cluster.api import crds, evaluationrun, schema
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSITIONS = ("$ref", "anyOf", "oneOf", "allOf", "not", "$defs", "const")
@@ -119,7 +119,13 @@ def test_cross_field_rules_are_cel_on_the_right_nodes() -> None:
         "!has(self.runtimeClassName) || self.mode == 'agentSandbox'",
         "!has(self.warmPool) || self.mode == 'agentSandbox'",
     ]
-    assert rules["EvaluationRun.spec"] == ["self == oldSelf"]
+    (fixed,) = rules["EvaluationRun.spec"]
+    assert fixed == evaluationrun.SPEC_IMMUTABLE[0]
+    # Every field of the spec but those that steer a run is kept as it was.
+    for field in ("runSpecRef", "repeats", "selection", "agents", "queue", "retry"):
+        assert f"self.{field} == oldSelf.{field}" in fixed
+    for field in ("suspend", "parallelism", "budget", "requeueErrored"):
+        assert f"self.{field}" not in fixed
 
 
 def test_the_cli_prints_every_crd_as_multi_document_yaml() -> None:

@@ -189,14 +189,38 @@ def test_unknown_fields_are_refused_by_the_model_and_pruned_by_the_server() -> N
         meta.parse(evaluationrun.EvaluationRun, body, what="EvaluationRun default/nightly")
 
 
-def test_an_evaluation_run_spec_is_immutable() -> None:
+IMMUTABLE = (
+    "spec: spec is immutable but for suspend, parallelism, budget, requeueErrored: create a new "
+    "EvaluationRun instead"
+)
+
+
+def test_an_evaluation_run_spec_is_immutable_but_what_steers_it() -> None:
     old = _example("EvaluationRun")
     new = copy.deepcopy(old)
     new["spec"]["repeats"] = 5
     schema = SCHEMAS["EvaluationRun"]
     assert schemas.problems(schema, schemas.admit(schema, new), schemas.admit(schema, old)) == [
-        "spec: spec is immutable: create a new EvaluationRun instead"
+        IMMUTABLE
     ]
+    added = copy.deepcopy(old)
+    added["spec"]["timeoutSeconds"] = 30  # a field left out stays left out
+    assert schemas.problems(schema, schemas.admit(schema, added), schemas.admit(schema, old)) == [
+        IMMUTABLE
+    ]
+    steered = copy.deepcopy(old)
+    steered["spec"] |= {
+        "suspend": True,
+        "parallelism": 9,
+        "requeueErrored": 1,
+        "budget": {"maxTokens": 1000},
+    }
+    admitted = schemas.admit(schema, steered)
+    assert schemas.problems(schema, admitted, schemas.admit(schema, old)) == []
+    evaluationrun.check_update(
+        evaluationrun.EvaluationRun.model_validate(old).spec,
+        evaluationrun.EvaluationRun.model_validate(steered).spec,
+    )
     assert schemas.problems(schema, schemas.admit(schema, old), schemas.admit(schema, old)) == []
     parse = evaluationrun.EvaluationRun.model_validate
     with pytest.raises(ValueError, match="spec is immutable"):

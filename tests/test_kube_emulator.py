@@ -179,6 +179,8 @@ async def test_custom_objects_get_defaults_pruning_and_validation(
     immutable = await client.patch(f"{RUNS}/nightly", json={"spec": {"repeats": 2}}, headers=MERGE)
     assert immutable.status_code == 422
     assert "spec is immutable" in immutable.json()["message"]
+    steered = await client.patch(f"{RUNS}/nightly", json={"spec": {"suspend": True}}, headers=MERGE)
+    assert steered.status_code == 200, steered.text
 
 
 async def test_a_crd_is_discoverable_once_applied(with_crds: httpx.AsyncClient) -> None:

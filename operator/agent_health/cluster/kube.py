@@ -17,12 +17,14 @@ the API server's status, reason and message; callers decide what a 404 or 409 me
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
+import json
 import logging
 import ssl
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -173,6 +175,62 @@ class Client:
             if not token:
                 return items
             params = {**params, "continue": token}
+
+    async def list_versioned(
+        self, resource: Resource, namespace: str | None
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """Every object (all pages) and the list's ``resourceVersion``, to watch from."""
+        items: builtins.list[dict[str, Any]] = []
+        params = {"limit": "500"}
+        while True:
+            page = await self._json(
+                "list", resource, "GET", resource.path(namespace), params=params
+            )
+            items.extend(page.get("items") or [])
+            metadata = page.get("metadata") or {}
+            if not metadata.get("continue"):
+                return items, str(metadata.get("resourceVersion") or "")
+            params = {**params, "continue": metadata["continue"]}
+
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The watch events after ``resource_version`` (``{"type", "object"}``; bookmarks
+        included), until the API server ends the watch (about ``timeout_seconds``). A
+        ``410 Gone`` arrives as an ``ERROR`` event: the caller lists again."""
+        self.requests[("watch", resource.plural)] += 1
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        headers = {"Accept": "application/json"}
+        token = await self._current_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        path = resource.path(namespace)
+        timeout = httpx.Timeout(30.0, read=timeout_seconds + 30.0)
+        try:
+            async with self._client.stream(
+                "GET", path, params=params, headers=headers, timeout=timeout
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _error("GET", path, response)
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as err:
+            raise ApiError(
+                0, "Unreachable", f"GET {self.server}{path}: {type(err).__name__}: {err}"
+            ) from err
 
     async def create(
         self, resource: Resource, namespace: str | None, body: Mapping[str, Any]

@@ -202,6 +202,11 @@ async def _start_parts(served: state.State, stack: Any) -> None:
 
     served.workers = steering.Workers(served)
     stack.push_async_callback(served.workers.close)
+    if served.settings.cluster:
+        from agent_health.server import watching
+
+        served.cluster = await watching.Cluster.start(served, served.settings.connection)
+        stack.push_async_callback(served.cluster.close)
 
 
 def _bound_port(runner: web.AppRunner) -> int:

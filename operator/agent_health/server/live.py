@@ -109,6 +109,8 @@ class _Run:
     ended_at: float | None = None
 
     def snapshot(self) -> LiveRun:
+        if self.view.source == "cluster":  # its status's counts: every cell, not the 200 kept
+            return self.view
         counts = Counts()
         agent_errors = 0
         for result in self.results.values():

@@ -37,6 +37,9 @@ class Settings:
     """Watch (and, for the operate role, create and steer) EvaluationRuns."""
     namespace: str | None = None
     """The namespace to watch (``None``: every namespace the identity may list)."""
+    connection: Any = None
+    """A ``kopf.ConnectionInfo`` to talk to the cluster as (``None``: the kubeconfig, or the
+    pod's service account — as kubectl and the operator find them)."""
 
 
 @dataclasses.dataclass

@@ -226,3 +226,106 @@ class Nothing(pydantic.BaseModel):
              role="operate", tag="steer", body=Nothing, answer=Worker)  # fmt: skip
 async def cancel_local(served: state.State, request: web.Request, _q: None, _b: Nothing) -> Worker:
     return await _workers(served).cancel(request.match_info["uid"])
+
+
+# -- the cluster's runs ---------------------------------------------------------------------
+
+
+class StartCluster(pydantic.BaseModel):
+    """An EvaluationRun of a RunSpec to create (its spec as ``kubectl apply`` takes it)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", populate_by_name=True)
+
+    namespace: str = pydantic.Field(min_length=1, max_length=63, pattern=r"^[a-z0-9-]+$")
+    run_spec: str = pydantic.Field(alias="runSpec", min_length=1, max_length=253)
+    repeats: int = pydantic.Field(default=1, ge=1, le=100)
+    parallelism: int = pydantic.Field(default=1, ge=1, le=1000)
+    labels: list[str] = pydantic.Field(default_factory=list, max_length=32)
+    grep: str | None = pydantic.Field(default=None, max_length=1024)
+    suspend: bool = False
+    budget: dict[str, Any] | None = None
+
+
+class SteerCluster(pydantic.BaseModel):
+    """What steers a running EvaluationRun (the fields ``kubectl patch`` may change)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    suspend: bool | None = None
+    parallelism: int | None = pydantic.Field(default=None, ge=1, le=1000)
+    budget: dict[str, Any] | None = None
+
+
+class ClusterRun(pydantic.BaseModel):
+    namespace: str
+    name: str
+    uid: str
+    spec: dict[str, Any]
+
+
+def _cluster(served: state.State) -> Any:
+    if served.cluster is None:
+        raise errors.NotFound("this server does not watch a cluster (agent-health serve --cluster)")
+    return served.cluster
+
+
+def _answer(body: dict[str, Any]) -> ClusterRun:
+    metadata = body.get("metadata") or {}
+    return ClusterRun(
+        namespace=str(metadata.get("namespace")),
+        name=str(metadata.get("name")),
+        uid=str(metadata.get("uid")),
+        spec=dict(body.get("spec") or {}),
+    )
+
+
+@table.route("POST", "/api/cluster/runs", summary="create an EvaluationRun of a RunSpec",
+             role="operate", tag="steer", body=StartCluster, answer=ClusterRun,
+             status=201)  # fmt: skip
+async def start_cluster(
+    served: state.State, request: web.Request, _q: None, asked: StartCluster
+) -> ClusterRun:
+    spec: dict[str, Any] = {
+        "runSpecRef": {"name": asked.run_spec},
+        "repeats": asked.repeats,
+        "parallelism": asked.parallelism,
+        "selection": {"labels": asked.labels, **({"grep": asked.grep} if asked.grep else {})},
+        "suspend": asked.suspend,
+    }
+    if asked.budget is not None:
+        spec["budget"] = asked.budget
+    return _answer(await _cluster(served).create(asked.namespace, spec))
+
+
+@table.route("PATCH", "/api/cluster/runs/{namespace}/{name}", summary="steer an EvaluationRun: "
+             "suspend or resume, parallelism, budget", role="operate", tag="steer",
+             body=SteerCluster, answer=ClusterRun)  # fmt: skip
+async def steer_cluster(
+    served: state.State, request: web.Request, _q: None, asked: SteerCluster
+) -> ClusterRun:
+    change = asked.model_dump(exclude_none=True)
+    if not change:
+        raise errors.Invalid("nothing to change: give suspend, parallelism or budget")
+    where = request.match_info
+    return _answer(await _cluster(served).patch(where["namespace"], where["name"], change))
+
+
+@table.route("POST", "/api/cluster/runs/{namespace}/{name}/requeue", summary="run the errored "
+             "cells of an EvaluationRun again (spec.requeueErrored + 1)", role="operate",
+             tag="steer", body=Nothing, answer=ClusterRun)  # fmt: skip
+async def requeue_cluster(
+    served: state.State, request: web.Request, _q: None, _b: Nothing
+) -> ClusterRun:
+    where = request.match_info
+    return _answer(await _cluster(served).requeue(where["namespace"], where["name"]))
+
+
+@table.route("DELETE", "/api/cluster/runs/{namespace}/{name}", summary="cancel an EvaluationRun "
+             "(delete it; its cells go with it)", role="operate", tag="steer", body=Nothing,
+             answer=Nothing)  # fmt: skip
+async def cancel_cluster(
+    served: state.State, request: web.Request, _q: None, _b: Nothing
+) -> Nothing:
+    where = request.match_info
+    await _cluster(served).delete(where["namespace"], where["name"])
+    return Nothing()

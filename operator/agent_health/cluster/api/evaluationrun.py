@@ -1,7 +1,9 @@
 """EvaluationRun: *one execution* of a RunSpec — repeats, parallelism, selection, retries.
 
-The spec is immutable once created (a run is a record, like a Job); the status is the
-operator's running tally, folded from graded cells in few, batched patches.
+The spec is a record once created, like a Job's, except what steers a run while it runs
+(:data:`STEERABLE`: ``suspend``, ``parallelism``, ``budget``, ``requeueErrored`` — each a
+plain ``kubectl patch``, docs/operator.md); the status is the operator's running tally,
+folded from graded cells in few, batched patches.
 """
 
 from __future__ import annotations
@@ -109,6 +111,19 @@ class Spec(meta.Model):
         description="The Kueue LocalQueue (in the run's namespace) every cell waits in for "
         "admission (label kueue.x-k8s.io/queue-name); unset: the RunSpec's spec.queue, then "
         "the operator's --default-queue; none of them: no queue.",
+    )
+    suspend: bool = pydantic.Field(
+        default=False,
+        description="Suspended: no cell starts, and the cells running are stopped and planned "
+        "again (as when Kueue preempts one: no infraRetries spent); set back to false, the run "
+        "goes on and its activeDeadlineSeconds count again from then, as a suspended Job's. "
+        "Kueue's own field for holding a workload, so a run may be created suspended.",
+    )
+    requeue_errored: Annotated[int, pydantic.Field(ge=0, le=1000)] = pydantic.Field(
+        default=0,
+        description="Raise it by one to run every cell errored so far once more, as its next "
+        "attempt (its errored grade is replaced by the new one); a finished run whose cells "
+        "are still there runs again. status.requeuedErrored says which value was done.",
     )
 
 
@@ -313,6 +328,9 @@ class Status(meta.Model):
     conditions: meta.Conditions = pydantic.Field(default_factory=list)
     start_time: datetime.datetime | None = None
     completion_time: datetime.datetime | None = None
+    requeued_errored: Annotated[int, pydantic.Field(ge=0)] | None = pydantic.Field(
+        default=None, description="The spec.requeueErrored the operator has done (unset: 0)."
+    )
 
 
 class EvaluationRun(meta.Model):
@@ -325,10 +343,35 @@ class EvaluationRun(meta.Model):
     status: Status | None = None
 
 
-SPEC_IMMUTABLE = ("self == oldSelf", "spec is immutable: create a new EvaluationRun instead")
+STEERABLE = ("suspend", "parallelism", "budget", "requeue_errored")
+"""The spec's fields that may change while the run runs (``kubectl patch``); the rest is
+the run's record and never changes."""
+
+
+def _fixed_rule() -> tuple[str, str]:
+    """The CEL transition rule keeping every field but :data:`STEERABLE` as it was (a field
+    left out stays left out)."""
+    checks = []
+    for name, field in Spec.model_fields.items():
+        if name in STEERABLE:
+            continue
+        wire = field.alias or name
+        checks.append(
+            f"(has(self.{wire}) ? (has(oldSelf.{wire}) && self.{wire} == oldSelf.{wire}) "
+            f": !has(oldSelf.{wire}))"
+        )
+    steered = ", ".join(Spec.model_fields[n].alias or n for n in STEERABLE)
+    return (
+        " && ".join(checks),
+        f"spec is immutable but for {steered}: create a new EvaluationRun instead",
+    )
+
+
+SPEC_IMMUTABLE = _fixed_rule()
 
 
 def check_update(old: Spec, new: Spec) -> None:
-    """Mirror of the CRD's transition rule: an EvaluationRun's spec never changes."""
-    if old != new:
+    """Mirror of the CRD's transition rule: only the :data:`STEERABLE` fields change."""
+    fixed = set(Spec.model_fields) - set(STEERABLE)
+    if old.model_dump(include=fixed) != new.model_dump(include=fixed):
         raise ValueError(SPEC_IMMUTABLE[1])

@@ -250,6 +250,10 @@ class EventRecorder:
         )
         return self.event(involved, "Warning", "WarmPoolCapped", message, action="Scale")
 
+    def steered(self, involved: Mapping[str, str], message: str, reason: str = "Suspended") -> Emit:
+        """A ``Normal`` Event: the run was steered (``spec.suspend``, ``requeueErrored``)."""
+        return self.event(involved, "Normal", reason, message, action="Steer")
+
     def _expire(self, now: datetime.datetime) -> None:
         while self._seen:
             key, oldest = next(iter(self._seen.items()))

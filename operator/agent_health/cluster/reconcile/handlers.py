@@ -6,13 +6,15 @@ watched                          kopf handler                       calls
 RunSpec created / spec changed   ``on.create``, ``on.update(spec)``  ``SpecReconciler.reconcile``
 any RunSpec event                ``on.event``                       ``Bulletin.post`` (wakes runs)
 EvaluationRun created / resumed  ``on.create``, ``on.resume``       ``Runs.start``
+EvaluationRun spec changed       ``on.update(spec)``                ``Runs.steer``
 EvaluationRun deleted            ``on.event``                       ``Runs.forget``
 cell Pod / Sandbox events        ``on.event`` (label-filtered)      ``Runs.cell_event``
 discovery Pod events             ``on.event`` (label-filtered)      ``Discoveries.observe``
 ===============================  =================================  ===========================
 
 Status writes of the operator's own never trigger a reconcile: RunSpecs react to spec
-changes only, EvaluationRuns (immutable specs) only to creation, resumption and deletion.
+changes only, EvaluationRuns to creation, resumption, deletion and a change of the fields
+that steer them (``spec.suspend``, ``parallelism``, ``budget``, ``requeueErrored``).
 
 Every handler calls its reconciler outside kopf's context (:func:`_detached`, :func:`_apart`):
 kopf sets the handler's cause — which holds the watched object's whole body — in a context
@@ -108,6 +110,11 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
     async def run_started(body: kopf.Body, **_: Any) -> None:
         async with _sorted("evaluationrun", sink):
             await _apart(reconcilers.runs.start(_raw(body)))
+
+    @kopf.on.update(GROUP, VERSION, "evaluationruns", field="spec", registry=found)
+    async def run_steered(body: kopf.Body, **_: Any) -> None:
+        async with _sorted("evaluationrun", sink):
+            await _apart(reconcilers.runs.steer(_raw(body)))
 
     @kopf.on.event(GROUP, VERSION, "evaluationruns", registry=found)
     async def run_seen(event: kopf.RawEvent, **_: Any) -> None:

@@ -50,7 +50,10 @@ class Handoff:
 
     def fill(self, run: plan.Run) -> None:
         """Start queued cells until ``parallelism`` of them are active; once ``spec.budget``
-        is reached, none: every queued cell is graded ``skipped`` (reason ``budget``)."""
+        is reached, none: every queued cell is graded ``skipped`` (reason ``budget``). A
+        suspended run (``spec.suspend``) starts none."""
+        if run.model.spec.suspend:
+            return
         if run.queue and run.tally.over_budget():
             while run.queue:
                 cell = run.cells[run.queue.popleft()]
@@ -231,6 +234,66 @@ class Handoff:
             # Kueue for the cell to go on.
             self.spawn(run, cell, self._delete(run, cell.name))
 
+    def relaunch(self, run: plan.Run, cell: plan.Cell) -> None:
+        """The old object of a replacing cell is gone: its next attempt starts — unless the
+        run is suspended, when it waits at the head of the queue (its slot freed)."""
+        if run.model.spec.suspend:
+            cell.state = "queued"
+            run.active.discard(cell.name)
+            run.queue.appendleft(cell.name)
+            return
+        self.spawn(run, cell, self.launch(run, cell))
+
+    def requeued_gone(self, run: plan.Run, cell: plan.Cell) -> None:
+        """The old object of a requeued (errored) cell is gone: it queues for a slot."""
+        cell.state = "queued"
+        run.queue.append(cell.name)
+        self.fill(run)
+
+    def suspend(self, run: plan.Run) -> int:
+        """``spec.suspend``: every running cell is stopped and planned again as its next
+        attempt, as a preemption (no ``infraRetries`` spent, never ``errored``); how many."""
+        # An ended cell is being graded (its test ran): only the ones running are stopped.
+        stopped = [run.cells[n] for n in sorted(run.active) if run.cells[n].state == "active"]
+        for cell in stopped:
+            cell.state, cell.attempt = "replacing", cell.attempt + 1
+            cell.preempted += 1
+            run.tally.requeued(cell.name)
+            if cell.token is not None:
+                self.board.tokens.pop(cell.token, None)
+                cell.token = None
+            if cell.deadline is not None:
+                cell.deadline.cancel()
+                cell.deadline = None
+            self.spawn(run, cell, self._delete(run, cell.name))
+        return len(stopped)
+
+    async def requeue(self, run: plan.Run) -> int:
+        """``spec.requeueErrored``: every cell graded ``errored`` runs again as its next
+        attempt (its grade dropped); its old object is deleted first. How many."""
+        again = [
+            cell
+            for cell in run.cells.values()
+            if cell.state == "done"
+            and (grade := run.tally.grade_of(cell.name)) is not None
+            and grade.status == "errored"
+        ]
+        resource = lifecycle.resource_of(run)
+        for cell in again:
+            run.tally.unrecord(cell.name)
+            cell.state, cell.attempt = "requeued", cell.attempt + 1
+            try:
+                gone = not await self.board.api.delete(resource, run.ref.namespace, cell.name)
+            except kube.ApiError as err:
+                why = f"cannot delete the errored attempt to run it again: {err}"
+                cell.state = "active"
+                run.active.add(cell.name)
+                await self.infra(run, cell, {}, ("other", why))
+                continue
+            if gone:  # no DELETED event will come
+                self.requeued_gone(run, cell)
+        return len(again)
+
     async def _delete(self, run: plan.Run, name: str) -> None:
         try:
             await self.board.api.delete(lifecycle.resource_of(run), run.ref.namespace, name)
@@ -274,4 +337,4 @@ class Handoff:
             why = f"cannot delete the failed attempt to retry it: {err}"
             return await self.infra(run, cell, cell.last or {}, ("other", why))
         if not deleted:
-            await self.launch(run, cell)  # already gone: no DELETED event will come
+            self.relaunch(run, cell)  # already gone: no DELETED event will come

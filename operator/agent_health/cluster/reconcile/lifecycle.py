@@ -123,6 +123,15 @@ class Board:
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._done(done, None))
 
+    def pause_deadline(self, run: plan.Run) -> None:
+        """``spec.suspend``: the run's ``activeDeadlineSeconds`` stop counting."""
+        self._drop_deadline(run.uid)
+
+    def restart_deadline(self, run: plan.Run) -> None:
+        """Resumed: its ``activeDeadlineSeconds`` count again from now (as a Job's do)."""
+        self._drop_deadline(run.uid)
+        self.keep_deadline(run, status_mod.utcnow())
+
     async def _at_deadline(self, ref: batcher.RunRef, uid: str, left: float) -> None:
         await asyncio.sleep(max(left, 0.0))
         self._deadlines.pop(uid, None)

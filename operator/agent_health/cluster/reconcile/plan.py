@@ -28,7 +28,10 @@ from agent_health.sdk import results
 ATTEMPT = "agenthealth.dev/attempt"
 PREEMPTIONS = "agenthealth.dev/preemptions"
 """How many of a cell's attempts Kueue preempted (they cost no infrastructure retry)."""
-CellState = Literal["queued", "active", "ended", "replacing", "done"]
+CellState = Literal["queued", "active", "ended", "replacing", "requeued", "done"]
+"""``replacing``: its next attempt starts once its old object is gone (a retry, a preemption,
+a suspension); ``requeued``: an errored cell run again (``spec.requeueErrored``) queues once
+its old object is gone."""
 
 
 @dataclasses.dataclass

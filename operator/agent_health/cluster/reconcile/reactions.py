@@ -69,14 +69,17 @@ class Reactions:
         spawn = self.board.spawn
         cell = run.cells.get(body["metadata"]["name"])
         if cell is None or plan.attempt(body) < cell.attempt:
-            if cell is not None and cell.state == "replacing" and event_type == "DELETED":
-                self.handoff.spawn(run, cell, self.handoff.launch(run, cell))
+            if cell is not None and event_type == "DELETED":
+                if cell.state == "replacing":
+                    self.handoff.relaunch(run, cell)
+                elif cell.state == "requeued":
+                    self.handoff.requeued_gone(run, cell)
             return
         if event_type == "DELETED":
             if cell.state == "active" and (why := kueue.preempted(body)) is not None:
                 self.handoff.preempted(run, cell, body, why)
             if cell.state == "replacing":
-                self.handoff.spawn(run, cell, self.handoff.launch(run, cell))
+                self.handoff.relaunch(run, cell)
             elif cell.state == "active":
                 deleted: observed.Failure = ("evicted", "the cell was deleted")
                 self.handoff.spawn(run, cell, self.handoff.infra(run, cell, body, deleted))

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agent_health.cluster import kube, metrics
-from agent_health.cluster.api import runspec
+from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import ledgerurl, manifests, netpol
 from agent_health.cluster.reconcile import (
     adoption,
@@ -50,6 +50,8 @@ from agent_health.ledger import store
 
 log = logging.getLogger("agent_health.operator")
 
+SUSPENDED = "Suspended"
+"""The condition of a run ``spec.suspend`` holds (as a suspended Job's)."""
 TAKEOVER_WINDOW = 300.0
 """The longest a restarted operator treats an unknown judge token as possibly a cell of a run
 it has not taken over yet (see :meth:`Runs.taking_over`)."""
@@ -197,6 +199,89 @@ class Runs:
         await self.intake.start(body)
         self._took_over(batcher.RunRef.of(body))
 
+    async def steer(self, body: Mapping[str, Any]) -> None:
+        """The run's spec changed (kopf's update handler): what may change while it runs
+        (``evaluationrun.STEERABLE``) is applied — suspend or resume, parallelism, budget,
+        and errored cells requeued (a finished run whose cells are still there reopens)."""
+        ref = batcher.RunRef.of(body)
+        model = meta.parse(evaluationrun.EvaluationRun, dict(body), what=f"EvaluationRun {ref}")
+        run = self.board.runs.get(ref)
+        uid = str((body.get("metadata") or {}).get("uid"))
+        if run is None or run.uid != uid:
+            done = model.status.requeued_errored or 0 if model.status else 0
+            phase = model.status.phase if model.status else None
+            if phase == "Succeeded" and model.spec.requeue_errored > done:
+                await self._reopen(body, model)
+            return
+        old = run.model.spec
+        new = model.spec
+        run.model = run.model.model_copy(update={"spec": new})
+        run.tally.generation = plan.generation(body)
+        if new.budget != old.budget:
+            run.tally.rebudget(new.budget)
+        if new.parallelism != old.parallelism:
+            self.board.status.pace(run.ref, batcher.interval_for(new.parallelism))
+        if new.suspend and not old.suspend:
+            stopped = self.intake.handoff.suspend(run)
+            self.board.pause_deadline(run)
+            message = f"spec.suspend: {stopped} running cells stopped (planned again), none starts"
+            run.tally.note(SUSPENDED, "True", "Suspended", message)
+            self.board.spawn(self.board.event(self.recorder.steered(run.involved, message)))
+        elif old.suspend and not new.suspend:
+            self.board.restart_deadline(run)
+            run.tally.note(SUSPENDED, "False", "Resumed", "spec.suspend is false: cells start")
+            self.board.spawn(
+                self.board.event(self.recorder.steered(run.involved, "resumed", "Resumed"))
+            )
+        if new.requeue_errored > run.tally.requeued_errored and run.started:
+            again = await self.intake.handoff.requeue(run)
+            run.tally.requeued_errored = new.requeue_errored
+            message = f"spec.requeueErrored {new.requeue_errored}: {again} errored cells run again"
+            self.board.spawn(
+                self.board.event(self.recorder.steered(run.involved, message, "Requeued"))
+            )
+        if run.started:
+            self.intake.handoff.fill(run)
+        await self.board.changed(run)
+
+    async def _reopen(self, body: Mapping[str, Any], model: evaluationrun.EvaluationRun) -> None:
+        """A finished run asked to run its errored cells again: taken over as at a restart
+        (its cells graded again from their ledgers), then its errored cells requeued. Its
+        cells must still be there: after ``ttlSecondsAfterFinished`` they are not, and it
+        says so (a new run is the way)."""
+        ref = batcher.RunRef.of(body)
+        labels = manifests.run_labels(model, "cell")
+        found = await self.api.list(kube.PODS, ref.namespace, labels)
+        found += await self._listed_quietly(kube.SANDBOXES, ref.namespace, labels)
+        found += await self._listed_quietly(kube.SANDBOX_CLAIMS, ref.namespace, labels)
+        if not found:
+            message = (
+                "spec.requeueErrored: its cells are gone (ttlSecondsAfterFinished), so nothing "
+                "can run again; create a new EvaluationRun"
+            )
+            await self.api.patch(
+                kube.EVALUATIONRUNS, ref.namespace, ref.name,
+                {"status": {"conditions": _noted(model, "RequeueRefused", message)}},
+                status=True,
+            )  # fmt: skip
+            return
+        opened = dict(body)
+        status = dict(opened.get("status") or {})
+        status["phase"] = "Running"
+        opened["status"] = status
+        await self.intake.start(opened)
+        run = self.board.runs.get(ref)
+        if run is not None:
+            await self.steer(body)
+
+    async def _listed_quietly(
+        self, resource: kube.Resource, namespace: str, labels: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        try:
+            return await self.api.list(resource, namespace, labels)
+        except kube.ApiError:
+            return []  # not installed here
+
     def cell_event(self, event_type: str, body: Mapping[str, Any]) -> None:
         """A watch event of a cell (Pod or Sandbox) owned by an EvaluationRun."""
         self.reactions.cell_event(event_type, body)
@@ -209,3 +294,23 @@ class Runs:
     async def close(self) -> None:
         """Cancel every pending task (the operator stops)."""
         await self.board.close()
+
+
+def _noted(model: evaluationrun.EvaluationRun, reason: str, message: str) -> list[dict[str, Any]]:
+    """The run's conditions with one more (type ``Requeued``, status False)."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    had = model.status.conditions if model.status else []
+    kept = [c.wire() for c in had if c.type != "Requeued"]
+    return [
+        *kept,
+        {
+            "type": "Requeued",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": int(model.metadata.get("generation") or 0),
+        },
+    ]

@@ -122,6 +122,8 @@ class RunTally:
         self.conditions: list[meta.Condition] = list(previous.conditions) if previous else []
         self.start_time = previous.start_time if previous else None
         self.completion_time = previous.completion_time if previous else None
+        self.requeued_errored = (previous.requeued_errored or 0) if previous else 0
+        """The ``spec.requeueErrored`` done so far."""
 
     # -- cells -----------------------------------------------------------------------------
 
@@ -161,6 +163,36 @@ class RunTally:
             self._cells[cell] = "ended"
         if self.phase == "Running" and all(s == "ended" for s in self._cells.values()):
             self.advance("Grading", reason="CellsEnded", message="every cell has ended")
+
+    def grade_of(self, cell: str) -> grading.CellGrade | None:
+        return self._grades.get(cell)
+
+    def unrecord(self, cell: str) -> None:
+        """The cell runs again (``spec.requeueErrored``): its grade is dropped, it is pending,
+        and a run grading or done is running again."""
+        if self._grades.pop(cell, None) is not None:
+            self._aggregates = None
+        self._cells[cell] = "pending"
+        if self.phase in ("Grading", "Succeeded"):
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """Back to Running from Grading or Succeeded: the one way back, for requeued cells
+        (:meth:`advance` never goes back)."""
+        now = self._clock()
+        self.phase, self.completion_time, self._aggregates = "Running", None, None
+        self._set("Complete", "False", "Requeued", "errored cells run again", now=now)
+
+    def rebudget(self, spec: runbudget.Budget | None) -> None:
+        """``spec.budget`` changed while the run runs: the new limits (spend so far kept)."""
+        if spec is None:
+            self.budget = None
+            return
+        fresh = spending.RunBudget(spec)
+        if self.budget is not None:
+            fresh.judge_in, fresh.judge_out = self.budget.judge_in, self.budget.judge_out
+            fresh.skipped = self.budget.skipped
+        self.budget = fresh
 
     def record(self, grade: grading.CellGrade) -> None:
         """Fold one cell's grade in (replacing an earlier grade of the same cell)."""
@@ -324,6 +356,7 @@ class RunTally:
             conditions=self.conditions,
             start_time=self.start_time,
             completion_time=self.completion_time,
+            requeued_errored=self.requeued_errored or None,
         )
 
     def wire(self) -> dict[str, Any]:
