@@ -180,3 +180,20 @@ async def test_a_budget_set_mid_run_stops_starting_cells_once_reached() -> None:
         assert (done["counts"]["passed"], done["counts"]["skipped"]) == (1, 3), done
         assert done["budget"]["exhausted"] == "maxTokens"
         assert said(done, "BudgetExhausted") == "True"
+
+
+async def test_a_run_created_suspended_starts_nothing_until_resumed() -> None:
+    async with cluster() as k8s:
+        runspec_body, run = k8s.example(ledger=LEDGER)
+        fake = Kubelet(k8s, TESTS, LEDGER)
+        async with kubelet(fake), k8s.operator(startup_seconds=1):
+            await k8s.apply(runspec_body)
+            await k8s.apply(steered_run(run, suspend=True, activeDeadlineSeconds=2))
+            await until(lambda: said(status(k8s), "Suspended") == "True", "the run to hold")
+            await asyncio.sleep(3)  # past its activeDeadlineSeconds: held, it does not count
+            assert k8s.pods() == []
+            assert status(k8s)["phase"] == "Running"
+            await patch(k8s, {"suspend": False})
+            # Resumed, its cells start (its deadline counts from now: how it ends is not
+            # this test's business on a loaded machine).
+            await until(lambda: len(fake.started) > 0, "the cells to start once resumed")

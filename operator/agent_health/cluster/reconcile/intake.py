@@ -107,7 +107,8 @@ class Intake:
             board.finished(run)
             return
         board.runs[ref] = run
-        board.keep_deadline(run, plan.created_at(body))
+        if not model.spec.suspend:  # a run created suspended: its deadline starts at resume
+            board.keep_deadline(run, plan.created_at(body))
         try:
             await self._prepare(run)
         except (kopf.TemporaryError, kopf.PermanentError, asyncio.CancelledError):
@@ -244,6 +245,9 @@ class Intake:
         if not board.live(run):
             return
         run.started = True
+        if run.model.spec.suspend:
+            message = "spec.suspend: no cell starts until it is false"
+            run.tally.note("Suspended", "True", "Suspended", message)
         for event_type, body in run.buffered.values():
             self.reactions.apply(run, event_type, body)
         run.buffered.clear()
