@@ -161,7 +161,7 @@ def test_helm_lint_passes_strictly(helm: Path, scenario: str) -> None:
 
 
 def test_the_scenarios_are_the_documented_ones() -> None:
-    assert SCENARIOS == ["default", "gke", "kind", "minimal"]
+    assert SCENARIOS == ["default", "gke", "kind", "minimal", "server"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

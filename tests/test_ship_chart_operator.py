@@ -44,7 +44,11 @@ IMAGE = re.compile(r"^(--(?:controller|gateway)-image)=[^/]+/(.*)$")
 
 
 def operator_container(documents: list[dict[str, Any]]) -> dict[str, Any]:
-    (deployment,) = [d for d in by_kind(documents, "Deployment") if "operator" in str(d)]
+    (deployment,) = [
+        d
+        for d in by_kind(documents, "Deployment")
+        if any(c["name"] == "operator" for c in d["spec"]["template"]["spec"]["containers"])
+    ]
     spec = deployment["spec"]["template"]["spec"]
     container = next(c for c in spec["containers"] if c["name"] == "operator")
     return dict(container)

@@ -187,3 +187,35 @@ chart creates it; empty when none is created or named.
 {{- printf "%s-cell-gateway" (include "agent-health.fullname" .) }}
 {{- end }}
 {{- end }}
+
+{{/*
+agent-health.serverName: the name of agent-health serve's objects (Deployment, Service,
+ServiceAccount, RBAC, NetworkPolicy).
+*/}}
+{{- define "agent-health.serverName" -}}
+{{- printf "%s-server" (include "agent-health.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{/*
+agent-health.serverSelectorLabels: the labels that select agent-health serve's pods (never
+the operator's: another component).
+*/}}
+{{- define "agent-health.serverSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "agent-health.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{/*
+agent-health.serverLabels: the common labels of agent-health serve's objects.
+*/}}
+{{- define "agent-health.serverLabels" -}}
+helm.sh/chart: {{ include "agent-health.chart" . }}
+{{ include "agent-health.serverSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agent-health
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
