@@ -87,6 +87,7 @@ lock: $(BIN)/agent-health
 # Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.
 bench: $(BIN)/agent-health
 	$(BIN)/python bench/defaults.py
+	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/connectors.py
 	$(BIN)/python bench/conversations.py

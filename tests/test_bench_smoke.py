@@ -244,3 +244,28 @@ def test_the_history_benchmark_refuses_bad_sizes() -> None:
     done = _bench([sys.executable, str(HISTORY), "--runs", "0"], timeout=60)
     assert done.returncode == 2
     assert "--runs must be at least 1" in done.stderr
+
+
+SERVE = ROOT / "bench" / "serve.py"
+
+
+@pytest.mark.slow
+def test_the_serve_benchmark_prints_the_page_and_the_live_followers() -> None:
+    """bench/serve.py at tiny sizes: a run's page from PostgreSQL (or why it was skipped),
+    and followers that each got every result, with the server's CPU beside no follower's."""
+    args = ["--runs", "2", "--tests", "50", "--repeat", "5"]
+    args += ["--followers", "2", "--rate", "100", "--seconds", "1"]
+    done = _bench([sys.executable, str(SERVE), *args])
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "page: " in out, out
+    assert "target p95 <= 50 ms" in out or "page: skipped" in out, out
+    assert "2 followers got 200 of 200 (all)" in out, out
+    assert "target < 1" in out, out
+    assert "with no follower" in out, out
+
+
+def test_the_serve_benchmark_refuses_bad_sizes() -> None:
+    done = _bench([sys.executable, str(SERVE), "--followers", "-1"], timeout=60)
+    assert done.returncode == 2
+    assert "--followers must be at least 0" in done.stderr
