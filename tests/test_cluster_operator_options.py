@@ -174,3 +174,34 @@ def test_a_warm_replicas_cap_that_is_no_count_is_a_usage_error(
 ) -> None:
     with pytest.raises(ValueError, match=r"--max-warm-replicas .* must be a count"):
         parse(["--max-warm-replicas", value], monkeypatch)
+
+
+def test_the_history_is_off_unless_a_url_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_HEALTH_HISTORY", raising=False)
+    assert parse([], monkeypatch).history is None
+    chosen = parse([], monkeypatch, AGENT_HEALTH_HISTORY="postgresql://evals:pw@db:5432/history")
+    assert chosen.history is not None
+    assert (chosen.history.kind, chosen.history.shown) == (
+        "postgresql",
+        "postgresql://evals@db:5432/history",
+    )
+    flag = parse(["--history=sqlite:////var/lib/agent-health/history/history.db"], monkeypatch)
+    assert flag.history is not None
+    assert flag.history.path is not None
+    assert str(flag.history.path) == "/var/lib/agent-health/history/history.db"
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("mysql://evals@db/history", "unknown history URL scheme 'mysql'"),
+        ("postgresql://evals@db:5432/", "names no database"),
+        ("sqlite://", "names no file"),
+    ],
+)
+def test_a_history_url_that_cannot_be_one_stops_the_operator_naming_the_flag(
+    monkeypatch: pytest.MonkeyPatch, url: str, said: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)) as caught:
+        parse([f"--history={url}"], monkeypatch)
+    assert str(caught.value).startswith("--history (or AGENT_HEALTH_HISTORY): ")

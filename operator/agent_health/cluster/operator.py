@@ -118,6 +118,12 @@ async def serve(
         ledgers = await asyncio.to_thread(kube.ledger_options, info, token_file)
         fence = await _fence(options, api, info.server if token_file is not None else None)
         operator = Operator.build(options, api, settings, backend, ledgers, fence)
+        if options.history is not None:
+            log.info("history: each finished EvaluationRun is recorded in %s",
+                     options.history.shown)  # fmt: skip
+        else:
+            log.info("history: off (--history, AGENT_HEALTH_HISTORY): a finished run's "
+                     "results last as long as its EvaluationRun")  # fmt: skip
         await operator.runs.starting(options.namespace, warm_pools=options.warm_pools)
         stack.push_async_callback(operator.runs.close)
         stack.push_async_callback(operator.judges.close)
@@ -198,7 +204,8 @@ class Operator:
             recorder=events.EventRecorder(), ledger_options=ledger_options,
             stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
             retry_delay=options.retry_delay, fence=fence, own_secrets=own,
-            ledger_allowed=options.ledger_allowed,
+            ledger_allowed=options.ledger_allowed, history=options.history,
+            history_retry=options.history_retry,
         )  # fmt: skip
         reconciler = specs.SpecReconciler(
             api, settings, discoveries, options.insecure_registries,

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
 from typing import Literal
 
+from agent_health import history
 from agent_health.cluster.api import meta
 from agent_health.cluster.cells import ledgerurl, netpol
 from agent_health.cluster.cells import resources as resources_mod
+from agent_health.cluster.reconcile import historian
 from agent_health.sdk import config as config_mod
 
 DESCRIPTION = (
@@ -88,6 +91,10 @@ class Options:
     """Whether the operator's own judge answers cells of RunSpecs that name none."""
     judge_max_tokens: int = 4096
     """The most output tokens any judge call through the service may ask for."""
+    history: history.Location | None = None
+    """The history every finished run is recorded in (``None``: none)."""
+    history_retry: tuple[float, ...] = historian.RETRY_DELAYS
+    """Seconds before each new try of a recording that failed (not a flag)."""
     stuck_grace: float = 120.0
     """Seconds a cell may stay unschedulable or unable to pull before it is errored."""
     deadline_grace: float = 60.0
@@ -201,6 +208,12 @@ FLAGS = (
     _Flag("--sandbox-runtime-class", "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS", "the RuntimeClass "
           "of sandboxed cells (isolation.mode agentSandbox) whose RunSpec names none",
           metavar="NAME"),
+    _Flag("--history", "AGENT_HEALTH_HISTORY", "the history every finished EvaluationRun is "
+          "recorded in (docs/operator.md, The history): postgresql://USER@HOST:PORT/DATABASE "
+          "for a team (the password from AGENT_HEALTH_HISTORY_PASSWORD_FILE, PGPASSWORD or "
+          "PGPASSFILE, never the URL you log), or sqlite:////ABSOLUTE/PATH.db on a persistent "
+          "volume; a malformed URL stops the operator at start; unset: no history, a run's "
+          "results last as long as its EvaluationRun", metavar="URL"),
     _Flag("--default-queue", "AGENT_HEALTH_DEFAULT_QUEUE", "the Kueue LocalQueue (in each "
           "run's namespace) that cells and discovery pods wait in when neither the run nor its "
           "RunSpec sets spec.queue; unset: those are not queued", metavar="NAME"),
@@ -308,6 +321,7 @@ def from_args(args: argparse.Namespace) -> Options:
         default_queue=_queue(args.default_queue),
         sandbox_queueing=args.sandbox_queueing,
         max_warm_replicas=_warm_cap(args.max_warm_replicas),
+        history=_history(args.history),
     )
 
 
@@ -326,6 +340,23 @@ def _warm_cap(value: str | None) -> int | None:
             f"sandboxes (0 or more) or none, got {value!r}"
         ) from None
     return cap
+
+
+def _history(url: str | None) -> history.Location | None:
+    """``--history`` checked at start: a history URL whose database this image can reach."""
+    if not url:
+        return None
+    origin = "--history (or AGENT_HEALTH_HISTORY)"
+    try:
+        where = history.parse(url, origin=origin)
+    except history.LocationError as err:
+        raise ValueError(str(err)) from None
+    if where.kind == "postgresql" and importlib.util.find_spec("psycopg") is None:
+        raise ValueError(
+            f"{origin}: {where.shown} is on PostgreSQL, which needs the postgresql extra "
+            "(psycopg 3): pip install 'agent-health[postgresql]'"
+        )
+    return where
 
 
 def _queue(name: str | None) -> str | None:

@@ -4,9 +4,10 @@
 drives, the controller token of each live cell (the judge service's allow-list), and the
 background tasks. It writes a run's status through :class:`.batcher.StatusBatcher` (at
 most one patch per run per interval, 1 s to 10 s as its parallelism grows; a phase change
-and the last one at once), posts an Event on each phase change, and when the
-run ends forgets it, closes its ledger backend and, after ``ttlSecondsAfterFinished``,
-deletes its cells (their own token Secrets go with them; its shared ones stay with it).
+and the last one at once), posts an Event on each phase change, and when the run ends
+forgets it, hands its grades to the history (:mod:`.historian`), closes its ledger backend
+and, after ``ttlSecondsAfterFinished``, deletes its cells (their own token Secrets go with
+them; its shared ones stay with it).
 Every run ends: when its ``activeDeadlineSeconds`` (counted from its creation) pass, the
 cells still running are deleted and the run fails with reason ``DeadlineExceeded``.
 """
@@ -43,6 +44,8 @@ class Board:
     """The controller token of each live cell → its run."""
     release: Callable[[plan.Run], Coroutine[Any, Any, None]] | None = None
     """What to do with an ended run's warm pools (:meth:`.pools.Pools.release`)."""
+    remember: Callable[[plan.Run], None] | None = None
+    """What to do with an ended run's grades (:meth:`.historian.Historian.remember`)."""
     _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     _deadlines: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
 
@@ -103,6 +106,8 @@ class Board:
         self.drop_tokens(run)
         if run.pools and self.release is not None:
             self.spawn(self.release(run))
+        if self.remember is not None:
+            self.remember(run)
         if run.backend is not None:
             self.spawn(_close(run.collector, run.backend))
             run.backend, run.collector = None, None

@@ -10,6 +10,7 @@ the parts, each in its own module:
 :mod:`.handoff`     grading an ended cell, retrying it, starting the next one
 :mod:`.creation`    creating one cell (and its own token Secret, for a retry)
 :mod:`.keyring`     the run's shared token Secrets: tokens and ledger keys of its cells
+:mod:`.historian`   each finished run recorded in the history (``--history``)
 :mod:`.lifecycle`   the runs driven, their status, Events, end, and the work in flight
 ==================  ============================================================================
 
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from agent_health import history
 from agent_health.cluster import kube, metrics
 from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import ledgerurl, manifests, netpol
@@ -36,6 +38,7 @@ from agent_health.cluster.reconcile import (
     creation,
     events,
     handoff,
+    historian,
     intake,
     keyring,
     lifecycle,
@@ -91,6 +94,9 @@ class Runs:
     ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
     """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
     wait_seconds: float = 60.0
+    history: history.Location | None = None
+    """Where each finished run is recorded (``--history``); ``None``: nowhere."""
+    history_retry: tuple[float, ...] = historian.RETRY_DELAYS
     clock: Callable[[], float] = time.monotonic
     expected: set[batcher.RunRef] = dataclasses.field(default_factory=set)
     """Runs unfinished when the operator started and not taken over yet (see :meth:`expect`)."""
@@ -101,9 +107,12 @@ class Runs:
     warm_pools: pools.Pools = dataclasses.field(init=False)
     intake: intake.Intake = dataclasses.field(init=False)
     reactions: reactions.Reactions = dataclasses.field(init=False)
+    historian: historian.Historian = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.board = lifecycle.Board(self.api, self.status, self.metrics, self.recorder)
+        self.historian = historian.Historian(self.board, self.history, self.history_retry)
+        self.board.remember = self.historian.remember
         creator = creation.Creator(self.board, keyring.Keyring(self.board))
         self.warm_pools = pools.Pools(self.board, self.fence)
         self.board.release = self.warm_pools.release
@@ -292,8 +301,11 @@ class Runs:
         self.board.forget(body)
 
     async def close(self) -> None:
-        """Cancel every pending task (the operator stops)."""
-        await self.board.close()
+        """Cancel every pending task (the operator stops) and close the history."""
+        try:
+            await self.board.close()
+        finally:
+            await self.historian.close()
 
 
 def _noted(model: evaluationrun.EvaluationRun, reason: str, message: str) -> list[dict[str, Any]]:

@@ -1,0 +1,276 @@
+"""Every finished EvaluationRun recorded in the history (docs/operator.md, "The history").
+
+When a run ends with graded cells, :meth:`Historian.remember` takes its grades as they are —
+the very results its status counts — and records them into the history the operator was
+given (``--history``, ``AGENT_HEALTH_HISTORY``): one run of the history per agent (an agent
+matrix: one per agent, linked), each (test, repeat) a result row as a local run's, the
+agent's pinned image as its identity, ``NAMESPACE/RUNSPEC`` as its suite. The run's id in
+the history is ``NAMESPACE.NAME.UID`` (the EvaluationRun's names and its Kubernetes uid), so a
+run recorded again — an operator that restarted mid-run and graded it again — is left as it
+is. A run that ended with no graded cell (it could not start) records nothing.
+
+Recording runs in a thread of its own, one run at a time: SQL over a file or a slow network
+never holds the event loop, and a history that hangs holds up no grading. Once recorded,
+the history keeps the run whatever happens to the EvaluationRun (its TTL, its deletion).
+
+**The history is never why a run fails.** The run's phase, counts and grades are written
+before it is recorded and never change for it. A history that cannot be written —
+unreachable, locked, refused — is a ``Warning`` Event ``HistoryUnavailable``, a log line and
+the condition ``Recorded=False`` (reason ``HistoryUnavailable``, the error and the next
+try), and it is tried again after each of :data:`RETRY_DELAYS` (about an hour and a half in
+all); then the run is given up on (``Recorded=False``, reason ``NotRecorded``, a Warning
+Event). A recorded run gets ``Recorded=True`` and a ``Normal`` Event saying where.
+
+The retries are the operator's own, not ``kopf.TemporaryError``: recording is not a handler
+of a watched change but the end of a run whose grades the operator holds in memory; kopf's
+retries would have nothing to record from. An operator that stops while a run waits for its
+recording loses that recording (the run keeps ``Recorded=False``); docs/operator.md says how
+to record it by hand from its ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import datetime
+import logging
+from typing import TYPE_CHECKING
+
+from agent_health import history
+from agent_health.cluster import errors, kube
+from agent_health.cluster.cells import manifests
+from agent_health.cluster.reconcile import events, lifecycle, plan
+from agent_health.cluster.reconcile import status as status_mod
+from agent_health.engine import budget, reports
+
+if TYPE_CHECKING:
+    from agent_health.sdk import results
+
+log = logging.getLogger("agent_health.operator")
+
+CONDITION = "Recorded"
+"""The EvaluationRun condition that says whether the run is in the history."""
+RETRY_DELAYS: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 1800.0)
+"""Seconds before each new try of a recording that failed; after the last, it is given up."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """What a finished run records, taken from the operator's grades as the run ended."""
+
+    uid: str
+    """The run's id in the history: ``NAMESPACE.NAME.UID``."""
+    suite: str
+    """``NAMESPACE/RUNSPEC``: which suite, for trends and baselines."""
+    results: tuple[results.TestResult, ...]
+    repeats: int
+    duration_ms: float
+    interrupted: bool
+    """The run failed before every cell was graded (its deadline, ...): what was graded."""
+    stopped: str | None
+    not_run: int
+    budget: budget.Report | None
+    provenance: reports.Provenance
+
+    @property
+    def involved(self) -> str:
+        namespace, name = self.uid.split(".", 2)[:2]
+        return f"{namespace}/{name}"
+
+
+def history_uid(run: plan.Run) -> str:
+    """The run's id in the history: its namespace, its name and its Kubernetes uid."""
+    return f"{run.ref.namespace}.{run.ref.name}.{run.uid}"
+
+
+def ended(run: plan.Run) -> Ended:
+    """What ``run`` records, from its tally as it ended."""
+    tally = run.tally
+    graded = tuple(g.result for g in tally.grades)
+    counts = tally.counts()
+    start, end = tally.start_time, tally.completion_time or status_mod.utcnow()
+    failed = tally.phase == "Failed"
+    stopped = None
+    if failed:
+        why = next((c for c in tally.conditions if c.type == "Failed"), None)
+        stopped = f"{why.reason}: {why.message}" if why is not None else "Failed"
+    spent = None
+    if run.budget is not None:
+        spent = run.budget.meter(graded, start).report(now=0.0)
+    return Ended(
+        uid=history_uid(run),
+        suite=f"{run.ref.namespace}/{run.runspec}",
+        results=graded,
+        repeats=run.model.spec.repeats,
+        duration_ms=(end - start).total_seconds() * 1000 if start is not None else 0.0,
+        interrupted=failed,
+        stopped=stopped,
+        not_run=counts.pending + counts.queued + counts.running,
+        budget=spent,
+        provenance=_provenance(run, start, end),
+    )
+
+
+def _provenance(
+    run: plan.Run, start: datetime.datetime | None, end: datetime.datetime
+) -> reports.Provenance:
+    """Which agent ran, judged by which model, over which tests: the RunSpec as the run used
+    it (its images pinned by the digests its cells ran)."""
+    spec, settings = run.spec, run.settings
+    agents: list[reports.AgentInfo] = []
+    judge = None
+    if spec is not None:
+        digests = spec.status.image_digests if spec.status else {}
+        for name in plan.agents(run.model, spec):
+            target = spec.for_agent(name).spec.target
+            try:
+                image: str | None = manifests.pinned(target.image, digests)
+            except errors.ClusterError:  # not resolved: the run failed before its cells ran
+                image = None
+            agents.append(
+                reports.AgentInfo(name=name or run.runspec, connector=target.connector, image=image)
+            )
+        model = manifests.judge_model(run.model, spec, settings) if settings else None
+        own = spec.spec.judge
+        judge = reports.JudgeInfo(
+            provider=own.provider if own is not None and model is not None else None,
+            model=model,
+            skipped=model is None,
+        )
+    selection = run.model.spec.selection
+    return reports.Provenance(
+        run_id=history_uid(run),
+        agent=agents[0] if agents else None,
+        agents=agents if len(agents) > 1 else [],
+        judge=judge,
+        agent_health_version=reports.agent_health_version(),
+        suite=reports.SuiteInfo(name=f"{run.ref.namespace}/{run.runspec}"),
+        ledger=reports.redact_url(settings.ledger_url) if settings is not None else None,
+        started_at=start,
+        ended_at=end,
+        selection=reports.Selection(
+            grep=[selection.grep] if selection.grep else [], labels=list(selection.labels)
+        ),
+    )
+
+
+@dataclasses.dataclass
+class Historian:
+    """Records each finished run into the history at :attr:`where`; see the module docstring.
+    ``where`` ``None``: no history, nothing is recorded."""
+
+    board: lifecycle.Board
+    where: history.Location | None
+    retry_delays: tuple[float, ...] = RETRY_DELAYS
+    _pool: concurrent.futures.ThreadPoolExecutor | None = None
+    _opened: history.History | None = None
+
+    def __post_init__(self) -> None:
+        if self.where is not None:
+            # One thread: recordings queue behind each other, never behind grading's threads.
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
+
+    def remember(self, run: plan.Run) -> None:
+        """The run ended: record its graded cells (once, in the background)."""
+        if self.where is None or run.remembered or not run.tally.grades:
+            return
+        run.remembered = True
+        self.board.spawn(self.keep(run, ended(run)))
+
+    async def keep(self, run: plan.Run, what: Ended) -> None:
+        """Record ``what``, trying again after each of :attr:`retry_delays`; say how it went."""
+        assert self.where is not None
+        shown = self.where.shown
+        tries = len(self.retry_delays) + 1
+        for attempt in range(1, tries + 1):
+            try:
+                found = await self._in_thread(what)
+            except Exception as err:  # a bug of ours must not leave the run unsaid either
+                why = str(err) if isinstance(err, history.HistoryError) else _named(err)
+                if attempt == tries:
+                    message = (
+                        f"not recorded in the history {shown}: gave up after {tries} attempts; "
+                        f"the last: {why}"
+                    )
+                    log.error("EvaluationRun %s %s", what.involved, message)
+                    await self._say(run, "False", "NotRecorded", message, warning=True)
+                    return
+                delay = self.retry_delays[attempt - 1]
+                message = (
+                    f"not recorded in the history yet (attempt {attempt} of {tries}): {why}; "
+                    f"next try in {delay:g} s"
+                )
+                log.warning("EvaluationRun %s %s", what.involved, message)
+                await self._say(run, "False", "HistoryUnavailable", message, warning=True)
+                await asyncio.sleep(delay)
+                continue
+            uids = ", ".join(r.uid for r in found)
+            if any(r.new for r in found):
+                results = sum(r.results for r in found if r.new)
+                message = f"recorded in the history {shown} as run {uids}: {results} results"
+            else:  # recorded before (graded again after a restart): left as it was
+                message = f"in the history {shown} already as run {uids}"
+            log.info("EvaluationRun %s %s", what.involved, message)
+            await self._say(run, "True", CONDITION, message, warning=False)
+            return
+
+    async def _in_thread(self, what: Ended) -> list[history.Recorded]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._record, what)
+
+    def _record(self, what: Ended) -> list[history.Recorded]:
+        """Open the history if it is not open yet, and record the run (blocking)."""
+        assert self.where is not None
+        if self._opened is None:
+            self._opened = history.open_history(self.where)
+        built = reports.RunReport.build(
+            list(what.results),
+            duration_ms=what.duration_ms,
+            repeats=what.repeats,
+            interrupted=what.interrupted,
+            not_run=what.not_run,
+            stopped=what.stopped,
+            provenance=what.provenance,
+            budget=what.budget,
+        )
+        context = history.RunContext(source="operator", uid=what.uid, suite=what.suite)
+        return self._opened.record(built, context)
+
+    async def _say(
+        self, run: plan.Run, state: status_mod.ConditionStatus, reason: str, message: str,
+        *, warning: bool,
+    ) -> None:  # fmt: skip
+        """The condition ``Recorded`` on the run, and an Event (the run may be gone by now:
+        the history keeps it all the same)."""
+        board = self.board
+        run.tally.note(CONDITION, state, reason, message)
+        kind: events.EventType = "Warning" if warning else "Normal"
+        emit = board.recorder.event(run.involved, kind, reason, message, action="Record")
+        await board.event(emit)
+        try:
+            await board.status.flush(run.ref, run.tally.wire)
+        except kube.ApiError as err:
+            if err.status == 404:  # deleted meanwhile: nothing to say it on
+                board.status.forget(run.ref)
+            else:
+                board.metrics.reconcile_error("history")
+
+    async def close(self) -> None:
+        """Close the history (the operator stops); a recording in flight is abandoned."""
+        if self._pool is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._pool, self._close)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _close(self) -> None:
+        if self._opened is not None:
+            self._opened.close()
+            self._opened = None
+
+
+def _named(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
