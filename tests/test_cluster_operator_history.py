@@ -277,3 +277,79 @@ async def test_a_run_recorded_again_is_the_same_run(tmp_path: Path) -> None:
     )
     with history.open_history(where, create=False) as h:
         assert h.count() == (1, 4)
+
+
+async def test_an_agent_matrix_records_one_run_per_agent_each_with_its_image(
+    tmp_path: Path,
+) -> None:
+    where = history.parse(f"sqlite:///{tmp_path}/history.db")
+    tests = listing(*((f"suite/t.py::test {n}", []) for n in range(3)))
+    async with cluster() as k8s:
+
+        def faulty(cell: Cell) -> str:
+            pod = k8s.emulator.read("pods", "default", cell.name)
+            agent = pod["metadata"]["labels"]["agenthealth.dev/agent"]
+            return "failed" if agent == "faulty" and cell.test_id.endswith("0") else "passed"
+
+        runspec, run = k8s.example(ledger=LEDGER)
+        target = runspec["spec"]["target"]
+        broken = target | {"name": "faulty", "image": target["image"].replace(":0.1.0", ":bad")}
+        runspec["spec"]["targets"] = [target | {"name": "good"}, broken]
+        async with (
+            kubelet(Kubelet(k8s, tests, LEDGER, outcome=faulty)),
+            k8s.operator(history=where, history_retry=FAST),
+        ):
+            await k8s.apply(runspec)
+            created = await k8s.apply(run_named(run, "side", repeats=1, agents=["good", "faulty"]))
+            status = await until(lambda: finished(k8s, "side"), "the run to end")
+            said = await until(lambda: settled(k8s, "side", "Recorded"), "the run recorded")
+            images = {
+                pod["metadata"]["labels"]["agenthealth.dev/agent"]: next(
+                    c["image"] for c in pod["spec"]["initContainers"] if c["name"] == "target"
+                )
+                for pod in k8s.pods()
+            }
+    uid = f"default.side.{created['metadata']['uid']}"
+    assert f"as runs {uid}/faulty, {uid}/good: 6 results" in said["message"]
+    with history.open_history(where, create=False) as h:
+        runs = {r.agent.name: r for r in h.runs() if r.agent is not None}
+    assert sorted(runs) == ["faulty", "good"]
+    assert {r.group for r in runs.values()} == {uid}
+    agents = {a["name"]: a for a in status["agents"]}
+    for name, kept in runs.items():
+        assert kept.agent is not None
+        assert kept.agent.image == images[name]
+        assert (kept.passed, kept.failed) == (agents[name]["passed"], agents[name]["failed"])
+        assert kept.pass_rate == pytest.approx(agents[name]["passRate"])
+    assert runs["good"].agent.image != runs["faulty"].agent.image  # type: ignore[union-attr]
+
+
+async def test_a_run_stopped_at_its_deadline_records_what_was_graded_marked_so(
+    tmp_path: Path,
+) -> None:
+    where = history.parse(f"sqlite:///{tmp_path}/history.db")
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        fake = Kubelet(k8s, TESTS, LEDGER, outcome=lambda _: "hold")
+        async with kubelet(fake), k8s.operator(history=where, history_retry=FAST):
+            await k8s.apply(runspec)
+            await k8s.apply(
+                run_named(run, "cut", repeats=1, parallelism=2, activeDeadlineSeconds=12)
+            )
+            await until(lambda: len(fake.held) == 2, "two running cells")
+            await fake.release(next(iter(fake.held)))  # one is graded before the deadline
+            status = await until(lambda: finished(k8s, "cut"), "the run to end")
+            await until(lambda: settled(k8s, "cut", "Recorded"), "the run recorded")
+    assert status["phase"] == "Failed"
+    assert status["counts"]["passed"] == 1
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+    assert (kept.total, kept.passed) == (1, 1)  # what was graded, no more
+    assert kept.not_run == 3
+    assert kept.interrupted is True
+    assert kept.incomplete
+    assert kept.stopped is not None
+    assert kept.stopped.startswith("DeadlineExceeded: activeDeadlineSeconds (12 s) passed")
+    with history.open_history(where, create=False) as h:  # never a green baseline
+        with pytest.raises(history.NotFoundError):
+            h.baseline("last-green", agent="triage", suite="default/triage")

@@ -205,12 +205,14 @@ class Historian:
                 await self._say(run, "False", "HistoryUnavailable", message, warning=True)
                 await asyncio.sleep(delay)
                 continue
-            uids = ", ".join(r.uid for r in found)
+            uids = ("run " if len(found) == 1 else "runs ") + ", ".join(
+                sorted(r.uid for r in found)
+            )
             if any(r.new for r in found):
                 results = sum(r.results for r in found if r.new)
-                message = f"recorded in the history {shown} as run {uids}: {results} results"
+                message = f"recorded in the history {shown} as {uids}: {results} results"
             else:  # recorded before (graded again after a restart): left as it was
-                message = f"in the history {shown} already as run {uids}"
+                message = f"in the history {shown} already as {uids}"
             log.info("EvaluationRun %s %s", what.involved, message)
             await self._say(run, "True", CONDITION, message, warning=False)
             return
