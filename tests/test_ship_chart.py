@@ -529,6 +529,9 @@ def test_the_watched_namespace_is_a_cell_namespace(helm: Path) -> None:
         ("kueue.defaultQueue=Team_A", "kueue.defaultQueue: Does not match pattern"),
         ("sandbox.queueing=allow", "sandbox.queueing must be one of"),
         ("sandbox.maxWarmReplicas=-1", "sandbox.maxWarmReplicas: Must be greater than"),
+        ("history.url=mysql://db/evals", "history.url: Does not match pattern"),
+        ("history.url=postgresql://evals:pw@db/evals", "history.url: Must not validate"),
+        ("history.persistence.size=lots", "history.persistence.size: Does not match pattern"),
     ],
 )
 def test_the_values_schema_refuses_mistakes(helm: Path, setting: str, complaint: str) -> None:
@@ -637,3 +640,123 @@ def test_the_admin_chooses_what_a_queue_does_to_sandboxes_and_caps_warm_sandboxe
     assert (admitting.sandbox_queueing, admitting.max_warm_replicas) == ("admit", 0)
     uncapped = chosen("--set", "sandbox.maxWarmReplicas=null")
     assert uncapped.max_warm_replicas is None
+
+
+def _volumes(documents: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The operator pod's volumes and its container's mounts, by name."""
+    pod = one(documents, "Deployment")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    return {v["name"]: v for v in pod["volumes"]}, mounts
+
+
+def _history(env: dict[str, Any]) -> Any:
+    """What the operator makes of the rendered environment's history."""
+    parser = argparse.ArgumentParser()
+    options.add_arguments(parser, {k: v for k, v in env.items() if isinstance(v, str)})
+    return options.from_args(parser.parse_args(["--controller-image=c", "--gateway-image=g"]))
+
+
+def test_the_history_is_off_unless_the_values_name_one(helm: Path, tmp_path: Path) -> None:
+    documents = render(helm, "default")
+    env = _env(documents)
+    assert "AGENT_HEALTH_HISTORY" not in env
+    assert _history(env).history is None
+    volumes, _ = _volumes(documents)
+    assert set(volumes) == {"judge-cache", "tmp"}
+    assert "PersistentVolumeClaim" not in {d["kind"] for d in documents}
+    said = notes(helm, tmp_path, "default")
+    assert "5. History: off (history.url and history.persistence.enabled are unset)" in said
+
+
+def test_a_teams_history_is_a_url_and_its_password_a_file_from_a_secret(
+    helm: Path, tmp_path: Path
+) -> None:
+    documents = render(helm, "gke")
+    env = _env(documents)
+    url = "postgresql://agent_health@10.20.0.3:5432/agent_health?sslmode=require"
+    assert env["AGENT_HEALTH_HISTORY"] == url
+    assert env["AGENT_HEALTH_HISTORY_PASSWORD_FILE"] == "/etc/agent-health/history/password"
+    volumes, mounts = _volumes(documents)
+    assert volumes["history-password"] == {
+        "name": "history-password",
+        "secret": {
+            "secretName": "history-db",
+            "items": [{"key": "password", "path": "password"}],
+            "defaultMode": 0o440,
+        },
+    }
+    assert mounts["history-password"] == {
+        "name": "history-password",
+        "mountPath": "/etc/agent-health/history",
+        "readOnly": True,
+    }
+    # The password is the user's Secret's alone: the chart renders none, and holds no value
+    # of it (a URL with a password is refused by the schema).
+    assert by_kind(documents, "Secret") == []
+    chosen = _history(env).history
+    assert chosen is not None
+    assert (chosen.kind, chosen.shown) == (
+        "postgresql",
+        "postgresql://agent_health@10.20.0.3:5432/agent_health",
+    )
+    said = notes(helm, tmp_path, "gke")
+    assert "every finished EvaluationRun is recorded in postgresql://agent_health@10.20.0.3" in said
+    assert (
+        "agent-health history --history postgresql://agent_health@10.20.0.3:5432/agent_health\n"
+        in (said + "\n")
+    )
+    assert "sslmode" not in said
+
+
+def test_a_sqlite_history_lives_on_a_claim_of_its_own(helm: Path, tmp_path: Path) -> None:
+    documents = render(helm, "kind")
+    env = _env(documents)
+    url = "sqlite:////var/lib/agent-health/history/history.db"
+    assert env["AGENT_HEALTH_HISTORY"] == url
+    assert "AGENT_HEALTH_HISTORY_PASSWORD_FILE" not in env
+    (claim,) = [c for c in by_kind(documents, "PersistentVolumeClaim")
+                if c["metadata"]["name"].endswith("-history")]  # fmt: skip
+    assert claim["metadata"]["name"] == f"{RELEASE}-agent-health-history"
+    assert claim["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    volumes, mounts = _volumes(documents)
+    assert volumes["history"] == {
+        "name": "history",
+        "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
+    }
+    assert mounts["history"]["mountPath"] == "/var/lib/agent-health/history"
+    chosen = _history(env).history
+    assert chosen is not None
+    assert str(chosen.path) == "/var/lib/agent-health/history/history.db"
+    said = notes(helm, tmp_path, "kind")
+    assert (
+        f"kubectl -n {NAMESPACE} exec deployment/{RELEASE}-agent-health -- agent-health history "
+        f"--history {url}"
+    ) in said
+    # An existing claim is used as it is; a URL of its own on the claim wins over the default.
+    other = render(
+        helm, "kind", "--set", "history.persistence.existingClaim=team-history",
+        "--set", "history.url=sqlite:////var/lib/agent-health/history/evals.db",
+    )  # fmt: skip
+    volumes, _ = _volumes(other)
+    assert volumes["history"]["persistentVolumeClaim"] == {"claimName": "team-history"}
+    assert not [c for c in by_kind(other, "PersistentVolumeClaim")
+                if c["metadata"]["name"].endswith("-history")]  # fmt: skip
+    assert _env(other)["AGENT_HEALTH_HISTORY"].endswith("/evals.db")
+
+
+def test_every_history_setting_renders_valid_manifests(helm: Path) -> None:
+    documents = render(
+        helm, None, "--set", "history.url=postgresql://evals@db.evals.svc:5432/history",
+        "--set", "history.existingSecret=history-db", "--set", "history.passwordKey=pw",
+        "--set", "history.persistence.enabled=true",
+        "--set", "history.persistence.storageClassName=fast",
+    )  # fmt: skip
+    for document in documents:
+        if document["kind"] == "CustomResourceDefinition":
+            continue
+        assert kubernetes_validate.validate(document, "1.31", strict=True) == "1.31"
+    volumes, _ = _volumes(documents)
+    assert volumes["history-password"]["secret"]["items"] == [{"key": "pw", "path": "password"}]
+    claim = one(documents, "PersistentVolumeClaim")
+    assert claim["spec"]["storageClassName"] == "fast"

@@ -8,9 +8,12 @@ and the run must succeed (the kubelet's part is played by :class:`operator_suppo
 What a pod would have and a test process cannot, and only that, is translated: the listen
 addresses bind 127.0.0.1 on free ports (the rendered ports may be taken on a shared
 machine), images name the loopback registry instead of their remote host, the judge cache
-volume is a temporary directory at the mount's place, a ``secretKeyRef`` is the Secret's
-value, and the API server is reached through a kubeconfig instead of the pod's service
-account (the same login path, :func:`agent_health.cluster.kube.login`).
+and history volumes are temporary directories at the mounts' places, a ``secretKeyRef`` is
+the Secret's value, a history's PostgreSQL is the tests' own server (its password in the
+file the chart mounts from the Secret), and the API server is reached through a kubeconfig
+instead of the pod's service account (the same login path,
+:func:`agent_health.cluster.kube.login`). A scenario with a history must find its run there,
+with the counts of its status.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from agent_health import history
 from operator_support import (
     EXAMPLE_SECRETS,
     Kubelet,
@@ -79,6 +83,33 @@ def environment(container: dict[str, Any], registry: str, kubeconfig: Path) -> d
     return env
 
 
+def history_here(
+    container: dict[str, Any], env: dict[str, str], here: Path, request: pytest.FixtureRequest
+) -> str | None:
+    """Translate the rendered history (module docstring) in ``env``; the URL to read it at."""
+    url = env.get("AGENT_HEALTH_HISTORY")
+    if url is None:
+        return None
+    mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+    if url.startswith("sqlite"):
+        mounted = mounts["history"]
+        assert url.startswith(f"sqlite:///{mounted}/"), (url, mounted)
+        here.mkdir()
+        env["AGENT_HEALTH_HISTORY"] = url.replace(mounted, str(here), 1)
+        return env["AGENT_HEALTH_HISTORY"]
+    import postgres_support
+
+    server: postgres_support.Server = request.getfixturevalue("postgres_server")
+    database = server.new_database()
+    env["AGENT_HEALTH_HISTORY"] = server.url(database)
+    secret = env["AGENT_HEALTH_HISTORY_PASSWORD_FILE"]
+    assert secret.startswith(mounts["history-password"] + "/"), secret
+    here.mkdir()
+    (here / "password").write_text(postgres_support.PASSWORD)
+    env["AGENT_HEALTH_HISTORY_PASSWORD_FILE"] = str(here / "password")
+    return server.url(database, password=True)  # the test reads it with the password at hand
+
+
 def write_kubeconfig(path: Path, server: str) -> Path:
     config = {
         "apiVersion": "v1",
@@ -97,7 +128,9 @@ def flag(argv: list[str], name: str) -> str | None:
 
 
 @pytest.mark.parametrize("scenario", [None, *SCENARIOS], ids=["defaults", *SCENARIOS])
-async def test_the_rendered_operator_completes_a_run(scenario: str | None, tmp_path: Path) -> None:
+async def test_the_rendered_operator_completes_a_run(
+    scenario: str | None, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     container = operator_container(render(helm(), scenario))
     volume = tmp_path / "judge-cache"
     volume.mkdir()
@@ -105,6 +138,7 @@ async def test_the_rendered_operator_completes_a_run(scenario: str | None, tmp_p
         registry = k8s.registry.host
         argv = command_line(container, registry, volume)
         env = environment(container, registry, write_kubeconfig(tmp_path / "kubeconfig", k8s.url))
+        kept = history_here(container, env, tmp_path / "history", request)
         namespace = flag(argv, "--namespace") or "default"
         default_ledger = flag(argv, "--ledger-url") or ""
         runspec, run = k8s.example()
@@ -144,6 +178,17 @@ async def test_the_rendered_operator_completes_a_run(scenario: str | None, tmp_p
                         return status if status.get("phase") in ("Succeeded", "Failed") else None
 
                     status = await until(done, "the run to end", attempts=6000)
+                    if kept is not None:
+
+                        def recorded() -> bool:
+                            stored = k8s.emulator.read(
+                                "evaluationruns.agenthealth.dev", namespace, "triage-nightly"
+                            )
+                            conditions = (stored.get("status") or {}).get("conditions", [])
+                            said = {c["type"]: c["status"] for c in conditions}
+                            return said.get("Recorded") == "True"
+
+                        await until(recorded, "the run recorded", attempts=6000)
                 if default_ledger.startswith("configmap://"):  # the chart's ledger holds it
                     url = default_ledger.format(namespace=namespace, run="triage-nightly")
                     ledger_ns, ledger_name = url.removeprefix("configmap://").split("/")
@@ -158,6 +203,11 @@ async def test_the_rendered_operator_completes_a_run(scenario: str | None, tmp_p
                     await process.wait()
     assert status["phase"] == "Succeeded", (status, log.read_text()[-3000:])
     assert status["counts"]["passed"] == 2
+    if kept is not None:  # the chart's history holds the run, as its status counts it
+        with history.open_history(kept, create=False) as h:
+            (run_kept,) = h.runs()
+        assert (run_kept.source, run_kept.suite) == ("operator", f"{namespace}/triage")
+        assert (run_kept.total, run_kept.passed) == (2, 2)
     assert process.returncode == 0, log.read_text()[-3000:]  # SIGTERM: a clean stop
     assert "Traceback" not in log.read_text()
 

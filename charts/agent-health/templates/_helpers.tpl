@@ -101,10 +101,30 @@ judge.cache.volume is persistentVolumeClaim (an existing claim, or the one the c
 {{- end }}
 
 {{/*
+agent-health.historyClaim: the PersistentVolumeClaim holding a SQLite history when
+history.persistence.enabled (an existing claim, or the one the chart makes).
+*/}}
+{{- define "agent-health.historyClaim" -}}
+{{- default (printf "%s-history" (include "agent-health.fullname" .)) .Values.history.persistence.existingClaim }}
+{{- end }}
+
+{{/*
+agent-health.historyUrl: the history the operator records into: history.url, else the SQLite
+file on the history claim (history.persistence.enabled), else empty (no history).
+*/}}
+{{- define "agent-health.historyUrl" -}}
+{{- if .Values.history.url }}
+{{- .Values.history.url }}
+{{- else if .Values.history.persistence.enabled }}
+{{- printf "sqlite:///%s/history.db" (trimSuffix "/" .Values.history.persistence.path) }}
+{{- end }}
+{{- end }}
+
+{{/*
 agent-health.operatorEnv: the operator container's environment: the judge settings
 (AGENT_HEALTH_JUDGE_*, the API key from its Secret, whether it is offered to all runs, the
-token ceiling), insecure registries, Agent Sandbox watching, RuntimeClass, queueing and warm
-replicas cap, and operator.extraEnv.
+token ceiling), the history (its URL, its password's file), insecure registries, Agent
+Sandbox watching, RuntimeClass, queueing and warm replicas cap, and operator.extraEnv.
 */}}
 {{- define "agent-health.operatorEnv" -}}
 {{- with .Values.judge.provider }}
@@ -133,6 +153,14 @@ replicas cap, and operator.extraEnv.
     secretKeyRef:
       name: {{ .Values.judge.apiKey.existingSecret }}
       key: {{ .Values.judge.apiKey.key }}
+{{- end }}
+{{- with include "agent-health.historyUrl" . }}
+- name: AGENT_HEALTH_HISTORY
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.history.existingSecret }}
+- name: AGENT_HEALTH_HISTORY_PASSWORD_FILE
+  value: /etc/agent-health/history/password
 {{- end }}
 {{- with .Values.operator.insecureRegistries }}
 - name: AGENT_HEALTH_INSECURE_REGISTRIES
