@@ -350,6 +350,8 @@ async def test_a_run_stopped_at_its_deadline_records_what_was_graded_marked_so(
     assert kept.incomplete
     assert kept.stopped is not None
     assert kept.stopped.startswith("DeadlineExceeded: activeDeadlineSeconds (12 s) passed")
-    with history.open_history(where, create=False) as h:  # never a green baseline
-        with pytest.raises(history.NotFoundError):
-            h.baseline("last-green", agent="triage", suite="default/triage")
+    with (
+        history.open_history(where, create=False) as h,
+        pytest.raises(history.NotFoundError),  # never a green baseline
+    ):
+        h.baseline("last-green", agent="triage", suite="default/triage")
