@@ -79,7 +79,7 @@ LOCK := $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
 lock: $(BIN)/agent-health
 	$(BIN)/pip install --quiet 'uv>=0.4'
 	$(LOCK) -o images/locks/base.txt
-	$(LOCK) --extra operator --extra s3 --extra gcs -o images/locks/operator.txt
+	$(LOCK) --extra operator --extra postgresql --extra s3 --extra gcs -o images/locks/operator.txt
 	$(LOCK) --extra otel -o images/locks/controller.txt
 	$(LOCK) --extra gateway --extra otlp --extra s3 --extra gcs -o images/locks/gateway.txt
 

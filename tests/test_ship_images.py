@@ -38,7 +38,7 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 DIGEST_PINNED = re.compile(r"^[\w.:/-]+@sha256:[0-9a-f]{64}$")
 # Each image target → (its entry point, the extra its venv installs).
 EXPECTED = {
-    "operator": (["agent-health", "operator"], "[operator,s3,gcs]"),
+    "operator": (["agent-health", "operator"], "[operator,postgresql,s3,gcs]"),
     "controller": (["agent-health", "cell"], "[otel]"),
     "gateway": (["agent-health", "gateway"], "[gateway,otlp,s3,gcs]"),
     "triage-agent": (["python", "/app/triage_agent.py", "--host", "0.0.0.0", "--port", "8080"], ""),
@@ -59,7 +59,8 @@ LOCK_OF = {
     "venv-controller": "images/locks/controller.txt",
     "venv-gateway": "images/locks/gateway.txt",
 }
-LOCK_EXTRAS = {"venv": (), "venv-operator": ("operator", "s3", "gcs"), "venv-controller": ("otel",),
+LOCK_EXTRAS = {"venv": (), "venv-operator": ("operator", "postgresql", "s3", "gcs"),
+               "venv-controller": ("otel",),
                "venv-gateway": ("gateway", "otlp", "s3", "gcs")}  # fmt: skip
 # Where the images run: Linux, CPython 3.11 (the base), amd64 or arm64.
 IMAGE_PLATFORMS = [
