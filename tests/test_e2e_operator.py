@@ -34,6 +34,7 @@ import pytest
 import pytest_asyncio
 import registry_support
 import yaml
+from agent_health import history
 from agent_health.ledger import audit, records, store
 
 pytestmark = [
@@ -369,6 +370,10 @@ async def test_an_operator_killed_mid_run_is_restarted_and_the_run_completes(
     assert set(pod_creations(k8s, "restart-1").values()) == {1}
     assert process.restarts == 1
     await e2e.until(k8s.operator_ready, "the restarted operator to be ready")
+    # The restarted operator graded it and recorded it, once, as its status counts it.
+    await e2e.until(lambda: recorded(k8s, "restart-1"), "run restart-1 in the history")
+    (kept,) = [r for r in await asyncio.to_thread(history_runs, k8s) if ".restart-1." in r.uid]
+    assert (kept.total, kept.passed) == (3, 3)
 
 
 # -- a ledger nobody can write ---------------------------------------------------------------
@@ -463,6 +468,66 @@ async def test_warm_pool_cells_start_from_ready_sandboxes_one_cell_each(
         meta = ledger[0]
         assert isinstance(meta, records.CellMeta)
         assert meta.run_id == claim["metadata"]["name"]
+
+
+# -- the history on the chart's claim ---------------------------------------------------------
+
+
+def recorded(k8s: e2e.Cluster, run: str) -> bool:
+    """Whether the run's condition Recorded is True."""
+    conditions = k8s.run(run).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Recorded" and c["status"] == "True" for c in conditions)
+
+
+def history_file(k8s: e2e.Cluster) -> Path:
+    """The SQLite history on the chart's claim (the kind values keep one there)."""
+    operator_pod = k8s.operator_pod()
+    assert operator_pod is not None
+    running = k8s.node.pod(e2e.NAMESPACE, operator_pod["metadata"]["name"])
+    return running.volumes["history"] / "history.db"
+
+
+def history_runs(k8s: e2e.Cluster) -> list[history.Run]:
+    with history.open_history(f"sqlite:///{history_file(k8s)}", create=False) as h:
+        return h.runs(limit=1000)
+
+
+async def test_a_finished_run_lands_in_the_history_with_the_counts_of_its_status(
+    k8s: e2e.Cluster,
+) -> None:
+    await k8s.apply(runspec_of("kept", k8s.model.url))
+    created = await k8s.apply(run_of("kept-1", "kept", repeats=2, parallelism=2,
+                                     selection={"labels": ["category:RCA"]}))  # fmt: skip
+    done = await finished(k8s, "kept-1")
+    assert done["status"]["phase"] == "Succeeded", e2e.dump(k8s, "kept-1")
+    await e2e.until(lambda: recorded(k8s, "kept-1"), "run kept-1 in the history")
+    status = k8s.run("kept-1")["status"]
+    uid = f"default.kept-1.{created['metadata']['uid']}"
+    (kept,) = [r for r in await asyncio.to_thread(history_runs, k8s) if r.uid == uid]
+    counts = status["counts"]
+    assert (kept.total, kept.passed, kept.failed, kept.errored, kept.skipped) == tuple(
+        counts[k] for k in ("total", "passed", "failed", "errored", "skipped")
+    )
+    assert kept.total == 6  # payment, auth and inventory, two repeats each
+    assert kept.pass_rate == status["passRate"]
+    assert (kept.source, kept.suite, kept.repeats) == ("operator", "default/kept", 2)
+    # The agent is known by the image its cells ran: the target's, pinned by digest.
+    targets = {
+        next(c["image"] for c in pod["spec"]["initContainers"] if c["name"] == "target")
+        for pod in cells_of(k8s, "kept-1")
+    }
+    assert kept.agent is not None
+    assert {kept.agent.image} == targets
+    # Read from outside the operator, as a laptop reads it (docs/operator.md, The history).
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [str(Path(sys.executable).parent / "agent-health"), "history", "--json",
+         "--history", f"sqlite:///{history_file(k8s)}", "--agent", "kept"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    (listed,) = [r for r in json.loads(shown.stdout) if r["uid"] == uid]
+    assert listed["passed"] == counts["passed"]
 
 
 # -- the judge cache on the chart's volume ---------------------------------------------------
