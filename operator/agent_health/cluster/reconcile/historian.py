@@ -59,6 +59,8 @@ RETRY_DELAYS: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0
 class Ended:
     """What a finished run records, taken from the operator's grades as the run ended."""
 
+    run: str
+    """``NAMESPACE/NAME`` of the EvaluationRun, for log lines."""
     uid: str
     """The run's id in the history: ``NAMESPACE.NAME.UID``."""
     suite: str
@@ -72,11 +74,6 @@ class Ended:
     not_run: int
     budget: budget.Report | None
     provenance: reports.Provenance
-
-    @property
-    def involved(self) -> str:
-        namespace, name = self.uid.split(".", 2)[:2]
-        return f"{namespace}/{name}"
 
 
 def history_uid(run: plan.Run) -> str:
@@ -99,6 +96,7 @@ def ended(run: plan.Run) -> Ended:
     if run.budget is not None:
         spent = run.budget.meter(graded, start).report(now=0.0)
     return Ended(
+        run=f"{run.ref.namespace}/{run.ref.name}",
         uid=history_uid(run),
         suite=f"{run.ref.namespace}/{run.runspec}",
         results=graded,
@@ -176,7 +174,14 @@ class Historian:
         if self.where is None or run.remembered or not run.tally.grades:
             return
         run.remembered = True
-        self.board.spawn(self.keep(run, ended(run)))
+        try:
+            what = ended(run)
+        except Exception as err:  # a bug of ours: said, and the run's end goes on
+            log.exception("EvaluationRun %s/%s not recorded in the history: %s",
+                          run.ref.namespace, run.ref.name, _named(err))  # fmt: skip
+            self.board.metrics.reconcile_error("history")
+            return
+        self.board.spawn(self.keep(run, what))
 
     async def keep(self, run: plan.Run, what: Ended) -> None:
         """Record ``what``, trying again after each of :attr:`retry_delays`; say how it went."""
@@ -193,7 +198,7 @@ class Historian:
                         f"not recorded in the history {shown}: gave up after {tries} attempts; "
                         f"the last: {why}"
                     )
-                    log.error("EvaluationRun %s %s", what.involved, message)
+                    log.error("EvaluationRun %s %s", what.run, message)
                     await self._say(run, "False", "NotRecorded", message, warning=True)
                     return
                 delay = self.retry_delays[attempt - 1]
@@ -201,7 +206,7 @@ class Historian:
                     f"not recorded in the history yet (attempt {attempt} of {tries}): {why}; "
                     f"next try in {delay:g} s"
                 )
-                log.warning("EvaluationRun %s %s", what.involved, message)
+                log.warning("EvaluationRun %s %s", what.run, message)
                 await self._say(run, "False", "HistoryUnavailable", message, warning=True)
                 await asyncio.sleep(delay)
                 continue
@@ -213,7 +218,7 @@ class Historian:
                 message = f"recorded in the history {shown} as {uids}: {results} results"
             else:  # recorded before (graded again after a restart): left as it was
                 message = f"in the history {shown} already as {uids}"
-            log.info("EvaluationRun %s %s", what.involved, message)
+            log.info("EvaluationRun %s %s", what.run, message)
             await self._say(run, "True", CONDITION, message, warning=False)
             return
 

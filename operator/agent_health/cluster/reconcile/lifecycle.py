@@ -106,8 +106,6 @@ class Board:
         self.drop_tokens(run)
         if run.pools and self.release is not None:
             self.spawn(self.release(run))
-        if self.remember is not None:
-            self.remember(run)
         if run.backend is not None:
             self.spawn(_close(run.collector, run.backend))
             run.backend, run.collector = None, None
@@ -116,6 +114,8 @@ class Board:
             done = run.tally.completion_time or status_mod.utcnow()
             left = (done - status_mod.utcnow()).total_seconds() + ttl
             self.spawn(self.later(max(left, 0.0), lambda: self.spawn(self._expire(run))))
+        if self.remember is not None:
+            self.remember(run)
 
     def keep_deadline(self, run: plan.Run, created: datetime.datetime | None) -> None:
         """End the run when its ``activeDeadlineSeconds`` have passed since ``created``
