@@ -511,6 +511,7 @@ async def test_a_finished_run_lands_in_the_history_with_the_counts_of_its_status
     assert kept.total == 6  # payment, auth and inventory, two repeats each
     assert kept.pass_rate == status["passRate"]
     assert (kept.source, kept.suite, kept.repeats) == ("operator", "default/kept", 2)
+    assert kept.selection["labels"] == ["category:RCA"]
     # The agent is known by the image its cells ran: the target's, pinned by digest.
     targets = {
         next(c["image"] for c in pod["spec"]["initContainers"] if c["name"] == "target")
