@@ -1,6 +1,6 @@
 """Cell start and throughput on the test node, real containers beside processes.
 
-For each runtime of the end-to-end test's node (``tests/node/``: ``process`` runs each
+For each runtime of the end-to-end test's node (``tests/support/node/``: ``process`` runs each
 container as a process on this host's files; ``container`` runs it as a real container,
 podman and runc, from the images ``make images`` built, pulled by digest from a real
 registry), this script builds the whole cluster the end-to-end test builds — the chart's
@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import e2e_support as e2e  # noqa: E402  (the test suite's cluster, on purpose)
+from support import e2e_support as e2e  # noqa: E402  (the test suite's cluster, on purpose)
 
 QUICKSTART = ROOT / "examples" / "01-quickstart"
 

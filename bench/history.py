@@ -12,8 +12,8 @@ the bytes a result takes.
    results; two agents, a test in twenty flipping at random, an image change every hundred
    runs), filled through ``History.record`` as runs are, then each query timed in this process
    (median of ``--repeat`` calls, each in its own transaction), on SQLite and on a PostgreSQL
-   server the benchmark starts itself (``tests/postgres_support.py``; skipped without root or
-   the server): ``history`` (the newest 20 runs, with their trends) <= 100 ms, ``history
+   server the benchmark starts itself (``tests/support/postgres_support.py``; skipped without root
+   or the server): ``history`` (the newest 20 runs, with their trends) <= 100 ms, ``history
    TEST`` (one test over its newest 50 runs, its break) <= 100 ms, ``flaky`` over the newest
    50 runs <= 1 s. Beside each, the ratio to a bare ``SELECT 1`` through the same engine (the
    floor of any query here).
@@ -29,7 +29,7 @@ the bytes a result takes.
    redraw after scrolling to its last row.
 
 The script reports, it never gates: exit 0 whatever the figures, 1 when a side failed its
-work, 2 for bad options. ``tests/test_bench_smoke.py`` runs it at tiny sizes.
+work, 2 for bad options. ``tests/ship/test_bench_smoke.py`` runs it at tiny sizes.
 
     python bench/history.py                           # all four (fills 2 M results twice)
     python bench/history.py --part queries --runs 200 --backend sqlite
@@ -266,7 +266,7 @@ def _backend(name: str, work: Path) -> Iterator[str | None]:
     if name == "sqlite":
         yield f"sqlite:///{work / 'big.db'}"
         return
-    import postgres_support
+    from support import postgres_support
 
     why = postgres_support.unavailable()
     if why is not None:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from agent_health import judging
 from agent_health.sdk.config import Config
-from judge_servers import Answer, ScriptedModel, judge_config, judge_request
+from support.judge_servers import Answer, ScriptedModel, judge_config, judge_request
 
 
 async def _pass(config: Any, requests: list[Any], *, expect_cached: bool) -> list[float]:

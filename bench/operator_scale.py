@@ -41,8 +41,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import operator_support as support  # noqa: E402
-from node import kueue, kueueobjects  # noqa: E402
+from support import operator_support as support  # noqa: E402
+from support.node import kueue, kueueobjects  # noqa: E402
 
 WRITES = ("create", "patch", "update", "delete")
 KINDS = ("pods", "secrets", "status", "events", "ledger", "other")
@@ -114,7 +114,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             )
             queueing = contextlib.AsyncExitStack()
             if args.queue_quota:
-                # Kueue (the stand-in of tests/node/kueue.py) admits at most --queue-quota
+                # Kueue (the stand-in of tests/support/node/kueue.py) admits at most --queue-quota
                 # cells at once: a ClusterQueue of that many pods, its LocalQueue "evals".
                 stand_in = await queueing.enter_async_context(
                     kueue.running(k8s.emulator, k8s.client)
@@ -259,7 +259,7 @@ def main() -> int:
     parser.add_argument(
         "--queue-quota", type=int, default=0,
         help="put the run in a Kueue LocalQueue whose ClusterQueue admits this many cells at "
-        "once (the Kueue stand-in of tests/node/kueue.py); 0 (default): no queue",
+        "once (the Kueue stand-in of tests/support/node/kueue.py); 0 (default): no queue",
     )  # fmt: skip
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()

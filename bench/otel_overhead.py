@@ -10,7 +10,7 @@ time from ``wait4``, as ``defaults.py`` measures):
 * ``--otlp`` to a port nobody listens on (a diagnostic: a collector that is down).
 
 Target: export adds under 5 % to the run's wall time. Off, export costs nothing by
-construction: no OpenTelemetry module is imported (``tests/test_cli_imports.py`` checks it)
+construction: no OpenTelemetry module is imported (``tests/cli/test_cli_imports.py`` checks it)
 and the engine calls no exporter. The script reports, it never gates: exit 0 whatever the
 figures, 1 when a side crashed, did not pass its tests or the receiver got no spans.
 

@@ -2,7 +2,7 @@
 live followers of a run that finishes 1,000 results a second.
 
 1. **Page** — a PostgreSQL history (a server the benchmark starts itself,
-   ``tests/postgres_support.py``; skipped without root or the server) of ``--runs`` runs of
+   ``tests/support/postgres_support.py``; skipped without root or the server) of ``--runs`` runs of
    ``--tests`` tests, filled through ``History.record``; ``agent-health serve`` started on
    it as a process of its own; ``GET /api/runs/RUN/results?limit=TESTS`` asked ``--repeat``
    times after a warm-up: its p50 and p95 (target p95 <= 50 ms). Beside it, the baseline in
@@ -91,9 +91,9 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def page(args: argparse.Namespace) -> list[str]:
-    import postgres_support
     from agent_health import history
-    from history_support import report
+    from support import postgres_support
+    from support.history_support import report
 
     why = postgres_support.unavailable()
     if why is not None:

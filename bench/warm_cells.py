@@ -1,6 +1,6 @@
 """Cold against warm cell start, on the test node, with an agent that takes seconds to start.
 
-The end-to-end test's whole cluster (``tests/node/``: the chart's operator as its pod, the
+The end-to-end test's whole cluster (``tests/support/node/``: the chart's operator as its pod, the
 kubelet, a registry, Agent Sandbox's controllers and warm-pool extensions as stand-ins) runs
 the example RunSpec (judging skipped) with its target told to wait ``--ready`` seconds
 before it listens (``$TRIAGE_AGENT_WARMUP_SECONDS``: a model load). Two RunSpecs, one
@@ -41,8 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import e2e_support as e2e  # noqa: E402  (the test suite's cluster, on purpose)
 from agent_health.ledger import records  # noqa: E402
+from support import e2e_support as e2e  # noqa: E402  (the test suite's cluster, on purpose)
 
 QUICKSTART = ROOT / "examples" / "01-quickstart"
 TARGET = 1.0  # warm start p95, seconds

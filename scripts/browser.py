@@ -1,6 +1,6 @@
 """Debian's headless Chromium under Python Playwright, watched for requests and script errors.
 
-Used by the HTML report's browser tests (``tests/test_engine_html_browser.py``), its
+Used by the HTML report's browser tests (``tests/engine/test_engine_html_browser.py``), its
 benchmark (``bench/html_report.py``) and the README screenshot
 (``scripts/report-screenshot.py``). Playwright launches the browser by path:
 ``scripts/get-chromium.sh`` installs it (``make test`` runs that); ``playwright install``

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure Debian's PostgreSQL server binaries (initdb, pg_ctl) are installed: the history's
-# tests start a real server of their own (tests/postgres_support.py: initdb into a temporary
+# tests start a real server of their own (tests/support/postgres_support.py: initdb into a temporary
 # directory, pg_ctl on a free loopback port, removed after). Fast when present; otherwise
 # installs the `postgresql` package with apt-get, which needs root (CI and these machines run
 # as root). The package's own cluster is not wanted: the install forbids service starts

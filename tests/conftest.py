@@ -33,7 +33,7 @@ def _junit_files_parse(request: pytest.FixtureRequest) -> Iterator[None]:
     # Asked for here, before the test runs, so that it is torn down after this check.
     tmp_path: Path = request.getfixturevalue("tmp_path")
     yield
-    import junit_support
+    from support import junit_support
 
     junit_support.check_all(tmp_path)
 
@@ -76,9 +76,9 @@ def write_suite(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[object]:
-    """A real PostgreSQL server for the session (tests/postgres_support.py); skipped where
+    """A real PostgreSQL server for the session (tests/support/postgres_support.py); skipped where
     one cannot be started here."""
-    import postgres_support
+    from support import postgres_support
 
     why = postgres_support.unavailable()
     if why is not None:

@@ -12,7 +12,7 @@ is read — ``agent-health list`` and ``--help`` never load the runner or a repo
 
 A value ``"module:attr"`` shows ``attr`` of ``module`` under another name (the face's names
 are read without their module, so ``claims.check`` is ``outcome.check_claims``).
-``tests/test_ship_modules.py`` checks that each face's lazy names and its ``TYPE_CHECKING``
+``tests/ship/test_ship_modules.py`` checks that each face's lazy names and its ``TYPE_CHECKING``
 imports agree.
 """
 

@@ -2,7 +2,7 @@
 
 Importing this module (and every command group) is cheap on purpose: ``agent-health list``
 must start as fast as importing pydantic. rich, the reporters and the engine load when a
-command first uses them (``tests/test_cli_imports.py`` holds the line).
+command first uses them (``tests/cli/test_cli_imports.py`` holds the line).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ an agent's identity (name, connector, URL, command, image digest, version) once,
 is one row of ``runs``.
 
 Changing a table here needs a new revision under ``migrations/versions/`` that makes the
-same change (``tests/test_history_store.py`` compares the two): a history on disk is
+same change (``tests/history/test_history_store.py`` compares the two): a history on disk is
 migrated in place by Alembic when a newer agent-health opens it.
 """
 

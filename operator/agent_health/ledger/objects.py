@@ -4,7 +4,7 @@
 pydantic and serializes it back: for a local run's cells (five records a test) that round
 trip cost more than the rest of recording them. These builders give the same object — key
 for key, value for value, so the same canonical bytes and the same MAC — without it:
-``tests/test_ledger_objects.py`` holds each one to its model, defaults and late fields
+``tests/ledger/test_ledger_objects.py`` holds each one to its model, defaults and late fields
 included. They check nothing, so they are for values the engine produced (its own ids,
 times, hashes and JSON-mode dumps); whatever is read back goes through
 :func:`records.parse_object`, which validates.

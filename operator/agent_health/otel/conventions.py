@@ -4,7 +4,7 @@ GenAI names follow the OpenTelemetry GenAI semantic conventions (status Developm
 OpenTelemetry semantic conventions 1.44.0 publish them (``SCHEMA_URL``): the release that
 moved them to ``open-telemetry/semantic-conventions-genai`` (which has published no release
 of its own yet), and the one the ``opentelemetry-semantic-conventions`` package of the SDK
-generates its names from. ``tests/test_otel_export.py`` checks every
+generates its names from. ``tests/otel/test_otel_export.py`` checks every
 ``gen_ai.*`` name here against that package. Names agent-health adds for what the
 conventions have no name for (the test, its status and score) are under ``agent_health.``.
 """

@@ -1,6 +1,6 @@
 """``list`` (and ``run --list``): the tests a suite holds, printed without running them.
 
-``list`` imports the loader and nothing else (``tests/test_cli_imports.py``).
+``list`` imports the loader and nothing else (``tests/cli/test_cli_imports.py``).
 """
 
 from __future__ import annotations

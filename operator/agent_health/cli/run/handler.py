@@ -1,7 +1,7 @@
 """The ``run`` handler, top down: check the flags, load the suite, run it, report.
 
 What it needs loads inside it, only when ``run`` runs: the engine, the connectors, the
-ledger and rich are never imported by ``--help`` or ``list`` (``tests/test_cli_imports.py``).
+ledger and rich are never imported by ``--help`` or ``list`` (``tests/cli/test_cli_imports.py``).
 """
 
 from __future__ import annotations

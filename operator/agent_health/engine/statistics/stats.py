@@ -1,7 +1,7 @@
 """The estimators behind every interval and paired test agent-health prints.
 
 Pure functions on numbers, no report models and no I/O; docs/statistics.md derives each one
-with a worked example, and ``tests/test_engine_stats.py`` checks each against values
+with a worked example, and ``tests/engine/test_engine_stats.py`` checks each against values
 computed by hand.
 
 * :func:`wilson` — the Wilson score interval of a proportion; :func:`clustered_wilson` the

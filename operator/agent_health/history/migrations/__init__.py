@@ -3,7 +3,7 @@ Alembic's config in Python: no ``alembic.ini`` is looked for, wherever the comma
 
 ``versions/`` holds one module per revision, each naming the one before it. :data:`HEAD`
 names the newest, so that opening a history that is up to date reads one row and loads no
-Alembic (``tests/test_history_store.py`` checks it is the scripts' head, and that
+Alembic (``tests/history/test_history_store.py`` checks it is the scripts' head, and that
 ``tables.py`` is what the revisions make). A change of schema is a new revision written
 beside the others (``down_revision`` the previous head), the same change in ``tables.py``,
 and :data:`HEAD` moved to it.

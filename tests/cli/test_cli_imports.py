@@ -1,0 +1,200 @@
+"""Fast start: each command imports what it uses and nothing else.
+
+These tests check *which* modules a command leaves in ``sys.modules`` (never how long it took):
+a module that is not imported costs nothing, and an import added by accident shows up here as
+a name, on any machine. ``bench/defaults.py`` measures what the difference is worth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.helpers import INPROC_CONFIG, ONE_TEST
+
+# Never needed by `run` or `list` on a laptop: the servers, the cluster, the judge's providers.
+SERVER_SIDE = (
+    "aiohttp.web",
+    "kopf",
+    "kubernetes",
+    "agent_health.cluster",
+    "agent_health.gateway",
+    "agent_health.peers",  # a run's MCP peers: only when its config has some
+    "mcp_types",
+    "agent_health.judging",
+    "tenacity",
+    "yaml",
+    # OTLP export: loaded only when a run exports (and never the SDK: test_otel_encode.py).
+    "opentelemetry",
+    "google.protobuf",
+    "requests",
+    "agent_health.otel.encode",
+    "agent_health.otel.exporter",
+    "agent_health.otel.spans",
+    "agent_health.otel.export",
+)
+
+
+def imported_by(argv: list[str], cwd: Path) -> set[str]:
+    """The modules in ``sys.modules`` after ``agent-health ARGV`` ran in a fresh interpreter."""
+    out = cwd / "modules.json"
+    code = (
+        "import json, sys\n"
+        "from agent_health.cli import app\n"
+        f"code = app.main({argv!r})\n"
+        f"json.dump(sorted(sys.modules), open({str(out)!r}, 'w'))\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return set(json.loads(out.read_text()))
+
+
+def loaded(modules: set[str], *names: str) -> list[str]:
+    """Those of ``names`` (packages included with their submodules) that were imported."""
+    return sorted(m for m in modules for n in names if m == n or m.startswith(n + "."))
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    (tmp_path / "test_one.py").write_text(ONE_TEST)
+    (tmp_path / "agent-health.config.py").write_text(INPROC_CONFIG)
+    return tmp_path
+
+
+def test_list_imports_the_loader_and_no_client_server_reporter_or_ledger(suite: Path) -> None:
+    modules = imported_by(["list", str(suite)], suite)
+    assert (
+        "agent_health.engine.loading.loader" in modules
+    )  # the check would pass on a crash otherwise
+    assert not loaded(
+        modules,
+        *SERVER_SIDE,
+        "aiohttp",
+        "httpx",
+        "rich",
+        "xml",
+        "asyncio",
+        "ag_ui",
+        "agent_health.ledger",
+        "agent_health.engine.running.runner",
+        "agent_health.engine.reporters",
+        "agent_health.traces.metrics",
+        # The history is recorded by run, never read by list.
+        "agent_health.history",
+        "sqlalchemy",
+        "alembic",
+    )
+
+
+def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite: Path) -> None:
+    modules = imported_by(["run", str(suite)], suite)
+    assert "agent_health.engine.running.runner" in modules
+    assert "agent_health.ledger.chain" in modules  # the default local ledger recorded the run
+    assert not loaded(
+        modules,
+        *SERVER_SIDE,
+        "xml",
+        "ag_ui",
+        "httpx_sse",
+        "agent_health.connectors.rest",
+        "agent_health.connectors.agui",
+        "agent_health.engine.reporters.junit",
+        "agent_health.ledger.configmap",
+        "agent_health.ledger.objectstore",
+        # The local recorder seals JSON objects: the record models, the verifier and the
+        # backends' registry are for readers and other stores.
+        "agent_health.ledger.records",
+        "agent_health.ledger.audit",
+        "agent_health.ledger.backends",
+        # Loaded by the first test that reads run.traces.
+        "agent_health.traces.view",
+        "agent_health.traces.opensearch",
+        # The OTLP receiver is for agents the run starts; protobuf only once a span comes.
+        "agent_health.engine.recording.receiver",
+        "agent_health.ledger.otlp",
+        "opentelemetry",
+        "google.protobuf",
+        # A terminal's progress bar; this run's output is not one.
+        "rich.progress",
+    )
+
+
+def test_a_reporter_loads_when_it_is_asked_for(suite: Path) -> None:
+    report = suite / "junit.xml"
+    modules = imported_by(["run", str(suite), "--reporter", f"junit:{report}"], suite)
+    assert "agent_health.engine.reporters.junit" in modules
+    assert report.read_text().startswith("<?xml")
+
+
+async def test_a_rest_run_loads_the_aiohttp_client_and_not_httpx(suite: Path) -> None:
+    from aiohttp import web
+    from support.loopback import serving
+
+    async def agent(request: web.Request) -> web.Response:
+        return web.json_response({"output": "pong"})
+
+    async with serving(agent, path="/run") as url:
+        modules = await asyncio.to_thread(
+            imported_by, ["run", str(suite), "--agent", f"rest+{url}"], suite
+        )
+    assert "agent_health.connectors.rest" in modules
+    assert "aiohttp.client" in modules
+    assert not loaded(modules, *SERVER_SIDE, "httpx", "httpx_sse", "xml", "ag_ui")
+
+
+@pytest.mark.parametrize("url", ["rest+http://127.0.0.1:9/run", "openai+http://127.0.0.1:9/v1"])
+def test_an_http_connector_loads_its_client_when_made_so_no_test_pays_for_it(url: str) -> None:
+    # A run makes its connector before the first test starts: the first test's duration
+    # (and the session's) must not include importing the HTTP client.
+    code = (
+        "import json, sys\n"
+        "from agent_health import connectors\n"
+        "before = 'aiohttp.client' in sys.modules\n"
+        f"connectors.create(connectors.ConnectorSpec.parse({url!r}))\n"
+        "print(json.dumps([before, 'aiohttp.client' in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == [False, True]
+
+
+BUILT_FIRST = """
+from agent_health import test
+from agent_health.connectors import protocol
+from agent_health.sdk import results
+
+
+@test("the models are built before the first test starts")
+async def built(agent, expect):
+    models = (protocol.AgentRequest, protocol.AgentReply, results.RunResult, results.TestResult)
+    expect([m.__name__ for m in models if not m.__pydantic_complete__]).to_equal([])
+"""
+
+
+def test_a_run_builds_the_models_every_test_uses_before_its_first_test(tmp_path: Path) -> None:
+    # Deferred by the SDK (`list` never builds them); left to their first use, the first
+    # tests' durations (and the session's) would include building them.
+    (tmp_path / "test_built.py").write_text(BUILT_FIRST)
+    (tmp_path / "agent-health.config.py").write_text(INPROC_CONFIG)
+    modules = imported_by(["run", str(tmp_path), "--no-ledger"], tmp_path)  # exit 0: passed
+    assert "agent_health.engine.running.runner" in modules
+
+
+def test_a_run_without_a_history_loads_no_sqlalchemy_and_one_with_an_up_to_date_history_no_alembic(
+    suite: Path,
+) -> None:
+    modules = imported_by(["run", str(suite), "--no-history", "--no-ledger"], suite)
+    assert "agent_health.engine.running.runner" in modules
+    assert not loaded(modules, "sqlalchemy", "alembic", "agent_health.history.database")
+    first = imported_by(["run", str(suite), "--no-ledger"], suite)  # makes the history
+    assert "alembic" in first
+    again = imported_by(["run", str(suite), "--no-ledger"], suite)
+    assert "agent_health.history.ingest" in again  # it recorded the run
+    assert not loaded(again, "alembic")

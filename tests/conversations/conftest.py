@@ -1,0 +1,3 @@
+"""Conversations across the house: turns, simulated users, their matchers, reports and
+comparisons.
+"""

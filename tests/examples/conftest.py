@@ -1,0 +1,1 @@
+"""Every example under examples/ runs as its README says."""

@@ -1,0 +1,247 @@
+"""The gateway reads MCP on a route to a peer declared protocol=mcp: every tools/call,
+tools/list, resources/read and prompts/get is sealed as an ``mcp`` record — honest traffic
+and hostile traffic alike, never a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from agent_health.gateway import config, errors
+from agent_health.ledger import chain, records
+from support import mcp_support
+from support.gateway_support import KEY, read_cell, through
+
+PEER = "peer:tools"
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[str]:
+    from support.gateway_support import serving
+
+    async with serving(mcp_support.app()) as url:
+        yield url
+
+
+def mcp_route(upstream: str, protocol: str = "mcp") -> str:
+    return f"principal=target,to={PEER},listen=127.0.0.1:0,upstream={upstream},protocol={protocol}"
+
+
+def calls(ledger: Path) -> list[records.McpRecord]:
+    return [r for r in read_cell(ledger) if isinstance(r, records.McpRecord)]
+
+
+async def post(
+    client: aiohttp.ClientSession, url: str, body: Any, **headers: str
+) -> tuple[int, dict[str, str], bytes]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    heads = {**mcp_support.ACCEPT, "Content-Type": "application/json", **headers}
+    async with client.post(url, data=data, headers=heads) as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+async def test_each_call_is_sealed_with_its_server_tool_arguments_result_and_session(
+    tmp_path: Path, upstream: str
+) -> None:
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/mcp"
+        status, headers, _ = await post(client, url, init)
+        session = headers["Mcp-Session-Id"]
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await post(client, url, note, **{"Mcp-Session-Id": session}))[0] == 202
+        sid = {"Mcp-Session-Id": session}
+        await post(client, url, mcp_support.call(1, "echo", city="Oslo"), **sid)
+        await post(client, url, {"jsonrpc": "2.0", "id": "l", "method": "tools/list"}, **sid)
+        read = {"uri": "file:///notes.txt"}
+        await post(client, url, {"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+                                 "params": read}, **sid)  # fmt: skip
+        prompt = {"name": "greet", "arguments": {"who": "you"}}
+        await post(client, url, {"jsonrpc": "2.0", "id": 4, "method": "prompts/get",
+                                 "params": prompt}, **sid)  # fmt: skip
+    assert status == 200
+    lines = (tmp_path / "cell-1.jsonl").read_text().splitlines()
+    assert chain.verify(lines, KEY, complete=False).ok
+    recorded = calls(tmp_path)
+    assert [(c.method, c.name) for c in recorded] == [
+        ("tools/call", "echo"),
+        ("tools/list", None),
+        ("resources/read", "file:///notes.txt"),
+        ("prompts/get", "greet"),
+    ]
+    echo = recorded[0]
+    assert (echo.principal, echo.evidence, echo.server) == ("target", "none", PEER)
+    assert echo.id == 1
+    assert echo.arguments == {"city": "Oslo"}
+    assert echo.result == {"content": [{"type": "text", "text": '{"city": "Oslo"}'}]}
+    assert echo.is_error is False
+    assert echo.session == session
+    assert echo.problem is None
+    assert echo.version == 4
+    assert recorded[1].result == {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+    assert recorded[3].arguments == {"who": "you"}
+    # initialize and the notification are exchanges, not calls.
+    kinds = [r.kind for r in read_cell(tmp_path)]
+    assert kinds.count("exchange") == 6
+
+
+async def test_sse_answers_and_batches_are_matched_by_id(tmp_path: Path, upstream: str) -> None:
+    batch = [mcp_support.call(7, "echo", n=1), mcp_support.call("b", "fail")]
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        status, headers, body = await post(client, gw.url("target", PEER) + "/mcp?sse=1", batch)
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/event-stream")
+    assert b"notifications/message" in body  # the stream passed unchanged
+    first, second = calls(tmp_path)
+    assert (first.id, first.name, first.is_error) == (7, "echo", False)
+    assert first.result is not None
+    assert (second.id, second.name, second.is_error) == ("b", "fail", True)
+
+
+async def test_is_error_and_json_rpc_errors_are_recorded_as_the_server_said(
+    tmp_path: Path, upstream: str
+) -> None:
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/mcp"
+        for n, name in enumerate(("fail", "liar", "missing")):
+            await post(client, url, mcp_support.call(n, name))
+    fail, liar, missing = calls(tmp_path)
+    assert fail.is_error is True
+    assert liar.is_error is True  # a server that says its success failed is taken at its word
+    assert liar.result == {
+        "content": [{"type": "text", "text": "all done, 3 rows"}],
+        "isError": True,
+    }
+    assert missing.is_error is None
+    assert missing.error == {"code": -32602, "message": "Unknown tool: missing"}
+
+
+async def test_a_plain_route_to_the_same_server_records_no_calls(
+    tmp_path: Path, upstream: str
+) -> None:
+    async with through(tmp_path, mcp_route(upstream, "http")) as (gw, client):
+        await post(client, gw.url("target", PEER) + "/mcp", mcp_support.call(1, "echo"))
+    assert calls(tmp_path) == []
+    assert [r.kind for r in read_cell(tmp_path)] == ["cell-meta", "exchange"]
+
+
+async def test_malformed_json_rpc_is_recorded_with_what_is_wrong(
+    tmp_path: Path, upstream: str
+) -> None:
+    no_name = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"arguments": {}}}
+    old = {"jsonrpc": "1.0", "id": 4, "method": "tools/call", "params": {"name": "echo"}}
+    float_id = {"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"}
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER)
+        for body in (b"{not json", b"[]", no_name, old, float_id, b'{"a": NaN}'):
+            await post(client, url + "/mcp", body)
+        await post(client, url + "/garbage", mcp_support.call(9, "echo"))
+    recorded = calls(tmp_path)
+    problems = [(c.method, c.name, c.problem) for c in recorded]
+    assert problems[0][2] is not None
+    assert problems[0][2].startswith("the request is not JSON")
+    assert problems[1] == ("", None, "the request is an empty batch")
+    assert problems[2][:2] == ("tools/call", None)
+    assert problems[2][2] == "params: name: Field required"
+    assert problems[3][0] == "tools/call"
+    assert "not a JSON-RPC 2.0 message" in (problems[3][2] or "")
+    assert problems[4][0] == "tools/list"
+    assert "NaN" in (problems[5][2] or "")
+    assert problems[6][1] == "echo"
+    assert (problems[6][2] or "").startswith("the answer is not JSON")
+    assert all(c.is_error is None for c in recorded)
+
+
+async def test_colliding_ids_never_take_each_others_answers(tmp_path: Path, upstream: str) -> None:
+    twice = [mcp_support.call(1, "echo", a=1), mcp_support.call(1, "echo", a=2)]
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER)
+        await post(client, url + "/mcp", twice)
+        # Another exchange using the same id at the same time: answered on its own.
+        await asyncio.gather(
+            post(client, url + "/mcp", mcp_support.call(5, "echo", who="a")),
+            post(client, url + "/mcp", mcp_support.call(5, "echo", who="b")),
+        )
+        await post(
+            client, url + "/collide", [mcp_support.call(1, "echo"), mcp_support.call(2, "x")]
+        )
+    recorded = calls(tmp_path)
+    first, second = recorded[:2]
+    assert first.arguments == {"a": 1}
+    assert second.arguments == {"a": 2}
+    assert first.result is not None
+    assert second.result is not None
+    assert first.problem == second.problem == "id 1 is used twice in one request"
+    concurrent = sorted((c.arguments or {})["who"] for c in recorded[2:4])
+    assert concurrent == ["a", "b"]
+    for c in recorded[2:4]:
+        assert json.loads(c.result["content"][0]["text"]) == c.arguments  # type: ignore[index]
+    one, two = recorded[4:]
+    assert (one.id, one.result is not None) == (1, True)
+    assert (two.id, two.result, two.problem) == (
+        2,
+        None,
+        "no answer to it came back in the exchange",
+    )
+
+
+async def test_a_100_mb_result_passes_whole_and_is_recorded_unread(
+    tmp_path: Path, upstream: str
+) -> None:
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        status, _, body = await post(
+            client, gw.url("target", PEER) + "/huge?mb=100", mcp_support.call(1, "dump")
+        )
+    assert status == 200
+    assert len(body) > 100 * 1024 * 1024
+    [record] = calls(tmp_path)
+    assert record.name == "dump"
+    assert record.result is None
+    assert record.is_error is None
+    assert record.result_bytes == len(body)
+    assert record.problem == (
+        f"the answer ({len(body)} bytes) is larger than the gateway reads "
+        "(--mcp-max-bytes 1048576): not read"
+    )
+    [exchange] = [r for r in read_cell(tmp_path) if isinstance(r, records.Exchange)]
+    assert exchange.response_bytes == len(body)
+
+
+async def test_a_result_past_the_keep_bound_is_cut_but_its_is_error_read(
+    tmp_path: Path, upstream: str
+) -> None:
+    async with through(tmp_path, mcp_route(upstream), mcp_keep_bytes=1024) as (gw, client):
+        await post(client, gw.url("target", PEER) + "/huge?mb=0.01", mcp_support.call(1, "dump"))
+    [record] = calls(tmp_path)
+    assert (record.result, record.result_cut, record.is_error) == (None, True, False)
+    assert record.result_bytes > 10 * 1024
+
+
+async def test_a_call_answered_on_an_endless_stream_is_on_record_while_it_streams(
+    tmp_path: Path, upstream: str
+) -> None:
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/endless"
+        data = json.dumps(mcp_support.call(1, "echo", q="x")).encode()
+        async with client.post(url, data=data, headers=mcp_support.ACCEPT) as response:
+            read = 0
+            while read < 4 * 1024 * 1024:  # well past anything the gateway would hold
+                read += len(await response.content.read(65536))
+            assert gw.recorder is not None
+            await gw.recorder.flush("cell-1", wait=0)
+            [record] = calls(tmp_path)
+            assert (record.name, record.is_error) == ("echo", False)
+            assert record.arguments == {"q": "x"}
+
+
+def test_protocol_mcp_is_for_a_route_to_a_peer() -> None:
+    with pytest.raises(errors.GatewayConfigError, match="only a route to a peer"):
+        config.parse_route("principal=controller,listen=127.0.0.1:0,upstream=http://x,protocol=mcp")
+    with pytest.raises(errors.GatewayConfigError, match="protocol"):
+        config.parse_route(f"principal=target,to={PEER},listen=127.0.0.1:0,upstream=http://x,"
+                           "protocol=grpc")  # fmt: skip

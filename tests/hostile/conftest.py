@@ -1,0 +1,1 @@
+"""An attacker's view: a hostile agent, pod or tenant, against every reader of what it sends."""

@@ -1,0 +1,1 @@
+"""Judges: providers, the cache, agentic and custom judging, retries, and the judge service."""

@@ -1,0 +1,1 @@
+"""OTLP export of runs: its spans, encoding and the example."""

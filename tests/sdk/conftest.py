@@ -1,0 +1,1 @@
+"""What test files import: `test`, fixtures, matchers, judges, results, parametrize, config."""

@@ -1,0 +1,142 @@
+"""Fixtures: setup order, teardown LIFO in finally, exactly one yield, all errors collected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.helpers import run_cli_sync
+
+FIXTURES = """
+from agent_health import test
+
+LOG = []
+
+async def first():
+    LOG.append("setup first")
+    yield "one"
+    LOG.append("teardown first")
+
+def second(first):
+    LOG.append("setup second")
+    yield first + "+two"
+    LOG.append("teardown second")
+
+async def plain(second):
+    return second + "+plain"
+
+async def broken_teardown_a():
+    yield 1
+    raise RuntimeError("teardown A exploded")
+
+async def broken_teardown_b():
+    yield 2
+    raise ValueError("teardown B exploded")
+
+async def no_yield():
+    if False:
+        yield 0
+
+async def two_yields():
+    yield 1
+    yield 2
+
+test = test.extend(first=first, second=second, plain=plain, a=broken_teardown_a,
+                   b=broken_teardown_b, no_yield=no_yield, two_yields=two_yields)
+
+@test("dependencies resolve and teardown runs LIFO")
+async def order(expect, plain):
+    expect(plain).to_equal("one+two+plain")
+
+@test("teardown runs after a failing body")
+async def fails(expect, first):
+    raise RuntimeError("body broke")
+
+@test("every teardown error is collected")
+async def both(a, b):
+    pass
+
+@test("a fixture that never yields is an error")
+async def never(no_yield):
+    pass
+
+@test("a fixture that yields twice is an error")
+async def twice(two_yields):
+    pass
+
+@test("the log shows the order")
+async def check_log(expect):
+    expect(LOG[:5]).to_equal(
+        ["setup first", "setup second", "teardown second", "teardown first", "setup first"]
+    )
+    expect(LOG[5]).to_equal("teardown first")
+"""
+
+
+def test_fixture_lifecycle(write_suite: Any) -> None:
+    suite = write_suite(**{"test_fx.py": FIXTURES})
+    run = run_cli_sync(suite, "-j", "1")
+    assert run.by_name("dependencies resolve and teardown runs LIFO")["status"] == "passed"
+    fails = run.by_name("teardown runs after a failing body")
+    assert fails["status"] == "errored"
+    assert "RuntimeError: body broke" in fails["error"]
+    both = run.by_name("every teardown error is collected")
+    assert both["status"] == "errored"
+    # LIFO: b was set up last, so its teardown error comes first; both are kept.
+    assert both["error"].index("teardown B exploded") < both["error"].index("teardown A exploded")
+    assert "did not yield" in run.by_name("a fixture that never yields is an error")["error"]
+    assert (
+        "yielded more than once" in run.by_name("a fixture that yields twice is an error")["error"]
+    )
+    assert run.by_name("the log shows the order")["status"] == "passed", run.by_name(
+        "the log shows the order"
+    )
+
+
+def test_unknown_fixture_is_a_discovery_error(write_suite: Any, capsys: Any) -> None:
+    suite = write_suite(
+        **{
+            "test_bad.py": """
+            from agent_health import test
+
+            @test("asks for nothing real")
+            async def body(agent, databse):
+                pass
+            """,
+            "test_good.py": """
+            from agent_health import test
+
+            @test("still runs")
+            async def body(expect):
+                expect(1).to_equal(1)
+            """,
+        }
+    )
+    run = run_cli_sync(suite)
+    assert run.code == 2
+    errors = run.report["summary"]["load_errors"]
+    assert len(errors) == 1
+    assert "test_bad.py:4" in errors[0]
+    assert "'asks for nothing real'" in errors[0]
+    assert "'databse'" in errors[0]
+    assert run.by_name("still runs")["status"] == "passed"
+
+
+def test_fixture_cycle_is_reported(write_suite: Any) -> None:
+    suite = write_suite(
+        **{
+            "test_cycle.py": """
+            from agent_health import test
+
+            def a(b):
+                return 1
+
+            def b(a):
+                return 2
+
+            test = test.extend(a=a, b=b)
+            """
+        }
+    )
+    run = run_cli_sync(suite, "--pass-with-no-tests")
+    assert run.code == 2
+    assert "cycle" in run.report["summary"]["load_errors"][0]

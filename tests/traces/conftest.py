@@ -1,0 +1,1 @@
+"""`result.traces`: the view, OpenSearch, received spans and the derived metrics."""
