@@ -60,18 +60,24 @@ class OperatorMetrics:
             f"{p}_cells", "Cells of a run by state.", [*_RUN, "state"], registry=r
         )
         self.cells_graded = prometheus_client.Counter(
-            f"{p}_cells_graded", "Cells graded, by status.", ["namespace", "runspec", "status"],
+            f"{p}_cells_graded",
+            "Cells graded, by status.",
+            ["namespace", "runspec", "status"],
             registry=r,
-        )  # fmt: skip
+        )
         self.cells_preempted = prometheus_client.Counter(
-            f"{p}_cells_preempted", "Cell pods Kueue preempted (each cell planned again).",
-            ["namespace", "runspec"], registry=r,
-        )  # fmt: skip
+            f"{p}_cells_preempted",
+            "Cell pods Kueue preempted (each cell planned again).",
+            ["namespace", "runspec"],
+            registry=r,
+        )
         self.cells_launched = prometheus_client.Counter(
-            f"{p}_cells_launched", "Cells of warm-pool runs by how their sandbox started: "
+            f"{p}_cells_launched",
+            "Cells of warm-pool runs by how their sandbox started: "
             "warm (a pooled sandbox, its target already up) or cold (the pool was empty).",
-            ["namespace", "runspec", "launch"], registry=r,
-        )  # fmt: skip
+            ["namespace", "runspec", "launch"],
+            registry=r,
+        )
         self.run_pass_rate = prometheus_client.Gauge(
             f"{p}_run_pass_rate",
             "passed / (passed + failed + errored by the agent) of a run; cells errored by the "
@@ -83,21 +89,30 @@ class OperatorMetrics:
             f"{p}_run_score", "Mean score of a run's graded cells.", _RUN, registry=r
         )
         self.runspec_pass_rate = prometheus_client.Gauge(
-            f"{p}_runspec_pass_rate", "Pass rate of the RunSpec's last finished run.",
-            ["namespace", "runspec"], registry=r,
-        )  # fmt: skip
+            f"{p}_runspec_pass_rate",
+            "Pass rate of the RunSpec's last finished run.",
+            ["namespace", "runspec"],
+            registry=r,
+        )
         self.runspec_score = prometheus_client.Gauge(
-            f"{p}_runspec_score", "Score of the RunSpec's last finished run.",
-            ["namespace", "runspec"], registry=r,
-        )  # fmt: skip
+            f"{p}_runspec_score",
+            "Score of the RunSpec's last finished run.",
+            ["namespace", "runspec"],
+            registry=r,
+        )
         self.cell_duration = prometheus_client.Histogram(
-            f"{p}_cell_duration_seconds", "How long a cell's test took.",
-            ["namespace", "runspec", "status"], buckets=CELL_SECONDS, registry=r,
-        )  # fmt: skip
+            f"{p}_cell_duration_seconds",
+            "How long a cell's test took.",
+            ["namespace", "runspec", "status"],
+            buckets=CELL_SECONDS,
+            registry=r,
+        )
         self.tokens = prometheus_client.Counter(
-            f"{p}_tokens", "Model tokens seen by the gateways, by who consumed them.",
-            ["namespace", "runspec", "principal", "kind"], registry=r,
-        )  # fmt: skip
+            f"{p}_tokens",
+            "Model tokens seen by the gateways, by who consumed them.",
+            ["namespace", "runspec", "principal", "kind"],
+            registry=r,
+        )
         self.judge_calls = prometheus_client.Counter(
             f"{p}_judge_calls", "Judge calls by outcome.", ["model", "outcome"], registry=r
         )
@@ -105,9 +120,12 @@ class OperatorMetrics:
             f"{p}_judge_cache_hits", "Judge calls answered from the cache.", ["model"], registry=r
         )
         self.judge_latency = prometheus_client.Histogram(
-            f"{p}_judge_latency_seconds", "Judge call latency.", ["model"],
-            buckets=JUDGE_SECONDS, registry=r,
-        )  # fmt: skip
+            f"{p}_judge_latency_seconds",
+            "Judge call latency.",
+            ["model"],
+            buckets=JUDGE_SECONDS,
+            registry=r,
+        )
         self.reconcile_errors = prometheus_client.Counter(
             f"{p}_reconcile_errors", "Reconcile handler errors.", ["handler"], registry=r
         )

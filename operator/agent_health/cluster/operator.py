@@ -119,11 +119,14 @@ async def serve(
         fence = await _fence(options, api, info.server if token_file is not None else None)
         operator = Operator.build(options, api, settings, backend, ledgers, fence)
         if options.history is not None:
-            log.info("history: each finished EvaluationRun is recorded in %s",
-                     options.history.shown)  # fmt: skip
+            log.info(
+                "history: each finished EvaluationRun is recorded in %s", options.history.shown
+            )
         else:
-            log.info("history: off (--history, AGENT_HEALTH_HISTORY): a finished run's "
-                     "results last as long as its EvaluationRun")  # fmt: skip
+            log.info(
+                "history: off (--history, AGENT_HEALTH_HISTORY): a finished run's "
+                "results last as long as its EvaluationRun"
+            )
         await operator.runs.starting(options.namespace, warm_pools=options.warm_pools)
         stack.push_async_callback(operator.runs.close)
         stack.push_async_callback(operator.judges.close)
@@ -200,26 +203,44 @@ class Operator:
         own = own_secrets(options)
         discoveries = listing.Discoveries(api)
         scheduler = runs.Runs(
-            api=api, settings=settings, discoveries=discoveries, status=status, metrics=sink,
-            recorder=events.EventRecorder(), ledger_options=ledger_options,
-            stuck_grace=options.stuck_grace, deadline_grace=options.deadline_grace,
-            retry_delay=options.retry_delay, fence=fence, own_secrets=own,
-            ledger_allowed=options.ledger_allowed, history=options.history,
+            api=api,
+            settings=settings,
+            discoveries=discoveries,
+            status=status,
+            metrics=sink,
+            recorder=events.EventRecorder(),
+            ledger_options=ledger_options,
+            stuck_grace=options.stuck_grace,
+            deadline_grace=options.deadline_grace,
+            retry_delay=options.retry_delay,
+            fence=fence,
+            own_secrets=own,
+            ledger_allowed=options.ledger_allowed,
+            history=options.history,
             history_retry=options.history_retry,
-        )  # fmt: skip
+        )
         reconciler = specs.SpecReconciler(
-            api, settings, discoveries, options.insecure_registries,
-            wait_seconds=options.discovery_wait, retry_delay=options.retry_delay,
+            api,
+            settings,
+            discoveries,
+            options.insecure_registries,
+            wait_seconds=options.discovery_wait,
+            retry_delay=options.retry_delay,
             ledger_allowed=options.ledger_allowed,
             fenced=fence is not None,
-        )  # fmt: skip
+        )
         watch = {"sandboxes": options.sandboxes, "warm_pools": options.warm_pools}
         reconcilers = handlers.Reconcilers(reconciler, scheduler, discoveries, sink, **watch)
         judge = backend or dispatch.Judging(judge=None, provider=None)
         per_run = judges.RunJudges(
-            api, scheduler, judge, cache_path=options.judge_cache, own_secrets=own,
-            for_all=options.judge_for_all_runs, ceiling=options.judge_max_tokens,
-        )  # fmt: skip
+            api,
+            scheduler,
+            judge,
+            cache_path=options.judge_cache,
+            own_secrets=own,
+            for_all=options.judge_for_all_runs,
+            ceiling=options.judge_max_tokens,
+        )
         return cls(api, sink, status, scheduler, reconcilers, judge, per_run)
 
     def metrics_app(self) -> web.Application:
@@ -297,9 +318,11 @@ async def _fence(
     if not options.network_policy:
         return None
     return netpol.Fence(
-        options.egress, options.dns_namespace, dict(options.dns_pod_labels),
+        options.egress,
+        options.dns_namespace,
+        dict(options.dns_pod_labels),
         api_server=await apiserver.addresses(api, service),
-    )  # fmt: skip
+    )
 
 
 async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, addr: str) -> int:

@@ -118,117 +118,271 @@ class _Flag:
 
 
 FLAGS = (
-    _Flag("--metrics-addr", "AGENT_HEALTH_METRICS_ADDR", "where /metrics listens",
-          "0.0.0.0:9090", metavar="HOST:PORT"),
-    _Flag("--judge-addr", "AGENT_HEALTH_JUDGE_ADDR", "where the judge service (/api/judge) "
-          "listens", "0.0.0.0:8090", metavar="HOST:PORT"),
-    _Flag("--health-addr", "AGENT_HEALTH_HEALTH_ADDR", "where /healthz and /readyz listen",
-          "0.0.0.0:8080", metavar="HOST:PORT"),
-    _Flag("--controller-image", "AGENT_HEALTH_CONTROLLER_IMAGE", "required: the stock "
-          "controller image cells run (a tag is pinned to its digest at start)",
-          metavar="IMAGE"),
-    _Flag("--gateway-image", "AGENT_HEALTH_GATEWAY_IMAGE", "required: the gateway sidecar "
-          "image (pinned to its digest at start)", metavar="IMAGE"),
-    _Flag("--judge-service-url", "AGENT_HEALTH_JUDGE_SERVICE_URL", "the judge service URL "
-          "cells call, e.g. http://agent-health-judge.agent-health.svc:8090; unset: cells "
-          "skip judge()", metavar="URL"),
-    _Flag("--ledger-url", "AGENT_HEALTH_LEDGER_URL", "the ledger of RunSpecs that name none, "
-          "e.g. configmap://{namespace}/agent-health-ledger-{run}, s3://BUCKET/PREFIX, "
-          "gs://BUCKET/PREFIX; {namespace}, {run} and {runspec} are filled in per run; a "
-          "malformed URL stops the operator at start; unset: such runs fail with NoLedger",
-          metavar="URL"),
-    _Flag("--otlp-endpoint", "AGENT_HEALTH_OTLP_ENDPOINT", "the OTLP/HTTP receiver cells of "
-          "RunSpecs that name no spec.otlp export their tests to, e.g. "
-          "http://otel-collector.observability.svc:4318 (cells must be able to reach it: "
-          "--egress); unset: such cells export nothing", metavar="URL"),
-    _Flag("--ledger-allow", "AGENT_HEALTH_LEDGER_ALLOW", "a URL prefix a RunSpec's "
-          "spec.ledger.url may start with, ending in '/', {namespace} filled in per run, e.g. "
-          "s3://evals-ledgers/{namespace}/ (repeatable; comma-separated in the environment); "
-          "unset: configmap://{namespace}/ only. RunSpec ledger URLs never carry query "
-          "options, credentials or another namespace", kind="list", metavar="PREFIX"),
-    _Flag("--judge-for-all-runs", "AGENT_HEALTH_JUDGE_FOR_ALL_RUNS", "offer the operator's "
-          "own judge (AGENT_HEALTH_JUDGE_*) to cells of RunSpecs that name no spec.judge; off, "
-          "those cells skip judge() and the judge service refuses them (403), so no tenant "
-          "spends the operator's key unless it is offered; the variable is on when 1",
-          kind="switch"),
-    _Flag("--judge-max-tokens", "AGENT_HEALTH_JUDGE_MAX_TOKENS", "the most output tokens one "
-          "model call through the judge service may ask for, whatever a RunSpec's "
-          "spec.judge.maxTokens says", "4096", metavar="N"),
-    _Flag("--judge-cache", "AGENT_HEALTH_JUDGE_CACHE", "the persistent judge cache shared by "
-          "every judge of the operator: a SQLite file, or a directory (a mounted volume) to "
-          "keep judge.sqlite in; unset: no cache across restarts",
-          metavar="PATH"),
-    _Flag("--namespace", "AGENT_HEALTH_WATCH_NAMESPACE", "watch one namespace only (the "
-          "cluster is then not scanned: install the Agent Sandbox CRD before the operator); "
-          "unset: cluster-wide", metavar="NAMESPACE"),
-    _Flag("--operator-namespace", "AGENT_HEALTH_NAMESPACE", "where the operator runs (the "
-          "cells' NetworkPolicy lets them reach its judge service there)", "agent-health",
-          metavar="NAMESPACE"),
-    _Flag("--judge-pod-labels", "AGENT_HEALTH_JUDGE_POD_LABELS", "labels of the operator's "
-          "pods, for the cells' NetworkPolicy", "app.kubernetes.io/name=agent-health",
-          metavar="K=V,..."),
-    _Flag("--image-pull-secret", "AGENT_HEALTH_IMAGE_PULL_SECRETS", "a pull Secret, read in "
-          "each RunSpec's namespace to resolve digests and set on its cells (repeatable; "
-          "comma-separated in the environment)", kind="list", metavar="NAME"),
-    _Flag("--insecure-registry", "AGENT_HEALTH_INSECURE_REGISTRIES", "a registry spoken to "
-          "over plain HTTP (repeatable; comma-separated in the environment)", kind="list",
-          metavar="HOST[:PORT]"),
-    _Flag("--sandboxes", "AGENT_HEALTH_SANDBOXES", "also watch Agent Sandboxes "
-          "(agents.x-k8s.io; the CRD must be installed); the variable is on when 1",
-          kind="switch"),
-    _Flag("--warm-pools", "AGENT_HEALTH_WARM_POOLS", "also watch SandboxClaims, for runs "
-          "whose RunSpec sets isolation.warmPool (Agent Sandbox's extensions.agents.x-k8s.io "
-          "CRDs must be installed); the variable is on when 1", kind="switch"),
-    _Flag("--gateway-service-account", "AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT", "the "
-          "ServiceAccount cells run as; its token is projected into the gateway container "
-          "only, which writes the ledger; unset: the namespace's default, no token",
-          metavar="NAME"),
-    _Flag("--ledger-credentials-secret", "AGENT_HEALTH_LEDGER_CREDENTIALS_SECRET", "a Secret "
-          "in each run's namespace given to the gateway only (envFrom; object-store "
-          "credentials)", metavar="NAME"),
-    _Flag("--network-policy", "AGENT_HEALTH_NETWORK_POLICY", "fence each run with its own "
-          "NetworkPolicy, created before its first cell: no ingress; egress only to DNS, the "
-          "judge service and --egress; the variable is on when 1", kind="switch"),
-    _Flag("--egress", "AGENT_HEALTH_EGRESS", "declared egress of fenced cells, "
-          "CIDR[~EXCEPT...][:PORT[+PORT...]], e.g. 172.18.0.0/16:6443 for the API server of "
-          "a ConfigMap ledger (repeatable; comma-separated in the environment)", kind="list",
-          metavar="RULE"),
-    _Flag("--dns-namespace", "AGENT_HEALTH_DNS_NAMESPACE", "where cluster DNS runs (the "
-          "fence lets cells reach it)", "kube-system", metavar="NAMESPACE"),
-    _Flag("--dns-pod-labels", "AGENT_HEALTH_DNS_POD_LABELS", "labels of the cluster DNS pods",
-          "k8s-app=kube-dns", metavar="K=V,..."),
-    _Flag("--cell-resources", "AGENT_HEALTH_CELL_RESOURCES", "CPU and memory of cell and "
-          "discovery containers as JSON: requests and limits for controller, gateway, target "
-          "and peer (the target's and peers' when their RunSpec names none), and max, the "
-          'highest limit a RunSpec may ask for, e.g. {"max": {"cpu": "4", "memory": "8Gi"}}; '
-          "keys left out keep their defaults", "{}", metavar="JSON"),
-    _Flag("--cell-runtime-class", "AGENT_HEALTH_CELL_RUNTIME_CLASS", "the RuntimeClass every "
-          "cell and discovery pod runs with (e.g. gvisor); a RunSpec naming another is refused; "
-          "unset: the cluster's default (runc), sandboxed cells as below", metavar="NAME"),
-    _Flag("--sandbox-runtime-class", "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS", "the RuntimeClass "
-          "of sandboxed cells (isolation.mode agentSandbox) whose RunSpec names none",
-          metavar="NAME"),
-    _Flag("--history", "AGENT_HEALTH_HISTORY", "the history every finished EvaluationRun is "
-          "recorded in (docs/operator.md, The history): postgresql://USER@HOST:PORT/DATABASE "
-          "for a team (the password from AGENT_HEALTH_HISTORY_PASSWORD_FILE, PGPASSWORD or "
-          "PGPASSFILE, never the URL you log), or sqlite:////ABSOLUTE/PATH.db on a persistent "
-          "volume; a malformed URL stops the operator at start; unset: no history, a run's "
-          "results last as long as its EvaluationRun", metavar="URL"),
-    _Flag("--default-queue", "AGENT_HEALTH_DEFAULT_QUEUE", "the Kueue LocalQueue (in each "
-          "run's namespace) that cells and discovery pods wait in when neither the run nor its "
-          "RunSpec sets spec.queue; unset: those are not queued", metavar="NAME"),
-    _Flag("--sandbox-queueing", "AGENT_HEALTH_SANDBOX_QUEUEING", "what a queue (the run's, "
-          "its RunSpec's or --default-queue) does to cells with isolation.mode agentSandbox: "
-          "refuse fails such a run (InvalidSpec), so no sandbox runs outside the queue's "
-          "quota; admit labels each Sandbox's pod, and each warm pool's, with the queue, so "
-          "Kueue's pod integration admits them (an idle warm sandbox holds quota too)",
-          "refuse", metavar="refuse|admit"),
-    _Flag("--max-warm-replicas", "AGENT_HEALTH_MAX_WARM_REPLICAS", "the most warm sandboxes "
-          "the operator keeps up at once in one namespace, over all its warm pools: a RunSpec "
-          "asking for more is refused (NotAllowed), a pool that would pass the cap gets what "
-          "is left (Event WarmPoolCapped; its run's other cells start cold); 0 refuses warm "
-          "pools, none lifts the cap", "100", metavar="N|none"),
-)  # fmt: skip
+    _Flag(
+        "--metrics-addr",
+        "AGENT_HEALTH_METRICS_ADDR",
+        "where /metrics listens",
+        "0.0.0.0:9090",
+        metavar="HOST:PORT",
+    ),
+    _Flag(
+        "--judge-addr",
+        "AGENT_HEALTH_JUDGE_ADDR",
+        "where the judge service (/api/judge) listens",
+        "0.0.0.0:8090",
+        metavar="HOST:PORT",
+    ),
+    _Flag(
+        "--health-addr",
+        "AGENT_HEALTH_HEALTH_ADDR",
+        "where /healthz and /readyz listen",
+        "0.0.0.0:8080",
+        metavar="HOST:PORT",
+    ),
+    _Flag(
+        "--controller-image",
+        "AGENT_HEALTH_CONTROLLER_IMAGE",
+        "required: the stock controller image cells run (a tag is pinned to its digest at start)",
+        metavar="IMAGE",
+    ),
+    _Flag(
+        "--gateway-image",
+        "AGENT_HEALTH_GATEWAY_IMAGE",
+        "required: the gateway sidecar image (pinned to its digest at start)",
+        metavar="IMAGE",
+    ),
+    _Flag(
+        "--judge-service-url",
+        "AGENT_HEALTH_JUDGE_SERVICE_URL",
+        "the judge service URL "
+        "cells call, e.g. http://agent-health-judge.agent-health.svc:8090; unset: cells "
+        "skip judge()",
+        metavar="URL",
+    ),
+    _Flag(
+        "--ledger-url",
+        "AGENT_HEALTH_LEDGER_URL",
+        "the ledger of RunSpecs that name none, "
+        "e.g. configmap://{namespace}/agent-health-ledger-{run}, s3://BUCKET/PREFIX, "
+        "gs://BUCKET/PREFIX; {namespace}, {run} and {runspec} are filled in per run; a "
+        "malformed URL stops the operator at start; unset: such runs fail with NoLedger",
+        metavar="URL",
+    ),
+    _Flag(
+        "--otlp-endpoint",
+        "AGENT_HEALTH_OTLP_ENDPOINT",
+        "the OTLP/HTTP receiver cells of "
+        "RunSpecs that name no spec.otlp export their tests to, e.g. "
+        "http://otel-collector.observability.svc:4318 (cells must be able to reach it: "
+        "--egress); unset: such cells export nothing",
+        metavar="URL",
+    ),
+    _Flag(
+        "--ledger-allow",
+        "AGENT_HEALTH_LEDGER_ALLOW",
+        "a URL prefix a RunSpec's "
+        "spec.ledger.url may start with, ending in '/', {namespace} filled in per run, e.g. "
+        "s3://evals-ledgers/{namespace}/ (repeatable; comma-separated in the environment); "
+        "unset: configmap://{namespace}/ only. RunSpec ledger URLs never carry query "
+        "options, credentials or another namespace",
+        kind="list",
+        metavar="PREFIX",
+    ),
+    _Flag(
+        "--judge-for-all-runs",
+        "AGENT_HEALTH_JUDGE_FOR_ALL_RUNS",
+        "offer the operator's "
+        "own judge (AGENT_HEALTH_JUDGE_*) to cells of RunSpecs that name no spec.judge; off, "
+        "those cells skip judge() and the judge service refuses them (403), so no tenant "
+        "spends the operator's key unless it is offered; the variable is on when 1",
+        kind="switch",
+    ),
+    _Flag(
+        "--judge-max-tokens",
+        "AGENT_HEALTH_JUDGE_MAX_TOKENS",
+        "the most output tokens one "
+        "model call through the judge service may ask for, whatever a RunSpec's "
+        "spec.judge.maxTokens says",
+        "4096",
+        metavar="N",
+    ),
+    _Flag(
+        "--judge-cache",
+        "AGENT_HEALTH_JUDGE_CACHE",
+        "the persistent judge cache shared by "
+        "every judge of the operator: a SQLite file, or a directory (a mounted volume) to "
+        "keep judge.sqlite in; unset: no cache across restarts",
+        metavar="PATH",
+    ),
+    _Flag(
+        "--namespace",
+        "AGENT_HEALTH_WATCH_NAMESPACE",
+        "watch one namespace only (the "
+        "cluster is then not scanned: install the Agent Sandbox CRD before the operator); "
+        "unset: cluster-wide",
+        metavar="NAMESPACE",
+    ),
+    _Flag(
+        "--operator-namespace",
+        "AGENT_HEALTH_NAMESPACE",
+        "where the operator runs (the "
+        "cells' NetworkPolicy lets them reach its judge service there)",
+        "agent-health",
+        metavar="NAMESPACE",
+    ),
+    _Flag(
+        "--judge-pod-labels",
+        "AGENT_HEALTH_JUDGE_POD_LABELS",
+        "labels of the operator's pods, for the cells' NetworkPolicy",
+        "app.kubernetes.io/name=agent-health",
+        metavar="K=V,...",
+    ),
+    _Flag(
+        "--image-pull-secret",
+        "AGENT_HEALTH_IMAGE_PULL_SECRETS",
+        "a pull Secret, read in "
+        "each RunSpec's namespace to resolve digests and set on its cells (repeatable; "
+        "comma-separated in the environment)",
+        kind="list",
+        metavar="NAME",
+    ),
+    _Flag(
+        "--insecure-registry",
+        "AGENT_HEALTH_INSECURE_REGISTRIES",
+        "a registry spoken to over plain HTTP (repeatable; comma-separated in the environment)",
+        kind="list",
+        metavar="HOST[:PORT]",
+    ),
+    _Flag(
+        "--sandboxes",
+        "AGENT_HEALTH_SANDBOXES",
+        "also watch Agent Sandboxes "
+        "(agents.x-k8s.io; the CRD must be installed); the variable is on when 1",
+        kind="switch",
+    ),
+    _Flag(
+        "--warm-pools",
+        "AGENT_HEALTH_WARM_POOLS",
+        "also watch SandboxClaims, for runs "
+        "whose RunSpec sets isolation.warmPool (Agent Sandbox's extensions.agents.x-k8s.io "
+        "CRDs must be installed); the variable is on when 1",
+        kind="switch",
+    ),
+    _Flag(
+        "--gateway-service-account",
+        "AGENT_HEALTH_GATEWAY_SERVICE_ACCOUNT",
+        "the "
+        "ServiceAccount cells run as; its token is projected into the gateway container "
+        "only, which writes the ledger; unset: the namespace's default, no token",
+        metavar="NAME",
+    ),
+    _Flag(
+        "--ledger-credentials-secret",
+        "AGENT_HEALTH_LEDGER_CREDENTIALS_SECRET",
+        "a Secret "
+        "in each run's namespace given to the gateway only (envFrom; object-store "
+        "credentials)",
+        metavar="NAME",
+    ),
+    _Flag(
+        "--network-policy",
+        "AGENT_HEALTH_NETWORK_POLICY",
+        "fence each run with its own "
+        "NetworkPolicy, created before its first cell: no ingress; egress only to DNS, the "
+        "judge service and --egress; the variable is on when 1",
+        kind="switch",
+    ),
+    _Flag(
+        "--egress",
+        "AGENT_HEALTH_EGRESS",
+        "declared egress of fenced cells, "
+        "CIDR[~EXCEPT...][:PORT[+PORT...]], e.g. 172.18.0.0/16:6443 for the API server of "
+        "a ConfigMap ledger (repeatable; comma-separated in the environment)",
+        kind="list",
+        metavar="RULE",
+    ),
+    _Flag(
+        "--dns-namespace",
+        "AGENT_HEALTH_DNS_NAMESPACE",
+        "where cluster DNS runs (the fence lets cells reach it)",
+        "kube-system",
+        metavar="NAMESPACE",
+    ),
+    _Flag(
+        "--dns-pod-labels",
+        "AGENT_HEALTH_DNS_POD_LABELS",
+        "labels of the cluster DNS pods",
+        "k8s-app=kube-dns",
+        metavar="K=V,...",
+    ),
+    _Flag(
+        "--cell-resources",
+        "AGENT_HEALTH_CELL_RESOURCES",
+        "CPU and memory of cell and "
+        "discovery containers as JSON: requests and limits for controller, gateway, target "
+        "and peer (the target's and peers' when their RunSpec names none), and max, the "
+        'highest limit a RunSpec may ask for, e.g. {"max": {"cpu": "4", "memory": "8Gi"}}; '
+        "keys left out keep their defaults",
+        "{}",
+        metavar="JSON",
+    ),
+    _Flag(
+        "--cell-runtime-class",
+        "AGENT_HEALTH_CELL_RUNTIME_CLASS",
+        "the RuntimeClass every "
+        "cell and discovery pod runs with (e.g. gvisor); a RunSpec naming another is refused; "
+        "unset: the cluster's default (runc), sandboxed cells as below",
+        metavar="NAME",
+    ),
+    _Flag(
+        "--sandbox-runtime-class",
+        "AGENT_HEALTH_SANDBOX_RUNTIME_CLASS",
+        "the RuntimeClass "
+        "of sandboxed cells (isolation.mode agentSandbox) whose RunSpec names none",
+        metavar="NAME",
+    ),
+    _Flag(
+        "--history",
+        "AGENT_HEALTH_HISTORY",
+        "the history every finished EvaluationRun is "
+        "recorded in (docs/operator.md, The history): postgresql://USER@HOST:PORT/DATABASE "
+        "for a team (the password from AGENT_HEALTH_HISTORY_PASSWORD_FILE, PGPASSWORD or "
+        "PGPASSFILE, never the URL you log), or sqlite:////ABSOLUTE/PATH.db on a persistent "
+        "volume; a malformed URL stops the operator at start; unset: no history, a run's "
+        "results last as long as its EvaluationRun",
+        metavar="URL",
+    ),
+    _Flag(
+        "--default-queue",
+        "AGENT_HEALTH_DEFAULT_QUEUE",
+        "the Kueue LocalQueue (in each "
+        "run's namespace) that cells and discovery pods wait in when neither the run nor its "
+        "RunSpec sets spec.queue; unset: those are not queued",
+        metavar="NAME",
+    ),
+    _Flag(
+        "--sandbox-queueing",
+        "AGENT_HEALTH_SANDBOX_QUEUEING",
+        "what a queue (the run's, "
+        "its RunSpec's or --default-queue) does to cells with isolation.mode agentSandbox: "
+        "refuse fails such a run (InvalidSpec), so no sandbox runs outside the queue's "
+        "quota; admit labels each Sandbox's pod, and each warm pool's, with the queue, so "
+        "Kueue's pod integration admits them (an idle warm sandbox holds quota too)",
+        "refuse",
+        metavar="refuse|admit",
+    ),
+    _Flag(
+        "--max-warm-replicas",
+        "AGENT_HEALTH_MAX_WARM_REPLICAS",
+        "the most warm sandboxes "
+        "the operator keeps up at once in one namespace, over all its warm pools: a RunSpec "
+        "asking for more is refused (NotAllowed), a pool that would pass the cap gets what "
+        "is left (Event WarmPoolCapped; its run's other cells start cold); 0 refuses warm "
+        "pools, none lifts the cap",
+        "100",
+        metavar="N|none",
+    ),
+)
 
 
 def add_arguments(
@@ -240,21 +394,30 @@ def add_arguments(
         where = f"env {flag.env}"
         if flag.kind == "switch":
             on = env.get(flag.env) == "1"
-            parser.add_argument(flag.name, action="store_true", default=on,
-                                help=f"{flag.help} ({where}; default off)")  # fmt: skip
+            parser.add_argument(
+                flag.name,
+                action="store_true",
+                default=on,
+                help=f"{flag.help} ({where}; default off)",
+            )
             continue
         default = f"default {flag.default}" if flag.default is not None else "no default"
         text = f"{flag.help} ({where}; {default})"
         if flag.kind == "list":
             parser.add_argument(
-                flag.name, action="append", default=_csv(env.get(flag.env)),
-                metavar=flag.metavar, help=text,
-            )  # fmt: skip
+                flag.name,
+                action="append",
+                default=_csv(env.get(flag.env)),
+                metavar=flag.metavar,
+                help=text,
+            )
         else:
             parser.add_argument(
-                flag.name, default=env.get(flag.env, flag.default), metavar=flag.metavar,
+                flag.name,
+                default=env.get(flag.env, flag.default),
+                metavar=flag.metavar,
                 help=text,
-            )  # fmt: skip
+            )
 
 
 def from_args(args: argparse.Namespace) -> Options:

@@ -42,10 +42,20 @@ from yarl import URL
 from agent_health.gateway import config, guard, mcpwire, otlp, recorder
 from agent_health.ledger import usage
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
-})  # fmt: skip
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 _NOT_FORWARDED = frozenset(
     {"host", "expect", config.TOKEN_HEADER.lower(), config.VIA_HEADER.lower()}
 )

@@ -229,8 +229,13 @@ def _tests_found(conn: sa.Connection, keys: Sequence[str]) -> dict[str, dict[str
     for part in queries.chunks(keys):
         query = sa.select(table.c.key, *columns).where(table.c.key.in_(part))
         for key, test_id, title, file, line, labels in conn.execute(query):
-            found[key] = {"id": test_id, "title": title, "file": file, "line": line,
-                          "labels": labels}  # fmt: skip
+            found[key] = {
+                "id": test_id,
+                "title": title,
+                "file": file,
+                "line": line,
+                "labels": labels,
+            }
     return found
 
 

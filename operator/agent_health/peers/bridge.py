@@ -347,8 +347,11 @@ class Bridge:
                 await stdout.readexactly(err.consumed)
             except (asyncio.IncompleteReadError, ConnectionError):
                 break
-        log.warning("MCP server %s printed a line over %d bytes: dropped", self.command[0],
-                    self.max_line_bytes)  # fmt: skip
+        log.warning(
+            "MCP server %s printed a line over %d bytes: dropped",
+            self.command[0],
+            self.max_line_bytes,
+        )
         if len(session.pending) == 1:
             ours, waiting = session.pending.popitem()
             if not waiting.answer.done():

@@ -61,23 +61,45 @@ async def me(served: state.State, request: web.Request, _q: None, _b: None) -> M
     )
 
 
-@own.route("POST", "/api/session", summary="log a page in with a token (an HttpOnly cookie)",
-           tag="session", role=None, body=Login, answer=Me)  # fmt: skip
+@own.route(
+    "POST",
+    "/api/session",
+    summary="log a page in with a token (an HttpOnly cookie)",
+    tag="session",
+    role=None,
+    body=Login,
+    answer=Me,
+)
 async def log_in(served: state.State, request: web.Request, _q: None, body: Login) -> Any:
     session, role = served.access.open_session(body.token)
     answer = web.json_response(
-        Me(role=role, login=True, cluster=served.cluster is not None,
-           local=served.workers is not None).model_dump()
-    )  # fmt: skip
+        Me(
+            role=role,
+            login=True,
+            cluster=served.cluster is not None,
+            local=served.workers is not None,
+        ).model_dump()
+    )
     answer.set_cookie(
-        access.SESSION_COOKIE, session, httponly=True, samesite="Strict", path="/",
-        secure=request.secure, max_age=int(access.SESSION_SECONDS),
-    )  # fmt: skip
+        access.SESSION_COOKIE,
+        session,
+        httponly=True,
+        samesite="Strict",
+        path="/",
+        secure=request.secure,
+        max_age=int(access.SESSION_SECONDS),
+    )
     return answer
 
 
-@own.route("DELETE", "/api/session", summary="log a page out", tag="session", role=None,
-           media="application/json")  # fmt: skip
+@own.route(
+    "DELETE",
+    "/api/session",
+    summary="log a page out",
+    tag="session",
+    role=None,
+    media="application/json",
+)
 async def log_out(served: state.State, request: web.Request, _q: None, _b: None) -> Any:
     served.access.close_session(request.cookies.get(access.SESSION_COOKIE))
     answer = web.json_response({"role": None})

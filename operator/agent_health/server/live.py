@@ -165,10 +165,14 @@ class Hub:
                 chosen = event.source if source is None else source
                 found.view = found.view.model_copy(
                     update={
-                        "agent": event.agent, "suite": event.suite, "total": event.total,
-                        "started_at": event.started_at, "source": chosen, "ended": False,
+                        "agent": event.agent,
+                        "suite": event.suite,
+                        "total": event.total,
+                        "started_at": event.started_at,
+                        "source": chosen,
+                        "ended": False,
                     }
-                )  # fmt: skip
+                )
                 self.publish(batch.run, "run", {"state": found.snapshot().model_dump(mode="json")})
             elif isinstance(event, running.LiveStarted):
                 key = (event.id, event.repeat, event.agent)
@@ -185,9 +189,12 @@ class Hub:
             else:
                 found.flight.clear()
                 found.view = found.view.model_copy(
-                    update={"ended": True, "interrupted": event.interrupted,
-                            "stopped": event.stopped}
-                )  # fmt: skip
+                    update={
+                        "ended": True,
+                        "interrupted": event.interrupted,
+                        "stopped": event.stopped,
+                    }
+                )
                 found.ended_at = self.clock()
                 self.publish(
                     batch.run, "ended", {"state": found.snapshot().model_dump(mode="json")}
@@ -313,8 +320,15 @@ def _hub(served: state.State) -> Hub:
     return served.hub
 
 
-@table.route("POST", "/api/live/events", summary="a run's live events (run --serve URL)",
-             role="operate", tag="live", body=running.LiveBatch, answer=Accepted)  # fmt: skip
+@table.route(
+    "POST",
+    "/api/live/events",
+    summary="a run's live events (run --serve URL)",
+    role="operate",
+    tag="live",
+    body=running.LiveBatch,
+    answer=Accepted,
+)
 async def post_events(
     served: state.State, request: web.Request, _q: None, batch: running.LiveBatch
 ) -> Accepted:
@@ -327,8 +341,13 @@ async def live_runs(served: state.State, request: web.Request, _q: None, _b: Non
     return _hub(served).board()
 
 
-@table.route("GET", "/api/live/{uid}", summary="one live run with every result so far",
-             tag="live", answer=LiveDetail)  # fmt: skip
+@table.route(
+    "GET",
+    "/api/live/{uid}",
+    summary="one live run with every result so far",
+    tag="live",
+    answer=LiveDetail,
+)
 async def live_run(served: state.State, request: web.Request, _q: None, _b: None) -> LiveDetail:
     found = _hub(served).detail(request.match_info["uid"])
     if found is None:
@@ -339,9 +358,14 @@ async def live_run(served: state.State, request: web.Request, _q: None, _b: None
     return found
 
 
-@table.route("GET", "/api/events", summary="live events as Server-Sent Events (event ids; "
-             "Last-Event-ID resumes)", tag="live", query=FollowQuery,
-             media="text/event-stream")  # fmt: skip
+@table.route(
+    "GET",
+    "/api/events",
+    summary="live events as Server-Sent Events (event ids; Last-Event-ID resumes)",
+    tag="live",
+    query=FollowQuery,
+    media="text/event-stream",
+)
 async def events(
     served: state.State, request: web.Request, q: FollowQuery, _b: None
 ) -> web.StreamResponse:

@@ -66,8 +66,13 @@ async def static(request: web.Request) -> web.Response:
     )
 
 
-@table.route("GET", "/runs/{uid}/inspector", summary="a run's inspector (the HTML report's page)",
-             tag="pages", media="text/html")  # fmt: skip
+@table.route(
+    "GET",
+    "/runs/{uid}/inspector",
+    summary="a run's inspector (the HTML report's page)",
+    tag="pages",
+    media="text/html",
+)
 async def inspector(served: state.State, request: web.Request, _q: None, _b: None) -> web.Response:
     try:
         run, rebuilt = await served.read(served.history.baseline, request.match_info["uid"])

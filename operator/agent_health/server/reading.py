@@ -109,20 +109,37 @@ def _missing(err: history.HistoryError) -> web.HTTPException:
     return status(text=routes.problem(str(err)), content_type="application/json")
 
 
-@table.route("GET", "/api/runs", summary="the newest runs, newest first", tag="runs",
-             query=RunsQuery, answer=list[history.Run])  # fmt: skip
+@table.route(
+    "GET",
+    "/api/runs",
+    summary="the newest runs, newest first",
+    tag="runs",
+    query=RunsQuery,
+    answer=list[history.Run],
+)
 async def list_runs(served: state.State, request: web.Request, q: RunsQuery, _: None) -> Any:
     try:
         return await served.read(
-            served.history.runs, agent=q.agent, label=q.label, since=q.since, limit=q.limit,
-            branch=q.branch, ending=q.status, offset=q.offset,
-        )  # fmt: skip
+            served.history.runs,
+            agent=q.agent,
+            label=q.label,
+            since=q.since,
+            limit=q.limit,
+            branch=q.branch,
+            ending=q.status,
+            offset=q.offset,
+        )
     except history.HistoryError as err:
         raise _missing(err) from err
 
 
-@table.route("GET", "/api/runs/{uid}", summary="one run and what stands behind it", tag="runs",
-             answer=RunPage)  # fmt: skip
+@table.route(
+    "GET",
+    "/api/runs/{uid}",
+    summary="one run and what stands behind it",
+    tag="runs",
+    answer=RunPage,
+)
 async def one_run(served: state.State, request: web.Request, _q: None, _b: None) -> Any:
     try:
         run = await served.read(served.history.run, request.match_info["uid"])
@@ -140,20 +157,35 @@ async def one_run(served: state.State, request: web.Request, _q: None, _b: None)
     )
 
 
-@table.route("GET", "/api/runs/{uid}/results", summary="a page of one run's results",
-             tag="runs", query=ResultsQuery, answer=history.Results)  # fmt: skip
+@table.route(
+    "GET",
+    "/api/runs/{uid}/results",
+    summary="a page of one run's results",
+    tag="runs",
+    query=ResultsQuery,
+    answer=history.Results,
+)
 async def run_results(served: state.State, request: web.Request, q: ResultsQuery, _: None) -> Any:
     try:
         return await served.read(
-            served.history.results, request.match_info["uid"], status=q.status, offset=q.offset,
+            served.history.results,
+            request.match_info["uid"],
+            status=q.status,
+            offset=q.offset,
             limit=q.limit,
-        )  # fmt: skip
+        )
     except history.HistoryError as err:
         raise _missing(err) from err
 
 
-@table.route("GET", "/api/tests", summary="tests across runs (each with its latest break)",
-             tag="tests", query=TestQuery, answer=list[history.TestHistory])  # fmt: skip
+@table.route(
+    "GET",
+    "/api/tests",
+    summary="tests across runs (each with its latest break)",
+    tag="tests",
+    query=TestQuery,
+    answer=list[history.TestHistory],
+)
 async def one_test(served: state.State, request: web.Request, q: TestQuery, _b: None) -> Any:
     try:
         return await served.read(served.history.timeline, q.id, agent=q.agent, limit=q.limit)
@@ -161,8 +193,14 @@ async def one_test(served: state.State, request: web.Request, q: TestQuery, _b: 
         raise _missing(err) from err
 
 
-@table.route("GET", "/api/flaky", summary="tests whose outcome flips while nothing changed",
-             tag="tests", query=FlakyQuery, answer=list[history.Flaky])  # fmt: skip
+@table.route(
+    "GET",
+    "/api/flaky",
+    summary="tests whose outcome flips while nothing changed",
+    tag="tests",
+    query=FlakyQuery,
+    answer=list[history.Flaky],
+)
 async def flaky(served: state.State, request: web.Request, q: FlakyQuery, _: None) -> Any:
     try:
         return await served.read(served.history.flaky, runs=q.runs, agent=q.agent, label=q.label)
@@ -170,9 +208,14 @@ async def flaky(served: state.State, request: web.Request, q: FlakyQuery, _: Non
         raise _missing(err) from err
 
 
-@table.route("GET", "/api/regressions", summary="tests that passed in an agent's previous run "
-             "and not in the next", tag="tests", query=FlakyQuery,
-             answer=list[history.Regression])  # fmt: skip
+@table.route(
+    "GET",
+    "/api/regressions",
+    summary="tests that passed in an agent's previous run and not in the next",
+    tag="tests",
+    query=FlakyQuery,
+    answer=list[history.Regression],
+)
 async def regressions(served: state.State, request: web.Request, q: FlakyQuery, _: None) -> Any:
     try:
         return await served.read(
@@ -182,9 +225,14 @@ async def regressions(served: state.State, request: web.Request, q: FlakyQuery, 
         raise _missing(err) from err
 
 
-@table.route("GET", "/api/compare", summary="two runs compared (newly failing, significant "
-             "changes, per-turn differences)", tag="runs", query=CompareQuery,
-             answer=Compared)  # fmt: skip
+@table.route(
+    "GET",
+    "/api/compare",
+    summary="two runs compared (newly failing, significant changes, per-turn differences)",
+    tag="runs",
+    query=CompareQuery,
+    answer=Compared,
+)
 async def compare(served: state.State, request: web.Request, q: CompareQuery, _: None) -> Any:
     try:
         return await served.read(_compared, served.history, q.base, q.new, q.alpha)
@@ -206,9 +254,13 @@ def _compared(opened: history.History, base_uid: str, new_uid: str, alpha: float
     if from_reports:
         base, new = own[0] or base, own[1] or new
     result = comparing.compare_reports(
-        base, new, base_file=f"run {base_run.uid}", new_file=f"run {new_run.uid}", alpha=alpha,
+        base,
+        new,
+        base_file=f"run {base_run.uid}",
+        new_file=f"run {new_run.uid}",
+        alpha=alpha,
         allow_replayed=True,
-    )  # fmt: skip
+    )
     return Compared(base=base_run, new=new_run, from_reports=from_reports, comparison=result)
 
 

@@ -137,13 +137,19 @@ class Workers:
                 start_new_session=True,  # a Ctrl-C of the server is not the run's
             )
         view = Worker(
-            run=uid, paths=[str(p) for p in paths], agent=asked.agent, pid=process.pid,
-            state="running", started_at=datetime.datetime.now(datetime.UTC), report=str(report),
+            run=uid,
+            paths=[str(p) for p in paths],
+            agent=asked.agent,
+            pid=process.pid,
+            state="running",
+            started_at=datetime.datetime.now(datetime.UTC),
+            report=str(report),
             log=str(log),
-        )  # fmt: skip
+        )
         if self.served.hub is not None:  # live at once: the page that started it follows it
-            begun = running.LiveBegun(agent=asked.agent, total=0, started_at=view.started_at,
-                                   source="worker")  # fmt: skip
+            begun = running.LiveBegun(
+                agent=asked.agent, total=0, started_at=view.started_at, source="worker"
+            )
             self.served.hub.take(running.LiveBatch(run=uid, events=[begun]), source="worker")
         found = self.workers[uid] = _Worker(view, process, token)
         found.watcher = asyncio.create_task(self._watch(found))
@@ -204,16 +210,29 @@ def _workers(served: state.State) -> Workers:
     return found
 
 
-@table.route("POST", "/api/workers", summary="start a local run (a worker process)",
-             role="operate", tag="steer", body=StartLocal, answer=Worker, status=201)  # fmt: skip
+@table.route(
+    "POST",
+    "/api/workers",
+    summary="start a local run (a worker process)",
+    role="operate",
+    tag="steer",
+    body=StartLocal,
+    answer=Worker,
+    status=201,
+)
 async def start_local(
     served: state.State, request: web.Request, _q: None, asked: StartLocal
 ) -> Worker:
     return await _workers(served).start(asked)
 
 
-@table.route("GET", "/api/workers", summary="the local runs this server started", tag="steer",
-             answer=list[Worker])  # fmt: skip
+@table.route(
+    "GET",
+    "/api/workers",
+    summary="the local runs this server started",
+    tag="steer",
+    answer=list[Worker],
+)
 async def list_workers(served: state.State, request: web.Request, _q: None, _b: None) -> Any:
     return _workers(served).list()
 
@@ -222,8 +241,15 @@ class Nothing(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
 
-@table.route("POST", "/api/workers/{uid}/cancel", summary="cancel a local run (its Ctrl-C)",
-             role="operate", tag="steer", body=Nothing, answer=Worker)  # fmt: skip
+@table.route(
+    "POST",
+    "/api/workers/{uid}/cancel",
+    summary="cancel a local run (its Ctrl-C)",
+    role="operate",
+    tag="steer",
+    body=Nothing,
+    answer=Worker,
+)
 async def cancel_local(served: state.State, request: web.Request, _q: None, _b: Nothing) -> Worker:
     return await _workers(served).cancel(request.match_info["uid"])
 
@@ -279,9 +305,16 @@ def _answer(body: dict[str, Any]) -> ClusterRun:
     )
 
 
-@table.route("POST", "/api/cluster/runs", summary="create an EvaluationRun of a RunSpec",
-             role="operate", tag="steer", body=StartCluster, answer=ClusterRun,
-             status=201)  # fmt: skip
+@table.route(
+    "POST",
+    "/api/cluster/runs",
+    summary="create an EvaluationRun of a RunSpec",
+    role="operate",
+    tag="steer",
+    body=StartCluster,
+    answer=ClusterRun,
+    status=201,
+)
 async def start_cluster(
     served: state.State, request: web.Request, _q: None, asked: StartCluster
 ) -> ClusterRun:
@@ -297,9 +330,15 @@ async def start_cluster(
     return _answer(await _cluster(served).create(asked.namespace, spec))
 
 
-@table.route("PATCH", "/api/cluster/runs/{namespace}/{name}", summary="steer an EvaluationRun: "
-             "suspend or resume, parallelism, budget", role="operate", tag="steer",
-             body=SteerCluster, answer=ClusterRun)  # fmt: skip
+@table.route(
+    "PATCH",
+    "/api/cluster/runs/{namespace}/{name}",
+    summary="steer an EvaluationRun: suspend or resume, parallelism, budget",
+    role="operate",
+    tag="steer",
+    body=SteerCluster,
+    answer=ClusterRun,
+)
 async def steer_cluster(
     served: state.State, request: web.Request, _q: None, asked: SteerCluster
 ) -> ClusterRun:
@@ -310,9 +349,15 @@ async def steer_cluster(
     return _answer(await _cluster(served).patch(where["namespace"], where["name"], change))
 
 
-@table.route("POST", "/api/cluster/runs/{namespace}/{name}/requeue", summary="run the errored "
-             "cells of an EvaluationRun again (spec.requeueErrored + 1)", role="operate",
-             tag="steer", body=Nothing, answer=ClusterRun)  # fmt: skip
+@table.route(
+    "POST",
+    "/api/cluster/runs/{namespace}/{name}/requeue",
+    summary="run the errored cells of an EvaluationRun again (spec.requeueErrored + 1)",
+    role="operate",
+    tag="steer",
+    body=Nothing,
+    answer=ClusterRun,
+)
 async def requeue_cluster(
     served: state.State, request: web.Request, _q: None, _b: Nothing
 ) -> ClusterRun:
@@ -320,9 +365,15 @@ async def requeue_cluster(
     return _answer(await _cluster(served).requeue(where["namespace"], where["name"]))
 
 
-@table.route("DELETE", "/api/cluster/runs/{namespace}/{name}", summary="cancel an EvaluationRun "
-             "(delete it; its cells go with it)", role="operate", tag="steer", body=Nothing,
-             answer=Nothing)  # fmt: skip
+@table.route(
+    "DELETE",
+    "/api/cluster/runs/{namespace}/{name}",
+    summary="cancel an EvaluationRun (delete it; its cells go with it)",
+    role="operate",
+    tag="steer",
+    body=Nothing,
+    answer=Nothing,
+)
 async def cancel_cluster(
     served: state.State, request: web.Request, _q: None, _b: Nothing
 ) -> Nothing:

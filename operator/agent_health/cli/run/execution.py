@@ -155,10 +155,14 @@ async def execute(
             peer_calls=recorded.peer_records if recorded is not None else None,
         )
         # A matrix: one environment per agent, each naming its lane.
-        matrix = [
-            dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
-            for name, caller in zip(names, callers, strict=True)
-        ] if len(names) > 1 else []  # fmt: skip
+        matrix = (
+            [
+                dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
+                for name, caller in zip(names, callers, strict=True)
+            ]
+            if len(names) > 1
+            else []
+        )
         running.ready()
         planned = len(running.plan(cases, args.repeat)) * max(1, len(matrix))
         feed = await _live_feed(args, run_uid, stack)

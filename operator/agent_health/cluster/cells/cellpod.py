@@ -189,9 +189,16 @@ def cell(
     """
     spec = spec.for_agent(agent)
     pod = cell_pod(
-        run, spec, test_id=test_id, repeat=repeat, digests=digests, settings=settings,
-        attempt=attempt, agent=agent, place=place,
-    )  # fmt: skip
+        run,
+        spec,
+        test_id=test_id,
+        repeat=repeat,
+        digests=digests,
+        settings=settings,
+        attempt=attempt,
+        agent=agent,
+        place=place,
+    )
     isolation = spec.spec.isolation
     if isolation.mode == "agentSandbox":
         chosen = isolation.runtime_class_name or settings.sandbox_runtime_class

@@ -95,16 +95,23 @@ class Fence:
     ) -> dict[str, Any]:
         """The NetworkPolicy of ``run`` (see :func:`network_policy`)."""
         return network_policy(
-            run, settings=settings, egress=self.egress, dns_namespace=self.dns_namespace,
-            dns_labels=self.dns_labels, api_server=self.api_server,
-        )  # fmt: skip
+            run,
+            settings=settings,
+            egress=self.egress,
+            dns_namespace=self.dns_namespace,
+            dns_labels=self.dns_labels,
+            api_server=self.api_server,
+        )
 
     def rules(self, settings: manifests.Settings) -> list[dict[str, Any]]:
         """The egress rules of :meth:`policy`, for a policy selecting other pods (a pool's)."""
         return egress_rules(
-            settings=settings, egress=self.egress, dns_namespace=self.dns_namespace,
-            dns_labels=self.dns_labels, api_server=self.api_server,
-        )  # fmt: skip
+            settings=settings,
+            egress=self.egress,
+            dns_namespace=self.dns_namespace,
+            dns_labels=self.dns_labels,
+            api_server=self.api_server,
+        )
 
 
 def network_policy(
@@ -121,9 +128,12 @@ def network_policy(
     labels = manifests.run_labels(run, "cell")
     selector = {k: labels[k] for k in (manifests.LABEL_RUN, manifests.LABEL_COMPONENT)}
     rules = egress_rules(
-        settings=settings, egress=egress, dns_namespace=dns_namespace,
-        dns_labels=dns_labels, api_server=api_server,
-    )  # fmt: skip
+        settings=settings,
+        egress=egress,
+        dns_namespace=dns_namespace,
+        dns_labels=dns_labels,
+        api_server=api_server,
+    )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

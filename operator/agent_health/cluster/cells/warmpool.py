@@ -319,13 +319,27 @@ def _first_difference(where: str, have: Any, want: Any) -> str | None:
 
 
 _CONTAINER_FIELDS = (
-    "image", "command", "args", "env", "envFrom", "volumeMounts", "securityContext", "resources",
-)  # fmt: skip
+    "image",
+    "command",
+    "args",
+    "env",
+    "envFrom",
+    "volumeMounts",
+    "securityContext",
+    "resources",
+)
 _POD_FIELDS = (
-    "volumes", "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "runtimeClassName",
-    "serviceAccountName", "automountServiceAccountToken", "securityContext",
+    "volumes",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "shareProcessNamespace",
+    "runtimeClassName",
+    "serviceAccountName",
+    "automountServiceAccountToken",
+    "securityContext",
     "ephemeralContainers",
-)  # fmt: skip
+)
 
 
 def drift(

@@ -54,9 +54,18 @@ from agent_health.sdk import results
 from agent_health.traces import metrics, settings
 
 InfraCause = Literal[
-    "image-pull", "evicted", "sidecar-oom", "sidecar-crash", "gateway-restart", "unschedulable",
-    "node-lost", "deadline", "target-crash", "target-oom", "other"
-]  # fmt: skip
+    "image-pull",
+    "evicted",
+    "sidecar-oom",
+    "sidecar-crash",
+    "gateway-restart",
+    "unschedulable",
+    "node-lost",
+    "deadline",
+    "target-crash",
+    "target-oom",
+    "other",
+]
 # A retry can heal every cause but these: a deadline would run out again, the agent's own
 # failures must not be retried, and an unknown one is not known to heal.
 _LASTING = {"deadline", "target-crash", "target-oom", "other"}

@@ -55,11 +55,16 @@ class Creator:
         if isinstance(shared, tuple):
             return shared
         manifest = cellpod.cell(
-            run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat,
+            run.model,
+            run.spec,
+            test_id=cell.test.id,
+            repeat=cell.repeat,
             digests=run.spec.status.image_digests if run.spec.status else {},
-            settings=run.settings, attempt=cell.attempt, agent=cell.agent,
+            settings=run.settings,
+            attempt=cell.attempt,
+            agent=cell.agent,
             place=shared.place if shared is not None else None,
-        )  # fmt: skip
+        )
         counts = {plan.ATTEMPT: str(cell.attempt)}
         if cell.preempted:
             counts[plan.PREEMPTIONS] = str(cell.preempted)
@@ -119,10 +124,15 @@ class Creator:
         tokens = cellsecrets.new_tokens(run.spec)
         ledger_cell = manifests.ledger_cell(cell.name, cell.attempt)
         manifest = cellsecrets.token_secret(
-            run.model, run.spec, test_id=cell.test.id, repeat=cell.repeat, tokens=tokens,
-            ledger_key=keys.cell_key(run.key, ledger_cell), attempt=cell.attempt,
+            run.model,
+            run.spec,
+            test_id=cell.test.id,
+            repeat=cell.repeat,
+            tokens=tokens,
+            ledger_key=keys.cell_key(run.key, ledger_cell),
+            attempt=cell.attempt,
             agent=cell.agent,
-        )  # fmt: skip
+        )
         metadata = owner["metadata"]
         manifest["metadata"]["ownerReferences"] = [
             {

@@ -192,9 +192,17 @@ class EventRecorder:
         seen.count += 1
         seen.last = now
         body = event_body(
-            involved, type, reason, message, now=now, action=action, component=self.component,
-            instance=self.instance, count=seen.count, first=seen.first,
-        )  # fmt: skip
+            involved,
+            type,
+            reason,
+            message,
+            now=now,
+            action=action,
+            component=self.component,
+            instance=self.instance,
+            count=seen.count,
+            first=seen.first,
+        )
         seen.name = body["metadata"]["name"]
         self._seen[key] = seen
         self._seen.move_to_end(key)

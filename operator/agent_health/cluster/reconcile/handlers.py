@@ -129,9 +129,12 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
     if reconcilers.sandboxes:
 
         @kopf.on.event(
-            kube.SANDBOXES.group, kube.SANDBOXES.version, kube.SANDBOXES.plural,
-            labels=cell_labels, registry=found,
-        )  # fmt: skip
+            kube.SANDBOXES.group,
+            kube.SANDBOXES.version,
+            kube.SANDBOXES.plural,
+            labels=cell_labels,
+            registry=found,
+        )
         async def sandbox_seen(event: kopf.RawEvent, **_: Any) -> None:
             _cell_event(reconcilers, event)
 

@@ -201,9 +201,13 @@ class Handoff:
         cell.state = "ended"
         run.tally.ended(cell.name)
         grade = grading.grade_failed_pod(
-            cell.name, plan.expected(cell), reason, cause=cause, attempt=cell.retries,
+            cell.name,
+            plan.expected(cell),
+            reason,
+            cause=cause,
+            attempt=cell.retries,
             policy=run.model.spec.retry,
-        )  # fmt: skip
+        )
         if delete and not grade.retryable:
             resource = lifecycle.resource_of(run)
             try:

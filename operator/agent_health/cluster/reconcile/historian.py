@@ -177,8 +177,12 @@ class Historian:
         try:
             what = ended(run)
         except Exception as err:  # a bug of ours: said, and the run's end goes on
-            log.exception("EvaluationRun %s/%s not recorded in the history: %s",
-                          run.ref.namespace, run.ref.name, _named(err))  # fmt: skip
+            log.exception(
+                "EvaluationRun %s/%s not recorded in the history: %s",
+                run.ref.namespace,
+                run.ref.name,
+                _named(err),
+            )
             self.board.metrics.reconcile_error("history")
             return
         self.board.spawn(self.keep(run, what))
@@ -245,9 +249,14 @@ class Historian:
         return self._opened.record(built, context)
 
     async def _say(
-        self, run: plan.Run, state: status_mod.ConditionStatus, reason: str, message: str,
-        *, warning: bool,
-    ) -> None:  # fmt: skip
+        self,
+        run: plan.Run,
+        state: status_mod.ConditionStatus,
+        reason: str,
+        message: str,
+        *,
+        warning: bool,
+    ) -> None:
         """The condition ``Recorded`` on the run, and an Event (the run may be gone by now:
         the history keeps it all the same)."""
         board = self.board

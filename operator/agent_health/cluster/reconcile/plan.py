@@ -281,10 +281,19 @@ def skipped(cell: Cell, reason: str) -> grading.CellGrade:
     """The grade of a cell never started (``reason``: ``budget``): ``skipped``."""
     test = cell.test
     result = results.TestResult(
-        id=test.id, name=test.title, title=test.title, file=test.file, line=test.line,
-        labels=test.labels, repeat=cell.repeat, status="skipped", run_id=cell.name,
-        content_hash=test.content_hash, skip_reason=reason, agent=cell.agent,
-    )  # fmt: skip
+        id=test.id,
+        name=test.title,
+        title=test.title,
+        file=test.file,
+        line=test.line,
+        labels=test.labels,
+        repeat=cell.repeat,
+        status="skipped",
+        run_id=cell.name,
+        content_hash=test.content_hash,
+        skip_reason=reason,
+        agent=cell.agent,
+    )
     return grading.CellGrade(
         cell=cell.name, test_id=test.id, repeat=cell.repeat, status="skipped", result=result
     )
@@ -292,18 +301,26 @@ def skipped(cell: Cell, reason: str) -> grading.CellGrade:
 
 def unreadable(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
     return grading.grade_failed_pod(
-        cell.name, expected(cell), f"cannot grade the ledger: {reason}", cause="other",
-        attempt=cell.retries, policy=policy,
-    )  # fmt: skip
+        cell.name,
+        expected(cell),
+        f"cannot grade the ledger: {reason}",
+        cause="other",
+        attempt=cell.retries,
+        policy=policy,
+    )
 
 
 def lost(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGrade:
     """A cell whose ledger its gateway's log does not hold whole (or that cannot be
     stored): ``errored``, cause ``infra``, never graded from a part of it."""
     return grading.grade_failed_pod(
-        cell.name, expected(cell), f"no whole ledger: {reason}", cause="other",
-        attempt=cell.retries, policy=policy,
-    )  # fmt: skip
+        cell.name,
+        expected(cell),
+        f"no whole ledger: {reason}",
+        cause="other",
+        attempt=cell.retries,
+        policy=policy,
+    )
 
 
 def peer_tools(spec: runspec.RunSpec | None) -> dict[str, tuple[str, ...]]:

@@ -247,10 +247,17 @@ class Pools:
         except KeyError as err:
             return "other", f"Secret {secret_name} lacks the item {err}: not a pooled cell's"
         handed = warmpool.assignment(
-            run.model, agent_spec, run.settings,
-            cell=cell.name, test_id=cell.test.id, repeat=cell.repeat, attempt=cell.attempt,
-            agent=cell.agent, run_key=run.key, sandbox_key=sandbox_key.encode(),
-        )  # fmt: skip
+            run.model,
+            agent_spec,
+            run.settings,
+            cell=cell.name,
+            test_id=cell.test.id,
+            repeat=cell.repeat,
+            attempt=cell.attempt,
+            agent=cell.agent,
+            run_key=run.key,
+            sandbox_key=sandbox_key.encode(),
+        )
         launch = (sandbox["metadata"].get("labels") or {}).get(warmpool.LAUNCH_TYPE_LABEL)
         if not self.board.live(run) or cell.state != "active":
             return None

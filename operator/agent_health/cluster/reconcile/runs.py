@@ -119,12 +119,20 @@ class Runs:
         handing = handoff.Handoff(self.board, creator, self.warm_pools, self.deadline_grace)
         self.reactions = reactions.Reactions(self.board, handing, self.stuck_grace, self.clock)
         self.intake = intake.Intake(
-            self.board, self.settings, self.discoveries, handing, self.reactions,
-            adoption.Adoption(self.board, creator, self.reactions, handing), bulletin=self.bulletin,
-            ledger_options=self.ledger_options, fence=self.fence, wait_seconds=self.wait_seconds,
-            retry_delay=self.retry_delay, own_secrets=self.own_secrets,
+            self.board,
+            self.settings,
+            self.discoveries,
+            handing,
+            self.reactions,
+            adoption.Adoption(self.board, creator, self.reactions, handing),
+            bulletin=self.bulletin,
+            ledger_options=self.ledger_options,
+            fence=self.fence,
+            wait_seconds=self.wait_seconds,
+            retry_delay=self.retry_delay,
+            own_secrets=self.own_secrets,
             ledger_allowed=self.ledger_allowed,
-        )  # fmt: skip
+        )
 
     @property
     def runs(self) -> dict[batcher.RunRef, plan.Run]:
@@ -157,8 +165,11 @@ class Runs:
         try:
             self.expect(await self.api.list(kube.EVALUATIONRUNS, namespace, {}))
         except kube.ApiError as err:
-            log.warning("cannot list EvaluationRuns at start (%s); judge calls of cells of "
-                        "runs not yet taken over are refused", err)  # fmt: skip
+            log.warning(
+                "cannot list EvaluationRuns at start (%s); judge calls of cells of "
+                "runs not yet taken over are refused",
+                err,
+            )
         if warm_pools:
             self.board.spawn(self._sweep(namespace))
 
@@ -170,8 +181,11 @@ class Runs:
         try:
             await self.warm_pools.sweep(namespace)
         except kube.ApiError as err:
-            log.warning("cannot list SandboxWarmPools (%s); a pool left up by the operator "
-                        "before stays up until a run of its RunSpec ends", err)  # fmt: skip
+            log.warning(
+                "cannot list SandboxWarmPools (%s); a pool left up by the operator "
+                "before stays up until a run of its RunSpec ends",
+                err,
+            )
 
     def expect(self, bodies: Iterable[Mapping[str, Any]]) -> None:
         """The runs that exist as the operator starts. Until each is taken over (its cells'
@@ -269,10 +283,12 @@ class Runs:
                 "can run again; create a new EvaluationRun"
             )
             await self.api.patch(
-                kube.EVALUATIONRUNS, ref.namespace, ref.name,
+                kube.EVALUATIONRUNS,
+                ref.namespace,
+                ref.name,
                 {"status": {"conditions": _noted(model, "RequeueRefused", message)}},
                 status=True,
-            )  # fmt: skip
+            )
             return
         opened = dict(body)
         status = dict(opened.get("status") or {})

@@ -305,9 +305,12 @@ class _StatusWriter:
             kept, type, status, reason, message, generation=self.generation, now=now
         )
         conditions = status_mod.set_condition(
-            conditions, READY, *ready(conditions, self.generation), generation=self.generation,
+            conditions,
+            READY,
+            *ready(conditions, self.generation),
+            generation=self.generation,
             now=now,
-        )  # fmt: skip
+        )
         patch = {
             "observedGeneration": self.generation,
             "conditions": [c.wire() for c in conditions],

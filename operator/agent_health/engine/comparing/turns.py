@@ -64,9 +64,16 @@ def _of(key: tuple[str, int], was: dict[str, Any], now: dict[str, Any]) -> list[
         kind: Kind, base: str, new: str, worse: bool, text: str, turn: int | None = None
     ) -> TurnChange:
         return TurnChange(
-            id=key[0], name=name, repeat=key[1], kind=kind, turn=turn, base=base, new=new,
-            worse=worse, text=text,
-        )  # fmt: skip
+            id=key[0],
+            name=name,
+            repeat=key[1],
+            kind=kind,
+            turn=turn,
+            base=base,
+            new=new,
+            worse=worse,
+            text=text,
+        )
 
     out = []
     n0, n1 = len(was.get("turns") or []), len(now.get("turns") or [])

@@ -240,8 +240,10 @@ class Replayer:
         self, request: AgentRequest, run: records.RunResultRecord, test: str
     ) -> None:
         sent = [{"description": c.description, "value": c.value} for c in request.context]
-        if [{"description": c.get("description", ""), "value": c.get("value", "")}
-                for c in run.context] != sent:  # fmt: skip
+        if [
+            {"description": c.get("description", ""), "value": c.get("value", "")}
+            for c in run.context
+        ] != sent:
             raise ReplayError(
                 f"context differs from the recording ({test}; the prompt is the same); run it "
                 "against the agent to record the new context"

@@ -224,8 +224,11 @@ def closing(
     ]
     if s.quarantined is not None:
         q = s.quarantined
-        bad = [f"{n} {what}" for what, n in (("failed", q.failed + q.flaky),
-                                              ("errored", q.errored)) if n]  # fmt: skip
+        bad = [
+            f"{n} {what}"
+            for what, n in (("failed", q.failed + q.flaky), ("errored", q.errored))
+            if n
+        ]
         parts.append(
             f"{q.passed + q.failed + q.errored + q.skipped + q.flaky} quarantined"
             + (f" ({', '.join(bad)}: not counted)" if bad else "")

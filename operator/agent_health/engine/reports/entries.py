@@ -260,8 +260,11 @@ def received(partial: dict[str, Any]) -> str:
     if partial.get("source") == "stdout":
         return f"before the timeout the command had printed {size:,} bytes on stdout{kept}"
     if partial.get("source") == "events":
-        calls = [s.get("tool_name") or "?" for s in partial.get("trajectory") or []
-                 if s.get("type") == "tool_call"]  # fmt: skip
+        calls = [
+            s.get("tool_name") or "?"
+            for s in partial.get("trajectory") or []
+            if s.get("type") == "tool_call"
+        ]
         tools = f"; tool calls: {', '.join(calls)}" if calls else "; no tool calls"
         return (
             f"before the timeout the agent had sent {partial.get('events') or 0:,} AG-UI "

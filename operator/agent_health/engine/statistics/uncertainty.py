@@ -126,9 +126,12 @@ def score(
         clusters, confidence=confidence, resamples=resamples, seed=seed
     )
     return Interval(
-        low=_round(low), high=_round(high), method="bootstrap", n=len(clusters),
+        low=_round(low),
+        high=_round(high),
+        method="bootstrap",
+        n=len(clusters),
         resamples=resamples,
-    )  # fmt: skip
+    )
 
 
 def share(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval | None:
