@@ -32,6 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from agent_health import statuses
 from agent_health.history import errors, facts, tables
 
 ALPHA = 0.05
@@ -277,7 +278,7 @@ def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.
     from agent_health.engine import statistics
 
     entries = _entries(conn, row["id"], label)
-    counts = dict.fromkeys(("passed", "failed", "errored", "skipped", "flaky"), 0)
+    counts: dict[str, int] = dict.fromkeys(statuses.STATUSES, 0)
     causes = dict.fromkeys(("agent", "judge", "test", "infra"), 0)
     for entry in entries:
         counts[entry["status"]] += 1
@@ -550,7 +551,7 @@ def _outcome(row: Any) -> facts.Outcome:
 
 def decided(outcome: facts.Outcome) -> bool:
     """Passed, failed, flaky or errored by the agent: an outcome that says something."""
-    return outcome.status in ("passed", "failed", "flaky") or (
+    return outcome.status in statuses.DECIDED or (
         outcome.status == "errored" and outcome.cause == "agent"
     )
 

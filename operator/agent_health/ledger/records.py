@@ -45,6 +45,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_health import statuses
 from agent_health.ledger import encoding, errors, strictjson
 from agent_health.ledger import usage as usage_parser
 
@@ -60,9 +61,9 @@ MCP_METHODS = ("tools/call", "tools/list", "resources/read", "prompts/get")
 GATEWAY = "gateway"
 """The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
-Status = Literal["passed", "failed", "errored", "skipped"]
-Cause = Literal["agent", "judge", "test", "infra"]
-"""Why an errored test errored (the SDK's ``results.Cause``; the ledger imports no SDK)."""
+Status = statuses.Ended
+"""What a cell's one run ended as (a cell is never ``flaky``: retries are new cells)."""
+Cause = statuses.Cause
 
 
 def _now() -> datetime:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from agent_health import statuses
 from agent_health.otel import conventions as cv
 from agent_health.otel import records, redaction, trajectory_spans
 from agent_health.sdk.results import Signal, TestResult
@@ -87,7 +88,7 @@ def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[
     trace_id = ids[0] if ids else records.new_trace_id()
     start = records.ns(result.started_at)
     end = max(start, start + int(result.duration_ms * 1e6))
-    failed = result.status in ("failed", "errored")
+    failed = result.status in statuses.NOT_PASSED
     test = records.SpanRecord(
         name=f"test {result.title}",
         trace_id=trace_id,

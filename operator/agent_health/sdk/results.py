@@ -9,27 +9,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from agent_health import statuses
 from agent_health.connectors import readonly
 from agent_health.connectors.partial import Partial
 from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
 from agent_health.sdk import errors
 from agent_health.sdk import turns as turns_mod
 
-Status = Literal["passed", "failed", "errored", "skipped", "flaky"]
-"""``flaky``: failed or errored, then passed when retried (``--retries N``). It does not fail
-the run (unless ``--fail-on-flaky``), and the pass rate counts it as not passed: retries keep
-CI green on a flaky agent, they never raise its grade."""
-Cause = Literal["agent", "judge", "test", "infra"]
-"""Why a test errored: who is to blame decides whether it counts in the pass rate.
-
-* ``agent`` — the agent under test refused the connection, answered an error status, a
-  malformed or incomplete reply, did not answer in time, or its container crashed. Counts
-  against the agent: ``pass_rate = passed / (passed + failed + errored[agent])``.
-* ``judge`` — the judge could not give a verdict (provider down, unparseable answer).
-* ``test`` — the test's own code: the body, a fixture, a hook, a misconfigured connector.
-* ``infra`` — scheduling, eviction, node loss, the gateway, an interrupted run.
-"""
-CAUSES: tuple[Cause, ...] = ("agent", "judge", "test", "infra")
+Status = statuses.Status
+"""A test's result (:data:`agent_health.statuses.Status`)."""
+Cause = statuses.Cause
+"""Why a test errored (:data:`agent_health.statuses.Cause`)."""
+CAUSES = statuses.CAUSES
 SignalKind = Literal["deterministic", "judge", "metric"]
 Role = Literal["gate", "observe", "neutral"]
 

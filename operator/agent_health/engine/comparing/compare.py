@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health import statuses
 from agent_health.engine import reports, statistics
 from agent_health.engine.comparing import replayed, turns
 from agent_health.sdk import errors
 
-NOT_PASSING = ("failed", "errored")
 TOP_DELTAS = 20
 Gate = Literal["thresholds", "significant"]
 GATES: tuple[Gate, ...] = ("thresholds", "significant")
@@ -167,9 +167,9 @@ def compare(
             error=now.get("error"),
             cause=now.get("cause"),
         )
-        if was["status"] == "passed" and now["status"] in NOT_PASSING:
+        if was["status"] == "passed" and now["status"] in statuses.NOT_PASSED:
             failing.append(change)
-        elif was["status"] in NOT_PASSING and now["status"] == "passed":
+        elif was["status"] in statuses.NOT_PASSED and now["status"] == "passed":
             passing.append(change)
         scored = change.base_score is not None and change.new_score is not None
         if scored and change.new_score != change.base_score:
@@ -238,7 +238,7 @@ def without(report: Mapping[str, Any], ids: set[str]) -> dict[str, Any]:
     from agent_health.engine import reports
 
     tests = [t for t in report["tests"] if str(t["id"]) not in ids]
-    counts = dict.fromkeys(("passed", "failed", "errored", "skipped", "flaky"), 0)
+    counts: dict[str, int] = dict.fromkeys(statuses.STATUSES, 0)
     causes = dict.fromkeys(("agent", "judge", "test", "infra"), 0)
     for t in tests:
         counts[t["status"]] = counts.get(t["status"], 0) + 1

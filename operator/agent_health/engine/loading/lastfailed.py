@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_health import statuses
 from agent_health.sdk import declare
 from agent_health.sdk.results import TestResult
 
@@ -51,7 +52,7 @@ def update(root: Path, results: Sequence[TestResult], path: Path = PATH) -> None
     cache = read(path)
     key = str(root.resolve())
     ids = set(cache.suites.get(key, []))
-    failing = {r.id for r in results if r.status in ("failed", "errored")}
+    failing = {r.id for r in results if r.status in statuses.NOT_PASSED}
     ids -= {r.id for r in results} - failing
     ids |= failing
     suites = {**cache.suites, key: sorted(ids)}

@@ -31,6 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from agent_health import statuses
 from agent_health.engine import reports, visible
 
 LOAD_ERROR = "load error"
@@ -124,7 +125,7 @@ def _case(suite: ET.Element, test: dict[str, Any], repeats: int) -> None:
         # As Maven Surefire writes a test that passed on a rerun: one element per earlier
         # try, its reason in ``stackTrace``.
         for attempt in test.get("attempts") or []:
-            if attempt["status"] in ("failed", "errored"):
+            if attempt["status"] in statuses.NOT_PASSED:
                 failed_try = attempt["status"] == "failed"
                 node = _add(
                     case,

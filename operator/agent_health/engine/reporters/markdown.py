@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_health import statuses
 from agent_health.engine import reports, visible
 
 if TYPE_CHECKING:
@@ -326,7 +327,7 @@ def _not_passed(report: reports.RunReport) -> list[str]:
     bad = [
         t
         for t in report.tests
-        if t.get("status") in ("failed", "errored") and not t.get("quarantined")
+        if t.get("status") in statuses.NOT_PASSED and not t.get("quarantined")
     ]
     if not bad:
         return []

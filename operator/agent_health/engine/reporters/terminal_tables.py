@@ -29,6 +29,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from agent_health import statuses
 from agent_health.engine import reports, visible
 from agent_health.engine.reporters import terminal_style as style
 
@@ -337,7 +338,7 @@ def labels(console: Console, report: reports.RunReport) -> None:
         return
     counts = [
         c
-        for c in ("passed", "failed", "errored", "skipped")
+        for c in statuses.ENDED
         if c in ("passed", "failed") or any(getattr(s, c) for s in stats.values())
     ]
     names = [visible.line(name) for name in stats]

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from agent_health import statuses
 from agent_health.engine import budget as budget_mod
 from agent_health.engine import outcome, statistics
 from agent_health.engine.reports import entries
@@ -367,10 +368,7 @@ class RunReport(BaseModel):
         if apart:
             summary["quarantined"] = Quarantined(
                 tests=sorted({r.title for r in apart}),
-                **{
-                    s: sum(r.status == s for r in apart)
-                    for s in ("passed", "failed", "errored", "skipped", "flaky")
-                },
+                **{s: sum(r.status == s for r in apart) for s in statuses.STATUSES},
             )
         tests = [entries.from_result(r) for r in every]
 
@@ -436,7 +434,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, LabelStats]:
-    keys = ("passed", "failed", "errored", "skipped", "flaky", "errored_by_agent")
+    keys = (*statuses.STATUSES, "errored_by_agent")
     counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(keys, 0))
     scores: dict[str, list[float]] = defaultdict(list)
     members: dict[str, list[TestResult]] = defaultdict(list)
@@ -497,18 +495,18 @@ def _pass_at_k(
     over each test's decided repeats: passed, failed, flaky and errored by the agent, which
     are not passes; other errored repeats are left out, and a test with fewer than k decided
     repeats has no pass@k), and the tests that passed in some repeats and not in others."""
-    statuses: dict[str, list[str]] = defaultdict(list)
+    seen_by_test: dict[str, list[str]] = defaultdict(list)
     titles: dict[str, str] = {}
     ended: dict[str, Counter[str]] = defaultdict(Counter)
     for r in results:
         key = statistics.matrix_key(r)  # a matrix: per agent and test
-        statuses[key].append(r.status)
+        seen_by_test[key].append(r.status)
         if r.ended is not None:
             ended[key][r.ended.reason] += 1
         titles[key] = r.title if r.agent is None else f"{r.title} [{r.agent}]"
     (overall,) = statistics.pass_at(tallies, [k], intervals=False)
     per_test = {}
-    for test_id, seen in statuses.items():
+    for test_id, seen in seen_by_test.items():
         t = tallies[test_id]
         enough = t.decided >= k
         per_test[test_id] = RepeatStats(
@@ -516,7 +514,7 @@ def _pass_at_k(
             passed=seen.count("passed"),
             failed=seen.count("failed"),
             errored=seen.count("errored"),
-            errored_by_agent=t.decided - len([s for s in seen if s in statistics.DECIDED]),
+            errored_by_agent=t.decided - len([s for s in seen if s in statuses.DECIDED]),
             pass_at_k=round(statistics.pass_at_k(t.decided, t.passed, k), 6) if enough else None,
             pass_hat_k=round(statistics.pass_hat_k(t.decided, t.passed, k), 6) if enough else None,
             ended=dict(sorted(ended[test_id].items())),

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_health import statuses
 from agent_health.sdk.results import TestResult
 
 LLM = Callable[[str], Awaitable[str]]
@@ -151,7 +152,7 @@ def group(results: Sequence[TestResult]) -> Rollup | None:
     ]
     items.sort(key=lambda i: (-len(i.tests), i.text))
     ran = sorted({r.id for r in results if r.status != "skipped"})
-    troubled = sorted({r.id for r in results if r.status in ("failed", "errored")})
+    troubled = sorted({r.id for r in results if r.status in statuses.NOT_PASSED})
     summary = f"{len(explained)} of {len(ran)} tests explained; {len(troubled)} failed or errored"
     if items:
         summary += f"; most common: {items[0].text} ({len(items[0].tests)} tests)"

@@ -30,15 +30,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
+from agent_health import statuses
 from agent_health.connectors import partial as partial_mod
 from agent_health.engine.reports import report as report_mod
 from agent_health.ledger import strictjson
 from agent_health.sdk import errors
-from agent_health.sdk.results import CAUSES, Status
 
 MAX_REPEATS = 100_000
 """The most repeats a report may say it ran (``run --repeat`` allows as many)."""
-STATUSES: tuple[str, ...] = get_args(Status)
 PARTIAL_SOURCES: tuple[str, ...] = get_args(partial_mod.Source)
 _COUNTS = ("total", "passed", "failed", "errored", "skipped", "flaky_count", "not_run")
 _MORE_COUNTS = ("unpriced", "tokens_unreported", "tokens", "input_tokens", "output_tokens")
@@ -137,7 +136,7 @@ def _summary(summary: Mapping[str, Any]) -> None:
     if causes is not None:
         if not isinstance(causes, dict):
             raise _Bad("summary.errored_by_cause", f"must be an object, not {_shown(causes)}")
-        for cause in CAUSES:
+        for cause in statuses.CAUSES:
             where = f"summary.errored_by_cause.{cause}"
             _field(causes, cause, where, _count, "a whole number, at least 0")
 
@@ -149,10 +148,10 @@ def _entry(where: str, entry: Any) -> tuple[Any, str, int]:
     test_id = entry.get("id")
     if not isinstance(test_id, str) or not test_id:
         raise _Bad(f"{where}.id", f"must be the test's id (a string), not {_shown(test_id)}")
-    if entry.get("status") not in STATUSES:
+    if entry.get("status") not in statuses.STATUSES:
         raise _Bad(
             f"{where}.status",
-            f"{_shown(entry.get('status'))} is not a status ({', '.join(STATUSES)})",
+            f"{_shown(entry.get('status'))} is not a status ({', '.join(statuses.STATUSES)})",
         )
     _field(
         entry,
@@ -167,7 +166,7 @@ def _entry(where: str, entry: Any) -> tuple[Any, str, int]:
         _field(entry, name, f"{where}.{name}", lambda v: isinstance(v, str), "a string")
     for name in ("error", "agent", "ledger_cell"):
         _field(entry, name, f"{where}.{name}", _text, "a string or null")
-    _field(entry, "cause", f"{where}.cause", lambda v: v is None or v in CAUSES, "a cause")
+    _field(entry, "cause", f"{where}.cause", lambda v: v is None or v in statuses.CAUSES, "a cause")
     _field(entry, "replayed", f"{where}.replayed", _flag, "true or false")
     _partial(f"{where}.partial", entry.get("partial"))
     return entry.get("agent"), test_id, entry.get("repeat") or 0

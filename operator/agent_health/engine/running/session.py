@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent_health import statuses
 from agent_health.engine import budget as budget_mod
 from agent_health.engine import reports
 from agent_health.engine.running import capture, runner
@@ -309,7 +310,7 @@ class _Pool:
         self._spent(result)
         tries = [result]
         while (
-            result.status in NOT_PASSED
+            result.status in statuses.NOT_PASSED
             and len(tries) <= self.policy.retries
             and not self._over_budget()
         ):
@@ -349,7 +350,7 @@ class _Pool:
         self.results.append(result)
         if self.listener is not None:
             self.listener.on_test_end(result)
-        if result.status in NOT_PASSED:
+        if result.status in statuses.NOT_PASSED:
             self.failures += 1
             limit = self.policy.max_failures
             if limit is not None and self.failures >= limit and self.stopped is None:
@@ -365,9 +366,6 @@ class _Pool:
             if state.started and state.remaining > 0:
                 state.remaining = 1
                 await state.leave(self.hook_errors)
-
-
-NOT_PASSED = ("failed", "errored")
 
 
 def retried(tries: Sequence[TestResult]) -> TestResult:

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from agent_health.engine.statistics.stats import pass_at_k, pass_hat_k, wilson
     from agent_health.engine.statistics.uncertainty import (
         CONFIDENCE,
-        DECIDED,
         Interval,
         PassAtK,
         Tally,
@@ -48,7 +47,6 @@ else:
             "pass_hat_k": "stats",
             "wilson": "stats",
             "CONFIDENCE": "uncertainty",
-            "DECIDED": "uncertainty",
             "Interval": "uncertainty",
             "PassAtK": "uncertainty",
             "Tally": "uncertainty",
@@ -63,7 +61,6 @@ else:
 __all__ = [
     "ALPHA",
     "CONFIDENCE",
-    "DECIDED",
     "Interval",
     "Matrix",
     "MatrixPair",

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health import statuses
 from agent_health.engine.statistics import stats, uncertainty
 
 ALPHA = 0.05
@@ -86,9 +87,7 @@ def _per_test(tests: Iterable[Mapping[str, Any]]) -> dict[str, _PerTest]:
         # flaky (passed only on a retry) is a decided non-pass; errored only when the agent
         # caused it (version-1
         # reports have no cause: their errored results are left out, as they were then)
-        if status in ("passed", "failed", "flaky") or (
-            status == "errored" and t.get("cause") == "agent"
-        ):
+        if status in statuses.DECIDED or (status == "errored" and t.get("cause") == "agent"):
             one.decided += 1
             one.passed += status == "passed"
         score = t.get("score")

@@ -25,12 +25,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health import statuses
 from agent_health.engine.statistics import matrix, stats
 from agent_health.sdk import errors
 from agent_health.sdk.results import TestResult
 
 CONFIDENCE = stats.CONFIDENCE
-DECIDED = ("passed", "failed", "flaky")
 """Statuses that always say something about the agent; errored only when it caused it."""
 
 
@@ -84,7 +84,7 @@ def tallies(results: Sequence[TestResult]) -> dict[str, Tally]:
     found: dict[str, list[float]] = {}
     for r in results:
         tally = found.setdefault(matrix.key(r), [0, 0, 0.0, 0])  # an agent matrix: apart
-        if r.status in DECIDED or (r.status == "errored" and r.cause == "agent"):
+        if r.status in statuses.DECIDED or (r.status == "errored" and r.cause == "agent"):
             tally[1] += 1
             tally[0] += r.status == "passed"
         if r.score is not None and math.isfinite(r.score):  # a NaN score has no interval
