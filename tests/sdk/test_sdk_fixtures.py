@@ -140,3 +140,41 @@ def test_fixture_cycle_is_reported(write_suite: Any) -> None:
     run = run_cli_sync(suite, "--pass-with-no-tests")
     assert run.code == 2
     assert "cycle" in run.report["summary"]["load_errors"][0]
+
+
+def test_a_teardown_error_is_blamed_on_whoever_caused_it(write_suite: Any) -> None:
+    """A teardown that fails because the agent failed (the agent's error, raised on) errors the
+    test with cause ``agent``, as the body's would; a teardown's own bug stays the test's."""
+    suite = write_suite(
+        **{
+            "test_td.py": """
+            from agent_health import test
+            from agent_health.connectors import errors
+
+            async def session():
+                yield "s"
+                raise errors.ConnectorError("agent at http://127.0.0.1:1 reset the connection")
+
+            async def buggy():
+                yield "b"
+                raise KeyError("oops")
+
+            test = test.extend(session=session, buggy=buggy)
+
+            @test("the agent broke the session a teardown closes")
+            async def agent_fault(session):
+                pass
+
+            @test("the teardown's own bug")
+            async def own_bug(buggy):
+                pass
+            """
+        }
+    )
+    run = run_cli_sync(suite, "-j", "1")
+    by_agent = run.by_name("the agent broke the session a teardown closes")
+    assert (by_agent["status"], by_agent["cause"]) == ("errored", "agent")
+    assert "teardown of fixture 'session' failed: ConnectorError: agent at" in by_agent["error"]
+    own = run.by_name("the teardown's own bug")
+    assert (own["status"], own["cause"]) == ("errored", "test")
+    assert "teardown of fixture 'buggy' failed: KeyError" in own["error"]

@@ -101,17 +101,24 @@ class FixtureScope:
         """Whether a generator fixture is waiting for its teardown."""
         return bool(self._teardowns)
 
-    async def teardown(self) -> list[str]:
-        """Run every teardown, last-in-first-out; return one message per failure."""
-        failures: list[str] = []
+    async def teardown(self) -> list[errors.FixtureError]:
+        """Run every teardown, last-in-first-out; return one error per failure, each raised
+        from what the teardown raised, so whoever that blames is blamed (an agent that broke
+        the connection a teardown closes is the agent's fault, not the test's), as pytest
+        keeps every finalizer's exception."""
+        failures: list[errors.FixtureError] = []
         while self._teardowns:
             name, finish = self._teardowns.pop()
             try:
                 await finish()
             except errors.FixtureError as err:
-                failures.append(str(err))
+                failures.append(err)
             except Exception as err:
-                failures.append(f"teardown of fixture {name!r} failed: {type(err).__name__}: {err}")
+                failure = errors.FixtureError(
+                    f"teardown of fixture {name!r} failed: {type(err).__name__}: {err}"
+                )
+                failure.__cause__ = err
+                failures.append(failure)
         return failures
 
 

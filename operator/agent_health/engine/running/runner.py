@@ -399,8 +399,8 @@ async def _after(
                         ctx.record_error(f"after_each hook failed: {err}")
                     except Exception as err:
                         ctx.record_error(describe_error(err), outcome.cause_of(err))
-            for message in await scope.teardown():
-                ctx.record_error(message)
+            for failure in await scope.teardown():
+                ctx.record_error(str(failure), outcome.cause_of(failure))
     except TimeoutError:
         ctx.record_error(f"teardown timed out after {timeout:g} s")
 
