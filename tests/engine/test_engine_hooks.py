@@ -103,6 +103,46 @@ def test_before_all_failure_errors_the_file(write_suite: Any) -> None:
     assert run.by_name("fine")["status"] == "passed"
 
 
+def test_a_hook_is_blamed_as_a_body_would_be(write_suite: Any) -> None:
+    """Every hook is called one way (runner.call_hook), its exception kept: a before_all
+    the agent's failure broke errors its file's tests with cause ``agent``, as that failure
+    in a body or a teardown would; a before_all's own bug stays the test's."""
+    suite = write_suite(
+        **{
+            "test_agent_down.py": """
+            from agent_health import test
+            from agent_health.connectors import errors
+
+            @test.before_all
+            async def warm_up():
+                raise errors.ConnectorError("agent at http://127.0.0.1:1 refused the connection")
+
+            @test("after the warm-up")
+            async def one():
+                pass
+            """,
+            "test_own_bug.py": """
+            from agent_health import test
+
+            @test.before_all
+            def setup():
+                {}["missing"]
+
+            @test("after the setup")
+            async def two():
+                pass
+            """,
+        }
+    )
+    run = run_cli_sync(suite)
+    agent = run.by_name("after the warm-up")
+    assert (agent["status"], agent["cause"]) == ("errored", "agent")
+    assert "before_all hook warm_up failed: agent at http://127.0.0.1:1 refused" in agent["error"]
+    own = run.by_name("after the setup")
+    assert (own["status"], own["cause"]) == ("errored", "test")
+    assert "before_all hook setup failed: KeyError" in own["error"]
+
+
 def test_failing_after_each_makes_the_test_errored(write_suite: Any) -> None:
     suite = write_suite(
         **{

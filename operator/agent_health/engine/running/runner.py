@@ -311,7 +311,7 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
         async with deadline:
             for hook in case.hooks:
                 if hook.kind == "before_each":
-                    await _hook(scope, hook)
+                    await call_hook(hook, scope)
             await scope.call(case.fn, case.params)
     except TimeoutError as err:
         # Only our own deadline is "timed out"; a TimeoutError the body raised is its error.
@@ -369,12 +369,16 @@ async def _finish(
     return result
 
 
-async def _hook(scope: fixtures.FixtureScope, hook: declare.Hook) -> None:
+async def call_hook(hook: declare.Hook, scope: fixtures.FixtureScope | None = None) -> None:
+    """Run one hook — every kind is called here — with the fixtures it takes from ``scope``
+    (a test's; an all-hook takes none). What it raises comes out as an error naming the hook,
+    raised from what it raised so its cause stands; but in a test an assertion or a skip
+    passes through, for the test to take as its body's."""
     try:
-        await scope.call(hook.fn, hook.params)
-    except (AssertionError, errors.TestSkipped):
-        raise
+        await (scope or fixtures.FixtureScope({}, {})).call(hook.fn, hook.params)
     except Exception as err:
+        if scope is not None and isinstance(err, AssertionError | errors.TestSkipped):
+            raise
         raise errors.AgentHealthError(
             f"{hook.kind} hook {hook.fn.__qualname__} failed: {describe_error(err)}"
         ) from err
@@ -394,7 +398,7 @@ async def _after(
             for hook in reversed(case.hooks):
                 if hook.kind == "after_each":
                     try:
-                        await _hook(scope, hook)
+                        await call_hook(hook, scope)
                     except AssertionError as err:
                         ctx.record_error(f"after_each hook failed: {err}")
                     except Exception as err:

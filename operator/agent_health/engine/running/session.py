@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 from agent_health import statuses
 from agent_health.engine import budget as budget_mod
-from agent_health.engine import reports
+from agent_health.engine import outcome, reports
 from agent_health.engine.running import capture, runner
-from agent_health.sdk import declare
+from agent_health.sdk import declare, errors
 from agent_health.sdk.results import Attempt, TestResult
 
 
@@ -83,43 +83,31 @@ class _FileHooks:
         self.remaining = total
         self.lock = asyncio.Lock()
         self.started = False
-        self.failure: str | None = None
+        self.failure: errors.AgentHealthError | None = None
 
-    async def enter(self) -> str | None:
+    async def enter(self) -> errors.AgentHealthError | None:
         if self.started:
             return self.failure
         async with self.lock:
             if not self.started:
                 for hook in self.before:
                     try:
-                        await _call_hook(hook)
-                    except Exception as err:
-                        self.failure = (
-                            f"before_all hook {hook.fn.__qualname__} failed: "
-                            f"{runner.describe_error(err)}"
-                        )
+                        await runner.call_hook(hook)
+                    except errors.AgentHealthError as err:
+                        self.failure = err
                         break
                 self.started = True
         return self.failure
 
-    async def leave(self, errors: list[str]) -> None:
+    async def leave(self, hook_errors: list[str]) -> None:
         self.remaining -= 1
         if self.remaining or not self.started:
             return
         for hook in self.after:
             try:
-                await _call_hook(hook)
-            except Exception as err:
-                errors.append(
-                    f"{self.file}: after_all hook {hook.fn.__qualname__} failed: "
-                    f"{runner.describe_error(err)}"
-                )
-
-
-async def _call_hook(hook: declare.Hook) -> None:
-    value = hook.fn()
-    if asyncio.iscoroutine(value):
-        await value
+                await runner.call_hook(hook)
+            except errors.AgentHealthError as err:
+                hook_errors.append(f"{self.file}: {err}")
 
 
 SKIPPED_MODES = ("skip", "fixme")
@@ -294,7 +282,8 @@ class _Pool:
             state = self.files[case.file]
             failure = await state.enter()
             if failure is not None:
-                result = runner.errored_result(case, r, failure, "test")
+                # Blamed by cause, as a failed teardown is: a before_all the agent broke.
+                result = runner.errored_result(case, r, str(failure), outcome.cause_of(failure))
             else:
                 result = await self.attempts(slot, case, r, self.envs[lane])
             del self.running[slot]
