@@ -217,15 +217,7 @@ def test_an_evaluation_run_spec_is_immutable_but_what_steers_it() -> None:
     }
     admitted = schemas.admit(schema, steered)
     assert schemas.problems(schema, admitted, schemas.admit(schema, old)) == []
-    evaluationrun.check_update(
-        evaluationrun.EvaluationRun.model_validate(old).spec,
-        evaluationrun.EvaluationRun.model_validate(steered).spec,
-    )
     assert schemas.problems(schema, schemas.admit(schema, old), schemas.admit(schema, old)) == []
-    parse = evaluationrun.EvaluationRun.model_validate
-    with pytest.raises(ValueError, match="spec is immutable"):
-        evaluationrun.check_update(parse(old).spec, parse(new).spec)
-    evaluationrun.check_update(parse(old).spec, parse(old).spec)
 
 
 def test_a_full_status_round_trips_through_schema_and_model() -> None:

@@ -3,11 +3,13 @@
 ==========================  ====================================================
 module                      commands
 ==========================  ====================================================
+:mod:`.app`                 the entry point: assembles the groups, parses, dispatches
 :mod:`.run`                 ``run``, ``list`` (a package: flags, handler, ...)
-:mod:`.reports`             ``compare``
+:mod:`.reports`             ``compare``, ``report``, ``show-report`` (served by :mod:`.serve`)
 :mod:`.ledgers`             ``ledger verify``, ``grade``
-:mod:`.history`             ``history [TEST]``, ``history import``, ``history prune``, ``flaky``
-:mod:`.cluster`             ``operator``, ``cell``, ``gateway``, ``crds``
+:mod:`.history`             ``history [TEST]``, ``history import``, ``history prune``,
+                            ``history --html``, ``flaky``
+:mod:`.cluster`             ``operator``, ``cell``, ``gateway``, ``mcp``, ``crds``
 :mod:`.common`              exit codes, usage errors, consoles, report writing
 ==========================  ====================================================
 

@@ -100,9 +100,9 @@ class Options:
     deadline_grace: float = 60.0
     """Seconds past a cell's deadline before the operator ends it itself."""
     startup_seconds: int = 180
+    """A cell's slack on top of its test timeout (its ``activeDeadlineSeconds``)."""
     retry_delay: float = 5.0
     """The first delay before a failed reconcile is tried again (it doubles, up to 5 min)."""
-    """A cell's slack on top of its test timeout (its ``activeDeadlineSeconds``)."""
     status_interval: float = 1.0
     discovery_wait: float = 120.0
 

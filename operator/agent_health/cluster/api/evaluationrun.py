@@ -368,10 +368,3 @@ def _fixed_rule() -> tuple[str, str]:
 
 
 SPEC_IMMUTABLE = _fixed_rule()
-
-
-def check_update(old: Spec, new: Spec) -> None:
-    """Mirror of the CRD's transition rule: only the :data:`STEERABLE` fields change."""
-    fixed = set(Spec.model_fields) - set(STEERABLE)
-    if old.model_dump(include=fixed) != new.model_dump(include=fixed):
-        raise ValueError(SPEC_IMMUTABLE[1])

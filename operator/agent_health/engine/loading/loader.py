@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -296,10 +296,3 @@ def load_config(path: Path | None) -> config_mod.Config:
         for name, spec in value.peers.items()
     }
     return value.model_copy(update={"source": str(path), "agents": agents, "peers": peers})
-
-
-def only_focused(cases: Iterable[declare.TestCase]) -> list[declare.TestCase]:
-    """When any test is ``test.only``, just those; otherwise all."""
-    cases = list(cases)
-    focused = [c for c in cases if c.mode == "only"]
-    return focused or cases
