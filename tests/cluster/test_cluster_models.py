@@ -7,6 +7,8 @@ validators that mirror them, so the two cannot drift apart unnoticed.
 from __future__ import annotations
 
 import copy
+import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import jsonschema
 import pydantic
 import pytest
 import yaml
-from agent_health.cluster import errors
+from agent_health.cluster import apigroup, errors
 from agent_health.cluster.api import crds, evaluationrun, meta, runspec
 from support.kube import schemas
 
@@ -59,7 +61,7 @@ def test_the_example_parses_with_the_model(document: dict[str, Any]) -> None:
 
 def test_model_defaults_match_the_schema_defaults_for_a_minimal_run() -> None:
     body = {
-        "apiVersion": meta.API_VERSION,
+        "apiVersion": apigroup.API_VERSION,
         "kind": "EvaluationRun",
         "spec": {"runSpecRef": {"name": "x"}},
     }
@@ -284,3 +286,21 @@ def test_a_condition_status_must_be_true_false_or_unknown() -> None:
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }
         )
+
+
+def test_the_api_group_is_named_once() -> None:
+    """The models' apiVersion (a Literal: a type cannot read a constant) is apigroup's, and no
+    other module of the operator spells the group: each reads apigroup."""
+    for model in (runspec.RunSpec, evaluationrun.EvaluationRun):
+        assert typing.get_args(model.model_fields["api_version"].annotation) == (
+            apigroup.API_VERSION,
+        )
+    package = ROOT / "operator" / "agent_health" / "cluster"
+    spelled = [
+        f"{path.relative_to(package)}:{n}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "apigroup.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"[\"']agenthealth\.dev", line) and "api_version: Literal[" not in line
+    ]
+    assert not spelled, f"read apigroup.GROUP instead: {spelled}"

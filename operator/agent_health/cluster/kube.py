@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import kopf
 
-from agent_health.cluster import errors
+from agent_health.cluster import apigroup, errors
 from agent_health.ledger import store
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -63,8 +63,8 @@ PODS = Resource("", "v1", "pods")
 SECRETS = Resource("", "v1", "secrets")
 CONFIGMAPS = Resource("", "v1", "configmaps")
 EVENTS = Resource("", "v1", "events")
-RUNSPECS = Resource("agenthealth.dev", "v1alpha1", "runspecs")
-EVALUATIONRUNS = Resource("agenthealth.dev", "v1alpha1", "evaluationruns")
+RUNSPECS = Resource(apigroup.GROUP, apigroup.VERSION, "runspecs")
+EVALUATIONRUNS = Resource(apigroup.GROUP, apigroup.VERSION, "evaluationruns")
 SANDBOXES = Resource("agents.x-k8s.io", "v1beta1", "sandboxes")
 SANDBOX_CLAIMS = Resource("extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims")
 SANDBOX_TEMPLATES = Resource("extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates")

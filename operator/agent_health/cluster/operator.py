@@ -26,7 +26,7 @@ import kopf
 from aiohttp import web
 
 from agent_health import judging
-from agent_health.cluster import kube, metrics
+from agent_health.cluster import apigroup, kube, metrics
 from agent_health.cluster import options as options_mod
 from agent_health.cluster.cells import apiserver, manifests, netpol
 from agent_health.cluster.judge_service import judges, limits
@@ -50,9 +50,9 @@ log = logging.getLogger("agent_health.operator")
 def kopf_settings(options: options_mod.Options) -> kopf.OperatorSettings:
     """Production kopf settings: annotations under our group, bounded watches, quiet events."""
     settings = kopf.OperatorSettings()
-    settings.persistence.finalizer = f"{handlers.GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=handlers.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=handlers.GROUP)
+    settings.persistence.finalizer = f"{apigroup.GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=apigroup.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=apigroup.GROUP)
     settings.posting.level = logging.WARNING
     # The API server ends a watch after server_timeout; the client gives up a bit later, so a
     # silently dropped connection is noticed within minutes, not hours.

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from typing import Any
 
-GROUP = "agenthealth.dev"
+from agent_health.cluster import apigroup
+
 RBAC_GROUP = "rbac.authorization.k8s.io"
 SANDBOX_GROUP = "agents.x-k8s.io"
 POOL_GROUP = "extensions.agents.x-k8s.io"
@@ -54,15 +55,23 @@ CLUSTER_RULES: list[dict[str, Any]] = [
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
     },
-    {"apiGroups": [GROUP], "resources": ["runspecs"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": [GROUP], "resources": ["evaluationruns"], "verbs": ["list", "watch", "patch"]},
     {
-        "apiGroups": [GROUP],
+        "apiGroups": [apigroup.GROUP],
+        "resources": ["runspecs"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {
+        "apiGroups": [apigroup.GROUP],
+        "resources": ["evaluationruns"],
+        "verbs": ["list", "watch", "patch"],
+    },
+    {
+        "apiGroups": [apigroup.GROUP],
         "resources": ["runspecs/status", "evaluationruns/status"],
         "verbs": ["patch"],
     },
     {
-        "apiGroups": [GROUP],
+        "apiGroups": [apigroup.GROUP],
         "resources": ["runspecs/finalizers", "evaluationruns/finalizers"],
         "verbs": ["update"],
     },
@@ -113,8 +122,8 @@ RULES: list[dict[str, Any]] = [*CLUSTER_RULES, *NAMESPACE_RULES]
 UNSEEN: dict[tuple[str, str, str], str] = {
     ("", "pods", "get"): "a pod that already exists when created (409), e.g. after a crash",
     ("", "events", "patch"): "an Event repeated within 10 minutes (a count bump)",
-    (GROUP, "runspecs/finalizers", "update"): "checked by admission, not a request",
-    (GROUP, "evaluationruns/finalizers", "update"): "checked by admission, not a request",
+    (apigroup.GROUP, "runspecs/finalizers", "update"): "checked by admission, not a request",
+    (apigroup.GROUP, "evaluationruns/finalizers", "update"): "checked by admission, not a request",
     **{
         (SANDBOX_GROUP, "sandboxes", verb): "isolation mode agentSandbox (--sandboxes)"
         for verb in ("get", "list", "watch", "create", "delete")

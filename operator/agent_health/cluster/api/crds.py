@@ -14,6 +14,7 @@ from typing import Any
 import pydantic
 import yaml
 
+from agent_health.cluster import apigroup
 from agent_health.cluster.api import evaluationrun, meta, runspec, schema
 
 CATEGORY = "agenthealth"
@@ -34,11 +35,11 @@ class Kind:
 
     @property
     def name(self) -> str:
-        return f"{self.plural}.{meta.GROUP}"
+        return f"{self.plural}.{apigroup.GROUP}"
 
     @property
     def file_name(self) -> str:
-        return f"{meta.GROUP}_{self.plural}.yaml"
+        return f"{apigroup.GROUP}_{self.plural}.yaml"
 
 
 def _column(name: str, path: str, kind: str = "string", **extra: Any) -> dict[str, Any]:
@@ -122,7 +123,7 @@ def definition(kind: Kind) -> dict[str, Any]:
             "labels": {"app.kubernetes.io/part-of": "agent-health"},
         },
         "spec": {
-            "group": meta.GROUP,
+            "group": apigroup.GROUP,
             "names": {
                 "kind": kind.kind,
                 "listKind": f"{kind.kind}List",
@@ -134,7 +135,7 @@ def definition(kind: Kind) -> dict[str, Any]:
             "scope": "Namespaced",
             "versions": [
                 {
-                    "name": meta.VERSION,
+                    "name": apigroup.VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

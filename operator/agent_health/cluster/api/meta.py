@@ -16,10 +16,6 @@ from pydantic import alias_generators
 
 from agent_health.cluster import errors
 
-GROUP = "agenthealth.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
 # A container image reference as the distribution spec draws it: [host[:port]/]path[:tag][@digest].
 # RE2-compatible (the API server's regex engine): no look-arounds, no back-references.
 _HOST = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"

@@ -23,21 +23,21 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agent_health.cluster import errors
+from agent_health.cluster import apigroup, errors
 from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import resources as resources_mod
 from agent_health.cluster.registry import registry
 
-LABEL_RUN = "agenthealth.dev/run"
-LABEL_RUNSPEC = "agenthealth.dev/runspec"
-LABEL_TEST_HASH = "agenthealth.dev/test-hash"
-LABEL_REPEAT = "agenthealth.dev/repeat"
-LABEL_COMPONENT = "agenthealth.dev/component"
-LABEL_AGENT = "agenthealth.dev/agent"
+LABEL_RUN = f"{apigroup.GROUP}/run"
+LABEL_RUNSPEC = f"{apigroup.GROUP}/runspec"
+LABEL_TEST_HASH = f"{apigroup.GROUP}/test-hash"
+LABEL_REPEAT = f"{apigroup.GROUP}/repeat"
+LABEL_COMPONENT = f"{apigroup.GROUP}/component"
+LABEL_AGENT = f"{apigroup.GROUP}/agent"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "agent-health"
-ANNOTATION_TEST_ID = "agenthealth.dev/test-id"
-ANNOTATION_RUNSPEC = "agenthealth.dev/runspec"
+ANNOTATION_TEST_ID = f"{apigroup.GROUP}/test-id"
+ANNOTATION_RUNSPEC = f"{apigroup.GROUP}/runspec"
 SKIP_CONTAINERS = "eks.amazonaws.com/skip-containers"
 
 COMMAND = ("agent-health",)

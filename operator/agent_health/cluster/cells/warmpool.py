@@ -53,7 +53,7 @@ import secrets
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from agent_health.cluster import errors
+from agent_health.cluster import apigroup, errors
 from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import (
     cellenv,
@@ -70,10 +70,10 @@ from agent_health.ledger import keys
 
 GROUP, VERSION = "extensions.agents.x-k8s.io", "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
-LABEL_POOL = "agenthealth.dev/pool"
-ANNOTATION_KEEP = "agenthealth.dev/keep-seconds"
+LABEL_POOL = f"{apigroup.GROUP}/pool"
+ANNOTATION_KEEP = f"{apigroup.GROUP}/keep-seconds"
 """On a pool: its RunSpec's ``keepSeconds``, for an operator that starts with the pool up."""
-ANNOTATION_DIGEST = "agenthealth.dev/spec-digest"
+ANNOTATION_DIGEST = f"{apigroup.GROUP}/spec-digest"
 """On a template and its pool: the sha256 of the ``spec`` the operator generated for it."""
 DIGEST_CHARS = 10
 """Of the template's digest, in the pool's name."""

@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent_health.cluster.api import evaluationrun, meta
+from agent_health.cluster import apigroup
+from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import grading
 
 EventType = Literal["Normal", "Warning"]
@@ -71,7 +72,7 @@ def involved_ref(body: Mapping[str, Any]) -> dict[str, str]:
     """The ``involvedObject`` reference of an object body."""
     metadata = body.get("metadata") or {}
     ref = {
-        "apiVersion": str(body.get("apiVersion") or meta.API_VERSION),
+        "apiVersion": str(body.get("apiVersion") or apigroup.API_VERSION),
         "kind": str(body.get("kind") or evaluationrun.KIND),
         "name": str(metadata.get("name") or ""),
         "namespace": str(metadata.get("namespace") or "default"),

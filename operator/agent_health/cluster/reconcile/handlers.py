@@ -39,11 +39,10 @@ from typing import Any
 
 import kopf
 
-from agent_health.cluster import errors, kube, metrics
+from agent_health.cluster import apigroup, errors, kube, metrics
 from agent_health.cluster.cells import manifests
 from agent_health.cluster.reconcile import listing, runs, specs
 
-GROUP, VERSION = "agenthealth.dev", "v1alpha1"
 RETRY_DELAY = 10.0
 
 
@@ -92,31 +91,33 @@ def registry(reconcilers: Reconcilers) -> kopf.OperatorRegistry:
     }
     discovery_labels = {**cell_labels, manifests.LABEL_COMPONENT: "discovery"}
 
-    @kopf.on.create(GROUP, VERSION, "runspecs", registry=found)
-    @kopf.on.update(GROUP, VERSION, "runspecs", field="spec", registry=found)
+    @kopf.on.create(apigroup.GROUP, apigroup.VERSION, "runspecs", registry=found)
+    @kopf.on.update(apigroup.GROUP, apigroup.VERSION, "runspecs", field="spec", registry=found)
     async def runspec_changed(body: kopf.Body, **_: Any) -> None:
         async with _sorted("runspec", sink):
             await _apart(reconcilers.runspecs.reconcile(_raw(body)))
 
-    @kopf.on.event(GROUP, VERSION, "runspecs", registry=found)
+    @kopf.on.event(apigroup.GROUP, apigroup.VERSION, "runspecs", registry=found)
     async def runspec_seen(event: kopf.RawEvent, **_: Any) -> None:
         if event.get("type") == "DELETED":
             _detached(reconcilers.runs.bulletin.forget, event["object"])
         else:
             _detached(reconcilers.runs.bulletin.post, event["object"])
 
-    @kopf.on.create(GROUP, VERSION, "evaluationruns", registry=found)
-    @kopf.on.resume(GROUP, VERSION, "evaluationruns", registry=found)
+    @kopf.on.create(apigroup.GROUP, apigroup.VERSION, "evaluationruns", registry=found)
+    @kopf.on.resume(apigroup.GROUP, apigroup.VERSION, "evaluationruns", registry=found)
     async def run_started(body: kopf.Body, **_: Any) -> None:
         async with _sorted("evaluationrun", sink):
             await _apart(reconcilers.runs.start(_raw(body)))
 
-    @kopf.on.update(GROUP, VERSION, "evaluationruns", field="spec", registry=found)
+    @kopf.on.update(
+        apigroup.GROUP, apigroup.VERSION, "evaluationruns", field="spec", registry=found
+    )
     async def run_steered(body: kopf.Body, **_: Any) -> None:
         async with _sorted("evaluationrun", sink):
             await _apart(reconcilers.runs.steer(_raw(body)))
 
-    @kopf.on.event(GROUP, VERSION, "evaluationruns", registry=found)
+    @kopf.on.event(apigroup.GROUP, apigroup.VERSION, "evaluationruns", registry=found)
     async def run_seen(event: kopf.RawEvent, **_: Any) -> None:
         obj = event["object"]
         if event.get("type") == "DELETED" or (obj.get("metadata") or {}).get("deletionTimestamp"):

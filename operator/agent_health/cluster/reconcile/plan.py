@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agent_health.cluster import errors
-from agent_health.cluster.api import evaluationrun, meta, runspec
+from agent_health.cluster import apigroup, errors
+from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import kueue, ledgerurl, manifests
 from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import batcher, events, listing, pattern, spending
@@ -25,8 +25,8 @@ from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
 from agent_health.sdk import results
 
-ATTEMPT = "agenthealth.dev/attempt"
-PREEMPTIONS = "agenthealth.dev/preemptions"
+ATTEMPT = f"{apigroup.GROUP}/attempt"
+PREEMPTIONS = f"{apigroup.GROUP}/preemptions"
 """How many of a cell's attempts Kueue preempted (they cost no infrastructure retry)."""
 CellState = Literal["queued", "active", "ended", "replacing", "requeued", "done"]
 """``replacing``: its next attempt starts once its old object is gone (a retry, a preemption,
@@ -131,7 +131,7 @@ class Run:
     @property
     def involved(self) -> dict[str, str]:
         return {
-            "apiVersion": meta.API_VERSION,
+            "apiVersion": apigroup.API_VERSION,
             "kind": evaluationrun.KIND,
             "name": self.ref.name,
             "namespace": self.ref.namespace,

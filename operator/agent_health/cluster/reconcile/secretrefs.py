@@ -28,13 +28,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from agent_health.cluster import errors, kube
+from agent_health.cluster import apigroup, errors, kube
 from agent_health.cluster.api import meta, runspec
 from agent_health.cluster.cells import cellsecrets, manifests
 
-LABEL = "agenthealth.dev/usable-by-runs"
+LABEL = f"{apigroup.GROUP}/usable-by-runs"
 OFFERED = "true"
-_GROUP = "agenthealth.dev/"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +129,7 @@ def _ours(namespace: str, name: str, body: Mapping[str, Any] | None, own: Own) -
     if labels.get(manifests.LABEL_MANAGED_BY) == manifests.MANAGED_BY:
         return f"one of agent-health's own ({manifests.LABEL_MANAGED_BY}: {manifests.MANAGED_BY})"
     for owner in metadata.get("ownerReferences") or []:
-        if str(owner.get("apiVersion", "")).startswith(_GROUP):
+        if str(owner.get("apiVersion", "")).startswith(f"{apigroup.GROUP}/"):
             return f"one of agent-health's own (owned by {owner.get('kind')} {owner.get('name')})"
     return None
 
