@@ -177,3 +177,19 @@ def test_no_name_of_a_face_is_also_one_of_its_modules(package: str) -> None:
     }
     _, _, exported = FACES[package]
     assert not (set(exported) & modules), f"{package}: rename {set(exported) & modules}"
+
+
+def test_no_module_is_in_a_circle() -> None:
+    """No module imports itself through others, TYPE_CHECKING imports included: a circle
+    means two modules are one concept, or one reaches a level above it."""
+    import grimp
+
+    graph = grimp.build_graph("agent_health")
+    circles: dict[frozenset[str], str] = {}
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            chain = graph.find_shortest_chain(importer=imported, imported=module)
+            if imported != module and chain:
+                circle = (module, *chain)
+                circles.setdefault(frozenset(circle), " -> ".join(circle))
+    assert not circles, "break these circles:\n" + "\n".join(sorted(circles.values()))

@@ -28,7 +28,7 @@ from typing import Any
 
 import pydantic_core
 
-from agent_health.connectors import errors, partial, wire
+from agent_health.connectors import errors, wire
 from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
@@ -91,7 +91,7 @@ class OpenAIChatConnector:
         body = pydantic_core.to_json(self.body(request), inf_nan_mode="null")
         headers = {"content-type": "application/json", **self._auth}
         timeout = wire.timeout_of(request, self.spec)
-        received = partial.Received()  # what came, should the agent stop halfway
+        received = http.Received()  # what came, should the agent stop halfway
         status, data = await self._http.call(
             request, self.url, body, headers, timeout, received.read, received.partial
         )

@@ -5,8 +5,8 @@ JSON body that stopped halfway, AG-UI events up to a tool call that never return
 command's stdout so far. Each built-in connector keeps that (:class:`Partial`) and the test
 result carries it (``TestResult.partial``), so a reader sees how far the agent got:
 
-* REST and OpenAI-compatible: the body received so far (:class:`Received` reads it as it
-  arrives), its first :data:`KEEP_BYTES` decoded as UTF-8 with replacement;
+* REST and OpenAI-compatible: the body received so far (:class:`~.transport.Received` reads it
+  as it arrives), its first :data:`KEEP_BYTES` decoded as UTF-8 with replacement;
 * AG-UI: the events folded so far — the assistant's text and the steps (tool calls seen,
   messages, results), a message or call still open shown as it stood;
 * subprocess: the command's stdout so far, kept as the body is.
@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.connectors.protocol import Step
-
-if TYPE_CHECKING:
-    from agent_health.connectors import transport
 
 KEEP_BYTES = 64 * 1024
 """How much of a body or stdout a timeout keeps (and how many characters of folded text)."""
@@ -80,31 +77,3 @@ def of_events(steps: Sequence[Step], events: int, size: int) -> Partial:
         events=events,
         trajectory=tuple(steps),
     )
-
-
-class Received:
-    """One answer's body, read as it arrives: the whole of it for :meth:`read`, and what had
-    come for :meth:`partial` when the call times out before the end (``Response.read``
-    keeps nothing of a body it did not finish)."""
-
-    __slots__ = ("_chunks",)
-
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-
-    async def read(self, response: transport.Response) -> tuple[int, bytes]:
-        """The reader of a one-answer call (``wire.Http.call``): the status and the body."""
-        chunks = self._chunks
-        async for chunk in response.iter_chunks():
-            chunks.append(chunk)
-        return response.status, chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    def partial(self) -> Partial:
-        """What had arrived, as :func:`of_bytes` keeps it."""
-        kept = bytearray()
-        size = 0
-        for chunk in self._chunks:
-            size += len(chunk)
-            if len(kept) < KEEP_BYTES:
-                kept += chunk
-        return of_bytes(kept, "body", size)

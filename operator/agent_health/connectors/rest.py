@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pydantic
 
-from agent_health.connectors import errors, partial, wire
+from agent_health.connectors import errors, wire
 from agent_health.connectors import transport as http
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.protocol import AgentReply, AgentRequest
@@ -34,7 +34,7 @@ class RestConnector:
     async def run(self, request: AgentRequest) -> AgentReply:
         body = request.wire_bytes()
         timeout = wire.timeout_of(request, self.spec)
-        received = partial.Received()  # what came, should the agent stop halfway
+        received = http.Received()  # what came, should the agent stop halfway
         status, data = await self._http.call(
             request, self.url, body, _JSON, timeout, received.read, received.partial
         )

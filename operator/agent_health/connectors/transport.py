@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent_health.connectors import errors
+from agent_health.connectors import errors, partial
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,3 +252,31 @@ class _Headers(dict[str, str]):
 def reason(err: BaseException) -> str:
     """An exception's message, or its type name when it has none."""
     return str(err) or type(err).__name__
+
+
+class Received:
+    """One answer's body, read as it arrives: the whole of it for :meth:`read`, and what had
+    come for :meth:`partial` when the call times out before the end (``Response.read``
+    keeps nothing of a body it did not finish)."""
+
+    __slots__ = ("_chunks",)
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+
+    async def read(self, response: Response) -> tuple[int, bytes]:
+        """The reader of a one-answer call (``wire.Http.call``): the status and the body."""
+        chunks = self._chunks
+        async for chunk in response.iter_chunks():
+            chunks.append(chunk)
+        return response.status, chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def partial(self) -> partial.Partial:
+        """What had arrived, as :func:`~.partial.of_bytes` keeps it."""
+        kept = bytearray()
+        size = 0
+        for chunk in self._chunks:
+            size += len(chunk)
+            if len(kept) < partial.KEEP_BYTES:
+                kept += chunk
+        return partial.of_bytes(kept, "body", size)

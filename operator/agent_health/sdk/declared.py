@@ -10,11 +10,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
-
-from agent_health.sdk import parametrize
 
 BUILTIN_FIXTURES = ("agent", "expect", "judge", "traces", "test_info")
 HookKind = Literal["before_each", "after_each", "before_all", "after_all"]
@@ -101,8 +100,13 @@ class TestCase:
         digest = hashlib.sha256()
         parts = [self.title, "\x00".join(self.labels), source]
         if self.values is not None:  # a test.each row: its values are part of what it tests
-            parts.append(parametrize.canonical(self.values))
+            parts.append(_canonical(self.values))
         for part in parts:
             digest.update(part.encode())
             digest.update(b"\x01")
         return digest.hexdigest()[:16]
+
+
+def _canonical(values: Mapping[str, Any]) -> str:
+    """A stable text of a test.each row, for the content hash (changing a value changes it)."""
+    return json.dumps(dict(values), sort_keys=True, default=repr)

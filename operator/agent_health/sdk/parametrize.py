@@ -21,21 +21,25 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from agent_health.sdk import errors
+from agent_health.sdk import declared, errors
 
-if TYPE_CHECKING:
-    from agent_health.sdk.declare import Body, Mode, TestAPI
+
+class Declaring(Protocol):
+    """What ``test.each`` declares through: the ``test`` object's one declaring path."""
+
+    def _declare(
+        self, name: str, *, mode: declared.Mode, reason: str | None, options: Mapping[str, Any]
+    ) -> Callable[[declared.Body], declared.Body]: ...
 
 
 class Each:
     """What ``test.each(rows)`` returns: call it with a title (and ``@test`` options)."""
 
-    def __init__(self, api: TestAPI, rows: Iterable[Mapping[str, Any]]) -> None:
+    def __init__(self, api: Declaring, rows: Iterable[Mapping[str, Any]]) -> None:
         if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
             raise errors.DefinitionError(
                 f"test.each takes a list of rows (dicts of parameter → value), got {rows!r}"
@@ -51,28 +55,32 @@ class Each:
         if not self._rows:
             raise errors.DefinitionError("test.each got no rows; give it at least one")
 
-    def __call__(self, title: str, **options: Any) -> Callable[[Body], Body]:
+    def __call__(self, title: str, **options: Any) -> Callable[[declared.Body], declared.Body]:
         """One test per row, titled ``title.format(**row)``."""
         return self._declare(title, "run", None, options)
 
-    def skip(self, title: str, *, reason: str = "", **options: Any) -> Callable[[Body], Body]:
+    def skip(
+        self, title: str, *, reason: str = "", **options: Any
+    ) -> Callable[[declared.Body], declared.Body]:
         """One skipped test per row."""
         return self._declare(title, "skip", reason or "marked skip", options)
 
-    def fixme(self, title: str, *, reason: str = "", **options: Any) -> Callable[[Body], Body]:
+    def fixme(
+        self, title: str, *, reason: str = "", **options: Any
+    ) -> Callable[[declared.Body], declared.Body]:
         """One known-broken (skipped) test per row."""
         return self._declare(title, "fixme", reason or "fixme", options)
 
-    def only(self, title: str, **options: Any) -> Callable[[Body], Body]:
+    def only(self, title: str, **options: Any) -> Callable[[declared.Body], declared.Body]:
         """One focused test per row (only focused tests run)."""
         return self._declare(title, "only", None, options)
 
     def _declare(
-        self, title: str, mode: Mode, reason: str | None, options: Mapping[str, Any]
-    ) -> Callable[[Body], Body]:
+        self, title: str, mode: declared.Mode, reason: str | None, options: Mapping[str, Any]
+    ) -> Callable[[declared.Body], declared.Body]:
         names = [_title(title, i, row) for i, row in enumerate(self._rows)]
 
-        def decorate(fn: Body) -> Body:
+        def decorate(fn: declared.Body) -> declared.Body:
             for name, row in zip(names, self._rows, strict=True):
                 values = MappingProxyType(dict(row))
                 # Through the one declaring path (checks, describe groups, labels, only).
@@ -112,8 +120,3 @@ def check_row(
             f"{owner} takes {missing[0]!r}, which is neither a fixture nor a key of its row "
             f"(row keys: {', '.join(row) or 'none'})"
         )
-
-
-def canonical(values: Mapping[str, Any]) -> str:
-    """A stable text of a row, for the test's content hash (changing a value changes it)."""
-    return json.dumps(dict(values), sort_keys=True, default=repr)

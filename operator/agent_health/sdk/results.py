@@ -115,12 +115,12 @@ class RunResult(readonly.ReadOnlyModel):
     @property
     def turns(self) -> tuple[turns_mod.Turn, ...]:
         """Every turn, first to last: a single run is one turn."""
-        return turns_mod.every(self)
+        return _every(self)
 
     def turn(self, number: int) -> RunResult:
         """Turn ``number`` (from 1) as a run of its own, for the same matchers and judges:
         ``expect(result.turn(2)).to_have_called_tool("lookup_order")``."""
-        one = turns_mod.one(self, number)
+        one = _one(self, number)
         if one is not self:  # a turn of a conversation: its checks and verdicts name it
             one._turn = number
         return one
@@ -347,3 +347,45 @@ class TestResult(BaseModel):
 
     def gates(self) -> Iterator[Signal]:
         return (s for s in self.signals if s.role == "gate")
+
+
+def _every(run: RunResult) -> tuple[turns_mod.Turn, ...]:
+    """``run.turns``: a conversation's turns, or a single run as its one turn."""
+    if run.conversation:
+        return run.conversation
+    single = turns_mod.Turn(
+        number=1,
+        user=run.prompt,
+        output=run.output,
+        trajectory=run.trajectory_steps,
+        token_usage=run.token_usage,
+        duration_ms=run.duration_ms,
+        unreported=run.unreported,
+    )
+    return (single,)
+
+
+def _one(run: RunResult, number: int) -> RunResult:
+    """``run.turn(number)``: that turn as a run of its own (a single run is its turn 1)."""
+    taken = _every(run)
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= len(taken):
+        raise errors.AgentHealthError(
+            f"result.turn({number!r}): this run has turns 1 to {len(taken)}"
+        )
+    if not run.conversation:
+        return run
+    turn = taken[number - 1]
+    return run.model_copy(
+        update={
+            "prompt": turn.user,
+            "context": run.context if number == 1 else (),
+            "output": turn.output,
+            "trajectory_steps": turn.trajectory,
+            "token_usage": turn.token_usage,
+            "duration_ms": turn.duration_ms,
+            "raw": {},
+            "unreported": turn.unreported,
+            "conversation": (),
+            "ended": None,
+        }
+    )

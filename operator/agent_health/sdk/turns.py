@@ -7,18 +7,12 @@ makes one :class:`~agent_health.sdk.results.RunResult` whose ``turns`` are these
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from agent_health.connectors import readonly
 from agent_health.connectors.protocol import Step, TokenUsage
-from agent_health.sdk import errors
-
-if TYPE_CHECKING:
-    from agent_health.sdk.results import RunResult
-
-Run = TypeVar("Run", bound="RunResult")
 
 EndReason = Literal["turns-done", "user-stopped", "goal-met", "gave-up", "max-turns"]
 """Why a conversation ended:
@@ -147,45 +141,3 @@ def from_record(
 def end_of_record(recorded: dict[str, str] | None) -> ConversationEnd | None:
     """A run-result record's ``ended``, or ``None``."""
     return ConversationEnd.model_validate(recorded) if recorded else None
-
-
-def every(run: RunResult) -> tuple[Turn, ...]:
-    """``run.turns``: a conversation's turns, or a single run as its one turn."""
-    if run.conversation:
-        return run.conversation
-    single = Turn(
-        number=1,
-        user=run.prompt,
-        output=run.output,
-        trajectory=run.trajectory_steps,
-        token_usage=run.token_usage,
-        duration_ms=run.duration_ms,
-        unreported=run.unreported,
-    )
-    return (single,)
-
-
-def one(run: Run, number: int) -> Run:
-    """``run.turn(number)``: that turn as a run of its own (a single run is its turn 1)."""
-    taken = every(run)
-    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= len(taken):
-        raise errors.AgentHealthError(
-            f"result.turn({number!r}): this run has turns 1 to {len(taken)}"
-        )
-    if not run.conversation:
-        return run
-    turn = taken[number - 1]
-    return run.model_copy(
-        update={
-            "prompt": turn.user,
-            "context": run.context if number == 1 else (),
-            "output": turn.output,
-            "trajectory_steps": turn.trajectory,
-            "token_usage": turn.token_usage,
-            "duration_ms": turn.duration_ms,
-            "raw": {},
-            "unreported": turn.unreported,
-            "conversation": (),
-            "ended": None,
-        }
-    )
