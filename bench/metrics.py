@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 
 from agent_health.connectors.protocol import Step, TokenUsage
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import metrics, settings
+from agent_health.traces import metrics
 
 SIZES = (10, 1_000, 100_000)
 TOOLS = ("search_logs", "service_status", "query_db", "read_file")
@@ -46,7 +47,7 @@ def trajectory(n: int) -> tuple[Step, ...]:
     return tuple(steps[:n])
 
 
-def per_step_us(result: RunResult, prices: settings.PriceTable) -> float:
+def per_step_us(result: RunResult, prices: tracesconfig.PriceTable) -> float:
     """Best of several timings (microseconds per step) to keep noise out of the ratio."""
     n = max(1, len(result.trajectory_steps))
     repeats = max(3, min(200, 200_000 // n))
@@ -60,8 +61,8 @@ def per_step_us(result: RunResult, prices: settings.PriceTable) -> float:
 
 
 def main() -> None:
-    prices = settings.PriceTable(
-        {"default": settings.Price(input_per_mtok=0.15, output_per_mtok=0.6)}
+    prices = tracesconfig.PriceTable(
+        {"default": tracesconfig.Price(input_per_mtok=0.15, output_per_mtok=0.6)}
     )
     timings = {}
     print(f"{'steps':>8}  {'µs/step':>8}  {'total ms':>9}  redundant  ignored  retries")

@@ -18,7 +18,7 @@ import pytest
 from agent_health.ledger import otlp as ledger_otlp
 from agent_health.otel import conventions as cv
 from agent_health.otel import export, exporter, records
-from agent_health.otel import settings as otel_settings
+from agent_health.sdk import otlpconfig
 from agent_health.sdk.results import TestResult
 from google.protobuf import json_format
 from support.helpers import INPROC_CONFIG, ONE_TEST
@@ -86,11 +86,11 @@ def _no_ambient_otel(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def _settings(url: str, **fields: Any) -> otel_settings.Settings:
-    return otel_settings.Settings(endpoint=otel_settings.traces_url(url), **fields)
+def _settings(url: str, **fields: Any) -> otlpconfig.Settings:
+    return otlpconfig.Settings(endpoint=otlpconfig.traces_url(url), **fields)
 
 
-async def _send(settings: otel_settings.Settings, *batches: list[records.SpanRecord]) -> Any:
+async def _send(settings: otlpconfig.Settings, *batches: list[records.SpanRecord]) -> Any:
     """Each batch submitted as one test's spans, then close: the warning, if any."""
 
     def run() -> str | None:
@@ -314,23 +314,23 @@ def test_the_protocol_compression_and_resource_settings_resolve() -> None:
         "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
         "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci,team=s%20re,service.name=x",
     }
-    got = otel_settings.resolve("http://x:4318", None, env)
+    got = otlpconfig.resolve("http://x:4318", None, env)
     assert got is not None
     assert (got.protocol, got.compression) == ("http/json", "gzip")
     assert dict(got.resource) == {"deployment.environment": "ci", "team": "s re"}
     assert got.service_name == "x"  # OTEL_RESOURCE_ATTRIBUTES' service.name, unless...
-    named = otel_settings.resolve("http://x:4318", None, {**env, "OTEL_SERVICE_NAME": "y"})
+    named = otlpconfig.resolve("http://x:4318", None, {**env, "OTEL_SERVICE_NAME": "y"})
     assert named is not None
     assert named.service_name == "y"  # ...OTEL_SERVICE_NAME says otherwise, as the spec says
-    plain = otel_settings.resolve("http://x:4318", None, {})
+    plain = otlpconfig.resolve("http://x:4318", None, {})
     assert plain is not None
     assert (plain.protocol, plain.compression, plain.service_name) == (
         "http/protobuf",
         "none",
         "agent-health",
     )
-    with pytest.raises(otel_settings.SettingsError, match="compression 'zstd' is not supported"):
-        otel_settings.resolve("http://x:4318", None, {"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"})
+    with pytest.raises(otlpconfig.SettingsError, match="compression 'zstd' is not supported"):
+        otlpconfig.resolve("http://x:4318", None, {"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"})
 
 
 # Run before the CLI in the subprocess: protobuf and opentelemetry-proto cannot be found, as

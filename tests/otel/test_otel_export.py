@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from agent_health import cli
 from agent_health.otel import conventions as cv
-from agent_health.otel import settings as otel_settings
+from agent_health.sdk import otlpconfig
 from aiohttp import web
 from support.helpers import run_cli
 from support.judge_servers import Answer, ScriptedModel
@@ -111,7 +111,7 @@ def _no_ambient_otel(monkeypatch: pytest.MonkeyPatch) -> None:
         "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_PROTOCOL",
         "OTEL_SDK_DISABLED",
-        otel_settings.CONTENT_VARIABLE,
+        otlpconfig.CONTENT_VARIABLE,
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -333,25 +333,25 @@ def test_a_bad_export_setting_stops_the_run_before_any_test(
 
 
 def test_settings_resolve_in_the_documented_order() -> None:
-    cfg = otel_settings.OtlpConfig(endpoint="http://config:4318", headers_env="MY_HEADERS")
+    cfg = otlpconfig.OtlpConfig(endpoint="http://config:4318", headers_env="MY_HEADERS")
     env = {"MY_HEADERS": "a=1", "OTEL_EXPORTER_OTLP_HEADERS": "b=2"}
-    got = otel_settings.resolve(None, cfg, env)
+    got = otlpconfig.resolve(None, cfg, env)
     assert got is not None
     assert got.endpoint == "http://config:4318/v1/traces"
     assert dict(got.headers) == {"a": "1", "b": "2"}
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://env:4318/"
-    assert otel_settings.resolve(None, cfg, env).endpoint == "http://env:4318/v1/traces"  # type: ignore[union-attr]
+    assert otlpconfig.resolve(None, cfg, env).endpoint == "http://env:4318/v1/traces"  # type: ignore[union-attr]
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = "http://env:4318/custom"
-    assert otel_settings.resolve(None, cfg, env).endpoint == "http://env:4318/custom"  # type: ignore[union-attr]
-    flagged = otel_settings.resolve("http://flag:4318/v1/traces", cfg, env)
+    assert otlpconfig.resolve(None, cfg, env).endpoint == "http://env:4318/custom"  # type: ignore[union-attr]
+    flagged = otlpconfig.resolve("http://flag:4318/v1/traces", cfg, env)
     assert flagged is not None
     assert flagged.endpoint == "http://flag:4318/v1/traces"
-    assert otel_settings.resolve(None, cfg, {**env, "OTEL_SDK_DISABLED": "true"}) is None
-    assert otel_settings.resolve(None, None, {}) is None
-    timed = otel_settings.resolve("http://x:1", None, {"OTEL_EXPORTER_OTLP_TIMEOUT": "2500"})
+    assert otlpconfig.resolve(None, cfg, {**env, "OTEL_SDK_DISABLED": "true"}) is None
+    assert otlpconfig.resolve(None, None, {}) is None
+    timed = otlpconfig.resolve("http://x:1", None, {"OTEL_EXPORTER_OTLP_TIMEOUT": "2500"})
     assert timed is not None
     assert timed.timeout == 2.5
-    content = otel_settings.resolve("http://x:1", None, {otel_settings.CONTENT_VARIABLE: "true"})
+    content = otlpconfig.resolve("http://x:1", None, {otlpconfig.CONTENT_VARIABLE: "true"})
     assert content is not None
     assert content.capture_content
 
@@ -398,9 +398,7 @@ async def test_a_cell_exports_its_test_through_its_gateway_and_no_run_span(
         try:
             settings = dataclasses.replace(
                 cell_support.cell_settings(tmp_path, proxy, CELL_SUITE),
-                otlp=otel_settings.resolve(
-                    None, None, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
-                ),
+                otlp=otlpconfig.resolve(None, None, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}),
                 evaluation_run="triage-nightly",
             )
             code, result = await cell.run_cell(settings)
@@ -456,7 +454,7 @@ async def test_tests_beyond_the_queue_are_dropped_counted_and_said_once() -> Non
         )
 
     async with serving(slow, path="/v1/traces") as url:
-        run = export.Export.open(otel_settings.Settings(endpoint=url, max_queue=2))
+        run = export.Export.open(otlpconfig.Settings(endpoint=url, max_queue=2))
         run.test_ended(result(0), None)
         await posted.wait()  # the worker is in its first POST, half a second later
         for n in range(1, 11):

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_health.traces import settings
+from agent_health.sdk import tracesconfig
 from aiohttp import web
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -165,7 +165,7 @@ def queried(body: dict[str, Any], docs: Docs) -> Docs:
     ]
 
 
-def cfg(url: str, **kw: Any) -> settings.OpenSearchSettings:
-    return settings.OpenSearchSettings(
+def cfg(url: str, **kw: Any) -> tracesconfig.OpenSearchSettings:
+    return tracesconfig.OpenSearchSettings(
         hosts=[url], **{"wait_seconds": 2, "poll_seconds": 0.05, **kw}
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent_health.connectors.protocol import Step, TokenUsage
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import metrics, settings
+from agent_health.traces import metrics
 
 
 def call(tool: str, args: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def test_no_agent_run_has_no_metrics() -> None:
 
 
 def test_no_tool_calls() -> None:
-    m = metrics.derive(run(think(), say("hello")), settings.PriceTable())
+    m = metrics.derive(run(think(), say("hello")), tracesconfig.PriceTable())
     assert m["tool_calls"] == 0
     assert m["tool_histogram"] == {}
     assert m["llm_calls"] == 1
@@ -213,10 +214,10 @@ def test_results_pair_by_call_id_and_by_order_without_names() -> None:
 
 
 def test_cost_from_the_price_table_or_none() -> None:
-    table = settings.PriceTable(
+    table = tracesconfig.PriceTable(
         {
-            "gpt-x": settings.Price(input_per_mtok=2.0, output_per_mtok=8.0),
-            "default": settings.Price(input_per_mtok=1.0, output_per_mtok=1.0),
+            "gpt-x": tracesconfig.Price(input_per_mtok=2.0, output_per_mtok=8.0),
+            "default": tracesconfig.Price(input_per_mtok=1.0, output_per_mtok=1.0),
         }
     )
     usage = TokenUsage(prompt=1_000, completion=500)
@@ -225,7 +226,7 @@ def test_cost_from_the_price_table_or_none() -> None:
     assert metrics.derive(named, table)["model"] == "gpt-x"
     other = run(say("hi"), token_usage=usage, raw={"model": "unknown"})
     assert metrics.derive(other, table)["cost_usd"] == 0.0015
-    assert metrics.derive(named, settings.PriceTable())["cost_usd"] is None
+    assert metrics.derive(named, tracesconfig.PriceTable())["cost_usd"] is None
     assert metrics.derive(named)["cost_usd"] is None
     no_tokens = run(say("hi"), raw={"model": "gpt-x"})
     assert metrics.derive(no_tokens, table)["cost_usd"] is None  # never a made-up zero

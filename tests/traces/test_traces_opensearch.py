@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import errors, opensearch, settings, view
+from agent_health.traces import errors, opensearch, view
 from aiohttp import web
 from support.helpers import run_cli
 from support.opensearch_support import (
@@ -72,9 +73,9 @@ async def test_spans_are_parsed_with_genai_fields(fake: FakeOpenSearch) -> None:
 
 
 async def test_view_reads_tokens_and_tools_from_opensearch(fake: FakeOpenSearch) -> None:
-    traces_cfg = settings.TracesSettings(
+    traces_cfg = tracesconfig.TracesSettings(
         opensearch=cfg(fake.url),
-        prices={"gpt-4o-mini": settings.Price(input_per_mtok=0.15, output_per_mtok=0.6)},
+        prices={"gpt-4o-mini": tracesconfig.Price(input_per_mtok=0.15, output_per_mtok=0.6)},
     )
     run = RunResult(run_id="run-42", prompt="p", traceparent=TRACEPARENT)
     traces = view.build(run, traces_cfg, agent="triage")

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from agent_health.connectors.protocol import AgentReply, Step, TokenUsage
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import errors, fromspans, received, records, settings, view
+from agent_health.traces import errors, fromspans, received, records, view
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{TRACE}-b7ad6b7169203331-01"
@@ -69,7 +70,7 @@ def run_result(**fields: Any) -> RunResult:
 
 
 def traces_view(receiver: Receiver, **fields: Any) -> view.TracesView:
-    config = settings.TracesSettings(otlp=settings.OtlpSettings(wait_seconds=0.5))
+    config = tracesconfig.TracesSettings(otlp=tracesconfig.OtlpSettings(wait_seconds=0.5))
     return view.build(run_result(**fields), config, agent=None, read_received=receiver.read)
 
 

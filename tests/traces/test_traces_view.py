@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from agent_health.connectors.protocol import Step, TokenUsage
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import errors, exchanges, records, settings, trajectory, view
+from agent_health.traces import errors, exchanges, records, trajectory, view
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -60,7 +61,7 @@ async def test_trajectory_source_turns_steps_into_genai_spans() -> None:
 
 
 async def test_view_answers_from_the_trajectory_and_caches() -> None:
-    traces = view.build(result(), settings.TracesSettings(), agent="triage")
+    traces = view.build(result(), tracesconfig.TracesSettings(), agent="triage")
     assert traces.source == "trajectory"
     assert traces.loaded is None
     assert await traces.total_tokens() == 42
@@ -76,45 +77,45 @@ async def test_view_answers_from_the_trajectory_and_caches() -> None:
 
 
 async def test_no_token_usage_is_an_error_not_zero() -> None:
-    traces = view.build(result(token_usage=TokenUsage()), settings.TracesSettings(), agent=None)
+    traces = view.build(result(token_usage=TokenUsage()), tracesconfig.TracesSettings(), agent=None)
     with pytest.raises(errors.TracesNotFound, match="no token usage in the 6 spans of run run-1"):
         await traces.total_tokens()
 
 
 async def test_no_trajectory_reported_leaves_step_counts_unknown_not_zero() -> None:
     silent = result(trajectory=(), unreported=frozenset({"trajectory"}))
-    traces = view.build(silent, settings.TracesSettings(), agent=None)
+    traces = view.build(silent, tracesconfig.TracesSettings(), agent=None)
     assert await traces.total_tokens() == 42  # the usage it did report is still there
     for question in (traces.tool_calls, traces.llm_calls, traces.tool_histogram):
         with pytest.raises(errors.TracesNotFound, match="the agent reported no trajectory"):
             await question()
     assert (await traces.metrics())["tool_calls"] is None
-    empty = view.build(result(trajectory=()), settings.TracesSettings(), agent=None)
+    empty = view.build(result(trajectory=()), tracesconfig.TracesSettings(), agent=None)
     assert await empty.tool_calls() == 0  # an empty trajectory it reported: a real zero
 
 
 async def test_cost_needs_a_price() -> None:
-    cfg = settings.TracesSettings(
-        prices={"m1": settings.Price(input_per_mtok=1, output_per_mtok=2)}
+    cfg = tracesconfig.TracesSettings(
+        prices={"m1": tracesconfig.Price(input_per_mtok=1, output_per_mtok=2)}
     )
     assert await view.build(result(), cfg, agent=None).cost_usd() == round(54 / 1e6, 8)
-    unpriced = view.build(result(), settings.TracesSettings(), agent=None)
+    unpriced = view.build(result(), tracesconfig.TracesSettings(), agent=None)
     with pytest.raises(errors.TracesError, match="no price for model m1 of run run-1"):
         await unpriced.cost_usd()
 
 
 def test_traces_not_enabled_names_the_agent() -> None:
-    off = settings.TracesSettings(enabled=False)
+    off = tracesconfig.TracesSettings(enabled=False)
     with pytest.raises(errors.TracesNotEnabled, match="traces not enabled for agent triage"):
         view.build(result(), off, agent="triage")
-    only = settings.TracesSettings(enabled=["other"])
+    only = tracesconfig.TracesSettings(enabled=["other"])
     with pytest.raises(errors.TracesNotEnabled, match=r"set traces\.enabled"):
         view.build(result(), only, agent="triage")
     assert view.build(result(), only, agent="other").source == "trajectory"
 
 
 async def test_unknown_source_is_a_clear_error() -> None:
-    traces = view.build(result(), settings.TracesSettings(), agent=None)
+    traces = view.build(result(), tracesconfig.TracesSettings(), agent=None)
     with pytest.raises(errors.TracesNotEnabled, match="'opensearch' is not configured"):
         await traces.spans(source="opensearch")
 
@@ -150,7 +151,7 @@ async def read(run_id: str) -> Sequence[exchanges.Exchange]:
 
 
 async def test_exchange_source_builds_spans_from_recorded_exchanges() -> None:
-    traces = view.build(result(), settings.TracesSettings(), agent=None, read_exchanges=read)
+    traces = view.build(result(), tracesconfig.TracesSettings(), agent=None, read_exchanges=read)
     assert traces.sources == ["gateway", "trajectory"]
     spans = await traces.spans()
     assert [s.operation for s in spans] == [

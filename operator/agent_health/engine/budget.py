@@ -28,9 +28,9 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import TestResult
 from agent_health.traces import metrics as metrics_mod
-from agent_health.traces import settings
 
 _N = TypeVar("_N", int, float)
 Kind = Literal["max_cost_usd", "max_tokens", "max_duration_s"]
@@ -113,7 +113,7 @@ def _add(a: _N | None, b: _N | None) -> _N | None:
 def of_result(
     result: TestResult,
     judge_prices: Prices | None = None,
-    agent_prices: settings.PriceTable | None = None,
+    agent_prices: tracesconfig.PriceTable | None = None,
 ) -> TestSpend:
     """The spend of one test result: its agent run and its judge calls.
 
@@ -150,7 +150,7 @@ def of_result(
     )
 
 
-def _priced(prices: settings.PriceTable, metrics: dict[str, object]) -> float | None:
+def _priced(prices: tracesconfig.PriceTable, metrics: dict[str, object]) -> float | None:
     tokens_in, tokens_out = metrics.get("input_tokens"), metrics.get("output_tokens")
     if not isinstance(tokens_in, int) or not isinstance(tokens_out, int):
         return None

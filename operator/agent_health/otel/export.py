@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from agent_health.otel import records, spans
-from agent_health.otel import settings as settings_mod
 from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import otlpconfig
 from agent_health.sdk.results import TestResult
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Export:
 
     def __init__(
         self,
-        settings: settings_mod.Settings,
+        settings: otlpconfig.Settings,
         *,
         agent: str | None = None,
         judge_provider: str | None = None,
@@ -96,7 +96,7 @@ class Export:
     @classmethod
     def open(
         cls,
-        settings: settings_mod.Settings,
+        settings: otlpconfig.Settings,
         *,
         agent: str | None = None,
         judge_provider: str | None = None,

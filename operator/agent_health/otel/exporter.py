@@ -26,7 +26,7 @@ import httpx
 
 from agent_health import tls
 from agent_health.otel import encode, records
-from agent_health.otel import settings as settings_mod
+from agent_health.sdk import otlpconfig
 
 BATCH = 512  # spans per export request at most (the OpenTelemetry SDK's default)
 
@@ -34,7 +34,7 @@ BATCH = 512  # spans per export request at most (the OpenTelemetry SDK's default
 class RunExporter:
     """One run's sending side: the pending request, its client, and what was lost and why."""
 
-    def __init__(self, settings: settings_mod.Settings, *, version: str = "") -> None:
+    def __init__(self, settings: otlpconfig.Settings, *, version: str = "") -> None:
         self.settings = settings
         self.submitted = 0  # spans handed to :meth:`submit`
         self.sent = 0  # in requests the receiver accepted

@@ -24,9 +24,7 @@ from pydantic import (
 
 from agent_health import timeouts
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.otel import settings as otel_settings
-from agent_health.sdk import errors
-from agent_health.traces import settings as traces_settings
+from agent_health.sdk import errors, otlpconfig, tracesconfig
 
 
 class RetryConfig(BaseModel):
@@ -133,9 +131,9 @@ class Config(BaseModel):
     judge: JudgeConfig | None = None
     evaluators: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     insights: Callable[..., Any] | None = None
-    traces: traces_settings.TracesSettings = Field(default_factory=traces_settings.TracesSettings)
-    prices: dict[str, traces_settings.Price] = Field(default_factory=dict)
-    otlp: otel_settings.OtlpConfig | None = None
+    traces: tracesconfig.TracesSettings = Field(default_factory=tracesconfig.TracesSettings)
+    prices: dict[str, tracesconfig.Price] = Field(default_factory=dict)
+    otlp: otlpconfig.OtlpConfig | None = None
     """Where each run is exported as OTLP traces (docs/otel.md); ``--otlp`` and
     ``OTEL_EXPORTER_OTLP_*`` override it."""
     connectors: dict[str, Callable[..., Any]] = Field(default_factory=dict)
@@ -178,9 +176,9 @@ class Config(BaseModel):
             "rest+http://127.0.0.1:8080/run"
         )
 
-    def price_table(self) -> traces_settings.PriceTable:
+    def price_table(self) -> tracesconfig.PriceTable:
         """``prices={...}`` merged with ``traces={"prices": {...}}`` (the latter wins)."""
-        return traces_settings.PriceTable({**self.prices, **self.traces.prices})
+        return tracesconfig.PriceTable({**self.prices, **self.traces.prices})
 
     def agent_name(self, name: str | None) -> str | None:
         """The name ``--agent`` resolves to (a config key, or the URL as given)."""

@@ -53,8 +53,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from agent_health.connectors import protocol
 from agent_health.connectors.protocol import Step
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult, Signal
-from agent_health.traces import acknowledge, settings
+from agent_health.traces import acknowledge
 
 CONVERSATION_KEYS = (
     "turns",
@@ -81,7 +82,9 @@ METRIC_KEYS = (
 MODEL_STEPS = frozenset({"thinking", "assistant", "tool_call"})
 
 
-def derive(result: RunResult | None, prices: settings.PriceTable | None = None) -> dict[str, Any]:
+def derive(
+    result: RunResult | None, prices: tracesconfig.PriceTable | None = None
+) -> dict[str, Any]:
     """Tokens, cost, latency and tool use of one run (empty when the agent never ran)."""
     if result is None:
         return {}
@@ -194,7 +197,7 @@ def usage_by_model(result: RunResult) -> tuple[protocol.ModelUsage, ...]:
 
 
 def costing(
-    prices: settings.PriceTable | None, parts: Sequence[protocol.ModelUsage]
+    prices: tracesconfig.PriceTable | None, parts: Sequence[protocol.ModelUsage]
 ) -> tuple[float | None, list[dict[str, Any]]]:
     """The cost of ``parts`` at ``prices``, and the parts spent on a model the table has no
     price for (``{"model", "tokens"}``). The cost is known only when every part that

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_health.traces import errors, records, settings
+from agent_health.sdk import tracesconfig
+from agent_health.traces import errors, records
 
 if TYPE_CHECKING:
     from opensearchpy import AsyncOpenSearch
@@ -39,7 +40,7 @@ def attribute_field(prefix: str, key: str) -> str:
 
 
 def span_query(
-    run_id: str, traceparent: str | None, cfg: settings.OpenSearchSettings
+    run_id: str, traceparent: str | None, cfg: tracesconfig.OpenSearchSettings
 ) -> dict[str, Any]:
     """The ``_search`` body that finds this run's spans (trace id or run id attribute)."""
     should: list[dict[str, Any]] = [
@@ -56,7 +57,7 @@ def span_query(
 
 
 def log_query(
-    run_id: str, traceparent: str | None, cfg: settings.OpenSearchSettings
+    run_id: str, traceparent: str | None, cfg: tracesconfig.OpenSearchSettings
 ) -> dict[str, Any]:
     """The ``_search`` body that finds this run's log records."""
     should: list[dict[str, Any]] = [
@@ -169,7 +170,7 @@ class OpenSearchSource:
     name = "opensearch"
     remote = True
 
-    def __init__(self, cfg: settings.OpenSearchSettings) -> None:
+    def __init__(self, cfg: tracesconfig.OpenSearchSettings) -> None:
         self.cfg = cfg
         self._client: AsyncOpenSearch | None = None
 
@@ -315,7 +316,7 @@ def _settled(spans: list[records.Span]) -> bool:
     return any(s.operation == records.INVOKE_AGENT for s in spans)
 
 
-def _describe(err: Any, index: str, cfg: settings.OpenSearchSettings) -> str:
+def _describe(err: Any, index: str, cfg: tracesconfig.OpenSearchSettings) -> str:
     status = getattr(err, "status_code", None)
     hosts = ", ".join(cfg.hosts)
     if status in (401, 403):

@@ -27,16 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import (
-    errors,
-    exchanges,
-    metrics,
-    received,
-    records,
-    settings,
-    trajectory,
-)
+from agent_health.traces import errors, exchanges, metrics, received, records, trajectory
 from agent_health.traces import opensearch as opensearch_mod
 
 
@@ -47,7 +40,7 @@ class TraceSnapshot:
     run_id: str
     source: str
     spans: tuple[records.Span, ...]
-    prices: settings.PriceTable = field(default_factory=settings.PriceTable)
+    prices: tracesconfig.PriceTable = field(default_factory=tracesconfig.PriceTable)
     steps_known: bool = True
     """False when the source has no record of the agent's steps (it reported none)."""
     foreign: int = 0
@@ -141,7 +134,7 @@ class TracesView:
         self,
         result: RunResult,
         sources: Sequence[records.TraceSource],
-        prices: settings.PriceTable | None = None,
+        prices: tracesconfig.PriceTable | None = None,
         *,
         preferred: received.ReceivedSource | None = None,
     ) -> None:
@@ -156,7 +149,7 @@ class TracesView:
         if preferred is not None:
             self._sources[preferred.name] = preferred
             self._order.append(preferred.name)
-        self._prices = prices or settings.PriceTable()
+        self._prices = prices or tracesconfig.PriceTable()
         self._loaded: dict[str, TraceSnapshot] = {}
         self._lock = asyncio.Lock()
 
@@ -274,10 +267,10 @@ class TracesView:
 
 def build(
     result: RunResult,
-    config: settings.TracesSettings,
+    config: tracesconfig.TracesSettings,
     *,
     agent: str | None,
-    prices: settings.PriceTable | None = None,
+    prices: tracesconfig.PriceTable | None = None,
     read_exchanges: exchanges.ExchangeReader | None = None,
     read_received: received.SpansReader | None = None,
 ) -> TracesView:
@@ -297,5 +290,5 @@ def build(
     if read_received is not None:
         preferred = received.ReceivedSource(read_received, wait_seconds=config.otlp.wait_seconds)
     return TracesView(
-        result, sources, prices or settings.PriceTable(config.prices), preferred=preferred
+        result, sources, prices or tracesconfig.PriceTable(config.prices), preferred=preferred
     )

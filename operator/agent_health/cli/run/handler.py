@@ -372,11 +372,11 @@ def _export(
 ) -> export_mod.Export | None:
     """The run's OTLP export (``--otlp``, ``OTEL_EXPORTER_OTLP_*``, the config's ``otlp``), or
     ``None`` when none is asked for; a bad setting or a missing extra is a usage error."""
-    from agent_health.otel import settings as otel_settings
+    from agent_health.sdk import otlpconfig
 
     try:
-        settings = otel_settings.resolve(args.otlp, config.otlp, capture_content=args.otlp_content)
-    except otel_settings.SettingsError as err:
+        settings = otlpconfig.resolve(args.otlp, config.otlp, capture_content=args.otlp_content)
+    except otlpconfig.SettingsError as err:
         raise common.UsageError(str(err)) from err
     if settings is None:
         if args.otlp_content:

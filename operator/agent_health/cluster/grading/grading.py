@@ -50,8 +50,8 @@ from agent_health.judging import usage as judge_usage
 from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import store
 from agent_health.ledger import usage as ledger_usage
-from agent_health.sdk import results
-from agent_health.traces import metrics, settings
+from agent_health.sdk import results, tracesconfig
+from agent_health.traces import metrics
 
 InfraCause = Literal[
     "image-pull",
@@ -146,7 +146,7 @@ async def grade_cell(
     key: bytes,
     expected: ExpectedCell,
     *,
-    prices: settings.PriceTable | None = None,
+    prices: tracesconfig.PriceTable | None = None,
     ledger_cell: str | None = None,
 ) -> CellGrade:
     """Read, verify and grade the finished cell ``cell_name`` (its pod has ended).
@@ -172,7 +172,7 @@ def grade_lines(
     key: bytes,
     expected: ExpectedCell,
     *,
-    prices: settings.PriceTable | None = None,
+    prices: tracesconfig.PriceTable | None = None,
 ) -> CellGrade:
     """:func:`grade_cell` without the I/O: grade a finished cell's ledger lines."""
     try:
@@ -226,7 +226,7 @@ def _grade(
     lines: list[str],
     key: bytes,
     expected: ExpectedCell,
-    prices: settings.PriceTable | None,
+    prices: tracesconfig.PriceTable | None,
 ) -> CellGrade:
     found = evidence.read(
         cell_name,

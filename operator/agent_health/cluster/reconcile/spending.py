@@ -21,8 +21,8 @@ from typing import Literal
 
 from agent_health.cluster.api import runbudget
 from agent_health.engine import budget
+from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import TestResult
-from agent_health.traces import settings
 
 CONDITION = "BudgetExhausted"
 KINDS: dict[budget.Kind, runbudget.BudgetKind] = {
@@ -57,9 +57,9 @@ class RunBudget:
             input_per_mtok=judge.input_per_mtok if judge else None,
             output_per_mtok=judge.output_per_mtok if judge else None,
         )
-        self.agent_prices = settings.PriceTable(
+        self.agent_prices = tracesconfig.PriceTable(
             {
-                name: settings.Price(
+                name: tracesconfig.Price(
                     input_per_mtok=price.input_per_mtok, output_per_mtok=price.output_per_mtok
                 )
                 for name, price in spec.prices.items()

@@ -53,10 +53,9 @@ from agent_health.connectors.base import ConnectorSpec
 from agent_health.engine import recording, running, visible
 from agent_health.engine.controller import cellsuite
 from agent_health.ledger import objects, strictjson
-from agent_health.otel import settings as otel_settings
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
+from agent_health.sdk import errors, otlpconfig
 from agent_health.sdk.results import RunResult, TestResult
 
 if TYPE_CHECKING:
@@ -98,7 +97,7 @@ class CellSettings:
     """The agent's name in an agent matrix (``AGENT_HEALTH_AGENT``): ``test_info.agent``."""
     skip_simulate: bool = False
     """``AGENT_HEALTH_SKIP_SIMULATE``: skip a test whose conversation needs a simulated user."""
-    otlp: otel_settings.Settings | None = None
+    otlp: otlpconfig.Settings | None = None
     """Where the test's spans go (``OTEL_EXPORTER_OTLP_*``, from the RunSpec's ``spec.otlp``
     or the operator's ``--otlp-endpoint``); ``None``: no export."""
     evaluation_run: str | None = None
@@ -133,8 +132,8 @@ class CellSettings:
         if wrong is not None:
             raise CellError(f"AGENT_HEALTH_TIMEOUT={timeout!r} {wrong}")
         try:
-            otlp = otel_settings.resolve(None, None, env)
-        except otel_settings.SettingsError as err:
+            otlp = otlpconfig.resolve(None, None, env)
+        except otlpconfig.SettingsError as err:
             raise CellError(f"the cell's OTLP export: {err}") from err
         return cls(
             otlp=otlp,

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
+from agent_health.sdk import errors, tracesconfig
 from agent_health.traces import errors as traces_errors
-from agent_health.traces import records, settings
+from agent_health.traces import records
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 OWN_ENDPOINTS = (ENDPOINT_ENV, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -53,7 +53,7 @@ class LocalReceiver:
 
     def __init__(
         self,
-        cfg: settings.OtlpSettings,
+        cfg: tracesconfig.OtlpSettings,
         on_kept: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.cfg = cfg

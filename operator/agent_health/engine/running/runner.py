@@ -18,14 +18,14 @@ from agent_health.engine.running import capture, fixtures
 from agent_health.sdk import agent as agent_mod
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import declare, errors
+from agent_health.sdk import declare, errors, tracesconfig
 from agent_health.sdk import judges as judge_mod
 from agent_health.sdk import matchers as expect_mod
 from agent_health.sdk import results as results_mod
 from agent_health.sdk import traces as traces_mod
 from agent_health.sdk.results import RunResult, Signal, TestResult
 from agent_health.traces import errors as traces_errors
-from agent_health.traces import metrics, settings
+from agent_health.traces import metrics
 from agent_health.traces import records as trace_records
 
 if TYPE_CHECKING:
@@ -86,8 +86,8 @@ class RunEnv:
     (``engine.outcome.claims``)."""
 
     @property
-    def prices(self) -> settings.PriceTable:
-        return self.config.price_table() if self.config else settings.PriceTable()
+    def prices(self) -> tracesconfig.PriceTable:
+        return self.config.price_table() if self.config else tracesconfig.PriceTable()
 
 
 def _held_to_peers(
@@ -119,7 +119,7 @@ class _Traces:
         # Loaded by the first test that reads run.traces: most tests never do.
         from agent_health.traces import view as traces_view
 
-        cfg = self.env.config.traces if self.env.config else settings.TracesSettings()
+        cfg = self.env.config.traces if self.env.config else tracesconfig.TracesSettings()
         view = traces_view.build(
             run,
             cfg,
