@@ -230,13 +230,9 @@ async def _run_case(
         result = _result(
             case,
             repeat,
-            run_id,
-            "skipped",
-            None,
-            (),
-            None,
-            started_at,
-            0.0,
+            status="skipped",
+            started_at=started_at,
+            run_id=run_id,
             skip_reason=case.skip_reason,
         )
         return await _finish(env, None, result, None, None)
@@ -266,16 +262,16 @@ async def _run_case(
         result = _result(
             case,
             repeat,
-            run_id,
-            status,
-            "; ".join(ctx.errors) or None,
-            tuple(ctx.signals),
-            ctx,
-            started_at,
-            duration,
+            status=status,
+            started_at=started_at,
+            run_id=run_id,
+            error="; ".join(ctx.errors) or None,
+            cause=outcome.cause(ctx.causes) if status == "errored" else None,
+            signals=tuple(ctx.signals),
+            ctx=ctx,
+            duration_ms=duration,
             skip_reason=skip_reason,
             derived=derived,
-            cause=outcome.cause(ctx.causes) if status == "errored" else None,
         )
         if mcp_calls and measured is not None:
             # The report shows the run as the gateway saw it: each MCP step's server, the
@@ -412,17 +408,21 @@ async def _after(
 def _result(
     case: declare.TestCase,
     repeat: int,
-    run_id: str,
-    status: Any,
-    error: str | None,
-    signals: tuple[Signal, ...],
-    ctx: ctx_mod.TestContext | None,
+    *,
+    status: results_mod.Status,
     started_at: float,
-    duration_ms: float,
+    run_id: str | None = None,
+    error: str | None = None,
+    cause: results_mod.Cause | None = None,
+    signals: tuple[Signal, ...] = (),
+    ctx: ctx_mod.TestContext | None = None,
+    duration_ms: float = 0.0,
     skip_reason: str | None = None,
     derived: dict[str, Any] | None = None,
-    cause: results_mod.Cause | None = None,
 ) -> TestResult:
+    """One (test, repeat)'s result. ``ctx``: the test's context when its body ran (what the
+    agent answered, the prompt sent); ``run_id``: its run id (a new one for a test that never
+    ran); ``derived``: its metrics when already computed (else from the agent's answer)."""
     run = ctx.result if ctx else None
     return TestResult(
         id=case.id,
@@ -436,7 +436,7 @@ def _result(
         score=outcome.score(signals, status),
         error=error,
         cause=cause,
-        run_id=run_id,
+        run_id=run_id or uuid.uuid4().hex,
         prompt=ctx.prompt_sent if ctx else case.default_prompt,
         context=run.context if run else (),
         output=run.output if run else None,
@@ -459,9 +459,7 @@ def _result(
 
 def skipped_result(case: declare.TestCase, repeat: int, reason: str) -> TestResult:
     """A result for a test that was never started (a budget was reached first)."""
-    return _result(
-        case, repeat, uuid.uuid4().hex, "skipped", None, (), None, time.time(), 0.0, reason
-    )
+    return _result(case, repeat, status="skipped", started_at=time.time(), skip_reason=reason)
 
 
 def errored_result(
@@ -478,12 +476,9 @@ def errored_result(
     return _result(
         case,
         repeat,
-        uuid.uuid4().hex,
-        "errored",
-        message,
-        (),
-        None,
-        time.time() if started_at is None else started_at,
-        duration_ms,
+        status="errored",
+        started_at=time.time() if started_at is None else started_at,
+        error=message,
         cause=cause,
+        duration_ms=duration_ms,
     )
