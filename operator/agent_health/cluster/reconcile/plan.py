@@ -82,31 +82,61 @@ class Pool:
 
 @dataclasses.dataclass
 class Run:
-    """What the operator holds about one started run."""
+    """What the operator holds about one started run.
+
+    Several parts of the scheduler change it; each field says which part owns it (sets it,
+    or is the one that changes it): a part reads the others' fields and never writes them.
+    :mod:`.intake` owns the run's set-up (once, when it starts), :mod:`.handoff` and
+    :mod:`.adoption` the cells in flight, :mod:`.reactions` the events that came early,
+    :mod:`.lifecycle` its end, :mod:`.historian` its record, :mod:`.runs` its steering,
+    :mod:`.keyring` and :mod:`.pools` their own caches; the tally
+    (:mod:`.status`) keeps its own counts and is told by all of them.
+    """
 
     ref: batcher.RunRef
+    """Its namespace and name (fixed)."""
     uid: str
+    """Its EvaluationRun's uid (fixed)."""
     model: evaluationrun.EvaluationRun
+    """The EvaluationRun as it was when the run started, its steerable fields as last
+    steered. Owner: runs (``Runs.steer``)."""
     tally: status_mod.RunTally
+    """Its status: counts, phase, conditions. Told by every part; it changes only itself."""
     spec: runspec.RunSpec | None = None
+    """Its RunSpec, resolved. Owner: intake (set once, when the run is planned)."""
     settings: manifests.Settings | None = None
+    """How its cells are made. Owner: intake (set when planned; a ConfigMap ledger's share)."""
     key: bytes = b""
+    """Its ledger key. Owner: intake (read or made once)."""
     backend: store.Backend | None = None
+    """Its ledger store. Owner: intake."""
     collector: collector_mod.Collector | None = None
     """A ConfigMap ledger's: the operator stores the cells' records, collected from their
-    gateways' logs, many cells per write (:mod:`.collector`); ``None``: gateways write."""
+    gateways' logs, many cells per write (:mod:`.collector`); ``None``: gateways write.
+    Owner: intake (made when planned); lifecycle closes it when the run ends."""
     cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
+    """Every planned cell, in plan order. Owner: intake (planned once); each :class:`Cell`
+    is changed by the part that moves it (handoff, adoption, reactions)."""
     queue: deque[str] = dataclasses.field(default_factory=deque)
+    """Cells not started yet, in order. Owners: handoff (starts and retries them) and
+    adoption (after a restart)."""
     active: set[str] = dataclasses.field(default_factory=set)
+    """Cells started and not ended. Owners: handoff and adoption, as for :attr:`queue`."""
     started: bool = False
+    """Whether it is planned and driven. Owner: intake (set once)."""
     buffered: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    """Cells' events that came before the run started. Owners: reactions (keeps them) and
+    intake (replays and clears them when it starts)."""
     phase: evaluationrun.Phase | None = None
+    """The phase last written to the API server. Owner: lifecycle."""
     keyring: dict[int, asyncio.Future[Any]] = dataclasses.field(default_factory=dict)
-    """The run's shared token Secrets, by number, as they are made or read (:mod:`.keyring`)."""
+    """The run's shared token Secrets, by number, as they are made or read. Owner:
+    :mod:`.keyring`."""
     pools: dict[str | None, Pool] = dataclasses.field(default_factory=dict)
-    """The warm pool each agent's cells claim from (``None``: ``target``'s)."""
+    """The warm pool each agent's cells claim from (``None``: ``target``'s). Owner:
+    :mod:`.pools`."""
     remembered: bool = False
-    """Its end was handed to the history (:mod:`.historian`): once per run."""
+    """Its end was handed to the history (:mod:`.historian`): once per run. Owner: historian."""
     _positions: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def planned(self) -> list[str]:
