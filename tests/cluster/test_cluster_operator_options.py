@@ -29,8 +29,9 @@ def test_the_gateway_account_credentials_and_fence_are_off_by_default(
     assert chosen.network_policy is False
     assert chosen.egress == ()
     assert (chosen.dns_namespace, dict(chosen.dns_pod_labels)) == (
-        "kube-system", {"k8s-app": "kube-dns"},
-    )  # fmt: skip
+        "kube-system",
+        {"k8s-app": "kube-dns"},
+    )
 
 
 def test_flags_set_the_gateway_account_credentials_and_fence(
@@ -38,12 +39,16 @@ def test_flags_set_the_gateway_account_credentials_and_fence(
 ) -> None:
     chosen = parse(
         [
-            "--gateway-service-account=cell-gateway", "--ledger-credentials-secret=s3-creds",
-            "--network-policy", "--egress=10.0.0.1/32:6443", "--egress=0.0.0.0/0~10.0.0.0/8:443",
-            "--dns-namespace=dns", "--dns-pod-labels=app=coredns",
+            "--gateway-service-account=cell-gateway",
+            "--ledger-credentials-secret=s3-creds",
+            "--network-policy",
+            "--egress=10.0.0.1/32:6443",
+            "--egress=0.0.0.0/0~10.0.0.0/8:443",
+            "--dns-namespace=dns",
+            "--dns-pod-labels=app=coredns",
         ],
         monkeypatch,
-    )  # fmt: skip
+    )
     assert chosen.gateway_service_account == "cell-gateway"
     assert chosen.ledger_credentials_secret == "s3-creds"
     assert chosen.network_policy is True
@@ -205,3 +210,50 @@ def test_a_history_url_that_cannot_be_one_stops_the_operator_naming_the_flag(
     with pytest.raises(ValueError, match=re.escape(said)) as caught:
         parse([f"--history={url}"], monkeypatch)
     assert str(caught.value).startswith("--history (or AGENT_HEALTH_HISTORY): ")
+
+
+def test_the_reconciling_flags_become_one_policy_handed_to_every_part(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator's reconciling options are built once into a frozen policy (no copy per
+    hop): the scheduler, its intake and reactions, and the RunSpec reconciler act on it."""
+    import dataclasses
+
+    from agent_health.cluster import operator
+    from agent_health.cluster.reconcile import runs, specs
+    from agent_health.ledger import store
+
+    chosen = dataclasses.replace(
+        parse([], monkeypatch),
+        retry_delay=7.0,
+        stuck_grace=9.0,
+        deadline_grace=3.0,
+        discovery_wait=11.0,
+        ledger_allowed=("s3://evals/{namespace}/",),
+        insecure_registries=("registry:5000",),
+    )
+    ledgers = store.Options()
+    policy = operator.reconciling(chosen, ledgers, None)
+    assert (policy.retry_delay, policy.stuck_grace, policy.deadline_grace) == (7.0, 9.0, 3.0)
+    assert (policy.discovery_wait, policy.ledger_allowed) == (11.0, ("s3://evals/{namespace}/",))
+    assert (policy.insecure_registries, policy.ledger_options, policy.fence) == (
+        ("registry:5000",),
+        ledgers,
+        None,
+    )
+    assert policy.own_secrets == operator.own_secrets(chosen)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.retry_delay = 1.0  # type: ignore[misc]
+    scheduler = runs.Runs(
+        api=None,
+        settings=None,
+        discoveries=None,
+        status=None,
+        metrics=None,
+        recorder=None,
+        policy=policy,
+    )
+    assert scheduler.intake.policy is policy
+    assert scheduler.reactions.stuck_grace == 9.0
+    assert specs.SpecReconciler(None, None, None, policy=policy).policy is policy
+    assert [policy.backoff(n) for n in (1, 2, 3, 10)] == [7.0, 14.0, 28.0, 300.0]

@@ -35,6 +35,7 @@ from agent_health.cluster.reconcile import (
     events,
     handlers,
     listing,
+    policy,
     runs,
     secretrefs,
     specs,
@@ -200,7 +201,7 @@ class Operator:
             return await api.patch(kube.EVALUATIONRUNS, ref.namespace, ref.name, body, status=True)
 
         status = batcher.StatusBatcher(patch, interval=options.status_interval)
-        own = own_secrets(options)
+        chosen = reconciling(options, ledger_options, fence)
         discoveries = listing.Discoveries(api)
         scheduler = runs.Runs(
             api=api,
@@ -209,26 +210,11 @@ class Operator:
             status=status,
             metrics=sink,
             recorder=events.EventRecorder(),
-            ledger_options=ledger_options,
-            stuck_grace=options.stuck_grace,
-            deadline_grace=options.deadline_grace,
-            retry_delay=options.retry_delay,
-            fence=fence,
-            own_secrets=own,
-            ledger_allowed=options.ledger_allowed,
+            policy=chosen,
             history=options.history,
             history_retry=options.history_retry,
         )
-        reconciler = specs.SpecReconciler(
-            api,
-            settings,
-            discoveries,
-            options.insecure_registries,
-            wait_seconds=options.discovery_wait,
-            retry_delay=options.retry_delay,
-            ledger_allowed=options.ledger_allowed,
-            fenced=fence is not None,
-        )
+        reconciler = specs.SpecReconciler(api, settings, discoveries, policy=chosen)
         watch = {"sandboxes": options.sandboxes, "warm_pools": options.warm_pools}
         reconcilers = handlers.Reconcilers(reconciler, scheduler, discoveries, sink, **watch)
         judge = backend or dispatch.Judging(judge=None, provider=None)
@@ -237,7 +223,7 @@ class Operator:
             scheduler,
             judge,
             cache_path=options.judge_cache,
-            own_secrets=own,
+            own_secrets=chosen.own_secrets,
             for_all=options.judge_for_all_runs,
             ceiling=options.judge_max_tokens,
         )
@@ -286,6 +272,23 @@ class Operator:
                 outcome = "errored"
             self.metrics.observe_judge(model, outcome, time.monotonic() - started)
         return response
+
+
+def reconciling(
+    options: options_mod.Options, ledger_options: store.Options, fence: netpol.Fence | None
+) -> policy.Policy:
+    """How the operator reconciles, from its flags: built once, handed to every part."""
+    return policy.Policy(
+        retry_delay=options.retry_delay,
+        stuck_grace=options.stuck_grace,
+        deadline_grace=options.deadline_grace,
+        discovery_wait=options.discovery_wait,
+        ledger_allowed=options.ledger_allowed,
+        ledger_options=ledger_options,
+        own_secrets=own_secrets(options),
+        fence=fence,
+        insecure_registries=options.insecure_registries,
+    )
 
 
 def own_secrets(options: options_mod.Options) -> secretrefs.Own:

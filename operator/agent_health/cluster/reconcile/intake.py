@@ -48,19 +48,18 @@ from agent_health.cluster.reconcile import (
     lifecycle,
     listing,
     plan,
+    policy,
     reactions,
     refusals,
     secretrefs,
     specs,
 )
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import backends, configmap, store
+from agent_health.ledger import backends, configmap
 from agent_health.ledger import errors as ledger_errors
 
 RECONCILED = "Reconciled"
 MAX_ATTEMPTS = 6
-RETRY_DELAY = 5.0
-MAX_RETRY_DELAY = 300.0
 
 
 @dataclasses.dataclass
@@ -73,16 +72,8 @@ class Intake:
     handoff: handoff.Handoff
     reactions: reactions.Reactions
     adoption: adoption.Adoption
+    policy: policy.Policy = dataclasses.field(default_factory=policy.Policy)
     bulletin: plan.Bulletin = dataclasses.field(default_factory=plan.Bulletin)
-    ledger_options: store.Options = dataclasses.field(default_factory=store.Options)
-    fence: netpol.Fence | None = None
-    """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
-    own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
-    """Secrets no RunSpec may name (:mod:`.secretrefs`)."""
-    ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
-    """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
-    wait_seconds: float = 60.0
-    retry_delay: float = RETRY_DELAY
     failures: dict[str, int] = dataclasses.field(default_factory=dict)
     """Failed attempts to start each run (by uid), until one succeeds."""
 
@@ -140,7 +131,7 @@ class Intake:
             message = f"the operator could not start the run ({attempt} attempts): {why}"
             await self.board.fail(run, "ReconcileError", message)
             return
-        delay = min(self.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+        delay = self.policy.backoff(attempt)
         message = f"attempt {attempt} of {MAX_ATTEMPTS} failed, next in {delay:.0f} s: {why}"
         run.tally.note(RECONCILED, "False", plan.reason(type(err).__name__), message)
         with contextlib.suppress(Exception):  # the API may be what failed: retry regardless
@@ -176,7 +167,7 @@ class Intake:
                 board.api,
                 run.ref.namespace,
                 spec,
-                self.own_secrets,
+                self.policy.own_secrets,
                 judged=not run.model.spec.skip_judge,
             )
         except errors.SecretNotOffered as err:
@@ -191,14 +182,14 @@ class Intake:
             else "the operator's --ledger-url (AGENT_HEALTH_LEDGER_URL)"
         )
         wrong = (
-            ledgerurl.refused(url, namespace=run.ref.namespace, allowed=self.ledger_allowed)
+            ledgerurl.refused(url, namespace=run.ref.namespace, allowed=self.policy.ledger_allowed)
             if spec.spec.ledger
             else ledgerurl.namespace_problem(url, run.ref.namespace)
         )
         if wrong is not None:
             return await board.fail(run, "InvalidLedgerUrl", f"{where}: {wrong}")
         try:
-            run.backend = backends.from_url(url, self.ledger_options)
+            run.backend = backends.from_url(url, self.policy.ledger_options)
         except ledger_errors.LedgerError as err:
             return await board.fail(run, "InvalidLedgerUrl", f"{where}: {err}")
         if spec.spec.ledger is not None:
@@ -219,8 +210,8 @@ class Intake:
             run.key = await self._ledger_key(run)
         except errors.SpecError as err:
             return await board.fail(run, "LedgerKeyNotOwned", str(err))
-        if self.fence is not None:
-            await self._network_policy(run, self.fence)
+        if self.policy.fence is not None:
+            await self._network_policy(run, self.policy.fence)
         if spec.spec.isolation.warm_pool is not None:
             try:
                 await self.handoff.pools.ensure(run, agents)
@@ -231,7 +222,7 @@ class Intake:
         spec_run = run.model.spec
         attempts = len(chosen) * spec_run.repeats * (1 + spec_run.retry.infra_retries)
         run.settings = ledgers.share(
-            run.settings, url, attempts, self.ledger_options.configmap_max_bytes
+            run.settings, url, attempts, self.policy.ledger_options.configmap_max_bytes
         )
         for test in chosen:
             for repeat in range(run.model.spec.repeats):
@@ -283,7 +274,7 @@ class Intake:
                 return None
             if run.tally.advance("Resolving", reason="WaitingForRunSpec", message=message):
                 await self.board.changed(run)
-            newer, posted = await self.bulletin.wait(key, seen, self.wait_seconds)
+            newer, posted = await self.bulletin.wait(key, seen, self.policy.spec_wait)
             if newer == seen:  # nothing came: kopf calls again (bounded by the run's deadline)
                 raise kopf.TemporaryError(f"RunSpec {run.runspec}: {message}", delay=5)
             seen = newer

@@ -31,7 +31,7 @@ from typing import Any
 from agent_health import history
 from agent_health.cluster import kube, metrics
 from agent_health.cluster.api import evaluationrun, meta, runspec
-from agent_health.cluster.cells import ledgerurl, manifests, netpol
+from agent_health.cluster.cells import manifests
 from agent_health.cluster.reconcile import (
     adoption,
     batcher,
@@ -44,12 +44,11 @@ from agent_health.cluster.reconcile import (
     lifecycle,
     listing,
     plan,
+    policy,
     pools,
     reactions,
-    secretrefs,
 )
 from agent_health.cluster.reconcile import status as status_mod
-from agent_health.ledger import store
 
 log = logging.getLogger("agent_health.operator")
 
@@ -82,18 +81,8 @@ class Runs:
     status: batcher.StatusBatcher
     metrics: metrics.OperatorMetrics
     recorder: events.EventRecorder
+    policy: policy.Policy = dataclasses.field(default_factory=policy.Policy)
     bulletin: plan.Bulletin = dataclasses.field(default_factory=plan.Bulletin)
-    ledger_options: store.Options = dataclasses.field(default_factory=store.Options)
-    stuck_grace: float = 120.0
-    deadline_grace: float = handoff.DEADLINE_GRACE
-    retry_delay: float = intake.RETRY_DELAY
-    fence: netpol.Fence | None = None
-    """Set (``--network-policy``): each run gets its NetworkPolicy before its first cell."""
-    own_secrets: secretrefs.Own = dataclasses.field(default_factory=secretrefs.Own)
-    """Secrets no RunSpec may name: the operator's own (:mod:`.secretrefs`)."""
-    ledger_allowed: tuple[str, ...] = ledgerurl.DEFAULT_ALLOWED
-    """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
-    wait_seconds: float = 60.0
     history: history.Location | None = None
     """Where each finished run is recorded (``--history``); ``None``: nowhere."""
     history_retry: tuple[float, ...] = historian.RETRY_DELAYS
@@ -114,10 +103,11 @@ class Runs:
         self.historian = historian.Historian(self.board, self.history, self.history_retry)
         self.board.remember = self.historian.remember
         creator = creation.Creator(self.board, keyring.Keyring(self.board))
-        self.warm_pools = pools.Pools(self.board, self.fence)
+        chosen = self.policy
+        self.warm_pools = pools.Pools(self.board, chosen.fence)
         self.board.release = self.warm_pools.release
-        handing = handoff.Handoff(self.board, creator, self.warm_pools, self.deadline_grace)
-        self.reactions = reactions.Reactions(self.board, handing, self.stuck_grace, self.clock)
+        handing = handoff.Handoff(self.board, creator, self.warm_pools, chosen.deadline_grace)
+        self.reactions = reactions.Reactions(self.board, handing, chosen.stuck_grace, self.clock)
         self.intake = intake.Intake(
             self.board,
             self.settings,
@@ -125,13 +115,8 @@ class Runs:
             handing,
             self.reactions,
             adoption.Adoption(self.board, creator, self.reactions, handing),
+            chosen,
             bulletin=self.bulletin,
-            ledger_options=self.ledger_options,
-            fence=self.fence,
-            wait_seconds=self.wait_seconds,
-            retry_delay=self.retry_delay,
-            own_secrets=self.own_secrets,
-            ledger_allowed=self.ledger_allowed,
         )
 
     @property

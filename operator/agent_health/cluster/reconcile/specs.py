@@ -44,14 +44,12 @@ from agent_health.cluster.cells import (
     manifests,
     netpol,
 )
-from agent_health.cluster.reconcile import events, listing, refusals
+from agent_health.cluster.reconcile import events, listing, policy, refusals
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
 
 MAX_ATTEMPTS = 6
 DISCOVERY_GRACE = 60.0
-RETRY_DELAY = 5.0
-MAX_RETRY_DELAY = 300.0
 RESOLVED, DISCOVERED, READY = "Resolved", "Discovered", "Ready"
 
 
@@ -112,14 +110,8 @@ class SpecReconciler:
     api: kube.Client
     settings: manifests.Settings
     discoveries: listing.Discoveries
-    insecure_registries: Sequence[str] = ()
+    policy: policy.Policy = dataclasses.field(default_factory=policy.Policy)
     discovery_deadline: int = 300
-    wait_seconds: float = 120.0
-    retry_delay: float = RETRY_DELAY
-    ledger_allowed: Sequence[str] = ledgerurl.DEFAULT_ALLOWED
-    """The prefixes a RunSpec's ledger URL may start with (``--ledger-allow``)."""
-    fenced: bool = False
-    """``--network-policy``: a discovery pod runs behind a policy that lets nothing in or out."""
     failures: dict[tuple[str, int | None], int] = dataclasses.field(default_factory=dict)
     """Failed attempts per (uid, generation), until one succeeds."""
 
@@ -145,7 +137,7 @@ class SpecReconciler:
                 with contextlib.suppress(Exception):
                     await writer.set(RESOLVED, "False", "ReconcileError", message)
                 raise kopf.PermanentError(message) from err
-            delay = min(self.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+            delay = self.policy.backoff(attempt)
             message = f"attempt {attempt} of {MAX_ATTEMPTS} failed, next in {delay:.0f} s: {why}"
             with contextlib.suppress(Exception):
                 await writer.set(RESOLVED, "Unknown", events.to_reason(type(err).__name__), message)
@@ -171,7 +163,7 @@ class SpecReconciler:
             template = spec.spec.ledger.url
             filled = ledgerurl.fill(template, namespace=namespace, run="run", runspec=name)
             wrong = ledgerurl.problem(template) or ledgerurl.refused(
-                filled, namespace=namespace, allowed=self.ledger_allowed
+                filled, namespace=namespace, allowed=self.policy.ledger_allowed
             )
             if wrong is not None:
                 message = f"RunSpec {namespace}/{name} spec.ledger.url: {wrong}"
@@ -187,7 +179,7 @@ class SpecReconciler:
             spec, digests=digests, settings=self.settings, deadline_seconds=self.discovery_deadline
         )
         key = (namespace, pod["metadata"]["name"])
-        if self.fenced:  # first: the suite's code runs as soon as the pod does
+        if self.policy.fence is not None:  # first: the suite's code runs as soon as the pod does
             await self._discovery_policy(spec, namespace)
         created, _ = await self.api.ensure(kube.PODS, namespace, pod)
         if kueue.gated(created):  # no deadline runs while Kueue holds it
@@ -196,7 +188,7 @@ class SpecReconciler:
             await writer.set(DISCOVERED, "Unknown", "Queued", message)
             raise kopf.TemporaryError(message, delay=5)
         outcome = await self.discoveries.observe(created) or await self.discoveries.wait(
-            key, self.wait_seconds
+            key, self.policy.discovery_wait
         )
         if outcome is None:  # its age counts from its start (Kueue may have held it back)
             created = await self._current(namespace, key[1]) or created
@@ -244,7 +236,7 @@ class SpecReconciler:
         secrets = await self._pull_secrets(writer.namespace)
         try:
             digests = await registry.resolve_all(
-                spec.images(), pull_secrets=secrets, insecure=self.insecure_registries
+                spec.images(), pull_secrets=secrets, insecure=self.policy.insecure_registries
             )
         except errors.PermanentRegistryError as err:
             await writer.set(RESOLVED, "False", "ImageUnresolvable", str(err))
