@@ -226,3 +226,40 @@ def test_a_bedrock_judge_without_its_extra_says_which_to_install(tmp_path: Path)
     assert line.endswith("pip install 'agent-health[bedrock]'"), line
     assert "judge.provider 'bedrock' needs botocore" in line
     assert done.stdout == ""
+
+
+def _run_flags(*argv: str) -> object:
+    import argparse
+
+    from agent_health.cli.run import flags
+
+    parser = argparse.ArgumentParser()
+    flags.add_command(parser.add_subparsers())
+    return parser.parse_args(["run", *argv])
+
+
+def test_the_run_request_is_the_flags_checked_in_one_place() -> None:
+    """``run``'s flags become one RunRequest before anything loads: each value checked, a
+    replay's repeats when --repeat is not given, the reporters and the shard parsed."""
+    from agent_health.cli import common
+    from agent_health.cli.run import request
+
+    made = request.RunRequest.of(
+        _run_flags("-j", "3", "--repeat", "2", "--reporter", "json:r.json", "--shard", "1/2"),
+        None,
+    )
+    assert (made.concurrency, made.repeat, made.shard) == (3, 2, (1, 2))
+    assert made.outputs == [("json", Path("r.json"))]
+    assert (made.limits, made.timeout, made.no_ledger) == (None, None, False)
+    with pytest.raises(AttributeError):
+        made.repeat = 5  # type: ignore[misc]  # frozen: the run reads it, never changes it
+    for argv, said in [
+        (("-j", "0"), "-j/--concurrency must be at least 1"),
+        (("--repeat", "0"), "--repeat must be from 1 to"),
+        (("--retries", "-1"), "--retries must be 0 or more"),
+        (("--max-failures", "0"), "--max-failures must be at least 1"),
+        (("--max-cost", "nan"), "--max-cost must be positive and finite"),
+        (("--ledger", "file:///x", "--no-ledger"), "contradict each other"),
+    ]:
+        with pytest.raises(common.UsageError, match=said):
+            request.RunRequest.of(_run_flags(*argv), None)

@@ -4,6 +4,7 @@
 module                      what it holds
 ==========================  ====================================================
 :mod:`.flags`               ``run``'s command line: every flag it takes
+:mod:`.request`             what the flags ask of the run, checked in one place
 :mod:`.handler`             the ``run`` handler: flags checked, suite loaded, run, report
 :mod:`.execution`           the run in the event loop: ledger, agents, judge, session
 :mod:`.reporting`           what the handler adds to the report; the ledger line

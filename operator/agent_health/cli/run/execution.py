@@ -3,8 +3,8 @@ the judge backend and the session, which a first Ctrl-C stops from starting new 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,9 +16,24 @@ if TYPE_CHECKING:
 
     from agent_health import connectors, judging
     from agent_health.cli import common
+    from agent_health.cli.run import request as request_mod
     from agent_health.engine import budget, loading, recording, running
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
+
+
+@dataclasses.dataclass(frozen=True)
+class Executed:
+    """What a run in the event loop gives the handler back."""
+
+    outcome: running.Outcome
+    """The session's: every result, what stopped it, its rollup and budget."""
+    hints: list[str]
+    """Lines for the run's end: a judge that never answered, an agent's wrong path."""
+    recorded: recording.LocalLedger | None
+    """The local ledger it recorded into (``None``: ``--no-ledger`` or a replay)."""
+    asked: judging.Asked | None
+    """What the judge was asked (``None``: no judge)."""
 
 
 async def execute(
@@ -28,17 +43,17 @@ async def execute(
     lanes: list[tuple[str | None, connectors.ConnectorSpec]],
     judge_config: config_mod.JudgeConfig | None,
     skip_judge: bool,
-    args: argparse.Namespace,
+    request: request_mod.RunRequest,
     console: Console,
     list_lines: bool,
-    limits: budget.Limits | None = None,
+    *,
     replayed: recording.Recording | None = None,
     export: export_mod.Export | None = None,
     outlet: common.Outlet | None = None,
     preflight: bool = False,
     home: Path | None = None,
     run_uid: str | None = None,
-) -> tuple[running.Outcome, list[str], recording.LocalLedger | None, judging.Asked | None]:
+) -> Executed:
     """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader.
 
     With ``preflight``, each agent (once started, when its config starts it) is looked at
@@ -66,9 +81,9 @@ async def execute(
             # test starts, the ones in flight are cut short (errored, cause infra), and the
             # reports and the ledger say so. Told from whichever thread wrote.
             stack.enter_context(outlet.watching(lambda: _stop_from_any_thread(loop, stop)))
-        if not args.no_ledger and replayed is None:
+        if not request.no_ledger and replayed is None:
             root = home / "ledger" if home is not None else recording.DEFAULT_ROOT
-            url = args.ledger or recording.default_url(root)
+            url = request.ledger or recording.default_url(root)
             recorded = await stack.enter_async_context(recording.LocalLedger(url, root))
         names: list[str | None] = [name for name, _ in lanes]
         callers: list[Any] = []
@@ -121,7 +136,7 @@ async def execute(
                 )
             callers.append(call)
         backend = None
-        skip_simulate = getattr(args, "no_simulate", False) or os.environ.get(
+        skip_simulate = request.no_simulate or os.environ.get(
             "AGENT_HEALTH_SKIP_SIMULATE", ""
         ) not in ("", "0")
         # --no-judge skips judge() calls; a simulated user still plays through the judge's
@@ -131,7 +146,7 @@ async def execute(
             from agent_health import judging  # only runs that judge pay for the providers
 
             backend = await stack.enter_async_context(
-                judging.backend(judge_config, config, use_cache=not args.no_cache)
+                judging.backend(judge_config, config, use_cache=not request.no_cache)
             )
         env = running.RunEnv(
             agent_caller=callers[0] if callers else None,
@@ -139,7 +154,7 @@ async def execute(
             skip_judge=skip_judge,
             judge_hint=NO_JUDGE_HINT,
             skip_simulate=skip_simulate,
-            timeout=args.timeout or config.timeout,
+            timeout=request.timeout or config.timeout,
             config=config,
             agent_name=config.agent_name(names[0] if names else None),
             ledger=recorded,
@@ -164,8 +179,8 @@ async def execute(
             else []
         )
         running.ready()
-        planned = len(running.plan(cases, args.repeat)) * max(1, len(matrix))
-        feed = await _live_feed(args, run_uid, stack)
+        planned = len(running.plan(cases, request.repeat)) * max(1, len(matrix))
+        feed = await _live_feed(request.serve, run_uid, stack)
         if feed is not None:
             agent = config.agent_name(names[0] if names else None)
             source = "worker" if os.environ.get(WORKER_ENV) else "local"
@@ -174,19 +189,19 @@ async def execute(
             console,
             planned,
             list_lines=list_lines,
-            repeats=args.repeat,
+            repeats=request.repeat,
         ) as progress:
             listener: Any = progress if feed is None else running.Tee(progress, feed)
             outcome = await running.run(
                 cases,
                 suite.hooks,
                 env,
-                concurrency=args.concurrency,
-                repeat=args.repeat,
+                concurrency=request.concurrency,
+                repeat=request.repeat,
                 listener=listener,
                 stop=stop,
-                policy=running.Policy(retries=args.retries, max_failures=args.max_failures),
-                meter=_meter(limits, judge_config),
+                policy=running.Policy(retries=request.retries, max_failures=request.max_failures),
+                meter=_meter(request.limits, judge_config),
                 lanes=matrix,
                 halt=misdirect,
             )
@@ -202,7 +217,7 @@ async def execute(
     reason = getattr(getattr(backend, "provider", None), "reason", None)
     if reason is not None and not skip_judge:  # --no-judge: no judge call was made
         hints.append(f"judge calls errored (cause judge), the other checks ran: {reason}")
-    return outcome, hints, recorded, backend.asked if backend is not None else None
+    return Executed(outcome, hints, recorded, backend.asked if backend is not None else None)
 
 
 WORKER_ENV = "AGENT_HEALTH_SERVE_WORKER"
@@ -211,12 +226,12 @@ their feed says they are its workers."""
 
 
 async def _live_feed(
-    args: argparse.Namespace, run_uid: str | None, stack: contextlib.AsyncExitStack
+    serve: str | None, run_uid: str | None, stack: contextlib.AsyncExitStack
 ) -> Any:
     """The run's live feed to ``--serve URL`` (or ``$AGENT_HEALTH_SERVE``), or ``None``."""
     from agent_health.engine import running
 
-    url = running.feed_url(getattr(args, "serve", None))
+    url = running.feed_url(serve)
     if url is None or run_uid is None:
         return None
     return await stack.enter_async_context(running.Feed(url, run_uid))

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_health import timeouts
 from agent_health.cli import common
 from agent_health.cli.run import archive, catalog, execution, reporting
+from agent_health.cli.run import request as request_mod
 from agent_health.cli.run import suite as suite_mod
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors
-    from agent_health.engine import budget, recording, reports
+    from agent_health.engine import recording, reports
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
@@ -33,31 +32,14 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     import concurrent.futures
     import gc
 
-    from agent_health.engine import loading, reporters, reports, statistics, visible
+    from agent_health.engine import loading, reporters, reports, visible
 
     console, err_console = consoles.out, consoles.err
     recording = _recording(args)
     if recording is not None:
         err_console.print(recording.note, markup=False)
-    if args.repeat is None:
-        args.repeat = recording.repeats if recording is not None else 1
-    if args.concurrency < 1:
-        raise common.UsageError("-j/--concurrency must be at least 1")
-    if not 1 <= args.repeat <= reports.MAX_REPEATS:  # what a saved report may say
-        raise common.UsageError(f"--repeat must be from 1 to {reports.MAX_REPEATS:,}")
-    wrong = timeouts.problem(args.timeout) if args.timeout is not None else None
-    if wrong is not None:
-        raise common.UsageError(f"--timeout {wrong}")
-    if args.ledger and args.no_ledger:
-        raise common.UsageError("--ledger and --no-ledger contradict each other; pass one")
-    pass_at = statistics.parse_pass_at(args.pass_at, args.repeat)
-    if args.retries < 0:
-        raise common.UsageError("--retries must be 0 or more")
-    if args.max_failures is not None and args.max_failures < 1:
-        raise common.UsageError("--max-failures must be at least 1")
-    limits = _limits(args)
-    outputs = [reporters.parse(r) for r in args.reporter]
-    shard = loading.parse_shard(args.shard) if args.shard else None
+    request = request_mod.RunRequest.of(args, recording)
+    outputs, limits = request.outputs, request.limits
     paths = [Path(p) for p in args.paths]
     config = suite_mod.load_config(args, paths)
     config_file = suite_mod.config_path(args, paths)
@@ -76,7 +58,9 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         for note in loading.notes(suite):
             err_console.print(note, markup=False, highlight=False)
     loading.forbid_only(suite.cases, args.forbid_only)
-    cases = loading.select_tests(suite.cases, grep=args.grep, labels=args.label, shard=shard)
+    cases = loading.select_tests(
+        suite.cases, grep=args.grep, labels=args.label, shard=request.shard
+    )
     if args.last_failed:
         from agent_health.engine import loading
 
@@ -149,7 +133,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     # the collector stops going over it while tests run; put back for whatever runs after.
     gc.freeze()
     try:
-        outcome, hints, recorded, asked = asyncio.run(
+        executed = asyncio.run(
             execution.execute(
                 suite,
                 cases,
@@ -157,16 +141,15 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
                 lanes,
                 judge_config,
                 skip_judge,
-                args,
+                request,
                 console,
                 list_lines,
-                limits,
-                recording,
-                export,
-                consoles.stdout,
-                preflight,
-                home,
-                run_uid,
+                replayed=recording,
+                export=export,
+                outlet=consoles.stdout,
+                preflight=preflight,
+                home=home,
+                run_uid=run_uid,
             )
         )
     except BaseException:
@@ -177,7 +160,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         raise
     finally:
         gc.unfreeze()
-    judge_usage = reporting.judge_usage(outcome, judge_config, asked)
+    outcome, hints, recorded = executed.outcome, executed.hints, executed.recorded
+    judge_usage = reporting.judge_usage(outcome, judge_config, executed.asked)
     from agent_health.engine import loading
 
     with contextlib.suppress(OSError):  # only a hint for the next run (--last-failed)
@@ -211,7 +195,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     report = reports.RunReport.build(
         loading.apply_quarantine(reporting.with_cells(outcome.results, recorded), quarantined),
         duration_ms=outcome.duration_ms,
-        repeats=args.repeat,
+        repeats=request.repeat,
         load_errors=load_errors,
         not_loaded=[e.file for e in suite.errors],
         hook_errors=outcome.hook_errors,
@@ -222,7 +206,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
         rollup=outcome.rollup,
         provenance=what_ran,
         budget=outcome.budget,
-        pass_at=pass_at,
+        pass_at=request.pass_at,
     )
     if export is not None:
         export.run_ended(outcome.results, report.summary.pass_rate, report.summary.score)
@@ -462,21 +446,3 @@ def _agent_needed(cases: list[Any]) -> None:
             f"fixture (first: {needing[0].id}); pass --agent NAME|URL (rest+http://..., "
             "cmd:PROGRAM) or set agents={...} in agent-health.config.py"
         )
-
-
-def _limits(args: argparse.Namespace) -> budget.Limits | None:
-    """The run's budget from --max-cost, --max-tokens and --max-duration (None: no budget)."""
-    given = {"--max-cost": args.max_cost, "--max-tokens": args.max_tokens}
-    given["--max-duration"] = args.max_duration
-    for flag, value in given.items():
-        # not (value > 0): a NaN is no budget at all (no spend ever reaches it), and an
-        # infinite one no report could write.
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise common.UsageError(f"{flag} must be positive and finite, got {value:g}")
-    if all(v is None for v in given.values()):
-        return None
-    from agent_health.engine import budget
-
-    return budget.Limits(
-        max_cost_usd=args.max_cost, max_tokens=args.max_tokens, max_duration_s=args.max_duration
-    )
