@@ -21,6 +21,12 @@ STATUSES: tuple[Status, ...] = (*ENDED, "flaky")
 NOT_PASSED: tuple[Status, ...] = ("failed", "errored")
 """A result that did not pass: what a retry runs again, ``--last-failed`` runs first and a
 comparison calls a regression when it passed before."""
+PASSING: tuple[Status, ...] = ("passed", "flaky")
+"""A result that ended passing (``flaky``: on a retry)."""
+TROUBLED: tuple[Status, ...] = ("failed", "errored", "flaky")
+"""A result that did not pass the first time: what a reader of the failures looks at."""
+UNSCORED: tuple[Status, ...] = ("errored", "skipped")
+"""A result with no score: nothing it checked can be weighed."""
 DECIDED: tuple[Status, ...] = ("passed", "failed", "flaky")
 """A result that says something of the agent, whatever its cause; an ``errored`` one does
 too when the agent caused it (``Cause`` ``agent``), and the pass rate counts both."""

@@ -101,7 +101,7 @@ def test_spans(result: TestResult, recorded: Recorded, run: RunContext) -> list[
         if run.linked
         else [],
         error=_test_error(result, run.capture_content) if failed else None,
-        ok=result.status in ("passed", "flaky"),
+        ok=result.status in statuses.PASSING,
     )
     judged = {id(call.signal): call for call in recorded.judge_calls}
     test.events = [

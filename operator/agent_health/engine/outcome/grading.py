@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent_health import statuses
 from agent_health.sdk.results import CAUSES, Cause, Signal, Status
 
 JUDGE_ONLY = "judge skipped: nothing else checked"
@@ -76,7 +77,7 @@ def _skipped_gate_judge(signal: Signal) -> bool:
 
 def score(signals: Sequence[Signal], status: Status) -> float | None:
     """Weighted mean of the scored signals; ``None`` when there are none, or it errored."""
-    if status in ("errored", "skipped"):
+    if status in statuses.UNSCORED:
         return None
     total = 0.0
     weights = 0.0

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from agent_health import statuses
 from agent_health.engine import outcome, reports, statistics, visible
 from agent_health.engine.reporters import (
     terminal_budget,
@@ -115,7 +116,7 @@ class LiveProgress:
         self.counts[result.status] += 1
         if self._progress is not None:
             self._progress.update(self._task, advance=1, description=self._counts())
-            if result.status in ("failed", "errored", "flaky"):
+            if result.status in statuses.TROUBLED:
                 line = _line(result, self.repeats)
                 self._progress.console.print(
                     line, style=COLOR[result.status], markup=False, highlight=False

@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from agent_health import statuses
 from agent_health.engine import reports, visible
 from agent_health.engine.reporters import terminal_style as style
 from agent_health.engine.reporters import terminal_tables
@@ -36,11 +37,11 @@ def failures(
     runs: dict[str, int] = Counter(_key(t) for t in tests)
     bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
-        if t["status"] in ("failed", "errored", "flaky"):
+        if t["status"] in statuses.TROUBLED:
             bad.setdefault(_key(t), []).append(t)
     for test_id, failing in bad.items():
-        statuses = {t["status"] for t in failing}
-        status = next(s for s in ("failed", "errored", "flaky") if s in statuses)
+        ended = {t["status"] for t in failing}
+        status = next(s for s in statuses.TROUBLED if s in ended)
         head = f"\n[{style.COLOR[status]}]{status.upper()}[/] {style.shown(test_id)}"
         if any(t.get("quarantined") for t in failing):
             head += " [dim](quarantined: reported apart, does not gate)[/]"
@@ -159,8 +160,8 @@ def _key(t: dict[str, Any]) -> str:
 
 def _which(failing: list[dict[str, Any]], runs: int, repeats: int) -> str:
     """``failed in all 3 repeats`` or ``failed in [1/3] [3/3], errored in [2/3]``."""
-    statuses = {t["status"] for t in failing}
-    if len(failing) == runs and len(statuses) == 1:
+    ended = {t["status"] for t in failing}
+    if len(failing) == runs and len(ended) == 1:
         return f"{failing[0]['status']} in all {runs} repeats"
     by_status: dict[str, list[str]] = {}
     for t in failing:

@@ -38,6 +38,9 @@ LONG: dict[str, str] = {}
 SHORT = {"passed": "pass", "failed": "fail", "errored": "error", "skipped": "skip"}
 """The count columns' heads when the long ones leave a label too little room."""
 
+ALWAYS_SHOWN = ("passed", "failed")
+"""The count columns shown even at zero; the others only when a row has one."""
+
 
 def _table(title: str | None = None) -> Table:
     """A table drawn with a rule under its head and no frame, two spaces between columns:
@@ -337,9 +340,7 @@ def labels(console: Console, report: reports.RunReport) -> None:
     if not stats:
         return
     counts = [
-        c
-        for c in statuses.ENDED
-        if c in ("passed", "failed") or any(getattr(s, c) for s in stats.values())
+        c for c in statuses.ENDED if c in ALWAYS_SHOWN or any(getattr(s, c) for s in stats.values())
     ]
     names = [visible.line(name) for name in stats]
     both, rate_only, none = ("pass rate", "score"), ("pass rate",), ()
