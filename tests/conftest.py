@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import support_agent
+import triage_agent
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "agents"))
-
-import support_agent  # noqa: E402
-import triage_agent  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -21,6 +19,26 @@ def _not_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests behave alike on a laptop and in CI: ``CI`` (which turns on --forbid-only) is
     unset; a test about CI behaviour sets it itself."""
     monkeypatch.delenv("CI", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_judge_cache_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the judge's cache lives is the test's to say: ``AGENT_HEALTH_JUDGE_CACHE`` of
+    whoever runs the suite is unset; a test about it sets it itself."""
+    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Headless Chromium (Debian's, ``scripts/get-chromium.sh``) for a module's pages, driven
+    by Playwright (``scripts/browser.py``); a machine without it fails the test, naming why."""
+    import browser
+
+    try:
+        with browser.chromium() as launched:
+            yield launched
+    except browser.BrowserMissing as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

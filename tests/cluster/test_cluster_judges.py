@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from agent_health import judging
 from agent_health.cluster.api import runspec
 from agent_health.cluster.judge_service import judges
@@ -26,11 +25,6 @@ from aiohttp import web
 from support.judge_servers import Answer, ScriptedModel, judge_config, judge_request
 
 CALL = {"text": "the answer is db-primary", "criteria": "names the database"}
-
-
-@pytest.fixture(autouse=True)
-def _no_env_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
 
 
 class Board:

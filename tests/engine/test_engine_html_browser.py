@@ -19,10 +19,10 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser
 import pytest
 import triage_agent
 from agent_health import cli
@@ -30,15 +30,13 @@ from agent_health.engine import reporters
 from agent_health.engine.reports import rollup
 from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import Signal, TestResult
+from playwright.sync_api import expect
 from support import loopback
 from support.helpers import Run, run_cli
 from support.judge_servers import ScriptedModel, quoted_rule
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import browser  # noqa: E402
-from playwright.sync_api import expect  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -83,15 +81,6 @@ async def first_try(agent, expect, test_info):
 async def broken(agent):
     raise RuntimeError("the fixture database is down")
 """
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    try:
-        with browser.chromium() as launched:
-            yield launched
-    except browser.BrowserMissing as err:
-        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,10 @@ agent matrix (the tests side by side, each pair compared)."""
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser
 import pytest
 from agent_health.connectors.protocol import TokenUsage
 from agent_health.engine import budget, reporters
@@ -16,20 +15,9 @@ from agent_health.engine.reports.report import RunReport
 from agent_health.sdk.results import TestResult
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import browser  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    try:
-        with browser.chromium() as launched:
-            yield launched
-    except browser.BrowserMissing as err:
-        pytest.fail(str(err), pytrace=False)
 
 
 def _result(name: str, status: str, **kw: Any) -> TestResult:

@@ -12,22 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser
 import pytest
 import support_agent
 from aiohttp import web
+from playwright.sync_api import expect
 from support.helpers import Run, run_cli
 from support.judge_servers import ScriptedModel, quoted_rule
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import browser  # noqa: E402
-from playwright.sync_api import expect  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -59,15 +56,6 @@ async def refund(agent, expect):
 
     await agent.run("Did my refund go through?", user=customer, max_turns=4)
 """
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    try:
-        with browser.chromium() as launched:
-            yield launched
-    except browser.BrowserMissing as err:
-        pytest.fail(str(err), pytrace=False)
 
 
 def _in_a_thread(made: Any) -> Any:

@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser
 import pytest
 from agent_health import cli, history
+from playwright.sync_api import expect
 from support.history_support import named, report
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import browser  # noqa: E402
-from playwright.sync_api import expect  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -54,15 +51,6 @@ SUITE = textwrap.dedent(
     """
 )
 OUTCOMES = ("pass", "pass", "fail", "pass", "fail")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    try:
-        with browser.chromium() as launched:
-            yield launched
-    except browser.BrowserMissing as err:
-        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="module")

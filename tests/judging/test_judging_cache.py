@@ -24,11 +24,6 @@ from support.judge_servers import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_env_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
-
-
 async def _twice(config: Any) -> tuple[Any, Any]:
     async with judging.backend(config, Config()) as backend:
         assert backend is not None

@@ -12,11 +12,6 @@ from agent_health.sdk.results import Verdict
 from support.judge_servers import Answer, ScriptedModel, judge_config, judge_request
 
 
-@pytest.fixture(autouse=True)
-def _no_env_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
-
-
 async def cites_host(result: Any, criteria: str, tools: Any) -> dict[str, Any]:
     spans = await tools.get_spans(kind="tool_call")
     ok = "db-primary" in result.output and bool(spans)

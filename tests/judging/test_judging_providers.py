@@ -18,11 +18,6 @@ from support.judge_servers import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_env_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
-
-
 @pytest.mark.parametrize("shape", ["openai", "anthropic", "bedrock"])
 async def test_contextual_verdict_round_trip(shape: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUDGE_KEY", "k-123")

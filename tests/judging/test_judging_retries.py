@@ -20,11 +20,6 @@ from support.judge_servers import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_env_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
-
-
 async def _judge(server: ScriptedModel, **fields: Any) -> Any:
     try:
         async with judging.backend(judge_config(server, **fields), Config()) as backend:

@@ -17,11 +17,6 @@ from support.judge_servers import Answer, ScriptedModel, judge_config, judge_req
 TOKEN = "controller-token-of-cell-7"
 
 
-@pytest.fixture(autouse=True)
-def _no_env_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AGENT_HEALTH_JUDGE_CACHE", raising=False)
-
-
 @pytest.fixture
 async def model() -> AsyncIterator[ScriptedModel]:
     server = await ScriptedModel.start("openai", default=Answer(True, 0.8, "service says yes"))

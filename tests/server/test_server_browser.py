@@ -5,35 +5,23 @@ error, fails the test."""
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser
 import httpx
 import pytest
+from playwright.sync_api import expect
 from support.helpers import run_cli_sync
 from support.server_support import recorded_history, serving
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import browser  # noqa: E402
-from playwright.sync_api import expect  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    try:
-        with browser.chromium() as launched:
-            yield launched
-    except browser.BrowserMissing as err:
-        pytest.fail(str(err), pytrace=False)
 
 
 def _clean(seen: browser.Watched, origin: str) -> None:

@@ -385,7 +385,6 @@ def eval_json_array(text: str) -> list[str]:
 
 
 async def test_the_example_peer_serves_the_log_tools_on_its_own() -> None:
-    sys.path.insert(0, str(ROOT / "examples" / "agents"))
     import log_server
 
     runner, url = await log_server.start()
@@ -426,7 +425,6 @@ async def test_the_example_peer_runs_as_a_process() -> None:
 async def test_in_a_cell_the_example_peer_serves_only_the_gateways_calls(tmp_path: Path) -> None:
     """The peer process as a cell runs it: its own token in $AGENT_HEALTH_TOKEN_FILE. A call
     without the gateway's header (the target, straight over loopback) is refused."""
-    sys.path.insert(0, str(ROOT / "examples" / "agents"))
     import log_server
 
     assert log_server.VIA_HEADER == gateway.VIA_HEADER  # the example speaks the gateway's header
