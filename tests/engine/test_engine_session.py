@@ -1,4 +1,7 @@
-"""Scheduling: timeouts, repeats and pass@k, selection, focus, isolation between tests."""
+"""Scheduling: timeouts, repeats and pass@k, selection, focus, isolation between tests.
+
+The engine runs in this process (``support.harness.run_suite``); what only the command line
+does — exit codes, reporters — goes through it (``support.helpers``)."""
 
 from __future__ import annotations
 
@@ -7,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from agent_health import cli
-from support.helpers import run_cli, run_cli_sync
+from support.harness import named, run_suite
+from support.helpers import run_cli_sync
 
 
-def test_timeout_is_errored_and_teardown_still_runs(write_suite: Any) -> None:
+async def test_timeout_is_errored_and_teardown_still_runs(write_suite: Any) -> None:
     suite = write_suite(
         **{
             "test_slow.py": """
@@ -32,12 +36,12 @@ def test_timeout_is_errored_and_teardown_still_runs(write_suite: Any) -> None:
             """
         }
     )
-    run = run_cli_sync(suite)
-    entry = run.by_name("hangs")
+    report = await run_suite(suite)
+    entry = named(report, "hangs")
     assert entry["status"] == "errored"
     assert entry["error"] == "timed out after 0.2 s"
     assert (suite / "torn-down").read_text() == "yes"
-    assert run.code == 3
+    assert report.summary.errored == 1
 
 
 FLAKY = """
@@ -57,53 +61,62 @@ async def never():
 """
 
 
-def test_repeats_give_pass_at_k_and_flaky(write_suite: Any) -> None:
+async def test_repeats_give_pass_at_k_and_flaky(write_suite: Any) -> None:
     suite = write_suite(**{"test_flaky.py": FLAKY})
-    run = run_cli_sync(suite, "--repeat", "4")
-    summary = run.report["summary"]
-    assert summary["total"] == 12
-    assert summary["pass_at_k"] == round(2 / 3, 6)  # always, sometimes
-    assert summary["pass_hat_k"] == round(1 / 3, 6)  # always
-    assert summary["mixed"] == ["sometimes"]  # passed in some repeats only
-    assert summary["flaky"] == []  # flaky: passed on a retry (--retries); none here
-    repeats = sorted(t["repeat"] for t in run.report["tests"] if t["name"] == "sometimes")
+    report = await run_suite(suite, repeat=4)
+    summary = report.summary
+    assert summary.total == 12
+    assert summary.pass_at_k == round(2 / 3, 6)  # always, sometimes
+    assert summary.pass_hat_k == round(1 / 3, 6)  # always
+    assert summary.mixed == ["sometimes"]  # passed in some repeats only
+    assert summary.flaky == []  # flaky: passed on a retry (--retries); none here
+    repeats = sorted(t["repeat"] for t in report.tests if t["name"] == "sometimes")
     assert repeats == [0, 1, 2, 3]
-    never = run.by_name("never")
+    never = next(t for t in report.tests if t["name"] == "never")
     assert never["status"] == "failed"
     assert "nope" in never["signals"][0]["evidence"]["message"]
 
 
-def test_grep_label_and_shards(write_suite: Any) -> None:
-    suite = write_suite(
-        **{
-            "test_sel.py": "\n".join(
-                [
-                    "from agent_health import test",
-                    *(
-                        f"@test('case {i}', labels=['{'even' if i % 2 == 0 else 'odd'}', 'all'])\n"
-                        f"async def c{i}():\n    pass\n"
-                        for i in range(10)
-                    ),
-                ]
-            )
-        }
+SELECTION = {
+    "test_sel.py": "\n".join(
+        [
+            "from agent_health import test",
+            *(
+                f"@test('case {i}', labels=['{'even' if i % 2 == 0 else 'odd'}', 'all'])\n"
+                f"async def c{i}():\n    pass\n"
+                for i in range(10)
+            ),
+        ]
     )
-    assert len(run_cli_sync(suite, "--grep", r"case [1-3]$").report["tests"]) == 3
-    assert len(run_cli_sync(suite, "--label", "even").report["tests"]) == 5
-    assert len(run_cli_sync(suite, "--label", "even", "--label", "all").report["tests"]) == 5
-    assert len(run_cli_sync(suite, "--label", "even", "--label", "odd").report["tests"]) == 0
-    shards = [
-        {t["id"] for t in run_cli_sync(suite, "--shard", f"{i}/3").report["tests"]}
-        for i in (1, 2, 3)
-    ]
+}
+
+
+async def test_grep_label_and_shards(write_suite: Any) -> None:
+    suite = write_suite(**SELECTION)
+
+    async def chosen(**selection: Any) -> list[dict[str, Any]]:
+        return (await run_suite(suite, **selection)).tests
+
+    assert len(await chosen(grep=[r"case [1-3]$"])) == 3
+    assert len(await chosen(labels=["even"])) == 5
+    assert len(await chosen(labels=["even", "all"])) == 5
+    assert len(await chosen(labels=["even", "odd"])) == 0
+    shards = [{t["id"] for t in await chosen(shard=(i, 3))} for i in (1, 2, 3)]
     assert sum(len(s) for s in shards) == 10
     assert shards[0] | shards[1] | shards[2] == {f"test_sel.py::case {i}" for i in range(10)}
+
+
+def test_a_selection_that_cannot_be_made_or_selects_nothing_is_a_usage_error(
+    write_suite: Any,
+) -> None:
+    suite = write_suite(**SELECTION)
+    assert len(run_cli_sync(suite, "--grep", r"case [1-3]$").report["tests"]) == 3
     assert run_cli_sync(suite, "--shard", "4/3").code == 2
     assert run_cli_sync(suite, "--grep", "nothing matches").code == 2
     assert run_cli_sync(suite, "--grep", "nothing matches", "--pass-with-no-tests").code == 0
 
 
-def test_only_focuses_and_fixme_skips(write_suite: Any) -> None:
+async def test_only_focuses_and_fixme_skips(write_suite: Any) -> None:
     suite = write_suite(
         **{
             "test_focus.py": """
@@ -126,11 +139,10 @@ def test_only_focuses_and_fixme_skips(write_suite: Any) -> None:
             """,
         }
     )
-    run = run_cli_sync(suite)
-    assert [t["name"] for t in run.report["tests"]] == ["focused"]
-    run = run_cli_sync(suite / "test_fixme.py")
-    assert run.by_name("broken")["status"] == "skipped"
-    assert run.by_name("broken")["skip_reason"] == "tracked in INC-7"
+    assert [t["name"] for t in (await run_suite(suite)).tests] == ["focused"]
+    broken = named(await run_suite(suite / "test_fixme.py"), "broken")
+    assert broken["status"] == "skipped"
+    assert broken["skip_reason"] == "tracked in INC-7"
 
 
 async def test_concurrent_tests_never_share_signals(write_suite: Any, triage_url: str) -> None:
@@ -148,9 +160,9 @@ async def t{i}(agent):
     suite = write_suite(
         **{"test_many.py": "import asyncio\nfrom agent_health import test, expect\n" + body}
     )
-    run = await run_cli(suite, "--agent", f"rest+{triage_url}", "-j", "16")
-    assert run.code == 0
-    for test in run.report["tests"]:
+    report = await run_suite(suite, agent=f"rest+{triage_url}", concurrency=16)
+    assert report.summary.passed == report.summary.total == 40
+    for test in report.tests:
         assert test["status"] == "passed"
         assert len([s for s in test["signals"] if s["kind"] != "metric"]) == 2
 
@@ -179,15 +191,15 @@ async def test_default_prompt_and_prompt_capture(write_suite: Any, triage_url: s
             """
         }
     )
-    run = await run_cli(suite, "--agent", f"rest+{triage_url}")
-    assert run.by_name("default")["prompt"] == "check the auth service"
-    assert run.by_name("explicit")["prompt"] == "check the search service"
-    none = run.by_name("none")
+    report = await run_suite(suite, agent=f"rest+{triage_url}")
+    assert named(report, "default")["prompt"] == "check the auth service"
+    assert named(report, "explicit")["prompt"] == "check the search service"
+    none = named(report, "none")
     assert none["status"] == "errored"
     assert "no prompt and the test has no default_prompt" in none["error"]
-    assert run.by_name("skips itself")["status"] == "skipped"
-    assert run.by_name("skips itself")["skip_reason"] == "no GPU here"
-    metrics = run.by_name("default")["metrics"]
+    assert named(report, "skips itself")["status"] == "skipped"
+    assert named(report, "skips itself")["skip_reason"] == "no GPU here"
+    metrics = named(report, "default")["metrics"]
     assert metrics["tool_calls"] == 2
     assert metrics["tool_histogram"] == {"search_logs": 1, "service_status": 1}
     assert metrics["total_tokens"] > 0
@@ -213,7 +225,7 @@ def test_unknown_reporter_is_usage_error(write_suite: Any, capsys: Any) -> None:
     assert "unknown reporter 'html5'" in capsys.readouterr().err
 
 
-def test_a_timeout_error_raised_by_the_body_is_not_our_timeout(write_suite: Any) -> None:
+async def test_a_timeout_error_raised_by_the_body_is_not_our_timeout(write_suite: Any) -> None:
     suite = write_suite(
         **{
             "test_own_timeout.py": """
@@ -226,13 +238,13 @@ def test_a_timeout_error_raised_by_the_body_is_not_our_timeout(write_suite: Any)
             """
         }
     )
-    entry = run_cli_sync(suite).by_name("own timeout")
+    entry = named(await run_suite(suite), "own timeout")
     assert entry["status"] == "errored"
     assert entry["error"].startswith("TimeoutError")
     assert "timed out after" not in entry["error"]
 
 
-def test_scores_are_weighted_and_absent_when_nothing_was_scored(write_suite: Any) -> None:
+async def test_scores_are_weighted_and_absent_when_nothing_was_scored(write_suite: Any) -> None:
     suite = write_suite(
         **{
             "test_scores.py": """
@@ -249,8 +261,8 @@ def test_scores_are_weighted_and_absent_when_nothing_was_scored(write_suite: Any
             """
         }
     )
-    run = run_cli_sync(suite)
-    assert run.by_name("weighted")["score"] == 0.75
-    assert run.by_name("weighted")["status"] == "failed"
-    assert run.by_name("nothing scored")["score"] is None
-    assert run.report["summary"]["score"] == 0.75
+    report = await run_suite(suite)
+    assert named(report, "weighted")["score"] == 0.75
+    assert named(report, "weighted")["status"] == "failed"
+    assert named(report, "nothing scored")["score"] is None
+    assert report.summary.score == 0.75
