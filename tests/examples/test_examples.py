@@ -1,8 +1,13 @@
-"""Every numbered example runs, through the real CLI, and does what its README says."""
+"""Every numbered example runs, through the real CLI, and does what its README says.
+
+:func:`test_every_numbered_example_runs_green` runs each ``examples/NN-topic/`` found, so a new
+example cannot go untested; the tests after it check what particular examples promise.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +15,45 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+NUMBERED = sorted(path.name for path in EXAMPLES.glob("[0-9][0-9]-*/"))
+
+
+def test_the_examples_are_numbered_from_one_without_a_gap() -> None:
+    assert [name[:2] for name in NUMBERED] == [f"{n:02}" for n in range(1, len(NUMBERED) + 1)]
+    assert all((EXAMPLES / name / "README.md").is_file() for name in NUMBERED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", NUMBERED)
+def test_every_numbered_example_runs_green(example: str, tmp_path: Path) -> None:
+    """The example, copied with its neighbours (the agents it starts), run as its README
+    says, without a judge's model or a simulated user's (their calls are neutral skips):
+    every test loads, and every one that runs passes."""
+    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent_health.cli",
+            "run",
+            "--no-judge",
+            "--no-simulate",
+            "--no-history",
+            "--reporter",
+            f"json:{report}",
+        ],
+        cwd=tmp_path / "examples" / example,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["total"] > 0
+    assert (summary["failed"], summary["errored"], summary["not_loaded"]) == (0, 0, [])
 
 
 @pytest.mark.slow
@@ -63,10 +107,21 @@ def test_quickstart_lists_without_running() -> None:
 def test_the_mcp_example_passes_on_what_the_gateway_read(tmp_path: Path) -> None:
     report, ledger = tmp_path / "report.json", tmp_path / "ledger"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent_health.cli", "run", "--reporter", f"json:{report}",
-         "--ledger", f"file://{ledger}"],
-        cwd=EXAMPLES / "07-mcp", capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "agent_health.cli",
+            "run",
+            "--reporter",
+            f"json:{report}",
+            "--ledger",
+            f"file://{ledger}",
+        ],
+        cwd=EXAMPLES / "07-mcp",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(report.read_text())
     assert data["summary"]["passed"] == 5
