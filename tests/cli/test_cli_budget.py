@@ -137,8 +137,7 @@ async def test_max_cost_counts_agent_and_judge_with_their_prices(
 ) -> None:
     from support.judge_servers import Answer, ScriptedModel
 
-    judge = await ScriptedModel.start("openai", default=Answer(True, 1.0, "fine"))
-    try:
+    async with ScriptedModel.serving("openai", default=Answer(True, 1.0, "fine")) as judge:
         suite = write_suite(
             **{
                 "agent-health.config.py": f"""
@@ -173,8 +172,6 @@ async def test_max_cost_counts_agent_and_judge_with_their_prices(
             run = await run_cli(suite, "-j", "1", "--max-cost", "0.45")
         finally:
             del os.environ["BUDGET_TEST_KEY"]
-    finally:
-        await judge.close()
     # a test: agent 120 tokens ($0.12) + judge 120 tokens ($0.12) = $0.24; two reach $0.48
     assert [t["status"] for t in run.report["tests"]] == ["passed"] * 2 + ["skipped"] * 2
     spent = run.report["summary"]["budget"]["spent"]

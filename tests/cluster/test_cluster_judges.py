@@ -112,16 +112,15 @@ async def test_a_runspec_judge_is_keyed_by_its_namespace_and_endpoint(tmp_path: 
 async def test_partitioned_shares_the_provider_and_cache_but_not_the_keys(
     tmp_path: Path,
 ) -> None:
-    model = await ScriptedModel.start("openai", default=Answer(True, 0.9, "names it"))
-    try:
-        async with judging.backend(judge_config(model, tmp_path), define_config()) as backend:
-            assert backend is not None
-            mine = backend.partitioned("team-a")
-            assert mine.partitioned("team-a") is mine
-            assert (mine.provider, mine.cache) == (backend.provider, backend.cache)
-            assert backend.partition is None
-            await mine(judge_request())
-            assert not (await backend(judge_request())).cached
-            assert (await backend.partitioned("team-a")(judge_request())).cached
-    finally:
-        await model.close()
+    async with (
+        ScriptedModel.serving("openai", default=Answer(True, 0.9, "names it")) as model,
+        judging.backend(judge_config(model, tmp_path), define_config()) as backend,
+    ):
+        assert backend is not None
+        mine = backend.partitioned("team-a")
+        assert mine.partitioned("team-a") is mine
+        assert (mine.provider, mine.cache) == (backend.provider, backend.cache)
+        assert backend.partition is None
+        await mine(judge_request())
+        assert not (await backend(judge_request())).cached
+        assert (await backend.partitioned("team-a")(judge_request())).cached

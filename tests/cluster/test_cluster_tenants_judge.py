@@ -57,8 +57,7 @@ CHAT = {"model": "operators-model", "messages": [{"role": "user", "content": "hi
 
 
 async def test_a_cell_of_a_runspec_without_a_judge_cannot_spend_the_operators_key() -> None:
-    model = await ScriptedModel.start("openai", default=Answer(True, 1.0, "ok"))
-    try:
+    async with ScriptedModel.serving("openai", default=Answer(True, 1.0, "ok")) as model:
         async with cluster() as k8s:
             runspec, run = k8s.example(ledger=LEDGER)
             del runspec["spec"]["judge"]
@@ -80,13 +79,10 @@ async def test_a_cell_of_a_runspec_without_a_judge_cannot_spend_the_operators_ke
         )
         assert model.requests == []  # nothing spent
         assert "AGENT_HEALTH_JUDGE_URL" not in env  # and the cell was given no judge route
-    finally:
-        await model.close()
 
 
 async def test_a_run_that_skips_judging_gets_no_judge() -> None:
-    model = await ScriptedModel.start("openai", default=Answer(True, 1.0, "ok"))
-    try:
+    async with ScriptedModel.serving("openai", default=Answer(True, 1.0, "ok")) as model:
         async with cluster() as k8s:
             runspec, run = k8s.example(ledger=LEDGER)
             runspec["spec"]["judge"]["baseUrl"] = model.url
@@ -100,13 +96,10 @@ async def test_a_run_that_skips_judging_gets_no_judge() -> None:
         assert judged.status_code == 403
         assert "sets skipJudge" in judged.json()["error"]
         assert model.requests == []
-    finally:
-        await model.close()
 
 
 async def test_a_judged_cell_gets_only_its_models_and_its_token_ceiling() -> None:
-    model = await ScriptedModel.start("openai", default=Answer(True, 1.0, "ok"))
-    try:
+    async with ScriptedModel.serving("openai", default=Answer(True, 1.0, "ok")) as model:
         async with cluster() as k8s:
             runspec, run = k8s.example(ledger=LEDGER)
             runspec["spec"]["judge"] |= {
@@ -156,8 +149,6 @@ async def test_a_judged_cell_gets_only_its_models_and_its_token_ceiling() -> Non
         assert (fine.status_code, judged.status_code) == (200, 200), (fine.text, judged.text)
         assert [r.body["model"] for r in model.requests] == ["small-model", "small-model"]
         assert model.requests[1].body["max_tokens"] <= 300  # the backend's own default, capped
-    finally:
-        await model.close()
 
 
 async def test_only_a_judged_runs_cells_may_reach_the_judge_service() -> None:

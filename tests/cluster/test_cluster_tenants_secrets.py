@@ -57,8 +57,7 @@ async def label(k8s: Any, name: str) -> None:
 
 async def test_a_judge_secret_ref_to_another_runs_cell_tokens_is_refused() -> None:
     """The attack: read a live run's controller token through the judge's API key."""
-    thief = await ScriptedModel.start("openai", default=Answer(True, 1.0, "ok"))
-    try:
+    async with ScriptedModel.serving("openai", default=Answer(True, 1.0, "ok")) as thief:
         async with cluster() as k8s:
             example, template = k8s.example(ledger=LEDGER)
             fake = Kubelet(k8s, TESTS, None, outcome=lambda _: "hold")
@@ -84,8 +83,6 @@ async def test_a_judge_secret_ref_to_another_runs_cell_tokens_is_refused() -> No
         )
         assert "a run can never use it" in refused["message"]
         assert thief.requests == []  # the token never left the operator
-    finally:
-        await thief.close()
 
 
 async def test_an_env_value_from_a_secret_not_offered_is_refused_with_the_label_to_add() -> None:

@@ -162,12 +162,11 @@ async def test_a_replay_asks_the_simulated_user_through_the_cache_and_a_changed_
 async def test_an_unusable_answer_errors_with_cause_judge(
     write_suite: Any, tmp_path: Path, support_url: str
 ) -> None:
-    model = await ScriptedModel.start("openai", default=Text("Sure! I will ask for my refund."))
-    try:
+    async with ScriptedModel.serving(
+        "openai", default=Text("Sure! I will ask for my refund.")
+    ) as model:
         suite = _suite(write_suite, tmp_path, model.url, **{"test_refund.py": SUITE})
         run = await run_cli(suite, "--agent", support_url)
-    finally:
-        await model.close()
     refund = run.by_name("refund")
     assert (refund["status"], refund["cause"]) == ("errored", "judge")
     assert "simulated user could not answer after turn 1" in refund["error"]

@@ -100,14 +100,11 @@ def _sees_the_conversation(body: Mapping[str, Any]) -> Answer:
 
 
 async def test_conversation_matchers(write_suite: Any, support_url: str) -> None:
-    judge = await ScriptedModel.start("openai", default=_sees_the_conversation)
-    try:
+    async with ScriptedModel.serving("openai", default=_sees_the_conversation) as judge:
         suite = write_suite(
             **{"test_talk.py": SUITE, "agent-health.config.py": CONFIG.format(url=judge.url)}
         )
         run = await run_cli(suite, "--agent", support_url)
-    finally:
-        await judge.close()
 
     def status(name: str) -> str:
         return str(run.by_name(name)["status"])

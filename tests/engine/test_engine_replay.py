@@ -171,22 +171,21 @@ async def test_a_replay_reproduces_every_status_without_calling_the_agent_or_the
 ) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
-    judge = await ScriptedModel.start("openai", default=quoted_rule, api_key="sk-scripted")
-    try:
-        async with counting_agent() as agent:
-            use_judge(monkeypatch, judge)
-            write(suite, "agent-health.config.py", CONFIG.format(url=agent.url))
-            write(suite, "test_replayed.py", SUITE)
-            code, first, first_name = await asyncio.to_thread(cli_run, suite, "--repeat", "2")
-            calls, judged = agent.calls, len(judge.requests)
-            assert (code, calls, judged) == (1, 8, 2)  # 4 agent tests x 2; 1 judged x 2
+    async with (
+        ScriptedModel.serving("openai", default=quoted_rule, api_key="sk-scripted") as judge,
+        counting_agent() as agent,
+    ):
+        use_judge(monkeypatch, judge)
+        write(suite, "agent-health.config.py", CONFIG.format(url=agent.url))
+        write(suite, "test_replayed.py", SUITE)
+        code, first, first_name = await asyncio.to_thread(cli_run, suite, "--repeat", "2")
+        calls, judged = agent.calls, len(judge.requests)
+        assert (code, calls, judged) == (1, 8, 2)  # 4 agent tests x 2; 1 judged x 2
 
-            code, again, _ = await asyncio.to_thread(cli_run, suite, "--replay", first_name)
-            ledger_dir = first["provenance"]["ledger"]
-            from_ledger = await asyncio.to_thread(cli_run, suite, "--replay", ledger_dir)
-            assert (agent.calls, len(judge.requests)) == (calls, judged)  # none, either way
-    finally:
-        await judge.close()
+        code, again, _ = await asyncio.to_thread(cli_run, suite, "--replay", first_name)
+        ledger_dir = first["provenance"]["ledger"]
+        from_ledger = await asyncio.to_thread(cli_run, suite, "--replay", ledger_dir)
+        assert (agent.calls, len(judge.requests)) == (calls, judged)  # none, either way
 
     want = {(name, r): status for name, status in EXPECTED.items() for r in (0, 1)}
     assert outcomes(first) == want

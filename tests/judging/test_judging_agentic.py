@@ -74,21 +74,18 @@ def _tool_results(body: Mapping[str, Any], shape: str) -> list[str]:
 async def test_tool_loop_queries_then_submits(shape: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKID")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    server = await ScriptedModel.start(
+    async with ScriptedModel.serving(
         shape,
         script=[
             Calls((("get_spans", {"name": "search_logs"}), ("metrics", {}))),
             Calls((("get_logs", {"contains": "refused"}),)),
             Calls((("submit_verdict", {"passed": True, "score": 0.9, "reasoning": "logs"}),)),
         ],
-    )
-    try:
+    ) as server:
         config = judge_config(server, region="us-west-2")
         async with judging.backend(config, Config()) as backend:
             assert backend is not None
             verdict = await backend(judge_request(tools=("trace_query",)))
-    finally:
-        await server.close()
     assert (verdict.passed, verdict.score, verdict.reasoning) == (True, 0.9, "logs")
     assert verdict.input_tokens == 300  # three model calls
     assert len(server.requests) == 3
@@ -113,21 +110,18 @@ async def test_injected_instructions_cannot_read_another_run() -> None:
     mine = run_result(INJECTION, run_id="run-mine")
     other = run_result("TOP SECRET other tenant output", run_id="run-other")
     leaky = LeakySource(mine, other)
-    server = await ScriptedModel.start(
+    async with ScriptedModel.serving(
         "openai",
         script=[
             Calls((("get_spans", {"run_id": "run-other"}),)),
             Calls((("query", {"text": "secret"}), ("get_spans", {}))),
             Answer(False, 0.0, "tried to redirect the judge"),
         ],
-    )
-    try:
+    ) as server:
         config = judge_config(server)
         async with judging.backend(config, Config(), sources=lambda _: leaky) as backend:
             assert backend is not None
             verdict = await backend(judge_request(mine, tools=("trace_query",)))
-    finally:
-        await server.close()
     assert verdict.passed is False
     [refused] = _tool_results(server.requests[1].body, "openai")
     assert "refused: this judge may read only run run-mine" in refused
@@ -141,13 +135,12 @@ async def test_injected_instructions_cannot_read_another_run() -> None:
 
 
 async def test_max_steps_bounds_the_loop() -> None:
-    server = await ScriptedModel.start("openai", default=Calls((("metrics", {}),)))
-    try:
-        async with judging.backend(judge_config(server, max_steps=3), Config()) as backend:
-            assert backend is not None
-            verdict = await backend(judge_request(tools=("trace_query",)))
-    finally:
-        await server.close()
+    async with (
+        ScriptedModel.serving("openai", default=Calls((("metrics", {}),))) as server,
+        judging.backend(judge_config(server, max_steps=3), Config()) as backend,
+    ):
+        assert backend is not None
+        verdict = await backend(judge_request(tools=("trace_query",)))
     assert verdict.errored
     assert "max_steps=3" in (verdict.error or "")
     assert len(server.requests) == 3
@@ -155,29 +148,27 @@ async def test_max_steps_bounds_the_loop() -> None:
 
 
 async def test_max_tokens_bounds_the_loop() -> None:
-    server = await ScriptedModel.start("openai", default=Calls((("metrics", {}),)))
-    try:
-        async with judging.backend(judge_config(server), Config()) as backend:
-            assert backend is not None
-            verdict = await backend(judge_request(tools=("trace_query",), max_tokens=250))
-    finally:
-        await server.close()
+    async with (
+        ScriptedModel.serving("openai", default=Calls((("metrics", {}),))) as server,
+        judging.backend(judge_config(server), Config()) as backend,
+    ):
+        assert backend is not None
+        verdict = await backend(judge_request(tools=("trace_query",), max_tokens=250))
     assert verdict.errored
     assert "max_tokens=250" in (verdict.error or "")
     assert len(server.requests) == 3  # 120 tokens each: stops once 360 >= 250
 
 
 async def test_text_answer_is_parsed_or_nudged_towards_submit_verdict() -> None:
-    server = await ScriptedModel.start(
-        "openai",
-        script=[Text("Let me think."), Text('{"passed": true, "score": 1, "reasoning": "ok"}')],
-    )
-    try:
-        async with judging.backend(judge_config(server), Config()) as backend:
-            assert backend is not None
-            verdict = await backend(judge_request(tools=("trace_query",)))
-    finally:
-        await server.close()
+    async with (
+        ScriptedModel.serving(
+            "openai",
+            script=[Text("Let me think."), Text('{"passed": true, "score": 1, "reasoning": "ok"}')],
+        ) as server,
+        judging.backend(judge_config(server), Config()) as backend,
+    ):
+        assert backend is not None
+        verdict = await backend(judge_request(tools=("trace_query",)))
     assert verdict.passed is True
     assert "submit_verdict" in server.requests[1].body["messages"][-1]["content"]
 
@@ -191,27 +182,25 @@ async def test_bad_tool_arguments_are_answered_not_raised() -> None:
 
 
 async def test_trace_tools_need_a_run_result() -> None:
-    server = await ScriptedModel.start("openai")
-    try:
-        async with judging.backend(judge_config(server), Config()) as backend:
-            assert backend is not None
-            with pytest.raises(errors.JudgeError, match="pass the RunResult"):
-                await backend(judge_request("just text", tools=("trace_query",)))
-            with pytest.raises(errors.JudgeError, match="only tool pack is 'trace_query'"):
-                await backend(judge_request(tools=("shell",)))
-    finally:
-        await server.close()
+    async with (
+        ScriptedModel.serving("openai") as server,
+        judging.backend(judge_config(server), Config()) as backend,
+    ):
+        assert backend is not None
+        with pytest.raises(errors.JudgeError, match="pass the RunResult"):
+            await backend(judge_request("just text", tools=("trace_query",)))
+        with pytest.raises(errors.JudgeError, match="only tool pack is 'trace_query'"):
+            await backend(judge_request(tools=("shell",)))
     assert server.requests == []
 
 
 async def test_traces_and_logs_context_put_them_in_the_prompt() -> None:
-    server = await ScriptedModel.start("openai")
-    try:
-        async with judging.backend(judge_config(server), Config()) as backend:
-            assert backend is not None
-            await backend(judge_request(context=("traces", "logs")))
-    finally:
-        await server.close()
+    async with (
+        ScriptedModel.serving("openai") as server,
+        judging.backend(judge_config(server), Config()) as backend,
+    ):
+        assert backend is not None
+        await backend(judge_request(context=("traces", "logs")))
     prompt = server.requests[0].body["messages"][-1]["content"]
     assert '"traces": [' in prompt
     assert '"logs": [' in prompt

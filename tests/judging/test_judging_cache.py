@@ -80,15 +80,12 @@ async def test_key_tracks_what_decides_the_verdict(server: Any, tmp_path: Path) 
 
 
 async def test_errored_verdicts_are_never_cached(tmp_path: Path) -> None:
-    failing = await ScriptedModel.start("openai", script=[Status(500)] * 3)
-    try:
+    async with ScriptedModel.serving("openai", script=[Status(500)] * 3) as failing:
         config = judge_config(failing, tmp_path)
         async with judging.backend(config, Config()) as backend:
             assert backend is not None
             first = await backend(judge_request())
             second = await backend(judge_request())
-    finally:
-        await failing.close()
     assert first.errored
     assert second.passed is True
     assert not second.cached

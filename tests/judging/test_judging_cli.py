@@ -80,8 +80,9 @@ def _judge_signal(test: dict[str, Any]) -> dict[str, Any]:
 async def test_judged_suite_then_cached_rerun(
     write_suite: Any, triage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = await ScriptedModel.start("openai", default=quoted_rule, api_key="sk-scripted")
-    try:
+    async with ScriptedModel.serving(
+        "openai", default=quoted_rule, api_key="sk-scripted"
+    ) as server:
         suite = write_suite(**{"agent-health.config.py": CONFIG, "test_judged.py": SUITE})
         _judge_env(monkeypatch, server, tmp_path / "cache" / "judge.sqlite")
         agent = ("--agent", f"rest+{triage_url}")
@@ -90,8 +91,6 @@ async def test_judged_suite_then_cached_rerun(
         second = await run_cli(suite, *agent)
         calls_after_second = len(server.requests)
         bypass = await run_cli(suite, *agent, "--no-cache")
-    finally:
-        await server.close()
 
     assert first.code == 1  # "judged fail" failed
     statuses = {t["name"]: t["status"] for t in first.report["tests"]}
@@ -145,14 +144,11 @@ async def test_judged_suite_then_cached_rerun(
 async def test_judge_down_makes_tests_errored_and_the_run_goes_on(
     write_suite: Any, triage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = await ScriptedModel.start("openai", default=Status(500, "model is on fire"))
-    try:
+    async with ScriptedModel.serving("openai", default=Status(500, "model is on fire")) as server:
         suite = write_suite(**{"agent-health.config.py": CONFIG, "test_judged.py": SUITE})
         _judge_env(monkeypatch, server, tmp_path / "judge.sqlite")
         run = await run_cli(suite, "--agent", f"rest+{triage_url}")
         again = await run_cli(suite, "--agent", f"rest+{triage_url}")
-    finally:
-        await server.close()
     assert run.code == 3  # errored only: nothing failed
     for name in ("judged pass", "judged fail", "agentic"):
         test = run.by_name(name)
@@ -190,14 +186,11 @@ async def test_a_missing_judge_key_errors_the_judge_calls_and_the_run_goes_on(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    server = await ScriptedModel.start("openai", default=quoted_rule)
-    try:
+    async with ScriptedModel.serving("openai", default=quoted_rule) as server:
         suite = write_suite(**{"agent-health.config.py": CONFIG, "test_judged.py": SUITE})
         _judge_env(monkeypatch, server, tmp_path / "judge.sqlite")
         monkeypatch.delenv("SCRIPTED_JUDGE_KEY")
         run = await run_cli(suite, "--agent", f"rest+{triage_url}", "--no-cache")
-    finally:
-        await server.close()
     assert run.code == 3  # errored only: the deterministic test still ran and passed
     assert run.by_name("no judge at all")["status"] == "passed"
     assert run.by_name("custom")["status"] == "passed"  # needs no model
@@ -219,15 +212,12 @@ async def test_example_02_runs_against_the_scripted_model(
     example = tmp_path / "examples"
     await _copy(ROOT / "examples" / "02-judge", example / "02-judge")
     await _copy(ROOT / "examples" / "agents", example / "agents")
-    server = await ScriptedModel.start("openai", default=quoted_rule, api_key="sk-example")
-    try:
+    async with ScriptedModel.serving("openai", default=quoted_rule, api_key="sk-example") as server:
         monkeypatch.setenv("AGENT_HEALTH_JUDGE_BASE_URL", server.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-example")
         monkeypatch.setenv("AGENT_HEALTH_JUDGE_CACHE", str(tmp_path / "judge.sqlite"))
         monkeypatch.chdir(example / "02-judge")
         run = await run_cli(example / "02-judge")
-    finally:
-        await server.close()
     assert run.code == 0, run.report
     assert {t["status"] for t in run.report["tests"]} == {"passed"}
     assert {r.body["model"] for r in server.requests} == {"gpt-4o-mini"}

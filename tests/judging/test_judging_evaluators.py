@@ -95,17 +95,14 @@ async def test_broken_evaluators_give_errored_verdicts() -> None:
 
 
 async def test_llm_helper_uses_the_configured_judge_and_counts_tokens() -> None:
-    server = await ScriptedModel.start(
+    async with ScriptedModel.serving(
         "openai", script=[Answer(True, 0.6, "llm says so"), Answer(True)]
-    )
-    try:
+    ) as server:
         config = define_config(evaluators=EVALUATORS)
         async with judging.backend(judge_config(server), config) as backend:
             assert backend is not None
             verdict = await backend(judge_request(evaluator="asks_llm"))
             text = await backend(judge_request("the agent said yes", evaluator="free_form"))
-    finally:
-        await server.close()
     assert (verdict.passed, verdict.score, verdict.reasoning) == (True, 0.6, "llm says so")
     assert verdict.model == "judge-model"
     assert verdict.input_tokens == 100

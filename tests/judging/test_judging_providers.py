@@ -23,13 +23,12 @@ async def test_contextual_verdict_round_trip(shape: Any, monkeypatch: pytest.Mon
     monkeypatch.setenv("JUDGE_KEY", "k-123")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    server = await ScriptedModel.start(
+    async with ScriptedModel.serving(
         shape,
         script=[Answer(False, 0.25, "never names the database")],
         api_key="k-123" if shape != "bedrock" else None,
         sigv4=("AKIDEXAMPLE", "secret", "us-east-1") if shape == "bedrock" else None,
-    )
-    try:
+    ) as server:
         config = judge_config(
             server,
             api_key_env="JUDGE_KEY" if shape != "bedrock" else None,
@@ -39,8 +38,6 @@ async def test_contextual_verdict_round_trip(shape: Any, monkeypatch: pytest.Mon
         async with judging.backend(config, Config()) as backend:
             assert backend is not None
             verdict = await backend(judge_request(criteria="names the database"))
-    finally:
-        await server.close()
     assert (verdict.passed, verdict.score, verdict.reasoning) == (
         False,
         0.25,
@@ -83,14 +80,13 @@ async def test_bedrock_bad_signature_is_an_auth_error_naming_aws_variables(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    server = await ScriptedModel.start("bedrock", sigv4=("AKIDEXAMPLE", "secret", "eu-west-1"))
-    try:
+    async with ScriptedModel.serving(
+        "bedrock", sigv4=("AKIDEXAMPLE", "secret", "eu-west-1")
+    ) as server:
         config = judge_config(server, region="eu-west-1")
         async with judging.backend(config, Config()) as backend:
             assert backend is not None
             verdict = await backend(judge_request())
-    finally:
-        await server.close()
     assert verdict.errored
     assert verdict.passed is None
     assert "HTTP 403" in (verdict.error or "")
@@ -104,14 +100,11 @@ async def test_401_is_not_retried_and_names_the_env_var(
     shape: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MY_JUDGE_KEY", "wrong")
-    server = await ScriptedModel.start(shape, api_key="right")
-    try:
+    async with ScriptedModel.serving(shape, api_key="right") as server:
         config = judge_config(server, api_key_env="MY_JUDGE_KEY")
         async with judging.backend(config, Config()) as backend:
             assert backend is not None
             verdict = await backend(judge_request())
-    finally:
-        await server.close()
     assert verdict.errored
     assert "HTTP 401" in (verdict.error or "")
     assert "MY_JUDGE_KEY" in (verdict.error or "")
@@ -123,14 +116,11 @@ async def test_unset_key_variable_errors_each_judge_call(monkeypatch: pytest.Mon
     """A missing key does not stop the run: every judge call is an errored verdict naming
     the variable and --no-judge, and no request is sent without credentials."""
     monkeypatch.delenv("NOPE_KEY", raising=False)
-    server = await ScriptedModel.start("anthropic")
-    try:
+    async with ScriptedModel.serving("anthropic") as server:
         config = judge_config(server, api_key_env="NOPE_KEY")
         async with judging.backend(config, Config()) as backend:
             assert backend is not None
             verdict = await backend(judge_request())
-    finally:
-        await server.close()
     assert verdict.errored
     assert "NOPE_KEY is not set" in (verdict.error or "")
     assert "--no-judge" in (verdict.error or "")
@@ -138,13 +128,12 @@ async def test_unset_key_variable_errors_each_judge_call(monkeypatch: pytest.Mon
 
 
 async def test_other_4xx_is_errored_with_the_providers_message() -> None:
-    server = await ScriptedModel.start("openai", script=[Status(400, "model 'x' not found")])
-    try:
-        async with judging.backend(judge_config(server), Config()) as backend:
-            assert backend is not None
-            verdict = await backend(judge_request())
-    finally:
-        await server.close()
+    async with (
+        ScriptedModel.serving("openai", script=[Status(400, "model 'x' not found")]) as server,
+        judging.backend(judge_config(server), Config()) as backend,
+    ):
+        assert backend is not None
+        verdict = await backend(judge_request())
     assert verdict.errored
     assert "HTTP 400: model 'x' not found" in (verdict.error or "")
     assert len(server.requests) == 1
@@ -156,13 +145,12 @@ async def test_no_judge_and_no_evaluators_gives_no_backend() -> None:
 
 
 async def test_per_call_model_override_reaches_the_provider() -> None:
-    server = await ScriptedModel.start("openai")
-    try:
-        async with judging.backend(judge_config(server), Config()) as backend:
-            assert backend is not None
-            verdict = await backend(judge_request(model="bigger-model"))
-    finally:
-        await server.close()
+    async with (
+        ScriptedModel.serving("openai") as server,
+        judging.backend(judge_config(server), Config()) as backend,
+    ):
+        assert backend is not None
+        verdict = await backend(judge_request(model="bigger-model"))
     assert server.requests[0].body["model"] == "bigger-model"
     assert verdict.model == "bigger-model"
 

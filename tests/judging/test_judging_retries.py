@@ -138,16 +138,13 @@ async def test_out_of_range_score_is_unparseable() -> None:
 
 
 async def test_in_flight_calls_are_limited_per_provider() -> None:
-    server = await ScriptedModel.start("openai", default=Slow(0.05, Answer(True)))
-    try:
+    async with ScriptedModel.serving("openai", default=Slow(0.05, Answer(True))) as server:
         config = judge_config(server, max_concurrency=2)
         async with judging.backend(config, Config()) as backend:
             assert backend is not None
             verdicts = await asyncio.gather(
                 *(backend(judge_request(criteria=f"claim {i}")) for i in range(8))
             )
-    finally:
-        await server.close()
     assert all(v.passed for v in verdicts)
     assert len(server.requests) == 8
     assert server.max_in_flight == 2

@@ -24,7 +24,7 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -225,6 +225,22 @@ class ScriptedModel:
         self._closing.set()  # slow answers end now, so shutdown never waits for them
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def serving(
+        cls, shape: Shape = "openai", *, host: str = "127.0.0.1", **kwargs: Any
+    ) -> AsyncIterator[ScriptedModel]:
+        """The model served for the ``async with`` block, closed after it however it ends::
+
+        async with ScriptedModel.serving("openai", default=Answer(True, 1.0, "ok")) as model:
+            ...
+        """
+        server = await cls.start(shape, host=host, **kwargs)
+        try:
+            yield server
+        finally:
+            await server.close()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
