@@ -15,6 +15,7 @@ from agent_health.cluster.grading import grading
 from agent_health.ledger import backends, chain, filestore, records, store
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results
+from support import ledger_support
 from support.kube import serve
 
 KEY = b"g" * 32
@@ -30,17 +31,14 @@ def meta(test_id: str = TEST, repeat: int = 1, run_id: str = "run-abc") -> recor
 def exchange(
     principal: str, upstream: str, usage: tuple[int, int] | None = None, evidence: str = "tok"
 ) -> records.Exchange:
-    return records.Exchange(
+    return ledger_support.exchange(
         principal=principal,
         evidence=evidence if principal != "target" else "none",
         upstream=upstream,
-        method="POST",
         path="/v1/chat/completions" if usage else "/run",
-        status=200,
         started_at=T0,
         ended_at=T0,
         request_bytes=12,
-        request_sha256="0" * 64,
         usage=None
         if usage is None
         else ledger_usage.TokenUsage(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from agent_health.ledger import chain, errors, filestore, records, spool
+from support import ledger_support
 
 KEY = b"s" * 32
 
@@ -52,19 +53,13 @@ def _store(tmp_path: Path) -> Counting:
 def _cell(n_exchanges: int) -> list[records.Record]:
     found: list[records.Record] = [records.CellMeta(test_id="t", repeat=0, run_id="r")]
     found += [
-        records.Exchange(
-            principal="controller",
-            evidence="none",
-            upstream="target",
+        ledger_support.exchange(
             run_id="r",
-            method="POST",
             path=f"/run/{n}",
-            status=200,
             started_at=datetime.now(UTC),
             ended_at=datetime.now(UTC),
             request_bytes=1,
             response_bytes=1,
-            request_sha256="0" * 64,
             response_sha256="0" * 64,
         )
         for n in range(n_exchanges)

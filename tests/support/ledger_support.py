@@ -1,4 +1,6 @@
-"""Reading and editing a local run's ledger in tests, whatever its layout.
+"""Making exchanges, and reading and editing a local run's ledger in tests, whatever its layout.
+
+:func:`exchange` is one ``exchange`` record with the fields no test is about filled in.
 
 A local run writes every cell into ``DIR/run.jsonl`` (one ``{"cell", "record"}`` line per
 record, then the seal); a cell's gateway writes ``DIR/CELL.jsonl``. These helpers give the
@@ -10,9 +12,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from agent_health.ledger import records, runfile
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+"""When every exchange :func:`exchange` makes started and ended, unless told."""
+
+
+def exchange(**fields: Any) -> records.Exchange:
+    """One exchange the gateway recorded: the controller's ``POST /run`` to the target,
+    answered 200, at :data:`T0`, empty bodies — each field overridden by ``fields``."""
+    made: dict[str, Any] = {
+        "principal": "controller",
+        "evidence": "none",
+        "upstream": "target",
+        "method": "POST",
+        "path": "/run",
+        "status": 200,
+        "started_at": T0,
+        "ended_at": T0,
+        "request_bytes": 0,
+        "request_sha256": "0" * 64,
+    }
+    return records.Exchange(**{**made, **fields})
 
 
 def cells(ledger: Path) -> dict[str, list[str]]:

@@ -38,6 +38,7 @@ from agent_health.ledger import assignment, backends, chain, keys, podlog, recor
 from agent_health.sdk import results
 from aiohttp import web
 
+from support import ledger_support
 from support.kube import Emulator, Kind, rbac, serve
 from support.kube import store as kube_store
 
@@ -328,31 +329,16 @@ def cell_records(
             cell=ledger_cell,
             attempt=attempt,
         ),
-        records.Exchange(
-            principal="controller",
-            evidence="tok",
-            upstream="target",
-            method="POST",
-            path="/run",
-            status=200,
-            started_at=T0,
-            ended_at=T0,
-            request_bytes=12,
-            request_sha256="0" * 64,
-        ),
+        ledger_support.exchange(evidence="tok", started_at=T0, ended_at=T0, request_bytes=12),
         # The tool call the trajectory claims, as the gateway saw it on its way to the peer
         # that serves it (the example's peer declares its tools: a claim is held to this).
-        records.Exchange(
+        ledger_support.exchange(
             principal="target",
-            evidence="none",
             upstream="peer:logs",
             method="GET",
             path="/search_logs?q=pay",
-            status=200,
             started_at=T0,
             ended_at=T0,
-            request_bytes=0,
-            request_sha256="0" * 64,
         ),
         records.RunResultRecord(
             run_id=cell,
