@@ -176,6 +176,31 @@ def test_architecture_names_every_import_contract() -> None:
                 )
 
 
+def test_the_architecture_says_what_each_package_imports_of_ours() -> None:
+    """The table's last column names (backquoted, outside parentheses) every package of ours
+    that the package imports, and nothing it does not: a new arrow shows up here."""
+    import grimp
+
+    graph = grimp.build_graph("agent_health")
+    package = ROOT / "operator" / "agent_health"
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| `(\w+)/` \|.*\| ([^|]*) \|$", page, re.M)
+    assert {name for name, _ in rows} >= {"sdk", "engine", "cluster", "cli", "ledger"}
+    for name, column in rows:
+        said = set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", column)))
+        imported = {
+            parts[1]
+            for module in graph.modules
+            if module == f"agent_health.{name}" or module.startswith(f"agent_health.{name}.")
+            for parts in (d.split(".") for d in graph.find_modules_directly_imported_by(module))
+            if parts[0] == "agent_health"
+            and len(parts) > 1
+            and parts[1] != name
+            and (package / parts[1]).is_dir()
+        }
+        assert said == imported, f"docs/architecture.md, {name}/: it imports {sorted(imported)}"
+
+
 def test_the_slug_of_a_heading_is_githubs() -> None:
     assert slug("Pass rate, pass@k and pass^k") == "pass-rate-passk-and-passk"
     assert slug("REST v1") == "rest-v1"
