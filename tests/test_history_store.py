@@ -332,6 +332,21 @@ def test_a_page_of_a_runs_results_with_its_tests(opened: history.History) -> Non
         opened.results("nope")
 
 
+def test_a_page_as_json_is_the_pages_models_json(opened: history.History) -> None:
+    # What the server sends (written from the rows, no models) is the typed page's JSON,
+    # byte for byte, whatever the filter: labels shared or none, messages, a page cut short.
+    statuses = {**named(4, prefix="t.py::ok"), "t.py::bad": "failed", "t.py::err": "errored"}
+    labels = {"t.py::bad": ["area:db"], "t.py::ok 000": ["area:db"], "t.py::err": ["x", "y"]}
+    opened.record(report(statuses, run_id="run-0002", labels=labels))
+    for asked in ({}, {"status": "failed"}, {"offset": 1, "limit": 3}, {"offset": 9}):
+        typed = opened.results("run-0002", **asked)
+        assert opened.results_json("run-0002", **asked) == typed.model_dump_json().encode()
+    sent = {r["id"]: r for r in json.loads(opened.results_json("0002"))["results"]}
+    assert (sent["t.py::ok 001"]["labels"], sent["t.py::err"]["labels"]) == ([], ["x", "y"])
+    with pytest.raises(history.NotFoundError, match="no run 'nope'"):
+        opened.results_json("nope")
+
+
 def test_runs_filtered_by_branch_and_by_how_they_ended(opened: history.History) -> None:
     def on(branch: str, data: dict[str, Any]) -> dict[str, Any]:
         data["provenance"]["suite"]["git_branch"] = branch

@@ -205,6 +205,14 @@ class History:
         with self._reading() as conn:
             return queries.results(conn, uid, status=status, offset=offset, limit=limit)
 
+    def results_json(
+        self, uid: str, *, status: str | None = None, offset: int = 0, limit: int = 1000
+    ) -> bytes:
+        """:meth:`results` as the JSON of :class:`~.facts.Results`, written from the rows
+        without making models of them (what a server sends)."""
+        with self._reading() as conn:
+            return queries.results_json(conn, uid, status=status, offset=offset, limit=limit)
+
     def timeline(
         self,
         pattern: str,

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pydantic_core
 import sqlalchemy as sa
 
 from agent_health.history import errors, facts, tables
@@ -1129,6 +1130,32 @@ def results(
 ) -> facts.Results:
     """A page of one run's results (of ``status`` only, when given), in test id then repeat
     order: one query over the run's primary-key range, joined with its tests."""
+    page = _results_page(conn, uid, status=status, offset=offset, limit=limit)
+    # One validation of the whole page in pydantic's core, not a model built per row in
+    # Python: for 2,000 results that was most of the page's time.
+    return facts.Results.model_validate(page)
+
+
+def results_json(
+    conn: sa.Connection,
+    uid: str,
+    *,
+    status: str | None = None,
+    offset: int = 0,
+    limit: int = 1000,
+) -> bytes:
+    """:func:`results` as the JSON of :class:`.facts.Results`, written straight from the rows:
+    what a server sends. The rows are this module's own, typed by their columns, so
+    validating them into models first only costs (for 2,000 results a third of the page's
+    time, bench/serve.py); ``tests/test_history_store.py`` holds the two to the same JSON."""
+    page = _results_page(conn, uid, status=status, offset=offset, limit=limit)
+    return pydantic_core.to_json(page)
+
+
+def _results_page(
+    conn: sa.Connection, uid: str, *, status: str | None, offset: int, limit: int
+) -> dict[str, Any]:
+    """:class:`.facts.Results` as plain data (each field of :class:`.facts.Result`)."""
     row = _run_row(conn, uid)
     where = [results_t.c.run_id == row["id"]]
     if status is not None:
@@ -1167,17 +1194,19 @@ def results(
         .offset(offset)
         .limit(limit)
     )
-    labels: dict[str, list[str]] = {}  # most tests share a few label sets: read each once
+    # Most tests share a few label sets (most often none): each is parsed once.
+    labels: dict[str, list[str]] = {}
+    status_names, cause_names = tables.STATUS_NAMES, tables.CAUSE_NAMES
     rows = [
         {
             "id": key,
             "title": title,
             "file": file,
             "line": line,
-            "labels": labels.get(said) or labels.setdefault(said, json.loads(said)),
+            "labels": labels[said] if said in labels else labels.setdefault(said, json.loads(said)),
             "repeat": repeat,
-            "status": tables.STATUS_NAMES[status],
-            "cause": tables.CAUSE_NAMES.get(cause) if cause is not None else None,
+            "status": status_names[status],
+            "cause": cause_names.get(cause) if cause is not None else None,
             "score": score,
             "duration_ms": duration,
             "tokens": tokens,
@@ -1213,11 +1242,7 @@ def results(
         total = conn.execute(
             sa.select(sa.func.count()).select_from(results_t).where(*where)
         ).scalar_one()
-    # One validation of the whole page in pydantic's core, not a model built per row in
-    # Python: for 2,000 results that was most of the page's time.
-    return facts.Results.model_validate(
-        {"run": row["uid"], "total": int(total), "offset": offset, "results": rows}
-    )
+    return {"run": row["uid"], "total": int(total), "offset": offset, "results": rows}
 
 
 # -- size and retention ----------------------------------------------------------------------

@@ -144,12 +144,15 @@ async def one_run(served: state.State, request: web.Request, _q: None, _b: None)
              tag="runs", query=ResultsQuery, answer=history.Results)  # fmt: skip
 async def run_results(served: state.State, request: web.Request, q: ResultsQuery, _: None) -> Any:
     try:
-        return await served.read(
-            served.history.results, request.match_info["uid"], status=q.status, offset=q.offset,
-            limit=q.limit,
+        # The page's JSON, written in the reader thread straight from the rows: neither
+        # 2,000 models nor their serialization on the event loop (bench/serve.py).
+        data = await served.read(
+            served.history.results_json, request.match_info["uid"], status=q.status,
+            offset=q.offset, limit=q.limit,
         )  # fmt: skip
     except history.HistoryError as err:
         raise _missing(err) from err
+    return web.Response(body=data, content_type="application/json", charset="utf-8")
 
 
 @table.route("GET", "/api/tests", summary="tests across runs (each with its latest break)",
