@@ -222,6 +222,7 @@ def test_the_history_benchmark_prints_each_part_with_its_target() -> None:
         "1. recording a 20-test run against a REST agent",
         "the worst case: the same 20 tests against an instant in-process agent",
         "ratio wall (with / without)",
+        "verifying the run's ledger again as it ends",
         "2. sqlite: 12 runs x 30 tests = 360 results",
         "history (newest 20 runs)",
         "history TEST (a steady test, 50 runs)",
@@ -260,6 +261,7 @@ def test_the_serve_benchmark_prints_the_page_and_the_live_followers() -> None:
     out = done.stdout
     assert "page: " in out, out
     assert "target p95 <= 50 ms" in out or "page: skipped" in out, out
+    assert "CPU a page: the server" in out or "page: skipped" in out, out
     assert "2 followers got 200 of 200 (all)" in out, out
     assert "target < 1" in out, out
     assert "with no follower" in out, out

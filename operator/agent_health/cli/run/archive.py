@@ -122,9 +122,12 @@ def keep(
     report_path: Path | None,
     console: Console,
     err_console: Console,
+    ledger_whole: bool | None = None,
 ) -> None:
     """Record the run; one line on the console, or one warning line when it could not be.
-    The history stays open (:meth:`Pending.close` closes it)."""
+    ``ledger_whole``: whether the run's ledger holds every record sealed
+    (:attr:`~agent_health.engine.recording.LocalLedger.whole`). The history stays open
+    (:meth:`Pending.close` closes it)."""
     from agent_health import history
 
     try:
@@ -136,6 +139,7 @@ def keep(
             exit_code=code,
             report_path=str(report_path.resolve()) if report_path is not None else None,
             ci=ci,
+            ledger_verified=ledger_whole,
         )
         recorded = opened.record(report, context, pending.known())
         line = _line(opened, recorded, context.suite)

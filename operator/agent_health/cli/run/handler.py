@@ -277,6 +277,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             report_path=json_path,
             console=console,
             err_console=err_console,
+            ledger_whole=recorded.whole if recorded is not None else None,
         )
     if summaries:
         context = archive.summary(pending, report, found, gating=gates is not None)

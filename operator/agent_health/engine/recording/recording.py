@@ -228,6 +228,19 @@ class LocalLedger:
             await asyncio.gather(self._key_written, return_exceptions=True)
             await asyncio.to_thread(_remove_key, self.key_file)
 
+    @property
+    def whole(self) -> bool | None:
+        """Whether the ledger holds every record this run made, chained and — a directory's
+        run file — sealed (known once it is closed): what the history records as its
+        ``ledger_verified``. The run made every record and holds the only key, so its seal is
+        that verification: reading the ledger back to verify it again would cost a
+        2,000-test run about as much CPU as the run itself (bench/history.py). ``False``: a
+        cell could not be sealed or a write failed (:attr:`failures` say which); ``None``:
+        nothing was recorded."""
+        if not self.cells and not self.refused:
+            return None
+        return not self.failures and not self.refused
+
     def observe(self, seen: wire.Observation) -> None:
         """The connectors' observer: one finished (or failed, or cancelled) exchange."""
         cell = self._open.get(seen.run_id)
