@@ -148,6 +148,7 @@ async def test_a_finished_run_is_recorded_with_the_counts_of_its_status(
     assert "@sha256:" in (kept.agent.image or "")
     assert kept.judge_model == "gpt-4o-mini"
     assert kept.ledger_url == "configmap://default/triage-ledger-kept"
+    assert kept.ledger_verified is True  # each cell's chain, verified as it was graded
     # Each (test, repeat) as a local run records it: status, cause, its messages, labels.
     assert sorted(timeline) == sorted(t["id"] for t in TESTS)
     assert timeline["suite/t.py::passes"].labels == ["smoke"]
@@ -355,3 +356,26 @@ async def test_a_run_stopped_at_its_deadline_records_what_was_graded_marked_so(
         pytest.raises(history.NotFoundError),  # never a green baseline
     ):
         h.baseline("last-green", agent="triage", suite="default/triage")
+
+
+async def test_a_run_with_a_cell_whose_ledger_did_not_verify_records_so(tmp_path: Path) -> None:
+    where = history.parse(f"sqlite:///{tmp_path}/history.db")
+
+    def forged(cell: Cell) -> str:  # one cell's records sealed with another key
+        return "tampered" if cell.test_id.endswith("fails") else "passed"
+
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        async with (
+            kubelet(Kubelet(k8s, TESTS[:2], LEDGER, outcome=forged)),
+            k8s.operator(history=where, history_retry=FAST),
+        ):
+            await k8s.apply(runspec)
+            await k8s.apply(run_named(run, "forged", repeats=1))
+            status = await until(lambda: finished(k8s, "forged"), "the run to end")
+            await until(lambda: settled(k8s, "forged", "Recorded"), "the run recorded")
+    assert status["counts"]["errored"] == 1
+    assert "ledger tampered" in status["tests"][0]["error"]
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+    assert kept.ledger_verified is False

@@ -86,13 +86,13 @@ def read(
             gap = None
             with contextlib.suppress(ledger_errors.RecordError):  # the chain held: a gap
                 gap = _gap(records.parse_lines(lines))  # the gateway left says so
-            raise errors.DoubtfulEvidence(
+            raise errors.UnverifiedLedger(
                 f"no final record from controller: the ledger of cell {cell_name} ends after "
                 f"record {checked.records - 1} without cell-end (cut off, or the controller died)"
                 + (f"; {gap}" if gap else "")
             )
         where = f"{problem.seq} ({problem.reason}: {problem.message})" if problem else "?"
-        raise errors.DoubtfulEvidence(f"ledger tampered at record {where}")
+        raise errors.UnverifiedLedger(f"ledger tampered at record {where}")
     try:
         parsed = records.parse_lines(lines)
     except ledger_errors.RecordError as err:

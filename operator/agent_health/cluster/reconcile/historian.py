@@ -35,6 +35,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from agent_health import history
@@ -74,6 +75,9 @@ class Ended:
     not_run: int
     budget: budget.Report | None
     provenance: reports.Provenance
+    ledger_verified: bool | None = None
+    """Whether every cell graded from the ledger verified its HMAC chain (``False``: one did
+    not; ``None``: no cell was graded from a ledger)."""
 
 
 def history_uid(run: plan.Run) -> str:
@@ -107,7 +111,15 @@ def ended(run: plan.Run) -> Ended:
         not_run=counts.pending + counts.queued + counts.running,
         budget=spent,
         provenance=_provenance(run, start, end),
+        ledger_verified=verified(g.verified for g in tally.grades),
     )
+
+
+def verified(cells: Iterable[bool | None]) -> bool | None:
+    """A run's ledger verified when every cell graded from it did (the operator verified each
+    cell's chain as it graded it); ``None`` when none was graded from a ledger."""
+    said = [v for v in cells if v is not None]
+    return all(said) if said else None
 
 
 def _provenance(
@@ -241,7 +253,9 @@ class Historian:
             provenance=what.provenance,
             budget=what.budget,
         )
-        context = history.RunContext(source="operator", uid=what.uid, suite=what.suite)
+        context = history.RunContext(
+            source="operator", uid=what.uid, suite=what.suite, ledger_verified=what.ledger_verified
+        )
         return self._opened.record(built, context)
 
     async def _say(
