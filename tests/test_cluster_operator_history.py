@@ -379,3 +379,56 @@ async def test_a_run_with_a_cell_whose_ledger_did_not_verify_records_so(tmp_path
     with history.open_history(where, create=False) as h:
         (kept,) = h.runs()
     assert kept.ledger_verified is False
+
+
+async def test_a_requeued_run_is_recorded_again_as_its_next_attempt(tmp_path: Path) -> None:
+    # Its errored cells requeued after it finished: the same run, its new grades replacing
+    # the first attempt's in the history, as they did in its status.
+    where = history.parse(f"sqlite:///{tmp_path}/history.db")
+    runs = "/apis/agenthealth.dev/v1alpha1/namespaces/default/evaluationruns"
+
+    def evicted_once(cell: Cell) -> str:
+        return "evicted" if cell.test_id.endswith("fails") and cell.attempt == 0 else "passed"
+
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        async with (
+            kubelet(Kubelet(k8s, TESTS[:2], LEDGER, outcome=evicted_once)),
+            k8s.operator(history=where, history_retry=FAST),
+        ):
+            await k8s.apply(runspec)
+            created = await k8s.apply(run_named(run, "again"))
+            first = await until(lambda: finished(k8s, "again"), "the run to end")
+            await until(lambda: settled(k8s, "again", "Recorded"), "the first attempt recorded")
+            with history.open_history(where, create=False) as h:
+                (before,) = h.runs()
+            answer = await k8s.client.patch(
+                f"{runs}/again",
+                json={"spec": {"requeueErrored": 1}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            assert answer.status_code == 200, answer.text
+
+            def again() -> dict[str, Any] | None:
+                said = recorded(k8s, "again")
+                return said if said is not None and "attempt 1" in said["message"] else None
+
+            said = await until(again, "the requeued attempt recorded")
+            final = k8s.run("again")["status"]
+    assert (first["counts"]["passed"], first["counts"]["errored"]) == (2, 2)
+    assert (before.attempt, before.passed, before.errored) == (0, 2, 2)
+    assert final["requeuedErrored"] == 1
+    assert (final["counts"]["passed"], final["counts"]["errored"]) == (4, 0)
+    uid = f"default.again.{created['metadata']['uid']}"
+    assert said["status"] == "True"
+    assert said["message"].endswith(
+        f"as run {uid}: 4 results (attempt 1, its requeued cells graded again: they replace "
+        "attempt 0's)"
+    )
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+        assert h.count() == (1, 4)
+        outcomes = {o.status for t in h.timeline("suite/t.py::") for o in t.outcomes}
+    assert (kept.uid, kept.attempt) == (uid, 1)
+    same_counts(kept, final)
+    assert outcomes == {"passed"}

@@ -63,6 +63,35 @@ def test_a_run_is_recorded_once_with_its_counts(opened: history.History) -> None
     assert run.trend is None  # its agent's first run
 
 
+def test_a_later_attempt_of_a_run_replaces_its_results_an_earlier_one_is_left(
+    opened: history.History,
+) -> None:
+    # An EvaluationRun's errored cells requeued: the same run, its errored grades replaced.
+    first = {"t.py::a": "passed", "t.py::b": "errored", "t.py::c": "failed"}
+    again = {"t.py::a": "passed", "t.py::b": "passed", "t.py::c": "failed"}
+    (one,) = opened.record(report(first, run_id="ns.run.uid"), history.RunContext())
+    opened.record(report(dict.fromkeys(first, "passed"), run_id="later", at=5))  # its next run
+    before = opened.run("later")
+    (two,) = opened.record(report(again, run_id="ns.run.uid"), history.RunContext(attempt=1))
+    (old,) = opened.record(report(first, run_id="ns.run.uid"), history.RunContext(attempt=1))
+    assert (one.new, one.attempt, one.replaced) == (True, 0, None)
+    assert (two.new, two.attempt, two.replaced, two.results) == (True, 1, 0, 3)
+    assert (old.new, old.attempt) == (False, 1)  # the same attempt again: left as it was
+    assert opened.count() == (2, 6)  # one run, its results the new attempt's
+    run = opened.run("ns.run.uid")
+    assert (run.attempt, run.passed, run.errored, run.failed) == (1, 2, 0, 1)
+    page = {r.id: r.status for r in opened.results("ns.run.uid").results}
+    assert page == again
+    (b,) = opened.timeline("t.py::b")
+    assert [o.status for o in b.outcomes] == ["passed", "passed"]
+    # The run after it is compared with its new results.
+    after = opened.run("later")
+    assert before.trend is not None
+    assert after.trend is not None
+    assert after.trend.previous == before.trend.previous == "ns.run.uid"
+    assert before.trend.effect != after.trend.effect  # b no longer went errored → passed
+
+
 def test_a_report_without_a_run_id_gets_one_from_its_content(opened: history.History) -> None:
     data = report(named(3), run_id=None)
     (one,) = opened.record(data)

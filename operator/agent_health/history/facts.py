@@ -80,6 +80,13 @@ class RunContext(BaseModel):
     started_at: datetime | None = Field(
         default=None, description="when the report does not say (a version 1 report)"
     )
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        description="which attempt of the run this is: 0 its first; N after an EvaluationRun's "
+        "errored cells were requeued N times. A later attempt of a run already recorded "
+        "replaces its results; the same or an earlier one is left as it was",
+    )
 
 
 class Recorded(BaseModel):
@@ -91,6 +98,10 @@ class Recorded(BaseModel):
     agent: str | None
     new: bool
     results: int
+    attempt: int = 0
+    replaced: int | None = Field(
+        default=None, description="the earlier attempt whose results this one replaced"
+    )
 
 
 class Interval(BaseModel):
@@ -180,6 +191,11 @@ class Run(BaseModel):
     agent_health_version: str | None
     config_hash: str | None
     trend: Trend | None = None
+    attempt: int = Field(
+        default=0,
+        description="the attempt its results are: 0 the first; N after its errored cells "
+        "were requeued N times (an EvaluationRun's spec.requeueErrored)",
+    )
 
     @property
     def incomplete(self) -> bool:

@@ -11,7 +11,11 @@ the trend of the run after it.
 
 A run whose uid is there already is left alone: recording the same run twice is a no-op.
 The uid is the report's ``provenance.run_id``, else the context's, else one derived from
-the report's content (an old report imported twice gets the same one).
+the report's content (an old report imported twice gets the same one). The one exception is
+a later **attempt** of the same run (``RunContext.attempt``: an EvaluationRun whose errored
+cells were requeued): its results replace the earlier attempt's under the same uid and row
+id, in the same transaction — the run's counts, results and trend become the new attempt's,
+as the EvaluationRun's own status does — and the trend of the run after it is renewed.
 
 The report is read as its JSON shape (:func:`report_data`): a live :class:`RunReport`
 without copying its test entries, or a saved report of version 1 or 2 as loaded.
@@ -99,15 +103,21 @@ def record(
     base = context.uid or provenance.get("run_id") or derived_uid(data)
     groups = _groups(data)
     uids = [base if len(groups) == 1 else f"{base}/{name}" for name, _, _ in groups]
-    there = set(
-        conn.execute(sa.select(tables.runs.c.uid).where(tables.runs.c.uid.in_(uids))).scalars()
-    )
+    runs = tables.runs
+    there = {
+        uid: (run_id, attempt or 0)
+        for uid, run_id, attempt in conn.execute(
+            sa.select(runs.c.uid, runs.c.id, runs.c.attempt).where(runs.c.uid.in_(uids))
+        )
+    }
     everything = data["tests"]
     common = _common(data, context, everything, group=base if len(groups) > 1 else None)
     done = []
     for uid, (name, summary, tests) in zip(uids, groups, strict=True):
-        if uid in there:
-            done.append(facts.Recorded(uid=uid, agent=name, new=False, results=0))
+        earlier = there.get(uid)
+        if earlier is not None and earlier[1] >= context.attempt:
+            kept = facts.Recorded(uid=uid, agent=name, new=False, results=0, attempt=earlier[1])
+            done.append(kept)
             continue
         agent_id = _agent_id(conn, _agent_info(provenance, name), _version(context, name))
         test_ids = dict(known.tests)
@@ -116,12 +126,27 @@ def record(
         unseen = [t for t in tests if str(t.get("content_hash") or "") not in content_ids]
         content_ids.update(_content_ids(conn, unseen))
         row = {**common, **_counts(summary), "uid": uid, "agent_id": agent_id}
-        run_id = _new_id(conn.execute(sa.insert(tables.runs).values(row)))
+        if earlier is None:
+            run_id = _new_id(conn.execute(sa.insert(runs).values(row)))
+        else:  # a later attempt: the same row (what refers to it stays right), new results
+            run_id = earlier[0]
+            conn.execute(sa.delete(tables.results).where(tables.results.c.run_id == run_id))
+            conn.execute(sa.update(runs).where(runs.c.id == run_id).values(row))
         rows = [_result(run_id, t, test_ids, content_ids) for t in tests]
         if rows:
             conn.execute(sa.insert(tables.results), rows)
         _trends(conn, run_id, rows)
-        done.append(facts.Recorded(uid=uid, agent=name, new=True, results=len(rows)))
+        replaced = earlier[1] if earlier is not None else None
+        done.append(
+            facts.Recorded(
+                uid=uid,
+                agent=name,
+                new=True,
+                results=len(rows),
+                attempt=context.attempt,
+                replaced=replaced,
+            )
+        )
     return done
 
 
@@ -317,6 +342,7 @@ def _common(
         "ledger_verified": context.ledger_verified,
         "agent_health_version": provenance.get("agent_health_version"),
         "config_hash": provenance.get("config_hash"),
+        "attempt": context.attempt or None,
     }
 
 

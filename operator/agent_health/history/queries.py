@@ -240,6 +240,7 @@ def _run(row: Any, trend: facts.Trend | None) -> facts.Run:
         ledger_verified=row["ledger_verified"],
         agent_health_version=row["agent_health_version"],
         config_hash=row["config_hash"],
+        attempt=row["attempt"] or 0,
         trend=trend,
     )
 

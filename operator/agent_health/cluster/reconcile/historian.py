@@ -7,7 +7,11 @@ matrix: one per agent, linked), each (test, repeat) a result row as a local run'
 agent's pinned image as its identity, ``NAMESPACE/RUNSPEC`` as its suite. The run's id in
 the history is ``NAMESPACE.NAME.UID`` (the EvaluationRun's names and its Kubernetes uid), so a
 run recorded again — an operator that restarted mid-run and graded it again — is left as it
-is. A run that ended with no graded cell (it could not start) records nothing.
+is. A run whose errored cells were requeued (``spec.requeueErrored``) ends again as its next
+**attempt**: the same run, its errored grades replaced, so the history's run is replaced
+too — its results and counts become the new attempt's, as the run's status did (a second
+run of the same cells would count each cell the requeue left alone twice in trends and
+flakiness). A run that ended with no graded cell (it could not start) records nothing.
 
 Recording runs in a thread of its own, one run at a time: SQL over a file or a slow network
 never holds the event loop, and a history that hangs holds up no grading. Once recorded,
@@ -78,6 +82,9 @@ class Ended:
     ledger_verified: bool | None = None
     """Whether every cell graded from the ledger verified its HMAC chain (``False``: one did
     not; ``None``: no cell was graded from a ledger)."""
+    attempt: int = 0
+    """``spec.requeueErrored`` as done when the run ended: its grades after that many
+    requeues, which replace an earlier attempt's in the history."""
 
 
 def history_uid(run: plan.Run) -> str:
@@ -112,6 +119,7 @@ def ended(run: plan.Run) -> Ended:
         budget=spent,
         provenance=_provenance(run, start, end),
         ledger_verified=verified(g.verified for g in tally.grades),
+        attempt=tally.requeued_errored,
     )
 
 
@@ -183,9 +191,10 @@ class Historian:
 
     def remember(self, run: plan.Run) -> None:
         """The run ended: record its graded cells (once, in the background)."""
-        if self.where is None or run.remembered or not run.tally.grades:
+        attempt = run.tally.requeued_errored
+        if self.where is None or run.remembered == attempt or not run.tally.grades:
             return
-        run.remembered = True
+        run.remembered = attempt
         try:
             what = ended(run)
         except Exception as err:  # a bug of ours: said, and the run's end goes on
@@ -228,6 +237,12 @@ class Historian:
             if any(r.new for r in found):
                 results = sum(r.results for r in found if r.new)
                 message = f"recorded in the history {shown} as {uids}: {results} results"
+                replaced = next((r for r in found if r.replaced is not None), None)
+                if replaced is not None:
+                    message += (
+                        f" (attempt {replaced.attempt}, its requeued cells graded again: "
+                        f"they replace attempt {replaced.replaced}'s)"
+                    )
             else:  # recorded before (graded again after a restart): left as it was
                 message = f"in the history {shown} already as {uids}"
             log.info("EvaluationRun %s %s", what.run, message)
@@ -254,7 +269,11 @@ class Historian:
             budget=what.budget,
         )
         context = history.RunContext(
-            source="operator", uid=what.uid, suite=what.suite, ledger_verified=what.ledger_verified
+            source="operator",
+            uid=what.uid,
+            suite=what.suite,
+            ledger_verified=what.ledger_verified,
+            attempt=what.attempt,
         )
         return self._opened.record(built, context)
 

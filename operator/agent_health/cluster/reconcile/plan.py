@@ -105,8 +105,9 @@ class Run:
     """The run's shared token Secrets, by number, as they are made or read (:mod:`.keyring`)."""
     pools: dict[str | None, Pool] = dataclasses.field(default_factory=dict)
     """The warm pool each agent's cells claim from (``None``: ``target``'s)."""
-    remembered: bool = False
-    """Its end was handed to the history (:mod:`.historian`): once per run."""
+    remembered: int | None = None
+    """The attempt (``spec.requeueErrored`` done) whose end was handed to the history
+    (:mod:`.historian`): once per attempt of the run."""
     _positions: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def planned(self) -> list[str]:

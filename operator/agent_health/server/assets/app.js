@@ -251,7 +251,7 @@
       frame.replaceChildren(el("iframe", { class: "inspector", title: "run inspector", src: "/runs/" + encodeURIComponent(run.uid) + "/inspector" }));
     } }, "open the inspector" + (ev.report ? " (its report)" : " (from the history)")));
     show(el("h2", { text: "Run " + run.uid }),
-      el("p", { class: "muted", text: [when(run.started_at), run.agent ? run.agent.name || run.agent.url : null, run.git_branch, run.git_commit ? run.git_commit.slice(0, 10) : null, run.source].filter(Boolean).join(" · ") }),
+      el("p", { class: "muted", text: [when(run.started_at), run.agent ? run.agent.name || run.agent.url : null, run.git_branch, run.git_commit ? run.git_commit.slice(0, 10) : null, run.source, run.attempt ? "attempt " + run.attempt + " (errored cells requeued)" : null].filter(Boolean).join(" · ") }),
       el("div", { class: "cards" }, card("pass rate", pct(run.pass_rate), "pass-rate"), card("passed", run.passed), card("failed", run.failed),
         card("errored", run.errored), card("cost", cost(run.cost_usd)), card("duration", secs(run.duration_ms)), card("evidence", ledger, "ledger")),
       check,
