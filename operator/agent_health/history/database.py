@@ -176,9 +176,11 @@ class History:
         branch: str | None = None,
         ending: facts.Ending | None = None,
         offset: int = 0,
+        ledger: Sequence[str] | None = None,
     ) -> list[facts.Run]:
         """The newest runs, newest first (``offset`` of them skipped); ``branch``: of that git
-        or CI branch; ``ending``: that ended so (:data:`.facts.Ending`)."""
+        or CI branch; ``ending``: that ended so (:data:`.facts.Ending`); ``ledger``: whose
+        ledger is one of these URLs (the run that wrote a ledger)."""
         with self._reading() as conn:
             return queries.runs(
                 conn,
@@ -190,6 +192,7 @@ class History:
                 branch=branch,
                 ending=ending,
                 offset=offset,
+                ledger=ledger,
             )
 
     def run(self, uid: str) -> facts.Run:

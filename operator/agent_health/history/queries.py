@@ -128,11 +128,12 @@ def runs(
     branch: str | None = None,
     ending: facts.Ending | None = None,
     offset: int = 0,
+    ledger: Sequence[str] | None = None,
 ) -> list[facts.Run]:
     """The newest runs, newest first (``offset`` of them left out). With ``label``: only runs
     that ran a test carrying it, each counted over those tests alone (and its trend worked
     out over them); ``branch``: of that git (or CI) branch; ``ending``: that ended so
-    (:data:`.facts.Ending`)."""
+    (:data:`.facts.Ending`); ``ledger``: whose ledger is one of these URLs."""
     query = _newest(
         _filtered(
             _runs_select(),
@@ -144,6 +145,8 @@ def runs(
             ending=ending,
         )
     )
+    if ledger is not None:
+        query = query.where(runs_t.c.ledger_url.in_(list(ledger)))
     rows = conn.execute(query.limit(limit).offset(offset)).mappings().all()
     found = [_run(row, _trend_of(conn, row)) for row in rows]
     if label is None:
