@@ -6,6 +6,7 @@ condition, an Event and a log line, and is tried again a bounded number of times
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -432,3 +433,83 @@ async def test_a_requeued_run_is_recorded_again_as_its_next_attempt(tmp_path: Pa
     assert (kept.uid, kept.attempt) == (uid, 1)
     same_counts(kept, final)
     assert outcomes == {"passed"}
+
+
+async def _owed(k8s: Cluster, blocker: Path, where: history.Location, name: str) -> dict[str, Any]:
+    """A run ended while its history was out of reach; the operator stopped before its next
+    try. The run's status as it was left."""
+    runspec, run = k8s.example(ledger=LEDGER)
+    async with k8s.operator(history=where, history_retry=(3600.0,)):
+        await k8s.apply(runspec)
+        await k8s.apply(run_named(run, name))
+        await until(lambda: finished(k8s, name), "the run to end")
+        await until(lambda: settled(k8s, name, "HistoryUnavailable"), "the first try failed")
+    await asyncio.to_thread(blocker.unlink)  # the history is back, for the next operator
+    return dict(k8s.run(name)["status"])
+
+
+async def test_a_recording_owed_when_the_operator_stopped_is_made_by_the_next(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "volume"
+    blocker.write_text("not a folder")
+    where = history.parse(f"sqlite:///{blocker}/history.db")
+    async with cluster() as k8s, kubelet(Kubelet(k8s, TESTS, LEDGER, outcome=outcome)):
+        left = await _owed(k8s, blocker, where, "owed")
+        async with k8s.operator(history=where, history_retry=FAST):
+            said = await until(lambda: settled(k8s, "owed", "Recorded"), "recorded at last")
+            final = k8s.run("owed")["status"]
+            events = events_of(k8s, "owed")
+    assert left["phase"] == "Succeeded"
+    assert (left["counts"]["passed"], left["counts"]["failed"], left["counts"]["errored"]) == (
+        4, 2, 2,
+    )  # fmt: skip
+    assert said["status"] == "True"
+    assert said["message"].endswith(
+        ": 8 results (graded again from its ledger after an operator restart)"
+    )
+    assert any(e["reason"] == "Recorded" and e["type"] == "Normal" for e in events)
+    # The status is the one the run ended with: only the Recorded condition moved.
+    for key in ("phase", "counts", "passRate", "score", "tests", "completionTime"):
+        assert final.get(key) == left.get(key), key
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+        timeline = {t.id: t for t in h.timeline("suite/t.py::")}
+    same_counts(kept, final)
+    assert (kept.interrupted, kept.ledger_verified) == (False, True)
+    assert kept.agent is not None
+    assert "@sha256:" in (kept.agent.image or "")
+    evicted = timeline["suite/t.py::evicted"].outcomes
+    assert [(o.status, o.cause) for o in evicted] == [("errored", "infra")] * 2
+    assert timeline["suite/t.py::passes"].labels == ["smoke"]
+
+
+async def test_an_owed_run_whose_cells_are_gone_records_what_its_ledger_holds_marked_so(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "volume"
+    blocker.write_text("not a folder")
+    where = history.parse(f"sqlite:///{blocker}/history.db")
+    async with cluster() as k8s, kubelet(Kubelet(k8s, TESTS, LEDGER, outcome=outcome)):
+        left = await _owed(k8s, blocker, where, "pruned")
+        for pod in k8s.pods():  # its ttlSecondsAfterFinished passed meanwhile
+            gone = await k8s.client.delete(
+                f"/api/v1/namespaces/default/pods/{pod['metadata']['name']}"
+            )
+            assert gone.status_code == 200, gone.text
+        async with k8s.operator(history=where, history_retry=FAST):
+            said = await until(lambda: settled(k8s, "pruned", "Recorded"), "recorded")
+    assert left["counts"]["errored"] == 2
+    assert said["status"] == "True"
+    assert (
+        "6 results (graded again from its ledger after an operator restart; graded again"
+        in (said["message"])
+    )
+    assert "0 errored of 2" in said["message"]
+    assert "2 cells left no pod and no record" in said["message"]
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+    assert (kept.passed, kept.failed, kept.errored) == (4, 2, 0)  # never made up
+    assert kept.incomplete
+    assert kept.stopped is not None
+    assert kept.stopped.startswith("graded again after an operator restart")

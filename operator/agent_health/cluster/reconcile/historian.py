@@ -28,8 +28,10 @@ Event). A recorded run gets ``Recorded=True`` and a ``Normal`` Event saying wher
 The retries are the operator's own, not ``kopf.TemporaryError``: recording is not a handler
 of a watched change but the end of a run whose grades the operator holds in memory; kopf's
 retries would have nothing to record from. An operator that stops while a run waits for its
-recording loses that recording (the run keeps ``Recorded=False``); docs/operator.md says how
-to record it by hand from its ledger.
+recording takes those grades with it; the next operator finds the run finished and still
+owed (``Recorded=False``, reason ``HistoryUnavailable``), grades it again from its plan, its
+cells and its ledger (:mod:`.recollection`) and records it — without touching its status
+but for that condition.
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ import dataclasses
 import datetime
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent_health import history
 from agent_health.cluster import errors, kube
 from agent_health.cluster.cells import manifests
 from agent_health.cluster.reconcile import events, lifecycle, plan
+from agent_health.cluster.reconcile import recollection as recollection_mod
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.engine import budget, reports
 
@@ -56,6 +59,8 @@ log = logging.getLogger("agent_health.operator")
 
 CONDITION = "Recorded"
 """The EvaluationRun condition that says whether the run is in the history."""
+UNAVAILABLE = "HistoryUnavailable"
+"""Its reason while a try of the recording is still to come."""
 RETRY_DELAYS: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 1800.0)
 """Seconds before each new try of a recording that failed; after the last, it is given up."""
 
@@ -85,6 +90,9 @@ class Ended:
     attempt: int = 0
     """``spec.requeueErrored`` as done when the run ended: its grades after that many
     requeues, which replace an earlier attempt's in the history."""
+    regraded: bool = False
+    """The grades were made again by an operator that started after the run ended
+    (:mod:`.recollection`)."""
 
 
 def history_uid(run: plan.Run) -> str:
@@ -120,6 +128,7 @@ def ended(run: plan.Run) -> Ended:
         provenance=_provenance(run, start, end),
         ledger_verified=verified(g.verified for g in tally.grades),
         attempt=tally.requeued_errored,
+        regraded=run.regraded,
     )
 
 
@@ -173,6 +182,14 @@ def _provenance(
     )
 
 
+def owed(run: plan.Run) -> bool:
+    """Whether ``run`` (finished before this operator started) still waits for its
+    recording: its ``Recorded`` condition says a try was to come (``HistoryUnavailable``),
+    not that it was recorded or given up on."""
+    found = next((c for c in run.tally.conditions if c.type == CONDITION), None)
+    return found is not None and found.status == "False" and found.reason == UNAVAILABLE
+
+
 @dataclasses.dataclass
 class Historian:
     """Records each finished run into the history at :attr:`where`; see the module docstring.
@@ -181,6 +198,8 @@ class Historian:
     board: lifecycle.Board
     where: history.Location | None
     retry_delays: tuple[float, ...] = RETRY_DELAYS
+    recollection: recollection_mod.Recollection | None = None
+    """Grades a run again whose recording an operator before this one left owed."""
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
     _opened: history.History | None = None
 
@@ -190,9 +209,16 @@ class Historian:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
 
     def remember(self, run: plan.Run) -> None:
-        """The run ended: record its graded cells (once, in the background)."""
+        """The run ended: record its graded cells (once, in the background). A run that
+        ended before this operator started and is still owed its recording is graded again
+        first (:meth:`recollect`)."""
         attempt = run.tally.requeued_errored
-        if self.where is None or run.remembered == attempt or not run.tally.grades:
+        if self.where is None or run.remembered == attempt:
+            return
+        if not run.tally.grades:
+            if owed(run) and self.recollection is not None and not run.regraded:
+                run.remembered = attempt
+                self.board.spawn(self.recollect(run))
             return
         run.remembered = attempt
         try:
@@ -203,6 +229,47 @@ class Historian:
             self.board.metrics.reconcile_error("history")
             return
         self.board.spawn(self.keep(run, what))
+
+    async def recollect(self, run: plan.Run) -> None:
+        """Grade ``run`` again (:mod:`.recollection`: it finished before this operator
+        started, its grades lost with the operator before), then record it. An API server or
+        a ledger store that fails is tried again after :attr:`retry_delays`; a run that
+        cannot be graded again (its RunSpec, tests or ledger key gone) is given up on."""
+        assert self.where is not None
+        assert self.recollection is not None
+        name = f"{run.ref.namespace}/{run.ref.name}"
+        run.regraded = True
+        tries = len(self.retry_delays) + 1
+        for attempt in range(1, tries + 1):
+            try:
+                regraded = await self.recollection.regrade(run)
+                break
+            except (kube.ApiError, errors.LedgerUnavailable) as err:
+                if attempt == tries or (isinstance(err, kube.ApiError) and not err.temporary):
+                    why = str(err)
+                else:
+                    delay = self.retry_delays[attempt - 1]
+                    log.warning("EvaluationRun %s cannot be graded again for the history yet "
+                                "(%s); next try in %g s", name, err, delay)  # fmt: skip
+                    await asyncio.sleep(delay)
+                    continue
+            except errors.ClusterError as err:
+                why = str(err)
+            except Exception as err:  # a bug of ours: said, and the run is left as it was
+                log.exception("EvaluationRun %s not graded again for the history", name)
+                self.board.metrics.reconcile_error("history")
+                why = _named(err)
+            message = (
+                f"not recorded in the history {self.where.shown}: its grades were lost with the "
+                f"operator that stopped while it waited, and it cannot be graded again: {why}"
+            )
+            log.error("EvaluationRun %s %s", name, message)
+            await self._say(run, "False", "NotRecorded", message, warning=True)
+            return
+        what = ended(run)
+        if regraded.gap is not None:
+            what = dataclasses.replace(what, interrupted=True, stopped=regraded.gap)
+        await self.keep(run, what)
 
     async def keep(self, run: plan.Run, what: Ended) -> None:
         """Record ``what``, trying again after each of :attr:`retry_delays`; say how it went."""
@@ -228,7 +295,7 @@ class Historian:
                     f"next try in {delay:g} s"
                 )
                 log.warning("EvaluationRun %s %s", what.run, message)
-                await self._say(run, "False", "HistoryUnavailable", message, warning=True)
+                await self._say(run, "False", UNAVAILABLE, message, warning=True)
                 await asyncio.sleep(delay)
                 continue
             uids = ("run " if len(found) == 1 else "runs ") + ", ".join(
@@ -237,6 +304,12 @@ class Historian:
             if any(r.new for r in found):
                 results = sum(r.results for r in found if r.new)
                 message = f"recorded in the history {shown} as {uids}: {results} results"
+                if what.regraded:
+                    message += (
+                        " (graded again from its ledger after an operator restart"
+                        + (f"; {what.stopped}" if what.interrupted and what.stopped else "")
+                        + ")"
+                    )
                 replaced = next((r for r in found if r.replaced is not None), None)
                 if replaced is not None:
                     message += (
@@ -288,8 +361,16 @@ class Historian:
         kind: events.EventType = "Warning" if warning else "Normal"
         emit = board.recorder.event(run.involved, kind, reason, message, action="Record")
         await board.event(emit)
+        wire = run.tally.wire
+        stored = run.model.status
+        if run.regraded and stored is not None:
+            # Graded again for the history alone: the status stays the one the run ended
+            # with, only this condition changes.
+            def wire() -> dict[str, Any]:
+                return stored.model_copy(update={"conditions": run.tally.conditions}).wire()
+
         try:
-            await board.status.flush(run.ref, run.tally.wire)
+            await board.status.flush(run.ref, wire)
         except kube.ApiError as err:
             if err.status == 404:  # deleted meanwhile: nothing to say it on
                 board.status.forget(run.ref)

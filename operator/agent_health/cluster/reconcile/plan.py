@@ -108,6 +108,10 @@ class Run:
     remembered: int | None = None
     """The attempt (``spec.requeueErrored`` done) whose end was handed to the history
     (:mod:`.historian`): once per attempt of the run."""
+    regraded: bool = False
+    """Finished before this operator started, and graded again for the history it was owed
+    (:mod:`.recollection`): its status is the one it ended with, never rewritten from these
+    grades."""
     _positions: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def planned(self) -> list[str]:
