@@ -73,7 +73,11 @@ class Board:
             await self.status.update(run.ref, lambda: self._snapshot(run))
 
     def _snapshot(self, run: plan.Run) -> dict[str, Any]:
-        current = run.tally.status()
+        def describe(name: str) -> tuple[str, int, str | None]:
+            cell = run.cells[name]
+            return cell.test.id, cell.repeat, cell.agent
+
+        current = run.tally.status(describe)
         self.metrics.observe_run(run.ref.namespace, run.runspec, run.ref.name, current)
         return current.wire()
 

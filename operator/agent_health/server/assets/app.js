@@ -304,7 +304,7 @@
       head.replaceChildren(card("done", done + " / " + state.total, "done"), card("pass rate", pct(state.pass_rate), "pass-rate"),
         card("passed", c.passed, "passed"), card("failed", c.failed, "failed"), card("errored", c.errored, "errored"),
         ...(state.phase ? [card("phase", state.phase, "phase")] : []));
-      flight.replaceChildren(...state.in_flight.map((f) => el("li", { "data-test": f.id, text: f.name + (f.repeat ? " #" + f.repeat : "") })));
+      flight.replaceChildren(...state.in_flight.map((f) => el("li", { "data-test": f.id, text: f.name + (f.repeat ? " #" + f.repeat : "") + (f.agent ? " [" + f.agent + "]" : "") + (f.since ? " · since " + when(f.since).slice(11) : "") })));
       note.replaceChildren(state.ended ? "ended" + (state.interrupted ? " (interrupted)" : "") + (state.stopped ? ": " + state.stopped : "") : "running");
       if (state.ended && state.source !== "cluster") note.append(" · ", el("a", { href: "/runs/" + encodeURIComponent(uid), text: "its page in the history" }));
       controls.replaceChildren(...liveControls(state));
