@@ -513,3 +513,42 @@ async def test_an_owed_run_whose_cells_are_gone_records_what_its_ledger_holds_ma
     assert kept.incomplete
     assert kept.stopped is not None
     assert kept.stopped.startswith("graded again after an operator restart")
+
+
+async def test_a_run_whose_first_try_the_operator_never_finished_is_owed_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """The run ends while its history hangs (another writer holds it); the operator stops
+    before the first try is said. The run's last status write said it was being recorded,
+    so the next operator grades it again and records it."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "history.db"
+    history.open_history(f"sqlite:///{path}").close()
+    where = history.parse(f"sqlite:///{path}?timeout=2")
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # every writer waits its busy timeout, then fails
+
+    def lingering() -> bool:  # the stopped operator's recording thread, still waiting
+        return any(t.name.startswith("history") and t.is_alive() for t in threading.enumerate())
+
+    async with cluster() as k8s, kubelet(Kubelet(k8s, TESTS[:2], LEDGER, outcome=outcome)):
+        runspec, run = k8s.example(ledger=LEDGER)
+        async with k8s.operator(history=where, history_retry=(3600.0,)):
+            await k8s.apply(runspec)
+            await k8s.apply(run_named(run, "cut-short"))
+            left = await until(lambda: finished(k8s, "cut-short"), "the run to end")
+        said = condition(left, "Recorded")
+        await until(lambda: not lingering(), "the stopped operator's try to give up")
+        await asyncio.to_thread(holder.execute, "ROLLBACK")
+        async with k8s.operator(history=where, history_retry=FAST):
+            done = await until(lambda: settled(k8s, "cut-short", "Recorded"), "recorded")
+    holder.close()
+    assert (said["status"], said["reason"]) == ("Unknown", "Recording")
+    assert said["message"] == f"being recorded in the history sqlite:///{path}"
+    assert done["status"] == "True"
+    assert "graded again from its ledger after an operator restart" in done["message"]
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+    same_counts(kept, left)

@@ -29,9 +29,10 @@ The retries are the operator's own, not ``kopf.TemporaryError``: recording is no
 of a watched change but the end of a run whose grades the operator holds in memory; kopf's
 retries would have nothing to record from. An operator that stops while a run waits for its
 recording takes those grades with it; the next operator finds the run finished and still
-owed (``Recorded=False``, reason ``HistoryUnavailable``), grades it again from its plan, its
-cells and its ledger (:mod:`.recollection`) and records it — without touching its status
-but for that condition.
+owed (``Recorded=Unknown``, reason ``Recording``, written with the status that ended it; or
+``Recorded=False``, reason ``HistoryUnavailable``), grades it again from its plan, its cells
+and its ledger (:mod:`.recollection`) and records it — without touching its status but for
+that condition.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ CONDITION = "Recorded"
 """The EvaluationRun condition that says whether the run is in the history."""
 UNAVAILABLE = "HistoryUnavailable"
 """Its reason while a try of the recording is still to come."""
+RECORDING = "Recording"
+"""Its reason (status ``Unknown``) from the run's end to the first try's outcome."""
 RETRY_DELAYS: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 1800.0)
 """Seconds before each new try of a recording that failed; after the last, it is given up."""
 
@@ -184,10 +187,12 @@ def _provenance(
 
 def owed(run: plan.Run) -> bool:
     """Whether ``run`` (finished before this operator started) still waits for its
-    recording: its ``Recorded`` condition says a try was to come (``HistoryUnavailable``),
-    not that it was recorded or given up on."""
+    recording: its ``Recorded`` condition says it was being recorded (``Recording``) or that
+    a try was to come (``HistoryUnavailable``), not that it was recorded or given up on."""
     found = next((c for c in run.tally.conditions if c.type == CONDITION), None)
-    return found is not None and found.status == "False" and found.reason == UNAVAILABLE
+    if found is None:
+        return False
+    return (found.status, found.reason) in (("False", UNAVAILABLE), ("Unknown", RECORDING))
 
 
 @dataclasses.dataclass
@@ -207,6 +212,16 @@ class Historian:
         if self.where is not None:
             # One thread: recordings queue behind each other, never behind grading's threads.
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
+
+    def concluding(self, run: plan.Run) -> None:
+        """The run is ending (its last status write follows): say that its recording is
+        owed (``Recorded=Unknown``, reason ``Recording``), so that an operator that stops
+        before the first try is said leaves the run owed to the next one, not forgotten."""
+        attempt = run.tally.requeued_errored
+        if self.where is None or run.remembered == attempt or not run.tally.grades:
+            return
+        message = f"being recorded in the history {self.where.shown}"
+        run.tally.note(CONDITION, "Unknown", RECORDING, message)
 
     def remember(self, run: plan.Run) -> None:
         """The run ended: record its graded cells (once, in the background). A run that

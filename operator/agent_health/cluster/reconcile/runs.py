@@ -118,6 +118,7 @@ class Runs:
         )
         self.historian = historian.Historian(self.board, self.history, self.history_retry, again)
         self.board.remember = self.historian.remember
+        self.board.concluding = self.historian.concluding
         creator = creation.Creator(self.board, keyring.Keyring(self.board))
         self.warm_pools = pools.Pools(self.board, self.fence)
         self.board.release = self.warm_pools.release
