@@ -12,6 +12,8 @@ from typing import Any
 
 import aiohttp
 import mcp_support
+import mcp_types
+import pydantic
 import pytest
 from agent_health.gateway import config, errors
 from agent_health.ledger import chain, records
@@ -245,3 +247,48 @@ def test_protocol_mcp_is_for_a_route_to_a_peer() -> None:
     with pytest.raises(errors.GatewayConfigError, match="protocol"):
         config.parse_route(f"principal=target,to={PEER},listen=127.0.0.1:0,upstream=http://x,"
                            "protocol=grpc")  # fmt: skip
+
+
+BLOCKS: list[Any] = [
+    {"type": "text", "text": "ok"},
+    {"text": "a text block may leave its type out"},
+    {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+    {"data": "aGk=", "mimeType": "audio/wav"},
+    {"type": "resource_link", "uri": "file:///a.txt", "name": "a"},
+    {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "a"}},
+    {"type": "text"},  # no text
+    {"type": "image", "text": "an image that is text"},
+    {"type": "video", "text": "no such type"},
+    {"type": 7, "text": "a type that is no string"},
+    "a block that is no object",
+    None,
+]
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=repr)
+def test_a_tool_answer_reads_as_the_sdks_own_types_read_it(block: Any) -> None:
+    """The reader takes a tools/call answer's content blocks in order (the first member of
+    the SDK's union that reads a block wins) instead of the SDK's smart union: the same blocks
+    read, and the same refused, each with or without a fellow block that reads."""
+    from agent_health.gateway import mcpwire
+
+    for content in ([block], [{"type": "text", "text": "first"}, block]):
+        result = {"content": content, "isError": True}
+        try:
+            mcp_types.CallToolResult.model_validate(result)
+        except pydantic.ValidationError:
+            sdk_reads = False
+        else:
+            sdk_reads = True
+        seen: list[dict[str, Any]] = []
+        caller = mcpwire.Caller("target", "none", PEER, "run")
+        reader = mcpwire.Reader(caller, mcpwire.Limits(), seen.append)
+        reader.request(json.dumps(mcp_support.call(1, "echo")).encode())
+        reader.answer(200, "application/json", None)
+        reader.response(json.dumps({"jsonrpc": "2.0", "id": 1, "result": result}).encode())
+        reader.finish(None)
+        [record] = seen
+        records.parse_object(record)  # a valid mcp record either way
+        assert (record["problem"] is None) == sdk_reads, (content, record["problem"])
+        assert record["is_error"] is True  # read whether or not the blocks are
+        assert record["result"] == result
