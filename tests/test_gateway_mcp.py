@@ -17,7 +17,7 @@ import pydantic
 import pytest
 from agent_health.gateway import config, errors
 from agent_health.ledger import chain, records
-from gateway_support import KEY, read_cell, through
+from gateway_support import CONTROLLER_TOKEN, KEY, RUN_ID, exchanges, read_cell, through
 
 PEER = "peer:tools"
 
@@ -292,3 +292,52 @@ def test_a_tool_answer_reads_as_the_sdks_own_types_read_it(block: Any) -> None:
         assert (record["problem"] is None) == sdk_reads, (content, record["problem"])
         assert record["is_error"] is True  # read whether or not the blocks are
         assert record["result"] == result
+
+
+async def test_the_controller_reads_the_targets_calls_to_peers_and_no_one_else_does(
+    tmp_path: Path, upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the cell's controller holds its test's claims to and explains it with: the
+    target's calls to peers on record (MCP calls without their results; what a server listed,
+    by name), on the admin listener, with the controller's token alone."""
+    from agent_health.gateway import recorder
+
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/mcp"
+        await post(client, url, mcp_support.call(1, "fail", why="disk"))
+        await post(client, url, {"jsonrpc": "2.0", "id": "l", "method": "tools/list"})
+        asked = f"{gw.admin_url}/peers/calls?run_id={RUN_ID}"
+        async with client.get(asked) as r:  # no token: the target's
+            assert r.status == 403
+        async with client.get(asked, headers={config.TOKEN_HEADER: CONTROLLER_TOKEN}) as r:
+            assert r.status == 200
+            seen = await r.json()
+        monkeypatch.setattr(recorder, "SEEN_CALLS", 4)
+        await post(client, url, mcp_support.call(2, "echo"))  # its exchange is the fifth
+        async with client.get(asked, headers={config.TOKEN_HEADER: CONTROLLER_TOKEN}) as r:
+            later = await r.json()
+    assert seen["partial"] is False
+    kinds = [(c["kind"], c.get("method"), c.get("name")) for c in seen["calls"]]
+    assert kinds == [
+        ("mcp", "tools/call", "fail"),
+        ("exchange", None, None),
+        ("mcp", "tools/list", None),
+        ("exchange", None, None),
+    ]
+    failed, _, listed, exchange = seen["calls"]
+    assert (failed["is_error"], failed["arguments"], failed["server"]) == (
+        True,
+        {"why": "disk"},
+        PEER,
+    )
+    assert "result" not in failed  # results stay in the ledger
+    assert listed["result"] == {"tools": [{"name": "echo"}]}
+    assert (exchange["upstream"], exchange["status"], exchange["principal"]) == (
+        PEER,
+        200,
+        "target",
+    )
+    assert later["partial"] is True
+    assert len(later["calls"]) == 4
+    refused = [e for e in exchanges(tmp_path) if e.upstream == "gateway"]
+    assert [(e.principal, e.status) for e in refused] == [("target", 403)]

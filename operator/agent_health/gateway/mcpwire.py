@@ -24,6 +24,10 @@ of JSON (``result_cut`` past it; ``isError`` is still read).
 Ids are matched within the exchange that carried the request, so two exchanges that reuse an
 id never steal each other's answers; a batch that repeats an id gets its answers in order,
 each record saying the id was used twice.
+
+One concept: one MCP exchange followed as it streams, from the request's messages to the
+record of each call; the SDK's types it reads with, the event-stream framing and the
+matching of answers to requests are its parts, and none is read anywhere else.
 """
 
 from __future__ import annotations

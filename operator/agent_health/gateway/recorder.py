@@ -23,6 +23,13 @@ share too small for the controller's and peers' own records).
 The OTLP receiver's ``spans`` records (:meth:`Recorder.note`) go the same way, in the same
 batches, under the same byte cap.
 
+What the target called of its peers, as the cell's records keep it — each exchange with a
+peer, each MCP call with its tool, arguments and ``isError`` (no results) — stays readable
+while the cell runs (:meth:`Recorder.peer_calls`): the controller holds its test's tool
+claims to it and explains the test with it, as a local run does with its own gateway. At
+most :data:`SEEN_CALLS` calls and :data:`SEEN_BYTES` of their arguments are kept for it;
+past either the answer says it is ``partial``.
+
 Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
 engine binds one per test), else the gateway's own cell (a cell pod), else the only open
 cell; failing all three it is counted as unrouted and logged, never written to a wrong cell.
@@ -35,7 +42,9 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
+
+import pydantic_core
 
 from agent_health.ledger import chain, encoding, errors, objects, records, store, usage
 
@@ -78,6 +87,10 @@ class Caps:
         return "the cell's share of the ledger (" + ", ".join(parts) + ") is full"
 
 
+SEEN_CALLS = 10_000
+"""The most calls to peers a cell keeps readable for its controller (``peer_calls``)."""
+SEEN_BYTES = 8 * 1024 * 1024
+"""The most bytes of JSON of those calls' arguments kept readable."""
 BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
 BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
@@ -108,6 +121,10 @@ class _Cell:
     refused_write: bool = False
     """The store refused a write of this cell (the infrastructure's failure, whoever filled
     the share)."""
+    seen: list[records.Exchange | objects.Object] = field(default_factory=list)
+    """The target's calls to peers on record: exchanges, and MCP calls without results."""
+    seen_bytes: int = 0
+    seen_partial: bool = False
 
 
 class Open(Protocol):
@@ -348,6 +365,8 @@ class Recorder:
             state.exchanges += 1
             state.bytes += size
             kept.append(item)
+            if principal == "target":
+                _see(state, item)
         return kept
 
     def _blame(self, state: _Cell) -> tuple[Literal["agent", "infra"], str]:
@@ -420,6 +439,33 @@ class Recorder:
                 ) from err
         return sealed
 
+    async def peer_calls(
+        self, run_id: str | None, *, wait: float | None = None
+    ) -> dict[str, Any] | None:
+        """The target's calls to peers the cell of ``run_id`` has on record (each exchange
+        with a peer that reached it, and each MCP call without its result), as JSON objects
+        in the order they were recorded, once the calls in flight (``wait`` seconds at most,
+        as :meth:`append` waits for them) and those waiting are written; ``None`` when no
+        open cell is the run's."""
+        cell = self._route(run_id)
+        if cell is None:
+            return None
+        await self.flush(cell, wait=wait)
+        state = self._cells[cell]
+        calls = [
+            {
+                "kind": "exchange",
+                "principal": c.principal,
+                "upstream": c.upstream,
+                "status": c.status,
+                "started_at": objects.stamp(c.started_at),
+            }
+            if isinstance(c, records.Exchange)
+            else c
+            for c in state.seen
+        ]
+        return {"cell": cell, "calls": calls, "partial": state.seen_partial}
+
     def dropped(self, cell: str) -> int:
         """How many of ``cell``'s exchanges were not recorded (caps, or a refused write)."""
         return self._cells[cell].dropped
@@ -441,6 +487,44 @@ class Recorder:
         except errors.LedgerError as err:
             self.failures.append(f"closing the ledger: {err}")
             log.error("ledger %s: closing failed, records may be lost: %s", self.backend.url, err)
+
+
+_SEEN_FIELDS = (
+    "kind", "principal", "server", "method", "id", "name", "arguments", "arguments_cut",
+    "is_error", "error", "problem", "status", "started_at",
+)  # fmt: skip
+
+
+def _see(state: _Cell, item: _Item) -> None:
+    """Keep ``item``, one of the target's records on the cell's ledger, readable when it is
+    a call to a peer (see :meth:`Recorder.peer_calls`)."""
+    if len(state.seen) >= SEEN_CALLS:
+        state.seen_partial = True
+        return
+    if isinstance(item, records.Exchange):
+        if item.upstream.startswith("peer:") and item.status is not None:
+            state.seen.append(item)
+        return
+    if not isinstance(item, dict):
+        return
+    call = {name: item.get(name) for name in _SEEN_FIELDS}
+    if item.get("method") == "tools/list" and isinstance(item.get("result"), dict):
+        listed = item["result"].get("tools")  # the tools it listed, by name
+        names = (
+            [t.get("name") for t in listed if isinstance(t, dict)]
+            if isinstance(listed, list)
+            else []
+        )
+        call["result"] = {"tools": [{"name": n} for n in names if isinstance(n, str)]}
+    arguments = call["arguments"]
+    if arguments:
+        size = len(pydantic_core.to_json(arguments))
+        if state.seen_bytes + size > SEEN_BYTES:
+            state.seen_partial = True
+            call["arguments"] = None
+        else:
+            state.seen_bytes += size
+    state.seen.append(call)
 
 
 def _size(item: _Item) -> int:

@@ -152,7 +152,7 @@ async def execute(
             lane=names[0] if replayed is not None and names else None,  # one recorded agent
             spans=export,
             peer_routes=peers,
-            peer_calls=recorded.peer_records if recorded is not None else None,
+            peer_calls=recorded.peer_calls if recorded is not None else None,
         )
         # A matrix: one environment per agent, each naming its lane.
         matrix = [

@@ -41,6 +41,10 @@ recorded calls could have been a given tool; every check below asks it):
 A plain peer's calls are requests, not tool names: such a call could have been any tool the
 peer serves, so a peer that serves several tools is checked by count and order of calls, all
 its tools together. A check never turns a failed signal into a passed one.
+
+One concept: the agent's tool claims against the gateway's record — reading the record
+into sightings, the one decision of which call could have been which tool, each matcher's
+check on it, and the run as the gateway saw it — for both graders alike.
 """
 
 from __future__ import annotations
@@ -69,6 +73,18 @@ ERRORED = "the gateway saw the MCP server answer isError"
 NOT_SEEN_AS_CALLED = "the gateway saw no such call: not of this server, or not with these arguments"
 SHOWN_CALLS = 50
 """The gateway's calls an order check shows in its evidence (the first ones)."""
+
+
+@dataclass(frozen=True)
+class PeerCalls:
+    """What a run's gateway has on record of one run id's calls to peers, as JSON objects
+    (``exchange`` and ``mcp`` records): the local run's in-process gateway's, or a cell
+    gateway's, asked on its admin listener."""
+
+    records: list[dict[str, Any]]
+    whole: bool = True
+    """False when the gateway kept fewer than its ledger holds (a cell gateway keeps a bounded
+    copy readable): the claims are then left to the grader, who reads the ledger."""
 
 
 @dataclass(frozen=True)
@@ -306,6 +322,9 @@ def check(
     """Hold the tool claims of ``run`` to ``calls`` (each target → ``peer:NAME`` call the
     gateway recorded, in order) for the tools each peer serves."""
     seen = Sightings(calls, peer_tools)
+    # Checked signals may be checked again (a cell's controller checks, then the operator):
+    # the observations of calls left out are made afresh, not added twice.
+    signals = [s for s in signals if not _omission(s)]
     claimed_tools = [
         step.tool_name
         for step in (run.trajectory if run is not None else ())
@@ -480,6 +499,17 @@ def _omitted(
         name=f"calls to peer:{peer} the trajectory omits",
         passed=None,
         evidence=evidence,
+    )
+
+
+def _omission(signal: results.Signal) -> bool:
+    """Whether ``signal`` is an observation :func:`check` made of calls left out."""
+    evidence = signal.evidence or {}
+    return (
+        signal.kind == "deterministic"
+        and signal.role == "observe"
+        and evidence.get("source") == "gateway"
+        and evidence.get("problem") == OMITTED
     )
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from pydantic_core import to_jsonable_python
 
 from agent_health.connectors import wire
+from agent_health.engine import outcome
 from agent_health.engine.recording import refusal, runrecord
 from agent_health.ledger import chain, encoding, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
@@ -267,11 +268,12 @@ class LocalLedger:
         the one test in flight."""
         return PeerSink(self, run_id)
 
-    def peer_records(self, run_id: str) -> list[objects.Object]:
+    async def peer_calls(self, run_id: str) -> outcome.PeerCalls:
         """What the test of ``run_id`` has recorded of its peers so far (``exchange`` and
-        ``mcp`` records): what its tool claims are held to (``engine.outcome.claims``)."""
+        ``mcp`` records): what its tool claims are held to (``engine.outcome.claims``),
+        all its ledger cell will hold of them."""
         cell = self._open.get(run_id)
-        return list(cell.peers) if cell is not None else []
+        return outcome.PeerCalls(list(cell.peers) if cell is not None else [])
 
     def _peer_cell(self, run_id: str | None) -> _Cell | None:
         if run_id is not None and run_id in self._open:
