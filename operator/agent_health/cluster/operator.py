@@ -211,7 +211,7 @@ class Operator:
             api, settings, discoveries, options.insecure_registries,
             wait_seconds=options.discovery_wait, retry_delay=options.retry_delay,
             ledger_allowed=options.ledger_allowed,
-            fenced=fence is not None,
+            fenced=fence is not None, own_secrets=own,
         )  # fmt: skip
         watch = {"sandboxes": options.sandboxes, "warm_pools": options.warm_pools}
         reconcilers = handlers.Reconcilers(reconciler, scheduler, discoveries, sink, **watch)

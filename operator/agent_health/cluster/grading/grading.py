@@ -86,7 +86,11 @@ class ExpectedCell(pydantic.BaseModel):
     labels: tuple[str, ...] = ()
     content_hash: str = ""
     peer_tools: dict[str, tuple[str, ...]] = pydantic.Field(default_factory=dict)
-    """Peer name → the tools it serves (``peers[].tools``): claims of those are checked."""
+    """Peer name → the tools it serves (``peers[].tools``, and those an MCP peer listed when
+    the RunSpec resolved): claims of those are checked."""
+    mcp_peers: tuple[str, ...] = ()
+    """The peers declared MCP servers: their exchanges are no tool's calls, their ``mcp``
+    records are (also when the target made none)."""
     ledger_cell: str | None = None
     """The ledger cell of the attempt graded (``CELL`` or ``CELL.aN``); with ``attempt``, the
     ledger's sealed cell-meta must name both, so no other cell's or attempt's ledger passes."""
@@ -241,6 +245,7 @@ def _grade(
         run_id=expected.run_id,
         ledger_cell=expected.ledger_cell,
         attempt=expected.attempt,
+        mcp_peers=expected.mcp_peers,
     )
     end = found.end
     # The errors an MCP server answered count as the agent's tool errors, reported or not.

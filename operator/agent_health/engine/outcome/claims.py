@@ -50,7 +50,7 @@ check on it, and the run as the gateway saw it — for both graders alike.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -216,13 +216,14 @@ class Sightings:
 
 
 def from_objects(
-    recorded: Sequence[Mapping[str, Any]],
+    recorded: Sequence[Mapping[str, Any]], mcp: Collection[str] = ()
 ) -> tuple[list[Sighting], dict[str, set[str]]]:
     """The target's calls to peers among ``recorded`` (``exchange`` and ``mcp`` records as
     their JSON objects: a cell's or a local run's) in the order they started, and the tools
-    each MCP peer showed (listed, or was called for). A peer with ``mcp`` records is an MCP
-    server: its calls are its ``tools/call`` records (its other exchanges — initialize,
-    tools/list, notifications — are no tool's); a plain peer's calls are its exchanges."""
+    each MCP peer showed (listed, or was called for). A peer with ``mcp`` records, or named
+    in ``mcp`` (a RunSpec's ``protocol: mcp`` peers), is an MCP server: its calls are its
+    ``tools/call`` records (its other exchanges — initialize, tools/list, notifications —
+    are no tool's); a plain peer's calls are its exchanges."""
     mine = [r for r in recorded if r.get("principal") == "target"]
     shown: dict[str, set[str]] = {}
     for record in mine:
@@ -244,7 +245,7 @@ def from_objects(
             peer = str(record.get("upstream", ""))
             if not peer.startswith("peer:") or record.get("status") is None:
                 continue  # not a peer's, or it never reached one
-            if peer.removeprefix("peer:") in shown:
+            if peer.removeprefix("peer:") in shown or peer.removeprefix("peer:") in mcp:
                 continue  # an MCP peer's: its calls are its mcp records
             sighting = Sighting(peer.removeprefix("peer:"))
         elif kind == "mcp" and record.get("method") == "tools/call" and isinstance(name, str):
