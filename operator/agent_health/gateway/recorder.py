@@ -27,8 +27,8 @@ What the target called of its peers, as the cell's records keep it — each exch
 peer, each MCP call with its tool, arguments and ``isError`` (no results) — stays readable
 while the cell runs (:meth:`Recorder.peer_calls`): the controller holds its test's tool
 claims to it and explains the test with it, as a local run does with its own gateway. At
-most :data:`SEEN_CALLS` calls and :data:`SEEN_BYTES` of their arguments are kept for it;
-past either the answer says it is ``partial``.
+most :data:`SEEN_CALLS` calls and :data:`SEEN_BYTES` of their results and arguments are kept
+for it; past either the rest is not, and the answer says it is ``partial``.
 
 Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
 engine binds one per test), else the gateway's own cell (a cell pod), else the only open
@@ -90,7 +90,8 @@ class Caps:
 SEEN_CALLS = 10_000
 """The most calls to peers a cell keeps readable for its controller (``peer_calls``)."""
 SEEN_BYTES = 8 * 1024 * 1024
-"""The most bytes of JSON of those calls' arguments kept readable."""
+"""The most bytes of those calls' results and arguments kept readable (a record keeps them
+until it is read: the calls are answered without their results)."""
 BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
 BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
@@ -452,18 +453,7 @@ class Recorder:
             return None
         await self.flush(cell, wait=wait)
         state = self._cells[cell]
-        calls = [
-            {
-                "kind": "exchange",
-                "principal": c.principal,
-                "upstream": c.upstream,
-                "status": c.status,
-                "started_at": objects.stamp(c.started_at),
-            }
-            if isinstance(c, records.Exchange)
-            else c
-            for c in state.seen
-        ]
+        calls = [_seen(c) for c in state.seen]
         return {"cell": cell, "calls": calls, "partial": state.seen_partial}
 
     def dropped(self, cell: str) -> int:
@@ -497,34 +487,50 @@ _SEEN_FIELDS = (
 
 def _see(state: _Cell, item: _Item) -> None:
     """Keep ``item``, one of the target's records on the cell's ledger, readable when it is
-    a call to a peer (see :meth:`Recorder.peer_calls`)."""
+    a call to a peer (see :meth:`Recorder.peer_calls`): the record itself, made readable when
+    it is asked for, so a call costs the gateway no copy. Its result and arguments count
+    against :data:`SEEN_BYTES` (the result by the size of the answer that carried it)."""
+    if isinstance(item, records.Exchange):
+        if not item.upstream.startswith("peer:") or item.status is None:
+            return
+    elif not isinstance(item, dict):
+        return
+    else:
+        arguments = item.get("arguments")
+        size = item.get("result_bytes", 0) if item.get("result") is not None else 0
+        size += len(pydantic_core.to_json(arguments)) if arguments else 0
+        if state.seen_bytes + size > SEEN_BYTES:
+            state.seen_partial = True
+            return
+        state.seen_bytes += size
     if len(state.seen) >= SEEN_CALLS:
         state.seen_partial = True
         return
+    state.seen.append(item)
+
+
+def _seen(item: records.Exchange | objects.Object) -> objects.Object:
+    """A kept call as :meth:`Recorder.peer_calls` answers it: an exchange's peer, status and
+    start; an MCP call's fields but its result (what a server listed: the tools' names)."""
     if isinstance(item, records.Exchange):
-        if item.upstream.startswith("peer:") and item.status is not None:
-            state.seen.append(item)
-        return
-    if not isinstance(item, dict):
-        return
+        return {
+            "kind": "exchange",
+            "principal": item.principal,
+            "upstream": item.upstream,
+            "status": item.status,
+            "started_at": objects.stamp(item.started_at),
+        }
     call = {name: item.get(name) for name in _SEEN_FIELDS}
-    if item.get("method") == "tools/list" and isinstance(item.get("result"), dict):
-        listed = item["result"].get("tools")  # the tools it listed, by name
+    result = item.get("result")
+    if item.get("method") == "tools/list" and isinstance(result, dict):
+        listed = result.get("tools")
         names = (
             [t.get("name") for t in listed if isinstance(t, dict)]
             if isinstance(listed, list)
             else []
         )
         call["result"] = {"tools": [{"name": n} for n in names if isinstance(n, str)]}
-    arguments = call["arguments"]
-    if arguments:
-        size = len(pydantic_core.to_json(arguments))
-        if state.seen_bytes + size > SEEN_BYTES:
-            state.seen_partial = True
-            call["arguments"] = None
-        else:
-            state.seen_bytes += size
-    state.seen.append(call)
+    return call
 
 
 def _size(item: _Item) -> int:
