@@ -27,8 +27,8 @@ What the target called of its peers, as the cell's records keep it — each exch
 peer, each MCP call with its tool, arguments and ``isError`` (no results) — stays readable
 while the cell runs (:meth:`Recorder.peer_calls`): the controller holds its test's tool
 claims to it and explains the test with it, as a local run does with its own gateway. At
-most :data:`SEEN_CALLS` calls and :data:`SEEN_BYTES` of their results and arguments are kept
-for it; past either the rest is not, and the answer says it is ``partial``.
+most :data:`SEEN_CALLS` calls and :data:`SEEN_BYTES` of their arguments are kept for it;
+past either the rest is not, and the answer says it is ``partial``.
 
 Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
 engine binds one per test), else the gateway's own cell (a cell pod), else the only open
@@ -90,8 +90,8 @@ class Caps:
 SEEN_CALLS = 10_000
 """The most calls to peers a cell keeps readable for its controller (``peer_calls``)."""
 SEEN_BYTES = 8 * 1024 * 1024
-"""The most bytes of those calls' results and arguments kept readable (a record keeps them
-until it is read: the calls are answered without their results)."""
+"""The most bytes of JSON of those calls' arguments (and errors, and the names of the tools a
+server listed) kept readable."""
 BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
 BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
@@ -122,8 +122,9 @@ class _Cell:
     refused_write: bool = False
     """The store refused a write of this cell (the infrastructure's failure, whoever filled
     the share)."""
-    seen: list[records.Exchange | objects.Object] = field(default_factory=list)
-    """The target's calls to peers on record: exchanges, and MCP calls without results."""
+    seen: list[tuple[Any, ...]] = field(default_factory=list)
+    """The target's calls to peers on record, flat (``_see``): exchanges, and MCP calls
+    without results."""
     seen_bytes: int = 0
     seen_partial: bool = False
 
@@ -480,56 +481,70 @@ class Recorder:
 
 
 _SEEN_FIELDS = (
-    "kind", "principal", "server", "method", "id", "name", "arguments", "arguments_cut",
-    "is_error", "error", "problem", "status", "started_at",
+    "principal", "server", "method", "id", "name", "arguments_cut", "is_error", "problem",
+    "status", "started_at",
 )  # fmt: skip
+_Seen = tuple[Any, ...]
+"""A call kept readable: (principal, peer, status, start) of an exchange; an MCP call's
+:data:`_SEEN_FIELDS`, then its arguments and error as JSON, then the tools it listed."""
 
 
 def _see(state: _Cell, item: _Item) -> None:
     """Keep ``item``, one of the target's records on the cell's ledger, readable when it is
-    a call to a peer (see :meth:`Recorder.peer_calls`): the record itself, made readable when
-    it is asked for, so a call costs the gateway no copy. Its result and arguments count
-    against :data:`SEEN_BYTES` (the result by the size of the answer that carried it)."""
+    a call to a peer (see :meth:`Recorder.peer_calls`). What is kept is flat — strings,
+    numbers, the arguments as their JSON — so the garbage collector never walks it however
+    long the cell runs; it is made into a call again when asked for."""
     if isinstance(item, records.Exchange):
-        if not item.upstream.startswith("peer:") or item.status is None:
+        if item.upstream.startswith("peer:") and item.status is not None:
+            kept: _Seen = (item.principal, item.upstream, item.status, item.started_at)
+        else:
             return
-    elif not isinstance(item, dict):
-        return
-    else:
-        arguments = item.get("arguments")
-        size = item.get("result_bytes", 0) if item.get("result") is not None else 0
-        size += len(pydantic_core.to_json(arguments)) if arguments else 0
+    elif isinstance(item, dict):
+        arguments, error, result = item.get("arguments"), item.get("error"), item.get("result")
+        listed: tuple[str, ...] | None = None
+        if item.get("method") == "tools/list" and isinstance(result, dict):
+            tools = result.get("tools")
+            found = (
+                [t.get("name") for t in tools if isinstance(t, dict)]
+                if isinstance(tools, list)
+                else []
+            )
+            listed = tuple(n for n in found if isinstance(n, str))
+        given = pydantic_core.to_json(arguments) if arguments is not None else None
+        failed = pydantic_core.to_json(error) if error is not None else None
+        size = len(given or b"") + len(failed or b"") + sum(map(len, listed or ()))
         if state.seen_bytes + size > SEEN_BYTES:
             state.seen_partial = True
             return
         state.seen_bytes += size
+        kept = (*(item.get(name) for name in _SEEN_FIELDS), given, failed, listed)
+    else:
+        return
     if len(state.seen) >= SEEN_CALLS:
         state.seen_partial = True
         return
-    state.seen.append(item)
+    state.seen.append(kept)
 
 
-def _seen(item: records.Exchange | objects.Object) -> objects.Object:
+def _seen(kept: _Seen) -> objects.Object:
     """A kept call as :meth:`Recorder.peer_calls` answers it: an exchange's peer, status and
     start; an MCP call's fields but its result (what a server listed: the tools' names)."""
-    if isinstance(item, records.Exchange):
+    if len(kept) == 4:
+        principal, upstream, status, started_at = kept
         return {
             "kind": "exchange",
-            "principal": item.principal,
-            "upstream": item.upstream,
-            "status": item.status,
-            "started_at": objects.stamp(item.started_at),
+            "principal": principal,
+            "upstream": upstream,
+            "status": status,
+            "started_at": objects.stamp(started_at),
         }
-    call = {name: item.get(name) for name in _SEEN_FIELDS}
-    result = item.get("result")
-    if item.get("method") == "tools/list" and isinstance(result, dict):
-        listed = result.get("tools")
-        names = (
-            [t.get("name") for t in listed if isinstance(t, dict)]
-            if isinstance(listed, list)
-            else []
-        )
-        call["result"] = {"tools": [{"name": n} for n in names if isinstance(n, str)]}
+    *fields, given, failed, listed = kept
+    call = dict(zip(_SEEN_FIELDS, fields, strict=True))
+    call["kind"] = "mcp"
+    call["arguments"] = pydantic_core.from_json(given) if given is not None else None
+    call["error"] = pydantic_core.from_json(failed) if failed is not None else None
+    if listed is not None:
+        call["result"] = {"tools": [{"name": name} for name in listed]}
     return call
 
 
