@@ -341,3 +341,20 @@ async def test_the_controller_reads_the_targets_calls_to_peers_and_no_one_else_d
     assert len(later["calls"]) == 4
     refused = [e for e in exchanges(tmp_path) if e.upstream == "gateway"]
     assert [(e.principal, e.status) for e in refused] == [("target", 403)]
+
+
+async def test_calls_still_in_flight_are_not_waited_for_and_make_the_answer_partial(
+    tmp_path: Path, upstream: str
+) -> None:
+    """An agent may keep a stream to its MCP server open as long as it runs: the controller
+    is answered at once, with the call the stream answered, and told the rest is not whole."""
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/endless"
+        data = json.dumps(mcp_support.call(1, "echo", q="x")).encode()
+        async with client.post(url, data=data, headers=mcp_support.ACCEPT) as response:
+            await response.content.readuntil(b"\n\n")  # the answer's event
+            asked = f"{gw.admin_url}/peers/calls?run_id={RUN_ID}"
+            async with client.get(asked, headers={config.TOKEN_HEADER: CONTROLLER_TOKEN}) as r:
+                seen = await r.json()
+    assert seen["partial"] is True
+    assert [(c["kind"], c["name"]) for c in seen["calls"]] == [("mcp", "echo")]

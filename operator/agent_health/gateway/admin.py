@@ -16,9 +16,10 @@ with a JSON summary (routes, exchanges recorded, refused calls, the last ledger 
 OTLP receiver (:mod:`~agent_health.gateway.otlp`) kept for that run: its ``result.traces``.
 
 ``GET /peers/calls?run_id=RUN`` answers the controller (its token again) with the target's
-calls to peers the run's cell has on record so far (:meth:`.recorder.Recorder.peer_calls`):
-what the controller holds its test's tool claims to, and explains the test with, before it
-appends its records — as a local run reads its own gateway.
+calls to peers the run's cell has on record so far (:meth:`.recorder.Recorder.peer_calls`;
+``partial`` when some are still in flight or past what the cell keeps readable): what the
+controller holds its test's tool claims to, and explains the test with, before it appends
+its records — as a local run reads its own gateway.
 
 ``/ledger/records`` is how a cell's controller, which holds no ledger key, appends its
 ``run-result``, ``signal`` and ``cell-end`` records to the gateway's cell: a JSON list of
@@ -191,7 +192,7 @@ class Admin:
         if recording is None:
             return _problem(409, "this gateway records no cell (start it with --ledger)")
         run_id = request.query.get("run_id") or self.gateway.settings.run_id
-        found = await recording.peer_calls(run_id, wait=self.gateway.settings.grace)
+        found = await recording.peer_calls(run_id)
         if found is None:
             return _problem(404, f"no open cell records run {run_id!r}")
         return web.json_response({"run_id": run_id, **found})

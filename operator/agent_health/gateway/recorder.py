@@ -441,21 +441,22 @@ class Recorder:
                 ) from err
         return sealed
 
-    async def peer_calls(
-        self, run_id: str | None, *, wait: float | None = None
-    ) -> dict[str, Any] | None:
+    async def peer_calls(self, run_id: str | None) -> dict[str, Any] | None:
         """The target's calls to peers the cell of ``run_id`` has on record (each exchange
         with a peer that reached it, and each MCP call without its result), as JSON objects
-        in the order they were recorded, once the calls in flight (``wait`` seconds at most,
-        as :meth:`append` waits for them) and those waiting are written; ``None`` when no
-        open cell is the run's."""
+        in the order they were recorded, once those waiting are written; ``None`` when no
+        open cell is the run's. Calls still in flight are not waited for — an agent may hold
+        a stream to its MCP server open as long as it runs — and make the answer
+        ``partial``: their exchanges are not on record yet (an MCP call is, once answered)."""
         cell = self._route(run_id)
         if cell is None:
             return None
-        await self.flush(cell, wait=wait)
         state = self._cells[cell]
+        state.kick.set()
+        while state.drain is not None and not state.drain.done():
+            await asyncio.shield(state.drain)
         calls = [_seen(c) for c in state.seen]
-        return {"cell": cell, "calls": calls, "partial": state.seen_partial}
+        return {"cell": cell, "calls": calls, "partial": state.seen_partial or bool(state.inflight)}
 
     def dropped(self, cell: str) -> int:
         """How many of ``cell``'s exchanges were not recorded (caps, or a refused write)."""
