@@ -121,28 +121,42 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
     figures = tmp_path / "defaults.json"
     args = ["--rounds", "1", "--list-rounds", "1", "--warmup", "0", "--n", "10", "--calls", "8"]
     args += ["--calls-j", "4", "--calls-latency", "0.01", "--timeout", "0.3"]
+    args += ["--history-n", "6", "--history-j", "2", "--history-latency", "0.01"]
     done = _bench([sys.executable, str(DEFAULTS), *args, "--json", str(figures)])
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "10 trivial tests (instant in-process agent), -j 1",
         "8 tests, one POST each to a 10 ms agent, -j 4",
         "`agent-health list` of one test",
+        "`agent-health run` of one trivial test (instant in-process agent)",
         "a hanging agent, --timeout 0.3",
+        "6 tests, one POST each to a 10 ms agent, -j 2: recording the history",
     ):
         assert line in done.stdout, done.stdout
     saved = json.loads(figures.read_text())
     assert [(r["name"], r["target"]) for r in saved] == [
         ("trivial", 0.5),
-        ("calls", 1.3),
-        ("list", 1.3),
+        ("calls", 1.15),
+        ("list", 1.2),
+        ("run", 1.5),
         ("hang", 1.2),
+        ("history", 1.03),
     ]
     assert all(r["ratio"] > 0 for r in saved)
-    # The calls row measures the floor: the same calls from a bare aiohttp script.
+    # The calls row's baseline is the floor (the same calls from a bare aiohttp script), and
+    # each side's run of one test takes its start-up out of the CPU per test.
     calls = saved[1]
-    assert [s["role"] for s in calls["sides"]] == ["baseline", "ours", "diagnostic", "floor"]
-    assert calls["floor"] > 0
-    assert "floor / baseline: wall" in done.stdout, done.stdout
+    assert [s["role"] for s in calls["sides"]] == [
+        "baseline",
+        "ours",
+        "diagnostic",
+        "reference",
+        "one",
+        "floor-one",
+    ]
+    assert calls["cpu_per_test_ms"] is not None
+    assert calls["own_cpu_per_test_ms"] is not None
+    assert "the harness's own CPU per test (each side's start-up taken out)" in done.stdout
 
 
 @pytest.mark.slow
