@@ -13,14 +13,15 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from agent_health import history
-from agent_health.history import database, migrations, tables
-from history_support import named, report
+from agent_health.history import database, ingest, migrations, tables
+from history_support import T0, named, report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,6 +154,67 @@ def test_an_older_report_recorded_later_renews_the_next_runs_trend(
     late = opened.run("late")
     assert late.trend is not None
     assert (late.trend.previous, late.trend.mark) == ("early", "worse")
+
+
+def _statements(opened: history.History) -> list[str]:
+    """Every statement ``opened`` runs from now on (appended as they run)."""
+    seen: list[str] = []
+    sa.event.listen(
+        opened.engine, "before_cursor_execute", lambda *args: seen.append(" ".join(args[2].split()))
+    )
+    return seen
+
+
+def test_the_run_a_recording_is_compared_with_is_read_while_it_runs(
+    opened: history.History,
+) -> None:
+    # Prepared with whose run it is (agent, suite, start), the history reads the previous
+    # run's results while the run goes on: its recording reads none of them at the end.
+    opened.record(report(named(12), run_id="r1", at=0))
+    tests = report(named(12, "failed"), run_id="r2", at=2)["tests"]
+    line = ingest.Line(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=2))
+    known = opened.prepare(tests, line)
+    assert known.previous is not None
+    with opened.engine.connect() as conn:
+        first = conn.execute(sa.text("SELECT id FROM runs WHERE uid = 'r1'")).scalar_one()
+    assert known.previous[0] == first
+    assert len(known.previous[1]) == 12
+    seen = _statements(opened)
+    opened.record(report(named(12, "failed"), run_id="r2", at=2), None, known)
+    assert not [s for s in seen if s.startswith("SELECT") and "FROM results" in s], seen
+    trend = opened.run("r2").trend
+    assert trend is not None
+    assert (trend.previous, trend.mark, trend.tests) == ("r1", "worse", 12)
+
+
+def test_a_run_recorded_meanwhile_is_the_one_compared_with_not_the_one_read_ahead(
+    opened: history.History,
+) -> None:
+    opened.record(report(named(12, "failed"), run_id="r1", at=0))
+    tests = report(named(12), run_id="r3", at=5)["tests"]
+    line = ingest.Line(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=5))
+    known = opened.prepare(tests, line)
+    # Another run of the agent, started before this one, recorded while it ran.
+    opened.record(report(named(12), run_id="r2", at=3))
+    opened.record(report(named(12), run_id="r3", at=5), None, known)
+    trend = opened.run("r3").trend
+    assert trend is not None
+    assert (trend.previous, trend.mark) == ("r2", None)  # against r2 (all passed), not r1
+
+
+def test_a_runs_results_are_written_as_recorded(opened: history.History) -> None:
+    data = report(
+        {"t.py::a": "passed", "t.py::b": "failed", "t.py::c": "errored"}, run_id="r1", at=0
+    )
+    data["tests"][0]["quarantined"] = True
+    opened.record(data)
+    page = opened.results("r1")
+    got = {r.id: (r.status, r.cause, r.quarantined) for r in page.results}
+    assert got == {
+        "t.py::a": ("passed", None, True),
+        "t.py::b": ("failed", None, False),
+        "t.py::c": ("errored", "agent", False),
+    }
 
 
 def test_one_test_across_runs_and_what_differed_at_its_break(opened: history.History) -> None:

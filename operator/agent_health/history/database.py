@@ -124,11 +124,14 @@ class History:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def prepare(self, tests: Sequence[dict[str, Any]]) -> ingest.Known:
-        """Find or add the tests a run is about to run, in a transaction of their own, so
+    def prepare(
+        self, tests: Sequence[dict[str, Any]], line: ingest.Line | None = None
+    ) -> ingest.Known:
+        """Find or add the tests a run is about to run, in a transaction of their own, and
+        read the run it will be compared with (``line``: its agent, suite and start), so
         that recording the run at its end writes only the run and its results (``tests``:
         ``id``, ``name``, ``file``, ``line``, ``labels``, ``content_hash`` each)."""
-        return self._retried(lambda conn: ingest.prepare(conn, tests))
+        return self._retried(lambda conn: ingest.prepare(conn, tests, line))
 
     def record(
         self,

@@ -76,18 +76,41 @@ def suite_hash(tests: Sequence[Mapping[str, Any]]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Known:
-    """The ids of tests and content hashes written before the run ended (:func:`prepare`)."""
+    """What was read and written before the run ended (:func:`prepare`): the ids of its
+    tests and content hashes, and the run it will be compared with and that run's results
+    (:func:`.queries.ahead_of`)."""
 
     tests: dict[str, int] = dataclasses.field(default_factory=dict)
     contents: dict[str, int] = dataclasses.field(default_factory=dict)
+    previous: tuple[int, list[dict[str, Any]]] | None = None
 
 
-def prepare(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> Known:
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """Whose run is coming: its agent's name and its suite, and when it started (what its
+    previous run is found by)."""
+
+    agent: str | None
+    suite: str | None
+    started_at: datetime
+
+
+def prepare(
+    conn: sa.Connection, tests: Sequence[Mapping[str, Any]], line: Line | None = None
+) -> Known:
     """Find or add the tests a run is about to run (and their content hashes), in their own
-    transaction while the run goes on: the run's own transaction at its end then writes only
-    the run and its results. ``tests`` are entries as the report will hold them (``id``,
-    ``name``, ``file``, ``line``, ``labels``, ``content_hash``)."""
-    return Known(tests=_test_ids(conn, tests), contents=_content_ids(conn, tests))
+    transaction while the run goes on, and with ``line`` read the run it will be compared
+    with: the run's own transaction at its end then writes only the run and its results.
+    ``tests`` are entries as the report will hold them (``id``, ``name``, ``file``,
+    ``line``, ``labels``, ``content_hash``)."""
+    previous = None
+    if line is not None:
+        started = line.started_at
+        started = started.replace(tzinfo=UTC) if started.tzinfo is None else started.astimezone(UTC)
+        previous = queries.ahead_of(conn, line.agent, line.suite, started)
+    return Known(
+        tests=_test_ids(conn, tests), contents=_content_ids(conn, tests), previous=previous
+    )
 
 
 def record(
@@ -133,9 +156,8 @@ def record(
             conn.execute(sa.delete(tables.results).where(tables.results.c.run_id == run_id))
             conn.execute(sa.update(runs).where(runs.c.id == run_id).values(row))
         rows = [_result(run_id, t, test_ids, content_ids) for t in tests]
-        if rows:
-            conn.execute(sa.insert(tables.results), rows)
-        _trends(conn, run_id, rows)
+        _insert_many(conn, tables.results, rows)
+        _trends(conn, run_id, rows, known.previous)
         replaced = earlier[1] if earlier is not None else None
         done.append(
             facts.Recorded(
@@ -212,6 +234,28 @@ def _agent_id(
     values = agent.model_dump()
     values["command"] = json.dumps(values["command"]) if values["command"] else None
     return _new_id(conn.execute(sa.insert(agents).values(identity=identity, **values)))
+
+
+def _insert_many(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``rows`` (each with the same keys, every value one the driver takes as it is: numbers,
+    text, ``None``, ``True``) inserted into ``table``.
+
+    On SQLite, in one executemany of the driver: the statement is Core's, compiled for the
+    connection's dialect, and the rows skip SQLAlchemy's per-row parameter processing (2,000
+    results: 14 ms through ``execute``, 8.5 ms so, here). Elsewhere through ``execute``,
+    whose "insertmanyvalues" batches are PostgreSQL's fast path.
+    """
+    if not rows:
+        return
+    if conn.dialect.name != "sqlite":
+        conn.execute(sa.insert(table), list(rows))
+        return
+    compiled = sa.insert(table).compile(dialect=conn.dialect, column_keys=list(rows[0]))
+    if compiled.positional:
+        order = compiled.positiontup or []
+        conn.exec_driver_sql(compiled.string, [tuple(row[key] for key in order) for row in rows])
+    else:
+        conn.exec_driver_sql(compiled.string, list(rows))
 
 
 def _new_id(inserted: sa.CursorResult[Any]) -> int:
@@ -429,9 +473,15 @@ def _line(text: str) -> str:
     return flat if len(flat) <= MESSAGE_CHARS else flat[: MESSAGE_CHARS - 1] + "…"
 
 
-def _trends(conn: sa.Connection, run_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
-    """The trend of the run just written (from its rows), and of the next run of its agent
-    and suite (when this one was recorded out of order, it is that run's previous one now)."""
+def _trends(
+    conn: sa.Connection,
+    run_id: int,
+    rows: Sequence[Mapping[str, Any]],
+    ahead: tuple[int, list[dict[str, Any]]] | None = None,
+) -> None:
+    """The trend of the run just written (from its rows; ``ahead``: its previous run's
+    results as read while it ran), and of the next run of its agent and suite (when this
+    one was recorded out of order, it is that run's previous one now)."""
     entries = [
         {
             "id": str(row["test_id"]),
@@ -442,7 +492,7 @@ def _trends(conn: sa.Connection, run_id: int, rows: Sequence[Mapping[str, Any]])
         }
         for row in rows
     ]
-    queries.renew_trend(conn, run_id, entries)
+    queries.renew_trend(conn, run_id, entries, ahead)
     following = queries.next_run(conn, run_id)
     if following is not None:
         queries.renew_trend(conn, following)

@@ -354,12 +354,17 @@ def _same_line(conn: sa.Connection, run_id: int) -> tuple[Any, sa.ColumnElement[
         .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
         .where(runs_t.c.id == run_id)
     ).one()
-    if row.name is None:
-        agent = sa.or_(runs_t.c.agent_id.is_(None), agents_t.c.name.is_(None))
+    return row, _of_line(row.name, row.suite)
+
+
+def _of_line(agent: str | None, suite: str | None) -> sa.ColumnElement[bool]:
+    """The condition "a run of the agent named ``agent`` and of ``suite``"."""
+    if agent is None:
+        named = sa.or_(runs_t.c.agent_id.is_(None), agents_t.c.name.is_(None))
     else:
-        agent = agents_t.c.name == row.name
-    suite = runs_t.c.suite.is_(None) if row.suite is None else runs_t.c.suite == row.suite
-    return row, sa.and_(agent, suite)
+        named = agents_t.c.name == agent
+    suite_is = runs_t.c.suite.is_(None) if suite is None else runs_t.c.suite == suite
+    return sa.and_(named, suite_is)
 
 
 def _previous(conn: sa.Connection, run_id: int) -> int | None:
@@ -377,6 +382,25 @@ def _previous(conn: sa.Connection, run_id: int) -> int | None:
         ).limit(1)
     ).scalar()
     return int(found) if found is not None else None
+
+
+def ahead_of(
+    conn: sa.Connection, agent: str | None, suite: str | None, started_at: datetime
+) -> tuple[int, list[dict[str, Any]]] | None:
+    """The run a run of ``agent`` and ``suite`` started at ``started_at`` will be compared
+    with once it is recorded — the newest of that agent and suite started by then — and its
+    results as ``compare``'s entries; read while the run goes on, so recording it at its
+    end reads neither (:func:`renew_trend` checks it is still the previous run)."""
+    found = conn.execute(
+        _newest(
+            sa.select(runs_t.c.id)
+            .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
+            .where(_of_line(agent, suite), runs_t.c.started_at <= started_at)
+        ).limit(1)
+    ).scalar()
+    if found is None:
+        return None
+    return int(found), _entries(conn, int(found))
 
 
 def next_run(conn: sa.Connection, run_id: int) -> int | None:
@@ -402,12 +426,15 @@ def _paired(
     run_id: int,
     label: str | None = None,
     after: list[dict[str, Any]] | None = None,
+    before: list[dict[str, Any]] | None = None,
 ) -> facts.Trend | None:
     """The paired test ``compare`` runs on the pass rate, between two runs' results
-    (``after``: the newer run's entries when the caller holds them already)."""
+    (``after``, ``before``: the newer and the older run's entries when the caller holds
+    them already)."""
     from agent_health.engine import statistics
 
-    before = _entries(conn, previous, label)
+    if before is None:
+        before = _entries(conn, previous, label)
     if after is None:
         after = _entries(conn, run_id, label)
     found = statistics.pair_runs(
@@ -420,12 +447,21 @@ def _paired(
 
 
 def renew_trend(
-    conn: sa.Connection, run_id: int, entries: list[dict[str, Any]] | None = None
+    conn: sa.Connection,
+    run_id: int,
+    entries: list[dict[str, Any]] | None = None,
+    ahead: tuple[int, list[dict[str, Any]]] | None = None,
 ) -> None:
     """Work out and keep a run's trend against its previous run (``entries``: the run's own
-    results as ``compare``'s test entries, when the caller holds them)."""
+    results as ``compare``'s test entries, when the caller holds them; ``ahead``: what
+    :func:`ahead_of` read while the run went on, used when it is the previous run still)."""
     previous = _previous(conn, run_id)
-    trend = _paired(conn, previous, run_id, after=entries) if previous is not None else None
+    before = ahead[1] if ahead is not None and ahead[0] == previous else None
+    trend = (
+        _paired(conn, previous, run_id, after=entries, before=before)
+        if previous is not None
+        else None
+    )
     conn.execute(
         sa.update(runs_t)
         .where(runs_t.c.id == run_id)

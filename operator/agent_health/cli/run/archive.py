@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +48,11 @@ class Pending:
         self._opened: concurrent.futures.Future[history.History] | None = None
         self._known: concurrent.futures.Future[Any] | None = None
 
-    def start(self, cases: Sequence[Any]) -> None:
-        """Open the history and write the run's ``cases`` ahead, after the import."""
+    def start(self, cases: Sequence[Any], line: Line | None = None) -> None:
+        """Open the history and write the run's ``cases`` ahead, after the import; with
+        ``line`` (whose run it is), also read the run it will be compared with."""
         self._opened = self._pool.submit(_open, self.where)
-        self._known = self._pool.submit(_prepare, self._opened, list(cases))
+        self._known = self._pool.submit(_prepare, self._opened, list(cases), line)
         self._pool.shutdown(wait=False)
 
     def opened(self) -> history.History:
@@ -88,8 +90,29 @@ def _open(where: location.Location) -> history.History:
     return history.open_history(where)
 
 
-def _prepare(opened: concurrent.futures.Future[history.History], cases: list[Any]) -> Any:
-    """The run's tests written ahead (each as the report will hold it), while it runs."""
+@dataclass(frozen=True)
+class Line:
+    """Whose run it is, for reading ahead the run it will be compared with: the agent's
+    name as the report gives it (``None``: no agent), the suite's name (a future: found in
+    git beside the run) and when the run started."""
+
+    agent: str | None
+    suite: concurrent.futures.Future[str]
+    started_at: datetime
+
+
+def _prepare(
+    opened: concurrent.futures.Future[history.History], cases: list[Any], line: Line | None
+) -> Any:
+    """The run's tests written ahead (each as the report will hold it) and the run it will
+    be compared with read, while it runs; what recording it needs imported."""
+    from agent_health.engine import statistics
+    from agent_health.history import ingest
+
+    statistics.pair_runs  # noqa: B018  # loaded here: the trend at its end is worked out with it
+    ahead = None
+    if line is not None:
+        ahead = ingest.Line(agent=line.agent, suite=line.suite.result(), started_at=line.started_at)
     tests = [
         {
             "id": case.id,
@@ -101,7 +124,7 @@ def _prepare(opened: concurrent.futures.Future[history.History], cases: list[Any
         }
         for case in cases
     ]
-    return opened.result().prepare(tests)
+    return opened.result().prepare(tests, ahead)
 
 
 def _close(done: concurrent.futures.Future[Any]) -> None:

@@ -141,9 +141,12 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     suite_name = git.submit(reports.suite_name, folder)
     git.shutdown(wait=False)
 
-    # The history opens beside the run (a first run's schema) and writes its tests ahead.
+    # The history opens beside the run (a first run's schema), writes its tests ahead and
+    # reads the run it will be compared with (one agent's run: a matrix reads at its end).
     if pending is not None:
-        pending.start(cases)
+        agent = reporting.agent_info(config, *lanes[0]).name if len(lanes) == 1 else None
+        line = archive.Line(agent, suite_name, started_at) if len(lanes) <= 1 else None
+        pending.start(cases, line)
 
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
     # the collector stops going over it while tests run; put back for whatever runs after.
