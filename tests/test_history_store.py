@@ -172,7 +172,7 @@ def test_the_run_a_recording_is_compared_with_is_read_while_it_runs(
     # run's results while the run goes on: its recording reads none of them at the end.
     opened.record(report(named(12), run_id="r1", at=0))
     tests = report(named(12, "failed"), run_id="r2", at=2)["tests"]
-    line = ingest.Line(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=2))
+    line = ingest.Upcoming(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=2))
     known = opened.prepare(tests, line)
     assert known.previous is not None
     with opened.engine.connect() as conn:
@@ -192,7 +192,7 @@ def test_a_run_recorded_meanwhile_is_the_one_compared_with_not_the_one_read_ahea
 ) -> None:
     opened.record(report(named(12, "failed"), run_id="r1", at=0))
     tests = report(named(12), run_id="r3", at=5)["tests"]
-    line = ingest.Line(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=5))
+    line = ingest.Upcoming(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=5))
     known = opened.prepare(tests, line)
     # Another run of the agent, started before this one, recorded while it ran.
     opened.record(report(named(12), run_id="r2", at=3))

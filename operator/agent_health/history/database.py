@@ -125,7 +125,7 @@ class History:
     # -- writes ----------------------------------------------------------------------------
 
     def prepare(
-        self, tests: Sequence[dict[str, Any]], line: ingest.Line | None = None
+        self, tests: Sequence[dict[str, Any]], line: ingest.Upcoming | None = None
     ) -> ingest.Known:
         """Find or add the tests a run is about to run, in a transaction of their own, and
         read the run it will be compared with (``line``: its agent, suite and start), so

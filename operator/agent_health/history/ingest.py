@@ -86,7 +86,7 @@ class Known:
 
 
 @dataclasses.dataclass(frozen=True)
-class Line:
+class Upcoming:
     """Whose run is coming: its agent's name and its suite, and when it started (what its
     previous run is found by)."""
 
@@ -96,7 +96,7 @@ class Line:
 
 
 def prepare(
-    conn: sa.Connection, tests: Sequence[Mapping[str, Any]], line: Line | None = None
+    conn: sa.Connection, tests: Sequence[Mapping[str, Any]], line: Upcoming | None = None
 ) -> Known:
     """Find or add the tests a run is about to run (and their content hashes), in their own
     transaction while the run goes on, and with ``line`` read the run it will be compared

@@ -1,7 +1,8 @@
 """The run and its history: opened beside the run, written after it, one line said.
 
-:func:`prepare` starts opening the history in a thread as the run starts (SQLAlchemy's
-import and a first run's schema are paid while the tests run, not after them);
+:func:`warm` says where the history is; :meth:`Pending.start` opens it in a thread as the run
+starts (SQLAlchemy's import, a first run's schema, the tests written ahead are paid while the
+tests run, not before or after them);
 :func:`keep` records the finished run — interrupted or stopped by a budget too, marked so —
 in one transaction and says in one line where it went and, from the second run of an
 agent, how its pass rate moved. :func:`gate` compares the run with ``--baseline`` from the
@@ -36,21 +37,23 @@ FLAKY_RUNS = 50
 
 
 class Pending:
-    """The history made ready in a thread beside the run: its modules imported while the
-    suite loads (:func:`warm`), then opened and the run's tests written while it runs
-    (:meth:`start`). Work that only waits for the agent leaves the thread the interpreter;
-    done while the event loop runs, the import (the most of it) would take the loop's turns."""
+    """The history made ready in a thread beside the run (:meth:`start`): SQLAlchemy and its
+    modules imported, the history opened, the run's tests written and the run it will be
+    compared with read, while the run's tests wait on their agents. The thread's work fills
+    the event loop's waits; the loop takes the interpreter back within the command's short
+    switch interval (``cli.app``) each time an answer wakes it. (Imported while the suite
+    loaded instead, the import added its whole time to the run's: loading waits on nothing.)"""
 
     def __init__(self, where: location.Location) -> None:
         self.where = where
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
-        self._pool.submit(_import)
         self._opened: concurrent.futures.Future[history.History] | None = None
         self._known: concurrent.futures.Future[Any] | None = None
 
-    def start(self, cases: Sequence[Any], line: Line | None = None) -> None:
+    def start(self, cases: Sequence[Any], line: Upcoming | None = None) -> None:
         """Open the history and write the run's ``cases`` ahead, after the import; with
         ``line`` (whose run it is), also read the run it will be compared with."""
+        self._pool.submit(_import)
         self._opened = self._pool.submit(_open, self.where)
         self._known = self._pool.submit(_prepare, self._opened, list(cases), line)
         self._pool.shutdown(wait=False)
@@ -91,7 +94,7 @@ def _open(where: location.Location) -> history.History:
 
 
 @dataclass(frozen=True)
-class Line:
+class Upcoming:
     """Whose run it is, for reading ahead the run it will be compared with: the agent's
     name as the report gives it (``None``: no agent), the suite's name (a future: found in
     git beside the run) and when the run started."""
@@ -102,17 +105,17 @@ class Line:
 
 
 def _prepare(
-    opened: concurrent.futures.Future[history.History], cases: list[Any], line: Line | None
+    opened: concurrent.futures.Future[history.History], cases: list[Any], line: Upcoming | None
 ) -> Any:
     """The run's tests written ahead (each as the report will hold it) and the run it will
     be compared with read, while it runs; what recording it needs imported."""
+    from agent_health import history
     from agent_health.engine import statistics
-    from agent_health.history import ingest
 
     statistics.pair_runs  # noqa: B018  # loaded here: the trend at its end is worked out with it
     ahead = None
     if line is not None:
-        ahead = ingest.Line(agent=line.agent, suite=line.suite.result(), started_at=line.started_at)
+        ahead = history.Upcoming(line.agent, line.suite.result(), line.started_at)
     tests = [
         {
             "id": case.id,
@@ -133,7 +136,7 @@ def _close(done: concurrent.futures.Future[Any]) -> None:
 
 
 def warm(where: location.Location | None) -> Pending | None:
-    """Start importing what the history needs (``None`` when there is no history)."""
+    """The run's history, to open as the run starts (``None`` when there is no history)."""
     return Pending(where) if where is not None else None
 
 

@@ -68,8 +68,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     where = common.history_location(
         args, config_file=config_file, configured=config.history, start=paths[0]
     )
-    # SQLAlchemy's import starts while the suite loads. A replay is not recorded: the agent
-    # did not answer, so it says nothing of the agent's trend.
+    # A replay is not recorded: the agent did not answer, so it says nothing of the agent's
+    # trend.
     pending = archive.warm(where if recording is None and not args.list else None)
     suite = loading.load(paths, suite_mod.discovery_of(args, config))
     if not args.list:
@@ -141,11 +141,12 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     suite_name = git.submit(reports.suite_name, folder)
     git.shutdown(wait=False)
 
-    # The history opens beside the run (a first run's schema), writes its tests ahead and
-    # reads the run it will be compared with (one agent's run: a matrix reads at its end).
+    # The history opens beside the run (SQLAlchemy's import, a first run's schema), writes its
+    # tests ahead and reads the run it will be compared with (one agent's run: a matrix
+    # reads it at its end).
     if pending is not None:
         agent = reporting.agent_info(config, *lanes[0]).name if len(lanes) == 1 else None
-        line = archive.Line(agent, suite_name, started_at) if len(lanes) <= 1 else None
+        line = archive.Upcoming(agent, suite_name, started_at) if len(lanes) <= 1 else None
         pending.start(cases, line)
 
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
