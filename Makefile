@@ -97,6 +97,7 @@ bench: $(BIN)/agent-health
 	$(BIN)/python bench/gateway_overhead.py
 	$(BIN)/python bench/html_report.py
 	$(BIN)/python bench/history.py
+	$(BIN)/python bench/handover.py
 
 # The same 400-call work through Inspect AI and promptfoo (pinned, installed on demand into
 # .cache/bench-peers: a venv and an npm prefix, never the project's), agent-health and no

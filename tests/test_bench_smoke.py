@@ -160,6 +160,15 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_the_handover_benchmark_prints_each_switch_interval() -> None:
+    done = _bench([sys.executable, str(ROOT / "bench" / "handover.py"), "--trips", "5"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    for interval in ("5.0 ms", "1.0 ms", "0.5 ms"):
+        assert f"switch interval  {interval}" in done.stdout, done.stdout
+    assert done.stdout.count("ratio") == 3
+
+
+@pytest.mark.slow
 def test_the_connector_benchmark_prints_cpu_per_call_for_each_connector() -> None:
     done = _bench(
         [sys.executable, str(ROOT / "bench" / "connectors.py"), "--calls", "20", "--rounds", "1"]
