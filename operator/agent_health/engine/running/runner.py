@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import traceback
 import uuid
@@ -86,8 +87,9 @@ class RunEnv:
     (``engine.outcome.claims``): the local run's in-process gateway, or a cell's gateway
     asked on its admin listener."""
 
-    @property
+    @functools.cached_property
     def prices(self) -> settings.PriceTable:
+        """The config's price table, merged once per run (every test's cost reads it)."""
         return self.config.price_table() if self.config else settings.PriceTable()
 
 
