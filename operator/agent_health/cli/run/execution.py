@@ -229,9 +229,11 @@ async def _look_for_agents(
     wrong path is returned as a hint for the run's closing lines."""
     import asyncio
 
+    own = config.connectors or {}
+    if all(spec.connector in own for spec in live_specs):
+        return []  # nothing to look at: the HTTP client is not even loaded
     from agent_health.connectors import errors, preflight
 
-    own = config.connectors or {}
     named = [config.agent_name(name) for name, _ in lanes]  # a config key, or a URL as given
     checks = [
         preflight.check(spec, key if key in config.agents else None)

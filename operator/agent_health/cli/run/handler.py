@@ -213,7 +213,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine import loading
 
     report = reports.RunReport.build(
-        loading.apply_quarantine(reporting.with_cells(outcome.results, recorded), quarantined),
+        _apart(reporting.with_cells(outcome.results, recorded), quarantined),
         duration_ms=outcome.duration_ms,
         repeats=args.repeat,
         load_errors=load_errors,
@@ -346,6 +346,16 @@ def _baseline_gates(
             "report with `agent-health compare --allow-replayed` instead"
         )
     return common.compare_gates(args)
+
+
+def _apart(results: list[Any], quarantined: set[str]) -> list[Any]:
+    """The results with the quarantined tests' marked (the quarantine's module loads only
+    for a run that has a quarantine)."""
+    if not quarantined:
+        return results
+    from agent_health.engine import loading
+
+    return loading.apply_quarantine(results, quarantined)
 
 
 def _quarantined(
