@@ -630,7 +630,8 @@ async def test_a_flood_of_peer_calls_is_kept_to_the_cells_share_and_marked_the_a
                     ended_at=stamp,
                 )
             )
-        assert len((await ledger.peer_calls("run-flood")).records) == 2
+        kept = await ledger.peer_calls("run-flood")
+        assert kept is not None and len(kept.records) == 2
         passed = _errored(info).model_copy(update={"status": "passed", "cause": None})
         await ledger.finish(passed, None, agent_error="the agent did not answer")
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0

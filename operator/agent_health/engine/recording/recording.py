@@ -268,12 +268,15 @@ class LocalLedger:
         the one test in flight."""
         return PeerSink(self, run_id)
 
-    async def peer_calls(self, run_id: str) -> outcome.PeerCalls:
+    async def peer_calls(self, run_id: str) -> outcome.PeerCalls | None:
         """What the test of ``run_id`` has recorded of its peers so far (``exchange`` and
         ``mcp`` records): what its tool claims are held to (``engine.outcome.claims``),
-        all its ledger cell will hold of them."""
+        all its ledger cell will hold of them; ``None`` when it called no peer (so a run
+        without peers never loads the claims' module)."""
         cell = self._open.get(run_id)
-        return outcome.PeerCalls(list(cell.peers) if cell is not None else [])
+        if cell is None or not cell.peers:
+            return None
+        return outcome.PeerCalls(list(cell.peers))
 
     def _peer_cell(self, run_id: str | None) -> _Cell | None:
         if run_id is not None and run_id in self._open:

@@ -81,9 +81,9 @@ class RunEnv:
     """Where each test's spans go (``--otlp``); ``None``: no export."""
     peer_routes: ctx_mod.PeerRoutes | None = None
     """Where a test's own servers (a mock MCP server) go behind the run's gateway."""
-    peer_calls: Callable[[str], Awaitable[outcome.PeerCalls]] | None = None
+    peer_calls: Callable[[str], Awaitable[outcome.PeerCalls | None]] | None = None
     """What the run's gateway recorded of a run id's calls to peers (``exchange`` and ``mcp``
-    records), which the test's tool claims are held to after its body
+    records; ``None``: none), which the test's tool claims are held to after its body
     (``engine.outcome.claims``): the local run's in-process gateway, or a cell's gateway
     asked on its admin listener."""
 
@@ -103,7 +103,7 @@ async def _held_to_peers(
     if env.peer_calls is None:
         return ctx.result, ()
     found = await env.peer_calls(run_id)
-    if not found.records:
+    if found is None or not found.records:
         return ctx.result, ()
     calls, shown = outcome.sightings(found.records)
     if found.whole:  # else the grader, who reads the whole ledger, holds them
