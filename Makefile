@@ -82,6 +82,7 @@ lock: $(BIN)/agent-health
 	$(LOCK) --extra operator --extra postgresql --extra s3 --extra gcs -o images/locks/operator.txt
 	$(LOCK) --extra otel -o images/locks/controller.txt
 	$(LOCK) --extra gateway --extra otlp --extra s3 --extra gcs -o images/locks/gateway.txt
+	$(LOCK) images/locks/mcp-time.in -o images/locks/mcp-time.txt
 
 # Benchmarks print ratios against a baseline measured in the same run; they never gate.
 # Each is also runnable alone, e.g. .venv/bin/python bench/engine_overhead.py --n 5000.
@@ -96,6 +97,7 @@ bench: $(BIN)/agent-health
 	$(BIN)/python bench/gateway_overhead.py
 	$(BIN)/python bench/html_report.py
 	$(BIN)/python bench/history.py
+	$(BIN)/python bench/handover.py
 
 # The same 400-call work through Inspect AI and promptfoo (pinned, installed on demand into
 # .cache/bench-peers: a venv and an npm prefix, never the project's), agent-health and no

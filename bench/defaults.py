@@ -8,9 +8,11 @@ subprocess, rounds interleaved, and prints ours / baseline beside the target:
 ours (defaults)                                     baseline in the same run              target
 ==================================================  ====================================  ======
 2,000 trivial tests (instant in-process agent) -j1  pytest + pytest-asyncio, same tests   <= 0.5
-400 tests, one POST each to a 50 ms agent, -j 32    a plain 32-thread http.client script  <= 1.3
-``agent-health list`` of one test                   python -c "import pydantic, httpx"    <= 1.3
+400 tests, one POST each to a 50 ms agent, -j 32    a bare aiohttp script (the floor)     <= 1.15
+``agent-health list`` of one test                   python -c "import pydantic, httpx"    <= 1.2
+``agent-health run`` of one trivial test            python -c "import pydantic, httpx"    <= 1.5
 a hanging agent, ``--timeout 2``                    the same run with ``--no-ledger``     <= 1.2
+2,000 tests, one POST each to a 20 ms agent, -j 8   the same run with ``--no-history``    <= 1.03
 ==================================================  ====================================  ======
 
 Each command runs with bytecode caching allowed, as users run it: ``PYTHONDONTWRITEBYTECODE``
@@ -18,14 +20,21 @@ is taken out of its environment and the unmeasured warm-up round writes the cach
 
 The verdict is on wall time (what a user waits for). The CPU time of each command (user +
 system, from ``wait4``) is printed too: on a machine shared with other work it moves much
-less than wall time, so it tells a real change from a noisy round. ``--no-ledger`` runs are
-printed as diagnostics where they explain a figure. The calls row also runs a *floor*: the
-same calls from a bare script on aiohttp (the built-in connectors' client) with no harness, so
-what the client itself costs here — its import included — is measured beside the target.
+less than wall time, so it tells a real change from a noisy round. ``--no-ledger`` and
+``--no-history`` runs are printed as diagnostics where they explain a figure.
+
+The calls row's baseline is the *floor*: the same calls from a bare script on aiohttp (the
+built-in connectors' client) with no harness, its import included; a plain 32-thread
+``http.client`` script is printed beside it for reference. The row also prints the CPU the
+harness adds per test, two ways: ``(ours - floor) / N`` (start-up included), and with each
+side's start-up taken out — ``((ours - ours of one test) - (floor - floor of one call)) /
+(N - 1)`` — the harness's own cost per test, whose target is <= 0.5 ms (start-up has rows of
+its own: ``list`` and ``run`` of one test).
+
 The script reports, it never gates: exit 0 whatever the figures, 1 when a side crashed or
 did not pass its work, 2 for bad options.
 
-    python bench/defaults.py                      # every row (about two minutes here)
+    python bench/defaults.py                      # every row (about four minutes here)
     python bench/defaults.py --row list --rounds 20
 """
 
@@ -49,8 +58,17 @@ import slow_agent
 import suites
 
 HERE = Path(__file__).resolve().parent
-ROWS = ("trivial", "calls", "list", "hang")
-ROLE_MARKS = {"baseline": " [baseline]", "diagnostic": " [diagnostic]", "floor": " [floor]"}
+ROWS = ("trivial", "calls", "list", "run", "hang", "history")
+ROLE_MARKS = {
+    "baseline": " [baseline]",
+    "diagnostic": " [diagnostic]",
+    "reference": " [reference]",
+    "one": " [start-up]",
+    "floor-one": " [start-up]",
+}
+CPU_PER_TEST_TARGET_MS = 0.5
+"""The harness's own CPU per test in the calls row, start-up taken out (issue #40)."""
+INPROC_CONFIG = suites.INPROC_CONFIG
 ONE_TEST = """\
 from agent_health import test
 
@@ -70,7 +88,7 @@ class Side:
     argv: list[str]
     cwd: Path
     expect: Callable[[engine_overhead.Sample], str | None]  # None when the work was done
-    role: str = "ours"  # "ours" (the figure), "baseline", "diagnostic" or "floor"
+    role: str = "ours"  # "ours" (the figure), "baseline", or one of ROLE_MARKS' others
 
 
 @dataclass
@@ -96,14 +114,30 @@ class RowResult:
     target: float
     sides: list[Measured]
 
+    n: int = 0  # tests of the row's "ours" side, where CPU per test is worked out
+
     def side(self, role: str) -> Measured:
         return next(s for s in self.sides if s.role == role)
 
+    def has(self, role: str) -> bool:
+        return any(s.role == role for s in self.sides)
+
     @property
-    def floor(self) -> float | None:
-        """The floor side's wall time over the baseline's, when the row has one."""
-        floor = next((s for s in self.sides if s.role == "floor"), None)
-        return None if floor is None else floor.wall_s / self.side("baseline").wall_s
+    def cpu_per_test_ms(self) -> float | None:
+        """CPU ours adds per test over the baseline, start-up included: (ours - base) / N."""
+        if not self.n:
+            return None
+        return (self.side("ours").cpu_s - self.side("baseline").cpu_s) / self.n * 1000
+
+    @property
+    def own_cpu_per_test_ms(self) -> float | None:
+        """The same with each side's start-up taken out (its one-test run): the harness's
+        own CPU per test."""
+        if not self.n or self.n < 2 or not (self.has("one") and self.has("floor-one")):
+            return None
+        ours = self.side("ours").cpu_s - self.side("one").cpu_s
+        floor = self.side("baseline").cpu_s - self.side("floor-one").cpu_s
+        return (ours - floor) / (self.n - 1) * 1000
 
     @property
     def ratio(self) -> float:
@@ -139,10 +173,15 @@ def agent_health() -> list[str]:
 
 
 def run_row(
-    name: str, title: str, target: float, sides: list[Side], args: argparse.Namespace
+    name: str,
+    title: str,
+    target: float,
+    sides: list[Side],
+    args: argparse.Namespace,
+    n: int = 0,
 ) -> RowResult:
     """Interleaved rounds (A, B, C, A, B, C, ...) after warm-up; medians per side."""
-    rounds = args.list_rounds if name == "list" else args.rounds
+    rounds = args.list_rounds if name in ("list", "run") else args.rounds
     for _ in range(args.warmup):
         for side in sides:
             _checked(side)
@@ -152,7 +191,7 @@ def run_row(
             sample = _checked(side)
             measured[side.label].walls.append(sample.wall_s)
             measured[side.label].cpus.append(sample.cpu_s)
-    return RowResult(name, title, target, list(measured.values()))
+    return RowResult(name, title, target, list(measured.values()), n)
 
 
 def _checked(side: Side) -> engine_overhead.Sample:
@@ -195,17 +234,17 @@ def trivial(work: Path, args: argparse.Namespace) -> RowResult:
 
 def calls(work: Path, args: argparse.Namespace, url: str) -> RowResult:
     suite = suites.write_ours(work / "calls", args.calls, 100, config=False)
+    one = suites.write_ours(work / "calls-one", 1, 100, config=False)
     cmd = [*agent_health(), "run", ".", "-j", str(args.calls_j), "--agent", f"rest+{url}"]
     plain = [sys.executable, str(HERE / "plain_client.py"), url, str(args.calls), str(args.calls_j)]
+    bare = [*plain, "--aiohttp"]
     return run_row(
         "calls",
         f"{args.calls} tests, one POST each to a {args.calls_latency * 1000:.0f} ms agent, "
         f"-j {args.calls_j}",
-        1.3,
+        1.15,
         [
-            Side(
-                f"plain {args.calls_j}-thread client", plain, suite, passed(args.calls), "baseline"
-            ),
+            Side("bare aiohttp script, no harness", bare, suite, passed(args.calls), "baseline"),
             Side("agent-health (defaults)", cmd, suite, passed(args.calls)),
             Side(
                 "agent-health --no-ledger",
@@ -215,14 +254,23 @@ def calls(work: Path, args: argparse.Namespace, url: str) -> RowResult:
                 "diagnostic",
             ),
             Side(
-                "bare aiohttp script, no harness",
-                [*plain, "--aiohttp"],
+                f"plain {args.calls_j}-thread client",
+                plain,
                 suite,
                 passed(args.calls),
-                "floor",
+                "reference",
+            ),
+            Side("agent-health (defaults), one test", cmd, one, passed(1), "one"),
+            Side(
+                "bare aiohttp script, one call",
+                [sys.executable, str(HERE / "plain_client.py"), url, "1", "1", "--aiohttp"],
+                one,
+                passed(1),
+                "floor-one",
             ),
         ],
         args,
+        n=args.calls,
     )
 
 
@@ -233,7 +281,7 @@ def listing(work: Path, args: argparse.Namespace) -> RowResult:
     return run_row(
         "list",
         "`agent-health list` of one test",
-        1.3,
+        1.2,
         [
             Side(
                 'python -c "import pydantic, httpx"',
@@ -243,6 +291,37 @@ def listing(work: Path, args: argparse.Namespace) -> RowResult:
                 "baseline",
             ),
             Side("agent-health list", [*agent_health(), "list", "."], suite, passed(1, "tests in")),
+        ],
+        args,
+    )
+
+
+def run_one(work: Path, args: argparse.Namespace) -> RowResult:
+    suite = work / "run-one"
+    suite.mkdir(parents=True, exist_ok=True)
+    (suite / "test_one.py").write_text(ONE_TEST)
+    (suite / "agent-health.config.py").write_text(INPROC_CONFIG)
+    cmd = [*agent_health(), "run", "."]
+    return run_row(
+        "run",
+        "`agent-health run` of one trivial test (instant in-process agent)",
+        1.5,
+        [
+            Side(
+                'python -c "import pydantic, httpx"',
+                [sys.executable, "-c", "import pydantic, httpx"],
+                suite,
+                exits_0,
+                "baseline",
+            ),
+            Side("agent-health run (defaults)", cmd, suite, passed(1)),
+            Side(
+                "agent-health run --no-history",
+                [*cmd, "--no-history"],
+                suite,
+                passed(1),
+                "diagnostic",
+            ),
         ],
         args,
     )
@@ -266,6 +345,37 @@ def hang(work: Path, args: argparse.Namespace, url: str) -> RowResult:
     )
 
 
+def history(work: Path, args: argparse.Namespace, url: str) -> RowResult:
+    suite = suites.write_ours(work / "history", args.history_n, 100, config=False)
+    cmd = [*agent_health(), "run", ".", "-j", str(args.history_j), "--agent", f"rest+{url}"]
+    return run_row(
+        "history",
+        f"{args.history_n} tests, one POST each to a {args.history_latency * 1000:.0f} ms agent, "
+        f"-j {args.history_j}: recording the history",
+        1.03,
+        [
+            Side("agent-health --no-history", [*cmd, "--no-history"], suite, passed(args.history_n),
+                 "baseline"),
+            Side("agent-health (defaults: the history recorded)", cmd, suite,
+                 recorded(args.history_n)),
+        ],
+        args,
+    )  # fmt: skip
+
+
+def recorded(n: int) -> Callable[[engine_overhead.Sample], str | None]:
+    """``n`` passed and the run said where the history recorded it."""
+    tests = passed(n)
+
+    def check(sample: engine_overhead.Sample) -> str | None:
+        wrong = tests(sample)
+        if wrong is None and "history: run" not in sample.output:
+            return "expected the history line (history: run ... recorded in ...)"
+        return wrong
+
+    return check
+
+
 @contextmanager
 def _agents(rows: list[str], args: argparse.Namespace) -> Iterator[dict[str, str]]:
     with ExitStack() as stack:
@@ -274,6 +384,8 @@ def _agents(rows: list[str], args: argparse.Namespace) -> Iterator[dict[str, str
             urls["calls"] = stack.enter_context(slow_agent.serving(args.calls_latency))
         if "hang" in rows:
             urls["hang"] = stack.enter_context(slow_agent.serving(None))
+        if "history" in rows:
+            urls["history"] = stack.enter_context(slow_agent.serving(args.history_latency))
         yield urls
 
 
@@ -281,7 +393,8 @@ def render(results: list[RowResult], args: argparse.Namespace) -> str:
     lines = [
         f"agent-health defaults vs no harness — Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; "
-        f"medians of {args.rounds} rounds ({args.list_rounds} for list) after {args.warmup} "
+        f"medians of {args.rounds} rounds ({args.list_rounds} for list and run) after "
+        f"{args.warmup} "
         "warm-up; each side a whole command in a fresh subprocess",
     ]
     for n, row in enumerate(results, 1):
@@ -301,41 +414,71 @@ def render(results: list[RowResult], args: argparse.Namespace) -> str:
             f"   ratio ours / baseline: wall {row.ratio:.2f} (CPU {row.cpu_ratio:.2f})"
             f"   target <= {row.target:.2f}   {mark}"
         )
-        if row.floor is not None:
-            lines.append(
-                f"   floor / baseline: wall {row.floor:.2f} (the connectors' client alone, "
-                "imported and driven from one event loop: no harness on it does better)"
-            )
-    lines += ["", "summary", f"   {'figure':<58}{'ratio':>7}   target"]
+        lines += _per_test(row)
+    lines += ["", "summary", f"   {'figure':<70}{'ratio':>7}   target"]
     for row in results:
         mark = "PASS" if round(row.ratio, 2) <= row.target else "MISS"
-        lines.append(f"   {row.title:<58}{row.ratio:>7.2f}   <= {row.target:.2f} {mark}")
+        lines.append(f"   {row.title:<70}{row.ratio:>7.2f}   <= {row.target:.2f} {mark}")
+        own = row.own_cpu_per_test_ms
+        if own is not None:
+            mark = "PASS" if round(own, 2) <= CPU_PER_TEST_TARGET_MS else "MISS"
+            title = "   the harness's own CPU per test (start-up taken out), ms"
+            lines.append(f"{title:<73}{own:>7.2f}   <= {CPU_PER_TEST_TARGET_MS:.2f} {mark}")
     return "\n".join(lines)
+
+
+def _per_test(row: RowResult) -> list[str]:
+    """The CPU ours adds per test over the baseline (the calls row): start-up included, and
+    each side's start-up (its run of one test) taken out."""
+    every, own = row.cpu_per_test_ms, row.own_cpu_per_test_ms
+    if every is None:
+        return []
+    lines = [f"   CPU added per test, start-up included ((ours - baseline) / N): {every:.3f} ms"]
+    if own is not None:
+        mark = "PASS" if round(own, 2) <= CPU_PER_TEST_TARGET_MS else "MISS"
+        lines.append(
+            f"   the harness's own CPU per test (each side's start-up taken out): {own:.3f} ms"
+            f"   target <= {CPU_PER_TEST_TARGET_MS:.2f}   {mark}"
+        )
+    return lines
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--row", action="append", choices=ROWS, help="run only this row (repeatable)")
     p.add_argument("--rounds", type=int, default=3, help="measured runs per side (median)")
-    p.add_argument("--list-rounds", type=int, default=15, help="measured runs per side for list")
+    p.add_argument(
+        "--list-rounds",
+        type=int,
+        default=15,
+        help="measured runs per side of the start-up rows (list, run)",
+    )
     p.add_argument("--warmup", type=int, default=1, help="unmeasured runs per side first")
     p.add_argument("--n", type=int, default=2000, help="trivial tests (default 2000)")
     p.add_argument("--calls", type=int, default=400, help="agent calls (default 400)")
     p.add_argument("--calls-j", type=int, default=32, help="concurrency of the calls row")
     p.add_argument("--calls-latency", type=float, default=0.05, help="agent latency (s)")
     p.add_argument("--timeout", type=float, default=2.0, help="--timeout of the hang row")
+    p.add_argument("--history-n", type=int, default=2000, help="tests of the history row")
+    p.add_argument("--history-j", type=int, default=8, help="concurrency of the history row")
+    p.add_argument(
+        "--history-latency", type=float, default=0.02, help="agent latency of the history row (s)"
+    )
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for name in ("rounds", "list_rounds", "n", "calls", "calls_j"):
+    for name in ("rounds", "list_rounds", "n", "calls", "calls_j", "history_n", "history_j"):
         if getattr(args, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
-    if args.warmup < 0 or args.calls_latency <= 0 or args.timeout <= 0:
-        print("error: --warmup must be >= 0, --calls-latency and --timeout > 0", file=sys.stderr)
+    if args.warmup < 0 or min(args.calls_latency, args.history_latency, args.timeout) <= 0:
+        print(
+            "error: --warmup must be >= 0, --calls-latency, --history-latency and --timeout > 0",
+            file=sys.stderr,
+        )
         return 2
     rows = args.row or list(ROWS)
     results: list[RowResult] = []
@@ -352,15 +495,25 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(calls(work, args, urls["calls"]))
                 elif name == "list":
                     results.append(listing(work, args))
-                else:
+                elif name == "run":
+                    results.append(run_one(work, args))
+                elif name == "hang":
                     results.append(hang(work, args, urls["hang"]))
+                else:
+                    results.append(history(work, args, urls["history"]))
         except engine_overhead.BenchError as err:
             print(f"benchmark crashed: {err}", file=sys.stderr)
             return 1
     print(render(results, args))
     if args.json:
         payload = [
-            {**asdict(r), "ratio": r.ratio, "cpu_ratio": r.cpu_ratio, "floor": r.floor}
+            {
+                **asdict(r),
+                "ratio": r.ratio,
+                "cpu_ratio": r.cpu_ratio,
+                "cpu_per_test_ms": r.cpu_per_test_ms,
+                "own_cpu_per_test_ms": r.own_cpu_per_test_ms,
+            }
             for r in results
         ]
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

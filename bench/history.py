@@ -138,7 +138,31 @@ def _recording_row(
     ratio = with_ / without
     lines.append(f"   ratio wall (with / without)     {ratio:6.3f}   {_verdict(ratio, 1.03)}")
     lines.append(f"   ratio cpu  (with / without)     {cpu_with / cpu_without:6.3f}")
+    wall, cpu = _verifying(suite)
+    lines.append(
+        f"   verifying the run's ledger again as it ends (what `ledger verify` does): wall "
+        f"{wall:.3f} s, cpu {cpu:.3f} s: {cpu / cpu_with:.2f} of the run's cpu (the run's "
+        "own seal is what the history records instead)"
+    )
     return lines
+
+
+def _verifying(suite: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of verifying the newest ledger the suite's runs wrote, in this
+    process (every cell's chain and the run file's seal, as ``ledger verify`` does)."""
+    import asyncio
+
+    from agent_health import ledger
+
+    folder = suite / ".agent-health" / "ledger"
+    newest = max((p for p in folder.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    key, _ = ledger.find_key(str(newest))
+    cpu, wall = time.process_time(), time.perf_counter()
+    checked = asyncio.run(ledger.verify_url(str(newest), key))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if not checked.ok:
+        raise engine_overhead.BenchError(f"the run's ledger {newest} did not verify")
+    return wall, cpu
 
 
 # -- 2. and 3. a big history ------------------------------------------------------------------

@@ -8,8 +8,8 @@
     scripts/images.py tags [TARGET ...]
 
 ``build`` builds every target of images/Dockerfile (operator, controller, gateway,
-triage-agent, log-server; or the ones named) and tags each twice: with the chart's name and
-version (``ghcr.io/agent-health/operator:0.1.0``, from charts/agent-health; the example
+triage-agent, log-server, mcp-time; or the ones named) and tags each twice: with the chart's
+name and version (``ghcr.io/agent-health/operator:0.1.0``, from charts/agent-health; the example
 agents as examples/run.yaml names them, ``ghcr.io/agent-health/examples/triage-agent:0.1.0``)
 and as ``localhost/agent-health/<target>:dev`` (what the chart's kind values name). Both
 names are fully qualified, so every builder stores them as written and ``kind load`` puts

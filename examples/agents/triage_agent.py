@@ -14,6 +14,15 @@ Where the tools live:
 * otherwise this process serves the same tools itself on a second loopback port, so a local
   run (``make demo``) needs nothing else and stays deterministic.
 
+Asked what time it is ("What time is it in Europe/Oslo?"), it calls ``get_current_time`` of
+the MCP server at ``AGENT_HEALTH_PEER_TIME_URL`` — what a cell sets for an MCP peer named
+``time``, such as the example image ``mcp-time`` (the real mcp-server-time behind
+``agent-health mcp bridge``) — and says the time it was told.
+
+A request's ``env`` (REST: its ``env`` field) makes it misbehave on purpose, for tests of what
+agent-health holds it to: ``FAIL=500`` answers 500, ``DELAY_S`` waits first, ``CLAIM=TOOL``
+adds to its trajectory a call of ``TOOL`` it never made.
+
     python triage_agent.py --port 8080
     # REST v1:           POST http://127.0.0.1:8080/run
     # AG-UI (SSE):       POST http://127.0.0.1:8080/agui
@@ -47,6 +56,9 @@ SESSION = web.AppKey("session", aiohttp.ClientSession)
 
 PEER_URL_ENV = "AGENT_HEALTH_PEER_LOGS_URL"
 """Set by a cluster cell for a RunSpec peer named ``logs`` (see the module docstring)."""
+TIME_URL_ENV = "AGENT_HEALTH_PEER_TIME_URL"
+"""Set by a cluster cell for an MCP peer named ``time`` (see the module docstring)."""
+TIMEZONE = re.compile(r"\bin (UTC|[A-Za-z_]+(?:/[A-Za-z_+-]+)+)")
 
 SERVICES = ("payment", "checkout", "auth", "inventory", "search")
 
@@ -198,13 +210,13 @@ async def diagnose(
             trajectory.append(step)
             await emit(step)
 
-    async def tool(name: str, args: dict[str, str]) -> tuple[Any, bool]:
+    async def tool(name: str, args: dict[str, str], where: str = base) -> tuple[Any, bool]:
         call_id = f"call-{len(trajectory)}"
         # The call is emitted before the tool runs, so a streaming client sees it first.
         await record(
             {"type": "tool_call", "tool_name": name, "tool_args": args, "tool_call_id": call_id}
         )
-        body, ok, latency = await _call_tool(session, base, name, args)
+        body, ok, latency = await _call_tool(session, where, name, args)
         result = {
             "type": "tool_result",
             "tool_name": name,
@@ -217,6 +229,19 @@ async def diagnose(
         return body, ok
 
     lowered = prompt.lower()
+    clock = os.environ.get(TIME_URL_ENV)
+    if clock and "what time" in lowered:  # a question for the time server
+        zone = TIMEZONE.search(prompt)
+        timezone = zone.group(1) if zone else "UTC"
+        body, ok = await tool("get_current_time", {"timezone": timezone}, where=clock)
+        said = body.get("datetime") if ok and isinstance(body, dict) else None
+        output = (
+            f"It is {said[11:16]} in {timezone}." if isinstance(said, str) and len(said) >= 16
+            else f"I could not tell the time in {timezone}."
+        )  # fmt: skip
+        await record({"type": "assistant", "content": output})
+        used = _tokens(prompt) + _tokens(output)
+        return output, {"prompt": _tokens(prompt), "completion": _tokens(output), "total": used}
     service = next((s for s in SERVICES if s in lowered), None)
     await record(
         {"type": "thinking", "content": f"The user asks about {service or 'an unknown service'}."}
@@ -287,6 +312,9 @@ async def run(request: web.Request) -> web.Response:
     output, usage = await diagnose(
         request.app[SESSION], request.app[TOOLS_URL], prompt, context, collect
     )
+    if env.get("CLAIM"):  # a call it says it made and never did: what its gateway catches
+        claimed = {"type": "tool_call", "tool_name": env["CLAIM"], "tool_args": {}}
+        trajectory.insert(len(trajectory) - 1, claimed)
     return web.json_response({"output": output, "trajectory": trajectory, "token_usage": usage})
 
 

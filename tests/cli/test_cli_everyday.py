@@ -503,3 +503,28 @@ def test_a_listing_piped_into_head_ends_quietly(tmp_path: Path) -> None:
     _, stderr = lister.communicate(timeout=120)
     assert stderr == b""  # no BrokenPipeError traceback
     assert lister.returncode == 141
+
+
+SWITCH = """
+import sys
+
+from agent_health import test
+
+
+@test("the interval")
+async def interval(expect):
+    expect(sys.getswitchinterval()).to_be_less_than(0.001)
+"""
+
+
+def test_a_command_hands_the_interpreter_over_quickly_and_puts_the_interval_back(
+    tmp_path: Path,
+) -> None:
+    # The run's loop waits on agents while its ledger's and history's threads work: it must
+    # not then wait 5 ms for the interpreter each time an answer wakes it.
+    (tmp_path / "test_switch.py").write_text(SWITCH)
+    before = sys.getswitchinterval()
+    run = run_cli_sync(tmp_path, "--no-history")
+    assert run.code == 0, run.report
+    assert run.by_name("the interval")["status"] == "passed"
+    assert sys.getswitchinterval() == before  # main() also runs inside programs that go on

@@ -4,6 +4,7 @@ be used never changing a run's outcome."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import textwrap
@@ -11,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from agent_health import cli
+from agent_health import cli, history
 
 SUITE = textwrap.dedent(
     """
@@ -343,3 +344,33 @@ def test_a_run_a_budget_stopped_is_recorded_with_what_finished_marked_so(
     assert cli.main(["history", "--history", db]) == 0
     out, _ = said(capsys)
     assert "* interrupted or stopped by a budget" in out
+
+
+ASKS = """
+from agent_health import test
+
+
+@test("asks the agent")
+async def asks(agent, expect):
+    result = await agent.run("Diagnose why the payment service is failing.")
+    expect(result.output).to_match(r".")
+"""
+
+
+async def test_a_run_records_that_its_ledger_was_sealed_whole(
+    tmp_path: Path, triage_url: str
+) -> None:
+    # The run wrote its ledger with the only key and sealed it: that is its verification
+    # (reading it back would cost about as much as the run, bench/history.py).
+    folder = tmp_path / "asks"
+    folder.mkdir()
+    (folder / "test_asks.py").write_text(ASKS)
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    for extra in ((), ("--no-ledger",)):
+        argv = ["run", str(folder), "--agent", f"rest+{triage_url}", "--history", url, *extra]
+        assert await asyncio.to_thread(cli.main, argv) == 0
+    with history.open_history(url, create=False) as opened:
+        unledgered, sealed = opened.runs()
+    assert sealed.ledger_url is not None
+    assert sealed.ledger_verified is True
+    assert (unledgered.ledger_url, unledgered.ledger_verified) == (None, None)

@@ -198,3 +198,177 @@ def test_a_run_without_a_history_loads_no_sqlalchemy_and_one_with_an_up_to_date_
     again = imported_by(["run", str(suite), "--no-ledger"], suite)
     assert "agent_health.history.ingest" in again  # it recorded the run
     assert not loaded(again, "alembic")
+
+
+# The start-up guard (issue #40): what `agent-health list` of one test and `run` of one
+# trivial test may import, by name — each module of ours, each other package by its
+# top-level name (the standard library's own imports differ from one Python to the next, so
+# only the heavy ones are named, as ones `list` must not load). A change that pulls a module
+# past these into start-up fails here with its name; bench/defaults.py measures what start-up
+# costs ("list" and "run" rows). Add a name only when the command needs it at start-up.
+LIST_ALLOWED = frozenset(
+    {
+        "agent_health",
+        "agent_health.cli",
+        "agent_health.cli.app",
+        "agent_health.cli.cluster",
+        "agent_health.cli.common",
+        "agent_health.cli.history",
+        "agent_health.cli.ledgers",
+        "agent_health.cli.reports",
+        "agent_health.cli.run",
+        "agent_health.cli.run.catalog",
+        "agent_health.cli.run.flags",
+        "agent_health.cli.run.suite",
+        "agent_health.cli.web",
+        "agent_health.connectors",
+        "agent_health.connectors.base",
+        "agent_health.connectors.environment",
+        "agent_health.connectors.errors",
+        "agent_health.connectors.protocol",
+        "agent_health.connectors.readonly",
+        "agent_health.engine",
+        "agent_health.engine.loading",
+        "agent_health.engine.loading.discovery",
+        "agent_health.engine.loading.listing",
+        "agent_health.engine.loading.loader",
+        "agent_health.engine.loading.select",
+        "agent_health.engine.visible",
+        "agent_health.faces",
+        "agent_health.otel",
+        "agent_health.otel.settings",
+        "agent_health.sdk",
+        "agent_health.sdk.config",
+        "agent_health.sdk.declare",
+        "agent_health.sdk.declared",
+        "agent_health.sdk.errors",
+        "agent_health.sdk.parametrize",
+        "agent_health.timeouts",
+        "agent_health.traces",
+        "agent_health.traces.settings",
+    }
+)
+RUN_ALLOWED = LIST_ALLOWED | {
+    "agent_health.cli.run.archive",
+    "agent_health.cli.run.execution",
+    "agent_health.cli.run.handler",
+    "agent_health.cli.run.reporting",
+    "agent_health.connectors.partial",
+    "agent_health.connectors.transport",
+    "agent_health.connectors.wire",
+    "agent_health.engine.budget",
+    "agent_health.engine.loading.lastfailed",
+    "agent_health.engine.outcome",
+    "agent_health.engine.outcome.grading",
+    "agent_health.engine.recording",
+    "agent_health.engine.recording.peerroutes",
+    "agent_health.engine.recording.recording",
+    "agent_health.engine.recording.refusal",
+    "agent_health.engine.recording.runrecord",
+    "agent_health.engine.reporters",
+    "agent_health.engine.reporters.terminal",
+    "agent_health.engine.reporters.terminal_budget",
+    "agent_health.engine.reporters.terminal_failures",
+    "agent_health.engine.reporters.terminal_matrix",
+    "agent_health.engine.reporters.terminal_style",
+    "agent_health.engine.reporters.terminal_tables",
+    "agent_health.engine.reports",
+    "agent_health.engine.reports.bounds",
+    "agent_health.engine.reports.entries",
+    "agent_health.engine.reports.insights",
+    "agent_health.engine.reports.offtrack",
+    "agent_health.engine.reports.provenance",
+    "agent_health.engine.reports.report",
+    "agent_health.engine.reports.rollup",
+    "agent_health.engine.reports.savedreport",
+    "agent_health.engine.running",
+    "agent_health.engine.running.agent_process",
+    "agent_health.engine.running.capture",
+    "agent_health.engine.running.fixtures",
+    "agent_health.engine.running.livefeed",
+    "agent_health.engine.running.runner",
+    "agent_health.engine.running.session",
+    "agent_health.engine.statistics",
+    "agent_health.engine.statistics.matrix",
+    "agent_health.engine.statistics.pairing",
+    "agent_health.engine.statistics.resample",
+    "agent_health.engine.statistics.stats",
+    "agent_health.engine.statistics.uncertainty",
+    "agent_health.history",
+    "agent_health.history.ci",
+    "agent_health.history.database",
+    "agent_health.history.errors",
+    "agent_health.history.facts",
+    "agent_health.history.ingest",
+    "agent_health.history.location",
+    "agent_health.history.migrations",
+    "agent_health.history.queries",
+    "agent_health.history.tables",
+    "agent_health.ledger",
+    "agent_health.ledger.chain",
+    "agent_health.ledger.encoding",
+    "agent_health.ledger.errors",
+    "agent_health.ledger.objects",
+    "agent_health.ledger.runfile",
+    "agent_health.ledger.store",
+    "agent_health.ledger.strictjson",
+    "agent_health.sdk.agent",
+    "agent_health.sdk.check",
+    "agent_health.sdk.context",
+    "agent_health.sdk.conversation",
+    "agent_health.sdk.judges",
+    "agent_health.sdk.matchers",
+    "agent_health.sdk.matchers.run",
+    "agent_health.sdk.matchers.talk",
+    "agent_health.sdk.matchers.value",
+    "agent_health.sdk.results",
+    "agent_health.sdk.traces",
+    "agent_health.sdk.turns",
+    "agent_health.traces.acknowledge",
+    "agent_health.traces.errors",
+    "agent_health.traces.metrics",
+    "agent_health.traces.records",
+}
+LIST_PACKAGES = frozenset(
+    {"pydantic", "pydantic_core", "annotated_types", "typing_extensions", "typing_inspection"}
+)
+# A run records its history (SQLAlchemy, whose compiled parts register cython_runtime) and
+# writes to the terminal (rich).
+RUN_PACKAGES = LIST_PACKAGES | {"rich", "sqlalchemy", "cython_runtime"}
+LIST_NEVER_STDLIB = ("asyncio", "concurrent", "ssl", "http", "sqlite3", "xml", "logging")
+
+
+def beyond(modules: set[str], ours: frozenset[str], packages: frozenset[str]) -> list[str]:
+    """The modules past an allow-list: ours by name, others by their top-level package (the
+    standard library and private C modules aside; test files load under their own names)."""
+    past = []
+    for name in sorted(modules):
+        top = name.split(".")[0]
+        if name.startswith("agent_health_suite_") or top in sys.stdlib_module_names:
+            continue
+        if top == "agent_health":
+            if name not in ours:
+                past.append(name)
+        elif not top.startswith("_") and top not in packages:
+            past.append(name)
+    return past
+
+
+def test_list_of_one_test_imports_only_its_allow_list(tmp_path: Path) -> None:
+    (tmp_path / "test_one.py").write_text(ONE_TEST)  # no config: the bench's list row
+    modules = imported_by(["list", str(tmp_path)], tmp_path)
+    assert "agent_health.engine.loading.loader" in modules  # it listed
+    past = beyond(modules, LIST_ALLOWED, LIST_PACKAGES)
+    assert not past, f"agent-health list imported past its allow-list: {', '.join(past)}"
+    heavy = loaded(modules, *LIST_NEVER_STDLIB)
+    assert not heavy, f"agent-health list imported {', '.join(heavy)}"
+
+
+def test_run_of_one_trivial_test_imports_only_its_allow_list(suite: Path) -> None:
+    first = imported_by(["run", str(suite)], suite)  # makes the history (Alembic's schema)
+    assert "agent_health.history.ingest" in first
+    modules = imported_by(["run", str(suite)], suite)  # as every later run: defaults on
+    assert "agent_health.history.ingest" in modules  # it recorded the run
+    assert "agent_health.ledger.chain" in modules  # and sealed its ledger
+    past = beyond(modules, RUN_ALLOWED, RUN_PACKAGES)
+    assert not past, f"agent-health run imported past its allow-list: {', '.join(past)}"

@@ -87,7 +87,12 @@ async def test_verify_and_grade_read_a_configmap_ledger_with_the_kubeconfig(
         }
         key_file = str(tmp_path / "key")
         verified = await agent_health("ledger", "verify", LEDGER, "--key-file", key_file, env=env)
-        graded = await agent_health("grade", LEDGER, "--key-file", key_file, env=env)
+        # A cluster's ledger records into the history of the folder it is graded from:
+        # one of this test's own.
+        history = f"sqlite:///{tmp_path / 'history.db'}"
+        graded = await agent_health(
+            "grade", LEDGER, "--key-file", key_file, "--history", history, env=env
+        )
         no_config = await agent_health(
             "ledger", "verify", LEDGER, "--key-file", key_file,
             env=env | {"KUBECONFIG": str(tmp_path / "missing")},

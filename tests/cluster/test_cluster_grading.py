@@ -131,6 +131,7 @@ async def test_a_passing_cell_is_graded_from_its_records(backend: filestore.File
     assert graded.result.prompt == "Diagnose the payment service."
     assert graded.result.labels == ("rca",)
     assert graded.duration_ms == 2000.0
+    assert graded.verified is True  # its HMAC chain, checked as it was read
     # Derived metrics live in result.metrics (reports list them as signals), as in a local run.
     assert not [s for s in graded.result.signals if s.kind == "metric"]
 
@@ -244,6 +245,7 @@ async def test_spans_of_another_run_or_a_forged_principal_are_doubtful(
 async def test_a_missing_cell_is_errored(backend: filestore.FileBackend) -> None:
     graded = await grade(backend, "nowhere")
     assert (graded.status, graded.error) == ("errored", "no ledger for cell nowhere")
+    assert graded.verified is None  # nothing to verify
 
 
 async def test_no_cell_end_means_no_final_record(backend: filestore.FileBackend) -> None:
@@ -253,6 +255,7 @@ async def test_no_cell_end_means_no_final_record(backend: filestore.FileBackend)
     assert graded.error is not None
     assert graded.error.startswith("no final record from controller: ")
     assert "after record 7 without cell-end" in graded.error
+    assert graded.verified is False  # cut short: the chain does not verify as a whole
 
 
 def _lines(backend: filestore.FileBackend, cell: str = "c1") -> list[str]:
@@ -277,6 +280,7 @@ async def test_an_edited_record_is_tampering(backend: filestore.FileBackend) -> 
     assert graded.status == "errored"
     assert graded.error is not None
     assert graded.error.startswith("ledger tampered at record 5 (edited: mac mismatch")
+    assert graded.verified is False
 
 
 async def test_a_deleted_record_is_tampering(backend: filestore.FileBackend) -> None:
@@ -315,6 +319,7 @@ async def test_a_chain_copied_from_another_cell_does_not_grade(
         "ledger belongs to another cell (test 'suite/rca.py::easy one', expected "
         "'suite/rca.py::payment rca'; repeat 0, expected 1)"
     )
+    assert graded.verified is True  # it verifies: it is only not this cell's
 
 
 async def test_another_run_of_the_same_test_does_not_grade(

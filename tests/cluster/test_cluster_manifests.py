@@ -807,6 +807,40 @@ def test_the_discovery_pod_lists_the_suite_and_nothing_more() -> None:
     assert pod["metadata"]["labels"]["agenthealth.dev/component"] == "discovery"
 
 
+def test_the_discovery_pod_runs_the_mcp_peers_and_lists_their_tools() -> None:
+    """A RunSpec's MCP peers run in its discovery pod, each as it runs in a cell (pinned
+    image, env, port probe, limits; no token), and a second container asks each its tools."""
+    peers = [
+        {"name": "logs", "image": "ghcr.io/agent-health/examples/log-server:0.1.0", "port": 9000,
+         "tools": ["search_logs"]},  # a plain peer: not run here
+        {"name": "time", "image": "ghcr.io/agent-health/examples/mcp-time:0.1.0", "port": 9100,
+         "protocol": "mcp", "env": [{"name": "TZ", "value": "UTC"}]},
+    ]  # fmt: skip
+    spec = _runspec(peers=peers)
+    pod = discovery.discovery_pod(spec, digests=_digests(spec), settings=SETTINGS)
+    assert kubernetes_validate.validate(pod, KUBERNETES, strict=True) == KUBERNETES
+    assert restricted_problems(pod["spec"]) == []
+    (peer,) = pod["spec"]["initContainers"]
+    assert peer["name"] == "peer-time"
+    assert peer["image"].startswith("ghcr.io/agent-health/examples/mcp-time@sha256:")
+    assert peer["restartPolicy"] == "Always"
+    assert peer["startupProbe"]["tcpSocket"]["port"] == 9100
+    assert peer["env"] == [{"name": "TZ", "value": "UTC"}]  # its own, and no token
+    assert peer["resources"]["limits"]
+    discover, tools = pod["spec"]["containers"]
+    assert discover["args"] == ["list", "--json", "/suite"]
+    assert tools["args"] == ["mcp", "tools", "time=http://127.0.0.1:9100/mcp"]
+    assert tools["image"] == SETTINGS.controller_image
+    assert not any("secret" in v or "projected" in v for v in pod["spec"]["volumes"])
+    assert _shared_objects(pod) == []
+    assert (
+        "initContainers"
+        not in discovery.discovery_pod(_runspec(), digests=_digests(_runspec()), settings=SETTINGS)[
+            "spec"
+        ]
+    )
+
+
 def test_a_new_suite_revision_gets_a_new_discovery_pod() -> None:
     spec = _runspec()
     digests = _digests(spec)

@@ -232,6 +232,9 @@ def test_a_full_status_round_trips_through_schema_and_model() -> None:
         "score": 0.8,
         "passAtK": 1.0,
         "tests": [{"id": "suite/test_triage.py::payment", "passed": 3, "failed": 1, "score": 0.8}],
+        "runningCells": [
+            {"test": "suite/test_triage.py::payment", "repeat": 1, "since": "2026-01-01T00:00:05Z"}
+        ],
         "conditions": [
             {
                 "type": "Ready",

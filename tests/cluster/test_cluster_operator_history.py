@@ -6,6 +6,7 @@ condition, an Event and a log line, and is tried again a bounded number of times
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -148,6 +149,7 @@ async def test_a_finished_run_is_recorded_with_the_counts_of_its_status(
     assert "@sha256:" in (kept.agent.image or "")
     assert kept.judge_model == "gpt-4o-mini"
     assert kept.ledger_url == "configmap://default/triage-ledger-kept"
+    assert kept.ledger_verified is True  # each cell's chain, verified as it was graded
     # Each (test, repeat) as a local run records it: status, cause, its messages, labels.
     assert sorted(timeline) == sorted(t["id"] for t in TESTS)
     assert timeline["suite/t.py::passes"].labels == ["smoke"]
@@ -355,3 +357,198 @@ async def test_a_run_stopped_at_its_deadline_records_what_was_graded_marked_so(
         pytest.raises(history.NotFoundError),  # never a green baseline
     ):
         h.baseline("last-green", agent="triage", suite="default/triage")
+
+
+async def test_a_run_with_a_cell_whose_ledger_did_not_verify_records_so(tmp_path: Path) -> None:
+    where = history.parse(f"sqlite:///{tmp_path}/history.db")
+
+    def forged(cell: Cell) -> str:  # one cell's records sealed with another key
+        return "tampered" if cell.test_id.endswith("fails") else "passed"
+
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        async with (
+            kubelet(Kubelet(k8s, TESTS[:2], LEDGER, outcome=forged)),
+            k8s.operator(history=where, history_retry=FAST),
+        ):
+            await k8s.apply(runspec)
+            await k8s.apply(run_named(run, "forged", repeats=1))
+            status = await until(lambda: finished(k8s, "forged"), "the run to end")
+            await until(lambda: settled(k8s, "forged", "Recorded"), "the run recorded")
+    assert status["counts"]["errored"] == 1
+    assert "ledger tampered" in status["tests"][0]["error"]
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+    assert kept.ledger_verified is False
+
+
+async def test_a_requeued_run_is_recorded_again_as_its_next_attempt(tmp_path: Path) -> None:
+    # Its errored cells requeued after it finished: the same run, its new grades replacing
+    # the first attempt's in the history, as they did in its status.
+    where = history.parse(f"sqlite:///{tmp_path}/history.db")
+    runs = "/apis/agenthealth.dev/v1alpha1/namespaces/default/evaluationruns"
+
+    def evicted_once(cell: Cell) -> str:
+        return "evicted" if cell.test_id.endswith("fails") and cell.attempt == 0 else "passed"
+
+    async with cluster() as k8s:
+        runspec, run = k8s.example(ledger=LEDGER)
+        async with (
+            kubelet(Kubelet(k8s, TESTS[:2], LEDGER, outcome=evicted_once)),
+            k8s.operator(history=where, history_retry=FAST),
+        ):
+            await k8s.apply(runspec)
+            created = await k8s.apply(run_named(run, "again"))
+            first = await until(lambda: finished(k8s, "again"), "the run to end")
+            await until(lambda: settled(k8s, "again", "Recorded"), "the first attempt recorded")
+            with history.open_history(where, create=False) as h:
+                (before,) = h.runs()
+            answer = await k8s.client.patch(
+                f"{runs}/again",
+                json={"spec": {"requeueErrored": 1}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            assert answer.status_code == 200, answer.text
+
+            def again() -> dict[str, Any] | None:
+                said = recorded(k8s, "again")
+                return said if said is not None and "attempt 1" in said["message"] else None
+
+            said = await until(again, "the requeued attempt recorded")
+            final = k8s.run("again")["status"]
+    assert (first["counts"]["passed"], first["counts"]["errored"]) == (2, 2)
+    assert (before.attempt, before.passed, before.errored) == (0, 2, 2)
+    assert final["requeuedErrored"] == 1
+    assert (final["counts"]["passed"], final["counts"]["errored"]) == (4, 0)
+    uid = f"default.again.{created['metadata']['uid']}"
+    assert said["status"] == "True"
+    assert said["message"].endswith(
+        f"as run {uid}: 4 results (attempt 1, its requeued cells graded again: they replace "
+        "attempt 0's)"
+    )
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+        assert h.count() == (1, 4)
+        outcomes = {o.status for t in h.timeline("suite/t.py::") for o in t.outcomes}
+    assert (kept.uid, kept.attempt) == (uid, 1)
+    same_counts(kept, final)
+    assert outcomes == {"passed"}
+
+
+async def _owed(k8s: Cluster, blocker: Path, where: history.Location, name: str) -> dict[str, Any]:
+    """A run ended while its history was out of reach; the operator stopped before its next
+    try. The run's status as it was left."""
+    runspec, run = k8s.example(ledger=LEDGER)
+    async with k8s.operator(history=where, history_retry=(3600.0,)):
+        await k8s.apply(runspec)
+        await k8s.apply(run_named(run, name))
+        await until(lambda: finished(k8s, name), "the run to end")
+        await until(lambda: settled(k8s, name, "HistoryUnavailable"), "the first try failed")
+    await asyncio.to_thread(blocker.unlink)  # the history is back, for the next operator
+    return dict(k8s.run(name)["status"])
+
+
+async def test_a_recording_owed_when_the_operator_stopped_is_made_by_the_next(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "volume"
+    blocker.write_text("not a folder")
+    where = history.parse(f"sqlite:///{blocker}/history.db")
+    async with cluster() as k8s, kubelet(Kubelet(k8s, TESTS, LEDGER, outcome=outcome)):
+        left = await _owed(k8s, blocker, where, "owed")
+        async with k8s.operator(history=where, history_retry=FAST):
+            said = await until(lambda: settled(k8s, "owed", "Recorded"), "recorded at last")
+            final = k8s.run("owed")["status"]
+            events = events_of(k8s, "owed")
+    assert left["phase"] == "Succeeded"
+    assert (left["counts"]["passed"], left["counts"]["failed"], left["counts"]["errored"]) == (
+        4, 2, 2,
+    )  # fmt: skip
+    assert said["status"] == "True"
+    assert said["message"].endswith(
+        ": 8 results (graded again from its ledger after an operator restart)"
+    )
+    assert any(e["reason"] == "Recorded" and e["type"] == "Normal" for e in events)
+    # The status is the one the run ended with: only the Recorded condition moved.
+    for key in ("phase", "counts", "passRate", "score", "tests", "completionTime"):
+        assert final.get(key) == left.get(key), key
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+        timeline = {t.id: t for t in h.timeline("suite/t.py::")}
+    same_counts(kept, final)
+    assert (kept.interrupted, kept.ledger_verified) == (False, True)
+    assert kept.agent is not None
+    assert "@sha256:" in (kept.agent.image or "")
+    evicted = timeline["suite/t.py::evicted"].outcomes
+    assert [(o.status, o.cause) for o in evicted] == [("errored", "infra")] * 2
+    assert timeline["suite/t.py::passes"].labels == ["smoke"]
+
+
+async def test_an_owed_run_whose_cells_are_gone_records_what_its_ledger_holds_marked_so(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "volume"
+    blocker.write_text("not a folder")
+    where = history.parse(f"sqlite:///{blocker}/history.db")
+    async with cluster() as k8s, kubelet(Kubelet(k8s, TESTS, LEDGER, outcome=outcome)):
+        left = await _owed(k8s, blocker, where, "pruned")
+        for pod in k8s.pods():  # its ttlSecondsAfterFinished passed meanwhile
+            gone = await k8s.client.delete(
+                f"/api/v1/namespaces/default/pods/{pod['metadata']['name']}"
+            )
+            assert gone.status_code == 200, gone.text
+        async with k8s.operator(history=where, history_retry=FAST):
+            said = await until(lambda: settled(k8s, "pruned", "Recorded"), "recorded")
+    assert left["counts"]["errored"] == 2
+    assert said["status"] == "True"
+    assert (
+        "6 results (graded again from its ledger after an operator restart; graded again"
+        in (said["message"])
+    )
+    assert "0 errored of 2" in said["message"]
+    assert "2 cells left no pod and no record" in said["message"]
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+    assert (kept.passed, kept.failed, kept.errored) == (4, 2, 0)  # never made up
+    assert kept.incomplete
+    assert kept.stopped is not None
+    assert kept.stopped.startswith("graded again after an operator restart")
+
+
+async def test_a_run_whose_first_try_the_operator_never_finished_is_owed_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """The run ends while its history hangs (another writer holds it); the operator stops
+    before the first try is said. The run's last status write said it was being recorded,
+    so the next operator grades it again and records it."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "history.db"
+    history.open_history(f"sqlite:///{path}").close()
+    where = history.parse(f"sqlite:///{path}?timeout=2")
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # every writer waits its busy timeout, then fails
+
+    def lingering() -> bool:  # the stopped operator's recording thread, still waiting
+        return any(t.name.startswith("history") and t.is_alive() for t in threading.enumerate())
+
+    async with cluster() as k8s, kubelet(Kubelet(k8s, TESTS[:2], LEDGER, outcome=outcome)):
+        runspec, run = k8s.example(ledger=LEDGER)
+        async with k8s.operator(history=where, history_retry=(3600.0,)):
+            await k8s.apply(runspec)
+            await k8s.apply(run_named(run, "cut-short"))
+            left = await until(lambda: finished(k8s, "cut-short"), "the run to end")
+        said = condition(left, "Recorded")
+        await until(lambda: not lingering(), "the stopped operator's try to give up")
+        await asyncio.to_thread(holder.execute, "ROLLBACK")
+        async with k8s.operator(history=where, history_retry=FAST):
+            done = await until(lambda: settled(k8s, "cut-short", "Recorded"), "recorded")
+    holder.close()
+    assert (said["status"], said["reason"]) == ("Unknown", "Recording")
+    assert said["message"] == f"being recorded in the history sqlite:///{path}"
+    assert done["status"] == "True"
+    assert "graded again from its ledger after an operator restart" in done["message"]
+    with history.open_history(where, create=False) as h:
+        (kept,) = h.runs()
+    same_counts(kept, left)

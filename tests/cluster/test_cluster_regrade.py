@@ -147,3 +147,51 @@ async def test_grade_reports_the_recorded_runs_duration(
     ended = datetime.fromisoformat(provenance["ended_at"])
     assert abs((ended - started).total_seconds() * 1000 - duration) < 1
     assert f", {duration / 1000:.2f}s" in capsys.readouterr().out.splitlines()[-1]
+
+
+async def test_a_graded_ledger_is_recorded_once_as_the_run_that_wrote_it(
+    write_suite: Any, triage_url: str, tmp_path: Path, capsys: Any
+) -> None:
+    """A regrade is the run that wrote the ledger, graded again: where the history has that
+    run, it is left as it was; a ledger the history does not know is recorded once, under
+    an id made from the ledger, however often it is graded."""
+    from agent_health import history
+
+    suite = write_suite(**{"test_g.py": SUITE})
+    run = await run_cli(suite, "--agent", f"rest+{triage_url}")  # the defaults: ledger, history
+    ledger = Path(run.report["provenance"]["ledger"].removeprefix("file://"))
+    assert ledger.parent.parent == suite / ".agent-health"
+    capsys.readouterr()
+    out = tmp_path / "regraded.json"
+    code = await asyncio.to_thread(cli.main, ["grade", str(ledger), "--reporter", f"json:{out}"])
+    said = capsys.readouterr().out
+    assert code == run.code == 1
+    url = f"sqlite:///{suite / '.agent-health' / 'history.db'}"
+    with history.open_history(url, create=False) as opened:
+        (kept,) = opened.runs()
+    uid = run.report["provenance"]["run_id"]
+    assert kept.uid == uid
+    assert f"history: run {uid} is in {url.removeprefix('sqlite:///')} already" in said
+    assert json.loads(out.read_text())["provenance"]["run_id"] == uid  # the same run
+
+    # A history that does not know the ledger: recorded once, its chains verified.
+    elsewhere = f"sqlite:///{tmp_path / 'other.db'}"
+    for _ in range(2):
+        argv = ["grade", f"file://{ledger}", "--history", elsewhere]
+        assert await asyncio.to_thread(cli.main, argv) == 1
+    first, again = (line for line in capsys.readouterr().out.splitlines() if "history:" in line)
+    with history.open_history(elsewhere, create=False) as opened:
+        (graded,) = opened.runs()
+        assert opened.count() == (1, 2)
+    assert graded.uid.startswith("ledger-")
+    assert first == f"history: run {graded.uid} recorded in {tmp_path / 'other.db'}"
+    assert again.startswith(f"history: run {graded.uid} is in ")
+    assert (graded.passed, graded.failed, graded.ledger_verified) == (1, 1, True)
+    assert graded.ledger_url == f"file://{ledger}"
+    assert graded.exit_code == 1
+
+    nowhere = tmp_path / "none.db"
+    argv = ["grade", str(ledger), "--no-history", "--history", f"sqlite:///{nowhere}"]
+    assert await asyncio.to_thread(cli.main, argv) == 2  # they contradict each other
+    assert await asyncio.to_thread(cli.main, ["grade", str(ledger), "--no-history"]) == 1
+    assert not nowhere.exists()

@@ -78,6 +78,36 @@ def test_counts_follow_cells_and_regrading_never_double_counts() -> None:
     assert tally.counts() == evaluationrun.Counts(total=4, pending=2, running=1, passed=1)
 
 
+def test_the_status_names_the_cells_running_longest_first_and_no_more_than_its_cap() -> None:
+    clock = Clock()
+    names = [f"c{n}" for n in range(evaluationrun.MAX_RUNNING_CELLS + 5)]
+    tally = running_tally(clock, names)
+
+    def describe(name: str) -> tuple[str, int, str | None]:
+        return f"t.py::{name}", int(name[1:]) % 2, "good" if name == "c0" else None
+
+    tally.started("c1")
+    clock.t = 5
+    tally.started("c0")
+    tally.started("c1")  # still running: it keeps its start
+    running = tally.status(describe).running_cells
+    assert [(r.test, r.repeat, r.agent, r.since) for r in running] == [
+        ("t.py::c1", 1, None, T0),
+        ("t.py::c0", 0, "good", T0 + datetime.timedelta(seconds=5)),
+    ]
+    assert tally.status().running_cells == []  # without saying what a cell is: none named
+    tally.ended("c1")
+    tally.requeued("c0")  # preempted: pending again
+    assert tally.status(describe).running_cells == []
+    for name in names:
+        tally.started(name)
+    tally.record(grade("c2", "t.py::c2", 0, "passed", 1.0))
+    shown = tally.status(describe)
+    assert len(shown.running_cells) == evaluationrun.MAX_RUNNING_CELLS  # the CRD's maxItems
+    assert shown.counts.running == len(names) - 1
+    assert "t.py::c2" not in {r.test for r in shown.running_cells}
+
+
 def test_a_retryable_infra_grade_returns_the_cell_to_pending() -> None:
     tally = running_tally(Clock(), ["a0"])
     tally.started("a0")

@@ -225,6 +225,69 @@ async def test_an_mcp_peer_is_read_call_by_call_and_graded_on_what_its_gateway_r
     assert any(s["name"].startswith("to_have_called_tool(") for s in signals), signals
 
 
+CLOCK_SUITE = """
+from agent_health import test
+
+@test("tells the time in Oslo")
+async def tells_the_time(agent, expect):
+    result = await agent.run("What time is it in Europe/Oslo?")
+    expect(result).to_have_called_tool(
+        "get_current_time", {"timezone": "Europe/Oslo"}, server="time"
+    )
+    expect(result.output).to_match(r"^It is \\d\\d:\\d\\d in Europe/Oslo\\.$")
+    expect(result).to_have_no_tool_errors()
+
+@test("claims a conversion it never made")
+async def claims(agent, expect):
+    result = await agent.run("What time is it in UTC?", env={"CLAIM": "convert_time"})
+    expect(result).to_have_called_tool("convert_time")
+"""
+
+
+async def test_a_stdio_mcp_server_behind_the_bridge_is_a_cell_peer_listed_at_resolve(
+    k8s: e2e.Cluster,
+) -> None:
+    """The example MCP peer (image mcp-time: the real mcp-server-time, a stdio server, behind
+    ``agent-health mcp bridge``) declared with no tools: the RunSpec's discovery pod runs it
+    and lists its tools; in each cell the target calls it through the gateway, which reads
+    the call; the operator grades on that read — the call made passes, the call only
+    claimed (a tool the peer listed, the agent never called) fails."""
+    await k8s.config_map("default", "clock-suite", {"test_clock.py": CLOCK_SUITE})
+    runspec = runspec_of("clock", k8s.model.url, suite="clock-suite")
+    time = {"name": "time", "image": f"{e2e.REGISTRY}/agent-health/mcp-time:dev",
+            "port": 9100, "protocol": "mcp"}  # fmt: skip
+    runspec["spec"]["peers"] = [time]
+    await k8s.apply(runspec)
+    await k8s.apply(run_of("clock-1", "clock", skipJudge=True))
+    done = await finished(k8s, "clock-1")
+    status = done["status"]
+    spec = k8s.read("runspecs.agenthealth.dev", "default", "clock") or {}
+    assert spec["status"]["mcpTools"] == {"time": ["get_current_time", "convert_time"]}, spec
+    tests = {t["id"]: t for t in status["tests"]}
+    assert tests["test_clock.py::tells the time in Oslo"]["passed"] == 1, e2e.dump(k8s, "clock-1")
+    assert tests["test_clock.py::claims a conversion it never made"]["failed"] == 1, status
+    assert status["counts"]["unverifiedClaims"] == 1, status
+    key = k8s.ledger_key("clock-1")
+    for pod in cells_of(k8s, "clock-1"):
+        peer = next(c for c in pod["spec"]["initContainers"] if c["name"] == "peer-time")
+        assert "/agent-health/mcp-time@sha256:" in peer["image"], peer
+        url = "configmap://default/clock-ledger-clock-1"
+        ledger = await k8s.ledger(url, pod["metadata"]["name"], key)
+        calls = [
+            (r.principal, r.server, r.name, r.arguments, r.is_error)
+            for r in ledger
+            if isinstance(r, records.McpRecord) and r.method == "tools/call"
+        ]
+        asked = next(r for r in ledger if isinstance(r, records.RunResultRecord)).prompt
+        zone = "Europe/Oslo" if "Oslo" in (asked or "") else "UTC"
+        assert calls == [("target", "peer:time", "get_current_time", {"timezone": zone}, False)]
+        if zone == "Europe/Oslo":
+            signals = {r.signal["name"]: r.signal for r in ledger
+                       if isinstance(r, records.SignalRecord)}  # fmt: skip
+            called = next(v for n, v in signals.items() if n.startswith("to_have_called_tool("))
+            assert called["evidence"]["source"] == "gateway", called
+
+
 def pod_creations(k8s: e2e.Cluster, run: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for event in k8s.emulator.store.events:

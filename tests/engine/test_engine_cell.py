@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 from agent_health import gateway
 from agent_health.engine.controller import cell
 from agent_health.gateway import config as gateway_config
 from agent_health.ledger import records
+from aiohttp import web
 from support import cell_support, opensearch_support
 from support.cell_support import CELL, TEST_ID, TOKEN
 from support.judge_servers import (
@@ -220,3 +222,105 @@ async def test_a_cells_judge_reads_its_opensearch_traces_through_the_service(
         "total_tokens": 400,
         "error_spans": 1,
     }
+
+
+MCP_SUITE = """
+from agent_health import test
+
+@test("diagnoses the payment outage")
+async def pages(agent, expect):
+    result = await agent.run("Page the on-call engineer.")
+    expect(result).to_have_called_tool("page_oncall")
+    expect(result).to_have_no_tool_errors()
+"""
+
+SEEN_ERRORS_CONFIG = """
+from agent_health import define_config
+
+async def explain(result, metrics, run):
+    failed = [s.tool_name for s in run.trajectory if s.type == "tool_result" and s.failed]
+    return {"summary": f"{metrics['ignored_tool_errors']} ignored", "why": ",".join(failed)}
+
+config = define_config(insights=explain)
+"""
+
+
+async def _calls_and_hides(request: web.Request) -> web.Response:
+    """A REST agent that calls ``page_oncall`` of its MCP peer (Streamable HTTP, through the
+    cell's gateway) and reports the call as a success, whatever the server answered."""
+    url, http = request.app[PEER]["url"], request.app[PEER]["client"]
+    headers = {"Accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {},
+             "clientInfo": {"name": "hider", "version": "1"}}  # fmt: skip
+    async with http.post(url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                    "params": hello}, headers=headers) as answer:  # fmt: skip
+        session = {"Mcp-Session-Id": answer.headers.get("Mcp-Session-Id", "")}
+        await answer.read()
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, json=note, headers={**headers, **session}) as answer:
+        await answer.read()
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "page_oncall", "arguments": {"team": "payments"}}}  # fmt: skip
+    async with http.post(url, json=call, headers={**headers, **session}) as answer:
+        await answer.read()
+    steps = [
+        {"type": "tool_call", "tool_name": "page_oncall", "tool_args": {"team": "payments"}},
+        {"type": "tool_result", "tool_name": "page_oncall", "tool_output": "paged", "status": "ok"},
+    ]
+    return web.json_response({"output": "Paged the payments on-call.", "trajectory": steps})
+
+
+PEER = web.AppKey("peer", dict[str, Any])  # the gateway's listener for it, and a client
+
+
+async def test_a_cells_checks_and_insights_read_the_tool_errors_its_gateway_saw(
+    tmp_path: Path,
+) -> None:
+    """An MCP server's isError that the agent reported as a success: the controller asks its
+    gateway for the calls it recorded (as a local run reads its own), so the checks, the
+    ``ignored_tool_errors`` metric and the insights all see the error; the operator's grade
+    agrees with the controller and keeps those insights."""
+    from agent_health.peers import MockServer
+
+    tickets = MockServer("tickets")
+    tickets.tool("page_oncall", error="the pager service is unavailable")
+    app = web.Application()
+    app[PEER] = peer = {}
+    app.router.add_post("/run", _calls_and_hides)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    target_port = runner.addresses[0][1]
+    async with await tickets.serve() as running, aiohttp.ClientSession() as client:
+        assert running.url is not None
+        routes = [
+            {"principal": "controller", "to": "target", "listen": "127.0.0.1:0",
+             "upstream": f"http://127.0.0.1:{target_port}"},
+            {"principal": "target", "to": "peer:tickets", "listen": "127.0.0.1:0",
+             "upstream": running.url.removesuffix("/mcp"), "protocol": "mcp"},
+        ]  # fmt: skip
+        proxy = await cell_support.cell_gateway(tmp_path, target_port, "", routes=routes)
+        peer |= {"url": proxy.url("target", "peer:tickets") + "/mcp", "client": client}
+        try:
+            settings = cell_support.cell_settings(tmp_path, proxy, MCP_SUITE)
+            (settings.suite / "agent-health.config.py").write_text(SEEN_ERRORS_CONFIG)
+            code, result = await cell.run_cell(settings)
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+    assert [c.tool for c in running.calls] == ["page_oncall"]
+    assert result is not None
+    assert result.insights == {"summary": "1 ignored", "why": "page_oncall",
+                               "recommendations": []}  # fmt: skip
+    assert result.metrics["ignored_tool_errors"] == 1
+    [no_errors] = [s for s in result.signals if s.name == "to_have_no_tool_errors()"]
+    assert no_errors.passed is False
+    assert no_errors.evidence["source"] == "gateway"
+    assert (code, result.status) == (1, "failed")
+    graded = await cell_support.grade(tmp_path)
+    assert graded.status == "failed", graded.error
+    assert graded.discrepancy is None  # the controller saw what the operator sees
+    assert graded.metrics["ignored_tool_errors"] == 1
+    assert graded.result.insights == result.insights
+    names = [s.name for s in graded.result.signals]
+    assert len(names) == len(set(names)), names  # checked twice, recorded once

@@ -630,7 +630,9 @@ async def test_a_flood_of_peer_calls_is_kept_to_the_cells_share_and_marked_the_a
                     ended_at=stamp,
                 )
             )
-        assert len(ledger.peer_records("run-flood")) == 2
+        kept = await ledger.peer_calls("run-flood")
+        assert kept is not None
+        assert len(kept.records) == 2
         passed = _errored(info).model_copy(update={"status": "passed", "cause": None})
         await ledger.finish(passed, None, agent_error="the agent did not answer")
     assert await asyncio.to_thread(verify, tmp_path / "ledger") == 0
@@ -708,3 +710,39 @@ async def test_the_suites_own_files_live_beside_its_config_wherever_the_run_star
     assert [t["name"] for t in again.report["tests"]] == ["fails"]
     assert "--last-failed: rerunning 1 of 2 tests" in capsys.readouterr().err
     assert [p.name for p in (home / "ledger").iterdir() if p.is_dir()] == [ledger.name]
+
+
+async def test_a_ledger_is_whole_when_every_cell_it_recorded_is_sealed(tmp_path: Path) -> None:
+    """What the history records as a local run's ``ledger_verified``: the run's own seal
+    (every cell it recorded sealed), never a second reading of the ledger."""
+    from agent_health.connectors.protocol import Step
+    from agent_health.sdk.results import RunResult
+
+    nothing = recording.LocalLedger(f"file://{tmp_path / 'none'}")
+    async with nothing:
+        await nothing.begin(_info(0))  # never reached the agent
+    assert nothing.whole is None
+
+    whole = recording.LocalLedger(f"file://{tmp_path / 'whole'}")
+    async with whole:
+        await whole.begin(_info(0))
+        await whole.finish(_errored(_info(0)), None, agent_error="the agent did not answer")
+    assert whole.whole is True
+    assert await asyncio.to_thread(verify, tmp_path / "whole") == 0
+
+    # A custom connector's answer holding what JSON cannot: that cell cannot be sealed.
+    odd = RunResult(
+        run_id="run1",
+        prompt="p",
+        output="o",
+        trajectory=(Step(type="tool_call", tool_name="t", latency_ms=float("nan")),),
+    )
+    part = recording.LocalLedger(f"file://{tmp_path / 'part'}")
+    async with part:
+        for i in range(2):
+            await part.begin(_info(i))
+        await part.finish(_errored(_info(0)), None, agent_error="the agent did not answer")
+        await part.finish(_errored(_info(1)), odd)
+    assert list(part.refused)
+    assert part.failures
+    assert part.whole is False

@@ -119,6 +119,21 @@ def test_at_140_columns_each_result_is_one_line_with_its_details() -> None:
     assert "details" not in "\n".join(lines)  # the table has them
 
 
+def test_past_a_tables_worth_only_what_did_not_pass_is_a_row() -> None:
+    many = terminal_tables.TABLE_LIMIT + 10
+    results = [_result(i, 0) for i in range(many)]
+    results[4] = results[4].model_copy(update={"status": "failed", "score": 0.0})
+    report = RunReport.build(results, duration_ms=4000.0)
+    out = io.StringIO()
+    terminal.summary(Console(file=out, width=140), report)
+    lines = out.getvalue().splitlines()
+    table = _table(lines)
+    # title, head, rule, the one failure, and how many passed results it leaves out
+    assert len(table) == 5, "\n".join(table)
+    assert table[3].startswith("✗ failed")
+    assert table[4] == f"({many - 1} passed results not listed)"
+
+
 def test_titles_cut_to_the_room_never_read_the_same() -> None:
     names = [
         "diagnoses the payment outage from the error log",

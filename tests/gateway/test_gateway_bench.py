@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,9 +54,35 @@ def test_the_mcp_benchmark_prints_both_sides_and_the_ratio() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    # Warm-up and two rounds of 64 calls: every call the parsing side proxied is sealed.
-    assert lines[0].startswith("mcp parsing: 64 tools/call a round, concurrency 4, 2 rounds")
+    # Warm-up and two rounds of 64 calls a side (both sides at once, half the concurrency
+    # each): every call the parsing side proxied is sealed.
+    assert lines[0].startswith(
+        "mcp parsing: 64 tools/call a round to each side at once, concurrency 2 each, 2 rounds"
+    ), lines[0]
     assert "; 192 calls sealed as mcp records;" in lines[0]
     assert lines[1].startswith("  unparsed (protocol=http)  gateway CPU/call ")
     assert lines[2].startswith("  parsed   (protocol=mcp)   gateway CPU/call ")
+    assert "(rounds: median " in lines[3]
     assert "target <= 1.10: " in lines[3]
+
+
+@pytest.mark.slow
+def test_the_mcp_benchmark_counts_instructions_with_callgrind() -> None:
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed (Debian's valgrind package)")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--mcp", "--instructions", "--requests", "32",
+         "--concurrency", "4"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert (
+        lines[0] == "mcp parsing, instructions (callgrind): 32 tools/call per side, concurrency 4"
+    )
+    for line, side in zip(
+        lines[1:3], ("unparsed (protocol=http)", "parsed   (protocol=mcp) "), strict=True
+    ):
+        assert line.startswith(f"  {side}"), line
+        assert int(line.split()[-2].replace(",", "")) > 10_000, line  # counted, not zero
+    assert lines[3].startswith("  parsed / unparsed ")

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import mcp_types
+import pydantic
 import pytest
 from agent_health.gateway import config, errors
 from agent_health.ledger import chain, records
 from support import mcp_support
-from support.gateway_support import KEY, read_cell, through
+from support.gateway_support import CONTROLLER_TOKEN, KEY, RUN_ID, exchanges, read_cell, through
 
 PEER = "peer:tools"
 
@@ -245,3 +247,114 @@ def test_protocol_mcp_is_for_a_route_to_a_peer() -> None:
     with pytest.raises(errors.GatewayConfigError, match="protocol"):
         config.parse_route(f"principal=target,to={PEER},listen=127.0.0.1:0,upstream=http://x,"
                            "protocol=grpc")  # fmt: skip
+
+
+BLOCKS: list[Any] = [
+    {"type": "text", "text": "ok"},
+    {"text": "a text block may leave its type out"},
+    {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+    {"data": "aGk=", "mimeType": "audio/wav"},
+    {"type": "resource_link", "uri": "file:///a.txt", "name": "a"},
+    {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "a"}},
+    {"type": "text"},  # no text
+    {"type": "image", "text": "an image that is text"},
+    {"type": "video", "text": "no such type"},
+    {"type": 7, "text": "a type that is no string"},
+    "a block that is no object",
+    None,
+]
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=repr)
+def test_a_tool_answer_reads_as_the_sdks_own_types_read_it(block: Any) -> None:
+    """The reader takes a tools/call answer's content blocks in order (the first member of
+    the SDK's union that reads a block wins) instead of the SDK's smart union: the same blocks
+    read, and the same refused, each with or without a fellow block that reads."""
+    from agent_health.gateway import mcpwire
+
+    for content in ([block], [{"type": "text", "text": "first"}, block]):
+        result = {"content": content, "isError": True}
+        try:
+            mcp_types.CallToolResult.model_validate(result)
+        except pydantic.ValidationError:
+            sdk_reads = False
+        else:
+            sdk_reads = True
+        seen: list[dict[str, Any]] = []
+        caller = mcpwire.Caller("target", "none", PEER, "run")
+        reader = mcpwire.Reader(caller, mcpwire.Limits(), seen.append)
+        reader.request(json.dumps(mcp_support.call(1, "echo")).encode())
+        reader.answer(200, "application/json", None)
+        reader.response(json.dumps({"jsonrpc": "2.0", "id": 1, "result": result}).encode())
+        reader.finish(None)
+        [record] = seen
+        records.parse_object(record)  # a valid mcp record either way
+        assert (record["problem"] is None) == sdk_reads, (content, record["problem"])
+        assert record["is_error"] is True  # read whether or not the blocks are
+        assert record["result"] == result
+
+
+async def test_the_controller_reads_the_targets_calls_to_peers_and_no_one_else_does(
+    tmp_path: Path, upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the cell's controller holds its test's claims to and explains it with: the
+    target's calls to peers on record (MCP calls without their results; what a server listed,
+    by name), on the admin listener, with the controller's token alone."""
+    from agent_health.gateway import recorder
+
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/mcp"
+        await post(client, url, mcp_support.call(1, "fail", why="disk"))
+        await post(client, url, {"jsonrpc": "2.0", "id": "l", "method": "tools/list"})
+        asked = f"{gw.admin_url}/peers/calls?run_id={RUN_ID}"
+        async with client.get(asked) as r:  # no token: the target's
+            assert r.status == 403
+        async with client.get(asked, headers={config.TOKEN_HEADER: CONTROLLER_TOKEN}) as r:
+            assert r.status == 200
+            seen = await r.json()
+        monkeypatch.setattr(recorder, "SEEN_CALLS", 4)
+        await post(client, url, mcp_support.call(2, "echo"))  # its exchange is the fifth
+        async with client.get(asked, headers={config.TOKEN_HEADER: CONTROLLER_TOKEN}) as r:
+            later = await r.json()
+    assert seen["partial"] is False
+    kinds = [(c["kind"], c.get("method"), c.get("name")) for c in seen["calls"]]
+    assert kinds == [
+        ("mcp", "tools/call", "fail"),
+        ("exchange", None, None),
+        ("mcp", "tools/list", None),
+        ("exchange", None, None),
+    ]
+    failed, _, listed, exchange = seen["calls"]
+    assert (failed["is_error"], failed["arguments"], failed["server"]) == (
+        True,
+        {"why": "disk"},
+        PEER,
+    )
+    assert "result" not in failed  # results stay in the ledger
+    assert listed["result"] == {"tools": [{"name": "echo"}]}
+    assert (exchange["upstream"], exchange["status"], exchange["principal"]) == (
+        PEER,
+        200,
+        "target",
+    )
+    assert later["partial"] is True
+    assert len(later["calls"]) == 4
+    refused = [e for e in exchanges(tmp_path) if e.upstream == "gateway"]
+    assert [(e.principal, e.status) for e in refused] == [("target", 403)]
+
+
+async def test_calls_still_in_flight_are_not_waited_for_and_make_the_answer_partial(
+    tmp_path: Path, upstream: str
+) -> None:
+    """An agent may keep a stream to its MCP server open as long as it runs: the controller
+    is answered at once, with the call the stream answered, and told the rest is not whole."""
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/endless"
+        data = json.dumps(mcp_support.call(1, "echo", q="x")).encode()
+        async with client.post(url, data=data, headers=mcp_support.ACCEPT) as response:
+            await response.content.readuntil(b"\n\n")  # the answer's event
+            asked = f"{gw.admin_url}/peers/calls?run_id={RUN_ID}"
+            async with client.get(asked, headers={config.TOKEN_HEADER: CONTROLLER_TOKEN}) as r:
+                seen = await r.json()
+    assert seen["partial"] is True
+    assert [(c["kind"], c["name"]) for c in seen["calls"]] == [("mcp", "echo")]

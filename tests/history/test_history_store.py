@@ -13,14 +13,15 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from agent_health import history
-from agent_health.history import database, migrations, tables
-from support.history_support import named, report
+from agent_health.history import database, ingest, migrations, tables
+from support.history_support import T0, named, report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,6 +62,35 @@ def test_a_run_is_recorded_once_with_its_counts(opened: history.History) -> None
     assert (run.git_commit, run.suite) == ("c0ffee", "suite")
     assert run.started_at.isoformat() == "2025-01-01T12:00:00+00:00"
     assert run.trend is None  # its agent's first run
+
+
+def test_a_later_attempt_of_a_run_replaces_its_results_an_earlier_one_is_left(
+    opened: history.History,
+) -> None:
+    # An EvaluationRun's errored cells requeued: the same run, its errored grades replaced.
+    first = {"t.py::a": "passed", "t.py::b": "errored", "t.py::c": "failed"}
+    again = {"t.py::a": "passed", "t.py::b": "passed", "t.py::c": "failed"}
+    (one,) = opened.record(report(first, run_id="ns.run.uid"), history.RunContext())
+    opened.record(report(dict.fromkeys(first, "passed"), run_id="later", at=5))  # its next run
+    before = opened.run("later")
+    (two,) = opened.record(report(again, run_id="ns.run.uid"), history.RunContext(attempt=1))
+    (old,) = opened.record(report(first, run_id="ns.run.uid"), history.RunContext(attempt=1))
+    assert (one.new, one.attempt, one.replaced) == (True, 0, None)
+    assert (two.new, two.attempt, two.replaced, two.results) == (True, 1, 0, 3)
+    assert (old.new, old.attempt) == (False, 1)  # the same attempt again: left as it was
+    assert opened.count() == (2, 6)  # one run, its results the new attempt's
+    run = opened.run("ns.run.uid")
+    assert (run.attempt, run.passed, run.errored, run.failed) == (1, 2, 0, 1)
+    page = {r.id: r.status for r in opened.results("ns.run.uid").results}
+    assert page == again
+    (b,) = opened.timeline("t.py::b")
+    assert [o.status for o in b.outcomes] == ["passed", "passed"]
+    # The run after it is compared with its new results.
+    after = opened.run("later")
+    assert before.trend is not None
+    assert after.trend is not None
+    assert after.trend.previous == before.trend.previous == "ns.run.uid"
+    assert before.trend.effect != after.trend.effect  # b no longer went errored → passed
 
 
 def test_a_report_without_a_run_id_gets_one_from_its_content(opened: history.History) -> None:
@@ -124,6 +154,67 @@ def test_an_older_report_recorded_later_renews_the_next_runs_trend(
     late = opened.run("late")
     assert late.trend is not None
     assert (late.trend.previous, late.trend.mark) == ("early", "worse")
+
+
+def _statements(opened: history.History) -> list[str]:
+    """Every statement ``opened`` runs from now on (appended as they run)."""
+    seen: list[str] = []
+    sa.event.listen(
+        opened.engine, "before_cursor_execute", lambda *args: seen.append(" ".join(args[2].split()))
+    )
+    return seen
+
+
+def test_the_run_a_recording_is_compared_with_is_read_while_it_runs(
+    opened: history.History,
+) -> None:
+    # Prepared with whose run it is (agent, suite, start), the history reads the previous
+    # run's results while the run goes on: its recording reads none of them at the end.
+    opened.record(report(named(12), run_id="r1", at=0))
+    tests = report(named(12, "failed"), run_id="r2", at=2)["tests"]
+    line = ingest.Upcoming(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=2))
+    known = opened.prepare(tests, line)
+    assert known.previous is not None
+    with opened.engine.connect() as conn:
+        first = conn.execute(sa.text("SELECT id FROM runs WHERE uid = 'r1'")).scalar_one()
+    assert known.previous[0] == first
+    assert len(known.previous[1]) == 12
+    seen = _statements(opened)
+    opened.record(report(named(12, "failed"), run_id="r2", at=2), None, known)
+    assert not [s for s in seen if s.startswith("SELECT") and "FROM results" in s], seen
+    trend = opened.run("r2").trend
+    assert trend is not None
+    assert (trend.previous, trend.mark, trend.tests) == ("r1", "worse", 12)
+
+
+def test_a_run_recorded_meanwhile_is_the_one_compared_with_not_the_one_read_ahead(
+    opened: history.History,
+) -> None:
+    opened.record(report(named(12, "failed"), run_id="r1", at=0))
+    tests = report(named(12), run_id="r3", at=5)["tests"]
+    line = ingest.Upcoming(agent="triage", suite="suite", started_at=T0 + timedelta(minutes=5))
+    known = opened.prepare(tests, line)
+    # Another run of the agent, started before this one, recorded while it ran.
+    opened.record(report(named(12), run_id="r2", at=3))
+    opened.record(report(named(12), run_id="r3", at=5), None, known)
+    trend = opened.run("r3").trend
+    assert trend is not None
+    assert (trend.previous, trend.mark) == ("r2", None)  # against r2 (all passed), not r1
+
+
+def test_a_runs_results_are_written_as_recorded(opened: history.History) -> None:
+    data = report(
+        {"t.py::a": "passed", "t.py::b": "failed", "t.py::c": "errored"}, run_id="r1", at=0
+    )
+    data["tests"][0]["quarantined"] = True
+    opened.record(data)
+    page = opened.results("r1")
+    got = {r.id: (r.status, r.cause, r.quarantined) for r in page.results}
+    assert got == {
+        "t.py::a": ("passed", None, True),
+        "t.py::b": ("failed", None, False),
+        "t.py::c": ("errored", "agent", False),
+    }
 
 
 def test_one_test_across_runs_and_what_differed_at_its_break(opened: history.History) -> None:
@@ -330,6 +421,21 @@ def test_a_page_of_a_runs_results_with_its_tests(opened: history.History) -> Non
         opened.results("run-0001", status="fine")
     with pytest.raises(history.NotFoundError, match="no run 'nope'"):
         opened.results("nope")
+
+
+def test_a_page_as_json_is_the_pages_models_json(opened: history.History) -> None:
+    # What the server sends (written from the rows, no models) is the typed page's JSON,
+    # byte for byte, whatever the filter: labels shared or none, messages, a page cut short.
+    statuses = {**named(4, prefix="t.py::ok"), "t.py::bad": "failed", "t.py::err": "errored"}
+    labels = {"t.py::bad": ["area:db"], "t.py::ok 000": ["area:db"], "t.py::err": ["x", "y"]}
+    opened.record(report(statuses, run_id="run-0002", labels=labels))
+    for asked in ({}, {"status": "failed"}, {"offset": 1, "limit": 3}, {"offset": 9}):
+        typed = opened.results("run-0002", **asked)
+        assert opened.results_json("run-0002", **asked) == typed.model_dump_json().encode()
+    sent = {r["id"]: r for r in json.loads(opened.results_json("0002"))["results"]}
+    assert (sent["t.py::ok 001"]["labels"], sent["t.py::err"]["labels"]) == ([], ["x", "y"])
+    with pytest.raises(history.NotFoundError, match="no run 'nope'"):
+        opened.results_json("nope")
 
 
 def test_runs_filtered_by_branch_and_by_how_they_ended(opened: history.History) -> None:

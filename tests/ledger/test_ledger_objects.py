@@ -220,3 +220,65 @@ def test_a_built_cell_verifies_as_a_cell() -> None:
     assert result.ok, result.problem
     assert result.records == 4
     assert result.ended
+
+
+_json_object = st.dictionaries(st.text(max_size=8), _json, max_size=3)
+
+
+@given(
+    moment=_times,
+    id=st.none() | st.integers() | st.text(max_size=8),
+    name=_maybe_text,
+    arguments=st.none() | _json_object,
+    result=st.none() | _json_object,
+    result_bytes=st.integers(0, 10**9),
+    cuts=st.tuples(st.booleans(), st.booleans()),
+    is_error=st.none() | st.booleans(),
+    error=st.none() | _json_object,
+    problem=_maybe_text,
+    session=_maybe_text,
+    status=st.none() | st.integers(100, 599),
+)
+def test_mcp_call(
+    moment: datetime,
+    id: int | str | None,
+    name: str | None,
+    arguments: dict[str, Any] | None,
+    result: dict[str, Any] | None,
+    result_bytes: int,
+    cuts: tuple[bool, bool],
+    is_error: bool | None,
+    error: dict[str, Any] | None,
+    problem: str | None,
+    session: str | None,
+    status: int | None,
+) -> None:
+    later = moment + timedelta(milliseconds=7)
+    values: dict[str, Any] = {
+        "principal": "target",
+        "evidence": "none",
+        "server": "peer:time",
+        "run_id": "r1",
+        "session": session,
+        "method": "tools/call",
+        "id": id,
+        "name": name,
+        "arguments": arguments,
+        "arguments_cut": cuts[0],
+        "result": result,
+        "result_bytes": result_bytes,
+        "result_cut": cuts[1],
+        "is_error": is_error,
+        "error": error,
+        "problem": problem,
+        "status": status,
+    }
+    built = objects.mcp_call(
+        at=objects.stamp(later),
+        started_at=objects.stamp(moment),
+        ended_at=objects.stamp(later),
+        **values,
+    )
+    model = records.McpRecord(time=later, started_at=moment, ended_at=later, **values)
+    same(built, model)
+    assert list(built) == sorted(built)  # built in canonical order: its sort is one pass

@@ -1,5 +1,7 @@
 """A test's content hash reads its body's source from one parse of its file: the same text
-``inspect.getsource`` gives (so hashes match earlier runs' reports), at a fraction of the cost."""
+``inspect.getsource`` gives (so hashes match earlier runs' reports), at a fraction of the cost;
+its parameters (the fixtures it asks for) are read from its code as ``inspect.signature`` reads
+them."""
 
 from __future__ import annotations
 
@@ -78,3 +80,56 @@ def test_the_source_of_every_shape_of_body_is_what_inspect_reads(tmp_path: Path)
 def test_the_examples_hash_as_inspect_reads_them(example: Path) -> None:
     for case in cases(example):
         assert case.source == inspect.getsource(case.fn), case.title  # type: ignore[attr-defined]
+
+
+PARAMETERS = """
+import functools
+
+from agent_health import test
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        return await fn(*args, **kwargs)
+
+    return wrapper
+
+
+@test("positional")
+async def positional(agent, expect):
+    local = 1
+
+
+@test("keyword only")
+async def keyword_only(agent, *, expect, test_info=None):
+    pass
+
+
+@test("positional only")
+async def positional_only(agent, /, expect):
+    pass
+
+
+@test("wrapped by a decorator of the user's")
+@logged
+async def wrapped(agent, judge):
+    pass
+"""
+
+
+def test_the_fixtures_a_test_asks_for_are_its_parameters_as_inspect_reads_them(
+    tmp_path: Path,
+) -> None:
+    # Read from the function's code for a plain function; a decorator's wraps() is followed
+    # to the function it wraps, as inspect follows it.
+    (tmp_path / "test_parameters.py").write_text(PARAMETERS)
+    found = {c.title: c for c in cases(tmp_path)}  # type: ignore[attr-defined]
+    assert {title: case.params for title, case in found.items()} == {  # type: ignore[attr-defined]
+        "positional": ("agent", "expect"),
+        "keyword only": ("agent", "expect", "test_info"),
+        "positional only": ("agent", "expect"),
+        "wrapped by a decorator of the user's": ("agent", "judge"),
+    }
+    for case in found.values():
+        assert case.params == tuple(inspect.signature(case.fn).parameters)  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_health import server
+from support.history_support import report
 from support.server_support import check_answer, recorded_history, serving
 
 READ, OPERATE = "r" * 24, "o" * 24
@@ -314,3 +315,88 @@ def test_a_local_run_started_through_the_api_with_tokens_reports_live_and_ends(
         assert len(guards.tokens) == 2
         reader.close()
         operator.close()
+
+
+ASKS = """
+from agent_health import test
+
+
+@test("asks the agent")
+async def asks(agent, expect):
+    result = await agent.run("Diagnose why the payment service is failing.")
+    expect(result.output).to_match(r".")
+
+
+@test("asks again")
+async def again(agent, expect):
+    await agent.run("Diagnose why the checkout service is failing.")
+"""
+
+
+async def test_a_runs_ledger_at_hand_is_verified_on_demand_and_tampering_named(
+    tmp_path: Path, triage_url: str
+) -> None:
+    import asyncio
+
+    from agent_health import cli, history
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_asks.py").write_text(ASKS)
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    argv = ["run", str(suite), "--agent", f"rest+{triage_url}", "--history", url]
+    assert await asyncio.to_thread(cli.main, argv) == 0
+    with history.open_history(url) as opened:
+        (run,) = opened.runs()
+        elsewhere = {"t.py::a": "passed"}
+        cluster_run = report(elsewhere, run_id="in-the-cluster")
+        cluster_run["provenance"]["ledger"] = "configmap://evals/triage-ledger-nightly"
+        opened.record(cluster_run)
+        opened.record(report(elsewhere, run_id="no-ledger", at=1))
+    assert run.ledger_url is not None
+    ledger_dir = Path(run.ledger_url.removeprefix("file://"))
+
+    def check() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        with serving(url) as running, running.client(**CHANGE) as client:
+            document = client.get("/api/openapi.json").json()
+            page = client.get(f"/api/runs/{run.uid}").json()
+            path = "/api/runs/{uid}/ledger/verify"
+            found = client.post(f"/api/runs/{run.uid}/ledger/verify", content="{}")
+            assert found.status_code == 200, found.text
+            check_answer(document, "POST", path, 200, found.json())
+            gone = client.post("/api/runs/no-ledger/ledger/verify", content="{}")
+            away = client.post("/api/runs/in-the-cluster/ledger/verify", content="{}")
+            there = client.get("/api/runs/in-the-cluster").json()
+            assert (gone.status_code, away.status_code) == (404, 409)
+            assert (
+                "agent-health ledger verify configmap://evals/triage-ledger-nightly"
+                in (away.json()["error"])
+            )
+            assert there["evidence"]["ledger_at_hand"] is False
+            return page, found.json(), gone.json()
+
+    page, sound, _ = await asyncio.to_thread(check)
+    assert page["evidence"]["ledger_verified"] is True  # as recorded: sealed by its run
+    assert page["evidence"]["ledger_at_hand"] is True
+    assert sound["ok"] is True
+    assert (sound["cells"], sound["sealed"], sound["first_bad"]) == (2, True, None)
+    assert sound["records"] >= 8
+    # One record of the run file edited (an exchange's status): the check names it.
+    run_file = ledger_dir / "run.jsonl"
+    lines = run_file.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"kind":"exchange"' in line)
+    lines[index] = lines[index].replace('"status":200', '"status":201', 1)
+    run_file.write_text("\n".join(lines) + "\n")
+
+    def check_again() -> dict[str, Any]:
+        with serving(url) as running, running.client(**CHANGE) as client:
+            found = client.post(f"/api/runs/{run.uid}/ledger/verify", content="{}")
+            assert found.status_code == 200, found.text
+            return dict(found.json())
+
+    tampered = await asyncio.to_thread(check_again)
+    assert tampered["ok"] is False
+    bad = tampered["first_bad"]
+    assert bad["cell"] in run_file.read_text()
+    assert (bad["reason"], bad["line"]) == ("edited", 2)
+    assert bad["message"].startswith("mac mismatch")

@@ -14,8 +14,9 @@ from typing import Any
 import browser
 import httpx
 import pytest
+from agent_health import history
 from playwright.sync_api import expect
-from support.helpers import run_cli_sync
+from support.helpers import INPROC_CONFIG, ONE_TEST, run_cli_sync
 from support.server_support import recorded_history, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,46 @@ def test_runs_a_run_its_results_and_its_inspector(chromium: Any, tmp_path: Path)
         page.click("#open-inspector")
         inspector = page.frame_locator("iframe.inspector")
         expect(inspector.locator("#test-list li")).to_have_count(3)
+        _clean(seen, running.url)
+
+
+def test_a_runs_ledger_is_verified_from_its_page_and_a_tampered_one_named(
+    chromium: Any, tmp_path: Path
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_one.py").write_text(ONE_TEST)
+    (suite / "agent-health.config.py").write_text(INPROC_CONFIG)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    done: list[Any] = []  # the command's own event loop, beside the browser's
+    worker = threading.Thread(
+        target=lambda: done.append(run_cli_sync(suite, "--agent", "a", "--history", url))
+    )
+    worker.start()
+    worker.join(120)
+    assert done[0].code == 0
+    with history.open_history(url, create=False) as opened:
+        (run,) = opened.runs()
+    uid = run.uid
+    ledger = Path(str(run.ledger_url).removeprefix("file://")) / "run.jsonl"
+    with serving(url) as running, browser.watched_page(chromium) as seen:
+        page = seen.page
+        _open(seen, f"{running.url}/runs/{uid}")
+        expect(page.locator("#ledger")).to_have_text("ledger verified")  # as recorded
+        page.click("#verify-ledger")
+        expect(page.locator("#ledger-check")).to_have_text(
+            "verified now: 1 cells, 4 records, its seal holds"
+        )
+        lines = ledger.read_text().splitlines()
+        lines[1] = lines[1].replace('"output":"pong"', '"output":"PONG"', 1)  # the answer, edited
+        ledger.write_text("\n".join(lines) + "\n")
+        page.click("#verify-ledger")
+        expect(page.locator("#ledger-check")).to_contain_text(
+            "FAILED verification at cell test_one.py-one."
+        )
+        expect(page.locator("#ledger-check")).to_contain_text(
+            "line 2 (seq 1): edited: mac mismatch"
+        )
         _clean(seen, running.url)
 
 

@@ -103,10 +103,22 @@ async def test_a_run_created_followed_suspended_resumed_requeued_and_cancelled(
 
             first = await waited(lambda d: d["run"]["phase"] == "Running", "the run to run")
             assert (first["run"]["source"], first["run"]["name"]) == ("cluster", name)
+            # What is in flight: the cells running, as the operator's status names them.
+            held = sorted((cell.test_id, cell.repeat) for cell in fake.held.values())
+            flying = await waited(lambda d: len(d["run"]["in_flight"]) == 2, "two in flight")
+            assert sorted((f["id"], f["repeat"]) for f in flying["run"]["in_flight"]) == held
+            assert all(f["since"] for f in flying["run"]["in_flight"])
+            assert k8s.run(name)["status"]["counts"]["running"] == 2
 
-            await fake.release(sorted(fake.held)[0])
-            one = await waited(lambda d: len(d["results"]) == 1, "the first cell's result")
+            released = sorted(fake.held)[0]
+            left = [(c.test_id, c.repeat) for n, c in fake.held.items() if n != released]
+            await fake.release(released)
+            one = await waited(
+                lambda d: len(d["results"]) == 1 and len(d["run"]["in_flight"]) == 1,
+                "the first cell's result, and one still in flight",
+            )
             assert one["results"][0]["status"] == "passed"
+            assert [(f["id"], f["repeat"]) for f in one["run"]["in_flight"]] == left
 
             assert (await api.patch(where, json={"suspend": True})).status_code == 200
             assert k8s.run(name)["spec"]["suspend"] is True  # what kubectl patch would do

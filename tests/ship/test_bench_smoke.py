@@ -121,28 +121,51 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
     figures = tmp_path / "defaults.json"
     args = ["--rounds", "1", "--list-rounds", "1", "--warmup", "0", "--n", "10", "--calls", "8"]
     args += ["--calls-j", "4", "--calls-latency", "0.01", "--timeout", "0.3"]
+    args += ["--history-n", "6", "--history-j", "2", "--history-latency", "0.01"]
     done = _bench([sys.executable, str(DEFAULTS), *args, "--json", str(figures)])
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "10 trivial tests (instant in-process agent), -j 1",
         "8 tests, one POST each to a 10 ms agent, -j 4",
         "`agent-health list` of one test",
+        "`agent-health run` of one trivial test (instant in-process agent)",
         "a hanging agent, --timeout 0.3",
+        "6 tests, one POST each to a 10 ms agent, -j 2: recording the history",
     ):
         assert line in done.stdout, done.stdout
     saved = json.loads(figures.read_text())
     assert [(r["name"], r["target"]) for r in saved] == [
         ("trivial", 0.5),
-        ("calls", 1.3),
-        ("list", 1.3),
+        ("calls", 1.15),
+        ("list", 1.2),
+        ("run", 1.5),
         ("hang", 1.2),
+        ("history", 1.03),
     ]
     assert all(r["ratio"] > 0 for r in saved)
-    # The calls row measures the floor: the same calls from a bare aiohttp script.
+    # The calls row's baseline is the floor (the same calls from a bare aiohttp script), and
+    # each side's run of one test takes its start-up out of the CPU per test.
     calls = saved[1]
-    assert [s["role"] for s in calls["sides"]] == ["baseline", "ours", "diagnostic", "floor"]
-    assert calls["floor"] > 0
-    assert "floor / baseline: wall" in done.stdout, done.stdout
+    assert [s["role"] for s in calls["sides"]] == [
+        "baseline",
+        "ours",
+        "diagnostic",
+        "reference",
+        "one",
+        "floor-one",
+    ]
+    assert calls["cpu_per_test_ms"] is not None
+    assert calls["own_cpu_per_test_ms"] is not None
+    assert "the harness's own CPU per test (each side's start-up taken out)" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_handover_benchmark_prints_each_switch_interval() -> None:
+    done = _bench([sys.executable, str(ROOT / "bench" / "handover.py"), "--trips", "5"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    for interval in ("5.0 ms", "1.0 ms", "0.5 ms"):
+        assert f"switch interval  {interval}" in done.stdout, done.stdout
+    assert done.stdout.count("ratio") == 3
 
 
 @pytest.mark.slow
@@ -222,6 +245,7 @@ def test_the_history_benchmark_prints_each_part_with_its_target() -> None:
         "1. recording a 20-test run against a REST agent",
         "the worst case: the same 20 tests against an instant in-process agent",
         "ratio wall (with / without)",
+        "verifying the run's ledger again as it ends",
         "2. sqlite: 12 runs x 30 tests = 360 results",
         "history (newest 20 runs)",
         "history TEST (a steady test, 50 runs)",
@@ -260,6 +284,7 @@ def test_the_serve_benchmark_prints_the_page_and_the_live_followers() -> None:
     out = done.stdout
     assert "page: " in out, out
     assert "target p95 <= 50 ms" in out or "page: skipped" in out, out
+    assert "CPU a page: the server" in out or "page: skipped" in out, out
     assert "2 followers got 200 of 200 (all)" in out, out
     assert "target < 1" in out, out
     assert "with no follower" in out, out

@@ -108,15 +108,66 @@ def test_the_servers_rbac_is_what_its_role_needs(helm: Path) -> None:
     )
 
 
+def _history_of(documents: list[dict[str, Any]]) -> tuple[str, dict[str, Any] | None]:
+    """The server's --history and the Secret item mounted as its password file."""
+    pod = _server(documents, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (url,) = [a.removeprefix("--history=") for a in container["args"] if "--history=" in a]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    found = volumes.get("history-password")
+    return url, found["secret"] if found is not None else None
+
+
+def test_the_server_reads_the_operators_history_unless_told_another(helm: Path) -> None:
+    """One place names the database: history.* (the operator's), which the server reads by
+    default, its password from the same Secret; server.history.* names another."""
+    documents = render(helm, "server")
+    operator_env = {
+        e["name"]: e.get("value")
+        for e in by_kind(documents, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    url, secret = _history_of(documents)
+    assert url == operator_env["AGENT_HEALTH_HISTORY"]
+    assert url == "postgresql://agent_health@postgres.databases.svc:5432/agent_health"
+    assert secret == {
+        "secretName": "agent-health-history",
+        "defaultMode": 0o400,
+        "items": [{"key": "password", "path": "password"}],
+    }
+    keyed = render(helm, "server", "--set", "history.passwordKey=pw")
+    assert _history_of(keyed)[1]["items"] == [{"key": "pw", "path": "password"}]  # type: ignore[index]
+    other = render(
+        helm, "server", "--set", "server.history.url=postgresql://reader@replica.db:5432/h",
+        "--set", "server.history.existingSecret=replica", "--set", "server.history.passwordKey=k",
+    )  # fmt: skip
+    url, secret = _history_of(other)
+    assert url == "postgresql://reader@replica.db:5432/h"
+    assert secret is not None
+    assert (secret["secretName"], secret["items"]) == (
+        "replica",
+        [{"key": "k", "path": "password"}],
+    )
+    bare = render(helm, "server", "--set", "server.history.url=postgresql://reader@replica.db/h")
+    assert _history_of(bare)[1] is None  # its own database: not the operator's password
+
+
 @pytest.mark.parametrize(
     ("values", "said"),
     [
         (["--set", "server.enabled=true", "--set", "server.auth.existingSecret=t"],
-         "server.enabled needs server.history.url"),
+         "server.enabled needs a history: set history.url"),
         (["--set", "server.enabled=true", "--set",
-          "server.history.url=postgresql://u@db/h"], "server.enabled needs server.auth"),
+          "history.url=postgresql://u@db/h"], "server.enabled needs server.auth"),
         (["--set", "server.enabled=true", "--set", "server.history.url=sqlite:////x.db",
           "--set", "server.auth.existingSecret=t"], "server.history.url"),
+        (["--set", "server.enabled=true", "--set", "history.persistence.enabled=true",
+          "--set", "server.auth.existingSecret=t"],
+         "server.enabled reads the history sqlite:////var/lib/agent-health/history/history.db, "
+         "a SQLite file only the operator's pod has"),
+        (["--set", "server.enabled=true", "--set", "history.url=sqlite:////data/h.db",
+          "--set", "server.auth.existingSecret=t"], "set history.url to a PostgreSQL database"),
     ],
 )  # fmt: skip
 def test_settings_that_cannot_serve_are_refused_at_install(

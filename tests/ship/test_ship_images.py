@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import tomllib
@@ -28,6 +29,7 @@ import httpx
 import pytest
 from agent_health import gateway
 from agent_health.cluster.registry import registry
+from agent_health.peers import PeerError
 from packaging import markers, requirements, utils
 from support import ship_support
 from support.ship_support import ROOT
@@ -43,6 +45,7 @@ EXPECTED = {
     "gateway": (["agent-health", "gateway"], "[gateway,otlp,s3,gcs]"),
     "triage-agent": (["python", "/app/triage_agent.py", "--host", "0.0.0.0", "--port", "8080"], ""),
     "log-server": (["python", "/app/log_server.py", "--host", "0.0.0.0", "--port", "9000"], ""),
+    "mcp-time": (["agent-health", "mcp", "bridge"], ""),
 }
 # The stages each image is made of (FROM and COPY --from, transitively): one wheel for all.
 USES = {
@@ -51,6 +54,7 @@ USES = {
     "gateway": {"wheel", "venv-gateway", "runtime", "gateway"},
     "triage-agent": {"wheel", "venv", "runtime", "triage-agent"},
     "log-server": {"wheel", "venv", "runtime", "log-server"},
+    "mcp-time": {"wheel", "venv-mcp-time", "runtime", "mcp-time"},
 }
 # Each venv stage's lock (images/locks/, `make lock`) and the extras it must hold.
 LOCK_OF = {
@@ -58,10 +62,14 @@ LOCK_OF = {
     "venv-operator": "images/locks/operator.txt",
     "venv-controller": "images/locks/controller.txt",
     "venv-gateway": "images/locks/gateway.txt",
+    "venv-mcp-time": "images/locks/mcp-time.txt",
 }
 LOCK_EXTRAS = {"venv": (), "venv-operator": ("operator", "postgresql", "s3", "gcs"),
                "venv-controller": ("otel",),
-               "venv-gateway": ("gateway", "otlp", "s3", "gcs")}  # fmt: skip
+               "venv-gateway": ("gateway", "otlp", "s3", "gcs"),
+               "venv-mcp-time": ()}  # fmt: skip
+# What a lock holds beyond the package's dependencies: its own input (images/locks/*.in).
+LOCK_INPUTS = {"venv-mcp-time": "images/locks/mcp-time.in"}
 # Where the images run: Linux, CPython 3.11 (the base), amd64 or arm64.
 IMAGE_PLATFORMS = [
     {"python_version": "3.11", "python_full_version": "3.11.10", "sys_platform": "linux",
@@ -244,6 +252,7 @@ def test_the_wheel_is_built_once() -> None:
         "venv",
         "venv-controller",
         "venv-gateway",
+        "venv-mcp-time",
         "venv-operator",
     ]
     for stage in venvs:
@@ -534,6 +543,9 @@ def test_each_lock_satisfies_pyproject_for_its_image(stage: str) -> None:
     wanted = list(project["dependencies"])
     for extra in LOCK_EXTRAS[stage]:
         wanted += project["optional-dependencies"][extra]
+    if stage in LOCK_INPUTS:
+        lines = (ROOT / LOCK_INPUTS[stage]).read_text().splitlines()
+        wanted += [line for line in lines if line.strip() and not line.startswith("#")]
     locked = read_lock((ROOT / LOCK_OF[stage]).read_text())
     for platform in IMAGE_PLATFORMS:
         env: dict[str, Any] = dict(platform)
@@ -560,3 +572,39 @@ def test_the_object_store_extras_are_in_the_images_that_touch_ledgers() -> None:
         locked = read_lock((ROOT / LOCK_OF[stage]).read_text())
         assert {"fsspec", "s3fs", "gcsfs"} <= set(locked), stage
     assert "gcsfs" not in read_lock((ROOT / LOCK_OF["venv"]).read_text())
+
+
+async def test_the_example_mcp_peer_is_mcp_server_time_behind_the_bridge() -> None:
+    """The mcp-time image's CMD: the bridge on :9100 in front of the real mcp-server-time (its
+    arguments are its CMD, so the image check's ``--help`` reaches the bridge). Run as the
+    image would, on loopback, it serves that server's tools."""
+    from agent_health.peers import catalog
+
+    (cmd,) = effective("mcp-time", "CMD")
+    argv = eval_json_array(cmd)
+    assert argv[:3] == ["--listen", "0.0.0.0:9100", "--"]
+    assert effective("mcp-time", "EXPOSE") == ["9100"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(Path(sys.executable).parent / "agent-health"), "mcp", "bridge",
+               "--listen", f"127.0.0.1:{port}", *argv[2:]]  # fmt: skip
+    venv = str(Path(sys.executable).parent)  # first on PATH, as /opt/venv/bin in the image
+    env = {**os.environ, "PATH": f"{venv}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = await asyncio.create_subprocess_exec(
+        *command, env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        for _ in range(300):
+            try:
+                tools = await catalog.tools_of(url, timeout=30)
+                break
+            except PeerError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the bridge never listed tools at {url}")
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert tools == ["get_current_time", "convert_time"]

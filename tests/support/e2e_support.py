@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGES_SCRIPT = ROOT / "scripts" / "images.py"
 REGISTRY_CACHE = ROOT / ".cache" / "registry"
 """The real registry's blobs, kept between runs (an unchanged layer is not pushed again)."""
-PUSHED = ("controller", "gateway", "triage-agent", "log-server")
+PUSHED = ("controller", "gateway", "triage-agent", "log-server", "mcp-time")
 """The images cells run, pushed to the registry; the operator's is loaded onto the node."""
 OPERATOR_IMAGE: str = ship_support.images_script().chart_tags("operator")[1]
 """The operator's image as ``make images`` names it for kind, with every builder."""

@@ -4,10 +4,12 @@
   loopback, and an httpx client that speaks as ``Bearer kubelet`` (the operator speaks as
   ``Bearer operator``, so the request log tells the two apart).
 * :class:`Kubelet` — plays the kubelet and each cell's gateway: a discovery pod ends with
-  the ``list --json`` listing as its termination message; a cell pod runs, its ledger is
-  sealed with the cell's key (read from the Secret the operator created) and the pod ends.
-  A gateway told ``--ledger-log`` (a ConfigMap ledger) writes its records to its log, which
-  the kubelet serves as the API server's ``pods/NAME/log``; any other writes its ledger.
+  the ``list --json`` listing as its termination message (and, when it runs MCP peers, its
+  ``tools`` container with the ``mcp tools`` listing of :attr:`Kubelet.mcp_tools`); a cell
+  pod runs, its ledger is sealed with the cell's key (read from the Secret the operator
+  created) and the pod ends. A gateway told ``--ledger-log`` (a ConfigMap ledger) writes its
+  records to its log, which the kubelet serves as the API server's ``pods/NAME/log``; any
+  other writes its ledger.
   What each cell does is scripted per (test id, repeat).
 """
 
@@ -360,6 +362,47 @@ def cell_records(
     ]
 
 
+def mcp_claim_records(
+    test_id: str,
+    repeat: int,
+    cell: str,
+    *,
+    made: bool,
+    ledger_cell: str | None = None,
+    attempt: int | None = None,
+) -> list[records.Record]:
+    """A cell whose agent claims a call of ``get_current_time``, a tool of its MCP peer
+    ``time``: the gateway saw the target start a session with that peer (an ``initialize``
+    POST), and, when the call was ``made``, read its ``tools/call``."""
+    claim = results.Signal(
+        kind="deterministic", role="gate", name="to_have_called_tool('get_current_time')",
+        passed=True, score=1.0, evidence={"expected": {"tool": "get_current_time"}},
+    )  # fmt: skip
+    base = cell_records(test_id, repeat, cell, True, ledger_cell=ledger_cell, attempt=attempt)
+    meta, to_target = base[0], base[1]
+    session = records.Exchange(
+        principal="target", evidence="none", upstream="peer:time", method="POST", path="/mcp",
+        status=200, started_at=T0, ended_at=T0, request_bytes=80, request_sha256="0" * 64,
+    )  # fmt: skip
+    call = records.McpRecord(
+        principal="target", server="peer:time", method="tools/call", id=1,
+        name="get_current_time", arguments={"timezone": "UTC"}, status=200,
+        result={"content": [{"type": "text", "text": "12:00"}]}, is_error=False,
+        started_at=T0, ended_at=T0,
+    )  # fmt: skip
+    run = records.RunResultRecord(
+        run_id=cell, prompt="What time is it?", output="12:00",
+        trajectory=[{"type": "tool_call", "tool_name": "get_current_time",
+                     "tool_args": {"timezone": "UTC"}}],
+        duration_ms=10.0,
+    )  # fmt: skip
+    return [
+        meta, to_target, session, *([call] if made else []), run,
+        records.SignalRecord(signal=claim.model_dump(mode="json")),
+        records.CellEnd(status="passed", exit_code=0, duration_ms=20.0),
+    ]  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class Cell:
     """A cell pod as the kubelet sees it."""
@@ -447,9 +490,14 @@ class Kubelet:
     """A new cell → "passed", "failed", "evicted", "tampered" (a ledger sealed with another
     key), "log-cut" (its gateway's log lost its last lines: a logging ledger only),
     "flood" / "flood-failed" (its target calls its peer with 8 KiB paths until its gateway's
-    caps are full, then its test passes / fails: a logging ledger only), "hold"
+    caps are full, then its test passes / fails: a logging ledger only), "mcp-claimed" /
+    "mcp-made" (its agent claims a call of its MCP peer's tool, which the gateway did not /
+    did read: :func:`mcp_claim_records`), "hold"
     (keeps running until :meth:`release`), "never-starts" (no status ever),
     "crashloop:CONTAINER" (a sidecar restarting over and over) or a sidecar death."""
+    mcp_tools: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """What a discovery pod's ``tools`` container prints per MCP peer: ``{"tools": [...]}``
+    or ``{"error": "..."}`` (``agent-health mcp tools``)."""
     seen: list[str] = dataclasses.field(default_factory=list)
     held: dict[str, Cell] = dataclasses.field(default_factory=dict)
     cell_seconds: float = 0.0
@@ -467,6 +515,8 @@ class Kubelet:
     assignments: dict[str, assignment.Assignment] = dataclasses.field(default_factory=dict)
     """Pooled pod name → the cell the operator handed it (each pod gets one at most)."""
     """Pod name → its gateway container's log (what ``pods/NAME/log`` serves)."""
+    container_logs: dict[tuple[str, str], bytes] = dataclasses.field(default_factory=dict)
+    """(pod, container) → another container's log."""
     _backends: dict[tuple[str, str], store.Backend] = dataclasses.field(default_factory=dict)
     _slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(16))
 
@@ -488,7 +538,10 @@ class Kubelet:
         return self._backends[(chosen, token)]
 
     def log(self, namespace: str, name: str, params: dict[str, str]) -> bytes:
-        """``GET pods/NAME/log`` as a kubelet answers it: the gateway container's output."""
+        """``GET pods/NAME/log`` as a kubelet answers it: the gateway container's output, or
+        a discovery pod's ``tools`` container's."""
+        if (name, params.get("container")) in self.container_logs:
+            return self.container_logs[(name, str(params.get("container")))]
         if params.get("container") != "gateway" or name not in self.logs:
             raise kube_store.ApiError(
                 400, "BadRequest", f"container {params.get('container')} of pod {name} has no log"
@@ -541,7 +594,10 @@ class Kubelet:
         meta = pod["metadata"]
         component = meta.get("labels", {}).get(manifests.LABEL_COMPONENT)
         if component == "discovery":
-            await self.finish(meta["name"], "Succeeded", message=json.dumps(self.tests))
+            containers = [c["name"] for c in pod["spec"]["containers"]]
+            tools = {"peers": self.mcp_tools} if "tools" in containers else None
+            await self.finish(meta["name"], "Succeeded", message=json.dumps(self.tests),
+                              tools=tools)  # fmt: skip
         elif component == "cell" and "--assignment" in _gateway_args(pod):
             await self.pooled(pod)
         elif component == "cell":
@@ -606,13 +662,24 @@ class Kubelet:
             await self.status(cell.pod_name, evicted)
             return
         key = b"x" * 32 if outcome == "tampered" else cell.key or await self.ledger_key(cell)
-        written = cell_records(
-            cell.test_id,
-            cell.repeat,
-            cell.name,
-            outcome not in ("failed", "flood-failed"),
-            ledger_cell=cell.ledger_cell,
-            attempt=cell.attempt,
+        written = (
+            mcp_claim_records(
+                cell.test_id,
+                cell.repeat,
+                cell.name,
+                made=outcome == "mcp-made",
+                ledger_cell=cell.ledger_cell,
+                attempt=cell.attempt,
+            )
+            if outcome.startswith("mcp-")
+            else cell_records(
+                cell.test_id,
+                cell.repeat,
+                cell.name,
+                outcome not in ("failed", "flood-failed"),
+                ledger_cell=cell.ledger_cell,
+                attempt=cell.attempt,
+            )
         )
         if outcome.startswith("flood"):
             assert cell.ledger is None, "a flooding cell records to its gateway's log"
@@ -723,6 +790,7 @@ class Kubelet:
         message: str = "",
         exit_code: int = 0,
         sidecars: list[dict[str, Any]] | None = None,
+        tools: dict[str, Any] | None = None,
     ) -> None:
         container = "discover" if "-discover-" in name else "controller"
         terminated = {"exitCode": exit_code if phase == "Failed" else 0, "reason": "Completed"}
@@ -732,6 +800,10 @@ class Kubelet:
             "phase": phase,
             "containerStatuses": [{"name": container, "state": {"terminated": terminated}}],
         }
+        if tools is not None:  # the mcp tools listing, as its log (no termination message)
+            ended = {"exitCode": 0, "reason": "Completed"}
+            status["containerStatuses"].append({"name": "tools", "state": {"terminated": ended}})
+            self.container_logs[(name, "tools")] = json.dumps(tools).encode()
         if sidecars:
             status["initContainerStatuses"] = sidecars
         await self.status(name, status)

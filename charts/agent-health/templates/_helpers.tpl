@@ -121,6 +121,37 @@ file on the history claim (history.persistence.enabled), else empty (no history)
 {{- end }}
 
 {{/*
+agent-health.serverHistoryUrl: the history agent-health serve reads: server.history.url, else
+the operator's (agent-health.historyUrl) — one place names the database.
+*/}}
+{{- define "agent-health.serverHistoryUrl" -}}
+{{- default (include "agent-health.historyUrl" .) .Values.server.history.url }}
+{{- end }}
+
+{{/*
+agent-health.serverHistorySecret: the Secret holding the server's history password:
+server.history.existingSecret with server.history.url, else the operator's history.existingSecret.
+*/}}
+{{- define "agent-health.serverHistorySecret" -}}
+{{- if .Values.server.history.url }}
+{{- .Values.server.history.existingSecret }}
+{{- else }}
+{{- .Values.history.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/*
+agent-health.serverHistoryPasswordKey: the password's key inside agent-health.serverHistorySecret.
+*/}}
+{{- define "agent-health.serverHistoryPasswordKey" -}}
+{{- if .Values.server.history.url }}
+{{- .Values.server.history.passwordKey }}
+{{- else }}
+{{- .Values.history.passwordKey }}
+{{- end }}
+{{- end }}
+
+{{/*
 agent-health.operatorEnv: the operator container's environment: the judge settings
 (AGENT_HEALTH_JUDGE_*, the API key from its Secret, whether it is offered to all runs, the
 token ceiling), the history (its URL, its password's file), insecure registries, Agent

@@ -9,7 +9,8 @@
      ├── LedgerUnavailable  a cell's ledger cannot be read now (the store failed); grade it later
      ├── PhaseError         an EvaluationRun phase change the lifecycle does not allow (a bug)
      ├── DoubtfulEvidence   a cell's ledger proves nothing; grading turns it into an errored grade
-     │    └── IncompleteEvidence  the infrastructure left a gap in it (the gateway restarted)
+     │    ├── IncompleteEvidence  the infrastructure left a gap in it (the gateway restarted)
+     │    └── UnverifiedLedger    its HMAC chain does not verify (edited, cut short, unsealed)
      └── RegistryError      an image reference could not be pinned to a digest
           ├── PermanentRegistryError  retrying will not help: no such tag, access refused,
           │                           a malformed pull secret
@@ -69,6 +70,12 @@ class DoubtfulEvidence(ClusterError):
     lift a result out of the pass rate, or breaking the evidence of a failed test would
     raise the agent's grade.
     """
+
+
+class UnverifiedLedger(DoubtfulEvidence):
+    """A cell's ledger whose HMAC chain does not verify: a record edited, removed, moved or
+    not sealed, or the chain cut short before its ``cell-end``. Graded as any doubtful
+    evidence; the grade says its ledger did not verify (``CellGrade.verified``)."""
 
 
 class IncompleteEvidence(DoubtfulEvidence):

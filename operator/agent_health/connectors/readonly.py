@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 PART = "this part of a RunResult"
 HINT = "change a copy instead (dict(...), list(...), or model_copy(update=...))"
@@ -168,6 +168,10 @@ class ReadOnlyModel(BaseModel):
     are caches, not data. Subclasses still declare ``frozen=True`` so they hash and pydantic
     knows them as immutable.
     """
+
+    # Its subclasses are built when first used: a command that makes none (``list`` without a
+    # config file) never pays for pydantic's schema machinery.
+    model_config = ConfigDict(defer_build=True)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self.__private_attributes__:

@@ -47,7 +47,7 @@ FLAGS: dict[Kind, str] = {
 class Limits(BaseModel):
     """What a run may spend; ``None`` is no limit."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     max_cost_usd: float | None = Field(default=None, gt=0, description="USD, agent and judge")
     max_tokens: int | None = Field(default=None, gt=0, description="tokens, agent and judge")
@@ -77,7 +77,7 @@ class TestSpend(BaseModel):
     """What one test (every try of it) spent; ``None`` where it is unknown."""
 
     __test__ = False
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     ran_agent: bool = False
     agent_tokens: int | None = 0
@@ -166,7 +166,7 @@ def _priced(prices: tracesconfig.PriceTable, metrics: dict[str, object]) -> floa
 class Spend(BaseModel):
     """A run's spend so far (the report's ``summary.budget.spent``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     tokens: int = Field(description="known tokens, agent and judge")
     agent_tokens: int
@@ -188,7 +188,7 @@ class Spend(BaseModel):
 class Report(BaseModel):
     """The budget of a run, what it spent and whether it stopped the run."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     limits: Limits
     spent: Spend

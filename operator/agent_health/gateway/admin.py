@@ -15,6 +15,12 @@ with a JSON summary (routes, exchanges recorded, refused calls, the last ledger 
 ``GET /otlp/spans?run_id=RUN`` answers the controller (its token again) with the spans the
 OTLP receiver (:mod:`~agent_health.gateway.otlp`) kept for that run: its ``result.traces``.
 
+``GET /peers/calls?run_id=RUN`` answers the controller (its token again) with the target's
+calls to peers the run's cell has on record so far (:meth:`.recorder.Recorder.peer_calls`;
+``partial`` when some are still in flight or past what the cell keeps readable): what the
+controller holds its test's tool claims to, and explains the test with, before it appends
+its records — as a local run reads its own gateway.
+
 ``/ledger/records`` is how a cell's controller, which holds no ledger key, appends its
 ``run-result``, ``signal`` and ``cell-end`` records to the gateway's cell: a JSON list of
 records without ``seq`` and ``mac``, sent with the controller's token in
@@ -44,6 +50,7 @@ from agent_health.ledger import records
 
 CONTROLLER_KINDS = frozenset({"run-result", "signal", "cell-end"})
 HEALTH_PATH, RECORDS_PATH, SPANS_PATH = "/healthz", "/ledger/records", "/otlp/spans"
+CALLS_PATH = "/peers/calls"
 PROBE = """\
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -98,6 +105,8 @@ class Admin:
             return self._refuse(request, principal, evidence, status, reason, started_at)
         if request.path == SPANS_PATH and request.method == "GET":
             return self._spans(request)
+        if request.path == CALLS_PATH and request.method == "GET":
+            return await self._calls(request)
         if request.path != RECORDS_PATH:
             return _problem(404, f"no {request.path} here: the admin listener serves {_PATHS}")
         if request.method != "POST":
@@ -176,6 +185,18 @@ class Admin:
             return _problem(400, f"{SPANS_PATH} needs ?run_id=RUN")
         return web.json_response(collector.report(run_id))
 
+    async def _calls(self, request: web.BaseRequest) -> web.Response:
+        """The target's calls to peers on record for ``?run_id=`` (the cell's own run when
+        not given)."""
+        recording = self.gateway.recorder
+        if recording is None:
+            return _problem(409, "this gateway records no cell (start it with --ledger)")
+        run_id = request.query.get("run_id") or self.gateway.settings.run_id
+        found = await recording.peer_calls(run_id)
+        if found is None:
+            return _problem(404, f"no open cell records run {run_id!r}")
+        return web.json_response({"run_id": run_id, **found})
+
     def _too_large(
         self, request: web.BaseRequest, started_at: datetime, size: int, seen: bytes | None
     ) -> web.Response:
@@ -185,7 +206,7 @@ class Admin:
         return self._refuse(request, principal, evidence, 413, reason, started_at, seen)
 
 
-_PATHS = f"GET {HEALTH_PATH}, POST {RECORDS_PATH}, GET {SPANS_PATH}"
+_PATHS = f"GET {HEALTH_PATH}, POST {RECORDS_PATH}, GET {SPANS_PATH}, GET {CALLS_PATH}"
 
 
 def _refusal(request: web.BaseRequest) -> tuple[int, str]:
@@ -193,6 +214,8 @@ def _refusal(request: web.BaseRequest) -> tuple[int, str]:
         return 403, "only the controller's token may append records"
     if request.path == SPANS_PATH:
         return 403, "only the controller's token may read the run's spans"
+    if request.path == CALLS_PATH:
+        return 403, "only the controller's token may read the run's calls to peers"
     if request.path == HEALTH_PATH:
         return 405, f"{HEALTH_PATH} takes GET"
     return 404, f"no {request.path} here: the admin listener serves {_PATHS}"

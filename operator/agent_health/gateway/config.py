@@ -100,7 +100,7 @@ def check_listen(value: str) -> str:
 class Route(BaseModel):
     """One listener: calls from ``principal`` to ``to``, forwarded to ``upstream``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     principal: str = Field(description="who calls through this listener (claimed, see tokens)")
     to: str = Field(default="target", description="the callee, named like a principal")
@@ -150,7 +150,7 @@ class Route(BaseModel):
 class Settings(BaseModel):
     """Everything ``agent-health gateway`` is configured with."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     routes: tuple[Route, ...] = Field(min_length=1)
     ledger_url: str | None = Field(default=None, description="where exchanges go; None: nowhere")

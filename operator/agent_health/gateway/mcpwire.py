@@ -24,6 +24,10 @@ of JSON (``result_cut`` past it; ``isError`` is still read).
 Ids are matched within the exchange that carried the request, so two exchanges that reuse an
 id never steal each other's answers; a batch that repeats an id gets its answers in order,
 each record saying the id was used twice.
+
+One concept: one MCP exchange followed as it streams, from the request's messages to the
+record of each call; the SDK's types it reads with, the event-stream framing and the
+matching of answers to requests are its parts, and none is read anywhere else.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import mcp_types
 import pydantic
@@ -74,8 +78,19 @@ class _ToolList(mcp_types.JSONRPCRequest):
     params: mcp_types.PaginatedRequestParams | None = None  # type: ignore[assignment]
 
 
+# The SDK's content blocks, tried in order and read by the first that takes the block (the
+# text one, nearly always): a union accepts what any of its members accepts, in whatever order
+# it tries them, so this reads the very blocks the SDK's own (smart) union reads, which tries
+# every member on every block at twice the cost per call.
+_Block = Annotated[mcp_types.ContentBlock, pydantic.Field(union_mode="left_to_right")]
+
+
+class _ToolResult(mcp_types.CallToolResult):
+    content: list[_Block]  # the SDK's blocks, read in order
+
+
 class _ToolAnswer(mcp_types.JSONRPCResponse):
-    result: mcp_types.CallToolResult  # type: ignore[assignment]
+    result: _ToolResult  # type: ignore[assignment]
 
 
 class _ResourceAnswer(mcp_types.JSONRPCResponse):
@@ -130,7 +145,7 @@ class Caller:
     run_id: str | None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Call:
     """A recorded request waiting for its answer."""
 
@@ -171,23 +186,28 @@ _MAX_FIELD = 16
 
 
 class _Body:
-    """Bytes of one message, held up to a limit; past it only counted."""
+    """Bytes of one message, held up to a limit; past it only counted. The chunks are kept
+    as they came and joined once, when read (a message in one chunk, the usual case, is
+    never copied)."""
 
-    __slots__ = ("data", "limit", "size")
+    __slots__ = ("limit", "parts", "size")
 
     def __init__(self, limit: int) -> None:
-        self.data = bytearray()
+        self.parts: list[bytes] = []
         self.size = 0
         self.limit = limit
 
     def feed(self, chunk: bytes) -> None:
         self.size += len(chunk)
         if self.size <= self.limit:
-            self.data += chunk
+            self.parts.append(chunk)
 
     @property
     def whole(self) -> bool:
         return self.size <= self.limit
+
+    def data(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
 class Reader:
@@ -219,7 +239,7 @@ class Reader:
         """Answers whose id matched no request of this exchange."""
         self.uncounted = 0
         """Requests of a batch past :attr:`Limits.max_calls`: not recorded."""
-        self._request = _Body(limits.read_bytes)
+        self._request: _Body | None = _Body(limits.read_bytes)  # None once read
         self._pending: dict[tuple[bool, int | str], deque[_Call]] = {}
         self._calls = 0
         self._stream = False
@@ -233,12 +253,13 @@ class Reader:
     # -- the request ----------------------------------------------------------------------
 
     def request(self, chunk: bytes) -> None:
-        self._request.feed(chunk)
+        if self._request is not None:
+            self._request.feed(chunk)
 
     def request_end(self) -> None:
-        """The whole request body has passed: read its messages."""
-        body, self._request = self._request, _Body(0)
-        if body.size == 0:
+        """The whole request body has passed: read its messages (once)."""
+        body, self._request = self._request, None
+        if body is None or body.size == 0:
             return
         if not body.whole:
             self._unread(
@@ -247,9 +268,12 @@ class Reader:
             )
             return
         try:
-            payload = strictjson.loads(bytes(body.data), max_depth=MAX_DEPTH)
+            payload = strictjson.loads(body.data(), max_depth=MAX_DEPTH)
         except ValueError as err:
             self._unread(f"the request is not JSON: {err}")
+            return
+        if isinstance(payload, dict):  # one message, not a batch: the usual case
+            self._read_request(payload, body.size)
             return
         messages = payload if isinstance(payload, list) else [payload]
         if not messages:
@@ -435,7 +459,7 @@ class Reader:
             )
             return
         try:
-            payload = strictjson.loads(bytes(body.data), max_depth=MAX_DEPTH)
+            payload = strictjson.loads(body.data(), max_depth=MAX_DEPTH)
         except ValueError as err:
             self._answer_unread(f"the answer is not JSON: {err}", body.size)
             return
@@ -469,8 +493,15 @@ class Reader:
                 else:
                     call = self._take(read.id)
                     if call is not None:
-                        is_error = getattr(read.result, "is_error", None)
-                        self._answered(call, message["result"], size, is_error, None)
+                        result = message["result"]
+                        cut = not _within(result, size, self.limits.keep_bytes)
+                        self._complete(
+                            call,
+                            result=None if cut else result,
+                            result_bytes=size,
+                            result_cut=cut,
+                            is_error=getattr(read.result, "is_error", None),
+                        )
                     return
         try:
             envelope = mcp_types.jsonrpc_message_adapter.validate_python(message)
@@ -536,15 +567,42 @@ class Reader:
             problem=problem,
         )
 
-    def _complete(self, call: _Call, *, problem: str | None = None, **answer: Any) -> None:
-        self._emit(
-            method=call.method,
-            id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-            arguments_cut=call.cut,
-            problem=call.problem or problem,
-            **answer,
+    def _complete(
+        self,
+        call: _Call,
+        *,
+        result: dict[str, Any] | None = None,
+        result_bytes: int = 0,
+        result_cut: bool = False,
+        is_error: bool | None = None,
+        error: dict[str, Any] | None = None,
+        problem: str | None = None,
+    ) -> None:
+        """Hand the recorder ``call``'s record, with what answered it."""
+        caller, now = self.caller, objects.stamp_now()
+        self.emit(
+            objects.mcp_call(
+                at=now,
+                principal=caller.principal,
+                evidence=caller.evidence,
+                server=caller.server,
+                run_id=caller.run_id,
+                session=self.session,
+                method=call.method,
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                arguments_cut=call.cut,
+                result=result,
+                result_bytes=result_bytes,
+                result_cut=result_cut,
+                is_error=is_error,
+                error=error,
+                problem=call.problem or problem,
+                status=self.status,
+                started_at=self.started_at,
+                ended_at=now,
+            )
         )
 
     def finish(self, error: str | None) -> None:
@@ -572,7 +630,8 @@ class Reader:
             self._stamp = objects.stamp(self._started)
         return self._stamp
 
-    def _emit(self, **fields: Any) -> None:
+    def _emit(self, *, method: str, problem: str) -> None:
+        """Hand the recorder the record of a request that did not read (no call of it)."""
         caller, now = self.caller, objects.stamp_now()
         self.emit(
             objects.mcp_call(
@@ -582,9 +641,10 @@ class Reader:
                 server=caller.server,
                 run_id=caller.run_id,
                 session=self.session,
+                method=method,
+                problem=problem,
                 status=self.status,
                 started_at=self.started_at,
                 ended_at=now,
-                **fields,
             )
         )

@@ -23,6 +23,13 @@ share too small for the controller's and peers' own records).
 The OTLP receiver's ``spans`` records (:meth:`Recorder.note`) go the same way, in the same
 batches, under the same byte cap.
 
+What the target called of its peers, as the cell's records keep it — each exchange with a
+peer, each MCP call with its tool, arguments and ``isError`` (no results) — stays readable
+while the cell runs (:meth:`Recorder.peer_calls`): the controller holds its test's tool
+claims to it and explains the test with it, as a local run does with its own gateway. At
+most :data:`SEEN_CALLS` calls and :data:`SEEN_BYTES` of their arguments are kept for it;
+past either the rest is not, and the answer says it is ``partial``.
+
 Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
 engine binds one per test), else the gateway's own cell (a cell pod), else the only open
 cell; failing all three it is counted as unrouted and logged, never written to a wrong cell.
@@ -35,7 +42,9 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
+
+import pydantic_core
 
 from agent_health.ledger import chain, encoding, errors, objects, records, store, usage
 
@@ -78,6 +87,11 @@ class Caps:
         return "the cell's share of the ledger (" + ", ".join(parts) + ") is full"
 
 
+SEEN_CALLS = 10_000
+"""The most calls to peers a cell keeps readable for its controller (``peer_calls``)."""
+SEEN_BYTES = 8 * 1024 * 1024
+"""The most bytes of JSON of those calls' arguments (and errors, and the names of the tools a
+server listed) kept readable."""
 BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
 BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
@@ -108,6 +122,11 @@ class _Cell:
     refused_write: bool = False
     """The store refused a write of this cell (the infrastructure's failure, whoever filled
     the share)."""
+    seen: list[tuple[Any, ...]] = field(default_factory=list)
+    """The target's calls to peers on record, flat (``_see``): exchanges, and MCP calls
+    without results."""
+    seen_bytes: int = 0
+    seen_partial: bool = False
 
 
 class Open(Protocol):
@@ -348,6 +367,8 @@ class Recorder:
             state.exchanges += 1
             state.bytes += size
             kept.append(item)
+            if principal == "target":
+                _see(state, item)
         return kept
 
     def _blame(self, state: _Cell) -> tuple[Literal["agent", "infra"], str]:
@@ -420,6 +441,23 @@ class Recorder:
                 ) from err
         return sealed
 
+    async def peer_calls(self, run_id: str | None) -> dict[str, Any] | None:
+        """The target's calls to peers the cell of ``run_id`` has on record (each exchange
+        with a peer that reached it, and each MCP call without its result), as JSON objects
+        in the order they were recorded, once those waiting are written; ``None`` when no
+        open cell is the run's. Calls still in flight are not waited for — an agent may hold
+        a stream to its MCP server open as long as it runs — and make the answer
+        ``partial``: their exchanges are not on record yet (an MCP call is, once answered)."""
+        cell = self._route(run_id)
+        if cell is None:
+            return None
+        state = self._cells[cell]
+        state.kick.set()
+        while state.drain is not None and not state.drain.done():
+            await asyncio.shield(state.drain)
+        calls = [_seen(c) for c in state.seen]
+        return {"cell": cell, "calls": calls, "partial": state.seen_partial or bool(state.inflight)}
+
     def dropped(self, cell: str) -> int:
         """How many of ``cell``'s exchanges were not recorded (caps, or a refused write)."""
         return self._cells[cell].dropped
@@ -441,6 +479,82 @@ class Recorder:
         except errors.LedgerError as err:
             self.failures.append(f"closing the ledger: {err}")
             log.error("ledger %s: closing failed, records may be lost: %s", self.backend.url, err)
+
+
+_SEEN_FIELDS = (
+    "principal",
+    "server",
+    "method",
+    "id",
+    "name",
+    "arguments_cut",
+    "is_error",
+    "problem",
+    "status",
+    "started_at",
+)
+_Seen = tuple[Any, ...]
+"""A call kept readable: (principal, peer, status, start) of an exchange; an MCP call's
+:data:`_SEEN_FIELDS`, then its arguments and error as JSON, then the tools it listed."""
+
+
+def _see(state: _Cell, item: _Item) -> None:
+    """Keep ``item``, one of the target's records on the cell's ledger, readable when it is
+    a call to a peer (see :meth:`Recorder.peer_calls`). What is kept is flat — strings,
+    numbers, the arguments as their JSON — so the garbage collector never walks it however
+    long the cell runs; it is made into a call again when asked for."""
+    if isinstance(item, records.Exchange):
+        if item.upstream.startswith("peer:") and item.status is not None:
+            kept: _Seen = (item.principal, item.upstream, item.status, item.started_at)
+        else:
+            return
+    elif isinstance(item, dict):
+        arguments, error, result = item.get("arguments"), item.get("error"), item.get("result")
+        listed: tuple[str, ...] | None = None
+        if item.get("method") == "tools/list" and isinstance(result, dict):
+            tools = result.get("tools")
+            found = (
+                [t.get("name") for t in tools if isinstance(t, dict)]
+                if isinstance(tools, list)
+                else []
+            )
+            listed = tuple(n for n in found if isinstance(n, str))
+        given = pydantic_core.to_json(arguments) if arguments is not None else None
+        failed = pydantic_core.to_json(error) if error is not None else None
+        size = len(given or b"") + len(failed or b"") + sum(map(len, listed or ()))
+        if state.seen_bytes + size > SEEN_BYTES:
+            state.seen_partial = True
+            return
+        state.seen_bytes += size
+        kept = (*(item.get(name) for name in _SEEN_FIELDS), given, failed, listed)
+    else:
+        return
+    if len(state.seen) >= SEEN_CALLS:
+        state.seen_partial = True
+        return
+    state.seen.append(kept)
+
+
+def _seen(kept: _Seen) -> objects.Object:
+    """A kept call as :meth:`Recorder.peer_calls` answers it: an exchange's peer, status and
+    start; an MCP call's fields but its result (what a server listed: the tools' names)."""
+    if len(kept) == 4:
+        principal, upstream, status, started_at = kept
+        return {
+            "kind": "exchange",
+            "principal": principal,
+            "upstream": upstream,
+            "status": status,
+            "started_at": objects.stamp(started_at),
+        }
+    *fields, given, failed, listed = kept
+    call = dict(zip(_SEEN_FIELDS, fields, strict=True))
+    call["kind"] = "mcp"
+    call["arguments"] = pydantic_core.from_json(given) if given is not None else None
+    call["error"] = pydantic_core.from_json(failed) if failed is not None else None
+    if listed is not None:
+        call["result"] = {"tools": [{"name": name} for name in listed]}
+    return call
 
 
 def _size(item: _Item) -> int:

@@ -63,6 +63,7 @@ if _typing.TYPE_CHECKING:
         Trend,
         short,
     )
+    from agent_health.history.ingest import Upcoming
     from agent_health.history.location import Location, default_location, parse, redact, resolve
     from agent_health.history.page import write_page
 
@@ -101,6 +102,7 @@ _WHERE = {
         "facts",
     ),
     "write_page": "page",
+    "Upcoming": "ingest",
     **dict.fromkeys(("Location", "default_location", "parse", "redact", "resolve"), "location"),
 }
 
@@ -146,6 +148,7 @@ __all__ = [
     "TestHistory",
     "Trend",
     "UnavailableError",
+    "Upcoming",
     "ci_from_env",
     "default_location",
     "open_history",

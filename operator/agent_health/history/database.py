@@ -124,11 +124,14 @@ class History:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def prepare(self, tests: Sequence[dict[str, Any]]) -> ingest.Known:
-        """Find or add the tests a run is about to run, in a transaction of their own, so
+    def prepare(
+        self, tests: Sequence[dict[str, Any]], line: ingest.Upcoming | None = None
+    ) -> ingest.Known:
+        """Find or add the tests a run is about to run, in a transaction of their own, and
+        read the run it will be compared with (``line``: its agent, suite and start), so
         that recording the run at its end writes only the run and its results (``tests``:
         ``id``, ``name``, ``file``, ``line``, ``labels``, ``content_hash`` each)."""
-        return self._retried(lambda conn: ingest.prepare(conn, tests))
+        return self._retried(lambda conn: ingest.prepare(conn, tests, line))
 
     def record(
         self,
@@ -176,9 +179,11 @@ class History:
         branch: str | None = None,
         ending: facts.Ending | None = None,
         offset: int = 0,
+        ledger: Sequence[str] | None = None,
     ) -> list[facts.Run]:
         """The newest runs, newest first (``offset`` of them skipped); ``branch``: of that git
-        or CI branch; ``ending``: that ended so (:data:`.facts.Ending`)."""
+        or CI branch; ``ending``: that ended so (:data:`.facts.Ending`); ``ledger``: whose
+        ledger is one of these URLs (the run that wrote a ledger)."""
         with self._reading() as conn:
             return queries.runs(
                 conn,
@@ -190,6 +195,7 @@ class History:
                 branch=branch,
                 ending=ending,
                 offset=offset,
+                ledger=ledger,
             )
 
     def run(self, uid: str) -> facts.Run:
@@ -204,6 +210,14 @@ class History:
         repeat; ``status``: of that status only."""
         with self._reading() as conn:
             return queries.results(conn, uid, status=status, offset=offset, limit=limit)
+
+    def results_json(
+        self, uid: str, *, status: str | None = None, offset: int = 0, limit: int = 1000
+    ) -> bytes:
+        """:meth:`results` as the JSON of :class:`~.facts.Results`, written from the rows
+        without making models of them (what a server sends)."""
+        with self._reading() as conn:
+            return queries.results_json(conn, uid, status=status, offset=offset, limit=limit)
 
     def timeline(
         self,

@@ -41,7 +41,7 @@ def short(uid: str) -> str:
 class CI(BaseModel):
     """The CI job a run was part of, from the CI system's standard variables."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     provider: str = Field(description="github-actions, gitlab-ci, jenkins, buildkite")
     url: str | None = Field(default=None, description="the job's (or pipeline's) page")
@@ -54,7 +54,7 @@ class CI(BaseModel):
 class RunContext(BaseModel):
     """What a recording is told beside the report (the report does not hold it)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     source: Source = "local"
     uid: str | None = Field(
@@ -80,21 +80,32 @@ class RunContext(BaseModel):
     started_at: datetime | None = Field(
         default=None, description="when the report does not say (a version 1 report)"
     )
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        description="which attempt of the run this is: 0 its first; N after an EvaluationRun's "
+        "errored cells were requeued N times. A later attempt of a run already recorded "
+        "replaces its results; the same or an earlier one is left as it was",
+    )
 
 
 class Recorded(BaseModel):
     """One run a recording wrote (or found already there: ``new`` is false)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     uid: str
     agent: str | None
     new: bool
     results: int
+    attempt: int = 0
+    replaced: int | None = Field(
+        default=None, description="the earlier attempt whose results this one replaced"
+    )
 
 
 class Interval(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     low: float
     high: float
@@ -103,7 +114,7 @@ class Interval(BaseModel):
 class Agent(BaseModel):
     """An agent's identity: a change in any field is a different agent for flakiness."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str | None = None
     connector: str | None = None
@@ -122,7 +133,7 @@ class Trend(BaseModel):
     """A run's pass rate against the previous run of the same agent (and suite), by the paired
     test ``compare`` uses (:mod:`agent_health.engine.statistics.pairing`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     previous: str = Field(description="the previous run's uid")
     effect: float = Field(description="change in pass rate over the paired tests")
@@ -137,7 +148,7 @@ class Trend(BaseModel):
 class Run(BaseModel):
     """One recorded run of one agent."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     uid: str
     group: str | None = Field(default=None, description="an agent matrix: shared by its runs")
@@ -180,6 +191,11 @@ class Run(BaseModel):
     agent_health_version: str | None
     config_hash: str | None
     trend: Trend | None = None
+    attempt: int = Field(
+        default=0,
+        description="the attempt its results are: 0 the first; N after its errored cells "
+        "were requeued N times (an EvaluationRun's spec.requeueErrored)",
+    )
 
     @property
     def incomplete(self) -> bool:
@@ -190,7 +206,7 @@ class Run(BaseModel):
 class Outcome(BaseModel):
     """One (test, repeat) in one run."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     run: str = Field(description="the run's uid")
     started_at: datetime
@@ -212,7 +228,7 @@ class Outcome(BaseModel):
 class Difference(BaseModel):
     """One thing that differed between the last passing and the first failing run."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     what: Literal[
         "agent image", "agent version", "agent", "suite commit", "test content", "judge model"
@@ -224,7 +240,7 @@ class Difference(BaseModel):
 class Break(BaseModel):
     """A test's latest break: where it last passed, where it first failed, what differed."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     last_pass: Outcome
     first_fail: Outcome
@@ -238,7 +254,7 @@ class TestHistory(BaseModel):
     """One test across runs, oldest first."""
 
     __test__ = False
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     title: str
@@ -255,7 +271,7 @@ class Flaky(BaseModel):
     """A test whose outcome flipped across runs of one agent identity and one version of the
     test; ranked by flips, then by how near its failure rate is to a coin's."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     title: str
@@ -273,7 +289,7 @@ class Flaky(BaseModel):
 class Regression(BaseModel):
     """A test that passed in one run and failed or errored in the next run of that agent."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     title: str
@@ -305,7 +321,7 @@ class Latency(BaseModel):
     """How long a run's tests took, one result each (a run's own duration is its
     :attr:`Run.duration_ms`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     mean_ms: float
     p50_ms: float
@@ -315,7 +331,7 @@ class Latency(BaseModel):
 class Column(BaseModel):
     """One run of a :class:`Grid`."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     run: Run
     latency: Latency | None = Field(description="its tests' durations; None: no result")
@@ -324,7 +340,7 @@ class Column(BaseModel):
 class Row(BaseModel):
     """One test of a :class:`Grid`: its outcome in each run, one character per column."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     title: str
@@ -341,7 +357,7 @@ class Row(BaseModel):
 class Grid(BaseModel):
     """The newest runs × the tests they ran: what the history page draws."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     columns: list[Column] = Field(description="the runs, oldest first")
     rows: list[Row] = Field(description="every test any of the runs ran, by id")
@@ -350,7 +366,7 @@ class Grid(BaseModel):
 class Result(BaseModel):
     """One (test, repeat) of one run, as a run's page lists it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str = Field(description="the test's stable id")
     title: str
@@ -374,7 +390,7 @@ class Result(BaseModel):
 class Results(BaseModel):
     """A page of one run's results, in test id then repeat order."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     run: str = Field(description="the run's uid")
     total: int = Field(description="results of the run that match the filter")

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pydantic_core
 import sqlalchemy as sa
 
 from agent_health import statuses
@@ -128,11 +129,12 @@ def runs(
     branch: str | None = None,
     ending: facts.Ending | None = None,
     offset: int = 0,
+    ledger: Sequence[str] | None = None,
 ) -> list[facts.Run]:
     """The newest runs, newest first (``offset`` of them left out). With ``label``: only runs
     that ran a test carrying it, each counted over those tests alone (and its trend worked
     out over them); ``branch``: of that git (or CI) branch; ``ending``: that ended so
-    (:data:`.facts.Ending`)."""
+    (:data:`.facts.Ending`); ``ledger``: whose ledger is one of these URLs."""
     query = _newest(
         _filtered(
             _runs_select(),
@@ -144,6 +146,8 @@ def runs(
             ending=ending,
         )
     )
+    if ledger is not None:
+        query = query.where(runs_t.c.ledger_url.in_(list(ledger)))
     rows = conn.execute(query.limit(limit).offset(offset)).mappings().all()
     found = [_run(row, _trend_of(conn, row)) for row in rows]
     if label is None:
@@ -240,6 +244,7 @@ def _run(row: Any, trend: facts.Trend | None) -> facts.Run:
         ledger_verified=row["ledger_verified"],
         agent_health_version=row["agent_health_version"],
         config_hash=row["config_hash"],
+        attempt=row["attempt"] or 0,
         trend=trend,
     )
 
@@ -350,12 +355,17 @@ def _same_line(conn: sa.Connection, run_id: int) -> tuple[Any, sa.ColumnElement[
         .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
         .where(runs_t.c.id == run_id)
     ).one()
-    if row.name is None:
-        agent = sa.or_(runs_t.c.agent_id.is_(None), agents_t.c.name.is_(None))
+    return row, _of_line(row.name, row.suite)
+
+
+def _of_line(agent: str | None, suite: str | None) -> sa.ColumnElement[bool]:
+    """The condition "a run of the agent named ``agent`` and of ``suite``"."""
+    if agent is None:
+        named = sa.or_(runs_t.c.agent_id.is_(None), agents_t.c.name.is_(None))
     else:
-        agent = agents_t.c.name == row.name
-    suite = runs_t.c.suite.is_(None) if row.suite is None else runs_t.c.suite == row.suite
-    return row, sa.and_(agent, suite)
+        named = agents_t.c.name == agent
+    suite_is = runs_t.c.suite.is_(None) if suite is None else runs_t.c.suite == suite
+    return sa.and_(named, suite_is)
 
 
 def _previous(conn: sa.Connection, run_id: int) -> int | None:
@@ -373,6 +383,25 @@ def _previous(conn: sa.Connection, run_id: int) -> int | None:
         ).limit(1)
     ).scalar()
     return int(found) if found is not None else None
+
+
+def ahead_of(
+    conn: sa.Connection, agent: str | None, suite: str | None, started_at: datetime
+) -> tuple[int, list[dict[str, Any]]] | None:
+    """The run a run of ``agent`` and ``suite`` started at ``started_at`` will be compared
+    with once it is recorded — the newest of that agent and suite started by then — and its
+    results as ``compare``'s entries; read while the run goes on, so recording it at its
+    end reads neither (:func:`renew_trend` checks it is still the previous run)."""
+    found = conn.execute(
+        _newest(
+            sa.select(runs_t.c.id)
+            .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
+            .where(_of_line(agent, suite), runs_t.c.started_at <= started_at)
+        ).limit(1)
+    ).scalar()
+    if found is None:
+        return None
+    return int(found), _entries(conn, int(found))
 
 
 def next_run(conn: sa.Connection, run_id: int) -> int | None:
@@ -398,12 +427,15 @@ def _paired(
     run_id: int,
     label: str | None = None,
     after: list[dict[str, Any]] | None = None,
+    before: list[dict[str, Any]] | None = None,
 ) -> facts.Trend | None:
     """The paired test ``compare`` runs on the pass rate, between two runs' results
-    (``after``: the newer run's entries when the caller holds them already)."""
+    (``after``, ``before``: the newer and the older run's entries when the caller holds
+    them already)."""
     from agent_health.engine import statistics
 
-    before = _entries(conn, previous, label)
+    if before is None:
+        before = _entries(conn, previous, label)
     if after is None:
         after = _entries(conn, run_id, label)
     found = statistics.pair_runs(
@@ -416,12 +448,21 @@ def _paired(
 
 
 def renew_trend(
-    conn: sa.Connection, run_id: int, entries: list[dict[str, Any]] | None = None
+    conn: sa.Connection,
+    run_id: int,
+    entries: list[dict[str, Any]] | None = None,
+    ahead: tuple[int, list[dict[str, Any]]] | None = None,
 ) -> None:
     """Work out and keep a run's trend against its previous run (``entries``: the run's own
-    results as ``compare``'s test entries, when the caller holds them)."""
+    results as ``compare``'s test entries, when the caller holds them; ``ahead``: what
+    :func:`ahead_of` read while the run went on, used when it is the previous run still)."""
     previous = _previous(conn, run_id)
-    trend = _paired(conn, previous, run_id, after=entries) if previous is not None else None
+    before = ahead[1] if ahead is not None and ahead[0] == previous else None
+    trend = (
+        _paired(conn, previous, run_id, after=entries, before=before)
+        if previous is not None
+        else None
+    )
     conn.execute(
         sa.update(runs_t)
         .where(runs_t.c.id == run_id)
@@ -1130,6 +1171,32 @@ def results(
 ) -> facts.Results:
     """A page of one run's results (of ``status`` only, when given), in test id then repeat
     order: one query over the run's primary-key range, joined with its tests."""
+    page = _results_page(conn, uid, status=status, offset=offset, limit=limit)
+    # One validation of the whole page in pydantic's core, not a model built per row in
+    # Python: for 2,000 results that was most of the page's time.
+    return facts.Results.model_validate(page)
+
+
+def results_json(
+    conn: sa.Connection,
+    uid: str,
+    *,
+    status: str | None = None,
+    offset: int = 0,
+    limit: int = 1000,
+) -> bytes:
+    """:func:`results` as the JSON of :class:`.facts.Results`, written straight from the rows:
+    what a server sends. The rows are this module's own, typed by their columns, so
+    validating them into models first only costs (for 2,000 results a third of the page's
+    time, bench/serve.py); ``tests/test_history_store.py`` holds the two to the same JSON."""
+    page = _results_page(conn, uid, status=status, offset=offset, limit=limit)
+    return pydantic_core.to_json(page)
+
+
+def _results_page(
+    conn: sa.Connection, uid: str, *, status: str | None, offset: int, limit: int
+) -> dict[str, Any]:
+    """:class:`.facts.Results` as plain data (each field of :class:`.facts.Result`)."""
     row = _run_row(conn, uid)
     where = [results_t.c.run_id == row["id"]]
     if status is not None:
@@ -1168,17 +1235,19 @@ def results(
         .offset(offset)
         .limit(limit)
     )
-    labels: dict[str, list[str]] = {}  # most tests share a few label sets: read each once
+    # Most tests share a few label sets (most often none): each is parsed once.
+    labels: dict[str, list[str]] = {}
+    status_names, cause_names = tables.STATUS_NAMES, tables.CAUSE_NAMES
     rows = [
         {
             "id": key,
             "title": title,
             "file": file,
             "line": line,
-            "labels": labels.get(said) or labels.setdefault(said, json.loads(said)),
+            "labels": labels[said] if said in labels else labels.setdefault(said, json.loads(said)),
             "repeat": repeat,
-            "status": tables.STATUS_NAMES[status],
-            "cause": tables.CAUSE_NAMES.get(cause) if cause is not None else None,
+            "status": status_names[status],
+            "cause": cause_names.get(cause) if cause is not None else None,
             "score": score,
             "duration_ms": duration,
             "tokens": tokens,
@@ -1214,11 +1283,7 @@ def results(
         total = conn.execute(
             sa.select(sa.func.count()).select_from(results_t).where(*where)
         ).scalar_one()
-    # One validation of the whole page in pydantic's core, not a model built per row in
-    # Python: for 2,000 results that was most of the page's time.
-    return facts.Results.model_validate(
-        {"run": row["uid"], "total": int(total), "offset": offset, "results": rows}
-    )
+    return {"run": row["uid"], "total": int(total), "offset": offset, "results": rows}
 
 
 # -- size and retention ----------------------------------------------------------------------

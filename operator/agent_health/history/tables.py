@@ -166,6 +166,9 @@ runs = sa.Table(
     sa.Column("ledger_verified", sa.Boolean),
     sa.Column("agent_health_version", sa.String(40)),
     sa.Column("config_hash", sa.String(80)),
+    # Which attempt of the run the results are (revision 0002): null or 0 its first; N after
+    # an EvaluationRun's errored cells were requeued N times, its new grades replacing these.
+    sa.Column("attempt", sa.SmallInteger),
     # The pass rate against the previous run of the same agent and suite (the paired test
     # compare uses), worked out when the run is recorded so that listing runs reads no result.
     sa.Column("trend_from", sa.Integer),  # the previous run's id

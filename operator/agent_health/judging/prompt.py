@@ -52,7 +52,7 @@ AGENTIC_SYSTEM = (
 class JudgeAnswer(BaseModel):
     """The structured answer every judge model must give."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     passed: bool
     score: float = Field(ge=0.0, le=1.0)

@@ -22,7 +22,7 @@ from agent_health.sdk.results import TestResult
 class JudgeUsage(BaseModel):
     """What judging cost in one run (the JSON report's ``summary.judge_tokens``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     calls: int = 0
     cached: int = 0

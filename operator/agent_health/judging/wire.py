@@ -14,7 +14,7 @@ from agent_health.sdk.results import Role, RunResult
 class WireJudgeRequest(BaseModel):
     """A ``judge()`` call as sent to the judge service (no custom evaluators: they run locally)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     result: RunResult | None = None
     text: str | None = None

@@ -19,7 +19,7 @@ from agent_health.ledger import backends, chain, errors, filestore, keys, runfil
 class CellReport(BaseModel):
     """One cell's chain: how many records verified, and the first bad one if any."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     cell: str
     result: chain.VerifyResult
@@ -36,7 +36,7 @@ class LedgerReport(BaseModel):
     cell, every cell verifies and there is no such problem; ``complete`` when, besides, no
     cell is missing its records (``refused``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     url: str
     cells: list[CellReport]

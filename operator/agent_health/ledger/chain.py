@@ -129,7 +129,7 @@ class Mac:
     def __init__(self, key: bytes) -> None:
         self._keyed = hmac.new(key, digestmod="sha256")
 
-    def hex(self, *parts: bytes) -> str:
+    def hex(self, *parts: bytes | memoryview) -> str:
         """The MAC of the concatenated ``parts``, in hex."""
         state = self._keyed.copy()
         for part in parts:
@@ -160,6 +160,8 @@ class Sealer:
         self._key = key
         self._mac = _mac or Mac(key)
         self._placeholder = _placeholder or secrets.token_hex(32).encode("ascii")  # see line()
+        self._placeholder_text = self._placeholder.decode("ascii")
+        self._placeholder_field = b'"mac":"' + self._placeholder + b'"'
         self.next_seq = next_seq
         self.previous_mac = previous_mac
         self.ended = ended
@@ -207,16 +209,18 @@ class Sealer:
         # serialized once with a random placeholder as its mac; the MAC is taken over those
         # bytes without the placeholder's field, and written in its place: the same bytes as
         # canonical(payload) hashed and canonical(payload with mac) written, at one encoding.
-        placeholder = b'"mac":"' + self._placeholder + b'"'
-        payload["mac"] = self._placeholder.decode("ascii")
+        placeholder = self._placeholder_field
+        payload["mac"] = self._placeholder_text
         text = encoding.canonical(payload)
         at = text.find(placeholder)
         end = at + len(placeholder)
         if at < 0 or text.find(placeholder, end) >= 0:  # never by chance: the data holds it
             return self._line_in_parts(kind, payload)
-        body = text[:at] + text[end + 1 :]  # "seq" always follows: the field and its comma
-        mac_hex = self._mac.hex(self.previous_mac.encode("ascii"), body)
-        line = text[:at] + b'"mac":"' + mac_hex.encode("ascii") + b'"' + text[end:]
+        # "seq" always follows the mac: the body drops the field and its comma. Both are
+        # read through a view of the one encoding, which is copied once, into the line.
+        view = memoryview(text)
+        mac_hex = self._mac.hex(self.previous_mac.encode("ascii"), view[:at], view[end + 1 :])
+        line = b"".join((view[:at], b'"mac":"', mac_hex.encode("ascii"), b'"', view[end:]))
         return self._advance(kind, mac_hex, line)
 
     def _line_in_parts(self, kind: Any, payload: dict[str, Any]) -> str:

@@ -214,29 +214,31 @@ def mcp_call(
 ) -> Object:
     """An ``mcp`` record (version 4): one MCP call the gateway read. The gateway builds one
     per call it proxies, so without the model's round trip (the record's fields hold what
-    the MCP SDK's types already validated)."""
+    the MCP SDK's types already validated). Its keys go in in canonical (sorted) order, which
+    the canonical encoder's sort then finds in one pass: a tenth of sealing the record went
+    into sorting its keys."""
     return {
-        "version": MCP_VERSION,
-        "seq": 0,
-        "time": at,
-        "kind": "mcp",
-        "principal": principal,
-        "evidence": evidence,
-        "server": server,
-        "run_id": run_id,
-        "session": session,
-        "method": method,
-        "id": id,
-        "name": name,
         "arguments": arguments,
         "arguments_cut": arguments_cut,
+        "ended_at": ended_at,
+        "error": error,
+        "evidence": evidence,
+        "id": id,
+        "is_error": is_error,
+        "kind": "mcp",
+        "method": method,
+        "name": name,
+        "principal": principal,
+        "problem": problem,
         "result": result,
         "result_bytes": result_bytes,
         "result_cut": result_cut,
-        "is_error": is_error,
-        "error": error,
-        "problem": problem,
-        "status": status,
+        "run_id": run_id,
+        "seq": 0,
+        "server": server,
+        "session": session,
         "started_at": started_at,
-        "ended_at": ended_at,
+        "status": status,
+        "time": at,
+        "version": MCP_VERSION,
     }

@@ -79,7 +79,7 @@ def _check_principal(value: str) -> str:
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     LATE_FIELDS: ClassVar[frozenset[str]] = frozenset()
     """Fields added later: written only when set (see the module docstring)."""

@@ -36,7 +36,7 @@ _MAX_FIELD = 16  # longest event-stream field name kept ("data" is the one read)
 class TokenUsage(BaseModel):
     """Tokens one model call used, as reported by the model API."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)

@@ -1,9 +1,11 @@
-"""``agent-health mcp``: run an MCP peer — a stdio server behind HTTP, or a mock.
+"""``agent-health mcp``: run an MCP peer — a stdio server behind HTTP, or a mock — or list
+the tools of running ones.
 
 ::
 
     agent-health mcp bridge [--listen HOST:PORT] -- COMMAND [ARG...]
     agent-health mcp mock FILE.py:NAME [--listen HOST:PORT]
+    agent-health mcp tools NAME=URL [NAME=URL...] [--timeout SECONDS]
 
 ``bridge`` serves the stdio MCP server ``COMMAND`` over Streamable HTTP (one process per
 session; :mod:`~agent_health.peers.bridge`); ``mock`` serves the
@@ -11,6 +13,11 @@ session; :mod:`~agent_health.peers.bridge`); ``mock`` serves the
 test file that declares it, say). Both answer on ``/mcp`` until SIGTERM or SIGINT. In a cell
 (``$AGENT_HEALTH_TOKEN_FILE`` or ``$AGENT_HEALTH_TOKEN`` set) they serve only the calls the
 gateway forwards, which carry that token: the target cannot reach them unrecorded.
+
+``tools`` asks each MCP server its tools (:mod:`~agent_health.peers.catalog`) and prints
+one JSON object and nothing else: ``{"peers": {NAME: {"tools": [...]} or {"error":
+"..."}}}``, exit 0 once it is printed. The operator runs it beside a RunSpec's MCP peers when
+the RunSpec resolves, and reads it from the container's log.
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
-from agent_health.peers import bridge, errors, mock, streamable
+from agent_health.ledger import strictjson
+from agent_health.peers import bridge, catalog, errors, mock, streamable
 
 EXIT_OK, EXIT_USAGE = 0, 2
 log = logging.getLogger("agent_health.peers")
@@ -60,11 +69,29 @@ def parser() -> argparse.ArgumentParser:
     mocking.add_argument(
         "--listen", default="127.0.0.1:8000", help="HOST:PORT (default %(default)s)"
     )
+    listing = sub.add_parser(
+        "tools",
+        help="list the tools of MCP servers (tools/list), as JSON",
+        description="Ask each MCP server (Streamable HTTP) its tools and print "
+        '{"peers": {NAME: {"tools": [...]} or {"error": "..."}}} as one JSON object.',
+    )
+    listing.add_argument("servers", nargs="+", metavar="NAME=URL")
+    listing.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds per server (default %(default)s)"
+    )
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.kind == "tools":
+        try:
+            servers = _servers(args.servers)
+        except errors.PeerConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        print(strictjson.dumps({"peers": asyncio.run(_tools(servers, args.timeout))}))
+        return EXIT_OK
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         host, port = _listen(args.listen)
@@ -80,6 +107,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_OK
+
+
+def _servers(given: list[str]) -> dict[str, str]:
+    servers: dict[str, str] = {}
+    for item in given:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise errors.PeerConfigError(f"{item!r} is not NAME=URL (an http:// or https:// URL)")
+        servers[name] = url
+    return servers
+
+
+async def _tools(servers: dict[str, str], timeout: float) -> dict[str, dict[str, Any]]:
+    """Each server's tools, or why it could not list them, asked all at once."""
+
+    async def one(url: str) -> dict[str, Any]:
+        try:
+            return {"tools": await catalog.tools_of(url, timeout=timeout)}
+        except errors.PeerError as err:
+            return {"error": str(err)}
+
+    found = await asyncio.gather(*(one(url) for url in servers.values()))
+    return dict(zip(servers, found, strict=True))
 
 
 def _listen(value: str) -> tuple[str, int]:

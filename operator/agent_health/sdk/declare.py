@@ -27,6 +27,7 @@ import contextlib
 import contextvars
 import inspect
 import linecache
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -161,6 +162,17 @@ def collecting(file: str) -> Iterator[Collector]:
 
 
 def _params(fn: Callable[..., Any]) -> tuple[str, ...]:
+    if isinstance(fn, types.FunctionType):
+        code = fn.__code__
+        plain = (
+            not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+            and not hasattr(fn, "__wrapped__")  # inspect follows a decorator's wraps() to it
+            and not hasattr(fn, "__signature__")
+        )
+        if plain:
+            # A plain function's parameters are the first names of its code, as inspect
+            # reads them (about a tenth of its cost, paid once per declared test).
+            return tuple(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
     params = []
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):

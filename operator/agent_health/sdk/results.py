@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from agent_health import statuses
 from agent_health.connectors import readonly
 from agent_health.connectors.partial import Partial
-from agent_health.connectors.protocol import ContextItem, Step, TokenUsage
+from agent_health.connectors.protocol import ContextItem, TokenUsage
+from agent_health.connectors.protocol import Step as Step  # the SDK's face shows it
 from agent_health.sdk import errors
 from agent_health.sdk import turns as turns_mod
 

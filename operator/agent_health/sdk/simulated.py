@@ -39,7 +39,7 @@ NO_MODEL = (
 class UserAsk(BaseModel):
     """One question to the simulated user's model: who it is, and the conversation so far."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     goal: str = Field(min_length=1)
     persona: str = ""
@@ -58,7 +58,7 @@ class UserLine(BaseModel):
     """What the simulated user's model answered: a ``message``, or a ``stop`` and its
     ``reason``; ``errored`` with the ``error`` when it gave neither."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     message: str | None = None
     stop: Literal["goal-met", "gave-up"] | None = None

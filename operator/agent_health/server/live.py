@@ -52,10 +52,15 @@ class Counts(pydantic.BaseModel):
 
 
 class InFlight(pydantic.BaseModel):
+    """A test running now."""
+
     id: str
     name: str
     repeat: int = 0
     agent: str | None = None
+    since: datetime.datetime | None = pydantic.Field(
+        default=None, description="when it started (a cluster cell: when its pod ran)"
+    )
 
 
 class LiveRun(pydantic.BaseModel):

@@ -79,9 +79,43 @@ class Evidence(pydantic.BaseModel):
     report_path: str | None
     ledger_url: str | None
     ledger_verified: bool | None = pydantic.Field(
-        description="whether its ledger's HMAC chain verified when it was recorded; None: "
-        "not checked"
+        description="as recorded: a local run's ledger sealed whole by the run that wrote it, "
+        "an operator run's every cell's HMAC chain verified as it was graded; None: no ledger, "
+        "or not said"
     )
+    ledger_at_hand: bool = pydantic.Field(
+        default=False,
+        description="its ledger and the key beside it are on this server's disk: "
+        "POST /api/runs/RUN/ledger/verify checks it now",
+    )
+
+
+class BadRecord(pydantic.BaseModel):
+    """The first thing in a ledger that does not verify."""
+
+    cell: str | None = pydantic.Field(description="its cell (None: the run file as a whole)")
+    line: int | None = pydantic.Field(description="the line in the cell's records")
+    seq: int | None = pydantic.Field(description="the records before it that verified")
+    reason: str = pydantic.Field(
+        description="edited, removed, reordered, unsealed, truncated, bad-json, ...; seal: the "
+        "run file's seal; unreadable: a line of the run file that is no cell's record"
+    )
+    message: str
+
+
+class LedgerCheck(pydantic.BaseModel):
+    """A run's ledger verified now, as ``agent-health ledger verify`` verifies it: every cell's
+    HMAC chain, and a local run's seal over them."""
+
+    url: str
+    ok: bool = pydantic.Field(description="every cell verifies, and the seal when there is one")
+    cells: int
+    records: int = pydantic.Field(description="the records that verified, in every cell")
+    sealed: bool = pydantic.Field(description="a local run's file whose seal holds")
+    refused: dict[str, str] = pydantic.Field(
+        description="cells the seal names as not recorded (their records could not be sealed)"
+    )
+    first_bad: BadRecord | None = pydantic.Field(description="where it first fails to verify")
 
 
 class RunPage(pydantic.BaseModel):
@@ -146,6 +180,7 @@ async def one_run(served: state.State, request: web.Request, _q: None, _b: None)
     except history.HistoryError as err:
         raise _missing(err) from err
     at_hand = run.report_path is not None and await served.read(_readable, run.report_path)
+    key = await served.read(ledger_key, run.ledger_url)
     return RunPage(
         run=run,
         evidence=Evidence(
@@ -153,7 +188,104 @@ async def one_run(served: state.State, request: web.Request, _q: None, _b: None)
             report_path=run.report_path,
             ledger_url=run.ledger_url,
             ledger_verified=run.ledger_verified,
+            ledger_at_hand=key is not None,
         ),
+    )
+
+
+@table.route(
+    "POST",
+    "/api/runs/{uid}/ledger/verify",
+    summary="verify a run's ledger now (its "
+    "cells' HMAC chains and its seal), when it is on this server's disk with its key",
+    tag="runs",
+    answer=LedgerCheck,
+)
+async def verify_ledger(served: state.State, request: web.Request, _q: None, _b: None) -> Any:
+    try:
+        run = await served.read(served.history.run, request.match_info["uid"])
+    except history.HistoryError as err:
+        raise _missing(err) from err
+    if run.ledger_url is None:
+        raise web.HTTPNotFound(
+            text=routes.problem(f"run {run.uid} recorded no ledger"),
+            content_type="application/json",
+        )
+    key = await served.read(ledger_key, run.ledger_url)
+    if key is None:
+        raise web.HTTPConflict(
+            text=routes.problem(
+                f"the ledger {run.ledger_url} is not at hand here (the server verifies a ledger "
+                "on its own disk, with the key its run wrote beside it); verify it where it is: "
+                f"agent-health ledger verify {run.ledger_url} --key-file KEY"
+            ),
+            content_type="application/json",
+        )
+    # Reading and hashing every record is seconds of CPU for a big run: in a reader thread
+    # (its own event loop there), one verification at a time.
+    async with served.verifying:
+        return await served.read(verified, run.ledger_url, key)
+
+
+def ledger_key(url: str | None) -> Path | None:
+    """The key beside a local ledger on this machine (``DIR.key`` beside its directory, or
+    beside the directory of a ``run.jsonl``); ``None`` when the ledger is not here."""
+    from agent_health import ledger
+
+    if not url:
+        return None
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme != "file":
+        return None
+    path = Path(rest if sep else url)
+    if not path.exists():
+        return None
+    for candidate in (path, path.parent):
+        beside = ledger.key_beside(str(candidate))
+        if candidate.name and beside.is_file():
+            return beside
+    return None
+
+
+def verified(url: str, key_file: Path) -> LedgerCheck:
+    """``url`` verified with the key in ``key_file`` (blocking: call it in a thread)."""
+    import asyncio
+
+    from agent_health import ledger
+
+    try:
+        key = ledger.load_key(key_file)
+        report = asyncio.run(ledger.verify_url(url, key))
+    except ledger.LedgerError as err:
+        raise web.HTTPConflict(
+            text=routes.problem(f"the ledger {url} cannot be verified here: {err}"),
+            content_type="application/json",
+        ) from err
+    first = None
+    bad = report.first_bad
+    if report.unreadable:
+        first = BadRecord(
+            cell=None, line=None, seq=None, reason="unreadable", message=report.unreadable[0]
+        )
+    elif bad is not None and bad.result.problem is not None:
+        problem = bad.result.problem
+        first = BadRecord(
+            cell=bad.cell,
+            line=problem.line,
+            seq=problem.seq,
+            reason=problem.reason,
+            message=problem.message,
+        )
+    elif report.problems:
+        first = BadRecord(cell=None, line=None, seq=None, reason="seal", message=report.problems[0])
+    return LedgerCheck(
+        url=report.url,
+        ok=report.ok,
+        cells=len(report.cells),
+        records=sum(c.result.records for c in report.cells),
+        sealed=report.sealed,
+        refused=dict(report.refused),
+        first_bad=first,
     )
 
 
@@ -167,8 +299,10 @@ async def one_run(served: state.State, request: web.Request, _q: None, _b: None)
 )
 async def run_results(served: state.State, request: web.Request, q: ResultsQuery, _: None) -> Any:
     try:
-        return await served.read(
-            served.history.results,
+        # The page's JSON, written in the reader thread straight from the rows: neither
+        # 2,000 models nor their serialization on the event loop (bench/serve.py).
+        data = await served.read(
+            served.history.results_json,
             request.match_info["uid"],
             status=q.status,
             offset=q.offset,
@@ -176,6 +310,7 @@ async def run_results(served: state.State, request: web.Request, q: ResultsQuery
         )
     except history.HistoryError as err:
         raise _missing(err) from err
+    return web.Response(body=data, content_type="application/json", charset="utf-8")
 
 
 @table.route(

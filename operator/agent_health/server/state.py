@@ -59,6 +59,8 @@ class State:
     """Its watch of the cluster's EvaluationRuns (:mod:`.watching`), with ``--cluster``."""
     url: str = ""
     """Where the server answers (its own workers stream there)."""
+    verifying: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(1))
+    """Held while a ledger is verified: one at a time (each is seconds of CPU for a big run)."""
 
     async def read(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``call(*args, **kwargs)`` (a history query: it blocks) in a reader thread."""

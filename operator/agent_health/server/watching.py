@@ -7,8 +7,9 @@ no blocking client), as whoever the kubeconfig or the pod's service account name
 watch lists the runs, then watches from the list's ``resourceVersion``; a watch that ends
 is started again from the last version seen, and one the API server no longer holds
 (``410 Gone``) lists again. Every change of a run's status becomes hub events: its state
-(phase, counts, pass rate), and one result per cell graded since the last change, read from
-the count of each test's outcomes (``status.tests``).
+(phase, counts, pass rate, the cells running now from ``status.runningCells``), and one
+result per cell graded since the last change, read from the count of each test's outcomes
+(``status.tests``).
 
 Needs the ``operator`` extra (kopf logs in; ``kubernetes`` reads a kubeconfig as kubectl).
 """
@@ -140,6 +141,7 @@ class Cluster:
             phase=("Suspended" if spec.get("suspend") and phase not in TERMINAL else phase),
             namespace=metadata.get("namespace"),
             name=metadata.get("name"),
+            in_flight=[] if deleted or phase in TERMINAL else _in_flight(status),
         )
         hub.cluster_run(uid, view, self._new_results(uid, status))
 
@@ -237,6 +239,25 @@ class Cluster:
             if err.status in (400, 403, 404, 409, 422):
                 problem.status = err.status
             raise problem from err
+
+
+def _in_flight(status: Mapping[str, Any]) -> list[live.InFlight]:
+    """The cells the operator says are running (``status.runningCells``: at most 100 of
+    ``counts.running``), as the live page lists what is in flight."""
+    found = []
+    for cell in status.get("runningCells") or []:
+        test = str(cell.get("test") or "")
+        if test:
+            found.append(
+                live.InFlight(
+                    id=test,
+                    name=test.rsplit("::", 1)[-1],
+                    repeat=int(cell.get("repeat") or 0),
+                    agent=cell.get("agent"),
+                    since=_moment(cell.get("since")),
+                )
+            )
+    return found
 
 
 def _moment(text: Any) -> datetime.datetime | None:

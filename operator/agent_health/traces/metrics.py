@@ -43,6 +43,7 @@ A single run has none of these keys: it is one turn, and its totals say it all.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
@@ -168,7 +169,10 @@ def model_of(result: RunResult) -> str | None:
     return next(iter(models), None)
 
 
-_PARTS: TypeAdapter[tuple[protocol.ModelUsage, ...]] = TypeAdapter(tuple[protocol.ModelUsage, ...])
+@functools.cache
+def _parts_adapter() -> TypeAdapter[tuple[protocol.ModelUsage, ...]]:
+    # Built for the first run that names several models: most runs never do.
+    return TypeAdapter(tuple[protocol.ModelUsage, ...])
 
 
 def _parts(result: RunResult) -> tuple[protocol.ModelUsage, ...]:
@@ -181,7 +185,7 @@ def usage_parts(found: Any) -> tuple[protocol.ModelUsage, ...]:
     if not found:
         return ()
     try:
-        return _PARTS.validate_python(found)
+        return _parts_adapter().validate_python(found)
     except ValidationError:
         return ()
 

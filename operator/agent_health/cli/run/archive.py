@@ -1,7 +1,8 @@
 """The run and its history: opened beside the run, written after it, one line said.
 
-:func:`prepare` starts opening the history in a thread as the run starts (SQLAlchemy's
-import and a first run's schema are paid while the tests run, not after them);
+:func:`warm` says where the history is; :meth:`Pending.start` opens it in a thread as the run
+starts (SQLAlchemy's import, a first run's schema, the tests written ahead are paid while the
+tests run, not before or after them);
 :func:`keep` records the finished run — interrupted or stopped by a budget too, marked so —
 in one transaction and says in one line where it went and, from the second run of an
 agent, how its pass rate moved. :func:`gate` compares the run with ``--baseline`` from the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,22 +37,25 @@ FLAKY_RUNS = 50
 
 
 class Pending:
-    """The history made ready in a thread beside the run: its modules imported while the
-    suite loads (:func:`warm`), then opened and the run's tests written while it runs
-    (:meth:`start`). Work that only waits for the agent leaves the thread the interpreter;
-    done while the event loop runs, the import (the most of it) would take the loop's turns."""
+    """The history made ready in a thread beside the run (:meth:`start`): SQLAlchemy and its
+    modules imported, the history opened, the run's tests written and the run it will be
+    compared with read, while the run's tests wait on their agents. The thread's work fills
+    the event loop's waits; the loop takes the interpreter back within the command's short
+    switch interval (``cli.app``) each time an answer wakes it. (Imported while the suite
+    loaded instead, the import added its whole time to the run's: loading waits on nothing.)"""
 
     def __init__(self, where: location.Location) -> None:
         self.where = where
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="history")
-        self._pool.submit(_import)
         self._opened: concurrent.futures.Future[history.History] | None = None
         self._known: concurrent.futures.Future[Any] | None = None
 
-    def start(self, cases: Sequence[Any]) -> None:
-        """Open the history and write the run's ``cases`` ahead, after the import."""
+    def start(self, cases: Sequence[Any], line: Upcoming | None = None) -> None:
+        """Open the history and write the run's ``cases`` ahead, after the import; with
+        ``line`` (whose run it is), also read the run it will be compared with."""
+        self._pool.submit(_import)
         self._opened = self._pool.submit(_open, self.where)
-        self._known = self._pool.submit(_prepare, self._opened, list(cases))
+        self._known = self._pool.submit(_prepare, self._opened, list(cases), line)
         self._pool.shutdown(wait=False)
 
     def opened(self) -> history.History:
@@ -88,8 +93,29 @@ def _open(where: location.Location) -> history.History:
     return history.open_history(where)
 
 
-def _prepare(opened: concurrent.futures.Future[history.History], cases: list[Any]) -> Any:
-    """The run's tests written ahead (each as the report will hold it), while it runs."""
+@dataclass(frozen=True)
+class Upcoming:
+    """Whose run it is, for reading ahead the run it will be compared with: the agent's
+    name as the report gives it (``None``: no agent), the suite's name (a future: found in
+    git beside the run) and when the run started."""
+
+    agent: str | None
+    suite: concurrent.futures.Future[str]
+    started_at: datetime
+
+
+def _prepare(
+    opened: concurrent.futures.Future[history.History], cases: list[Any], line: Upcoming | None
+) -> Any:
+    """The run's tests written ahead (each as the report will hold it) and the run it will
+    be compared with read, while it runs; what recording it needs imported."""
+    from agent_health import history
+    from agent_health.engine import statistics
+
+    statistics.pair_runs  # noqa: B018  # loaded here: the trend at its end is worked out with it
+    ahead = None
+    if line is not None:
+        ahead = history.Upcoming(line.agent, line.suite.result(), line.started_at)
     tests = [
         {
             "id": case.id,
@@ -101,7 +127,7 @@ def _prepare(opened: concurrent.futures.Future[history.History], cases: list[Any
         }
         for case in cases
     ]
-    return opened.result().prepare(tests)
+    return opened.result().prepare(tests, ahead)
 
 
 def _close(done: concurrent.futures.Future[Any]) -> None:
@@ -110,7 +136,7 @@ def _close(done: concurrent.futures.Future[Any]) -> None:
 
 
 def warm(where: location.Location | None) -> Pending | None:
-    """Start importing what the history needs (``None`` when there is no history)."""
+    """The run's history, to open as the run starts (``None`` when there is no history)."""
     return Pending(where) if where is not None else None
 
 
@@ -122,9 +148,12 @@ def keep(
     report_path: Path | None,
     console: Console,
     err_console: Console,
+    ledger_whole: bool | None = None,
 ) -> None:
     """Record the run; one line on the console, or one warning line when it could not be.
-    The history stays open (:meth:`Pending.close` closes it)."""
+    ``ledger_whole``: whether the run's ledger holds every record sealed
+    (:attr:`~agent_health.engine.recording.LocalLedger.whole`). The history stays open
+    (:meth:`Pending.close` closes it)."""
     from agent_health import history
 
     try:
@@ -136,6 +165,7 @@ def keep(
             exit_code=code,
             report_path=str(report_path.resolve()) if report_path is not None else None,
             ci=ci,
+            ledger_verified=ledger_whole,
         )
         recorded = opened.record(report, context, pending.known())
         line = _line(opened, recorded, context.suite)

@@ -167,7 +167,7 @@ async def execute(
             lane=names[0] if replayed is not None and names else None,  # one recorded agent
             spans=export,
             peer_routes=peers,
-            peer_calls=recorded.peer_records if recorded is not None else None,
+            peer_calls=recorded.peer_calls if recorded is not None else None,
         )
         # A matrix: one environment per agent, each naming its lane.
         matrix = (
@@ -248,9 +248,11 @@ async def _look_for_agents(
     wrong path is returned as a hint for the run's closing lines."""
     import asyncio
 
+    own = config.connectors or {}
+    if all(spec.connector in own for spec in live_specs):
+        return []  # nothing to look at: the HTTP client is not even loaded
     from agent_health.connectors import errors, preflight
 
-    own = config.connectors or {}
     named = [config.agent_name(name) for name, _ in lanes]  # a config key, or a URL as given
     checks = [
         preflight.check(spec, key if key in config.agents else None)

@@ -50,8 +50,8 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     where = common.history_location(
         args, config_file=config_file, configured=config.history, start=paths[0]
     )
-    # SQLAlchemy's import starts while the suite loads. A replay is not recorded: the agent
-    # did not answer, so it says nothing of the agent's trend.
+    # A replay is not recorded: the agent did not answer, so it says nothing of the agent's
+    # trend.
     pending = archive.warm(where if recording is None and not args.list else None)
     suite = loading.load(paths, suite_mod.discovery_of(args, config))
     if not args.list:
@@ -125,9 +125,13 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     suite_name = git.submit(reports.suite_name, folder)
     git.shutdown(wait=False)
 
-    # The history opens beside the run (a first run's schema) and writes its tests ahead.
+    # The history opens beside the run (SQLAlchemy's import, a first run's schema), writes its
+    # tests ahead and reads the run it will be compared with (one agent's run: a matrix
+    # reads it at its end).
     if pending is not None:
-        pending.start(cases)
+        agent = reporting.agent_info(config, *lanes[0]).name if len(lanes) == 1 else None
+        line = archive.Upcoming(agent, suite_name, started_at) if len(lanes) <= 1 else None
+        pending.start(cases, line)
 
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
     # the collector stops going over it while tests run; put back for whatever runs after.
@@ -193,7 +197,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     from agent_health.engine import loading
 
     report = reports.RunReport.build(
-        loading.apply_quarantine(reporting.with_cells(outcome.results, recorded), quarantined),
+        _apart(reporting.with_cells(outcome.results, recorded), quarantined),
         duration_ms=outcome.duration_ms,
         repeats=request.repeat,
         load_errors=load_errors,
@@ -261,6 +265,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
             report_path=json_path,
             console=console,
             err_console=err_console,
+            ledger_whole=recorded.whole if recorded is not None else None,
         )
     if summaries:
         context = archive.summary(pending, report, found, gating=gates is not None)
@@ -325,6 +330,16 @@ def _baseline_gates(
             "report with `agent-health compare --allow-replayed` instead"
         )
     return common.compare_gates(args)
+
+
+def _apart(results: list[Any], quarantined: set[str]) -> list[Any]:
+    """The results with the quarantined tests' marked (the quarantine's module loads only
+    for a run that has a quarantine)."""
+    if not quarantined:
+        return results
+    from agent_health.engine import loading
+
+    return loading.apply_quarantine(results, quarantined)
 
 
 def _quarantined(

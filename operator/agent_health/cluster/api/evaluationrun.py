@@ -18,6 +18,7 @@ from agent_health.cluster.api import meta, runbudget
 KIND = "EvaluationRun"
 PLURAL = "evaluationruns"
 MAX_TEST_SUMMARIES = 200
+MAX_RUNNING_CELLS = 100
 DEFAULT_DEADLINE = 24 * 3600  # every run ends, even one whose RunSpec never resolves
 MAX_DEADLINE = 30 * 24 * 3600
 
@@ -206,6 +207,19 @@ class TestSummary(meta.Model):
     )
 
 
+class RunningCell(meta.Model):
+    """One cell running now: which test, which repeat, which agent, since when."""
+
+    test: Annotated[str, pydantic.Field(min_length=1, max_length=512)]
+    repeat: Count = 0
+    agent: meta.DnsLabel | None = pydantic.Field(
+        default=None, description="An agent matrix: the agent it runs against."
+    )
+    since: datetime.datetime | None = pydantic.Field(
+        default=None, description="When its pod started running."
+    )
+
+
 class Interval(meta.Model):
     """A 95% confidence interval of the value beside it (docs/statistics.md)."""
 
@@ -315,6 +329,13 @@ class Status(meta.Model):
         list[TestSummary],
         pydantic.Field(max_length=MAX_TEST_SUMMARIES, json_schema_extra=meta.list_map("id")),
     ] = pydantic.Field(default_factory=list)
+    running_cells: Annotated[list[RunningCell], pydantic.Field(max_length=MAX_RUNNING_CELLS)] = (
+        pydantic.Field(
+            default_factory=list,
+            description="The cells running now, longest running first (at most 100; "
+            "counts.running says how many): what a run has in flight.",
+        )
+    )
     budget: runbudget.BudgetStatus | None = pydantic.Field(
         default=None, description="Spend against spec.budget (unset without a budget)."
     )

@@ -103,6 +103,11 @@ class NamedTarget(Target):
         return Target.model_validate(self.model_dump(exclude={"name"}))
 
 
+MAX_PEER_TOOLS = 256
+"""The most tools a peer declares (``peers[].tools``), or lists when the RunSpec resolves."""
+ToolName = Annotated[str, pydantic.Field(min_length=1, max_length=128)]
+
+
 class Peer(meta.Model):
     """A simulated user, tool server or other agent the target talks to."""
 
@@ -113,10 +118,7 @@ class Peer(meta.Model):
     port: meta.Port = pydantic.Field(description="The port the peer listens on.")
     env: meta.EnvList = pydantic.Field(default_factory=list, description="The peer's environment.")
     resources: meta.Resources = pydantic.Field(default_factory=dict)
-    tools: Annotated[
-        list[Annotated[str, pydantic.Field(min_length=1, max_length=128)]],
-        pydantic.Field(max_length=256),
-    ] = pydantic.Field(
+    tools: Annotated[list[ToolName], pydantic.Field(max_length=MAX_PEER_TOOLS)] = pydantic.Field(
         default_factory=list,
         description="The tools this peer serves. A tool matcher on one of them is checked "
         "against the calls the gateway recorded from the target to this peer: a call the "
@@ -127,7 +129,9 @@ class Peer(meta.Model):
         description="mcp: the peer is an MCP server (Streamable HTTP); the gateway reads each "
         "tools/call, tools/list, resources/read and prompts/get of the target's into the ledger "
         "(mcp records), and tool matchers on its tools are held to those calls by name, "
-        "arguments and isError. Its tools are those declared here and those it lists.",
+        "arguments and isError. Its tools are those declared here, those it listed when the "
+        "RunSpec resolved (status.mcpTools: the discovery pod runs it and asks tools/list), "
+        "and those it lists or is called for in a cell.",
     )
 
 
@@ -339,6 +343,15 @@ class Status(meta.Model):
     test_count: Annotated[int, pydantic.Field(ge=0)] | None = pydantic.Field(
         default=None, description="All discovered tests, also those past the bounded list."
     )
+    mcp_tools: Annotated[
+        dict[str, Annotated[list[ToolName], pydantic.Field(max_length=MAX_PEER_TOOLS)]],
+        pydantic.Field(
+            max_length=16,
+            description="Each MCP peer (protocol: mcp) → the tools it listed (tools/list) "
+            "when the RunSpec resolved: tool matchers on them are held to the gateway's "
+            "record, as on the tools a peer declares.",
+        ),
+    ] = pydantic.Field(default_factory=dict)
     conditions: meta.Conditions = pydantic.Field(default_factory=list)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,10 +74,12 @@ def read(
     run_id: str,
     ledger_cell: str | None = None,
     attempt: int | None = None,
+    mcp_peers: Sequence[str] = (),
 ) -> Evidence:
     """The evidence in a finished cell's ``lines``; raises ``DoubtfulEvidence``.
 
-    ``ledger_cell`` and ``attempt``, when given, must be what the sealed cell-meta names."""
+    ``ledger_cell`` and ``attempt``, when given, must be what the sealed cell-meta names;
+    ``mcp_peers`` are the peers declared MCP servers."""
     if not any(line.strip() for line in lines):
         raise errors.DoubtfulEvidence(f"no ledger for cell {cell_name}")
     checked = chain.verify(lines, key, complete=True)
@@ -86,13 +89,13 @@ def read(
             gap = None
             with contextlib.suppress(ledger_errors.RecordError):  # the chain held: a gap
                 gap = _gap(records.parse_lines(lines))  # the gateway left says so
-            raise errors.DoubtfulEvidence(
+            raise errors.UnverifiedLedger(
                 f"no final record from controller: the ledger of cell {cell_name} ends after "
                 f"record {checked.records - 1} without cell-end (cut off, or the controller died)"
                 + (f"; {gap}" if gap else "")
             )
         where = f"{problem.seq} ({problem.reason}: {problem.message})" if problem else "?"
-        raise errors.DoubtfulEvidence(f"ledger tampered at record {where}")
+        raise errors.UnverifiedLedger(f"ledger tampered at record {where}")
     try:
         parsed = records.parse_lines(lines)
     except ledger_errors.RecordError as err:
@@ -107,7 +110,7 @@ def read(
         _check_attempt(meta, ledger_cell, attempt)
     gap = _gap(parsed[1:-1])
     try:
-        run_record, signals, usage, seen = _read_body(parsed[1:-1], meta)
+        run_record, signals, usage, seen = _read_body(parsed[1:-1], meta, mcp_peers)
     except errors.DoubtfulEvidence as err:
         if gap is None or isinstance(err, errors.IncompleteEvidence):
             raise
@@ -179,7 +182,7 @@ def _gap(parsed: list[records.Record]) -> str | None:
 
 
 def _read_body(
-    body: list[records.Record], meta: records.CellMeta
+    body: list[records.Record], meta: records.CellMeta, mcp_peers: Sequence[str] = ()
 ) -> tuple[
     records.RunResultRecord | None,
     list[results.Signal],
@@ -263,19 +266,23 @@ def _read_body(
         )
     # Derived metrics are recomputed from the run; the controller's copies are dropped.
     kept = [s for s in signals if not (s.kind == "metric" and s.name in metrics.METRIC_KEYS)]
-    return run_record, kept, usage, sightings(to_peers, mcp)
+    return run_record, kept, usage, sightings(to_peers, mcp, mcp_peers)
 
 
 Seen = tuple[list[outcome.Sighting], dict[str, set[str]], tuple[dict[str, Any], ...]]
 
 
-def sightings(exchanges: list[records.Exchange], mcp: list[records.McpRecord]) -> Seen:
+def sightings(
+    exchanges: list[records.Exchange],
+    mcp: list[records.McpRecord],
+    mcp_peers: Sequence[str] = (),
+) -> Seen:
     """The target's calls to peers in the order they started, the tools each MCP peer showed,
     and its MCP calls as the report shows them (:mod:`agent_health.engine.outcome.claims`, as a
     local run reads its own)."""
     made: list[records.Record] = [*exchanges, *mcp]
     objects = [records.to_object(r) for r in made]
-    calls, shown = outcome.sightings(objects)
+    calls, shown = outcome.sightings(objects, mcp_peers)
     return calls, shown, outcome.reported_calls(objects)
 
 

@@ -95,7 +95,11 @@ class ExpectedCell(pydantic.BaseModel):
     labels: tuple[str, ...] = ()
     content_hash: str = ""
     peer_tools: dict[str, tuple[str, ...]] = pydantic.Field(default_factory=dict)
-    """Peer name → the tools it serves (``peers[].tools``): claims of those are checked."""
+    """Peer name → the tools it serves (``peers[].tools``, and those an MCP peer listed when
+    the RunSpec resolved): claims of those are checked."""
+    mcp_peers: tuple[str, ...] = ()
+    """The peers declared MCP servers: their exchanges are no tool's calls, their ``mcp``
+    records are (also when the target made none)."""
     ledger_cell: str | None = None
     """The ledger cell of the attempt graded (``CELL`` or ``CELL.aN``); with ``attempt``, the
     ledger's sealed cell-meta must name both, so no other cell's or attempt's ledger passes."""
@@ -137,6 +141,11 @@ class CellGrade(pydantic.BaseModel):
     unverified_claims: int = pydantic.Field(
         default=0, ge=0, description="tool calls claimed on a declared peer the gateway never saw"
     )
+    verified: bool | None = pydantic.Field(
+        default=None,
+        description="whether the cell's ledger HMAC chain verified; None: not graded from a "
+        "ledger (an infrastructure failure, a skip, no records)",
+    )
     result: results.TestResult
 
 
@@ -177,10 +186,18 @@ def grade_lines(
     """:func:`grade_cell` without the I/O: grade a finished cell's ledger lines."""
     try:
         return _grade(cell_name, lines, key, expected, prices)
-    except errors.IncompleteEvidence as gap:
-        return _errored(cell_name, expected, str(gap), "infra").model_copy(update={"infra": True})
+    except errors.IncompleteEvidence as gap:  # the chain held: the gateway's gap is on it
+        grade = _errored(cell_name, expected, str(gap), "infra")
+        return grade.model_copy(update={"infra": True, "verified": True})
+    except errors.UnverifiedLedger as broken:
+        grade = _errored(cell_name, expected, str(broken), "agent")
+        return grade.model_copy(update={"verified": False})
     except errors.DoubtfulEvidence as doubt:
-        return _errored(cell_name, expected, str(doubt), "agent")
+        # No records at all (nothing to verify), or a chain that verified but is not this
+        # cell's or cannot be read as one.
+        verified = None if not any(line.strip() for line in lines) else True
+        grade = _errored(cell_name, expected, str(doubt), "agent")
+        return grade.model_copy(update={"verified": verified})
 
 
 def grade_failed_pod(
@@ -237,6 +254,7 @@ def _grade(
         run_id=expected.run_id,
         ledger_cell=expected.ledger_cell,
         attempt=expected.attempt,
+        mcp_peers=expected.mcp_peers,
     )
     end = found.end
     # The errors an MCP server answered count as the agent's tool errors, reported or not.
@@ -298,6 +316,7 @@ def _grade(
         usage=found.usage,
         judge=judge_usage.summarize([result]),
         unverified_claims=checked.unverified,
+        verified=True,
         result=result,
     )
 

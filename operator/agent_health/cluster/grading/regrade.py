@@ -42,17 +42,19 @@ def expected_from(cell: str, lines: list[str]) -> grading.ExpectedCell:
 
 async def grade_ledger(
     url: str, key: bytes, options: store.Options | None = None
-) -> list[TestResult]:
-    """Every cell at ``url`` graded from its records, in cell-name order."""
+) -> list[grading.CellGrade]:
+    """Every cell at ``url`` graded from its records, in cell-name order (each grade's
+    result names its ledger cell; ``verified`` says whether its HMAC chain verified)."""
     backend = backends.from_url(url, options)
     try:
-        results = []
+        grades = []
         for cell in sorted(await backend.cells()):
             lines = await backend.read(cell)
             sealed_with = keys.sealing_key(key, cell, lines)  # a cluster cell's own key
             grade = grading.grade_lines(cell, lines, sealed_with, expected_from(cell, lines))
-            results.append(grade.result.model_copy(update={"ledger_cell": cell}))
-        return results
+            result = grade.result.model_copy(update={"ledger_cell": cell})
+            grades.append(grade.model_copy(update={"result": result}))
+        return grades
     finally:
         await backend.close()
 

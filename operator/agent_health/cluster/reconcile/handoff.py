@@ -144,7 +144,7 @@ class Handoff:
                     run.backend,
                     cell.name,
                     keys.cell_key(run.key, ledger_cell),  # that attempt's key alone verifies it
-                    plan.expected(cell, plan.peer_tools(run.spec)),
+                    plan.expected(cell, plan.peer_tools(run.spec), plan.mcp_peers(run.spec)),
                     ledger_cell=ledger_cell,
                 )
                 break
@@ -184,7 +184,7 @@ class Handoff:
         except ledger_errors.LedgerError as err:
             return plan.lost(cell, f"cannot store its records in the ledger: {err}", policy)
         key = keys.cell_key(run.key, ledger_cell)  # that attempt's key alone verifies it
-        expected = plan.expected(cell, plan.peer_tools(run.spec))
+        expected = plan.expected(cell, plan.peer_tools(run.spec), plan.mcp_peers(run.spec))
         return await asyncio.to_thread(grading.grade_lines, cell.name, lines, key, expected)
 
     async def infra(

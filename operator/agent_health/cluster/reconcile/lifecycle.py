@@ -46,6 +46,9 @@ class Board:
     """What to do with an ended run's warm pools (:meth:`.pools.Pools.release`)."""
     remember: Callable[[plan.Run], None] | None = None
     """What to do with an ended run's grades (:meth:`.historian.Historian.remember`)."""
+    concluding: Callable[[plan.Run], None] | None = None
+    """What to note on a run's status as it ends, in the status write that ends it
+    (:meth:`.historian.Historian.concluding`: its recording is owed)."""
     _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     _deadlines: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
 
@@ -65,6 +68,8 @@ class Board:
             run.phase = phase
             self.spawn(self.event(emit))
         if run.tally.phase in status_mod.TERMINAL:
+            if self.concluding is not None:
+                self.concluding(run)
             await self.status.flush(run.ref, lambda: self._snapshot(run))
             self.finished(run)
         elif moved:
@@ -73,7 +78,11 @@ class Board:
             await self.status.update(run.ref, lambda: self._snapshot(run))
 
     def _snapshot(self, run: plan.Run) -> dict[str, Any]:
-        current = run.tally.status()
+        def describe(name: str) -> tuple[str, int, str | None]:
+            cell = run.cells[name]
+            return cell.test.id, cell.repeat, cell.agent
+
+        current = run.tally.status(describe)
         self.metrics.observe_run(run.ref.namespace, run.runspec, run.ref.name, current)
         return current.wire()
 

@@ -135,8 +135,13 @@ class Run:
     pools: dict[str | None, Pool] = dataclasses.field(default_factory=dict)
     """The warm pool each agent's cells claim from (``None``: ``target``'s). Owner:
     :mod:`.pools`."""
-    remembered: bool = False
-    """Its end was handed to the history (:mod:`.historian`): once per run. Owner: historian."""
+    remembered: int | None = None
+    """The attempt (``spec.requeueErrored`` done) whose end was handed to the history
+    (:mod:`.historian`): once per attempt of the run. Owner: historian."""
+    regraded: bool = False
+    """Finished before this operator started, and graded again for the history it was owed
+    (:mod:`.recollection`): its status is the one it ended with, never rewritten from these
+    grades. Owner: recollection."""
     _positions: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def planned(self) -> list[str]:
@@ -354,18 +359,34 @@ def lost(cell: Cell, reason: str, policy: evaluationrun.Retry) -> grading.CellGr
 
 
 def peer_tools(spec: runspec.RunSpec | None) -> dict[str, tuple[str, ...]]:
-    """Peer name → the tools it declares serving (``peers[].tools``)."""
+    """Peer name → the tools it serves: those it declares (``peers[].tools``) and, for an MCP
+    peer, those it listed when the RunSpec resolved (``status.mcpTools``)."""
     if spec is None:
         return {}
-    return {p.name: tuple(p.tools) for p in spec.spec.peers if p.tools}
+    listed = spec.status.mcp_tools if spec.status is not None else {}
+    found: dict[str, tuple[str, ...]] = {}
+    for peer in spec.spec.peers:
+        more = listed.get(peer.name, []) if peer.protocol == "mcp" else []
+        tools = tuple(dict.fromkeys([*peer.tools, *more]))
+        if tools:
+            found[peer.name] = tools
+    return found
+
+
+def mcp_peers(spec: runspec.RunSpec | None) -> tuple[str, ...]:
+    """The peers the RunSpec declares MCP servers (``protocol: mcp``)."""
+    return tuple(p.name for p in spec.spec.peers if p.protocol == "mcp") if spec else ()
 
 
 def expected(
-    cell: Cell, tools: Mapping[str, tuple[str, ...]] | None = None
+    cell: Cell,
+    tools: Mapping[str, tuple[str, ...]] | None = None,
+    mcp: tuple[str, ...] = (),
 ) -> grading.ExpectedCell:
     test = cell.test
     return grading.ExpectedCell(
         peer_tools=dict(tools or {}),
+        mcp_peers=mcp,
         test_id=test.id,
         repeat=cell.repeat,
         run_id=cell.name,

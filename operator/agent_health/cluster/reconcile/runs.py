@@ -11,6 +11,7 @@ the parts, each in its own module:
 :mod:`.creation`    creating one cell (and its own token Secret, for a retry)
 :mod:`.keyring`     the run's shared token Secrets: tokens and ledger keys of its cells
 :mod:`.historian`   each finished run recorded in the history (``--history``)
+:mod:`.recollection` a finished run graded again for the recording it is owed after a restart
 :mod:`.lifecycle`   the runs driven, their status, Events, end, and the work in flight
 ==================  ============================================================================
 
@@ -47,6 +48,7 @@ from agent_health.cluster.reconcile import (
     policy,
     pools,
     reactions,
+    recollection,
 )
 from agent_health.cluster.reconcile import status as status_mod
 
@@ -100,8 +102,12 @@ class Runs:
 
     def __post_init__(self) -> None:
         self.board = lifecycle.Board(self.api, self.status, self.metrics, self.recorder)
-        self.historian = historian.Historian(self.board, self.history, self.history_retry)
+        again = recollection.Recollection(
+            self.board, self.settings, self.discoveries, self.policy.ledger_options
+        )
+        self.historian = historian.Historian(self.board, self.history, self.history_retry, again)
         self.board.remember = self.historian.remember
+        self.board.concluding = self.historian.concluding
         creator = creation.Creator(self.board, keyring.Keyring(self.board))
         chosen = self.policy
         self.warm_pools = pools.Pools(self.board, chosen.fence)

@@ -13,7 +13,9 @@ spec (never on status echoes). It
    and generation, so a re-run finds the same pod) and waits — on pod watch events fed to
    :meth:`Discoveries.observe`, bounded — for it to end;
 3. reads ``agent-health list --json`` from the pod's termination message, else its log,
-   and stores the test ids (bounded) and ``testCount`` with a ``Discovered`` condition.
+   and stores the test ids (bounded) and ``testCount`` with a ``Discovered`` condition; a
+   RunSpec's MCP peers run in that pod too, and the tools each listed go into ``mcpTools``
+   (their Secrets are held to the rule a run's are first: :mod:`.secretrefs`).
 
 ``Ready`` sums the two up (True once both are True for this generation; False with the
 failing one's reason): the ``Ready`` column of ``kubectl get runspecs``. A RunSpec is
@@ -44,7 +46,7 @@ from agent_health.cluster.cells import (
     manifests,
     netpol,
 )
-from agent_health.cluster.reconcile import events, listing, policy, refusals
+from agent_health.cluster.reconcile import events, listing, policy, refusals, secretrefs
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.cluster.registry import registry
 
@@ -175,6 +177,7 @@ class SpecReconciler:
             await writer.set(RESOLVED, "False", "NotAllowed", str(err))
             raise kopf.PermanentError(str(err)) from err
         digests = await self._digests(spec, writer)
+        await self._peers_may_run(spec, writer)
         pod = discovery.discovery_pod(
             spec, digests=digests, settings=self.settings, deadline_seconds=self.discovery_deadline
         )
@@ -206,13 +209,36 @@ class SpecReconciler:
             await writer.set(DISCOVERED, "False", "DiscoveryFailed", outcome.error)
             raise kopf.PermanentError(outcome.error)
         ids = [t.id for t in outcome.tests if len(t.id) <= 512][: runspec.MAX_DISCOVERED]
+        message = f"{len(outcome.tests)} tests in the suite"
+        if outcome.mcp_tools:
+            listed = ", ".join(f"{peer} {len(t)}" for peer, t in outcome.mcp_tools.items())
+            message += f"; tools its MCP peers listed: {listed}"
         await writer.set(
             DISCOVERED,
             "True",
             "Discovered",
-            f"{len(outcome.tests)} tests in the suite",
-            more={"discoveredTests": ids, "testCount": len(outcome.tests)},
+            message,
+            more={
+                "discoveredTests": ids,
+                "testCount": len(outcome.tests),
+                "mcpTools": {peer: list(t) for peer, t in outcome.mcp_tools.items()} or None,
+            },
         )
+
+    async def _peers_may_run(self, spec: runspec.RunSpec, writer: _StatusWriter) -> None:
+        """The Secrets the MCP peers that run in the discovery pod name are theirs to use
+        (offered, not ours), as every Secret of a run's cells is when the run starts."""
+        peers = [f"spec.peers[{p.name}]." for p in discovery.mcp_peers(spec)]
+        if not peers:
+            return
+        try:
+            admission.refuse_our_secrets(spec, self.settings)
+            for ref in secretrefs.references(spec):
+                if ref.field.startswith(tuple(peers)):
+                    await secretrefs.read(self.api, writer.namespace, ref, self.policy.own_secrets)
+        except (errors.SpecError, errors.SecretNotOffered) as err:
+            await writer.set(DISCOVERED, "False", "SecretNotOffered", str(err))
+            raise kopf.PermanentError(str(err)) from err
 
     async def _current(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The discovery pod as it is now (``None`` once it is gone)."""
@@ -249,7 +275,12 @@ class SpecReconciler:
             "True",
             "Resolved",
             f"{len(digests)} images pinned by digest",
-            more={"imageDigests": digests, "discoveredTests": [], "testCount": None},
+            more={
+                "imageDigests": digests,
+                "discoveredTests": [],
+                "testCount": None,
+                "mcpTools": None,
+            },
         )
         return digests
 

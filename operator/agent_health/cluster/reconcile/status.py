@@ -109,6 +109,8 @@ class RunTally:
         self.generation = generation
         self._clock = clock
         self._cells: dict[str, _CellState] = {}
+        self._since: dict[str, datetime.datetime] = {}
+        """When each running cell started running (only those running)."""
         self._grades: dict[str, grading.CellGrade] = {}
         self._launches: dict[str, Literal["warm", "cold"]] = {}
         # The engine's report over the grades (O(cells)); rebuilt only after a grade changes.
@@ -136,6 +138,8 @@ class RunTally:
     def started(self, cell: str) -> None:
         """The cell's pod is running."""
         if cell not in self._grades:
+            if self._cells.get(cell) != "running":
+                self._since[cell] = self._clock()
             self._cells[cell] = "running"
 
     def queued(self, cell: str, held: bool = True) -> bool:
@@ -146,6 +150,7 @@ class RunTally:
             return False
         wanted: _CellState = "queued" if held else "pending"
         self._cells[cell] = wanted
+        self._since.pop(cell, None)
         return state != wanted
 
     def launched(self, cell: str, launch: Literal["warm", "cold"]) -> None:
@@ -156,11 +161,13 @@ class RunTally:
         """The cell's pod was preempted: the cell is pending again (a new pod follows)."""
         if cell not in self._grades:
             self._cells[cell] = "pending"
+            self._since.pop(cell, None)
 
     def ended(self, cell: str) -> None:
         """The cell's pod has ended; its grade follows. Running → Grading when it is the last."""
         if cell not in self._grades:
             self._cells[cell] = "ended"
+        self._since.pop(cell, None)
         if self.phase == "Running" and all(s == "ended" for s in self._cells.values()):
             self.advance("Grading", reason="CellsEnded", message="every cell has ended")
 
@@ -196,6 +203,7 @@ class RunTally:
 
     def record(self, grade: grading.CellGrade) -> None:
         """Fold one cell's grade in (replacing an earlier grade of the same cell)."""
+        self._since.pop(grade.cell, None)
         if grade.retryable:
             if self._grades.pop(grade.cell, None) is not None:
                 self._aggregates = None
@@ -317,8 +325,30 @@ class RunTally:
 
     # -- the status ------------------------------------------------------------------------
 
-    def status(self) -> evaluationrun.Status:
-        """The whole status as it should be stored now."""
+    def running(
+        self, describe: Callable[[str], tuple[str, int, str | None]]
+    ) -> list[evaluationrun.RunningCell]:
+        """The cells running now, longest running first, at most
+        :data:`~.evaluationrun.MAX_RUNNING_CELLS` (``describe``: a cell's test, repeat and
+        agent)."""
+        running = sorted(
+            (since, name)
+            for name, since in self._since.items()
+            if self._cells.get(name) == "running"
+        )
+        found = []
+        for since, name in running[: evaluationrun.MAX_RUNNING_CELLS]:
+            test, repeat, agent = describe(name)
+            found.append(
+                evaluationrun.RunningCell(test=test[:512], repeat=repeat, agent=agent, since=since)
+            )
+        return found
+
+    def status(
+        self, describe: Callable[[str], tuple[str, int, str | None]] | None = None
+    ) -> evaluationrun.Status:
+        """The whole status as it should be stored now (``describe``, a cell's test, repeat
+        and agent: with the cells running now)."""
         counts = self.counts()
         if self._aggregates is None:
             graded = [g.result for g in self._grades.values()]
@@ -350,6 +380,7 @@ class RunTally:
             pass_hat_k=summary.pass_hat_k,
             pass_hat_k_interval=_interval(summary.pass_hat_k_interval),
             tests=tests,
+            running_cells=self.running(describe) if describe is not None else [],
             budget=spent,
             agents=sidebyside.agents(side_by_side, self._agent_score_intervals),
             pairs=sidebyside.pairs(side_by_side),

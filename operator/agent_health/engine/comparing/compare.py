@@ -45,7 +45,7 @@ class CompareError(errors.AgentHealthError):
 
 
 class Delta(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     base: float | None
     new: float | None
@@ -55,7 +55,7 @@ class Delta(BaseModel):
 class Change(BaseModel):
     """One test whose status or score moved."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str
@@ -72,7 +72,7 @@ class Change(BaseModel):
 class Comparison(BaseModel):
     """Everything ``compare`` found; ``regressions`` says why it fails the gate."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     base_file: str
     new_file: str

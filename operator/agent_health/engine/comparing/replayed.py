@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class Replay(BaseModel):
     """A report made by ``run --replay``: ``agent.run()`` was answered from a recording."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     recording: str | None = Field(description="the recording's ledger URL, when it names one")
     verified: bool | None = Field(

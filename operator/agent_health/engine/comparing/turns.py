@@ -30,7 +30,7 @@ Kind = Literal["turns", "ended", "tools"]
 class TurnChange(BaseModel):
     """One way one conversation moved between BASE and NEW."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str

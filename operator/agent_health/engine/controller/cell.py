@@ -50,7 +50,7 @@ import httpx
 
 from agent_health import connectors, timeouts, tls
 from agent_health.connectors.base import ConnectorSpec
-from agent_health.engine import recording, running, visible
+from agent_health.engine import outcome, recording, running, visible
 from agent_health.engine.controller import cellsuite
 from agent_health.ledger import objects, strictjson
 from agent_health.sdk import config as config_mod
@@ -197,6 +197,27 @@ class GatewayRecords:
     async def spans(self, run_id: str) -> Mapping[str, Any] | None:  # its received spans
         return await recording.gateway_spans(self._client, self._url, self._headers, run_id)
 
+    async def peer_calls(self, run_id: str) -> outcome.PeerCalls:
+        """The target's calls to peers the gateway has on record for ``run_id``: what the
+        test's tool claims are held to, and its insights read, as a local run reads its own
+        gateway. One the gateway cannot give leaves the run as the agent told it (a warning;
+        the operator holds the claims to the ledger all the same)."""
+        url = self._url.removesuffix("/ledger/records") + "/peers/calls"
+        try:
+            response = await self._client.get(url, params={"run_id": run_id}, headers=self._headers)
+            found = response.json() if response.is_success else None
+        except (httpx.HTTPError, ValueError) as err:
+            found, why = None, f"cannot reach it at {url}: {err}"
+        else:
+            why = f"it answered HTTP {response.status_code}: {response.text[:300]}"
+        if isinstance(found, dict):
+            calls, partial = found.get("calls"), found.get("partial")
+            if isinstance(calls, list) and all(isinstance(c, dict) for c in calls):
+                return outcome.PeerCalls(calls, whole=partial is False)
+            why = "its answer holds no list of calls"
+        print(f"warning: the gateway's calls to peers are not read ({why})", file=sys.stderr)
+        return outcome.PeerCalls([], whole=False)
+
 
 @contextlib.asynccontextmanager
 async def _judge(
@@ -290,6 +311,7 @@ async def _run(
             config=config,
             ledger=ledger,
             read_spans=ledger.spans if ledger is not None else None,
+            peer_calls=ledger.peer_calls if ledger is not None else None,
             # Insights ask the judge service's model (through its cache), as judge() does.
             insights_llm=getattr(judge, "ask", None),
             lane=settings.matrix_agent,

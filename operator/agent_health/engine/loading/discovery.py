@@ -14,9 +14,11 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from agent_health.engine.loading.casefiles import checks
+if TYPE_CHECKING:
+    from agent_health.engine.loading.casefiles import checks
 
 DEFAULT_TEST_MATCH = (
     "test_*.py",
@@ -40,7 +42,18 @@ class Discovery:
 
     test_match: tuple[str, ...] = DEFAULT_TEST_MATCH
     test_ignore: tuple[str, ...] = ()
-    cases: checks.Options = field(default_factory=checks.Options)
+    lenient: bool = False
+    """Case files: load what upstream's validation refuses, with a warning for each problem."""
+    forbid_unknown: bool = False
+    """Case files: a field their format does not know is an error, not a warning."""
+
+    @property
+    def cases(self) -> checks.Options:
+        """How case files are read. Their checks (pydantic models of upstream's format) load
+        with the first case file: a suite of Python tests never imports them."""
+        from agent_health.engine.loading.casefiles import checks
+
+        return checks.Options(lenient=self.lenient, forbid_unknown=self.forbid_unknown)
 
     def is_test_file(self, relative: str) -> bool:
         """Whether ``relative`` (a path below the folder searched, with ``/``) is a test file."""
@@ -69,7 +82,8 @@ def of(
     return Discovery(
         test_match=tuple(test_match) if test_match is not None else DEFAULT_TEST_MATCH,
         test_ignore=tuple(test_ignore),
-        cases=checks.Options(lenient=lenient, forbid_unknown=forbid),
+        lenient=lenient,
+        forbid_unknown=forbid,
     )
 
 

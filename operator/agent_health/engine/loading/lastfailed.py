@@ -28,7 +28,7 @@ VERSION = 1
 class Cache(BaseModel):
     """The file's format: suite root (absolute) → ids of the tests that did not pass."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     version: int = VERSION
     suites: dict[str, list[str]] = Field(default_factory=dict)

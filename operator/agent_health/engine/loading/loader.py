@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
-from agent_health.engine.loading import datasuite, discovery
+from agent_health.engine.loading import discovery
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import declare, errors
 
@@ -198,6 +198,10 @@ def _load_cases(
     from_cases: dict[str, declare.TestCase],
 ) -> None:
     """The tests of one case file (a benchmark's are those of the case files it names)."""
+    # Loaded with the first case file: a suite of Python tests never imports case files'
+    # models or the tests they declare.
+    from agent_health.engine.loading import datasuite
+
     loaded = datasuite.load(path, found_by.cases, lambda p: _beside(found_by, p))
     for problem in loaded.problems:
         item = LoadError(_relative(Path(problem.file), suite.root), problem.line, problem.message)

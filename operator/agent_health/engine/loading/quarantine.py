@@ -37,7 +37,7 @@ class QuarantineError(errors.AgentHealthError):
 class Entry(BaseModel):
     """One quarantined test, with why (as ``flaky`` found it)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: str = Field(min_length=1)
     flips: int | None = None
@@ -46,7 +46,7 @@ class Entry(BaseModel):
 
 
 class QuarantineFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     version: int = VERSION
     written_at: datetime | None = None

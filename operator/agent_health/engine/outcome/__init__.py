@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from agent_health import faces
 
 if TYPE_CHECKING:
-    from agent_health.engine.outcome.claims import Sighting, as_seen
+    from agent_health.engine.outcome.claims import PeerCalls, Sighting, as_seen
     from agent_health.engine.outcome.claims import check as check_claims
     from agent_health.engine.outcome.claims import from_objects as sightings
     from agent_health.engine.outcome.claims import reported as reported_calls
@@ -28,6 +28,7 @@ else:
     __getattr__, __dir__ = faces.lazy(
         __name__,
         {
+            "PeerCalls": "claims",
             "Sighting": "claims",
             "as_seen": "claims",
             "check_claims": "claims:check",
@@ -46,6 +47,7 @@ else:
 
 __all__ = [
     "JUDGE_ONLY",
+    "PeerCalls",
     "Sighting",
     "as_seen",
     "cause",

@@ -41,12 +41,16 @@ recorded calls could have been a given tool; every check below asks it):
 A plain peer's calls are requests, not tool names: such a call could have been any tool the
 peer serves, so a peer that serves several tools is checked by count and order of calls, all
 its tools together. A check never turns a failed signal into a passed one.
+
+One concept: the agent's tool claims against the gateway's record — reading the record
+into sightings, the one decision of which call could have been which tool, each matcher's
+check on it, and the run as the gateway saw it — for both graders alike.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +73,18 @@ ERRORED = "the gateway saw the MCP server answer isError"
 NOT_SEEN_AS_CALLED = "the gateway saw no such call: not of this server, or not with these arguments"
 SHOWN_CALLS = 50
 """The gateway's calls an order check shows in its evidence (the first ones)."""
+
+
+@dataclass(frozen=True)
+class PeerCalls:
+    """What a run's gateway has on record of one run id's calls to peers, as JSON objects
+    (``exchange`` and ``mcp`` records): the local run's in-process gateway's, or a cell
+    gateway's, asked on its admin listener."""
+
+    records: list[dict[str, Any]]
+    whole: bool = True
+    """False when the gateway kept fewer than its ledger holds (a cell gateway keeps a bounded
+    copy readable): the claims are then left to the grader, who reads the ledger."""
 
 
 @dataclass(frozen=True)
@@ -200,13 +216,14 @@ class Sightings:
 
 
 def from_objects(
-    recorded: Sequence[Mapping[str, Any]],
+    recorded: Sequence[Mapping[str, Any]], mcp: Collection[str] = ()
 ) -> tuple[list[Sighting], dict[str, set[str]]]:
     """The target's calls to peers among ``recorded`` (``exchange`` and ``mcp`` records as
     their JSON objects: a cell's or a local run's) in the order they started, and the tools
-    each MCP peer showed (listed, or was called for). A peer with ``mcp`` records is an MCP
-    server: its calls are its ``tools/call`` records (its other exchanges — initialize,
-    tools/list, notifications — are no tool's); a plain peer's calls are its exchanges."""
+    each MCP peer showed (listed, or was called for). A peer with ``mcp`` records, or named
+    in ``mcp`` (a RunSpec's ``protocol: mcp`` peers), is an MCP server: its calls are its
+    ``tools/call`` records (its other exchanges — initialize, tools/list, notifications —
+    are no tool's); a plain peer's calls are its exchanges."""
     mine = [r for r in recorded if r.get("principal") == "target"]
     shown: dict[str, set[str]] = {}
     for record in mine:
@@ -228,7 +245,7 @@ def from_objects(
             peer = str(record.get("upstream", ""))
             if not peer.startswith("peer:") or record.get("status") is None:
                 continue  # not a peer's, or it never reached one
-            if peer.removeprefix("peer:") in shown:
+            if peer.removeprefix("peer:") in shown or peer.removeprefix("peer:") in mcp:
                 continue  # an MCP peer's: its calls are its mcp records
             sighting = Sighting(peer.removeprefix("peer:"))
         elif kind == "mcp" and record.get("method") == "tools/call" and isinstance(name, str):
@@ -306,6 +323,9 @@ def check(
     """Hold the tool claims of ``run`` to ``calls`` (each target → ``peer:NAME`` call the
     gateway recorded, in order) for the tools each peer serves."""
     seen = Sightings(calls, peer_tools)
+    # Checked signals may be checked again (a cell's controller checks, then the operator):
+    # the observations of calls left out are made afresh, not added twice.
+    signals = [s for s in signals if not _omission(s)]
     claimed_tools = [
         step.tool_name
         for step in (run.trajectory if run is not None else ())
@@ -480,6 +500,17 @@ def _omitted(
         name=f"calls to peer:{peer} the trajectory omits",
         passed=None,
         evidence=evidence,
+    )
+
+
+def _omission(signal: results.Signal) -> bool:
+    """Whether ``signal`` is an observation :func:`check` made of calls left out."""
+    evidence = signal.evidence or {}
+    return (
+        signal.kind == "deterministic"
+        and signal.role == "observe"
+        and evidence.get("source") == "gateway"
+        and evidence.get("problem") == OMITTED
     )
 
 

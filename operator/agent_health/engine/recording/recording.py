@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from pydantic_core import to_jsonable_python
 
 from agent_health.connectors import wire
+from agent_health.engine import outcome
 from agent_health.engine.recording import refusal, runrecord
 from agent_health.ledger import chain, encoding, objects, runfile, store
 from agent_health.ledger import errors as ledger_errors
@@ -228,6 +229,19 @@ class LocalLedger:
             await asyncio.gather(self._key_written, return_exceptions=True)
             await asyncio.to_thread(_remove_key, self.key_file)
 
+    @property
+    def whole(self) -> bool | None:
+        """Whether the ledger holds every record this run made, chained and — a directory's
+        run file — sealed (known once it is closed): what the history records as its
+        ``ledger_verified``. The run made every record and holds the only key, so its seal is
+        that verification: reading the ledger back to verify it again would cost a
+        2,000-test run about as much CPU as the run itself (bench/history.py). ``False``: a
+        cell could not be sealed or a write failed (:attr:`failures` say which); ``None``:
+        nothing was recorded."""
+        if not self.cells and not self.refused:
+            return None
+        return not self.failures and not self.refused
+
     def observe(self, seen: wire.Observation) -> None:
         """The connectors' observer: one finished (or failed, or cancelled) exchange."""
         cell = self._open.get(seen.run_id)
@@ -254,11 +268,15 @@ class LocalLedger:
         the one test in flight."""
         return PeerSink(self, run_id)
 
-    def peer_records(self, run_id: str) -> list[objects.Object]:
+    async def peer_calls(self, run_id: str) -> outcome.PeerCalls | None:
         """What the test of ``run_id`` has recorded of its peers so far (``exchange`` and
-        ``mcp`` records): what its tool claims are held to (``engine.outcome.claims``)."""
+        ``mcp`` records): what its tool claims are held to (``engine.outcome.claims``),
+        all its ledger cell will hold of them; ``None`` when it called no peer (so a run
+        without peers never loads the claims' module)."""
         cell = self._open.get(run_id)
-        return list(cell.peers) if cell is not None else []
+        if cell is None or not cell.peers:
+            return None
+        return outcome.PeerCalls(list(cell.peers))
 
     def _peer_cell(self, run_id: str | None) -> _Cell | None:
         if run_id is not None and run_id in self._open:

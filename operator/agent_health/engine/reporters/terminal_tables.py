@@ -61,10 +61,11 @@ def results(console: Console, tests: list[dict[str, Any]], repeats: int, title: 
     way a title too long for its room is cut with an ellipsis, so each row is one line. Past
     :data:`TABLE_LIMIT` rows only those that did not all pass are listed.
     """
-    rows = _wide_rows(tests, repeats)
-    wide = _shown(rows, lambda r: r["passed"])
+    # Past the limit only what did not pass is listed: no row is made for the rest.
+    listed = tests if len(tests) <= TABLE_LIMIT else [t for t in tests if t["status"] != "passed"]
+    wide = _wide_rows(listed, repeats)
     if not wide:  # past the limit, and all passed
-        _not_listed(console, len(rows), "results")
+        _not_listed(console, len(tests), "results")
         return False
     columns = _wide_columns(wide)
     names = [r["test"] for r in wide]
@@ -77,7 +78,7 @@ def results(console: Console, tests: list[dict[str, Any]], repeats: int, title: 
         cut = cut_titles(names, room - label)
         shown = [n + r["repeat"] for n, r in zip(cut, wide, strict=True)]
         console.print(_wide_table(title, wide, columns, shown))
-        _not_listed(console, len(rows) - len(wide), "results")
+        _not_listed(console, len(tests) - len(wide), "results")
         return False
     groups = _narrow_rows(tests)
     shown = _shown(groups, lambda g: g.passed == len(g.runs))
@@ -120,7 +121,6 @@ def _wide_rows(tests: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]
         status = t["status"]
         rows.append(
             {
-                "passed": status == "passed",
                 "status": Text(
                     f"{style.MARK[status]} {status}"
                     + (f" ({visible.line(t['cause'])})" if t.get("cause") else ""),

@@ -24,7 +24,7 @@ from agent_health.traces import metrics
 class SignalEntry(BaseModel):
     """One signal: a matcher, a judge verdict or a derived metric, in body order."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     kind: SignalKind
     role: Role
@@ -41,7 +41,7 @@ class SignalEntry(BaseModel):
 class PartialEntry(BaseModel):
     """What the agent had sent before its call timed out (``TestResult.partial``)."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     source: partial_mod.Source = Field(
         description="body: the HTTP body received (REST, OpenAI-compatible); events: AG-UI "
@@ -61,7 +61,7 @@ class TestEntry(BaseModel):
     are new in v2."""
 
     __test__ = False
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
 
     id: str = Field(description="stable id: file relative to the suite root :: title")
     name: str

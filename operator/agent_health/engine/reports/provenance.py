@@ -29,7 +29,7 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 class AgentInfo(BaseModel):
     """The agent under test, as the run reached it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str | None = Field(default=None, description="the config key or --agent value")
     connector: str | None = Field(default=None, description="rest, agui, openai, subprocess…")
@@ -41,7 +41,7 @@ class AgentInfo(BaseModel):
 class JudgeInfo(BaseModel):
     """The judge model, or why there was none."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     provider: str | None = None
     model: str | None = None
@@ -51,7 +51,7 @@ class JudgeInfo(BaseModel):
 class SuiteInfo(BaseModel):
     """Where the tests came from: the paths given and the git commit they are at."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     paths: list[str] = Field(default_factory=list)
     git_commit: str | None = Field(default=None, description="None outside a git checkout")
@@ -72,7 +72,7 @@ class SuiteInfo(BaseModel):
 class Selection(BaseModel):
     """Which of the suite's tests the run chose (``--grep``, ``--label``, ``--shard``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     grep: list[str] = Field(
         default_factory=list, description="every --grep as given (any may match)"
@@ -113,7 +113,7 @@ def suite_name(folder: Path) -> str:
 class Provenance(BaseModel):
     """What ran. Every field is optional: a report rendered from a ledger knows less."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     run_id: str | None = Field(
         default=None,

@@ -81,7 +81,7 @@ def by_cause(results: Sequence[TestResult]) -> dict[Cause, int]:
 class LabelStats(BaseModel):
     """How the tests carrying one label did."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     passed: int = 0
     failed: int = 0
@@ -100,7 +100,7 @@ class UnpricedModel(BaseModel):
     """A model the agent spent tokens on that the price table has no price for: those runs'
     cost is unknown (not in ``cost_usd``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     model: str | None = Field(description="the model; None for tokens the agent named none for")
     runs: int = Field(description="runs that spent tokens on it")
@@ -112,7 +112,7 @@ class UnpricedModel(BaseModel):
 class RepeatStats(BaseModel):
     """One test over its k repeats."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     runs: int
     passed: int
@@ -132,7 +132,7 @@ class Recommendation(BaseModel):
     """One recommendation of the run-level rollup and how many tests it applies to (the
     whole rollup, with the test ids, is ``Summary.insights``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     text: str
     tests: int
@@ -142,7 +142,7 @@ class Quarantined(BaseModel):
     """The results of quarantined tests (``run --quarantine FILE``), counted apart: never in
     the headline counts, the pass rate, the score or the exit code."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     tests: list[str] = Field(default_factory=list, description="their titles")
     passed: int = 0
@@ -153,7 +153,7 @@ class Quarantined(BaseModel):
 
 
 class Summary(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     total: int
     passed: int
@@ -252,7 +252,7 @@ class Summary(BaseModel):
 class RunReport(BaseModel):
     """All results of one run. Field order is part of the file format."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     version: int = REPORT_VERSION
     summary: Summary

@@ -53,7 +53,7 @@ _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 class Item(BaseModel):
     """One recommendation across the suite and the tests (ids) it applies to."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     text: str
     tests: list[str] = Field(default_factory=list)
@@ -62,7 +62,7 @@ class Item(BaseModel):
 class Rollup(BaseModel):
     """The suite's insights, synthesised (``llm``) or grouped (``grouped``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     source: Literal["llm", "grouped"]
     summary: str

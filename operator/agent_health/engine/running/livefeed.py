@@ -43,6 +43,8 @@ MAX_ERROR = 1024
 class LiveResult(pydantic.BaseModel):
     """One (test, repeat) as it ended, in brief."""
 
+    model_config = pydantic.ConfigDict(defer_build=True)  # built for a run that streams
+
     id: str
     name: str
     file: str = ""
@@ -80,6 +82,8 @@ class LiveResult(pydantic.BaseModel):
 
 
 class Begun(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(defer_build=True)  # built for a run that streams
+
     kind: Literal["begun"] = "begun"
     agent: str | None = None
     suite: str | None = None
@@ -89,6 +93,8 @@ class Begun(pydantic.BaseModel):
 
 
 class Started(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(defer_build=True)  # built for a run that streams
+
     kind: Literal["started"] = "started"
     id: str
     name: str
@@ -97,11 +103,15 @@ class Started(pydantic.BaseModel):
 
 
 class Finished(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(defer_build=True)  # built for a run that streams
+
     kind: Literal["finished"] = "finished"
     result: LiveResult
 
 
 class Ended(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(defer_build=True)  # built for a run that streams
+
     kind: Literal["ended"] = "ended"
     interrupted: bool = False
     stopped: str | None = None
@@ -112,6 +122,8 @@ Event = Annotated[Begun | Started | Finished | Ended, pydantic.Field(discriminat
 
 class Batch(pydantic.BaseModel):
     """What a run posts: some of its events, in order."""
+
+    model_config = pydantic.ConfigDict(defer_build=True)  # built for a run that streams
 
     run: str = pydantic.Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._:-]+$")
     events: list[Event] = pydantic.Field(max_length=10_000)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -80,32 +81,36 @@ class RunEnv:
     """Where each test's spans go (``--otlp``); ``None``: no export."""
     peer_routes: ctx_mod.PeerRoutes | None = None
     """Where a test's own servers (a mock MCP server) go behind the run's gateway."""
-    peer_calls: Callable[[str], list[dict[str, Any]]] | None = None
+    peer_calls: Callable[[str], Awaitable[outcome.PeerCalls | None]] | None = None
     """What the run's gateway recorded of a run id's calls to peers (``exchange`` and ``mcp``
-    records), which the test's tool claims are held to after its body
-    (``engine.outcome.claims``)."""
+    records; ``None``: none), which the test's tool claims are held to after its body
+    (``engine.outcome.claims``): the local run's in-process gateway, or a cell's gateway
+    asked on its admin listener."""
 
-    @property
+    @functools.cached_property
     def prices(self) -> tracesconfig.PriceTable:
+        """The config's price table, merged once per run (every test's cost reads it)."""
         return self.config.price_table() if self.config else tracesconfig.PriceTable()
 
 
-def _held_to_peers(
+async def _held_to_peers(
     env: RunEnv, ctx: ctx_mod.TestContext, run_id: str
 ) -> tuple[RunResult | None, tuple[dict[str, Any], ...]]:
     """Hold the body's tool claims to the calls the run's gateway saw (the signals are
     replaced by the checked ones, as a cell's grade does); the run with the tool errors the
     gateway saw marked (what the metrics and insights read), and its MCP calls (the report's
     ``mcp_calls``)."""
-    recorded = env.peer_calls(run_id) if env.peer_calls is not None else []
-    if not recorded:
+    if env.peer_calls is None:
         return ctx.result, ()
-    from agent_health.engine import outcome
-
-    calls, shown = outcome.sightings(recorded)
-    checked = outcome.check_claims(ctx.signals, ctx.result, calls, outcome.served_tools({}, shown))
-    ctx.signals[:] = checked.signals
-    return outcome.as_seen(ctx.result, calls), outcome.reported_calls(recorded)
+    found = await env.peer_calls(run_id)
+    if found is None or not found.records:
+        return ctx.result, ()
+    calls, shown = outcome.sightings(found.records)
+    if found.whole:  # else the grader, who reads the whole ledger, holds them
+        served = outcome.served_tools({}, shown)
+        checked = outcome.check_claims(ctx.signals, ctx.result, calls, served)
+        ctx.signals[:] = checked.signals
+    return outcome.as_seen(ctx.result, calls), outcome.reported_calls(found.records)
 
 
 class _Traces:
@@ -255,7 +260,7 @@ async def _run_case(
         finally:
             ctx_mod.deactivate(token)
         duration = (time.perf_counter() - started) * 1000
-        measured, mcp_calls = _held_to_peers(env, ctx, run_id)
+        measured, mcp_calls = await _held_to_peers(env, ctx, run_id)
         derived = metrics.derive(measured, env.prices)
         status = outcome.decide(ctx.signals, ctx.errors, skip_reason is not None)
         skip_reason = skip_reason or outcome.skip_reason(status, ctx.signals)

@@ -29,7 +29,7 @@ runs it; its answer is a pydantic model (dumped into the pair) or ``None``."""
 class Side(BaseModel):
     """One test's outcome for one agent, over its repeats."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     runs: int
     passed: int
@@ -47,7 +47,7 @@ class Side(BaseModel):
 class Row(BaseModel):
     """One test, every agent side by side (an agent that did not run it is absent)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str
@@ -57,7 +57,7 @@ class Row(BaseModel):
 class Pair(BaseModel):
     """From agent ``base`` to agent ``new`` over the tests both decided."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     base: str
     new: str
@@ -83,7 +83,7 @@ class Pair(BaseModel):
 class Matrix(BaseModel):
     """The ``matrix`` of a report of several agents."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     agents: list[str]
     summaries: dict[str, dict[str, Any]] = Field(

@@ -37,7 +37,7 @@ CONFIDENCE = stats.CONFIDENCE
 class Interval(BaseModel):
     """A confidence interval (at the report's ``confidence``, 95% unless said otherwise)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     low: float
     high: float
@@ -57,7 +57,7 @@ class Interval(BaseModel):
 class PassAtK(BaseModel):
     """pass@k and pass^k for one k, over the tests with at least k decided repeats."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     k: int
     tests: int = Field(description="tests with at least k decided repeats (the others are out)")
@@ -70,7 +70,7 @@ class PassAtK(BaseModel):
 class Tally(BaseModel):
     """One test's decided repeats and scores: what every interval is computed from."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     passed: int = 0
     decided: int = 0

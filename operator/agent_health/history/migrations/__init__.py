@@ -9,5 +9,5 @@ beside the others (``down_revision`` the previous head), the same change in ``ta
 and :data:`HEAD` moved to it.
 """
 
-HEAD = "0001"
+HEAD = "0002"
 """The newest revision of the schema this agent-health writes."""

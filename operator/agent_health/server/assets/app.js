@@ -232,19 +232,47 @@
     const results = await api("/api/runs/" + encodeURIComponent(run.uid) + "/results" + (chosen ? "?status=" + chosen : ""));
     const ev = page.evidence;
     const ledger = ev.ledger_url ? (ev.ledger_verified === true ? "ledger verified" : ev.ledger_verified === false ? "ledger FAILED verification" : "ledger not verified") : "no ledger";
+    const checked = el("p", { id: "ledger-check", role: "status" });
+    const check = ev.ledger_at_hand ? el("p", {}, el("button", { type: "button", id: "verify-ledger", onclick: async (event) => {
+      event.target.disabled = true;
+      checked.replaceChildren("verifying " + ev.ledger_url + " …");
+      try {
+        const found = await api("/api/runs/" + encodeURIComponent(run.uid) + "/ledger/verify", { method: "POST" });
+        checked.className = found.ok ? "passed" : "failed";
+        checked.replaceChildren(ledgerSaid(found));
+      } catch (err) {
+        checked.className = "error";
+        checked.replaceChildren(err.message);
+      } finally { event.target.disabled = false; }
+    } }, "verify the ledger now"), checked) : null;
     const filter = el("div", { class: "chips", id: "status-filter" }, ["", "passed", "failed", "errored", "skipped", "flaky"].map(
       (s) => el("a", { class: "chip", href: "?status=" + s, text: s || "all", "aria-current": s === chosen ? "true" : null })));
     const frame = el("div", { id: "inspector-slot" }, el("button", { type: "button", id: "open-inspector", onclick: () => {
       frame.replaceChildren(el("iframe", { class: "inspector", title: "run inspector", src: "/runs/" + encodeURIComponent(run.uid) + "/inspector" }));
     } }, "open the inspector" + (ev.report ? " (its report)" : " (from the history)")));
     show(el("h2", { text: "Run " + run.uid }),
-      el("p", { class: "muted", text: [when(run.started_at), run.agent ? run.agent.name || run.agent.url : null, run.git_branch, run.git_commit ? run.git_commit.slice(0, 10) : null, run.source].filter(Boolean).join(" · ") }),
+      el("p", { class: "muted", text: [when(run.started_at), run.agent ? run.agent.name || run.agent.url : null, run.git_branch, run.git_commit ? run.git_commit.slice(0, 10) : null, run.source, run.attempt ? "attempt " + run.attempt + " (errored cells requeued)" : null].filter(Boolean).join(" · ") }),
       el("div", { class: "cards" }, card("pass rate", pct(run.pass_rate), "pass-rate"), card("passed", run.passed), card("failed", run.failed),
         card("errored", run.errored), card("cost", cost(run.cost_usd)), card("duration", secs(run.duration_ms)), card("evidence", ledger, "ledger")),
+      check,
       el("p", {}, el("a", { href: "/compare?new=" + encodeURIComponent(run.uid) + (run.trend ? "&base=" + encodeURIComponent(run.trend.previous) : ""), text: "compare with another run" })),
       filter, el("p", { class: "muted", text: results.total + " results" }),
       table(["status", "test", "repeat#", "score#", "duration#", "error and failed checks"], results.results.map(resultRow), { id: "results" }),
       frame);
+  }
+
+  function ledgerSaid(found) {
+    // the check's verdict in one line: what verified, or where it first failed and why
+    const counted = found.cells + " cells, " + found.records + " records";
+    if (found.ok) {
+      const refused = Object.keys(found.refused || {}).length;
+      return "verified now: " + counted + (found.sealed ? ", its seal holds" : "") +
+        (refused ? "; " + refused + " cells not recorded (named by its seal)" : "");
+    }
+    const bad = found.first_bad;
+    if (!bad) return "FAILED verification: " + counted;
+    const where = bad.cell ? "cell " + bad.cell + (bad.line ? " line " + bad.line : "") + (bad.seq !== null ? " (seq " + bad.seq + ")" : "") : "the run file";
+    return "FAILED verification at " + where + ": " + bad.reason + ": " + bad.message;
   }
 
   // ---- a live run -----------------------------------------------------------------------
@@ -276,7 +304,7 @@
       head.replaceChildren(card("done", done + " / " + state.total, "done"), card("pass rate", pct(state.pass_rate), "pass-rate"),
         card("passed", c.passed, "passed"), card("failed", c.failed, "failed"), card("errored", c.errored, "errored"),
         ...(state.phase ? [card("phase", state.phase, "phase")] : []));
-      flight.replaceChildren(...state.in_flight.map((f) => el("li", { "data-test": f.id, text: f.name + (f.repeat ? " #" + f.repeat : "") })));
+      flight.replaceChildren(...state.in_flight.map((f) => el("li", { "data-test": f.id, text: f.name + (f.repeat ? " #" + f.repeat : "") + (f.agent ? " [" + f.agent + "]" : "") + (f.since ? " · since " + when(f.since).slice(11) : "") })));
       note.replaceChildren(state.ended ? "ended" + (state.interrupted ? " (interrupted)" : "") + (state.stopped ? ": " + state.stopped : "") : "running");
       if (state.ended && state.source !== "cluster") note.append(" · ", el("a", { href: "/runs/" + encodeURIComponent(uid), text: "its page in the history" }));
       controls.replaceChildren(...liveControls(state));
