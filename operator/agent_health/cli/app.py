@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from agent_health import connectors
 from agent_health.cli import cluster, common, history, ledgers, reports, run, web
-from agent_health.connectors import errors as connector_errors
 from agent_health.sdk import errors
 
 YOUNG_COLLECTION_EVERY = 20_000
@@ -155,6 +155,6 @@ def _usage_errors() -> tuple[type[Exception], ...]:
         common.UsageError,
         errors.ConfigError,
         errors.DefinitionError,
-        connector_errors.ConnectorError,
+        connectors.ConnectorError,
         ledger_errors.LedgerError,
     )

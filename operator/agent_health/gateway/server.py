@@ -26,9 +26,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from agent_health import ledger
 from agent_health.gateway import admin, config, errors, guard, otlp, pooled, proxy, recorder
 from agent_health.ledger import assignment, backends, chain, podlog, records, spool, store
-from agent_health.ledger import errors as ledger_errors
 
 log = logging.getLogger("agent_health.gateway")
 
@@ -90,7 +90,7 @@ class Gateway:
             if settings.ledger_url is not None or settings.ledger_log:
                 key = await asyncio.to_thread(chain.load_key, settings.key_file)
                 record = _recorder(settings, await _backend(settings), key)
-        except ledger_errors.LedgerError as err:
+        except ledger.LedgerError as err:
             raise errors.GatewayConfigError(str(err)) from err
         return cls(settings, tokens=tokens, record=record, owns_recorder=True)
 
@@ -165,7 +165,7 @@ class Gateway:
         )
         try:
             await self.recorder.open_cell(s.cell, meta)
-        except ledger_errors.LedgerError as err:
+        except ledger.LedgerError as err:
             raise errors.RecordingError(f"cannot open ledger cell {s.cell}: {err}") from err
 
     async def assign(self, assigned: assignment.Assignment) -> None:
@@ -176,9 +176,9 @@ class Gateway:
         settings = pooled.cell_settings(self.settings, assigned)
         key = pooled.cell_key(self.settings, self._sandbox_key, assigned)
         try:
-            ledger = settings.ledger_url is not None or settings.ledger_log
-            backend = await _backend(settings) if ledger else None
-        except ledger_errors.LedgerError as err:
+            stored = settings.ledger_url is not None or settings.ledger_log
+            backend = await _backend(settings) if stored else None
+        except ledger.LedgerError as err:
             raise errors.GatewayConfigError(f"{self.settings.assignment}: {err}") from err
         self.settings = settings
         if backend is not None:

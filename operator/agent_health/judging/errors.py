@@ -26,7 +26,7 @@ makes the test ``errored`` at once (cause ``test``).
 
 from __future__ import annotations
 
-from agent_health.sdk import errors as sdk_errors
+from agent_health import sdk
 
 
 class JudgingError(Exception):
@@ -78,7 +78,7 @@ class EvaluatorFailed(JudgingError):
     """A custom evaluator raised, or returned something that is not a verdict."""
 
 
-class UsageError(JudgingError, sdk_errors.JudgeError):
+class UsageError(JudgingError, sdk.JudgeError):
     """``judge()`` was called in a way that cannot work (a bug in the test)."""
 
     error_cause: str = "test"
@@ -92,7 +92,7 @@ class UnknownTools(UsageError):
     """The named tool pack does not exist."""
 
 
-class MissingKey(sdk_errors.ConfigError):
+class MissingKey(sdk.ConfigError):
     """The environment variable named for the judge's key is not set."""
 
 

@@ -20,8 +20,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from agent_health import sdk
 from agent_health.judging.chat import ToolSpec
-from agent_health.sdk import errors as sdk_errors
 from agent_health.sdk.results import RunResult
 from agent_health.traces import errors as traces_errors
 from agent_health.traces import metrics as metrics_mod
@@ -54,7 +54,7 @@ def source_for(result: RunResult) -> TraceSource:
     """
     try:
         view = result.traces
-    except (sdk_errors.AgentHealthError, traces_errors.TracesError):
+    except (sdk.AgentHealthError, traces_errors.TracesError):
         return RunResultSource(result)  # traces off, or not inside the test that ran it
     if getattr(view, "source", None) in ("opensearch", "otel"):
         return ViewSource(result, view)

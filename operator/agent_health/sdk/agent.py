@@ -13,8 +13,7 @@ from typing import Any
 
 import pydantic
 
-from agent_health import timeouts
-from agent_health.connectors import errors as connector_errors
+from agent_health import connectors, timeouts
 from agent_health.connectors.protocol import AgentRequest, ContextItem, FileItem, ToolDefinition
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import conversation, errors
@@ -268,7 +267,7 @@ class Agent:
                 reply = await ctx.agent_caller(request)
         except Exception as err:
             ctx.agent_error = str(err) or type(err).__name__
-            if isinstance(err, connector_errors.AgentTimeout):
+            if isinstance(err, connectors.AgentTimeout):
                 ctx.partial = err.partial  # how far the agent got, for the result
             raise
         finally:

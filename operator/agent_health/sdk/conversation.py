@@ -18,8 +18,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from agent_health import connectors
 from agent_health.connectors import base, protocol
-from agent_health.connectors import errors as connector_errors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Message, Step, TokenUsage
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors
@@ -110,7 +110,7 @@ class Conversing:
         started = time.perf_counter()
         try:
             reply = await self.call(request)
-        except connector_errors.ConnectorError as err:
+        except connectors.ConnectorError as err:
             if number > 1 and f"turn {number}" not in str(err):  # which turn failed, first
                 err.args = (f"turn {number}: {err}", *err.args[1:])
             raise
@@ -247,7 +247,7 @@ async def converse(
                 await holder.end(request.run_id)
     except Exception as err:
         ctx.agent_error = str(err) or type(err).__name__
-        if isinstance(err, connector_errors.AgentTimeout):
+        if isinstance(err, connectors.AgentTimeout):
             ctx.partial = err.partial
         if talk.turns:  # the turns answered before it failed stay in the result
             ctx.result = _result(ctx, request, talk, None, started)

@@ -321,8 +321,9 @@ class FollowQuery(pydantic.BaseModel):
 
 
 def _hub(served: state.State) -> Hub:
-    assert served.hub is not None
-    return served.hub
+    hub = served.hub
+    assert isinstance(hub, Hub)
+    return hub
 
 
 @table.route(

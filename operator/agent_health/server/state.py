@@ -16,7 +16,6 @@ from agent_health.server import access
 
 if TYPE_CHECKING:
     from agent_health import history
-    from agent_health.server import live
 
 T = TypeVar("T")
 READERS = 8
@@ -52,7 +51,9 @@ class State:
             READERS, thread_name_prefix="agent-health-history"
         )
     )
-    hub: live.Hub | None = None
+    hub: Any = None
+    """The live runs and their subscribers (:class:`.live.Hub`; typed there, which imports
+    this module: no circle)."""
     workers: Any = None
     """The local runs this server started and supervises (:mod:`.steering`), if it does."""
     cluster: Any = None

@@ -112,7 +112,7 @@ class Cluster:
 
     def publish(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A run's body as hub events: its state and a result per cell graded since."""
-        hub = self.served.hub
+        hub: live.Hub | None = self.served.hub
         metadata = body.get("metadata") or {}
         uid = str(metadata.get("uid") or "")
         if hub is None or not uid:

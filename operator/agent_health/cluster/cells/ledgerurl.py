@@ -22,8 +22,8 @@ import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from agent_health import ledger
 from agent_health.ledger import backends, store
-from agent_health.ledger import errors as ledger_errors
 
 PLACEHOLDERS = ("namespace", "run", "runspec")
 DEFAULT_ALLOWED = ("configmap://{namespace}/",)
@@ -53,7 +53,7 @@ def problem(template: str) -> str | None:
     url = fill(template, namespace="namespace", run="run", runspec="runspec")
     try:
         backends.from_url(url, store.Options())
-    except ledger_errors.LedgerError as err:
+    except ledger.LedgerError as err:
         return str(err)
     if _scheme(template) == "configmap" and "{run}" not in template.partition("://")[2]:
         return (

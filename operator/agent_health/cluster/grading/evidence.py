@@ -24,11 +24,11 @@ from typing import Any
 
 import pydantic
 
+from agent_health import ledger
 from agent_health.cluster import errors
 from agent_health.connectors import protocol
 from agent_health.engine import outcome
 from agent_health.ledger import chain, records
-from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results, turns
 from agent_health.traces import metrics
@@ -87,7 +87,7 @@ def read(
         problem = checked.problem
         if problem is not None and problem.reason == "truncated":
             gap = None
-            with contextlib.suppress(ledger_errors.RecordError):  # the chain held: a gap
+            with contextlib.suppress(ledger.RecordError):  # the chain held: a gap
                 gap = _gap(records.parse_lines(lines))  # the gateway left says so
             raise errors.UnverifiedLedger(
                 f"no final record from controller: the ledger of cell {cell_name} ends after "
@@ -98,7 +98,7 @@ def read(
         raise errors.UnverifiedLedger(f"ledger tampered at record {where}")
     try:
         parsed = records.parse_lines(lines)
-    except ledger_errors.RecordError as err:
+    except ledger.RecordError as err:
         raise errors.DoubtfulEvidence(f"ledger of cell {cell_name}: {err}") from err
     meta, end = parsed[0], parsed[-1]
     if not isinstance(meta, records.CellMeta) or not isinstance(end, records.CellEnd):

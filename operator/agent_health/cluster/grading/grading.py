@@ -42,12 +42,12 @@ from typing import Any, Literal, get_args
 
 import pydantic
 
+from agent_health import ledger
 from agent_health.cluster import errors
 from agent_health.cluster.api import evaluationrun
 from agent_health.cluster.grading import evidence
 from agent_health.engine import outcome
 from agent_health.judging import usage as judge_usage
-from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import store
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results, tracesconfig
@@ -168,7 +168,7 @@ async def grade_cell(
     where = ledger_cell or cell_name
     try:
         lines = await backend.read(where)
-    except ledger_errors.BackendError as err:
+    except ledger.BackendError as err:
         raise errors.LedgerUnavailable(
             f"cannot read the ledger of cell {where} at {backend.url}: {err}"
         ) from err

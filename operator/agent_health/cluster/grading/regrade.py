@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from agent_health import ledger
 from agent_health.cluster.grading import grading
 from agent_health.ledger import backends, keys, records, store
-from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk.results import TestResult
 
 
@@ -24,7 +24,7 @@ def expected_from(cell: str, lines: list[str]) -> grading.ExpectedCell:
             continue
         try:
             first = records.parse_line(line, 1)
-        except ledger_errors.RecordError:
+        except ledger.RecordError:
             break
         if isinstance(first, records.CellMeta):
             file, sep, title = first.test_id.partition("::")  # ids are FILE::TITLE

@@ -28,7 +28,7 @@ import binascii
 import contextlib
 import dataclasses
 
-from agent_health import judging
+from agent_health import judging, sdk
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import runspec
 from agent_health.cluster.judge_service import limits as limits_mod
@@ -37,7 +37,6 @@ from agent_health.judging import cache as cache_mod
 from agent_health.judging import dispatch
 from agent_health.judging import errors as judging_errors
 from agent_health.sdk import config as config_mod
-from agent_health.sdk import errors as sdk_errors
 
 MAX_STEPS = limits_mod.MAX_STEPS
 Key = tuple[str, str, str, str | None, str | None, str | None, int]
@@ -159,7 +158,7 @@ class RunJudges:
                     cache=shared,
                 )
             )
-        except sdk_errors.ConfigError as err:
+        except sdk.ConfigError as err:
             raise judging_errors.ProviderError(
                 f"the RunSpec's spec.judge in namespace {namespace} cannot be used: {err}"
             ) from err

@@ -21,10 +21,10 @@ import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from agent_health import ledger
 from agent_health.cluster import kube
 from agent_health.cluster.cells import cellgateway
 from agent_health.ledger import configmap, podlog
-from agent_health.ledger import errors as ledger_errors
 
 DELAY = 1.0
 """Seconds a collected cell may wait for others to share its write (a short time bound)."""
@@ -115,7 +115,7 @@ class Collector:
         async with self._lock:  # one write at a time: each reads what the last one stored
             try:
                 await self._store(batch.cells)
-            except ledger_errors.LedgerError as err:
+            except ledger.LedgerError as err:
                 if len(batch.cells) == 1:
                     return _settle(batch.waiters, err)
                 for cell, lines in batch.cells.items():  # only the cells that do not fit fail

@@ -22,6 +22,7 @@ import datetime
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from agent_health import ledger
 from agent_health.cluster import errors, kube
 from agent_health.cluster.cells import cellpod, manifests, observed
 from agent_health.cluster.grading import grading
@@ -29,7 +30,6 @@ from agent_health.cluster.reconcile import collector, creation, lifecycle, plan
 from agent_health.cluster.reconcile import pools as pools_mod
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.engine import budget
-from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import keys
 
 LEDGER_READS = 5
@@ -171,7 +171,7 @@ class Handoff:
                 pod = cell.pod or cell.name
                 lines = await collector.read(self.board.api, run.ref.namespace, pod, ledger_cell)
                 break
-            except ledger_errors.LedgerLogError as err:  # missing or cut: never graded
+            except ledger.LedgerLogError as err:  # missing or cut: never graded
                 return plan.lost(cell, str(err), policy)
             except kube.ApiError as err:
                 if not err.temporary or attempt + 1 == LEDGER_READS:
@@ -181,7 +181,7 @@ class Handoff:
         assert lines is not None
         try:
             await run.collector.store(ledger_cell, lines)
-        except ledger_errors.LedgerError as err:
+        except ledger.LedgerError as err:
             return plan.lost(cell, f"cannot store its records in the ledger: {err}", policy)
         key = keys.cell_key(run.key, ledger_cell)  # that attempt's key alone verifies it
         expected = plan.expected(cell, plan.peer_tools(run.spec), plan.mcp_peers(run.spec))

@@ -29,6 +29,7 @@ from typing import Any
 
 import kopf
 
+from agent_health import ledger
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import (
@@ -56,7 +57,6 @@ from agent_health.cluster.reconcile import (
 )
 from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import backends, configmap
-from agent_health.ledger import errors as ledger_errors
 
 RECONCILED = "Reconciled"
 MAX_ATTEMPTS = 6
@@ -190,11 +190,11 @@ class Intake:
             return await board.fail(run, "InvalidLedgerUrl", f"{where}: {wrong}")
         try:
             run.backend = backends.from_url(url, self.policy.ledger_options)
-        except ledger_errors.LedgerError as err:
+        except ledger.LedgerError as err:
             return await board.fail(run, "InvalidLedgerUrl", f"{where}: {err}")
         if spec.spec.ledger is not None:
-            ledger = runspec.Ledger(url=url)
-            spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": ledger})})
+            filled = runspec.Ledger(url=url)
+            spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"ledger": filled})})
         try:
             await ledgers.prepare(board.api, run, url)
         except errors.SpecError as err:

@@ -30,6 +30,7 @@ import dataclasses
 import re
 from typing import Any
 
+from agent_health import ledger
 from agent_health.cluster import errors, kube
 from agent_health.cluster.api import evaluationrun, meta, runspec
 from agent_health.cluster.cells import cellsecrets, manifests, observed
@@ -37,7 +38,6 @@ from agent_health.cluster.grading import grading
 from agent_health.cluster.reconcile import lifecycle, listing, plan
 from agent_health.engine import budget
 from agent_health.ledger import backends, keys, store
-from agent_health.ledger import errors as ledger_errors
 
 _ATTEMPT = re.compile(r"\.a(\d+)$")
 
@@ -97,16 +97,16 @@ class Recollection:
         listed = await api.list(lifecycle.resource_of(run), namespace, labels)
         objects = {b["metadata"]["name"]: b for b in listed if plan.owned_by(b, run.uid)}
         try:
-            ledger = backends.from_url(url, self.ledger_options)
-        except ledger_errors.LedgerError as err:
+            backend = backends.from_url(url, self.ledger_options)
+        except ledger.LedgerError as err:
             raise errors.ClusterError(f"its ledger {url}: {err}") from err
         try:
-            written = set(await ledger.cells())
-            unknown = await self._grade(run, ledger, key, objects, written)
-        except ledger_errors.BackendError as err:
+            written = set(await backend.cells())
+            unknown = await self._grade(run, backend, key, objects, written)
+        except ledger.BackendError as err:
             raise errors.ClusterError(f"cannot read its ledger {url}: {err}") from err
         finally:
-            await ledger.close()
+            await backend.close()
         return self._checked(run, unknown)
 
     async def _key(self, run: plan.Run) -> bytes:

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agent_health.connectors import errors as connector_errors
+from agent_health import connectors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors, tracesconfig
@@ -193,7 +193,7 @@ class Joined:
         except Exception as err:
             # The receiver checked every span; should one still trip the filling, it is the
             # agent's account that could not be read: its error, never the test's.
-            raise connector_errors.AgentProtocolError(
+            raise connectors.AgentProtocolError(
                 f"the agent's OTel spans could not fill in what its reply left out: {err}"
             ) from err
 

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING
 
 from pydantic_core import to_jsonable_python
 
+from agent_health import ledger
 from agent_health.connectors import wire
 from agent_health.engine import outcome
 from agent_health.engine.recording import refusal, runrecord
 from agent_health.ledger import chain, encoding, objects, runfile, store
-from agent_health.ledger import errors as ledger_errors
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
 
@@ -197,7 +197,7 @@ class LocalLedger:
             return self
         taken = await asyncio.to_thread(_holds_a_ledger, directory)
         if taken is not None:
-            raise ledger_errors.BackendConfigError(
+            raise ledger.BackendConfigError(
                 f"the ledger directory {directory} already holds a run ({taken}); pass a new "
                 "--ledger directory (the default makes one per run)"
             )
@@ -215,7 +215,7 @@ class LocalLedger:
                 await self._runfile.close(key=self._key)
             elif self._backend is not None:
                 await self._backend.close()
-        except ledger_errors.LedgerError as err:
+        except ledger.LedgerError as err:
             self.failures.append(f"{self.url}: {err}")
         if self._runfile is not None and self._runfile.refused:
             kinds = self._runfile.refused_kinds
@@ -336,11 +336,11 @@ class LocalLedger:
                     for record in cell.records(then):
                         kind = str(record.get("kind", ""))
                         lines.append(sealer.line_of(record))
-                except ledger_errors.RecordError as err:
+                except ledger.RecordError as err:
                     self.refused[cell.name] = refusal.Refusal(f"its {kind} record: {err}", kind)
                     return
                 await self._backend.append(cell.name, lines)
-        except (ledger_errors.LedgerError, OSError) as err:
+        except (ledger.LedgerError, OSError) as err:
             self.failures.append(f"cell {cell.name}: {err}")
             return
         self.cells.append(cell.name)
@@ -457,7 +457,7 @@ def _directory(url: str) -> Path | None:
         return None
     path = rest if sep else url
     if not path:
-        raise ledger_errors.BackendConfigError(f"ledger URL {url!r} names no directory: file://DIR")
+        raise ledger.BackendConfigError(f"ledger URL {url!r} names no directory: file://DIR")
     return Path(path).expanduser()
 
 

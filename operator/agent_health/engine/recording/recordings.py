@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_health import ledger
 from agent_health.engine import reports
 from agent_health.engine.recording import replay
 from agent_health.ledger import audit, backends, chain, filestore, records, store
-from agent_health.ledger import errors as ledger_errors
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ async def load(
     key, checked_with = _key(source, where.ledger, key_file)
     try:
         backend = backends.from_url(where.ledger, options)
-    except ledger_errors.LedgerError as err:
+    except ledger.LedgerError as err:
         raise replay.ReplayError(f"--replay {source}: cannot open {where.ledger}: {err}") from err
     recording = replay.Recording(source=source, ledger=where.ledger, order=list(where.agents))
     recording.checked_with = checked_with
@@ -138,7 +138,7 @@ async def load(
                 continue
             try:
                 found = _read_cell(cell, lines, named.get(cell))
-            except (ledger_errors.LedgerError, ValueError) as err:
+            except (ledger.LedgerError, ValueError) as err:
                 recording.unreadable[cell] = str(err)
                 continue
             if found is not None:
@@ -151,7 +151,7 @@ async def load(
                 )
             for cell, why in whole.refused.items():
                 recording.unreadable[cell] = f"its records could not be sealed when it ran: {why}"
-    except ledger_errors.LedgerError as err:
+    except ledger.LedgerError as err:
         raise replay.ReplayError(f"--replay {source}: cannot read {where.ledger}: {err}") from err
     finally:
         await backend.close()
@@ -163,16 +163,16 @@ async def load(
     return recording
 
 
-def _key(source: str, ledger: str, key_file: str | None) -> tuple[bytes | None, str]:
+def _key(source: str, where: str, key_file: str | None) -> tuple[bytes | None, str]:
     """The key to verify the recording with and where it came from; ``None`` and why when
     there is none to be found (a key that is given but cannot be read is an error)."""
     try:
-        return chain.find_key(ledger, key_file)
-    except ledger_errors.LedgerKeyError as err:
+        return chain.find_key(where, key_file)
+    except ledger.LedgerKeyError as err:
         if key_file is not None or os.environ.get(chain.KEY_ENV):
             raise replay.ReplayError(f"--replay {source}: {err}") from err
     return None, (
-        f"no ledger key for {ledger} (a local run writes DIR.key beside its ledger DIR; "
+        f"no ledger key for {where} (a local run writes DIR.key beside its ledger DIR; "
         f"pass --key-file or set ${chain.KEY_ENV})"
     )
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_health.connectors import errors as connector_errors
+from agent_health import connectors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
 from agent_health.ledger import records
 from agent_health.sdk import context as ctx_mod
@@ -47,7 +47,7 @@ class ReplayError(errors.AgentHealthError):
         self.error_cause = cause
 
 
-class RecordedFailure(connector_errors.ConnectorError):
+class RecordedFailure(connectors.ConnectorError):
     """``agent.run()`` failed when it was recorded; the replay fails the same way."""
 
     def __init__(self, message: str, *, cause: str) -> None:

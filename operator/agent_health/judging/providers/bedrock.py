@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from agent_health import sdk
 from agent_health.judging import errors
 from agent_health.judging.chat import (
     VERDICT_TOOL_NAME,
@@ -27,7 +28,6 @@ from agent_health.judging.chat import (
 )
 from agent_health.judging.providers import http
 from agent_health.judging.providers.http import Endpoint, HeaderSource
-from agent_health.sdk import errors as sdk_errors
 from agent_health.sdk.config import JudgeConfig
 
 SERVICE = "bedrock"
@@ -43,7 +43,7 @@ class BedrockConverse:
             config.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         )
         if not region:
-            raise sdk_errors.ConfigError(
+            raise sdk.ConfigError(
                 "judge.provider 'bedrock' needs a region: set judge.region or AWS_REGION"
             )
         base = config.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
@@ -139,14 +139,14 @@ def _signer(region: str) -> HeaderSource:
         from botocore.awsrequest import AWSRequest
         from botocore.credentials import Credentials
     except ImportError as err:
-        raise sdk_errors.ConfigError(
+        raise sdk.ConfigError(
             "judge.provider 'bedrock' needs botocore to sign requests: "
             "pip install 'agent-health[bedrock]'"
         ) from err
     access = os.environ.get("AWS_ACCESS_KEY_ID")
     secret = os.environ.get("AWS_SECRET_ACCESS_KEY")
     if not access or not secret:
-        raise sdk_errors.ConfigError(
+        raise sdk.ConfigError(
             "judge.provider 'bedrock' signs with AWS credentials: set AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), or set "
             "judge.api_key_env to the variable holding a Bedrock API key"
