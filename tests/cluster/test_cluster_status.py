@@ -457,6 +457,32 @@ async def test_the_run_loop_sends_held_updates_and_flushes_on_stop() -> None:
     assert [b["status"]["counts"]["total"] for _, b in sent.sent] == [1, 2, 3]
 
 
+async def test_a_write_refused_in_the_run_loop_stops_neither_the_loop_nor_other_runs() -> None:
+    gone, sent = batcher.RunRef("default", "deleted"), Recorder()
+
+    async def patch(ref: batcher.RunRef, body: dict[str, Any]) -> Mapping[str, Any]:
+        if ref == gone:  # deleted while its last status was held
+            raise LookupError("404 NotFound: evaluationruns deleted")
+        return await sent(ref, body)
+
+    patches = batcher.StatusBatcher(patch, interval=0.005)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(patches.run(stop))
+    await patches.update(RUN, lambda: {"counts": {"total": 1}})
+    with pytest.raises(LookupError):  # written at once, by the caller: it hears
+        await patches.update(gone, lambda: {"counts": {"total": 1}})
+    await patches.update(gone, lambda: {"counts": {"total": 2}})  # held for the loop
+    await patches.update(RUN, lambda: {"counts": {"total": 2}})
+    while len(sent.sent) < 2:
+        sent.arrived.clear()
+        await sent.arrived.wait()
+    await patches.update(RUN, lambda: {"counts": {"total": 3}})
+    stop.set()
+    await loop  # the final flush of the deleted run is refused too: logged, not raised
+    assert [b["status"]["counts"]["total"] for _, b in sent.sent] == [1, 2, 3]
+    assert {ref for ref, _ in sent.sent} == {RUN}
+
+
 @pytest.fixture
 async def api() -> AsyncIterator[httpx.AsyncClient]:
     async with serve() as (_, url), httpx.AsyncClient(base_url=url) as client:

@@ -19,11 +19,14 @@ tells the watch event of our own write from a change someone else made.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("agent_health.operator")
 
 Snapshot = Callable[[], Mapping[str, Any]]
 Json = dict[str, Any]
@@ -199,9 +202,26 @@ class StatusBatcher:
             finally:
                 for waiter in waiters:
                     waiter.cancel()
-            await self.tick()
-        for ref in list(self._runs):
-            await self.flush(ref)
+            for ref, run in list(self._runs.items()):
+                if run.pending is not None and self._due_in(run) <= 0:
+                    await self._sent_or_kept(ref, run)
+        for ref, run in list(self._runs.items()):
+            if run.pending is not None:
+                await self._sent_or_kept(ref, run)
+
+    async def _sent_or_kept(self, ref: RunRef, run: _Run) -> None:
+        """One run's held status written by the loop, which serves every run: a write the API
+        refuses (the run was deleted meanwhile, the server is away) is logged and kept for the
+        next try (:meth:`_emit`), and stops neither the loop nor another run's writes."""
+        try:
+            await self._emit(ref, run)
+        except Exception as err:
+            log.warning(
+                "status of EvaluationRun %s/%s not written (kept for the next try): %s",
+                ref.namespace,
+                ref.name,
+                err,
+            )
 
     def _due_in(self, run: _Run) -> float:
         if run.last_sent is None:
