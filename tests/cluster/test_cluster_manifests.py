@@ -831,6 +831,9 @@ def test_the_discovery_pod_runs_the_mcp_peers_and_lists_their_tools() -> None:
     assert discover["args"] == ["list", "--json", "/suite"]
     assert tools["args"] == ["mcp", "tools", "time=http://127.0.0.1:9100/mcp"]
     assert tools["image"] == SETTINGS.controller_image
+    # It starts where it can on a read-only root: in a directory it mounts (the image's own
+    # working directory is where a suite is mounted, which it does not mount).
+    assert tools["workingDir"] in {m["mountPath"] for m in tools["volumeMounts"]}
     assert not any("secret" in v or "projected" in v for v in pod["spec"]["volumes"])
     assert _shared_objects(pod) == []
     assert (

@@ -119,3 +119,29 @@ async def test_an_mcp_peer_runs_in_discovery_only_with_secrets_offered_to_runs()
         assert "spec.peers[time].env[CLOCK_KEY].valueFrom.secretKeyRef" in found["message"]
         assert "agenthealth.dev/usable-by-runs=true" in found["message"]
         assert k8s.pods("discovery") == []  # the peer never ran
+
+
+async def test_a_discovery_pod_failed_by_its_tools_container_names_it_and_says_why() -> None:
+    from agent_health.cluster.reconcile import listing as listing_mod
+
+    def ended(name: str, code: int, reason: str, message: str = "") -> dict[str, Any]:
+        terminated = {"exitCode": code, "reason": reason, "message": message}
+        return {"name": name, "state": {"terminated": terminated}}
+
+    why = 'Error: workdir "/suite" does not exist on container 0f3a'
+    pod = {
+        "metadata": {"namespace": "default", "name": "triage-discover-1"},
+        "spec": {"containers": [{"name": "discover"}, {"name": "tools", "args": ["mcp", "tools"]}]},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                ended("discover", 0, "Completed", '{"tests": []}'),
+                ended("tools", 128, "StartError", why),
+            ],
+        },
+    }
+    outcome = await listing_mod.Discoveries(api=None).observe(pod)  # type: ignore[arg-type]
+    assert outcome is not None
+    assert outcome.error == (
+        f"discovery pod triage-discover-1 its tools container failed (StartError): {why}"
+    )

@@ -107,6 +107,10 @@ def discovery_pod(
                 "image": image,
                 "command": list(manifests.COMMAND),
                 "args": ["mcp", "tools", *(f"{p.name}={peer_url(p)}" for p in peers)],
+                # The image's working directory is where a suite is mounted (a ConfigMap
+                # suite's /suite), which this container does not mount: on a read-only root
+                # the runtime cannot make it, and the container would never start.
+                "workingDir": mount["mountPath"],
                 "env": manifests.python_env(),
                 "volumeMounts": [mount],
                 "resources": settings.resources.controller.wire(),

@@ -107,6 +107,18 @@ def _terminated(pod: Mapping[str, Any], name: str = discovery.CONTAINER) -> Mapp
     return {}
 
 
+def _failing(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The container that failed a failed discovery pod, and how it ended: the first that
+    exited non-zero (the listing's own first), else the listing."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    ordered = sorted(statuses, key=lambda s: s.get("name") != discovery.CONTAINER)
+    for status in ordered:
+        ended = (status.get("state") or {}).get("terminated") or {}
+        if ended.get("exitCode") not in (None, 0):
+            return str(status.get("name")), ended
+    return discovery.CONTAINER, _terminated(pod)
+
+
 def _peers_listed(pod: Mapping[str, Any]) -> list[str]:
     """The MCP peers the pod's tools container asks (none without one)."""
     for container in (pod.get("spec") or {}).get("containers") or []:
@@ -150,9 +162,13 @@ class Discoveries:
         terminated = _terminated(pod)
         message = str(terminated.get("message") or "")
         if phase == "Failed":
-            reason = (pod.get("status") or {}).get("reason") or terminated.get("reason") or "Error"
+            failing, ended = _failing(pod)
+            if failing != discovery.CONTAINER:  # the listing ended well; another did not
+                message = str(ended.get("message") or "")
+            reason = (pod.get("status") or {}).get("reason") or ended.get("reason") or "Error"
             tail = message.strip()[-1500:] or "(no output)"
-            error = f"discovery pod {key[1]} failed ({reason}): {tail}{_unstarted(pod)}"
+            which = f"its {failing} container " if failing != discovery.CONTAINER else ""
+            error = f"discovery pod {key[1]} {which}failed ({reason}): {tail}{_unstarted(pod)}"
             outcome = Outcome(error=error)
         else:
             outcome = await self._read(key, message)
