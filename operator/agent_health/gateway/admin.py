@@ -43,9 +43,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from agent_health import ledger
 from agent_health.gateway import config, guard, otlp
 from agent_health.gateway import recorder as recorder_mod
+
+# The ledger's modules, not its face: the face names the stores' registry (ledger.backends),
+# which the admin listener must not reach (pyproject.toml: registries and servers).
+from agent_health.ledger import errors as ledger_errors
 from agent_health.ledger import records
 
 CONTROLLER_KINDS = frozenset({"run-result", "signal", "cell-end"})
@@ -165,9 +168,9 @@ class Admin:
             return parsed
         try:
             sealed = await gateway.recorder.append(cell, *parsed, wait=gateway.settings.grace)
-        except ledger.ChainError as err:
+        except ledger_errors.ChainError as err:
             return _problem(409, str(err))
-        except ledger.LedgerError as err:
+        except ledger_errors.LedgerError as err:
             return _problem(503, f"the ledger failed: {err}")
         return web.json_response(
             {"cell": cell, "appended": len(sealed), "seqs": [r.seq for r in sealed]}
@@ -240,6 +243,6 @@ def _parse(payload: object) -> list[records.Record] | web.Response:
         fields.setdefault("version", records.BASE_VERSION)
         try:
             parsed.append(records.parse_object(fields, number))
-        except ledger.RecordError as err:
+        except ledger_errors.RecordError as err:
             return _problem(422, str(err))
     return parsed
