@@ -310,6 +310,7 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.ledger.encoding",
     "agent_health.ledger.errors",
     "agent_health.ledger.objects",
+    "agent_health.ledger.observation",
     "agent_health.ledger.runfile",
     "agent_health.ledger.store",
     "agent_health.ledger.strictjson",

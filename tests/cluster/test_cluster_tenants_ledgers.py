@@ -16,13 +16,13 @@ import copy
 import io
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from agent_health.gateway import recorder
-from agent_health.ledger import chain, configmap, podlog, records, store
+from agent_health.ledger import chain, configmap, observation, podlog, records, store
 from aiohttp import web
 from support.gateway_support import KEY
 from support.operator_support import Kubelet, cluster, finished, kubelet, listing, until
@@ -224,9 +224,9 @@ async def test_a_target_that_floods_its_gateway_fills_only_its_own_share() -> No
     assert chain.verify(flood, KEY).ok
 
 
-def _seen(path: str) -> recorder.Observation:
-    now = datetime.now(UTC)
-    return recorder.Observation(
+def _seen(path: str) -> observation.Observation:
+    now = time.time()
+    return observation.Observation(
         principal="target", evidence="none", upstream="peer:tools", run_id=None,
         method="GET", path=path, status=200, started_at=now, ended_at=now,
         request_bytes=0, response_bytes=0, request_sha256="0" * 64, response_sha256=None,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from agent_health import connectors
 from agent_health.connectors import agui, errors, openai_chat, rest, transport, wire
-from agent_health.ledger import strictjson
+from agent_health.ledger import observation, strictjson
 from aiohttp import web
 from support.loopback import event, request, serving
 
@@ -126,7 +126,7 @@ def _answer(kind: str) -> web.Response:
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_every_exchange_is_observed_with_sizes_and_hashes(kind: str) -> None:
-    seen: list[wire.Observation] = []
+    seen: list[observation.Observation] = []
     bodies: list[bytes] = []
 
     async def handler(req: web.Request) -> web.StreamResponse:
@@ -156,7 +156,7 @@ async def test_every_exchange_is_observed_with_sizes_and_hashes(kind: str) -> No
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_cancelled_exchange_is_observed_at_once_as_cancelled(kind: str) -> None:
     """A test's deadline cancels agent.run(): the exchange is recorded then, not later."""
-    seen: list[wire.Observation] = []
+    seen: list[observation.Observation] = []
     arrived = asyncio.Event()
 
     async def handler(req: web.Request) -> web.StreamResponse:
@@ -180,7 +180,7 @@ async def test_a_cancelled_exchange_is_observed_at_once_as_cancelled(kind: str) 
 
 
 async def test_a_refused_connection_is_observed_with_its_reason() -> None:
-    seen: list[wire.Observation] = []
+    seen: list[observation.Observation] = []
     spec = connectors.ConnectorSpec(connector="rest", url="http://127.0.0.1:9/run")
     conn = connectors.create(spec, observe=seen.append)
     with pytest.raises(errors.AgentUnreachable):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from agent_health import cli
 from agent_health.engine.recording import recording, refusal, runrecord
-from agent_health.ledger import records, runfile
+from agent_health.ledger import observation, records, runfile
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import TestResult
 from aiohttp import web
@@ -93,7 +93,7 @@ async def test_a_local_run_writes_one_sealed_file_with_a_cell_per_test_that_ran_
             "/run",
             200,
         )
-        assert exchange.evidence == runrecord.IN_PROCESS
+        assert exchange.evidence == observation.IN_PROCESS
         assert exchange.run_id == test["run_id"]
         assert exchange.request_bytes > 0
         assert exchange.response_sha256
@@ -540,15 +540,13 @@ async def test_a_run_stopped_mid_test_keeps_what_each_open_cell_sent_the_agent(
     "interrupted", cause infra, each with the exchanges it had and a run-result that says
     the interruption cut it short (so that a grade blames nobody), and the run file
     verifies."""
-    from agent_health.connectors import wire
-
     ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
     async with ledger:
         for i in range(2):
             info = _info(i)
             await ledger.begin(info)
             ledger.observe(
-                wire.Observation(
+                observation.Observation(
                     run_id=info.run_id,
                     method="POST",
                     path="/run",

@@ -4,35 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_health.cluster.grading import grading
 from agent_health.gateway import recorder
-from agent_health.ledger import chain, errors, filestore, records, usage
+from agent_health.ledger import chain, errors, filestore, objects, observation, records, usage
+from support import ledger_support
 from support.gateway_support import KEY
 
 
-def _seen(run_id: str | None, path: str = "/run", **fields: object) -> recorder.Observation:
-    now = datetime.now(UTC)
-    base: dict[str, object] = {
-        "principal": "controller",
-        "evidence": "none",
-        "upstream": "target",
-        "run_id": run_id,
-        "method": "POST",
-        "path": path,
-        "status": 200,
-        "started_at": now,
-        "ended_at": now,
-        "request_bytes": 0,
-        "response_bytes": 0,
-        "request_sha256": "0" * 64,
-        "response_sha256": "0" * 64,
-    }
-    return recorder.Observation(**{**base, **fields})  # type: ignore[arg-type]
+def _seen(run_id: str | None, path: str = "/run", **fields: Any) -> observation.Observation:
+    now = time.time()
+    return ledger_support.seen(run_id=run_id, path=path, started_at=now, ended_at=now, **fields)
 
 
 def _meta(name: str) -> records.CellMeta:
@@ -98,8 +85,10 @@ async def test_open_refuses_a_tampered_cell_and_a_second_open(tmp_path: Path) ->
 
 def test_the_exchange_record_carries_the_usage_the_proxy_read() -> None:
     read = usage.TokenUsage(input_tokens=4, output_tokens=2, total_tokens=6)
-    assert recorder.exchange(_seen("r", usage=read)).usage == read
-    assert recorder.exchange(_seen("r")).usage is None
+    parsed = records.parse_object(objects.exchange(_seen("r", usage=read)))
+    assert isinstance(parsed, records.Exchange)
+    assert parsed.usage == read
+    assert objects.exchange(_seen("r"))["usage"] is None
 
 
 async def test_past_its_caps_a_cell_drops_exchanges_and_says_so_at_once(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from agent_health.ledger import chain, objects, records, usage
+from agent_health.ledger import chain, objects, observation, records, usage
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -71,6 +71,7 @@ def test_cell_meta(moment: datetime, test_id: str, repeat: int, agent: str | Non
     sizes=st.tuples(st.integers(0, 10**9), st.integers(0, 10**9)),
     error=_maybe_text,
     tokens=st.none() | st.tuples(st.integers(0, 99), st.integers(0, 99), _maybe_text),
+    callee=st.sampled_from(["target", "peer:search", records.GATEWAY]),
 )
 def test_exchange(
     moment: datetime,
@@ -78,7 +79,10 @@ def test_exchange(
     sizes: tuple[int, int],
     error: str | None,
     tokens: tuple[int, int, str | None] | None,
+    callee: str,
 ) -> None:
+    """What was seen of an exchange, as the gateway or a connector saw it, becomes the
+    model's record (version 2 when the gateway answered the call itself)."""
     found = (
         None
         if tokens is None
@@ -89,11 +93,12 @@ def test_exchange(
             model=tokens[2],
         )
     )
-    later = moment + timedelta(milliseconds=51)
+    started = moment.timestamp()
+    ended = started + 0.051
     values: dict[str, Any] = {
         "principal": "controller",
         "evidence": "in-process",
-        "upstream": "target",
+        "upstream": callee,
         "run_id": "r1",
         "method": "POST",
         "path": "/run",
@@ -104,15 +109,58 @@ def test_exchange(
         "response_sha256": None if status is None else "b" * 64,
         "error": error,
     }
-    built = objects.exchange(
-        at=objects.stamp(later),
-        started_at=objects.stamp(moment),
-        ended_at=objects.stamp(later),
-        usage=None if found is None else found.model_dump(mode="json"),
+    seen = observation.Observation(started_at=started, ended_at=ended, usage=found, **values)
+    built = objects.exchange(seen)
+    later = datetime.fromtimestamp(ended, UTC)
+    model = records.Exchange(
+        time=later,
+        started_at=datetime.fromtimestamp(started, UTC),
+        ended_at=later,
+        usage=found,
         **values,
     )
-    model = records.Exchange(time=later, started_at=moment, ended_at=later, usage=found, **values)
     same(built, model)
+    assert built["version"] == (2 if callee == records.GATEWAY else 1)
+
+
+@given(
+    status=st.integers(100, 599),
+    answer=st.sampled_from(
+        [
+            b'{"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}',
+            b'{"output": "pong", "token_usage": {"prompt": 1}}',
+            b"",
+        ]
+    ),
+)
+def test_an_exchange_a_connector_saw_carries_the_usage_of_its_answer(
+    status: int, answer: bytes
+) -> None:
+    """A connector keeps the answer; its usage is read when the record is made, and only
+    from an answer that is not an error."""
+    seen = observation.Observation(
+        run_id="r1",
+        method="POST",
+        path="/v1/chat/completions",
+        status=status,
+        started_at=1_000_000_000.0,
+        ended_at=1_000_000_000.5,
+        request_bytes=2,
+        response_bytes=len(answer),
+        request_sha256="a" * 64,
+        response_sha256="b" * 64,
+        body=answer or None,
+        content_type="application/json",
+    )
+    built = objects.exchange(seen)
+    read = usage.parse(answer, "application/json") if status < 400 else None
+    assert built["usage"] == (read.model_dump(mode="json") if read is not None else None)
+    assert (built["principal"], built["evidence"], built["upstream"]) == (
+        "controller",
+        observation.IN_PROCESS,
+        "target",
+    )
+    assert built["ended_at"] == "2001-09-09T01:46:40.500000Z"
 
 
 @given(

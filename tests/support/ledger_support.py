@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent_health.ledger import records, runfile
+from agent_health.ledger import observation, records, runfile
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 """When every exchange :func:`exchange` makes started and ended, unless told."""
@@ -38,6 +38,39 @@ def exchange(**fields: Any) -> records.Exchange:
         "request_sha256": "0" * 64,
     }
     return records.Exchange(**{**made, **fields})
+
+
+def seen(**fields: Any) -> observation.Observation:
+    """What the gateway saw of one exchange: the controller's ``POST /run`` to the target,
+    answered 200, at :data:`T0` (epoch seconds), empty bodies — each field overridden by
+    ``fields``."""
+    at = T0.timestamp()
+    made: dict[str, Any] = {
+        "principal": "controller",
+        "evidence": "none",
+        "upstream": "target",
+        "run_id": None,
+        "method": "POST",
+        "path": "/run",
+        "status": 200,
+        "started_at": at,
+        "ended_at": at,
+        "request_bytes": 0,
+        "response_bytes": 0,
+        "request_sha256": "0" * 64,
+        "response_sha256": "0" * 64,
+    }
+    return observation.Observation(**{**made, **fields})
+
+
+_OBSERVED = frozenset(observation.Observation._fields) & frozenset(records.Exchange.model_fields)
+
+
+def seen_of(record: records.Exchange) -> observation.Observation:
+    """What was seen of the exchange ``record`` (its times as epoch seconds)."""
+    fields = {name: getattr(record, name) for name in _OBSERVED}
+    fields.update(started_at=record.started_at.timestamp(), ended_at=record.ended_at.timestamp())
+    return observation.Observation(**fields)
 
 
 def cells(ledger: Path) -> dict[str, list[str]]:

@@ -296,15 +296,6 @@ def listing(*tests: tuple[str, list[str]]) -> list[dict[str, Any]]:
     ]
 
 
-def _flood_call() -> recorder.Observation:
-    """One call of a flooding target to its peer, as the gateway observes it."""
-    return recorder.Observation(
-        principal="target", evidence="none", upstream="peer:logs", run_id=None, method="GET",
-        path="/", status=200, started_at=T0, ended_at=T0, request_bytes=0, response_bytes=0,
-        request_sha256="0" * 64, response_sha256="0" * 64,
-    )  # fmt: skip
-
-
 def cell_records(
     test_id: str,
     repeat: int,
@@ -715,9 +706,8 @@ class Kubelet:
         await recording.open_cell(cell.ledger_cell, meta)
         for record in rest:
             if isinstance(record, records.Exchange):
-                fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(
-                    recorder.Observation)}  # fmt: skip
-                recording.start(record.run_id).finish(recorder.Observation(**fields))
+                seen = ledger_support.seen_of(record)
+                recording.start(record.run_id).finish(seen)
         await recording.append(cell.ledger_cell, *(r for r in rest if r.kind != "exchange"))
         await recording.close()
         assert not recording.failures, recording.failures
@@ -748,13 +738,16 @@ class Kubelet:
             assert most is not None, f"no caps to flood: {caps}"
             assert most < 1000, f"caps too large to flood: {caps}"
             for n in range(most + 10):
-                flooding = {**dataclasses.asdict(_flood_call()), "path": f"/{n}" + "x" * 8192}
-                recording.start(None).finish(recorder.Observation(**flooding))
+                # A flooding target's call to its peer, as the gateway observes it.
+                flooding = ledger_support.seen(
+                    principal="target", method="GET", path=f"/{n}" + "x" * 8192,
+                    upstream="peer:logs",
+                )  # fmt: skip
+                recording.start(None).finish(flooding)
         for record in rest:
             if isinstance(record, records.Exchange):
-                fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(
-                    recorder.Observation)}  # fmt: skip
-                recording.start(record.run_id).finish(recorder.Observation(**fields))
+                seen = ledger_support.seen_of(record)
+                recording.start(record.run_id).finish(seen)
         await recording.append(cell.ledger_cell, *(r for r in rest if r.kind != "exchange"))
         await recording.close()
         assert not recording.failures, recording.failures

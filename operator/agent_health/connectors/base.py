@@ -187,7 +187,7 @@ def create(
     """Build the connector that ``spec`` names; user kinds in ``extra`` win over built-ins.
 
     ``observe`` is handed to the built-in HTTP connectors, which tell it about every
-    exchange (a :class:`~agent_health.connectors.wire.Observation`); the local ledger
+    exchange (a :class:`~agent_health.ledger.observation.Observation`); the local ledger
     records them. A user's connector owns its transport and is not observed.
     """
     user = (extra or {}).get(spec.connector)

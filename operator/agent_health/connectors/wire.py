@@ -4,9 +4,10 @@
 (aiohttp by default; :class:`~.transport.MockTransport` lets a unit test pass a function), adds
 the run headers every request carries, bounds the whole exchange by the run's timeout,
 reports every failure in the same words for every connector (:mod:`.errors`), and — when
-the local ledger asks for it — hands an :class:`Observation` of each call to an observer,
-also when the call is cancelled (the test timed out): what the in-process recorder writes
-as the ``exchange`` record.
+the local ledger asks for it — hands an observation of each call to an observer, also when
+the call is cancelled (the test timed out): the ledger's one shape of what was seen of an
+exchange (:class:`agent_health.ledger.observation.Observation`), which the in-process
+recorder writes as the ``exchange`` record.
 
 Why aiohttp: measured on loopback with 32 calls in flight, a POST and its answer cost about
 0.12–0.2 ms of CPU through one aiohttp session against 0.8–1.9 ms through httpx (its models
@@ -20,14 +21,14 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import pydantic
 
 from agent_health.connectors import errors, transport
 from agent_health.connectors.protocol import AgentRequest
-from agent_health.ledger import strictjson
+from agent_health.ledger import observation, strictjson
 
 if TYPE_CHECKING:
     from agent_health.connectors.base import ConnectorSpec
@@ -38,30 +39,7 @@ RUN_ID_HEADER = "X-Agent-Health-Run-Id"
 KEEP_BODY_BYTES = 1024 * 1024  # an observed response up to this size is kept whole (usage)
 
 
-class Observation(NamedTuple):
-    """What a connector saw of one HTTP exchange with the agent (bodies are not kept beyond
-    ``body``: the response, when it is small enough to read token usage from).
-
-    A named tuple: one is made per agent call, and a frozen dataclass of these thirteen
-    fields took 4 us to build, a tenth of a connector's whole cost per call.
-    """
-
-    run_id: str
-    method: str
-    path: str
-    status: int | None
-    started_at: float  # epoch seconds
-    ended_at: float
-    request_bytes: int
-    response_bytes: int
-    request_sha256: str
-    response_sha256: str | None
-    body: bytes | None = None
-    content_type: str | None = None
-    error: str | None = None
-
-
-Observer = Callable[[Observation], None]
+Observer = Callable[[observation.Observation], None]
 """Told about each finished (or failed, or cancelled) exchange, synchronously."""
 
 
@@ -133,7 +111,7 @@ class Http:
 
 
 class _Meter:
-    """Hashes and counts what passes, for the :class:`Observation` of one exchange."""
+    """Hashes and counts what passes, for the observation of one exchange."""
 
     __slots__ = (
         "content_type",
@@ -172,10 +150,10 @@ class _Meter:
             else:
                 self.kept = None
 
-    def observation(self, error: BaseException | None, timeout: float) -> Observation:
+    def observation(self, error: BaseException | None, timeout: float) -> observation.Observation:
         body = self.request.body
         ended = time.time()
-        return Observation(
+        return observation.Observation(
             run_id=self.run_id,
             method=self.request.method,
             path=self.path,

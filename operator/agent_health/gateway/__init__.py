@@ -28,7 +28,7 @@ from agent_health.gateway.config import (
     token_id,
 )
 from agent_health.gateway.errors import GatewayConfigError, GatewayError, RecordingError
-from agent_health.gateway.recorder import Observation, Open, Recorder, Sink
+from agent_health.gateway.recorder import Open, Recorder, Sink
 from agent_health.gateway.server import Gateway, RouteListener, serve
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
     "Gateway",
     "GatewayConfigError",
     "GatewayError",
-    "Observation",
     "Open",
     "Recorder",
     "RecordingError",

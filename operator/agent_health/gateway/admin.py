@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from datetime import UTC, datetime
+import time
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -101,7 +101,7 @@ class Admin:
             # Anyone may reach this listener: nothing it is sent is recorded (it would fill
             # the ledger), and records come only through the admin socket, token or not.
             return guard.refusal(404, f"this listener serves GET {HEALTH_PATH} only")
-        started_at = datetime.now(UTC)
+        started_at = time.time()
         principal, evidence = self.gateway.tokens.evidence(request.headers.get(config.TOKEN_HEADER))
         if principal != "controller":
             status, reason = _refusal(request)
@@ -123,7 +123,7 @@ class Admin:
         evidence: str,
         status: int,
         reason: str,
-        started_at: datetime,
+        started_at: float,
         seen: bytes | None = None,
     ) -> web.Response:
         response = guard.refusal(status, reason)
@@ -142,7 +142,7 @@ class Admin:
         )
         return response
 
-    async def _append(self, request: web.BaseRequest, started_at: datetime) -> web.Response:
+    async def _append(self, request: web.BaseRequest, started_at: float) -> web.Response:
         gateway = self.gateway
         cell = gateway.settings.cell
         if gateway.recorder is None or cell is None:
@@ -201,7 +201,7 @@ class Admin:
         return web.json_response({"run_id": run_id, **found})
 
     def _too_large(
-        self, request: web.BaseRequest, started_at: datetime, size: int, seen: bytes | None
+        self, request: web.BaseRequest, started_at: float, size: int, seen: bytes | None
     ) -> web.Response:
         limit = self.gateway.settings.admin_max_bytes
         reason = f"the body has more than {limit} bytes (--admin-max-bytes); got {size}+"

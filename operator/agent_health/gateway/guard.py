@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web, web_protocol
 
 from agent_health.gateway import config, recorder
-from agent_health.ledger import records
+from agent_health.ledger import observation, records
 
 log = logging.getLogger("agent_health.gateway")
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
@@ -115,10 +115,6 @@ class Listener(web.Server):
                 self._busy[transport] = left
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Refusals:
     """Refused calls, recorded as ``exchange`` records to the gateway up to a cap, then counted."""
 
@@ -137,7 +133,7 @@ class Refusals:
         run_id: str | None,
         status: int,
         reason: str,
-        started_at: datetime,
+        started_at: float,
         request_bytes: int = 0,
         request_sha256: str | None = None,
         response_bytes: int = 0,
@@ -161,7 +157,7 @@ class Refusals:
             reason += f"; refusals after this one are counted, not recorded (limit {self.limit})"
         ticket = self._recorder.start(run_id)
         ticket.finish(
-            recorder.Observation(
+            observation.Observation(
                 principal=principal,
                 evidence=evidence,
                 upstream=records.GATEWAY,
@@ -170,7 +166,7 @@ class Refusals:
                 path=request.path[:2048],
                 status=status,
                 started_at=started_at,
-                ended_at=_now(),
+                ended_at=time.time(),
                 request_bytes=request_bytes,
                 response_bytes=response_bytes,
                 request_sha256=request_sha256 or _EMPTY_SHA256,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,7 +41,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from agent_health.gateway import config, guard, mcpwire, otlp, recorder
-from agent_health.ledger import usage
+from agent_health.ledger import observation, usage
 
 HOP_BY_HOP = frozenset(
     {
@@ -86,7 +87,8 @@ class _Meter:
 
 @dataclass
 class _State:
-    """What one call has shown so far; becomes the :class:`recorder.Observation`."""
+    """What one call has shown so far; becomes its :class:`~agent_health.ledger.observation.
+    Observation`."""
 
     sent: _Meter = field(default_factory=_Meter)
     received: _Meter = field(default_factory=_Meter)
@@ -105,10 +107,6 @@ def _dropped(headers: CIMultiDictProxy[str], extra: frozenset[str]) -> CIMultiDi
         for token in value.split(","):
             out.popall(token.strip(), None)
     return out
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Proxy:
@@ -149,7 +147,7 @@ class Proxy:
         self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        started_at = _now()
+        started_at = time.time()
         principal, evidence = self._tokens.evidence(request.headers.get(config.TOKEN_HEADER))
         run_id = request.headers.get(config.RUN_ID_HEADER) or self.settings.run_id
         trusted = evidence not in (config.NO_TOKEN, config.INVALID_TOKEN)
@@ -192,7 +190,7 @@ class Proxy:
         principal: str,
         evidence: str,
         run_id: str | None,
-        started_at: datetime,
+        started_at: float,
     ) -> web.StreamResponse:
         ticket = self._recorder.start(run_id) if self._recorder is not None else None
         state = _State()
@@ -202,7 +200,7 @@ class Proxy:
                 self._mcp,
                 ticket.note,
                 session=request.headers.get(mcpwire.SESSION_HEADER),
-                started_at=started_at,
+                started_at=datetime.fromtimestamp(started_at, UTC),
             )
         try:
             return await self._forward(request, run_id, state)
@@ -211,7 +209,7 @@ class Proxy:
                 state.mcp.finish(state.error)
             if ticket is not None:
                 ticket.finish(
-                    recorder.Observation(
+                    observation.Observation(
                         principal=principal,
                         evidence=evidence,
                         upstream=self.route.to,
@@ -220,7 +218,7 @@ class Proxy:
                         path=request.path,
                         status=state.status,
                         started_at=started_at,
-                        ended_at=_now(),
+                        ended_at=time.time(),
                         request_bytes=state.sent.size,
                         response_bytes=state.received.size,
                         request_sha256=state.sent.hash.hexdigest(),

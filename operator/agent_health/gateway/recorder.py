@@ -1,10 +1,13 @@
 """Turns what the proxy saw into ``exchange`` records and appends them to the right cell.
 
 The proxy never waits for the ledger: it takes a :class:`Ticket` when a call arrives and hands
-its :class:`Observation` back when the call is over; a background task per cell seals and
-appends the exchanges in batches: what finishes within :data:`BATCH_SECONDS` of the first
-goes in one write (each write is a thread hop and a store call, which an exchange at a time
-paid per call), or at once when :data:`BATCH_MAX` are waiting or someone flushes. Whoever
+back what it saw when the call is over (the ledger's one shape of an exchange seen,
+:class:`agent_health.ledger.observation.Observation`, made a record by
+:func:`agent_health.ledger.objects.exchange`, as a local run's are); a background task per
+cell seals and appends the exchanges in batches: what finishes within :data:`BATCH_SECONDS`
+of the first goes in one write (each write is a thread hop and a store call, which an
+exchange at a time paid per call), or at once when :data:`BATCH_MAX` are waiting or someone
+flushes. Whoever
 appends the controller's records (the engine in-process, or the controller through the
 admin listener) calls :meth:`Recorder.append`, which first waits for that cell's open
 tickets, so a cell always reads ``cell-meta, exchange…, run-result, signal…, cell-end``.
@@ -41,37 +44,15 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import pydantic_core
 
-from agent_health.ledger import chain, encoding, errors, objects, records, store, usage
+from agent_health.ledger import chain, encoding, errors, objects, observation, records, store
 
 log = logging.getLogger("agent_health.gateway")
-_Item = records.Exchange | records.SpansRecord | objects.Object
-"""What a cell's batch holds: exchanges, spans, and MCP calls as their JSON objects."""
-
-
-@dataclass(frozen=True)
-class Observation:
-    """Everything the proxy saw of one exchange (no token, no body)."""
-
-    principal: str
-    evidence: str
-    upstream: str
-    run_id: str | None
-    method: str
-    path: str
-    status: int | None
-    started_at: datetime
-    ended_at: datetime
-    request_bytes: int
-    response_bytes: int
-    request_sha256: str
-    response_sha256: str | None
-    usage: usage.TokenUsage | None = None  # read as the response streamed past
-    error: str | None = None
+_Item = records.SpansRecord | objects.Object
+"""What a cell's batch holds: spans, and exchanges and MCP calls as their JSON objects."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +83,9 @@ _SEAL_BYTES = 120
 class _Cell:
     writer: chain.Writer
     meta: records.CellMeta
-    pending: list[Observation | records.SpansRecord | objects.Object] = field(default_factory=list)
+    pending: list[observation.Observation | records.SpansRecord | objects.Object] = field(
+        default_factory=list
+    )
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
     drain: asyncio.Task[None] | None = None
     kick: asyncio.Event = field(default_factory=asyncio.Event)  # write the batch now
@@ -133,7 +116,7 @@ class Open(Protocol):
     """An exchange in flight, as the proxy reports it: its MCP calls as they are read
     (:meth:`note`), then the exchange itself, once (:meth:`finish`)."""
 
-    def finish(self, observation: Observation) -> None: ...
+    def finish(self, seen: observation.Observation) -> None: ...
 
     def note(self, call: objects.Object) -> None: ...
 
@@ -153,10 +136,10 @@ class Ticket:
         self._recorder = recorder
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def finish(self, observation: Observation) -> None:
+    def finish(self, seen: observation.Observation) -> None:
         if not self._done.done():
             self._done.set_result(None)
-            self._recorder._finish(self, observation)
+            self._recorder._finish(self, seen)
 
     def note(self, call: objects.Object) -> None:
         """An MCP call read in this exchange, recorded as soon as its answer is in (before
@@ -269,23 +252,23 @@ class Recorder:
             return
         self._queue(cell, spans)
 
-    def _finish(self, ticket: Ticket, observation: Observation) -> None:
-        run_id = observation.run_id
+    def _finish(self, ticket: Ticket, seen: observation.Observation) -> None:
+        run_id = seen.run_id
         if run_id is not None and run_id in self._bound:
-            if observation.status is None and observation.error is not None:
-                self._unreached[run_id] = observation.error
+            if seen.status is None and seen.error is not None:
+                self._unreached[run_id] = seen.error
             else:
                 self._unreached.pop(run_id, None)
         if ticket.cell is None:
             self.unrouted += 1
             log.warning(
                 "exchange %s %s (run id %s) matches no open ledger cell; not recorded",
-                observation.method,
-                observation.path,
-                observation.run_id,
+                seen.method,
+                seen.path,
+                seen.run_id,
             )
             return
-        self._queue(ticket.cell, observation)
+        self._queue(ticket.cell, seen)
 
     def _note_call(self, ticket: Ticket, call: objects.Object) -> None:
         if ticket.cell is None:
@@ -295,7 +278,9 @@ class Recorder:
             return  # counted with its exchange, which comes after cell-end too
         self._queue(ticket.cell, call)
 
-    def _queue(self, cell: str, item: Observation | records.SpansRecord | objects.Object) -> None:
+    def _queue(
+        self, cell: str, item: observation.Observation | records.SpansRecord | objects.Object
+    ) -> None:
         state = self._cells[cell]
         state.pending.append(item)
         if len(state.pending) >= BATCH_MAX:
@@ -312,7 +297,11 @@ class Recorder:
         while state.pending:
             batch, state.pending = state.pending, []
             exchanges = self._within_caps(
-                state, [exchange(o) if isinstance(o, Observation) else o for o in batch]
+                state,
+                [
+                    objects.exchange(o) if isinstance(o, observation.Observation) else o
+                    for o in batch
+                ],
             )
             try:
                 if exchanges:
@@ -326,7 +315,9 @@ class Recorder:
                 state.refused_write = True
                 state.why = state.why or f"the ledger refused a write ({err})"
             else:
-                self.recorded += sum(isinstance(r, records.Exchange) for r in exchanges)
+                self.recorded += sum(
+                    isinstance(r, dict) and r["kind"] == "exchange" for r in exchanges
+                )
             if state.dropped and not state.marked:
                 await self._mark(cell, state)  # at once: the gateway may not live to the end
 
@@ -503,12 +494,15 @@ def _see(state: _Cell, item: _Item) -> None:
     a call to a peer (see :meth:`Recorder.peer_calls`). What is kept is flat — strings,
     numbers, the arguments as their JSON — so the garbage collector never walks it however
     long the cell runs; it is made into a call again when asked for."""
-    if isinstance(item, records.Exchange):
-        if item.upstream.startswith("peer:") and item.status is not None:
-            kept: _Seen = (item.principal, item.upstream, item.status, item.started_at)
+    if not isinstance(item, dict):
+        return
+    if item["kind"] == "exchange":
+        upstream, status = item["upstream"], item["status"]
+        if upstream.startswith("peer:") and status is not None:
+            kept: _Seen = (item["principal"], upstream, status, item["started_at"])
         else:
             return
-    elif isinstance(item, dict):
+    else:
         arguments, error, result = item.get("arguments"), item.get("error"), item.get("result")
         listed: tuple[str, ...] | None = None
         if item.get("method") == "tools/list" and isinstance(result, dict):
@@ -527,8 +521,6 @@ def _see(state: _Cell, item: _Item) -> None:
             return
         state.seen_bytes += size
         kept = (*(item.get(name) for name in _SEEN_FIELDS), given, failed, listed)
-    else:
-        return
     if len(state.seen) >= SEEN_CALLS:
         state.seen_partial = True
         return
@@ -545,7 +537,7 @@ def _seen(kept: _Seen) -> objects.Object:
             "principal": principal,
             "upstream": upstream,
             "status": status,
-            "started_at": objects.stamp(started_at),
+            "started_at": started_at,
         }
     *fields, given, failed, listed = kept
     call = dict(zip(_SEEN_FIELDS, fields, strict=True))
@@ -561,8 +553,3 @@ def _size(item: _Item) -> int:
     if isinstance(item, dict):
         return len(encoding.canonical(item))
     return len(records.dump_line(item))
-
-
-def exchange(observation: Observation) -> records.Exchange:
-    """The ``exchange`` record of an observation (their fields are the same)."""
-    return records.Exchange(**vars(observation))

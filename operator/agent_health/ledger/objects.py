@@ -16,12 +16,20 @@ lists and dicts of them); a time is written with :func:`stamp`, as pydantic writ
 from __future__ import annotations
 
 import time
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent_health.ledger import observation
 
 Object = dict[str, Any]
 VERSION = 1
-"""The version of every record built here but ``mcp`` (``records.BASE_VERSION``)."""
+"""The version of every record built here but ``mcp`` and an ``exchange`` the gateway
+answered itself (``records.BASE_VERSION``)."""
+GATEWAY_VERSION = 2
+"""The version of an ``exchange`` the gateway answered itself (``records.GATEWAY``)."""
+GATEWAY = "gateway"
+"""The callee of such an exchange (``records.GATEWAY``)."""
 MCP_VERSION = 4
 """The version of an ``mcp`` record (``records.MCP_VERSION``: the kind is new in it)."""
 
@@ -39,6 +47,15 @@ def stamp(moment: datetime) -> str:
     if not text.endswith("+00:00"):
         raise ValueError(f"ledger times are UTC; got {text}")
     return text[:-6] + "Z"
+
+
+def stamp_epoch(seconds: float) -> str:
+    """:func:`stamp` of a time in epoch seconds (an :class:`~.observation.Observation`'s).
+
+    >>> stamp_epoch(1767323045.006)
+    '2026-01-02T03:04:05.006000Z'
+    """
+    return stamp(datetime.fromtimestamp(seconds, UTC))
 
 
 def stamp_now() -> str:
@@ -76,44 +93,42 @@ def cell_meta(
     return _late(obj, agent=agent)
 
 
-def exchange(
-    *,
-    at: str,
-    principal: str,
-    evidence: str,
-    upstream: str,
-    run_id: str | None,
-    method: str,
-    path: str,
-    status: int | None,
-    started_at: str,
-    ended_at: str,
-    request_bytes: int,
-    response_bytes: int,
-    request_sha256: str,
-    response_sha256: str | None,
-    usage: Object | None,
-    error: str | None,
-) -> Object:
-    """An ``exchange`` (version 1: its callee is never the gateway); ``usage`` as
-    ``TokenUsage.model_dump(mode="json")``."""
-    obj = _head("exchange", at)
+def exchange(seen: observation.Observation) -> Object:
+    """The ``exchange`` record of what was seen of one exchange, dated when it ended: the one
+    place an :class:`~.observation.Observation` becomes a record, for the gateway and the
+    local ledger alike. Version 1, or 2 when the gateway answered the call itself
+    (``upstream`` ``gateway``: :data:`GATEWAY_VERSION`).
+
+    Token usage is the gateway's reading of the answer, or else read here from the body a
+    connector kept — only from an answer that names a ``"usage"`` key (the shapes
+    :mod:`.usage` reads) and was not an error: scanning every reply (a REST protocol v1
+    reply has none) would cost more than the rest of the record.
+    """
+    found, body, status = seen.usage, seen.body, seen.status
+    if found is None and body and b'"usage"' in body and status is not None and status < 400:
+        from agent_health.ledger import usage  # pydantic: loaded by the first reply with one
+
+        found = usage.parse(body, seen.content_type)
+    ended = stamp_epoch(seen.ended_at)
+    obj = _head("exchange", ended)
+    if seen.upstream == GATEWAY:
+        obj["version"] = GATEWAY_VERSION
     obj.update(
-        principal=principal,
-        evidence=evidence,
-        upstream=upstream,
-        run_id=run_id,
-        method=method,
-        path=path,
-        status=status,
-        started_at=started_at,
-        ended_at=ended_at,
-        request_bytes=request_bytes,
-        response_bytes=response_bytes,
-        request_sha256=request_sha256,
-        response_sha256=response_sha256,
-        usage=usage,
-        error=error,
+        principal=seen.principal,
+        evidence=seen.evidence,
+        upstream=seen.upstream,
+        run_id=seen.run_id,
+        method=seen.method,
+        path=seen.path,
+        status=seen.status,
+        started_at=stamp_epoch(seen.started_at),
+        ended_at=ended,
+        request_bytes=seen.request_bytes,
+        response_bytes=seen.response_bytes,
+        request_sha256=seen.request_sha256,
+        response_sha256=seen.response_sha256,
+        usage=found.model_dump(mode="json") if found is not None else None,
+        error=seen.error,
     )
     return obj
 

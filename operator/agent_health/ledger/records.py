@@ -46,7 +46,7 @@ from pydantic import (
 )
 
 from agent_health import statuses
-from agent_health.ledger import encoding, errors, strictjson
+from agent_health.ledger import encoding, errors, objects, strictjson
 from agent_health.ledger import usage as usage_parser
 
 VERSION: Literal[4] = 4
@@ -58,7 +58,7 @@ SPANS_VERSION: Literal[3] = 3  # the kind is new in it
 MCP_VERSION: Literal[4] = 4  # the kind is new in it
 MCP_METHODS = ("tools/call", "tools/list", "resources/read", "prompts/get")
 """The MCP requests the gateway records, one ``mcp`` record each."""
-GATEWAY = "gateway"
+GATEWAY = objects.GATEWAY
 """The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
 Status = statuses.Ended

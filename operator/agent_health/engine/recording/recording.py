@@ -40,15 +40,14 @@ from typing import TYPE_CHECKING
 from pydantic_core import to_jsonable_python
 
 from agent_health import ledger
-from agent_health.connectors import wire
 from agent_health.engine import outcome
 from agent_health.engine.recording import refusal, runrecord
-from agent_health.ledger import chain, encoding, objects, runfile, store
+from agent_health.ledger import chain, encoding, objects, observation, runfile, store
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import RunResult, TestResult
 
 if TYPE_CHECKING:
-    from agent_health import gateway
+    pass
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
@@ -129,7 +128,7 @@ class _Cell:
     name: str
     info: ctx_mod.TestInfo
     began: float  # epoch seconds
-    seen: list[wire.Observation] = field(default_factory=list)
+    seen: list[observation.Observation] = field(default_factory=list)
     spans: list[objects.Object] = field(default_factory=list)  # the OTLP receiver's records
     peers: list[objects.Object] = field(default_factory=list)
     """What the target's calls to its peers left: exchanges and mcp records, in order."""
@@ -148,7 +147,7 @@ class _Cell:
             run_id=info.run_id,
             agent=info.agent,
         )
-        seen = map(runrecord.exchange_record, self.seen)
+        seen = map(objects.exchange, self.seen)
         dropped = [self._dropped(meta)] if self.peers_dropped else []
         return [meta, *seen, *self.peers, *dropped, *self.spans, *then()]
 
@@ -242,9 +241,9 @@ class LocalLedger:
             return None
         return not self.failures and not self.refused
 
-    def observe(self, seen: wire.Observation) -> None:
+    def observe(self, seen: observation.Observation) -> None:
         """The connectors' observer: one finished (or failed, or cancelled) exchange."""
-        cell = self._open.get(seen.run_id)
+        cell = self._open.get(seen.run_id) if seen.run_id is not None else None
         if cell is None:
             self.unrouted += 1
             log.warning(
@@ -367,29 +366,8 @@ class _PeerCall:
     def note(self, call: objects.Object) -> None:
         self._keep(call)
 
-    def finish(self, observation: gateway.Observation) -> None:
-        o = observation
-        usage = o.usage.model_dump(mode="json") if o.usage is not None else None
-        self._keep(
-            objects.exchange(
-                at=objects.stamp(o.ended_at),
-                principal=o.principal,
-                evidence=o.evidence,
-                upstream=o.upstream,
-                run_id=o.run_id,
-                method=o.method,
-                path=o.path,
-                status=o.status,
-                started_at=objects.stamp(o.started_at),
-                ended_at=objects.stamp(o.ended_at),
-                request_bytes=o.request_bytes,
-                response_bytes=o.response_bytes,
-                request_sha256=o.request_sha256,
-                response_sha256=o.response_sha256,
-                usage=usage,
-                error=o.error,
-            )
-        )
+    def finish(self, seen: observation.Observation) -> None:
+        self._keep(objects.exchange(seen))
 
     def _keep(self, record: objects.Object) -> None:
         cell = self.ledger._peer_cell(self.run_id)

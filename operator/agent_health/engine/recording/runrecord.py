@@ -1,5 +1,6 @@
 """The records a controller makes of what it saw: the run-result (what ``agent.run()``
-returned, whole, within caps) and, locally, each exchange with the agent.
+returned, whole, within caps); locally, each exchange with the agent is the ledger's own
+``exchange`` record of what the connector saw (``ledger.objects.exchange``).
 
 :mod:`.recording` writes both into each local cell, the cell controller the run-result into
 a cluster's (:mod:`.cell`); ``agent-health run --replay`` (:mod:`.replay`) answers
@@ -10,12 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from agent_health.connectors import wire
 from agent_health.engine import reports
 from agent_health.ledger import objects
 from agent_health.sdk.results import RunResult
@@ -28,8 +27,6 @@ RECORD_STEPS = 10_000
 RECORD_RAW_CHARS = 64_000  # the reply's fields beyond the protocol's, as JSON
 PRICING = ("model", "usage_by_model")
 """The raw fields a grade's cost is computed from, kept when the rest of raw is cut."""
-IN_PROCESS = "in-process"
-"""The evidence of a locally recorded exchange: the recorder is the caller itself."""
 
 
 def run_record(run: RunResult, at: str) -> objects.Object:
@@ -108,37 +105,5 @@ def plain(value: Any) -> Any:
     return value
 
 
-def exchange_record(seen: wire.Observation) -> objects.Object:
-    """The ``exchange`` record of what a connector saw, with token usage read from the answer."""
-    found = None
-    # Usage is reported under a "usage" key (usage.Reader's shapes); an answer without one
-    # (a REST protocol v1 reply) is not scanned, which costs more than the rest of the record.
-    if seen.body and b'"usage"' in seen.body and seen.status is not None and seen.status < 400:
-        from agent_health.ledger import usage
-
-        parsed = usage.parse(seen.body, seen.content_type)
-        found = parsed.model_dump(mode="json") if parsed is not None else None
-    ended = stamp(seen.ended_at)
-    return objects.exchange(
-        at=ended,  # recorded as it ended
-        principal="controller",
-        evidence=IN_PROCESS,
-        upstream="target",
-        run_id=seen.run_id,
-        method=seen.method,
-        path=seen.path,
-        status=seen.status,
-        started_at=stamp(seen.started_at),
-        ended_at=ended,
-        request_bytes=seen.request_bytes,
-        response_bytes=seen.response_bytes,
-        request_sha256=seen.request_sha256,
-        response_sha256=seen.response_sha256,
-        usage=found,
-        error=seen.error,
-    )
-
-
-def stamp(moment: float) -> str:
-    """An epoch time as a record's time (:func:`objects.stamp`)."""
-    return objects.stamp(datetime.fromtimestamp(moment, UTC))
+stamp = objects.stamp_epoch
+"""An epoch time as a record's time (:func:`objects.stamp`)."""
