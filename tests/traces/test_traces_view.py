@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from agent_health import ledger
 from agent_health.connectors.protocol import Step, TokenUsage
+from agent_health.ledger import chain, usage
 from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
 from agent_health.traces import errors, exchanges, records, trajectory, view
+from support import ledger_support
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -120,33 +124,50 @@ async def test_unknown_source_is_a_clear_error() -> None:
         await traces.spans(source="opensearch")
 
 
-def exchange(**fields: Any) -> exchanges.ExchangeRecord:
+def exchange(
+    *,
+    started_at: float = 1000.0,
+    ended_at: float = 1000.5,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    model: str | None = None,
+    **fields: Any,
+) -> ledger.Exchange:
+    """A recorded exchange of the target with its model (epoch times, tokens as given)."""
+    tokens = (input_tokens, output_tokens, model)
+    used = (
+        None
+        if tokens == (None, None, None)
+        else usage.TokenUsage(
+            input_tokens=input_tokens or 0, output_tokens=output_tokens or 0, model=model
+        )
+    )
     base: dict[str, Any] = {
         "run_id": "run-1",
         "principal": "target",
-        "method": "POST",
+        "upstream": "peer:llm",
         "path": "/v1/chat/completions",
-        "status": 200,
-        "started_at": 1000.0,
-        "ended_at": 1000.5,
+        "started_at": datetime.fromtimestamp(started_at, UTC),
+        "ended_at": datetime.fromtimestamp(ended_at, UTC),
+        "usage": used,
     }
-    return exchanges.ExchangeRecord(**{**base, **fields})
+    return ledger_support.exchange(**{**base, **fields})
 
 
 RECORDED = [
     exchange(
         principal="controller", upstream="target", path="/run", started_at=999.9, ended_at=1002
     ),
-    exchange(upstream="llm", input_tokens=100, output_tokens=20, model="m1"),
+    exchange(input_tokens=100, output_tokens=20, model="m1"),
     exchange(upstream="peer:logs", method="GET", path="/search?q=x", started_at=1000.6),
     exchange(upstream="peer:status", method="GET", path="/status", status=503, started_at=1001),
-    exchange(upstream="llm", input_tokens=150, output_tokens=30, model="m1", started_at=1001.2),
+    exchange(input_tokens=150, output_tokens=30, model="m1", started_at=1001.2),
     exchange(principal="controller", upstream="judge", input_tokens=999, started_at=1003),
     exchange(run_id="another-run", input_tokens=5000),
 ]
 
 
-async def read(run_id: str) -> Sequence[exchanges.Exchange]:
+async def read(run_id: str) -> Sequence[ledger.Exchange]:
     return RECORDED
 
 
@@ -177,7 +198,7 @@ async def test_exchange_source_builds_spans_from_recorded_exchanges() -> None:
 
 
 async def test_no_exchanges_for_the_run_is_an_error() -> None:
-    async def nothing(run_id: str) -> Sequence[exchanges.Exchange]:
+    async def nothing(run_id: str) -> Sequence[ledger.Exchange]:
         return [exchange(run_id="someone-else")]
 
     source = exchanges.ExchangeSource(nothing, where="file:///ledger")
@@ -185,22 +206,33 @@ async def test_no_exchanges_for_the_run_is_an_error() -> None:
         await source.spans("run-1", None)
 
 
-def test_exchange_from_mapping() -> None:
-    record = exchanges.from_mapping(
-        {
-            "run_id": "r",
-            "principal": "target",
-            "method": "POST",
-            "path": "/v1/messages",
-            "status": "200",
-            "started_at": 1,
-            "ended_at": 2,
-            "token_usage": {"input": 3, "output": 4},
-        }
+async def test_exchange_source_reads_the_exchanges_as_the_ledger_keeps_them() -> None:
+    """The source reads the ledger's own records: those read back from sealed lines give the
+    spans of those made in memory, and an exchange that got no answer is an error span."""
+    cut = exchange(
+        upstream="peer:logs", path="/search", status=None, error="closed", started_at=1004
     )
-    assert (record.status, record.input_tokens, record.output_tokens) == (200, 3, 4)
-    with pytest.raises(errors.TracesBackendError, match="no field 'principal'"):
-        exchanges.from_mapping({"run_id": "r"})
+    made = [*RECORDED, cut]
+    key = b"k" * 32
+    sealer = chain.Sealer(key)
+    lines = [sealer.line(ledger.CellMeta(test_id="t", repeat=0, run_id="run-1"))]
+    lines += [sealer.line(e) for e in made]
+    assert chain.verify(lines, key, complete=False).ok
+    read_back = [r for r in map(ledger.parse_line, lines) if isinstance(r, ledger.Exchange)]
+
+    async def saved(run_id: str) -> Sequence[ledger.Exchange]:
+        return read_back
+
+    async def in_memory(run_id: str) -> Sequence[ledger.Exchange]:
+        return made
+
+    from_lines = await exchanges.ExchangeSource(saved).spans("run-1", TRACEPARENT)
+    assert from_lines == await exchanges.ExchangeSource(in_memory).spans("run-1", TRACEPARENT)
+    last = from_lines[-1]
+    assert (last.status, last.tool_name) == ("error", "logs")
+    logs = await exchanges.ExchangeSource(saved).logs("run-1")
+    assert logs[-1].severity == "ERROR"
+    assert logs[-1].body.endswith("no answer (closed)")
 
 
 def test_traceparent_parsing() -> None:
