@@ -98,7 +98,7 @@ class Http:
             error = err  # the exchange itself failed; a verdict on a whole answer is not that
             raise
         finally:
-            self._observe(meter.observation(error, timeout))
+            self._observe(meter.seen(error, timeout))
 
     def _path(self, url: str) -> str:
         path = self._paths.get(url)
@@ -150,7 +150,7 @@ class _Meter:
             else:
                 self.kept = None
 
-    def observation(self, error: BaseException | None, timeout: float) -> observation.Observation:
+    def seen(self, error: BaseException | None, timeout: float) -> observation.Observation:
         body = self.request.body
         ended = time.time()
         return observation.Observation(
