@@ -83,6 +83,25 @@ async def test_open_refuses_a_tampered_cell_and_a_second_open(tmp_path: Path) ->
         await recorder.Recorder(backend, KEY).open_cell("c", _meta("c"))
 
 
+async def test_an_exchange_is_dated_when_it_ended_as_a_local_runs_are(tmp_path: Path) -> None:
+    """The gateway's record of an exchange is made from what it saw, as a local run's is:
+    dated when the exchange ended, not when its batch happened to be written."""
+    backend = filestore.FileBackend(tmp_path)
+    rec = recorder.Recorder(backend, KEY, default_cell="c")
+    await rec.open_cell("c", _meta("c"))
+    at = ledger_support.T0.timestamp()
+    rec.start("run").finish(ledger_support.seen(run_id="run", started_at=at, ended_at=at + 1.5))
+    await rec.close()
+    lines = await backend.read("c")
+    sealed = json.loads(lines[1])
+    assert (sealed["started_at"], sealed["ended_at"], sealed["time"]) == (
+        "2025-01-01T00:00:00Z",
+        "2025-01-01T00:00:01.500000Z",
+        "2025-01-01T00:00:01.500000Z",
+    )
+    assert chain.verify(lines, KEY, complete=False).ok
+
+
 def test_the_exchange_record_carries_the_usage_the_proxy_read() -> None:
     read = usage.TokenUsage(input_tokens=4, output_tokens=2, total_tokens=6)
     parsed = records.parse_object(objects.exchange(_seen("r", usage=read)))
