@@ -34,8 +34,16 @@ its own: ``list`` and ``run`` of one test).
 The script reports, it never gates: exit 0 whatever the figures, 1 when a side crashed or
 did not pass its work, 2 for bad options.
 
+To measure another tree's package with this script — the code before a change, say — give
+``--package-root`` the directory that holds its ``agent_health/`` (a checkout's
+``operator/``): every side, baselines included, then runs with that directory first on
+``PYTHONPATH``, and the script refuses a directory ``agent_health`` does not import from.
+The installed dependencies stay this environment's.
+
     python bench/defaults.py                      # every row (about four minutes here)
     python bench/defaults.py --row list --rounds 20
+    git worktree add /tmp/before 8649b96
+    python bench/defaults.py --package-root /tmp/before/operator
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -389,9 +398,38 @@ def _agents(rows: list[str], args: argparse.Namespace) -> Iterator[dict[str, str
         yield urls
 
 
+def use_package_root(root: Path) -> str | None:
+    """Put ``root`` first on ``PYTHONPATH`` for every side; a problem, or None when
+    ``agent_health`` then imports from ``root``.
+
+    Checked in a subprocess as the sides run, so a root the import system passes over (no
+    ``agent_health/`` there, a typo) is refused instead of measuring this tree's package under
+    another name.
+    """
+    if not (root / "agent_health" / "__init__.py").is_file():
+        return (
+            f"--package-root {root}: no agent_health/__init__.py there; give the directory "
+            "that holds the package (a checkout's operator/)"
+        )
+    paths = [str(root.resolve()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import agent_health; print(agent_health.__file__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = Path(probe.stdout.strip() or "?").resolve()
+    if probe.returncode != 0 or not found.is_relative_to(root.resolve()):
+        why = probe.stderr.strip().splitlines()[-1:] or [f"it imports from {found}"]
+        return f"--package-root {root}: agent_health does not import from there ({why[0]})"
+    return None
+
+
 def render(results: list[RowResult], args: argparse.Namespace) -> str:
+    where = f"; agent_health from {args.package_root}" if args.package_root else ""
     lines = [
-        f"agent-health defaults vs no harness — Python {platform.python_version()}, "
+        f"agent-health defaults vs no harness{where} — Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; "
         f"medians of {args.rounds} rounds ({args.list_rounds} for list and run) after "
         f"{args.warmup} "
@@ -464,6 +502,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--history-latency", type=float, default=0.02, help="agent latency of the history row (s)"
     )
+    p.add_argument(
+        "--package-root",
+        type=Path,
+        help="measure the agent_health package in this directory (e.g. an older commit's "
+        "operator/, from git worktree add) instead of the installed one",
+    )
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     return p
 
@@ -480,6 +524,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.package_root is not None:
+        problem = use_package_root(args.package_root)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     rows = args.row or list(ROWS)
     results: list[RowResult] = []
     with (
