@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import subprocess
+import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -374,3 +376,62 @@ async def test_a_run_records_that_its_ledger_was_sealed_whole(
     assert sealed.ledger_url is not None
     assert sealed.ledger_verified is True
     assert (unledgered.ledger_url, unledgered.ledger_verified) == (None, None)
+
+
+SEES_THREADS = '''
+import threading
+from pathlib import Path
+
+from agent_health import define_config
+from agent_health.connectors import AgentReply
+
+HERE = Path(__file__).parent
+
+
+class Inproc:
+    """Answers at once; notes the threads running as the run makes it (before any test)."""
+
+    def __init__(self, spec):
+        names = [t.name for t in threading.enumerate()]
+        (HERE / "threads.txt").write_text("\\n".join(names))
+
+    async def run(self, request):
+        return AgentReply(output="pong")
+
+    async def aclose(self):
+        return None
+
+
+config = define_config(
+    connectors={"inproc": Inproc},
+    agents={"inproc": {"connector": "inproc"}},
+    default_agent="inproc",
+)
+'''
+
+
+def test_the_history_opens_as_the_first_tests_start_not_before(tmp_path: Path) -> None:
+    # Opened before the agent's connector was made (and the preflight ran), the history's
+    # import of SQLAlchemy took the interpreter from the work every test waits for: about
+    # 0.2 s of a 400-call run's wall time (bench/defaults.py, the calls row). A fresh
+    # interpreter: no thread of another test's run is about.
+    (tmp_path / "test_one.py").write_text(
+        "from agent_health import test\n\n\n@test('one')\nasync def one(agent, expect):\n"
+        "    expect((await agent.run('ping')).output).to_equal('pong')\n"
+    )
+    (tmp_path / "agent-health.config.py").write_text(SEES_THREADS)
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_health.cli", "run", str(tmp_path), "--no-ledger"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    threads = (tmp_path / "threads.txt").read_text().splitlines()
+    assert "MainThread" in threads
+    assert not [name for name in threads if name.startswith("history")], threads
+    # and the run is recorded all the same
+    assert "history: run" in done.stdout, done.stdout
+    assert (tmp_path / ".agent-health" / "history.db").is_file()

@@ -37,12 +37,14 @@ FLAKY_RUNS = 50
 
 
 class Pending:
-    """The history made ready in a thread beside the run (:meth:`start`): SQLAlchemy and its
-    modules imported, the history opened, the run's tests written and the run it will be
-    compared with read, while the run's tests wait on their agents. The thread's work fills
-    the event loop's waits; the loop takes the interpreter back within the command's short
-    switch interval (``cli.app``) each time an answer wakes it. (Imported while the suite
-    loaded instead, the import added its whole time to the run's: loading waits on nothing.)"""
+    """The history made ready in a thread beside the run (:meth:`start`, as its first tests
+    start): SQLAlchemy and its modules imported, the history opened, the run's tests written
+    and the run it will be compared with read, while the run's tests wait on their agents.
+    The thread's work fills the event loop's waits; the loop takes the interpreter back
+    within the command's short switch interval (``cli.app``) each time an answer wakes it.
+    (Imported while the suite loaded instead, the import added its whole time to the run's:
+    loading waits on nothing; begun before the preflight, it took the interpreter from the
+    preflight and the HTTP client's import, which every test waits for.)"""
 
     def __init__(self, where: location.Location) -> None:
         self.where = where
@@ -52,7 +54,10 @@ class Pending:
 
     def start(self, cases: Sequence[Any], line: Upcoming | None = None) -> None:
         """Open the history and write the run's ``cases`` ahead, after the import; with
-        ``line`` (whose run it is), also read the run it will be compared with."""
+        ``line`` (whose run it is), also read the run it will be compared with. Once: a
+        second call does nothing."""
+        if self._opened is not None:
+            return
         self._pool.submit(_import)
         self._opened = self._pool.submit(_open, self.where)
         self._known = self._pool.submit(_prepare, self._opened, list(cases), line)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from rich.console import Console
 
@@ -53,6 +54,7 @@ async def execute(
     preflight: bool = False,
     home: Path | None = None,
     run_uid: str | None = None,
+    starting: Callable[[], None] | None = None,
 ) -> Executed:
     """Run the selected tests; stopped as by Ctrl-C when ``outlet`` (stdout) loses its reader.
 
@@ -60,6 +62,8 @@ async def execute(
     before the first test (:mod:`agent_health.connectors.preflight`): one that is not there
     raises :class:`~agent_health.connectors.errors.AgentAbsent`, a usage error. ``home`` is
     the suite's ``.agent-health/``: the default ledger goes into its ``ledger/``.
+    ``starting`` is called once, as the first tests start (after the preflight and the
+    connectors are made): work that runs beside the tests (the history's) is begun there.
     """
     import asyncio
     import dataclasses
@@ -192,6 +196,8 @@ async def execute(
             repeats=request.repeat,
         ) as progress:
             listener: Any = progress if feed is None else running.Tee(progress, feed)
+            if starting is not None:
+                starting()
             outcome = await running.run(
                 cases,
                 suite.hooks,
