@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 import xml.etree.ElementTree as ET
@@ -60,6 +61,47 @@ def test_plain_progress_prints_one_line_per_test() -> None:
     assert lines[0].startswith("✓ passed  f.py › ok")
     assert lines[1].startswith("✗ failed  f.py › bad")
     assert lines[2].endswith("— agent error: cannot connect to agent at http://x (is it running?)")
+
+
+class _Flushes(io.StringIO):
+    """A stream that counts its flushes and what was written since the last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+        self.unflushed = 0
+
+    def write(self, text: str) -> int:
+        self.unflushed += len(text)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self.unflushed = 0
+        super().flush()
+
+
+async def test_plain_lines_of_tests_ending_together_go_out_together() -> None:
+    # Flushed one by one, each line was a write to the file, where the event loop let go of
+    # the interpreter and waited for the run's other threads to give it back.
+    out = _Flushes()
+    console = Console(file=out, force_terminal=False, width=200)
+    with terminal.LiveProgress(console, 200) as progress:
+        for n in range(200):
+            progress.on_test_end(RESULTS[n % 3])
+        assert out.getvalue().count("\n") == 200
+        # The first line at once, the others together once their time comes (200 lines
+        # would have to take 20 s to be flushed more than 200 times here, one by one).
+        assert 1 <= out.flushes < 10
+        assert out.unflushed > 0
+        # No test need end for the last lines to go out: they are flushed in FLUSH_EVERY_S.
+        await asyncio.sleep(terminal.FLUSH_EVERY_S * 2)  # its deadline after the flush's
+        assert out.unflushed == 0
+        await asyncio.sleep(terminal.FLUSH_EVERY_S * 1.5)  # a quiet spell since that flush
+        progress.on_test_end(RESULTS[0])  # so this line goes out at once
+        assert out.unflushed == 0
+        progress.on_test_end(RESULTS[0])
+    assert out.unflushed == 0  # the end of the run flushes what waits
 
 
 def test_tty_progress_shows_a_bar_and_failures() -> None:

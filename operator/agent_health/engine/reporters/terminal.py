@@ -13,9 +13,10 @@ move the cursor, erase a line, set the window title or write the clipboard.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -31,10 +32,18 @@ from agent_health.engine.reporters import terminal_style as style
 from agent_health.sdk.results import TestResult
 
 if TYPE_CHECKING:
+    import asyncio
+
     from rich.progress import Progress
 
 MARK, COLOR = style.MARK, style.COLOR
 CAPTURE_LINES = terminal_failures.CAPTURE_LINES
+FLUSH_EVERY_S = 0.1
+"""Plain progress lines (CI logs, pipes) reach the reader at most this long after their
+test ended: a line after a quiet spell is written at once, the lines of tests that end
+faster than that go out together. (Written one by one, each line was a write to the file
+and so a hand-over of the interpreter, which the event loop then waited up to a switch
+interval to get back from the run's other threads: 400 quick tests, about 0.2 s.)"""
 
 
 def _line(result: TestResult, repeats: int = 1) -> str:
@@ -76,6 +85,8 @@ class LiveProgress:
         self.live = console.is_terminal and not list_lines
         self._progress: Progress | None = None
         self._task: Any = None
+        self._flushed = float("-inf")  # when plain lines were last flushed (monotonic)
+        self._later: asyncio.TimerHandle | None = None  # the flush waiting for its turn
 
     def __enter__(self) -> LiveProgress:
         if self.live:
@@ -104,6 +115,8 @@ class LiveProgress:
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
+        elif self._later is not None:
+            self._flush(self.console.file)
 
     def _counts(self) -> str:
         return " ".join(
@@ -126,7 +139,32 @@ class LiveProgress:
             # would print it, without rendering it (a fifth of a trivial test's cost).
             out = self.console.file
             out.write(_line(result, self.repeats) + "\n")
-            out.flush()
+            self._flush_soon(out)
+
+    def _flush_soon(self, out: IO[str]) -> None:
+        """Flush ``out`` now if it was not flushed within :data:`FLUSH_EVERY_S`, else once
+        that long after it was (on the running event loop; without one, now)."""
+        if self._later is not None:
+            return
+        waited = time.monotonic() - self._flushed
+        if waited >= FLUSH_EVERY_S:
+            self._flush(out)
+            return
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._flush(out)
+            return
+        self._later = loop.call_later(FLUSH_EVERY_S - waited, self._flush, out)
+
+    def _flush(self, out: IO[str]) -> None:
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+        self._flushed = time.monotonic()
+        out.flush()
 
 
 def summary(
