@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from agent_health.ledger import chain, objects, observation, records, usage
+from agent_health.ledger import chain, errors, objects, observation, records, strictjson, usage
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -330,3 +330,93 @@ def test_mcp_call(
     model = records.McpRecord(time=later, started_at=moment, ended_at=later, **values)
     same(built, model)
     assert list(built) == sorted(built)  # built in canonical order: its sort is one pass
+    # Written as its line by hand (the gateway's way), it seals to the very same line.
+    by_text = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
+    by_object = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
+    line = by_text.line_written(objects.mcp_text(built))
+    assert line == by_object.line_of(dict(built))
+    assert by_text.previous_mac == by_object.previous_mac
+    assert by_text.next_seq == by_object.next_seq == 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "caf\u00e9 \u2603 \U0001f600",
+        "\ud800 a lone surrogate",
+        'quotes " and \\ and \n\t\x00\x1f',
+        2**70,
+        -(2**70),
+        1.5,
+        1e300,
+        -0.0,
+        True,
+        {"b": 1, "a": [None, {"d": "\u00e9", "c": 2.5}]},
+        [],
+        {},
+    ],
+    ids=repr,
+)
+def test_an_mcp_call_written_by_hand_is_its_canonical_line(value: Any) -> None:
+    """Whatever an MCP call holds — text beyond ASCII, lone surrogates, big numbers, floats,
+    nested objects whose keys are out of order — its line written member by member is the
+    canonical encoder's, seq and mac included."""
+    built = objects.mcp_call(
+        at="2026-01-02T03:04:05Z",
+        principal="target",
+        evidence="none",
+        server="peer:time",
+        run_id=None,
+        session=value if isinstance(value, str) else None,
+        method="tools/call",
+        id=value if isinstance(value, str | int) and not isinstance(value, bool) else None,
+        name=value if isinstance(value, str) else None,
+        arguments={"v": value},
+        result={"content": [{"type": "text", "text": "x"}], "v": value},
+        error={"code": -32000, "data": value},
+        problem=value if isinstance(value, str) else None,
+        status=200,
+        started_at="2026-01-02T03:04:05Z",
+        ended_at="2026-01-02T03:04:05Z",
+    )
+    sealed = chain.Sealer(KEY, next_seq=3, previous_mac="c" * 64)
+    line = sealed.line_written(objects.mcp_text(built))
+    assert line == chain.Sealer(KEY, next_seq=3, previous_mac="c" * 64).line_of(dict(built))
+    assert records.parse_object(strictjson.loads(line)).kind == "mcp"
+
+
+def test_an_mcp_call_that_json_cannot_hold_is_refused_as_the_encoder_refuses_it() -> None:
+    built = objects.mcp_call(
+        at="2026-01-02T03:04:05Z",
+        principal="target",
+        evidence="none",
+        server="peer:time",
+        run_id=None,
+        session=None,
+        method="tools/call",
+        arguments={"x": float("nan")},
+        status=200,
+        started_at="2026-01-02T03:04:05Z",
+        ended_at="2026-01-02T03:04:05Z",
+    )
+    with pytest.raises(errors.RecordError, match="NaN"):
+        objects.mcp_text(built)
+
+
+def test_a_written_record_is_never_the_first_of_a_cell_nor_after_its_end() -> None:
+    built = objects.mcp_call(
+        at="2026-01-02T03:04:05Z",
+        principal="target",
+        evidence="none",
+        server="peer:time",
+        run_id=None,
+        session=None,
+        method="tools/list",
+        status=200,
+        started_at="2026-01-02T03:04:05Z",
+        ended_at="2026-01-02T03:04:05Z",
+    )
+    with pytest.raises(errors.ChainError, match="first record"):
+        chain.Sealer(KEY).line_written(objects.mcp_text(built))
+    with pytest.raises(errors.ChainError, match="ended"):
+        chain.Sealer(KEY, next_seq=4, ended=True).line_written(objects.mcp_text(built))

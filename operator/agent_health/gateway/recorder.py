@@ -36,6 +36,10 @@ past either the rest is not, and the answer says it is ``partial``.
 Which cell an exchange belongs to: the cell bound to its ``X-Agent-Health-Run-Id`` (the local
 engine binds one per test), else the gateway's own cell (a cell pod), else the only open
 cell; failing all three it is counted as unrouted and logged, never written to a wrong cell.
+
+One concept: a cell's records from the moment the proxy reports them to their sealed lines;
+the batches, the caps and the blame, and what the controller may read back while the cell
+runs are its parts, and each needs the others' counts.
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ import pydantic_core
 from agent_health.ledger import chain, encoding, errors, objects, observation, records, store
 
 log = logging.getLogger("agent_health.gateway")
-_Item = records.SpansRecord | objects.Object
-"""What a cell's batch holds: spans, and exchanges and MCP calls as their JSON objects."""
+_Item = records.SpansRecord | objects.Object | objects.Written
+"""What a cell's writer seals: spans, exchanges as their JSON objects, and MCP calls written
+as their lines (as their JSON objects when they cannot be)."""
+_Made = records.SpansRecord | objects.Object
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ _SEAL_BYTES = 120
 class _Cell:
     writer: chain.Writer
     meta: records.CellMeta
-    pending: list[observation.Observation | records.SpansRecord | objects.Object] = field(
+    pending: list[observation.Observation | records.SpansRecord | _Noted | objects.Object] = field(
         default_factory=list
     )
     inflight: set[asyncio.Future[None]] = field(default_factory=set)
@@ -276,10 +282,12 @@ class Recorder:
             return
         if self._cells[ticket.cell].ended:
             return  # counted with its exchange, which comes after cell-end too
-        self._queue(ticket.cell, call)
+        self._queue(ticket.cell, _noted(call))
 
     def _queue(
-        self, cell: str, item: observation.Observation | records.SpansRecord | objects.Object
+        self,
+        cell: str,
+        item: observation.Observation | records.SpansRecord | _Noted | objects.Object,
     ) -> None:
         state = self._cells[cell]
         state.pending.append(item)
@@ -321,7 +329,7 @@ class Recorder:
             if state.dropped and not state.marked:
                 await self._mark(cell, state)  # at once: the gateway may not live to the end
 
-    def _within_caps(self, state: _Cell, exchanges: list[_Item]) -> list[_Item]:
+    def _within_caps(self, state: _Cell, exchanges: list[_Made | _Noted]) -> list[_Item]:
         """The records that fit the cell's caps; the rest are counted as dropped.
 
         The byte cap counts spans records too, but they may take at most half of it, and one
@@ -331,6 +339,9 @@ class Recorder:
         ``mcp`` record counts as an exchange: it is the target's traffic, recorded in full."""
         kept: list[_Item] = []
         for item in exchanges:
+            if isinstance(item, _Noted):
+                self._keep_noted(state, item, kept)
+                continue
             size = _size(item) + _SEAL_BYTES if self.caps.bytes else 0
             if isinstance(item, records.SpansRecord):
                 cap = self.caps.bytes
@@ -361,6 +372,24 @@ class Recorder:
             if principal == "target":
                 _see(state, item)
         return kept
+
+    def _keep_noted(self, state: _Cell, item: _Noted, kept: list[_Item]) -> None:
+        """:meth:`_within_caps` for an MCP call written as its line (the same caps)."""
+        size = item.size + _SEAL_BYTES
+        if not item.target:
+            state.own_records += 1
+            state.own_bytes += size
+        over_records = self.caps.records is not None and state.exchanges >= self.caps.records
+        over_bytes = self.caps.bytes is not None and state.bytes + size > self.caps.bytes
+        if state.dropped or over_records or over_bytes:
+            state.dropped += 1
+            state.why = state.why or self.caps.why()
+            return
+        state.exchanges += 1
+        state.bytes += size
+        kept.append(item.written)
+        if item.seen is not None:
+            _keep_seen(state, item.seen, item.seen_size)
 
     def _blame(self, state: _Cell) -> tuple[Literal["agent", "infra"], str]:
         """Whom the cell's dropped exchanges blame, and why, as the mark says it."""
@@ -489,7 +518,7 @@ _Seen = tuple[Any, ...]
 :data:`_SEEN_FIELDS`, then its arguments and error as JSON, then the tools it listed."""
 
 
-def _see(state: _Cell, item: _Item) -> None:
+def _see(state: _Cell, item: _Made) -> None:
     """Keep ``item``, one of the target's records on the cell's ledger, readable when it is
     a call to a peer (see :meth:`Recorder.peer_calls`). What is kept is flat — strings,
     numbers, the arguments as their JSON — so the garbage collector never walks it however
@@ -499,31 +528,36 @@ def _see(state: _Cell, item: _Item) -> None:
     if item["kind"] == "exchange":
         upstream, status = item["upstream"], item["status"]
         if upstream.startswith("peer:") and status is not None:
-            kept: _Seen = (item["principal"], upstream, status, item["started_at"])
-        else:
-            return
+            _keep_seen(state, (item["principal"], upstream, status, item["started_at"]), 0)
     else:
-        arguments, error, result = item.get("arguments"), item.get("error"), item.get("result")
-        listed: tuple[str, ...] | None = None
-        if item.get("method") == "tools/list" and isinstance(result, dict):
-            tools = result.get("tools")
-            found = (
-                [t.get("name") for t in tools if isinstance(t, dict)]
-                if isinstance(tools, list)
-                else []
-            )
-            listed = tuple(n for n in found if isinstance(n, str))
-        given = pydantic_core.to_json(arguments) if arguments is not None else None
-        failed = pydantic_core.to_json(error) if error is not None else None
-        size = len(given or b"") + len(failed or b"") + sum(map(len, listed or ()))
-        if state.seen_bytes + size > SEEN_BYTES:
-            state.seen_partial = True
-            return
-        state.seen_bytes += size
-        kept = (*(item.get(name) for name in _SEEN_FIELDS), given, failed, listed)
+        _keep_seen(state, *_seen_call(item))
+
+
+def _seen_call(call: objects.Object) -> tuple[_Seen, int]:
+    """An MCP call as :func:`_see` keeps it, and the bytes that counts against
+    :data:`SEEN_BYTES`."""
+    arguments, error, result = call.get("arguments"), call.get("error"), call.get("result")
+    listed: tuple[str, ...] | None = None
+    if call.get("method") == "tools/list" and isinstance(result, dict):
+        tools = result.get("tools")
+        found = (
+            [t.get("name") for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+        )
+        listed = tuple(n for n in found if isinstance(n, str))
+    given = pydantic_core.to_json(arguments) if arguments is not None else None
+    failed = pydantic_core.to_json(error) if error is not None else None
+    size = len(given or b"") + len(failed or b"") + sum(map(len, listed or ()))
+    return (*(call.get(name) for name in _SEEN_FIELDS), given, failed, listed), size
+
+
+def _keep_seen(state: _Cell, kept: _Seen, size: int) -> None:
+    if size and state.seen_bytes + size > SEEN_BYTES:
+        state.seen_partial = True
+        return
     if len(state.seen) >= SEEN_CALLS:
         state.seen_partial = True
         return
+    state.seen_bytes += size
     state.seen.append(kept)
 
 
@@ -549,7 +583,34 @@ def _seen(kept: _Seen) -> objects.Object:
     return call
 
 
-def _size(item: _Item) -> int:
+class _Noted:
+    """An MCP call waiting in its cell's batch, written as its line (``objects.mcp_text``)
+    when it was noted, with what the caps and :meth:`Recorder.peer_calls` need of it: its
+    parsed arguments and result are let go at once (a batch waits up to
+    :data:`BATCH_SECONDS`, long enough for them to outlive a collection of the youngest
+    objects), and it holds only strings, numbers and bytes meanwhile."""
+
+    __slots__ = ("seen", "seen_size", "size", "target", "written")
+    seen: _Seen | None
+    seen_size: int
+
+    def __init__(self, call: objects.Object, written: objects.Written) -> None:
+        self.written = written
+        self.size = len(written.head) + len(written.middle) + len(written.tail)
+        self.target = call["principal"] == "target"
+        self.seen, self.seen_size = _seen_call(call) if self.target else (None, 0)
+
+
+def _noted(call: objects.Object) -> _Noted | objects.Object:
+    """``call`` as its cell's batch holds it: written as its line, or (when it holds what
+    JSON cannot) as it is, for the writer to refuse as it refuses any such record."""
+    try:
+        return _Noted(call, objects.mcp_text(call))
+    except (errors.RecordError, TypeError):
+        return call
+
+
+def _size(item: _Made) -> int:
     if isinstance(item, dict):
         return len(encoding.canonical(item))
     return len(records.dump_line(item))

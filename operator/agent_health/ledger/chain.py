@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_health.ledger import encoding, errors, strictjson
+from agent_health.ledger import encoding, errors, objects, strictjson
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -34,10 +34,11 @@ if TYPE_CHECKING:
     from agent_health.ledger import records
     from agent_health.ledger.store import Backend
 
-    Item: TypeAlias = records.Record | dict[str, Any]
-    """What a :class:`Writer` seals: a record model, or a record already in its JSON form
-    (a builder of :mod:`.objects`: what the gateway makes of each MCP call, at a fraction of
-    the model's cost)."""
+    Item: TypeAlias = records.Record | dict[str, Any] | objects.Written
+    """What a :class:`Writer` seals: a record model, a record already in its JSON form (a
+    builder of :mod:`.objects`), or one already written as its line but for ``seq`` and
+    ``mac`` (``objects.mcp_text``: what the gateway makes of each MCP call, at a fraction
+    of the model's cost)."""
 
 GENESIS = "0" * 64
 MIN_KEY_BYTES = 32
@@ -223,6 +224,23 @@ class Sealer:
         line = b"".join((view[:at], b'"mac":"', mac_hex.encode("ascii"), b'"', view[end:]))
         return self._advance(kind, mac_hex, line)
 
+    def line_written(self, written: objects.Written) -> str:
+        """:meth:`line_of` of a record already written as its line (``objects.mcp_text``):
+        its ``seq`` and ``mac`` filled in, the text joined twice and encoded once."""
+        kind = written.kind
+        if self.ended:
+            raise errors.ChainError("the cell has ended (cell-end written); nothing may follow")
+        if self.next_seq == 0:
+            raise errors.ChainError(f"the first record of a cell must be cell-meta, not {kind}")
+        head, middle, tail = written.head, written.middle, written.tail
+        seq = f'"seq":{self.next_seq},'
+        body = f"{head}{middle}{seq}{tail}".encode("ascii")
+        mac_hex = self._mac.hex(self.previous_mac.encode("ascii"), body)
+        self.next_seq += 1
+        self.previous_mac = mac_hex
+        self.ended = kind == "cell-end"
+        return f'{head}"mac":"{mac_hex}",{middle}{seq}{tail}'
+
     def _line_in_parts(self, kind: Any, payload: dict[str, Any]) -> str:
         """:meth:`line` the long way, encoded without the mac and with it."""
         del payload["mac"]
@@ -293,7 +311,12 @@ class Writer:
         trial = self._sealer.fork()
         lines, macs = [], []
         for item in items:
-            lines.append(trial.line_of(dict(item)) if isinstance(item, dict) else trial.line(item))
+            if isinstance(item, objects.Written):
+                lines.append(trial.line_written(item))
+            elif isinstance(item, dict):
+                lines.append(trial.line_of(dict(item)))
+            else:
+                lines.append(trial.line(item))
             macs.append(trial.previous_mac)
         await self.backend.append(self.cell, lines)
         # Only a stored batch advances the chain, so a failed write can be retried.

@@ -25,6 +25,27 @@ _CANONICAL = json.JSONEncoder(
 )
 
 
+# The C encoder _CANONICAL.encode makes afresh on each call (with two frames of Python
+# around it), made once: text() is called for a few small values of each record it writes,
+# where making it cost as much as the encoding. It holds only the same options.
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without the C module
+_C_ENCODER = (
+    _MAKE_ENCODER(
+        None,  # markers: no table of open containers (check_circular=False)
+        _CANONICAL.default,
+        json.encoder.encode_basestring_ascii,  # ensure_ascii=True
+        None,  # indent
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+    if _MAKE_ENCODER is not None
+    else None
+)
+
+
 def canonical(payload: dict[str, Any]) -> bytes:
     """Stable bytes of JSON data: sorted keys, no whitespace, ASCII only, no NaN.
 
@@ -32,13 +53,25 @@ def canonical(payload: dict[str, Any]) -> bytes:
     back from a line, which is what lets a reader recompute a writer's MAC.
     """
     try:
-        text = _CANONICAL.encode(payload)
-    except ValueError as err:  # NaN or Infinity: say where, the encoder does not
-        found = strictjson.not_finite(payload)
-        what = f"{found[0]} is {found[1]!r}" if found else str(err)
-        raise errors.RecordError(
-            f"not representable as JSON: {what} (JSON has no NaN or Infinity)"
-        ) from err
-    except RecursionError as err:
-        raise errors.RecordError("not representable as JSON: nested too deep") from err
-    return text.encode("ascii")
+        return _CANONICAL.encode(payload).encode("ascii")
+    except (ValueError, RecursionError) as err:
+        raise _refused(payload, err) from err
+
+
+def text(value: Any) -> str:
+    """:func:`canonical` of any JSON value, as text: what a writer that lays out a record's
+    members itself (``objects.mcp_text``) writes each member's value with."""
+    try:
+        if _C_ENCODER is None:
+            return _CANONICAL.encode(value)
+        return "".join(_C_ENCODER(value, 0))
+    except (ValueError, RecursionError) as err:
+        raise _refused(value, err) from err
+
+
+def _refused(value: Any, err: ValueError | RecursionError) -> errors.RecordError:
+    if isinstance(err, RecursionError):
+        return errors.RecordError("not representable as JSON: nested too deep")
+    found = strictjson.not_finite(value)  # NaN or Infinity: say where, the encoder does not
+    what = f"{found[0]} is {found[1]!r}" if found else str(err)
+    return errors.RecordError(f"not representable as JSON: {what} (JSON has no NaN or Infinity)")

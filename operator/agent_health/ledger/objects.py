@@ -15,9 +15,12 @@ lists and dicts of them); a time is written with :func:`stamp`, as pydantic writ
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agent_health.ledger import encoding
 
 if TYPE_CHECKING:
     from agent_health.ledger import observation
@@ -257,3 +260,59 @@ def mcp_call(
         "time": at,
         "version": MCP_VERSION,
     }
+
+
+class Written(NamedTuple):
+    """A record already written as its canonical line but for the two members sealing adds:
+    ``head`` holds the members that sort before ``mac`` (from the ``{``, up to a comma),
+    ``middle`` those between ``mac`` and ``seq`` (up to a comma), ``tail`` those after
+    ``seq`` (to the ``}``). ``chain.Sealer.line_written`` fills in both; only strings are
+    held, which the garbage collector never walks."""
+
+    kind: str
+    head: str
+    middle: str
+    tail: str
+
+
+_ascii = json.encoder.encode_basestring_ascii  # the canonical encoder's own, for one string
+
+
+def mcp_text(obj: Object) -> Written:
+    """:func:`mcp_call`'s record as its canonical line (its ``seq`` and ``mac`` left to the
+    sealer), written member by member in canonical order: the gateway writes one per MCP
+    call it proxies, and the canonical encoder spent a third of that sorting and walking
+    members that are known here (``tests/ledger/test_ledger_objects.py`` holds this to
+    :func:`encoding.canonical` of the object, hostile values included).
+
+    Raises ``RecordError`` for what JSON cannot hold, as the encoder does, and ``TypeError``
+    for a member of another type than :func:`mcp_call` takes (the encoder writes that one).
+    """
+    a, j = _ascii, encoding.text
+    arguments, error, result = obj["arguments"], obj["error"], obj["result"]
+    id, is_error, status = obj["id"], obj["is_error"], obj["status"]
+    name, problem, run_id, session = obj["name"], obj["problem"], obj["run_id"], obj["session"]
+    cut, result_cut = obj["arguments_cut"], obj["result_cut"]
+    if type(cut) is not bool or type(result_cut) is not bool:
+        raise TypeError("arguments_cut and result_cut are booleans")
+    head = (
+        f'{{"arguments":{"null" if arguments is None else j(arguments)},'
+        f'"arguments_cut":{"true" if cut else "false"},"ended_at":{a(obj["ended_at"])},'
+        f'"error":{"null" if error is None else j(error)},"evidence":{a(obj["evidence"])},'
+        f'"id":{"null" if id is None else a(id) if type(id) is str else j(id)},'
+        f'"is_error":{"null" if is_error is None else j(is_error)},"kind":"mcp",'
+    )
+    middle = (
+        f'"method":{a(obj["method"])},"name":{"null" if name is None else a(name)},'
+        f'"principal":{a(obj["principal"])},'
+        f'"problem":{"null" if problem is None else a(problem)},'
+        f'"result":{"null" if result is None else j(result)},'
+        f'"result_bytes":{j(obj["result_bytes"])},"result_cut":{"true" if result_cut else "false"},'
+        f'"run_id":{"null" if run_id is None else a(run_id)},'
+    )
+    tail = (
+        f'"server":{a(obj["server"])},"session":{"null" if session is None else a(session)},'
+        f'"started_at":{a(obj["started_at"])},"status":{"null" if status is None else j(status)},'
+        f'"time":{a(obj["time"])},"version":{MCP_VERSION}}}'
+    )
+    return Written("mcp", head, middle, tail)
