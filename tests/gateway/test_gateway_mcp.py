@@ -16,6 +16,8 @@ import pydantic
 import pytest
 from agent_health.gateway import config, errors
 from agent_health.ledger import chain, records
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import mcp_support
 from support.gateway_support import CONTROLLER_TOKEN, KEY, RUN_ID, exchanges, read_cell, through
 
@@ -358,3 +360,146 @@ async def test_calls_still_in_flight_are_not_waited_for_and_make_the_answer_part
                 seen = await r.json()
     assert seen["partial"] is True
     assert [(c["kind"], c["name"]) for c in seen["calls"]] == [("mcp", "echo")]
+
+
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2) | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2)
+    ),
+    max_leaves=4,
+)
+_OBJECTS = st.dictionaries(st.text(max_size=2), _ANY, max_size=2)
+# Mostly the plain shapes, each member now and then of another type or left out, and now and
+# then a member the plain shapes do not take: what the SDK reads and what it refuses.
+_IDS = st.integers(-2, 2) | st.text(max_size=2) | st.sampled_from([True, 1.0, None])
+_JSONRPC = st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2.0])
+_MORE = st.sampled_from([None, {}, "x", 1])
+
+
+def _now_and_then(keys: list[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """No member, mostly; now and then one of ``keys``."""
+    return st.just({}) | st.just({}) | st.dictionaries(st.sampled_from(keys), _MORE, max_size=1)
+
+
+def _with(
+    base: st.SearchStrategy[dict[str, Any]], keys: list[str]
+) -> st.SearchStrategy[dict[str, Any]]:
+    return st.builds(lambda a, b: {**a, **b}, base, _now_and_then(keys))
+
+
+@settings(max_examples=400)  # a quarter of them the plain shape
+@given(
+    jsonrpc=_JSONRPC,
+    id=_IDS,
+    params=_with(
+        st.fixed_dictionaries(
+            {"name": st.text(max_size=3) | st.text(max_size=3) | _ANY},
+            optional={"arguments": _OBJECTS | _OBJECTS | _ANY},
+        ),
+        ["_meta", "meta", "task", "requestState", "inputResponses", "x"],
+    )
+    | _with(st.fixed_dictionaries({"name": st.text(max_size=3)}), ["arguments"])
+    | _ANY,
+)
+def test_a_tool_call_read_without_the_sdks_models_is_one_the_sdk_reads_alike(
+    jsonrpc: Any, id: Any, params: Any
+) -> None:
+    """The plain shape of a tools/call request, read without the SDK's models, is a strict
+    part of what the SDK's types read, to the same tool name."""
+    from agent_health.gateway import mcpwire
+
+    message = {"jsonrpc": jsonrpc, "id": id, "method": "tools/call", "params": params}
+    named = mcpwire._plain_call(message)
+    if named is None:
+        return
+    read = mcpwire._CALLS["tools/call"].model_validate(message)  # raises if the SDK refuses
+    assert mcpwire._name_of(read.params) == (named or None)
+    assert read.id == id
+    assert type(read.id) is type(id)
+
+
+_TEXT_BLOCK = st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=3)})
+_BLOCKS = (
+    _TEXT_BLOCK
+    | _TEXT_BLOCK
+    | _TEXT_BLOCK
+    | _with(
+        st.fixed_dictionaries(
+            {"text": st.text(max_size=3) | st.text(max_size=3) | _ANY},
+            optional={"type": st.sampled_from(["text", "text", "text", "image", 1])},
+        ),
+        ["annotations", "_meta", "meta", "x"],
+    )
+    | _ANY
+)
+
+
+@settings(max_examples=400)  # a fifth of them the plain shape
+@given(
+    jsonrpc=_JSONRPC,
+    id=_IDS,
+    result=_with(
+        st.fixed_dictionaries(
+            {"content": st.lists(_TEXT_BLOCK, max_size=2)},
+            optional={"structuredContent": _ANY, "isError": st.booleans()},
+        ),
+        ["is_error", "_meta", "isError"],
+    )
+    | _with(
+        st.fixed_dictionaries(
+            {"content": st.lists(_BLOCKS, max_size=2) | st.lists(_BLOCKS, max_size=2) | _ANY},
+            optional={"structuredContent": _ANY, "isError": st.booleans() | _ANY},
+        ),
+        ["is_error", "_meta", "meta", "resultType", "result_type", "structured_content"],
+    )
+    | _ANY,
+)
+def test_a_tool_answer_read_without_the_sdks_models_is_one_the_sdk_reads_alike(
+    jsonrpc: Any, id: Any, result: Any
+) -> None:
+    """The plain shape of a tools/call answer, read without the SDK's models, is a strict
+    part of what the SDK's types read (content blocks in order, as the reader takes them),
+    to the same isError."""
+    from agent_health.gateway import mcpwire
+
+    message = {"jsonrpc": jsonrpc, "id": id, "result": result}
+    is_error = mcpwire._plain_result(message)
+    if is_error is None:
+        return
+    read = mcpwire._ANSWERS["tools/call"].model_validate(message)  # raises if the SDK refuses
+    assert mcp_types.CallToolResult.model_validate(result).is_error is is_error
+    assert read.result.is_error is is_error  # type: ignore[attr-defined]
+
+
+def test_the_plain_shapes_are_the_usual_ones_and_no_other() -> None:
+    """What the gateway reads without the SDK's models: the call and answer every client and
+    server here sends (mcp-server-time's), and not a hair more."""
+    from agent_health.gateway import mcpwire
+
+    call = mcp_support.call(1, "echo", text="hi")
+    assert mcpwire._plain_call(call) == "echo"
+    answer: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}},
+    }
+    assert mcpwire._plain_result(answer) is False
+    answer["result"]["isError"] = True
+    assert mcpwire._plain_result(answer) is True
+    for other in (
+        {**call, "id": True},
+        {**call, "params": {**call["params"], "_meta": {}}},
+        {**call, "params": {"name": 7}},
+        {**call, "method": "tools/list"},
+    ):
+        assert mcpwire._plain_call(other) is None, other
+    for result in (
+        {"content": [{"type": "text", "text": "hi", "annotations": None}]},
+        {"content": [{"type": "image", "text": "hi"}]},
+        {"content": [{"text": "hi"}]},
+        {"content": [], "isError": 1},
+        {"content": [], "is_error": True},
+        {"content": (), "isError": True},
+    ):
+        assert mcpwire._plain_result({**answer, "result": result}) is None, result

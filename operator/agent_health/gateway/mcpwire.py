@@ -181,6 +181,67 @@ def _within(value: dict[str, Any], carried: int, keep: int) -> bool:
     return carried <= keep or _json_size(value) <= keep
 
 
+def _name_of(params: Any) -> str | None:
+    """The tool, resource or prompt a request's params (read as the SDK's type) name."""
+    return getattr(params, "name", None) or getattr(params, "uri", None)
+
+
+# The shape nearly every client gives a tools/call request, and nearly every server its
+# answer, read without the SDK's models: a tool call costs a model per message and per
+# content block, and a gateway reads every call. Each shape is a strict part of what the
+# SDK's types read (no alias, no optional member but these, no coercion), so whatever it
+# takes the SDK takes, to the same name and isError; anything else is read by the SDK's
+# types as before (tests/gateway/test_gateway_mcp.py holds the two to each other).
+_PLAIN_PARAMS = frozenset({"name", "arguments"})
+_PLAIN_RESULT = frozenset({"content", "structuredContent", "isError"})
+_PLAIN_BLOCK = frozenset({"type", "text"})
+
+
+def _plain_call(message: dict[str, Any]) -> str | None:
+    """The tool a tools/call request in the plain shape names (``None`` for another shape,
+    or another request): ``{"jsonrpc": "2.0", "id", "method", "params": {"name",
+    "arguments"?}}``, the id an integer or a string, the arguments an object."""
+    params = message.get("params")
+    if (
+        message.get("method") != "tools/call"
+        or message.get("jsonrpc") != "2.0"
+        or type(params) is not dict
+        or not params.keys() <= _PLAIN_PARAMS
+        or type(message.get("id")) not in (int, str)
+    ):
+        return None
+    name, arguments = params.get("name"), params.get("arguments")
+    if type(name) is not str or not (arguments is None or type(arguments) is dict):
+        return None
+    return name
+
+
+def _plain_result(message: dict[str, Any]) -> bool | None:
+    """The ``isError`` of a tools/call answer in the plain shape (``None`` for another
+    shape): ``{"jsonrpc": "2.0", "id", "result": {"content": [{"type": "text", "text"}...],
+    "structuredContent"?, "isError"?}}``, ``isError`` a boolean when given."""
+    result = message.get("result")
+    if (
+        message.get("jsonrpc") != "2.0"
+        or type(result) is not dict
+        or not result.keys() <= _PLAIN_RESULT
+        or type(message.get("id")) not in (int, str)
+    ):
+        return None
+    content, is_error = result.get("content"), result.get("isError", False)
+    if type(content) is not list or type(is_error) is not bool:
+        return None
+    for block in content:
+        if (
+            type(block) is not dict
+            or block.keys() != _PLAIN_BLOCK
+            or block["type"] != "text"
+            or type(block["text"]) is not str
+        ):
+            return None
+    return is_error
+
+
 _FIELD, _DATA, _SKIP = 0, 1, 2  # where an event-stream line is: its field name, data, other
 _MAX_FIELD = 16
 
@@ -283,6 +344,10 @@ class Reader:
 
     def _read_request(self, message: Any, carried: int) -> None:
         if isinstance(message, dict) and "id" in message:
+            named = _plain_call(message)
+            if named is not None:  # an empty name is no name, as the SDK's params read it
+                self._add_call(message["id"], "tools/call", named or None, message, carried)
+                return
             model = _CALLS.get(message.get("method"))  # type: ignore[arg-type]
             if model is not None:
                 try:
@@ -290,8 +355,8 @@ class Reader:
                 except pydantic.ValidationError:
                     pass  # read again below, to say what is wrong
                 else:
-                    params: Any = request.params
-                    self._add_call(request.id, request.method, params, message, carried)
+                    name = _name_of(request.params)
+                    self._add_call(request.id, request.method, name, message, carried)
                     return
             elif message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str):
                 return  # a request we do not record (initialize, ping, ...): not read further
@@ -330,31 +395,30 @@ class Reader:
         except pydantic.ValidationError as err:
             self._add_call(envelope.id, envelope.method, None, message, carried, err)
         else:
-            self._add_call(envelope.id, envelope.method, read, message, carried)
+            self._add_call(envelope.id, envelope.method, _name_of(read), message, carried)
 
     def _add_call(
         self,
         id: int | str,
         method: str,
-        read: pydantic.BaseModel | None,
+        name: str | None,
         message: dict[str, Any],
         carried: int,
         refused: pydantic.ValidationError | None = None,
     ) -> None:
-        """A request to record, waiting for its answer (``read``: its params as the SDK's
-        type; ``refused``: why they are not)."""
+        """A request to record, waiting for its answer (``name``: the tool, resource or
+        prompt its params name, read as the SDK's type reads them; ``refused``: why they do
+        not read)."""
         if self._calls >= self.limits.max_calls:
             self.uncounted += 1
             return
         self._calls += 1
         params = message.get("params") or {}
         problem: str | None = None
-        if refused is not None or read is None:
-            problem = f"params: {_first_error(refused)}" if refused is not None else None
+        if refused is not None:
+            problem = f"params: {_first_error(refused)}"
             named = params.get("name", params.get("uri"))
             name = named if isinstance(named, str) else None
-        else:
-            name = getattr(read, "name", None) or getattr(read, "uri", None)
         arguments = params.get("arguments")
         cut = False
         if not isinstance(arguments, dict):
@@ -486,6 +550,12 @@ class Reader:
             id = message.get("id")
             waiting = self._pending.get(_id_key(id)) if isinstance(id, int | str) else None
             if waiting:
+                is_error = _plain_result(message) if waiting[0].method == "tools/call" else None
+                if is_error is not None:
+                    call = self._take(id)  # type: ignore[arg-type]
+                    if call is not None:
+                        self._answered(call, message["result"], size, is_error, None)
+                    return
                 try:
                     read = _ANSWERS[waiting[0].method].model_validate(message)
                 except pydantic.ValidationError:
