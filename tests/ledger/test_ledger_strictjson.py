@@ -64,11 +64,30 @@ def test_the_depth_is_levels_that_hold_something() -> None:
 
 
 def test_needs_care_flags_every_number_the_fast_parsers_would_take() -> None:
-    for text in ('{"a": NaN}', "[Infinity]", '{"a": 1e400}', "[1E+308]", "9" * 309):
+    overflows = "1" + "0" * 250 + "e99"  # 1e349: a two-digit exponent, past a float
+    for text in ('{"a": NaN}', "[Infinity]", '{"a": 1e400}', "[1E+308]", "9" * 309, overflows):
         assert strictjson.needs_care(text)
         assert strictjson.needs_care(text.encode())
     for text in ('{"a": 1.5, "b": "text"}', '{"a": 1e-05}', "[1e99]"):
         assert not strictjson.needs_care(text)
+
+
+@pytest.mark.parametrize("digits", [199, 200, 209, 210, 250, 308, 309, 400])
+@pytest.mark.parametrize("exponent", ["", "e0", "e99", "E+99", ".5e99", "e-99"])
+def test_every_number_too_large_for_a_float_is_refused_whatever_its_shape(
+    digits: int, exponent: str
+) -> None:
+    """A number the fast parser reads as infinity is refused however it is written: with a
+    long exponent, or many digits and a short one (which the look at the text must not
+    take for a harmless number)."""
+    number = f"{'9' * digits}{exponent}"
+    text = f'{{"a": [{number}]}}'
+    if exponent and math.isinf(float(number)):  # without one it is an integer: any size
+        assert strictjson.may_overflow(text)
+        with pytest.raises(strictjson.JSONError, match="too large for a 64-bit float"):
+            strictjson.loads(text)
+    else:
+        assert strictjson.loads(text) == {"a": [float(number) if exponent else int(number)]}
 
 
 def test_not_finite_names_the_first_nan_in_document_order() -> None:

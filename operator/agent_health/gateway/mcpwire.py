@@ -135,7 +135,7 @@ class Limits:
     """The most requests of one exchange recorded; a larger batch's rest is counted."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Caller:
     """Who made the exchange, as the proxy established it."""
 
@@ -279,6 +279,29 @@ class Reader:
     each response chunk and :meth:`finish` exactly once at the end; ``emit`` gets each
     record as soon as it is complete. Nothing here raises on what the traffic holds.
     """
+
+    # One per exchange the gateway proxies on an MCP route: no __dict__ to make and collect.
+    __slots__ = (
+        "_body",
+        "_calls",
+        "_cr",
+        "_data_lines",
+        "_field",
+        "_pending",
+        "_request",
+        "_skip_space",
+        "_stamp",
+        "_started",
+        "_stream",
+        "_where",
+        "caller",
+        "emit",
+        "limits",
+        "session",
+        "status",
+        "uncounted",
+        "unmatched",
+    )
 
     def __init__(
         self,

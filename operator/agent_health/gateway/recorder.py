@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -513,6 +514,7 @@ _SEEN_FIELDS = (
     "status",
     "started_at",
 )
+_seen_fields = operator.itemgetter(*_SEEN_FIELDS)  # an mcp record has them all
 _Seen = tuple[Any, ...]
 """A call kept readable: (principal, peer, status, start) of an exchange; an MCP call's
 :data:`_SEEN_FIELDS`, then its arguments and error as JSON, then the tools it listed."""
@@ -547,7 +549,7 @@ def _seen_call(call: objects.Object) -> tuple[_Seen, int]:
     given = pydantic_core.to_json(arguments) if arguments is not None else None
     failed = pydantic_core.to_json(error) if error is not None else None
     size = len(given or b"") + len(failed or b"") + sum(map(len, listed or ()))
-    return (*(call.get(name) for name in _SEEN_FIELDS), given, failed, listed), size
+    return (*_seen_fields(call), given, failed, listed), size
 
 
 def _keep_seen(state: _Cell, kept: _Seen, size: int) -> None:

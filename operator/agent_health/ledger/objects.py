@@ -288,31 +288,38 @@ def mcp_text(obj: Object) -> Written:
     Raises ``RecordError`` for what JSON cannot hold, as the encoder does, and ``TypeError``
     for a member of another type than :func:`mcp_call` takes (the encoder writes that one).
     """
-    a, j = _ascii, encoding.text
+    a, j, n = _ascii, encoding.text, int.__repr__
     arguments, error, result = obj["arguments"], obj["error"], obj["result"]
     id, is_error, status = obj["id"], obj["is_error"], obj["status"]
     name, problem, run_id, session = obj["name"], obj["problem"], obj["run_id"], obj["session"]
-    cut, result_cut = obj["arguments_cut"], obj["result_cut"]
-    if type(cut) is not bool or type(result_cut) is not bool:
-        raise TypeError("arguments_cut and result_cut are booleans")
+    cut, result_cut, size = obj["arguments_cut"], obj["result_cut"], obj["result_bytes"]
+    if (
+        type(cut) is not bool
+        or type(result_cut) is not bool
+        or type(size) is not int
+        or not (is_error is None or type(is_error) is bool)
+        or not (status is None or type(status) is int)
+    ):
+        raise TypeError("a member of an mcp record is not of the type mcp_call takes")
     head = (
         f'{{"arguments":{"null" if arguments is None else j(arguments)},'
         f'"arguments_cut":{"true" if cut else "false"},"ended_at":{a(obj["ended_at"])},'
         f'"error":{"null" if error is None else j(error)},"evidence":{a(obj["evidence"])},'
         f'"id":{"null" if id is None else a(id) if type(id) is str else j(id)},'
-        f'"is_error":{"null" if is_error is None else j(is_error)},"kind":"mcp",'
+        f'"is_error":{"null" if is_error is None else "true" if is_error else "false"},'
+        '"kind":"mcp",'
     )
     middle = (
         f'"method":{a(obj["method"])},"name":{"null" if name is None else a(name)},'
         f'"principal":{a(obj["principal"])},'
         f'"problem":{"null" if problem is None else a(problem)},'
         f'"result":{"null" if result is None else j(result)},'
-        f'"result_bytes":{j(obj["result_bytes"])},"result_cut":{"true" if result_cut else "false"},'
+        f'"result_bytes":{n(size)},"result_cut":{"true" if result_cut else "false"},'
         f'"run_id":{"null" if run_id is None else a(run_id)},'
     )
     tail = (
         f'"server":{a(obj["server"])},"session":{"null" if session is None else a(session)},'
-        f'"started_at":{a(obj["started_at"])},"status":{"null" if status is None else j(status)},'
+        f'"started_at":{a(obj["started_at"])},"status":{"null" if status is None else n(status)},'
         f'"time":{a(obj["time"])},"version":{MCP_VERSION}}}'
     )
     return Written("mcp", head, middle, tail)

@@ -50,8 +50,10 @@ accept (:data:`FAST_DEPTH`) plus what a report or a record wraps around one."""
 FAST_DEPTH = 200
 """How deep pydantic-core's parser nests (its own recursion limit; an empty container at the
 bottom is no level): an agent's reply may nest this deep (``wire.parse_json``)."""
-# A number too large for a float has a positive exponent of 3 digits or more, or 309 digits
-# before its point. Looked for in text not yet parsed (may_overflow) with every digit made
+# A number too large for a float (above 1.8e308) has a positive exponent of 3 digits or
+# more, or else (its exponent at most 99) 210 digits or more before its point: a run of 200
+# digits is looked for, which no shorter one is. Looked for in text not yet parsed
+# (may_overflow) with every digit made
 # "0", every e or E "e", every "+" kept and the rest blanked: one bytes.translate and three
 # substring searches, all in C (a regex took 50-190 us on a 10 KB reply, more than parsing
 # it). Hex (a ledger line's mac) often looks like one: only a reply is read this way.
@@ -60,7 +62,7 @@ _SHAPES[ord("0") : ord("9") + 1] = b"0" * 10
 _SHAPES[ord("e")] = _SHAPES[ord("E")] = ord("e")
 _SHAPES[ord("+")] = ord("+")
 _NUMBER_SHAPES = bytes(_SHAPES)
-_MANY_DIGITS = b"0" * 309
+_MANY_DIGITS = b"0" * 200
 
 
 class JSONError(ValueError):
@@ -87,7 +89,9 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     except ValueError:
         pass  # read again below, outside this handler: its error is not chained to ours
     else:
-        if max_depth >= FAST_DEPTH and not _infinite_in(value):
+        # Text in which no number can overflow holds no infinity: the parsed value is not
+        # written out again to look for one (the usual case, at a tenth of the cost).
+        if max_depth >= FAST_DEPTH and (not may_overflow(text) or not _infinite_in(value)):
             return value
     return _exact(text, max_depth)
 
@@ -115,7 +119,9 @@ def _infinite_in(value: Any) -> bool:
     non-finite value pydantic-core's parser lets through. Its own serializer writes one as a
     bare ``Infinity``, in Rust, about as fast as the parse (a walk in Python costs several
     times that); the word inside a string only costs the exact reading."""
-    return b"Infinity" in pydantic_core.to_json(value, inf_nan_mode="constants")
+    # find(), not ``in``: bytes' ``in`` first tries its operand as an integer, and raising
+    # and clearing that TypeError cost more than the search.
+    return pydantic_core.to_json(value, inf_nan_mode="constants").find(b"Infinity") >= 0
 
 
 def needs_care(text: str | bytes) -> bool:
@@ -133,7 +139,14 @@ def may_overflow(text: str | bytes) -> bool:
     only cost the exact reading."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     shapes = data.translate(_NUMBER_SHAPES)
-    return b"0e000" in shapes or b"0e+000" in shapes or _MANY_DIGITS in shapes
+    # find(), not ``in``: bytes' ``in`` first tries its operand as an integer, and raising
+    # and clearing that TypeError cost more than the search. Most text has no exponent (a
+    # digit then an e) and fewer digits than a run needs: one search and one count say so.
+    find = shapes.find
+    at = find(b"0e")
+    if at >= 0 and (find(b"0e000", at) >= 0 or find(b"0e+000", at) >= 0):
+        return True
+    return shapes.count(48) >= len(_MANY_DIGITS) and find(_MANY_DIGITS) >= 0  # 48: "0"
 
 
 def _exact(text: str | bytes, max_depth: int) -> Any:
