@@ -48,6 +48,23 @@ def test_a_time_is_written_as_pydantic_writes_it(moment: datetime) -> None:
     assert objects.stamp(moment) == records.to_object(meta)["time"]
 
 
+@given(moments=st.lists(_times, min_size=1, max_size=6))
+def test_a_clock_stamps_each_time_as_stamp_does(moments: list[datetime]) -> None:
+    """The gateway's clock (each second's text made once) writes every time as stamp()
+    does, whatever came before it: the same second, another second, another day."""
+    clock = objects.Clock()
+    for moment in [*moments, *moments]:
+        assert clock.of(moment) == objects.stamp(moment)
+        assert clock.of(moment.replace(microsecond=0)) == objects.stamp(
+            moment.replace(microsecond=0)
+        )
+    now = clock.now()
+    assert now.endswith("Z")
+    assert datetime.fromisoformat(now).tzinfo is not None
+    with pytest.raises(ValueError, match="UTC"):
+        clock.of(datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))))
+
+
 def test_a_time_that_is_not_utc_is_refused() -> None:
     with pytest.raises(ValueError, match="UTC"):
         objects.stamp(datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))))

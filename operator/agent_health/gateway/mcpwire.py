@@ -284,6 +284,7 @@ class Reader:
     __slots__ = (
         "_body",
         "_calls",
+        "_clock",
         "_cr",
         "_data_lines",
         "_field",
@@ -311,8 +312,10 @@ class Reader:
         *,
         session: str | None = None,
         started_at: datetime | None = None,
+        clock: objects.Clock | None = None,
     ) -> None:
         self.caller = caller
+        self._clock = clock or objects.Clock()  # the proxy's: a second's text made once
         self.limits = limits
         self.emit = emit
         self.session = session
@@ -672,7 +675,7 @@ class Reader:
         problem: str | None = None,
     ) -> None:
         """Hand the recorder ``call``'s record, with what answered it."""
-        caller, now = self.caller, objects.stamp_now()
+        caller, now = self.caller, self._clock.now()
         self.emit(
             objects.mcp_call(
                 at=now,
@@ -720,12 +723,12 @@ class Reader:
     @property
     def started_at(self) -> str:
         if self._stamp is None:
-            self._stamp = objects.stamp(self._started)
+            self._stamp = self._clock.of(self._started)
         return self._stamp
 
     def _emit(self, *, method: str, problem: str) -> None:
         """Hand the recorder the record of a request that did not read (no call of it)."""
-        caller, now = self.caller, objects.stamp_now()
+        caller, now = self.caller, self._clock.now()
         self.emit(
             objects.mcp_call(
                 at=now,

@@ -41,7 +41,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from agent_health.gateway import config, guard, mcpwire, otlp, recorder
-from agent_health.ledger import observation, usage
+from agent_health.ledger import objects, observation, usage
 
 HOP_BY_HOP = frozenset(
     {
@@ -142,6 +142,7 @@ class Proxy:
             if route.protocol == "mcp"
             else None
         )
+        self._clock = objects.Clock()  # dates the MCP calls read on this route
         upstream = URL(route.upstream)
         # raw_path keeps the caller's percent-encoding and query exactly as sent.
         self._prefix = str(upstream.origin()) + upstream.raw_path.rstrip("/")
@@ -201,6 +202,7 @@ class Proxy:
                 ticket.note,
                 session=request.headers.get(mcpwire.SESSION_HEADER),
                 started_at=datetime.fromtimestamp(started_at, UTC),
+                clock=self._clock,
             )
         try:
             return await self._forward(request, run_id, state)
