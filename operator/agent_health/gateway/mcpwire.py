@@ -677,27 +677,27 @@ class Reader:
         """Hand the recorder ``call``'s record, with what answered it."""
         caller, now = self.caller, self._clock.now()
         self.emit(
-            objects.mcp_call(
-                at=now,
-                principal=caller.principal,
-                evidence=caller.evidence,
-                server=caller.server,
-                run_id=caller.run_id,
-                session=self.session,
-                method=call.method,
-                id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                arguments_cut=call.cut,
-                result=result,
-                result_bytes=result_bytes,
-                result_cut=result_cut,
-                is_error=is_error,
-                error=error,
-                problem=call.problem or problem,
-                status=self.status,
-                started_at=self.started_at,
-                ended_at=now,
+            objects.mcp_record(  # in the record's order
+                call.arguments,
+                call.cut,
+                now,  # ended_at
+                error,
+                caller.evidence,
+                call.id,
+                is_error,
+                call.method,
+                call.name,
+                caller.principal,
+                call.problem or problem,
+                result,
+                result_bytes,
+                result_cut,
+                caller.run_id,
+                caller.server,
+                self.session,
+                self.started_at,
+                self.status,
+                now,  # time
             )
         )
 

@@ -272,11 +272,59 @@ def mcp_call(
     started_at: str,
     ended_at: str,
 ) -> Object:
-    """An ``mcp`` record (version 4): one MCP call the gateway read. The gateway builds one
-    per call it proxies, so without the model's round trip (the record's fields hold what
-    the MCP SDK's types already validated). Its keys go in in canonical (sorted) order, which
-    the canonical encoder's sort then finds in one pass: a tenth of sealing the record went
-    into sorting its keys."""
+    """An ``mcp`` record (version 4): one MCP call the gateway read (:func:`mcp_record`,
+    by name)."""
+    return mcp_record(
+        arguments,
+        arguments_cut,
+        ended_at,
+        error,
+        evidence,
+        id,
+        is_error,
+        method,
+        name,
+        principal,
+        problem,
+        result,
+        result_bytes,
+        result_cut,
+        run_id,
+        server,
+        session,
+        started_at,
+        status,
+        at,
+    )
+
+
+def mcp_record(
+    arguments: Object | None,
+    arguments_cut: bool,
+    ended_at: str,
+    error: Object | None,
+    evidence: str,
+    id: int | str | None,
+    is_error: bool | None,
+    method: str,
+    name: str | None,
+    principal: str,
+    problem: str | None,
+    result: Object | None,
+    result_bytes: int,
+    result_cut: bool,
+    run_id: str | None,
+    server: str,
+    session: str | None,
+    started_at: str,
+    status: int | None,
+    at: str,
+) -> Object:
+    """:func:`mcp_call` with its members given in the record's (canonical) order, by
+    position: the gateway builds one per call it proxies, so without the model's round trip
+    (the record's fields hold what the MCP SDK's types already validated), and binding
+    twenty members by name cost as much as building the record. Its keys go in in canonical
+    order, which :func:`mcp_text` writes and the canonical encoder's sort finds in one pass."""
     return {
         "arguments": arguments,
         "arguments_cut": arguments_cut,
