@@ -235,7 +235,6 @@ LIST_ALLOWED = frozenset(
         "agent_health.engine.loading.select",
         "agent_health.engine.visible",
         "agent_health.faces",
-        "agent_health.otel",
         "agent_health.sdk",
         "agent_health.sdk.config",
         "agent_health.sdk.declare",
@@ -245,7 +244,6 @@ LIST_ALLOWED = frozenset(
         "agent_health.sdk.parametrize",
         "agent_health.sdk.tracesconfig",
         "agent_health.timeouts",
-        "agent_health.traces",
     }
 )
 RUN_ALLOWED = LIST_ALLOWED | {
@@ -327,6 +325,7 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.sdk.traces",
     "agent_health.sdk.turns",
     "agent_health.statuses",
+    "agent_health.traces",
     "agent_health.traces.acknowledge",
     "agent_health.traces.errors",
     "agent_health.traces.metrics",
