@@ -43,7 +43,7 @@ from agent_health.cluster.reconcile import (
 from agent_health.cluster.registry import registry
 from agent_health.judging import dispatch, service
 from agent_health.ledger import store
-from agent_health.sdk import config as config_mod
+from agent_health.sdk import config
 
 log = logging.getLogger("agent_health.operator")
 
@@ -113,9 +113,7 @@ async def serve(
             sandbox_queueing=options.sandbox_queueing,
             max_warm_replicas=options.max_warm_replicas,
         )
-        backend = await stack.enter_async_context(
-            judging.backend(judge, config_mod.define_config())
-        )
+        backend = await stack.enter_async_context(judging.backend(judge, config.define_config()))
         ledgers = await asyncio.to_thread(kube.ledger_options, info, token_file)
         fence = await _fence(options, api, info.server if token_file is not None else None)
         operator = Operator.build(options, api, settings, backend, ledgers, fence)
@@ -301,7 +299,7 @@ def own_secrets(options: options_mod.Options) -> secretrefs.Own:
 
 
 def _judge_service(
-    options: options_mod.Options, own: config_mod.JudgeConfig | None
+    options: options_mod.Options, own: config.JudgeConfig | None
 ) -> manifests.JudgeService | None:
     if not options.judge_service_url:
         return None

@@ -24,10 +24,9 @@ from typing import Literal
 
 from agent_health import history
 from agent_health.cluster.api import meta
-from agent_health.cluster.cells import ledgerurl, netpol
-from agent_health.cluster.cells import resources as resources_mod
+from agent_health.cluster.cells import ledgerurl, netpol, resources
 from agent_health.cluster.reconcile import historian
-from agent_health.sdk import config as config_mod
+from agent_health.sdk import config
 
 DESCRIPTION = (
     "The Kubernetes operator of agent-health: kopf reconciling RunSpecs and EvaluationRuns, "
@@ -76,8 +75,8 @@ class Options:
     dns_pod_labels: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {"k8s-app": "kube-dns"}
     )
-    cell_resources: resources_mod.CellResources = dataclasses.field(
-        default_factory=resources_mod.CellResources
+    cell_resources: resources.CellResources = dataclasses.field(
+        default_factory=resources.CellResources
     )
     cell_runtime_class: str | None = None
     sandbox_runtime_class: str | None = None
@@ -478,7 +477,7 @@ def from_args(args: argparse.Namespace) -> Options:
         egress=tuple(netpol.egress(e) for e in args.egress),
         dns_namespace=args.dns_namespace,
         dns_pod_labels=labels(args.dns_pod_labels),
-        cell_resources=resources_mod.parse(args.cell_resources or ""),
+        cell_resources=resources.parse(args.cell_resources or ""),
         cell_runtime_class=required,
         sandbox_runtime_class=sandboxed,
         default_queue=_queue(args.default_queue),
@@ -534,12 +533,12 @@ def _queue(name: str | None) -> str | None:
     return name
 
 
-def judge_config(environ: Mapping[str, str], cache: str | None) -> config_mod.JudgeConfig | None:
+def judge_config(environ: Mapping[str, str], cache: str | None) -> config.JudgeConfig | None:
     """The judge service's model from ``AGENT_HEALTH_JUDGE_*``; ``None`` when no model is set."""
     model = environ.get("AGENT_HEALTH_JUDGE_MODEL")
     if not model:
         return None
-    return config_mod.JudgeConfig(
+    return config.JudgeConfig(
         provider=environ.get("AGENT_HEALTH_JUDGE_PROVIDER", "openai"),  # type: ignore[arg-type]
         model=model,
         base_url=environ.get("AGENT_HEALTH_JUDGE_BASE_URL") or None,

@@ -15,8 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent_health.judging import cache as cache_mod
-from agent_health.judging import prompt
+from agent_health.judging import cache, prompt
 from agent_health.sdk.config import JudgeConfig
 from agent_health.sdk.context import JudgeRequest
 
@@ -36,7 +35,7 @@ def address(
     evidence ``parts``, for ``partition``."""
     result = request.result
     asked = {"expected": request.expected} if request.expected is not None else {}
-    return cache_mod.key(
+    return cache.key(
         {
             **asked,  # only when given: the keys of calls without one stay as they were
             "evaluator": identity(request.evaluator, custom),

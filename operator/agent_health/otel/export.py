@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from agent_health.otel import records, spans
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import otlpconfig
+from agent_health.sdk import context, otlpconfig
 from agent_health.sdk.results import TestResult
 
 if TYPE_CHECKING:
@@ -117,7 +116,7 @@ class Export:
             evaluation_run=evaluation_run,
         )
 
-    def test_ended(self, result: TestResult, ctx: ctx_mod.TestContext | None) -> None:
+    def test_ended(self, result: TestResult, ctx: context.TestContext | None) -> None:
         """Hand one ended (test, repeat, try) over; never blocks."""
         recorded = (
             spans.Recorded(

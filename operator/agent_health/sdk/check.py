@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import context
 from agent_health.sdk.results import RunResult, Signal
 
 NO_TRAJECTORY = (
@@ -31,7 +31,7 @@ class Check:
 
     __slots__ = ("_ctx", "_value")
 
-    def __init__(self, value: Any, ctx: ctx_mod.TestContext) -> None:
+    def __init__(self, value: Any, ctx: context.TestContext) -> None:
         self._value = value
         self._ctx = ctx
 
@@ -54,7 +54,7 @@ class Check:
                 score=1.0 if passed else 0.0,
                 weight=weight,
                 evidence=ev,
-                location=ctx_mod.caller_location(),
+                location=context.caller_location(),
             )
         )
 

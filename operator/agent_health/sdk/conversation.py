@@ -21,12 +21,10 @@ from typing import Any
 from agent_health import connectors
 from agent_health.connectors import base, protocol
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Message, Step, TokenUsage
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
-from agent_health.sdk import turns as turns_mod
+from agent_health.sdk import context, errors, turns
 from agent_health.sdk.results import RunResult
 
-User = Callable[[turns_mod.Conversation], "str | turns_mod.Stop | Awaitable[Any] | None"]
+User = Callable[[turns.Conversation], "str | turns.Stop | Awaitable[Any] | None"]
 """What ``agent.run(user=...)`` takes."""
 
 DEFAULT_MAX_TURNS = 10
@@ -83,10 +81,10 @@ class Conversing:
         self.max_turns = max_turns
         self.test = test
         self.replayed = replayed
-        self.turns: list[turns_mod.Turn] = []
+        self.turns: list[turns.Turn] = []
         self.replies: list[AgentReply] = []
 
-    async def run(self) -> turns_mod.ConversationEnd:
+    async def run(self) -> turns.ConversationEnd:
         """Take turns until the conversation ends; a failed turn raises (the turns before
         it stay in :attr:`turns`)."""
         message = self.first.prompt
@@ -121,7 +119,7 @@ class Conversing:
         steps = tuple(_in_turn(step, number) for step in reply.trajectory)
         self.replies.append(reply)
         self.turns.append(
-            turns_mod.Turn(
+            turns.Turn(
                 number=number,
                 user=message,
                 output=reply.output,
@@ -132,7 +130,7 @@ class Conversing:
             )
         )
 
-    async def _next(self) -> tuple[turns_mod.ConversationEnd | None, str | None]:
+    async def _next(self) -> tuple[turns.ConversationEnd | None, str | None]:
         """The next user message, or why the conversation ends here.
 
         At ``max_turns`` a user is still asked: an answer that met its goal on the last turn
@@ -142,17 +140,17 @@ class Conversing:
         full = taken >= self.max_turns
         if taken - 1 < len(self.follow_ups):  # scripted turns left
             if full:
-                return turns_mod.ConversationEnd(reason="max-turns"), None
+                return turns.ConversationEnd(reason="max-turns"), None
             return None, self.follow_ups[taken - 1]
         if self.user is None:
-            return turns_mod.ConversationEnd(reason="turns-done"), None
-        said = self.user(turns_mod.Conversation(tuple(self.turns)))
+            return turns.ConversationEnd(reason="turns-done"), None
+        said = self.user(turns.Conversation(tuple(self.turns)))
         if inspect.isawaitable(said):
             said = await said
         if said is None:
-            return turns_mod.ConversationEnd(reason="user-stopped"), None
-        if isinstance(said, turns_mod.Stop):
-            return turns_mod.ConversationEnd(reason=said.reason, detail=said.detail), None
+            return turns.ConversationEnd(reason="user-stopped"), None
+        if isinstance(said, turns.Stop):
+            return turns.ConversationEnd(reason=said.reason, detail=said.detail), None
         if not isinstance(said, str) or not said.strip():
             raise errors.AgentRunError(
                 f"test {self.test!r}: the user of agent.run(user=...) returned {said!r} after "
@@ -160,7 +158,7 @@ class Conversing:
                 "None to end the conversation"
             )
         if full:  # what it would have said next is why the limit ended it
-            return turns_mod.ConversationEnd(reason="max-turns", detail=said), None
+            return turns.ConversationEnd(reason="max-turns", detail=said), None
         return None, said
 
     def usage(self) -> TokenUsage:
@@ -214,7 +212,7 @@ def support(caller: object) -> base.Conversations | None:
 
 
 async def converse(
-    ctx: ctx_mod.TestContext,
+    ctx: context.TestContext,
     request: AgentRequest,
     holder: base.Conversations,
     follow_ups: tuple[str, ...],
@@ -260,7 +258,7 @@ async def converse(
 
 
 def _result(
-    ctx: ctx_mod.TestContext,
+    ctx: context.TestContext,
     request: AgentRequest,
     talk: Conversing,
     ended: Any,

@@ -22,9 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
-from agent_health.sdk import turns as turns_mod
+from agent_health.sdk import context, errors, turns
 from agent_health.sdk.results import Signal
 
 NO_SIMULATE = (
@@ -105,7 +103,7 @@ class SimulatedUser:
         self.model = model
         self.max_turns = max_turns
 
-    def before_conversation(self, ctx: ctx_mod.TestContext) -> None:
+    def before_conversation(self, ctx: context.TestContext) -> None:
         """Before the agent is called: skip the test when this user cannot speak."""
         if ctx.skip_simulate:
             raise errors.TestSkipped(NO_SIMULATE)
@@ -113,8 +111,8 @@ class SimulatedUser:
         if not isinstance(backend, UserSimulator) or not backend.simulates:
             raise errors.TestSkipped(NO_MODEL)
 
-    async def __call__(self, conversation: turns_mod.Conversation) -> str | turns_mod.Stop:
-        ctx = ctx_mod.current("a simulated user")
+    async def __call__(self, conversation: turns.Conversation) -> str | turns.Stop:
+        ctx = context.current("a simulated user")
         backend = ctx.judge_backend
         if not isinstance(backend, UserSimulator):  # before_conversation skipped it already
             raise errors.JudgeError(NO_MODEL, cause="judge")
@@ -148,9 +146,9 @@ class SimulatedUser:
                 cause="judge",
             )
         if line.stop == "goal-met":
-            return turns_mod.Stop.goal_met(line.reason)
+            return turns.Stop.goal_met(line.reason)
         if line.stop == "gave-up":
-            return turns_mod.Stop.gave_up(line.reason)
+            return turns.Stop.gave_up(line.reason)
         assert line.message is not None
         return line.message
 
@@ -158,7 +156,7 @@ class SimulatedUser:
         return f"simulated_user(goal={self.goal!r})"
 
 
-def _record(ctx: ctx_mod.TestContext, turn: int, line: UserLine) -> None:
+def _record(ctx: context.TestContext, turn: int, line: UserLine) -> None:
     """One neutral judge signal per question: what it said and what it cost."""
     if line.stop is not None:
         words = f"stopped: {line.stop}" + (f" ({line.reason})" if line.reason else "")
@@ -173,7 +171,7 @@ def _record(ctx: ctx_mod.TestContext, turn: int, line: UserLine) -> None:
             score=None,
             reasoning=words or None,
             error=line.error,
-            location=ctx_mod.caller_location(),
+            location=context.caller_location(),
             evidence={
                 "simulated_user": True,
                 "turn": turn,

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
+from agent_health.sdk import context, errors
 
 
 class TracesFixture:
@@ -23,7 +22,7 @@ class TracesFixture:
 
     __slots__ = ("_ctx",)
 
-    def __init__(self, ctx: ctx_mod.TestContext) -> None:
+    def __init__(self, ctx: context.TestContext) -> None:
         self._ctx = ctx
 
     def __getattr__(self, name: str) -> Any:

@@ -29,8 +29,15 @@ from typing import Any
 
 from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import errors, exchanges, metrics, received, records, trajectory
-from agent_health.traces import opensearch as opensearch_mod
+from agent_health.traces import (
+    errors,
+    exchanges,
+    metrics,
+    opensearch,
+    received,
+    records,
+    trajectory,
+)
 
 
 @dataclass(frozen=True)
@@ -282,7 +289,7 @@ def build(
         )
     sources: list[records.TraceSource] = []
     if config.opensearch is not None:
-        sources.append(opensearch_mod.OpenSearchSource(config.opensearch))
+        sources.append(opensearch.OpenSearchSource(config.opensearch))
     if read_exchanges is not None:
         sources.append(exchanges.ExchangeSource(read_exchanges))
     sources.append(trajectory.TrajectorySource(result))

@@ -30,7 +30,7 @@ from agent_health.cluster.cells import (
     manifests,
     podsecurity,
 )
-from agent_health.ledger import assignment as assignment_mod
+from agent_health.ledger import assignment
 
 CONTROLLER = cellsecrets.CONTROLLER
 TARGET = "target"
@@ -88,8 +88,8 @@ def secret_env(secret: str, name: str, key: str) -> dict[str, Any]:
 def assignment_volume() -> dict[str, Any]:
     """The pod's assignment annotation as a file, for the gateway and the controller alone."""
     item = {
-        "path": assignment_mod.FILE.rsplit("/", 1)[1],
-        "fieldRef": {"fieldPath": f"metadata.annotations['{assignment_mod.ANNOTATION}']"},
+        "path": assignment.FILE.rsplit("/", 1)[1],
+        "fieldRef": {"fieldPath": f"metadata.annotations['{assignment.ANNOTATION}']"},
     }
     return {
         "name": cellgateway.ASSIGNMENT_VOLUME,
@@ -100,7 +100,7 @@ def assignment_volume() -> dict[str, Any]:
 def assignment_mount() -> dict[str, Any]:
     return {
         "name": cellgateway.ASSIGNMENT_VOLUME,
-        "mountPath": assignment_mod.DIRECTORY,
+        "mountPath": assignment.DIRECTORY,
         "readOnly": True,
     }
 

@@ -33,8 +33,7 @@ from agent_health.cluster import errors, kube
 from agent_health.cluster.api import runspec
 from agent_health.cluster.judge_service import limits as limits_mod
 from agent_health.cluster.reconcile import runs, secretrefs
-from agent_health.judging import cache as cache_mod
-from agent_health.judging import dispatch
+from agent_health.judging import cache, dispatch
 from agent_health.judging import errors as judging_errors
 from agent_health.sdk import config as config_mod
 
@@ -61,7 +60,7 @@ class RunJudges:
     ceiling: int = limits_mod.DEFAULT_CEILING
     """The most output tokens any call may ask for (``--judge-max-tokens``)."""
     built: dict[Key, dispatch.Judging] = dataclasses.field(default_factory=dict)
-    _cache: cache_mod.Cache | None = None
+    _cache: cache.Cache | None = None
     _building: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     _stack: contextlib.AsyncExitStack = dataclasses.field(default_factory=contextlib.AsyncExitStack)
 
@@ -193,10 +192,10 @@ class RunJudges:
             ) from err
         return value, f"the key {ref.key!r} of {where} (spec.judge.secretRef)"
 
-    async def _shared_cache(self) -> cache_mod.Cache | None:
+    async def _shared_cache(self) -> cache.Cache | None:
         if self.fallback.cache is not None:
             return self.fallback.cache
         if self._cache is None:
-            self._cache = await cache_mod.Cache.open(cache_mod.default_path(self.cache_path))
+            self._cache = await cache.Cache.open(cache.default_path(self.cache_path))
             self._stack.push_async_callback(self._cache.close)
         return self._cache if self._cache.usable else None

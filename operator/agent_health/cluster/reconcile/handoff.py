@@ -26,9 +26,8 @@ from agent_health import ledger
 from agent_health.cluster import errors, kube
 from agent_health.cluster.cells import cellpod, manifests, observed
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import collector, creation, lifecycle, plan
+from agent_health.cluster.reconcile import collector, creation, lifecycle, plan, status
 from agent_health.cluster.reconcile import pools as pools_mod
-from agent_health.cluster.reconcile import status as status_mod
 from agent_health.engine import budget
 from agent_health.ledger import keys
 
@@ -114,8 +113,8 @@ class Handoff:
             return  # one timer per attempt, whoever saw it start first
         cell.timed = cell.attempt
         seconds = cellpod.deadline_seconds(run.model, run.spec, run.settings)
-        since = created or status_mod.utcnow()
-        left = (since - status_mod.utcnow()).total_seconds() + seconds + self.deadline_grace
+        since = created or status.utcnow()
+        left = (since - status.utcnow()).total_seconds() + seconds + self.deadline_grace
         attempt = cell.attempt
 
         def overdue() -> None:

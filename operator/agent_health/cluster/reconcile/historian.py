@@ -48,9 +48,8 @@ from typing import TYPE_CHECKING, Any
 from agent_health import history
 from agent_health.cluster import errors, kube
 from agent_health.cluster.cells import manifests
-from agent_health.cluster.reconcile import events, lifecycle, plan
+from agent_health.cluster.reconcile import events, lifecycle, plan, status
 from agent_health.cluster.reconcile import recollection as recollection_mod
-from agent_health.cluster.reconcile import status as status_mod
 from agent_health.engine import budget, reports
 
 if TYPE_CHECKING:
@@ -108,7 +107,7 @@ def ended(run: plan.Run) -> Ended:
     tally = run.tally
     graded = tuple(g.result for g in tally.grades)
     counts = tally.counts()
-    start, end = tally.start_time, tally.completion_time or status_mod.utcnow()
+    start, end = tally.start_time, tally.completion_time or status.utcnow()
     failed = tally.phase == "Failed"
     stopped = None
     if failed:
@@ -377,7 +376,7 @@ class Historian:
     async def _say(
         self,
         run: plan.Run,
-        state: status_mod.ConditionStatus,
+        state: status.ConditionStatus,
         reason: str,
         message: str,
         *,

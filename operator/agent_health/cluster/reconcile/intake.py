@@ -54,8 +54,8 @@ from agent_health.cluster.reconcile import (
     refusals,
     secretrefs,
     specs,
+    status,
 )
-from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import backends, configmap
 
 RECONCILED = "Reconciled"
@@ -86,7 +86,7 @@ class Intake:
         metadata = body.get("metadata") or {}
         what = f"EvaluationRun {ref.namespace}/{ref.name}"
         model = meta.parse(evaluationrun.EvaluationRun, dict(body), what=what)
-        tally = status_mod.RunTally(
+        tally = status.RunTally(
             repeats=model.spec.repeats,
             generation=metadata.get("generation"),
             previous=model.status,
@@ -94,7 +94,7 @@ class Intake:
         )
         run = plan.Run(ref, str(metadata.get("uid")), model, tally, phase=tally.phase)
         board.status.seed(ref, body.get("status") or {})
-        if tally.phase in status_mod.TERMINAL:
+        if tally.phase in status.TERMINAL:
             board.finished(run)
             return
         board.runs[ref] = run
@@ -123,7 +123,7 @@ class Intake:
         attempt = self.failures[run.uid] = self.failures.get(run.uid, 0) + 1
         why = f"{type(err).__name__}: {err}"
         why += refusals.advice(err, run.ref.namespace)
-        if run.tally.phase in status_mod.TERMINAL:
+        if run.tally.phase in status.TERMINAL:
             self.failures.pop(run.uid, None)
             return
         if attempt >= MAX_ATTEMPTS:

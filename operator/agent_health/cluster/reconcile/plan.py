@@ -19,9 +19,8 @@ from agent_health.cluster import apigroup, errors
 from agent_health.cluster.api import evaluationrun, runspec
 from agent_health.cluster.cells import kueue, ledgerurl, manifests
 from agent_health.cluster.grading import grading
-from agent_health.cluster.reconcile import batcher, events, listing, pattern, spending
+from agent_health.cluster.reconcile import batcher, events, listing, pattern, spending, status
 from agent_health.cluster.reconcile import collector as collector_mod
-from agent_health.cluster.reconcile import status as status_mod
 from agent_health.ledger import store
 from agent_health.sdk import results
 
@@ -100,7 +99,7 @@ class Run:
     model: evaluationrun.EvaluationRun
     """The EvaluationRun as it was when the run started, its steerable fields as last
     steered. Owner: runs (``Runs.steer``)."""
-    tally: status_mod.RunTally
+    tally: status.RunTally
     """Its status: counts, phase, conditions. Told by every part; it changes only itself."""
     spec: runspec.RunSpec | None = None
     """Its RunSpec, resolved. Owner: intake (set once, when the run is planned)."""

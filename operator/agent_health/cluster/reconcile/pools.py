@@ -46,7 +46,7 @@ from agent_health.cluster.cells import (
     warmpool,
 )
 from agent_health.cluster.reconcile import lifecycle, plan
-from agent_health.ledger import assignment as assignment_mod
+from agent_health.ledger import assignment
 
 TEMPLATES, POOLS = kube.SANDBOX_TEMPLATES, kube.SANDBOX_WARMPOOLS
 
@@ -263,7 +263,7 @@ class Pools:
             return None
         cell.token = token
         self.board.tokens[token] = run.ref
-        patch = {"metadata": {"annotations": {assignment_mod.ANNOTATION: handed.annotation()}}}
+        patch = {"metadata": {"annotations": {assignment.ANNOTATION: handed.annotation()}}}
         try:
             await self.board.api.patch(kube.PODS, namespace, sandbox_name, patch)
         except kube.ApiError as err:

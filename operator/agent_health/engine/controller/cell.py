@@ -54,8 +54,7 @@ from agent_health.engine import outcome, recording, running, visible
 from agent_health.engine.controller import cellsuite
 from agent_health.ledger import objects, strictjson
 from agent_health.sdk import config as config_mod
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors, otlpconfig
+from agent_health.sdk import context, errors, otlpconfig
 from agent_health.sdk.results import RunResult, TestResult
 
 if TYPE_CHECKING:
@@ -172,7 +171,7 @@ class GatewayRecords:
         self._where = self._url + (f" (through {socket})" if socket else "")
         self._headers = {TOKEN_HEADER: token} if token else {}
 
-    async def begin(self, info: ctx_mod.TestInfo) -> None:
+    async def begin(self, info: context.TestInfo) -> None:
         """Nothing: the gateway wrote the cell-meta record when it started."""
 
     async def finish(
@@ -222,7 +221,7 @@ class GatewayRecords:
 @contextlib.asynccontextmanager
 async def _judge(
     settings: CellSettings, config: config_mod.Config
-) -> AsyncIterator[ctx_mod.JudgeBackend | None]:
+) -> AsyncIterator[context.JudgeBackend | None]:
     if settings.skip_judge or settings.judge_url is None:
         yield None
         return

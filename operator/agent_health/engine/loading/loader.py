@@ -21,8 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 from agent_health.engine.loading import discovery
-from agent_health.sdk import config as config_mod
-from agent_health.sdk import declare, errors
+from agent_health.sdk import config, declare, errors
 
 CONFIG_NAME = "agent-health.config.py"
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".venv", "venv", ".git", ".agent-health"})
@@ -269,10 +268,10 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
-def load_config(path: Path | None) -> config_mod.Config:
+def load_config(path: Path | None) -> config.Config:
     """Import a config file and return its ``config`` (a clear error naming the file)."""
     if path is None:
-        return config_mod.Config()
+        return config.Config()
     if not path.is_file():
         raise errors.ConfigError(f"{path}: config file not found")
     try:
@@ -280,7 +279,7 @@ def load_config(path: Path | None) -> config_mod.Config:
     except (Exception, SystemExit) as err:
         raise errors.ConfigError(str(_error_for(path.resolve(), err, str(path)))) from err
     value = getattr(module, "config", None)
-    if not isinstance(value, config_mod.Config):
+    if not isinstance(value, config.Config):
         raise errors.ConfigError(
             f"{path}: must define `config = define_config(...)`"
             + (f", found {type(value).__name__}" if value is not None else "")

@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from agent_health.sdk import config as config_mod
-from agent_health.sdk import errors
+from agent_health.sdk import config, errors
 
 if TYPE_CHECKING:
     from agent_health import gateway, peers
@@ -74,7 +73,7 @@ class Peers:
 
     def __init__(
         self,
-        specs: Mapping[str, config_mod.PeerSpec],
+        specs: Mapping[str, config.PeerSpec],
         ledger: recording.LocalLedger | None,
     ) -> None:
         self.specs = dict(specs)
@@ -106,7 +105,7 @@ class Peers:
             raise
         return self
 
-    async def _bridge(self, spec: config_mod.PeerSpec) -> str:
+    async def _bridge(self, spec: config.PeerSpec) -> str:
         from agent_health.connectors import environment
         from agent_health.peers import Bridge
 
@@ -131,7 +130,7 @@ class Peers:
 
     def env(self) -> dict[str, str]:
         """``AGENT_HEALTH_PEER_<NAME>_URL`` of each peer, for the agents the run starts."""
-        return {config_mod.peer_url_env(name): url for name, url in self.urls.items()}
+        return {config.peer_url_env(name): url for name, url in self.urls.items()}
 
     async def route(self, name: str, url: str, *, run_id: str, protocol: str = "mcp") -> Route:
         """A listener of its own in front of a test's server at ``url``, recording into the

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_health import connectors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors, tracesconfig
+from agent_health.sdk import context, errors, tracesconfig
 from agent_health.traces import errors as traces_errors
 from agent_health.traces import records
 
@@ -124,7 +123,7 @@ class LocalReceiver:
             return {}
         return {ENDPOINT_ENV: self.url}
 
-    def expecting(self, call: ctx_mod.AgentCaller) -> ctx_mod.AgentCaller:
+    def expecting(self, call: context.AgentCaller) -> context.AgentCaller:
         """``call``, telling the receiver each run's trace id before the agent is sent it,
         and filling what the reply left unreported from the spans (:class:`Joined`)."""
 
@@ -156,7 +155,7 @@ class Joined:
 
     def __init__(
         self,
-        call: ctx_mod.AgentCaller,
+        call: context.AgentCaller,
         read: Callable[[str], Awaitable[Mapping[str, Any] | None]],
         before: Callable[[AgentRequest], Awaitable[None]] | None = None,
     ) -> None:

@@ -43,7 +43,7 @@ from agent_health import ledger
 from agent_health.engine import outcome
 from agent_health.engine.recording import refusal, runrecord
 from agent_health.ledger import chain, encoding, objects, observation, runfile, store
-from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import context
 from agent_health.sdk.results import RunResult, TestResult
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class _Cell:
     saw it — and the records are made when they are sealed (:meth:`records`)."""
 
     name: str
-    info: ctx_mod.TestInfo
+    info: context.TestInfo
     began: float  # epoch seconds
     seen: list[observation.Observation] = field(default_factory=list)
     spans: list[objects.Object] = field(default_factory=list)  # the OTLP receiver's records
@@ -282,7 +282,7 @@ class LocalLedger:
             return self._open[run_id]
         return next(iter(self._open.values())) if len(self._open) == 1 else None
 
-    async def begin(self, info: ctx_mod.TestInfo) -> None:
+    async def begin(self, info: context.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
         self._open[info.run_id] = _Cell(name, info, time.time())

@@ -29,8 +29,7 @@ from typing import Any
 from agent_health import connectors
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
 from agent_health.ledger import records
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
+from agent_health.sdk import context, errors
 
 DIFFERS = "prompt differs from the recording"
 
@@ -136,7 +135,7 @@ class Replayer:
         """Per run id: how many turns of its recorded conversation were answered."""
 
     async def __call__(self, request: AgentRequest) -> AgentReply:
-        ctx = ctx_mod.current("agent.run()")
+        ctx = context.current("agent.run()")
         key = (ctx.info.agent, ctx.info.id, ctx.info.repeat)
         found = self.recording.runs.get(key)
         repeat = f" repeat {ctx.info.repeat + 1}" if ctx.info.repeat else ""
@@ -178,7 +177,7 @@ class Replayer:
         self,
         request: AgentRequest,
         run: records.RunResultRecord,
-        ctx: ctx_mod.TestContext,
+        ctx: context.TestContext,
         test: str,
     ) -> AgentReply:
         """Answer turn ``request.turn`` of a recorded conversation."""
@@ -223,7 +222,7 @@ class Replayer:
     async def end_conversation(self, run_id: str) -> None:
         """A replayed conversation must end where the recorded one did."""
         taken = self._turns.pop(run_id, 0)
-        ctx = ctx_mod.current("agent.run()")
+        ctx = context.current("agent.run()")
         found = self.recording.runs.get((ctx.info.agent, ctx.info.id, ctx.info.repeat))
         run = found.run if found is not None else None
         if run is None or run.error is not None or not taken:

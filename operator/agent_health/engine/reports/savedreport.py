@@ -32,7 +32,7 @@ from typing import Any, get_args
 
 from agent_health import statuses
 from agent_health.connectors import partial as partial_mod
-from agent_health.engine.reports import report as report_mod
+from agent_health.engine.reports import report
 from agent_health.ledger import strictjson
 from agent_health.sdk import errors
 
@@ -80,8 +80,8 @@ def check(data: Any) -> None:
     if not isinstance(data, dict) or "version" not in data:
         raise _Bad("", "not an agent-health JSON report (no version field)")
     version = data["version"]
-    if not _whole(version) or version not in report_mod.READABLE_VERSIONS:
-        readable = " or ".join(str(v) for v in report_mod.READABLE_VERSIONS)
+    if not _whole(version) or version not in report.READABLE_VERSIONS:
+        readable = " or ".join(str(v) for v in report.READABLE_VERSIONS)
         raise _Bad(
             "version",
             f"{version!r} is not a report version this agent-health reads ({readable}); "

@@ -16,13 +16,17 @@ from agent_health.connectors.errors import ConnectorError
 from agent_health.connectors.protocol import AgentReply, AgentRequest, TokenUsage
 from agent_health.engine import outcome, reports
 from agent_health.engine.running import capture, fixtures
-from agent_health.sdk import agent as agent_mod
+from agent_health.sdk import (
+    agent,
+    context,
+    declare,
+    errors,
+    judges,
+    matchers,
+    results,
+    tracesconfig,
+)
 from agent_health.sdk import config as config_mod
-from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import declare, errors, tracesconfig
-from agent_health.sdk import judges as judge_mod
-from agent_health.sdk import matchers as expect_mod
-from agent_health.sdk import results as results_mod
 from agent_health.sdk import traces as traces_mod
 from agent_health.sdk.results import RunResult, Signal, TestResult
 from agent_health.traces import errors as traces_errors
@@ -40,13 +44,13 @@ class TestSpans(Protocol):
     """Told about each (test, repeat, try) as it ends, with what its context kept: the OTLP
     export (``agent_health.otel.export``). Must not block."""
 
-    def test_ended(self, result: TestResult, ctx: ctx_mod.TestContext | None) -> None: ...
+    def test_ended(self, result: TestResult, ctx: context.TestContext | None) -> None: ...
 
 
 class CellLedger(Protocol):
     """Records each (test, repeat) as a ledger cell (see ``engine.recording.recording``)."""
 
-    async def begin(self, info: ctx_mod.TestInfo) -> None: ...
+    async def begin(self, info: context.TestInfo) -> None: ...
 
     async def finish(
         self, result: TestResult, run: RunResult | None, *, agent_error: str | None = None
@@ -57,8 +61,8 @@ class CellLedger(Protocol):
 class RunEnv:
     """What every test of a run shares: how to reach the agent and the judge."""
 
-    agent_caller: ctx_mod.AgentCaller | None = None
-    judge_backend: ctx_mod.JudgeBackend | None = None
+    agent_caller: context.AgentCaller | None = None
+    judge_backend: context.JudgeBackend | None = None
     skip_judge: bool = False
     judge_hint: str | None = None
     skip_simulate: bool = False
@@ -79,7 +83,7 @@ class RunEnv:
     """``agent_caller`` answers from a recording (``--replay``): every result says so."""
     spans: TestSpans | None = None
     """Where each test's spans go (``--otlp``); ``None``: no export."""
-    peer_routes: ctx_mod.PeerRoutes | None = None
+    peer_routes: context.PeerRoutes | None = None
     """Where a test's own servers (a mock MCP server) go behind the run's gateway."""
     peer_calls: Callable[[str], Awaitable[outcome.PeerCalls | None]] | None = None
     """What the run's gateway recorded of a run id's calls to peers (``exchange`` and ``mcp``
@@ -94,7 +98,7 @@ class RunEnv:
 
 
 async def _held_to_peers(
-    env: RunEnv, ctx: ctx_mod.TestContext, run_id: str
+    env: RunEnv, ctx: context.TestContext, run_id: str
 ) -> tuple[RunResult | None, tuple[dict[str, Any], ...]]:
     """Hold the body's tool claims to the calls the run's gateway saw (the signals are
     replaced by the checked ones, as a cell's grade does); the run with the tool errors the
@@ -164,11 +168,11 @@ def ready() -> None:
         model.model_rebuild()
 
 
-def _builtins(ctx: ctx_mod.TestContext) -> Mapping[str, Callable[[], Any]]:
+def _builtins(ctx: context.TestContext) -> Mapping[str, Callable[[], Any]]:
     return {
-        "agent": lambda: agent_mod.Agent(ctx),
-        "expect": lambda: expect_mod.BoundExpect(ctx),
-        "judge": lambda: judge_mod.BoundJudge(ctx),
+        "agent": lambda: agent.Agent(ctx),
+        "expect": lambda: matchers.BoundExpect(ctx),
+        "judge": lambda: judges.BoundJudge(ctx),
         "traces": lambda: traces_mod.TracesFixture(ctx),
         "test_info": lambda: ctx.info,
     }
@@ -215,7 +219,7 @@ async def _run_case(
         run_id = env.run_ids(case.id, repeat, env.lane)
     run_id = run_id or uuid.uuid4().hex
     timeout = case.timeout or env.timeout or DEFAULT_TIMEOUT
-    info = ctx_mod.TestInfo(
+    info = context.TestInfo(
         id=case.id,
         title=case.title,
         name=case.name,
@@ -241,7 +245,7 @@ async def _run_case(
             skip_reason=case.skip_reason,
         )
         return await _finish(env, None, result, None, None)
-    ctx = ctx_mod.TestContext(
+    ctx = context.TestContext(
         case=case,
         info=info,
         agent_caller=env.agent_caller,
@@ -251,14 +255,14 @@ async def _run_case(
         skip_simulate=env.skip_simulate,
         peer_routes=env.peer_routes,
     )
-    token = ctx_mod.activate(ctx)
+    token = context.activate(ctx)
     traces = _Traces(env)
-    traces_token = results_mod.bind_traces(traces)
+    traces_token = results.bind_traces(traces)
     try:
         try:
             skip_reason = await _body(ctx, case, timeout)
         finally:
-            ctx_mod.deactivate(token)
+            context.deactivate(token)
         duration = (time.perf_counter() - started) * 1000
         measured, mcp_calls = await _held_to_peers(env, ctx, run_id)
         derived = metrics.derive(measured, env.prices)
@@ -299,11 +303,11 @@ async def _run_case(
             result = result.model_copy(update={"insights": found})
         return await _finish(env, ctx.result, result, ctx.agent_error, ctx)
     finally:
-        results_mod.unbind_traces(traces_token)
+        results.unbind_traces(traces_token)
         await traces.aclose()
 
 
-async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float) -> str | None:
+async def _body(ctx: context.TestContext, case: declare.TestCase, timeout: float) -> str | None:
     """before_each hooks and the body, then after_each and teardown; the skip reason if any."""
     scope = fixtures.FixtureScope(_builtins(ctx), case.fixtures, case.values)
     skip_reason: str | None = None
@@ -342,7 +346,7 @@ async def _body(ctx: ctx_mod.TestContext, case: declare.TestCase, timeout: float
     return skip_reason
 
 
-def _timed_out(ctx: ctx_mod.TestContext, timeout: float) -> None:
+def _timed_out(ctx: context.TestContext, timeout: float) -> None:
     """The test's deadline expired: the fault of whoever it was waiting on, else the test's."""
     blamed = ctx.cut_short[0] if ctx.cut_short else "test"
     if blamed == "agent":
@@ -359,7 +363,7 @@ async def _finish(
     run: RunResult | None,
     result: TestResult,
     agent_error: str | None,
-    ctx: ctx_mod.TestContext | None,
+    ctx: context.TestContext | None,
 ) -> TestResult:
     if env.replaying:
         result = result.model_copy(update={"replayed": True})
@@ -386,7 +390,7 @@ async def call_hook(hook: declare.Hook, scope: fixtures.FixtureScope | None = No
 
 
 async def _after(
-    ctx: ctx_mod.TestContext,
+    ctx: context.TestContext,
     scope: fixtures.FixtureScope,
     case: declare.TestCase,
     timeout: float,
@@ -414,13 +418,13 @@ def _result(
     case: declare.TestCase,
     repeat: int,
     *,
-    status: results_mod.Status,
+    status: results.Status,
     started_at: float,
     run_id: str | None = None,
     error: str | None = None,
-    cause: results_mod.Cause | None = None,
+    cause: results.Cause | None = None,
     signals: tuple[Signal, ...] = (),
-    ctx: ctx_mod.TestContext | None = None,
+    ctx: context.TestContext | None = None,
     duration_ms: float = 0.0,
     skip_reason: str | None = None,
     derived: dict[str, Any] | None = None,
@@ -471,7 +475,7 @@ def errored_result(
     case: declare.TestCase,
     repeat: int,
     message: str,
-    cause: results_mod.Cause,
+    cause: results.Cause,
     *,
     started_at: float | None = None,
     duration_ms: float = 0.0,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import context
 from agent_health.sdk.matchers import run, talk, value
 
 
@@ -36,7 +36,7 @@ class Expect:
     __slots__ = ()
 
     def __call__(self, value: Any) -> Expectation:
-        return Expectation(value, ctx_mod.current("expect()"))
+        return Expectation(value, context.current("expect()"))
 
 
 class BoundExpect:
@@ -44,7 +44,7 @@ class BoundExpect:
 
     __slots__ = ("_ctx",)
 
-    def __init__(self, ctx: ctx_mod.TestContext) -> None:
+    def __init__(self, ctx: context.TestContext) -> None:
         self._ctx = ctx
 
     def __call__(self, value: Any) -> Expectation:

@@ -7,8 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from agent_health.sdk import check, errors
-from agent_health.sdk import context as ctx_mod
+from agent_health.sdk import check, context, errors
 from agent_health.sdk.check import evidence
 from agent_health.sdk.results import RunResult, Signal, Verdict
 
@@ -66,7 +65,7 @@ class ValueMatchers(check.Check):
                     name=f"to_pass({verdict.criteria!r})",
                     passed=None,
                     error=verdict.error,
-                    location=ctx_mod.caller_location(),
+                    location=context.caller_location(),
                 )
             )
         return self._record(
