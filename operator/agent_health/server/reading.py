@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pydantic
 from aiohttp import web
@@ -143,6 +144,18 @@ def _missing(err: history.HistoryError) -> web.HTTPException:
     return status(text=routes.problem(str(err)), content_type="application/json")
 
 
+T = TypeVar("T")
+
+
+async def _asked(served: state.State, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A history query in a reader thread (:meth:`.state.State.read`), its errors answered
+    as HTTP: a run or test it does not hold is 404, a history it cannot read 503."""
+    try:
+        return await served.read(call, *args, **kwargs)
+    except history.HistoryError as err:
+        raise _missing(err) from err
+
+
 @table.route(
     "GET",
     "/api/runs",
@@ -152,19 +165,17 @@ def _missing(err: history.HistoryError) -> web.HTTPException:
     answer=list[history.Run],
 )
 async def list_runs(served: state.State, request: web.Request, q: RunsQuery, _: None) -> Any:
-    try:
-        return await served.read(
-            served.history.runs,
-            agent=q.agent,
-            label=q.label,
-            since=q.since,
-            limit=q.limit,
-            branch=q.branch,
-            ending=q.status,
-            offset=q.offset,
-        )
-    except history.HistoryError as err:
-        raise _missing(err) from err
+    return await _asked(
+        served,
+        served.history.runs,
+        agent=q.agent,
+        label=q.label,
+        since=q.since,
+        limit=q.limit,
+        branch=q.branch,
+        ending=q.status,
+        offset=q.offset,
+    )
 
 
 @table.route(
@@ -175,10 +186,7 @@ async def list_runs(served: state.State, request: web.Request, q: RunsQuery, _: 
     answer=RunPage,
 )
 async def one_run(served: state.State, request: web.Request, _q: None, _b: None) -> Any:
-    try:
-        run = await served.read(served.history.run, request.match_info["uid"])
-    except history.HistoryError as err:
-        raise _missing(err) from err
+    run = await _asked(served, served.history.run, request.match_info["uid"])
     at_hand = run.report_path is not None and await served.read(_readable, run.report_path)
     key = await served.read(ledger_key, run.ledger_url)
     return RunPage(
@@ -202,10 +210,7 @@ async def one_run(served: state.State, request: web.Request, _q: None, _b: None)
     answer=LedgerCheck,
 )
 async def verify_ledger(served: state.State, request: web.Request, _q: None, _b: None) -> Any:
-    try:
-        run = await served.read(served.history.run, request.match_info["uid"])
-    except history.HistoryError as err:
-        raise _missing(err) from err
+    run = await _asked(served, served.history.run, request.match_info["uid"])
     if run.ledger_url is None:
         raise web.HTTPNotFound(
             text=routes.problem(f"run {run.uid} recorded no ledger"),
@@ -298,18 +303,16 @@ def verified(url: str, key_file: Path) -> LedgerCheck:
     answer=history.Results,
 )
 async def run_results(served: state.State, request: web.Request, q: ResultsQuery, _: None) -> Any:
-    try:
-        # The page's JSON, written in the reader thread straight from the rows: neither
-        # 2,000 models nor their serialization on the event loop (bench/serve.py).
-        data = await served.read(
-            served.history.results_json,
-            request.match_info["uid"],
-            status=q.status,
-            offset=q.offset,
-            limit=q.limit,
-        )
-    except history.HistoryError as err:
-        raise _missing(err) from err
+    # The page's JSON, written in the reader thread straight from the rows: neither
+    # 2,000 models nor their serialization on the event loop (bench/serve.py).
+    data = await _asked(
+        served,
+        served.history.results_json,
+        request.match_info["uid"],
+        status=q.status,
+        offset=q.offset,
+        limit=q.limit,
+    )
     return web.Response(body=data, content_type="application/json", charset="utf-8")
 
 
@@ -322,10 +325,7 @@ async def run_results(served: state.State, request: web.Request, q: ResultsQuery
     answer=list[history.TestHistory],
 )
 async def one_test(served: state.State, request: web.Request, q: TestQuery, _b: None) -> Any:
-    try:
-        return await served.read(served.history.timeline, q.id, agent=q.agent, limit=q.limit)
-    except history.HistoryError as err:
-        raise _missing(err) from err
+    return await _asked(served, served.history.timeline, q.id, agent=q.agent, limit=q.limit)
 
 
 @table.route(
@@ -337,10 +337,7 @@ async def one_test(served: state.State, request: web.Request, q: TestQuery, _b: 
     answer=list[history.Flaky],
 )
 async def flaky(served: state.State, request: web.Request, q: FlakyQuery, _: None) -> Any:
-    try:
-        return await served.read(served.history.flaky, runs=q.runs, agent=q.agent, label=q.label)
-    except history.HistoryError as err:
-        raise _missing(err) from err
+    return await _asked(served, served.history.flaky, runs=q.runs, agent=q.agent, label=q.label)
 
 
 @table.route(
@@ -352,12 +349,9 @@ async def flaky(served: state.State, request: web.Request, q: FlakyQuery, _: Non
     answer=list[history.Regression],
 )
 async def regressions(served: state.State, request: web.Request, q: FlakyQuery, _: None) -> Any:
-    try:
-        return await served.read(
-            served.history.regressions, runs=q.runs, agent=q.agent, label=q.label
-        )
-    except history.HistoryError as err:
-        raise _missing(err) from err
+    return await _asked(
+        served, served.history.regressions, runs=q.runs, agent=q.agent, label=q.label
+    )
 
 
 @table.route(
@@ -370,9 +364,7 @@ async def regressions(served: state.State, request: web.Request, q: FlakyQuery, 
 )
 async def compare(served: state.State, request: web.Request, q: CompareQuery, _: None) -> Any:
     try:
-        return await served.read(_compared, served.history, q.base, q.new, q.alpha)
-    except history.HistoryError as err:
-        raise _missing(err) from err
+        return await _asked(served, _compared, served.history, q.base, q.new, q.alpha)
     except comparing.CompareError as err:
         raise web.HTTPBadRequest(
             text=routes.problem(str(err)), content_type="application/json"
