@@ -32,7 +32,7 @@ through the gateway vs direct.
 gateway CPU per proxied MCP call): the same ``tools/call`` load, from the target to a peer,
 through two recording gateways whose only difference is the route's ``protocol`` — ``http``
 (passed through unparsed, recorded as exchanges, its answers scanned for token usage as on
-every plain route) and ``mcp`` (each call also read and sealed as an ``mcp`` record). Each
+every plain route) and ``mcp`` (each call also read, and sealed in its exchange's record). Each
 round loads both at once, half the concurrency each, so a busy neighbour slows both alike;
 each side's gateway CPU is divided by its calls, over all rounds and round by round (the
 median and quartiles say how much the machine moved it). ``--instructions`` counts
@@ -491,7 +491,8 @@ async def mcp_bench(args: argparse.Namespace) -> None:
                         spent[name] = end - start
                         cpu[name] += spent[name]
                     ratios.append(spent["parsed"] / spent["unparsed"])
-        recorded = (scratch / "ledger-mcp" / "bench.jsonl").read_text().count('"kind":"mcp"')
+        # One "result_bytes" per MCP call sealed, in its exchange's record or alone.
+        recorded = (scratch / "ledger-mcp" / "bench.jsonl").read_text().count('"result_bytes":')
     calls = n * args.rounds
     per = {name: cpu[name] / calls * 1000 for name in MCP_SIDES}
     ratio = per["parsed"] / per["unparsed"]
@@ -499,7 +500,7 @@ async def mcp_bench(args: argparse.Namespace) -> None:
     quartiles = f"{ordered[len(ordered) // 4]:.3f}..{ordered[(3 * len(ordered)) // 4]:.3f}"
     print(
         f"mcp parsing: {n} tools/call a round to each side at once, concurrency {half} each, "
-        f"{args.rounds} rounds; {recorded} calls sealed as mcp records; {os.cpu_count()} cores, "
+        f"{args.rounds} rounds; {recorded} MCP calls sealed; {os.cpu_count()} cores, "
         f"load average {loadavg}"
     )
     print(f"  unparsed (protocol=http)  gateway CPU/call {per['unparsed']:.3f} ms")

@@ -59,7 +59,7 @@ def test_the_mcp_benchmark_prints_both_sides_and_the_ratio() -> None:
     assert lines[0].startswith(
         "mcp parsing: 64 tools/call a round to each side at once, concurrency 2 each, 2 rounds"
     ), lines[0]
-    assert "; 192 calls sealed as mcp records;" in lines[0]
+    assert "; 192 MCP calls sealed;" in lines[0]
     assert lines[1].startswith("  unparsed (protocol=http)  gateway CPU/call ")
     assert lines[2].startswith("  parsed   (protocol=mcp)   gateway CPU/call ")
     assert "(rounds: median " in lines[3]

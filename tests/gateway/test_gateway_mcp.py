@@ -37,7 +37,8 @@ def mcp_route(upstream: str, protocol: str = "mcp") -> str:
 
 
 def calls(ledger: Path) -> list[records.McpRecord]:
-    return [r for r in read_cell(ledger) if isinstance(r, records.McpRecord)]
+    """The MCP calls on record, whether in their exchange's record or alone."""
+    return [r for r in records.unfold(read_cell(ledger)) if isinstance(r, records.McpRecord)]
 
 
 async def post(
@@ -86,12 +87,22 @@ async def test_each_call_is_sealed_with_its_server_tool_arguments_result_and_ses
     assert echo.is_error is False
     assert echo.session == session
     assert echo.problem is None
-    assert echo.version == 4
+    assert echo.version == 5  # read out of its exchange's record
     assert recorded[1].result == {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
     assert recorded[3].arguments == {"who": "you"}
-    # initialize and the notification are exchanges, not calls.
-    kinds = [r.kind for r in read_cell(tmp_path)]
-    assert kinds.count("exchange") == 6
+    # initialize and the notification are exchanges, not calls; each call rides in the one
+    # sealed record of the exchange that carried it (version 5), none is a record alone.
+    cell = read_cell(tmp_path)
+    assert [r.kind for r in cell].count("exchange") == 6
+    assert "mcp" not in [r.kind for r in cell]
+    carried = [r for r in cell if isinstance(r, records.Exchange) and r.mcp is not None]
+    assert [(r.version, [c.name for c in r.mcp or ()]) for r in carried] == [
+        (5, ["echo"]),
+        (5, [None]),
+        (5, ["file:///notes.txt"]),
+        (5, ["greet"]),
+    ]
+    assert [c.seq for c in recorded] == [r.seq for r in carried]
 
 
 async def test_sse_answers_and_batches_are_matched_by_id(tmp_path: Path, upstream: str) -> None:
@@ -241,6 +252,14 @@ async def test_a_call_answered_on_an_endless_stream_is_on_record_while_it_stream
             [record] = calls(tmp_path)
             assert (record.name, record.is_error) == ("echo", False)
             assert record.arguments == {"q": "x"}
+            # Its exchange has not ended: the call is on record alone, as version 4 wrote it.
+            assert record.version == 4
+        await post(client, gw.url("target", PEER) + "/mcp", mcp_support.call(2, "echo", q="y"))
+    # On record once, however its exchange ended; a call whose exchange ended is carried by it.
+    assert [(c.version, c.arguments) for c in calls(tmp_path)] == [(4, {"q": "x"}), (5, {"q": "y"})]
+    endless, plain = exchanges(tmp_path)
+    assert (endless.path, endless.mcp, endless.version) == ("/endless", None, 1)
+    assert [c.arguments for c in plain.mcp or ()] == [{"q": "y"}]
 
 
 def test_protocol_mcp_is_for_a_route_to_a_peer() -> None:

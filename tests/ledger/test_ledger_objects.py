@@ -13,7 +13,16 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from agent_health.ledger import chain, errors, objects, observation, records, strictjson, usage
+from agent_health.ledger import (
+    chain,
+    encoding,
+    errors,
+    objects,
+    observation,
+    records,
+    strictjson,
+    usage,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -354,6 +363,43 @@ def test_mcp_call(
     assert line == by_object.line_of(dict(built))
     assert by_text.previous_mac == by_object.previous_mac
     assert by_text.next_seq == by_object.next_seq == 2
+    carried(built, moment, later, status)
+
+
+def carried(built: objects.Object, moment: datetime, later: datetime, status: int | None) -> None:
+    """``built`` carried by its exchange (version 5): the exchange written by hand seals to
+    the canonical encoder's line of :func:`objects.exchange`, and reads back as that call."""
+    seen = observation.Observation(
+        principal=built["principal"],
+        evidence=built["evidence"],
+        upstream=built["server"],
+        run_id=built["run_id"],
+        method="POST",
+        path="/mcp",
+        status=status,
+        started_at=moment.timestamp(),
+        ended_at=later.timestamp() + 0.001,
+        request_bytes=10,
+        response_bytes=20,
+        request_sha256="a" * 64,
+        response_sha256="b" * 64 if status is not None else None,
+    )
+    entry = objects.mcp_entry(built)
+    assert objects.mcp_entry_text(built) == encoding.text(entry)
+    by_text = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
+    by_object = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
+    written = objects.exchange_text(seen, [objects.mcp_entry_text(built)] * 2)
+    line = by_text.line_written(written)
+    assert line == by_object.line_of(objects.exchange(seen, [entry, entry]))
+    exchange = records.parse_line(line)
+    assert isinstance(exchange, records.Exchange)
+    assert exchange.version == 5
+    first, second = records.calls_of(exchange)
+    assert first == second
+    alone = records.parse_object(dict(built))
+    shared = {"version", "seq", "mac", "time", "started_at", "status"}
+    assert first.model_dump(exclude=shared) == alone.model_dump(exclude=shared)
+    assert (first.status, first.started_at, first.time) == (status, exchange.started_at, later)
 
 
 @pytest.mark.parametrize(
@@ -400,6 +446,31 @@ def test_an_mcp_call_written_by_hand_is_its_canonical_line(value: Any) -> None:
     line = sealed.line_written(objects.mcp_text(built))
     assert line == chain.Sealer(KEY, next_seq=3, previous_mac="c" * 64).line_of(dict(built))
     assert records.parse_object(strictjson.loads(line)).kind == "mcp"
+    # Carried by its exchange, whose own strings may hold the same.
+    text = value if isinstance(value, str) else "x"
+    seen = observation.Observation(
+        principal="target",
+        evidence="none",
+        upstream="peer:time",
+        run_id=text,
+        method="POST",
+        path=text,
+        status=200,
+        started_at=1767323045.25,
+        ended_at=1767323046.0,
+        request_bytes=1,
+        response_bytes=2,
+        request_sha256="a",
+        response_sha256="b",
+        error=text,
+    )
+    entry = objects.mcp_entry(built)
+    assert objects.mcp_entry_text(built) == encoding.text(entry)
+    by_text = chain.Sealer(KEY, next_seq=3, previous_mac="c" * 64)
+    line = by_text.line_written(objects.exchange_text(seen, [objects.mcp_entry_text(built)]))
+    by_object = chain.Sealer(KEY, next_seq=3, previous_mac="c" * 64)
+    assert line == by_object.line_of(objects.exchange(seen, [entry]))
+    assert records.parse_object(strictjson.loads(line)).kind == "exchange"
 
 
 def test_an_mcp_call_that_json_cannot_hold_is_refused_as_the_encoder_refuses_it() -> None:
@@ -418,6 +489,8 @@ def test_an_mcp_call_that_json_cannot_hold_is_refused_as_the_encoder_refuses_it(
     )
     with pytest.raises(errors.RecordError, match="NaN"):
         objects.mcp_text(built)
+    with pytest.raises(errors.RecordError, match="NaN"):
+        objects.mcp_entry_text(built)
 
 
 def test_a_written_record_is_never_the_first_of_a_cell_nor_after_its_end() -> None:

@@ -96,8 +96,8 @@ def test_bad_json_names_the_line() -> None:
 
 def test_unknown_version_says_to_upgrade() -> None:
     payload = records.to_object(every_kind()[4])
-    payload["version"] = 5
-    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 5.*upgrade"):
+    payload["version"] = 6
+    with pytest.raises(errors.RecordError, match=r"line 3: unknown record version 6.*upgrade"):
         records.parse_line(json.dumps(payload), 3)
 
 
@@ -219,6 +219,8 @@ def test_an_mcp_call_round_trips_at_version_4_and_names_a_peer_as_its_server() -
         records.parse_object(payload)
     with pytest.raises(errors.RecordError, match="mcp record field 'version': Input should be 4"):
         records.parse_object({**json.loads(line), "version": 3})
+    with pytest.raises(errors.RecordError, match="an mcp record on its own is version 4"):
+        records.parse_object({**json.loads(line), "version": 5})
 
 
 def test_the_gateway_builds_an_mcp_record_as_the_model_writes_it() -> None:

@@ -25,7 +25,7 @@ def route(name: str, upstream: str) -> str:
 
 
 def calls(ledger: Path) -> list[records.McpRecord]:
-    return [r for r in read_cell(ledger) if isinstance(r, records.McpRecord)]
+    return [r for r in records.unfold(read_cell(ledger)) if isinstance(r, records.McpRecord)]
 
 
 @pytest.fixture

@@ -97,7 +97,9 @@ async def test_the_sdk_client_sees_the_declared_tools_and_their_answers(tmp_path
     assert [c.tool for c in running.unknown_calls] == ["drop_tables"]
     assert running.calls_of("open_ticket")[0].arguments == {"title": "db down"}
     recorded = [
-        r for r in read_cell(tmp_path) if isinstance(r, records.McpRecord) and r.name != "slow"
+        r
+        for r in records.unfold(read_cell(tmp_path))
+        if isinstance(r, records.McpRecord) and r.name != "slow"
     ]
     by_name = {r.name: r for r in recorded if r.method == "tools/call"}
     assert by_name["page_oncall"].is_error is True

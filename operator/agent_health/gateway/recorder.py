@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import operator
 from dataclasses import dataclass, field
@@ -112,6 +113,8 @@ class _Cell:
     refused_write: bool = False
     """The store refused a write of this cell (the infrastructure's failure, whoever filled
     the share)."""
+    holding: set[Ticket] = field(default_factory=set)
+    """Exchanges in flight that hold MCP calls not yet on record."""
     seen: list[tuple[Any, ...]] = field(default_factory=list)
     """The target's calls to peers on record, flat (``_see``): exchanges, and MCP calls
     without results."""
@@ -136,12 +139,21 @@ class Sink(Protocol):
 
 
 class Ticket:
-    """An exchange in flight; :meth:`finish` hands it to the recorder exactly once."""
+    """An exchange in flight; :meth:`finish` hands it to the recorder exactly once, with the
+    MCP calls :meth:`note` gave it and its cell has not yet had to put on record alone."""
 
     def __init__(self, recorder: Recorder, cell: str | None) -> None:
         self.cell = cell
         self._recorder = recorder
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.held: list[tuple[str, int | None]] = []
+        """The MCP calls noted and not yet on record: each as its entry in the exchange's
+        record (``objects.mcp_entry_text``), with the HTTP status it was read under."""
+        self.shared: tuple[str, str, str, str | None, str] | None = None
+        """What the held calls share with their exchange: principal, evidence, server, run
+        id and start (what a call put on record alone takes back, :func:`_alone`)."""
+        self.seen: list[tuple[_Seen, int]] = []
+        """The held calls as :meth:`Recorder.peer_calls` keeps them (the target's only)."""
 
     def finish(self, seen: observation.Observation) -> None:
         if not self._done.done():
@@ -149,8 +161,9 @@ class Ticket:
             self._recorder._finish(self, seen)
 
     def note(self, call: objects.Object) -> None:
-        """An MCP call read in this exchange, recorded as soon as its answer is in (before
-        the exchange's own record, which waits for the exchange to end)."""
+        """An MCP call read in this exchange, answered: sealed inside the exchange's own
+        record when the exchange ends, or alone before that if its cell must have it on
+        record sooner (:meth:`Recorder.flush`, :meth:`Recorder.peer_calls`)."""
         if not self._done.done():
             self._recorder._note_call(self, call)
 
@@ -260,6 +273,8 @@ class Recorder:
         self._queue(cell, spans)
 
     def _finish(self, ticket: Ticket, seen: observation.Observation) -> None:
+        if ticket.cell is not None:
+            self._cells[ticket.cell].holding.discard(ticket)
         run_id = seen.run_id
         if run_id is not None and run_id in self._bound:
             if seen.status is None and seen.error is not None:
@@ -275,15 +290,50 @@ class Recorder:
                 seen.run_id,
             )
             return
-        self._queue(ticket.cell, seen)
+        if ticket.held:
+            folded = _Noted.folded(seen, ticket)
+            ticket.held, ticket.seen = [], []
+            self._queue(ticket.cell, folded)
+        else:
+            self._queue(ticket.cell, seen)
 
     def _note_call(self, ticket: Ticket, call: objects.Object) -> None:
         if ticket.cell is None:
             self.unrouted += 1
             return
-        if self._cells[ticket.cell].ended:
+        state = self._cells[ticket.cell]
+        if state.ended:
             return  # counted with its exchange, which comes after cell-end too
-        self._queue(ticket.cell, _noted(call))
+        try:
+            entry = objects.mcp_entry_text(call)
+        except (errors.RecordError, TypeError):
+            # What JSON cannot hold: on its own, for the writer to refuse as any such record.
+            self._queue(ticket.cell, call)
+            return
+        ticket.held.append((entry, call["status"]))
+        if ticket.shared is None:
+            ticket.shared = (
+                call["principal"],
+                call["evidence"],
+                call["server"],
+                call["run_id"],
+                call["started_at"],
+            )
+        if call["principal"] == "target":
+            ticket.seen.append(_seen_call(call))
+        state.holding.add(ticket)
+
+    def _spill(self, cell: str, state: _Cell) -> None:
+        """Put on record alone (version-4 ``mcp`` records) the MCP calls that exchanges
+        still in flight hold: the cell must have them now — before the controller's records,
+        or for a read of the target's calls — and an exchange may never end (an endless
+        stream); whatever the exchange reads later still rides in its own record."""
+        for ticket in list(state.holding):
+            for entry, status in ticket.held:
+                assert ticket.shared is not None  # set with the first call held
+                self._queue(cell, _noted(_alone(entry, status, ticket.shared)))
+            ticket.held, ticket.seen = [], []
+        state.holding.clear()
 
     def _queue(
         self,
@@ -325,7 +375,9 @@ class Recorder:
                 state.why = state.why or f"the ledger refused a write ({err})"
             else:
                 self.recorded += sum(
-                    isinstance(r, dict) and r["kind"] == "exchange" for r in exchanges
+                    (isinstance(r, dict) and r["kind"] == "exchange")
+                    or (isinstance(r, objects.Written) and r.kind == "exchange")
+                    for r in exchanges
                 )
             if state.dropped and not state.marked:
                 await self._mark(cell, state)  # at once: the gateway may not live to the end
@@ -389,8 +441,8 @@ class Recorder:
         state.exchanges += 1
         state.bytes += size
         kept.append(item.written)
-        if item.seen is not None:
-            _keep_seen(state, item.seen, item.seen_size)
+        for seen, seen_size in item.seen:
+            _keep_seen(state, seen, seen_size)
 
     def _blame(self, state: _Cell) -> tuple[Literal["agent", "infra"], str]:
         """Whom the cell's dropped exchanges blame, and why, as the mark says it."""
@@ -435,6 +487,7 @@ class Recorder:
             _, late = await asyncio.wait(set(state.inflight), timeout=wait)
             if late:
                 log.warning("cell %s: %d exchanges still open after %ss", cell, len(late), wait)
+        self._spill(cell, state)
         state.kick.set()
         while state.drain is not None and not state.drain.done():
             await asyncio.shield(state.drain)
@@ -473,6 +526,7 @@ class Recorder:
         if cell is None:
             return None
         state = self._cells[cell]
+        self._spill(cell, state)
         state.kick.set()
         while state.drain is not None and not state.drain.done():
             await asyncio.shield(state.drain)
@@ -586,30 +640,78 @@ def _seen(kept: _Seen) -> objects.Object:
 
 
 class _Noted:
-    """An MCP call waiting in its cell's batch, written as its line (``objects.mcp_text``)
-    when it was noted, with what the caps and :meth:`Recorder.peer_calls` need of it: its
-    parsed arguments and result are let go at once (a batch waits up to
+    """A record waiting in its cell's batch, already written as its line — an exchange that
+    carries its MCP calls (:meth:`folded`), or an MCP call alone (``objects.mcp_text``) —
+    with what the caps and :meth:`Recorder.peer_calls` need of it: the calls' parsed
+    arguments and results were let go when each was noted (a batch waits up to
     :data:`BATCH_SECONDS`, long enough for them to outlive a collection of the youngest
     objects), and it holds only strings, numbers and bytes meanwhile."""
 
-    __slots__ = ("seen", "seen_size", "size", "target", "written")
-    seen: _Seen | None
-    seen_size: int
+    __slots__ = ("seen", "size", "target", "written")
+    seen: list[tuple[_Seen, int]]
 
-    def __init__(self, call: objects.Object, written: objects.Written) -> None:
+    def __init__(
+        self, written: objects.Written, target: bool, seen: list[tuple[_Seen, int]]
+    ) -> None:
         self.written = written
         self.size = len(written.head) + len(written.middle) + len(written.tail)
-        self.target = call["principal"] == "target"
-        self.seen, self.seen_size = _seen_call(call) if self.target else (None, 0)
+        self.target = target
+        self.seen = seen
+
+    @classmethod
+    def folded(cls, seen: observation.Observation, ticket: Ticket) -> _Noted:
+        """The exchange ``seen`` carrying the calls ``ticket`` holds (version 5): what the
+        target's calls left (each call, then the exchange with a peer) kept readable in the
+        order a version-4 cell held them."""
+        written = objects.exchange_text(seen, [entry for entry, _ in ticket.held])
+        target = seen.principal == "target"
+        kept = ticket.seen if target else []
+        if target and seen.upstream.startswith("peer:") and seen.status is not None:
+            started = objects.stamp_epoch(seen.started_at)
+            kept.append(((seen.principal, seen.upstream, seen.status, started), 0))
+        return cls(written, target, kept)
 
 
 def _noted(call: objects.Object) -> _Noted | objects.Object:
-    """``call`` as its cell's batch holds it: written as its line, or (when it holds what
-    JSON cannot) as it is, for the writer to refuse as it refuses any such record."""
+    """An MCP call alone as its cell's batch holds it: written as its line, or (when it holds
+    what JSON cannot) as it is, for the writer to refuse as it refuses any such record."""
     try:
-        return _Noted(call, objects.mcp_text(call))
+        written = objects.mcp_text(call)
     except (errors.RecordError, TypeError):
         return call
+    target = call["principal"] == "target"
+    return _Noted(written, target, [_seen_call(call)] if target else [])
+
+
+def _alone(
+    entry: str, status: int | None, shared: tuple[str, str, str, str | None, str]
+) -> objects.Object:
+    """A call an exchange in flight held (its ``objects.mcp_entry_text``) as the ``mcp``
+    record it is when put on record alone (version 4)."""
+    call = json.loads(entry)  # written by the ledger's own encoder: JSON, and nothing else
+    principal, evidence, server, run_id, started_at = shared
+    return objects.mcp_record(  # in the record's order
+        call["arguments"],
+        call["arguments_cut"],
+        call["ended_at"],
+        call["error"],
+        evidence,
+        call["id"],
+        call["is_error"],
+        call["method"],
+        call["name"],
+        principal,
+        call["problem"],
+        call["result"],
+        call["result_bytes"],
+        call["result_cut"],
+        run_id,
+        server,
+        call["session"],
+        started_at,
+        status,
+        call["ended_at"],  # time
+    )
 
 
 def _size(item: _Made) -> int:

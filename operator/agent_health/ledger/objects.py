@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -35,6 +36,12 @@ GATEWAY = "gateway"
 """The callee of such an exchange (``records.GATEWAY``)."""
 MCP_VERSION = 4
 """The version of an ``mcp`` record (``records.MCP_VERSION``: the kind is new in it)."""
+EXCHANGE_MCP_VERSION = 5
+"""The version of an ``exchange`` that carries the MCP calls read in it
+(``records.EXCHANGE_MCP_VERSION``: its ``mcp`` field is new in it)."""
+MCP_SHARED = ("principal", "evidence", "server", "run_id", "status", "started_at")
+"""The members of an ``mcp`` record a call carried by its exchange takes from the exchange
+(``server`` is the exchange's ``upstream``), besides ``time``, which is its ``ended_at``."""
 
 
 def stamp(moment: datetime) -> str:
@@ -138,7 +145,7 @@ def cell_meta(
     return _late(obj, agent=agent)
 
 
-def exchange(seen: observation.Observation) -> Object:
+def exchange(seen: observation.Observation, mcp: list[Object] | None = None) -> Object:
     """The ``exchange`` record of what was seen of one exchange, dated when it ended: the one
     place an :class:`~.observation.Observation` becomes a record, for the gateway and the
     local ledger alike. Version 1, or 2 when the gateway answered the call itself
@@ -148,16 +155,19 @@ def exchange(seen: observation.Observation) -> Object:
     connector kept — only from an answer that names a ``"usage"`` key (the shapes
     :mod:`.usage` reads) and was not an error: scanning every reply (a REST protocol v1
     reply has none) would cost more than the rest of the record.
-    """
-    found, body, status = seen.usage, seen.body, seen.status
-    if found is None and body and b'"usage"' in body and status is not None and status < 400:
-        from agent_health.ledger import usage  # pydantic: loaded by the first reply with one
 
-        found = usage.parse(body, seen.content_type)
+    ``mcp``: the MCP calls read in the exchange, each as :func:`mcp_entry` makes it; the
+    record is then version 5 (:data:`EXCHANGE_MCP_VERSION`). :func:`exchange_text` writes
+    the same record as its line.
+    """
+    found = _usage(seen)
     ended = stamp_epoch(seen.ended_at)
     obj = _head("exchange", ended)
     if seen.upstream == GATEWAY:
         obj["version"] = GATEWAY_VERSION
+    if mcp is not None:
+        obj["version"] = EXCHANGE_MCP_VERSION
+        obj["mcp"] = mcp
     obj.update(
         principal=seen.principal,
         evidence=seen.evidence,
@@ -176,6 +186,16 @@ def exchange(seen: observation.Observation) -> Object:
         error=seen.error,
     )
     return obj
+
+
+def _usage(seen: observation.Observation) -> Any:
+    """The exchange's token usage (:func:`exchange`), or None."""
+    found, body, status = seen.usage, seen.body, seen.status
+    if found is None and body and b'"usage"' in body and status is not None and status < 400:
+        from agent_health.ledger import usage  # pydantic: loaded by the first reply with one
+
+        found = usage.parse(body, seen.content_type)
+    return found
 
 
 def run_result(
@@ -413,3 +433,122 @@ def mcp_text(obj: Object) -> Written:
         f'"time":{a(obj["time"])},"version":{MCP_VERSION}}}'
     )
     return Written("mcp", head, middle, tail)
+
+
+_ENTRY = (
+    "arguments",
+    "arguments_cut",
+    "ended_at",
+    "error",
+    "id",
+    "is_error",
+    "method",
+    "name",
+    "problem",
+    "result",
+    "result_bytes",
+    "result_cut",
+    "session",
+)
+"""The members of a call an exchange carries (``records.McpCall``), in canonical order."""
+
+
+def mcp_entry(call: Object) -> Object:
+    """:func:`mcp_call`'s record as its exchange carries it (version 5): without the members
+    the exchange holds for it (:data:`MCP_SHARED`), ``time``, ``kind``, ``seq`` and
+    ``version``."""
+    return {name: call[name] for name in _ENTRY}
+
+
+def mcp_entry_text(call: Object) -> str:
+    """:func:`mcp_entry` of :func:`mcp_call`'s record as its canonical text, written member
+    by member (the gateway writes one per MCP call it proxies, as soon as the call is
+    answered, so that its parsed arguments and result die young): held to
+    :func:`encoding.text` of the entry by ``tests/ledger/test_ledger_objects.py``.
+
+    Raises ``RecordError`` for what JSON cannot hold, as the encoder does, and ``TypeError``
+    for a member of another type than :func:`mcp_call` takes.
+    """
+    a, j, n = _ascii, encoding.text, int.__repr__
+    arguments, error, result = call["arguments"], call["error"], call["result"]
+    id, is_error, session = call["id"], call["is_error"], call["session"]
+    name, problem = call["name"], call["problem"]
+    cut, result_cut, size = call["arguments_cut"], call["result_cut"], call["result_bytes"]
+    if (
+        type(cut) is not bool
+        or type(result_cut) is not bool
+        or type(size) is not int
+        or not (is_error is None or type(is_error) is bool)
+    ):
+        raise TypeError("a member of an mcp call is not of the type mcp_call takes")
+    return (
+        f'{{"arguments":{"null" if arguments is None else j(arguments)},'
+        f'"arguments_cut":{"true" if cut else "false"},"ended_at":{a(call["ended_at"])},'
+        f'"error":{"null" if error is None else j(error)},'
+        f'"id":{"null" if id is None else a(id) if type(id) is str else j(id)},'
+        f'"is_error":{"null" if is_error is None else "true" if is_error else "false"},'
+        f'"method":{a(call["method"])},"name":{"null" if name is None else a(name)},'
+        f'"problem":{"null" if problem is None else a(problem)},'
+        f'"result":{"null" if result is None else j(result)},'
+        f'"result_bytes":{n(size)},"result_cut":{"true" if result_cut else "false"},'
+        f'"session":{"null" if session is None else a(session)}}}'
+    )
+
+
+def exchange_text(seen: observation.Observation, calls: list[str]) -> Written:
+    """:func:`exchange` of ``seen`` carrying ``calls`` (each :func:`mcp_entry_text`) as its
+    canonical line, written member by member (its ``seq`` and ``mac`` left to the sealer):
+    what the gateway seals once per HTTP exchange on an MCP route, held to
+    :func:`encoding.canonical` of :func:`exchange` by ``tests/ledger/test_ledger_objects.py``.
+    """
+    a = _ascii
+    found = _usage(seen)
+    usage = "null" if found is None else encoding.text(found.model_dump(mode="json"))
+    ended = a(stamp_epoch(seen.ended_at))
+    run_id, status, error = seen.run_id, seen.status, seen.error
+    digest = seen.response_sha256
+    head = (
+        f'{{"ended_at":{ended},"error":{"null" if error is None else a(error)},'
+        f'"evidence":{a(seen.evidence)},"kind":"exchange",'
+    )
+    middle = (
+        f'"mcp":[{",".join(calls)}],"method":{a(seen.method)},"path":{a(seen.path)},'
+        f'"principal":{a(seen.principal)},"request_bytes":{int(seen.request_bytes)},'
+        f'"request_sha256":{a(seen.request_sha256)},'
+        f'"response_bytes":{int(seen.response_bytes)},'
+        f'"response_sha256":{"null" if digest is None else a(digest)},'
+        f'"run_id":{"null" if run_id is None else a(run_id)},'
+    )
+    tail = (
+        f'"started_at":{a(stamp_epoch(seen.started_at))},'
+        f'"status":{"null" if status is None else int(status)},"time":{ended},'
+        f'"upstream":{a(seen.upstream)},"usage":{usage},"version":{EXCHANGE_MCP_VERSION}}}'
+    )
+    return Written("exchange", head, middle, tail)
+
+
+def unfold(recorded: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """``records.unfold`` for records as their JSON objects: each exchange that carries MCP
+    calls (version 5) preceded by its calls as the ``mcp`` records they stand for (version
+    5; the exchange's caller, server, run, status and start, ``time`` their ``ended_at``),
+    then that exchange without them; every other record as it is."""
+    for record in recorded:
+        calls = record.get("mcp") if record.get("kind") == "exchange" else None
+        if not isinstance(calls, list):
+            yield record
+            continue
+        shared = {
+            "version": EXCHANGE_MCP_VERSION,
+            "seq": record.get("seq"),
+            "kind": "mcp",
+            "principal": record.get("principal"),
+            "evidence": record.get("evidence"),
+            "server": record.get("upstream"),
+            "run_id": record.get("run_id"),
+            "status": record.get("status"),
+            "started_at": record.get("started_at"),
+        }
+        for call in calls:
+            if isinstance(call, Mapping):
+                yield {**call, **shared, "time": call.get("ended_at")}
+        yield {name: value for name, value in record.items() if name != "mcp"}

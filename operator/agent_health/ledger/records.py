@@ -16,13 +16,20 @@ OTLP receiver (docs/ledger.md); a cell without any is written at version 1 or 2 
 Version 4 adds one kind, ``mcp``: a Model Context Protocol request (``tools/call``,
 ``tools/list``, ``resources/read``, ``prompts/get``) the gateway read on its way to a peer
 declared ``protocol: mcp``, and its answer; a cell without MCP peers has none.
+Version 5 adds one field, ``mcp`` of ``exchange``: the MCP calls read in that HTTP exchange
+(:class:`McpCall`, each what an ``mcp`` record holds but the members it shares with its
+exchange), so a proxied call costs one sealed line as a plain call does. The gateway writes
+a call that way when its exchange ends; a call whose exchange is still open when its cell
+must have it on record (the controller's records, a read of the target's calls: an endless
+stream) is written as a version-4 ``mcp`` record, as before. Readers take both shapes alike
+through :func:`unfold`, which gives each call as its :class:`McpRecord`.
 
 Fields added after a record kind first shipped are left out of the line while they are
 unset (:data:`_Record.LATE_FIELDS`), so a record that does not use them is byte for byte
 what an older writer wrote and an older reader still reads it: ``cause``, ``content_hash``
 and ``insights`` of ``cell-end``, ``error``, ``cause``, ``unreported``, ``raw`` and
 ``truncated`` of ``run-result``, ``cell``, ``attempt``, ``restarted``, ``agent``, ``dropped``,
-``dropped_why`` and ``dropped_cause`` of ``cell-meta``.
+``dropped_why`` and ``dropped_cause`` of ``cell-meta``, ``mcp`` of ``exchange``.
 
 Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange``, ``spans`` and
 ``mcp`` (any number, from the gateway), ``run-result`` and ``signal`` (from the controller),
@@ -32,6 +39,7 @@ Kinds, in the order a cell writes them: ``cell-meta`` (first), ``exchange``, ``s
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -49,15 +57,17 @@ from agent_health import statuses
 from agent_health.ledger import encoding, errors, objects, strictjson
 from agent_health.ledger import usage as usage_parser
 
-VERSION: Literal[4] = 4
+VERSION: Literal[5] = 5
 """The newest version this code writes (see the module docstring for which records need it)."""
 BASE_VERSION: Literal[1] = 1
 """The version of every record that needs nothing newer."""
-SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5})
 SPANS_VERSION: Literal[3] = 3  # the kind is new in it
 MCP_VERSION: Literal[4] = 4  # the kind is new in it
+EXCHANGE_MCP_VERSION: Literal[5] = 5  # an exchange's mcp field is new in it
 MCP_METHODS = ("tools/call", "tools/list", "resources/read", "prompts/get")
-"""The MCP requests the gateway records, one ``mcp`` record each."""
+"""The MCP requests the gateway records: one :class:`McpCall` of their exchange each (or one
+``mcp`` record each, version 4)."""
 GATEWAY = objects.GATEWAY
 """The callee of an exchange the gateway answered itself (a refused call); version 2."""
 _PRINCIPAL = re.compile(r"^(controller|target|judge|peer:[A-Za-z0-9][A-Za-z0-9._-]*)$")
@@ -135,10 +145,38 @@ class CellMeta(_Record):
     )
 
 
+class McpCall(BaseModel):
+    """One MCP call read in an HTTP exchange, as the exchange's ``mcp`` list holds it
+    (version 5): an :class:`McpRecord`'s fields but those its exchange already carries —
+    ``principal``, ``evidence``, ``server`` (its ``upstream``), ``run_id``, ``status`` and
+    ``started_at`` — and ``time`` (its ``ended_at``). :func:`unfold` gives it back as the
+    :class:`McpRecord` it stands for."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    method: str = Field(description="tools/call, tools/list, resources/read or prompts/get")
+    id: int | str | None = None
+    name: str | None = None
+    session: str | None = None
+    arguments: dict[str, Any] | None = None
+    arguments_cut: bool = False
+    result: dict[str, Any] | None = None
+    result_bytes: int = Field(default=0, ge=0)
+    result_cut: bool = False
+    is_error: bool | None = None
+    error: dict[str, Any] | None = None
+    problem: str | None = None
+    ended_at: datetime
+
+
 class Exchange(_Record):
-    """One HTTP exchange that passed through the gateway: who called whom, and what came back."""
+    """One HTTP exchange that passed through the gateway: who called whom, and what came back;
+    on a route to an MCP peer, the MCP calls read in it (``mcp``, version 5)."""
+
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"mcp"})
 
     kind: Literal["exchange"] = "exchange"
+    version: Literal[1, 2, 5] = BASE_VERSION  # type: ignore[assignment]
     principal: str = Field(description='the caller: "controller", "target", "peer:NAME", "judge"')
     evidence: str = Field(
         default="none", description='id of the token the caller presented, or "none"'
@@ -159,11 +197,33 @@ class Exchange(_Record):
     response_sha256: str | None = None
     usage: usage_parser.TokenUsage | None = None
     error: str | None = None
+    mcp: list[McpCall] | None = Field(
+        default=None,
+        description="the MCP calls read in this exchange, in the order their answers were "
+        "read (version 5; a call still unanswered when the exchange ended says so in its "
+        "problem)",
+    )
 
     @model_validator(mode="before")
     @classmethod
-    def _gateway_needs_version_2(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("upstream") == GATEWAY:
+    def _versions(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("mcp") is not None:
+            if "version" not in data:
+                return {**data, "version": EXCHANGE_MCP_VERSION}
+            if data["version"] != EXCHANGE_MCP_VERSION:
+                raise ValueError(
+                    f"an exchange that carries mcp calls is a version {EXCHANGE_MCP_VERSION} record"
+                )
+            if data.get("upstream") == GATEWAY:
+                raise ValueError("an exchange the gateway answered itself carries no mcp calls")
+            return data
+        if data.get("version") == EXCHANGE_MCP_VERSION:
+            raise ValueError(
+                f"a version {EXCHANGE_MCP_VERSION} exchange carries mcp calls; this one has none"
+            )
+        if data.get("upstream") == GATEWAY:
             if "version" not in data:
                 return {**data, "version": 2}
             if data["version"] == BASE_VERSION:
@@ -217,7 +277,8 @@ class McpRecord(_Record):
     within the same bounds; what it could not read is said in ``problem``, never guessed."""
 
     kind: Literal["mcp"] = "mcp"
-    version: Literal[4] = MCP_VERSION  # type: ignore[assignment]
+    version: Literal[4, 5] = MCP_VERSION  # type: ignore[assignment]
+    """4 on the ledger; 5 for a call :func:`unfold` read out of a version-5 exchange."""
     principal: str = Field(description="the caller (the target, unless a token says else)")
     evidence: str = Field(default="none", description="id of the caller's token, or none")
     server: str = Field(description="the MCP server called: peer:NAME")
@@ -266,6 +327,16 @@ class McpRecord(_Record):
     @classmethod
     def _principal(cls, value: str) -> str:
         return _check_principal(value)
+
+    @field_validator("version")
+    @classmethod
+    def _alone_at_4(cls, value: int) -> int:
+        if value != MCP_VERSION:
+            raise ValueError(
+                f"an mcp record on its own is version {MCP_VERSION} (version "
+                f"{EXCHANGE_MCP_VERSION} carries MCP calls in their exchange's record)"
+            )
+        return value
 
     @field_validator("server")
     @classmethod
@@ -406,6 +477,42 @@ def parse_object(payload: Any, number: int | None = None) -> Record:
 def parse_lines(lines: list[str]) -> list[Record]:
     """Parse every non-blank line; errors name the 1-based line number."""
     return [parse_line(line, n) for n, line in enumerate(lines, start=1) if line.strip()]
+
+
+def calls_of(exchange: Exchange) -> list[McpRecord]:
+    """The MCP calls an exchange carries (version 5), each as the :class:`McpRecord` it
+    stands for: the exchange's caller, server, run, status, start, ``seq`` and ``mac``, the
+    call's own ``ended_at`` its ``time``, ``version`` 5. Built without validating again: the
+    exchange and its calls were validated when read."""
+    shared: dict[str, Any] = {
+        "version": EXCHANGE_MCP_VERSION,
+        "seq": exchange.seq,
+        "mac": exchange.mac,
+        "kind": "mcp",
+        "principal": exchange.principal,
+        "evidence": exchange.evidence,
+        "server": exchange.upstream,
+        "run_id": exchange.run_id,
+        "status": exchange.status,
+        "started_at": exchange.started_at,
+    }
+    return [
+        McpRecord.model_construct(**shared, **dict(call), time=call.ended_at)
+        for call in exchange.mcp or ()
+    ]
+
+
+def unfold(recorded: Iterable[Record]) -> Iterator[Record]:
+    """``recorded`` with each exchange that carries MCP calls (version 5) preceded by its
+    calls as :class:`McpRecord`\\ s (:func:`calls_of`) — the order a version-4 writer put
+    them in, each call before the exchange it came in — and that exchange without them:
+    what every reader of MCP calls reads, so both shapes of a ledger read alike."""
+    for record in recorded:
+        if isinstance(record, Exchange) and record.mcp is not None:
+            yield from calls_of(record)
+            yield record.model_copy(update={"mcp": None})
+        else:
+            yield record
 
 
 def to_object(record: Record, *, with_mac: bool = True) -> dict[str, Any]:

@@ -83,7 +83,7 @@ async def main(out: Path) -> None:
 
     route = f"principal=target,to={PEER},listen=127.0.0.1:0,upstream={{}},protocol=mcp"
     with tempfile.TemporaryDirectory() as tmp:
-        async with serving(mcp_support.app()) as upstream:
+        async with serving(mcp_support.app()) as upstream:  # noqa: SIM117 (as it was run)
             async with through(Path(tmp), route.format(upstream), test_id=TEST) as (gw, client):
                 base = gw.url("target", PEER)
                 url = base + "/mcp"

@@ -195,9 +195,9 @@ def _read_body(
     signals: list[results.Signal] = []
     usage: Usage = {}
     to_peers: list[records.Exchange] = []  # target → peer:NAME exchanges that reached it
-    mcp: list[records.McpRecord] = []  # the target's MCP calls (version 4)
+    mcp: list[records.McpRecord] = []  # the target's MCP calls (alone, or in their exchange)
     target_seen: int | None = None
-    for record in body:
+    for record in records.unfold(body):
         if isinstance(record, records.CellMeta):
             if record.dropped and not record.restarted:
                 continue  # the gateway's mark of what it dropped: read by _gap

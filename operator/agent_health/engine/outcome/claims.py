@@ -56,6 +56,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_health.connectors import protocol
+from agent_health.ledger import objects
 from agent_health.ledger import usage as ledger_usage
 from agent_health.sdk import results
 
@@ -223,8 +224,9 @@ def from_objects(
     each MCP peer showed (listed, or was called for). A peer with ``mcp`` records, or named
     in ``mcp`` (a RunSpec's ``protocol: mcp`` peers), is an MCP server: its calls are its
     ``tools/call`` records (its other exchanges — initialize, tools/list, notifications —
-    are no tool's); a plain peer's calls are its exchanges."""
-    mine = [r for r in recorded if r.get("principal") == "target"]
+    are no tool's); a plain peer's calls are its exchanges. An exchange that carries its MCP
+    calls (version 5) reads as those calls and the exchange (``objects.unfold``)."""
+    mine = [r for r in objects.unfold(recorded) if r.get("principal") == "target"]
     shown: dict[str, set[str]] = {}
     for record in mine:
         if record.get("kind") != "mcp":
@@ -282,7 +284,7 @@ def reported(recorded: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...
     fields = ("server", "method", "name", "arguments", "is_error", "error", "problem")
     calls = [
         {name: record.get(name) for name in fields}
-        for record in recorded
+        for record in objects.unfold(recorded)
         if record.get("kind") == "mcp" and record.get("principal") == "target"
     ]
     return tuple(calls[:REPORTED_CALLS])
