@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from agent_health.ledger import objects
 
 SUITE = Path(__file__).parents[1] / "data" / "mcp_suite"
 
@@ -51,8 +52,11 @@ def test_mcp_calls_are_recorded_in_the_calling_tests_cell(tmp_path: Path) -> Non
     assert hides["metrics"]["ignored_tool_errors"] == 1
     calls: dict[str, list[tuple[str, str, bool | None]]] = {}
     run_ids = {t["run_id"]: name for name, t in tests.items()}
-    for line in (ledger / "run.jsonl").read_text().splitlines():
-        record = json.loads(line).get("record", {})
+    lines = (ledger / "run.jsonl").read_text().splitlines()
+    recorded = [json.loads(line).get("record", {}) for line in lines]
+    # Each call rides in its exchange's record (version 5), or is a record alone.
+    assert any(r.get("kind") == "exchange" and r.get("mcp") for r in recorded)
+    for record in objects.unfold(recorded):
         if record.get("kind") == "mcp" and record["method"] == "tools/call":
             calls.setdefault(run_ids[record["run_id"]], []).append(
                 (record["server"], record["name"], record["is_error"])

@@ -652,6 +652,63 @@ async def test_a_flood_of_peer_calls_is_kept_to_the_cells_share_and_marked_the_a
     assert graded.cause == "agent"
 
 
+async def test_a_local_peers_calls_ride_in_their_exchange_unless_the_test_ends_first(
+    tmp_path: Path,
+) -> None:
+    """As a cell's gateway writes them: an MCP call is sealed in the record of the exchange
+    that carried it (version 5); one whose exchange is still open when its test ends (an
+    endless stream) is kept alone (version 4); none twice."""
+    from agent_health.ledger import objects
+
+    ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
+    info = ctx_mod.TestInfo(
+        id="t.py::calls", title="calls", name="calls", file="t.py", labels=(), repeat=0,
+        run_id="run-calls", timeout=10.0,
+    )  # fmt: skip
+    stamp = objects.stamp_now()
+
+    def call(n: int) -> objects.Object:
+        return objects.mcp_call(
+            at=stamp, principal="target", evidence="none", server="peer:tools",
+            run_id="run-calls", session=None, method="tools/call", id=n, name=f"t{n}",
+            arguments={"n": n}, status=200, started_at=stamp, ended_at=stamp,
+        )  # fmt: skip
+
+    def seen(path: str) -> observation.Observation:
+        return observation.Observation(
+            principal="target", evidence="none", upstream="peer:tools", run_id="run-calls",
+            method="POST", path=path, status=200, started_at=1.0, ended_at=2.0,
+            request_bytes=1, response_bytes=1, request_sha256="a", response_sha256="b",
+        )  # fmt: skip
+
+    async with ledger:
+        await ledger.begin(info)
+        sink = ledger.peer_sink("run-calls")
+        ended, endless = sink.start("run-calls"), sink.start("run-calls")
+        ended.note(call(1))
+        endless.note(call(2))
+        ended.note(call(3))
+        ended.finish(seen("/mcp"))
+        passed = _errored(info).model_copy(update={"status": "passed", "cause": None})
+        await ledger.finish(passed, None, agent_error="the agent did not answer")
+        endless.finish(seen("/endless"))  # after its test: no cell to record it in
+    written = (tmp_path / "ledger" / runfile.NAME).read_text().splitlines()
+    kept = records.parse_lines(
+        [
+            records.canonical(json.loads(line)["record"]).decode()
+            for line in written
+            if '"record"' in line
+        ]
+    )
+    [exchange] = [r for r in kept if isinstance(r, records.Exchange)]
+    assert (exchange.path, exchange.version) == ("/mcp", 5)
+    assert [c.name for c in exchange.mcp or ()] == ["t1", "t3"]
+    [alone] = [r for r in kept if isinstance(r, records.McpRecord)]
+    assert (alone.name, alone.version) == ("t2", 4)
+    unfolded = [r.name for r in records.unfold(kept) if isinstance(r, records.McpRecord)]
+    assert sorted(unfolded) == ["t1", "t2", "t3"]
+
+
 BESIDE = """
 from agent_health import test
 

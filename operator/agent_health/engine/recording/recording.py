@@ -135,6 +135,16 @@ class _Cell:
     peer_bytes: int = 0
     peers_dropped: int = 0
     """Peer records past the cell's share (:data:`PEER_RECORDS`, :data:`PEER_BYTES`)."""
+    holding: set[_PeerCall] = field(default_factory=set)
+    """Exchanges with peers still open that hold MCP calls not yet kept (:meth:`spill`)."""
+
+    def spill(self) -> None:
+        """Keep alone (version-4 ``mcp`` records) the MCP calls that exchanges still open
+        hold: the test needs them now (its claims, its end), and an exchange may never end
+        (an endless stream); what such an exchange reads later still rides in its record."""
+        for call in list(self.holding):
+            call.spill()
+        self.holding.clear()
 
     def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
         """cell-meta, an exchange for each observation, the peers' exchanges and MCP calls,
@@ -206,6 +216,7 @@ class LocalLedger:
 
     async def __aexit__(self, *exc: object) -> None:
         for cell in list(self._open.values()):
+            cell.spill()
             if cell.seen or cell.peers:  # the run stopped mid-test: keep what the agent was sent
                 await self._write(cell, _interrupted(cell), count=2)
         self._open.clear()
@@ -273,6 +284,8 @@ class LocalLedger:
         all its ledger cell will hold of them; ``None`` when it called no peer (so a run
         without peers never loads the claims' module)."""
         cell = self._open.get(run_id)
+        if cell is not None:
+            cell.spill()
         if cell is None or not cell.peers:
             return None
         return outcome.PeerCalls(list(cell.peers))
@@ -298,6 +311,9 @@ class LocalLedger:
     ) -> None:
         """Seal the cell — meta, exchanges, run-result, signals, cell-end — in one batch; a
         test that never ran the agent writes nothing."""
+        held = self._open.get(result.run_id)
+        if held is not None:
+            held.spill()  # while the test's cell is still open: they are kept in it
         cell = self._open.pop(result.run_id, None)
         if cell is None or (
             run is None and agent_error is None and not cell.seen and not cell.peers
@@ -357,17 +373,33 @@ class PeerSink:
 
 
 class _PeerCall:
-    """One exchange with a peer: its MCP calls as they are read, then the exchange."""
+    """One exchange with a peer: its MCP calls as they are read, then the exchange, which
+    carries them (version 5) unless its test needed them sooner (:meth:`_Cell.spill`)."""
 
     def __init__(self, ledger: LocalLedger, run_id: str | None) -> None:
         self.ledger = ledger
         self.run_id = run_id
+        self.held: list[objects.Object] = []
 
     def note(self, call: objects.Object) -> None:
-        self._keep(call)
+        cell = self.ledger._peer_cell(self.run_id)
+        if cell is None:
+            self._keep(call)  # counted as unrouted, and said
+            return
+        self.held.append(call)
+        cell.holding.add(self)
+
+    def spill(self) -> None:
+        held, self.held = self.held, []
+        for call in held:
+            self._keep(call)
 
     def finish(self, seen: observation.Observation) -> None:
-        self._keep(objects.exchange(seen))
+        cell = self.ledger._peer_cell(self.run_id)
+        if cell is not None:
+            cell.holding.discard(self)
+        held, self.held = self.held, []
+        self._keep(objects.exchange(seen, [objects.mcp_entry(c) for c in held] if held else None))
 
     def _keep(self, record: objects.Object) -> None:
         cell = self.ledger._peer_cell(self.run_id)
