@@ -15,8 +15,10 @@ truncated stream is never mistaken for a complete one. Both are recorded with ``
 
 On a route to an MCP peer (``protocol=mcp``) each POST is read as MCP as it passes
 (:mod:`~agent_health.gateway.mcpwire`, bounded like the usage reader) instead of for token
-usage, which no MCP answer reports: its calls become ``mcp`` records, each as soon as its
-answer is in.
+usage, which no MCP answer reports: each call is noted as soon as its answer is in, and
+sealed in the exchange's own record when it ends (ledger version 5: one sealed line per
+exchange, as on a plain route), or alone when the cell needs it sooner
+(:class:`~agent_health.gateway.recorder.Ticket`).
 
 A caller without a valid token is the target (evidence ``none``, or ``invalid-token`` when it
 presented one nobody was given). The gateway itself refuses, and records as refused (see

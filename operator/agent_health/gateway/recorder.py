@@ -26,6 +26,15 @@ share too small for the controller's and peers' own records).
 The OTLP receiver's ``spans`` records (:meth:`Recorder.note`) go the same way, in the same
 batches, under the same byte cap.
 
+The MCP calls read on a route to an MCP peer (:meth:`Ticket.note`) wait in their exchange's
+ticket, each already written as its entry (``objects.mcp_entry_text``), and are sealed in the
+exchange's one record when it ends (version 5, ``objects.exchange_text``): a second sealed
+line per call — its HMAC, its escaping, its spooling — was most of what reading MCP cost.
+A call whose exchange is still open when its cell must have it on record (:meth:`flush`,
+before the controller's records; :meth:`peer_calls`) is sealed alone, as a version-4
+``mcp`` record: an exchange may never end (an endless stream), and its calls must not wait
+for it.
+
 What the target called of its peers, as the cell's records keep it — each exchange with a
 peer, each MCP call with its tool, arguments and ``isError`` (no results) — stays readable
 while the cell runs (:meth:`Recorder.peer_calls`): the controller holds its test's tool
@@ -663,11 +672,11 @@ class _Noted:
         """The exchange ``seen`` carrying the calls ``ticket`` holds (version 5): what the
         target's calls left (each call, then the exchange with a peer) kept readable in the
         order a version-4 cell held them."""
-        written = objects.exchange_text(seen, [entry for entry, _ in ticket.held])
+        started = objects.stamp_epoch(seen.started_at)
+        written = objects.exchange_text(seen, [entry for entry, _ in ticket.held], started)
         target = seen.principal == "target"
         kept = ticket.seen if target else []
         if target and seen.upstream.startswith("peer:") and seen.status is not None:
-            started = objects.stamp_epoch(seen.started_at)
             kept.append(((seen.principal, seen.upstream, seen.status, started), 0))
         return cls(written, target, kept)
 

@@ -495,11 +495,14 @@ def mcp_entry_text(call: Object) -> str:
     )
 
 
-def exchange_text(seen: observation.Observation, calls: list[str]) -> Written:
+def exchange_text(
+    seen: observation.Observation, calls: list[str], started: str | None = None
+) -> Written:
     """:func:`exchange` of ``seen`` carrying ``calls`` (each :func:`mcp_entry_text`) as its
     canonical line, written member by member (its ``seq`` and ``mac`` left to the sealer):
     what the gateway seals once per HTTP exchange on an MCP route, held to
     :func:`encoding.canonical` of :func:`exchange` by ``tests/ledger/test_ledger_objects.py``.
+    ``started``: :func:`stamp_epoch` of its start, when the caller made it already.
     """
     a = _ascii
     found = _usage(seen)
@@ -520,7 +523,7 @@ def exchange_text(seen: observation.Observation, calls: list[str]) -> Written:
         f'"run_id":{"null" if run_id is None else a(run_id)},'
     )
     tail = (
-        f'"started_at":{a(stamp_epoch(seen.started_at))},'
+        f'"started_at":{a(started or stamp_epoch(seen.started_at))},'
         f'"status":{"null" if status is None else int(status)},"time":{ended},'
         f'"upstream":{a(seen.upstream)},"usage":{usage},"version":{EXCHANGE_MCP_VERSION}}}'
     )
