@@ -216,7 +216,7 @@ async def test_an_mcp_peer_is_read_call_by_call_and_graded_on_what_its_gateway_r
     ledger = await k8s.ledger("configmap://default/mcp-ledger-mcp-1", pod["metadata"]["name"], key)
     calls = [
         (r.principal, r.server, r.method, r.name, r.is_error)
-        for r in ledger
+        for r in records.unfold(ledger)
         if isinstance(r, records.McpRecord) and r.method == "tools/call"
     ]
     assert ("target", "peer:logs", "tools/call", "search_logs", False) in calls, calls
@@ -275,7 +275,7 @@ async def test_a_stdio_mcp_server_behind_the_bridge_is_a_cell_peer_listed_at_res
         ledger = await k8s.ledger(url, pod["metadata"]["name"], key)
         calls = [
             (r.principal, r.server, r.name, r.arguments, r.is_error)
-            for r in ledger
+            for r in records.unfold(ledger)
             if isinstance(r, records.McpRecord) and r.method == "tools/call"
         ]
         asked = next(r for r in ledger if isinstance(r, records.RunResultRecord)).prompt

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from agent_health.ledger import objects
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -142,8 +143,9 @@ def test_the_mcp_example_passes_on_what_the_gateway_read(tmp_path: Path) -> None
     assert paging["metrics"]["ignored_tool_errors"] == 0  # it said so: not ignored
     sealed: dict[str, list[tuple[str, str, bool | None]]] = {}
     names = {t["run_id"]: t["name"] for t in data["tests"]}
-    for line in (ledger / "run.jsonl").read_text().splitlines():
-        record = json.loads(line).get("record", {})
+    lines = (ledger / "run.jsonl").read_text().splitlines()
+    # Each call in its exchange's record (version 5), or a record alone.
+    for record in objects.unfold(json.loads(line).get("record", {}) for line in lines):
         if record.get("kind") == "mcp" and record["method"] == "tools/call":
             sealed.setdefault(names[record["run_id"]], []).append(
                 (record["server"], record["name"], record["is_error"])
