@@ -14,7 +14,7 @@ import aiohttp
 import mcp_types
 import pydantic
 import pytest
-from agent_health.gateway import config, errors
+from agent_health.gateway import config, errors, recorder
 from agent_health.ledger import chain, records
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -522,3 +522,24 @@ def test_the_plain_shapes_are_the_usual_ones_and_no_other() -> None:
         {"content": (), "isError": True},
     ):
         assert mcpwire._plain_result({**answer, "result": result}) is None, result
+
+
+async def test_an_exchange_holds_a_bounded_share_of_its_calls_for_its_own_record(
+    tmp_path: Path, upstream: str
+) -> None:
+    """A batch answered with large results: past HELD_BYTES the calls are sealed alone as
+    they come, so an exchange never holds more than that for its record; each call is on
+    record once."""
+    big = "x" * 40_000  # echoed back: about 80 kB of arguments and result a call
+    batch = [mcp_support.call(n, "echo", blob=big) for n in range(7)]
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        status, _, _ = await post(client, gw.url("target", PEER) + "/mcp?sse=1", batch)
+    assert status == 200
+    recorded = calls(tmp_path)
+    assert sorted(c.id for c in recorded if isinstance(c.id, int)) == list(range(7))
+    alone = [c for c in recorded if c.version == 4]
+    carried = [c for c in recorded if c.version == 5]
+    assert alone  # the first ones sealed alone as they came
+    assert carried  # the rest in the exchange's record
+    assert sum(len(c.model_dump_json()) for c in carried) < 2 * recorder.HELD_BYTES
+    assert all(c.arguments == {"blob": big} for c in recorded)

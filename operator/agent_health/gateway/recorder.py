@@ -93,6 +93,10 @@ server listed) kept readable."""
 BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
 BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
+HELD_BYTES = 256 * 1024
+"""The most bytes of MCP calls an exchange in flight holds for its own record: past it, they
+are sealed alone at once (an exchange answering many calls with large results on a stream
+it keeps open must not hold them all until it ends)."""
 """What sealing adds to a record's line (``seq``, ``mac``), counted against the byte cap."""
 
 
@@ -156,6 +160,7 @@ class Ticket:
         self._recorder = recorder
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.held: list[tuple[str, int | None]] = []
+        self.held_bytes = 0
         """The MCP calls noted and not yet on record: each as its entry in the exchange's
         record (``objects.mcp_entry_text``), with the HTTP status it was read under."""
         self.shared: tuple[str, str, str, str | None, str] | None = None
@@ -301,7 +306,7 @@ class Recorder:
             return
         if ticket.held:
             folded = _Noted.folded(seen, ticket)
-            ticket.held, ticket.seen = [], []
+            ticket.held, ticket.seen, ticket.held_bytes = [], [], 0
             self._queue(ticket.cell, folded)
         else:
             self._queue(ticket.cell, seen)
@@ -320,6 +325,7 @@ class Recorder:
             self._queue(ticket.cell, call)
             return
         ticket.held.append((entry, call["status"]))
+        ticket.held_bytes += len(entry)
         if ticket.shared is None:
             ticket.shared = (
                 call["principal"],
@@ -330,7 +336,11 @@ class Recorder:
             )
         if call["principal"] == "target":
             ticket.seen.append(_seen_call(call))
-        state.holding.add(ticket)
+        if ticket.held_bytes > HELD_BYTES:
+            self._spill_ticket(ticket.cell, ticket)
+            state.holding.discard(ticket)
+        else:
+            state.holding.add(ticket)
 
     def _spill(self, cell: str, state: _Cell) -> None:
         """Put on record alone (version-4 ``mcp`` records) the MCP calls that exchanges
@@ -338,11 +348,14 @@ class Recorder:
         or for a read of the target's calls — and an exchange may never end (an endless
         stream); whatever the exchange reads later still rides in its own record."""
         for ticket in list(state.holding):
-            for entry, status in ticket.held:
-                assert ticket.shared is not None  # set with the first call held
-                self._queue(cell, _noted(_alone(entry, status, ticket.shared)))
-            ticket.held, ticket.seen = [], []
+            self._spill_ticket(cell, ticket)
         state.holding.clear()
+
+    def _spill_ticket(self, cell: str, ticket: Ticket) -> None:
+        for entry, status in ticket.held:
+            assert ticket.shared is not None  # set with the first call held
+            self._queue(cell, _noted(_alone(entry, status, ticket.shared)))
+        ticket.held, ticket.seen, ticket.held_bytes = [], [], 0
 
     def _queue(
         self,
