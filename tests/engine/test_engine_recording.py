@@ -667,11 +667,12 @@ async def test_a_local_peers_calls_ride_in_their_exchange_unless_the_test_ends_f
     )  # fmt: skip
     stamp = objects.stamp_now()
 
-    def call(n: int) -> objects.Object:
+    def call(n: int, size: int = 10) -> objects.Object:
         return objects.mcp_call(
             at=stamp, principal="target", evidence="none", server="peer:tools",
             run_id="run-calls", session=None, method="tools/call", id=n, name=f"t{n}",
-            arguments={"n": n}, status=200, started_at=stamp, ended_at=stamp,
+            arguments={"n": n}, result_bytes=size, status=200, started_at=stamp,
+            ended_at=stamp,
         )  # fmt: skip
 
     def seen(path: str) -> observation.Observation:
@@ -689,6 +690,10 @@ async def test_a_local_peers_calls_ride_in_their_exchange_unless_the_test_ends_f
         endless.note(call(2))
         ended.note(call(3))
         ended.finish(seen("/mcp"))
+        large = sink.start("run-calls")  # answers past HELD_BYTES: kept alone as they come
+        large.note(call(4, recording.HELD_BYTES // 2))
+        large.note(call(5, recording.HELD_BYTES // 2 + 1))
+        large.finish(seen("/large"))
         passed = _errored(info).model_copy(update={"status": "passed", "cause": None})
         await ledger.finish(passed, None, agent_error="the agent did not answer")
         endless.finish(seen("/endless"))  # after its test: no cell to record it in
@@ -700,13 +705,14 @@ async def test_a_local_peers_calls_ride_in_their_exchange_unless_the_test_ends_f
             if '"record"' in line
         ]
     )
-    [exchange] = [r for r in kept if isinstance(r, records.Exchange)]
+    exchange, large_one = [r for r in kept if isinstance(r, records.Exchange)]
     assert (exchange.path, exchange.version) == ("/mcp", 5)
     assert [c.name for c in exchange.mcp or ()] == ["t1", "t3"]
-    [alone] = [r for r in kept if isinstance(r, records.McpRecord)]
-    assert (alone.name, alone.version) == ("t2", 4)
+    assert (large_one.path, large_one.version, large_one.mcp) == ("/large", 1, None)
+    alone = [(r.name, r.version) for r in kept if isinstance(r, records.McpRecord)]
+    assert sorted(alone) == [("t2", 4), ("t4", 4), ("t5", 4)]
     unfolded = [r.name for r in records.unfold(kept) if isinstance(r, records.McpRecord)]
-    assert sorted(unfolded) == ["t1", "t2", "t3"]
+    assert sorted(unfolded) == ["t1", "t2", "t3", "t4", "t5"]
 
 
 BESIDE = """

@@ -55,6 +55,9 @@ PEER_RECORDS = 10_000
 """The most records of a test's calls to its peers (exchanges, MCP calls) its cell keeps."""
 PEER_BYTES = 64 * 1024 * 1024
 """The most bytes of them, as canonical JSON."""
+HELD_BYTES = 256 * 1024
+"""The most bytes of answers an exchange with a peer still open holds MCP calls of, for its
+own record: past it they are kept alone as they come (as a cell's gateway does)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -380,6 +383,7 @@ class _PeerCall:
         self.ledger = ledger
         self.run_id = run_id
         self.held: list[objects.Object] = []
+        self.held_bytes = 0
 
     def note(self, call: objects.Object) -> None:
         cell = self.ledger._peer_cell(self.run_id)
@@ -387,10 +391,15 @@ class _PeerCall:
             self._keep(call)  # counted as unrouted, and said
             return
         self.held.append(call)
-        cell.holding.add(self)
+        self.held_bytes += int(call.get("result_bytes") or 0)
+        if self.held_bytes > HELD_BYTES:  # a stream of large answers: kept alone as they come
+            self.spill()
+            cell.holding.discard(self)
+        else:
+            cell.holding.add(self)
 
     def spill(self) -> None:
-        held, self.held = self.held, []
+        held, self.held, self.held_bytes = self.held, [], 0
         for call in held:
             self._keep(call)
 
@@ -398,7 +407,7 @@ class _PeerCall:
         cell = self.ledger._peer_cell(self.run_id)
         if cell is not None:
             cell.holding.discard(self)
-        held, self.held = self.held, []
+        held, self.held, self.held_bytes = self.held, [], 0
         self._keep(objects.exchange(seen, [objects.mcp_entry(c) for c in held] if held else None))
 
     def _keep(self, record: objects.Object) -> None:
