@@ -33,7 +33,7 @@ line per call — its HMAC, its escaping, its spooling — was most of what read
 A call whose exchange is still open when its cell must have it on record (:meth:`flush`,
 before the controller's records; :meth:`peer_calls`) is sealed alone, as a version-4
 ``mcp`` record: an exchange may never end (an endless stream), and its calls must not wait
-for it.
+for it; so are those past :data:`HELD_BYTES` an exchange holds, as they come.
 
 What the target called of its peers, as the cell's records keep it — each exchange with a
 peer, each MCP call with its tool, arguments and ``isError`` (no results) — stays readable
@@ -93,11 +93,11 @@ server listed) kept readable."""
 BATCH_SECONDS = 0.05  # how long the first exchange of a batch waits for others to join it
 BATCH_MAX = 512  # a batch this large is written at once
 _SEAL_BYTES = 120
+"""What sealing adds to a record's line (``seq``, ``mac``), counted against the byte cap."""
 HELD_BYTES = 256 * 1024
 """The most bytes of MCP calls an exchange in flight holds for its own record: past it, they
 are sealed alone at once (an exchange answering many calls with large results on a stream
 it keeps open must not hold them all until it ends)."""
-"""What sealing adds to a record's line (``seq``, ``mac``), counted against the byte cap."""
 
 
 @dataclass
@@ -160,9 +160,9 @@ class Ticket:
         self._recorder = recorder
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.held: list[tuple[str, int | None]] = []
-        self.held_bytes = 0
         """The MCP calls noted and not yet on record: each as its entry in the exchange's
         record (``objects.mcp_entry_text``), with the HTTP status it was read under."""
+        self.held_bytes = 0  # of their entries (at most HELD_BYTES)
         self.shared: tuple[str, str, str, str | None, str] | None = None
         """What the held calls share with their exchange: principal, evidence, server, run
         id and start (what a call put on record alone takes back, :func:`_alone`)."""
