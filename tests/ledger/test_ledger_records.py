@@ -250,3 +250,33 @@ def test_the_gateway_builds_an_mcp_record_as_the_model_writes_it() -> None:
     # Built in canonical (sorted) key order, so the canonical line is the model's own.
     assert list(built) == sorted(built)
     assert records.canonical(built) == records.canonical(written)
+
+
+def test_an_exchange_carries_mcp_calls_only_at_version_5_and_only_from_an_mcp_server() -> None:
+    exchange = records.Exchange(
+        principal="target",
+        upstream="peer:time",
+        method="POST",
+        path="/mcp",
+        status=200,
+        started_at=T0,
+        ended_at=T1,
+        request_bytes=10,
+        request_sha256="a" * 64,
+        mcp=[records.McpCall(method="tools/call", id=1, name="now", is_error=False, ended_at=T1)],
+    )
+    line = records.dump_line(exchange)
+    assert json.loads(line)["version"] == 5
+    assert records.parse_line(line) == exchange
+    [call] = records.calls_of(exchange)
+    assert (call.server, call.name, call.status, call.version) == ("peer:time", "now", 200, 5)
+    payload = json.loads(line)
+    with pytest.raises(errors.RecordError, match="carries mcp calls is a version 5 record"):
+        records.parse_object({**payload, "version": 1})
+    with pytest.raises(errors.RecordError, match=r"upstream peer:NAME\) carries mcp calls"):
+        records.parse_object({**payload, "upstream": "judge"})
+    without = {k: v for k, v in payload.items() if k != "mcp"}
+    with pytest.raises(errors.RecordError, match="a version 5 exchange carries mcp calls"):
+        records.parse_object(without)
+    with pytest.raises(errors.RecordError, match="mcp.0.principal"):
+        records.parse_object({**payload, "mcp": [{**payload["mcp"][0], "principal": "judge"}]})

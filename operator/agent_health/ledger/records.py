@@ -216,8 +216,10 @@ class Exchange(_Record):
                 raise ValueError(
                     f"an exchange that carries mcp calls is a version {EXCHANGE_MCP_VERSION} record"
                 )
-            if data.get("upstream") == GATEWAY:
-                raise ValueError("an exchange the gateway answered itself carries no mcp calls")
+            if not str(data.get("upstream", "")).startswith("peer:"):
+                raise ValueError(
+                    "only an exchange with an MCP server (upstream peer:NAME) carries mcp calls"
+                )
             return data
         if data.get("version") == EXCHANGE_MCP_VERSION:
             raise ValueError(
