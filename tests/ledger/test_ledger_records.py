@@ -278,5 +278,5 @@ def test_an_exchange_carries_mcp_calls_only_at_version_5_and_only_from_an_mcp_se
     without = {k: v for k, v in payload.items() if k != "mcp"}
     with pytest.raises(errors.RecordError, match="a version 5 exchange carries mcp calls"):
         records.parse_object(without)
-    with pytest.raises(errors.RecordError, match="mcp.0.principal"):
+    with pytest.raises(errors.RecordError, match=r"mcp\.0\.principal"):
         records.parse_object({**payload, "mcp": [{**payload["mcp"][0], "principal": "judge"}]})
