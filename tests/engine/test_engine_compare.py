@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from agent_health import cli
 from agent_health.engine.comparing import compare, render
+from support import examples_support
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "04-diagnosis"
 
@@ -259,10 +260,12 @@ def test_negative_threshold_is_a_usage_error(tmp_path: Path, capsys: Any) -> Non
 
 @pytest.mark.slow
 def test_example_04_compares_a_healthy_and_a_faulty_agent(tmp_path: Path) -> None:
+    example = examples_support.copy(tmp_path, EXAMPLE.name)
+
     def agent_health(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "agent_health.cli", *args],
-            cwd=EXAMPLE,
+            cwd=example,
             capture_output=True,
             text=True,
             timeout=300,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from agent_health.ledger import objects
+from support import examples_support
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -59,6 +60,7 @@ def test_every_numbered_example_runs_green(example: str, tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_quickstart_passes_against_the_example_agent(tmp_path: Path) -> None:
+    quickstart = examples_support.copy(tmp_path, "01-quickstart")
     report = tmp_path / "report.json"
     junit = tmp_path / "junit.xml"
     proc = subprocess.run(
@@ -72,7 +74,7 @@ def test_quickstart_passes_against_the_example_agent(tmp_path: Path) -> None:
             "--reporter",
             f"junit:{junit}",
         ],
-        cwd=EXAMPLES / "01-quickstart",
+        cwd=quickstart,
         capture_output=True,
         text=True,
         timeout=300,
@@ -91,10 +93,11 @@ def test_quickstart_passes_against_the_example_agent(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_quickstart_lists_without_running() -> None:
+def test_quickstart_lists_without_running(tmp_path: Path) -> None:
+    quickstart = examples_support.copy(tmp_path, "01-quickstart")
     proc = subprocess.run(
         [sys.executable, "-m", "agent_health.cli", "list", "--json"],
-        cwd=EXAMPLES / "01-quickstart",
+        cwd=quickstart,
         capture_output=True,
         text=True,
         timeout=120,
@@ -107,6 +110,7 @@ def test_quickstart_lists_without_running() -> None:
 @pytest.mark.slow
 def test_the_mcp_example_passes_on_what_the_gateway_read(tmp_path: Path) -> None:
     report, ledger = tmp_path / "report.json", tmp_path / "ledger"
+    example = examples_support.copy(tmp_path, "07-mcp")
     proc = subprocess.run(
         [
             sys.executable,
@@ -118,7 +122,7 @@ def test_the_mcp_example_passes_on_what_the_gateway_read(tmp_path: Path) -> None
             "--ledger",
             f"file://{ledger}",
         ],
-        cwd=EXAMPLES / "07-mcp",
+        cwd=example,
         capture_output=True,
         text=True,
         timeout=300,

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from agent_health.engine.controller import cell
 from agent_health.ledger import records
-from support import cell_support
+from support import cell_support, examples_support
 from support.cell_support import CELL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +140,8 @@ def test_the_otel_example_passes_through_the_cli_and_seals_its_spans(tmp_path: P
     proc = subprocess.run(
         [sys.executable, "-m", "agent_health.cli", "run",
          "--reporter", f"json:{report}", "--ledger", f"file://{ledger}"],
-        cwd=EXAMPLE, capture_output=True, text=True, timeout=300,
+        cwd=examples_support.copy(tmp_path, EXAMPLE.name),
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(report.read_text())

@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from support import examples_support
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +84,7 @@ def test_the_quickstart_runs_with_no_dev_package_importable(tmp_path: Path) -> N
     )
     done = subprocess.run(
         [sys.executable, "-c", program],
-        cwd=ROOT / "examples" / "01-quickstart",
+        cwd=examples_support.copy(tmp_path, "01-quickstart"),
         capture_output=True,
         text=True,
         timeout=240,
@@ -99,11 +100,12 @@ def test_the_second_demo_shows_a_trend_of_two(tmp_path: Path) -> None:
     import os
 
     env = {**os.environ, "AGENT_HEALTH_HISTORY": f"sqlite:///{tmp_path / 'history.db'}"}
+    quickstart = examples_support.copy(tmp_path, "01-quickstart")
     lines = []
     for i in range(2):
         done = subprocess.run(
             [sys.executable, "-m", "agent_health.cli", "run", "--ledger", f"file://{tmp_path}/{i}"],
-            cwd=ROOT / "examples" / "01-quickstart",
+            cwd=quickstart,
             capture_output=True,
             text=True,
             timeout=240,
