@@ -138,7 +138,10 @@ def _pod(name: str) -> dict[str, Any]:
 
 
 def _seen(found: kubelet.Kubelet, name: str) -> list[str | None]:
-    """What the container read, in turn (whole lines only: a long one may be half written)."""
+    """What the container read, in turn (whole lines only: a long one may be half written);
+    nothing while it is still waiting to start (a loaded machine starts it late)."""
+    if not next(iter(found.pod("default", name).containers.values())).runs:
+        return []
     log = found.log("default", name, {}).decode()
     return [json.loads(line) for line in log.splitlines(keepends=True) if line.endswith("\n")]
 
