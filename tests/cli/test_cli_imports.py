@@ -123,6 +123,8 @@ def test_run_with_the_local_ledger_loads_no_server_xml_or_unused_connector(suite
         "google.protobuf",
         # A terminal's progress bar; this run's output is not one.
         "rich.progress",
+        # The consoles read no ":name:" as an emoji code (test_run_basics.py).
+        "rich._emoji_codes",
     )
 
 
@@ -374,3 +376,67 @@ def test_run_of_one_trivial_test_imports_only_its_allow_list(suite: Path) -> Non
     assert "agent_health.ledger.chain" in modules  # and sealed its ledger
     past = beyond(modules, RUN_ALLOWED, RUN_PACKAGES)
     assert not past, f"agent-health run imported past its allow-list: {', '.join(past)}"
+
+
+COUNTED = """
+import gc
+import json
+from pathlib import Path
+
+from agent_health import test
+
+
+@test("counts the collections before it")
+async def counted(agent, expect):
+    collections = [generation["collections"] for generation in gc.get_stats()]
+    Path("collections.json").write_text(json.dumps([collections, gc.isenabled()]))
+    expect(gc.isenabled()).to_equal(True)
+"""
+
+
+def test_start_up_is_not_walked_by_the_collector_and_the_run_is(tmp_path: Path) -> None:
+    # What the program imports and loads lives as long as the run: the collector is off
+    # until the run starts (it was about 50 collections, a tenth of `list`'s CPU), then on.
+    (tmp_path / "test_counted.py").write_text(COUNTED)
+    (tmp_path / "agent-health.config.py").write_text(INPROC_CONFIG)
+    done = subprocess.run(
+        # --no-history: the history's thread imports SQLAlchemy beside the run's start
+        [
+            sys.executable,
+            "-m",
+            "agent_health.cli",
+            "run",
+            str(tmp_path),
+            "--no-ledger",
+            "--no-history",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (young, middle, old), enabled = json.loads((tmp_path / "collections.json").read_text())
+    assert enabled
+    # Python's own start-up and the lines before the command's handler collect a few
+    # times (it was 55 young and 4 middle collections by the first test, in this suite).
+    assert young < 20, young
+    assert middle <= 1, middle
+    assert old == 0, old
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_run_inside_another_program_leaves_its_collector_as_it_was(
+    suite: Path, collecting: bool
+) -> None:
+    code = (
+        "import gc, sys\n"
+        "from agent_health.cli import app\n"
+        f"gc.enable() if {collecting!r} else gc.disable()\n"
+        f"code = app.main(['run', {str(suite)!r}, '--no-ledger', '--no-history'])\n"
+        "print(gc.isenabled())\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == str(collecting)

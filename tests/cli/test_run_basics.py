@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from support.helpers import run_cli, run_cli_sync
+from support.helpers import INPROC_CONFIG, run_cli, run_cli_sync
 
 
 async def test_statuses_and_exit_code(write_suite: Any, triage_url: str) -> None:
@@ -77,3 +79,36 @@ def test_unknown_agent_is_usage_error(write_suite: Any, capsys: Any) -> None:
     run = run_cli_sync(suite, "--agent", "nosuch")
     assert run.code == 2
     assert "unknown agent 'nosuch'" in capsys.readouterr().err
+
+
+def test_colons_in_a_title_or_a_value_are_shown_as_written_not_as_emoji(
+    write_suite: Any,
+) -> None:
+    # rich reads ":x:" as an emoji code by default: a test's title and its expected value
+    # were shown as 👍 and ❌ on the terminal, unlike the JSON report and the source.
+    suite = write_suite(
+        **{
+            "agent-health.config.py": INPROC_CONFIG,
+            "test_colons.py": """
+            from agent_health import test
+
+            @test("ping :thumbs_up:")
+            async def ping(agent, expect):
+                result = await agent.run("ping")
+                expect(result.output).to_equal("pong :x:")
+            """,
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_health.cli", "run", str(suite), "--no-ledger"],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAILED test_colons.py::ping :thumbs_up:" in done.stdout
+    assert "to_equal('pong :x:')" in done.stdout
+    assert "\N{THUMBS UP SIGN}" not in done.stdout
+    assert "\N{CROSS MARK}" not in done.stdout

@@ -1,5 +1,5 @@
 """``python -m agent_health.cli``: the same as the ``agent-health`` command."""
 
-from agent_health.cli.app import main
+from agent_health.cli import console
 
-raise SystemExit(main())
+raise SystemExit(console())

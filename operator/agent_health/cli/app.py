@@ -87,7 +87,7 @@ def _command_parser(top: argparse.ArgumentParser, args: argparse.Namespace) -> A
         found = subparsers[0].choices[chosen]
 
 
-def console() -> int:
+def program() -> int:
     """The ``agent-health`` program: :func:`main`, after which the process ends.
 
     Everything the command made is garbage by then, and the interpreter's last cyclic

@@ -154,8 +154,11 @@ class Consoles:
 
     Each rich console is made on first use, so a command that prints plain lines never
     imports rich. Both are guarded (:func:`agent_health.engine.visible.guard`): whatever
-    text a message carries, only agent-health's own styling reaches the terminal. Both
-    write through an :class:`Outlet`, which says when a reader closed its end.
+    text a message carries, only agent-health's own styling reaches the terminal, and
+    neither reads ``:name:`` as an emoji code: a title or an expected value with
+    ``:x:`` in it is shown as written (which also spares every command rich's table of
+    emoji names). Both write through an :class:`Outlet`, which says when a reader closed
+    its end.
     """
 
     def __init__(self) -> None:
@@ -172,7 +175,9 @@ class Consoles:
             from agent_health.engine import visible
 
             # An Outlet is a text stream (io.TextIOBase); typeshed's IO[str] is a nominal type.
-            self._out = Console(file=cast("IO[str]", self.stdout), highlight=False, soft_wrap=True)
+            self._out = Console(
+                file=cast("IO[str]", self.stdout), highlight=False, soft_wrap=True, emoji=False
+            )
             visible.guard(self._out)
         return self._out
 
@@ -184,7 +189,7 @@ class Consoles:
             from agent_health.engine import visible
 
             err = cast("IO[str]", self.stderr)
-            self._err = Console(file=err, stderr=True, highlight=False, soft_wrap=True)
+            self._err = Console(file=err, stderr=True, highlight=False, soft_wrap=True, emoji=False)
             visible.guard(self._err)
         return self._err
 

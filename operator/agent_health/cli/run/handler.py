@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,28 @@ if TYPE_CHECKING:
 
 
 def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
+    """``agent-health run``: its start-up (the engine's imports, the config, the suite's
+    modules) with the cyclic collector off, then the run with it back on.
+
+    What start-up makes lives as long as the run, and the collector walked it over and over
+    only to keep it (two to five collections here, each over everything made since the
+    last); it is frozen as the run starts. Whatever way the command ends, the collector is
+    left as it was found (``main`` also runs inside programs that go on).
+    """
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(args, consoles, started=gc.enable if collecting else lambda: None)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run(
+    args: argparse.Namespace, consoles: common.Consoles, *, started: Callable[[], None]
+) -> int:
     import asyncio
     import concurrent.futures
     import functools
@@ -140,6 +163,7 @@ def run_command(args: argparse.Namespace, consoles: common.Consoles) -> int:
     # What loading made (modules, the suite, the config) lives as long as the run: frozen,
     # the collector stops going over it while tests run; put back for whatever runs after.
     gc.freeze()
+    started()
     try:
         executed = asyncio.run(
             execution.execute(
