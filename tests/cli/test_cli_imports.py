@@ -417,8 +417,8 @@ def test_start_up_is_not_walked_by_the_collector_and_the_run_is(tmp_path: Path) 
     by_then, enabled = json.loads((tmp_path / "collections.json").read_text())
     assert enabled
     young, middle, old = (b - s for b, s in zip(by_then, started, strict=True))
-    # It was 45 young and 4 middle collections; now the few of parsing the command line
-    # and of the run's own start (its engine's imports, as the run begins).
+    # It was 44 young and 3 middle collections (now 4 and none): those of parsing the
+    # command line and of the run's own start (its engine's imports, as the run begins).
     assert young <= 10, young
     assert middle <= 1, middle
     assert old == 0, old
