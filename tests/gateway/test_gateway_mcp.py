@@ -364,6 +364,36 @@ async def test_the_controller_reads_the_targets_calls_to_peers_and_no_one_else_d
     assert [(e.principal, e.status) for e in refused] == [("target", 403)]
 
 
+async def test_a_call_past_the_kept_calls_is_only_counted_as_left_out(
+    tmp_path: Path, upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a cell keeps SEEN_CALLS of the target's calls readable, a later call is not
+    flattened for it (work a long cell would do per call for nothing): the answer is partial
+    and holds what it held."""
+    from agent_health.gateway import recorder
+
+    flattened: list[object] = []
+    flatten = recorder._seen_call
+
+    def counted(call: dict[str, Any]) -> tuple[tuple[Any, ...], int]:
+        flattened.append(call["id"])
+        return flatten(call)
+
+    monkeypatch.setattr(recorder, "_seen_call", counted)
+    monkeypatch.setattr(recorder, "SEEN_CALLS", 2)  # a call and its exchange
+    async with through(tmp_path, mcp_route(upstream)) as (gw, client):
+        url = gw.url("target", PEER) + "/mcp"
+        asked = f"{gw.admin_url}/peers/calls?run_id={RUN_ID}"
+        for n in range(3):
+            await post(client, url, mcp_support.call(n, "echo"))
+            # Asking puts the cell's calls on record (and kept) before the next is made.
+            async with client.get(asked, headers={config.TOKEN_HEADER: CONTROLLER_TOKEN}) as r:
+                seen = await r.json()
+    assert flattened == [0]
+    assert seen["partial"] is True
+    assert [(c["kind"], c.get("id")) for c in seen["calls"]] == [("mcp", 0), ("exchange", None)]
+
+
 async def test_calls_still_in_flight_are_not_waited_for_and_make_the_answer_partial(
     tmp_path: Path, upstream: str
 ) -> None:

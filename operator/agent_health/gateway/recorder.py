@@ -335,7 +335,10 @@ class Recorder:
                 call["started_at"],
             )
         if call["principal"] == "target":
-            ticket.seen.append(_seen_call(call))
+            # Once the cell keeps no more calls readable it only notes that one was left out
+            # (:func:`_keep_seen`): the call is not flattened (its arguments written again) for it.
+            full = len(state.seen) >= SEEN_CALLS  # the kept calls only ever grow
+            ticket.seen.append(_LEFT_OUT if full else _seen_call(call))
         if ticket.held_bytes > HELD_BYTES:
             self._spill_ticket(ticket.cell, ticket)
             state.holding.discard(ticket)
@@ -594,6 +597,9 @@ _seen_fields = operator.itemgetter(*_SEEN_FIELDS)  # an mcp record has them all
 _Seen = tuple[Any, ...]
 """A call kept readable: (principal, peer, status, start) of an exchange; an MCP call's
 :data:`_SEEN_FIELDS`, then its arguments and error as JSON, then the tools it listed."""
+_LEFT_OUT: tuple[_Seen, int] = ((), 0)
+"""A call noted when its cell kept :data:`SEEN_CALLS` already: :func:`_keep_seen` counts it
+as left out (the answer is ``partial``) and keeps nothing of it."""
 
 
 def _see(state: _Cell, item: _Made) -> None:
