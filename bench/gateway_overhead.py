@@ -35,7 +35,9 @@ through two recording gateways whose only difference is the route's ``protocol``
 every plain route) and ``mcp`` (each call also read, and sealed in its exchange's record). Each
 round loads both at once, half the concurrency each, so a busy neighbour slows both alike;
 each side's gateway CPU is divided by its calls, over all rounds and round by round (the
-median and quartiles say how much the machine moved it). ``--instructions`` counts
+median and quartiles say how much the machine moved it), and broken into user and sys time
+and minor page faults (what callgrind does not see: the kernel's share, fresh memory).
+``--instructions`` counts
 instructions per call instead, with valgrind's callgrind (one side at a time, user space
 only): the same figure on a busy machine as on an idle one, though not a time — callgrind
 runs without the CPU's SHA extensions, so hashing weighs more there than it does here.
@@ -149,6 +151,18 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split(pid: int) -> tuple[float, float, int] | None:
+    """User and sys CPU seconds of a live process and its minor page faults (fresh memory
+    touched), or None where /proc is not there: what the MCP bench breaks its CPU into."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
 
 
 async def wait_ready(
@@ -471,6 +485,7 @@ async def mcp_bench(args: argparse.Namespace) -> None:
     half = max(1, args.concurrency // 2)
     n = args.requests - args.requests % half
     cpu = dict.fromkeys(MCP_SIDES, 0.0)
+    split = {name: [0.0, 0.0, 0] for name in MCP_SIDES}  # user s, sys s, minor faults
     ratios: list[float] = []
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
@@ -480,15 +495,17 @@ async def mcp_bench(args: argparse.Namespace) -> None:
                 urls = [url for _, url, _ in sides.values()]
                 await asyncio.gather(*(mcp_calls(client, url, n, half) for url in urls))  # warm up
                 for _ in range(args.rounds):
-                    before = {name: cpu_seconds(side[0].pid) for name, side in sides.items()}
+                    before = {name: cpu_split(side[0].pid) for name, side in sides.items()}
                     await asyncio.gather(*(mcp_calls(client, url, n, half) for url in urls))
-                    after = {name: cpu_seconds(side[0].pid) for name, side in sides.items()}
+                    after = {name: cpu_split(side[0].pid) for name, side in sides.items()}
                     spent: dict[str, float] = {}
                     for name in MCP_SIDES:
                         start, end = before[name], after[name]
                         if start is None or end is None:
                             raise SystemExit("the MCP bench reads CPU time from /proc (Linux)")
-                        spent[name] = end - start
+                        for i, part in enumerate(split[name]):
+                            split[name][i] = part + end[i] - start[i]
+                        spent[name] = end[0] + end[1] - start[0] - start[1]
                         cpu[name] += spent[name]
                     ratios.append(spent["parsed"] / spent["unparsed"])
         # One "result_bytes" per MCP call sealed, in its exchange's record or alone.
@@ -503,12 +520,23 @@ async def mcp_bench(args: argparse.Namespace) -> None:
         f"{args.rounds} rounds; {recorded} MCP calls sealed; {os.cpu_count()} cores, "
         f"load average {loadavg}"
     )
-    print(f"  unparsed (protocol=http)  gateway CPU/call {per['unparsed']:.3f} ms")
-    print(f"  parsed   (protocol=mcp)   gateway CPU/call {per['parsed']:.3f} ms")
+    labels = ("unparsed (protocol=http) ", "parsed   (protocol=mcp)  ")
+    for name, label in zip(MCP_SIDES, labels, strict=True):
+        user, kernel, faults = split[name]
+        print(
+            f"  {label} gateway CPU/call {per[name]:.3f} ms (user {user / calls * 1e6:.0f} µs, "
+            f"sys {kernel / calls * 1e6:.0f} µs; {faults / calls:.2f} minor faults)"
+        )
     print(
         f"  parsed / unparsed {ratio:.3f} (rounds: median {statistics.median(ordered):.3f}, "
         f"quartiles {quartiles})  target <= 1.10: {'PASS' if ratio <= 1.10 else 'MISS'}"
     )
+    (u_user, u_sys, _), (p_user, p_sys, _) = split["unparsed"], split["parsed"]
+    if u_user and u_sys:
+        print(f"  parsed / unparsed in user time {p_user / u_user:.3f}, in sys time "
+              f"{p_sys / u_sys:.3f}")  # fmt: skip
+    else:
+        print("  parsed / unparsed in user time n/a: too little CPU time to divide")
 
 
 async def _callgrind(pid: int, switch: str) -> None:

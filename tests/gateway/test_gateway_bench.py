@@ -64,6 +64,10 @@ def test_the_mcp_benchmark_prints_both_sides_and_the_ratio() -> None:
     assert lines[2].startswith("  parsed   (protocol=mcp)   gateway CPU/call ")
     assert "(rounds: median " in lines[3]
     assert "target <= 1.10: " in lines[3]
+    for line in lines[1:3]:  # the CPU broken into user and sys time
+        assert " µs, sys " in line, line
+        assert " minor faults)" in line, line
+    assert lines[4].startswith("  parsed / unparsed in user time "), lines[4]
 
 
 @pytest.mark.slow
