@@ -64,7 +64,7 @@ class FileBackend:
 
     async def append(self, cell: str, lines: Sequence[str]) -> None:
         path = self.path(cell)
-        data = "".join(f"{line}\n" for line in _check_lines(lines)).encode("utf-8")
+        data = store.text_of(_check_lines(lines)).encode("utf-8")
         if not data:
             return
         async with self._locks.setdefault(cell, asyncio.Lock()):

@@ -67,7 +67,7 @@ class ObjectStoreBackend:
         store.check_cell(cell)
         if not lines:
             return
-        data = "".join(f"{line}\n" for line in lines).encode("utf-8")
+        data = store.text_of(lines).encode("utf-8")
         async with self._locks.setdefault(cell, asyncio.Lock()):
             if cell not in self._next_part:
                 existing = await self._parts(cell)

@@ -61,7 +61,9 @@ class SpooledBackend:
         """Add ``lines`` to the cell's spool; send the spool on once it passes ``max_bytes``."""
         if not lines:
             return
-        data = "".join(f"{_one_line(line)}\n" for line in lines).encode("utf-8")
+        for line in lines:
+            _one_line(line)
+        data = store.text_of(lines).encode("utf-8")
         async with self._lock(cell):
             await self._reconcile(cell)
             size = await asyncio.to_thread(_append, self.path(cell), data)
@@ -232,7 +234,7 @@ def _rewrite(path: Path, lines: list[str]) -> None:
             path.unlink(missing_ok=True)
             return
         fresh = path.with_suffix(".tmp")
-        fresh.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        fresh.write_text(store.text_of(lines), encoding="utf-8")
         os.replace(fresh, path)
     except OSError as err:
         raise errors.BackendError(

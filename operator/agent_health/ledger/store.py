@@ -87,3 +87,16 @@ def check_cell(cell: str) -> str:
             "(at most 200, starting with a letter or digit)"
         )
     return cell
+
+
+def text_of(lines: Sequence[str]) -> str:
+    """``lines`` as a store holds them: each ended by a newline, in one string.
+
+    >>> text_of(["a", "b"])
+    'a\\nb\\n'
+
+    Joined once: a line with its newline added first is a copy of it per line, and ledger
+    lines are longer than what the allocator keeps small (an MCP route's carry their
+    results), which made that join the largest part of writing a spool out.
+    """
+    return "\n".join([*lines, ""]) if lines else ""
