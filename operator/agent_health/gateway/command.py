@@ -18,7 +18,7 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent_health.gateway import config, errors, server
+from agent_health.gateway import config, errors, memory, server
 
 EXIT_OK, EXIT_USAGE = 0, 2
 _FLAGS = {  # flag dest → settings field, for flags that map one to one
@@ -241,7 +241,10 @@ def run(args: argparse.Namespace) -> int:
     handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
-        _run_loop(_serve(settings(args)))
+        chosen = settings(args)
+        if chosen.spool is not None:
+            memory.keep_freed(chosen.spool_max_bytes)  # the spool's buffers are used again
+        _run_loop(_serve(chosen))
     except errors.GatewayError as err:
         logging.getLogger("agent_health.gateway").error("%s", err)
         return EXIT_USAGE
