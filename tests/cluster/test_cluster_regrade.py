@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agent_health import cli
+from agent_health.cluster.grading import regrade
+from agent_health.sdk.results import TestResult
 from support import ledger_support
 from support.helpers import run_cli
 
@@ -147,6 +149,32 @@ async def test_grade_reports_the_recorded_runs_duration(
     ended = datetime.fromisoformat(provenance["ended_at"])
     assert abs((ended - started).total_seconds() * 1000 - duration) < 1
     assert f", {duration / 1000:.2f}s" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_regraded_runs_duration_is_never_shorter_than_its_longest_test() -> None:
+    """The run's span is worked out from the cells' own figures: taken from its two ends'
+    datetimes (whole microseconds) it came out 100.0 ms for a test of 100.0004 ms."""
+    start = 1765060000.123456
+    cells = [(start, 100.0004), (start + 0.01, 33.3336), (start + 0.002, 98.1234567)]
+    results = [
+        TestResult(
+            id=f"t{i}",
+            name=f"t{i}",
+            title=f"t{i}",
+            file="t.py",
+            line=1,
+            status="passed",
+            run_id=f"r{i}",
+            started_at=at,
+            duration_ms=ms,
+        )
+        for i, (at, ms) in enumerate(cells)
+    ]
+    ran = regrade.span(results)
+    assert ran is not None
+    assert ran.duration_ms >= max(ms for _, ms in cells)
+    assert ran.started_at == datetime.fromtimestamp(start, UTC)
+    assert abs((ran.ended_at - ran.started_at).total_seconds() * 1000 - ran.duration_ms) < 0.001
 
 
 async def test_a_graded_ledger_is_recorded_once_as_the_run_that_wrote_it(

@@ -138,10 +138,7 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
     # tests' (run side by side, they overlap). A ledger whose cells say no start: the
     # longest test, the least the run took.
     ran = regrade.span(results)
-    if ran is not None:
-        duration_ms = (ran[1] - ran[0]).total_seconds() * 1000
-    else:
-        duration_ms = max(r.duration_ms for r in results)
+    duration_ms = ran.duration_ms if ran is not None else max(r.duration_ms for r in results)
     report = reports.RunReport.build(
         results,
         duration_ms=duration_ms,
@@ -151,8 +148,8 @@ def grade(args: argparse.Namespace, consoles: common.Consoles) -> int:
             python_version=platform.python_version(),
             ledger=reports.redact_url(args.url),
             command_line=reports.redact_argv(getattr(args, "command_line", [])),
-            started_at=ran[0] if ran is not None else None,
-            ended_at=ran[1] if ran is not None else None,
+            started_at=ran.started_at if ran is not None else None,
+            ended_at=ran.ended_at if ran is not None else None,
             run_id=uid,
         ),
     )

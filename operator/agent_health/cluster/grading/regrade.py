@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from agent_health import ledger
 from agent_health.cluster.grading import grading
@@ -59,7 +60,18 @@ async def grade_ledger(
         await backend.close()
 
 
-def span(results: Sequence[TestResult]) -> tuple[datetime, datetime] | None:
+class Span(NamedTuple):
+    """When a recorded run ran (:func:`span`)."""
+
+    started_at: datetime
+    ended_at: datetime
+    duration_ms: float
+    """From the first cell's start to the last cell's end, worked out from the cells' own
+    figures, not from the two datetimes: those are whole microseconds, and a duration taken
+    from them could come out shorter than the longest test's own."""
+
+
+def span(results: Sequence[TestResult]) -> Span | None:
     """When the recorded run ran: from its first cell's start to its last cell's end (each
     cell's own record of its start, plus its test's duration); ``None`` when no cell says
     when it started. This is the run's time, not the time it takes to grade it again, and
@@ -68,5 +80,8 @@ def span(results: Sequence[TestResult]) -> tuple[datetime, datetime] | None:
     if not timed:
         return None
     start = min(r.started_at for r in timed)
+    # Offsets from the first start, never below 0: the longest test's own time is the least
+    # the run took, to the last digit (an end in epoch seconds rounds at about 0.2 µs).
+    duration_ms = max((r.started_at - start) * 1000 + r.duration_ms for r in timed)
     end = max(r.started_at + r.duration_ms / 1000 for r in timed)
-    return datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
+    return Span(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC), duration_ms)
