@@ -530,6 +530,18 @@ def exchange_text(
     return Written("exchange", head, middle, tail)
 
 
+CALL_SHARES = (
+    ("principal", "principal"),
+    ("evidence", "evidence"),
+    ("server", "upstream"),
+    ("run_id", "run_id"),
+    ("status", "status"),
+    ("started_at", "started_at"),
+)
+"""What an MCP call carried in its exchange (version 5) takes from it when read as the
+``mcp`` record it stands for: (the call's field, the exchange's field)."""
+
+
 def unfold(recorded: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
     """``records.unfold`` for records as their JSON objects: each exchange that carries MCP
     calls (version 5) preceded by its calls as the ``mcp`` records they stand for (version
@@ -540,17 +552,8 @@ def unfold(recorded: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]
         if not isinstance(calls, list):
             yield record
             continue
-        shared = {
-            "version": EXCHANGE_MCP_VERSION,
-            "seq": record.get("seq"),
-            "kind": "mcp",
-            "principal": record.get("principal"),
-            "evidence": record.get("evidence"),
-            "server": record.get("upstream"),
-            "run_id": record.get("run_id"),
-            "status": record.get("status"),
-            "started_at": record.get("started_at"),
-        }
+        shared = {name: record.get(field) for name, field in CALL_SHARES}
+        shared.update(version=EXCHANGE_MCP_VERSION, seq=record.get("seq"), kind="mcp")
         for call in calls:
             if isinstance(call, Mapping):
                 yield {**call, **shared, "time": call.get("ended_at")}

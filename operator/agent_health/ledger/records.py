@@ -486,18 +486,8 @@ def calls_of(exchange: Exchange) -> list[McpRecord]:
     stands for: the exchange's caller, server, run, status, start, ``seq`` and ``mac``, the
     call's own ``ended_at`` its ``time``, ``version`` 5. Built without validating again: the
     exchange and its calls were validated when read."""
-    shared: dict[str, Any] = {
-        "version": EXCHANGE_MCP_VERSION,
-        "seq": exchange.seq,
-        "mac": exchange.mac,
-        "kind": "mcp",
-        "principal": exchange.principal,
-        "evidence": exchange.evidence,
-        "server": exchange.upstream,
-        "run_id": exchange.run_id,
-        "status": exchange.status,
-        "started_at": exchange.started_at,
-    }
+    shared: dict[str, Any] = {name: getattr(exchange, field) for name, field in objects.CALL_SHARES}
+    shared.update(version=EXCHANGE_MCP_VERSION, seq=exchange.seq, mac=exchange.mac, kind="mcp")
     return [
         McpRecord.model_construct(**shared, **dict(call), time=call.ended_at)
         for call in exchange.mcp or ()
