@@ -263,6 +263,13 @@ def calls(work: Path, args: argparse.Namespace, url: str) -> RowResult:
                 "diagnostic",
             ),
             Side(
+                "agent-health --no-history",
+                [*cmd, "--no-history"],
+                suite,
+                passed(args.calls),
+                "diagnostic",
+            ),
+            Side(
                 f"plain {args.calls_j}-thread client",
                 plain,
                 suite,
