@@ -206,7 +206,7 @@ def _run(
         argv=getattr(args, "command_line", ["agent-health", "run"]),
         agent=reporting.agent_info(config, *lanes[0]) if lanes else None,
         agents=[reporting.agent_info(config, *lane) for lane in lanes] if len(lanes) > 1 else [],
-        judge=reports.JudgeInfo(
+        judge=reports.JudgeInfo.model_construct(
             provider=judge_config.provider if judge_config else None,
             model=judge_config.model if judge_config else None,
             skipped=skip_judge,
@@ -216,7 +216,7 @@ def _run(
         started_at=started_at,
         ended_at=datetime.now(UTC),
         git=git_state.result(),
-        selection=reports.Selection(
+        selection=reports.Selection.model_construct(
             grep=list(args.grep), labels=list(args.label), shard=args.shard
         ),
         suite=suite_name.result(),

@@ -43,7 +43,7 @@ def agent_info(
     from agent_health.engine import reports
 
     name = config.agent_name(chosen)
-    return reports.AgentInfo(
+    return reports.AgentInfo.model_construct(
         name=reports.redact_argv([name])[0] if name else None,
         connector=spec.connector,
         url=reports.redact_url(spec.url),

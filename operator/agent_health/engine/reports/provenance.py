@@ -242,14 +242,14 @@ def collect(
     already holds what :func:`git_state` said). ``run``: its id (default: a new one);
     ``suite``: :func:`suite_name`."""
     commit, dirty, branch = git if git is not None else git_state(paths)
-    return Provenance(
+    return Provenance.model_construct(
         run_id=run or run_id(started_at),
         agent=agent,
         agents=list(agents),
         judge=judge,
         agent_health_version=version(),
         python_version=platform.python_version(),
-        suite=SuiteInfo(
+        suite=SuiteInfo.model_construct(
             paths=[str(p) for p in paths],
             git_commit=commit,
             git_dirty=dirty,

@@ -23,6 +23,12 @@ Version 2 adds, per test, what the agent was asked and did (``context``, ``outpu
 ``trajectory``, cut to caps with a ``truncated`` list, see :mod:`.bounds`) and its
 ``ledger_cell``, and per run the ``provenance`` (what ran). Version 1 files still load:
 their tests lack those fields (readers such as ``compare`` and the HTML report accept both).
+
+:meth:`RunReport.build` fills the report's models from values it computed itself, each of the
+type its field declares, without validating them (``model_construct``): a run that writes no
+report file builds none of their validators (about a tenth of a one-test run's start-up);
+reading a saved report validates it. ``tests/engine/test_engine_report_unvalidated.py``
+holds what it makes to what validation would make.
 """
 
 from __future__ import annotations
@@ -322,7 +328,7 @@ class RunReport(BaseModel):
             pass_rate=pass_rate(counts["passed"], counts["failed"], causes["agent"], flaky),
             score=round(sum(scores) / len(scores), 6) if scores else None,
             scored=len(scores),
-            duration_ms=round(duration_ms, 3),
+            duration_ms=float(round(duration_ms, 3)),
             tokens=_known_sum(r.token_usage.total for r in results),
             repeats=repeats,
             load_errors=[*load_errors, *hook_errors],
@@ -345,7 +351,7 @@ class RunReport(BaseModel):
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
             labels=_labels(results, bootstrap),
             recommendations=[
-                Recommendation(text=item.text, tests=len(item.tests))
+                Recommendation.model_construct(text=item.text, tests=len(item.tests))
                 for item in (rollup.recommendations if rollup else [])
             ],
             insights=rollup,
@@ -366,7 +372,8 @@ class RunReport(BaseModel):
                 summary["pass_hat_k_interval"] = own.pass_hat_k_interval
         summary["flaky"] = sorted({r.title for r in results if r.status == "flaky"})
         if apart:
-            summary["quarantined"] = Quarantined(
+            summary["quarantined"] = Quarantined.model_construct(
+                None,
                 tests=sorted({r.title for r in apart}),
                 **{s: sum(r.status == s for r in apart) for s in statuses.STATUSES},
             )
@@ -382,8 +389,8 @@ class RunReport(BaseModel):
             )
             return built.summary.model_dump(mode="json")
 
-        return cls(
-            summary=Summary(**summary),
+        return cls.model_construct(
+            summary=Summary.model_construct(**summary),
             provenance=provenance,
             tests=tests,
             # each pair of agents gets the paired test `compare` runs on two reports
@@ -449,7 +456,8 @@ def _labels(results: Sequence[TestResult], bootstrap: bool = True) -> dict[str, 
     for label in sorted(counts):
         c = counts[label]
         tallies = list(statistics.tallies(members[label]).values())
-        out[label] = LabelStats(
+        out[label] = LabelStats.model_construct(
+            None,
             **c,
             pass_rate=pass_rate(c["passed"], c["failed"], c["errored_by_agent"], c["flaky"]),
             score=_mean(scores[label]),
@@ -478,11 +486,12 @@ def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
             before = tokens.get(model, 0)
             tokens[model] = None if before is None or spent is None else before + spent
     unpriced_models = [
-        UnpricedModel(model=model, runs=n, tokens=tokens[model]) for model, n in runs.items()
+        UnpricedModel.model_construct(model=model, runs=n, tokens=tokens[model])
+        for model, n in runs.items()
     ]
     unpriced_models.sort(key=lambda u: -1 if u.tokens is None else u.tokens, reverse=True)
     return {
-        "cost_usd": round(sum(priced), 8) if priced else None,
+        "cost_usd": float(round(sum(priced), 8)) if priced else None,
         "unpriced": len(ran) - len(priced),
         "unpriced_models": unpriced_models,
     }
@@ -509,7 +518,7 @@ def _pass_at_k(
     for test_id, seen in seen_by_test.items():
         t = tallies[test_id]
         enough = t.decided >= k
-        per_test[test_id] = RepeatStats(
+        per_test[test_id] = RepeatStats.model_construct(
             runs=len(seen),
             passed=seen.count("passed"),
             failed=seen.count("failed"),

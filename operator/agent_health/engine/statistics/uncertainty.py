@@ -91,7 +91,9 @@ def tallies(results: Sequence[TestResult]) -> dict[str, Tally]:
             tally[2] += r.score
             tally[3] += 1
     return {
-        test_id: Tally(passed=int(t[0]), decided=int(t[1]), score_sum=t[2], scored=int(t[3]))
+        test_id: Tally.model_construct(
+            passed=int(t[0]), decided=int(t[1]), score_sum=float(t[2]), scored=int(t[3])
+        )
         for test_id, t in found.items()
     }
 
@@ -103,12 +105,12 @@ def proportion(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Inte
         return None
     low, high, effective = stats.clustered_wilson(groups, confidence)
     trials = sum(n for _, n in groups)
-    return Interval(
+    return Interval.model_construct(
         low=_round(low),
         high=_round(high),
         method="wilson",
         n=trials,
-        effective_n=round(effective, 3) if effective != trials else None,
+        effective_n=float(round(effective, 3)) if effective != trials else None,
     )
 
 
@@ -125,7 +127,7 @@ def score(
     low, high = stats.bootstrap_ratio(
         clusters, confidence=confidence, resamples=resamples, seed=seed
     )
-    return Interval(
+    return Interval.model_construct(
         low=_round(low),
         high=_round(high),
         method="bootstrap",
@@ -139,7 +141,9 @@ def share(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval |
     if not values:
         return None
     low, high = stats.wilson(min(sum(values), len(values)), len(values), confidence)
-    return Interval(low=_round(low), high=_round(high), method="wilson", n=len(values))
+    return Interval.model_construct(
+        low=_round(low), high=_round(high), method="wilson", n=len(values)
+    )
 
 
 def pass_at(
@@ -157,7 +161,7 @@ def pass_at(
         at = [stats.pass_at_k(t.decided, t.passed, k) for t in eligible]
         hat = [stats.pass_hat_k(t.decided, t.passed, k) for t in eligible]
         out.append(
-            PassAtK(
+            PassAtK.model_construct(
                 k=k,
                 tests=len(eligible),
                 pass_at_k=_average(at),
@@ -195,4 +199,4 @@ def _average(values: Sequence[float]) -> float | None:
 
 
 def _round(value: float) -> float:
-    return round(value, 6)
+    return float(round(value, 6))

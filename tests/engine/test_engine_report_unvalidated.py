@@ -1,0 +1,116 @@
+"""The report's models are filled by agent-health's own code without validation
+(``model_construct``: a run that writes no report file builds none of their validators).
+What each holds must be exactly what validation would have made of it: the JSON written is
+the same bytes, and so is every value read from it in Python (a float field never holds an
+int, which validation would turn into ``1.0``: the JSON is written by the field's type
+either way, ``model_dump()`` and what the terminal prints are not)."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_health.connectors.protocol import TokenUsage
+from agent_health.engine import reports
+from agent_health.engine.reports import provenance
+from agent_health.engine.reports.report import RunReport
+from agent_health.sdk.results import TestResult
+
+
+def tr(title: str, status: str, repeat: int = 0, **kw: Any) -> TestResult:
+    fields: dict[str, Any] = {
+        "id": f"test_a.py::{title}",
+        "name": title,
+        "title": title,
+        "file": "test_a.py",
+        "line": 1,
+        "status": status,
+        "repeat": repeat,
+        "run_id": f"{title}-{repeat}",
+        "score": {"passed": 1.0, "failed": 0.0, "flaky": 1.0}.get(status),
+        "cause": "agent" if status == "errored" else None,
+        **kw,
+    }
+    return TestResult(**fields)
+
+
+def whole_costs(cost: int) -> dict[str, Any]:
+    # Whole numbers where the report's fields are floats: validation would make them 1.0.
+    return {
+        "total_tokens": 10,
+        "cost_usd": cost,
+        "unpriced_models": [{"model": "m", "tokens": 4}],
+    }
+
+
+def mixed() -> list[TestResult]:
+    return [
+        tr("a", "passed", labels=("smoke", "area:a"), metrics=whole_costs(1)),
+        tr("b", "failed", labels=("smoke",), metrics=whole_costs(2)),
+        tr("c", "errored", labels=("area:a",)),
+        tr("d", "skipped"),
+        tr("e", "flaky", token_usage=TokenUsage(prompt=7, completion=3)),
+        tr("q", "failed", quarantined=True),
+    ]
+
+
+def repeated() -> list[TestResult]:
+    return [
+        tr(t, s, repeat=i)
+        for t, statuses in (("a", "ppf"), ("b", "ppp"), ("c", "fef"))
+        for i, s in enumerate(statuses)
+        for s in [{"p": "passed", "f": "failed", "e": "errored"}[s]]
+    ]
+
+
+def matrix() -> list[TestResult]:
+    return [
+        tr(f"t{i}", "passed" if i < 2 or agent == "good" else "failed", agent=agent)
+        for i in range(4)
+        for agent in ("good", "faulty")
+    ]
+
+
+def what_ran() -> reports.Provenance:
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    agent = reports.AgentInfo.model_construct(name="a", connector="rest", url="http://x/run")
+    return reports.collect_provenance(
+        paths=[Path("tests")],
+        argv=["agent-health", "run", "tests"],
+        agent=agent,
+        agents=[agent],
+        judge=reports.JudgeInfo.model_construct(provider=None, model=None, skipped=True),
+        config_file=None,
+        ledger=None,
+        started_at=at,
+        ended_at=at,
+        git=provenance.GitState("abc", False, "main"),
+        selection=reports.Selection.model_construct(grep=["x"], labels=[], shard=None),
+        suite="tests",
+        run="20260102T030405Z-abcd",
+    )
+
+
+@pytest.mark.parametrize(
+    ("results", "kw"),
+    [
+        (mixed(), {"duration_ms": 12}),  # a whole number of milliseconds
+        (repeated(), {"duration_ms": 3.5, "repeats": 3, "pass_at": [1, 3]}),
+        (matrix(), {"duration_ms": 1.0}),
+        ([], {"duration_ms": 0, "load_errors": ["x.py: boom"], "not_loaded": ["x.py"]}),
+    ],
+    ids=["mixed", "repeated", "matrix", "nothing-ran"],
+)
+def test_a_report_built_without_validation_is_what_validation_makes_of_it(
+    results: list[TestResult], kw: dict[str, Any]
+) -> None:
+    report = RunReport.build(results, provenance=what_ran(), **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a value of another type than its field's warns
+        validated = RunReport.model_validate(report.model_dump())
+        assert validated.model_dump_json(indent=2) == report.model_dump_json(indent=2)
+        # as Python values too (the history stores them): 12 == 12.0, but not in their repr
+        assert repr(validated.model_dump()) == repr(report.model_dump())
