@@ -332,12 +332,12 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.engine.running.agent_process",
     "agent_health.engine.running.capture",
     "agent_health.engine.running.fixtures",
-    "agent_health.engine.running.livefeed",
+    "agent_health.engine.running.feedtarget",
     "agent_health.engine.running.runner",
     "agent_health.engine.running.session",
     "agent_health.engine.statistics",
     "agent_health.engine.statistics.matrix",
-    "agent_health.engine.statistics.pairing",
+    "agent_health.engine.statistics.pairing",  # the history's trend line (cli/run/archive.py)
     "agent_health.engine.statistics.resample",
     "agent_health.engine.statistics.stats",
     "agent_health.engine.statistics.uncertainty",
@@ -422,6 +422,32 @@ def test_run_of_one_trivial_test_imports_only_its_allow_list(suite: Path) -> Non
     assert "agent_health.ledger.chain" in modules  # and sealed its ledger
     past = beyond(modules, RUN_ALLOWED, RUN_PACKAGES)
     assert not past, f"agent-health run imported past its allow-list: {', '.join(past)}"
+
+
+# Without the history (the bench's `run --no-history`): neither its recording nor what its
+# trend line reads (the paired test), nor the live feed's models when the run streams nowhere.
+RUN_NO_HISTORY_ALLOWED = RUN_ALLOWED - {
+    "agent_health.engine.statistics.pairing",
+    "agent_health.history.ci",
+    "agent_health.history.database",
+    "agent_health.history.facts",
+    "agent_health.history.ingest",
+    "agent_health.history.migrations",
+    "agent_health.history.queries",
+    "agent_health.history.tables",
+}
+RUN_NO_HISTORY_PACKAGES = LIST_PACKAGES | {"rich"}
+
+
+def test_run_of_one_trivial_test_without_the_history_imports_only_its_allow_list(
+    suite: Path,
+) -> None:
+    modules = imported_by(["run", str(suite), "--no-history"], suite)
+    assert "agent_health.ledger.chain" in modules  # it sealed its ledger
+    past = beyond(modules, RUN_NO_HISTORY_ALLOWED, RUN_NO_HISTORY_PACKAGES)
+    assert not past, (
+        f"agent-health run --no-history imported past its allow-list: {', '.join(past)}"
+    )
 
 
 COUNTED = """

@@ -34,7 +34,7 @@ holds what it makes to what validation would make.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
@@ -398,9 +398,15 @@ class RunReport(BaseModel):
                 results,
                 [t for t in tests if not t["quarantined"]] if apart else tests,
                 alone,
-                pairing or statistics.pair_runs,
+                pairing or _paired,
             ),
         )
+
+
+def _paired(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> Any:
+    """The paired test of two agents' entries (:func:`.statistics.pair_runs`), its module
+    loaded when a matrix has a pair (one agent's run never does)."""
+    return statistics.pair_runs(base, new)
 
 
 def did_not_run(

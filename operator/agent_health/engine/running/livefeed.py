@@ -1,5 +1,6 @@
 """A run's live feed: each test as it starts and ends, streamed to ``agent-health serve``
-(``run --serve URL`` or ``AGENT_HEALTH_SERVE``), and the wire models the server reads.
+(``run --serve URL`` or ``AGENT_HEALTH_SERVE``, :mod:`.feedtarget`), and the wire models the
+server reads.
 
 The feed never slows or fails the run. Events are queued by the session's listener calls
 (no I/O there) and posted in batches by one background task; a server that is gone, slow
@@ -27,12 +28,9 @@ from typing import Annotated, Literal
 
 import pydantic
 
+from agent_health.engine.running import feedtarget
 from agent_health.sdk.results import TestResult
 
-ENV = "AGENT_HEALTH_SERVE"
-TOKEN_ENV = "AGENT_HEALTH_SERVE_TOKEN"
-"""A bearer token of the operate role, when the server is not on loopback (never a flag:
-flags show in process lists)."""
 PATH = "/api/live/events"
 BATCH = 500
 END_GRACE = 3.0
@@ -129,32 +127,6 @@ class Batch(pydantic.BaseModel):
     events: list[Event] = pydantic.Field(max_length=10_000)
 
 
-class FeedError(ValueError):
-    """A server URL a run cannot stream to (a usage error, said before the run starts)."""
-
-
-def url_from(flag: str | None) -> str | None:
-    """The server a run streams to: ``--serve URL``, else ``AGENT_HEALTH_SERVE``;
-    :class:`FeedError` when it is not an http(s) URL of a host."""
-    from urllib.parse import urlsplit
-
-    given = flag or os.environ.get(ENV) or None
-    if not given:
-        return None
-    where = "--serve" if flag else ENV
-    try:
-        parts = urlsplit(given)
-    except ValueError as err:
-        raise FeedError(f"{where} {given!r}: not a URL ({err})") from err
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FeedError(
-            f"{where} {given!r}: give the server's http(s) URL, e.g. http://127.0.0.1:8340"
-        )
-    if parts.username or parts.password:
-        raise FeedError(f"{where}: no credential in the URL; put a token in ${TOKEN_ENV}")
-    return given.rstrip("/")
-
-
 class Feed:
     """A session listener that streams the run to a server (see the module docstring).
 
@@ -171,7 +143,7 @@ class Feed:
     ) -> None:
         self.url = url.rstrip("/")
         self.run = run
-        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self.token = token if token is not None else os.environ.get(feedtarget.TOKEN_ENV) or None
         self.warn = warn or _stderr
         self.queue: list[Begun | Started | Finished | Ended] = []
         self.gone: str | None = None
