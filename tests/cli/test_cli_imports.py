@@ -385,7 +385,18 @@ LIST_PACKAGES = frozenset(
 # A run records its history (SQLAlchemy, whose compiled parts register cython_runtime) and
 # writes to the terminal (rich).
 RUN_PACKAGES = LIST_PACKAGES | {"rich", "sqlalchemy", "cython_runtime"}
-LIST_NEVER_STDLIB = ("asyncio", "concurrent", "ssl", "http", "sqlite3", "xml", "logging")
+LIST_NEVER_STDLIB = (
+    "asyncio",
+    "concurrent",
+    "ssl",
+    "http",
+    "sqlite3",
+    "xml",
+    "logging",
+    # A config's mistakes ("did you mean") and a command given as one string: their errors.
+    "difflib",
+    "shlex",
+)
 
 
 def beyond(modules: set[str], ours: frozenset[str], packages: frozenset[str]) -> list[str]:
@@ -448,6 +459,8 @@ def test_run_of_one_trivial_test_without_the_history_imports_only_its_allow_list
     assert not past, (
         f"agent-health run --no-history imported past its allow-list: {', '.join(past)}"
     )
+    heavy = loaded(modules, "difflib")  # a config's "did you mean": only when it has a mistake
+    assert not heavy, f"agent-health run --no-history imported {', '.join(heavy)}"
 
 
 COUNTED = """

@@ -9,7 +9,6 @@ than mutating module state.
 from __future__ import annotations
 
 import importlib
-import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -91,6 +90,8 @@ class ConnectorSpec(BaseModel):
     @classmethod
     def _split_command(cls, value: Any) -> Any:
         if isinstance(value, str):
+            import shlex  # a command given as one string: not every spec has one
+
             try:
                 words = shlex.split(value)
             except ValueError as err:  # an unclosed quote

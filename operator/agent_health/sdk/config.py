@@ -5,9 +5,7 @@ Secrets never live here: the judge names the *environment variable* that holds i
 
 from __future__ import annotations
 
-import difflib
 import os
-import shlex
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -93,6 +91,8 @@ class PeerSpec(BaseModel):
     @classmethod
     def _split_command(cls, value: Any) -> Any:
         if isinstance(value, str):
+            import shlex  # a peer's command given as one string: not every config has one
+
             words = shlex.split(value)
             if not words:
                 raise ValueError("is empty; give the server's program and its arguments")
@@ -248,6 +248,8 @@ def _unknown_key(model: type[BaseModel], loc: Sequence[int | str]) -> str:
     if owner is None:
         return f"unknown key {key!r}"
     known = sorted(n for n in owner.model_fields if n != "source")
+    import difflib  # a config with a mistake in it: no run that starts pays for it
+
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
     return f"unknown key {key!r}; {hint}"
