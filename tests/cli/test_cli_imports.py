@@ -374,7 +374,6 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.sdk.turns",
     "agent_health.statuses",
     "agent_health.traces",
-    "agent_health.traces.acknowledge",
     "agent_health.traces.errors",
     "agent_health.traces.metrics",
     "agent_health.traces.records",

@@ -56,7 +56,6 @@ from agent_health.connectors import protocol
 from agent_health.connectors.protocol import Step
 from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult, Signal
-from agent_health.traces import acknowledge
 
 CONVERSATION_KEYS = (
     "turns",
@@ -313,6 +312,9 @@ def tool_stats(steps: Sequence[Step], final: str | None = None) -> ToolStats:
             call = _match(step, awaiting, by_id)
             name = step.tool_name or (call[1][0] if call else "?")
             if step.failed:
+                # Read only for a failed tool call: a run whose tools all worked never loads it.
+                from agent_health.traces import acknowledge
+
                 stats.tool_errors += 1
                 failed_last.add(name)
                 error_results.append(
@@ -328,7 +330,10 @@ def tool_stats(steps: Sequence[Step], final: str | None = None) -> ToolStats:
         answers.append((len(steps), final))
     # An error the agent retried (called the tool again) is handled, whatever it said.
     unretried = [e for e in error_results if last_call.get(e[1], -1) < e[0]]
-    stats.ignored_errors = acknowledge.count_ignored(unretried, answers)
+    if unretried:
+        from agent_health.traces import acknowledge
+
+        stats.ignored_errors = acknowledge.count_ignored(unretried, answers)
     return stats
 
 
