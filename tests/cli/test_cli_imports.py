@@ -7,6 +7,7 @@ a name, on any machine. ``bench/defaults.py`` measures what the difference is wo
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import subprocess
@@ -246,6 +247,24 @@ def test_a_run_without_a_history_loads_no_sqlalchemy_and_one_with_an_up_to_date_
     again = imported_by(["run", str(suite), "--no-ledger"], suite)
     assert "agent_health.history.ingest" in again  # it recorded the run
     assert not loaded(again, "alembic")
+
+
+def _commands(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_a_command_line_is_built_up_to_its_commands_group_and_parses_as_the_whole_one() -> None:
+    from agent_health.cli import app
+
+    whole = _commands(app.parser())
+    for name, full in whole.items():
+        alone = _commands(app.parser(name))
+        assert alone[name].format_help() == full.format_help(), name
+        assert set(alone) <= set(whole)
+    assert "serve" not in _commands(app.parser("run"))  # a run builds no other group's flags
+    assert set(_commands(app.parser("--help"))) == set(whole)
+    assert set(_commands(app.parser("rnu"))) == set(whole)  # a typo is told every command
 
 
 # The start-up guard (issue #40): what `agent-health list` of one test and `run` of one

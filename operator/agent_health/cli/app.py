@@ -24,16 +24,20 @@ SWITCH_INTERVAL_S = 0.0005
 (CPython's default: 5 ms)."""
 
 
-def parser() -> argparse.ArgumentParser:
-    """The whole command line; each group adds its commands and their handlers."""
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; each group adds its commands and their handlers.
+
+    Given the ``command`` about to be parsed, the groups after the one that adds it are left
+    out (``run`` and ``list`` are the first group's: a run does not build the flags of the
+    other twenty commands); the whole command line when it is none of them (``--help``, a
+    mistyped name).
+    """
     top = argparse.ArgumentParser(prog="agent-health", description="Test and benchmark AI agents.")
     sub = top.add_subparsers(dest="command", required=True)
-    run.add_commands(sub)
-    ledgers.add_commands(sub)
-    reports.add_commands(sub)
-    history.add_commands(sub)
-    web.add_commands(sub)
-    cluster.add_commands(sub)
+    for group in (run, ledgers, reports, history, web, cluster):
+        group.add_commands(sub)
+        if command is not None and command in sub.choices:
+            break
     return top
 
 
@@ -52,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return common.EXIT_USAGE
     if argv[:1] == ["history"]:  # a test or a subcommand in one place: its own parsers
         return _handled(lambda: history.command(argv[1:], consoles), consoles)
-    top = parser()
+    top = parser(argv[0] if argv else None)
     args, unknown = top.parse_known_args(argv)
     if unknown:  # said by the command's own parser, with its usage, not the top level's
         _command_parser(top, args).error(f"unrecognized arguments: {' '.join(unknown)}")
