@@ -1,6 +1,7 @@
 """The entry point: build the parser from each command group, dispatch, map errors to exit 2.
 
-Every command group is cheap to import; what a command needs loads when it runs.
+A command group is imported when its commands are built (``run`` and ``list`` build only
+theirs); what a command needs loads when it runs.
 """
 
 from __future__ import annotations
@@ -8,13 +9,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from agent_health import connectors
-from agent_health.cli import cluster, common, history, ledgers, reports, run, web
+from agent_health.cli import common
 from agent_health.sdk import errors
 
 YOUNG_COLLECTION_EVERY = 20_000
@@ -22,6 +24,10 @@ YOUNG_COLLECTION_EVERY = 20_000
 SWITCH_INTERVAL_S = 0.0005
 """How long a thread may hold the GIL while another waits for it, as a command runs
 (CPython's default: 5 ms)."""
+
+
+GROUPS = ("run", "ledgers", "reports", "history", "web", "cluster")
+"""The command groups (``agent_health.cli.<group>``), in the order their commands are listed."""
 
 
 def parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -34,7 +40,8 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     top = argparse.ArgumentParser(prog="agent-health", description="Test and benchmark AI agents.")
     sub = top.add_subparsers(dest="command", required=True)
-    for group in (run, ledgers, reports, history, web, cluster):
+    for name in GROUPS:
+        group = importlib.import_module(f"agent_health.cli.{name}")  # only the groups needed
         group.add_commands(sub)
         if command is not None and command in sub.choices:
             break
@@ -45,16 +52,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     consoles = common.Consoles()
     # Their own parsers, so `operator --help` and `gateway --help` show their flags.
-    own = {"operator": cluster.operator, "gateway": cluster.gateway, "mcp": cluster.mcp}.get(
-        argv[0] if argv else ""
-    )
-    if own is not None:
+    if argv[:1] in (["operator"], ["gateway"], ["mcp"]):
+        from agent_health.cli import cluster
+
+        own = {"operator": cluster.operator, "gateway": cluster.gateway, "mcp": cluster.mcp}
         try:
-            return own(argv[1:])
+            return own[argv[0]](argv[1:])
         except common.UsageError as err:
             consoles.error(err)
             return common.EXIT_USAGE
     if argv[:1] == ["history"]:  # a test or a subcommand in one place: its own parsers
+        from agent_health.cli import history
+
         return _handled(lambda: history.command(argv[1:], consoles), consoles)
     top = parser(argv[0] if argv else None)
     args, unknown = top.parse_known_args(argv)
