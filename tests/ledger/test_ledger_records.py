@@ -88,6 +88,26 @@ def test_lines_are_canonical_json() -> None:
     assert payload["kind"] == "run-result"
 
 
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(), _JSON, max_size=6))
+def test_canonical_json_is_the_standard_encoders_with_the_ledgers_options(payload: Any) -> None:
+    """``canonical`` drives the C encoder it keeps, not ``json.dumps``: the same bytes."""
+    expected = json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
+    assert records.canonical(payload) == expected.encode("ascii")
+
+
 def test_bad_json_names_the_line() -> None:
     with pytest.raises(errors.RecordError, match=r"ledger line 7: not JSON") as info:
         records.parse_line('{"kind": "signal"', 7)

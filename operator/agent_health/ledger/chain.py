@@ -128,14 +128,20 @@ class Mac:
     """
 
     def __init__(self, key: bytes) -> None:
-        self._keyed = hmac.new(key, digestmod="sha256")
+        keyed = hmac.new(key, digestmod="sha256")
+        # The keyed state itself when the standard library holds one (OpenSSL's HMAC, whose
+        # copy, update and hexdigest are C): the ``hmac.HMAC`` wrapper around it adds a
+        # frame of Python to each of them, most of a record's MAC here. Without it (no
+        # OpenSSL HMAC) the wrapper, which has the same three methods.
+        self._keyed: Any = getattr(keyed, "_hmac", None) or keyed
 
     def hex(self, *parts: bytes | memoryview) -> str:
         """The MAC of the concatenated ``parts``, in hex."""
         state = self._keyed.copy()
         for part in parts:
             state.update(part)
-        return state.hexdigest()
+        hexed: str = state.hexdigest()
+        return hexed
 
 
 def link(key: bytes | Mac, previous_mac: str, payload: dict[str, Any]) -> str:

@@ -311,7 +311,9 @@ class RunFile:
                 self.refused[item.name] = f"its {kind} record: {err}"
                 self.refused_kinds[item.name] = kind
                 continue
-            parts.append("".join(frame(item.name, line) + "\n" for line in lines).encode("ascii"))
+            # frame() of each line, the cell's name encoded once for all of them
+            head, tail = frame(item.name, "\0").split("\0")
+            parts.append("".join(f"{head}{line}{tail}\n" for line in lines).encode("ascii"))
             self.chains[item.name] = (item.sealer.next_seq, item.sealer.previous_mac)
         self._write(b"".join(parts))
 
