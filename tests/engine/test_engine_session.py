@@ -266,3 +266,30 @@ async def test_scores_are_weighted_and_absent_when_nothing_was_scored(write_suit
     assert named(report, "weighted")["status"] == "failed"
     assert named(report, "nothing scored")["score"] is None
     assert report.summary.score == 0.75
+
+
+def test_a_run_id_is_a_uuid4_in_hex() -> None:
+    """Run ids are made without the ``UUID`` object (issue #40) but read as ``uuid4().hex``:
+    32 lowercase hex digits, version 4, the RFC 4122 variant, and never the same twice."""
+    import uuid
+
+    from agent_health.engine.running import runner
+
+    made = [runner.new_run_id() for _ in range(2000)]
+    assert len(set(made)) == len(made)
+    for run_id in made:
+        parsed = uuid.UUID(hex=run_id)
+        assert parsed.hex == run_id
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+    # Every bit but the six uuid4 fixes is random: each is seen both ways.
+    numbers = [int(run_id, 16) for run_id in made]
+    fixed = (0xC000 << 48) | (0xF000 << 64)
+    varying = ~fixed & ((1 << 128) - 1)
+    seen_set = 0
+    seen_clear = 0
+    for number in numbers:
+        seen_set |= number
+        seen_clear |= ~number
+    assert seen_set & varying == varying
+    assert seen_clear & varying == varying

@@ -7,11 +7,10 @@ it up, so two tests running at once can never see each other's signals.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -166,17 +165,33 @@ class TestContext:
         """The signal ``judge()`` recorded for this very verdict (``None``: not from here)."""
         return next((s for v, s in self.judged if v is verdict), None)
 
-    @contextlib.contextmanager
-    def waiting(self, on: Cause) -> Iterator[None]:
+    def waiting(self, on: Cause) -> _Waiting:
         """A call to ``on`` (the agent, the judge): if the test's deadline cuts it short,
         the timeout is ``on``'s, not the test's."""
-        import asyncio  # loaded by then (a test is running); importing the SDK does not need it
+        return _Waiting(self.cut_short, on)
 
-        try:
-            yield
-        except asyncio.CancelledError:
-            self.cut_short.append(on)
-            raise
+
+class _Waiting:
+    """:meth:`TestContext.waiting`'s block: a class, not a ``contextlib`` generator, which
+    cost a generator and three frames more at every agent call."""
+
+    __slots__ = ("_cut_short", "_on")
+
+    def __init__(self, cut_short: list[Cause], on: Cause) -> None:
+        self._cut_short = cut_short
+        self._on = on
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            return  # the error, if any, goes on
+        # Loaded by then (a test is running); importing the SDK does not need asyncio.
+        import asyncio
+
+        if issubclass(kind, asyncio.CancelledError):
+            self._cut_short.append(self._on)
 
 
 _current: contextvars.ContextVar[TestContext] = contextvars.ContextVar("agent_health_test")
@@ -200,6 +215,11 @@ def deactivate(token: contextvars.Token[TestContext]) -> None:
     _current.reset(token)
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__))
+"""The ``agent_health`` package's folder: a frame of a file under it is ours (worked out
+once, not at each check a test records)."""
+
+
 def caller_location(skip_package: str = "agent_health") -> str | None:
     """``file:line`` of the first frame outside this package (where the user called us).
 
@@ -210,11 +230,10 @@ def caller_location(skip_package: str = "agent_health") -> str | None:
     if running is not None and running.case.from_case_file:
         return f"{running.case.file}:{running.case.line}"
     frame = inspect.currentframe()
-    pkg_dir = os.path.dirname(os.path.dirname(__file__))
     try:
         while frame is not None:
             filename = frame.f_code.co_filename
-            if not filename.startswith(pkg_dir):
+            if not filename.startswith(_PACKAGE_DIR):
                 return f"{os.path.basename(filename)}:{frame.f_lineno}"
             frame = frame.f_back
         return None
