@@ -61,8 +61,11 @@ def with_cells(
     from agent_health.engine import recording
 
     cells = set(recorded.cells)
+    names = recorded.names
     for i, r in enumerate(results):
-        cell = recording.cell_name(r.id, r.repeat, agent=r.agent)
+        cell = names.get((r.id, r.repeat, r.agent)) or recording.cell_name(
+            r.id, r.repeat, agent=r.agent
+        )
         if cell in cells:
             results[i] = r.model_copy(update={"ledger_cell": cell})
         elif cell in recorded.refused:  # a result nothing evidences is never a pass

@@ -189,6 +189,9 @@ class LocalLedger:
         """Cells whose records could not be sealed (a value JSON cannot hold): their tests
         are never reported passed (:func:`.refusal.unrecorded`)."""
         self.unrouted = 0  # exchanges of no test in flight (not recorded)
+        self.names: dict[tuple[str, int, str | None], str] = {}
+        """The cell name of each (test id, repeat, agent) whose first try began: what the
+        report names (``cli.run.reporting.with_cells``) without working it out again."""
         self._key = secrets.token_hex(32).encode("ascii")
         self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
         self._open: dict[str, _Cell] = {}  # run id → its cell
@@ -301,6 +304,8 @@ class LocalLedger:
     async def begin(self, info: context.TestInfo) -> None:
         """Open the cell of a (test, repeat): its exchanges are kept until it ends."""
         name = cell_name(info.id, info.repeat, info.retry, info.agent)
+        if not info.retry:
+            self.names[info.id, info.repeat, info.agent] = name
         self._open[info.run_id] = _Cell(name, info, time.time())
         if self._key_written is None:
             # The key goes to disk while the first test runs, not while its end waits for it
