@@ -74,6 +74,48 @@ def test_a_clock_stamps_each_time_as_stamp_does(moments: list[datetime]) -> None
         clock.of(datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))))
 
 
+_EPOCHS = st.one_of(
+    st.floats(min_value=-2e9, max_value=4.2e9, allow_nan=False),
+    # Halfway between two microseconds, and a hair either side: where rounding can differ.
+    st.builds(
+        lambda second, micro, hair: second + (micro + 0.5) / 1e6 + hair,
+        st.integers(0, 4_200_000_000),
+        st.integers(-1, 999_999),
+        st.sampled_from([0.0, 1e-9, -1e-9, 5e-7, -5e-7]),
+    ),
+)
+
+
+@given(seconds=st.lists(_EPOCHS, min_size=1, max_size=8))
+def test_a_clock_stamps_each_epoch_time_as_stamp_epoch_does(seconds: list[float]) -> None:
+    """A local cell's writer dates its records with a clock (each second's text made once):
+    every epoch time is written as stamp_epoch() writes it — rounded to the microsecond as
+    datetime.fromtimestamp rounds, half to even, a fraction that rounds to a whole second
+    carried into it — whatever came before it."""
+    clock = objects.Clock()
+    for value in [*seconds, *reversed(seconds)]:
+        assert clock.epoch(value) == objects.stamp_epoch(value), value
+        assert clock.epoch(float(int(value))) == objects.stamp_epoch(float(int(value)))
+
+
+def test_a_clock_stamps_the_edges_of_a_second_as_stamp_epoch_does() -> None:
+    clock = objects.Clock()
+    for value in (
+        1767323045.9999995,  # rounds up into the next second
+        1767323045.0000005,
+        1767323045.0000015,
+        1767323045.5,
+        0.0,
+        -0.5,
+        -1.0000005,
+        1e-7,
+        253402300799.9999,  # the last second of year 9999
+        -62135596800.0,  # year 1: its year written with four digits, as isoformat does
+        -30000000000.5,  # year 1019
+    ):
+        assert clock.epoch(value) == objects.stamp_epoch(value), value
+
+
 def test_a_time_that_is_not_utc_is_refused() -> None:
     with pytest.raises(ValueError, match="UTC"):
         objects.stamp(datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))))

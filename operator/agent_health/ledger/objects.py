@@ -16,6 +16,7 @@ lists and dicts of them); a time is written with :func:`stamp`, as pydantic writ
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -92,13 +93,15 @@ class Clock:
     '2026-01-02T03:04:05.006000Z'
     """
 
-    __slots__ = ("_now_key", "_now_text", "_of_key", "_of_text")
+    __slots__ = ("_epoch_key", "_epoch_text", "_now_key", "_now_text", "_of_key", "_of_text")
 
     def __init__(self) -> None:
         self._now_key = -1
         self._now_text = ""
         self._of_key: tuple[int, ...] = ()
         self._of_text = ""
+        self._epoch_key: int | None = None
+        self._epoch_text = ""
 
     def now(self) -> str:
         """:func:`stamp_now`."""
@@ -107,6 +110,29 @@ class Clock:
             self._now_key = seconds
             self._now_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
         text = self._now_text
+        return f"{text}.{micro:06d}Z" if micro else f"{text}Z"
+
+    def epoch(self, seconds: float) -> str:
+        """:func:`stamp_epoch` of ``seconds`` (a local cell's four times: its start, its
+        exchange's two ends, its end), rounded to the microsecond as
+        ``datetime.fromtimestamp`` rounds it: the fraction times a million, half to even,
+        carried into the second when it comes to a million."""
+        fraction, whole = math.modf(seconds)
+        micro = round(fraction * 1_000_000)
+        if micro >= 1_000_000:
+            whole += 1.0
+            micro -= 1_000_000
+        elif micro < 0:
+            whole -= 1.0
+            micro += 1_000_000
+        key = int(whole)
+        if key != self._epoch_key:
+            moment = time.gmtime(key)
+            if not 1000 <= moment.tm_year <= 9999:  # isoformat pads the year; strftime may not
+                return stamp_epoch(seconds)
+            self._epoch_key = key
+            self._epoch_text = time.strftime("%Y-%m-%dT%H:%M:%S", moment)
+        text = self._epoch_text
         return f"{text}.{micro:06d}Z" if micro else f"{text}Z"
 
     def of(self, moment: datetime) -> str:
@@ -145,7 +171,9 @@ def cell_meta(
     return _late(obj, agent=agent)
 
 
-def exchange(seen: observation.Observation, mcp: list[Object] | None = None) -> Object:
+def exchange(
+    seen: observation.Observation, mcp: list[Object] | None = None, clock: Clock | None = None
+) -> Object:
     """The ``exchange`` record of what was seen of one exchange, dated when it ended: the one
     place an :class:`~.observation.Observation` becomes a record, for the gateway and the
     local ledger alike. Version 1, or 2 when the gateway answered the call itself
@@ -158,10 +186,12 @@ def exchange(seen: observation.Observation, mcp: list[Object] | None = None) -> 
 
     ``mcp``: the MCP calls read in the exchange, each as :func:`mcp_entry` makes it; the
     record is then version 5 (:data:`EXCHANGE_MCP_VERSION`). :func:`exchange_text` writes
-    the same record as its line.
+    the same record as its line. ``clock``: the writer's, which dates it (else
+    :func:`stamp_epoch`).
     """
     found = _usage(seen)
-    ended = stamp_epoch(seen.ended_at)
+    at = clock.epoch if clock is not None else stamp_epoch
+    ended = at(seen.ended_at)
     obj = _head("exchange", ended)
     if seen.upstream == GATEWAY:
         obj["version"] = GATEWAY_VERSION
@@ -176,7 +206,7 @@ def exchange(seen: observation.Observation, mcp: list[Object] | None = None) -> 
         method=seen.method,
         path=seen.path,
         status=seen.status,
-        started_at=stamp_epoch(seen.started_at),
+        started_at=at(seen.started_at),
         ended_at=ended,
         request_bytes=seen.request_bytes,
         response_bytes=seen.response_bytes,

@@ -149,18 +149,20 @@ class _Cell:
             call.spill()
         self.holding.clear()
 
-    def records(self, then: Callable[[], list[objects.Object]]) -> list[objects.Object]:
+    def records(
+        self, then: Callable[[], list[objects.Object]], clock: objects.Clock
+    ) -> list[objects.Object]:
         """cell-meta, an exchange for each observation, the peers' exchanges and MCP calls,
-        spans, then what ``then`` makes."""
+        spans, then what ``then`` makes; dated by ``clock``."""
         info = self.info
         meta = objects.cell_meta(
-            at=runrecord.stamp(self.began),
+            at=clock.epoch(self.began),
             test_id=info.id,
             repeat=info.repeat,
             run_id=info.run_id,
             agent=info.agent,
         )
-        seen = map(objects.exchange, self.seen)
+        seen = [objects.exchange(observed, clock=clock) for observed in self.seen]
         dropped = [self._dropped(meta)] if self.peers_dropped else []
         return [meta, *seen, *self.peers, *dropped, *self.spans, *then()]
 
@@ -193,6 +195,9 @@ class LocalLedger:
         """The cell name of each (test id, repeat, agent) whose first try began: what the
         report names (``cli.run.reporting.with_cells``) without working it out again."""
         self._key = secrets.token_hex(32).encode("ascii")
+        self._clock = objects.Clock()
+        """Dates the cells' records, which are made in one thread: the run file's writer
+        (a ``file://`` ledger), or else the event loop's (another store), never both."""
         self._sealer = chain.Sealer(self._key)  # each cell's chain is a fork of it
         self._open: dict[str, _Cell] = {}  # run id → its cell
         self._runfile: runfile.RunFile | None = None
@@ -331,7 +336,7 @@ class LocalLedger:
         await self._write(
             cell,
             lambda: controller_records(
-                result, run, agent_error=agent_error, at=runrecord.stamp(ended)
+                result, run, agent_error=agent_error, at=self._clock.epoch(ended)
             ),
             len(result.signals) + 2,
         )
@@ -351,12 +356,14 @@ class LocalLedger:
                 # Made and sealed in the run file's writer thread, off the event loop: what
                 # is left of recording a cell here is handing it over.
                 made = 1 + len(cell.seen) + len(cell.peers) + len(cell.spans) + count
-                self._runfile.append_cell(cell.name, sealer, lambda: cell.records(then), count=made)
+                self._runfile.append_cell(
+                    cell.name, sealer, lambda: cell.records(then, self._clock), count=made
+                )
                 await self._runfile.room()
             elif self._backend is not None:
                 lines, kind = [], ""
                 try:
-                    for record in cell.records(then):
+                    for record in cell.records(then, self._clock):
                         kind = str(record.get("kind", ""))
                         lines.append(sealer.line_of(record))
                 except ledger.RecordError as err:
