@@ -42,13 +42,14 @@ def run_record(run: RunResult, at: str) -> objects.Object:
     ]
     output = cut.text(run.output, "output", RECORD_OUTPUT_CHARS) or ""
     steps = []
-    for i, step in enumerate(run.trajectory[:RECORD_STEPS]):
+    made = run.trajectory_steps  # the tuple itself: run.trajectory makes a Trajectory each time
+    for i, step in enumerate(made[:RECORD_STEPS]):
         entry = step.model_dump(mode="json")
         for key in ("content", "tool_args", "tool_output"):
             if entry.get(key) is not None:
                 entry[key] = cut.value(entry[key], f"trajectory[{i}].{key}")
         steps.append(entry)
-    if len(run.trajectory) > RECORD_STEPS:
+    if len(made) > RECORD_STEPS:
         cut.truncated.append(f"trajectory[{RECORD_STEPS}:]")
     # JSON data as the record's model would dump it (a custom connector may put any value
     # in an answer's extra fields), without NaN.
