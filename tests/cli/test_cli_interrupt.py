@@ -133,6 +133,10 @@ async def later(agent, expect):
         if CLOSED.exists():
             break
         await asyncio.sleep(0.01)
+    # Past FLUSH_EVERY_S since the first line was flushed: this test's line is flushed as it
+    # is written, so the run learns the reader is gone before another test can start,
+    # whether stdout is buffered or not (PYTHONUNBUFFERED).
+    await asyncio.sleep(0.2)
     expect((await agent.run("quick")).output).to_contain("ok")
 
 
@@ -142,8 +146,18 @@ async def never(agent):
 """
 
 
+def _environment(unbuffered: bool) -> dict[str, str]:
+    """This environment with ``PYTHONUNBUFFERED`` set or taken out: a user's shell seldom
+    sets it, CI images often do, and the run's standard output is buffered or not by it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
 async def test_a_run_whose_reader_goes_away_stops_as_interrupted_and_blames_nobody(
-    tmp_path: Path,
+    tmp_path: Path, unbuffered: bool
 ) -> None:
     # `agent-health run | head -1`: the reader takes one line and closes the pipe. The run
     # must not end silently with exit 141 and nothing written, leaving a ledger that
@@ -165,7 +179,7 @@ async def test_a_run_whose_reader_goes_away_stops_as_interrupted_and_blames_nobo
         proc = await asyncio.create_subprocess_exec(
             str(program), "run", str(tmp_path), "-j", "2", "--agent", f"rest+{url}",
             "--reporter", f"json:{report}", "--ledger", f"file://{ledger}",
-            stdout=write_end, stderr=asyncio.subprocess.PIPE,
+            stdout=write_end, stderr=asyncio.subprocess.PIPE, env=_environment(unbuffered),
         )  # fmt: skip
         os.close(write_end)
         try:
