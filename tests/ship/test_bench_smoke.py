@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -196,6 +197,17 @@ def test_the_handover_benchmark_prints_each_switch_interval() -> None:
     for interval in ("5.0 ms", "1.0 ms", "0.5 ms"):
         assert f"switch interval  {interval}" in done.stdout, done.stdout
     assert done.stdout.count("ratio") == 3
+
+
+def test_the_history_recording_benchmark_prints_each_stage_and_its_statements() -> None:
+    script = ROOT / "bench" / "history_recording.py"
+    args = ["--tests", "20", "--previous", "2", "--rounds", "2", "--profile", os.devnull]
+    done = _bench([sys.executable, str(script), *args])
+    assert done.returncode == 0, done.stdout + done.stderr
+    for stage in ("import", "open", "prepare", "record", "line", "close"):
+        assert f"  {stage} " in done.stdout, done.stdout
+    assert "record: BEGIN ×1;" in done.stdout, done.stdout
+    assert "over its last 3 runs" in done.stdout, done.stdout
 
 
 @pytest.mark.slow
