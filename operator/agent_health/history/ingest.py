@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -253,7 +254,11 @@ def _insert_many(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[st
     compiled = sa.insert(table).compile(dialect=conn.dialect, column_keys=list(rows[0]))
     if compiled.positional:
         order = compiled.positiontup or []
-        conn.exec_driver_sql(compiled.string, [tuple(row[key] for key in order) for row in rows])
+        values = operator.itemgetter(*order)  # a tuple of the values, in one C call per row
+        if len(order) == 1:
+            conn.exec_driver_sql(compiled.string, [(values(row),) for row in rows])
+        else:
+            conn.exec_driver_sql(compiled.string, [values(row) for row in rows])
     else:
         conn.exec_driver_sql(compiled.string, list(rows))
 
@@ -268,54 +273,60 @@ def _new_id(inserted: sa.CursorResult[Any]) -> int:
 def _test_ids(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """Each test's id in ``tests``: found, added, or brought up to date (title, file, line,
     labels as this run saw them)."""
-    wanted: dict[str, dict[str, Any]] = {}
+    wanted: dict[str, tuple[str, str, int, str]] = {}
     for t in tests:
-        wanted.setdefault(str(t["id"]), _test_row(t))
+        key = str(t["id"])
+        if key not in wanted:
+            wanted[key] = _test_row(t)
     found = _tests_found(conn, list(wanted))
-    new = [{"key": key, **row} for key, row in wanted.items() if key not in found]
-    if new:
-        conn.execute(sa.insert(tables.tests), new)
-        added = _tests_found(conn, [row["key"] for row in new])
-        _labels(conn, [(added[row["key"]]["id"], row["labels"]) for row in new], replace=False)
+    unseen = [key for key in wanted if key not in found]
+    if unseen:
+        rows = [{"key": key, **dict(zip(TEST_FIELDS, wanted[key], strict=True))} for key in unseen]
+        conn.execute(sa.insert(tables.tests), rows)
+        added = _tests_found(conn, unseen)
+        _labels(conn, [(added[key][0], wanted[key][3]) for key in unseen], replace=False)
         found.update(added)
     table = tables.tests
     relabelled = []
     for key, row in wanted.items():
-        was = found[key]
-        if any(was[field] != row[field] for field in row):
-            conn.execute(sa.update(table).where(table.c.id == was["id"]).values(**row))
-            if was["labels"] != row["labels"]:
-                relabelled.append((was["id"], row["labels"]))
+        test_id, *was = found[key]
+        if tuple(was) != row:
+            values = dict(zip(TEST_FIELDS, row, strict=True))
+            conn.execute(sa.update(table).where(table.c.id == test_id).values(**values))
+            if was[3] != row[3]:
+                relabelled.append((test_id, row[3]))
     if relabelled:
         _labels(conn, relabelled, replace=True)
-    return {key: int(row["id"]) for key, row in found.items()}
+    return {key: int(row[0]) for key, row in found.items()}
 
 
-def _tests_found(conn: sa.Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+TEST_FIELDS = ("title", "file", "line", "labels")
+"""What a test's row holds beside its key and id, in :func:`_test_row`'s order."""
+
+
+def _tests_found(conn: sa.Connection, keys: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """Each of ``keys``' test found: (id, title, file, line, labels) by key."""
     table = tables.tests
     columns = (table.c.id, table.c.title, table.c.file, table.c.line, table.c.labels)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, tuple[Any, ...]] = {}
     for part in queries.chunks(keys):
         query = sa.select(table.c.key, *columns).where(table.c.key.in_(part))
-        for key, test_id, title, file, line, labels in conn.execute(query):
-            found[key] = {
-                "id": test_id,
-                "title": title,
-                "file": file,
-                "line": line,
-                "labels": labels,
-            }
+        for key, *row in conn.execute(query).all():  # fetched at once, not row by row
+            found[key] = tuple(row)
     return found
 
 
-def _test_row(t: Mapping[str, Any]) -> dict[str, Any]:
-    labels = [str(label) for label in t.get("labels") or []]
-    return {
-        "title": str(t.get("name") or t["id"]),
-        "file": str(t.get("file") or ""),
-        "line": int(t.get("line") or 0),
-        "labels": json.dumps(labels, ensure_ascii=False),
-    }
+def _test_row(t: Mapping[str, Any]) -> tuple[str, str, int, str]:
+    """A test's (title, file, line, labels as JSON), as its row keeps them."""
+    given = t.get("labels")
+    # Most tests carry no label: their JSON is known without encoding it.
+    labels = json.dumps([str(label) for label in given], ensure_ascii=False) if given else "[]"
+    return (
+        str(t.get("name") or t["id"]),
+        str(t.get("file") or ""),
+        int(t.get("line") or 0),
+        labels,
+    )
 
 
 def _labels(conn: sa.Connection, tests: Sequence[tuple[int, str]], *, replace: bool) -> None:
@@ -487,18 +498,20 @@ def _trends(
     """The trend of the run just written (from its rows; ``ahead``: its previous run's
     results as read while it ran), and of the next run of its agent and suite (when this
     one was recorded out of order, it is that run's previous one now)."""
+    names, causes = tables.STATUS_NAMES, tables.CAUSE_NAMES
     entries = [
         {
             "id": str(row["test_id"]),
             "repeat": row["repeat"],
-            "status": tables.STATUS_NAMES[row["status"]],
-            "cause": tables.CAUSE_NAMES.get(row["cause"]) if row["cause"] is not None else None,
+            "status": names[row["status"]],
+            "cause": causes.get(row["cause"]) if row["cause"] is not None else None,
             "score": None,
         }
         for row in rows
     ]
-    queries.renew_trend(conn, run_id, entries, ahead)
-    following = queries.next_run(conn, run_id)
+    line = queries.same_line(conn, run_id)  # read once: the previous run and the next
+    queries.renew_trend(conn, run_id, entries, ahead, line=line)
+    following = queries.next_run(conn, run_id, line)
     if following is not None:
         queries.renew_trend(conn, following)
 

@@ -149,7 +149,8 @@ def runs(
     if ledger is not None:
         query = query.where(runs_t.c.ledger_url.in_(list(ledger)))
     rows = conn.execute(query.limit(limit).offset(offset)).mappings().all()
-    found = [_run(row, _trend_of(conn, row)) for row in rows]
+    trends = _trends(conn, rows)  # every previous run's uid in one statement
+    found = [_run(row, trends.get(row["id"])) for row in rows]
     if label is None:
         return found
     return [_scoped(conn, run, row, label) for run, row in zip(found, rows, strict=True)]
@@ -322,33 +323,35 @@ def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.
     )
 
 
-def _entries(conn: sa.Connection, run_id: int, label: str | None = None) -> list[dict[str, Any]]:
-    """A run's results as ``compare``'s test entries (id, repeat, status, cause, score)."""
+def _entries(
+    conn: sa.Connection, run_id: int, label: str | None = None, *, scores: bool = True
+) -> list[dict[str, Any]]:
+    """A run's results as ``compare``'s test entries (id, repeat, status, cause, score);
+    ``scores=False``: every score ``None`` (a trend pairs pass rates alone), not read."""
+    score = results_t.c.score if scores else sa.null()
     query = sa.select(
-        results_t.c.test_id,
-        results_t.c.repeat,
-        results_t.c.status,
-        results_t.c.cause,
-        results_t.c.score,
+        results_t.c.test_id, results_t.c.repeat, results_t.c.status, results_t.c.cause, score
     ).where(results_t.c.run_id == run_id)
     if label is not None:
         query = query.where(results_t.c.test_id.in_(_labelled(label)))
+    names, causes = tables.STATUS_NAMES, tables.CAUSE_NAMES
+    # Fetched at once (one call into the driver, not one per row).
     return [
         {
             "id": str(test_id),
             "repeat": repeat,
-            "status": tables.STATUS_NAMES[status],
-            "cause": tables.CAUSE_NAMES.get(cause) if cause is not None else None,
-            "score": score,
+            "status": names[status],
+            "cause": causes.get(cause) if cause is not None else None,
+            "score": value,
         }
-        for test_id, repeat, status, cause, score in conn.execute(query)
+        for test_id, repeat, status, cause, value in conn.execute(query).all()
     ]
 
 
 # -- trends (worked out when a run is recorded) ---------------------------------------------
 
 
-def _same_line(conn: sa.Connection, run_id: int) -> tuple[Any, sa.ColumnElement[bool]]:
+def same_line(conn: sa.Connection, run_id: int) -> tuple[Any, sa.ColumnElement[bool]]:
     """A run's row, and the condition "a run of the same agent name and suite"."""
     row = conn.execute(
         sa.select(runs_t.c.id, runs_t.c.started_at, runs_t.c.suite, agents_t.c.name)
@@ -368,9 +371,10 @@ def _of_line(agent: str | None, suite: str | None) -> sa.ColumnElement[bool]:
     return sa.and_(named, suite_is)
 
 
-def _previous(conn: sa.Connection, run_id: int) -> int | None:
-    """The newest run before ``run_id`` of the same agent name and suite."""
-    row, same = _same_line(conn, run_id)
+def _previous(conn: sa.Connection, run_id: int, line: tuple[Any, Any] | None = None) -> int | None:
+    """The newest run before ``run_id`` of the same agent name and suite (``line``: what
+    :func:`same_line` says of it, when the caller read it already)."""
+    row, same = line or same_line(conn, run_id)
     earlier = sa.or_(
         runs_t.c.started_at < row.started_at,
         sa.and_(runs_t.c.started_at == row.started_at, runs_t.c.id < row.id),
@@ -401,12 +405,13 @@ def ahead_of(
     ).scalar()
     if found is None:
         return None
-    return int(found), _entries(conn, int(found))
+    return int(found), _entries(conn, int(found), scores=False)
 
 
-def next_run(conn: sa.Connection, run_id: int) -> int | None:
-    """The oldest run after ``run_id`` of the same agent name and suite."""
-    row, same = _same_line(conn, run_id)
+def next_run(conn: sa.Connection, run_id: int, line: tuple[Any, Any] | None = None) -> int | None:
+    """The oldest run after ``run_id`` of the same agent name and suite (``line``: as
+    :func:`_previous`'s)."""
+    row, same = line or same_line(conn, run_id)
     later = sa.or_(
         runs_t.c.started_at > row.started_at,
         sa.and_(runs_t.c.started_at == row.started_at, runs_t.c.id > row.id),
@@ -438,13 +443,17 @@ def _paired(
         before = _entries(conn, previous, label)
     if after is None:
         after = _entries(conn, run_id, label)
-    found = statistics.pair_runs(
-        [{**e, "score": None} for e in before], [{**e, "score": None} for e in after]
-    ).pass_rate
+    found = statistics.pair_runs(_unscored(before), _unscored(after)).pass_rate
     if found is None:
         return None
     uid = conn.execute(sa.select(runs_t.c.uid).where(runs_t.c.id == previous)).scalar_one()
     return _trend(uid, found.effect, found.p_value, found.method, found.tests)
+
+
+def _unscored(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` with every score ``None`` (the pass rate's test alone), copied only where
+    one has a score."""
+    return [e if e["score"] is None else {**e, "score": None} for e in entries]
 
 
 def renew_trend(
@@ -452,11 +461,14 @@ def renew_trend(
     run_id: int,
     entries: list[dict[str, Any]] | None = None,
     ahead: tuple[int, list[dict[str, Any]]] | None = None,
+    *,
+    line: tuple[Any, Any] | None = None,
 ) -> None:
     """Work out and keep a run's trend against its previous run (``entries``: the run's own
     results as ``compare``'s test entries, when the caller holds them; ``ahead``: what
-    :func:`ahead_of` read while the run went on, used when it is the previous run still)."""
-    previous = _previous(conn, run_id)
+    :func:`ahead_of` read while the run went on, used when it is the previous run still;
+    ``line``: what :func:`same_line` says of the run, when the caller read it)."""
+    previous = _previous(conn, run_id, line)
     before = ahead[1] if ahead is not None and ahead[0] == previous else None
     trend = (
         _paired(conn, previous, run_id, after=entries, before=before)
