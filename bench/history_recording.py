@@ -21,7 +21,8 @@ statement and builds each model it uses once); the others are the same work warm
     python bench/history_recording.py --package-root /tmp/main/operator   # another tree
 
 Instructions (valgrind's callgrind, the same on a busy machine as on an idle one): the
-stages of one round are what ``--rounds 1`` executes beyond ``--rounds 0`` (the setup alone).
+stages of one round are what ``--rounds 1`` executes beyond ``--rounds 1 --no-stages`` (the
+import, the history filled and the round set up, nothing recorded).
 
 Figures, never a verdict (exit 0; 1 when a stage failed its work, 2 for bad options).
 """
@@ -53,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tests", type=int, default=400, help="tests of the run (default 400)")
     p.add_argument("--previous", type=int, default=4, help="runs the history holds already")
     p.add_argument("--rounds", type=int, default=9, help="recordings timed (the first apart)")
+    p.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="set each round up but record nothing (what the stages add is the difference)",
+    )
     p.add_argument("--profile", type=Path, help="write cProfile's figures here (pstats)")
     p.add_argument("--top", type=int, default=25, help="functions printed with --profile")
     p.add_argument(
@@ -208,9 +214,6 @@ def main(argv: list[str] | None = None) -> int:
         said: dict[str, list[str]] = {}
         lines: set[str] = set()
         profiler = cProfile.Profile(time.thread_time) if args.profile else None
-        if args.rounds == 0:  # the setup alone: what --rounds 1 adds is one round's stages
-            print(f"no rounds: the import and {args.previous} previous runs recorded")
-            return 0
         for round_ in range(args.rounds):
             where = Path(tmp) / f"r{round_}.db"
             shutil.copy(base, where)
@@ -228,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             statements: list[str] = []
             suite_future: Any = _done(shape["provenance"]["suite"]["name"])
             line = archive.Upcoming(agent, suite_future, started)
+            if args.no_stages:  # the round's setup alone (for instruction counts)
+                continue
 
             watched = profiler if round_ == 0 else None
 
@@ -264,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {round_}: the run was not recorded whole: {recorded}")
                 return 1
             lines.add(text.split("; ", 1)[1])
+        if args.no_stages:
+            print(f"{args.rounds} rounds set up, none recorded (--no-stages)")
+            return 0
         print(
             f"{args.tests} tests, a history of {args.previous} previous runs, {args.rounds} "
             f"rounds; CPU ms of this thread: the first round (what a run pays), the median and "
