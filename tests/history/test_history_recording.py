@@ -199,3 +199,41 @@ def test_recording_writes_the_rows_trends_and_lines_it_always_wrote(tmp_path: Pa
     assert sorted(got["tables"]) == sorted(expected["tables"])
     for name, rows in expected["tables"].items():
         assert got["tables"][name] == rows, name
+
+
+def _statements(opened: history.History) -> list[str]:
+    """Every statement ``opened`` runs from now on (appended as they run)."""
+    import sqlalchemy as sa
+
+    seen: list[str] = []
+    sa.event.listen(
+        opened.engine, "before_cursor_execute", lambda *args: seen.append(" ".join(args[2].split()))
+    )
+    return seen
+
+
+def test_listing_runs_reads_every_trends_previous_run_in_one_statement(tmp_path: Path) -> None:
+    # The history line lists an agent's newest runs with their trends: each trend names its
+    # previous run, read for them all at once (one statement per listed run before).
+    with history.open_history(f"sqlite:///{tmp_path / 'h.db'}") as h:
+        for at in range(5):
+            h.record(report(named(4), run_id=f"r{at}", at=at))
+        seen = _statements(h)
+        runs = h.runs(agent="triage", limit=5)
+    assert [r.trend.previous if r.trend else None for r in runs] == ["r3", "r2", "r1", "r0", None]
+    assert len([s for s in seen if s.startswith("SELECT")]) == 2, seen
+
+
+def test_recording_reads_the_runs_agent_suite_and_start_once(tmp_path: Path) -> None:
+    # Its previous run (for its trend) and its next (recorded earlier, whose trend it renews)
+    # are both found from the run's agent, suite and start: read once for it, and once for
+    # the next run, whose own previous run is found again (three reads before).
+    with history.open_history(f"sqlite:///{tmp_path / 'h.db'}") as h:
+        h.record(report(named(4), run_id="r0", at=0))
+        h.record(report(named(4, "failed"), run_id="r2", at=2))
+        seen = _statements(h)
+        h.record(report(named(4), run_id="r1", at=1))
+        trends = [h.run(uid).trend for uid in ("r1", "r2")]
+    assert [t.previous if t else None for t in trends] == ["r0", "r1"]
+    place = [s for s in seen if s.startswith("SELECT runs.id, runs.started_at, runs.suite")]
+    assert len(place) == 2, seen
