@@ -151,7 +151,8 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
     assert [s["role"] for s in calls["sides"]] == [
         "baseline",
         "ours",
-        "diagnostic",
+        "diagnostic",  # --no-ledger
+        "diagnostic",  # --no-history
         "reference",
         "one",
         "floor-one",
