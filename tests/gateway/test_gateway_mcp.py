@@ -375,9 +375,9 @@ async def test_a_call_past_the_kept_calls_is_only_counted_as_left_out(
     flattened: list[object] = []
     flatten = recorder._seen_call
 
-    def counted(call: dict[str, Any]) -> tuple[tuple[Any, ...], int]:
+    def counted(call: dict[str, Any], given: str | None = None) -> tuple[tuple[Any, ...], int]:
         flattened.append(call["id"])
-        return flatten(call)
+        return flatten(call, given)
 
     monkeypatch.setattr(recorder, "_seen_call", counted)
     monkeypatch.setattr(recorder, "SEEN_CALLS", 2)  # a call and its exchange

@@ -428,6 +428,9 @@ def carried(built: objects.Object, moment: datetime, later: datetime, status: in
     )
     entry = objects.mcp_entry(built)
     assert objects.mcp_entry_text(built) == encoding.text(entry)
+    if built["arguments"] is not None:  # written already, as the gateway's recorder does
+        given = encoding.text(built["arguments"])
+        assert objects.mcp_entry_text(built, given) == encoding.text(entry)
     by_text = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
     by_object = chain.Sealer(KEY, next_seq=1, previous_mac="c" * 64)
     written = objects.exchange_text(seen, [objects.mcp_entry_text(built)] * 2)

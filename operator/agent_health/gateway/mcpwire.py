@@ -33,11 +33,11 @@ matching of answers to requests are its parts, and none is read anywhere else.
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import mcp_types
 import pydantic
@@ -135,9 +135,9 @@ class Limits:
     """The most requests of one exchange recorded; a larger batch's rest is counted."""
 
 
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who made the exchange, as the proxy established it."""
+class Caller(NamedTuple):
+    """Who made the exchange, as the proxy established it (a named tuple: the proxy makes
+    one per exchange on an MCP route: half the cost of a frozen dataclass)."""
 
     principal: str
     evidence: str
@@ -155,10 +155,6 @@ class _Call:
     arguments: dict[str, Any] | None
     cut: bool  # the arguments are too large to keep
     problem: str | None
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _id_key(value: int | str) -> tuple[bool, int | str]:
@@ -311,7 +307,7 @@ class Reader:
         emit: Callable[[objects.Object], None],
         *,
         session: str | None = None,
-        started_at: datetime | None = None,
+        started: float | None = None,
         clock: objects.Clock | None = None,
     ) -> None:
         self.caller = caller
@@ -319,7 +315,7 @@ class Reader:
         self.limits = limits
         self.emit = emit
         self.session = session
-        self._started = started_at or _now()
+        self._started = time.time() if started is None else started  # epoch seconds
         self._stamp: str | None = None  # made when the first record is
         self.status: int | None = None
         self.unmatched = 0
@@ -723,7 +719,7 @@ class Reader:
     @property
     def started_at(self) -> str:
         if self._stamp is None:
-            self._stamp = self._clock.of(self._started)
+            self._stamp = self._clock.epoch(self._started)
         return self._stamp
 
     def _emit(self, *, method: str, problem: str) -> None:

@@ -35,7 +35,6 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import aiohttp
 from aiohttp import web
@@ -203,7 +202,7 @@ class Proxy:
                 self._mcp,
                 ticket.note,
                 session=request.headers.get(mcpwire.SESSION_HEADER),
-                started_at=datetime.fromtimestamp(started_at, UTC),
+                started=started_at,
                 clock=self._clock,
             )
         try:

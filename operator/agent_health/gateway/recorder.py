@@ -318,8 +318,11 @@ class Recorder:
         state = self._cells[ticket.cell]
         if state.ended:
             return  # counted with its exchange, which comes after cell-end too
+        arguments = call["arguments"]
         try:
-            entry = objects.mcp_entry_text(call)
+            # Written once, for the entry and for the call kept readable (peer_calls).
+            given = None if arguments is None else encoding.text(arguments)
+            entry = objects.mcp_entry_text(call, given)
         except (errors.RecordError, TypeError):
             # What JSON cannot hold: on its own, for the writer to refuse as any such record.
             self._queue(ticket.cell, call)
@@ -338,7 +341,7 @@ class Recorder:
             # Once the cell keeps no more calls readable it only notes that one was left out
             # (:func:`_keep_seen`): the call is not flattened (its arguments written again) for it.
             full = len(state.seen) >= SEEN_CALLS  # the kept calls only ever grow
-            ticket.seen.append(_LEFT_OUT if full else _seen_call(call))
+            ticket.seen.append(_LEFT_OUT if full else _seen_call(call, given))
         if ticket.held_bytes > HELD_BYTES:
             self._spill_ticket(ticket.cell, ticket)
             state.holding.discard(ticket)
@@ -617,9 +620,10 @@ def _see(state: _Cell, item: _Made) -> None:
         _keep_seen(state, *_seen_call(item))
 
 
-def _seen_call(call: objects.Object) -> tuple[_Seen, int]:
+def _seen_call(call: objects.Object, given: str | None = None) -> tuple[_Seen, int]:
     """An MCP call as :func:`_see` keeps it, and the bytes that counts against
-    :data:`SEEN_BYTES`."""
+    :data:`SEEN_BYTES`. ``given``: the arguments as their canonical JSON text, when the
+    caller wrote them already (the call's entry holds the same text)."""
     arguments, error, result = call.get("arguments"), call.get("error"), call.get("result")
     listed: tuple[str, ...] | None = None
     if call.get("method") == "tools/list" and isinstance(result, dict):
@@ -628,10 +632,12 @@ def _seen_call(call: objects.Object) -> tuple[_Seen, int]:
             [t.get("name") for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
         )
         listed = tuple(n for n in found if isinstance(n, str))
-    given = pydantic_core.to_json(arguments) if arguments is not None else None
+    kept: str | bytes | None = given
+    if kept is None and arguments is not None:
+        kept = pydantic_core.to_json(arguments)  # never raises: a NaN is written as null
     failed = pydantic_core.to_json(error) if error is not None else None
-    size = len(given or b"") + len(failed or b"") + sum(map(len, listed or ()))
-    return (*_seen_fields(call), given, failed, listed), size
+    size = len(kept or b"") + len(failed or b"") + sum(map(len, listed or ()))
+    return (*_seen_fields(call), kept, failed, listed), size
 
 
 def _keep_seen(state: _Cell, kept: _Seen, size: int) -> None:

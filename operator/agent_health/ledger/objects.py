@@ -490,17 +490,21 @@ def mcp_entry(call: Object) -> Object:
     return {name: call[name] for name in _ENTRY}
 
 
-def mcp_entry_text(call: Object) -> str:
+def mcp_entry_text(call: Object, arguments_text: str | None = None) -> str:
     """:func:`mcp_entry` of :func:`mcp_call`'s record as its canonical text, written member
     by member (the gateway writes one per MCP call it proxies, as soon as the call is
     answered, so that its parsed arguments and result die young): held to
     :func:`encoding.text` of the entry by ``tests/ledger/test_ledger_objects.py``.
+    ``arguments_text``: :func:`encoding.text` of the call's arguments, when the caller wrote
+    them already (the gateway keeps that text for :meth:`peer_calls` too).
 
     Raises ``RecordError`` for what JSON cannot hold, as the encoder does, and ``TypeError``
     for a member of another type than :func:`mcp_call` takes.
     """
     a, j, n = _ascii, encoding.text, int.__repr__
     arguments, error, result = call["arguments"], call["error"], call["result"]
+    if arguments_text is None and arguments is not None:
+        arguments_text = j(arguments)
     id, is_error, session = call["id"], call["is_error"], call["session"]
     name, problem = call["name"], call["problem"]
     cut, result_cut, size = call["arguments_cut"], call["result_cut"], call["result_bytes"]
@@ -512,7 +516,7 @@ def mcp_entry_text(call: Object) -> str:
     ):
         raise TypeError("a member of an mcp call is not of the type mcp_call takes")
     return (
-        f'{{"arguments":{"null" if arguments is None else j(arguments)},'
+        f'{{"arguments":{"null" if arguments_text is None else arguments_text},'
         f'"arguments_cut":{"true" if cut else "false"},"ended_at":{a(call["ended_at"])},'
         f'"error":{"null" if error is None else j(error)},'
         f'"id":{"null" if id is None else a(id) if type(id) is str else j(id)},'
