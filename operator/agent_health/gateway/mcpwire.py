@@ -448,8 +448,10 @@ class Reader:
         elif not _within(arguments, carried, self.limits.keep_bytes):
             arguments, cut = None, True
         key = _id_key(id)
-        waiting = self._pending.setdefault(key, deque())
-        if waiting:
+        waiting = self._pending.get(key)
+        if waiting is None:
+            waiting = self._pending[key] = deque()
+        elif waiting:
             problem = problem or f"id {id!r} is used twice in one request"
             for earlier in waiting:
                 earlier.problem = earlier.problem or problem
@@ -549,8 +551,11 @@ class Reader:
         except ValueError as err:
             self._answer_unread(f"the answer is not JSON: {err}", body.size)
             return
-        for message in payload if isinstance(payload, list) else [payload]:
-            self._read_response(message, body.size)
+        if isinstance(payload, list):
+            for message in payload:
+                self._read_response(message, body.size)
+        else:
+            self._read_response(payload, body.size)
 
     def _answer_unread(self, problem: str, size: int) -> None:
         """An answer that cannot be read: its id is unknown, so it is the one pending call's
@@ -570,13 +575,17 @@ class Reader:
     def _read_response(self, message: Any, size: int) -> None:
         if isinstance(message, dict) and "result" in message:
             id = message.get("id")
-            waiting = self._pending.get(_id_key(id)) if isinstance(id, int | str) else None
+            key = _id_key(id) if isinstance(id, int | str) else None
+            waiting = self._pending.get(key) if key is not None else None
             if waiting:
                 is_error = _plain_result(message) if waiting[0].method == "tools/call" else None
-                if is_error is not None:
-                    call = self._take(id)  # type: ignore[arg-type]
-                    if call is not None:
-                        self._answered(call, message["result"], size, is_error, None)
+                if is_error is not None and key is not None:  # the usual answer, taken at once
+                    first = waiting.popleft()
+                    if not waiting:
+                        del self._pending[key]
+                    answered = message["result"]
+                    cut = not _within(answered, size, self.limits.keep_bytes)
+                    self._record(first, None if cut else answered, size, cut, is_error, None, None)
                     return
                 try:
                     read = _ANSWERS[waiting[0].method].model_validate(message)
@@ -671,6 +680,20 @@ class Reader:
         problem: str | None = None,
     ) -> None:
         """Hand the recorder ``call``'s record, with what answered it."""
+        self._record(call, result, result_bytes, result_cut, is_error, error, problem)
+
+    def _record(
+        self,
+        call: _Call,
+        result: dict[str, Any] | None,
+        result_bytes: int,
+        result_cut: bool,
+        is_error: bool | None,
+        error: dict[str, Any] | None,
+        problem: str | None,
+    ) -> None:
+        """:meth:`_complete` by position: a call answered in the usual shape comes here
+        straight, without binding seven members by name."""
         caller, now = self.caller, self._clock.now()
         self.emit(
             objects.mcp_record(  # in the record's order

@@ -200,6 +200,7 @@ class Recorder:
         self._cells: dict[str, _Cell] = {}
         self._bound: dict[str, str] = {}
         self._unreached: dict[str, str] = {}
+        self._clock = objects.Clock()  # dates the exchanges that carry MCP calls
         self.recorded = 0
         self.unrouted = 0
         self.spans_late = 0
@@ -305,7 +306,7 @@ class Recorder:
             )
             return
         if ticket.held:
-            folded = _Noted.folded(seen, ticket)
+            folded = _Noted.folded(seen, ticket, self._clock)
             ticket.held, ticket.seen, ticket.held_bytes = [], [], 0
             self._queue(ticket.cell, folded)
         else:
@@ -693,12 +694,13 @@ class _Noted:
         self.seen = seen
 
     @classmethod
-    def folded(cls, seen: observation.Observation, ticket: Ticket) -> _Noted:
-        """The exchange ``seen`` carrying the calls ``ticket`` holds (version 5): what the
-        target's calls left (each call, then the exchange with a peer) kept readable in the
-        order a version-4 cell held them."""
-        started = objects.stamp_epoch(seen.started_at)
-        written = objects.exchange_text(seen, [entry for entry, _ in ticket.held], started)
+    def folded(cls, seen: observation.Observation, ticket: Ticket, clock: objects.Clock) -> _Noted:
+        """The exchange ``seen`` carrying the calls ``ticket`` holds (version 5), dated by
+        ``clock``: what the target's calls left (each call, then the exchange with a peer)
+        kept readable in the order a version-4 cell held them."""
+        started = clock.epoch(seen.started_at)
+        ended = clock.epoch(seen.ended_at)
+        written = objects.exchange_text(seen, [entry for entry, _ in ticket.held], started, ended)
         target = seen.principal == "target"
         kept = ticket.seen if target else []
         if target and seen.upstream.startswith("peer:") and seen.status is not None:

@@ -530,18 +530,22 @@ def mcp_entry_text(call: Object, arguments_text: str | None = None) -> str:
 
 
 def exchange_text(
-    seen: observation.Observation, calls: list[str], started: str | None = None
+    seen: observation.Observation,
+    calls: list[str],
+    started: str | None = None,
+    ended: str | None = None,
 ) -> Written:
     """:func:`exchange` of ``seen`` carrying ``calls`` (each :func:`mcp_entry_text`) as its
     canonical line, written member by member (its ``seq`` and ``mac`` left to the sealer):
     what the gateway seals once per HTTP exchange on an MCP route, held to
     :func:`encoding.canonical` of :func:`exchange` by ``tests/ledger/test_ledger_objects.py``.
-    ``started``: :func:`stamp_epoch` of its start, when the caller made it already.
+    ``started``, ``ended``: :func:`stamp_epoch` of its start and its end, when the caller
+    made them already (the gateway's :class:`Clock` does, :meth:`Clock.epoch`).
     """
     a = _ascii
     found = _usage(seen)
     usage = "null" if found is None else encoding.text(found.model_dump(mode="json"))
-    ended = a(stamp_epoch(seen.ended_at))
+    ended = a(ended or stamp_epoch(seen.ended_at))
     run_id, status, error = seen.run_id, seen.status, seen.error
     digest = seen.response_sha256
     head = (
