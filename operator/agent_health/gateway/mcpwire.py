@@ -137,7 +137,7 @@ class Limits:
 
 class Caller(NamedTuple):
     """Who made the exchange, as the proxy established it (a named tuple: the proxy makes
-    one per exchange on an MCP route: half the cost of a frozen dataclass)."""
+    one per exchange on an MCP route, at two thirds of a frozen dataclass's cost)."""
 
     principal: str
     evidence: str

@@ -114,7 +114,8 @@ class Clock:
 
     def epoch(self, seconds: float) -> str:
         """:func:`stamp_epoch` of ``seconds`` (a local cell's four times: its start, its
-        exchange's two ends, its end), rounded to the microsecond as
+        exchange's two ends, its end; the gateway's MCP calls' starts and their exchanges'
+        starts and ends), rounded to the microsecond as
         ``datetime.fromtimestamp`` rounds it: the fraction times a million, half to even,
         carried into the second when it comes to a million."""
         fraction, whole = math.modf(seconds)
@@ -496,7 +497,7 @@ def mcp_entry_text(call: Object, arguments_text: str | None = None) -> str:
     answered, so that its parsed arguments and result die young): held to
     :func:`encoding.text` of the entry by ``tests/ledger/test_ledger_objects.py``.
     ``arguments_text``: :func:`encoding.text` of the call's arguments, when the caller wrote
-    them already (the gateway keeps that text for :meth:`peer_calls` too).
+    them already (the gateway's recorder keeps that text with each call it keeps readable).
 
     Raises ``RecordError`` for what JSON cannot hold, as the encoder does, and ``TypeError``
     for a member of another type than :func:`mcp_call` takes.
