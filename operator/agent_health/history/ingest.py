@@ -79,7 +79,7 @@ def suite_hash(tests: Sequence[Mapping[str, Any]]) -> str:
 class Known:
     """What was read and written before the run ended (:func:`prepare`): the ids of its
     tests and content hashes, and the run it will be compared with and that run's results
-    (:func:`.queries.ahead_of`)."""
+    for its trend, without their scores (:func:`.queries.ahead_of`)."""
 
     tests: dict[str, int] = dataclasses.field(default_factory=dict)
     contents: dict[str, int] = dataclasses.field(default_factory=dict)

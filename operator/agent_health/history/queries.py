@@ -394,8 +394,9 @@ def ahead_of(
 ) -> tuple[int, list[dict[str, Any]]] | None:
     """The run a run of ``agent`` and ``suite`` started at ``started_at`` will be compared
     with once it is recorded — the newest of that agent and suite started by then — and its
-    results as ``compare``'s entries; read while the run goes on, so recording it at its
-    end reads neither (:func:`renew_trend` checks it is still the previous run)."""
+    results as ``compare``'s entries, their scores left out (a trend pairs pass rates
+    alone); read while the run goes on, so recording it at its end reads neither
+    (:func:`renew_trend` checks it is still the previous run)."""
     found = conn.execute(
         _newest(
             sa.select(runs_t.c.id)
