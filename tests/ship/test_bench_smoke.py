@@ -146,20 +146,27 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
     ]
     assert all(r["ratio"] > 0 for r in saved)
     # The calls row's baseline is the floor (the same calls from a bare aiohttp script), and
-    # each side's run of one test takes its start-up out of the CPU per test.
-    calls = saved[1]
-    assert [s["role"] for s in calls["sides"]] == [
-        "baseline",
-        "ours",
-        "diagnostic",  # --no-ledger
-        "diagnostic",  # --no-history
-        "reference",
-        "one",
-        "floor-one",
+    # each side's run of one test takes its start-up out of the CPU per test. It and the run
+    # row measure the harness with the history off, the defaults run beside.
+    calls, run = saved[1], saved[3]
+    assert [(s["label"], s["role"]) for s in calls["sides"]] == [
+        ("bare aiohttp script, no harness", "baseline"),
+        ("agent-health --no-history", "ours"),
+        ("agent-health --no-history --no-ledger", "diagnostic"),
+        ("agent-health (defaults)", "history"),
+        ("plain 4-thread client", "reference"),
+        ("agent-health --no-history, one test", "one"),
+        ("bare aiohttp script, one call", "floor-one"),
+    ]
+    assert [(s["label"], s["role"]) for s in run["sides"]] == [
+        ('python -c "import pydantic, httpx"', "baseline"),
+        ("agent-health run --no-history", "ours"),
+        ("agent-health run (defaults)", "history"),
     ]
     assert calls["cpu_per_test_ms"] is not None
     assert calls["own_cpu_per_test_ms"] is not None
     assert "the harness's own CPU per test (each side's start-up taken out)" in done.stdout
+    assert done.stdout.count("the history on added") == 2, done.stdout
 
 
 @pytest.mark.slow
