@@ -13,7 +13,7 @@ brings and no placement in the run takes away:
 ours (defaults)                                     baseline in the same run              target
 ==================================================  ====================================  ======
 2,000 trivial tests (instant in-process agent) -j1  pytest + pytest-asyncio, same tests   <= 0.5
-400 tests, a POST each to a 50 ms agent, -j 32 (*)  a bare aiohttp script (the floor)     <= 1.15
+400 tests, a POST each to a 50 ms agent, -j32 (*)  a bare aiohttp script (the floor)     <= 1.15
 ``agent-health list`` of one test                   python -c "import pydantic, httpx"    <= 1.2
 ``agent-health run`` of one trivial test (*)        python -c "import pydantic, httpx"    <= 1.5
 a hanging agent, ``--timeout 2``                    the same run with ``--no-ledger``     <= 1.2
