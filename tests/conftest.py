@@ -12,6 +12,9 @@ import support_agent
 import triage_agent
 
 ROOT = Path(__file__).resolve().parents[1]
+# tests/data holds what tests read (suites among them, e.g. mcp_suite/test_mcp.py, an
+# agent-health suite): pytest does not collect it as its own tests.
+collect_ignore = ["data"]
 
 
 @pytest.fixture(autouse=True)
