@@ -324,13 +324,10 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.engine.recording",
     "agent_health.engine.recording.peerroutes",
     "agent_health.engine.recording.recording",
-    "agent_health.engine.recording.refusal",
     "agent_health.engine.recording.runrecord",
     "agent_health.engine.reporters",
     "agent_health.engine.reporters.terminal",
-    "agent_health.engine.reporters.terminal_budget",
     "agent_health.engine.reporters.terminal_failures",
-    "agent_health.engine.reporters.terminal_matrix",
     "agent_health.engine.reporters.terminal_style",
     "agent_health.engine.reporters.terminal_tables",
     "agent_health.engine.reports",
@@ -448,9 +445,11 @@ def test_run_of_one_trivial_test_imports_only_its_allow_list(suite: Path) -> Non
     assert not past, f"agent-health run imported past its allow-list: {', '.join(past)}"
 
 
-# Without the history (the bench's `run --no-history`): neither its recording nor what its
-# trend line reads (the paired test), nor the live feed's models when the run streams nowhere.
+# Without the history (the bench's `run --no-history`): neither its recording, nor the command
+# line's side of it (cli/run/archive.py), nor what its trend line reads (the paired test), nor
+# the live feed's models when the run streams nowhere.
 RUN_NO_HISTORY_ALLOWED = RUN_ALLOWED - {
+    "agent_health.cli.run.archive",
     "agent_health.engine.statistics.pairing",
     "agent_health.history.ci",
     "agent_health.history.database",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent_health.cli import common
-from agent_health.cli.run import archive, catalog, execution, reporting
+from agent_health.cli.run import catalog, execution, reporting
 from agent_health.cli.run import request as request_mod
 from agent_health.cli.run import suite as suite_mod
 
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent_health import connectors
+    from agent_health.cli.run import archive
     from agent_health.engine import recording, reports
+    from agent_health.history import location
     from agent_health.otel import export as export_mod
     from agent_health.sdk import config as config_mod
 
@@ -76,7 +78,7 @@ def _run(
     )
     # A replay is not recorded: the agent did not answer, so it says nothing of the agent's
     # trend.
-    pending = archive.warm(where if recording is None and not args.list else None)
+    pending = _pending(where if recording is None and not args.list else None)
     suite = loading.load(paths, suite_mod.discovery_of(args, config))
     if not args.list:
         for note in loading.notes(suite):
@@ -156,6 +158,8 @@ def _run(
     # every test waits for (the calls row of bench/defaults.py: about 0.2 s of wall).
     starting = None
     if pending is not None:
+        from agent_health.cli.run import archive
+
         agent = reporting.agent_info(config, *lanes[0]).name if len(lanes) == 1 else None
         line = archive.Upcoming(agent, suite_name, started_at) if len(lanes) <= 1 else None
         starting = functools.partial(pending.start, cases, line)
@@ -278,6 +282,10 @@ def _run(
         _output_closed(report, outputs, recorded, err_console)
     found = None
     regressed = []
+    # The history's side of the command line: imported only by a run that has a history or
+    # writes a markdown summary (which says when there is none).
+    if pending is not None or summaries:
+        from agent_health.cli.run import archive
     if pending is not None and gates is not None:
         gated, found = archive.gate(
             pending, report, args.baseline, gates, code=code, consoles=consoles
@@ -309,6 +317,16 @@ def _run(
     # did not run
     reporters.closing(console, report, unwritten=unwritten, also=regressed)
     return code
+
+
+def _pending(where: location.Location | None) -> archive.Pending | None:
+    """The run's history, to open as the run starts; ``None`` when it has none, and then
+    the history's side of the command line (:mod:`.archive`) is not imported."""
+    if where is None:
+        return None
+    from agent_health.cli.run import archive
+
+    return archive.warm(where)
 
 
 def _given_uid() -> str | None:

@@ -41,13 +41,13 @@ from pydantic_core import to_jsonable_python
 
 from agent_health import ledger
 from agent_health.engine import outcome
-from agent_health.engine.recording import refusal, runrecord
+from agent_health.engine.recording import runrecord
 from agent_health.ledger import chain, encoding, objects, observation, runfile, store
 from agent_health.sdk import context
 from agent_health.sdk.results import RunResult, TestResult
 
 if TYPE_CHECKING:
-    pass
+    from agent_health.engine.recording import refusal
 
 log = logging.getLogger("agent_health.engine")
 DEFAULT_ROOT = Path(".agent-health") / "ledger"
@@ -239,6 +239,8 @@ class LocalLedger:
         except ledger.LedgerError as err:
             self.failures.append(f"{self.url}: {err}")
         if self._runfile is not None and self._runfile.refused:
+            from agent_health.engine.recording import refusal  # a cell refused: rare
+
             kinds = self._runfile.refused_kinds
             for name, why in self._runfile.refused.items():
                 self.refused[name] = refusal.Refusal(why, kinds.get(name, ""))
@@ -367,6 +369,8 @@ class LocalLedger:
                         kind = str(record.get("kind", ""))
                         lines.append(sealer.line_of(record))
                 except ledger.RecordError as err:
+                    from agent_health.engine.recording import refusal
+
                     self.refused[cell.name] = refusal.Refusal(f"its {kind} record: {err}", kind)
                     return
                 await self._backend.append(cell.name, lines)

@@ -22,12 +22,7 @@ from rich.console import Console
 
 from agent_health import statuses
 from agent_health.engine import outcome, reports, statistics, visible
-from agent_health.engine.reporters import (
-    terminal_budget,
-    terminal_failures,
-    terminal_matrix,
-    terminal_tables,
-)
+from agent_health.engine.reporters import terminal_failures, terminal_tables
 from agent_health.engine.reporters import terminal_style as style
 from agent_health.sdk.results import TestResult
 
@@ -228,9 +223,14 @@ def summary(
         )
     if s.insights is not None:
         _rollup(console, s.insights)
+    # An agent matrix's table and a budget's line: their modules only for a run that has one.
     if report.matrix is not None:
+        from agent_health.engine.reporters import terminal_matrix
+
         terminal_matrix.show(console, report.matrix)
     if s.budget is not None:
+        from agent_health.engine.reporters import terminal_budget
+
         console.print(terminal_budget.line(s.budget), highlight=False, markup=False)
     if s.interrupted:
         console.print(f"[yellow]interrupted[/]: {s.not_run} tests never started")
