@@ -309,6 +309,11 @@ LIST_ALLOWED = frozenset(
     }
 )
 RUN_ALLOWED = LIST_ALLOWED | {
+    # The report's optional parts (a budget, the insights rollup, an agent matrix): their
+    # modules are loaded as its serializer is first built, here by the history's recording.
+    "agent_health.engine.budget",
+    "agent_health.engine.reports.rollup",
+    "agent_health.engine.statistics.matrix",
     "agent_health.cli.run.archive",
     "agent_health.cli.run.execution",
     "agent_health.cli.run.handler",
@@ -317,7 +322,6 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.connectors.partial",
     "agent_health.connectors.transport",
     "agent_health.connectors.wire",
-    "agent_health.engine.budget",
     "agent_health.engine.loading.lastfailed",
     "agent_health.engine.outcome",
     "agent_health.engine.outcome.grading",
@@ -333,11 +337,9 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.engine.reports",
     "agent_health.engine.reports.bounds",
     "agent_health.engine.reports.entries",
-    "agent_health.engine.reports.insights",
     "agent_health.engine.reports.offtrack",
     "agent_health.engine.reports.provenance",
     "agent_health.engine.reports.report",
-    "agent_health.engine.reports.rollup",
     "agent_health.engine.reports.savedreport",
     "agent_health.engine.running",
     "agent_health.engine.running.agent_process",
@@ -347,7 +349,6 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.engine.running.runner",
     "agent_health.engine.running.session",
     "agent_health.engine.statistics",
-    "agent_health.engine.statistics.matrix",
     "agent_health.engine.statistics.pairing",  # the history's trend line (cli/run/archive.py)
     "agent_health.engine.statistics.resample",
     "agent_health.engine.statistics.stats",
@@ -447,9 +448,13 @@ def test_run_of_one_trivial_test_imports_only_its_allow_list(suite: Path) -> Non
 
 # Without the history (the bench's `run --no-history`): neither its recording, nor the command
 # line's side of it (cli/run/archive.py), nor what its trend line reads (the paired test), nor
-# the live feed's models when the run streams nowhere.
+# the live feed's models when the run streams nowhere, nor the modules of the report's
+# optional parts (nothing serializes the report).
 RUN_NO_HISTORY_ALLOWED = RUN_ALLOWED - {
     "agent_health.cli.run.archive",
+    "agent_health.engine.budget",
+    "agent_health.engine.reports.rollup",
+    "agent_health.engine.statistics.matrix",
     "agent_health.engine.statistics.pairing",
     "agent_health.history.ci",
     "agent_health.history.database",

@@ -7,6 +7,9 @@ either way, ``model_dump()`` and what the terminal prints are not)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,3 +117,50 @@ def test_a_report_built_without_validation_is_what_validation_makes_of_it(
         assert validated.model_dump_json(indent=2) == report.model_dump_json(indent=2)
         # as Python values too (the history stores them): 12 == 12.0, but not in their repr
         assert repr(validated.model_dump()) == repr(report.model_dump())
+
+
+FRESH = """
+import json, sys
+from agent_health.engine.reports.report import RunReport
+
+parts = ("agent_health.engine.budget", "agent_health.engine.reports.rollup",
+         "agent_health.engine.statistics.matrix")
+before = [m for m in parts if m in sys.modules]
+text = open(sys.argv[1]).read()
+read = RunReport.model_validate_json(text).model_dump_json(indent=2)
+schema = sorted(RunReport.model_json_schema()["$defs"])
+print(json.dumps({"before": before, "same": read == text, "schema": schema}))
+"""
+
+
+def test_a_report_with_every_optional_part_reads_back_where_none_of_their_modules_was_loaded(
+    tmp_path: Path,
+) -> None:
+    # A run of one agent with no budget and no insights never loads the modules of those
+    # parts (their models are the report's field types, resolved when pydantic first builds
+    # a validator, a serializer or a schema of it): a fresh interpreter reading a report that
+    # has all three must load them then, and read it as written.
+    from agent_health.engine import budget
+
+    meter = budget.Meter(budget.Limits(max_tokens=10), started=0.0)
+    explained = {"summary": "slow", "why": "it waited", "recommendations": ["cache it"]}
+    results = [
+        r.model_copy(update={"insights": explained}) if r.status == "failed" else r
+        for r in matrix()
+    ]
+    report = RunReport.build(
+        results, provenance=what_ran(), duration_ms=1.0, budget=meter.report(now=1.0)
+    )
+    assert report.matrix is not None
+    assert report.summary.budget is not None
+    assert report.summary.insights is not None
+    path = tmp_path / "report.json"
+    path.write_text(report.model_dump_json(indent=2))
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["before"] == []  # the parts' modules were not loaded by the report's
+    assert found["same"]
+    assert {"Matrix", "Report", "Rollup"} <= set(found["schema"])

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     )
     from agent_health.engine.reports.insights import LLM as InsightsLLM
     from agent_health.engine.reports.insights import explain
-    from agent_health.engine.reports.insights import function_for as insights_function
     from agent_health.engine.reports.insights import tools_for as insights_tools
     from agent_health.engine.reports.offtrack import ENDED_BADLY, failing_turn
     from agent_health.engine.reports.offtrack import find as find_offtrack
@@ -63,7 +62,6 @@ else:
             "with_metric_signals": "entries",
             "InsightsLLM": "insights:LLM",
             "explain": "insights",
-            "insights_function": "insights:function_for",
             "insights_tools": "insights:tools_for",
             "ENDED_BADLY": "offtrack",
             "conversation_summary": "offtrack:summary",
@@ -119,7 +117,6 @@ __all__ = [
     "failing_turn",
     "find_offtrack",
     "git_state",
-    "insights_function",
     "insights_tools",
     "new_run_id",
     "offtrack_said",

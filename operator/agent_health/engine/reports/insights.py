@@ -34,8 +34,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_health.engine.reports import entries, offtrack
-from agent_health.sdk import config as config_mod
-from agent_health.sdk import declare
 from agent_health.sdk.results import RunResult, TestResult
 
 LLM = Callable[[str], Awaitable[str]]
@@ -52,15 +50,6 @@ class Insights(BaseModel):
     summary: str
     why: str | None = None
     recommendations: list[str] = Field(default_factory=list)
-
-
-def function_for(case: declare.TestCase, config: config_mod.Config | None) -> Any:
-    """The test's own insights function, else the config's (``insights=False``: none)."""
-    if case.insights is False:
-        return None
-    if case.insights is not None:
-        return case.insights
-    return config.insights if config else None
 
 
 def tools_for(run: RunResult | None) -> Callable[[], Any] | None:

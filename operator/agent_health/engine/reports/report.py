@@ -35,17 +35,20 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from agent_health import statuses
-from agent_health.engine import budget as budget_mod
 from agent_health.engine import outcome, statistics
 from agent_health.engine.reports import entries
-from agent_health.engine.reports import rollup as rollup_mod
 from agent_health.engine.reports.provenance import Provenance
 from agent_health.sdk.results import CAUSES, Cause, TestResult
+
+if TYPE_CHECKING:  # the optional parts' models: loaded by _parts(), not by every run
+    from agent_health.engine import budget as budget_mod
+    from agent_health.engine.reports import rollup as rollup_mod
+    from agent_health.engine.statistics import Matrix
 
 REPORT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -82,6 +85,48 @@ def by_cause(results: Sequence[TestResult]) -> dict[Cause, int]:
         if r.status == "errored" and r.cause is not None:
             counts[r.cause] += 1
     return counts
+
+
+def _parts() -> None:
+    """The modules of the report's optional parts — a budget's, the insights rollup's, an
+    agent matrix's — put where pydantic reads the report's field types (this module's
+    namespace), as it first builds a validator or a serializer of :class:`Summary` or
+    :class:`RunReport` (:class:`_WithParts`).
+
+    A run fills its report without validating it (:meth:`RunReport.build`), so a run with
+    none of these parts — one agent, no budget, no insights — never imports their modules
+    or makes their classes (``tests/cli/test_cli_imports.py``)."""
+    from agent_health.engine import budget
+    from agent_health.engine.reports import rollup
+
+    globals().update(budget_mod=budget, rollup_mod=rollup, Matrix=statistics.Matrix)
+
+
+class _WithParts(BaseModel):
+    """A report model whose fields name the optional parts' models, left unresolved when the
+    class is made: pydantic resolves them, :func:`_parts` first, when it first builds the
+    model's validator, serializer or JSON schema (each goes through :meth:`model_rebuild`).
+    A model or ``TypeAdapter`` of another module holding :class:`Summary` or
+    :class:`RunReport` (none does) would call ``RunReport.model_rebuild()`` first."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    @classmethod
+    def model_rebuild(
+        cls,
+        *,
+        force: bool = False,
+        raise_errors: bool = True,
+        _parent_namespace_depth: int = 2,
+        _types_namespace: Any = None,
+    ) -> bool | None:
+        _parts()
+        return super().model_rebuild(
+            force=force,
+            raise_errors=raise_errors,
+            _parent_namespace_depth=_parent_namespace_depth + 1,
+            _types_namespace=_types_namespace,
+        )
 
 
 class LabelStats(BaseModel):
@@ -158,7 +203,7 @@ class Quarantined(BaseModel):
     flaky: int = 0
 
 
-class Summary(BaseModel):
+class Summary(_WithParts):
     model_config = ConfigDict(defer_build=True, frozen=True)
 
     total: int
@@ -255,7 +300,7 @@ class Summary(BaseModel):
     )
 
 
-class RunReport(BaseModel):
+class RunReport(_WithParts):
     """All results of one run. Field order is part of the file format."""
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -264,7 +309,7 @@ class RunReport(BaseModel):
     summary: Summary
     provenance: Provenance | None = None
     tests: list[dict[str, Any]]
-    matrix: statistics.Matrix | None = Field(
+    matrix: Matrix | None = Field(
         default=None,
         description="an agent matrix (--agent a --agent b): each agent's summary, the tests "
         "side by side and the paired statistics of each pair; None for one agent",
@@ -307,7 +352,10 @@ class RunReport(BaseModel):
         apart = [r for r in every if r.quarantined]
         if apart:  # reported apart: every aggregate below is over the others
             results = [r for r in every if not r.quarantined]
-        rollup = rollup if rollup is not None else rollup_mod.group(results)
+        if rollup is None and any(r.insights for r in results):  # else none to group
+            from agent_health.engine.reports import rollup as rollup_mod
+
+            rollup = rollup_mod.group(results)
         counts = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0}
         flaky = 0
         for r in results:
@@ -393,13 +441,16 @@ class RunReport(BaseModel):
             summary=Summary.model_construct(**summary),
             provenance=provenance,
             tests=tests,
-            # each pair of agents gets the paired test `compare` runs on two reports
+            # each pair of agents gets the paired test `compare` runs on two reports; a
+            # run of one agent (whose results name none) loads no matrix
             matrix=statistics.build_matrix(
                 results,
                 [t for t in tests if not t["quarantined"]] if apart else tests,
                 alone,
                 pairing or _paired,
-            ),
+            )
+            if any(r.agent is not None for r in results)
+            else None,
         )
 
 

@@ -302,7 +302,7 @@ async def _run_case(
             result = result.model_copy(update=seen)
         elif mcp_calls:
             result = result.model_copy(update={"mcp_calls": mcp_calls})
-        fn = reports.insights_function(case, env.config)
+        fn = _insights_function(case, env.config)
         if fn is not None and status != "skipped":
             found = await reports.explain(
                 fn,
@@ -504,3 +504,13 @@ def errored_result(
         cause=cause,
         duration_ms=duration_ms,
     )
+
+
+def _insights_function(case: declare.TestCase, config: config_mod.Config | None) -> Any:
+    """The test's own insights function, else the config's (``insights=False``: none).
+    Looked up here, so a run whose tests have none never loads the insights' module."""
+    if case.insights is False:
+        return None
+    if case.insights is not None:
+        return case.insights
+    return config.insights if config else None

@@ -8,14 +8,16 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_health import statuses
-from agent_health.engine import budget as budget_mod
 from agent_health.engine import outcome, reports
 from agent_health.engine.running import capture, runner
 from agent_health.sdk import declare, errors
 from agent_health.sdk.results import Attempt, TestResult
+
+if TYPE_CHECKING:  # loaded by a run with a budget (its meter), not by every run
+    from agent_health.engine import budget as budget_mod
 
 
 class Listener(Protocol):
@@ -265,7 +267,10 @@ class _Pool:
             not_run=len(self.items),
             hook_errors=self.hook_errors,
             stopped=self.stopped or (self.halt.reason if self.halt is not None else None),
-            rollup=await reports.synthesise_rollup(self.results, llm),
+            # no test's insights, nothing to roll up: the rollup's module is not loaded
+            rollup=await reports.synthesise_rollup(self.results, llm)
+            if any(r.insights for r in self.results)
+            else None,
             budget=self.meter.report() if self.meter is not None else None,
         )
 
@@ -326,9 +331,12 @@ class _Pool:
     def _skip_for_budget(self) -> None:
         """Every test a budget kept from starting is ``skipped``, reason ``budget``."""
         while self.items and self.meter is not None and self.meter.exhausted is not None:
+            from agent_health.engine import budget as budget_mod
+
             case, r, lane = self.items.popleft()
             self.meter.skipped += 1
-            self._done(self._of(lane, runner.skipped_result(case, r, budget_mod.SKIP_REASON)))
+            skipped = runner.skipped_result(case, r, budget_mod.SKIP_REASON)
+            self._done(self._of(lane, skipped))
 
     def _of(self, lane: int, result: TestResult) -> TestResult:
         """The result, naming its agent in a matrix run."""

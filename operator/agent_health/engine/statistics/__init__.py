@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from agent_health.engine.statistics.matrix import Pair as MatrixPair
     from agent_health.engine.statistics.matrix import Side as MatrixSide
     from agent_health.engine.statistics.matrix import build as build_matrix
-    from agent_health.engine.statistics.matrix import key as matrix_key
     from agent_health.engine.statistics.pairing import ALPHA, Paired
     from agent_health.engine.statistics.pairing import compare as pair_runs
     from agent_health.engine.statistics.pairing import render as render_paired
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
         proportion,
         tallies,
     )
+    from agent_health.engine.statistics.uncertainty import key as matrix_key
     from agent_health.engine.statistics.uncertainty import score as score_interval
 else:
     __getattr__, __dir__ = faces.lazy(
@@ -38,7 +38,7 @@ else:
             "MatrixSide": "matrix:Side",
             "Pairing": "matrix",
             "build_matrix": "matrix:build",
-            "matrix_key": "matrix:key",
+            "matrix_key": "uncertainty:key",
             "ALPHA": "pairing",
             "Paired": "pairing",
             "pair_runs": "pairing:compare",

@@ -93,12 +93,6 @@ class Matrix(BaseModel):
     pairs: list[Pair]
 
 
-def key(result: TestResult) -> str:
-    """A result's test in the run's aggregates: its id, and its agent in a matrix (so pass@k
-    and the intervals count each agent's repeats of a test apart)."""
-    return result.id if result.agent is None else f"{result.agent}: {result.id}"
-
-
 def agents_of(results: Iterable[TestResult]) -> list[str]:
     """The agents of a matrix run, in the order they first appear (empty for one agent)."""
     return list(dict.fromkeys(r.agent for r in results if r.agent is not None))

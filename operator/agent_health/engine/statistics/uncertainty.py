@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health import statuses
-from agent_health.engine.statistics import matrix, stats
+from agent_health.engine.statistics import stats
 from agent_health.sdk import errors
 from agent_health.sdk.results import TestResult
 
@@ -78,12 +78,18 @@ class Tally(BaseModel):
     scored: int = 0
 
 
+def key(result: TestResult) -> str:
+    """A result's test in the run's aggregates: its id, and its agent in a matrix (so pass@k
+    and the intervals count each agent's repeats of a test apart)."""
+    return result.id if result.agent is None else f"{result.agent}: {result.id}"
+
+
 def tallies(results: Sequence[TestResult]) -> dict[str, Tally]:
     """Per test id: its decided repeats (passed, failed, flaky — failed, then passed on a
     retry —, errored by the agent) and its scores."""
     found: dict[str, list[float]] = {}
     for r in results:
-        tally = found.setdefault(matrix.key(r), [0, 0, 0.0, 0])  # an agent matrix: apart
+        tally = found.setdefault(key(r), [0, 0, 0.0, 0])  # an agent matrix: apart
         if r.status in statuses.DECIDED or (r.status == "errored" and r.cause == "agent"):
             tally[1] += 1
             tally[0] += r.status == "passed"
