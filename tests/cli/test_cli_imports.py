@@ -388,7 +388,7 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.traces",
     "agent_health.traces.errors",
     "agent_health.traces.metrics",
-    "agent_health.traces.records",
+    "agent_health.traces.traceparent",
 }
 LIST_PACKAGES = frozenset(
     {"pydantic", "pydantic_core", "annotated_types", "typing_extensions", "typing_inspection"}

@@ -12,7 +12,7 @@ from agent_health.connectors.protocol import Step, TokenUsage
 from agent_health.ledger import chain, usage
 from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult
-from agent_health.traces import errors, exchanges, records, trajectory, view
+from agent_health.traces import errors, exchanges, traceparent, trajectory, view
 from support import ledger_support
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -236,10 +236,10 @@ async def test_exchange_source_reads_the_exchanges_as_the_ledger_keeps_them() ->
 
 
 def test_traceparent_parsing() -> None:
-    assert records.trace_id_of(TRACEPARENT) == "0af7651916cd43dd8448eb211c80319c"
-    assert records.span_id_of(TRACEPARENT) == "b7ad6b7169203331"
-    assert records.trace_id_of("garbage") is None
-    assert records.trace_id_of(None) is None
+    assert traceparent.trace_id_of(TRACEPARENT) == "0af7651916cd43dd8448eb211c80319c"
+    assert traceparent.span_id_of(TRACEPARENT) == "b7ad6b7169203331"
+    assert traceparent.trace_id_of("garbage") is None
+    assert traceparent.trace_id_of(None) is None
 
 
 def test_config_errors_name_the_field() -> None:

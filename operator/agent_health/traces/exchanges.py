@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent_health.traces import errors, records
+from agent_health.traces import traceparent as traceparent_mod
 
 if TYPE_CHECKING:
     from agent_health import ledger
@@ -53,7 +54,7 @@ class ExchangeSource:
 
     async def spans(self, run_id: str, traceparent: str | None) -> Sequence[records.Span]:
         found = await self._exchanges(run_id)
-        trace_id = records.trace_id_of(traceparent) or _hex(run_id, 32)
+        trace_id = traceparent_mod.trace_id_of(traceparent) or _hex(run_id, 32)
         root = next((e for e in found if _kind(e) == records.INVOKE_AGENT), None)
         root_id = _hex(f"{run_id}:root", 16)
         spans = []
@@ -65,7 +66,7 @@ class ExchangeSource:
                     trace_id=trace_id,
                     span_id=root_id if is_root else _hex(f"{run_id}:{n}", 16),
                     name=_name(e, kind),
-                    parent_span_id=records.span_id_of(traceparent) if is_root else root_id,
+                    parent_span_id=traceparent_mod.span_id_of(traceparent) if is_root else root_id,
                     start_ms=e.started_at.timestamp() * 1000,
                     end_ms=e.ended_at.timestamp() * 1000,
                     status="error" if _failed(e) else "ok",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_health.sdk import tracesconfig
 from agent_health.traces import errors, records
+from agent_health.traces import traceparent as traceparent_mod
 
 if TYPE_CHECKING:
     from opensearchpy import AsyncOpenSearch
@@ -47,7 +48,7 @@ def span_query(
         {"term": {attribute_field(prefix, cfg.run_id_attribute): run_id}}
         for prefix in SPAN_PREFIXES
     ]
-    trace_id = records.trace_id_of(traceparent)
+    trace_id = traceparent_mod.trace_id_of(traceparent)
     if trace_id is not None:
         should.insert(0, {"term": {"traceId": trace_id}})
     return {
@@ -63,7 +64,7 @@ def log_query(
     should: list[dict[str, Any]] = [
         {"term": {attribute_field(prefix, cfg.run_id_attribute): run_id}} for prefix in LOG_PREFIXES
     ]
-    trace_id = records.trace_id_of(traceparent)
+    trace_id = traceparent_mod.trace_id_of(traceparent)
     if trace_id is not None:
         should.insert(0, {"term": {"traceId": trace_id}})
     return {

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from agent_health.traces import traceparent as traceparent_mod
+
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 TOOL_NAME = "gen_ai.tool.name"
@@ -170,26 +172,8 @@ def belongs(
     named = attributes.get(run_id_attribute)
     if named is not None:
         return str(named) == run_id
-    own = trace_id_of(traceparent)
+    own = traceparent_mod.trace_id_of(traceparent)
     return own is not None and trace_id == own
-
-
-def trace_id_of(traceparent: str | None) -> str | None:
-    """The trace id inside a W3C ``traceparent`` (``00-<trace id>-<span id>-<flags>``)."""
-    if not traceparent:
-        return None
-    parts = traceparent.split("-")
-    if len(parts) != 4 or len(parts[1]) != 32:
-        return None
-    return parts[1]
-
-
-def span_id_of(traceparent: str | None) -> str | None:
-    """The parent span id inside a W3C ``traceparent``."""
-    if not traceparent:
-        return None
-    parts = traceparent.split("-")
-    return parts[2] if len(parts) == 4 and len(parts[2]) == 16 else None
 
 
 def _int(value: Any) -> int | None:

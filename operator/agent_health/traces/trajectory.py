@@ -16,6 +16,7 @@ from typing import Any
 
 from agent_health.sdk.results import RunResult
 from agent_health.traces import metrics, records
+from agent_health.traces import traceparent as traceparent_mod
 
 
 class TrajectorySource:
@@ -44,7 +45,7 @@ class TrajectorySource:
 
 def to_spans(result: RunResult) -> list[records.Span]:
     """The trajectory as spans (see the module docstring)."""
-    trace_id = records.trace_id_of(result.traceparent) or _trace_id(result.run_id)
+    trace_id = traceparent_mod.trace_id_of(result.traceparent) or _trace_id(result.run_id)
     root_id = _span_id(result.run_id, -1)
     root_attrs: dict[str, Any] = {records.OPERATION: records.INVOKE_AGENT}
     usage = result.token_usage
@@ -61,7 +62,7 @@ def to_spans(result: RunResult) -> list[records.Span]:
             trace_id=trace_id,
             span_id=root_id,
             name=records.INVOKE_AGENT,
-            parent_span_id=records.span_id_of(result.traceparent),
+            parent_span_id=traceparent_mod.span_id_of(result.traceparent),
             status="ok",
             attributes=root_attrs,
             elapsed_ms=result.duration_ms,

@@ -28,7 +28,7 @@ from agent_health import connectors
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import context, errors, tracesconfig
 from agent_health.traces import errors as traces_errors
-from agent_health.traces import records
+from agent_health.traces import traceparent as traceparent_mod
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 OWN_ENDPOINTS = (ENDPOINT_ENV, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -130,7 +130,9 @@ class LocalReceiver:
         async def expect(request: AgentRequest) -> None:
             await self.ready()
             if self.collector is not None:
-                self.collector.expect(request.run_id, records.trace_id_of(request.traceparent))
+                self.collector.expect(
+                    request.run_id, traceparent_mod.trace_id_of(request.traceparent)
+                )
 
         return Joined(call, self.read, expect)
 

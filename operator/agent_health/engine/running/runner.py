@@ -30,8 +30,7 @@ from agent_health.sdk import config as config_mod
 from agent_health.sdk import traces as traces_mod
 from agent_health.sdk.results import RunResult, Signal, TestResult
 from agent_health.traces import errors as traces_errors
-from agent_health.traces import metrics
-from agent_health.traces import records as trace_records
+from agent_health.traces import metrics, traceparent
 
 if TYPE_CHECKING:
     from agent_health.traces import exchanges, received
@@ -473,7 +472,7 @@ def _result(
         token_usage=run.token_usage if run else TokenUsage(),
         content_hash=case.content_hash,
         # The traceparent's trace: the test's, in an OTLP export and among the agent's spans.
-        trace_id=trace_records.trace_id_of(ctx.traceparent) if ctx else None,
+        trace_id=traceparent.trace_id_of(ctx.traceparent) if ctx else None,
         skip_reason=skip_reason,
         case=dict(case.metadata) if case.metadata is not None else None,
     )
