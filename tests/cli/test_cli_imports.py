@@ -480,6 +480,120 @@ def test_run_of_one_trivial_test_without_the_history_imports_only_its_allow_list
     assert not heavy, f"agent-health run --no-history imported {', '.join(heavy)}"
 
 
+MADE = """
+import dataclasses, json, sys
+import pydantic
+from agent_health.cli import app
+code = app.main(sys.argv[1:])
+made = sorted(
+    f"{m.__module__}.{m.__qualname__}"
+    for name, module in list(sys.modules.items())
+    if name.startswith("agent_health.")
+    for m in vars(module).values()
+    if isinstance(m, type) and m.__module__ == name
+    and (issubclass(m, pydantic.BaseModel) or dataclasses.is_dataclass(m))
+)
+json.dump(made, open("made.json", "w"))
+sys.exit(code)
+"""
+
+# The models and dataclasses of ours a passing `run --no-history` of one trivial test makes:
+# each costs its making (a few million instructions: its fields collected, a dataclass's
+# methods compiled one by one) whether or not the run uses it. A class a run of one passing
+# test needs neither makes nor reads (a report file's entry shape, the insights rollup, a
+# budget, an agent matrix, trace spans, a refused cell) is made where it is first used.
+RUN_NO_HISTORY_CLASSES = frozenset(
+    {
+        "agent_health.cli.run.execution.Executed",
+        "agent_health.cli.run.request.RunRequest",
+        "agent_health.connectors.base.ConnectorSpec",
+        "agent_health.connectors.base.Conversations",
+        "agent_health.connectors.environment.FromEnv",
+        "agent_health.connectors.partial.Partial",
+        "agent_health.connectors.protocol.AgentReply",
+        "agent_health.connectors.protocol.AgentRequest",
+        "agent_health.connectors.protocol.ContextItem",
+        "agent_health.connectors.protocol.FileItem",
+        "agent_health.connectors.protocol.Message",
+        "agent_health.connectors.protocol.ModelUsage",
+        "agent_health.connectors.protocol.Step",
+        "agent_health.connectors.protocol.TokenUsage",
+        "agent_health.connectors.protocol.ToolDefinition",
+        "agent_health.connectors.readonly.ReadOnlyModel",
+        "agent_health.engine.loading.discovery.Discovery",
+        "agent_health.engine.loading.lastfailed.Cache",
+        "agent_health.engine.loading.loader.LoadError",
+        "agent_health.engine.loading.loader.Suite",
+        "agent_health.engine.recording.recording._Cell",
+        "agent_health.engine.reporters.terminal_tables._Group",
+        "agent_health.engine.reports.bounds.Bounded",
+        "agent_health.engine.reports.provenance.AgentInfo",
+        "agent_health.engine.reports.provenance.JudgeInfo",
+        "agent_health.engine.reports.provenance.Provenance",
+        "agent_health.engine.reports.provenance.Selection",
+        "agent_health.engine.reports.provenance.SuiteInfo",
+        "agent_health.engine.reports.report.LabelStats",
+        "agent_health.engine.reports.report.Quarantined",
+        "agent_health.engine.reports.report.Recommendation",
+        "agent_health.engine.reports.report.RepeatStats",
+        "agent_health.engine.reports.report.RunReport",
+        "agent_health.engine.reports.report.Summary",
+        "agent_health.engine.reports.report.UnpricedModel",
+        "agent_health.engine.reports.report._WithParts",
+        "agent_health.engine.running.runner.RunEnv",
+        "agent_health.engine.running.session.Halt",
+        "agent_health.engine.running.session.Outcome",
+        "agent_health.engine.running.session.Policy",
+        "agent_health.engine.statistics.uncertainty.Interval",
+        "agent_health.engine.statistics.uncertainty.PassAtK",
+        "agent_health.engine.statistics.uncertainty.Tally",
+        "agent_health.history.location.Location",
+        "agent_health.ledger.chain.Problem",
+        "agent_health.ledger.chain.VerifyResult",
+        "agent_health.ledger.runfile.Parsed",
+        "agent_health.ledger.runfile._Cell",
+        "agent_health.ledger.store.Options",
+        "agent_health.sdk.config.Config",
+        "agent_health.sdk.config.JudgeConfig",
+        "agent_health.sdk.config.PeerSpec",
+        "agent_health.sdk.config.RetryConfig",
+        "agent_health.sdk.context.JudgeRequest",
+        "agent_health.sdk.context.TestContext",
+        "agent_health.sdk.context.TestInfo",
+        "agent_health.sdk.declare.Collector",
+        "agent_health.sdk.declared.FixtureDef",
+        "agent_health.sdk.declared.Hook",
+        "agent_health.sdk.declared.TestCase",
+        "agent_health.sdk.otlpconfig.OtlpConfig",
+        "agent_health.sdk.otlpconfig.Settings",
+        "agent_health.sdk.results.Attempt",
+        "agent_health.sdk.results.RunResult",
+        "agent_health.sdk.results.Signal",
+        "agent_health.sdk.results.TestResult",
+        "agent_health.sdk.results.Verdict",
+        "agent_health.sdk.tracesconfig.OpenSearchSettings",
+        "agent_health.sdk.tracesconfig.OtlpSettings",
+        "agent_health.sdk.tracesconfig.Price",
+        "agent_health.sdk.tracesconfig.TracesSettings",
+        "agent_health.sdk.turns.ConversationEnd",
+        "agent_health.sdk.turns.Turn",
+        "agent_health.traces.metrics.ToolStats",
+    }
+)
+
+
+def test_run_of_one_trivial_test_without_the_history_makes_only_its_classes(suite: Path) -> None:
+    argv = ["run", str(suite), "--no-history"]
+    done = subprocess.run(
+        [sys.executable, "-c", MADE, *argv], cwd=suite, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    made = set(json.loads((suite / "made.json").read_text()))
+    assert "agent_health.sdk.results.TestResult" in made  # it ran its test
+    past = sorted(made - RUN_NO_HISTORY_CLASSES)
+    assert not past, f"agent-health run --no-history made {', '.join(past)}"
+
+
 COUNTED = """
 import gc
 import json

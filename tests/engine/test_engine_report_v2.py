@@ -19,7 +19,7 @@ import pytest
 from agent_health import cli
 from agent_health.connectors.protocol import ContextItem, Step
 from agent_health.engine.recording import recording
-from agent_health.engine.reports import bounds, entries, provenance
+from agent_health.engine.reports import bounds, entries, entryshape, provenance
 from agent_health.engine.reports.report import RunReport
 from agent_health.ledger import backends
 from agent_health.sdk.results import TestResult
@@ -88,9 +88,9 @@ async def test_a_run_records_prompt_context_output_trajectory_and_its_cell(
     assert (plain["output"], plain["trajectory"], plain["prompt"]) == (None, [], None)
     assert plain["ledger_cell"] is None  # a test that never ran the agent records no cell
     for entry in run.report["tests"]:
-        entries.TestEntry.model_validate(entry)  # the documented shape, field for field
+        entryshape.TestEntry.model_validate(entry)  # the documented shape, field for field
     assert list(run.report["tests"][0]) == [
-        name for name in entries.TestEntry.model_fields if name in run.report["tests"][0]
+        name for name in entryshape.TestEntry.model_fields if name in run.report["tests"][0]
     ]
 
 

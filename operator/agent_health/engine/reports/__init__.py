@@ -11,13 +11,13 @@ from agent_health import faces
 
 if TYPE_CHECKING:
     from agent_health.engine.reports.bounds import Bounded
-    from agent_health.engine.reports.entries import check as check_entry
     from agent_health.engine.reports.entries import (
         plain,
         received,
         repeat_label,
         with_metric_signals,
     )
+    from agent_health.engine.reports.entryshape import check as check_entry
     from agent_health.engine.reports.insights import LLM as InsightsLLM
     from agent_health.engine.reports.insights import explain
     from agent_health.engine.reports.insights import tools_for as insights_tools
@@ -55,7 +55,7 @@ else:
         __name__,
         {
             "Bounded": "bounds",
-            "check_entry": "entries:check",
+            "check_entry": "entryshape:check",
             "plain": "entries",
             "received": "entries",
             "repeat_label": "entries",
