@@ -48,14 +48,17 @@ import json
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from agent_health.connectors import protocol
 from agent_health.connectors.protocol import Step
 from agent_health.sdk import tracesconfig
 from agent_health.sdk.results import RunResult, Signal
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 CONVERSATION_KEYS = (
     "turns",
@@ -170,7 +173,10 @@ def model_of(result: RunResult) -> str | None:
 
 @functools.cache
 def _parts_adapter() -> TypeAdapter[tuple[protocol.ModelUsage, ...]]:
-    # Built for the first run that names several models: most runs never do.
+    # Built (and pydantic's TypeAdapter imported) for the first run that names several
+    # models: most runs never do.
+    from pydantic import TypeAdapter
+
     return TypeAdapter(tuple[protocol.ModelUsage, ...])
 
 
