@@ -12,6 +12,7 @@ import json
 import platform
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,9 @@ async def test_provenance_says_what_ran(
     _git(suite, "commit", "-qm", "suite")
     commit = _git(suite, "rev-parse", "HEAD")
     monkeypatch.setenv("AGENT_HEALTH_SKIP_JUDGE", "1")
+    # Loading the suite writes its bytecode beside it, as it does for users (whatever this
+    # machine's PYTHONDONTWRITEBYTECODE): a cache the run wrote is not an edit.
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
     secret_url = triage_url.replace("http://", "http://user:hunter2@") + "?token=hunter2"
     args = ("--agent", f"rest+{secret_url}", "--no-ledger")
     clean = await run_cli(suite, *args)

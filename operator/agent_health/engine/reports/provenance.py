@@ -200,9 +200,11 @@ def git_state(paths: Sequence[Path]) -> GitState:
     commit = _git(where, "rev-parse", "HEAD")
     if commit is None:
         return GitState(None, None)
-    # agent-health's own files (.agent-health/: the history, ledgers) never make it dirty.
-    own = ":(exclude,glob)**/.agent-health/**"
-    status = _git(where, "status", "--porcelain", "--", *(str(p.resolve()) for p in paths), own)
+    # What running the suite writes never makes it dirty: agent-health's own files
+    # (.agent-health/: the history, ledgers) and Python's bytecode of the suite's files, which
+    # loading them writes (a checkout without a .gitignore for it was dirty from its first run).
+    own = (":(exclude,glob)**/.agent-health/**", ":(exclude,glob)**/__pycache__/**")
+    status = _git(where, "status", "--porcelain", "--", *(str(p.resolve()) for p in paths), *own)
     branch = _git(where, "symbolic-ref", "--quiet", "--short", "HEAD")
     return GitState(commit, None if status is None else bool(status), branch or None)
 
