@@ -89,6 +89,37 @@ def test_loading_keeps_each_bodys_source_and_not_the_whole_file(tmp_path: Path) 
     assert case.source == inspect.getsource(case.fn)
 
 
+def test_loading_completes_each_declared_case_in_place(tmp_path: Path, monkeypatch: Any) -> None:
+    """The loader fills in each case's id, file and hooks on the case the file declared:
+    a copy of each (``dataclasses.replace``) cost a test about as much as declaring it
+    (issue #40), and what was declared once (its title) is not worked out again."""
+    from agent_health.sdk import declare
+
+    made: list[declare.Collector] = []
+    collecting = declare.collecting
+
+    def kept(file: str) -> Any:
+        block = collecting(file)
+        made.append(block.__enter__())
+
+        class Block:
+            def __enter__(self) -> declare.Collector:
+                return made[-1]
+
+            def __exit__(self, *exc: object) -> None:
+                block.__exit__(*exc)
+
+        return Block()
+
+    monkeypatch.setattr(declare, "collecting", kept)
+    (tmp_path / "test_h.py").write_text(GOOD)
+    suite = loader.load([tmp_path])
+    [collector] = made
+    assert [id(c) for c in suite.cases] == [id(c) for c in collector.cases]
+    assert [c.id for c in suite.cases] == ["test_h.py::answers", "test_h.py::later"]
+    assert {c.file for c in suite.cases} == {"test_h.py"}
+
+
 def test_every_file_binds_the_same_sdk(write_suite: Any) -> None:
     suite = write_suite(
         **{

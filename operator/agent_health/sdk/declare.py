@@ -76,10 +76,32 @@ def _blocks(path: str) -> dict[int, tuple[int, int]]:
     return blocks
 
 
-def _functions(body: list[ast.stmt]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+# The nodes that hold statements (a simple statement holds none: its fields are not looked
+# at, most of a file's statements and every test body's).
+_HOLDERS = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.If,
+    ast.With,
+    ast.AsyncWith,
+    ast.Match,
+    ast.match_case,
+    ast.Try,
+    ast.TryStar,
+    ast.ExceptHandler,
+)
+
+
+def _functions(body: list[Any]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
     """Every function defined in ``body``, at any depth of statements (expressions, where
     most of a file's nodes are, are not walked: a test body is a statement)."""
     for node in body:
+        if not isinstance(node, _HOLDERS):
+            continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node
         for name in ("body", "orelse", "finalbody", "handlers", "cases"):

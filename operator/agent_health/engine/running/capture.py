@@ -54,19 +54,32 @@ class _Stream:
 
 
 class Captured:
-    """The output of one test."""
+    """The output of one test: each stream made by its first write (most tests print
+    nothing, and every test has a capture)."""
+
+    __slots__ = ("err", "out")
 
     def __init__(self) -> None:
-        self.out = _Stream()
-        self.err = _Stream()
+        self.out: _Stream | None = None
+        self.err: _Stream | None = None
+
+    def stream(self, which: str) -> _Stream:
+        """The stream ``which`` (``out`` or ``err``), made now if nothing was written to it."""
+        if which == "out":
+            if self.out is None:
+                self.out = _Stream()
+            return self.out
+        if self.err is None:
+            self.err = _Stream()
+        return self.err
 
     @property
     def stdout(self) -> str | None:
-        return self.out.value()
+        return self.out.value() if self.out is not None else None
 
     @property
     def stderr(self) -> str | None:
-        return self.err.value()
+        return self.err.value() if self.err is not None else None
 
 
 class _Router(io.TextIOBase):
@@ -80,7 +93,7 @@ class _Router(io.TextIOBase):
         captured = _current.get()
         if captured is None:
             return None
-        return captured.out if self._which == "out" else captured.err
+        return captured.stream(self._which)
 
     def write(self, text: str) -> int:
         target = self._target()
@@ -90,7 +103,7 @@ class _Router(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
-        if self._target() is None:
+        if _current.get() is None:  # a test's flush writes nothing: no stream made for it
             self._original.flush()
 
     def isatty(self) -> bool:

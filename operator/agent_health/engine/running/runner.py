@@ -316,7 +316,8 @@ async def _run_case(
         return await _finish(env, ctx.result, result, ctx.agent_error, ctx)
     finally:
         results.unbind_traces(traces_token)
-        await traces.aclose()
+        if traces.views:  # most tests never read run.traces: nothing to close
+            await traces.aclose()
 
 
 async def _body(ctx: context.TestContext, case: declare.TestCase, timeout: float) -> str | None:
