@@ -188,3 +188,50 @@ async def test_bad_provisioning_is_a_clear_error_naming_the_entry(write_suite: A
         assert (test["status"], test["cause"]) == ("errored", "test"), name
         assert message in test["error"], (name, test["error"])
         assert f"test {name!r}" in test["error"]
+
+
+def test_a_run_of_a_prompt_alone_checks_no_part_it_left_out(
+    write_suite: Any, monkeypatch: Any
+) -> None:
+    """``agent.run("ping")`` — most calls — gives no context, env, files, provisioned
+    values, tools or turns: none of their checks runs (issue #40), and the request carries
+    their empty values as before."""
+    from agent_health.sdk import agent, conversation
+    from support.helpers import INPROC_CONFIG, run_cli_sync
+
+    def unexpected(*_: Any) -> Any:
+        raise AssertionError("a part the call left out was checked")
+
+    for name in ("_context_items", "_files", "_provisioned", "_tools"):
+        monkeypatch.setattr(agent, name, unexpected)
+    monkeypatch.setattr(conversation, "scripted", unexpected)
+    monkeypatch.setattr(conversation, "turn_limit", unexpected)
+    config = INPROC_CONFIG.replace(
+        "    async def run(self, request):\n",
+        "    async def run(self, request):\n"
+        "        (Path(__file__).parent / 'seen.json').write_text(request.model_dump_json())\n",
+    ).replace("from agent_health import", "from pathlib import Path\n\nfrom agent_health import")
+    suite = write_suite(
+        **{
+            "agent-health.config.py": config,
+            "test_one.py": """
+            from agent_health import test
+
+            @test("one")
+            async def one(agent, expect):
+                result = await agent.run("ping")
+                expect(result.output).to_equal("pong")
+            """,
+        }
+    )
+    run = run_cli_sync(suite, "--agent", "a", "--no-history")
+    assert run.code == 0, run.report
+    request = json.loads((suite / "seen.json").read_text())
+    assert {k: request[k] for k in ("context", "env", "files", "provisioned", "tools")} == {
+        "context": [],
+        "env": {},
+        "files": [],
+        "provisioned": {},
+        "tools": [],
+    }
+    assert request.get("conversation", False) is False

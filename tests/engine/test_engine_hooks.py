@@ -180,3 +180,39 @@ def test_all_hooks_take_no_fixtures(write_suite: Any) -> None:
     run = run_cli_sync(suite, "--pass-with-no-tests")
     assert run.code == 2
     assert "take no fixtures" in run.report["summary"]["load_errors"][0]
+
+
+def test_a_files_before_all_outcome_is_taken_by_its_later_tests_without_entering_again(
+    write_suite: Any, monkeypatch: Any
+) -> None:
+    """A file's before_all hooks run once, for its first test; its later tests take their
+    outcome, and a file without after_all hooks has nothing to do as each test leaves —
+    neither costs a coroutine a test (issue #40). The last test of a file with after_all
+    hooks still runs them."""
+    from agent_health.engine.running import session
+
+    calls: list[str] = []
+    enter, leave = session._FileHooks.enter, session._FileHooks.leave
+
+    async def entered(self: Any) -> Any:
+        calls.append(f"enter {self.file}")
+        return await enter(self)
+
+    async def left(self: Any, hook_errors: list[str]) -> None:
+        calls.append(f"leave {self.file}")
+        await leave(self, hook_errors)
+
+    monkeypatch.setattr(session._FileHooks, "enter", entered)
+    monkeypatch.setattr(session._FileHooks, "leave", left)
+    three = "".join(f"\n@test('t{i}')\nasync def t{i}():\n    pass\n" for i in range(3))
+    suite = write_suite(
+        **{
+            "test_plain.py": "from agent_health import test\n" + three,
+            "test_after.py": "from agent_health import test\n"
+            + three
+            + "\n@test.after_all\ndef done():\n    print('after_all ran')\n",
+        }
+    )
+    run = run_cli_sync(suite, "-j", "1")
+    assert run.code == 0
+    assert sorted(calls) == ["enter test_after.py", "enter test_plain.py", "leave test_after.py"]

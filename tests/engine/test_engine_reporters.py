@@ -241,3 +241,21 @@ def test_the_label_table_says_what_its_score_is_over() -> None:
     assert re.search(r" 11% .* 1\.00( \[[^]]*\])? +1/9$", row), row
     assert "score: the mean over the scored results only" in text
     assert "score 1.00 [0.21, 1.00] (over the 1 scored of 9 results)" in text
+
+
+def test_a_single_runs_progress_line_makes_no_conversation_summary(monkeypatch: Any) -> None:
+    """A test that ran the agent once has no turns: its line asks for no conversation
+    summary (an entry made for it each test: issue #40); a conversation's line has it."""
+    from agent_health.engine import reports
+
+    asked: list[Any] = []
+    summary = reports.conversation_summary
+
+    def counted(entry: Any) -> str:
+        asked.append(entry)
+        return summary(entry)
+
+    monkeypatch.setattr(reports, "conversation_summary", counted)
+    line = terminal._line(RESULTS[0])
+    assert asked == []
+    assert line.endswith("(0 ms)")

@@ -178,3 +178,64 @@ def test_a_teardown_error_is_blamed_on_whoever_caused_it(write_suite: Any) -> No
     own = run.by_name("the teardown's own bug")
     assert (own["status"], own["cause"]) == ("errored", "test")
     assert "teardown of fixture 'buggy' failed: KeyError" in own["error"]
+
+
+async def test_a_body_gets_the_built_in_fixtures_and_values_without_a_setup_each() -> None:
+    """What a body takes that is at hand — a built-in (``agent``, ``expect``) or a
+    test.each value — is given as it is, no ``get`` coroutine each (issue #40); a fixture
+    of test.extend is still set up by ``get``, once."""
+    from agent_health.engine.running import fixtures
+    from agent_health.sdk import declare
+
+    asked: list[str] = []
+
+    class Scope(fixtures.FixtureScope):
+        async def get(self, name: str) -> Any:
+            asked.append(name)
+            return await super().get(name)
+
+    async def made() -> str:
+        return "made"
+
+    defs = {"made": declare.FixtureDef("made", made, ())}
+    scope = Scope({"agent": lambda: "the agent", "made": lambda: "not this"}, defs, {"row": 3})
+
+    async def body(agent: str, row: int, made: str) -> tuple[str, int, str]:
+        return agent, row, made
+
+    assert await scope.call(body, ("agent", "row", "made")) == ("the agent", 3, "made")
+    assert asked == ["made"]
+    assert await scope.call(body, ("agent", "row", "made")) == ("the agent", 3, "made")
+    assert asked == ["made"]  # each fixture once a test, the built-ins too
+
+
+def test_a_test_that_takes_a_built_in_asks_for_it_without_its_fixtures_walked() -> None:
+    """``asks_for`` (which tests need an agent, before a run starts) answers a body that
+    takes the built-in itself without walking the test's fixtures; one that takes it
+    through a fixture, or shadows it, is still found by the walk."""
+    from agent_health.engine.running import fixtures
+    from agent_health.sdk import declare
+
+    class Unwalked(dict[str, declare.FixtureDef]):
+        def get(self, *_: Any) -> Any:
+            raise AssertionError("the fixtures were walked")
+
+    async def body(agent: Any) -> None:
+        return None
+
+    case = declare.TestCase("t", (), body, ("agent",), Unwalked(), "f.py", 1)
+    assert fixtures.asks_for(case, "agent")
+
+    async def uses(agent: Any) -> None:
+        return None
+
+    through = {"helper": declare.FixtureDef("helper", uses, ("agent",))}
+    assert fixtures.asks_for(
+        declare.TestCase("t", (), body, ("helper",), through, "f.py", 1), "agent"
+    )
+    shadowed = {"agent": declare.FixtureDef("agent", body, ())}
+    assert not fixtures.asks_for(
+        declare.TestCase("t", (), body, ("agent",), shadowed, "f.py", 1), "agent"
+    )
+    valued = declare.TestCase("t", (), body, ("agent",), {}, "f.py", 1, values={"agent": 1})
+    assert not fixtures.asks_for(valued, "agent")

@@ -247,3 +247,20 @@ def test_many_steps_stay_linear_in_shape() -> None:
     assert m["tool_calls"] == 2_000
     assert m["redundant_tool_calls"] == 1_900
     assert m["llm_calls"] == 2_001
+
+
+def test_derive_reads_the_usage_by_model_once(monkeypatch: Any) -> None:
+    """A run's ``usage_by_model`` is read once for its metrics (its model and its cost
+    took it twice: issue #40); the model is what ``model_of`` says."""
+    read: list[Any] = []
+    usage_parts = metrics.usage_parts
+
+    def counted(found: Any) -> Any:
+        read.append(found)
+        return usage_parts(found)
+
+    monkeypatch.setattr(metrics, "usage_parts", counted)
+    run = RunResult(run_id="r", prompt="p", raw={"model": "m-1"}, token_usage=TokenUsage(total=2))
+    derived = metrics.derive(run, tracesconfig.PriceTable())
+    assert len(read) == 1
+    assert derived["model"] == metrics.model_of(run) == "m-1"

@@ -256,3 +256,22 @@ def test_config_errors_name_the_field() -> None:
         traces={"prices": {"m": {"input_per_mtok": 3, "output_per_mtok": 4}}},
     )
     assert config.price_table().cost("m", 1_000_000, 0) == 3.0  # traces.prices wins
+
+
+def test_a_new_traceparent_is_one_read_of_the_os(monkeypatch: Any) -> None:
+    """Each agent call's traceparent: its trace id and parent id from one read of the
+    OS's randomness, without the ``secrets`` module's frames around it (issue #40)."""
+    import os
+
+    from agent_health.sdk import agent
+
+    reads: list[int] = []
+
+    def urandom(n: int) -> bytes:
+        reads.append(n)
+        return bytes(range(n))
+
+    monkeypatch.setattr(os, "urandom", urandom)
+    made = agent.traceparent()
+    assert reads == [24]
+    assert made == f"00-{bytes(range(16)).hex()}-{bytes(range(16, 24)).hex()}-01"

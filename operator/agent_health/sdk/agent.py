@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
@@ -25,7 +25,7 @@ _NOT_IN_TRACESTATE = re.compile(r"[^A-Za-z0-9_.-]")
 
 def traceparent() -> str:
     """A new W3C ``traceparent`` (version 00, sampled)."""
-    ids = secrets.token_hex(24)  # the trace id and the parent id, from one read of the OS
+    ids = os.urandom(24).hex()  # the trace id and the parent id, from one read of the OS
     return f"00-{ids[:32]}-{ids[32:]}-01"
 
 
@@ -202,10 +202,15 @@ class Agent:
                 "no agent to run: pass --agent NAME|URL or set default_agent in "
                 "agent-health.config.py"
             )
-        items = _context_items(context if context is not None else case.context, case.title)
-        bad_env = [
-            k for k, v in (env or {}).items() if not isinstance(k, str) or not isinstance(v, str)
-        ]
+        # Each part the call gives is checked; one it leaves out (most calls: a prompt
+        # alone) is not looked at, its empty value given as the checks would make it.
+        given = context if context is not None else case.context
+        items = _context_items(given, case.title) if given else ()
+        bad_env = (
+            [k for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)]
+            if env
+            else []
+        )
         if bad_env:
             raise errors.AgentRunError(
                 f"test {case.title!r}: agent.run(env=...) maps strings to strings; "
@@ -214,10 +219,10 @@ class Agent:
         wrong = timeouts.problem(timeout) if timeout is not None else None
         if wrong is not None:
             raise errors.AgentRunError(f"test {case.title!r}: agent.run(timeout=...) {wrong}")
-        file_items = _files(files, case.title)
-        values = _provisioned(provisioned, case.title)
-        offered = _tools(tools, case.title)
-        follow_ups = conversation.scripted(turns, case.title)
+        file_items = _files(files, case.title) if files is not None else ()
+        values = _provisioned(provisioned, case.title) if provisioned is not None else {}
+        offered = _tools(tools, case.title) if tools is not None else ()
+        follow_ups = conversation.scripted(turns, case.title) if turns is not None else ()
         if user is not None and not callable(user):
             raise errors.AgentRunError(
                 f"test {case.title!r}: agent.run(user=...) takes a function of the "
@@ -231,7 +236,10 @@ class Agent:
             )
         if max_turns is None and user is not None:  # a simulated user may bring its own
             max_turns = getattr(user, "max_turns", None)
-        limit = conversation.turn_limit(max_turns, len(follow_ups), user, case.title)
+        # A single run is one turn (max_turns without a conversation was refused above).
+        limit = (
+            conversation.turn_limit(max_turns, len(follow_ups), user, case.title) if talking else 1
+        )
         holder = conversation.support(ctx.agent_caller) if talking else None
         if talking and holder is None:
             raise errors.AgentRunError(

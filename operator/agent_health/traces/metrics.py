@@ -100,7 +100,7 @@ def derive(
         "input_tokens": usage.prompt,
         "output_tokens": usage.completion,
         "cost_usd": cost,
-        "model": model_of(result),
+        "model": _model(result, parts),
         "latency_ms": round(result.duration_ms, 3),
     }
     if len(parts) > 1:
@@ -162,7 +162,12 @@ def per_turn(result: RunResult) -> dict[str, Any]:
 def model_of(result: RunResult) -> str | None:
     """The model the agent says it used (``"model"`` in its reply, else the one model its
     ``usage_by_model`` names); ``None`` when it names none, or several."""
-    models = {part.model for part in _parts(result)}
+    return _model(result, _parts(result))
+
+
+def _model(result: RunResult, parts: tuple[protocol.ModelUsage, ...]) -> str | None:
+    """:func:`model_of` given the run's ``usage_by_model`` already read (``parts``)."""
+    models = {part.model for part in parts}
     if len(models) > 1:
         return None
     model = result.raw.get("model")

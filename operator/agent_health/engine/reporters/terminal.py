@@ -55,9 +55,10 @@ def _line(result: TestResult, repeats: int = 1) -> str:
     elif result.status == "flaky":
         extra = f" — passed on try {len(result.attempts)} of {len(result.attempts)}"
     replayed = " [replayed]" if result.replayed else ""
-    ended = result.ended.model_dump() if result.ended is not None else None
-    talk = reports.conversation_summary({"turns": result.turns, "ended": ended})
-    replayed += f" {visible.line(talk)}" if talk else ""
+    if result.turns:  # a conversation's turns and why it ended; a single run has none
+        ended = result.ended.model_dump() if result.ended is not None else None
+        talk = reports.conversation_summary({"turns": result.turns, "ended": ended})
+        replayed += f" {visible.line(talk)}" if talk else ""
     # One line per test whatever its title or error holds: a newline in either would start
     # a line of the agent's own, so it is shown as \n with the rest.
     return (

@@ -48,7 +48,16 @@ class FixtureScope:
 
     async def call(self, fn: Callable[..., Any], params: tuple[str, ...]) -> Any:
         """Call ``fn`` with its fixtures; await it when it is a coroutine function."""
-        kwargs = {p: await self.get(p) for p in params}
+        kwargs = {}
+        for p in params:
+            # A value or a built-in is at hand (agent, expect: most of what a body takes);
+            # only a fixture of test.extend is set up, by get().
+            if p in self._values:
+                kwargs[p] = self._values[p]
+            elif p not in self._defs and p in self._builtins:
+                kwargs[p] = self._values[p] = self._builtins[p]()
+            else:
+                kwargs[p] = await self.get(p)
         result = fn(**kwargs)
         if inspect.isawaitable(result):
             return await result
@@ -131,6 +140,8 @@ def asks_for(case: declare.TestCase, name: str) -> bool:
     the built-in one (:class:`FixtureScope` gives them first).
     """
     values = case.values or {}
+    if name in case.params and name not in values and name not in case.fixtures:
+        return True  # the body takes it itself (most tests): what the walk below finds too
     seen: set[str] = set()
 
     def asks(params: tuple[str, ...]) -> bool:

@@ -285,7 +285,9 @@ class _Pool:
             if self.starting is not None:
                 self.starting(case.id, case.title, r, self.envs[lane].lane)
             state = self.files[case.file]
-            failure = await state.enter()
+            # The file's before_all hooks ran (or failed) for its first test: its others
+            # take the outcome without a coroutine each.
+            failure = state.failure if state.started else await state.enter()
             if failure is not None:
                 # Blamed by cause, as a failed teardown is: a before_all the agent broke.
                 result = runner.errored_result(case, r, str(failure), outcome.cause_of(failure))
@@ -293,7 +295,10 @@ class _Pool:
                 result = await self.attempts(slot, case, r, self.envs[lane])
             del self.running[slot]
             self._done(self._of(lane, result))
-            await state.leave(self.hook_errors)
+            if state.remaining > 1 or not state.after:
+                state.remaining -= 1  # not the file's last test, or no after_all to run
+            else:
+                await state.leave(self.hook_errors)
 
     async def attempts(
         self, slot: int, case: declare.TestCase, r: int, env: runner.RunEnv
