@@ -807,3 +807,28 @@ async def test_a_ledger_is_whole_when_every_cell_it_recorded_is_sealed(tmp_path:
     assert list(part.refused)
     assert part.failures
     assert part.whole is False
+
+
+def test_a_passing_run_without_peers_or_budgets_does_no_peer_or_budget_bookkeeping(
+    write_suite: Any, monkeypatch: Any
+) -> None:
+    """A cell with no MCP calls held open has nothing to spill, a run without budgets
+    nothing to count, and a test that printed nothing nothing to read back: none of
+    them is asked at each test's end (issue #40), and the cell is recorded as before."""
+    from agent_health.engine.running import capture, session
+    from support.helpers import INPROC_CONFIG, ONE_TEST
+
+    def unexpected(*_: Any) -> Any:
+        raise AssertionError("asked at a test's end for nothing")
+
+    monkeypatch.setattr(recording._Cell, "spill", unexpected)
+    monkeypatch.setattr(session._Pool, "_over_budget", unexpected)
+    monkeypatch.setattr(session._Pool, "_spent", unexpected)
+    monkeypatch.setattr(capture.Captured, "stdout", property(unexpected))
+    suite = write_suite(**{"agent-health.config.py": INPROC_CONFIG, "test_one.py": ONE_TEST})
+    run = run_cli_sync(suite, "--agent", "a", "--no-history")
+    assert run.code == 0, run.report
+    [entry] = run.report["tests"]
+    assert entry["status"] == "passed"
+    assert entry["ledger_cell"]
+    assert entry["stdout"] is None

@@ -297,7 +297,7 @@ class LocalLedger:
         all its ledger cell will hold of them; ``None`` when it called no peer (so a run
         without peers never loads the claims' module)."""
         cell = self._open.get(run_id)
-        if cell is not None:
+        if cell is not None and cell.holding:  # MCP calls of an exchange still open
             cell.spill()
         if cell is None or not cell.peers:
             return None
@@ -327,7 +327,7 @@ class LocalLedger:
         """Seal the cell — meta, exchanges, run-result, signals, cell-end — in one batch; a
         test that never ran the agent writes nothing."""
         held = self._open.get(result.run_id)
-        if held is not None:
+        if held is not None and held.holding:
             held.spill()  # while the test's cell is still open: they are kept in it
         cell = self._open.pop(result.run_id, None)
         if cell is None or (

@@ -135,11 +135,6 @@ def installed() -> Iterator[None]:
         sys.stdout, sys.stderr = out, err
 
 
-def capturing() -> _Capturing:
-    """Capture what this context (one test) writes, while :func:`installed` is on."""
-    return _Capturing()
-
-
 class _Capturing:
     """:func:`capturing`'s block: a class, not a ``contextlib`` generator, which cost a
     generator and three frames more at every test."""
@@ -153,3 +148,8 @@ class _Capturing:
 
     def __exit__(self, *_: object) -> None:
         _current.reset(self._token)
+
+
+capturing = _Capturing
+"""``with capturing() as captured``: capture what this context (one test) writes, while
+:func:`installed` is on (the block's class itself: no function around it, every test)."""

@@ -218,10 +218,9 @@ async def run_case(
     """
     with capture.capturing() as captured:
         result = await _run_case(case, repeat, env, run_id=run_id, retry=retry)
-    stdout, stderr = captured.stdout, captured.stderr
-    if stdout is None and stderr is None:
+    if captured.out is None and captured.err is None:  # it wrote nothing (most tests)
         return result
-    return result.model_copy(update={"stdout": stdout, "stderr": stderr})
+    return result.model_copy(update={"stdout": captured.stdout, "stderr": captured.stderr})
 
 
 async def _run_case(

@@ -275,7 +275,9 @@ class _Pool:
         )
 
     async def worker(self, slot: int) -> None:
-        while self.items and self.stopped is None and not self._over_budget():
+        while (
+            self.items and self.stopped is None and (self.meter is None or not self._over_budget())
+        ):
             if self.halt is not None and self.halt.reason is not None:
                 return  # halted (an agent not where it was said): start nothing more
             if self.stop is not None and self.stop.is_set():
@@ -306,7 +308,8 @@ class _Pool:
         """The test, then its retries while it fails and retries are left."""
         lane = self.envs.index(env)
         result = await runner.run_case(case, r, env)
-        self._spent(result)
+        if self.meter is not None:  # a run without budgets has nothing to count
+            self._spent(result)
         tries = [result]
         while (
             result.status in statuses.NOT_PASSED
