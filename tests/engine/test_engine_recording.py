@@ -16,6 +16,8 @@ from agent_health.ledger import observation, records, runfile
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk.results import TestResult
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import ledger_support
 from support.helpers import run_cli, run_cli_sync
 from support.loopback import serving
@@ -832,3 +834,77 @@ def test_a_passing_run_without_peers_or_budgets_does_no_peer_or_budget_bookkeepi
     assert entry["status"] == "passed"
     assert entry["ledger_cell"]
     assert entry["stdout"] is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    score=st.none() | st.floats(),
+    weight=st.floats(),
+    evidence=st.dictionaries(st.text(max_size=4), _JSON, max_size=4),
+)
+def test_a_signals_record_data_is_its_plain_json_dump(
+    score: float | None, weight: float, evidence: dict[str, Any]
+) -> None:
+    """A signal's record holds its JSON dump with every NaN and infinity made None —
+    ``signal_data`` makes it without walking the whole dump, as ``plain`` did: the same
+    data, whatever floats the signal and its evidence hold."""
+    from agent_health.sdk.results import Signal
+
+    signal = Signal(
+        kind="deterministic",
+        role="gate",
+        name="n",
+        passed=True,
+        score=score,
+        weight=weight,
+        evidence=evidence,
+        location="f.py:1",
+    )
+    assert runrecord.signal_data(signal) == runrecord.plain(signal.model_dump(mode="json"))
+
+
+def test_a_cells_signal_records_are_made_without_walking_their_dumps(monkeypatch: Any) -> None:
+    """controller_records writes each signal with ``signal_data`` (issue #40: ``plain``
+    walked every value of every signal's dump in the writer thread); the records are the
+    ones ``plain`` made."""
+    from agent_health.sdk.results import Signal
+
+    signal = Signal(
+        kind="deterministic",
+        role="gate",
+        name="to_equal('pong')",
+        passed=True,
+        score=1.0,
+        evidence={"expected": "pong", "actual": "pong"},
+        location="t.py:3",
+    )
+    result = TestResult(
+        id="t.py::one",
+        name="one",
+        title="one",
+        file="t.py",
+        line=1,
+        status="passed",
+        run_id="r",
+        signals=(signal,),
+    )
+    walked: list[Any] = []
+    plain = runrecord.plain
+
+    def counted(value: Any) -> Any:
+        walked.append(value)
+        return plain(value)
+
+    monkeypatch.setattr(runrecord, "plain", counted)
+    records = recording.controller_records(result, None, at="2026-01-01T00:00:00Z")
+    assert walked == []
+    assert records[0]["signal"] == plain(signal.model_dump(mode="json"))

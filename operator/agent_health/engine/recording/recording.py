@@ -537,10 +537,7 @@ def controller_records(
         )
     elif run is not None:
         items.append(runrecord.run_record(run, at))
-    items.extend(
-        objects.signal(at=at, data=runrecord.plain(s.model_dump(mode="json")))
-        for s in result.signals
-    )
+    items.extend(objects.signal(at=at, data=runrecord.signal_data(s)) for s in result.signals)
     items.append(
         objects.cell_end(
             at=at,

@@ -17,7 +17,7 @@ from pydantic_core import to_jsonable_python
 
 from agent_health.engine import reports
 from agent_health.ledger import objects
-from agent_health.sdk.results import RunResult
+from agent_health.sdk.results import RunResult, Signal
 
 # The recording's caps (a report's are far lower, engine.reports.bounds): large enough for any
 # answer a test would assert on, small enough that a runaway agent cannot fill the ledger.
@@ -93,6 +93,20 @@ def turn_records(run: RunResult, cut: reports.Bounded) -> list[objects.Object] |
         }
         for i, turn in enumerate(run.conversation)
     ]
+
+
+def signal_data(signal: Signal) -> dict[str, Any]:
+    """A signal as its record holds it: :func:`plain` of its JSON dump, without walking
+    every value of it (each signal of every test). pydantic's JSON mode already writes
+    NaN and the infinities as ``None`` inside what an ``Any`` field holds (``evidence``);
+    only a float field's own value (``score``, ``weight``) is written as it is, so only the
+    dump's top level is looked at (held to :func:`plain` by
+    ``tests/engine/test_engine_recording.py``)."""
+    data: dict[str, Any] = signal.model_dump(mode="json")
+    for key, value in data.items():
+        if value.__class__ is float and not math.isfinite(value):
+            data[key] = None
+    return data
 
 
 def plain(value: Any) -> Any:
