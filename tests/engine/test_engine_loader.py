@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,24 @@ def test_content_hash_tracks_the_body(tmp_path: Path) -> None:
     assert before.keys() == after.keys()
     assert before["test_h.py::answers"] != after["test_h.py::answers"]
     assert before["test_h.py::later"] == after["test_h.py::later"]
+
+
+def test_a_file_edited_within_the_second_to_the_same_length_runs_as_edited(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Python's own bytecode cache is checked by the source's modification time in whole
+    seconds and its size: the loader's is checked by the source's hash."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # whatever this machine says
+    path = tmp_path / "test_edit.py"
+    path.write_text(GOOD)
+    stat = path.stat()
+    [first, *_] = loader.load([tmp_path]).cases
+    path.write_text(GOOD.replace("auth down", "mail down"))  # the same length
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same second
+    [again, *_] = loader.load([tmp_path]).cases
+    assert first.default_prompt == "Why is auth down?"
+    assert again.default_prompt == "Why is mail down?"
+    assert list(tmp_path.glob("__pycache__/test_edit.*.pyc"))  # the cache is kept, not skipped
 
 
 def test_loading_keeps_each_bodys_source_and_not_the_whole_file(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import is reported with its file and line, and the other files still load. Case 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -129,6 +130,7 @@ def import_file(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
+    _hash_checked_cache(path)
     module = importlib.util.module_from_spec(spec)
     parent = str(path.parent)
     if parent not in sys.path:
@@ -140,6 +142,46 @@ def import_file(path: Path) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return module
+
+
+CHECKED_HASH = 0b11
+"""A bytecode cache's flags (PEP 552) when Python checks it against its source's hash."""
+
+
+def _hash_checked_cache(path: Path) -> None:
+    """Make the bytecode Python caches for ``path`` one it checks against the source's hash.
+
+    Python's default cache is checked against the source's modification time, in whole
+    seconds, and its size: a test edited within the second it was last loaded, to the same
+    length (a digit for a digit, a tool rewriting it, a re-run on save), ran as it was before
+    the edit. A cache written here with its source's hash (PEP 552) stays so — the import
+    system rewrites it as it found it — so this compiles a file once, the first time it is
+    loaded without one; after that a load reads eight bytes more. Nothing, with
+    ``PYTHONDONTWRITEBYTECODE``: no cache is written or read for a file it never wrote.
+    """
+    if sys.dont_write_bytecode:
+        return
+    try:
+        cached = importlib.util.cache_from_source(str(path))
+    except NotImplementedError:  # an interpreter without bytecode caching
+        return
+    try:
+        with open(cached, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        head = b""
+    if head[:4] == importlib.util.MAGIC_NUMBER and head[4:8] == CHECKED_HASH.to_bytes(4, "little"):
+        return
+    import py_compile  # once a file, its first load
+
+    # A file that does not compile is left to the import, which reports it as always.
+    with contextlib.suppress(py_compile.PyCompileError, OSError):
+        py_compile.compile(
+            str(path),
+            cfile=cached,
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        )
 
 
 def _error_for(path: Path, err: BaseException, shown: str) -> LoadError:
