@@ -37,6 +37,7 @@ import pstats
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +60,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="set each round up but record nothing (what the stages add is the difference)",
     )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="record the previous runs in a child process, so that this process's first round "
+        "pays every first build and compile a fresh `agent-health run` pays (else the setup's "
+        "recordings have paid some of them)",
+    )
+    p.add_argument(
+        "--upto",
+        choices=STAGES,
+        help="stop each round after this stage (instruction counts of each stage: the "
+        "differences between --upto runs)",
+    )
+    p.add_argument("--fill", type=Path, help=argparse.SUPPRESS)  # --fresh's child
     p.add_argument("--profile", type=Path, help="write cProfile's figures here (pstats)")
     p.add_argument("--top", type=int, default=25, help="functions printed with --profile")
     p.add_argument(
@@ -200,16 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     from agent_health.cli.run import archive
     from agent_health.engine import statistics as stats_mod
 
+    archive._import()  # what the run's history thread imports first: SQLAlchemy, our modules
     stats_mod.pair_runs  # noqa: B018  # as archive._prepare loads it
     import_s = time.thread_time() - began
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
+    if args.fill is not None:
+        _fill(history, args.fill, args.tests, args.previous, start)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base.db"
-        with history.open_history(f"sqlite:///{base}") as h:
-            for run in range(args.previous):
-                data = report_shape(args.tests, run, start + timedelta(minutes=run))
-                h.record(data, history.RunContext(exit_code=0))
+        if args.fresh:
+            child = [sys.executable, __file__, "--fill", str(base)]
+            child += ["--tests", str(args.tests), "--previous", str(args.previous)]
+            if args.package_root is not None:
+                child += ["--package-root", str(args.package_root)]
+            subprocess.run(child, check=True, stdout=subprocess.DEVNULL)
+        else:
+            _fill(history, base, args.tests, args.previous, start)
         cpu: dict[str, list[float]] = {stage: [] for stage in STAGES}
         said: dict[str, list[str]] = {}
         lines: set[str] = set()
@@ -247,23 +270,31 @@ def main(argv: list[str] | None = None) -> int:
                 return value
 
             opened = timed("open", lambda: history.open_history(f"sqlite:///{where}"))  # noqa: B023
+            if args.upto == "open":
+                opened.close()
+                continue
             with counted(opened.engine, statements):
                 n = len(statements)
                 known = timed("prepare", lambda: archive._prepare(_done(opened), cases, line))  # noqa: B023
                 said["prepare"] = statements[n:]
                 n = len(statements)
-                context = history.RunContext(
-                    source="local",
-                    suite=shape["provenance"]["suite"]["name"],
-                    exit_code=0,
-                    report_path="/tmp/report.json",
-                    ledger_verified=True,
-                )
-                recorded = timed("record", lambda: opened.record(report, context, known))  # noqa: B023
-                said["record"] = statements[n:]
-                n = len(statements)
-                text = timed("line", lambda: archive._line(opened, recorded, context.suite))  # noqa: B023
-                said["line"] = statements[n:]
+                if args.upto != "prepare":
+                    context = history.RunContext(
+                        source="local",
+                        suite=shape["provenance"]["suite"]["name"],
+                        exit_code=0,
+                        report_path="/tmp/report.json",
+                        ledger_verified=True,
+                    )
+                    recorded = timed("record", lambda: opened.record(report, context, known))  # noqa: B023
+                    said["record"] = statements[n:]
+                    n = len(statements)
+                if args.upto not in ("prepare", "record"):
+                    text = timed("line", lambda: archive._line(opened, recorded, context.suite))  # noqa: B023
+                    said["line"] = statements[n:]
+            if args.upto in ("prepare", "record", "line"):
+                opened.close()
+                continue
             timed("close", opened.close)
             if not recorded or not recorded[0].new or recorded[0].results != args.tests:
                 print(f"round {round_}: the run was not recorded whole: {recorded}")
@@ -271,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
             lines.add(text.split("; ", 1)[1])
         if args.no_stages:
             print(f"{args.rounds} rounds set up, none recorded (--no-stages)")
+            return 0
+        if args.upto is not None:
+            print(f"{args.rounds} rounds up to {args.upto} (--upto)")
+            if profiler is not None:
+                profiler.dump_stats(str(args.profile))
             return 0
         print(
             f"{args.tests} tests, a history of {args.previous} previous runs, {args.rounds} "
@@ -306,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
             print(out.getvalue())
     return 0
+
+
+def _fill(history: Any, where: Path, tests: int, previous: int, start: datetime) -> None:
+    """The history every round starts from: ``previous`` runs of ``tests`` tests."""
+    with history.open_history(f"sqlite:///{where}") as h:
+        for run in range(previous):
+            data = report_shape(tests, run, start + timedelta(minutes=run))
+            h.record(data, history.RunContext(exit_code=0))
 
 
 def _done(value: Any) -> Any:

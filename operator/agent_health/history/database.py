@@ -198,6 +198,14 @@ class History:
                 ledger=ledger,
             )
 
+    def rates(
+        self, *, agent: str | None = None, suite: str | None = None, limit: int = 20
+    ) -> list[queries.Rate]:
+        """The newest runs' pass rates and trend marks, newest first, found as :meth:`runs`
+        finds them (what the history line a run prints shows)."""
+        with self._reading() as conn:
+            return queries.rates(conn, agent=agent, suite=suite, limit=limit)
+
     def run(self, uid: str) -> facts.Run:
         """One run by its uid (or a unique prefix of it)."""
         with self._reading() as conn:

@@ -28,7 +28,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import pydantic_core
 import sqlalchemy as sa
@@ -156,6 +156,52 @@ def runs(
     return [_scoped(conn, run, row, label) for run, row in zip(found, rows, strict=True)]
 
 
+class Rate(NamedTuple):
+    """One run's pass rate and its trend's mark, as the history line a run prints shows it."""
+
+    pass_rate: float | None
+    agentless: bool
+    """The run had no agent (a suite run without one): what the line of such a run lists."""
+    mark: facts.Mark | None
+    method: str | None
+    p_value: float | None
+
+
+def rates(
+    conn: sa.Connection, *, agent: str | None = None, suite: str | None = None, limit: int = 20
+) -> list[Rate]:
+    """The newest runs' pass rates and trend marks, newest first, found as :func:`runs` finds
+    them — the history line's, read without making a :class:`~.facts.Run` of each (its model,
+    its fifty columns and the previous runs' uids are what the line does not show)."""
+    query = _newest(
+        _filtered(
+            sa.select(
+                runs_t.c.pass_rate,
+                runs_t.c.agent_id,
+                runs_t.c.trend_from,
+                runs_t.c.trend_effect,
+                runs_t.c.trend_p,
+                runs_t.c.trend_method,
+            ).select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id)),
+            agent=agent,
+            suite=suite,
+        )
+    )
+    found = []
+    for rate, agent_id, since, effect, p, method in conn.execute(query.limit(limit)).all():
+        trended = since is not None and p is not None
+        found.append(
+            Rate(
+                pass_rate=rate,
+                agentless=agent_id is None,
+                mark=_mark(effect, p) if trended else None,
+                method=method if trended else None,
+                p_value=p if trended else None,
+            )
+        )
+    return found
+
+
 def run(conn: sa.Connection, uid: str) -> facts.Run:
     """One run by uid, or by a part of it that names one run (``f3686ba2``, as tables show)."""
     row = _run_row(conn, uid)
@@ -271,12 +317,21 @@ def _trend_of(conn: sa.Connection, row: Any) -> facts.Trend | None:
 
 
 def _trend(previous: str, effect: float, p: float, method: str, tests: int) -> facts.Trend:
-    mark: facts.Mark | None = None
-    if p < ALPHA and effect:
-        mark = "better" if effect > 0 else "worse"
     return facts.Trend(
-        previous=previous, effect=effect, p_value=p, method=method, tests=tests, mark=mark
+        previous=previous,
+        effect=effect,
+        p_value=p,
+        method=method,
+        tests=tests,
+        mark=_mark(effect, p),
     )
+
+
+def _mark(effect: float, p: float) -> facts.Mark | None:
+    """Better or worse when the change is significant at :data:`ALPHA`."""
+    if p < ALPHA and effect:
+        return "better" if effect > 0 else "worse"
+    return None
 
 
 def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.Run:

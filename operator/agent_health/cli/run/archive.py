@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from agent_health import history
     from agent_health.engine import comparing, reporters, reports
-    from agent_health.history import location
+    from agent_health.history import location, queries
 
 TREND_RUNS = 5
 """Pass rates shown on the history line: the agent's newest runs, oldest first."""
@@ -332,26 +332,28 @@ def _line(opened: history.History, recorded: list[history.Recorded], suite: str 
     again = "" if all(r.new for r in recorded) else " (already there)"
     parts = []
     for one in recorded:
+        # What the line shows of each run, not a whole history.Run of it (built, it was a
+        # third of what the history cost a one-test run beyond SQLAlchemy's import).
         newest = (
-            opened.runs(agent=one.agent, suite=suite, limit=TREND_RUNS)
+            opened.rates(agent=one.agent, suite=suite, limit=TREND_RUNS)
             if one.agent
-            else [run for run in opened.runs(suite=suite, limit=TREND_RUNS) if run.agent is None]
+            else [r for r in opened.rates(suite=suite, limit=TREND_RUNS) if r.agentless]
         )
         parts.append(_trend(one.agent, newest))
     said = f"history: run {uids} recorded{again} in {where}; " + "; ".join(parts)
     return visible.line(said)
 
 
-def _trend(agent: str | None, newest: list[history.Run]) -> str:
+def _trend(agent: str | None, newest: list[queries.Rate]) -> str:
     name = agent or "the suite"
     if len(newest) < 2:
         return f"{name}: its first run here (the next one shows a trend: agent-health history)"
     rates = " → ".join(_pct(run.pass_rate) for run in reversed(newest))
     mark = ""
-    trend = newest[0].trend
-    if trend is not None and trend.mark is not None:
-        mark = " ▲" if trend.mark == "better" else " ▼"
-        mark += f" ({trend.mark}, {trend.method} p = {trend.p_value:.2g})"
+    last = newest[0]
+    if last.mark is not None:
+        mark = " ▲" if last.mark == "better" else " ▼"
+        mark += f" ({last.mark}, {last.method} p = {last.p_value:.2g})"
     return f"{name} over its last {len(newest)} runs: pass rate {rates}{mark}"
 
 

@@ -1,0 +1,104 @@
+"""What a run pays for its history beyond SQLAlchemy's import, held by what it does, not by
+timing it (issue #40; bench/README.md's figures): the run's part of the history — opening
+it, ``prepare``, ``record``, the history line — done in a fresh interpreter, as ``agent-health
+run`` does it, must not build the models or import the modules only the ``history``
+command's queries need, and the line reads what it shows in one statement.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from agent_health import history
+from agent_health.cli.run import archive
+from support.history_support import named, report
+
+TESTS = Path(__file__).resolve().parents[1]
+
+RUN_PATH = """
+import concurrent.futures, json, sys
+from datetime import timedelta
+
+sys.path.insert(0, sys.argv[2])
+from pydantic import BaseModel
+
+from agent_health.cli.run import archive
+from agent_health.engine import reports
+from support.history_support import T0, named, report
+
+data = report(named(3), run_id="r9", at=9)
+live = reports.RunReport.model_validate(data)
+archive._import()
+opened = concurrent.futures.Future()
+opened.set_result(archive._open(sys.argv[1]))
+suite = concurrent.futures.Future()
+suite.set_result("suite")
+cases = []
+for t in data["tests"]:
+    case = type("Case", (), {})()
+    case.id, case.title, case.file, case.line = t["id"], t["name"], t["file"], t["line"]
+    case.labels, case.content_hash = tuple(t["labels"]), t["content_hash"]
+    cases.append(case)
+upcoming = archive.Upcoming("triage", suite, T0 + timedelta(minutes=9))
+known = archive._prepare(opened, cases, upcoming)
+from agent_health import history
+from agent_health.history import facts
+
+context = history.RunContext(source="local", suite="suite", exit_code=0)
+recorded = opened.result().record(live, context, known)
+line = archive._line(opened.result(), recorded, "suite")
+opened.result().close()
+built = sorted(
+    name
+    for name, value in vars(facts).items()
+    if isinstance(value, type) and issubclass(value, BaseModel) and value.__pydantic_complete__
+)
+modules = sorted(name for name in sys.modules if name.startswith("agent_health.history."))
+print(json.dumps({"line": line, "built": built, "modules": modules}))
+"""
+
+
+def _a_runs_history(where: Path) -> dict[str, object]:
+    """What the run's part of the history built and imported in a fresh interpreter, and
+    its line, recording a fourth run of ``triage`` in the history at ``where``."""
+    url = f"sqlite:///{where}"
+    with history.open_history(url) as h:
+        for at in range(3):
+            h.record(report(named(3), run_id=f"r{at}", at=at), history.RunContext(exit_code=0))
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PATH, url, str(TESTS)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+def test_a_runs_history_line_builds_no_run_model(tmp_path: Path) -> None:
+    found = _a_runs_history(tmp_path / "h.db")
+    assert "triage over its last 4 runs: pass rate 100% → 100% → 100% → 100%" in str(found["line"])
+    # The line shows pass rates and the newest run's mark: a whole Run (fifty fields, its
+    # agent, CI and intervals) of each listed run was a third of the history's own cost.
+    assert "Run" not in found["built"], found["built"]
+    assert "Interval" not in found["built"], found["built"]
+
+
+def test_the_history_line_reads_each_agents_runs_in_one_statement(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    with history.open_history(f"sqlite:///{tmp_path / 'h.db'}") as h:
+        recorded = []
+        for at in range(3):
+            data = report(named(3), run_id=f"r{at}", at=at)
+            recorded = h.record(data, history.RunContext(exit_code=0))
+        seen: list[str] = []
+        sa.event.listen(h.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+        line = archive._line(h, recorded, "suite")
+    assert line.endswith("triage over its last 3 runs: pass rate 100% → 100% → 100%"), line
+    # The previous runs' uids (a trend names its previous run) are not shown: not read.
+    assert len([s for s in seen if s.lstrip().upper().startswith("SELECT")]) == 1, seen
