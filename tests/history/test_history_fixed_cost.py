@@ -88,6 +88,15 @@ def test_a_runs_history_line_builds_no_run_model(tmp_path: Path) -> None:
     assert "Interval" not in found["built"], found["built"]
 
 
+def test_a_runs_history_imports_neither_the_queries_nor_their_outcomes(tmp_path: Path) -> None:
+    found = _a_runs_history(tmp_path / "h.db")
+    # The history command's queries (1,300 lines) and the twelve models they answer with
+    # (a test across runs, flaky tests, the grid, a run's results) are not a run's.
+    assert "agent_health.history.trends" in found["modules"], found["modules"]
+    assert "agent_health.history.queries" not in found["modules"], found["modules"]
+    assert "agent_health.history.outcomes" not in found["modules"], found["modules"]
+
+
 def test_the_history_line_reads_each_agents_runs_in_one_statement(tmp_path: Path) -> None:
     import sqlalchemy as sa
 

@@ -19,9 +19,10 @@ calls::
 
 ``history.short(uid)`` is a run's uid as tables and pages show it.
 
-Every answer is a typed value of :mod:`.facts` (pydantic, ``model_dump(mode="json")`` for
-JSON). Every method of :class:`History` blocks: async code calls it in a thread. Errors are
-:mod:`.errors`' one tree, each one line naming the history without its password.
+Every answer is a typed value of :mod:`.facts` (runs) or :mod:`.outcomes` (tests across
+runs): pydantic, ``model_dump(mode="json")`` for JSON. Every method of :class:`History`
+blocks: async code calls it in a thread. Errors are :mod:`.errors`' one tree, each one line
+naming the history without its password.
 
 Names load on first use (PEP 562): ``agent-health list``, ``--help`` and test files never
 import SQLAlchemy; :mod:`.location` (resolving a URL) is the standard library alone.
@@ -43,28 +44,30 @@ if _typing.TYPE_CHECKING:
     from agent_health.history.facts import (
         CI,
         Agent,
-        Break,
-        Column,
-        Difference,
         Ending,
-        Flaky,
-        Grid,
         Interval,
-        Latency,
-        Outcome,
         Recorded,
-        Regression,
-        Result,
-        Results,
-        Row,
         Run,
         RunContext,
-        TestHistory,
         Trend,
         short,
     )
     from agent_health.history.ingest import Upcoming
     from agent_health.history.location import Location, default_location, parse, redact, resolve
+    from agent_health.history.outcomes import (
+        Break,
+        Column,
+        Difference,
+        Flaky,
+        Grid,
+        Latency,
+        Outcome,
+        Regression,
+        Result,
+        Results,
+        Row,
+        TestHistory,
+    )
     from agent_health.history.page import write_page
 
 _WHERE = {
@@ -76,30 +79,25 @@ _WHERE = {
         "errors",
     ),
     **dict.fromkeys(
+        ("CI", "Agent", "Ending", "Interval", "Recorded", "Run", "RunContext", "Trend", "short"),
+        "facts",
+    ),
+    **dict.fromkeys(
         (
-            "CI",
-            "Agent",
             "Break",
             "Column",
             "Difference",
-            "Ending",
             "Flaky",
             "Grid",
-            "Interval",
             "Latency",
             "Outcome",
-            "Recorded",
             "Regression",
-            "Row",
             "Result",
             "Results",
-            "Run",
-            "RunContext",
+            "Row",
             "TestHistory",
-            "Trend",
-            "short",
         ),
-        "facts",
+        "outcomes",
     ),
     "write_page": "page",
     "Upcoming": "ingest",

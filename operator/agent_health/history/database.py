@@ -5,7 +5,9 @@ One concept: the handle on one database — opening it (SQLite in WAL mode with 
 timeout, or PostgreSQL through psycopg 3), checking its schema revision (refusing a newer
 one, migrating an older one in place with Alembic, run from code), and running each
 recording and query in a transaction whose failures become one line naming the history.
-What a recording writes is :mod:`.ingest`'s; what a query reads is :mod:`.queries`'.
+What a recording writes is :mod:`.ingest`'s (a run's trend :mod:`.trends`'); what a query
+reads is :mod:`.queries`', imported by the methods that read it: a run records its report and
+prints its history line without it (issue #40: the history's fixed cost in a run).
 
 Every method blocks (SQL over a file or a socket): async code calls it in a thread
 (``await asyncio.to_thread(history.record, report, context)``). A :class:`History` may be
@@ -26,11 +28,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from agent_health.history import errors, facts, ingest, migrations, queries, tables
+from agent_health.history import errors, facts, ingest, migrations, tables, trends
 from agent_health.history import location as location_mod
 
 if TYPE_CHECKING:
     from agent_health.engine import reports
+    from agent_health.history import outcomes
 
 BUSY_TIMEOUT_S = 15.0
 """How long a SQLite writer waits for another's transaction before the history is "locked"
@@ -163,6 +166,8 @@ class History:
     def prune(self, *, keep_days: float | None = None, keep_runs: int | None = None) -> int:
         """Delete the runs older than ``keep_days`` or past the newest ``keep_runs`` (with
         their results), in one transaction; the number of runs deleted."""
+        from agent_health.history import queries
+
         with self._writing() as conn:
             return queries.prune(conn, keep_days=keep_days, keep_runs=keep_runs)
 
@@ -184,6 +189,8 @@ class History:
         """The newest runs, newest first (``offset`` of them skipped); ``branch``: of that git
         or CI branch; ``ending``: that ended so (:data:`.facts.Ending`); ``ledger``: whose
         ledger is one of these URLs (the run that wrote a ledger)."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.runs(
                 conn,
@@ -200,30 +207,36 @@ class History:
 
     def rates(
         self, *, agent: str | None = None, suite: str | None = None, limit: int = 20
-    ) -> list[queries.Rate]:
+    ) -> list[trends.Rate]:
         """The newest runs' pass rates and trend marks, newest first, found as :meth:`runs`
         finds them (what the history line a run prints shows)."""
         with self._reading() as conn:
-            return queries.rates(conn, agent=agent, suite=suite, limit=limit)
+            return trends.rates(conn, agent=agent, suite=suite, limit=limit)
 
     def run(self, uid: str) -> facts.Run:
         """One run by its uid (or a unique prefix of it)."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.run(conn, uid)
 
     def results(
         self, uid: str, *, status: str | None = None, offset: int = 0, limit: int = 1000
-    ) -> facts.Results:
+    ) -> outcomes.Results:
         """A page of one run's results (``uid`` or a unique part of it), by test id and
         repeat; ``status``: of that status only."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.results(conn, uid, status=status, offset=offset, limit=limit)
 
     def results_json(
         self, uid: str, *, status: str | None = None, offset: int = 0, limit: int = 1000
     ) -> bytes:
-        """:meth:`results` as the JSON of :class:`~.facts.Results`, written from the rows
+        """:meth:`results` as the JSON of :class:`~.outcomes.Results`, written from the rows
         without making models of them (what a server sends)."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.results_json(conn, uid, status=status, offset=offset, limit=limit)
 
@@ -235,9 +248,11 @@ class History:
         label: str | None = None,
         since: datetime | None = None,
         limit: int = 50,
-    ) -> list[facts.TestHistory]:
+    ) -> list[outcomes.TestHistory]:
         """Each test whose id is ``pattern`` (else whose id or title matches it as a regular
         expression) over its newest ``limit`` runs, oldest first."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.timeline(
                 conn, pattern, agent=agent, label=label, since=since, limit=limit
@@ -251,9 +266,11 @@ class History:
         label: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
-    ) -> list[facts.Flaky]:
+    ) -> list[outcomes.Flaky]:
         """Tests whose outcome flipped over the newest ``runs`` runs while neither the agent's
         identity nor the test's content hash changed, ranked."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.flaky(
                 conn, runs=runs, agent=agent, label=label, since=since, limit=limit
@@ -266,9 +283,11 @@ class History:
         agent: str | None = None,
         label: str | None = None,
         since: datetime | None = None,
-    ) -> list[facts.Regression]:
+    ) -> list[outcomes.Regression]:
         """Tests that passed in a run and failed or errored in the next run of the same agent,
         over the newest ``runs`` runs, newest first."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.regressions(conn, runs=runs, agent=agent, label=label, since=since)
 
@@ -279,9 +298,11 @@ class History:
         agent: str | None = None,
         label: str | None = None,
         since: datetime | None = None,
-    ) -> facts.Grid:
+    ) -> outcomes.Grid:
         """The newest ``runs`` runs (oldest first, each with its tests' durations) × every
         test they ran, one character per (test, run): what the history page draws."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.grid(conn, runs=runs, agent=agent, label=label, since=since)
 
@@ -296,6 +317,8 @@ class History:
         """A run to compare with, and its report rebuilt as ``compare`` reads one: ``last``
         (the newest run of ``agent`` and ``suite``, other than the run ``exclude``),
         ``last-green`` (the newest that passed whole: exit code 0) or a run's uid."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.baseline(conn, which, agent=agent, suite=suite, exclude=exclude)
 
@@ -330,6 +353,8 @@ class History:
 
     def count(self) -> tuple[int, int]:
         """(runs, results) the history holds."""
+        from agent_health.history import queries
+
         with self._reading() as conn:
             return queries.count(conn)
 

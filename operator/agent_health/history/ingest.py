@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from agent_health.history import facts, queries, tables
+from agent_health.history import facts, tables, trends
 
 if TYPE_CHECKING:
     from agent_health.engine import reports
@@ -79,7 +79,7 @@ def suite_hash(tests: Sequence[Mapping[str, Any]]) -> str:
 class Known:
     """What was read and written before the run ended (:func:`prepare`): the ids of its
     tests and content hashes, and the run it will be compared with and that run's results
-    for its trend, without their scores (:func:`.queries.ahead_of`)."""
+    for its trend, without their scores (:func:`.trends.ahead_of`)."""
 
     tests: dict[str, int] = dataclasses.field(default_factory=dict)
     contents: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -108,7 +108,7 @@ def prepare(
     if line is not None:
         started = line.started_at
         started = started.replace(tzinfo=UTC) if started.tzinfo is None else started.astimezone(UTC)
-        previous = queries.ahead_of(conn, line.agent, line.suite, started)
+        previous = trends.ahead_of(conn, line.agent, line.suite, started)
     return Known(
         tests=_test_ids(conn, tests), contents=_content_ids(conn, tests), previous=previous
     )
@@ -309,7 +309,7 @@ def _tests_found(conn: sa.Connection, keys: Sequence[str]) -> dict[str, tuple[An
     table = tables.tests
     columns = (table.c.id, table.c.title, table.c.file, table.c.line, table.c.labels)
     found: dict[str, tuple[Any, ...]] = {}
-    for part in queries.chunks(keys):
+    for part in tables.chunks(keys):
         query = sa.select(table.c.key, *columns).where(table.c.key.in_(part))
         for key, *row in conn.execute(query).all():  # fetched at once, not row by row
             found[key] = tuple(row)
@@ -332,7 +332,7 @@ def _test_row(t: Mapping[str, Any]) -> tuple[str, str, int, str]:
 def _labels(conn: sa.Connection, tests: Sequence[tuple[int, str]], *, replace: bool) -> None:
     table = tables.test_labels
     if replace:
-        for part in queries.chunks([test_id for test_id, _ in tests]):
+        for part in tables.chunks([test_id for test_id, _ in tests]):
             conn.execute(sa.delete(table).where(table.c.test_id.in_(part)))
     rows = [
         {"test_id": test_id, "label": label}
@@ -347,14 +347,14 @@ def _content_ids(conn: sa.Connection, tests: Sequence[Mapping[str, Any]]) -> dic
     hashes = sorted({str(t["content_hash"]) for t in tests if t.get("content_hash")})
     table = tables.contents
     found: dict[str, int] = {}
-    for part in queries.chunks(hashes):
+    for part in tables.chunks(hashes):
         found.update(
             conn.execute(sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part))).all()
         )
     new = [{"hash": h} for h in hashes if h not in found]
     if new:
         conn.execute(sa.insert(table), new)
-        for part in queries.chunks([row["hash"] for row in new]):
+        for part in tables.chunks([row["hash"] for row in new]):
             found.update(
                 conn.execute(
                     sa.select(table.c.hash, table.c.id).where(table.c.hash.in_(part))
@@ -509,11 +509,11 @@ def _trends(
         }
         for row in rows
     ]
-    line = queries.same_line(conn, run_id)  # read once: the previous run and the next
-    queries.renew_trend(conn, run_id, entries, ahead, line=line)
-    following = queries.next_run(conn, run_id, line)
+    line = trends.same_line(conn, run_id)  # read once: the previous run and the next
+    trends.renew_trend(conn, run_id, entries, ahead, line=line)
+    following = trends.next_run(conn, run_id, line)
     if following is not None:
-        queries.renew_trend(conn, following)
+        trends.renew_trend(conn, following)
 
 
 def _time(value: Any) -> datetime | None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from agent_health.history import facts
+from agent_health.history import facts, outcomes
 
 if TYPE_CHECKING:
     from agent_health.history.database import History
@@ -130,14 +130,14 @@ def render(data: str, *, title: str = "agent-health history") -> str:
     )
 
 
-def _title(grid: facts.Grid) -> str:
+def _title(grid: outcomes.Grid) -> str:
     return f"agent-health history — {len(grid.columns)} runs, {len(grid.rows)} tests"
 
 
 def page_data(
-    grid: facts.Grid,
-    flaky: list[facts.Flaky],
-    regressions: list[facts.Regression],
+    grid: outcomes.Grid,
+    flaky: list[outcomes.Flaky],
+    regressions: list[outcomes.Regression],
     links: dict[str, str],
     scope: dict[str, Any],
 ) -> str:
@@ -180,7 +180,7 @@ def page_data(
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def _column(column: facts.Column, report: str | None) -> dict[str, Any]:
+def _column(column: outcomes.Column, report: str | None) -> dict[str, Any]:
     run = column.run
     interval = run.pass_rate_interval
     latency = column.latency

@@ -26,19 +26,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import pydantic_core
 import sqlalchemy as sa
 
 from agent_health import statuses
-from agent_health.history import errors, facts, tables
-
-ALPHA = 0.05
-"""The significance level of a run's trend mark (▲/▼), as ``compare``'s default."""
-CHUNK = 500
+from agent_health.history import errors, facts, outcomes, tables, trends
 
 runs_t, results_t, tests_t, agents_t = tables.runs, tables.results, tables.tests, tables.agents
 contents_t, labels_t = tables.contents, tables.test_labels
@@ -46,12 +42,6 @@ PASSED, FAILED, ERRORED, FLAKY = (
     tables.STATUSES[s] for s in ("passed", "failed", "errored", "flaky")
 )
 BY_AGENT = tables.CAUSES["agent"]
-
-
-def chunks(values: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
-    """``values`` in slices of at most ``size`` (bound parameters per statement stay few)."""
-    for start in range(0, len(values), size):
-        yield values[start : start + size]
 
 
 def _decided(results: sa.Table | Any = results_t) -> sa.ColumnElement[bool]:
@@ -96,7 +86,7 @@ def _filtered(
     if ending is not None:
         query = query.where(ENDINGS[ending])
     if agent is not None:
-        query = query.where(sa.or_(agents_t.c.name == agent, agents_t.c.url == agent))
+        query = query.where(trends.named(agent))
     if since is not None:
         query = query.where(runs_t.c.started_at >= since)
     if suite is not None:
@@ -105,17 +95,9 @@ def _filtered(
         query = query.where(
             sa.exists()
             .where(results_t.c.run_id == runs_t.c.id)
-            .where(results_t.c.test_id.in_(_labelled(label)))
+            .where(results_t.c.test_id.in_(trends.labelled(label)))
         )
     return query
-
-
-def _labelled(label: str) -> sa.Select[Any]:
-    return sa.select(labels_t.c.test_id).where(labels_t.c.label == label)
-
-
-def _newest(query: sa.Select[Any]) -> sa.Select[Any]:
-    return query.order_by(runs_t.c.started_at.desc(), runs_t.c.id.desc())
 
 
 def runs(
@@ -135,7 +117,7 @@ def runs(
     that ran a test carrying it, each counted over those tests alone (and its trend worked
     out over them); ``branch``: of that git (or CI) branch; ``ending``: that ended so
     (:data:`.facts.Ending`); ``ledger``: whose ledger is one of these URLs."""
-    query = _newest(
+    query = trends.newest(
         _filtered(
             _runs_select(),
             agent=agent,
@@ -149,57 +131,11 @@ def runs(
     if ledger is not None:
         query = query.where(runs_t.c.ledger_url.in_(list(ledger)))
     rows = conn.execute(query.limit(limit).offset(offset)).mappings().all()
-    trends = _trends(conn, rows)  # every previous run's uid in one statement
-    found = [_run(row, trends.get(row["id"])) for row in rows]
+    kept = _trends(conn, rows)  # every previous run's uid in one statement
+    found = [_run(row, kept.get(row["id"])) for row in rows]
     if label is None:
         return found
     return [_scoped(conn, run, row, label) for run, row in zip(found, rows, strict=True)]
-
-
-class Rate(NamedTuple):
-    """One run's pass rate and its trend's mark, as the history line a run prints shows it."""
-
-    pass_rate: float | None
-    agentless: bool
-    """The run had no agent (a suite run without one): what the line of such a run lists."""
-    mark: facts.Mark | None
-    method: str | None
-    p_value: float | None
-
-
-def rates(
-    conn: sa.Connection, *, agent: str | None = None, suite: str | None = None, limit: int = 20
-) -> list[Rate]:
-    """The newest runs' pass rates and trend marks, newest first, found as :func:`runs` finds
-    them — the history line's, read without making a :class:`~.facts.Run` of each (its model,
-    its fifty columns and the previous runs' uids are what the line does not show)."""
-    query = _newest(
-        _filtered(
-            sa.select(
-                runs_t.c.pass_rate,
-                runs_t.c.agent_id,
-                runs_t.c.trend_from,
-                runs_t.c.trend_effect,
-                runs_t.c.trend_p,
-                runs_t.c.trend_method,
-            ).select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id)),
-            agent=agent,
-            suite=suite,
-        )
-    )
-    found = []
-    for rate, agent_id, since, effect, p, method in conn.execute(query.limit(limit)).all():
-        trended = since is not None and p is not None
-        found.append(
-            Rate(
-                pass_rate=rate,
-                agentless=agent_id is None,
-                mark=_mark(effect, p) if trended else None,
-                method=method if trended else None,
-                p_value=p if trended else None,
-            )
-        )
-    return found
 
 
 def run(conn: sa.Connection, uid: str) -> facts.Run:
@@ -307,7 +243,7 @@ def _trend_of(conn: sa.Connection, row: Any) -> facts.Trend | None:
     previous = conn.execute(
         sa.select(runs_t.c.uid).where(runs_t.c.id == row["trend_from"])
     ).scalar()
-    return _trend(
+    return trends.trend(
         previous or f"#{row['trend_from']}",
         row["trend_effect"],
         row["trend_p"],
@@ -316,29 +252,11 @@ def _trend_of(conn: sa.Connection, row: Any) -> facts.Trend | None:
     )
 
 
-def _trend(previous: str, effect: float, p: float, method: str, tests: int) -> facts.Trend:
-    return facts.Trend(
-        previous=previous,
-        effect=effect,
-        p_value=p,
-        method=method,
-        tests=tests,
-        mark=_mark(effect, p),
-    )
-
-
-def _mark(effect: float, p: float) -> facts.Mark | None:
-    """Better or worse when the change is significant at :data:`ALPHA`."""
-    if p < ALPHA and effect:
-        return "better" if effect > 0 else "worse"
-    return None
-
-
 def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.Run:
     """``run`` counted over the tests carrying ``label`` alone."""
     from agent_health.engine import statistics
 
-    entries = _entries(conn, row["id"], label)
+    entries = trends.run_entries(conn, row["id"], label)
     counts: dict[str, int] = dict.fromkeys(statuses.STATUSES, 0)
     causes = dict.fromkeys(("agent", "judge", "test", "infra"), 0)
     for entry in entries:
@@ -354,13 +272,13 @@ def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.
     scores = [e["score"] for e in entries if e["score"] is not None]
     totals = conn.execute(
         sa.select(sa.func.sum(results_t.c.tokens), sa.func.sum(results_t.c.cost_usd)).where(
-            results_t.c.run_id == row["id"], results_t.c.test_id.in_(_labelled(label))
+            results_t.c.run_id == row["id"], results_t.c.test_id.in_(trends.labelled(label))
         )
     ).one()
     trend = None
-    previous = _previous(conn, row["id"])
+    previous = trends.previous_run(conn, row["id"])
     if previous is not None:
-        trend = _paired(conn, previous, row["id"], label)
+        trend = trends.paired(conn, previous, row["id"], label)
     return run.model_copy(
         update={
             **counts,
@@ -378,172 +296,6 @@ def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.
     )
 
 
-def _entries(
-    conn: sa.Connection, run_id: int, label: str | None = None, *, scores: bool = True
-) -> list[dict[str, Any]]:
-    """A run's results as ``compare``'s test entries (id, repeat, status, cause, score);
-    ``scores=False``: every score ``None`` (a trend pairs pass rates alone), not read."""
-    score = results_t.c.score if scores else sa.null()
-    query = sa.select(
-        results_t.c.test_id, results_t.c.repeat, results_t.c.status, results_t.c.cause, score
-    ).where(results_t.c.run_id == run_id)
-    if label is not None:
-        query = query.where(results_t.c.test_id.in_(_labelled(label)))
-    names, causes = tables.STATUS_NAMES, tables.CAUSE_NAMES
-    # Fetched at once (one call into the driver, not one per row).
-    return [
-        {
-            "id": str(test_id),
-            "repeat": repeat,
-            "status": names[status],
-            "cause": causes.get(cause) if cause is not None else None,
-            "score": value,
-        }
-        for test_id, repeat, status, cause, value in conn.execute(query).all()
-    ]
-
-
-# -- trends (worked out when a run is recorded) ---------------------------------------------
-
-
-def same_line(conn: sa.Connection, run_id: int) -> tuple[Any, sa.ColumnElement[bool]]:
-    """A run's row, and the condition "a run of the same agent name and suite"."""
-    row = conn.execute(
-        sa.select(runs_t.c.id, runs_t.c.started_at, runs_t.c.suite, agents_t.c.name)
-        .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
-        .where(runs_t.c.id == run_id)
-    ).one()
-    return row, _of_line(row.name, row.suite)
-
-
-def _of_line(agent: str | None, suite: str | None) -> sa.ColumnElement[bool]:
-    """The condition "a run of the agent named ``agent`` and of ``suite``"."""
-    if agent is None:
-        named = sa.or_(runs_t.c.agent_id.is_(None), agents_t.c.name.is_(None))
-    else:
-        named = agents_t.c.name == agent
-    suite_is = runs_t.c.suite.is_(None) if suite is None else runs_t.c.suite == suite
-    return sa.and_(named, suite_is)
-
-
-def _previous(conn: sa.Connection, run_id: int, line: tuple[Any, Any] | None = None) -> int | None:
-    """The newest run before ``run_id`` of the same agent name and suite (``line``: what
-    :func:`same_line` says of it, when the caller read it already)."""
-    row, same = line or same_line(conn, run_id)
-    earlier = sa.or_(
-        runs_t.c.started_at < row.started_at,
-        sa.and_(runs_t.c.started_at == row.started_at, runs_t.c.id < row.id),
-    )
-    found = conn.execute(
-        _newest(
-            sa.select(runs_t.c.id)
-            .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
-            .where(same, earlier)
-        ).limit(1)
-    ).scalar()
-    return int(found) if found is not None else None
-
-
-def ahead_of(
-    conn: sa.Connection, agent: str | None, suite: str | None, started_at: datetime
-) -> tuple[int, list[dict[str, Any]]] | None:
-    """The run a run of ``agent`` and ``suite`` started at ``started_at`` will be compared
-    with once it is recorded — the newest of that agent and suite started by then — and its
-    results as ``compare``'s entries, their scores left out (a trend pairs pass rates
-    alone); read while the run goes on, so recording it at its end reads neither
-    (:func:`renew_trend` checks it is still the previous run)."""
-    found = conn.execute(
-        _newest(
-            sa.select(runs_t.c.id)
-            .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
-            .where(_of_line(agent, suite), runs_t.c.started_at <= started_at)
-        ).limit(1)
-    ).scalar()
-    if found is None:
-        return None
-    return int(found), _entries(conn, int(found), scores=False)
-
-
-def next_run(conn: sa.Connection, run_id: int, line: tuple[Any, Any] | None = None) -> int | None:
-    """The oldest run after ``run_id`` of the same agent name and suite (``line``: as
-    :func:`_previous`'s)."""
-    row, same = line or same_line(conn, run_id)
-    later = sa.or_(
-        runs_t.c.started_at > row.started_at,
-        sa.and_(runs_t.c.started_at == row.started_at, runs_t.c.id > row.id),
-    )
-    found = conn.execute(
-        sa.select(runs_t.c.id)
-        .select_from(runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id))
-        .where(same, later)
-        .order_by(runs_t.c.started_at, runs_t.c.id)
-        .limit(1)
-    ).scalar()
-    return int(found) if found is not None else None
-
-
-def _paired(
-    conn: sa.Connection,
-    previous: int,
-    run_id: int,
-    label: str | None = None,
-    after: list[dict[str, Any]] | None = None,
-    before: list[dict[str, Any]] | None = None,
-) -> facts.Trend | None:
-    """The paired test ``compare`` runs on the pass rate, between two runs' results
-    (``after``, ``before``: the newer and the older run's entries when the caller holds
-    them already)."""
-    from agent_health.engine import statistics
-
-    if before is None:
-        before = _entries(conn, previous, label)
-    if after is None:
-        after = _entries(conn, run_id, label)
-    found = statistics.pair_runs(_unscored(before), _unscored(after)).pass_rate
-    if found is None:
-        return None
-    uid = conn.execute(sa.select(runs_t.c.uid).where(runs_t.c.id == previous)).scalar_one()
-    return _trend(uid, found.effect, found.p_value, found.method, found.tests)
-
-
-def _unscored(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``entries`` with every score ``None`` (the pass rate's test alone), copied only where
-    one has a score."""
-    return [e if e["score"] is None else {**e, "score": None} for e in entries]
-
-
-def renew_trend(
-    conn: sa.Connection,
-    run_id: int,
-    entries: list[dict[str, Any]] | None = None,
-    ahead: tuple[int, list[dict[str, Any]]] | None = None,
-    *,
-    line: tuple[Any, Any] | None = None,
-) -> None:
-    """Work out and keep a run's trend against its previous run (``entries``: the run's own
-    results as ``compare``'s test entries, when the caller holds them; ``ahead``: what
-    :func:`ahead_of` read while the run went on, used when it is the previous run still;
-    ``line``: what :func:`same_line` says of the run, when the caller read it)."""
-    previous = _previous(conn, run_id, line)
-    before = ahead[1] if ahead is not None and ahead[0] == previous else None
-    trend = (
-        _paired(conn, previous, run_id, after=entries, before=before)
-        if previous is not None
-        else None
-    )
-    conn.execute(
-        sa.update(runs_t)
-        .where(runs_t.c.id == run_id)
-        .values(
-            trend_from=previous,
-            trend_effect=trend.effect if trend else None,
-            trend_p=trend.p_value if trend else None,
-            trend_method=trend.method if trend else None,
-            trend_tests=trend.tests if trend else None,
-        )
-    )
-
-
 # -- one test across runs --------------------------------------------------------------------
 
 
@@ -555,7 +307,7 @@ def timeline(
     label: str | None = None,
     since: datetime | None = None,
     limit: int = 50,
-) -> list[facts.TestHistory]:
+) -> list[outcomes.TestHistory]:
     """Each test whose id is ``pattern`` — else whose id or title the regular expression
     ``pattern`` finds (case aside) — over its newest ``limit`` runs."""
     chosen = _tests_matching(conn, pattern, label)
@@ -565,7 +317,7 @@ def timeline(
 def _tests_matching(conn: sa.Connection, pattern: str, label: str | None) -> list[Any]:
     query = sa.select(tests_t)
     if label is not None:
-        query = query.where(tests_t.c.id.in_(_labelled(label)))
+        query = query.where(tests_t.c.id.in_(trends.labelled(label)))
     exact = conn.execute(query.where(tests_t.c.key == pattern)).mappings().all()
     if exact:
         return list(exact)
@@ -593,12 +345,12 @@ def _test_history(
     agent: str | None,
     since: datetime | None,
     limit: int,
-) -> facts.TestHistory:
+) -> outcomes.TestHistory:
     test_id = test_row["id"]
     joined = results_t.join(runs_t, results_t.c.run_id == runs_t.c.id).outerjoin(
         agents_t, runs_t.c.agent_id == agents_t.c.id
     )
-    newest = _newest(
+    newest = trends.newest(
         _filtered(
             sa.select(runs_t.c.id, runs_t.c.started_at)
             .select_from(joined)
@@ -626,20 +378,20 @@ def _test_history(
         if chosen
         else []
     )
-    outcomes = [_outcome(row) for row in rows]
-    return facts.TestHistory(
+    found = [_outcome(row) for row in rows]
+    return outcomes.TestHistory(
         id=test_row["key"],
         title=test_row["title"],
         file=test_row["file"],
         line=test_row["line"],
         labels=json.loads(test_row["labels"]),
-        outcomes=outcomes,
-        broke=_break(conn, outcomes),
+        outcomes=found,
+        broke=_break(conn, found),
     )
 
 
-def _outcome(row: Any) -> facts.Outcome:
-    return facts.Outcome(
+def _outcome(row: Any) -> outcomes.Outcome:
+    return outcomes.Outcome(
         run=row["uid"],
         started_at=row["started_at"],
         agent=row["agent_name"],
@@ -658,20 +410,20 @@ def _outcome(row: Any) -> facts.Outcome:
     )
 
 
-def decided(outcome: facts.Outcome) -> bool:
+def decided(outcome: outcomes.Outcome) -> bool:
     """Passed, failed, flaky or errored by the agent: an outcome that says something."""
     return outcome.status in statuses.DECIDED or (
         outcome.status == "errored" and outcome.cause == "agent"
     )
 
 
-def _break(conn: sa.Connection, outcomes: Sequence[facts.Outcome]) -> facts.Break | None:
+def _break(conn: sa.Connection, found: Sequence[outcomes.Outcome]) -> outcomes.Break | None:
     """The latest break of the newest outcome's agent: see the module docstring."""
-    said = [o for o in outcomes if decided(o)]
+    said = [o for o in found if decided(o)]
     if not said or said[-1].status == "passed":
         return None
     agent = said[-1].agent
-    runs_seen: dict[str, list[facts.Outcome]] = {}
+    runs_seen: dict[str, list[outcomes.Outcome]] = {}
     for o in said:
         if o.agent == agent:
             runs_seen.setdefault(o.run, []).append(o)
@@ -682,7 +434,7 @@ def _break(conn: sa.Connection, outcomes: Sequence[facts.Outcome]) -> facts.Brea
             if first_fail is None:
                 return None
             last_pass = group[-1]
-            return facts.Break(
+            return outcomes.Break(
                 last_pass=last_pass,
                 first_fail=first_fail,
                 differences=_differences(conn, last_pass, first_fail),
@@ -692,8 +444,8 @@ def _break(conn: sa.Connection, outcomes: Sequence[facts.Outcome]) -> facts.Brea
 
 
 def _differences(
-    conn: sa.Connection, before: facts.Outcome, after: facts.Outcome
-) -> list[facts.Difference]:
+    conn: sa.Connection, before: outcomes.Outcome, after: outcomes.Outcome
+) -> list[outcomes.Difference]:
     """What differed between two runs of a test: the agent's image, version or identity, the
     suite's commit, the test's content hash, the judge's model."""
     rows = {
@@ -707,7 +459,7 @@ def _differences(
 
     def differs(what: Any, old: Any, new: Any) -> None:
         if old != new:
-            found.append(facts.Difference(what=what, before=_shown(old), after=_shown(new)))
+            found.append(outcomes.Difference(what=what, before=_shown(old), after=_shown(new)))
 
     differs("agent image", was["agent_image"], now["agent_image"])
     differs("agent version", was["agent_version"], now["agent_version"])
@@ -742,7 +494,7 @@ def _window(
     label: str | None = None,
 ) -> list[int]:
     """The ids of the newest ``runs`` runs (of ``agent``, since ``since``)."""
-    query = _newest(
+    query = trends.newest(
         _filtered(
             sa.select(runs_t.c.id).select_from(
                 runs_t.outerjoin(agents_t, runs_t.c.agent_id == agents_t.c.id)
@@ -763,7 +515,7 @@ def flaky(
     label: str | None = None,
     since: datetime | None = None,
     limit: int | None = None,
-) -> list[facts.Flaky]:
+) -> list[outcomes.Flaky]:
     """Tests whose decided outcome flipped (pass ↔ not) across the newest ``runs`` runs, per
     agent identity and test content hash; ranked by flips, then by a failure rate nearer a
     coin's, then by more results."""
@@ -788,7 +540,7 @@ def flaky(
         .where(results_t.c.run_id.in_(window), _decided())
     )
     if label is not None:
-        inner = inner.where(results_t.c.test_id.in_(_labelled(label)))
+        inner = inner.where(results_t.c.test_id.in_(trends.labelled(label)))
     seq = inner.subquery()
     flips = sa.func.sum(
         sa.case((sa.and_(seq.c.before.is_not(None), seq.c.before != seq.c.ok), 1), else_=0)
@@ -822,7 +574,7 @@ def flaky(
         low, high = statistics.wilson(failures, total)
         key, title = names["tests"][g.test_id]
         found.append(
-            facts.Flaky(
+            outcomes.Flaky(
                 id=key,
                 title=title,
                 agent=names["agents"].get(g.agent_id),
@@ -848,14 +600,14 @@ def _names(
 ) -> dict[str, dict[Any, Any]]:
     """Keys and titles of tests, agents' identities and content hashes, by their ids."""
     tests: dict[Any, Any] = {}
-    for part in chunks(sorted(set(test_ids))):
+    for part in tables.chunks(sorted(set(test_ids))):
         for row in conn.execute(
             sa.select(tests_t.c.id, tests_t.c.key, tests_t.c.title).where(tests_t.c.id.in_(part))
         ):
             tests[row.id] = (row.key, row.title)
     agents: dict[Any, Any] = {}
     wanted = sorted({a for a in agent_ids if a is not None})
-    for part in chunks(wanted):
+    for part in tables.chunks(wanted):
         for found in conn.execute(sa.select(agents_t).where(agents_t.c.id.in_(part))).mappings():
             agents[found["id"]] = facts.Agent(
                 name=found["name"],
@@ -866,7 +618,7 @@ def _names(
                 version=found["version"],
             )
     contents: dict[Any, Any] = {}
-    for part in chunks(sorted({c for c in content_ids if c is not None})):
+    for part in tables.chunks(sorted({c for c in content_ids if c is not None})):
         contents.update(
             conn.execute(
                 sa.select(contents_t.c.id, contents_t.c.hash).where(contents_t.c.id.in_(part))
@@ -885,7 +637,7 @@ def regressions(
     agent: str | None = None,
     label: str | None = None,
     since: datetime | None = None,
-) -> list[facts.Regression]:
+) -> list[outcomes.Regression]:
     """Tests that passed in a run's previous run and failed or errored in it (repeat by
     repeat, as ``compare`` pairs them), over the newest ``runs`` runs, newest first."""
     window = _window(conn, runs, agent=agent, since=since)
@@ -929,14 +681,14 @@ def regressions(
             .order_by(tests_t.c.key)
         )
         if label is not None:
-            query = query.where(now.c.test_id.in_(_labelled(label)))
+            query = query.where(now.c.test_id.in_(trends.labelled(label)))
         seen: set[str] = set()
         for row in conn.execute(query):
             if row.key in seen:  # one per test, whatever its repeats
                 continue
             seen.add(row.key)
             found.append(
-                facts.Regression(
+                outcomes.Regression(
                     id=row.key,
                     title=row.title,
                     run=head.uid,
@@ -962,24 +714,24 @@ def grid(
     agent: str | None = None,
     label: str | None = None,
     since: datetime | None = None,
-) -> facts.Grid:
+) -> outcomes.Grid:
     """The newest ``runs`` runs, oldest first, × every test they ran: one character per
-    (test, run) (:data:`facts.CELLS`; a test's repeats make one cell, the worst of them),
+    (test, run) (:data:`outcomes.CELLS`; a test's repeats make one cell, the worst of them),
     and each run's test durations. With ``label``: the tests carrying it, and each run
     counted over them alone (as :func:`runs` does)."""
     window = _window(conn, runs, agent=agent, since=since, label=label)
     if not window:
-        return facts.Grid(columns=[], rows=[])
+        return outcomes.Grid(columns=[], rows=[])
     found = {row["id"]: row for row in _rows_of(conn, window)}
     ordered = [found[run_id] for run_id in reversed(window)]  # oldest first
-    trends = _trends(conn, ordered)
-    columns_runs = [_run(row, trends.get(row["id"])) for row in ordered]
+    kept = _trends(conn, ordered)
+    columns_runs = [_run(row, kept.get(row["id"])) for row in ordered]
     if label is not None:
         columns_runs = [
             _scoped(conn, run, row, label) for run, row in zip(columns_runs, ordered, strict=True)
         ]
     place = {row["id"]: i for i, row in enumerate(ordered)}
-    worst = {code: rank for rank, code in enumerate(facts.WORST_FIRST)}
+    worst = {code: rank for rank, code in enumerate(outcomes.WORST_FIRST)}
     cells: dict[int, list[str]] = {}
     durations: list[list[int]] = [[] for _ in ordered]
     query = sa.select(
@@ -990,28 +742,28 @@ def grid(
         results_t.c.duration_ms,
     )
     if label is not None:
-        query = query.where(results_t.c.test_id.in_(_labelled(label)))
-    codes = {tables.STATUSES[name]: code for name, code in facts.CELLS.items()}
-    for part in chunks(window):
+        query = query.where(results_t.c.test_id.in_(trends.labelled(label)))
+    codes = {tables.STATUSES[name]: code for name, code in outcomes.CELLS.items()}
+    for part in tables.chunks(window):
         for test_id, run_id, status, cause, duration in conn.execute(
             query.where(results_t.c.run_id.in_(part))
         ):
             i = place[run_id]
-            code = codes.get(status, facts.OTHER_ERROR)
+            code = codes.get(status, outcomes.OTHER_ERROR)
             if status == ERRORED and cause != BY_AGENT:
-                code = facts.OTHER_ERROR
+                code = outcomes.OTHER_ERROR
             row_cells = cells.get(test_id)
             if row_cells is None:
-                row_cells = cells[test_id] = [facts.ABSENT] * len(ordered)
+                row_cells = cells[test_id] = [outcomes.ABSENT] * len(ordered)
             held = row_cells[i]
-            if held == facts.ABSENT or worst[code] < worst[held]:
+            if held == outcomes.ABSENT or worst[code] < worst[held]:
                 row_cells[i] = code
             durations[i].append(duration)
     rows = []
-    for part in chunks(sorted(cells)):
+    for part in tables.chunks(sorted(cells)):
         for test in conn.execute(sa.select(tests_t).where(tests_t.c.id.in_(part))).mappings():
             rows.append(
-                facts.Row(
+                outcomes.Row(
                     id=test["key"],
                     title=test["title"],
                     file=test["file"],
@@ -1022,15 +774,15 @@ def grid(
             )
     rows.sort(key=lambda r: r.id)
     columns = [
-        facts.Column(run=run, latency=_latency(took))
+        outcomes.Column(run=run, latency=_latency(took))
         for run, took in zip(columns_runs, durations, strict=True)
     ]
-    return facts.Grid(columns=columns, rows=rows)
+    return outcomes.Grid(columns=columns, rows=rows)
 
 
 def _rows_of(conn: sa.Connection, ids: Sequence[int]) -> list[Any]:
     found: list[Any] = []
-    for part in chunks(ids):
+    for part in tables.chunks(ids):
         found.extend(conn.execute(_runs_select().where(runs_t.c.id.in_(part))).mappings())
     return found
 
@@ -1040,12 +792,12 @@ def _trends(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, facts.Trend]:
     at once."""
     wanted = sorted({r["trend_from"] for r in rows if r["trend_from"] is not None})
     uids: dict[int, str] = {}
-    for part in chunks(wanted):
+    for part in tables.chunks(wanted):
         uids.update(
             conn.execute(sa.select(runs_t.c.id, runs_t.c.uid).where(runs_t.c.id.in_(part))).all()
         )
     return {
-        row["id"]: _trend(
+        row["id"]: trends.trend(
             uids.get(row["trend_from"], f"#{row['trend_from']}"),
             row["trend_effect"],
             row["trend_p"],
@@ -1057,13 +809,13 @@ def _trends(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, facts.Trend]:
     }
 
 
-def _latency(took: list[int]) -> facts.Latency | None:
+def _latency(took: list[int]) -> outcomes.Latency | None:
     """Mean, median and 90th percentile (nearest rank) of a run's test durations."""
     if not took:
         return None
     took.sort()
     n = len(took)
-    return facts.Latency(
+    return outcomes.Latency(
         mean_ms=round(sum(took) / n, 3),
         p50_ms=float(took[(n - 1) // 2]),
         p90_ms=float(took[max(0, -(-9 * n // 10) - 1)]),
@@ -1125,7 +877,7 @@ def baseline(
             query = query.where(runs_t.c.uid != exclude)
         if which == "last-green":
             query = query.where(GREEN)
-        row = conn.execute(_newest(query).limit(1)).mappings().first()
+        row = conn.execute(trends.newest(query).limit(1)).mappings().first()
         if row is None:
             of = " ".join(
                 part
@@ -1236,13 +988,13 @@ def results(
     status: str | None = None,
     offset: int = 0,
     limit: int = 1000,
-) -> facts.Results:
+) -> outcomes.Results:
     """A page of one run's results (of ``status`` only, when given), in test id then repeat
     order: one query over the run's primary-key range, joined with its tests."""
     page = _results_page(conn, uid, status=status, offset=offset, limit=limit)
     # One validation of the whole page in pydantic's core, not a model built per row in
     # Python: for 2,000 results that was most of the page's time.
-    return facts.Results.model_validate(page)
+    return outcomes.Results.model_validate(page)
 
 
 def results_json(
@@ -1253,7 +1005,7 @@ def results_json(
     offset: int = 0,
     limit: int = 1000,
 ) -> bytes:
-    """:func:`results` as the JSON of :class:`.facts.Results`, written straight from the rows:
+    """:func:`results` as the JSON of :class:`.outcomes.Results`, written straight from the rows:
     what a server sends. The rows are this module's own, typed by their columns, so
     validating them into models first only costs (for 2,000 results a third of the page's
     time, bench/serve.py); ``tests/test_history_store.py`` holds the two to the same JSON."""
@@ -1264,7 +1016,7 @@ def results_json(
 def _results_page(
     conn: sa.Connection, uid: str, *, status: str | None, offset: int, limit: int
 ) -> dict[str, Any]:
-    """:class:`.facts.Results` as plain data (each field of :class:`.facts.Result`)."""
+    """:class:`.outcomes.Results` as plain data (each field of :class:`.outcomes.Result`)."""
     row = _run_row(conn, uid)
     where = [results_t.c.run_id == row["id"]]
     if status is not None:
@@ -1374,9 +1126,11 @@ def prune(conn: sa.Connection, *, keep_days: float | None, keep_runs: int | None
             conn.execute(sa.select(runs_t.c.id).where(runs_t.c.started_at < cutoff)).scalars()
         )
     if keep_runs is not None:
-        doomed.update(conn.execute(_newest(sa.select(runs_t.c.id)).offset(keep_runs)).scalars())
+        doomed.update(
+            conn.execute(trends.newest(sa.select(runs_t.c.id)).offset(keep_runs)).scalars()
+        )
     ids = sorted(doomed)
-    for part in chunks(ids):
+    for part in tables.chunks(ids):
         conn.execute(sa.delete(results_t).where(results_t.c.run_id.in_(part)))
         conn.execute(sa.delete(runs_t).where(runs_t.c.id.in_(part)))
     if ids:

@@ -19,6 +19,7 @@ migrated in place by Alembic when a newer agent-health opens it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,14 @@ STATUS_NAMES = {code: name for name, code in STATUSES.items()}
 CAUSE_NAMES = {code: name for name, code in CAUSES.items()}
 SOURCES = ("local", "ci", "operator")
 """Where a run was recorded from: a laptop, a CI job, the operator."""
+CHUNK = 500
+"""Keys bound in one statement at most (``IN (...)``): :func:`chunks`."""
+
+
+def chunks(values: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
+    """``values`` in slices of at most ``size`` (bound parameters per statement stay few)."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):

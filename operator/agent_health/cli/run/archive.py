@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from agent_health import history
     from agent_health.engine import comparing, reporters, reports
-    from agent_health.history import location, queries
+    from agent_health.history import location, trends
 
 TREND_RUNS = 5
 """Pass rates shown on the history line: the agent's newest runs, oldest first."""
@@ -344,7 +344,7 @@ def _line(opened: history.History, recorded: list[history.Recorded], suite: str 
     return visible.line(said)
 
 
-def _trend(agent: str | None, newest: list[queries.Rate]) -> str:
+def _trend(agent: str | None, newest: list[trends.Rate]) -> str:
     name = agent or "the suite"
     if len(newest) < 2:
         return f"{name}: its first run here (the next one shows a trend: agent-health history)"
