@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from agent_health import history
 from agent_health.cli.run import archive
 from support.history_support import named, report
@@ -111,3 +112,38 @@ def test_the_history_line_reads_each_agents_runs_in_one_statement(tmp_path: Path
     assert line.endswith("triage over its last 3 runs: pass rate 100% → 100% → 100%"), line
     # The previous runs' uids (a trend names its previous run) are not shown: not read.
     assert len([s for s in seen if s.lstrip().upper().startswith("SELECT")]) == 1, seen
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:////tmp/suite/.agent-health/history.db",
+        "sqlite:////tmp/a folder/h%20istory.db?timeout=2.5",
+        "sqlite:////tmp/h.db?timeout=1&mode=ro&mode=rw&cache=shared",
+    ],
+)
+def test_a_sqlite_historys_url_is_read_as_sqlalchemy_reads_it(url: str) -> None:
+    import sqlalchemy as sa
+    from agent_health.history import database
+
+    # Made from its parts, not by make_url's parser (a regular expression compiled on its
+    # first use): the same database and query.
+    path, query = database._sqlite_parts(url)
+    assert sa.URL.create("sqlite", database=path, query=query) == sa.make_url(url)
+
+
+def test_recording_a_run_reads_no_uid_of_its_previous_run(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    with history.open_history(f"sqlite:///{tmp_path / 'h.db'}") as h:
+        h.record(report(named(3), run_id="r0", at=0))
+        seen: list[str] = []
+        sa.event.listen(h.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+        h.record(report(named(3, "failed"), run_id="r1", at=1))
+        recording = list(seen)
+        (run,) = h.runs(limit=1)
+    # The row keeps its trend's previous run by id: its uid is read when a trend is shown.
+    uids = [s for s in recording if " ".join(s.split()).startswith("SELECT runs.uid FROM")]
+    assert not uids, recording
+    assert run.trend is not None
+    assert (run.trend.previous, run.trend.effect, run.trend.tests) == ("r0", -1.0, 3)

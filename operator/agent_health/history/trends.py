@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
 from agent_health.history import facts, tables
+
+if TYPE_CHECKING:
+    from agent_health.engine.statistics import pairing
 
 ALPHA = 0.05
 """The significance level of a run's trend mark (▲/▼), as ``compare``'s default."""
@@ -221,20 +224,33 @@ def paired(
     after: list[dict[str, Any]] | None = None,
     before: list[dict[str, Any]] | None = None,
 ) -> facts.Trend | None:
-    """The paired test ``compare`` runs on the pass rate, between two runs' results
-    (``after``, ``before``: the newer and the older run's entries when the caller holds
-    them already)."""
+    """The paired test ``compare`` runs on the pass rate, between two runs' results, as a
+    trend naming the previous run (``after``, ``before``: the newer and the older run's
+    entries when the caller holds them already)."""
+    found = change(conn, previous, run_id, label, after, before)
+    if found is None:
+        return None
+    uid = conn.execute(sa.select(runs_t.c.uid).where(runs_t.c.id == previous)).scalar_one()
+    return trend(uid, found.effect, found.p_value, found.method, found.tests)
+
+
+def change(
+    conn: sa.Connection,
+    previous: int,
+    run_id: int,
+    label: str | None = None,
+    after: list[dict[str, Any]] | None = None,
+    before: list[dict[str, Any]] | None = None,
+) -> pairing.PairedTest | None:
+    """The pass rate's paired test between two runs' results (:func:`paired`'s, without the
+    previous run's uid, which a run's row keeps as its id)."""
     from agent_health.engine import statistics
 
     if before is None:
         before = run_entries(conn, previous, label)
     if after is None:
         after = run_entries(conn, run_id, label)
-    found = statistics.pair_runs(unscored(before), unscored(after)).pass_rate
-    if found is None:
-        return None
-    uid = conn.execute(sa.select(runs_t.c.uid).where(runs_t.c.id == previous)).scalar_one()
-    return trend(uid, found.effect, found.p_value, found.method, found.tests)
+    return statistics.pair_runs(unscored(before), unscored(after)).pass_rate
 
 
 def unscored(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -258,7 +274,7 @@ def renew_trend(
     before_id = previous_run(conn, run_id, line)
     before = ahead[1] if ahead is not None and ahead[0] == before_id else None
     found = (
-        paired(conn, before_id, run_id, after=entries, before=before)
+        change(conn, before_id, run_id, after=entries, before=before)
         if before_id is not None
         else None
     )
