@@ -363,7 +363,7 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.history.migrations",
     "agent_health.history.tables",
     # A run records its trend and says its line (trends): never the history command's
-    # queries or the outcomes they answer with (issue #40, the history's fixed cost).
+    # queries or the answers they make (issue #40, the history's fixed cost).
     "agent_health.history.trends",
     "agent_health.ledger",
     "agent_health.ledger.chain",

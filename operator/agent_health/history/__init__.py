@@ -19,8 +19,8 @@ calls::
 
 ``history.short(uid)`` is a run's uid as tables and pages show it.
 
-Every answer is a typed value of :mod:`.facts` (runs) or :mod:`.outcomes` (tests across
-runs): pydantic, ``model_dump(mode="json")`` for JSON. Every method of :class:`History`
+Every answer is a typed value of :mod:`.answers` (what a recording is told and writes:
+:mod:`.facts`): pydantic, ``model_dump(mode="json")`` for JSON. Every method of :class:`History`
 blocks: async code calls it in a thread. Errors are :mod:`.errors`' one tree, each one line
 naming the history without its password.
 
@@ -32,6 +32,23 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    from agent_health.history.answers import (
+        Break,
+        Column,
+        Difference,
+        Flaky,
+        Grid,
+        Interval,
+        Latency,
+        Outcome,
+        Regression,
+        Result,
+        Results,
+        Row,
+        Run,
+        TestHistory,
+        Trend,
+    )
     from agent_health.history.ci import ci_from_env
     from agent_health.history.database import History, open_history
     from agent_health.history.errors import (
@@ -41,33 +58,9 @@ if _typing.TYPE_CHECKING:
         NotFoundError,
         UnavailableError,
     )
-    from agent_health.history.facts import (
-        CI,
-        Agent,
-        Ending,
-        Interval,
-        Recorded,
-        Run,
-        RunContext,
-        Trend,
-        short,
-    )
+    from agent_health.history.facts import CI, Agent, Ending, Recorded, RunContext, short
     from agent_health.history.ingest import Upcoming
     from agent_health.history.location import Location, default_location, parse, redact, resolve
-    from agent_health.history.outcomes import (
-        Break,
-        Column,
-        Difference,
-        Flaky,
-        Grid,
-        Latency,
-        Outcome,
-        Regression,
-        Result,
-        Results,
-        Row,
-        TestHistory,
-    )
     from agent_health.history.page import write_page
 
 _WHERE = {
@@ -79,7 +72,7 @@ _WHERE = {
         "errors",
     ),
     **dict.fromkeys(
-        ("CI", "Agent", "Ending", "Interval", "Recorded", "Run", "RunContext", "Trend", "short"),
+        ("CI", "Agent", "Ending", "Recorded", "RunContext", "short"),
         "facts",
     ),
     **dict.fromkeys(
@@ -89,15 +82,18 @@ _WHERE = {
             "Difference",
             "Flaky",
             "Grid",
+            "Interval",
             "Latency",
             "Outcome",
             "Regression",
             "Result",
             "Results",
             "Row",
+            "Run",
             "TestHistory",
+            "Trend",
         ),
-        "outcomes",
+        "answers",
     ),
     "write_page": "page",
     "Upcoming": "ingest",

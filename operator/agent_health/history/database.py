@@ -33,7 +33,7 @@ from agent_health.history import location as location_mod
 
 if TYPE_CHECKING:
     from agent_health.engine import reports
-    from agent_health.history import outcomes
+    from agent_health.history import answers
 
 BUSY_TIMEOUT_S = 15.0
 """How long a SQLite writer waits for another's transaction before the history is "locked"
@@ -185,7 +185,7 @@ class History:
         ending: facts.Ending | None = None,
         offset: int = 0,
         ledger: Sequence[str] | None = None,
-    ) -> list[facts.Run]:
+    ) -> list[answers.Run]:
         """The newest runs, newest first (``offset`` of them skipped); ``branch``: of that git
         or CI branch; ``ending``: that ended so (:data:`.facts.Ending`); ``ledger``: whose
         ledger is one of these URLs (the run that wrote a ledger)."""
@@ -213,7 +213,7 @@ class History:
         with self._reading() as conn:
             return trends.rates(conn, agent=agent, suite=suite, limit=limit)
 
-    def run(self, uid: str) -> facts.Run:
+    def run(self, uid: str) -> answers.Run:
         """One run by its uid (or a unique prefix of it)."""
         from agent_health.history import queries
 
@@ -222,7 +222,7 @@ class History:
 
     def results(
         self, uid: str, *, status: str | None = None, offset: int = 0, limit: int = 1000
-    ) -> outcomes.Results:
+    ) -> answers.Results:
         """A page of one run's results (``uid`` or a unique part of it), by test id and
         repeat; ``status``: of that status only."""
         from agent_health.history import queries
@@ -233,7 +233,7 @@ class History:
     def results_json(
         self, uid: str, *, status: str | None = None, offset: int = 0, limit: int = 1000
     ) -> bytes:
-        """:meth:`results` as the JSON of :class:`~.outcomes.Results`, written from the rows
+        """:meth:`results` as the JSON of :class:`~.answers.Results`, written from the rows
         without making models of them (what a server sends)."""
         from agent_health.history import queries
 
@@ -248,7 +248,7 @@ class History:
         label: str | None = None,
         since: datetime | None = None,
         limit: int = 50,
-    ) -> list[outcomes.TestHistory]:
+    ) -> list[answers.TestHistory]:
         """Each test whose id is ``pattern`` (else whose id or title matches it as a regular
         expression) over its newest ``limit`` runs, oldest first."""
         from agent_health.history import queries
@@ -266,7 +266,7 @@ class History:
         label: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
-    ) -> list[outcomes.Flaky]:
+    ) -> list[answers.Flaky]:
         """Tests whose outcome flipped over the newest ``runs`` runs while neither the agent's
         identity nor the test's content hash changed, ranked."""
         from agent_health.history import queries
@@ -283,7 +283,7 @@ class History:
         agent: str | None = None,
         label: str | None = None,
         since: datetime | None = None,
-    ) -> list[outcomes.Regression]:
+    ) -> list[answers.Regression]:
         """Tests that passed in a run and failed or errored in the next run of the same agent,
         over the newest ``runs`` runs, newest first."""
         from agent_health.history import queries
@@ -298,7 +298,7 @@ class History:
         agent: str | None = None,
         label: str | None = None,
         since: datetime | None = None,
-    ) -> outcomes.Grid:
+    ) -> answers.Grid:
         """The newest ``runs`` runs (oldest first, each with its tests' durations) × every
         test they ran, one character per (test, run): what the history page draws."""
         from agent_health.history import queries
@@ -313,7 +313,7 @@ class History:
         agent: str | None = None,
         suite: str | None = None,
         exclude: str | None = None,
-    ) -> tuple[facts.Run, dict[str, Any]]:
+    ) -> tuple[answers.Run, dict[str, Any]]:
         """A run to compare with, and its report rebuilt as ``compare`` reads one: ``last``
         (the newest run of ``agent`` and ``suite``, other than the run ``exclude``),
         ``last-green`` (the newest that passed whole: exit code 0) or a run's uid."""
@@ -331,7 +331,7 @@ class History:
         suite: str | None = None,
         new_file: str = "NEW",
         **gates: Any,
-    ) -> tuple[facts.Run, Any]:
+    ) -> tuple[answers.Run, Any]:
         """``compare`` of ``new`` (a report's JSON shape) with the baseline ``which``
         (:meth:`baseline`; never ``new`` itself when it is recorded already), with
         ``compare``'s gates (``max_pass_rate_drop``, ``gate``, ``alpha``, ...). Tests that

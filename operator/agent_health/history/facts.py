@@ -1,22 +1,21 @@
-"""What the history knows of runs, as typed values: what a recording is told beside its
-report and what it wrote, and a recorded run as the queries answer it. A page, a CI reporter
-or a server renders these (``model_dump`` for JSON) without SQL; what the history knows of
-tests' outcomes across runs is :mod:`.outcomes`'.
+"""What a recording is told and what it writes, as typed values: the context a run's report
+does not hold, the run it recorded, the agent's identity. What the queries answer (a
+recorded run, tests across runs) is :mod:`.answers`'.
 
 * :class:`RunContext` — what a run's report does not hold: where it was recorded from, its
-  exit code, its CI job, where its report is, whether its ledger verified.
-* :class:`Recorded` — one run a recording wrote.
-* :class:`Run` — one recorded run (an agent matrix records one per agent, linked by
-  ``group``), with its :class:`Trend` against the previous run of the same agent.
+  exit code, its CI job (:class:`CI`), where its report is, whether its ledger verified.
+* :class:`Recorded` — one run a recording wrote (or found there already).
+* :class:`Agent` — an agent's identity, as a run's row refers to it.
 
-Each model is built on first use (``defer_build``): a run records itself and prints its
-history line building only what it makes (the context, what it recorded, its agent).
+Apart from :mod:`.answers` because ``agent-health run`` records its run and prints its
+history line with these alone: it neither imports the answers nor makes their classes.
+Each model is built on first use (``defer_build``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,13 +100,6 @@ class Recorded(BaseModel):
     )
 
 
-class Interval(BaseModel):
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    low: float
-    high: float
-
-
 class Agent(BaseModel):
     """An agent's identity: a change in any field is a different agent for flakiness."""
 
@@ -124,77 +116,3 @@ class Agent(BaseModel):
     def label(self) -> str:
         """How the agent is named on one line."""
         return self.name or self.url or (" ".join(self.command) if self.command else "?")
-
-
-class Trend(BaseModel):
-    """A run's pass rate against the previous run of the same agent (and suite), by the paired
-    test ``compare`` uses (:mod:`agent_health.engine.statistics.pairing`)."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    previous: str = Field(description="the previous run's uid")
-    effect: float = Field(description="change in pass rate over the paired tests")
-    p_value: float
-    method: str
-    tests: int = Field(description="tests decided in both runs")
-    mark: Mark | None = Field(
-        default=None, description="better or worse when significant at α = 0.05; else None"
-    )
-
-
-class Run(BaseModel):
-    """One recorded run of one agent."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    uid: str
-    group: str | None = Field(default=None, description="an agent matrix: shared by its runs")
-    source: Source
-    agent: Agent | None
-    suite: str | None
-    suite_hash: str | None
-    started_at: datetime
-    ended_at: datetime | None
-    duration_ms: float | None
-    exit_code: int | None
-    interrupted: bool
-    budget_stop: str | None = Field(description="the budget limit that stopped it, if one did")
-    stopped: str | None
-    total: int
-    passed: int
-    failed: int
-    errored: int
-    skipped: int
-    flaky: int
-    not_run: int
-    errored_by_cause: dict[str, int]
-    pass_rate: float | None
-    pass_rate_interval: Interval | None
-    score: float | None
-    score_interval: Interval | None
-    tokens: int | None
-    cost_usd: float | None
-    repeats: int
-    selection: dict[str, Any] = Field(default_factory=dict, description="grep, labels, shard")
-    git_commit: str | None
-    git_branch: str | None
-    git_dirty: bool | None
-    judge_provider: str | None
-    judge_model: str | None
-    ci: CI | None
-    report_path: str | None
-    ledger_url: str | None
-    ledger_verified: bool | None
-    agent_health_version: str | None
-    config_hash: str | None
-    trend: Trend | None = None
-    attempt: int = Field(
-        default=0,
-        description="the attempt its results are: 0 the first; N after its errored cells "
-        "were requeued N times (an EvaluationRun's spec.requeueErrored)",
-    )
-
-    @property
-    def incomplete(self) -> bool:
-        """Interrupted or stopped by a budget: what finished was recorded, not every test."""
-        return self.interrupted or self.budget_stop is not None

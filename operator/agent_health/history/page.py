@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from agent_health.history import facts, outcomes
+from agent_health.history import answers, facts
 
 if TYPE_CHECKING:
     from agent_health.history.database import History
@@ -130,14 +130,14 @@ def render(data: str, *, title: str = "agent-health history") -> str:
     )
 
 
-def _title(grid: outcomes.Grid) -> str:
+def _title(grid: answers.Grid) -> str:
     return f"agent-health history — {len(grid.columns)} runs, {len(grid.rows)} tests"
 
 
 def page_data(
-    grid: outcomes.Grid,
-    flaky: list[outcomes.Flaky],
-    regressions: list[outcomes.Regression],
+    grid: answers.Grid,
+    flaky: list[answers.Flaky],
+    regressions: list[answers.Regression],
     links: dict[str, str],
     scope: dict[str, Any],
 ) -> str:
@@ -180,7 +180,7 @@ def page_data(
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def _column(column: outcomes.Column, report: str | None) -> dict[str, Any]:
+def _column(column: answers.Column, report: str | None) -> dict[str, Any]:
     run = column.run
     interval = run.pass_rate_interval
     latency = column.latency
@@ -216,7 +216,7 @@ class _Unreadable(Exception):
     """A run's report is there and cannot be read."""
 
 
-def _report_link(directory: Path, run: facts.Run) -> str | None:
+def _report_link(directory: Path, run: answers.Run) -> str | None:
     """The page's link to ``run``'s report, relative to ``directory``; ``None`` when the
     report is not at hand."""
     if not run.report_path:

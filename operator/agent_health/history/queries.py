@@ -1,13 +1,13 @@
 """What the history answers: the queries, each in the caller's transaction, each returning
-the typed values of :mod:`.facts` (no SQL leaves this module).
+the typed values of :mod:`.answers` (no SQL leaves this module).
 
 One concept: reading the history — the newest runs (with the trend each run carries), one
 test across runs and its latest break (the last passing and first failing run and what
 differed between them), flaky tests (outcome flips while neither the agent's identity nor
 the test's content hash changed: a window function over the results, in the database),
 regressions between consecutive runs of an agent, the grid of the newest runs × their tests
-the history page draws, a baseline rebuilt as the report ``compare`` reads, pruning, and the
-trend a recording works out. Every query is plain
+the history page draws, a baseline rebuilt as the report ``compare`` reads, pruning; the
+trend a recording works out is :mod:`.trends`' (a run imports that, not this). Every query is plain
 SQLAlchemy Core that SQLite and PostgreSQL both run; each reads through an index
 (``tables.py``): runs by time and agent, a test's results by (test, run), a run's by its
 primary key.
@@ -34,7 +34,7 @@ import pydantic_core
 import sqlalchemy as sa
 
 from agent_health import statuses
-from agent_health.history import errors, facts, outcomes, tables, trends
+from agent_health.history import answers, errors, facts, tables, trends
 
 runs_t, results_t, tests_t, agents_t = tables.runs, tables.results, tables.tests, tables.agents
 contents_t, labels_t = tables.contents, tables.test_labels
@@ -112,7 +112,7 @@ def runs(
     ending: facts.Ending | None = None,
     offset: int = 0,
     ledger: Sequence[str] | None = None,
-) -> list[facts.Run]:
+) -> list[answers.Run]:
     """The newest runs, newest first (``offset`` of them left out). With ``label``: only runs
     that ran a test carrying it, each counted over those tests alone (and its trend worked
     out over them); ``branch``: of that git (or CI) branch; ``ending``: that ended so
@@ -138,7 +138,7 @@ def runs(
     return [_scoped(conn, run, row, label) for run, row in zip(found, rows, strict=True)]
 
 
-def run(conn: sa.Connection, uid: str) -> facts.Run:
+def run(conn: sa.Connection, uid: str) -> answers.Run:
     """One run by uid, or by a part of it that names one run (``f3686ba2``, as tables show)."""
     row = _run_row(conn, uid)
     return _run(row, _trend_of(conn, row))
@@ -163,7 +163,7 @@ def _run_row(conn: sa.Connection, uid: str) -> Any:
     raise errors.NotFoundError(f"run {uid!r} is ambiguous: give more of its id")
 
 
-def _run(row: Any, trend: facts.Trend | None) -> facts.Run:
+def _run(row: Any, trend: answers.Trend | None) -> answers.Run:
     agent = None
     if row["agent_id"] is not None:
         agent = facts.Agent(
@@ -184,7 +184,7 @@ def _run(row: Any, trend: facts.Trend | None) -> facts.Run:
             branch=row["ci_branch"],
             pr=row["ci_pr"],
         )
-    return facts.Run(
+    return answers.Run(
         uid=row["uid"],
         group=row["group_uid"],
         source=row["source"],
@@ -232,18 +232,18 @@ def _run(row: Any, trend: facts.Trend | None) -> facts.Run:
     )
 
 
-def _interval(low: float | None, high: float | None) -> facts.Interval | None:
-    return None if low is None or high is None else facts.Interval(low=low, high=high)
+def _interval(low: float | None, high: float | None) -> answers.Interval | None:
+    return None if low is None or high is None else answers.Interval(low=low, high=high)
 
 
-def _trend_of(conn: sa.Connection, row: Any) -> facts.Trend | None:
+def _trend_of(conn: sa.Connection, row: Any) -> answers.Trend | None:
     """The trend kept on a run's row (the previous run's uid read by its id)."""
     if row["trend_from"] is None or row["trend_p"] is None:
         return None
     previous = conn.execute(
         sa.select(runs_t.c.uid).where(runs_t.c.id == row["trend_from"])
     ).scalar()
-    return trends.trend(
+    return _trend(
         previous or f"#{row['trend_from']}",
         row["trend_effect"],
         row["trend_p"],
@@ -252,7 +252,37 @@ def _trend_of(conn: sa.Connection, row: Any) -> facts.Trend | None:
     )
 
 
-def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.Run:
+def _trend(previous: str, effect: float, p: float, method: str, tests: int) -> answers.Trend:
+    """A trend as a run's row keeps it (``previous``: that run's uid), marked."""
+    return answers.Trend(
+        previous=previous,
+        effect=effect,
+        p_value=p,
+        method=method,
+        tests=tests,
+        mark=trends.mark(effect, p),
+    )
+
+
+def _paired(
+    conn: sa.Connection,
+    previous: int,
+    run_id: int,
+    label: str | None = None,
+    after: list[dict[str, Any]] | None = None,
+    before: list[dict[str, Any]] | None = None,
+) -> answers.Trend | None:
+    """The paired test ``compare`` runs on the pass rate, between two runs' results, as a
+    trend naming the previous run (``after``, ``before``: the newer and the older run's
+    entries when the caller holds them already)."""
+    found = trends.change(conn, previous, run_id, label, after, before)
+    if found is None:
+        return None
+    uid = conn.execute(sa.select(runs_t.c.uid).where(runs_t.c.id == previous)).scalar_one()
+    return _trend(uid, found.effect, found.p_value, found.method, found.tests)
+
+
+def _scoped(conn: sa.Connection, run: answers.Run, row: Any, label: str) -> answers.Run:
     """``run`` counted over the tests carrying ``label`` alone."""
     from agent_health.engine import statistics
 
@@ -268,7 +298,7 @@ def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.
     interval = None
     if decided:
         low, high = statistics.wilson(counts["passed"], decided)
-        interval = facts.Interval(low=round(low, 6), high=round(high, 6))
+        interval = answers.Interval(low=round(low, 6), high=round(high, 6))
     scores = [e["score"] for e in entries if e["score"] is not None]
     totals = conn.execute(
         sa.select(sa.func.sum(results_t.c.tokens), sa.func.sum(results_t.c.cost_usd)).where(
@@ -278,7 +308,7 @@ def _scoped(conn: sa.Connection, run: facts.Run, row: Any, label: str) -> facts.
     trend = None
     previous = trends.previous_run(conn, row["id"])
     if previous is not None:
-        trend = trends.paired(conn, previous, row["id"], label)
+        trend = _paired(conn, previous, row["id"], label)
     return run.model_copy(
         update={
             **counts,
@@ -307,7 +337,7 @@ def timeline(
     label: str | None = None,
     since: datetime | None = None,
     limit: int = 50,
-) -> list[outcomes.TestHistory]:
+) -> list[answers.TestHistory]:
     """Each test whose id is ``pattern`` — else whose id or title the regular expression
     ``pattern`` finds (case aside) — over its newest ``limit`` runs."""
     chosen = _tests_matching(conn, pattern, label)
@@ -345,7 +375,7 @@ def _test_history(
     agent: str | None,
     since: datetime | None,
     limit: int,
-) -> outcomes.TestHistory:
+) -> answers.TestHistory:
     test_id = test_row["id"]
     joined = results_t.join(runs_t, results_t.c.run_id == runs_t.c.id).outerjoin(
         agents_t, runs_t.c.agent_id == agents_t.c.id
@@ -379,7 +409,7 @@ def _test_history(
         else []
     )
     found = [_outcome(row) for row in rows]
-    return outcomes.TestHistory(
+    return answers.TestHistory(
         id=test_row["key"],
         title=test_row["title"],
         file=test_row["file"],
@@ -390,8 +420,8 @@ def _test_history(
     )
 
 
-def _outcome(row: Any) -> outcomes.Outcome:
-    return outcomes.Outcome(
+def _outcome(row: Any) -> answers.Outcome:
+    return answers.Outcome(
         run=row["uid"],
         started_at=row["started_at"],
         agent=row["agent_name"],
@@ -410,20 +440,20 @@ def _outcome(row: Any) -> outcomes.Outcome:
     )
 
 
-def decided(outcome: outcomes.Outcome) -> bool:
+def decided(outcome: answers.Outcome) -> bool:
     """Passed, failed, flaky or errored by the agent: an outcome that says something."""
     return outcome.status in statuses.DECIDED or (
         outcome.status == "errored" and outcome.cause == "agent"
     )
 
 
-def _break(conn: sa.Connection, found: Sequence[outcomes.Outcome]) -> outcomes.Break | None:
+def _break(conn: sa.Connection, found: Sequence[answers.Outcome]) -> answers.Break | None:
     """The latest break of the newest outcome's agent: see the module docstring."""
     said = [o for o in found if decided(o)]
     if not said or said[-1].status == "passed":
         return None
     agent = said[-1].agent
-    runs_seen: dict[str, list[outcomes.Outcome]] = {}
+    runs_seen: dict[str, list[answers.Outcome]] = {}
     for o in said:
         if o.agent == agent:
             runs_seen.setdefault(o.run, []).append(o)
@@ -434,7 +464,7 @@ def _break(conn: sa.Connection, found: Sequence[outcomes.Outcome]) -> outcomes.B
             if first_fail is None:
                 return None
             last_pass = group[-1]
-            return outcomes.Break(
+            return answers.Break(
                 last_pass=last_pass,
                 first_fail=first_fail,
                 differences=_differences(conn, last_pass, first_fail),
@@ -444,8 +474,8 @@ def _break(conn: sa.Connection, found: Sequence[outcomes.Outcome]) -> outcomes.B
 
 
 def _differences(
-    conn: sa.Connection, before: outcomes.Outcome, after: outcomes.Outcome
-) -> list[outcomes.Difference]:
+    conn: sa.Connection, before: answers.Outcome, after: answers.Outcome
+) -> list[answers.Difference]:
     """What differed between two runs of a test: the agent's image, version or identity, the
     suite's commit, the test's content hash, the judge's model."""
     rows = {
@@ -459,7 +489,7 @@ def _differences(
 
     def differs(what: Any, old: Any, new: Any) -> None:
         if old != new:
-            found.append(outcomes.Difference(what=what, before=_shown(old), after=_shown(new)))
+            found.append(answers.Difference(what=what, before=_shown(old), after=_shown(new)))
 
     differs("agent image", was["agent_image"], now["agent_image"])
     differs("agent version", was["agent_version"], now["agent_version"])
@@ -515,7 +545,7 @@ def flaky(
     label: str | None = None,
     since: datetime | None = None,
     limit: int | None = None,
-) -> list[outcomes.Flaky]:
+) -> list[answers.Flaky]:
     """Tests whose decided outcome flipped (pass ↔ not) across the newest ``runs`` runs, per
     agent identity and test content hash; ranked by flips, then by a failure rate nearer a
     coin's, then by more results."""
@@ -574,7 +604,7 @@ def flaky(
         low, high = statistics.wilson(failures, total)
         key, title = names["tests"][g.test_id]
         found.append(
-            outcomes.Flaky(
+            answers.Flaky(
                 id=key,
                 title=title,
                 agent=names["agents"].get(g.agent_id),
@@ -584,7 +614,7 @@ def flaky(
                 failures=failures,
                 flips=int(g.flips),
                 failure_rate=round(failures / total, 6),
-                failure_rate_interval=facts.Interval(low=round(low, 6), high=round(high, 6)),
+                failure_rate_interval=answers.Interval(low=round(low, 6), high=round(high, 6)),
                 last_status="passed" if g.last_ok else "failed",
             )
         )
@@ -637,7 +667,7 @@ def regressions(
     agent: str | None = None,
     label: str | None = None,
     since: datetime | None = None,
-) -> list[outcomes.Regression]:
+) -> list[answers.Regression]:
     """Tests that passed in a run's previous run and failed or errored in it (repeat by
     repeat, as ``compare`` pairs them), over the newest ``runs`` runs, newest first."""
     window = _window(conn, runs, agent=agent, since=since)
@@ -688,7 +718,7 @@ def regressions(
                 continue
             seen.add(row.key)
             found.append(
-                outcomes.Regression(
+                answers.Regression(
                     id=row.key,
                     title=row.title,
                     run=head.uid,
@@ -714,14 +744,14 @@ def grid(
     agent: str | None = None,
     label: str | None = None,
     since: datetime | None = None,
-) -> outcomes.Grid:
+) -> answers.Grid:
     """The newest ``runs`` runs, oldest first, × every test they ran: one character per
-    (test, run) (:data:`outcomes.CELLS`; a test's repeats make one cell, the worst of them),
+    (test, run) (:data:`answers.CELLS`; a test's repeats make one cell, the worst of them),
     and each run's test durations. With ``label``: the tests carrying it, and each run
     counted over them alone (as :func:`runs` does)."""
     window = _window(conn, runs, agent=agent, since=since, label=label)
     if not window:
-        return outcomes.Grid(columns=[], rows=[])
+        return answers.Grid(columns=[], rows=[])
     found = {row["id"]: row for row in _rows_of(conn, window)}
     ordered = [found[run_id] for run_id in reversed(window)]  # oldest first
     kept = _trends(conn, ordered)
@@ -731,7 +761,7 @@ def grid(
             _scoped(conn, run, row, label) for run, row in zip(columns_runs, ordered, strict=True)
         ]
     place = {row["id"]: i for i, row in enumerate(ordered)}
-    worst = {code: rank for rank, code in enumerate(outcomes.WORST_FIRST)}
+    worst = {code: rank for rank, code in enumerate(answers.WORST_FIRST)}
     cells: dict[int, list[str]] = {}
     durations: list[list[int]] = [[] for _ in ordered]
     query = sa.select(
@@ -743,27 +773,27 @@ def grid(
     )
     if label is not None:
         query = query.where(results_t.c.test_id.in_(trends.labelled(label)))
-    codes = {tables.STATUSES[name]: code for name, code in outcomes.CELLS.items()}
+    codes = {tables.STATUSES[name]: code for name, code in answers.CELLS.items()}
     for part in tables.chunks(window):
         for test_id, run_id, status, cause, duration in conn.execute(
             query.where(results_t.c.run_id.in_(part))
         ):
             i = place[run_id]
-            code = codes.get(status, outcomes.OTHER_ERROR)
+            code = codes.get(status, answers.OTHER_ERROR)
             if status == ERRORED and cause != BY_AGENT:
-                code = outcomes.OTHER_ERROR
+                code = answers.OTHER_ERROR
             row_cells = cells.get(test_id)
             if row_cells is None:
-                row_cells = cells[test_id] = [outcomes.ABSENT] * len(ordered)
+                row_cells = cells[test_id] = [answers.ABSENT] * len(ordered)
             held = row_cells[i]
-            if held == outcomes.ABSENT or worst[code] < worst[held]:
+            if held == answers.ABSENT or worst[code] < worst[held]:
                 row_cells[i] = code
             durations[i].append(duration)
     rows = []
     for part in tables.chunks(sorted(cells)):
         for test in conn.execute(sa.select(tests_t).where(tests_t.c.id.in_(part))).mappings():
             rows.append(
-                outcomes.Row(
+                answers.Row(
                     id=test["key"],
                     title=test["title"],
                     file=test["file"],
@@ -774,10 +804,10 @@ def grid(
             )
     rows.sort(key=lambda r: r.id)
     columns = [
-        outcomes.Column(run=run, latency=_latency(took))
+        answers.Column(run=run, latency=_latency(took))
         for run, took in zip(columns_runs, durations, strict=True)
     ]
-    return outcomes.Grid(columns=columns, rows=rows)
+    return answers.Grid(columns=columns, rows=rows)
 
 
 def _rows_of(conn: sa.Connection, ids: Sequence[int]) -> list[Any]:
@@ -787,7 +817,7 @@ def _rows_of(conn: sa.Connection, ids: Sequence[int]) -> list[Any]:
     return found
 
 
-def _trends(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, facts.Trend]:
+def _trends(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, answers.Trend]:
     """The trend kept on each run's row (:func:`_trend_of`), their previous runs' uids read
     at once."""
     wanted = sorted({r["trend_from"] for r in rows if r["trend_from"] is not None})
@@ -797,7 +827,7 @@ def _trends(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, facts.Trend]:
             conn.execute(sa.select(runs_t.c.id, runs_t.c.uid).where(runs_t.c.id.in_(part))).all()
         )
     return {
-        row["id"]: trends.trend(
+        row["id"]: _trend(
             uids.get(row["trend_from"], f"#{row['trend_from']}"),
             row["trend_effect"],
             row["trend_p"],
@@ -809,13 +839,13 @@ def _trends(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, facts.Trend]:
     }
 
 
-def _latency(took: list[int]) -> outcomes.Latency | None:
+def _latency(took: list[int]) -> answers.Latency | None:
     """Mean, median and 90th percentile (nearest rank) of a run's test durations."""
     if not took:
         return None
     took.sort()
     n = len(took)
-    return outcomes.Latency(
+    return answers.Latency(
         mean_ms=round(sum(took) / n, 3),
         p50_ms=float(took[(n - 1) // 2]),
         p90_ms=float(took[max(0, -(-9 * n // 10) - 1)]),
@@ -864,7 +894,7 @@ def baseline(
     agent: str | None = None,
     suite: str | None = None,
     exclude: str | None = None,
-) -> tuple[facts.Run, dict[str, Any]]:
+) -> tuple[answers.Run, dict[str, Any]]:
     """The run ``which`` names (``last``, ``last-green`` or a uid) and its report, rebuilt as
     ``compare`` reads one (version 2: summary, provenance, a test entry per result). ``last``
     and ``last-green`` are of ``agent`` and ``suite`` (a run of no known suite, imported, is
@@ -897,7 +927,7 @@ def baseline(
     return found, _report(conn, row, found)
 
 
-def _report(conn: sa.Connection, row: Any, run: facts.Run) -> dict[str, Any]:
+def _report(conn: sa.Connection, row: Any, run: answers.Run) -> dict[str, Any]:
     query = (
         sa.select(
             results_t,
@@ -988,13 +1018,13 @@ def results(
     status: str | None = None,
     offset: int = 0,
     limit: int = 1000,
-) -> outcomes.Results:
+) -> answers.Results:
     """A page of one run's results (of ``status`` only, when given), in test id then repeat
     order: one query over the run's primary-key range, joined with its tests."""
     page = _results_page(conn, uid, status=status, offset=offset, limit=limit)
     # One validation of the whole page in pydantic's core, not a model built per row in
     # Python: for 2,000 results that was most of the page's time.
-    return outcomes.Results.model_validate(page)
+    return answers.Results.model_validate(page)
 
 
 def results_json(
@@ -1005,7 +1035,7 @@ def results_json(
     offset: int = 0,
     limit: int = 1000,
 ) -> bytes:
-    """:func:`results` as the JSON of :class:`.outcomes.Results`, written straight from the rows:
+    """:func:`results` as the JSON of :class:`.answers.Results`, written straight from the rows:
     what a server sends. The rows are this module's own, typed by their columns, so
     validating them into models first only costs (for 2,000 results a third of the page's
     time, bench/serve.py); ``tests/test_history_store.py`` holds the two to the same JSON."""
@@ -1016,7 +1046,7 @@ def results_json(
 def _results_page(
     conn: sa.Connection, uid: str, *, status: str | None, offset: int, limit: int
 ) -> dict[str, Any]:
-    """:class:`.outcomes.Results` as plain data (each field of :class:`.outcomes.Result`)."""
+    """:class:`.answers.Results` as plain data (each field of :class:`.answers.Result`)."""
     row = _run_row(conn, uid)
     where = [results_t.c.run_id == row["id"]]
     if status is not None:

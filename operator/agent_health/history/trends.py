@@ -5,8 +5,9 @@ for the history line it prints.
 
 What a recording needs of the history's reading, apart from :mod:`.queries` (the
 ``history`` command's, the page's and the server's): ``agent-health run`` records and says
-its line without importing those or building their answers' models. :mod:`.queries` reads
-a kept trend back with :func:`trend`, and scopes one to a label with :func:`paired`.
+its line without importing those or building their answers' models (:mod:`.answers`).
+:mod:`.queries` marks a kept trend with :func:`mark`, and works one out over a label's
+tests with :func:`change`.
 
 * the *previous run* of a run is the newest one before it of the same agent name and suite
   (:func:`previous_run`; :func:`ahead_of` finds it while the run goes on, before it is recorded);
@@ -63,7 +64,7 @@ def rates(
 ) -> list[Rate]:
     """The newest runs' pass rates and trend marks, newest first, found as
     :func:`.queries.runs` finds them (by ``agent``'s name or URL and ``suite``) — the history
-    line's, read without making a :class:`~.facts.Run` of each (its model, its fifty columns
+    line's, read without making a :class:`~.answers.Run` of each (its model, its fifty columns
     and the previous runs' uids are what the line does not show)."""
     query = sa.select(
         runs_t.c.pass_rate,
@@ -92,18 +93,6 @@ def rates(
             )
         )
     return found
-
-
-def trend(previous: str, effect: float, p: float, method: str, tests: int) -> facts.Trend:
-    """A trend as a run's row keeps it (``previous``: that run's uid), marked."""
-    return facts.Trend(
-        previous=previous,
-        effect=effect,
-        p_value=p,
-        method=method,
-        tests=tests,
-        mark=mark(effect, p),
-    )
 
 
 def mark(effect: float, p: float) -> facts.Mark | None:
@@ -214,24 +203,6 @@ def next_run(conn: sa.Connection, run_id: int, line: tuple[Any, Any] | None = No
         .limit(1)
     ).scalar()
     return int(found) if found is not None else None
-
-
-def paired(
-    conn: sa.Connection,
-    previous: int,
-    run_id: int,
-    label: str | None = None,
-    after: list[dict[str, Any]] | None = None,
-    before: list[dict[str, Any]] | None = None,
-) -> facts.Trend | None:
-    """The paired test ``compare`` runs on the pass rate, between two runs' results, as a
-    trend naming the previous run (``after``, ``before``: the newer and the older run's
-    entries when the caller holds them already)."""
-    found = change(conn, previous, run_id, label, after, before)
-    if found is None:
-        return None
-    uid = conn.execute(sa.select(runs_t.c.uid).where(runs_t.c.id == previous)).scalar_one()
-    return trend(uid, found.effect, found.p_value, found.method, found.tests)
 
 
 def change(

@@ -1,7 +1,7 @@
 """The read API: runs (filtered by agent, label, branch, how they ended), one run with its
 results and evidence, one test across runs, flaky tests, regressions, and any two runs
 compared with ``compare``'s statistics. Every answer is a typed value of the history's
-(:mod:`agent_health.history.facts`) or of ``compare``'s; every query runs in a reader thread.
+(:mod:`agent_health.history.answers`) or of ``compare``'s; every query runs in a reader thread.
 """
 
 from __future__ import annotations

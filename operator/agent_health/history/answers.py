@@ -1,7 +1,9 @@
-"""What the history knows of tests' outcomes across runs, as typed values: what the
-``history`` command's queries, the history page and the server answer. A page, a CI reporter
-or a server renders these (``model_dump`` for JSON) without SQL; runs are :mod:`.facts`'.
+"""What the history's queries answer, as typed values: what the ``history`` command, the
+history page and the server show. A page, a CI reporter or a server renders these
+(``model_dump`` for JSON) without SQL; what a recording is told and writes is :mod:`.facts`'.
 
+* :class:`Run` — one recorded run (an agent matrix records one per agent, linked by
+  ``group``), with its :class:`Trend` against the previous run of the same agent.
 * :class:`TestHistory` — one test across runs: each :class:`Outcome`, and for its latest
   break the :class:`Break` (last passing and first failing run, and what differed).
 * :class:`Flaky` — a test whose outcome flips while neither the agent nor the test changed.
@@ -12,17 +14,99 @@ or a server renders these (``model_dump`` for JSON) without SQL; runs are :mod:`
   run's results (:class:`Results`).
 
 A module apart from :mod:`.facts` because recording a run never makes one of these: the
-run's history (``agent-health run``) neither imports it nor makes its twelve classes.
+run's history (``agent-health run``) neither imports this module nor makes its fifteen
+classes (its line reads the pass rates it shows: :func:`.trends.rates`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health.history import facts
+
+
+class Interval(BaseModel):
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    low: float
+    high: float
+
+
+class Trend(BaseModel):
+    """A run's pass rate against the previous run of the same agent (and suite), by the paired
+    test ``compare`` uses (:mod:`agent_health.engine.statistics.pairing`)."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    previous: str = Field(description="the previous run's uid")
+    effect: float = Field(description="change in pass rate over the paired tests")
+    p_value: float
+    method: str
+    tests: int = Field(description="tests decided in both runs")
+    mark: facts.Mark | None = Field(
+        default=None, description="better or worse when significant at α = 0.05; else None"
+    )
+
+
+class Run(BaseModel):
+    """One recorded run of one agent."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    uid: str
+    group: str | None = Field(default=None, description="an agent matrix: shared by its runs")
+    source: facts.Source
+    agent: facts.Agent | None
+    suite: str | None
+    suite_hash: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_ms: float | None
+    exit_code: int | None
+    interrupted: bool
+    budget_stop: str | None = Field(description="the budget limit that stopped it, if one did")
+    stopped: str | None
+    total: int
+    passed: int
+    failed: int
+    errored: int
+    skipped: int
+    flaky: int
+    not_run: int
+    errored_by_cause: dict[str, int]
+    pass_rate: float | None
+    pass_rate_interval: Interval | None
+    score: float | None
+    score_interval: Interval | None
+    tokens: int | None
+    cost_usd: float | None
+    repeats: int
+    selection: dict[str, Any] = Field(default_factory=dict, description="grep, labels, shard")
+    git_commit: str | None
+    git_branch: str | None
+    git_dirty: bool | None
+    judge_provider: str | None
+    judge_model: str | None
+    ci: facts.CI | None
+    report_path: str | None
+    ledger_url: str | None
+    ledger_verified: bool | None
+    agent_health_version: str | None
+    config_hash: str | None
+    trend: Trend | None = None
+    attempt: int = Field(
+        default=0,
+        description="the attempt its results are: 0 the first; N after its errored cells "
+        "were requeued N times (an EvaluationRun's spec.requeueErrored)",
+    )
+
+    @property
+    def incomplete(self) -> bool:
+        """Interrupted or stopped by a budget: what finished was recorded, not every test."""
+        return self.interrupted or self.budget_stop is not None
 
 
 class Outcome(BaseModel):
@@ -104,7 +188,7 @@ class Flaky(BaseModel):
     failures: int
     flips: int = Field(description="changes between pass and not-pass, in run order")
     failure_rate: float
-    failure_rate_interval: facts.Interval = Field(description="Wilson, 95%")
+    failure_rate_interval: Interval = Field(description="Wilson, 95%")
     last_status: str
 
 
@@ -141,7 +225,7 @@ WORST_FIRST = "FEXKPS"
 
 class Latency(BaseModel):
     """How long a run's tests took, one result each (a run's own duration is its
-    :attr:`.facts.Run.duration_ms`)."""
+    :attr:`Run.duration_ms`)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -155,7 +239,7 @@ class Column(BaseModel):
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
-    run: facts.Run
+    run: Run
     latency: Latency | None = Field(description="its tests' durations; None: no result")
 
 
