@@ -23,13 +23,13 @@ without copying its test entries, or a saved report of version 1 or 2 as loaded.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import operator
+import types
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -42,6 +42,8 @@ MESSAGE_CHARS = 240
 """A stored message (an error, a failed gate) is cut to this many characters, on one line."""
 MESSAGES = 6
 """At most this many messages are kept per result: the error, then the failed gates."""
+EMPTY: Mapping[str, int] = types.MappingProxyType({})
+"""No ids known (read-only: shared by every :class:`Known` made without them)."""
 
 
 def report_data(report: reports.RunReport | Mapping[str, Any]) -> dict[str, Any]:
@@ -75,19 +77,22 @@ def suite_hash(tests: Sequence[Mapping[str, Any]]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class Known:
+# Known and Upcoming are named tuples, not frozen dataclasses: the same immutable records,
+# without the methods a dataclass compiles for itself as its module is imported (about a
+# millisecond of every run that records its history, issue #40).
+
+
+class Known(NamedTuple):
     """What was read and written before the run ended (:func:`prepare`): the ids of its
     tests and content hashes, and the run it will be compared with and that run's results
     for its trend, without their scores (:func:`.trends.ahead_of`)."""
 
-    tests: dict[str, int] = dataclasses.field(default_factory=dict)
-    contents: dict[str, int] = dataclasses.field(default_factory=dict)
+    tests: Mapping[str, int] = EMPTY
+    contents: Mapping[str, int] = EMPTY
     previous: tuple[int, list[dict[str, Any]]] | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Upcoming:
+class Upcoming(NamedTuple):
     """Whose run is coming: its agent's name and its suite, and when it started (what its
     previous run is found by)."""
 
