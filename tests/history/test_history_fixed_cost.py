@@ -163,3 +163,42 @@ def test_recording_a_run_reads_no_uid_of_its_previous_run(tmp_path: Path) -> Non
     assert not uids, recording
     assert run.trend is not None
     assert (run.trend.previous, run.trend.effect, run.trend.tests) == ("r0", -1.0, 3)
+
+
+def test_a_live_reports_summary_is_recorded_as_its_json_would_be() -> None:
+    from agent_health.engine import reports
+    from agent_health.history import ingest
+
+    # What recording keeps of a summary read from the live report's attributes (not its
+    # serializer, which loads the report's optional parts) is what its JSON shape gives.
+    data = report({**named(3), "t.py::test 001": "failed"}, run_id="r7", at=7)
+    interval = {"low": 0.25, "high": 0.875, "method": "wilson", "n": 3}
+    data["summary"].update(
+        pass_rate_interval=interval,
+        score_interval={**interval, "low": 0.125},
+        flaky_count=1,
+        not_run=2,
+        interrupted=True,
+        stopped="-x: the first failure",
+        budget={
+            "limits": {"max_cost_usd": 0.01},
+            "spent": {
+                **dict.fromkeys(("tokens", "agent_tokens", "judge_tokens"), 30),
+                **dict.fromkeys(("cost_usd", "agent_cost_usd", "judge_cost_usd"), 0.012),
+                **dict.fromkeys(("tokens_unknown", "cost_unknown"), 0),
+                "tokens_estimated": None,
+                "cost_usd_estimated": None,
+                "duration_s": 1.5,
+            },
+            "exhausted": "max_cost_usd",
+            "reason": "spent $0.012 of $0.01",
+            "skipped": 2,
+        },
+    )
+    live = reports.RunReport.model_validate(data)
+    light, whole = ingest.recorded_data(live), ingest.report_data(live)
+    assert ingest._counts(light["summary"]) == ingest._counts(whole["summary"])
+    assert ingest._counts(light["summary"])["budget_stop"] == "max_cost_usd"
+    assert {k: v for k, v in light.items() if k != "summary"} == {
+        k: v for k, v in whole.items() if k != "summary"
+    }

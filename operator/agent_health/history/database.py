@@ -146,7 +146,7 @@ class History:
         its results, tests, agents, and the trend against the previous run of each agent.
         A run already recorded (the same uid) is left as it is (``new`` false). ``known``:
         what :meth:`prepare` found before the run ended."""
-        data = ingest.report_data(report)
+        data = ingest.recorded_data(report)
         told = context or facts.RunContext()
         return self._retried(lambda conn: ingest.record(conn, data, told, known))
 

@@ -61,6 +61,59 @@ def report_data(report: reports.RunReport | Mapping[str, Any]) -> dict[str, Any]
     }
 
 
+def recorded_data(report: reports.RunReport | Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`report_data` as recording reads it: a live report's summary as the fields
+    :func:`record` keeps (:func:`_counts`), read from its attributes. Serialized whole, the
+    summary's serializer is built, and that loads the report's optional parts (a budget's, the
+    insights rollup's and the agent matrix's modules and models, ``report._parts``), which a
+    one-test run otherwise never loads: about 32 M instructions of it. A report without a run
+    id (its uid is derived from its whole content) or of an agent matrix is read whole."""
+    if isinstance(report, Mapping) or report.matrix is not None:
+        return report_data(report)
+    if report.provenance is None or not report.provenance.run_id:
+        return report_data(report)
+    summary = report.summary
+    budget = summary.budget
+    return {
+        "version": report.version,
+        "summary": {
+            **{name: getattr(summary, name) for name in SUMMARY_FIELDS},
+            "errored_by_cause": dict(summary.errored_by_cause),
+            "budget": {"exhausted": budget.exhausted} if budget is not None else None,
+            "pass_rate_interval": _bounds(summary.pass_rate_interval),
+            "score_interval": _bounds(summary.score_interval),
+        },
+        "provenance": report.provenance.model_dump(mode="json"),
+        "tests": report.tests,
+        "matrix": None,
+    }
+
+
+SUMMARY_FIELDS = (
+    "total",
+    "passed",
+    "failed",
+    "errored",
+    "skipped",
+    "flaky_count",
+    "not_run",
+    "pass_rate",
+    "score",
+    "tokens",
+    "cost_usd",
+    "duration_ms",
+    "repeats",
+    "interrupted",
+    "stopped",
+)
+"""The summary's plain fields a run's row keeps (:func:`_counts`; its intervals, causes and
+budget aside)."""
+
+
+def _bounds(interval: Any) -> dict[str, float] | None:
+    return None if interval is None else {"low": interval.low, "high": interval.high}
+
+
 def derived_uid(data: Mapping[str, Any]) -> str:
     """A uid for a report that names none (reports before run ids): a hash of its content,
     so the same file imported twice is the same run."""
