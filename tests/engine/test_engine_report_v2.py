@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +151,42 @@ async def test_provenance_says_what_ran(
 
 def test_outside_git_the_suite_has_no_commit(tmp_path: Path) -> None:
     assert provenance.git_state([tmp_path]) == (None, None, None)
+
+
+def test_a_checkouts_commit_branch_and_state_take_one_git_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite, other = tmp_path / "suite", tmp_path / "other"
+    for repo in (suite, other):
+        repo.mkdir()
+        _git(repo, "init", "-q")
+    assert provenance.git_state([suite]) == (None, None, None)  # no commit yet
+    for repo in (suite, other):
+        (repo / "test_a.py").write_text("x = 1\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", "suite")
+    commit, branch = (
+        _git(suite, "rev-parse", "HEAD"),
+        _git(suite, "symbolic-ref", "--short", "HEAD"),
+    )
+    # Every git the run starts, counted by a git first on PATH that hands on to the real one.
+    shim, calls = tmp_path / "bin", tmp_path / "calls"
+    shim.mkdir()
+    real = shutil.which("git")
+    (shim / "git").write_text(f'#!/bin/sh\necho "$1" >> {calls}\nexec {real} "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    assert provenance.git_state([suite]) == (commit, False, branch)
+    assert calls.read_text().split() == ["status"]
+    (suite / "test_b.py").write_text("y = 2\n")
+    assert provenance.git_state([suite]) == (commit, True, branch)
+    _git(suite, "checkout", "-q", "--detach")
+    assert provenance.git_state([suite]) == (commit, True, None)  # no branch when detached
+    # Paths in two checkouts, which status refuses: the first's commit, its state unsaid.
+    assert provenance.git_state([suite, other]) == (commit, None, None)
+    calls.unlink()
+    assert provenance.git_state([tmp_path / "nowhere"]) == (None, None, None)
+    assert calls.read_text().split() == ["status"]  # outside a checkout, one process too
 
 
 def test_long_fields_are_cut_and_named() -> None:

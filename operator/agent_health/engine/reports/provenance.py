@@ -191,22 +191,51 @@ def run_id(now: datetime | None = None) -> str:
 def git_state(paths: Sequence[Path]) -> GitState:
     """(commit, dirty, branch) of the git checkout holding ``paths``; all None outside one.
 
+    One ``git status`` says all three (its branch header and its entries): a run starts one
+    process for them where it started three. When it fails for several paths, a second
+    (``rev-parse``) tells no checkout from paths in two, which status refuses.
+
     Blocking (runs ``git``): call it before the event loop starts or in a thread.
     """
     if not paths:
         return GitState(None, None)
     first = paths[0].resolve()
     where = first if first.is_dir() else first.parent
-    commit = _git(where, "rev-parse", "HEAD")
-    if commit is None:
-        return GitState(None, None)
     # What running the suite writes never makes it dirty: agent-health's own files
     # (.agent-health/: the history, ledgers) and Python's bytecode of the suite's files, which
     # loading them writes (a checkout without a .gitignore for it was dirty from its first run).
     own = (":(exclude,glob)**/.agent-health/**", ":(exclude,glob)**/__pycache__/**")
-    status = _git(where, "status", "--porcelain", "--", *(str(p.resolve()) for p in paths), *own)
-    branch = _git(where, "symbolic-ref", "--quiet", "--short", "HEAD")
-    return GitState(commit, None if status is None else bool(status), branch or None)
+    status = _git(
+        where,
+        "status",
+        "--porcelain=v2",
+        "--branch",
+        "--no-ahead-behind",
+        "--",
+        *(str(p.resolve()) for p in paths),
+        *own,
+    )
+    if status is None:
+        if len(paths) == 1:
+            return GitState(None, None)  # not a checkout
+        # Not a checkout; or paths in more than one, which status refuses: the first's
+        # commit and branch, its state unsaid.
+        commit = _git(where, "rev-parse", "HEAD")
+        if commit is None:
+            return GitState(None, None)
+        return GitState(commit, None, _git(where, "symbolic-ref", "--quiet", "--short", "HEAD"))
+    lines = status.splitlines()
+    headers = {}
+    for line in lines:
+        if line.startswith("# "):
+            key, _, value = line[2:].partition(" ")
+            headers[key] = value
+    commit = headers.get("branch.oid")
+    if commit is None or commit == "(initial)":
+        return GitState(None, None)  # a checkout without a commit yet
+    branch = headers.get("branch.head")
+    dirty = any(not line.startswith("# ") for line in lines)
+    return GitState(commit, dirty, None if branch in (None, "(detached)") else branch)
 
 
 def _git(cwd: Path, *args: str) -> str | None:
