@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from agent_health.history import facts, tables
 
 if TYPE_CHECKING:
-    from agent_health.engine.statistics import pairing
+    from agent_health.engine import statistics
 
 ALPHA = 0.05
 """The significance level of a run's trend mark (▲/▼), as ``compare``'s default."""
@@ -212,7 +212,7 @@ def change(
     label: str | None = None,
     after: list[dict[str, Any]] | None = None,
     before: list[dict[str, Any]] | None = None,
-) -> pairing.PairedTest | None:
+) -> statistics.PairedTest | None:
     """The pass rate's paired test between two runs' results (:func:`paired`'s, without the
     previous run's uid, which a run's row keeps as its id)."""
     from agent_health.engine import statistics

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from agent_health.engine.statistics.matrix import Pair as MatrixPair
     from agent_health.engine.statistics.matrix import Side as MatrixSide
     from agent_health.engine.statistics.matrix import build as build_matrix
-    from agent_health.engine.statistics.pairing import ALPHA, Paired
+    from agent_health.engine.statistics.pairing import ALPHA, Paired, PairedTest
     from agent_health.engine.statistics.pairing import compare as pair_runs
     from agent_health.engine.statistics.pairing import render as render_paired
     from agent_health.engine.statistics.stats import pass_at_k, pass_hat_k, wilson
@@ -41,6 +41,7 @@ else:
             "matrix_key": "uncertainty:key",
             "ALPHA": "pairing",
             "Paired": "pairing",
+            "PairedTest": "pairing",
             "pair_runs": "pairing:compare",
             "render_paired": "pairing:render",
             "pass_at_k": "stats",
@@ -66,6 +67,7 @@ __all__ = [
     "MatrixPair",
     "MatrixSide",
     "Paired",
+    "PairedTest",
     "Pairing",
     "PassAtK",
     "Tally",
