@@ -156,8 +156,9 @@ def _hash_checked_cache(path: Path) -> None:
     length (a digit for a digit, a tool rewriting it, a re-run on save), ran as it was before
     the edit. A cache written here with its source's hash (PEP 552) stays so — the import
     system rewrites it as it found it — so this compiles a file once, the first time it is
-    loaded without one; after that a load reads eight bytes more. Nothing, with
-    ``PYTHONDONTWRITEBYTECODE``: no cache is written or read for a file it never wrote.
+    loaded without one; after that a load reads eight bytes more. With
+    ``PYTHONDONTWRITEBYTECODE`` it does nothing: no cache is written (one written before is
+    still checked as its flags say).
     """
     if sys.dont_write_bytecode:
         return
