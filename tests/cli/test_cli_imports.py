@@ -190,22 +190,46 @@ def test_a_run_builds_the_models_every_test_uses_before_its_first_test(tmp_path:
     assert "agent_health.engine.running.runner" in modules
 
 
-BUILT = """
-import json, sys
+CLASSES = """
+import dataclasses, json, sys
 import pydantic
 from agent_health.cli import app
 code = app.main(sys.argv[1:])
-built = sorted(
-    f"{m.__module__}.{m.__qualname__}"
+ours = [
+    m
     for name, module in list(sys.modules.items())
     if name.startswith("agent_health.")
     for m in vars(module).values()
-    if isinstance(m, type) and issubclass(m, pydantic.BaseModel) and m.__module__ == name
-    and m.__pydantic_complete__
+    if isinstance(m, type) and m.__module__ == name
+]
+models = [m for m in ours if issubclass(m, pydantic.BaseModel)]
+json.dump(
+    {
+        "built": sorted(f"{m.__module__}.{m.__qualname__}" for m in models
+                        if m.__pydantic_complete__),
+        "made": sorted(f"{m.__module__}.{m.__qualname__}" for m in ours
+                       if m in models or dataclasses.is_dataclass(m)),
+    },
+    open("classes.json", "w"),
 )
-json.dump(built, open("built.json", "w"))
 sys.exit(code)
 """
+
+
+def classes_of(argv: list[str], suite: Path) -> dict[str, set[str]]:
+    """The models and dataclasses of ours a command makes (``made``), and the models whose
+    validator and serializer it built (``built``), run in a fresh interpreter in ``suite``."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLASSES, *argv],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads((suite / "classes.json").read_text())
+    return {kind: set(names) for kind, names in found.items()}
+
 
 # What a passing run of one test validates: the user's config, and what every test's agent
 # and result go through. The report's models are filled by our own code, so a run that
@@ -226,12 +250,7 @@ RUN_BUILDS = {
 
 
 def test_a_passing_run_builds_no_validator_of_the_report(suite: Path) -> None:
-    argv = ["run", str(suite), "--no-history", "--no-ledger"]
-    done = subprocess.run(
-        [sys.executable, "-c", BUILT, *argv], cwd=suite, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    built = set(json.loads((suite / "built.json").read_text()))
+    built = classes_of(["run", str(suite), "--no-history", "--no-ledger"], suite)["built"]
     assert "agent_health.sdk.config.Config" in built  # the check would pass on a crash otherwise
     assert built <= RUN_BUILDS, f"a passing run built {', '.join(sorted(built - RUN_BUILDS))}"
 
@@ -476,23 +495,6 @@ def test_run_of_one_trivial_test_without_the_history_imports_only_its_allow_list
     assert not heavy, f"agent-health run --no-history imported {', '.join(heavy)}"
 
 
-MADE = """
-import dataclasses, json, sys
-import pydantic
-from agent_health.cli import app
-code = app.main(sys.argv[1:])
-made = sorted(
-    f"{m.__module__}.{m.__qualname__}"
-    for name, module in list(sys.modules.items())
-    if name.startswith("agent_health.")
-    for m in vars(module).values()
-    if isinstance(m, type) and m.__module__ == name
-    and (issubclass(m, pydantic.BaseModel) or dataclasses.is_dataclass(m))
-)
-json.dump(made, open("made.json", "w"))
-sys.exit(code)
-"""
-
 # The models and dataclasses of ours a passing `run --no-history` of one trivial test makes:
 # each costs its making (a few million instructions: its fields collected, a dataclass's
 # methods compiled one by one) whether or not the run uses it. A class a run of one passing
@@ -579,12 +581,7 @@ RUN_NO_HISTORY_CLASSES = frozenset(
 
 
 def test_run_of_one_trivial_test_without_the_history_makes_only_its_classes(suite: Path) -> None:
-    argv = ["run", str(suite), "--no-history"]
-    done = subprocess.run(
-        [sys.executable, "-c", MADE, *argv], cwd=suite, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    made = set(json.loads((suite / "made.json").read_text()))
+    made = classes_of(["run", str(suite), "--no-history"], suite)["made"]
     assert "agent_health.sdk.results.TestResult" in made  # it ran its test
     past = sorted(made - RUN_NO_HISTORY_CLASSES)
     assert not past, f"agent-health run --no-history made {', '.join(past)}"
