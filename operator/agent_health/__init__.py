@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING
 
 from agent_health import faces
 
+# The one place the version is written: pyproject.toml reads it (setuptools' `attr:`), and
+# a run's provenance reports it (the code that ran, also from a tree on PYTHONPATH).
+__version__ = "0.1.0"
+
 if TYPE_CHECKING:
     from agent_health.sdk import (
         AgentHealthError,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import agent_health
 import pytest
 from agent_health import cli
 from agent_health.connectors.protocol import ContextItem, Step
@@ -140,7 +142,9 @@ async def test_provenance_says_what_ran(
     assert p["config_file"] == str(config)
     assert p["config_hash"] == "sha256:" + hashlib.sha256(config.read_bytes()).hexdigest()
     assert p["python_version"] == platform.python_version()
-    assert p["agent_health_version"] == provenance.version()
+    # The running code's own version, which the installed distribution's is built from.
+    assert p["agent_health_version"] == agent_health.__version__
+    assert agent_health.__version__ == importlib.metadata.version("agent-health")
     assert p["started_at"] <= p["ended_at"]
     assert p["ledger"] is None
     line = " ".join(p["command_line"])

@@ -527,7 +527,7 @@ def _written_by(conn: sa.Connection) -> str | None:
 def _set_version(conn: sa.Connection) -> None:
     from agent_health.engine import reports
 
-    ours = reports.agent_health_version() or "unknown"
+    ours = reports.agent_health_version()
     conn.execute(sa.delete(tables.info).where(tables.info.c.key == VERSION_KEY))
     conn.execute(sa.insert(tables.info).values(key=VERSION_KEY, value=ours))
 
@@ -562,7 +562,7 @@ def _known_or_refuse(where: location_mod.Location, current: str | None, by: str 
         return
     from agent_health.engine import reports
 
-    ours = reports.agent_health_version() or "unknown"
+    ours = reports.agent_health_version()
     raise errors.NewerSchemaError(
         f"history {where.shown} has schema revision {current} (written by agent-health "
         f"{by or 'unknown'}); this agent-health {ours} knows revisions up to "

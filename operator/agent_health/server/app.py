@@ -128,7 +128,7 @@ def application(served: state.State) -> web.Application:
     app = web.Application(middlewares=[_answered], client_max_size=routes.MAX_BODY)
     routing = table(served)
     routing.install(app, served)
-    document = json.dumps(routes.openapi(routing, version=reports.agent_health_version() or "dev"))
+    document = json.dumps(routes.openapi(routing, version=reports.agent_health_version()))
 
     async def openapi_json(request: web.Request) -> web.Response:
         served.access.allow(routes.guard_view(request), "read")

@@ -42,7 +42,7 @@ def etag(name: str) -> str:
 
 
 async def shell(request: web.Request) -> web.Response:
-    version = reports.agent_health_version() or "dev"
+    version = reports.agent_health_version()
     page = (
         asset("index.html")
         .replace("__VERSION__", version)

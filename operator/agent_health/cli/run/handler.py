@@ -448,7 +448,7 @@ def _export(
         settings,
         agent=(lanes[0][0] or config.agent_name(None)) if len(lanes) == 1 else None,
         judge_provider=judge_config.provider if judge_config else None,
-        version=reports.agent_health_version() or "",
+        version=reports.agent_health_version(),
     )
 
 

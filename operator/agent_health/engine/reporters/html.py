@@ -131,7 +131,7 @@ def self_contained(template: str, *, script: str, style: str, title: str, data: 
     # the data goes in last, so nothing in a test's output is ever read as a placeholder.
     for key, value in (
         ("__CSP__", html.escape(csp)),
-        ("__VERSION__", html.escape(reports.agent_health_version() or "dev")),
+        ("__VERSION__", html.escape(reports.agent_health_version())),
         ("__TITLE__", html.escape(title)),
         ("__STYLE__", style),
         ("__SCRIPT__", script),

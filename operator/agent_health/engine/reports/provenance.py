@@ -15,12 +15,13 @@ import secrets
 import subprocess
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+import agent_health
 
 GIT_TIMEOUT = 5.0  # seconds; a hung git (a network filesystem) must not hold up the run
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
@@ -150,12 +151,12 @@ class Provenance(BaseModel):
     )
 
 
-def version() -> str | None:
-    """The installed agent-health's version (None when running from an uninstalled tree)."""
-    try:
-        return metadata.version("agent-health")
-    except metadata.PackageNotFoundError:
-        return None
+def version() -> str:
+    """The version of the agent-health that is running: its package's ``__version__``, which
+    pyproject.toml builds the distribution's from. Not ``importlib.metadata``: that reads an
+    installed distribution's metadata (17 M instructions a run) and names that one, not a
+    tree run from ``PYTHONPATH``."""
+    return agent_health.__version__
 
 
 def redact_url(url: str | None) -> str | None:
