@@ -4,6 +4,8 @@ A pass rate means little without knowing which agent, which judge model, which v
 the suite and of agent-health produced it. :func:`collect` gathers that once per run, from
 the command line, the config and the suite's git checkout. Nothing here is secret: URLs lose
 their user info and query (where tokens hide), headers and environment are never read.
+
+An empty list's default is a lambda's, not ``list`` (why: :mod:`.report`'s docstring).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class SuiteInfo(BaseModel):
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
-    paths: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=lambda: [])
     git_commit: str | None = Field(default=None, description="None outside a git checkout")
     git_dirty: bool | None = Field(
         default=None, description="uncommitted or untracked changes under the suite's paths"
@@ -76,9 +78,9 @@ class Selection(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True)
 
     grep: list[str] = Field(
-        default_factory=list, description="every --grep as given (any may match)"
+        default_factory=lambda: [], description="every --grep as given (any may match)"
     )
-    labels: list[str] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=lambda: [])
     shard: str | None = None
 
     @field_validator("grep", mode="before")
@@ -123,7 +125,7 @@ class Provenance(BaseModel):
     )
     agent: AgentInfo | None = None
     agents: list[AgentInfo] = Field(
-        default_factory=list, description="every agent of an agent matrix (agent: the first)"
+        default_factory=lambda: [], description="every agent of an agent matrix (agent: the first)"
     )
     judge: JudgeInfo | None = None
     agent_health_version: str | None = None
@@ -145,7 +147,7 @@ class Provenance(BaseModel):
     )
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    command_line: list[str] = Field(default_factory=list)
+    command_line: list[str] = Field(default_factory=lambda: [])
     selection: Selection | None = Field(
         default=None, description="--grep, --label and --shard as given; None when not said"
     )
