@@ -6,8 +6,6 @@ Built-in kinds live in an immutable table; users add their own through
 than mutating module state.
 """
 
-from __future__ import annotations
-
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -78,7 +76,7 @@ class ConnectorSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _started(self) -> ConnectorSpec:
+    def _started(self) -> "ConnectorSpec":
         if self.env and not self.command:
             raise ValueError(
                 "env is for an agent agent-health starts (a command, or the subprocess "
@@ -102,7 +100,7 @@ class ConnectorSpec(BaseModel):
         return value
 
     @classmethod
-    def parse(cls, value: str) -> ConnectorSpec:
+    def parse(cls, value: str) -> "ConnectorSpec":
         """Parse the URL forms of ``--agent``: ``rest+http://...``, ``agui+http://...``,
         ``openai+http://...``, ``cmd:PROGRAM`` or a bare ``http://...`` (REST)."""
         if value.startswith("cmd:"):

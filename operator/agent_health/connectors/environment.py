@@ -23,8 +23,6 @@ the ledger's or the export's credentials even when its ``env`` names them
 a run's own variables on top, as before.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Mapping
 from typing import Final

@@ -14,8 +14,6 @@ result carries it (``TestResult.partial``), so a reader sees how far the agent g
 Like every other text from the agent it is shown with its control characters made visible.
 """
 
-from __future__ import annotations
-
 import codecs
 from collections.abc import Sequence
 from typing import Literal

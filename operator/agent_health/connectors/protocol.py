@@ -4,8 +4,6 @@ Other connectors (AG-UI, OpenAI-compatible, subprocess) translate their protocol
 these same models, so the rest of the harness sees one shape of trajectory.
 """
 
-from __future__ import annotations
-
 import base64
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast
@@ -32,7 +30,7 @@ class Step(readonly.ReadOnlyModel):
     latency_ms: float | None = None
 
     @model_validator(mode="after")
-    def _read_only(self) -> Step:
+    def _read_only(self) -> "Step":
         # One validator for the three mutable parts: it runs for every step of every run.
         fields = self.__dict__
         if fields["tool_args"] is not None:
@@ -97,7 +95,7 @@ class TokenUsage(readonly.ReadOnlyModel):
         return self.total is not None or self.prompt is not None or self.completion is not None
 
     @classmethod
-    def from_counts(cls, value: Any) -> TokenUsage | None:
+    def from_counts(cls, value: Any) -> "TokenUsage | None":
         """Read token counts in any of the usual spellings, or ``None`` when there are none.
 
         Accepts this protocol's ``prompt``/``completion``/``total``, OpenAI's
@@ -295,7 +293,7 @@ class AgentReply(BaseModel):
     usage_by_model: tuple[ModelUsage, ...] = ()
 
     @model_validator(mode="after")
-    def _parts_add_up(self) -> AgentReply:
+    def _parts_add_up(self) -> "AgentReply":
         if not self.usage_by_model:
             return self
         whole, given = added(self.usage_by_model), self.token_usage

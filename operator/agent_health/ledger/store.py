@@ -4,8 +4,6 @@ The stores (:mod:`.filestore`, :mod:`.configmap`, :mod:`.objectstore`) implement
 :mod:`.backends` picks one by URL. Neither imports the other's registry.
 """
 
-from __future__ import annotations
-
 import re
 import ssl
 from collections.abc import Callable, Sequence

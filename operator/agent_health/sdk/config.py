@@ -3,8 +3,6 @@
 Secrets never live here: the judge names the *environment variable* that holds its key.
 """
 
-from __future__ import annotations
-
 import os
 import types
 import typing
@@ -100,7 +98,7 @@ class PeerSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_server(self) -> PeerSpec:
+    def _one_server(self) -> "PeerSpec":
         if (self.url is None) == (self.command is None):
             raise ValueError("give the server's url, or (an MCP server over stdio) its command")
         if self.command is not None and self.protocol != "mcp":

@@ -14,8 +14,6 @@ Secrets never live in the file: headers come from ``OTEL_EXPORTER_OTLP_HEADERS``
 OpenTelemetry.
 """
 
-from __future__ import annotations
-
 import os
 import urllib.parse
 from collections.abc import Mapping

@@ -1,7 +1,5 @@
 """Immutable results: RunResult (one agent.run), Signal (one observation), Verdict, TestResult."""
 
-from __future__ import annotations
-
 import contextvars
 import json
 from collections.abc import Callable, Iterator
@@ -118,7 +116,7 @@ class RunResult(readonly.ReadOnlyModel):
         """Every turn, first to last: a single run is one turn."""
         return _every(self)
 
-    def turn(self, number: int) -> RunResult:
+    def turn(self, number: int) -> "RunResult":
         """Turn ``number`` (from 1) as a run of its own, for the same matchers and judges:
         ``expect(result.turn(2)).to_have_called_tool("lookup_order")``."""
         one = _one(self, number)
@@ -192,7 +190,7 @@ class Signal(BaseModel):
     error: str | None = None
     location: str | None = None
 
-    def or_throw(self) -> Signal:
+    def or_throw(self) -> "Signal":
         """Stop the body here when this check failed: ``expect(x).to_equal(1).or_throw()``."""
         if self.passed is False and self.role == "gate":
             # This signal already fails the test: stopping here must not count it twice.
@@ -218,7 +216,7 @@ class Verdict(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
 
-    def to_pass(self) -> Verdict:
+    def to_pass(self) -> "Verdict":
         """Assert that the verdict passed (a failed test otherwise; skipped passes).
 
         A failed gate verdict already fails the test through its own signal, so asserting
@@ -236,7 +234,7 @@ class Verdict(BaseModel):
             )
         return self
 
-    def or_throw(self) -> Verdict:
+    def or_throw(self) -> "Verdict":
         """Stop the body here unless the verdict passed (skipped lets the body go on)."""
         return self.to_pass()
 
@@ -336,7 +334,7 @@ class TestResult(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _cause_of_errored(self) -> TestResult:
+    def _cause_of_errored(self) -> "TestResult":
         # A cause decides whether an error counts against the agent: never guessed here.
         if self.status == "errored" and self.cause is None:
             raise ValueError(

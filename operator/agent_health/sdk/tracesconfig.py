@@ -20,8 +20,6 @@ Credentials come from environment variables named here (``username_env``, ``pass
 never from the file.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field

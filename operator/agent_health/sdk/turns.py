@@ -5,8 +5,6 @@ makes one :class:`~agent_health.sdk.results.RunResult` whose ``turns`` are these
 :class:`Turn` s and whose ``ended`` is a :class:`ConversationEnd`.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -73,11 +71,11 @@ class Stop:
         self.detail = str(detail)
 
     @classmethod
-    def goal_met(cls, detail: str = "") -> Stop:
+    def goal_met(cls, detail: str = "") -> "Stop":
         return cls(detail, reason="goal-met")
 
     @classmethod
-    def gave_up(cls, detail: str = "") -> Stop:
+    def gave_up(cls, detail: str = "") -> "Stop":
         return cls(detail, reason="gave-up")
 
     def __repr__(self) -> str:

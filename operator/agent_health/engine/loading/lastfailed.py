@@ -7,8 +7,6 @@ pytest updates its own: a test that failed or errored is added, one that passed,
 skipped is removed, and a test that did not run this time keeps its entry.
 """
 
-from __future__ import annotations
-
 import json
 import os
 from collections.abc import Sequence

@@ -8,8 +8,6 @@ their user info and query (where tokens hide), headers and environment are never
 An empty list's default is a lambda's, not ``list`` (why: :mod:`.report`'s docstring).
 """
 
-from __future__ import annotations
-
 import hashlib
 import platform
 import re

@@ -34,8 +34,6 @@ field, and a builtin's is parsed from its text by the tokenizer (its regular exp
 compiled on the first read: 18.6 M instructions of a one-test run, issue #40).
 """
 
-from __future__ import annotations
-
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -252,7 +250,7 @@ class Summary(_WithParts):
         default=None, description="why no more tests started (e.g. --max-failures), if so"
     )
     judge_tokens: dict[str, Any] | None = None
-    budget: budget_mod.Report | None = Field(
+    budget: "budget_mod.Report | None" = Field(
         default=None,
         description="the run's budget (--max-cost/--max-tokens/--max-duration), what it spent "
         "and which limit stopped it; None without a budget",
@@ -272,7 +270,7 @@ class Summary(_WithParts):
     labels: dict[str, LabelStats] = Field(default_factory=dict)
     per_test: dict[str, RepeatStats] = Field(default_factory=dict)
     recommendations: list[Recommendation] = Field(default_factory=lambda: [])
-    insights: rollup_mod.Rollup | None = Field(
+    insights: "rollup_mod.Rollup | None" = Field(
         default=None,
         description="the run-level insights rollup: synthesised by the judge model (source "
         "llm) or grouped deterministically (source grouped); None without insights",
@@ -313,7 +311,7 @@ class RunReport(_WithParts):
     summary: Summary
     provenance: Provenance | None = None
     tests: list[dict[str, Any]]
-    matrix: Matrix | None = Field(
+    matrix: "Matrix | None" = Field(
         default=None,
         description="an agent matrix (--agent a --agent b): each agent's summary, the tests "
         "side by side and the paired statistics of each pair; None for one agent",
@@ -338,13 +336,14 @@ class RunReport(_WithParts):
         not_run: int = 0,
         judge_tokens: dict[str, Any] | None = None,
         stopped: str | None = None,
-        rollup: rollup_mod.Rollup | None = None,
+        rollup: "rollup_mod.Rollup | None" = None,
         provenance: Provenance | None = None,
-        budget: budget_mod.Report | None = None,
-        pairing: statistics.Pairing | None = None,
+        budget: "budget_mod.Report | None" = None,
+        # a string: read as `build` is defined, the face's name would load the matrix module
+        pairing: "statistics.Pairing | None" = None,
         pass_at: Sequence[int] | None = None,
         bootstrap: bool = True,
-    ) -> RunReport:
+    ) -> "RunReport":
         """The report of ``results``. ``rollup``: the run's insights rollup when it was
         synthesised (an async step, :func:`~agent_health.engine.reports.rollup.synthesise`); else
         grouped here. ``pass_at`` lists the k of pass@k (default: the repeats, when more than
@@ -471,7 +470,7 @@ def did_not_run(
     interrupted: bool,
     stopped: str | None,
     not_run: int,
-    budget: budget_mod.Report | None,
+    budget: "budget_mod.Report | None",
 ) -> list[str]:
     """What of a run did not run, each in a few words: the files not loaded, the
     ``after_all`` hooks that failed, the tests an interruption, ``-x`` or a misdirected agent

@@ -17,8 +17,6 @@ results), so a report of one agent, a label's slice of it, or each agent of a ma
 summarised the same way.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
