@@ -240,12 +240,9 @@ RUN_BUILDS = {
     "agent_health.connectors.protocol.TokenUsage",
     "agent_health.engine.loading.lastfailed.Cache",
     "agent_health.sdk.config.Config",
-    "agent_health.sdk.otlpconfig.OtlpConfig",
     "agent_health.sdk.results.RunResult",
     "agent_health.sdk.results.Signal",
     "agent_health.sdk.results.TestResult",
-    "agent_health.sdk.tracesconfig.OtlpSettings",
-    "agent_health.sdk.tracesconfig.TracesSettings",
 }
 
 

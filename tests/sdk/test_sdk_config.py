@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +73,38 @@ def test_a_command_that_cannot_be_split_says_why() -> None:
         define_config(agents={"a": {"command": "python 'agent.py"}})
     with pytest.raises(errors.ConfigError, match=r"agents\.a\.command: .*is empty"):
         define_config(agents={"a": {"command": "  "}})
+
+
+def test_the_defaults_of_traces_and_otlp_are_what_validating_nothing_makes() -> None:
+    from agent_health.sdk import otlpconfig, tracesconfig
+
+    # The config's defaults are made without validation (model_construct, below): the same
+    # values, fields and equality as the validated ones, read the same way.
+    config = define_config()
+    assert config.traces == tracesconfig.TracesSettings.model_validate({})
+    assert config.traces.otlp == tracesconfig.OtlpSettings.model_validate({})
+    assert config.traces.model_fields_set == set()
+    assert config.traces.model_dump() == tracesconfig.TracesSettings.model_validate({}).model_dump()
+    given = define_config(traces={"otlp": {"listen": "127.0.0.1:4318"}})
+    assert given.traces.otlp.listen == "127.0.0.1:4318"
+    assert given.traces.otlp.max_spans == 2000
+    url = "http://127.0.0.1:4318"
+    resolved = otlpconfig.resolve(url, None, {})
+    assert resolved == otlpconfig.resolve(url, otlpconfig.OtlpConfig.model_validate({}), {})
+
+
+def test_a_config_without_traces_or_otlp_builds_no_validator_of_theirs() -> None:
+    # Their defaults need none: a run whose config gives no traces and no otlp builds only
+    # the config's own validator (about 6.6 M instructions of a run of one test, issue #40).
+    code = (
+        "import json\n"
+        "from agent_health import define_config\n"
+        "from agent_health.sdk import otlpconfig, tracesconfig\n"
+        "config = define_config(agents={'a': {'url': 'http://127.0.0.1:9/run'}})\n"
+        "otlpconfig.resolve('http://127.0.0.1:4318', config.otlp, {})\n"
+        "models = (tracesconfig.TracesSettings, tracesconfig.OtlpSettings, otlpconfig.OtlpConfig)\n"
+        "print(json.dumps([m.__name__ for m in models if m.__pydantic_complete__]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == []

@@ -129,7 +129,11 @@ class Config(BaseModel):
     judge: JudgeConfig | None = None
     evaluators: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     insights: Callable[..., Any] | None = None
-    traces: tracesconfig.TracesSettings = Field(default_factory=tracesconfig.TracesSettings)
+    # Its defaults as declared (model_construct): a config without traces builds no validator
+    # of TracesSettings' own for them (issue #40).
+    traces: tracesconfig.TracesSettings = Field(
+        default_factory=lambda: tracesconfig.TracesSettings.model_construct()
+    )
     prices: dict[str, tracesconfig.Price] = Field(default_factory=dict)
     otlp: otlpconfig.OtlpConfig | None = None
     """Where each run is exported as OTLP traces (docs/otel.md); ``--otlp`` and

@@ -132,7 +132,7 @@ def resolve(
     ``OTEL_SDK_DISABLED=true`` turns export off unless ``--otlp`` asks for it.
     """
     env = os.environ if environ is None else environ
-    cfg = config or OtlpConfig()
+    cfg = config or OtlpConfig.model_construct()  # the defaults, without building a validator
     endpoint: str | None = None
     if flag:
         endpoint = traces_url(_check_url(flag, "--otlp"))

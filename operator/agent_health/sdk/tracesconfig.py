@@ -89,7 +89,9 @@ class TracesSettings(BaseModel):
 
     enabled: bool | list[str] = True
     opensearch: OpenSearchSettings | None = None
-    otlp: OtlpSettings = Field(default_factory=OtlpSettings)
+    # Defaults as declared (model_construct): a config that gives none builds no validator
+    # of its own for them (issue #40).
+    otlp: OtlpSettings = Field(default_factory=lambda: OtlpSettings.model_construct())
     prices: dict[str, Price] = Field(default_factory=dict)
 
     def enabled_for(self, agent: str | None) -> bool:
