@@ -108,3 +108,67 @@ def test_a_config_without_traces_or_otlp_builds_no_validator_of_theirs() -> None
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"judge": {}}, "judge.model: Field required"),
+        ({"judge": 5}, "judge: Input should be a valid dictionary or instance of JudgeConfig"),
+        (
+            {"judge": {"model": "m", "retry": {"max_attempts": 0}}},
+            "judge.retry.max_attempts: Input should be greater than or equal to 1",
+        ),
+        ({"peers": {"time": {"url": "ftp://x"}}}, "peers.time.url: String should match pattern"),
+        (
+            {"peers": {"time": {"command": "x y", "protocol": "http"}}},
+            "peers.time: Value error, a command is an MCP server over stdio: protocol must be mcp",
+        ),
+        ({"peers": {"time": {"url": "http://x", "lisen": "1"}}}, "did you mean 'listen'?"),
+        ({"peers": {"Bad_Name": {"url": "http://x"}}}, "peers.Bad_Name.[key]: String should"),
+        (
+            {"traces": {"enabled": "x"}},
+            "traces.enabled.bool: Input should be a valid boolean, unable to interpret input; "
+            "traces.enabled.list[str]: Input should be a valid list",
+        ),
+        ({"traces": {"opensearch": {"hosts": ["h"], "indx": "x"}}}, "did you mean 'index'?"),
+        ({"traces": 7}, "traces: Input should be a valid dictionary or instance of TracesSettings"),
+        ({"prices": {"m": {"input_per_mtok": 1}}}, "prices.m.output_per_mtok: Field required"),
+        ({"prices": {"m": {"input_per_mtok": 1, "output_per_mtok": 2, "x": 1}}}, "known keys:"),
+        ({"otlp": {"protocol": "grpc"}}, "otlp.protocol: Input should be 'http/protobuf' or"),
+        (
+            {"otlp": "http://x"},
+            "otlp: Input should be a valid dictionary or instance of OtlpConfig",
+        ),
+    ],
+)
+def test_a_section_s_mistake_is_told_at_its_place(config: dict[str, Any], says: str) -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        define_config(**config)
+    assert says in str(caught.value)
+
+
+def test_the_config_s_validator_holds_no_schema_of_a_section_until_a_config_gives_it() -> None:
+    from agent_health.sdk import config as config_mod
+    from agent_health.sdk import otlpconfig, tracesconfig
+
+    # A section is validated by its own model (config._OnFirstUse): a config without it
+    # compiles none of its schema (about 9 M instructions of a run of one test, issue #40).
+    config_mod.Config.model_rebuild(force=True)
+    schema = repr(config_mod.Config.__pydantic_core_schema__)
+    sections = (
+        config_mod.JudgeConfig,
+        config_mod.RetryConfig,
+        config_mod.PeerSpec,
+        tracesconfig.TracesSettings,
+        tracesconfig.OpenSearchSettings,
+        tracesconfig.OtlpSettings,
+        tracesconfig.Price,
+        otlpconfig.OtlpConfig,
+    )
+    assert "ConnectorSpec" in schema  # the agents: in every config that reaches one
+    assert [m.__name__ for m in sections if m.__name__ in schema] == []
+    judge = config_mod.JudgeConfig(model="m")
+    given = define_config(judge=judge, otlp={"endpoint": "http://127.0.0.1:4318"})
+    assert given.judge is judge  # an instance is taken as it is, as a model field takes one
+    assert given.otlp == otlpconfig.OtlpConfig(endpoint="http://127.0.0.1:4318")

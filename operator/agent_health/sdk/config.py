@@ -13,10 +13,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
     ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import core_schema
 
 from agent_health import timeouts
 from agent_health.connectors.base import ConnectorSpec
@@ -115,6 +117,30 @@ def peer_url_env(name: str) -> str:
     return f"AGENT_HEALTH_PEER_{name.upper().replace('-', '_')}_URL"
 
 
+class _OnFirstUse:
+    """Marks a section of the config that its own model validates, with a validator built when
+    a config first gives that section: the config's validator holds none of the section's
+    schema, so a config without a judge, peers, traces, prices or OTLP export compiles none of
+    theirs (about 9 M instructions of a run, issue #40). What a section accepts, and its
+    errors at their place (``judge.model: Field required``), are its model's, as before."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        model: type[BaseModel] = _unwrap(source)  # JudgeConfig | None: JudgeConfig
+        optional = model is not source
+
+        def validate(value: Any) -> Any:
+            if isinstance(value, model) or (value is None and optional):
+                return value  # as a model field takes an instance: not validated again
+            return model.model_validate(value)  # its errors are put at the section's place
+
+        return core_schema.no_info_plain_validator_function(validate)
+
+
+ON_FIRST_USE = _OnFirstUse()
+
+
 class Config(BaseModel):
     """The whole config. Built with :func:`define_config`."""
 
@@ -124,18 +150,20 @@ class Config(BaseModel):
 
     agents: dict[str, ConnectorSpec] = Field(default_factory=dict)
     default_agent: str | None = None
-    peers: dict[Annotated[str, Field(pattern=PEER_NAME)], PeerSpec] = Field(default_factory=dict)
+    peers: dict[Annotated[str, Field(pattern=PEER_NAME)], Annotated[PeerSpec, ON_FIRST_USE]] = (
+        Field(default_factory=dict)
+    )
     """The agent's tool servers, each behind the run's gateway (:class:`PeerSpec`)."""
-    judge: JudgeConfig | None = None
+    judge: Annotated[JudgeConfig | None, ON_FIRST_USE] = None
     evaluators: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     insights: Callable[..., Any] | None = None
     # Its defaults as declared (model_construct): a config without traces builds no validator
     # of TracesSettings' own for them (issue #40).
-    traces: tracesconfig.TracesSettings = Field(
+    traces: Annotated[tracesconfig.TracesSettings, ON_FIRST_USE] = Field(
         default_factory=lambda: tracesconfig.TracesSettings.model_construct()
     )
-    prices: dict[str, tracesconfig.Price] = Field(default_factory=dict)
-    otlp: otlpconfig.OtlpConfig | None = None
+    prices: dict[str, Annotated[tracesconfig.Price, ON_FIRST_USE]] = Field(default_factory=dict)
+    otlp: Annotated[otlpconfig.OtlpConfig | None, ON_FIRST_USE] = None
     """Where each run is exported as OTLP traces (docs/otel.md); ``--otlp`` and
     ``OTEL_EXPORTER_OTLP_*`` override it."""
     connectors: dict[str, Callable[..., Any]] = Field(default_factory=dict)
@@ -281,7 +309,9 @@ def _owner(model: type[BaseModel], path: Sequence[int | str]) -> type[BaseModel]
 
 
 def _unwrap(annotation: Any) -> Any:
-    """``X | None`` → ``X``."""
+    """``X | None`` → ``X``; ``Annotated[X, ...]`` → ``X``."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(annotation) if a is not type(None)]
         return options[0] if len(options) == 1 else annotation
