@@ -238,6 +238,23 @@ def test_last_failed_reruns_only_what_failed(
     assert cache == {"version": 1, "suites": {}}
 
 
+def test_a_missing_last_failed_cache_reads_as_an_empty_one_without_building_a_validator(
+    tmp_path: Path,
+) -> None:
+    # A run reads the cache to update it; with no file the defaults need no validator
+    # (0.7 M instructions of a run of one test, issue #40).
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from agent_health.engine.loading import lastfailed\n"
+        f"cache = lastfailed.read(Path({str(tmp_path / 'none.json')!r}))\n"
+        "print(json.dumps([cache.version, cache.suites, lastfailed.Cache.__pydantic_complete__]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == [1, {}, False]
+
+
 # -- -x / --max-failures -------------------------------------------------------------------
 
 MANY = """

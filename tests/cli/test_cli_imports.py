@@ -241,7 +241,6 @@ RUN_BUILDS = {
     "agent_health.connectors.protocol.AgentRequest",
     "agent_health.connectors.protocol.Step",
     "agent_health.connectors.protocol.TokenUsage",
-    "agent_health.engine.loading.lastfailed.Cache",
     "agent_health.sdk.config.Config",
     "agent_health.sdk.results.RunResult",
     "agent_health.sdk.results.Signal",
