@@ -403,6 +403,7 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.sdk.traces",
     "agent_health.sdk.turns",
     "agent_health.statuses",
+    "agent_health.suitehome",
     "agent_health.traces",
     "agent_health.traces.errors",
     "agent_health.traces.metrics",
@@ -466,14 +467,18 @@ def test_run_of_one_trivial_test_imports_only_its_allow_list(suite: Path) -> Non
 
 # Without the history (the bench's `run --no-history`): neither its recording, nor the command
 # line's side of it (cli/run/archive.py), nor what its trend line reads (the paired test), nor
-# the live feed's models when the run streams nowhere.
+# its location (the suite's own folder is `suitehome`'s), nor the live feed's models when the
+# run streams nowhere.
 RUN_NO_HISTORY_ALLOWED = RUN_ALLOWED - {
     "agent_health.cli.run.archive",
     "agent_health.engine.statistics.pairing",
+    "agent_health.history",
     "agent_health.history.ci",
     "agent_health.history.database",
+    "agent_health.history.errors",
     "agent_health.history.facts",
     "agent_health.history.ingest",
+    "agent_health.history.location",
     "agent_health.history.migrations",
     "agent_health.history.tables",
     "agent_health.history.trends",
@@ -501,10 +506,7 @@ def test_run_of_one_trivial_test_without_the_history_imports_only_its_allow_list
 # budget, an agent matrix, trace spans, a refused cell) is made where it is first used.
 RUN_NO_HISTORY_CLASSES = frozenset(
     {
-        "agent_health.cli.run.execution.Executed",
-        "agent_health.cli.run.request.RunRequest",
         "agent_health.connectors.base.ConnectorSpec",
-        "agent_health.connectors.base.Conversations",
         "agent_health.connectors.environment.FromEnv",
         "agent_health.connectors.partial.Partial",
         "agent_health.connectors.protocol.AgentReply",
@@ -517,9 +519,7 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.connectors.protocol.TokenUsage",
         "agent_health.connectors.protocol.ToolDefinition",
         "agent_health.connectors.readonly.ReadOnlyModel",
-        "agent_health.engine.loading.discovery.Discovery",
         "agent_health.engine.loading.lastfailed.Cache",
-        "agent_health.engine.loading.loader.LoadError",
         "agent_health.engine.loading.loader.Suite",
         "agent_health.engine.recording.recording._Cell",
         "agent_health.engine.reporters.terminal_tables._Group",
@@ -540,11 +540,9 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.engine.running.runner.RunEnv",
         "agent_health.engine.running.session.Halt",
         "agent_health.engine.running.session.Outcome",
-        "agent_health.engine.running.session.Policy",
         "agent_health.engine.statistics.uncertainty.Interval",
         "agent_health.engine.statistics.uncertainty.PassAtK",
         "agent_health.engine.statistics.uncertainty.Tally",
-        "agent_health.history.location.Location",
         "agent_health.ledger.chain.Problem",
         "agent_health.ledger.chain.VerifyResult",
         "agent_health.ledger.runfile.Parsed",
@@ -558,11 +556,8 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.sdk.context.TestContext",
         "agent_health.sdk.context.TestInfo",
         "agent_health.sdk.declare.Collector",
-        "agent_health.sdk.declared.FixtureDef",
-        "agent_health.sdk.declared.Hook",
         "agent_health.sdk.declared.TestCase",
         "agent_health.sdk.otlpconfig.OtlpConfig",
-        "agent_health.sdk.otlpconfig.Settings",
         "agent_health.sdk.results.Attempt",
         "agent_health.sdk.results.RunResult",
         "agent_health.sdk.results.Signal",

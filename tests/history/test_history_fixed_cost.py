@@ -110,7 +110,7 @@ def test_a_runs_history_imports_neither_the_queries_nor_their_answers(tmp_path: 
 def test_a_runs_history_makes_no_dataclass_but_its_locations(tmp_path: Path) -> None:
     found = _a_runs_history(tmp_path / "h.db")
     # A dataclass compiles its methods as its module is imported (a frozen one, about 2 M
-    # instructions here); the location is the run's with the history off too.
+    # instructions here); the location is the one a run with a history needs.
     assert found["dataclasses"] == ["agent_health.history.location.Location"]
 
 

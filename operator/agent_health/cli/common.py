@@ -339,6 +339,8 @@ def history_location(
 ) -> location.Location | None:
     """The history a command uses (``None``: turned off); a URL that cannot name one, or a
     PostgreSQL history without its extra, is a usage error before anything runs."""
+    if getattr(args, "no_history", False) and not getattr(args, "history", None):
+        return None  # turned off, and nothing to contradict: the location is never loaded
     from agent_health.history import errors, location
 
     try:

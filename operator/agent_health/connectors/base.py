@@ -8,9 +8,8 @@ than mutating module state.
 
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -125,8 +124,7 @@ class ConnectorSpec(BaseModel):
 ConnectorFactory = Callable[[ConnectorSpec], Connector]
 
 
-@dataclass(frozen=True)
-class Conversations:
+class Conversations(NamedTuple):
     """What a connector that holds conversations offers one (see :func:`conversations_of`)."""
 
     end: Callable[[str], Awaitable[None]] | None

@@ -30,16 +30,14 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from agent_health import suitehome
 from agent_health.history import errors
 
 ENV = "AGENT_HEALTH_HISTORY"
 """The environment variable naming the history's URL (below ``--history``, above the config)."""
 PASSWORD_FILE_ENV = "AGENT_HEALTH_HISTORY_PASSWORD_FILE"
 """A file holding only the PostgreSQL password (a mounted Secret); trailing newlines dropped."""
-HOME = Path(".agent-health")
-"""agent-health's own folder of a suite (history, local ledgers, the --last-failed cache),
-relative to the folder of the suite's config file: :func:`home`."""
-DEFAULT_PATH = HOME / "history.db"
+DEFAULT_PATH = suitehome.HOME / "history.db"
 """The default history, relative to the folder of the suite's config file."""
 Kind = Literal["sqlite", "postgresql"]
 SCHEMES: dict[str, Kind] = {
@@ -175,7 +173,7 @@ def resolve(
         return parse(flag, origin="--history")
     if env.get(ENV):
         return parse(env[ENV], origin=f"${ENV}")
-    folder = _folder(config_file, start)
+    folder = suitehome.folder(config_file, start)
     if configured is False:
         return None
     if isinstance(configured, str):
@@ -186,19 +184,5 @@ def resolve(
 
 def default_location(config_file: Path | None, start: Path | None = None) -> Location:
     """``.agent-health/history.db`` beside ``config_file`` (else beside ``start``)."""
-    return parse(f"sqlite:///{_folder(config_file, start) / DEFAULT_PATH}", origin="the default")
-
-
-def home(config_file: Path | None, start: Path | None = None) -> Path:
-    """The suite's ``.agent-health/`` folder (absolute), found as the history is: beside
-    ``config_file`` (the config found upward from the first path given, or ``--config``),
-    else beside ``start`` (that first path; its folder when it is a file). Every file
-    agent-health keeps for a suite lives there, wherever the command is run from."""
-    return _folder(config_file, start) / HOME
-
-
-def _folder(config_file: Path | None, start: Path | None) -> Path:
-    if config_file is not None:
-        return Path(os.path.abspath(config_file)).parent
-    here = Path(os.path.abspath(start or Path.cwd()))
-    return here.parent if here.is_file() else here
+    folder = suitehome.folder(config_file, start)
+    return parse(f"sqlite:///{folder / DEFAULT_PATH}", origin="the default")

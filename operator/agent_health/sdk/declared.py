@@ -13,7 +13,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 BUILTIN_FIXTURES = ("agent", "expect", "judge", "traces", "test_info")
 HookKind = Literal["before_each", "after_each", "before_all", "after_all"]
@@ -21,8 +21,7 @@ Mode = Literal["run", "skip", "only", "fixme"]
 Body = Callable[..., Any]
 
 
-@dataclass(frozen=True)
-class FixtureDef:
+class FixtureDef(NamedTuple):
     """A fixture added by ``test.extend``: its function and the fixtures it asks for."""
 
     name: str
@@ -30,8 +29,7 @@ class FixtureDef:
     params: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(NamedTuple):
     kind: HookKind
     fn: Callable[..., Any]
     params: tuple[str, ...]

@@ -17,8 +17,8 @@ OpenTelemetry.
 import os
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from types import MappingProxyType
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,19 +64,22 @@ class OtlpConfig(BaseModel):
     service_name: str = "agent-health"
 
 
-@dataclass(frozen=True)
-class Settings:
+# A named tuple's defaults are shared by every instance: an empty mapping no one can change.
+_NONE: Mapping[str, str] = MappingProxyType({})
+
+
+class Settings(NamedTuple):
     """Export resolved: where, with which headers, and what to capture."""
 
     endpoint: str
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = _NONE
     protocol: Protocol = "http/protobuf"
     compression: Compression = "none"
     timeout: float = DEFAULT_TIMEOUT
     capture_content: bool = False
     max_queue: int = DEFAULT_QUEUE
     service_name: str = "agent-health"
-    resource: Mapping[str, str] = field(default_factory=dict)
+    resource: Mapping[str, str] = _NONE
     """``OTEL_RESOURCE_ATTRIBUTES``: the resource's attributes beside ``service.name``."""
 
 

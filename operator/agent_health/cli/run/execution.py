@@ -4,10 +4,9 @@ the judge backend and the session, which a first Ctrl-C stops from starting new 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import asyncio
@@ -23,8 +22,7 @@ if TYPE_CHECKING:
     from agent_health.sdk import config as config_mod
 
 
-@dataclasses.dataclass(frozen=True)
-class Executed:
+class Executed(NamedTuple):
     """What a run in the event loop gives the handler back."""
 
     outcome: running.Outcome

@@ -9,10 +9,9 @@ module is cheap (the standard library and ``cli.common``): the engine loads when
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agent_health import timeouts
 from agent_health.cli import common
@@ -21,9 +20,11 @@ if TYPE_CHECKING:
     from agent_health.engine import budget, recording
 
 
-@dataclasses.dataclass(frozen=True)
-class RunRequest:
-    """How the selected tests are to run: each field one flag (or its default), checked."""
+class RunRequest(NamedTuple):
+    """How the selected tests are to run: each field one flag (or its default), checked.
+
+    A named tuple: immutable, and a fraction of a frozen dataclass's cost to make at import
+    (whose generated methods are compiled one by one; issue #40)."""
 
     repeat: int
     """``--repeat`` (a replay's own count when not given)."""

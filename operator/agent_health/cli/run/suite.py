@@ -59,9 +59,9 @@ def home(args: argparse.Namespace, paths: list[Path]) -> Path:
     """The suite's ``.agent-health/`` (its local ledgers, the ``--last-failed`` cache, the
     history), beside its config as the history finds it; relative to the working directory
     when it is below it, so what is printed with it runs as printed from here."""
-    from agent_health.history import location
+    from agent_health import suitehome
 
-    found = location.home(config_path(args, paths), paths[0] if paths else None)
+    found = suitehome.of(config_path(args, paths), paths[0] if paths else None)
     try:
         return found.relative_to(Path.cwd())
     except ValueError:

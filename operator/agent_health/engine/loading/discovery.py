@@ -14,8 +14,7 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from agent_health.engine.loading.casefiles import checks
@@ -36,8 +35,7 @@ DEFAULT_TEST_MATCH = (
 CASE_SUFFIXES = (".json", ".jsonl")
 
 
-@dataclass(frozen=True)
-class Discovery:
+class Discovery(NamedTuple):
     """The test match patterns and how case files are read."""
 
     test_match: tuple[str, ...] = DEFAULT_TEST_MATCH

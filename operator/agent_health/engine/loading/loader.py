@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 from agent_health.engine.loading import discovery
 from agent_health.sdk import config, declare, errors
@@ -30,8 +31,7 @@ PATTERNS = ("test_*.py", "*_test.py", "*.test.py", "test_*.json", "*.cases.json"
 """The file names :func:`is_test_file` takes, as a message names them."""
 
 
-@dataclass(frozen=True)
-class LoadError:
+class LoadError(NamedTuple):
     """A file that could not be loaded, and where."""
 
     file: str

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agent_health import statuses
 from agent_health.engine import outcome, reports
@@ -32,7 +32,7 @@ class StartListener(Listener, Protocol):
     def on_test_start(self, test_id: str, title: str, repeat: int, agent: str | None) -> None: ...
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, eq=False)
 class Outcome:
     results: list[TestResult]
     duration_ms: float
@@ -59,7 +59,7 @@ class Outcome:
         )
 
 
-@dataclass
+@dataclass(eq=False)
 class Halt:
     """Told a reason (called), a run starts no more tests; those in flight end as they will.
 
@@ -126,8 +126,7 @@ def plan(cases: Sequence[declare.TestCase], repeat: int) -> list[tuple[declare.T
     ]
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(NamedTuple):
     """How a run goes on after a test did not pass.
 
     ``retries``: a failed or errored test runs again up to this many times; one that then
