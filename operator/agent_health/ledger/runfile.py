@@ -43,7 +43,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent_health.ledger import chain, encoding, errors, strictjson
 
@@ -78,7 +78,7 @@ def _seal_mac(key: bytes, seal: Any) -> str:
     return hmac.new(key, _SEAL_DOMAIN + encoding.canonical(seal), hashlib.sha256).hexdigest()
 
 
-@dataclass
+@dataclass(eq=False)
 class Parsed:
     """A run file read back: each cell's record lines, the seal, and lines that are neither."""
 
@@ -168,8 +168,7 @@ Records = list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
 """A cell's records as JSON objects, or a function the writer thread calls to make them."""
 
 
-@dataclass
-class _Cell:
+class _Cell(NamedTuple):
     """A cell's records waiting for the writer thread, with the sealer of its chain."""
 
     name: str

@@ -104,7 +104,7 @@ class TestInfo:
         self.annotations[key] = value
 
 
-@dataclass
+@dataclass(eq=False)
 class TestContext:
     """Mutable state of one running test; owned by exactly one task."""
 

@@ -110,7 +110,7 @@ def _functions(body: list[Any]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionD
                 yield from _functions(inner)
 
 
-@dataclass
+@dataclass(eq=False)
 class Collector:
     """What importing one file declared."""
 

@@ -249,7 +249,7 @@ def _normal(value: Any) -> Any:
     return value
 
 
-@dataclass
+@dataclass(eq=False)
 class ToolStats:
     """What one pass over a trajectory found."""
 

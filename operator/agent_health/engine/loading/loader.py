@@ -43,7 +43,7 @@ class LoadError(NamedTuple):
         return f"{where}: {self.message}"
 
 
-@dataclass
+@dataclass(eq=False)
 class Suite:
     """Everything discovered under a root."""
 

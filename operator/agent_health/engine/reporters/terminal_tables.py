@@ -163,7 +163,7 @@ def _wide_table(
     return table
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class _Group:
     """One test's repeats, for a narrow row."""
 

@@ -56,7 +56,7 @@ class CellLedger(Protocol):
     ) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunEnv:
     """What every test of a run shares: how to reach the agent and the judge."""
 
