@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import re
+import subprocess
+import sys
 
 import pytest
 from agent_health.engine import visible
@@ -48,3 +51,39 @@ def test_guard_makes_text_visible_and_leaves_rich_alone() -> None:
     assert "\\x1b]0;title\\x1b\\ \\u202edone" in written
     assert "\x1b]" not in written  # the agent's OSC is shown, not sent
     assert "\x1b[31m" in written  # rich's own colour is still sent
+
+
+def test_every_character_made_visible_is_one_isprintable_refuses() -> None:
+    # What lets printable text skip the pattern: nothing it would escape is printable.
+    hidden = re.compile(f"[\n{visible._HIDDEN}]")
+    everything = "".join(map(chr, range(sys.maxunicode + 1)))
+    found = hidden.findall(everything)
+    assert len(found) > 2048  # the surrogates alone are 2,048
+    assert [c for c in found if c.isprintable()] == []
+
+
+PRINTABLE = r"""
+import io, re, sys
+compiled = []
+compile = re.compile
+re.compile = lambda pattern, flags=0: compiled.append(pattern) or compile(pattern, flags)
+from rich.console import Console
+from agent_health.engine import visible
+out = io.StringIO()
+console = Console(file=out, force_terminal=True, width=60)
+visible.guard(console)
+console.print("✓ passed — pass rate 100% [21%, 100%]\n\tscore 1.00")
+assert visible.line("a title ▸ ünïcode 👍") == "a title ▸ ünïcode 👍"
+assert visible.block("an answer\n\twith tabs") == "an answer\n\twith tabs"
+print(sum("\u202e" in p for p in compiled if isinstance(p, str)))
+"""
+
+
+def test_printable_text_is_shown_without_compiling_the_pattern() -> None:
+    # The pattern spans the Basic Multilingual Plane: about 4.7 M instructions to compile,
+    # which a run whose titles and summary are all printable never pays (issue #40).
+    done = subprocess.run(
+        [sys.executable, "-c", PRINTABLE], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]

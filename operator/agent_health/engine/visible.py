@@ -22,6 +22,7 @@ terminal does not (U+200B, U+2028, U+2029, U+2060, U+FEFF, U+FFF9-U+FFFB); lone 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +34,31 @@ _HIDDEN = (
     "\u061c\u200b\u200e\u200f\u202a-\u202e\u2028\u2029\u2060\u2066-\u2069\ufeff"
     "\ud800-\udfff\ufff9-\ufffb\ufffe\uffff"
 )
-_IN_LINE = re.compile(f"[\n{_HIDDEN}]")
-_IN_BLOCK = re.compile(f"[{_HIDDEN}]")
 _NEWLINE = "\n"
 
 
 _NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+# Every character made visible is one str.isprintable() refuses (a control, a format mark,
+# a line or paragraph separator, a surrogate, a non-character), so text it accepts is shown
+# as it is without the pattern, which is compiled the first time some text is refused: a
+# class spanning the Basic Multilingual Plane takes about 4.7 M instructions to compile
+# (issue #40), which a run whose text is all printable never pays.
+@functools.cache
+def _in_line() -> re.Pattern[str]:
+    return re.compile(f"[\n{_HIDDEN}]")
+
+
+@functools.cache
+def _in_block() -> re.Pattern[str]:
+    return re.compile(f"[{_HIDDEN}]")
+
+
+def _shown_as_is(text: str) -> bool:
+    """Whether ``text`` (in a block: its newlines and tabs aside) has nothing to make
+    visible, by :meth:`str.isprintable` alone."""
+    return text.isprintable() or text.replace(_NEWLINE, "").replace("\t", "").isprintable()
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -51,17 +71,17 @@ def _escape(match: re.Match[str]) -> str:
 
 def line(text: str) -> str:
     """``text`` for one line: a newline is shown as ``\\n`` too (a title, a name, a label)."""
-    if _IN_LINE.search(text) is None:  # the common case costs one scan
+    if text.isprintable() or _in_line().search(text) is None:  # the common case: one scan
         return text
-    return _IN_LINE.sub(_escape, text.replace("\r\n", "\n"))
+    return _in_line().sub(_escape, text.replace("\r\n", "\n"))
 
 
 def block(text: str) -> str:
     """``text`` that may span lines (an error, an answer, captured output): newlines stay,
     ``\\r\\n`` becomes a newline, and a lone ``\\r`` is shown as ``\\r``."""
-    if _IN_BLOCK.search(text) is None:
+    if _shown_as_is(text) or _in_block().search(text) is None:
         return text
-    return _IN_BLOCK.sub(_escape, text.replace("\r\n", _NEWLINE))
+    return _in_block().sub(_escape, text.replace("\r\n", _NEWLINE))
 
 
 def indented(text: str, margin: str) -> str:
@@ -98,7 +118,8 @@ class _Visible:
         from rich.segment import Segment
 
         for segment in console.render(self._inner, options):
-            if segment.control is None and _IN_BLOCK.search(segment.text) is not None:
-                yield Segment(block(segment.text), segment.style)
+            text = segment.text
+            if segment.control is None and not _shown_as_is(text) and _in_block().search(text):
+                yield Segment(block(text), segment.style)
             else:
                 yield segment
