@@ -356,7 +356,6 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.engine.reports.offtrack",
     "agent_health.engine.reports.provenance",
     "agent_health.engine.reports.report",
-    "agent_health.engine.reports.savedreport",
     "agent_health.engine.running",
     "agent_health.engine.running.agent_process",
     "agent_health.engine.running.capture",

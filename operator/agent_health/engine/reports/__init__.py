@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from agent_health.engine.reports.provenance import version as agent_health_version
     from agent_health.engine.reports.report import (
         LEGEND,
+        MAX_REPEATS,
         RunReport,
         Summary,
         UnpricedModel,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     )
     from agent_health.engine.reports.rollup import Rollup
     from agent_health.engine.reports.rollup import synthesise as synthesise_rollup
-    from agent_health.engine.reports.savedreport import MAX_REPEATS, ReportFileError
+    from agent_health.engine.reports.savedreport import ReportFileError
     from agent_health.engine.reports.savedreport import read as read_report
 else:
     __getattr__, __dir__ = faces.lazy(
@@ -85,9 +86,9 @@ else:
             "Summary": "report",
             "UnpricedModel": "report",
             "pass_rate": "report",
+            "MAX_REPEATS": "report",
             "Rollup": "rollup",
             "synthesise_rollup": "rollup:synthesise",
-            "MAX_REPEATS": "savedreport",
             "ReportFileError": "savedreport",
             "read_report": "savedreport:read",
         },

@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the optional parts' models: loaded by _parts(), not by ever
 
 REPORT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+MAX_REPEATS = 100_000  # the most repeats a report may say it ran (`run --repeat` as many)
 
 # What the headline numbers mean, in one place: the terminal's legend and the HTML report
 # both print these.

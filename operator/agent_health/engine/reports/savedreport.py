@@ -12,7 +12,7 @@ reader crash or say something false:
 * a ``version`` that is not one of the readable ones (``true`` is not ``1``);
 * counts that are not whole numbers at least 0, rates and scores outside 0–1, tokens, cost
   and durations that are negative, ``repeats`` that is not a whole number from 1 to
-  :data:`MAX_REPEATS`, or not more than every test's ``repeat``;
+  :data:`.report.MAX_REPEATS`, or not more than every test's ``repeat``;
 * a test entry without an id or a known status, with a ``repeat`` that is not a whole
   number, or listed twice (the same agent, id and repeat);
 * a timed-out test's ``partial`` (what the agent had sent) that is not an object of a known
@@ -36,8 +36,6 @@ from agent_health.engine.reports import report
 from agent_health.ledger import strictjson
 from agent_health.sdk import errors
 
-MAX_REPEATS = 100_000
-"""The most repeats a report may say it ran (``run --repeat`` allows as many)."""
 PARTIAL_SOURCES: tuple[str, ...] = get_args(partial_mod.Source)
 _COUNTS = ("total", "passed", "failed", "errored", "skipped", "flaky_count", "not_run")
 _MORE_COUNTS = ("unpriced", "tokens_unreported", "tokens", "input_tokens", "output_tokens")
@@ -129,8 +127,8 @@ def _summary(summary: Mapping[str, Any]) -> None:
         summary,
         "repeats",
         "summary.repeats",
-        lambda v: _whole(v) and 1 <= v <= MAX_REPEATS,
-        f"a whole number from 1 to {MAX_REPEATS:,}",
+        lambda v: _whole(v) and 1 <= v <= report.MAX_REPEATS,
+        f"a whole number from 1 to {report.MAX_REPEATS:,}",
     )
     causes = summary.get("errored_by_cause")
     if causes is not None:
@@ -157,7 +155,7 @@ def _entry(where: str, entry: Any) -> tuple[Any, str, int]:
         entry,
         "repeat",
         f"{where}.repeat",
-        lambda v: _whole(v) and 0 <= v < MAX_REPEATS,
+        lambda v: _whole(v) and 0 <= v < report.MAX_REPEATS,
         "a whole number, at least 0 (the repeat, counted from 0)",
     )
     _field(entry, "score", f"{where}.score", _fraction, "a number from 0 to 1, or null")
