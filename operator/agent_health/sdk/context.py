@@ -3,6 +3,10 @@
 Each running test has exactly one :class:`TestContext`, held in a ``contextvar`` that the
 engine sets in the test's own task. ``expect`` and ``judge`` imported at module level look
 it up, so two tests running at once can never see each other's signals.
+
+What a judge backend is asked, :class:`~agent_health.sdk.judgerequest.JudgeRequest`, is
+made with the first ``judge()`` call (a run that judges nothing never makes the class);
+``agent_health.sdk.context.JudgeRequest`` names it too.
 """
 
 from __future__ import annotations
@@ -10,17 +14,34 @@ from __future__ import annotations
 import contextvars
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_health.connectors.partial import Partial
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import errors
-from agent_health.sdk.results import Cause, Role, RunResult, Signal, Verdict
+from agent_health.sdk.results import Cause, RunResult, Signal, Verdict
 
 if TYPE_CHECKING:
     from agent_health.sdk.declared import TestCase
+    from agent_health.sdk.judgerequest import JudgeRequest as JudgeRequest
+
+NO_JUDGE_HINT = (
+    "no judge configured, so judge() calls were skipped; set judge={...} in "
+    "agent-health.config.py or AGENT_HEALTH_JUDGE_PROVIDER/MODEL/BASE_URL"
+)
+"""The reason of a verdict skipped for want of a judge (:attr:`TestContext.judge_hint`'s
+default), and the run's closing hint when one was."""
+
+
+def __getattr__(name: str) -> Any:
+    # JudgeRequest where it was always read, made (sdk.judgerequest) when first asked for.
+    if name == "JudgeRequest":
+        from agent_health.sdk import judgerequest
+
+        return judgerequest.JudgeRequest
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class AgentCaller(Protocol):
@@ -52,29 +73,6 @@ class PeerRoutes(Protocol):
     async def route(
         self, name: str, url: str, *, run_id: str, protocol: str = "mcp"
     ) -> PeerRoute: ...
-
-
-@dataclass(frozen=True)
-class JudgeRequest:
-    """Everything a judge backend needs to answer one ``judge()`` call."""
-
-    result: RunResult | None
-    text: str | None
-    criteria: str
-    role: Role
-    context: tuple[str, ...]
-    tools: tuple[str, ...]
-    evaluator: str | None
-    model: str | None
-    repeat: int
-    test_id: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    trace: Mapping[str, Any] | None = None
-    """The run's telemetry read where the test ran (spans, logs, metrics), for a judge that
-    answers elsewhere (a cell's judge service) and cannot read the run's traces itself."""
-    expected: str | None = None
-    """The expected answer (a case file's ``expectedPPL``): what the judge compares the
-    agent's work with; ``None`` when the test gives none."""
 
 
 @dataclass

@@ -16,15 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_health.sdk import context as ctx_mod
-from agent_health.sdk import errors
+from agent_health.sdk import errors, judgerequest
 from agent_health.sdk.results import Role, RunResult, Signal, Verdict
 
 DEFAULT_CONTEXT = ("trajectory", "output")
 CONTEXT_PARTS = frozenset({"trajectory", "output", "traces", "logs"})
-NO_JUDGE_HINT = (
-    "no judge configured, so judge() calls were skipped; set judge={...} in "
-    "agent-health.config.py or AGENT_HEALTH_JUDGE_PROVIDER/MODEL/BASE_URL"
-)
+NO_JUDGE_HINT = ctx_mod.NO_JUDGE_HINT  # the context's: a run sets it without loading judge()
 
 
 async def ask(
@@ -66,7 +63,7 @@ async def ask(
         )
         verdict = Verdict(criteria=criteria, passed=None, role=role, skipped=True, reasoning=reason)
     else:
-        request = ctx_mod.JudgeRequest(
+        request = judgerequest.JudgeRequest(
             result=subject if isinstance(subject, RunResult) else None,
             text=subject if isinstance(subject, str) else None,
             criteria=criteria,

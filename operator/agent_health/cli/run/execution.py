@@ -69,7 +69,7 @@ async def execute(
 
     from agent_health import connectors
     from agent_health.engine import recording, reporters, running
-    from agent_health.sdk.judges import NO_JUDGE_HINT
+    from agent_health.sdk.context import NO_JUDGE_HINT
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -21,7 +21,6 @@ from agent_health.sdk import (
     context,
     declare,
     errors,
-    judges,
     matchers,
     results,
     tracesconfig,
@@ -186,10 +185,17 @@ def _builtins(ctx: context.TestContext) -> Mapping[str, Callable[[], Any]]:
     return {
         "agent": lambda: agent.Agent(ctx),
         "expect": lambda: matchers.BoundExpect(ctx),
-        "judge": lambda: judges.BoundJudge(ctx),
+        "judge": lambda: _bound_judge(ctx),
         "traces": lambda: traces_mod.TracesFixture(ctx),
         "test_info": lambda: ctx.info,
     }
+
+
+def _bound_judge(ctx: context.TestContext) -> Any:
+    # judge() and the request it makes load with the first test that takes the fixture.
+    from agent_health.sdk import judges
+
+    return judges.BoundJudge(ctx)
 
 
 def describe_error(err: BaseException, case_file: str | None = None) -> str:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable
 from typing import Literal, overload
 
-from agent_health.sdk import check, errors, judges
+from agent_health.sdk import check, errors
 from agent_health.sdk.check import evidence
 from agent_health.sdk.results import RunResult, Signal, Verdict
 
@@ -82,6 +82,8 @@ class TalkMatchers(check.Check):
         """
         result = _run(self._value, "to_have_asked_for")
         if judge:
+            from agent_health.sdk import judges  # loaded by the first call that judges
+
             if not isinstance(pattern, str) or not pattern.strip():
                 raise errors.MatcherUsageError(
                     "to_have_asked_for(..., judge=True) takes what the agent should have asked "
