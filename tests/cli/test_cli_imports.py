@@ -321,7 +321,6 @@ LIST_ALLOWED = frozenset(
         "agent_health.sdk.declared",
         "agent_health.sdk.errors",
         "agent_health.sdk.otlpconfig",
-        "agent_health.sdk.parametrize",
         "agent_health.sdk.tracesconfig",
         "agent_health.timeouts",
     }

@@ -31,10 +31,13 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent_health import timeouts
-from agent_health.sdk import declared, errors, parametrize
+from agent_health.sdk import declared, errors
+
+if TYPE_CHECKING:
+    from agent_health.sdk import parametrize
 
 # The declarations live in their own module; these names are how the package reads them.
 BUILTIN_FIXTURES = declared.BUILTIN_FIXTURES
@@ -318,6 +321,8 @@ class TestAPI:
                 result = await agent.run(f"Why is the {service} service failing?")
                 expect(result.output).to_contain(service)
         """
+        from agent_health.sdk import parametrize  # test.each's: loaded by the first file using it
+
         return parametrize.Each(self, rows)
 
     def describe(self, name: str, *, labels: Sequence[str] = ()) -> Describe:
@@ -382,6 +387,8 @@ class TestAPI:
             if row is None:
                 _check_params(f"test {name!r}", takes, self._fixtures)
             else:
+                from agent_health.sdk import parametrize
+
                 parametrize.check_row(
                     f"test {name!r}", takes, row, {*BUILTIN_FIXTURES, *self._fixtures}
                 )
