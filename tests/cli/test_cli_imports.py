@@ -364,7 +364,6 @@ RUN_ALLOWED = LIST_ALLOWED | {
     "agent_health.engine.running.session",
     "agent_health.engine.statistics",
     "agent_health.engine.statistics.pairing",  # the history's trend line (cli/run/archive.py)
-    "agent_health.engine.statistics.resample",
     "agent_health.engine.statistics.stats",
     "agent_health.engine.statistics.uncertainty",
     "agent_health.history",

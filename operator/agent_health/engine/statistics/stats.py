@@ -27,8 +27,6 @@ import random
 import statistics
 from collections.abc import Sequence
 
-from agent_health.engine.statistics import resample
-
 CONFIDENCE = 0.95
 RESAMPLES = 1000
 """Bootstrap resamples: enough for the 2.5% and 97.5% percentiles to move by a few percent
@@ -146,6 +144,10 @@ def bootstrap_ratio(
     if len(ratios) == 1:  # every test has the same mean: every resample does too
         only = ratios.pop()
         return only, only
+    # The drawing machinery loads with the first interval that needs it (a run whose tests
+    # all scored alike, one test's among them, never does).
+    from agent_health.engine.statistics import resample
+
     rng = random.Random(seed)
     n = len(clusters)
     resamples = resamples_for(n) if resamples is None else resamples
