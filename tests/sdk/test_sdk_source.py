@@ -1,15 +1,18 @@
-"""A test's content hash reads its body's source from one parse of its file: the same text
-``inspect.getsource`` gives (so hashes match earlier runs' reports), at a fraction of the cost;
+"""A test's content hash reads its body's source from its file's lines (a scan of them, or one
+parse of the file): the same text ``inspect.getsource`` gives (so hashes match earlier runs'
+reports), at a fraction of the cost;
 its parameters (the fixtures it asks for) are read from its code as ``inspect.signature`` reads
 them."""
 
 from __future__ import annotations
 
 import inspect
+import linecache
 from pathlib import Path
 
 import pytest
 from agent_health.engine.loading import loader
+from agent_health.sdk import declare
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,6 +74,57 @@ def test_the_source_of_every_shape_of_body_is_what_inspect_reads(tmp_path: Path)
     assert len(found) == 5
     for case in found:
         assert case.source == inspect.getsource(case.fn), case.title  # type: ignore[attr-defined]
+
+
+def test_the_hashes_of_a_fixed_file_are_what_they_were(tmp_path: Path) -> None:
+    """The history keys a test on its content hash: the same source hashes as it did when
+    the hash was cut from the file's syntax tree alone (these are that code's)."""
+    (tmp_path / "test_shapes.py").write_text(SHAPES)
+    assert {c.title: c.content_hash for c in cases(tmp_path)} == {  # type: ignore[attr-defined]
+        "plain": "9b66f458ac8a1a7a",
+        "decorated over lines": "9a096a7531de0219",
+        "one line": "f374e2687d6d433b",
+        "group > inside a group": "8652af80f24330ca",
+        "group > skipped": "d55e0d8730099b8d",
+    }
+
+
+def test_a_file_of_plain_tests_is_not_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no string runs over lines and no line is continued, a body's lines are found by
+    a scan of its own lines; the file's syntax tree (about a tenth of a millisecond a test)
+    is built only for a body the scan cannot be sure of, such as one with a docstring."""
+    parsed: list[str] = []
+    whole = declare._blocks
+
+    def counted(path: str) -> dict[int, tuple[int, int]]:
+        parsed.append(Path(path).name)
+        return whole(path)
+
+    monkeypatch.setattr(declare, "_blocks", counted)
+    (tmp_path / "test_plain.py").write_text(SHAPES.split("# a comment at the left margin")[0])
+    (tmp_path / "test_shapes.py").write_text(SHAPES)
+    found = cases(tmp_path)
+    assert len(found) == 7
+    for case in found:
+        assert case.source == inspect.getsource(case.fn), case.title  # type: ignore[attr-defined]
+    assert parsed == ["test_shapes.py"]
+
+
+def test_the_scan_of_a_functions_lines_is_the_parsers_answer() -> None:
+    """Over every function in this repository's Python: the scan gives the lines the syntax
+    tree gives, or leaves the function to it."""
+    scanned = 0
+    for path in sorted(
+        p for top in ("operator", "tests", "examples", "bench") for p in (ROOT / top).rglob("*.py")
+    ):
+        lines = linecache.getlines(str(path))
+        for first, block in declare._blocks(str(path)).items():
+            found = declare._plain_block(lines, first)
+            assert found in (None, block), f"{path}:{first}"
+            scanned += found is not None
+    assert scanned > 1000
 
 
 @pytest.mark.parametrize(

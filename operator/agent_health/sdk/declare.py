@@ -27,6 +27,8 @@ import contextlib
 import contextvars
 import inspect
 import linecache
+import re
+import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +81,113 @@ def _blocks(path: str) -> dict[int, tuple[int, int]]:
     return blocks
 
 
+# What a scan of a function's lines must see to know where they end: a quote (a string's
+# brackets and ``#`` are text), a comment's start, a bracket, a backslash (outside a string,
+# a line continued: the parser decides). One character class: the strings are followed by
+# ``str.find``, as a pattern for them costs as much to compile as a test's scan saves.
+_SIGNIFICANT = re.compile(r"[\"'#()\[\]{}\\]")
+_DEF = re.compile(r"(?:async\s+)?def\s")
+# Python 3.12 lets an f-string's braces hold its own quote (PEP 701): a one-line scan would
+# end the string there, so an f-string with braces is left to the parser on those versions.
+_NESTED_QUOTES = sys.version_info >= (3, 12)
+
+
+def _plain_block(lines: Sequence[str], first: int) -> tuple[int, int] | None:
+    """:func:`_blocks`' answer for the function whose first line is ``first``, by scanning its
+    lines, or ``None`` where the scan cannot be sure and the parser must decide.
+
+    A function's lines end with its body's last logical line; without strings over lines
+    or continued lines, that is the last line on which its brackets close, before the first
+    statement indented no deeper than its ``def``. Parsing the whole file costs a test about
+    ten times this scan of its own lines (issue #40); every answer given is the parser's
+    (``tests/sdk/test_sdk_source.py`` holds them equal over every function of the repo).
+    """
+    head = lines[first - 1]
+    stripped = head.lstrip()
+    indent = len(head) - len(stripped)
+    if not (stripped.startswith("@") or _DEF.match(stripped)):
+        return None
+    depth = 0
+    in_header = True  # the decorators and the def, up to the colon
+    seen_def = False
+    column = -1  # the body's
+    last = 0
+    for number in range(first, len(lines) + 1):
+        text = lines[number - 1]
+        stripped = text.lstrip()
+        if not stripped:
+            continue
+        if depth == 0:  # a logical line starts here
+            if stripped[0] == "#":
+                continue
+            margin = len(text) - len(stripped)
+            if "\t" in text[:margin] or "\f" in text[:margin]:
+                return None  # indentation the tokenizer measures its own way
+            if in_header:
+                if margin != indent:
+                    return None
+                if _DEF.match(stripped):
+                    seen_def = True
+                elif stripped[0] != "@" or seen_def:
+                    return None
+            elif margin <= indent:
+                break  # the first statement after the function
+            elif column < 0:
+                column = margin
+        code_end = len(text)
+        at = 0
+        while found := _SIGNIFICANT.search(text, at):
+            char = found.group()
+            at = found.end()
+            if char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth -= 1
+                if depth < 0:
+                    return None
+            elif char == "#":
+                code_end = found.start()
+                break
+            elif char == "\\" or text.startswith(char * 3, at - 1):
+                return None  # a line continued, or a string that may run over lines
+            else:  # a string on this line: to its closing quote, past escaped ones
+                start = at
+                while True:
+                    at = text.find(char, at)
+                    if at < 0:
+                        return None
+                    escapes = at
+                    while text[escapes - 1] == "\\":
+                        escapes -= 1
+                    at += 1
+                    if (at - 1 - escapes) % 2 == 0:
+                        break
+                fstring = _NESTED_QUOTES and "f" in text[max(0, start - 3) : start - 1].lower()
+                if fstring and "{" in text[start:at]:
+                    return None
+        if depth:
+            continue
+        if in_header:
+            if seen_def:
+                if not text[:code_end].rstrip().endswith(":"):
+                    return None  # a body on the def's line: the parser's
+                in_header = False
+        else:
+            last = number
+    if depth or in_header or not last:
+        return None
+    for number in range(last + 1, len(lines) + 1):  # comments indented with the body
+        text = lines[number - 1]
+        stripped = text.lstrip()
+        if not stripped.strip():
+            continue
+        if not stripped.startswith("#"):
+            break
+        if len(text) - len(stripped) >= column:
+            last = number
+    return first, last
+
+
 # The nodes that hold statements (a simple statement holds none: its fields are not looked
 # at, most of a file's statements and every test body's).
 _HOLDERS = (
@@ -120,7 +229,8 @@ class Collector:
     file: str
     cases: list[TestCase] = field(default_factory=list)
     titles: dict[str, TestCase] = field(default_factory=dict)  # title → case, for duplicates
-    _blocks: dict[int, tuple[int, int]] | None = None  # the file's functions (source_of)
+    _lines: list[str] | None = None  # the file's, read once as its first body is cut
+    _blocks: dict[int, tuple[int, int]] | None = None  # the file's functions, when parsed
     hooks: list[Hook] = field(default_factory=list)
     describe_stack: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
@@ -133,23 +243,34 @@ class Collector:
         return tuple(label for _, labels in self.describe_stack for label in labels)
 
     def source_of(self, fn: Callable[..., Any]) -> str | None:
-        """``inspect.getsource(fn)`` for a function of this file, from one parse of the file.
+        """``inspect.getsource(fn)`` for a function of this file, from its lines read once.
 
         ``inspect.getsource`` tokenizes each body anew (about half a millisecond per test);
         this finds the same lines — from the first decorator to the end of the body, with
-        the comments inspect counts as part of it — in the file's syntax tree. ``None``
-        when the function is not found there (``content_hash`` then asks inspect).
+        the comments inspect counts as part of it — by a scan of the function's own lines
+        (:func:`_plain_block`), or where that cannot be sure in the file's syntax tree,
+        parsed once. ``None`` when the function is not found there (``content_hash`` then
+        asks inspect).
         """
         code = getattr(fn, "__code__", None)
         if code is None or code.co_filename != self.file:
             return None
-        if self._blocks is None:
+        lines = self._lines
+        if lines is None:
             linecache.checkcache(self.file)  # the file as imported now, not as last cached
-            self._blocks = _blocks(self.file)
-        found = self._blocks.get(code.co_firstlineno)
+            lines = self._lines = linecache.getlines(self.file)
+        first = code.co_firstlineno
+        # A lambda's or a comprehension's first line can be a later decorator's: the scan
+        # reads a ``def``'s lines only.
+        plain = 0 < first <= len(lines) and not code.co_name.startswith("<")
+        found = _plain_block(lines, first) if plain else None
         if found is None:
-            return None
-        return "".join(linecache.getlines(self.file)[found[0] - 1 : found[1]])
+            if self._blocks is None:
+                self._blocks = _blocks(self.file)
+            found = self._blocks.get(first)
+            if found is None:
+                return None
+        return "".join(lines[found[0] - 1 : found[1]])
 
     def add(self, case: TestCase) -> None:
         title = case.title
@@ -180,7 +301,7 @@ def collecting(file: str) -> Iterator[Collector]:
         yield collector
     finally:
         _collector.reset(token)
-        if collector._blocks is not None:
+        if collector._lines is not None:
             # The file's lines were read to cut each body's source; a run keeps the sources,
             # not the whole file (a traceback reads it again from disk if it needs it).
             linecache.cache.pop(file, None)
