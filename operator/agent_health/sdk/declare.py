@@ -81,11 +81,11 @@ def _blocks(path: str) -> dict[int, tuple[int, int]]:
     return blocks
 
 
-# What a scan of a function's lines must see to know where they end: a quote (a string's
-# brackets and ``#`` are text), a comment's start, a bracket, a backslash (outside a string,
-# a line continued: the parser decides). One character class: the strings are followed by
-# ``str.find``, as a pattern for them costs as much to compile as a test's scan saves.
-_SIGNIFICANT = re.compile(r"[\"'#()\[\]{}\\]")
+# What a line's scan must follow past (``_code_of``): a quote (a string's brackets and
+# ``#`` are text), a comment's start, a backslash (outside a string, a line continued: the
+# parser decides). One character class: the strings are followed by ``str.find``, as a
+# pattern for them costs as much to compile as a test's scan saves.
+_SIGNIFICANT = re.compile(r"[\"'#\\]")
 _DEF = re.compile(r"(?:async\s+)?def\s")
 # Python 3.12 lets an f-string's braces hold its own quote (PEP 701): a one-line scan would
 # end the string there, so an f-string with braces is left to the parser on those versions.
@@ -134,42 +134,18 @@ def _plain_block(lines: Sequence[str], first: int) -> tuple[int, int] | None:
                 break  # the first statement after the function
             elif column < 0:
                 column = margin
-        code_end = len(text)
-        at = 0
-        while found := _SIGNIFICANT.search(text, at):
-            char = found.group()
-            at = found.end()
-            if char in "([{":
-                depth += 1
-            elif char in ")]}":
-                depth -= 1
-                if depth < 0:
-                    return None
-            elif char == "#":
-                code_end = found.start()
-                break
-            elif char == "\\" or text.startswith(char * 3, at - 1):
-                return None  # a line continued, or a string that may run over lines
-            else:  # a string on this line: to its closing quote, past escaped ones
-                start = at
-                while True:
-                    at = text.find(char, at)
-                    if at < 0:
-                        return None
-                    escapes = at
-                    while text[escapes - 1] == "\\":
-                        escapes -= 1
-                    at += 1
-                    if (at - 1 - escapes) % 2 == 0:
-                        break
-                fstring = _NESTED_QUOTES and "f" in text[max(0, start - 3) : start - 1].lower()
-                if fstring and "{" in text[start:at]:
-                    return None
+        code = _code_of(text)
+        if code is None:
+            return None
+        depth += code.count("(") + code.count("[") + code.count("{")
+        depth -= code.count(")") + code.count("]") + code.count("}")
+        if depth < 0:
+            return None
         if depth:
             continue
         if in_header:
             if seen_def:
-                if not text[:code_end].rstrip().endswith(":"):
+                if not code.rstrip().endswith(":"):
                     return None  # a body on the def's line: the parser's
                 in_header = False
         else:
@@ -186,6 +162,60 @@ def _plain_block(lines: Sequence[str], first: int) -> tuple[int, int] | None:
         if len(text) - len(stripped) >= column:
             last = number
     return first, last
+
+
+def _code_of(text: str) -> str | None:
+    """``text``, a line, with each string emptied (``"..."`` → ``""``) and its comment cut:
+    what its brackets and its last character are read from. ``None`` where a line scan cannot
+    be sure (a string that may run over lines, a continued line, an open quote)."""
+    double, single = '"' in text, "'" in text
+    if not (double or single or "\\" in text):
+        at = text.find("#")
+        return text if at < 0 else text[:at]
+    if "\\" not in text and not (double and single) and not _NESTED_QUOTES:
+        # One kind of quote and no escapes: the strings are every other piece between them.
+        # (An odd count of quotes is a quote in a comment, or one left open: read below.)
+        quote = '"' if double else "'"
+        if quote * 3 in text:
+            return None
+        pieces = text.split(quote)
+        if len(pieces) % 2:
+            outside = pieces[::2]
+            for i, piece in enumerate(outside):
+                at = piece.find("#")
+                if at >= 0:
+                    outside = [*outside[:i], piece[:at]]
+                    break
+            return (quote * 2).join(outside)
+    parts = []
+    at = 0
+    while found := _SIGNIFICANT.search(text, at):
+        char = found.group()
+        if char == "#":
+            parts.append(text[at : found.start()])
+            return "".join(parts)
+        if char == "\\" or text.startswith(char * 3, found.start()):
+            return None  # a line continued, or a string that may run over lines
+        start = found.end()  # a string on this line: to its closing quote, past escaped ones
+        end = start
+        while True:
+            end = text.find(char, end)
+            if end < 0:
+                return None
+            escapes = end
+            while text[escapes - 1] == "\\":
+                escapes -= 1
+            end += 1
+            if (end - 1 - escapes) % 2 == 0:
+                break
+        fstring = _NESTED_QUOTES and "f" in text[max(0, start - 3) : start - 1].lower()
+        if fstring and "{" in text[start:end]:
+            return None
+        parts.append(text[at:start])
+        parts.append(char)
+        at = end
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 # The nodes that hold statements (a simple statement holds none: its fields are not looked
