@@ -76,6 +76,59 @@ def test_the_source_of_every_shape_of_body_is_what_inspect_reads(tmp_path: Path)
         assert case.source == inspect.getsource(case.fn), case.title  # type: ignore[attr-defined]
 
 
+EDGES = r'''
+from agent_health import test
+
+
+@test("a comment's quote and a string's hash")
+async def quotes(agent, expect):
+    # it's Bob's: an apostrophe in a comment
+    text = "a # is text here, and so is ( and ["
+    expect(text).to_contain("#")  # isn't a string
+
+
+@test("both kinds of quote, escaped ones")
+async def escapes(agent, expect):
+    said = 'he said "(" and \'[\''
+    path = "C:\\dir\\"
+    expect(said + path).to_contain("(")
+
+
+@test("a bracket closed at the left margin")
+async def margin(agent, expect):
+    result = await agent.run(
+"ping"
+)
+    expect(result.output).to_equal("pong")
+
+
+@test("a continued line")
+async def continued(agent, expect):
+    total = 1 + \
+        2
+    expect(total).to_equal(3)
+
+
+@test("a triple-quoted string on one line")
+async def triple(agent, expect):
+    expect("""x""").to_equal("x")
+        # deeper than the body: part of it
+
+
+@test("the last test")
+async def last(agent, expect):
+    expect([1, (2, {3: "}"})]).to_equal([1, (2, {3: "}"})])
+'''
+
+
+def test_the_source_of_lines_a_scan_must_read_past_is_what_inspect_reads(tmp_path: Path) -> None:
+    (tmp_path / "test_edges.py").write_text(EDGES)
+    found = cases(tmp_path)
+    assert len(found) == 6
+    for case in found:
+        assert case.source == inspect.getsource(case.fn), case.title  # type: ignore[attr-defined]
+
+
 def test_the_hashes_of_a_fixed_file_are_what_they_were(tmp_path: Path) -> None:
     """The history keys a test on its content hash: the same source hashes as it did when
     the hash was cut from the file's syntax tree alone (these are that code's)."""

@@ -572,7 +572,7 @@ class TestAPI:
                 skip_reason=reason if mode in ("skip", "fixme") else None,
                 **opts,
             )
-            if case.source is None:  # the body's source, cut from the file parsed once
+            if case.source is None:  # the body's source, cut from the file's lines
                 case.source = collector.source_of(fn)
             collector.add(case)
             return fn
