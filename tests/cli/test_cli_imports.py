@@ -324,6 +324,7 @@ LIST_ALLOWED = frozenset(
         "agent_health.sdk.declared",
         "agent_health.sdk.errors",
         "agent_health.sdk.otlpconfig",
+        "agent_health.sdk.sources",
         "agent_health.sdk.tracesconfig",
         "agent_health.timeouts",
     }

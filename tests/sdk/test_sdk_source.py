@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_health.engine.loading import loader
-from agent_health.sdk import declare
+from agent_health.sdk import sources
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,13 +149,13 @@ def test_a_file_of_plain_tests_is_not_parsed(
     a scan of its own lines; the file's syntax tree (about a tenth of a millisecond a test)
     is built only for a body the scan cannot be sure of, such as one with a docstring."""
     parsed: list[str] = []
-    whole = declare._blocks
+    whole = sources.blocks
 
     def counted(path: str) -> dict[int, tuple[int, int]]:
         parsed.append(Path(path).name)
         return whole(path)
 
-    monkeypatch.setattr(declare, "_blocks", counted)
+    monkeypatch.setattr(sources, "blocks", counted)
     (tmp_path / "test_plain.py").write_text(SHAPES.split("# a comment at the left margin")[0])
     (tmp_path / "test_shapes.py").write_text(SHAPES)
     found = cases(tmp_path)
@@ -173,8 +173,8 @@ def test_the_scan_of_a_functions_lines_is_the_parsers_answer() -> None:
         p for top in ("operator", "tests", "examples", "bench") for p in (ROOT / top).rglob("*.py")
     ):
         lines = linecache.getlines(str(path))
-        for first, block in declare._blocks(str(path)).items():
-            found = declare._plain_block(lines, first)
+        for first, block in sources.blocks(str(path)).items():
+            found = sources.plain_block(lines, first)
             assert found in (None, block), f"{path}:{first}"
             scanned += found is not None
     assert scanned > 1000
