@@ -22,7 +22,6 @@ terminal does not (U+200B, U+2028, U+2029, U+2060, U+FEFF, U+FFF9-U+FFFB); lone 
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -42,17 +41,19 @@ _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 # Every character made visible is one str.isprintable() refuses (a control, a format mark,
 # a line or paragraph separator, a surrogate, a non-character), so text it accepts is shown
-# as it is without the pattern, which is compiled the first time some text is refused: a
-# class spanning the Basic Multilingual Plane takes about 4.7 M instructions to compile
-# (issue #40), which a run whose text is all printable never pays.
-@functools.cache
+# as it is without the pattern, which is compiled the first time some text is refused (and
+# kept by re's own cache): a class spanning the Basic Multilingual Plane takes about 4.7 M
+# instructions to compile (issue #40), which a run whose text is all printable never pays.
+_IN_LINE = f"[\n{_HIDDEN}]"
+_IN_BLOCK = f"[{_HIDDEN}]"
+
+
 def _in_line() -> re.Pattern[str]:
-    return re.compile(f"[\n{_HIDDEN}]")
+    return re.compile(_IN_LINE)
 
 
-@functools.cache
 def _in_block() -> re.Pattern[str]:
-    return re.compile(f"[{_HIDDEN}]")
+    return re.compile(_IN_BLOCK)
 
 
 def _shown_as_is(text: str) -> bool:
