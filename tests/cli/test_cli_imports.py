@@ -213,6 +213,13 @@ json.dump(
                        if m in models or dataclasses.is_dataclass(m)),
         "compared": sorted(f"{m.__module__}.{m.__qualname__}" for m in ours
                            if dataclasses.is_dataclass(m) and m.__dataclass_params__.eq),
+        "parsed": sorted(f"{m.__module__}.{m.__qualname__}.{name}" for m in models
+                         for name, field in m.__pydantic_fields__.items()
+                         if getattr(field.default_factory, "__text_signature__", None)
+                         is not None),
+        "strings": sorted(f"{m.__module__}.{m.__qualname__}.{name}" for m in models
+                          for name, annotation in vars(m).get("__annotations__", {}).items()
+                          if isinstance(annotation, str)),
     },
     open("classes.json", "w"),
 )
@@ -222,8 +229,10 @@ sys.exit(code)
 
 def classes_of(argv: list[str], suite: Path) -> dict[str, set[str]]:
     """The models and dataclasses of ours a command makes (``made``), the models whose
-    validator and serializer it built (``built``), and the dataclasses with a generated
-    ``__eq__`` (``compared``), run in a fresh interpreter in ``suite``."""
+    validator and serializer it built (``built``), the dataclasses with a generated
+    ``__eq__`` (``compared``), and of its models the fields whose default factory's signature
+    pydantic parses from text (``parsed``) and those whose annotation is a string
+    (``strings``), run in a fresh interpreter in ``suite``."""
     done = subprocess.run(
         [sys.executable, "-c", CLASSES, *argv],
         cwd=suite,
@@ -653,55 +662,6 @@ def test_a_run_inside_another_program_leaves_its_collector_as_it_was(
     assert done.stdout.splitlines()[-1] == str(collecting)
 
 
-FIELDS = """
-import json, sys
-import pydantic
-from agent_health.cli import app
-code = app.main(sys.argv[1:])
-models = [
-    m
-    for name, module in list(sys.modules.items())
-    if name.startswith("agent_health.")
-    for m in vars(module).values()
-    if isinstance(m, type) and issubclass(m, pydantic.BaseModel) and m.__module__ == name
-]
-json.dump(
-    {
-        "parsed": sorted(
-            f"{m.__module__}.{m.__qualname__}.{name}"
-            for m in models
-            for name, field in m.__pydantic_fields__.items()
-            if getattr(field.default_factory, "__text_signature__", None) is not None
-        ),
-        "strings": sorted(
-            f"{m.__module__}.{m.__qualname__}.{name}"
-            for m in models
-            for name, annotation in vars(m).get("__annotations__", {}).items()
-            if isinstance(annotation, str)
-        ),
-    },
-    open("fields.json", "w"),
-)
-sys.exit(code)
-"""
-
-
-def fields_of(argv: list[str], suite: Path) -> dict[str, set[str]]:
-    """Of the models of ours a command makes: the fields whose default factory's signature
-    pydantic parses from text (``parsed``), and those whose annotation is a string
-    (``strings``), run in a fresh interpreter in ``suite``."""
-    done = subprocess.run(
-        [sys.executable, "-c", FIELDS, *argv],
-        cwd=suite,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    found = json.loads((suite / "fields.json").read_text())
-    return {kind: set(names) for kind, names in found.items()}
-
-
 def test_no_model_a_run_makes_has_a_default_factory_whose_signature_is_parsed_from_text(
     suite: Path,
 ) -> None:
@@ -710,7 +670,7 @@ def test_no_model_a_run_makes_has_a_default_factory_whose_signature_is_parsed_fr
     # parsed from its text by the tokenizer, whose regular expressions the first such read
     # compiles: 18.6 M instructions of a run of one test (issue #40). An empty list is a
     # lambda's.
-    parsed = fields_of(["run", str(suite), "--no-history"], suite)["parsed"]
+    parsed = classes_of(["run", str(suite), "--no-history"], suite)["parsed"]
     assert not parsed, f"default factories whose signature is parsed: {', '.join(sorted(parsed))}"
 
 
@@ -739,7 +699,7 @@ def test_the_models_a_run_makes_have_their_annotations_evaluated_as_python_makes
     # A field's annotation left as a string (`from __future__ import annotations`) is compiled
     # by pydantic as it makes the class: about 70 K instructions a field, 17 M of a run of one
     # test (issue #40). The modules of the models a run makes do without the future import.
-    strings = fields_of(["run", str(suite), "--no-history"], suite)["strings"]
+    strings = classes_of(["run", str(suite), "--no-history"], suite)["strings"]
     assert "agent_health.engine.reports.report.Summary.budget" in strings  # the probe works
     extra = sorted(strings - STRING_ANNOTATIONS)
     assert not extra, f"annotations a run's models leave as strings: {', '.join(extra)}"

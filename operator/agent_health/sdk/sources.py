@@ -33,16 +33,7 @@ def blocks(path: str) -> dict[int, tuple[int, int]]:
         last = node.end_lineno
         body = node.body[0]
         if body.lineno > node.lineno:  # an indented body: trailing comments may belong to it
-            column = body.col_offset
-            for number in range(last + 1, len(lines) + 1):
-                text = lines[number - 1]
-                stripped = text.lstrip()
-                if not stripped.strip():
-                    continue
-                if not stripped.startswith("#"):
-                    break
-                if len(text) - len(stripped) >= column:
-                    last = number
+            last = _with_comments(lines, last, body.col_offset)
         found[first] = (first, last)
     return found
 
@@ -118,7 +109,13 @@ def plain_block(lines: Sequence[str], first: int) -> tuple[int, int] | None:
             last = number
     if depth or in_header or not last:
         return None
-    for number in range(last + 1, len(lines) + 1):  # comments indented with the body
+    return first, _with_comments(lines, last, column)
+
+
+def _with_comments(lines: Sequence[str], last: int, column: int) -> int:
+    """The body's last line, ``last``, or the last comment after it indented at least to the
+    body's ``column`` (blank lines between): inspect counts those as the function's."""
+    for number in range(last + 1, len(lines) + 1):
         text = lines[number - 1]
         stripped = text.lstrip()
         if not stripped.strip():
@@ -127,7 +124,7 @@ def plain_block(lines: Sequence[str], first: int) -> tuple[int, int] | None:
             break
         if len(text) - len(stripped) >= column:
             last = number
-    return first, last
+    return last
 
 
 def _code_of(text: str) -> str | None:
