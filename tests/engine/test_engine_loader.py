@@ -203,3 +203,27 @@ def test_non_async_body_is_rejected(write_suite: Any) -> None:
     )
     run = run_cli_sync(suite, "--pass-with-no-tests")
     assert "must be an `async def`" in run.report["summary"]["load_errors"][0]
+
+
+def test_a_label_prompt_or_skip_reason_that_is_no_string_is_a_load_error_naming_the_test(
+    write_suite: Any,
+) -> None:
+    # An int label crashed the run with a traceback (in the content hash), and a skipped
+    # test's int prompt or reason with pydantic's ValidationError.
+    head = "from agent_health import test\n"
+    suite = write_suite(
+        **{
+            "test_label.py": head + "@test('l', labels=['a', 1])\nasync def l():\n    pass\n",
+            "test_prompt.py": head + "@test.skip('p', default_prompt=3)\nasync def p():\n pass\n",
+            "test_reason.py": head + "@test.skip('r', reason=5)\nasync def r():\n    pass\n",
+            "test_fine.py": head + "@test('f', labels=['a'])\nasync def f():\n    pass\n",
+        }
+    )
+    run = run_cli_sync(suite, "--no-ledger", "--no-history")
+    assert run.code == 2
+    assert sorted(run.report["summary"]["load_errors"]) == [
+        "test_label.py:2: test 'l': labels are strings; 1 is not",
+        "test_prompt.py:2: test 'p': default_prompt= is the prompt, a string; got int",
+        "test_reason.py:2: test 'r': reason= says why it is skipped, a string; got int",
+    ]
+    assert [t["status"] for t in run.report["tests"]] == ["passed"]

@@ -347,6 +347,24 @@ class TestAPI:
                 return fn  # imported outside the loader: declare nothing
             opts = dict(options)
             opts["labels"] = (*collector.describe_labels, *tuple(opts.get("labels", ())))
+            # Strings, said at the declaration: an int label crashed the run in the content
+            # hash, and a skipped test's int prompt or reason failed its result's validation.
+            odd = [label for label in opts["labels"] if not isinstance(label, str)]
+            if odd:
+                raise errors.DefinitionError(
+                    f"test {name!r}: labels are strings; {odd[0]!r} is not"
+                )
+            prompt = opts.get("default_prompt")
+            if prompt is not None and not isinstance(prompt, str):
+                raise errors.DefinitionError(
+                    f"test {name!r}: default_prompt= is the prompt, a string; got "
+                    f"{type(prompt).__name__}"
+                )
+            if reason is not None and not isinstance(reason, str):
+                raise errors.DefinitionError(
+                    f"test {name!r}: reason= says why it is skipped, a string; got "
+                    f"{type(reason).__name__}"
+                )
             timeout = opts.get("timeout")
             wrong = timeouts.problem(timeout) if timeout is not None else None
             if wrong is not None:
