@@ -48,7 +48,7 @@ async def gateway_process(
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     async with hostile_support.serving(
-        proc, f"http://127.0.0.1:{ports['admin']}/healthz", attempts=200, stop_seconds=30
+        proc, f"http://127.0.0.1:{ports['admin']}/healthz", stop_seconds=30
     ) as served:
         yield served
 

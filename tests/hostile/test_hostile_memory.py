@@ -47,7 +47,7 @@ async def gateway_process(
         "--grace", "5",
     )  # fmt: skip
     async with hostile_support.serving(
-        proc, f"http://127.0.0.1:{ports['admin']}/healthz", attempts=400, stop_seconds=60
+        proc, f"http://127.0.0.1:{ports['admin']}/healthz", stop_seconds=60
     ) as served:
         yield served
 

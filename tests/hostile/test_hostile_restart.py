@@ -61,7 +61,7 @@ async def gateway_process(
         "--grace", "2",
     )  # fmt: skip
     async with hostile_support.serving(
-        proc, f"http://127.0.0.1:{health}/healthz", attempts=400, stop_seconds=30
+        proc, f"http://127.0.0.1:{health}/healthz", stop_seconds=30
     ) as served:
         yield served
 

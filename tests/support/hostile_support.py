@@ -120,16 +120,28 @@ async def hostile_target(
 
 @contextlib.asynccontextmanager
 async def serving(
-    proc: asyncio.subprocess.Process, healthz: str, *, attempts: int = 400, stop_seconds: float = 30
+    proc: asyncio.subprocess.Process,
+    healthz: str,
+    *,
+    attempts: int = 2400,
+    stop_seconds: float = 30,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A gateway process, once ``healthz`` answers 200 (polled ``attempts`` times); stopped
-    with SIGTERM on the way out, waited for up to ``stop_seconds``."""
+    """A gateway process, once ``healthz`` answers 200 (polled up to ``attempts`` times, 50 ms
+    apart: generous, as a loaded CI machine starts a gateway in seconds); one that exits
+    first fails at once with what it wrote. Stopped with SIGTERM on the way out, waited for
+    up to ``stop_seconds``."""
     try:
         async with httpx.AsyncClient() as client:
             for _ in range(attempts):
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(healthz)).status_code == 200:
                         break
+                if proc.returncode is not None:
+                    said = await proc.stderr.read() if proc.stderr else b""
+                    raise AssertionError(
+                        f"the gateway exited ({proc.returncode}) before it was healthy: "
+                        + said.decode(errors="replace")[-2000:]
+                    )
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("the gateway did not become healthy")
