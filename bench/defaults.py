@@ -32,11 +32,13 @@ less than wall time, so it tells a real change from a noisy round. ``--no-ledger
 
 The calls row's baseline is the *floor*: the same calls from a bare script on aiohttp (the
 built-in connectors' client) with no harness, its import included; a plain 32-thread
-``http.client`` script is printed beside it for reference. The row also prints the CPU the
-harness adds per test, two ways: ``(ours - floor) / N`` (start-up included), and with each
-side's start-up taken out — ``((ours - ours of one test) - (floor - floor of one call)) /
-(N - 1)`` — the harness's own cost per test, whose target is <= 0.5 ms (start-up has rows of
-its own: ``list`` and ``run`` of one test).
+``http.client`` script is printed beside it for reference, and so is the floor's script
+importing pydantic and rich first (``plain_client.py --imports``), with its ratio to the
+floor: what the two libraries agent-health is built on cost before any code of its own. The
+row also prints the CPU the harness adds per test, two ways: ``(ours - floor) / N``
+(start-up included), and with each side's start-up taken out — ``((ours - ours of one test)
+- (floor - floor of one call)) / (N - 1)`` — the harness's own cost per test, whose target
+is <= 0.5 ms (start-up has rows of its own: ``list`` and ``run`` of one test).
 
 The script reports, it never gates: exit 0 whatever the figures, 1 when a side crashed or
 did not pass its work, 2 for bad options.
@@ -79,6 +81,7 @@ ROLE_MARKS = {
     "baseline": " [baseline]",
     "diagnostic": " [diagnostic]",
     "reference": " [reference]",
+    "imports": " [reference]",
     "one": " [start-up]",
     "floor-one": " [start-up]",
     "history": " [the history on]",
@@ -288,6 +291,13 @@ def calls(work: Path, args: argparse.Namespace, url: str) -> RowResult:
                 passed(args.calls),
                 "reference",
             ),
+            Side(
+                "bare aiohttp script importing pydantic and rich",
+                [*bare, "--imports"],
+                suite,
+                passed(args.calls),
+                "imports",
+            ),
             Side("agent-health --no-history, one test", harness, one, passed(1), "one"),
             Side(
                 "bare aiohttp script, one call",
@@ -465,6 +475,12 @@ def render(results: list[RowResult], args: argparse.Namespace) -> str:
             f"   ratio ours / baseline: wall {row.ratio:.2f} (CPU {row.cpu_ratio:.2f})"
             f"   target <= {row.target:.2f}   {mark}"
         )
+        if row.has("imports"):
+            alone = row.side("imports").wall_s / row.side("baseline").wall_s
+            lines.append(
+                f"   the floor importing pydantic and rich, no harness code: wall {alone:.2f} "
+                "x the floor (where a harness on those two libraries starts)"
+            )
         lines += _per_test(row)
         added = row.history_cost_s
         if added is not None:

@@ -155,6 +155,7 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
         ("agent-health --no-history --no-ledger", "diagnostic"),
         ("agent-health (defaults)", "history"),
         ("plain 4-thread client", "reference"),
+        ("bare aiohttp script importing pydantic and rich", "imports"),
         ("agent-health --no-history, one test", "one"),
         ("bare aiohttp script, one call", "floor-one"),
     ]
@@ -166,6 +167,7 @@ def test_the_defaults_benchmark_prints_every_row_with_its_target(tmp_path: Path)
     assert calls["cpu_per_test_ms"] is not None
     assert calls["own_cpu_per_test_ms"] is not None
     assert "the harness's own CPU per test (each side's start-up taken out)" in done.stdout
+    assert "the floor importing pydantic and rich, no harness code: wall " in done.stdout
     assert done.stdout.count("the history on added") == 2, done.stdout
 
 
