@@ -551,7 +551,6 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.engine.running.session.Outcome",
         "agent_health.engine.statistics.uncertainty.Interval",
         "agent_health.engine.statistics.uncertainty.PassAtK",
-        "agent_health.engine.statistics.uncertainty.Tally",
         "agent_health.ledger.chain.Problem",
         "agent_health.ledger.chain.VerifyResult",
         "agent_health.ledger.runfile.Parsed",

@@ -324,7 +324,12 @@ class TestAPI:
             raise errors.DefinitionError(f"a test needs a non-empty name, got {name!r}")
 
         def decorate(fn: Body) -> Body:
-            if not inspect.iscoroutinefunction(fn):
+            # A plain ``async def`` is told by its code's flag; anything else (a partial, a
+            # method, a marked function) by inspect, which unwraps it to the same flag.
+            plain_async = (
+                fn.__class__ is types.FunctionType and fn.__code__.co_flags & inspect.CO_COROUTINE
+            )
+            if not plain_async and not inspect.iscoroutinefunction(fn):
                 raise errors.DefinitionError(
                     f"test {name!r}: the body {getattr(fn, '__qualname__', fn)!r} "
                     "must be an `async def`"

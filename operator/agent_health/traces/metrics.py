@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -116,7 +116,7 @@ def derive(
         "step_latency_ms": stats.latency(),
         "llm_calls": stats.llm_calls,
         "tool_calls": stats.tool_calls,
-        "tool_histogram": dict(stats.histogram),
+        "tool_histogram": stats.histogram,  # made for this result alone
         "redundant_tool_calls": stats.redundant,
         "ignored_tool_errors": stats.ignored_errors,
         "retries": stats.retries,
@@ -260,7 +260,9 @@ class ToolStats:
     redundant: int = 0
     retries: int = 0
     ignored_errors: int = 0
-    histogram: Counter[str] = field(default_factory=Counter)
+    histogram: dict[str, int] = field(default_factory=dict)
+    """Calls per tool, in the order first called (a plain dict: a ``Counter`` made for every
+    test cost a test three calls of Python, issue #40)."""
     latency_count: int = 0
     latency_total: float = 0.0
     latency_max: float = 0.0
@@ -305,7 +307,7 @@ def tool_stats(steps: Sequence[Step], final: str | None = None) -> ToolStats:
         if kind == "tool_call":
             name = step.tool_name or "?"
             stats.tool_calls += 1
-            stats.histogram[name] += 1
+            stats.histogram[name] = stats.histogram.get(name, 0) + 1
             key = (name, canonical_args(step.tool_args or {}))
             if name in failed_last:
                 stats.retries += 1

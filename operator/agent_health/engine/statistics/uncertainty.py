@@ -19,7 +19,7 @@ summarised the same way.
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,10 +65,12 @@ class PassAtK(BaseModel):
     pass_hat_k_interval: Interval | None = None
 
 
-class Tally(BaseModel):
-    """One test's decided repeats and scores: what every interval is computed from."""
+class Tally(NamedTuple):
+    """One test's decided repeats and scores: what every interval is computed from.
 
-    model_config = ConfigDict(defer_build=True, frozen=True)
+    A named tuple, not a model: the run makes one per test as its report is built, never
+    validates or serializes it, and a model's ``model_construct`` is Python, where a named
+    tuple's making is a tuple's (issue #40)."""
 
     passed: int = 0
     decided: int = 0
@@ -95,10 +97,7 @@ def tallies(results: Sequence[TestResult]) -> dict[str, Tally]:
             tally[2] += r.score
             tally[3] += 1
     return {
-        test_id: Tally.model_construct(
-            passed=int(t[0]), decided=int(t[1]), score_sum=float(t[2]), scored=int(t[3])
-        )
-        for test_id, t in found.items()
+        test_id: Tally(int(t[0]), int(t[1]), float(t[2]), int(t[3])) for test_id, t in found.items()
     }
 
 
