@@ -408,13 +408,14 @@ async def test_cells_are_sealed_in_the_writer_thread_not_on_the_event_loop(
     from agent_health.ledger import chain
 
     sealed_in: set[str] = set()
-    line_of = chain.Sealer.line_of
+    # Every way to a sealed line (line_of, and the bytes the run file writes) passes here.
+    line_bytes_of = chain.Sealer.line_bytes_of
 
-    def watched(self: chain.Sealer, payload: dict[str, Any]) -> str:
+    def watched(self: chain.Sealer, payload: dict[str, Any]) -> bytes:
         sealed_in.add(threading.current_thread().name)
-        return line_of(self, payload)
+        return line_bytes_of(self, payload)
 
-    monkeypatch.setattr(chain.Sealer, "line_of", watched)
+    monkeypatch.setattr(chain.Sealer, "line_bytes_of", watched)
     ledger = recording.LocalLedger(f"file://{tmp_path / 'ledger'}")
     async with ledger:
         for i in range(3):

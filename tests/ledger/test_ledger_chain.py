@@ -319,6 +319,26 @@ def test_a_record_that_holds_the_sealers_placeholder_is_sealed_the_long_way() ->
     assert chain.verify(lines, key).ok
 
 
+def test_a_sealed_lines_bytes_are_its_text_the_long_way_too() -> None:
+    """What the run file writes (line_bytes_of, no text in between) is line_of's line, also
+    for a record sealed the long way (its data holds the placeholder), and chains alike."""
+    key = b"k" * 32
+    as_text, as_bytes = chain.Sealer(key), chain.Sealer(key)
+    placeholder = as_bytes._placeholder.decode("ascii")
+    as_text._placeholder, as_text._placeholder_text = as_bytes._placeholder, placeholder
+    as_text._placeholder_field = as_bytes._placeholder_field
+    items = [
+        records.CellMeta(test_id="t", repeat=0, run_id="r"),
+        records.SignalRecord(signal={"mac": placeholder, "note": "é"}),
+        records.CellEnd(status="passed"),
+    ]
+    texts = [as_text.line_of(records.to_object(i, with_mac=False)) for i in items]
+    raw = [as_bytes.line_bytes_of(records.to_object(i, with_mac=False)) for i in items]
+    assert [line.encode("ascii") for line in texts] == raw
+    assert as_text.previous_mac == as_bytes.previous_mac
+    assert chain.verify(texts, key).ok
+
+
 def test_a_keyed_mac_is_hmac_sha256_of_its_parts_and_keeps_no_state_between_calls() -> None:
     import hashlib
     import hmac

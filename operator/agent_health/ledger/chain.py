@@ -206,6 +206,11 @@ class Sealer:
     def line_of(self, payload: dict[str, Any]) -> str:
         """:meth:`line` of a record already in its JSON form (``records.to_object``, or a
         builder of :mod:`.objects`); ``payload`` gets its ``seq`` and ``mac``."""
+        return self.line_bytes_of(payload).decode("ascii")
+
+    def line_bytes_of(self, payload: dict[str, Any]) -> bytes:
+        """:meth:`line_of` as the line's bytes (ASCII, as canonical JSON is): what a writer of
+        bytes (the run file's) writes, without decoding the line and encoding it again."""
         kind = payload.get("kind")
         if self.ended:
             raise errors.ChainError("the cell has ended (cell-end written); nothing may follow")
@@ -247,7 +252,7 @@ class Sealer:
         self.ended = kind == "cell-end"
         return f'{head}"mac":"{mac_hex}",{middle}{seq}{tail}'
 
-    def _line_in_parts(self, kind: Any, payload: dict[str, Any]) -> str:
+    def _line_in_parts(self, kind: Any, payload: dict[str, Any]) -> bytes:
         """:meth:`line` the long way, encoded without the mac and with it."""
         del payload["mac"]
         body = encoding.canonical(payload)
@@ -255,11 +260,11 @@ class Sealer:
         payload["mac"] = mac_hex
         return self._advance(kind, mac_hex, encoding.canonical(payload))
 
-    def _advance(self, kind: Any, mac_hex: str, line: bytes) -> str:
+    def _advance(self, kind: Any, mac_hex: str, line: bytes) -> bytes:
         self.next_seq += 1
         self.previous_mac = mac_hex
         self.ended = kind == "cell-end"
-        return line.decode("ascii")
+        return line
 
 
 class Writer:

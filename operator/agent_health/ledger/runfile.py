@@ -301,18 +301,22 @@ class RunFile:
             except Exception as err:  # a cell that cannot be recorded fails alone, named
                 self.refused[item.name] = f"its records could not be made: {err!r}"
                 continue
-            lines, kind = [], ""
+            lines: list[bytes] = []
+            kind = ""
             try:
                 for record in made:
                     kind = str(record.get("kind", ""))
-                    lines.append(item.sealer.line_of(record))
+                    lines.append(item.sealer.line_bytes_of(record))
             except errors.LedgerError as err:
                 self.refused[item.name] = f"its {kind} record: {err}"
                 self.refused_kinds[item.name] = kind
                 continue
-            # frame() of each line, the cell's name encoded once for all of them
-            head, tail = frame(item.name, "\0").split("\0")
-            parts.append("".join(f"{head}{line}{tail}\n" for line in lines).encode("ascii"))
+            if lines:
+                # frame() of each line as bytes, the cell's name framed once for all of them:
+                # the sealed lines are ASCII bytes, written without a round trip through text.
+                head, tail = frame(item.name, "\0").encode("ascii").split(b"\0")
+                end = tail + b"\n"
+                parts.append(head + (end + head).join(lines) + end)
             self.chains[item.name] = (item.sealer.next_seq, item.sealer.previous_mac)
         self._write(b"".join(parts))
 
