@@ -369,3 +369,23 @@ async def test_no_credential_of_the_agents_url_is_in_any_error_line_or_report(
     line = _one_line_error(capsys.readouterr().err)
     assert secret not in line
     assert "at http://127.0.0.1:9/run does not answer" in line
+
+
+async def test_once_the_agent_has_answered_its_calls_are_the_connectors_own() -> None:
+    # Watched until the first answer; after it, a test's await reaches the connector's own
+    # coroutine with no frame of ours between them, which every wake-up passed through.
+    from agent_health.connectors import preflight
+    from agent_health.connectors.protocol import AgentReply, AgentRequest
+
+    async def call(request: AgentRequest) -> AgentReply:
+        return AgentReply(output=f"{request.prompt}: pong")
+
+    stopped: list[str] = []
+    first = preflight.FirstAnswer(call, "the agent", stopped.append)
+    request = AgentRequest(prompt="ping", run_id="r1")
+    assert (await first(request)).output == "ping: pong"
+    assert first.answered
+    again = first(request)
+    assert getattr(again, "cr_code", None) is call.__code__
+    assert (await again).output == "ping: pong"
+    assert not stopped
