@@ -223,16 +223,16 @@ class Sealer:
         # canonical(payload) hashed and canonical(payload with mac) written, at one encoding.
         placeholder = self._placeholder_field
         payload["mac"] = self._placeholder_text
-        text = encoding.canonical(payload)
-        at = text.find(placeholder)
-        end = at + len(placeholder)
-        if at < 0 or text.find(placeholder, end) >= 0:  # never by chance: the data holds it
+        # Split at the placeholder in one call (bytes.partition takes its argument as is,
+        # where each bytes.find parses its arguments the old way): what follows it must not
+        # hold it again.
+        before, found, after = encoding.canonical(payload).partition(placeholder)
+        if not found or after.find(placeholder) >= 0:  # never by chance: the data holds it
             return self._line_in_parts(kind, payload)
-        # "seq" always follows the mac: the body drops the field and its comma. Both are
-        # read through a view of the one encoding, which is copied once, into the line.
-        view = memoryview(text)
-        mac_hex = self._mac.hex(self.previous_mac.encode("ascii"), view[:at], view[end + 1 :])
-        line = b"".join((view[:at], b'"mac":"', mac_hex.encode("ascii"), b'"', view[end:]))
+        # "seq" always follows the mac: the body drops the field and its comma (read through
+        # a view, not copied); the line is the two sides around the MAC.
+        mac_hex = self._mac.hex(self.previous_mac.encode("ascii"), before, memoryview(after)[1:])
+        line = b"".join((before, b'"mac":"', mac_hex.encode("ascii"), b'"', after))
         return self._advance(kind, mac_hex, line)
 
     def line_written(self, written: objects.Written) -> str:
