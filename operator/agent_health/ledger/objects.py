@@ -222,7 +222,8 @@ def exchange(
 def _usage(seen: observation.Observation) -> Any:
     """The exchange's token usage (:func:`exchange`), or None."""
     found, body, status = seen.usage, seen.body, seen.status
-    if found is None and body and b'"usage"' in body and status is not None and status < 400:
+    answered = status is not None and status < 400  # find() below, not in: strictjson's why
+    if found is None and body and answered and body.find(b'"usage"') >= 0:
         from agent_health.ledger import usage  # pydantic: loaded by the first reply with one
 
         found = usage.parse(body, seen.content_type)

@@ -130,7 +130,8 @@ def needs_care(text: str | bytes) -> bool:
     in fields of any type, so a fast path through it must first ask this (false positives
     only cost the slow path)."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    return b"NaN" in data or b"Infinity" in data or may_overflow(data)
+    # find(), not ``in``: see may_overflow (every agent answer is asked this).
+    return data.find(b"NaN") >= 0 or data.find(b"Infinity") >= 0 or may_overflow(data)
 
 
 def may_overflow(text: str | bytes) -> bool:
