@@ -110,19 +110,23 @@ def derive(
     if result.conversation:
         derived |= per_turn(result)
     if not result.trajectory_reported:
-        return derived | dict.fromkeys(_TRAJECTORY_KEYS)
+        derived.update(dict.fromkeys(_TRAJECTORY_KEYS))
+        return derived
     stats = tool_stats(result.trajectory_steps, final=result.output)
-    return derived | {
-        "step_latency_ms": stats.latency(),
-        "llm_calls": stats.llm_calls,
-        "tool_calls": stats.tool_calls,
-        "tool_histogram": stats.histogram,  # made for this result alone
-        "redundant_tool_calls": stats.redundant,
-        "ignored_tool_errors": stats.ignored_errors,
-        "retries": stats.retries,
-        "tool_errors": stats.tool_errors,
-        "steps": stats.steps,
-    }
+    derived.update(
+        {
+            "step_latency_ms": stats.latency(),
+            "llm_calls": stats.llm_calls,
+            "tool_calls": stats.tool_calls,
+            "tool_histogram": stats.histogram,  # made for this result alone
+            "redundant_tool_calls": stats.redundant,
+            "ignored_tool_errors": stats.ignored_errors,
+            "retries": stats.retries,
+            "tool_errors": stats.tool_errors,
+            "steps": stats.steps,
+        }
+    )
+    return derived
 
 
 _TRAJECTORY_KEYS = (
@@ -167,6 +171,9 @@ def model_of(result: RunResult) -> str | None:
 
 def _model(result: RunResult, parts: tuple[protocol.ModelUsage, ...]) -> str | None:
     """:func:`model_of` given the run's ``usage_by_model`` already read (``parts``)."""
+    if not parts:  # most answers name no models' usage: only "model" can name one
+        model = result.raw.get("model")
+        return model if isinstance(model, str) and model else None
     models = {part.model for part in parts}
     if len(models) > 1:
         return None

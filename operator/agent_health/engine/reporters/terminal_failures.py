@@ -34,11 +34,13 @@ def failures(
     """Each test that did not pass, once: its failing repeats and each distinct reason; with
     ``details`` (the results table was narrow and left them out), each failing repeat's time,
     tokens, cost, tools, turns and notes."""
-    runs: dict[str, int] = Counter(_key(t) for t in tests)
     bad: dict[str, list[dict[str, Any]]] = {}
     for t in tests:
         if t["status"] in statuses.TROUBLED:
             bad.setdefault(_key(t), []).append(t)
+    # Each test's repeats, counted only where a failing test's line says them (a run of
+    # passing tests never needs them: one key a test, for nothing).
+    runs: dict[str, int] = Counter(_key(t) for t in tests) if bad and repeats > 1 else {}
     for test_id, failing in bad.items():
         ended = {t["status"] for t in failing}
         status = next(s for s in statuses.TROUBLED if s in ended)
