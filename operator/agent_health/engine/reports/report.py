@@ -32,13 +32,17 @@ holds what it makes to what validation would make. An empty list's default is a 
 ``list``: pydantic reads each default factory's signature as ``model_construct`` fills a
 field, and a builtin's is parsed from its text by the tokenizer (its regular expressions
 compiled on the first read: 18.6 M instructions of a one-test run, issue #40).
+
+One concept: the report's shape and how a run's results fill it — each aggregate is computed
+for the field that holds it, so the two are read together.
 """
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from agent_health import statuses
 from agent_health.engine import outcome, statistics
@@ -303,6 +307,31 @@ class Summary(_WithParts):
     )
 
 
+class _Written:
+    """Marks the report's ``tests``: each entry is written with its derived metrics' signals
+    added (:func:`.entries.with_metric_signals`; not held in memory) — the serializer
+    ``@field_serializer`` would make, given as the field's own schema: that decorator's
+    module (``pydantic.functional_serializers``, with its classes: 8 M instructions, issue
+    #40) is one a run that writes no report never needs. The JSON schemas are the same."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        schema = handler(source)
+        written = core_schema.plain_serializer_function_ser_schema(
+            _written, return_schema=handler(source)
+        )
+        return {**schema, "serialization": written}
+
+
+def _written(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each entry as written, its derived metrics' signals added (not held in memory)."""
+    return [entries.with_metric_signals(t) for t in tests]
+
+
+_WRITTEN = _Written()
+
+
 class RunReport(_WithParts):
     """All results of one run. Field order is part of the file format."""
 
@@ -311,17 +340,12 @@ class RunReport(_WithParts):
     version: int = REPORT_VERSION
     summary: Summary
     provenance: Provenance | None = None
-    tests: list[dict[str, Any]]
+    tests: Annotated[list[dict[str, Any]], _WRITTEN]
     matrix: "Matrix | None" = Field(
         default=None,
         description="an agent matrix (--agent a --agent b): each agent's summary, the tests "
         "side by side and the paired statistics of each pair; None for one agent",
     )
-
-    @field_serializer("tests")
-    def _written(self, tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Each entry as written, its derived metrics' signals added (not held in memory)."""
-        return [entries.with_metric_signals(t) for t in tests]
 
     @classmethod
     def build(
