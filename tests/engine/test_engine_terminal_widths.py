@@ -210,3 +210,64 @@ def test_the_stored_run_is_what_its_suite_does_today(tmp_path: Path) -> None:
     assert outcomes(json.loads(out.read_text())) == outcomes(stored)
     table = _table(done.stdout[done.stdout.index("agent-health results") :].splitlines())
     assert len(table) == 3 + len({t["id"] for t in stored["tests"]})
+
+
+def test_a_table_that_fits_is_laid_out_once_and_printed_as_laid_out(monkeypatch: Any) -> None:
+    # Measuring a table to see that it fits and then printing it laid it out three times
+    # (issue #40: about 4 M instructions a table); one that fits is laid out once, at its
+    # natural width, which is how print lays it out: the same bytes, plain or styled.
+    from rich.table import Table
+
+    results = [
+        TestResult(
+            id="t.py::one",
+            name="one",
+            title="one",
+            file="t.py",
+            line=1,
+            labels=("kind:smoke",),
+            status="passed",
+            score=1.0,
+            run_id="r1",
+            duration_ms=31.0,
+            started_at=0.0,
+        )
+    ]
+    report = RunReport.build(results, duration_ms=80.0)
+    laid_out = 0
+    calculate = Table._calculate_column_widths
+
+    def counted(self: Table, *args: Any, **kwargs: Any) -> Any:
+        nonlocal laid_out
+        laid_out += 1
+        return calculate(self, *args, **kwargs)
+
+    monkeypatch.setattr(Table, "_calculate_column_widths", counted)
+    for soft_wrap, terminal_codes in ((True, False), (False, True)):
+        out, by_print = io.StringIO(), io.StringIO()
+        made = {"file": out, "width": 80, "soft_wrap": soft_wrap, "force_terminal": terminal_codes}
+        laid_out = 0
+        terminal_tables.results(Console(**made), report.tests, 1, "agent-health results")
+        terminal_tables.labels(Console(**made), report)
+        assert laid_out == 2  # the results and the label table, once each
+        # the same tables as print lays them out
+        console = Console(**{**made, "file": by_print})
+        console.print(
+            terminal_tables._wide_table(
+                "agent-health results",
+                terminal_tables._wide_rows(report.tests, 1),
+                ["status", "test", "score", "time"],
+                ["t.py › one"],
+            )
+        )
+        console.print(
+            terminal_tables._label_table(
+                report, ["kind:smoke"], ["passed", "failed"], ("pass rate", "score"), {}
+            )
+        )
+        console.print(
+            "[dim]score: the mean over the scored results only; errored and skipped tests "
+            "have none[/]",
+            highlight=False,
+        )
+        assert out.getvalue() == by_print.getvalue()

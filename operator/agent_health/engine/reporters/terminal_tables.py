@@ -26,6 +26,7 @@ from rich import box
 from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
+from rich.segment import Segment, SegmentLines
 from rich.table import Table
 from rich.text import Text
 
@@ -70,6 +71,14 @@ def results(console: Console, tests: list[dict[str, Any]], repeats: int, title: 
     columns = _wide_columns(wide)
     names = [r["test"] for r in wide]
     label = max(cell_len(r["repeat"]) for r in wide)  # `` [2/3]``, after the title
+    # One run a test (no repeat after a title): a table that fits with the titles whole is
+    # what the measure below chooses (wide, nothing cut), so it is laid out once and printed.
+    if not label:
+        laid, width = _laid(console, _wide_table(title, wide, columns, names))
+        if width <= console.width:
+            console.print(laid)
+            _not_listed(console, len(tests) - len(wide), "results")
+            return False
     # the blank titles' column is as wide as its head: that much is the titles' room too
     blank = [""] * len(wide)
     others = _natural_width(console, _wide_table(title, wide, columns, blank)) - len("test")
@@ -345,14 +354,14 @@ def labels(console: Console, report: reports.RunReport) -> None:
     names = [visible.line(name) for name in stats]
     both, rate_only, none = ("pass rate", "score"), ("pass rate",), ()
     for intervals, heads in ((both, LONG), (rate_only, LONG), (none, LONG), (none, SHORT)):
-        table = _label_table(report, names, counts, intervals, heads)
-        if _natural_width(console, table) <= console.width:
+        laid, width = _laid(console, _label_table(report, names, counts, intervals, heads))
+        if width <= console.width:
+            console.print(laid)
             break
     else:
         others = _label_table(report, [""] * len(names), counts, intervals, heads)
         room = max(MIN_LABEL, console.width - _natural_width(console, others))
-        table = _label_table(report, cut(names, room), counts, intervals, heads)
-    console.print(table)
+        console.print(_label_table(report, cut(names, room), counts, intervals, heads))
     console.print(
         "[dim]score: the mean over the scored results only; errored and skipped tests have none[/]",
         highlight=False,
@@ -362,6 +371,27 @@ def labels(console: Console, report: reports.RunReport) -> None:
 def _natural_width(console: Console, table: Table) -> int:
     """How wide ``table`` is with room to spare (a measure within the console is capped)."""
     return Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+
+
+def _laid(console: Console, table: Table) -> tuple[SegmentLines, int]:
+    """``table`` laid out once with the options ``console.print`` gives it (a soft-wrapping
+    console's: no wrapping, no cropping), with room to spare, and how wide it is.
+
+    A table that fits the console is laid out by ``print`` just so (its columns at their
+    natural widths), so these lines are printed as they are: measuring the table to see that
+    it fits, then printing it, measured its every cell twice more and laid it out again
+    (about 4 M instructions a table, issue #40)."""
+    soft = console.soft_wrap
+    options = console.options.update(
+        justify=None,
+        overflow="ignore" if soft else None,
+        no_wrap=True if soft else None,
+        markup=None,
+        highlight=None,
+    )
+    lines = console.render_lines(table, options.update_width(1 << 16), pad=False)
+    width = max(Segment.get_line_length(line) for line in lines)
+    return SegmentLines(lines, new_lines=True), width
 
 
 def _label_table(
