@@ -60,3 +60,17 @@ def test_forbid_unknown_is_on_in_ci_unless_told() -> None:
 
     assert [forbid(None, ""), forbid(None, "true"), forbid(None, "0")] == [False, True, False]
     assert [forbid(False, "true"), forbid(True, "")] == [False, True]
+
+
+def test_a_path_is_matched_only_against_the_patterns_it_ends_as() -> None:
+    # Each pattern's regex is compiled when first matched: a suite's config file, checked
+    # against the eleven defaults, compiled all eleven (3 M instructions of a run, issue
+    # #40). A path that does not end as a pattern's literal end cannot match it.
+    discovery._regex.cache_clear()
+    defaults = discovery.Discovery()
+    assert not defaults.is_test_file("agent-health.config.py")
+    assert discovery._regex.cache_info().currsize == 1  # test_*.py, for its ".py"
+    assert defaults.is_test_file("test_one.py")
+    assert discovery._regex.cache_info().currsize == 1
+    # "**/" may match nothing: the end after it is the file's name, not "/name"
+    assert discovery.of(["**/b.py"], [], lenient=False, forbid_unknown=False).is_test_file("b.py")
