@@ -541,12 +541,8 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.engine.reports.provenance.Selection",
         "agent_health.engine.reports.provenance.SuiteInfo",
         "agent_health.engine.reports.report.LabelStats",
-        "agent_health.engine.reports.report.Quarantined",
-        "agent_health.engine.reports.report.Recommendation",
-        "agent_health.engine.reports.report.RepeatStats",
         "agent_health.engine.reports.report.RunReport",
         "agent_health.engine.reports.report.Summary",
-        "agent_health.engine.reports.report.UnpricedModel",
         "agent_health.engine.reports.report._WithParts",
         "agent_health.engine.running.runner.RunEnv",
         "agent_health.engine.running.session.Halt",
@@ -675,13 +671,18 @@ def test_no_model_a_run_makes_has_a_default_factory_whose_signature_is_parsed_fr
     assert not parsed, f"default factories whose signature is parsed: {', '.join(sorted(parsed))}"
 
 
-# Annotations a run's models leave as strings on purpose: the report's optional parts, resolved
-# when the report is first serialized (report._WithParts), and the ledger verifier's models,
+# Annotations a run's models leave as strings on purpose: the report's optional parts and the
+# summary's breakdowns, resolved when the report is first serialized (report._WithParts), and
+# the ledger verifier's models,
 # which a run makes (ledger/chain.py) but never fills.
 STRING_ANNOTATIONS = {
     "agent_health.engine.reports.report.RunReport.matrix",
     "agent_health.engine.reports.report.Summary.budget",
     "agent_health.engine.reports.report.Summary.insights",
+    "agent_health.engine.reports.report.Summary.per_test",
+    "agent_health.engine.reports.report.Summary.quarantined",
+    "agent_health.engine.reports.report.Summary.recommendations",
+    "agent_health.engine.reports.report.Summary.unpriced_models",
     "agent_health.ledger.chain.Problem.line",
     "agent_health.ledger.chain.Problem.message",
     "agent_health.ledger.chain.Problem.reason",

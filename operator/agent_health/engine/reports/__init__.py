@@ -1,7 +1,8 @@
 """The run report and what it holds: every TestResult and the aggregates (:mod:`.report`),
-one test's entry (:mod:`.entries`, within the caps of :mod:`.bounds`), where a conversation
-went wrong (:mod:`.offtrack`), what ran (:mod:`.provenance`), per-test insights and their
-run-level rollup (:mod:`.insights`, :mod:`.rollup`), and a saved report read back checked
+the summary's breakdowns only some runs have (:mod:`.breakdowns`), one test's entry
+(:mod:`.entries`, within the caps of :mod:`.bounds`), where a conversation went wrong
+(:mod:`.offtrack`), what ran (:mod:`.provenance`), per-test insights and their run-level
+rollup (:mod:`.insights`, :mod:`.rollup`), and a saved report read back checked
 (:mod:`.savedreport`).
 """
 
@@ -11,6 +12,7 @@ from agent_health import faces
 
 if TYPE_CHECKING:
     from agent_health.engine.reports.bounds import Bounded
+    from agent_health.engine.reports.breakdowns import UnpricedModel
     from agent_health.engine.reports.entries import (
         plain,
         received,
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
         MAX_REPEATS,
         RunReport,
         Summary,
-        UnpricedModel,
         pass_rate,
     )
     from agent_health.engine.reports.rollup import Rollup
@@ -84,7 +85,7 @@ else:
             "LEGEND": "report",
             "RunReport": "report",
             "Summary": "report",
-            "UnpricedModel": "report",
+            "UnpricedModel": "breakdowns",
             "pass_rate": "report",
             "MAX_REPEATS": "report",
             "Rollup": "rollup",

@@ -52,6 +52,7 @@ from agent_health.sdk.results import CAUSES, Cause, TestResult
 
 if TYPE_CHECKING:  # the optional parts' models: loaded by _parts(), not by every run
     from agent_health.engine import budget as budget_mod
+    from agent_health.engine.reports import breakdowns
     from agent_health.engine.reports import rollup as rollup_mod
     from agent_health.engine.statistics import Matrix
 
@@ -95,17 +96,20 @@ def by_cause(results: Sequence[TestResult]) -> dict[Cause, int]:
 
 def _parts() -> None:
     """The modules of the report's optional parts — a budget's, the insights rollup's, an
-    agent matrix's — put where pydantic reads the report's field types (this module's
-    namespace), as it first builds a validator or a serializer of :class:`Summary` or
-    :class:`RunReport` (:class:`_WithParts`).
+    agent matrix's, the summary's :mod:`.breakdowns` — put where pydantic reads the
+    report's field types (this module's namespace), as it first builds a validator or a
+    serializer of :class:`Summary` or :class:`RunReport` (:class:`_WithParts`).
 
     A run fills its report without validating it (:meth:`RunReport.build`), so a run with
-    none of these parts — one agent, no budget, no insights — never imports their modules
-    or makes their classes (``tests/cli/test_cli_imports.py``)."""
+    none of these parts — one agent, no budget, no insights, no repeats, no price table, no
+    quarantine — never imports their modules or makes their classes
+    (``tests/cli/test_cli_imports.py``)."""
     from agent_health.engine import budget
-    from agent_health.engine.reports import rollup
+    from agent_health.engine.reports import breakdowns, rollup
 
-    globals().update(budget_mod=budget, rollup_mod=rollup, Matrix=statistics.Matrix)
+    globals().update(
+        budget_mod=budget, rollup_mod=rollup, Matrix=statistics.Matrix, breakdowns=breakdowns
+    )
 
 
 class _WithParts(BaseModel):
@@ -151,62 +155,6 @@ class LabelStats(BaseModel):
     scored: int = Field(default=0, description="results with a score, which `score` is the mean of")
     pass_rate_interval: statistics.Interval | None = None
     score_interval: statistics.Interval | None = None
-
-
-class UnpricedModel(BaseModel):
-    """A model the agent spent tokens on that the price table has no price for: those runs'
-    cost is unknown (not in ``cost_usd``)."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    model: str | None = Field(description="the model; None for tokens the agent named none for")
-    runs: int = Field(description="runs that spent tokens on it")
-    tokens: int | None = Field(
-        description="tokens spent on it; None when a run did not report its total"
-    )
-
-
-class RepeatStats(BaseModel):
-    """One test over its k repeats."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    runs: int
-    passed: int
-    failed: int
-    errored: int
-    errored_by_agent: int = 0
-    pass_at_k: float | None
-    pass_hat_k: float | None
-    ended: dict[str, int] = Field(
-        default_factory=dict,
-        description="a conversation's repeats by why each ended ({'goal-met': 2, 'gave-up': "
-        "1}; a repeat that errored before it ended is not counted); empty for a single run",
-    )
-
-
-class Recommendation(BaseModel):
-    """One recommendation of the run-level rollup and how many tests it applies to (the
-    whole rollup, with the test ids, is ``Summary.insights``)."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    text: str
-    tests: int
-
-
-class Quarantined(BaseModel):
-    """The results of quarantined tests (``run --quarantine FILE``), counted apart: never in
-    the headline counts, the pass rate, the score or the exit code."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    tests: list[str] = Field(default_factory=lambda: [], description="their titles")
-    passed: int = 0
-    failed: int = 0
-    errored: int = 0
-    skipped: int = 0
-    flaky: int = 0
 
 
 class Summary(_WithParts):
@@ -267,14 +215,14 @@ class Summary(_WithParts):
     )
     cost_usd: float | None = None
     unpriced: int = 0
-    unpriced_models: list[UnpricedModel] = Field(
+    unpriced_models: "list[breakdowns.UnpricedModel]" = Field(
         default_factory=lambda: [],
         description="with a price table, the models tokens were spent on that it has no price "
         "for, most tokens first: their runs' cost is unknown, not in cost_usd",
     )
     labels: dict[str, LabelStats] = Field(default_factory=dict)
-    per_test: dict[str, RepeatStats] = Field(default_factory=dict)
-    recommendations: list[Recommendation] = Field(default_factory=lambda: [])
+    per_test: "dict[str, breakdowns.RepeatStats]" = Field(default_factory=dict)
+    recommendations: "list[breakdowns.Recommendation]" = Field(default_factory=lambda: [])
     insights: "rollup_mod.Rollup | None" = Field(
         default=None,
         description="the run-level insights rollup: synthesised by the judge model (source "
@@ -289,7 +237,7 @@ class Summary(_WithParts):
         default_factory=lambda: [],
         description="pass@k and pass^k for k = the repeats and --pass-at",
     )
-    quarantined: Quarantined | None = Field(
+    quarantined: "breakdowns.Quarantined | None" = Field(
         default=None,
         description="the quarantined tests' results, counted apart (run --quarantine); None "
         "without a quarantine",
@@ -426,10 +374,7 @@ class RunReport(_WithParts):
             output_tokens=_known_sum(r.token_usage.completion for r in results),
             tokens_unreported=sum(1 for r in results if r.metrics and r.token_usage.total is None),
             labels=_labels(results, bootstrap),
-            recommendations=[
-                Recommendation.model_construct(text=item.text, tests=len(item.tests))
-                for item in (rollup.recommendations if rollup else [])
-            ],
+            recommendations=_recommendations(rollup),
             insights=rollup,
             **_cost(results),
         )
@@ -448,7 +393,9 @@ class RunReport(_WithParts):
                 summary["pass_hat_k_interval"] = own.pass_hat_k_interval
         summary["flaky"] = sorted({r.title for r in results if r.status == "flaky"})
         if apart:
-            summary["quarantined"] = Quarantined.model_construct(
+            from agent_health.engine.reports import breakdowns
+
+            summary["quarantined"] = breakdowns.Quarantined.model_construct(
                 None,
                 tests=sorted({r.title for r in apart}),
                 **{s: sum(r.status == s for r in apart) for s in statuses.STATUSES},
@@ -515,6 +462,18 @@ def did_not_run(
     return said
 
 
+def _recommendations(rollup: "rollup_mod.Rollup | None") -> list[Any]:
+    """How many tests each of the rollup's recommendations applies to (none without one)."""
+    if rollup is None or not rollup.recommendations:
+        return []
+    from agent_health.engine.reports import breakdowns
+
+    return [
+        breakdowns.Recommendation.model_construct(text=item.text, tests=len(item.tests))
+        for item in rollup.recommendations
+    ]
+
+
 def _known_sum(values: Iterable[int | None]) -> int | None:
     """The sum of the known values; ``None`` when none is known (never a made-up zero)."""
     known = [v for v in values if v is not None]
@@ -570,10 +529,14 @@ def _cost(results: Sequence[TestResult]) -> dict[str, Any]:
             runs[model] += 1
             before = tokens.get(model, 0)
             tokens[model] = None if before is None or spent is None else before + spent
-    unpriced_models = [
-        UnpricedModel.model_construct(model=model, runs=n, tokens=tokens[model])
-        for model, n in runs.items()
-    ]
+    unpriced_models: list[Any] = []
+    if runs:
+        from agent_health.engine.reports import breakdowns
+
+        unpriced_models = [
+            breakdowns.UnpricedModel.model_construct(model=model, runs=n, tokens=tokens[model])
+            for model, n in runs.items()
+        ]
     unpriced_models.sort(key=lambda u: -1 if u.tokens is None else u.tokens, reverse=True)
     return {
         "cost_usd": float(round(sum(priced), 8)) if priced else None,
@@ -598,12 +561,14 @@ def _pass_at_k(
         if r.ended is not None:
             ended[key][r.ended.reason] += 1
         titles[key] = r.title if r.agent is None else f"{r.title} [{r.agent}]"
+    from agent_health.engine.reports import breakdowns  # a run with repeats
+
     (overall,) = statistics.pass_at(tallies, [k], intervals=False)
     per_test = {}
     for test_id, seen in seen_by_test.items():
         t = tallies[test_id]
         enough = t.decided >= k
-        per_test[test_id] = RepeatStats.model_construct(
+        per_test[test_id] = breakdowns.RepeatStats.model_construct(
             runs=len(seen),
             passed=seen.count("passed"),
             failed=seen.count("failed"),
