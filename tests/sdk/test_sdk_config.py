@@ -172,3 +172,20 @@ def test_the_config_s_validator_holds_no_schema_of_a_section_until_a_config_give
     given = define_config(judge=judge, otlp={"endpoint": "http://127.0.0.1:4318"})
     assert given.judge is judge  # an instance is taken as it is, as a model field takes one
     assert given.otlp == otlpconfig.OtlpConfig(endpoint="http://127.0.0.1:4318")
+
+
+def test_a_runs_environment_merges_the_price_table_once_for_every_test() -> None:
+    from agent_health.engine import running
+
+    config = define_config(
+        prices={"default": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}},
+        traces={"prices": {"m": {"input_per_mtok": 3.0, "output_per_mtok": 4.0}}},
+    )
+    env = running.RunEnv(config=config)
+    assert env.prices.price("m") == config.price_table().price("m")  # merged where read
+    merged = env.with_prices()
+    assert merged.prices is merged.prices  # once, not at each test's read
+    assert merged.prices.price("other") == config.price_table().price("other")
+    lane = merged._replace(lane="b")  # an agent matrix's lane shares it
+    assert lane.prices is merged.prices
+    assert running.RunEnv().prices.price("m") is None

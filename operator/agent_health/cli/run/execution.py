@@ -64,7 +64,6 @@ async def execute(
     connectors are made): work that runs beside the tests (the history's) is begun there.
     """
     import asyncio
-    import dataclasses
     import os
 
     from agent_health import connectors
@@ -170,11 +169,11 @@ async def execute(
             spans=export,
             peer_routes=peers,
             peer_calls=recorded.peer_calls if recorded is not None else None,
-        )
+        ).with_prices()
         # A matrix: one environment per agent, each naming its lane.
         matrix = (
             [
-                dataclasses.replace(env, agent_caller=caller, agent_name=name, lane=name)
+                env._replace(agent_caller=caller, agent_name=name, lane=name)
                 for name, caller in zip(names, callers, strict=True)
             ]
             if len(names) > 1

@@ -315,7 +315,7 @@ async def _run(
             insights_llm=getattr(judge, "ask", None),
             lane=settings.matrix_agent,
             spans=export,
-        )
+        ).with_prices()
         try:
             result = await running.run_case(case, settings.repeat, env, run_id=settings.run_id)
         finally:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agent_health.connectors.errors import ConnectorError
 from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
@@ -55,9 +53,12 @@ class CellLedger(Protocol):
     ) -> None: ...
 
 
-@dataclass(frozen=True, eq=False)
-class RunEnv:
-    """What every test of a run shares: how to reach the agent and the judge."""
+class RunEnv(NamedTuple):
+    """What every test of a run shares: how to reach the agent and the judge.
+
+    A named tuple, not a frozen dataclass, whose methods Python compiles one by one as the
+    class is made (about 4 M instructions of a run, issue #40); ``_replace`` makes one that
+    differs (an agent matrix's lanes)."""
 
     agent_caller: context.AgentCaller | None = None
     judge_backend: context.JudgeBackend | None = None
@@ -88,11 +89,20 @@ class RunEnv:
     records; ``None``: none), which the test's tool claims are held to after its body
     (``engine.outcome.claims``): the local run's in-process gateway, or a cell's gateway
     asked on its admin listener."""
+    price_table: tracesconfig.PriceTable | None = None
+    """The config's price table, merged once for the run (:meth:`with_prices`); ``None``:
+    merged from ``config`` where it is read."""
 
-    @functools.cached_property
+    @property
     def prices(self) -> tracesconfig.PriceTable:
-        """The config's price table, merged once per run (every test's cost reads it)."""
+        """The config's price table (every test's cost reads it)."""
+        if self.price_table is not None:
+            return self.price_table
         return self.config.price_table() if self.config else tracesconfig.PriceTable()
+
+    def with_prices(self) -> RunEnv:
+        """This environment with its config's price table merged once, for every test."""
+        return self._replace(price_table=self.prices)
 
 
 async def _held_to_peers(
