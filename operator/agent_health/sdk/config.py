@@ -7,105 +7,30 @@ import os
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    GetCoreSchemaHandler,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError
 from pydantic_core import core_schema
 
 from agent_health import timeouts
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.sdk import errors, otlpconfig, tracesconfig
 
+if TYPE_CHECKING:
+    from agent_health.sdk.sections import JudgeConfig as JudgeConfig
+    from agent_health.sdk.sections import PeerSpec as PeerSpec
+    from agent_health.sdk.sections import RetryConfig as RetryConfig
 
-class RetryConfig(BaseModel):
-    """How a judge call is retried on 429 / 5xx / timeouts (exponential backoff with jitter).
-
-    A ``Retry-After`` from the provider is honoured as long as it fits in ``max_time``.
-    """
-
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
-
-    max_attempts: int = Field(default=4, ge=1)
-    initial_wait: timeouts.Wait = 0.5
-    max_wait: timeouts.Wait = 20.0
-    max_time: timeouts.Seconds = 120.0
+SECTIONS = ("JudgeConfig", "PeerSpec", "RetryConfig")
+"""The sections' models of :mod:`.sections`, read here by name: made when first read."""
 
 
-class JudgeConfig(BaseModel):
-    """Which model judges, how to reach it, and how calls are retried, limited and cached."""
+def __getattr__(name: str) -> Any:
+    if name in SECTIONS:
+        from agent_health.sdk import sections
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
-
-    provider: Literal["openai", "anthropic", "bedrock"] = "openai"
-    model: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    max_concurrency: int = Field(default=8, ge=1)
-    timeout: timeouts.Seconds = 60.0
-    region: str | None = None
-    retry: RetryConfig = Field(default_factory=RetryConfig)
-    max_output_tokens: int = Field(default=1024, ge=1)
-    max_steps: int = Field(default=8, ge=1)
-    max_tokens: int = Field(default=32_000, ge=1)
-    cache: bool = True
-    cache_path: str | None = None
-    input_cost_per_mtok: float | None = Field(default=None, ge=0)
-    output_cost_per_mtok: float | None = Field(default=None, ge=0)
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-class PeerSpec(BaseModel):
-    """A server the agent calls for its tools (``peers={"time": {...}}``): the run puts it
-    behind its own gateway and tells the agent where, in ``AGENT_HEALTH_PEER_<NAME>_URL``
-    (as a cell does), so every call to it is recorded in the calling test's ledger cell.
-
-    ``protocol: mcp`` (the default): an MCP server, whose calls are read one by one (the
-    ``mcp`` records that tool matchers check): ``url`` of one that serves Streamable HTTP, or
-    the ``command`` of a stdio one, which the run starts behind its bridge (one process per
-    MCP session). ``protocol: http``: any HTTP server at ``url``, recorded as exchanges.
-    """
-
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
-
-    protocol: Literal["mcp", "http"] = "mcp"
-    url: str | None = Field(default=None, pattern=r"^https?://")
-    command: tuple[str, ...] | None = None
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    listen: str | None = Field(
-        default=None,
-        pattern=r"^127\.0\.0\.1:[0-9]{1,5}$",
-        description="127.0.0.1:PORT for the gateway's listener in front of the peer (an "
-        "agent started by hand is given a fixed address); default: a free port",
-    )
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split_command(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            import shlex  # a peer's command given as one string: not every config has one
-
-            words = shlex.split(value)
-            if not words:
-                raise ValueError("is empty; give the server's program and its arguments")
-            return tuple(words)
-        return value
-
-    @model_validator(mode="after")
-    def _one_server(self) -> "PeerSpec":
-        if (self.url is None) == (self.command is None):
-            raise ValueError("give the server's url, or (an MCP server over stdio) its command")
-        if self.command is not None and self.protocol != "mcp":
-            raise ValueError("a command is an MCP server over stdio: protocol must be mcp")
-        return self
+        return getattr(sections, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 PEER_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -122,16 +47,37 @@ class _OnFirstUse:
     a config first gives that section: the config's validator holds none of the section's
     schema, so a config without a judge, peers, traces, prices or OTLP export compiles none of
     theirs (about 9 M instructions of a run, issue #40). What a section accepts, and its
-    errors at their place (``judge.model: Field required``), are its model's, as before."""
+    errors at their place (``judge.model: Field required``), are its model's, as before.
+
+    A section of :mod:`.sections` (the judge, a peer) is named, not annotated with its model,
+    so its class is made when a config first gives it: a config without one makes none of
+    their classes (5 M instructions of a run). Type checkers read the model (``_Judge``)."""
+
+    def __init__(self, section: str | None = None, *, optional: bool = False) -> None:
+        self.section = section
+        self.optional = optional
+
+    def model(self, source: Any = None) -> type[BaseModel]:
+        """The section's model: the named one of :mod:`.sections`, else the annotated one."""
+        if self.section is None:
+            annotated: type[BaseModel] = _unwrap(source)  # TracesSettings | None: TracesSettings
+            return annotated
+        from agent_health.sdk import sections
+
+        found: type[BaseModel] = getattr(sections, self.section)
+        return found
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        model: type[BaseModel] = _unwrap(source)  # JudgeConfig | None: JudgeConfig
-        optional = model is not source
+        annotated = None if self.section is not None else self.model(source)
+        optional = self.optional or (annotated is not None and annotated is not source)
 
         def validate(value: Any) -> Any:
-            if isinstance(value, model) or (value is None and optional):
+            if value is None and optional:
+                return value
+            model = annotated or self.model()
+            if isinstance(value, model):
                 return value  # as a model field takes an instance: not validated again
             return model.model_validate(value)  # its errors are put at the section's place
 
@@ -139,6 +85,12 @@ class _OnFirstUse:
 
 
 ON_FIRST_USE = _OnFirstUse()
+if TYPE_CHECKING:
+    _Judge: TypeAlias = JudgeConfig | None
+    _Peer: TypeAlias = PeerSpec
+else:
+    _Judge = Annotated[Any, _OnFirstUse("JudgeConfig", optional=True)]
+    _Peer = Annotated[Any, _OnFirstUse("PeerSpec")]
 
 
 class Config(BaseModel):
@@ -150,11 +102,9 @@ class Config(BaseModel):
 
     agents: dict[str, ConnectorSpec] = Field(default_factory=dict)
     default_agent: str | None = None
-    peers: dict[Annotated[str, Field(pattern=PEER_NAME)], Annotated[PeerSpec, ON_FIRST_USE]] = (
-        Field(default_factory=dict)
-    )
+    peers: dict[Annotated[str, Field(pattern=PEER_NAME)], _Peer] = Field(default_factory=dict)
     """The agent's tool servers, each behind the run's gateway (:class:`PeerSpec`)."""
-    judge: Annotated[JudgeConfig | None, ON_FIRST_USE] = None
+    judge: _Judge = None
     evaluators: dict[str, Callable[..., Any]] = Field(default_factory=dict)
     insights: Callable[..., Any] | None = None
     # Its defaults as declared (model_construct): a config without traces builds no validator
@@ -221,7 +171,7 @@ class Config(BaseModel):
             return self.default_agent
         return next(iter(self.agents)) if len(self.agents) == 1 else None
 
-    def judge_from_env(self, environ: Mapping[str, str] | None = None) -> JudgeConfig | None:
+    def judge_from_env(self, environ: Mapping[str, str] | None = None) -> "JudgeConfig | None":
         """The judge config after the CI overrides ``AGENT_HEALTH_JUDGE_*``."""
         env = os.environ if environ is None else environ
         overrides = {
@@ -232,12 +182,14 @@ class Config(BaseModel):
         if not overrides:
             return self.judge
         base = self.judge.model_dump() if self.judge else {}
+        from agent_health.sdk import sections
+
         try:
-            return JudgeConfig.model_validate({**base, **overrides})
+            return sections.JudgeConfig.model_validate({**base, **overrides})
         except ValidationError as err:
             raise errors.ConfigError(
                 "AGENT_HEALTH_JUDGE_* environment overrides are incomplete: "
-                + _first(err, JudgeConfig)
+                + _first(err, sections.JudgeConfig)
             ) from err
 
 
@@ -296,7 +248,7 @@ def _owner(model: type[BaseModel], path: Sequence[int | str]) -> type[BaseModel]
             field = current.model_fields.get(str(part))
             if field is None:
                 return None
-            current = _unwrap(field.annotation)
+            current = _section(field.metadata) or _unwrap(field.annotation)
             continue
         if typing.get_origin(current) in (dict, Mapping, list, tuple, Sequence):
             args = typing.get_args(current)
@@ -308,10 +260,19 @@ def _owner(model: type[BaseModel], path: Sequence[int | str]) -> type[BaseModel]
     return None
 
 
+def _section(metadata: Sequence[Any]) -> type[BaseModel] | None:
+    """The model of a section :mod:`.sections` holds, when ``metadata`` names one."""
+    for marker in metadata:
+        if isinstance(marker, _OnFirstUse) and marker.section is not None:
+            return marker.model()
+    return None
+
+
 def _unwrap(annotation: Any) -> Any:
-    """``X | None`` → ``X``; ``Annotated[X, ...]`` → ``X``."""
+    """``X | None`` → ``X``; ``Annotated[X, ...]`` → ``X`` (a named section's model)."""
     if typing.get_origin(annotation) is Annotated:
-        annotation = typing.get_args(annotation)[0]
+        base, *metadata = typing.get_args(annotation)
+        annotation = _section(metadata) or base
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(annotation) if a is not type(None)]
         return options[0] if len(options) == 1 else annotation

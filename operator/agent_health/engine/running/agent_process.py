@@ -22,14 +22,16 @@ import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from agent_health.connectors import environment
 from agent_health.connectors.base import ConnectorSpec
 from agent_health.connectors.errors import ConnectorConfigError
 from agent_health.ledger import chain
 from agent_health.sdk import errors
-from agent_health.sdk.config import Config, JudgeConfig
+
+if TYPE_CHECKING:
+    from agent_health.sdk.config import Config, JudgeConfig
 
 
 def credentials(config: Config, judge: JudgeConfig | None) -> dict[str, str]:
