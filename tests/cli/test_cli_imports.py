@@ -171,14 +171,15 @@ def test_an_http_connector_loads_its_client_when_made_so_no_test_pays_for_it(url
 BUILT_FIRST = """
 from agent_health import test
 from agent_health.connectors import protocol
-from agent_health.sdk import results
+from agent_health.sdk import results, turns
 
 
 @test("the models are built before the first test starts")
 async def built(agent, expect):
     # their parts first, so that each model takes its parts' schemas as they are
-    models = (protocol.Step, protocol.TokenUsage, results.Signal, protocol.AgentRequest,
-              protocol.AgentReply, results.RunResult, results.TestResult)
+    models = (protocol.Step, protocol.TokenUsage, results.Signal, protocol.ContextItem,
+              turns.Turn, protocol.AgentRequest, protocol.AgentReply, results.RunResult,
+              results.TestResult)
     expect([m.__name__ for m in models if not m.__pydantic_complete__]).to_equal([])
 """
 
@@ -251,12 +252,14 @@ def classes_of(argv: list[str], suite: Path) -> dict[str, set[str]]:
 RUN_BUILDS = {
     "agent_health.connectors.protocol.AgentReply",
     "agent_health.connectors.protocol.AgentRequest",
+    "agent_health.connectors.protocol.ContextItem",
     "agent_health.connectors.protocol.Step",
     "agent_health.connectors.protocol.TokenUsage",
     "agent_health.sdk.config.Config",
     "agent_health.sdk.results.RunResult",
     "agent_health.sdk.results.Signal",
     "agent_health.sdk.results.TestResult",
+    "agent_health.sdk.turns.Turn",
 }
 
 

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agent_health.connectors.errors import ConnectorError
-from agent_health.connectors.protocol import AgentReply, AgentRequest, Step, TokenUsage
+from agent_health.connectors.protocol import (
+    AgentReply,
+    AgentRequest,
+    ContextItem,
+    Step,
+    TokenUsage,
+)
 from agent_health.engine import outcome, reports
 from agent_health.engine.running import capture, fixtures
 from agent_health.sdk import (
@@ -22,6 +28,7 @@ from agent_health.sdk import (
     matchers,
     results,
     tracesconfig,
+    turns,
 )
 from agent_health.sdk import config as config_mod
 from agent_health.sdk import traces as traces_mod
@@ -171,10 +178,12 @@ def ready() -> None:
     The SDK defers building them (importing it, or ``agent-health list``, never pays for
     them); left to their first use, the first tests would each wait for them (about 25 ms
     here, the result model most), and their durations would say so. The parts most of them
-    hold (a step, token counts, a signal) are built first: a model built after its part
-    takes the part's schema as it is, where before each made its own (4 M instructions).
+    hold (a step, token counts, a signal, a context item, a conversation's turn) are built
+    first: a model built after its part takes the part's schema as it is, where before each
+    made its own (5 M instructions).
     """
-    for model in (TokenUsage, Step, Signal, AgentRequest, AgentReply, RunResult, TestResult):
+    parts = (TokenUsage, Step, Signal, ContextItem, turns.Turn)
+    for model in (*parts, AgentRequest, AgentReply, RunResult, TestResult):
         model.model_rebuild()
 
 
