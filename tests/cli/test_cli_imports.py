@@ -555,7 +555,6 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.ledger.chain.VerifyResult",
         "agent_health.ledger.runfile.Parsed",
         "agent_health.ledger.runfile._Cell",
-        "agent_health.ledger.store.Options",
         "agent_health.sdk.config.Config",
         "agent_health.sdk.context.TestContext",
         "agent_health.sdk.context.TestInfo",

@@ -47,6 +47,7 @@ if _typing.TYPE_CHECKING:
         LedgerTooLarge,
         RecordError,
     )
+    from agent_health.ledger.options import Options
     from agent_health.ledger.records import (
         CellEnd,
         CellMeta,
@@ -57,7 +58,7 @@ if _typing.TYPE_CHECKING:
         dump_line,
         parse_line,
     )
-    from agent_health.ledger.store import Backend, Options
+    from agent_health.ledger.store import Backend
     from agent_health.ledger.usage import TokenUsage
 
 # Each public name, and the module it lives in. They load on first use (PEP 562): importing
@@ -100,7 +101,7 @@ _WHERE = {
         "records",
     ),
     "Backend": "store",
-    "Options": "store",
+    "Options": "options",
     "TokenUsage": "usage",
 }
 

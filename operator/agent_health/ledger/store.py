@@ -1,17 +1,29 @@
-"""What every ledger store is: the :class:`Backend` protocol, its :class:`Options`, cell names.
+"""What every ledger store is: the :class:`Backend` protocol, cell names, and (shown here,
+made when first read) the :class:`~.options.Options` a store may need.
 
 The stores (:mod:`.filestore`, :mod:`.configmap`, :mod:`.objectstore`) implement it;
 :mod:`.backends` picks one by URL. Neither imports the other's registry.
 """
 
 import re
-import ssl
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent_health.ledger import errors
+
+if TYPE_CHECKING:
+    from agent_health.ledger.options import Options as Options
+
+
+def __getattr__(name: str) -> Any:
+    # Options is shown here, where the stores read it; its class is made when first read
+    # (a local run's file ledger never reads it: issue #40).
+    if name == "Options":
+        from agent_health.ledger import options
+
+        return options.Options
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _CELL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -43,38 +55,7 @@ class Backend(Protocol):
         ...
 
 
-class Options(BaseModel):
-    """Backend settings that do not belong in a URL (credentials, API servers)."""
-
-    model_config = ConfigDict(
-        defer_build=True, frozen=True, extra="forbid", arbitrary_types_allowed=True
-    )
-
-    kube_api_url: str | None = Field(
-        default=None, description="Kubernetes API base URL; default: in-cluster service env"
-    )
-    kube_token: str | None = Field(
-        default=None, description="bearer token; default: the mounted service-account token"
-    )
-    kube_ca_file: str | None = None
-    kube_headers: dict[str, str] = Field(
-        default_factory=dict,
-        description="headers for the API, e.g. Authorization from a kubeconfig",
-    )
-    kube_verify: ssl.SSLContext | None = Field(
-        default=None, exclude=True, description="TLS for the API (CA, client certificate)"
-    )
-    kube_service_account_dir: str = Field(
-        default="/var/run/secrets/kubernetes.io/serviceaccount",
-        description="where the pod's token and ca.crt are mounted",
-    )
-    configmap_max_bytes: int = Field(default=1024 * 1024, gt=0)
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="extra fsspec options for object stores"
-    )
-
-
-Factory = Callable[[str, Options], Backend]
+Factory = Callable[[str, "Options"], Backend]
 
 
 def check_cell(cell: str) -> str:
