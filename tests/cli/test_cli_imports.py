@@ -548,7 +548,6 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.engine.reports.report.Summary",
         "agent_health.engine.reports.report._WithParts",
         "agent_health.engine.running.session.Halt",
-        "agent_health.engine.running.session.Outcome",
         "agent_health.engine.statistics.uncertainty.Interval",
         "agent_health.engine.statistics.uncertainty.PassAtK",
         "agent_health.ledger.chain.Problem",

@@ -212,7 +212,7 @@ async def execute(
             feed.end(interrupted=outcome.interrupted, stopped=outcome.stopped)
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.remove_signal_handler(signal.SIGINT)
-    outcome.misdirected = misdirect.reason
+    outcome = outcome._replace(misdirected=misdirect.reason)
     if spans is not None:
         hints.extend(_otlp_hints(spans.summary()))
     if judge_config is None and not skip_judge and _judge_was_skipped(outcome):

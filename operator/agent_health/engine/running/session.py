@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agent_health import statuses
@@ -32,13 +32,15 @@ class StartListener(Listener, Protocol):
     def on_test_start(self, test_id: str, title: str, repeat: int, agent: str | None) -> None: ...
 
 
-@dataclass(repr=False, eq=False)
-class Outcome:
+class Outcome(NamedTuple):
+    """What a session's run came to. A named tuple: a dataclass's generated methods are
+    compiled one by one as its class is made (issue #40)."""
+
     results: list[TestResult]
     duration_ms: float
     interrupted: bool = False
     not_run: int = 0
-    hook_errors: list[str] = field(default_factory=list)
+    hook_errors: Sequence[str] = ()
     stopped: str | None = None  # why no more tests started (--max-failures, a budget), if so
     budget: budget_mod.Report | None = None
     """The run's budget and spend (None without a budget)."""
