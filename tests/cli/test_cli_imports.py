@@ -565,7 +565,6 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.sdk.results.Signal",
         "agent_health.sdk.results.TestResult",
         "agent_health.sdk.results.Verdict",
-        "agent_health.sdk.tracesconfig.OpenSearchSettings",
         "agent_health.sdk.tracesconfig.OtlpSettings",
         "agent_health.sdk.tracesconfig.Price",
         "agent_health.sdk.tracesconfig.TracesSettings",
@@ -669,9 +668,9 @@ def test_no_model_a_run_makes_has_a_default_factory_whose_signature_is_parsed_fr
 
 
 # Annotations a run's models leave as strings on purpose: the report's optional parts and the
-# summary's breakdowns, resolved when the report is first serialized (report._WithParts), and
-# the ledger verifier's models,
-# which a run makes (ledger/chain.py) but never fills.
+# summary's breakdowns, resolved when the report is first serialized (report._WithParts); the
+# traces settings' OpenSearch part, resolved as a config's traces are first validated; and the
+# ledger verifier's models, which a run makes (ledger/chain.py) but never fills.
 STRING_ANNOTATIONS = {
     "agent_health.engine.reports.report.RunReport.matrix",
     "agent_health.engine.reports.report.Summary.budget",
@@ -689,6 +688,7 @@ STRING_ANNOTATIONS = {
     "agent_health.ledger.chain.VerifyResult.ok",
     "agent_health.ledger.chain.VerifyResult.problem",
     "agent_health.ledger.chain.VerifyResult.records",
+    "agent_health.sdk.tracesconfig.TracesSettings.opensearch",
 }
 
 

@@ -21,10 +21,26 @@ never from the file.
 """
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health import timeouts
+
+if TYPE_CHECKING:
+    from agent_health.sdk import opensearchconfig
+    from agent_health.sdk.opensearchconfig import OpenSearchSettings as OpenSearchSettings
+
+
+def __getattr__(name: str) -> Any:
+    # OpenSearchSettings is shown here, in the traces' part it belongs to; its class is made
+    # when first read or when a config's traces are first validated (issue #40).
+    if name == "OpenSearchSettings":
+        from agent_health.sdk import opensearchconfig
+
+        return opensearchconfig.OpenSearchSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DEFAULT_PRICE_KEY = "default"
 
@@ -39,24 +55,6 @@ class Price(BaseModel):
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
-
-
-class OpenSearchSettings(BaseModel):
-    """Where OTel spans of the agent land (indexed by Data Prepper) and how long to wait."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
-
-    hosts: list[str] = Field(min_length=1)
-    index: str = "otel-v1-apm-span-*"
-    logs_index: str | None = None
-    run_id_attribute: str = "agent_health.run_id"
-    wait_seconds: timeouts.Wait = 30.0
-    poll_seconds: timeouts.Seconds = 1.0
-    max_spans: int = Field(default=10_000, ge=1, le=10_000)
-    timeout: timeouts.Seconds = 10.0
-    username_env: str | None = None
-    password_env: str | None = None
-    verify_certs: bool = True
 
 
 class OtlpSettings(BaseModel):
@@ -88,11 +86,35 @@ class TracesSettings(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     enabled: bool | list[str] = True
-    opensearch: OpenSearchSettings | None = None
+    # Named, not resolved, as the class is made: its module loads as pydantic first builds
+    # this model's validator (model_rebuild), which a config that gives no traces never does.
+    opensearch: "opensearchconfig.OpenSearchSettings | None" = None
     # Defaults as declared (model_construct): a config that gives none builds no validator
     # of its own for them (issue #40).
     otlp: OtlpSettings = Field(default_factory=lambda: OtlpSettings.model_construct())
     prices: dict[str, Price] = Field(default_factory=dict)
+
+    @classmethod
+    def model_rebuild(
+        cls,
+        *,
+        force: bool = False,
+        raise_errors: bool = True,
+        _parent_namespace_depth: int = 2,
+        _types_namespace: Any = None,
+    ) -> bool | None:
+        """pydantic's, with :mod:`.opensearchconfig` put where it reads the field types (this
+        module's namespace) first: every build of the validator, serializer or JSON schema
+        goes through here."""
+        from agent_health.sdk import opensearchconfig
+
+        globals()["opensearchconfig"] = opensearchconfig
+        return super().model_rebuild(
+            force=force,
+            raise_errors=raise_errors,
+            _parent_namespace_depth=_parent_namespace_depth + 1,
+            _types_namespace=_types_namespace,
+        )
 
     def enabled_for(self, agent: str | None) -> bool:
         """True when ``result.traces`` may be read for runs of ``agent``."""
