@@ -42,7 +42,7 @@ class Hook(NamedTuple):
         return case.describe_path[: len(self.scope)] == self.scope
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class TestCase:
     """One declared test. ``id`` is filled in by the loader (it knows the suite root)."""
 

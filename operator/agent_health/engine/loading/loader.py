@@ -43,7 +43,7 @@ class LoadError(NamedTuple):
         return f"{where}: {self.message}"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Suite:
     """Everything discovered under a root."""
 

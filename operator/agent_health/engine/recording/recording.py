@@ -122,7 +122,7 @@ def _write_key(path: Path, key: bytes) -> None:
         os.close(fd)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class _Cell:
     """A test's cell between begin() and finish(): nothing is written until it ends. It keeps
     what its records are made of — the test, when it began, each exchange as the connector

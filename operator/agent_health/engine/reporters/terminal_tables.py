@@ -172,7 +172,7 @@ def _wide_table(
     return table
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, repr=False)
 class _Group:
     """One test's repeats, for a narrow row."""
 

@@ -21,7 +21,7 @@ FIELD_CHARS = 16_000  # the prompt, each context value, each step's content, arg
 STEPS = 500  # steps of a trajectory
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Bounded:
     """Cuts values to their caps and remembers which fields it cut."""
 

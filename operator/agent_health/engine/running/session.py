@@ -61,7 +61,7 @@ class Outcome(NamedTuple):
         )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Halt:
     """Told a reason (called), a run starts no more tests; those in flight end as they will.
 
