@@ -552,8 +552,6 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.engine.running.session.Halt",
         "agent_health.engine.statistics.uncertainty.Interval",
         "agent_health.engine.statistics.uncertainty.PassAtK",
-        "agent_health.ledger.chain.Problem",
-        "agent_health.ledger.chain.VerifyResult",
         "agent_health.ledger.runfile.Parsed",
         "agent_health.ledger.runfile._Cell",
         "agent_health.sdk.config.Config",
@@ -692,9 +690,8 @@ def test_no_model_a_run_makes_has_a_default_factory_whose_signature_is_parsed_fr
 
 
 # Annotations a run's models leave as strings on purpose: the report's optional parts and the
-# summary's breakdowns, resolved when the report is first serialized (report._WithParts); the
-# traces settings' OpenSearch part, resolved as a config's traces are first validated; and the
-# ledger verifier's models, which a run makes (ledger/chain.py) but never fills.
+# summary's breakdowns, resolved when the report is first serialized (report._WithParts), and
+# the traces settings' OpenSearch part, resolved as a config's traces are first validated.
 STRING_ANNOTATIONS = {
     "agent_health.engine.reports.report.RunReport.matrix",
     "agent_health.engine.reports.report.Summary.budget",
@@ -703,15 +700,6 @@ STRING_ANNOTATIONS = {
     "agent_health.engine.reports.report.Summary.quarantined",
     "agent_health.engine.reports.report.Summary.recommendations",
     "agent_health.engine.reports.report.Summary.unpriced_models",
-    "agent_health.ledger.chain.Problem.line",
-    "agent_health.ledger.chain.Problem.message",
-    "agent_health.ledger.chain.Problem.reason",
-    "agent_health.ledger.chain.Problem.seq",
-    "agent_health.ledger.chain.VerifyResult.ended",
-    "agent_health.ledger.chain.VerifyResult.last_mac",
-    "agent_health.ledger.chain.VerifyResult.ok",
-    "agent_health.ledger.chain.VerifyResult.problem",
-    "agent_health.ledger.chain.VerifyResult.records",
     "agent_health.sdk.tracesconfig.TracesSettings.opensearch",
 }
 

@@ -28,15 +28,14 @@ if _typing.TYPE_CHECKING:
     from agent_health.ledger.audit import LedgerReport, verify_url
     from agent_health.ledger.backends import from_url, schemes
     from agent_health.ledger.chain import (
-        Problem,
         Sealer,
-        VerifyResult,
         Writer,
         find_key,
         key_beside,
         load_key,
         verify,
     )
+    from agent_health.ledger.chaincheck import Problem, VerifyResult
     from agent_health.ledger.errors import (
         BackendConfigError,
         BackendError,
@@ -69,10 +68,8 @@ _WHERE = {
     "verify_url": "audit",
     "from_url": "backends",
     "schemes": "backends",
-    **dict.fromkeys(
-        ("Problem", "Sealer", "VerifyResult", "Writer", "find_key", "key_beside", "load_key"),
-        "chain",
-    ),
+    **dict.fromkeys(("Sealer", "Writer", "find_key", "key_beside", "load_key"), "chain"),
+    **dict.fromkeys(("Problem", "VerifyResult"), "chaincheck"),
     "verify": "chain",
     **dict.fromkeys(
         (

@@ -22,16 +22,16 @@ import os
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
-from agent_health.ledger import encoding, errors, objects, strictjson
+from agent_health.ledger import encoding, errors, objects
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from agent_health.ledger import records
+    from agent_health.ledger.chaincheck import Problem as Problem
+    from agent_health.ledger.chaincheck import VerifyResult as VerifyResult
     from agent_health.ledger.store import Backend
 
     Item: TypeAlias = records.Record | dict[str, Any] | objects.Written
@@ -43,20 +43,16 @@ if TYPE_CHECKING:
 GENESIS = "0" * 64
 MIN_KEY_BYTES = 32
 KEY_ENV = "AGENT_HEALTH_LEDGER_KEY"
-_EDITED = "mac mismatch: the record or its mac was changed, or another key wrote it"
-_CUT = "record: records were cut off the end, or the cell is still running"
 
-Reason = Literal[
-    "bad-json",  # not a JSON object: a write was cut short, or the line was edited
-    "bad-record",  # JSON, but not a valid record (unknown version or kind, bad field)
-    "unsealed",  # no mac: not written by a Writer
-    "removed",  # a seq is missing
-    "reordered",  # seqs out of order (or duplicated)
-    "edited",  # mac mismatch: the record or its mac changed, or another key wrote it
-    "bad-start",  # the first record is not cell-meta
-    "after-end",  # a record follows cell-end
-    "truncated",  # complete=True and no cell-end: records were cut off the end
-]
+
+def __getattr__(name: str) -> Any:
+    # The verifier's models are shown here, with verify(); made when first read or when a
+    # chain is first checked (:mod:`.chaincheck`), never by a run that only seals (issue #40).
+    if name in ("Problem", "VerifyResult"):
+        from agent_health.ledger import chaincheck
+
+        return getattr(chaincheck, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def key_beside(url: str) -> Path:
@@ -335,39 +331,18 @@ class Writer:
         self._macs = macs
 
 
-class Problem(BaseModel):
-    """The first record that breaks a chain."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    line: int
-    seq: int
-    reason: Reason
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line} (seq {self.seq}): {self.reason}: {self.message}"
-
-
-class VerifyResult(BaseModel):
-    """The outcome of :func:`verify`: ``ok``, or the first ``problem``."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    ok: bool
-    records: int
-    ended: bool = False
-    last_mac: str = GENESIS
-    problem: Problem | None = None
-
-
 def verify(lines: Iterable[str], key: bytes, *, complete: bool = True) -> VerifyResult:
     """Check a cell's lines against the chain and report the FIRST bad record.
 
     ``complete=True`` also requires the chain to end with a ``cell-end`` record (a finished
     cell); use ``complete=False`` for a cell that may still be running.
     """
-    return _walk(lines, Mac(key), complete)
+    from agent_health.ledger import chaincheck
+
+    mac = Mac(key)
+    return chaincheck.walk(
+        lines, lambda previous, payload: link(mac, previous, payload), complete, GENESIS
+    )
 
 
 def check_form(lines: Iterable[str], *, complete: bool = True) -> VerifyResult:
@@ -375,74 +350,6 @@ def check_form(lines: Iterable[str], *, complete: bool = True) -> VerifyResult:
     line a valid record with a mac, seqs in order, cell-meta first, nothing after cell-end.
     A record without a mac, a removed or moved record is caught; an edited one is not —
     ``ok`` here is no proof (``--replay`` says the recording is unverified)."""
-    return _walk(lines, None, complete)
+    from agent_health.ledger import chaincheck
 
-
-def _walk(lines: Iterable[str], mac_of: Mac | None, complete: bool) -> VerifyResult:
-    from agent_health.ledger import records  # the models: only a reader needs them
-
-    entries = [(n, text) for n, text in enumerate(lines, start=1) if text.strip()]
-    previous, count, ended = GENESIS, 0, False
-
-    def fail(line: int, reason: Reason, message: str) -> VerifyResult:
-        problem = Problem(line=line, seq=count, reason=reason, message=message)
-        return VerifyResult(
-            ok=False, records=count, ended=ended, last_mac=previous, problem=problem
-        )
-
-    for index, (number, text) in enumerate(entries):
-        try:
-            payload = strictjson.loads(text)
-        except ValueError as err:
-            return fail(number, "bad-json", f"not JSON ({err}); a write was cut short or edited")
-        if not isinstance(payload, dict):
-            return fail(number, "bad-json", "not a JSON object")
-        mac, seq = payload.get("mac"), payload.get("seq")
-        if not isinstance(mac, str) or not mac:
-            return fail(number, "unsealed", "the record has no mac; it was not written by a Writer")
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            return fail(number, "bad-record", f"seq is {seq!r}, not an integer")
-        if seq != count:
-            return fail(number, *_seq_break(seq, count, entries[index + 1 :]))
-        if mac_of is not None:
-            try:
-                expected_mac = link(mac_of, previous, payload)
-            except errors.RecordError as err:
-                return fail(number, "bad-record", str(err))
-            if not hmac.compare_digest(expected_mac, mac):
-                return fail(number, "edited", _EDITED)
-        try:
-            record = records.parse_object(payload, number)
-        except errors.RecordError as err:
-            return fail(number, "bad-record", str(err))
-        if ended:
-            return fail(number, "after-end", f"a {record.kind} record follows the cell-end record")
-        if index == 0 and record.kind != "cell-meta":
-            return fail(number, "bad-start", f"the first record is {record.kind}, not cell-meta")
-        ended = record.kind == "cell-end"
-        previous, count = mac, count + 1
-    if complete and not ended:
-        last = entries[-1][0] if entries else 0
-        what = f"after seq {count - 1}" if count else "before any record"
-        return fail(last + 1, "truncated", f"the chain ends {what} without a cell-end {_CUT}")
-    return VerifyResult(ok=True, records=count, ended=ended, last_mac=previous)
-
-
-def _seq_break(seq: int, expected: int, rest: list[tuple[int, str]]) -> tuple[Reason, str]:
-    """Tell a removed record from a reordered one by looking for the missing seq later."""
-    later = {_seq_of(text) for _, text in rest}
-    if seq > expected and expected not in later:
-        missing = f"seq {expected}" if seq == expected + 1 else f"seq {expected}..{seq - 1}"
-        return "removed", f"found seq {seq} where seq {expected} belongs: {missing} removed"
-    if seq < expected:
-        return "reordered", f"seq {seq} appears again after seq {expected - 1}: duplicated or moved"
-    return "reordered", f"found seq {seq} where seq {expected} belongs: records were reordered"
-
-
-def _seq_of(text: str) -> int | None:
-    try:
-        payload = strictjson.loads(text)
-    except ValueError:
-        return None
-    seq = payload.get("seq") if isinstance(payload, dict) else None
-    return seq if isinstance(seq, int) else None
+    return chaincheck.walk(lines, None, complete, GENESIS)
