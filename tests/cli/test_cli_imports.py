@@ -564,7 +564,6 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.sdk.results.RunResult",
         "agent_health.sdk.results.Signal",
         "agent_health.sdk.results.TestResult",
-        "agent_health.sdk.results.Verdict",
         "agent_health.sdk.tracesconfig.OtlpSettings",
         "agent_health.sdk.tracesconfig.Price",
         "agent_health.sdk.tracesconfig.TracesSettings",

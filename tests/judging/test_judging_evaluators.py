@@ -8,7 +8,7 @@ import pytest
 from agent_health import judging
 from agent_health.sdk import errors
 from agent_health.sdk.config import define_config
-from agent_health.sdk.results import Verdict
+from agent_health.sdk.verdict import Verdict
 from support.judge_servers import Answer, ScriptedModel, judge_config, judge_request
 
 

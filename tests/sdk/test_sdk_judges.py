@@ -10,7 +10,8 @@ import pytest
 from agent_health.engine.loading import loader
 from agent_health.engine.running import runner, session
 from agent_health.sdk.context import JudgeRequest
-from agent_health.sdk.results import TestResult, Verdict
+from agent_health.sdk.results import TestResult
+from agent_health.sdk.verdict import Verdict
 from support.helpers import run_cli_sync
 
 SUITE = """

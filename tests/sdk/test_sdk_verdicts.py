@@ -11,7 +11,8 @@ from agent_health.engine.loading import loader
 from agent_health.engine.running import runner, session
 from agent_health.ledger import chain, filestore, records
 from agent_health.sdk.context import JudgeRequest
-from agent_health.sdk.results import Signal, TestResult, Verdict
+from agent_health.sdk.results import Signal, TestResult
+from agent_health.sdk.verdict import Verdict
 
 SUITE = """
 from agent_health import test

@@ -34,8 +34,9 @@ from agent_health.judging.providers import http
 from agent_health.sdk import judges
 from agent_health.sdk.config import Config, JudgeConfig
 from agent_health.sdk.context import JudgeRequest
-from agent_health.sdk.results import RunResult, Verdict
+from agent_health.sdk.results import RunResult
 from agent_health.sdk.simulated import UserAsk, UserLine
+from agent_health.sdk.verdict import Verdict
 
 NO_JUDGE_HINT = judges.NO_JUDGE_HINT
 

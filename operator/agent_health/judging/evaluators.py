@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_health.judging import contextual, errors, prompt
 from agent_health.judging.chat import ChatRequest, Message, Tally
-from agent_health.sdk.results import Verdict
+from agent_health.sdk.verdict import Verdict
 
 if TYPE_CHECKING:
     from agent_health.judging.providers import Provider

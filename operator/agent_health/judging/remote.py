@@ -28,8 +28,8 @@ from agent_health import tls
 from agent_health.judging import chat, dispatch, errors, tools, wire
 from agent_health.sdk.config import JudgeConfig
 from agent_health.sdk.context import JudgeRequest
-from agent_health.sdk.results import Verdict
 from agent_health.sdk.simulated import UserAsk, UserLine
+from agent_health.sdk.verdict import Verdict
 
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)  # the service retries providers itself
 RESTART_PATIENCE = 120.0

@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     from agent_health.sdk.judges import judge
     from agent_health.sdk.matchers import expect
     from agent_health.sdk.mcpmock import MockMCP, mock_mcp
-    from agent_health.sdk.results import RunResult, Signal, Step, TestResult, Trajectory, Verdict
+    from agent_health.sdk.results import RunResult, Signal, Step, TestResult, Trajectory
     from agent_health.sdk.simulated import SimulatedUser, simulated_user
     from agent_health.sdk.turns import Conversation, ConversationEnd, Stop, Turn
+    from agent_health.sdk.verdict import Verdict
 else:
     __getattr__, __dir__ = faces.lazy(
         __name__,
@@ -56,7 +57,7 @@ else:
             "Step": "results",
             "TestResult": "results",
             "Trajectory": "results",
-            "Verdict": "results",
+            "Verdict": "verdict",
             "SimulatedUser": "simulated",
             "simulated_user": "simulated",
             "Conversation": "turns",

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent_health.connectors.partial import Partial
 from agent_health.connectors.protocol import AgentReply, AgentRequest
 from agent_health.sdk import errors
-from agent_health.sdk.results import Cause, RunResult, Signal, Verdict
+from agent_health.sdk.results import Cause, RunResult, Signal
 
 if TYPE_CHECKING:
     from agent_health.sdk.declared import TestCase
     from agent_health.sdk.judgerequest import JudgeRequest as JudgeRequest
+    from agent_health.sdk.verdict import Verdict
 
 NO_JUDGE_HINT = (
     "no judge configured, so judge() calls were skipped; set judge={...} in "

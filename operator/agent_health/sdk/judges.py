@@ -17,7 +17,8 @@ from typing import Any
 
 from agent_health.sdk import context as ctx_mod
 from agent_health.sdk import errors, judgerequest
-from agent_health.sdk.results import Role, RunResult, Signal, Verdict
+from agent_health.sdk.results import Role, RunResult, Signal
+from agent_health.sdk.verdict import Verdict
 
 DEFAULT_CONTEXT = ("trajectory", "output")
 CONTEXT_PARTS = frozenset({"trajectory", "output", "traces", "logs"})

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from agent_health.sdk import check, errors
 from agent_health.sdk.check import evidence
-from agent_health.sdk.results import RunResult, Signal, Verdict
+from agent_health.sdk.results import RunResult, Signal
+
+if TYPE_CHECKING:
+    from agent_health.sdk.verdict import Verdict
 
 ANSWER_CHARS = 300
 """How much of each answer the evidence of ``to_have_asked_for`` keeps."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from agent_health.sdk import check, context, errors
 from agent_health.sdk.check import evidence
-from agent_health.sdk.results import RunResult, Signal, Verdict
+from agent_health.sdk.results import RunResult, Signal
 
 
 def _number(value: Any, matcher: str) -> float:
@@ -44,6 +44,8 @@ class ValueMatchers(check.Check):
         body). An ``observe`` verdict becomes a gate here. A skipped verdict passes (neutral);
         an errored one makes the test errored (cause judge).
         """
+        from agent_health.sdk.verdict import Verdict  # made by the first judge() a run calls
+
         verdict = self._value
         if not isinstance(verdict, Verdict):
             raise errors.MatcherUsageError(
