@@ -78,7 +78,7 @@ def _seal_mac(key: bytes, seal: Any) -> str:
     return hmac.new(key, _SEAL_DOMAIN + encoding.canonical(seal), hashlib.sha256).hexdigest()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Parsed:
     """A run file read back: each cell's record lines, the seal, and lines that are neither."""
 

@@ -104,7 +104,7 @@ class TestInfo:
         self.annotations[key] = value
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class TestContext:
     """Mutable state of one running test; owned by exactly one task."""
 

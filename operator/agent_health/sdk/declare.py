@@ -48,7 +48,7 @@ Hook = declared.Hook
 TestCase = declared.TestCase
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Collector:
     """What importing one file declared."""
 

@@ -256,7 +256,7 @@ def _normal(value: Any) -> Any:
     return value
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ToolStats:
     """What one pass over a trajectory found."""
 
