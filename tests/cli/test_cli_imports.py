@@ -211,7 +211,8 @@ json.dump(
         "built": sorted(f"{m.__module__}.{m.__qualname__}" for m in models
                         if m.__pydantic_complete__),
         "made": sorted(f"{m.__module__}.{m.__qualname__}" for m in ours
-                       if m in models or dataclasses.is_dataclass(m)),
+                       if m in models or dataclasses.is_dataclass(m)
+                       or (issubclass(m, tuple) and hasattr(m, "_fields"))),
         "compared": sorted(f"{m.__module__}.{m.__qualname__}" for m in ours
                            if dataclasses.is_dataclass(m) and m.__dataclass_params__.eq),
         "shown": sorted(f"{m.__module__}.{m.__qualname__}" for m in ours
@@ -231,11 +232,11 @@ sys.exit(code)
 
 
 def classes_of(argv: list[str], suite: Path) -> dict[str, set[str]]:
-    """The models and dataclasses of ours a command makes (``made``), the models whose
-    validator and serializer it built (``built``), the dataclasses with a generated
-    ``__eq__`` (``compared``) or ``__repr__`` (``shown``), and of its models the fields whose
-    default factory's signature pydantic parses from text (``parsed``) and those whose
-    annotation is a string (``strings``), run in a fresh interpreter in ``suite``."""
+    """The models, dataclasses and named tuples of ours a command makes (``made``), the
+    models whose validator and serializer it built (``built``), the dataclasses with a
+    generated ``__eq__`` (``compared``) or ``__repr__`` (``shown``), and of its models the
+    fields whose default factory's signature pydantic parses from text (``parsed``) and those
+    whose annotation is a string (``strings``), run in a fresh interpreter in ``suite``."""
     done = subprocess.run(
         [sys.executable, "-c", CLASSES, *argv],
         cwd=suite,
@@ -515,14 +516,18 @@ def test_run_of_one_trivial_test_without_the_history_imports_only_its_allow_list
     assert not heavy, f"agent-health run --no-history imported {', '.join(heavy)}"
 
 
-# The models and dataclasses of ours a passing `run --no-history` of one trivial test makes:
-# each costs its making (a few million instructions: its fields collected, a dataclass's
-# methods compiled one by one) whether or not the run uses it. A class a run of one passing
+# The models, dataclasses and named tuples of ours a passing `run --no-history` of one trivial
+# test makes: each costs its making (a few million instructions: its fields collected, a
+# dataclass's methods compiled one by one; a named tuple's, about 1 M) whether or not the run
+# uses it. A class a run of one passing
 # test needs neither makes nor reads (a report file's entry shape, the insights rollup, a
 # budget, an agent matrix, trace spans, a refused cell) is made where it is first used.
 RUN_NO_HISTORY_CLASSES = frozenset(
     {
+        "agent_health.cli.run.execution.Executed",
+        "agent_health.cli.run.request.RunRequest",
         "agent_health.connectors.base.ConnectorSpec",
+        "agent_health.connectors.base.Conversations",
         "agent_health.connectors.environment.FromEnv",
         "agent_health.connectors.partial.Partial",
         "agent_health.connectors.protocol.AgentReply",
@@ -535,12 +540,15 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.connectors.protocol.TokenUsage",
         "agent_health.connectors.protocol.ToolDefinition",
         "agent_health.connectors.readonly.ReadOnlyModel",
+        "agent_health.engine.loading.discovery.Discovery",
         "agent_health.engine.loading.lastfailed.Cache",
+        "agent_health.engine.loading.loader.LoadError",
         "agent_health.engine.loading.loader.Suite",
         "agent_health.engine.recording.recording._Cell",
         "agent_health.engine.reporters.terminal_tables._Group",
         "agent_health.engine.reports.bounds.Bounded",
         "agent_health.engine.reports.provenance.AgentInfo",
+        "agent_health.engine.reports.provenance.GitState",
         "agent_health.engine.reports.provenance.JudgeInfo",
         "agent_health.engine.reports.provenance.Provenance",
         "agent_health.engine.reports.provenance.Selection",
@@ -549,17 +557,26 @@ RUN_NO_HISTORY_CLASSES = frozenset(
         "agent_health.engine.reports.report.RunReport",
         "agent_health.engine.reports.report.Summary",
         "agent_health.engine.reports.report._WithParts",
+        "agent_health.engine.running.runner.RunEnv",
         "agent_health.engine.running.session.Halt",
+        "agent_health.engine.running.session.Outcome",
+        "agent_health.engine.running.session.Policy",
         "agent_health.engine.statistics.uncertainty.Interval",
         "agent_health.engine.statistics.uncertainty.PassAtK",
+        "agent_health.engine.statistics.uncertainty.Tally",
+        "agent_health.ledger.objects.Written",
+        "agent_health.ledger.observation.Observation",
         "agent_health.ledger.runfile.Parsed",
         "agent_health.ledger.runfile._Cell",
         "agent_health.sdk.config.Config",
         "agent_health.sdk.context.TestContext",
         "agent_health.sdk.context.TestInfo",
         "agent_health.sdk.declare.Collector",
+        "agent_health.sdk.declared.FixtureDef",
+        "agent_health.sdk.declared.Hook",
         "agent_health.sdk.declared.TestCase",
         "agent_health.sdk.otlpconfig.OtlpConfig",
+        "agent_health.sdk.otlpconfig.Settings",
         "agent_health.sdk.results.Attempt",
         "agent_health.sdk.results.RunResult",
         "agent_health.sdk.results.Signal",
