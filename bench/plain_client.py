@@ -1,6 +1,6 @@
 """The baselines of the agent-call benchmarks: no harness at all, just a plain client.
 
-    python bench/plain_client.py URL N J [--aiohttp]
+    python bench/plain_client.py URL N J [--aiohttp [--imports]]
 
 Sends N REST protocol v1 requests ("ping") to URL, J at a time, checks every answer's output
 is "pong", and prints ``N passed in S s`` (S: the requests alone, after the imports): what a
