@@ -337,6 +337,7 @@ LIST_ALLOWED = frozenset(
         "agent_health.sdk.config",
         "agent_health.sdk.declare",
         "agent_health.sdk.declared",
+        "agent_health.sdk.deferred",
         "agent_health.sdk.errors",
         "agent_health.sdk.otlpconfig",
         "agent_health.sdk.sources",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_health import timeouts
+from agent_health.sdk import deferred
 
 if TYPE_CHECKING:
     from agent_health.sdk import opensearchconfig
@@ -80,7 +81,7 @@ class OtlpSettings(BaseModel):
         return self.enabled and (started or self.listen is not None)
 
 
-class TracesSettings(BaseModel):
+class TracesSettings(deferred.PartsFirst, BaseModel):
     """Which agents have traces, where extra spans come from, and the price table."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
@@ -95,26 +96,11 @@ class TracesSettings(BaseModel):
     prices: dict[str, Price] = Field(default_factory=dict)
 
     @classmethod
-    def model_rebuild(
-        cls,
-        *,
-        force: bool = False,
-        raise_errors: bool = True,
-        _parent_namespace_depth: int = 2,
-        _types_namespace: Any = None,
-    ) -> bool | None:
-        """pydantic's, with :mod:`.opensearchconfig` put where it reads the field types (this
-        module's namespace) first: every build of the validator, serializer or JSON schema
-        goes through here."""
+    def load_parts(cls) -> None:
+        """:mod:`.opensearchconfig`, put where pydantic reads this model's field types."""
         from agent_health.sdk import opensearchconfig
 
         globals()["opensearchconfig"] = opensearchconfig
-        return super().model_rebuild(
-            force=force,
-            raise_errors=raise_errors,
-            _parent_namespace_depth=_parent_namespace_depth + 1,
-            _types_namespace=_types_namespace,
-        )
 
     def enabled_for(self, agent: str | None) -> bool:
         """True when ``result.traces`` may be read for runs of ``agent``."""

@@ -48,6 +48,7 @@ from agent_health import statuses
 from agent_health.engine import outcome, statistics
 from agent_health.engine.reports import entries
 from agent_health.engine.reports.provenance import Provenance
+from agent_health.sdk import deferred
 from agent_health.sdk.results import CAUSES, Cause, TestResult
 
 if TYPE_CHECKING:  # the optional parts' models: loaded by _parts(), not by every run
@@ -112,31 +113,18 @@ def _parts() -> None:
     )
 
 
-class _WithParts(BaseModel):
+class _WithParts(deferred.PartsFirst, BaseModel):
     """A report model whose fields name the optional parts' models, left unresolved when the
     class is made: pydantic resolves them, :func:`_parts` first, when it first builds the
-    model's validator, serializer or JSON schema (each goes through :meth:`model_rebuild`).
+    model's validator, serializer or JSON schema (:class:`~agent_health.sdk.deferred.PartsFirst`).
     A model or ``TypeAdapter`` of another module holding :class:`Summary` or
     :class:`RunReport` (none does) would call ``RunReport.model_rebuild()`` first."""
 
     model_config = ConfigDict(defer_build=True)
 
     @classmethod
-    def model_rebuild(
-        cls,
-        *,
-        force: bool = False,
-        raise_errors: bool = True,
-        _parent_namespace_depth: int = 2,
-        _types_namespace: Any = None,
-    ) -> bool | None:
+    def load_parts(cls) -> None:
         _parts()
-        return super().model_rebuild(
-            force=force,
-            raise_errors=raise_errors,
-            _parent_namespace_depth=_parent_namespace_depth + 1,
-            _types_namespace=_types_namespace,
-        )
 
 
 class LabelStats(BaseModel):
